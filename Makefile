@@ -1,0 +1,37 @@
+# cdml-edge: the two commands are `make demo` and `make test`.
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+PIP    := $(PY) -m pip
+STAMP  := $(VENV)/.installed
+TORCH  := torch==2.13.0
+
+.PHONY: install test test-fast lint bench fuzz demo clean
+
+$(STAMP): pyproject.toml setup.py
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PIP) install -q --upgrade pip setuptools wheel cffi
+	$(PIP) install -q $(TORCH)
+	$(PIP) install -q -e '.[train,s3,dev]'
+	@touch $(STAMP)
+
+install: $(STAMP)
+
+test: $(STAMP)
+	$(PY) -m pytest -q -ra
+
+test-fast: $(STAMP)
+	$(PY) -m pytest -q -ra -m "not slow"
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check cdml_edge tests scripts
+	$(VENV)/bin/mypy
+
+bench: $(STAMP)
+	@set -e; for s in scripts/bench_*.py; do echo "== $$s"; $(PY) $$s; done
+
+fuzz: $(STAMP)
+	$(PY) scripts/fuzz_archive.py --seconds 300
+
+clean:
+	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,145 @@
+"""Byte sources: where archive bytes come from (a file, memory, an object store).
+
+Every archive reader works on a :class:`ByteSource` and nothing else, so a format is
+read the same way from a local file, an in-memory buffer or an ``s3://`` object.
+Reads are positional (``pread``): no shared file offset, safe across threads and
+after ``fork``.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Sequence
+from typing import Protocol, runtime_checkable
+
+
+@runtime_checkable
+class ByteSource(Protocol):
+    """Random-access, read-only bytes with a known size."""
+
+    @property
+    def name(self) -> str:
+        """Human-readable name used in error messages (path, ``<memory>``, ``s3://b/k``)."""
+        ...
+
+    def size(self) -> int:
+        """Total size in bytes."""
+        ...
+
+    def pread(self, offset: int, length: int) -> bytes:
+        """Read up to ``length`` bytes at ``offset`` (short only at end of data)."""
+        ...
+
+    def pread_many(self, ranges: Sequence[tuple[int, int]]) -> list[bytes]:
+        """Read several ``(offset, length)`` ranges; sources may coalesce requests."""
+        ...
+
+    def fileno(self) -> int | None:
+        """An OS file descriptor usable with ``pread(2)`` by native code, or ``None``."""
+        ...
+
+    def close(self) -> None:
+        """Release handles; the source may be reopened lazily afterwards."""
+        ...
+
+
+class MemorySource:
+    """An archive held in memory (``bytes``, ``bytearray`` or ``memoryview``)."""
+
+    def __init__(self, data: bytes | bytearray | memoryview, name: str = "<memory>") -> None:
+        self._data = bytes(data) if not isinstance(data, bytes) else data
+        self._name = name
+
+    @property
+    def name(self) -> str:
+        return self._name
+
+    @property
+    def data(self) -> bytes:
+        return self._data
+
+    def size(self) -> int:
+        return len(self._data)
+
+    def pread(self, offset: int, length: int) -> bytes:
+        if offset < 0 or length < 0:
+            raise ValueError("negative offset or length")
+        return self._data[offset : offset + length]
+
+    def pread_many(self, ranges: Sequence[tuple[int, int]]) -> list[bytes]:
+        return [self.pread(o, n) for o, n in ranges]
+
+    def fileno(self) -> int | None:
+        return None
+
+    def close(self) -> None:
+        pass
+
+
+class FileSource:
+    """A local file read with ``os.pread``; the descriptor is reopened after ``fork``."""
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self._path = os.fspath(path)
+        self._fd: int | None = None
+        self._pid = -1
+        self._lock = threading.Lock()
+        self._size = os.stat(self._path).st_size
+
+    @property
+    def name(self) -> str:
+        return self._path
+
+    @property
+    def path(self) -> str:
+        return self._path
+
+    def _descriptor(self) -> int:
+        pid = os.getpid()
+        fd = self._fd
+        if fd is not None and self._pid == pid:
+            return fd
+        with self._lock:
+            if self._fd is None or self._pid != pid:
+                self._fd = os.open(self._path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+                self._pid = pid
+            return self._fd
+
+    def size(self) -> int:
+        return self._size
+
+    def pread(self, offset: int, length: int) -> bytes:
+        if offset < 0 or length < 0:
+            raise ValueError("negative offset or length")
+        fd = self._descriptor()
+        out = os.pread(fd, length, offset)
+        if len(out) == length or len(out) == 0:
+            return out
+        parts = [out]
+        got = len(out)
+        while got < length:
+            chunk = os.pread(fd, length - got, offset + got)
+            if not chunk:
+                break
+            parts.append(chunk)
+            got += len(chunk)
+        return b"".join(parts)
+
+    def pread_many(self, ranges: Sequence[tuple[int, int]]) -> list[bytes]:
+        return [self.pread(o, n) for o, n in ranges]
+
+    def fileno(self) -> int | None:
+        return self._descriptor()
+
+    def close(self) -> None:
+        with self._lock:
+            if self._fd is not None and self._pid == os.getpid():
+                os.close(self._fd)
+            self._fd = None
+
+    def __getstate__(self) -> dict[str, object]:
+        return {"path": self._path}
+
+    def __setstate__(self, state: dict[str, object]) -> None:
+        self.__init__(str(state["path"]))  # type: ignore[misc]

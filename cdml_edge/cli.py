@@ -1,0 +1,49 @@
+"""The ``cdml-edge`` command line: one thin command per verb.
+
+Each area keeps its commands in ``cdml_edge/commands/<area>.py`` with a
+``register(app)`` function; the logic lives in the packages those commands call.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+import typer
+
+from cdml_edge import __version__
+
+app = typer.Typer(
+    name="cdml-edge",
+    help="Stream ML data straight out of compressed archives; run the edge agent.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+# Areas whose commands are registered on the root app, in help order.
+COMMAND_MODULES = [
+    "cdml_edge.commands.config_cmds",
+]
+
+
+def _version_callback(value: bool) -> None:
+    if value:
+        typer.echo(f"cdml-edge {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def main(
+    version: bool = typer.Option(
+        False, "--version", callback=_version_callback, is_eager=True, help="Print the version."
+    ),
+) -> None:
+    """cdml-edge: archives in, results out."""
+
+
+for _module in COMMAND_MODULES:
+    importlib.import_module(_module).register(app)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    app()
