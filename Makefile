@@ -35,3 +35,6 @@ fuzz: $(STAMP)
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache
+
+demo: $(STAMP)
+	bash scripts/demo.sh
