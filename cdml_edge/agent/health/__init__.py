@@ -1,0 +1,28 @@
+"""Health of the agent: sd_notify, a progress-tied watchdog, Prometheus metrics and /healthz.
+
+Wiring in the agent::
+
+    notifier = SdNotifier()                         # no-op outside systemd
+    watchdog = ProgressWatchdog(notifier, cfg.health.watchdog_stall_s)
+    watchdog.start()                                 # idle counts as healthy while loading
+    metrics = Metrics(version=__version__, device=device)
+    server = metrics.serve(cfg.health.metrics_host, cfg.health.metrics_port, watchdog=watchdog)
+    ...load models, one warm-up inference...
+    notifier.ready("running")
+    # per window:  watchdog.set_busy(n_pending) as work queues; watchdog.progress() when done
+    # SIGHUP:      notifier.reloading(); reload; notifier.ready()
+    # SIGTERM:     notifier.stopping(); drain; watchdog.stop(); server.close()
+"""
+
+from cdml_edge.agent.health.metrics import Metrics, MetricsServer, healthz_body
+from cdml_edge.agent.health.notify import SdNotifier
+from cdml_edge.agent.health.watchdog import HealthState, ProgressWatchdog
+
+__all__ = [
+    "HealthState",
+    "Metrics",
+    "MetricsServer",
+    "ProgressWatchdog",
+    "SdNotifier",
+    "healthz_body",
+]
