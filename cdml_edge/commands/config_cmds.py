@@ -1,0 +1,48 @@
+"""``cdml-edge config validate|schema``."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import typer
+
+from cdml_edge.config import ConfigError, config_schema, load_config
+
+EXIT_CONFIG_ERROR = 2
+
+config_app = typer.Typer(help="Validate a configuration file or print its JSON Schema.")
+
+
+@config_app.command("validate")
+def validate(file: Path = typer.Argument(..., help="The YAML configuration file.")) -> None:
+    """Exit 0 when FILE is a valid configuration; exit 2 naming each bad field otherwise."""
+    try:
+        config = load_config(file)
+    except ConfigError as exc:
+        typer.echo(str(exc), err=True)
+        raise typer.Exit(EXIT_CONFIG_ERROR) from None
+    typer.echo(
+        f"{file}: valid ({len(config.sources)} sources, {len(config.models)} models, "
+        f"mqtt: {config.mqtt.url if config.mqtt else 'off'})"
+    )
+
+
+@config_app.command("schema")
+def schema(
+    payloads: bool = typer.Option(
+        False, "--payloads", help="Print the JSON Schema of every MQTT payload instead."
+    ),
+) -> None:
+    """Print the JSON Schema of the configuration (or of the MQTT payloads)."""
+    if payloads:
+        from cdml_edge.agent.payloads import payload_schemas
+
+        typer.echo(json.dumps(payload_schemas(), indent=2))
+    else:
+        typer.echo(json.dumps(config_schema(), indent=2))
+
+
+def register(app: typer.Typer) -> None:
+    """Attach the ``config`` group to the root app."""
+    app.add_typer(config_app, name="config")

@@ -1,0 +1,503 @@
+"""The configuration of the appliance (``factory.yaml``) as pydantic models.
+
+Every model forbids unknown keys. Sizes accept ``64MiB``-style strings, durations ``2s`` or
+``500ms``; ``${VAR}`` and ``${VAR:-default}`` in string values are taken from the environment.
+Relative paths are resolved against the folder of the configuration file.
+:func:`load_config` raises :class:`ConfigError`, whose message names the file, the field path
+and the problem, e.g. ``factory.yaml: sources[1].window.seconds: must be greater than 0``.
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    WithJsonSchema,
+    field_validator,
+    model_validator,
+)
+
+from cdml_edge.units import parse_duration, parse_size
+
+Modality = Literal["image", "audio", "csv", "timeseries", "json", "text"]
+MODALITIES: tuple[str, ...] = ("image", "audio", "csv", "timeseries", "json", "text")
+
+Size = Annotated[
+    int,
+    BeforeValidator(parse_size),
+    WithJsonSchema(
+        {
+            "anyOf": [
+                {"type": "integer", "minimum": 0},
+                {"type": "string", "pattern": r"^\s*[0-9.]+\s*[A-Za-z]*\s*$"},
+            ],
+            "description": "bytes, or a string such as '512KiB', '64MiB', '2GB'",
+        }
+    ),
+]
+Duration = Annotated[
+    float,
+    BeforeValidator(parse_duration),
+    WithJsonSchema(
+        {
+            "anyOf": [
+                {"type": "number", "minimum": 0},
+                {"type": "string", "pattern": r"^\s*[0-9.]+\s*[A-Za-z]*\s*$"},
+            ],
+            "description": "seconds, or a string such as '500ms', '2s', '5min', '7d'",
+        }
+    ),
+]
+
+_TOPIC_SAFE = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
+
+
+def _resolve_path(value: Path | None, info: ValidationInfo) -> Path | None:
+    if value is None:
+        return None
+    value = Path(os.path.expanduser(str(value)))
+    base = (info.context or {}).get("base_dir") if info.context else None
+    if base is not None and not value.is_absolute():
+        return Path(base) / value
+    return value
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_default=True)
+
+
+class DeviceConfig(_Model):
+    """Who this appliance is: the id appears in every MQTT topic."""
+
+    id: str = Field(
+        "edge-1", pattern=_TOPIC_SAFE, description="Device id; used in topics and the client id."
+    )
+    site: str | None = Field(None, description="Site / line name, copied into payloads.")
+
+
+class WindowConfig(_Model):
+    """When a window closes: whichever limit is reached first."""
+
+    seconds: Duration = Field(1.0, gt=0, description="Close a window this long after it opened.")
+    max_items: int = Field(64, ge=1, description="Close after this many items; 1 = instant mode.")
+    max_bytes: Size = Field(16 * 1024**2, gt=0, description="Close once the items reach this size.")
+
+
+class SourceConfig(_Model):
+    """One input: a watched folder or a camera."""
+
+    name: str = Field(..., pattern=_TOPIC_SAFE, description="Source name; used in topics.")
+    kind: Literal["folder", "camera"] = Field("folder", description="folder | camera")
+    path: Path | None = Field(None, description="Folder to watch (kind: folder).")
+    url: str | int | None = Field(
+        None, description="Camera: device index, RTSP/HTTP URL or a video file (kind: camera)."
+    )
+    modality: Modality = Field(..., description="image | audio | csv | timeseries | json | text")
+    patterns: list[str] = Field(
+        default_factory=list,
+        description="Glob patterns of files to take; empty = by the modality's extensions.",
+    )
+    window: WindowConfig = Field(default_factory=WindowConfig)  # type: ignore[arg-type]
+    on_done: Literal["delete", "move", "keep"] = Field(
+        "keep", description="What happens to a source file once its results are safe."
+    )
+    move_to: Path | None = Field(None, description="Destination folder for on_done: move.")
+    fps: float | None = Field(None, gt=0, description="Camera frames per second to take.")
+    jpeg_quality: int = Field(90, ge=1, le=100, description="Camera frames: JPEG quality.")
+    stable_seconds: Duration = Field(
+        0.5, ge=0, description="A file is complete once its size has not changed for this long."
+    )
+    polling: bool = Field(
+        False, description="Use a polling observer (network mounts) instead of inotify."
+    )
+    segment_rows: int | None = Field(
+        None, gt=0, description="csv/timeseries: one result per this many rows (default per file)."
+    )
+
+    _resolve = field_validator("path", "move_to")(_resolve_path)
+
+    @model_validator(mode="after")
+    def _check_kind(self) -> SourceConfig:
+        if self.kind == "folder" and self.path is None:
+            raise ValueError("a folder source needs 'path'")
+        if self.kind == "camera" and self.url is None:
+            raise ValueError("a camera source needs 'url' (device index, stream URL or file)")
+        if self.on_done == "move" and self.move_to is None:
+            raise ValueError("on_done: move needs 'move_to'")
+        return self
+
+
+class PackConfig(_Model):
+    """How windows are packed in memory."""
+
+    format: Literal["zip", "tar.zst"] = Field("zip", description="zip | tar.zst (seekable)")
+    level: int = Field(3, ge=0, le=22, description="Compression level (zip: 0-9, zstd: 1-22).")
+
+    @model_validator(mode="after")
+    def _check_level(self) -> PackConfig:
+        if self.format == "zip" and self.level > 9:
+            raise ValueError("level: zip levels go from 0 to 9")
+        if self.format == "tar.zst" and self.level < 1:
+            raise ValueError("level: zstd levels go from 1 to 22")
+        return self
+
+
+class ModelConfig(_Model):
+    """An ONNX model and optional overrides of what its metadata says."""
+
+    path: Path = Field(..., description="The .onnx file (its metadata describes the input).")
+    labels: list[str] | None = Field(None, description="Override the class labels.")
+    input_size: int | None = Field(None, gt=0, description="Override the image input size.")
+    anomaly_threshold: float | None = Field(None, description="Override the anomaly threshold.")
+    providers: list[str] | None = Field(
+        None, description="onnxruntime execution providers, in order (default: CPU)."
+    )
+
+    _resolve = field_validator("path")(_resolve_path)
+
+
+class TlsConfig(_Model):
+    """TLS to the broker; mutual TLS when cert and key are given."""
+
+    ca: Path | None = Field(None, description="CA bundle that signed the broker certificate.")
+    cert: Path | None = Field(None, description="Client certificate (mTLS).")
+    key: Path | None = Field(None, description="Client private key (mTLS).")
+    insecure: bool = Field(False, description="Skip certificate checks. Never in production.")
+
+    _resolve = field_validator("ca", "cert", "key")(_resolve_path)
+
+    @model_validator(mode="after")
+    def _pair(self) -> TlsConfig:
+        if (self.cert is None) != (self.key is None):
+            raise ValueError("tls: 'cert' and 'key' go together")
+        return self
+
+
+class MqttConfig(_Model):
+    """The broker results are published to."""
+
+    url: str = Field(
+        "mqtt://127.0.0.1:1883",
+        description="mqtt://host:port, mqtts://host:port, or 'embedded' (in-process broker).",
+    )
+    topic_prefix: str = Field("cdml", description="First topic level: {prefix}/{device}/...")
+    qos: Literal[0, 1, 2] = Field(1, description="QoS of result messages.")
+    client_id: str | None = Field(None, description="Default: cdml-edge-{device.id}.")
+    protocol: Literal["5", "3.1.1"] | None = Field(
+        None, description="MQTT version; default 5, and 3.1.1 for the embedded broker."
+    )
+    keepalive: Duration = Field(30.0, gt=0, description="MQTT keepalive.")
+    session_expiry: Duration = Field(
+        3600.0, ge=0, description="MQTT 5 session expiry: QoS 1 in flight survives reconnects."
+    )
+    username: str | None = None
+    password_file: Path | None = Field(None, description="File holding the password.")
+    password_env: str | None = Field(None, description="Environment variable with the password.")
+    password: str | None = Field(
+        None, description="Clear-text password; refused unless allow_plaintext_password."
+    )
+    allow_plaintext_password: bool = False
+    tls: TlsConfig | None = None
+
+    _resolve = field_validator("password_file")(_resolve_path)
+
+    @field_validator("url")
+    @classmethod
+    def _check_url(cls, value: str) -> str:
+        if value == "embedded" or re.match(r"^(mqtt|mqtts|tcp|ssl)://[^/:]+(:\d+)?/?$", value):
+            return value
+        raise ValueError("must be 'embedded' or mqtt[s]://host[:port]")
+
+    @field_validator("topic_prefix")
+    @classmethod
+    def _check_prefix(cls, value: str) -> str:
+        if not value or any(c in value for c in "+#") or value.startswith("/"):
+            raise ValueError("must be non-empty, without '+', '#' or a leading '/'")
+        return value.rstrip("/")
+
+    @model_validator(mode="after")
+    def _check_password(self) -> MqttConfig:
+        if self.password is not None and not self.allow_plaintext_password:
+            raise ValueError(
+                "password: a clear-text password is refused; use password_file or password_env "
+                "(or set allow_plaintext_password: true)"
+            )
+        return self
+
+
+class OutboxConfig(_Model):
+    """In-memory queue between the pipeline and the MQTT client."""
+
+    max_bytes: Size = Field(8 * 1024**2, gt=0, description="Above this, messages go to the spool.")
+
+
+class SpoolConfig(_Model):
+    """On-disk spool used while the broker is away."""
+
+    dir: Path = Field(Path("spool"), description="Spool folder.")
+    max_bytes: Size = Field(256 * 1024**2, gt=0, description="Byte bound of the spool.")
+    policy: Literal["drop_oldest", "block"] = Field(
+        "drop_oldest", description="When full: drop the oldest records, or block intake."
+    )
+    fsync: Literal["always", "batch", "never"] = Field(
+        "batch", description="fsync every record, every batch (window), or never."
+    )
+
+    _resolve = field_validator("dir")(_resolve_path)
+
+
+class RetentionConfig(_Model):
+    """Bounded on-disk ring of window archives, for replay and training export."""
+
+    dir: Path = Field(..., description="Retention folder.")
+    max_bytes: Size = Field(1024**3, gt=0, description="Oldest windows are evicted above this.")
+    max_age: Duration | None = Field(None, gt=0, description="Windows older than this go.")
+    keep: Literal["all", "anomalies", "sample", "none"] = Field(
+        "all", description="Which windows to keep."
+    )
+    sample_percent: float = Field(10.0, ge=0, le=100, description="keep: sample — percentage.")
+
+    _resolve = field_validator("dir")(_resolve_path)
+
+
+class QuarantineConfig(_Model):
+    """Where bad inputs are moved."""
+
+    dir: Path = Field(Path("quarantine"), description="Quarantine folder.")
+    max_bytes: Size = Field(
+        256 * 1024**2, gt=0, description="Above this, the oldest quarantined files are deleted."
+    )
+
+    _resolve = field_validator("dir")(_resolve_path)
+
+
+class LimitsConfig(_Model):
+    """Global bounds."""
+
+    max_inflight_bytes: Size = Field(
+        64 * 1024**2, gt=0, description="Above this, intake pauses (files stay on disk)."
+    )
+
+
+class HealthConfig(_Model):
+    """Health topic, Prometheus endpoint and systemd watchdog."""
+
+    interval: Duration = Field(10.0, gt=0, description="Period of the health topic.")
+    metrics_port: int | None = Field(
+        None, ge=0, le=65535, description="Prometheus /metrics and /healthz port; unset = off."
+    )
+    metrics_host: str = Field("127.0.0.1", description="Address the metrics server binds.")
+    watchdog: bool = Field(True, description="Send WATCHDOG=1 to systemd while making progress.")
+    stall_after: Duration = Field(
+        60.0, gt=0, description="Pending work with no progress for this long counts as stalled."
+    )
+
+
+class OutputConfig(_Model):
+    """Local JSON-lines output of every message (used when no broker is configured)."""
+
+    jsonl: str | None = Field(None, description="File path, or '-' for stdout.")
+
+    @field_validator("jsonl")
+    @classmethod
+    def _resolve_jsonl(cls, value: str | None, info: ValidationInfo) -> str | None:
+        if value in (None, "-"):
+            return value
+        resolved = _resolve_path(Path(value), info)
+        return str(resolved)
+
+
+class AppConfig(_Model):
+    """The whole ``factory.yaml``."""
+
+    device: DeviceConfig = Field(default_factory=DeviceConfig)  # type: ignore[arg-type]
+    sources: list[SourceConfig] = Field(default_factory=list)
+    pack: PackConfig = Field(default_factory=PackConfig)  # type: ignore[arg-type]
+    models: dict[Modality, ModelConfig] = Field(
+        default_factory=dict, description="Model per modality."
+    )
+    mqtt: MqttConfig | None = Field(None, description="Unset: results go to output.jsonl only.")
+    outbox: OutboxConfig = Field(default_factory=OutboxConfig)  # type: ignore[arg-type]
+    spool: SpoolConfig = Field(default_factory=SpoolConfig)  # type: ignore[arg-type]
+    retention: RetentionConfig | None = Field(None, description="Unset: nothing is retained.")
+    quarantine: QuarantineConfig = Field(default_factory=QuarantineConfig)  # type: ignore[arg-type]
+    limits: LimitsConfig = Field(default_factory=LimitsConfig)  # type: ignore[arg-type]
+    health: HealthConfig = Field(default_factory=HealthConfig)  # type: ignore[arg-type]
+    output: OutputConfig = Field(default_factory=OutputConfig)  # type: ignore[arg-type]
+
+    @model_validator(mode="after")
+    def _check_sources(self) -> AppConfig:
+        seen: set[str] = set()
+        for source in self.sources:
+            if source.name in seen:
+                raise ValueError(f"sources: the name {source.name!r} is used twice")
+            seen.add(source.name)
+        return self
+
+
+class ConfigError(Exception):
+    """A configuration file that cannot be used; ``problems`` holds ``(field path, message)``."""
+
+    def __init__(self, file: str, problems: list[tuple[str, str]]) -> None:
+        self.file = file
+        self.problems = problems
+        lines = [f"{file}: {path}: {msg}" if path else f"{file}: {msg}" for path, msg in problems]
+        super().__init__("\n".join(lines))
+
+
+_ENV_PATTERN = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
+
+
+def substitute_env(
+    value: Any, env: Mapping[str, str] | None = None, path: str = ""
+) -> Any:
+    """Replace ``${VAR}`` / ``${VAR:-default}`` in every string of a parsed YAML tree.
+
+    Raises ``KeyError`` with the field path when a variable is unset and has no default.
+    """
+    env = os.environ if env is None else env
+    if isinstance(value, str):
+
+        def repl(match: re.Match[str]) -> str:
+            name, default = match.group(1), match.group(2)
+            if name in env:
+                return env[name]
+            if default is not None:
+                return default
+            raise KeyError(f"{path}: environment variable {name} is not set")
+
+        return _ENV_PATTERN.sub(repl, value)
+    if isinstance(value, list):
+        return [substitute_env(v, env, f"{path}[{i}]") for i, v in enumerate(value)]
+    if isinstance(value, dict):
+        return {
+            k: substitute_env(v, env, f"{path}.{k}" if path else str(k)) for k, v in value.items()
+        }
+    return value
+
+
+def _field_path(loc: tuple[int | str, ...]) -> str:
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            out += f".{part}" if out else str(part)
+    return out
+
+
+def _model_at(loc: tuple[int | str, ...]) -> type[BaseModel] | None:
+    """The pydantic model that holds the field at ``loc`` (to list allowed keys)."""
+    model: Any = AppConfig
+    for part in loc:
+        if isinstance(part, int) or model is None:
+            continue
+        field = model.model_fields.get(part)
+        if field is None:
+            return None
+        model = _inner_model(field.annotation)
+    return model if isinstance(model, type) and issubclass(model, BaseModel) else None
+
+
+def _inner_model(annotation: Any) -> Any:
+    args = getattr(annotation, "__args__", None)
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    if args:
+        for arg in args:
+            found = _inner_model(arg)
+            if found is not None:
+                return found
+    return None
+
+
+def _humanise(error: Any) -> tuple[str, str]:
+    loc = tuple(error["loc"])
+    kind = error["type"]
+    msg = str(error["msg"])
+    if kind == "extra_forbidden":
+        key = str(loc[-1])
+        parent = _model_at(loc[:-1])
+        hint = ""
+        if parent is not None:
+            allowed = list(parent.model_fields)
+            close = difflib.get_close_matches(key, allowed, n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else f" (allowed: {', '.join(allowed)})"
+        return _field_path(loc), f"unknown key{hint}"
+    if kind == "missing":
+        return _field_path(loc), "is required"
+    if kind == "value_error":
+        msg = msg.removeprefix("Value error, ")
+        # model-level checks name their own field first: "level: zip levels go from 0 to 9"
+        match = re.match(r"^([a-z_]+): (.*)$", msg)
+        if match:
+            base = _field_path(loc)
+            return (f"{base}.{match.group(1)}" if base else match.group(1)), match.group(2)
+        return _field_path(loc), msg
+    msg = re.sub(r"^Input should be ", "must be ", msg)
+    msg = re.sub(r"^Input ", "value ", msg)
+    # Literal unions report one branch per type; keep the path readable.
+    loc = tuple(p for p in loc if not (isinstance(p, str) and p.startswith(("literal[", "function-"))))
+    return _field_path(loc), msg
+
+
+def parse_config(data: Any, file: str = "<config>", base_dir: Path | None = None) -> AppConfig:
+    """Validate an already parsed mapping; errors are raised as :class:`ConfigError`."""
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ConfigError(file, [("", "the top level must be a mapping of sections")])
+    try:
+        data = substitute_env(data)
+    except KeyError as exc:
+        raise ConfigError(file, [("", str(exc.args[0]))]) from None
+    context = {"base_dir": base_dir} if base_dir is not None else None
+    try:
+        return AppConfig.model_validate(data, context=context)
+    except ValidationError as exc:
+        problems = []
+        seen = set()
+        for error in exc.errors():
+            problem = _humanise(error)
+            if problem not in seen:
+                seen.add(problem)
+                problems.append(problem)
+        raise ConfigError(file, problems) from None
+
+
+def load_config(path: str | os.PathLike[str]) -> AppConfig:
+    """Read and validate a YAML configuration file; relative paths resolve against its folder."""
+    file = Path(path)
+    label = str(path)
+    try:
+        text = file.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(label, [("", f"cannot read: {exc.strerror or exc}")]) from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
+        problem = getattr(exc, "problem", None) or str(exc)
+        raise ConfigError(label, [("", f"{where}invalid YAML: {problem}")]) from None
+    return parse_config(data, label, base_dir=file.resolve().parent)
+
+
+def config_schema() -> dict[str, Any]:
+    """The JSON Schema of ``factory.yaml`` (for editors and docs)."""
+    schema = AppConfig.model_json_schema()
+    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    schema["title"] = "cdml-edge configuration"
+    return schema

@@ -1,0 +1,89 @@
+"""Human-friendly sizes (``64MiB``) and durations (``500ms``) used in configuration files."""
+
+from __future__ import annotations
+
+import re
+
+_SIZE_UNITS = {
+    "": 1,
+    "b": 1,
+    "k": 1000,
+    "kb": 1000,
+    "m": 1000**2,
+    "mb": 1000**2,
+    "g": 1000**3,
+    "gb": 1000**3,
+    "t": 1000**4,
+    "tb": 1000**4,
+    "kib": 1024,
+    "mib": 1024**2,
+    "gib": 1024**3,
+    "tib": 1024**4,
+}
+
+_DURATION_UNITS = {
+    "": 1.0,
+    "us": 1e-6,
+    "ms": 1e-3,
+    "s": 1.0,
+    "m": 60.0,
+    "min": 60.0,
+    "h": 3600.0,
+    "d": 86400.0,
+    "w": 7 * 86400.0,
+}
+
+_NUMBER_UNIT = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*([A-Za-z]*)\s*$")
+
+
+def parse_size(value: object) -> int:
+    """Parse a byte size: an integer, or a string such as ``64MiB``, ``1.5GB``, ``512k``.
+
+    Decimal units (kB, MB, GB) are powers of 1000, binary units (KiB, MiB, GiB) powers of 1024.
+    """
+    if isinstance(value, bool):
+        raise ValueError("a size must be a number of bytes or a string like '64MiB'")
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float):
+        if not value.is_integer():
+            raise ValueError(f"a size in bytes must be whole, got {value}")
+        return int(value)
+    if not isinstance(value, str):
+        raise ValueError("a size must be a number of bytes or a string like '64MiB'")
+    match = _NUMBER_UNIT.match(value)
+    if not match:
+        raise ValueError(f"not a size: {value!r} (examples: 4096, '512KiB', '64MiB', '2GB')")
+    number, unit = match.groups()
+    factor = _SIZE_UNITS.get(unit.lower())
+    if factor is None:
+        raise ValueError(f"unknown size unit {unit!r} in {value!r} (use B, kB, MB, GB, KiB, MiB, GiB)")
+    return int(round(float(number) * factor))
+
+
+def parse_duration(value: object) -> float:
+    """Parse a duration in seconds: a number, or a string such as ``2s``, ``500ms``, ``7d``."""
+    if isinstance(value, bool):
+        raise ValueError("a duration must be a number of seconds or a string like '500ms'")
+    if isinstance(value, (int, float)):
+        return float(value)
+    if not isinstance(value, str):
+        raise ValueError("a duration must be a number of seconds or a string like '500ms'")
+    match = _NUMBER_UNIT.match(value)
+    if not match:
+        raise ValueError(f"not a duration: {value!r} (examples: 2, '2s', '500ms', '5min', '7d')")
+    number, unit = match.groups()
+    factor = _DURATION_UNITS.get(unit.lower())
+    if factor is None:
+        raise ValueError(f"unknown duration unit {unit!r} in {value!r} (use ms, s, min, h, d)")
+    return float(number) * factor
+
+
+def format_size(n: int) -> str:
+    """Format a byte count with binary units, e.g. ``64.0 MiB``."""
+    size = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(size) < 1024 or unit == "TiB":
+            return f"{int(size)} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    return f"{n} B"  # pragma: no cover
