@@ -135,7 +135,7 @@ class SourceConfig(_Model):
         if self.kind == "camera" and self.url is None:
             raise ValueError("a camera source needs 'url' (device index, stream URL or file)")
         if self.on_done == "move" and self.move_to is None:
-            raise ValueError("on_done: move needs 'move_to'")
+            raise ValueError("on_done is 'move' but 'move_to' is not set")
         return self
 
 
@@ -181,7 +181,7 @@ class TlsConfig(_Model):
     @model_validator(mode="after")
     def _pair(self) -> TlsConfig:
         if (self.cert is None) != (self.key is None):
-            raise ValueError("tls: 'cert' and 'key' go together")
+            raise ValueError("'cert' and 'key' go together: give both for mutual TLS, or neither")
         return self
 
 
@@ -360,9 +360,7 @@ class ConfigError(Exception):
 _ENV_PATTERN = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 
 
-def substitute_env(
-    value: Any, env: Mapping[str, str] | None = None, path: str = ""
-) -> Any:
+def substitute_env(value: Any, env: Mapping[str, str] | None = None, path: str = "") -> Any:
     """Replace ``${VAR}`` / ``${VAR:-default}`` in every string of a parsed YAML tree.
 
     Raises ``KeyError`` with the field path when a variable is unset and has no default.
@@ -434,7 +432,9 @@ def _humanise(error: Any) -> tuple[str, str]:
         if parent is not None:
             allowed = list(parent.model_fields)
             close = difflib.get_close_matches(key, allowed, n=1)
-            hint = f" (did you mean {close[0]!r}?)" if close else f" (allowed: {', '.join(allowed)})"
+            hint = (
+                f" (did you mean {close[0]!r}?)" if close else f" (allowed: {', '.join(allowed)})"
+            )
         return _field_path(loc), f"unknown key{hint}"
     if kind == "missing":
         return _field_path(loc), "is required"
@@ -448,8 +448,8 @@ def _humanise(error: Any) -> tuple[str, str]:
         return _field_path(loc), msg
     msg = re.sub(r"^Input should be ", "must be ", msg)
     msg = re.sub(r"^Input ", "value ", msg)
-    # Literal unions report one branch per type; keep the path readable.
-    loc = tuple(p for p in loc if not (isinstance(p, str) and p.startswith(("literal[", "function-"))))
+    if loc and loc[-1] == "[key]":
+        return _field_path(loc[:-1]), f"not an allowed key: {msg}"
     return _field_path(loc), msg
 
 

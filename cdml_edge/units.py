@@ -57,7 +57,9 @@ def parse_size(value: object) -> int:
     number, unit = match.groups()
     factor = _SIZE_UNITS.get(unit.lower())
     if factor is None:
-        raise ValueError(f"unknown size unit {unit!r} in {value!r} (use B, kB, MB, GB, KiB, MiB, GiB)")
+        raise ValueError(
+            f"unknown size unit {unit!r} in {value!r} (use B, kB, MB, GB, KiB, MiB, GiB)"
+        )
     return int(round(float(number) * factor))
 
 
