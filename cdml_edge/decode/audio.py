@@ -1,0 +1,81 @@
+"""Audio bytes (WAV / FLAC / OGG via soundfile) to MFCCs or a mono waveform (librosa)."""
+
+from __future__ import annotations
+
+import io
+from typing import Literal
+
+import numpy as np
+
+from .errors import DecodeError
+
+AudioMode = Literal["mfcc", "waveform"]
+
+
+def read_waveform(
+    data: bytes | bytearray | memoryview, *, member: str = "", sample_rate: int | None = 16000
+) -> tuple[np.ndarray, int]:
+    """Mono float32 waveform in [-1, 1] and its sample rate (resampled when asked)."""
+    import soundfile as sf
+
+    if not data:
+        raise DecodeError(member, "empty audio data")
+    try:
+        samples, sr = sf.read(io.BytesIO(bytes(data)), dtype="float32", always_2d=True)
+    except Exception as exc:  # soundfile raises LibsndfileError / RuntimeError / TypeError
+        raise DecodeError(member, f"not decodable audio: {exc}") from exc
+    if samples.shape[0] == 0:
+        raise DecodeError(member, "audio has no samples")
+    mono = samples.mean(axis=1) if samples.shape[1] > 1 else samples[:, 0]
+    if sample_rate is not None and sr != sample_rate:
+        import librosa
+
+        mono = librosa.resample(mono, orig_sr=sr, target_sr=sample_rate)
+        sr = sample_rate
+    return np.ascontiguousarray(mono, dtype=np.float32), int(sr)
+
+
+def decode_audio(
+    data: bytes | bytearray | memoryview,
+    *,
+    member: str = "",
+    sample_rate: int = 16000,
+    mode: AudioMode = "mfcc",
+    n_mfcc: int = 20,
+    hop_length: int = 512,
+    n_fft: int = 2048,
+) -> np.ndarray:
+    """Decode audio to float32 MFCCs ``(n_mfcc, frames)`` or a 1-D waveform at ``sample_rate``.
+
+    Multi-channel audio is mixed down to mono. Frames follow librosa's centred STFT:
+    ``1 + max(len(waveform), n_fft) // hop_length``.
+    """
+    if mode not in ("mfcc", "waveform"):
+        raise ValueError(f"mode must be 'mfcc' or 'waveform', got {mode!r}")
+    wave, sr = read_waveform(data, member=member, sample_rate=sample_rate)
+    if mode == "waveform":
+        return wave
+    return mfcc(wave, sr, member=member, n_mfcc=n_mfcc, hop_length=hop_length, n_fft=n_fft)
+
+
+def mfcc(
+    wave: np.ndarray,
+    sample_rate: int,
+    *,
+    member: str = "",
+    n_mfcc: int = 20,
+    hop_length: int = 512,
+    n_fft: int = 2048,
+) -> np.ndarray:
+    """MFCCs ``(n_mfcc, frames)`` of a mono waveform; short clips are zero-padded to ``n_fft``."""
+    import librosa
+
+    if wave.shape[0] < n_fft:  # librosa warns on inputs shorter than one FFT window
+        wave = np.pad(wave, (0, n_fft - wave.shape[0]))
+    try:
+        out = librosa.feature.mfcc(
+            y=wave, sr=sample_rate, n_mfcc=n_mfcc, hop_length=hop_length, n_fft=n_fft
+        )
+    except Exception as exc:  # librosa.ParameterError and friends
+        raise DecodeError(member, f"MFCC failed: {exc}") from exc
+    return np.ascontiguousarray(out, dtype=np.float32)

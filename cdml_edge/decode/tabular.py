@@ -1,0 +1,165 @@
+"""CSV, time-series arrays, JSON and text."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from .errors import DecodeError
+
+_DELIMITERS = ",;\t|"
+
+
+@dataclass(frozen=True)
+class CsvTable:
+    """Numeric columns of a CSV as float32 ``(rows, columns)``; text columns kept apart."""
+
+    values: np.ndarray
+    columns: list[str]
+    has_header: bool
+    text_columns: dict[str, list[str]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class TextData:
+    """A decoded text document."""
+
+    text: str
+    lines: list[str]
+    word_count: int
+
+
+def _to_str(data: bytes | bytearray | memoryview, member: str, encoding: str) -> str:
+    try:
+        return bytes(data).decode(encoding)
+    except UnicodeDecodeError as exc:
+        raise DecodeError(member, f"not valid {encoding} text: {exc}") from exc
+
+
+def _number(cell: str) -> float | None:
+    s = cell.strip()
+    if not s:
+        return math.nan
+    try:
+        return float(s)
+    except ValueError:
+        return None
+
+
+def _delimiter(text: str, name: str) -> str:
+    if name.lower().endswith(".tsv"):
+        return "\t"
+    sample = text[:8192]
+    try:
+        return csv.Sniffer().sniff(sample, delimiters=_DELIMITERS).delimiter
+    except csv.Error:
+        return ","
+
+
+def decode_csv(
+    data: bytes | bytearray | memoryview, *, member: str = "", encoding: str = "utf-8-sig"
+) -> CsvTable:
+    """Parse a CSV (or TSV): numeric columns to float32, a header row detected.
+
+    The first row is a header when any of its cells is not a number. Empty cells are NaN.
+    A column whose every value is text (timestamps, tags) goes to ``text_columns``; a
+    column mixing numbers and text, or rows of different widths, raise ``DecodeError``.
+    """
+    text = _to_str(data, member, encoding)
+    try:
+        rows = [r for r in csv.reader(io.StringIO(text), delimiter=_delimiter(text, member)) if r]
+    except csv.Error as exc:
+        raise DecodeError(member, f"malformed CSV: {exc}") from exc
+    if not rows:
+        raise DecodeError(member, "empty CSV")
+    width = len(rows[0])
+    has_header = any(_number(c) is None for c in rows[0])
+    if has_header:
+        columns = [c.strip() or f"col{i}" for i, c in enumerate(rows[0])]
+        body = rows[1:]
+    else:
+        columns = [f"col{i}" for i in range(width)]
+        body = rows
+    for line, row in enumerate(body, start=2 if has_header else 1):
+        if len(row) != width:
+            raise DecodeError(member, f"row {line} has {len(row)} fields, expected {width}")
+    numeric: list[int] = []
+    text_cols: dict[str, list[str]] = {}
+    parsed = [[_number(c) for c in row] for row in body]
+    for j, name in enumerate(columns):
+        kinds = {v is None for row in parsed if not _is_nan(v := row[j])}
+        if kinds == {True}:
+            text_cols[name] = [row[j] for row in body]
+        elif kinds == {True, False}:
+            bad = next(i for i, row in enumerate(parsed) if row[j] is None)
+            raise DecodeError(
+                member, f"column {name!r} mixes numbers and text (row {bad + 1 + has_header})"
+            )
+        else:
+            numeric.append(j)
+    values = np.array([[row[j] for j in numeric] for row in parsed], dtype=np.float32).reshape(
+        len(parsed), len(numeric)
+    )
+    return CsvTable(values, [columns[j] for j in numeric], has_header, text_cols)
+
+
+def _is_nan(v: float | None) -> bool:
+    return v is not None and math.isnan(v)
+
+
+def decode_timeseries(
+    data: bytes | bytearray | memoryview, *, member: str = "", key: str | None = None
+) -> np.ndarray:
+    """A float32 array ``(steps, channels)`` from ``.npy`` / ``.npz`` (first or ``key`` array)
+    or from a numeric CSV; 1-D series become one channel."""
+    buf = bytes(data)
+    if buf.startswith(b"\x93NUMPY") or buf.startswith(b"PK\x03\x04"):
+        try:
+            loaded = np.load(io.BytesIO(buf), allow_pickle=False)
+            if isinstance(loaded, np.lib.npyio.NpzFile):
+                with loaded:
+                    names = list(loaded.files)
+                    if not names:
+                        raise DecodeError(member, "empty .npz")
+                    arr = loaded[key or names[0]]
+            else:
+                arr = loaded
+            out = np.asarray(arr, dtype=np.float32)
+        except DecodeError:
+            raise
+        except Exception as exc:
+            raise DecodeError(member, f"not a numeric NumPy array: {exc}") from exc
+    else:
+        out = decode_csv(buf, member=member).values
+    if out.ndim == 1:
+        out = out[:, None]
+    if out.ndim != 2:
+        raise DecodeError(member, f"time series must be 1-D or 2-D, got shape {out.shape}")
+    return np.ascontiguousarray(out)
+
+
+def decode_json(
+    data: bytes | bytearray | memoryview, *, member: str = "", encoding: str = "utf-8-sig"
+) -> Any:
+    """Parse JSON; ``.jsonl`` / ``.ndjson`` members give a list of one value per line."""
+    text = _to_str(data, member, encoding)
+    try:
+        if member.lower().endswith((".jsonl", ".ndjson")):
+            return [json.loads(line) for line in text.splitlines() if line.strip()]
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise DecodeError(member, f"malformed JSON: {exc}") from exc
+
+
+def decode_text(
+    data: bytes | bytearray | memoryview, *, member: str = "", encoding: str = "utf-8-sig"
+) -> TextData:
+    """Decode text: the string, its lines and its word count."""
+    text = _to_str(data, member, encoding)
+    return TextData(text=text, lines=text.splitlines(), word_count=len(text.split()))
