@@ -312,3 +312,18 @@ def test_cli_schema_prints_json() -> None:
     schema = json.loads(result.output)
     assert schema["title"] == "cdml-edge configuration"
     assert schema["additionalProperties"] is False
+
+
+def test_readme_reference_matches_the_models() -> None:
+    from cdml_edge.config_doc import config_reference_markdown
+
+    readme = (ROOT / "README.md").read_text()
+    block = readme.split("<!-- config-reference -->\n", 1)[1].split("<!-- /config-reference -->")[0]
+    assert block == config_reference_markdown(), "run: python scripts/update_readme_config.py"
+
+
+def test_cli_schema_markdown_lists_every_section() -> None:
+    result = runner.invoke(app, ["config", "schema", "--markdown"])
+    assert result.exit_code == 0
+    for key in AppConfig.model_fields:
+        assert f"| `{key}` |" in result.output

@@ -33,9 +33,16 @@ def schema(
     payloads: bool = typer.Option(
         False, "--payloads", help="Print the JSON Schema of every MQTT payload instead."
     ),
+    markdown: bool = typer.Option(
+        False, "--markdown", help="Print the configuration reference as a Markdown table."
+    ),
 ) -> None:
     """Print the JSON Schema of the configuration (or of the MQTT payloads)."""
-    if payloads:
+    if markdown:
+        from cdml_edge.config_doc import config_reference_markdown
+
+        typer.echo(config_reference_markdown(), nl=False)
+    elif payloads:
         from cdml_edge.agent.payloads import payload_schemas
 
         typer.echo(json.dumps(payload_schemas(), indent=2))
