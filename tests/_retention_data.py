@@ -1,0 +1,71 @@
+"""Test data for retention, replay and export: real window archives packed here."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import zipfile
+from collections.abc import Sequence
+
+from cdml_edge.agent.manifest import (
+    MANIFEST_NAME,
+    ItemOutcome,
+    ManifestItem,
+    WindowManifest,
+)
+from cdml_edge.agent.payloads import item_id
+
+
+def make_window(
+    window_id: str,
+    closed_at: float,
+    files: Sequence[tuple[str, bytes]],
+    source: str = "cam1",
+    modality: str = "image",
+    labels: Sequence[str | None] | None = None,
+    anomaly_scores: Sequence[float | None] | None = None,
+    threshold: float = 0.5,
+) -> tuple[bytes, WindowManifest]:
+    """A ZIP window archive holding ``files`` and its manifest (with results if given)."""
+    items = []
+    for i, (name, data) in enumerate(files):
+        mtime_ns = int((closed_at - 1 + i * 0.01) * 1e9)
+        items.append(
+            ManifestItem(
+                id=item_id(source, name, len(data), mtime_ns),
+                member=f"{i:04d}_{name}",
+                name=name,
+                size=len(data),
+                mtime_ns=mtime_ns,
+                ts=mtime_ns / 1e9,
+                sha256=hashlib.sha256(data).hexdigest(),
+            )
+        )
+    manifest = WindowManifest(
+        window_id=window_id,
+        device="edge-1",
+        site="line-3",
+        source=source,
+        modality=modality,
+        opened_at=closed_at - 1,
+        closed_at=closed_at,
+        items=tuple(items),
+    )
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as zf:
+        for it, (_, data) in zip(items, files, strict=True):
+            zf.writestr(zipfile.ZipInfo(it.member, (2020, 1, 1, 0, 0, 0)), data)
+        zf.writestr(zipfile.ZipInfo(MANIFEST_NAME, (2020, 1, 1, 0, 0, 0)), manifest.to_bytes())
+    if labels is not None or anomaly_scores is not None:
+        results = {}
+        for i, it in enumerate(items):
+            label = labels[i] if labels is not None else None
+            a = anomaly_scores[i] if anomaly_scores is not None else None
+            results[it.id] = ItemOutcome(
+                label=label,
+                score=0.9 if label else None,
+                anomaly=a is not None and a > threshold,
+                anomaly_score=a,
+            )
+        manifest = manifest.with_results(results, model="demo", model_version="1")
+    return buf.getvalue(), manifest
