@@ -143,3 +143,71 @@ class FileSource:
 
     def __setstate__(self, state: dict[str, object]) -> None:
         self.__init__(str(state["path"]))  # type: ignore[misc]
+
+
+class FileObjectSource:
+    """A binary file object opened by the caller (positional reads; its offset is kept).
+
+    Reads use ``os.pread`` on its descriptor when it has one, else seek+read under a lock.
+    It pickles as a :class:`FileSource` on the same path when the object names a file.
+    """
+
+    def __init__(self, fileobj: object) -> None:
+        self._f = fileobj
+        self._lock = threading.Lock()
+        raw_name = getattr(fileobj, "name", None)
+        self._path = raw_name if isinstance(raw_name, str) and os.path.isfile(raw_name) else None
+        self._fd: int | None
+        try:
+            self._fd = int(fileobj.fileno())  # type: ignore[attr-defined]
+            os.pread(self._fd, 0, 0)
+        except (AttributeError, OSError, ValueError):
+            self._fd = None
+        with self._lock:
+            pos = fileobj.tell()  # type: ignore[attr-defined]
+            fileobj.seek(0, os.SEEK_END)  # type: ignore[attr-defined]
+            self._size = int(fileobj.tell())  # type: ignore[attr-defined]
+            fileobj.seek(pos)  # type: ignore[attr-defined]
+
+    @property
+    def name(self) -> str:
+        return self._path or f"<file {getattr(self._f, 'name', '?')}>"
+
+    def size(self) -> int:
+        return self._size
+
+    def pread(self, offset: int, length: int) -> bytes:
+        if offset < 0 or length < 0:
+            raise ValueError("negative offset or length")
+        if self._fd is not None:
+            parts = []
+            while length > 0:
+                chunk = os.pread(self._fd, length, offset)
+                if not chunk:
+                    break
+                parts.append(chunk)
+                offset += len(chunk)
+                length -= len(chunk)
+            return b"".join(parts)
+        f = self._f
+        with self._lock:
+            pos = f.tell()  # type: ignore[attr-defined]
+            try:
+                f.seek(offset)  # type: ignore[attr-defined]
+                return bytes(f.read(length))  # type: ignore[attr-defined]
+            finally:
+                f.seek(pos)  # type: ignore[attr-defined]
+
+    def pread_many(self, ranges: Sequence[tuple[int, int]]) -> list[bytes]:
+        return [self.pread(o, n) for o, n in ranges]
+
+    def fileno(self) -> int | None:
+        return self._fd
+
+    def close(self) -> None:
+        pass  # the caller owns the file object
+
+    def __reduce__(self) -> tuple[object, ...]:
+        if self._path is None:
+            raise TypeError(f"{self.name}: an archive on an unnamed file object cannot be pickled")
+        return (FileSource, (self._path,))

@@ -1,0 +1,197 @@
+"""The :class:`Archive` interface shared by every format, and :class:`MemberInfo`."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from cdml_edge.archive.errors import ArchiveError, MemberTooLargeError
+from cdml_edge.archive.source import ByteSource
+
+DEFAULT_MAX_MEMBER_BYTES = 1 << 30
+DEFAULT_MAX_RATIO = 1100.0
+# Ratios are only enforced above this output size: small members are harmless.
+RATIO_FLOOR_BYTES = 1 << 20
+# ``verify()`` and iteration read members in batches of at most this many output bytes.
+BATCH_BYTES = 64 << 20
+
+
+@dataclass(frozen=True, slots=True)
+class MemberInfo:
+    """What an archive declares about one member.
+
+    ``checksum`` is the CRC-32 of the member's bytes where the format stores one (ZIP;
+    tar.zst written by :func:`pack`), else ``None``. ``mtime`` is seconds since the epoch.
+    ``offset`` is where the member's header starts (ZIP: local header in the file; tar:
+    header in the uncompressed tar stream). For tar.zst, ``compressed_size`` is the
+    member's share of the compressed frames that hold it.
+    """
+
+    name: str
+    size: int
+    compressed_size: int
+    method: str
+    checksum: int | None
+    mtime: float
+    offset: int
+
+
+class Archive:
+    """A read-only archive: ``names()``, ``info()``, ``read()``, ``read_many()``, ``verify()``.
+
+    Thread-safe (reads are positional and share no mutable state), fork-safe (file
+    handles are reopened when the process id changes) and picklable (the archive is
+    reopened from its source in the receiving process).
+    """
+
+    format: str = "?"
+
+    def __init__(
+        self,
+        source: ByteSource,
+        *,
+        max_member_bytes: int = DEFAULT_MAX_MEMBER_BYTES,
+        max_ratio: float = DEFAULT_MAX_RATIO,
+    ) -> None:
+        self._source = source
+        self.max_member_bytes = int(max_member_bytes)
+        self.max_ratio = float(max_ratio)
+        self._names: list[str] = []
+        self._ids: dict[str, int] = {}
+        self._closed = False
+
+    # -- identity -----------------------------------------------------------------------
+    @property
+    def name(self) -> str:
+        """The archive's name in messages (path, ``<memory>``, ``s3://...``)."""
+        return self._source.name
+
+    @property
+    def source(self) -> ByteSource:
+        return self._source
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.name!r} format={self.format} members={len(self)}>"
+
+    # -- members ------------------------------------------------------------------------
+    def names(self) -> list[str]:
+        """Member names in archive order; directories are left out."""
+        return list(self._names)
+
+    def __len__(self) -> int:
+        return len(self._names)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._ids
+
+    def _id(self, name: str) -> int:
+        try:
+            return self._ids[name]
+        except KeyError:
+            raise KeyError(f"{self.name}: no member named {name!r}") from None
+
+    def info(self, name: str) -> MemberInfo:
+        """Declared metadata of one member (nothing is decompressed)."""
+        return self._info(self._id(name))
+
+    def infos(self) -> list[MemberInfo]:
+        """Metadata of every member, in archive order."""
+        return [self._info(self._ids[n]) for n in self._names]
+
+    def read(self, name: str) -> bytes:
+        """The bytes of one member, checked against its checksum when it has one."""
+        self._check_open()
+        return self._read_ids([self._id(name)])[0]
+
+    def read_many(self, names: Sequence[str]) -> list[bytes]:
+        """Read a batch of members in one call (one ``pread_many`` on the source)."""
+        self._check_open()
+        ids = [self._id(n) for n in names]
+        return self._read_ids(ids) if ids else []
+
+    def __iter__(self) -> Iterator[tuple[str, bytes]]:
+        for batch in self._batches(self._ids[n] for n in self._names):
+            yield from zip((self._row_name(i) for i in batch), self._read_ids(batch))
+
+    def verify(self) -> list[str]:
+        """Read every member and return the names of those that fail (bad checksum/data)."""
+        bad: list[str] = []
+        for batch in self._batches(self._ids[n] for n in self._names):
+            try:
+                self._read_ids(batch)
+                continue
+            except ArchiveError:
+                pass
+            for i in batch:  # find the culprits one by one
+                try:
+                    self._read_ids([i])
+                except ArchiveError:
+                    bad.append(self._row_name(i))
+        return bad
+
+    def _batches(self, ids: Iterable[int]) -> Iterator[list[int]]:
+        batch: list[int] = []
+        total = 0
+        for i in ids:
+            size = min(self._declared_size(i), self.max_member_bytes)
+            if batch and total + size > BATCH_BYTES:
+                yield batch
+                batch, total = [], 0
+            batch.append(i)
+            total += size
+        if batch:
+            yield batch
+
+    # -- limits -------------------------------------------------------------------------
+    def _check_limits(self, name: str, size: int, csize: int) -> None:
+        if size > self.max_member_bytes:
+            raise MemberTooLargeError(
+                f"declares {size} bytes, over max_member_bytes={self.max_member_bytes}",
+                archive=self.name,
+                member=name,
+            )
+        if size > RATIO_FLOOR_BYTES and size > self.max_ratio * max(csize, 1):
+            raise MemberTooLargeError(
+                f"expansion ratio {size / max(csize, 1):.0f} over max_ratio={self.max_ratio:g}",
+                archive=self.name,
+                member=name,
+            )
+
+    # -- lifecycle ----------------------------------------------------------------------
+    def _check_open(self) -> None:
+        if self._closed:
+            raise ArchiveError("archive is closed", archive=self.name)
+
+    def close(self) -> None:
+        """Release the source's handles. Reading afterwards raises :class:`ArchiveError`."""
+        self._closed = True
+        self._source.close()
+
+    def __enter__(self) -> Archive:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        from cdml_edge.archive.reader import _reopen
+
+        opts = {"max_member_bytes": self.max_member_bytes, "max_ratio": self.max_ratio}
+        return (_reopen, (self._source, opts, self._pickle_state()))
+
+    # -- format hooks -------------------------------------------------------------------
+    def _pickle_state(self) -> object:
+        return None
+
+    def _row_name(self, i: int) -> str:
+        return self._names[i]
+
+    def _info(self, i: int) -> MemberInfo:
+        raise NotImplementedError
+
+    def _declared_size(self, i: int) -> int:
+        raise NotImplementedError
+
+    def _read_ids(self, ids: list[int]) -> list[bytes]:
+        raise NotImplementedError

@@ -1,0 +1,77 @@
+"""Member decompression with bounded output, shared by the Python paths of all formats."""
+
+from __future__ import annotations
+
+import bz2
+import io
+import zlib
+
+import zstandard
+
+from cdml_edge.archive.errors import (
+    CorruptArchiveError,
+    TruncatedArchiveError,
+    UnsupportedArchiveError,
+)
+
+STORED, DEFLATE, BZIP2, LZMA, ZSTD = 0, 8, 12, 14, 93
+METHOD_NAMES = {STORED: "stored", DEFLATE: "deflate", BZIP2: "bzip2", LZMA: "lzma", ZSTD: "zstd"}
+
+
+def method_name(method: int) -> str:
+    return METHOD_NAMES.get(method, f"method-{method}")
+
+
+def zstd_decompress(data: bytes | memoryview, size: int, *, archive: str, member: str) -> bytes:
+    """Decompress zstd frames to at most ``size + 1`` bytes (declared sizes are not trusted)."""
+    try:
+        reader = zstandard.ZstdDecompressor().stream_reader(
+            io.BytesIO(data), read_across_frames=True
+        )
+        out = reader.read(size + 1) if size >= 0 else reader.read()
+    except zstandard.ZstdError as exc:
+        raise CorruptArchiveError(f"zstd data: {exc}", archive=archive, member=member) from exc
+    return out
+
+
+def decompress(
+    method: int, data: bytes | memoryview, size: int, *, archive: str, member: str
+) -> bytes:
+    """Decode one member's data to exactly ``size`` bytes, or raise a typed error."""
+    if method == STORED:
+        out = bytes(data)
+    elif method == DEFLATE:
+        d = zlib.decompressobj(-15)
+        try:
+            out = d.decompress(data, size + 1)
+        except zlib.error as exc:
+            raise CorruptArchiveError(f"deflate data: {exc}", archive=archive, member=member) from exc
+        if len(out) <= size and not d.eof:
+            raise TruncatedArchiveError("deflate stream ends early", archive=archive, member=member)
+    elif method == ZSTD:
+        out = zstd_decompress(data, size, archive=archive, member=member)
+    elif method == BZIP2:
+        try:
+            out = bz2.BZ2Decompressor().decompress(bytes(data), size + 1)
+        except (OSError, ValueError) as exc:
+            raise CorruptArchiveError(f"bzip2 data: {exc}", archive=archive, member=member) from exc
+    else:
+        raise UnsupportedArchiveError(
+            f"compression {method_name(method)} is not supported", archive=archive, member=member
+        )
+    if len(out) != size:
+        raise CorruptArchiveError(
+            f"size mismatch: declared {size} bytes, data holds "
+            f"{'more' if len(out) > size else len(out)}",
+            archive=archive,
+            member=member,
+        )
+    return out
+
+
+def check_crc(data: bytes, crc: int, *, archive: str, member: str) -> None:
+    got = zlib.crc32(data)
+    if got != crc:
+        raise CorruptArchiveError(
+            f"CRC-32 mismatch: stored {crc:08x}, data {got:08x}", archive=archive, member=member
+        )

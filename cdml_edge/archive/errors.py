@@ -1,0 +1,43 @@
+"""Typed archive errors; each names the archive and, where known, the member."""
+
+from __future__ import annotations
+
+
+class ArchiveError(Exception):
+    """Base class of every archive error: ``.archive`` and ``.member`` say where."""
+
+    def __init__(self, message: str, *, archive: str | None = None, member: str | None = None):
+        self.archive = archive
+        self.member = member
+        self.reason = message
+        where = ": ".join(p for p in (archive, member) if p)
+        super().__init__(f"{where}: {message}" if where else message)
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (_rebuild, (type(self), self.reason, self.archive, self.member))
+
+
+def _rebuild(
+    cls: type[ArchiveError], reason: str, archive: str | None, member: str | None
+) -> ArchiveError:
+    return cls(reason, archive=archive, member=member)
+
+
+class CorruptArchiveError(ArchiveError):
+    """Bytes that contradict the format: bad signature, checksum, size or compressed data."""
+
+
+class TruncatedArchiveError(CorruptArchiveError):
+    """The archive ends before a structure or member it declares."""
+
+
+class UnsupportedArchiveError(ArchiveError):
+    """A valid but unsupported format, compression method or feature."""
+
+
+class UnsafeMemberError(ArchiveError):
+    """A member name that would escape the target directory (``..``, absolute, drive)."""
+
+
+class MemberTooLargeError(ArchiveError):
+    """A member over ``max_member_bytes`` or over the allowed expansion ratio."""

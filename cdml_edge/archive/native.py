@@ -1,0 +1,33 @@
+"""Loader of the C core (``cdml_edge.archive._native._reader``), with the Python fallback.
+
+``CDML_EDGE_NATIVE=0`` forces the pure-Python path.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+_loaded: Any = None
+_tried = False
+
+
+def module() -> Any:
+    """The native ZIP binding, or ``None`` when it is not built or disabled."""
+    global _loaded, _tried
+    if os.environ.get("CDML_EDGE_NATIVE", "1") == "0":
+        return None
+    if not _tried:
+        _tried = True
+        try:
+            from cdml_edge.archive import _zipnative
+
+            _loaded = _zipnative if _zipnative.available() else None
+        except ImportError:
+            _loaded = None
+    return _loaded
+
+
+def native_available() -> bool:
+    """True when the C core is built and enabled (``CDML_EDGE_NATIVE`` is not ``0``)."""
+    return module() is not None

@@ -1,0 +1,169 @@
+"""The zstd seekable format and the member index we store beside its seek table.
+
+File layout written by :func:`cdml_edge.archive.pack.pack` for ``tar.zst``::
+
+    zstd frame 0 | frame 1 | ... | skippable frame: member index | skippable frame: seek table
+
+Frames are independent; each starts at a member boundary (large members span several
+frames), so one member is read by decompressing only the frames that hold it. The seek
+table follows the zstd seekable format: entries ``(compressed size, decompressed size)``
+and a 9-byte footer ``(frame count, descriptor, magic 0x8F92EAB1)``. The member index is
+a skippable frame (magic ``0x184D2A5D``) holding, per member: header and data offsets in
+the tar stream, size, mtime, CRC-32 and the frame range, then the UTF-8 names; it ends
+with ``(content length, b"CDMLIDXE")`` so it is found from the tail. Stock tools skip
+both frames: ``zstd -dc f | tar -t`` lists the archive.
+"""
+
+from __future__ import annotations
+
+import bisect
+import struct
+from dataclasses import dataclass
+
+from cdml_edge.archive.errors import CorruptArchiveError, TruncatedArchiveError
+from cdml_edge.archive.source import ByteSource
+
+ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
+SEEK_TABLE_MAGIC = 0x184D2A5E
+SEEKABLE_FOOTER_MAGIC = 0x8F92EAB1
+INDEX_MAGIC = 0x184D2A5D
+INDEX_HEAD = b"CDMLIDX1"
+INDEX_TAIL = b"CDMLIDXE"
+TAIL_BYTES = 1 << 17
+_RECORD = struct.Struct("<QQQdLLLL")  # header_off, data_off, size, mtime, crc, f0, f1, name_len
+NO_CRC_FLAG = 1
+
+
+def is_skippable(head: bytes) -> bool:
+    return len(head) >= 4 and head[0] & 0xF0 == 0x50 and head[1:4] == b"\x2a\x4d\x18"
+
+
+@dataclass(frozen=True)
+class FrameTable:
+    """Compressed and decompressed start offsets of each frame (one extra at the end)."""
+
+    coff: list[int]
+    doff: list[int]
+
+    @property
+    def count(self) -> int:
+        return len(self.coff) - 1
+
+    def frames_for(self, start: int, end: int) -> tuple[int, int]:
+        """First and last frame holding tar-stream bytes ``[start, end)``."""
+        f0 = bisect.bisect_right(self.doff, start) - 1
+        f1 = bisect.bisect_left(self.doff, max(end, start + 1)) - 1
+        return max(f0, 0), min(max(f1, f0), self.count - 1)
+
+
+@dataclass(frozen=True)
+class IndexRecord:
+    name: str
+    header_offset: int
+    data_offset: int
+    size: int
+    mtime: float
+    crc: int | None
+
+
+def seek_table_frame(sizes: list[tuple[int, int]]) -> bytes:
+    body = b"".join(struct.pack("<LL", c, d) for c, d in sizes)
+    body += struct.pack("<LBL", len(sizes), 0, SEEKABLE_FOOTER_MAGIC)
+    return struct.pack("<LL", SEEK_TABLE_MAGIC, len(body)) + body
+
+
+def index_frame(records: list[tuple[str, int, int, int, float, int, int, int]]) -> bytes:
+    """``records``: (name, header_off, data_off, size, mtime, crc, first frame, last frame)."""
+    names = [r[0].encode("utf-8", "surrogateescape") for r in records]
+    body = [INDEX_HEAD, struct.pack("<LL", 0, len(records))]
+    for r, raw in zip(records, names):
+        body.append(_RECORD.pack(r[1], r[2], r[3], float(r[4]), r[5], r[6], r[7], len(raw)))
+    body.extend(names)
+    content = b"".join(body)
+    content += struct.pack("<Q", len(content) + 16) + INDEX_TAIL
+    return struct.pack("<LL", INDEX_MAGIC, len(content)) + content
+
+
+@dataclass(frozen=True)
+class SeekableTail:
+    frames: FrameTable
+    index: list[IndexRecord] | None
+    data_end: int  # where the frames end in the file
+
+
+def read_tail(source: ByteSource) -> SeekableTail | None:
+    """Seek table and member index from the tail (≤2 requests), or ``None`` if absent."""
+    name = source.name
+    size = source.size()
+    if size < 17:
+        return None
+    tail_start = max(0, size - TAIL_BYTES)
+    tail = source.pread(tail_start, size - tail_start)
+    count, desc, magic = struct.unpack_from("<LBL", tail, len(tail) - 9)
+    if magic != SEEKABLE_FOOTER_MAGIC:
+        return None
+    esize = 12 if desc & 0x80 else 8
+    content = count * esize + 9
+    st_start = size - 8 - content
+    if st_start < 0:
+        raise CorruptArchiveError("seek table larger than the file", archive=name)
+    need_from = st_start
+    extra = b""
+    if st_start < tail_start:
+        extra = source.pread(st_start, tail_start - st_start)
+        tail = extra + tail
+        tail_start = st_start
+    rel = st_start - tail_start
+    m, flen = struct.unpack_from("<LL", tail, rel)
+    if m != SEEK_TABLE_MAGIC or flen != content:
+        raise CorruptArchiveError("bad seek table frame header", archive=name)
+    coff = [0]
+    doff = [0]
+    p = rel + 8
+    for _ in range(count):
+        c, d = struct.unpack_from("<LL", tail, p)
+        coff.append(coff[-1] + c)
+        doff.append(doff[-1] + d)
+        p += esize
+    index = None
+    if rel >= 24 and tail[rel - 8 : rel] == INDEX_TAIL:
+        (ilen,) = struct.unpack_from("<Q", tail, rel - 16)
+        istart = st_start - 8 - ilen
+        if istart < 0 or ilen < 32:
+            raise CorruptArchiveError("bad member index length", archive=name)
+        if istart < tail_start:
+            if extra:  # a second far read would be a third request: refuse forged lengths
+                raise CorruptArchiveError("member index overlaps the seek table", archive=name)
+            tail = source.pread(istart, tail_start - istart) + tail
+            tail_start = istart
+        irel = istart - tail_start
+        index = _parse_index(tail[irel : irel + 8 + ilen], name)
+        need_from = istart
+    if coff[-1] > need_from:
+        raise TruncatedArchiveError(
+            f"seek table declares {coff[-1]} compressed bytes, file has {need_from}", archive=name
+        )
+    return SeekableTail(FrameTable(coff, doff), index, coff[-1])
+
+
+def _parse_index(frame: bytes, archive: str) -> list[IndexRecord]:
+    m, flen = struct.unpack_from("<LL", frame, 0)
+    if m != INDEX_MAGIC or flen + 8 != len(frame) or frame[8:16] != INDEX_HEAD:
+        raise CorruptArchiveError("bad member index frame", archive=archive)
+    flags, count = struct.unpack_from("<LL", frame, 16)
+    p = 24
+    if count * _RECORD.size > len(frame):
+        raise CorruptArchiveError("member index count too large", archive=archive)
+    recs = [_RECORD.unpack_from(frame, p + k * _RECORD.size) for k in range(count)]
+    p += count * _RECORD.size
+    end = len(frame) - 16
+    out: list[IndexRecord] = []
+    for r in recs:
+        n = r[7]
+        if p + n > end:
+            raise TruncatedArchiveError("member index names cut short", archive=archive)
+        nm = frame[p : p + n].decode("utf-8", "surrogateescape")
+        p += n
+        crc = None if flags & NO_CRC_FLAG else r[4]
+        out.append(IndexRecord(nm, r[0], r[1], r[2], r[3], crc))
+    return out

@@ -1,0 +1,338 @@
+"""Reading tar archives: plain tar, seekable tar.zst and ordinary single-frame tar.zst."""
+
+from __future__ import annotations
+
+import io
+import zlib
+from collections.abc import Callable
+from typing import Any
+
+import zstandard
+
+from cdml_edge.archive import tarfmt
+from cdml_edge.archive.base import Archive, MemberInfo
+from cdml_edge.archive.errors import (
+    CorruptArchiveError,
+    MemberTooLargeError,
+    TruncatedArchiveError,
+)
+from cdml_edge.archive.seekable import FrameTable, IndexRecord, read_tail
+from cdml_edge.archive.source import ByteSource
+
+CHUNK = 1 << 16
+
+
+class _SourceStream(io.RawIOBase):
+    """A sequential, read-only file over a :class:`ByteSource` (positional reads)."""
+
+    def __init__(self, source: ByteSource, end: int | None = None) -> None:
+        self._source = source
+        self._pos = 0
+        self._end = source.size() if end is None else end
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, b: Any) -> int:
+        n = min(len(b), self._end - self._pos)
+        if n <= 0:
+            return 0
+        data = self._source.pread(self._pos, n)
+        b[: len(data)] = data
+        self._pos += len(data)
+        return len(data)
+
+
+class _Reader:
+    """Exact reads and skips over a stream (``read(n)`` is short only at the end)."""
+
+    def __init__(self, stream: Any) -> None:
+        self._stream = stream
+
+    def read(self, n: int) -> bytes:
+        parts = []
+        while n > 0:
+            chunk = self._stream.read(n)
+            if not chunk:
+                break
+            parts.append(chunk)
+            n -= len(chunk)
+        return b"".join(parts)
+
+    def skip(self, n: int) -> None:
+        while n > 0:
+            chunk = self._stream.read(min(n, 1 << 20))
+            if not chunk:
+                raise EOFError
+            n -= len(chunk)
+
+
+class _PreadScanner:
+    """Reads of a plain tar on a source: small reads are buffered, skips jump."""
+
+    def __init__(self, source: ByteSource) -> None:
+        self._source = source
+        self._pos = 0
+        self._buf = b""
+        self._buf_at = 0
+
+    def read(self, n: int) -> bytes:
+        rel = self._pos - self._buf_at
+        if rel < 0 or rel + n > len(self._buf):
+            self._buf = self._source.pread(self._pos, max(n, CHUNK))
+            self._buf_at = self._pos
+            rel = 0
+        out = self._buf[rel : rel + n]
+        self._pos += len(out)
+        return out
+
+    def skip(self, n: int) -> None:
+        self._pos += n
+
+
+def _member_list(archive: str, scan: Callable[[Callable[[tarfmt.TarMember], None]], int]) -> tuple[
+    list[tarfmt.TarMember], int
+]:
+    members: list[tarfmt.TarMember] = []
+    try:
+        length = scan(members.append)
+    except EOFError:
+        raise TruncatedArchiveError("tar stream ends inside a member", archive=archive) from None
+    except zstandard.ZstdError as exc:
+        raise CorruptArchiveError(f"zstd data: {exc}", archive=archive) from exc
+    return members, length
+
+
+class _TarBase(Archive):
+    def __init__(self, source: ByteSource, **limits: Any) -> None:
+        super().__init__(source, **limits)
+        self._members: list[tarfmt.TarMember] = []
+        self._crcs: list[int | None] = []
+
+    def _set_members(self, members: list[tarfmt.TarMember], crcs: list[int | None]) -> None:
+        self._members = members
+        self._crcs = crcs
+        ids: dict[str, int] = {}
+        for i, m in enumerate(members):
+            if m.name.endswith("/"):
+                continue
+            ids[m.name] = i  # a later copy of a name wins, as with tar -x
+        self._ids = ids
+        seen = set(ids.values())
+        self._names = [m.name for i, m in enumerate(members) if i in seen]
+
+    def _row_name(self, i: int) -> str:
+        return self._members[i].name
+
+    def _declared_size(self, i: int) -> int:
+        return self._members[i].size
+
+    def _compressed_size(self, i: int) -> int:
+        return self._members[i].size
+
+    def _method(self) -> str:
+        return "stored"
+
+    def _info(self, i: int) -> MemberInfo:
+        m = self._members[i]
+        return MemberInfo(
+            name=m.name,
+            size=m.size,
+            compressed_size=self._compressed_size(i),
+            method=self._method(),
+            checksum=self._crcs[i],
+            mtime=m.mtime,
+            offset=m.header_offset,
+        )
+
+    def _finish(self, i: int, data: bytes) -> bytes:
+        m = self._members[i]
+        if len(data) != m.size:
+            raise TruncatedArchiveError(
+                f"member data cut short ({len(data)} of {m.size} bytes)",
+                archive=self.name,
+                member=m.name,
+            )
+        crc = self._crcs[i]
+        if crc is not None and zlib.crc32(data) != crc:
+            raise CorruptArchiveError(
+                f"CRC-32 mismatch: stored {crc:08x}, data {zlib.crc32(data):08x}",
+                archive=self.name,
+                member=m.name,
+            )
+        return data
+
+
+class TarArchive(_TarBase):
+    """A plain (uncompressed) tar: one header walk at open, one ``pread`` per member."""
+
+    format = "tar"
+
+    def __init__(self, source: ByteSource, **limits: Any) -> None:
+        super().__init__(source, **limits)
+        scanner = _PreadScanner(source)
+        members, _ = _member_list(
+            source.name, lambda cb: tarfmt.scan(scanner.read, scanner.skip, source.name, cb)
+        )
+        self._set_members(members, [None] * len(members))
+
+    def _read_ids(self, ids: list[int]) -> list[bytes]:
+        for i in ids:
+            m = self._members[i]
+            self._check_limits(m.name, m.size, m.size)
+        order = sorted(range(len(ids)), key=lambda k: self._members[ids[k]].data_offset)
+        ranges = [(self._members[ids[k]].data_offset, self._members[ids[k]].size) for k in order]
+        bufs = self._source.pread_many(ranges) if len(ranges) > 1 else [self._source.pread(*ranges[0])]
+        out: list[bytes] = [b""] * len(ids)
+        for k, buf in zip(order, bufs):
+            out[k] = self._finish(ids[k], buf)
+        return out
+
+
+class ZstdTarArchive(_TarBase):
+    """tar.zst: seekable (frames + index in the tail) or an ordinary single zstd stream.
+
+    With our member index, opening reads only the tail (≤2 requests) and decompresses
+    nothing. Without it, one sequential pass over the whole stream builds the index. An
+    ordinary single-frame tar.zst has no frame boundaries to seek to: each read then
+    decompresses from the start of the stream up to the member (``read_many`` does one
+    pass for the whole batch).
+    """
+
+    format = "tar.zst"
+
+    def __init__(self, source: ByteSource, **limits: Any) -> None:
+        super().__init__(source, **limits)
+        tail = read_tail(source)
+        self._frames: FrameTable | None = tail.frames if tail else None
+        self._data_end = tail.data_end if tail else source.size()
+        if tail is not None and tail.index is not None:
+            self._index_members(tail.index, tail.frames)
+        else:
+            stream = zstandard.ZstdDecompressor().stream_reader(
+                _SourceStream(source, self._data_end), read_across_frames=True
+            )
+            reader = _Reader(stream)
+            members, _ = _member_list(
+                source.name, lambda cb: tarfmt.scan(reader.read, reader.skip, source.name, cb)
+            )
+            self._set_members(members, [None] * len(members))
+
+    @property
+    def seekable(self) -> bool:
+        return self._frames is not None
+
+    def _index_members(self, index: list[IndexRecord], frames: FrameTable) -> None:
+        total = frames.doff[-1]
+        members = []
+        for r in index:
+            if r.data_offset + r.size > total or r.size < 0:
+                raise CorruptArchiveError(
+                    "member index points past the end of the frames", archive=self.name, member=r.name
+                )
+            members.append(tarfmt.TarMember(r.name, r.header_offset, r.data_offset, r.size, r.mtime))
+        self._set_members(members, [r.crc for r in index])
+
+    def _method(self) -> str:
+        return "zstd"
+
+    def _compressed_size(self, i: int) -> int:
+        m = self._members[i]
+        f = self._frames
+        if f is None:
+            total_c, total_d = self._data_end, max(self._members[-1].data_offset, 1)
+            return int(m.size * total_c / total_d)
+        f0, f1 = f.frames_for(m.data_offset, m.data_offset + m.size)
+        c = f.coff[f1 + 1] - f.coff[f0]
+        d = max(f.doff[f1 + 1] - f.doff[f0], 1)
+        return int(c * m.size / d)
+
+    def _read_ids(self, ids: list[int]) -> list[bytes]:
+        for i in ids:
+            m = self._members[i]
+            self._check_limits(m.name, m.size, self._compressed_size(i))
+        if self._frames is None:
+            return self._read_streaming(ids)
+        return self._read_frames(ids, self._frames)
+
+    def _read_frames(self, ids: list[int], f: FrameTable) -> list[bytes]:
+        spans = []
+        needed: set[int] = set()
+        for i in ids:
+            m = self._members[i]
+            f0, f1 = f.frames_for(m.data_offset, m.data_offset + m.size)
+            spans.append((f0, f1))
+            needed.update(range(f0, f1 + 1))
+        frames = sorted(needed)
+        # contiguous runs of frames become one range each
+        runs: list[tuple[int, int]] = []
+        for k in frames:
+            if runs and runs[-1][1] == k - 1:
+                runs[-1] = (runs[-1][0], k)
+            else:
+                runs.append((k, k))
+        ranges = [(f.coff[a], f.coff[b + 1] - f.coff[a]) for a, b in runs]
+        bufs = self._source.pread_many(ranges) if len(ranges) > 1 else [self._source.pread(*ranges[0])]
+        plain: dict[int, bytes] = {}
+        dctx = zstandard.ZstdDecompressor()
+        for (a, b), buf in zip(runs, bufs):
+            for k in range(a, b + 1):
+                lo, hi = f.coff[k] - f.coff[a], f.coff[k + 1] - f.coff[a]
+                plain[k] = self._frame(dctx, buf[lo:hi], f.doff[k + 1] - f.doff[k], k, hi - lo)
+        out = []
+        for i, (f0, f1) in zip(ids, spans):
+            m = self._members[i]
+            blob = plain[f0] if f0 == f1 else b"".join(plain[k] for k in range(f0, f1 + 1))
+            start = m.data_offset - f.doff[f0]
+            out.append(self._finish(i, blob[start : start + m.size]))
+        return out
+
+    def _frame(self, dctx: Any, data: bytes, dsize: int, k: int, csize: int) -> bytes:
+        if len(data) < csize:
+            raise TruncatedArchiveError(f"zstd frame {k} cut short", archive=self.name)
+        if dsize > self.max_member_bytes:
+            raise MemberTooLargeError(
+                f"zstd frame {k} declares {dsize} bytes, over max_member_bytes", archive=self.name
+            )
+        try:
+            declared = zstandard.frame_content_size(data)
+        except zstandard.ZstdError as exc:
+            raise CorruptArchiveError(f"zstd frame {k}: {exc}", archive=self.name) from exc
+        if declared not in (-1, dsize):
+            raise CorruptArchiveError(
+                f"zstd frame {k} holds {declared} bytes, seek table says {dsize}", archive=self.name
+            )
+        try:
+            out = dctx.decompress(data, max_output_size=dsize)
+        except zstandard.ZstdError as exc:
+            raise CorruptArchiveError(f"zstd frame {k}: {exc}", archive=self.name) from exc
+        if len(out) != dsize:
+            raise CorruptArchiveError(
+                f"zstd frame {k} holds {len(out)} bytes, seek table says {dsize}", archive=self.name
+            )
+        return out
+
+    def _read_streaming(self, ids: list[int]) -> list[bytes]:
+        stream = zstandard.ZstdDecompressor().stream_reader(
+            _SourceStream(self._source, self._data_end), read_across_frames=True
+        )
+        reader = _Reader(stream)
+        pos = 0
+        out: list[bytes] = [b""] * len(ids)
+        order = sorted(range(len(ids)), key=lambda k: self._members[ids[k]].data_offset)
+        cache: dict[int, bytes] = {}
+        try:
+            for k in order:
+                m = self._members[ids[k]]
+                if ids[k] in cache:
+                    out[k] = cache[ids[k]]
+                    continue
+                reader.skip(m.data_offset - pos)
+                data = reader.read(m.size)
+                pos = m.data_offset + len(data)
+                out[k] = cache[ids[k]] = self._finish(ids[k], data)
+        except EOFError:
+            raise TruncatedArchiveError("zstd stream ends early", archive=self.name) from None
+        except zstandard.ZstdError as exc:
+            raise CorruptArchiveError(f"zstd data: {exc}", archive=self.name) from exc
+        return out
