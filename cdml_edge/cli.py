@@ -23,6 +23,7 @@ app = typer.Typer(
 # Areas whose commands are registered on the root app, in help order.
 COMMAND_MODULES = [
     "cdml_edge.commands.config_cmds",
+    "cdml_edge.commands.agent_cmds",
 ]
 
 

@@ -1,0 +1,483 @@
+"""The agent: sources -> windowers -> pack -> score -> output -> on_done, wired from the config.
+
+:class:`Agent` owns every moving part. ``start()`` loads and warms up the models, starts the
+output, the workers and the sources, then tells systemd it is ready. ``run()`` blocks until
+``--duration`` elapses or a signal arrives: SIGTERM/SIGINT drain the windows in flight
+within a deadline and return 0; SIGHUP reloads the configuration if it validates (else the
+old one stays and the reason is logged).
+
+Bounds: every item read or captured holds bytes of the global
+:class:`~cdml_edge.agent.windows.ByteBudget` (``limits.max_inflight_bytes``) until its window
+has been handed to the output, so the window queue is bounded by bytes; above the budget
+intake pauses (files stay on disk, camera frames are skipped and counted).
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import signal
+import threading
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+from cdml_edge import __version__
+from cdml_edge.agent.health import Metrics, MetricsServer, ProgressWatchdog, SdNotifier
+from cdml_edge.agent.infer import ModelOverrides, ModelRunner, load_runners
+from cdml_edge.agent.lifecycle import FileLifecycle
+from cdml_edge.agent.output import OutMessage, Output
+from cdml_edge.agent.packer import pack_window
+from cdml_edge.agent.payloads import HealthPayload, Sequencer, StatusPayload
+from cdml_edge.agent.pipeline import error_event, process_window
+from cdml_edge.agent.sources import CameraSource, CameraSpec, FolderSource, FolderSpec
+from cdml_edge.agent.windows import ByteBudget, Window, Windower, WindowPolicy
+from cdml_edge.config import AppConfig, ConfigError, SourceConfig, load_config
+from cdml_edge.decode import EXTENSIONS
+
+log = logging.getLogger(__name__)
+
+Source = FolderSource | CameraSource
+
+
+def default_patterns(modality: str) -> tuple[str, ...]:
+    """Glob patterns for a modality's usual file extensions."""
+    exts = list(EXTENSIONS.get(modality, ()))
+    if modality == "timeseries":
+        exts += list(EXTENSIONS["csv"])
+    pats = [f"*{e}" for e in exts] + [f"*{e.upper()}" for e in exts]
+    return tuple(pats) or ("*",)
+
+
+def make_output(cfg: AppConfig) -> Output:
+    """MQTT publisher when ``mqtt`` is configured (plus JSON lines if asked), else JSON lines."""
+    from cdml_edge.agent.jsonl_output import JsonlOutput
+
+    prefix = cfg.mqtt.topic_prefix if cfg.mqtt else "cdml"
+    jsonl = None
+    if cfg.output.jsonl is not None or cfg.mqtt is None:
+        jsonl = JsonlOutput(cfg.output.jsonl or "-", topic_prefix=prefix, device=cfg.device.id)
+    if cfg.mqtt is None:
+        assert jsonl is not None
+        return jsonl
+    from cdml_edge.agent.publisher import MqttPublisher
+
+    mqtt: Output = MqttPublisher.from_config(cfg)
+    return mqtt if jsonl is None else TeeOutput([mqtt, jsonl])
+
+
+class TeeOutput:
+    """Several outputs; ``on_durable`` fires once every one of them made the batch durable."""
+
+    def __init__(self, outputs: Sequence[Output]) -> None:
+        self.outputs = list(outputs)
+
+    def start(self) -> None:
+        for o in self.outputs:
+            o.start()
+
+    def publish_batch(
+        self, messages: Sequence[OutMessage], on_durable: Callable[[], None] | None = None
+    ) -> None:
+        left = [len(self.outputs)]
+        lock = threading.Lock()
+
+        def one_done() -> None:
+            with lock:
+                left[0] -= 1
+                done = left[0] == 0
+            if done and on_durable is not None:
+                on_durable()
+
+        for o in self.outputs:
+            o.publish_batch(messages, one_done)
+
+    def stats(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for o in self.outputs:
+            for k, v in o.stats().items():
+                out[k] = out.get(k, 0) + v
+        return out
+
+    def stop(self, timeout: float = 5.0) -> None:
+        for o in self.outputs:
+            o.stop(timeout)
+
+
+class Agent:
+    """The running appliance (see the module docstring)."""
+
+    def __init__(
+        self,
+        cfg: AppConfig,
+        config_path: str | Path | None = None,
+        *,
+        output: Output | None = None,
+        workers: int = 2,
+        drain_timeout: float = 10.0,
+    ) -> None:
+        self.cfg = cfg
+        self.config_path = Path(config_path) if config_path else None
+        self._fixed_output = output
+        self.workers = max(1, workers)
+        self.drain_timeout = drain_timeout
+        self.notifier = SdNotifier()
+        self.metrics = Metrics(version=__version__, device=cfg.device.id)
+        self.watchdog = ProgressWatchdog(self.notifier, cfg.health.stall_after)
+        self.sequencer = Sequencer()
+        self._server: MetricsServer | None = None
+        self._stop = threading.Event()
+        self._reload = threading.Event()
+        self._idle = threading.Condition()
+        self._inflight = 0  # windows closed and not yet durable
+        self._health_thread: threading.Thread | None = None
+        self.started_at = time.time()
+        self._build(cfg)
+
+    # -- construction ----------------------------------------------------------------------
+    def _build(self, cfg: AppConfig) -> None:
+        self.cfg = cfg
+        self.budget = ByteBudget(cfg.limits.max_inflight_bytes)
+        self.lifecycle = FileLifecycle(cfg.quarantine.dir, cfg.quarantine.max_bytes)
+        self.output: Output = self._fixed_output or make_output(cfg)
+        self.runners: dict[str, ModelRunner] = {}
+        self.retention: Any = None
+        self._queue: queue.Queue[Window | None] = queue.Queue()
+        self._workers: list[threading.Thread] = []
+        self.windowers: dict[str, Windower] = {}
+        self.sources: dict[str, Source] = {}
+        self._skipped_seen: dict[str, int] = {}
+        for sc in cfg.sources:
+            self.windowers[sc.name] = Windower(
+                sc.name,
+                WindowPolicy(sc.window.seconds, sc.window.max_items, sc.window.max_bytes),
+                self._enqueue,
+            )
+            self.sources[sc.name] = self._make_source(sc, self.windowers[sc.name])
+
+    def _make_source(self, sc: SourceConfig, windower: Windower) -> Source:
+        def sink(item: Any) -> None:
+            self.metrics.items.labels(source=sc.name, modality=item.modality).inc()
+            windower.add(item)
+
+        if sc.kind == "camera":
+            spec = CameraSpec(
+                name=sc.name,
+                url=str(sc.url),
+                fps=sc.fps or 5.0,
+                jpeg_quality=sc.jpeg_quality,
+                modality=sc.modality,
+            )
+            return CameraSource(spec, self.budget, sink, self._source_error)
+        assert sc.path is not None
+        fspec = FolderSpec(
+            name=sc.name,
+            path=sc.path,
+            modality=sc.modality,
+            patterns=tuple(sc.patterns) or default_patterns(sc.modality),
+            stable_seconds=sc.stable_seconds,
+            polling=sc.polling,
+        )
+        return FolderSource(fspec, self.budget, sink, self._source_error)
+
+    def source_config(self, name: str) -> SourceConfig:
+        return next(s for s in self.cfg.sources if s.name == name)
+
+    # -- start / stop ----------------------------------------------------------------------
+    def start(self) -> None:
+        """Load + warm up models, start output, workers and sources; then READY=1."""
+        cfg = self.cfg
+        self.watchdog.start()
+        if cfg.health.metrics_port is not None and self._server is None:
+            self._server = self.metrics.serve(
+                cfg.health.metrics_host, cfg.health.metrics_port, watchdog=self.watchdog
+            )
+        models: dict[str, tuple[str | Path, ModelOverrides]] = {
+            m: (
+                mc.path,
+                ModelOverrides(mc.labels, mc.input_size, mc.anomaly_threshold, mc.providers),
+            )
+            for m, mc in cfg.models.items()
+        }
+        self.runners = load_runners(models, warm_up=True)
+        if cfg.retention is not None:
+            from cdml_edge.agent.retention import RetentionRing
+
+            self.retention = RetentionRing.from_config(cfg.retention)
+        self.output.start()
+        self._publish_status("online")
+        for i in range(self.workers):
+            t = threading.Thread(target=self._work_loop, name=f"pipeline-{i}", daemon=True)
+            t.start()
+            self._workers.append(t)
+        for w in self.windowers.values():
+            w.start()
+        for s in self.sources.values():
+            s.start()
+        if self._health_thread is None:
+            self._health_thread = threading.Thread(
+                target=self._health_loop, name="health", daemon=True
+            )
+            self._health_thread.start()
+        self.notifier.ready(f"running {len(self.sources)} sources, {len(self.runners)} models")
+        log.info("agent ready: %d sources, models %s", len(self.sources), sorted(self.runners))
+
+    def drain(self, timeout: float | None = None) -> bool:
+        """Stop intake, close open windows and wait for windows in flight; ``True`` if all."""
+        timeout = self.drain_timeout if timeout is None else timeout
+        for s in self.sources.values():
+            s.stop()
+        for w in self.windowers.values():
+            w.stop()
+        deadline = time.monotonic() + timeout
+        with self._idle:
+            while self._inflight > 0:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    break
+                self._idle.wait(left)
+            drained = self._inflight == 0
+        for _ in self._workers:
+            self._queue.put(None)
+        for t in self._workers:
+            t.join(timeout=max(0.1, deadline - time.monotonic()))
+        self._workers = []
+        if not drained:
+            log.warning("drain: %d windows still in flight after %.1fs", self._inflight, timeout)
+        return drained
+
+    def stop(self, timeout: float | None = None) -> bool:
+        """Drain, publish ``offline``, stop the output and health; ``True`` if fully drained."""
+        self.notifier.stopping()
+        drained = self.drain(timeout)
+        self._stop.set()
+        self._publish_health()
+        self._publish_status("offline")
+        self.output.stop(timeout=5.0)
+        if self.retention is not None:
+            self.retention.close()
+        self.watchdog.stop()
+        if self._server is not None:
+            self._server.close()
+            self._server = None
+        return drained
+
+    def reload(self) -> bool:
+        """Re-read the config; apply it if it validates, else keep the running one."""
+        if self.config_path is None:
+            log.warning("reload: no config file to read")
+            return False
+        try:
+            new = load_config(self.config_path)
+        except ConfigError as exc:
+            log.error("reload refused, keeping the running configuration:\n%s", exc)
+            return False
+        self.notifier.reloading()
+        log.info("reloading %s", self.config_path)
+        self.drain()
+        self.output.stop(timeout=5.0)
+        if self.retention is not None:
+            self.retention.close()
+        self._build(new)
+        self.start()
+        return True
+
+    def run(self, duration: float | None = None, install_signals: bool = True) -> int:
+        """Start, serve until ``duration`` or SIGTERM/SIGINT, stop; the exit code."""
+        if install_signals:
+            self._install_signals()
+        self.start()
+        end = None if duration is None else time.monotonic() + duration
+        while not self._stop.is_set():
+            wait = 0.5 if end is None else max(0.0, min(0.5, end - time.monotonic()))
+            if self._reload.wait(wait):
+                self._reload.clear()
+                self.reload()
+            if end is not None and time.monotonic() >= end:
+                break
+        self.stop()  # windows still in flight after the deadline stay on disk: retaken next run
+        return 0
+
+    def _install_signals(self) -> None:
+        def on_term(signum: int, frame: FrameType | None) -> None:
+            log.info("signal %d: draining", signum)
+            self._stop.set()
+
+        def on_hup(signum: int, frame: FrameType | None) -> None:
+            self._reload.set()
+
+        signal.signal(signal.SIGTERM, on_term)
+        signal.signal(signal.SIGINT, on_term)
+        signal.signal(signal.SIGHUP, on_hup)
+
+    # -- the pipeline ----------------------------------------------------------------------
+    def _enqueue(self, window: Window) -> None:
+        with self._idle:
+            self._inflight += 1
+        self._queue.put(window)
+        self._set_busy()
+
+    def _set_busy(self) -> None:
+        n = self._queue.qsize()
+        self.metrics.queue_depth.labels(queue="windows").set(n)
+        self.metrics.queue_bytes.labels(queue="inflight").set(self.budget.used)
+        self.watchdog.set_busy(max(0, self._inflight))
+
+    def _window_done(self) -> None:
+        with self._idle:
+            self._inflight -= 1
+            self._idle.notify_all()
+        self.watchdog.progress()
+        self._set_busy()
+
+    def _work_loop(self) -> None:
+        while True:
+            window = self._queue.get()
+            if window is None:
+                return
+            try:
+                self._process(window)
+            except Exception as exc:
+                log.exception("window %s failed", window.window_id)
+                self.metrics.errors.labels(stage="pipeline").inc()
+                self._publish_errors(
+                    [error_event(window.source, None, type(exc).__name__, str(exc),
+                                 device=self.cfg.device.id, sequencer=self.sequencer)]
+                )
+                self.budget.release(window.nbytes)
+                self._window_done()
+
+    def _process(self, window: Window) -> None:
+        sc = self.source_config(window.source)
+        cfg = self.cfg
+        packed = pack_window(
+            window,
+            device=cfg.device.id,
+            modality=sc.modality,
+            archive_format=cfg.pack.format,
+            level=cfg.pack.level,
+            site=cfg.device.site,
+        )
+        outcome = process_window(
+            packed.archive,
+            self.runners,
+            device=cfg.device.id,
+            segment_rows=sc.segment_rows,
+            sequencer=self.sequencer,
+            archive_name=packed.name,
+            pack_ms=packed.pack_ms,
+        )
+        for model in {r.model for r in outcome.results}:
+            if model != "none":
+                self.metrics.inference_latency.labels(model=model).observe(
+                    outcome.window.timings.infer_ms / 1000.0
+                )
+        failed_ids = {f.item.id for f in outcome.failures}
+        by_id = {it.item_id: it for it in window.items}
+        errors: list[OutMessage] = []
+        for f in outcome.failures:
+            it = by_id[f.item.id]
+            self.metrics.errors.labels(stage="decode").inc()
+            dest = self.lifecycle.quarantine(
+                window.source, it.name, it.path, None if it.path else it.data
+            )
+            if dest is not None and it.path is None:
+                self.metrics.bytes_written.labels(kind="quarantine").inc(len(it.data))
+            if it.path is not None:
+                self.sources[window.source].release(it.path, keep=False)
+            errors.append(
+                error_event(window.source, it.name, f.error_type, f.message,
+                            device=cfg.device.id, sequencer=self.sequencer,
+                            quarantined_path=str(dest) if dest else None)
+            )
+        if self.retention is not None:
+            res = self.retention.store(packed.archive, outcome.manifest)
+            if res.bytes_written:
+                self.metrics.bytes_written.labels(kind="retention").inc(res.bytes_written)
+        done_paths = [it.path for it in window.items if it.path and it.item_id not in failed_ids]
+        closed_ts = window.closed_ts
+        source = window.source
+        nbytes = window.nbytes
+        del window, packed  # only paths travel into the callback, not the bytes
+
+        def on_durable() -> None:
+            for p in done_paths:
+                self.lifecycle.finish(p, sc.on_done, sc.move_to)
+                src = self.sources.get(source)
+                if src is not None:
+                    src.release(p, keep=sc.on_done == "keep")
+            self.metrics.windows.labels(source=source).inc()
+            self.metrics.window_latency.labels(source=source).observe(time.time() - closed_ts)
+            self._window_done()
+
+        msgs = outcome.messages() + errors
+        now = time.time()
+        for r in outcome.results:
+            self.metrics.item_latency.labels(source=source).observe(max(0.0, now - r.ts))
+        try:
+            self.output.publish_batch(msgs, on_durable)
+        finally:
+            self.budget.release(nbytes)
+
+    def _source_error(
+        self, source: str, name: str | None, exc: Exception, path: Path | None
+    ) -> None:
+        self.metrics.errors.labels(stage="read").inc()
+        self._publish_errors(
+            [error_event(source, name, type(exc).__name__, str(exc),
+                         device=self.cfg.device.id, sequencer=self.sequencer)]
+        )
+
+    def _publish_errors(self, msgs: list[OutMessage]) -> None:
+        try:
+            self.output.publish_batch(msgs)
+        except Exception:
+            log.exception("could not publish %d error events", len(msgs))
+
+    # -- status / health -------------------------------------------------------------------
+    def _publish_status(self, state: str) -> None:
+        payload = StatusPayload(
+            state=state,  # type: ignore[arg-type]
+            version=__version__,
+            started_at=self.started_at,
+            device=self.cfg.device.id,
+        )
+        try:
+            self.output.publish_batch(
+                [OutMessage("status", payload.model_dump_json().encode(), retain=True)]
+            )
+        except Exception:
+            log.exception("could not publish status %s", state)
+
+    def _health_loop(self) -> None:
+        while not self._stop.wait(self.cfg.health.interval):
+            self._publish_health()
+
+    def _publish_health(self) -> None:
+        for name, src in self.sources.items():
+            skipped = src.stats.skipped
+            delta = skipped - self._skipped_seen.get(name, 0)
+            if delta > 0:
+                self.metrics.dropped.labels(reason="camera_budget_full").inc(delta)
+            self._skipped_seen[name] = skipped
+        totals = self.metrics.totals()
+        depths = dict(totals.pop("queue_depths", {}))
+        depths.update({f"pending:{n}": s.pending_count for n, s in self.sources.items()})
+        payload = HealthPayload(
+            **totals,
+            queue_depths=depths,
+            seq=self.sequencer.next("health"),
+            device=self.cfg.device.id,
+        )
+        try:
+            self.output.publish_batch([OutMessage("health", payload.model_dump_json().encode())])
+        except Exception:
+            log.exception("could not publish health")
+
+
+def run_agent(config_path: str | Path, duration: float | None = None) -> int:
+    """Load the config and run the agent (the ``cdml-edge run`` command)."""
+    cfg = load_config(config_path)
+    return Agent(cfg, config_path).run(duration)

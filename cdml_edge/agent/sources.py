@@ -1,0 +1,458 @@
+"""Where items come from: a watched folder (watchdog) or a camera (OpenCV).
+
+A :class:`FolderSource` takes a file only once it is complete: on its inotify close-write
+event (or when it is renamed into the folder), or, with the polling observer and for files
+already present at start, once its size and mtime have been stable for ``stable_seconds``.
+``.tmp`` / ``.part`` files and dot files are ignored. A file is read only when the global
+:class:`~cdml_edge.agent.windows.ByteBudget` admits its size; otherwise it stays on disk and
+is retried, so intake pauses without losing anything.
+
+A :class:`CameraSource` grabs frames from ``cv2.VideoCapture`` (device index, RTSP/HTTP URL
+or a video file) at a fixed rate and JPEG-encodes them in memory; frames that the budget
+refuses are skipped and counted.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from watchdog.events import (
+    FileClosedEvent,
+    FileCreatedEvent,
+    FileDeletedEvent,
+    FileModifiedEvent,
+    FileMovedEvent,
+    FileSystemEvent,
+    FileSystemEventHandler,
+)
+from watchdog.observers import Observer
+from watchdog.observers.polling import PollingObserver
+
+from cdml_edge.agent.payloads import item_id
+from cdml_edge.agent.windows import ByteBudget, Item
+
+log = logging.getLogger(__name__)
+
+IGNORED_SUFFIXES = (".tmp", ".part", ".partial", ".crdownload", ".swp")
+
+ItemSink = Callable[[Item], None]
+ErrorSink = Callable[[str, str | None, Exception, Path | None], None]
+"""``(source, item name, error, path)`` — called for an item that could not be taken."""
+
+
+class SourceError(Exception):
+    """An input that cannot be taken (vanished, unreadable); names the file."""
+
+    def __init__(self, path: Path | str, message: str) -> None:
+        super().__init__(f"{path}: {message}")
+        self.path = str(path)
+
+
+def is_candidate(name: str, patterns: Sequence[str]) -> bool:
+    """Whether a file name is one the folder source takes."""
+    if name.startswith(".") or name.lower().endswith(IGNORED_SUFFIXES):
+        return False
+    return any(fnmatch.fnmatch(name, p) for p in patterns) if patterns else True
+
+
+@dataclass(frozen=True)
+class FolderSpec:
+    """What a folder source needs to know (mapped from the config)."""
+
+    name: str
+    path: Path
+    modality: str
+    patterns: tuple[str, ...] = ("*",)
+    stable_seconds: float = 0.5
+    polling: bool = False
+    poll_interval: float = 1.0
+    recursive: bool = False
+
+
+@dataclass
+class _Pending:
+    size: int
+    mtime_ns: int
+    since: float  # monotonic time the (size, mtime) pair was first seen
+    closed: bool = False  # close-write or moved-in seen: complete now
+
+
+@dataclass
+class SourceStats:
+    taken: int = 0
+    taken_bytes: int = 0
+    skipped: int = 0  # camera frames refused by the budget
+    paused: int = 0  # scans that left a complete file on disk because the budget was full
+    errors: int = 0
+
+
+class _Handler(FileSystemEventHandler):
+    def __init__(self, owner: FolderSource) -> None:
+        self._owner = owner
+
+    def on_any_event(self, event: FileSystemEvent) -> None:
+        if event.is_directory:
+            return
+        if isinstance(event, FileMovedEvent):
+            self._owner._forget(_as_str(event.src_path))
+            self._owner._notice(_as_str(event.dest_path), closed=True)
+        elif isinstance(event, FileClosedEvent):
+            self._owner._notice(_as_str(event.src_path), closed=True)
+        elif isinstance(event, (FileCreatedEvent, FileModifiedEvent)):
+            self._owner._notice(_as_str(event.src_path), closed=False)
+        elif isinstance(event, FileDeletedEvent):
+            self._owner._forget(_as_str(event.src_path))
+
+
+def _as_str(p: str | bytes) -> str:
+    return p.decode() if isinstance(p, bytes) else p
+
+
+class FolderSource:
+    """Watches one folder and feeds complete files to ``sink`` as :class:`Item`."""
+
+    def __init__(
+        self,
+        spec: FolderSpec,
+        budget: ByteBudget,
+        sink: ItemSink,
+        on_error: ErrorSink,
+        scan_interval: float = 0.05,
+    ) -> None:
+        self.spec = spec
+        self.stats = SourceStats()
+        self._budget = budget
+        self._sink = sink
+        self._on_error = on_error
+        self._scan_interval = scan_interval
+        self._pending: dict[str, _Pending] = {}
+        self._taken: dict[str, tuple[int, int]] = {}  # path -> (size, mtime_ns) in flight/kept
+        self._cond = threading.Condition()
+        self._stopped = threading.Event()
+        self._paused = False
+        self._observer: Any = None
+        self._thread = threading.Thread(target=self._loop, name=f"src-{spec.name}", daemon=True)
+
+    # -- lifecycle -------------------------------------------------------------------------
+    def start(self) -> None:
+        self.spec.path.mkdir(parents=True, exist_ok=True)
+        if self.spec.polling:
+            self._observer = PollingObserver(timeout=self.spec.poll_interval)
+        else:
+            self._observer = Observer()
+        self._observer.schedule(
+            _Handler(self), str(self.spec.path), recursive=self.spec.recursive
+        )
+        self._observer.start()
+        self._initial_scan()  # after the watch is armed: nothing written meanwhile is missed
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Stop watching and taking files (items already handed over are unaffected)."""
+        self._stopped.set()
+        with self._cond:
+            self._cond.notify_all()
+        if self._observer is not None:
+            self._observer.stop()
+            self._observer.join(timeout=2.0)
+        if self._thread.is_alive():
+            self._thread.join(timeout=2.0)
+
+    def pause(self, paused: bool) -> None:
+        """Stop (or resume) taking new files; used while draining on shutdown."""
+        self._paused = paused
+
+    def release(self, path: Path, keep: bool) -> None:
+        """The item from ``path`` is finished; with ``keep`` it is not taken again unchanged."""
+        if not keep:
+            with self._cond:
+                self._taken.pop(str(path), None)
+
+    @property
+    def pending_count(self) -> int:
+        with self._cond:
+            return len(self._pending)
+
+    # -- events ----------------------------------------------------------------------------
+    def _notice(self, path: str, closed: bool) -> None:
+        p = Path(path)
+        if not is_candidate(p.name, self.spec.patterns):
+            return
+        if not self.spec.recursive and p.parent != self.spec.path:
+            return
+        try:
+            st = os.stat(path)
+        except OSError:
+            return
+        with self._cond:
+            if self._taken.get(path) == (st.st_size, st.st_mtime_ns):
+                return
+            cur = self._pending.get(path)
+            if cur is None or (cur.size, cur.mtime_ns) != (st.st_size, st.st_mtime_ns):
+                self._pending[path] = _Pending(
+                    st.st_size, st.st_mtime_ns, time.monotonic(), closed
+                )
+            elif closed:
+                cur.closed = True
+            if closed:
+                self._cond.notify_all()
+
+    def _forget(self, path: str) -> None:
+        with self._cond:
+            self._pending.pop(path, None)
+            self._taken.pop(path, None)
+
+    def _initial_scan(self) -> None:
+        walker = self.spec.path.rglob("*") if self.spec.recursive else self.spec.path.iterdir()
+        old = time.time() - self.spec.stable_seconds
+        for p in sorted(walker):
+            if not p.is_file() or not is_candidate(p.name, self.spec.patterns):
+                continue
+            try:
+                st = p.stat()
+            except OSError:
+                continue
+            # a file untouched for stable_seconds is complete (crash recovery); newer ones wait
+            self._notice(str(p), closed=st.st_mtime < old)
+
+    # -- the scanner -----------------------------------------------------------------------
+    def _loop(self) -> None:
+        while not self._stopped.is_set():
+            ready = self._ready_paths()
+            for path in ready:
+                if self._stopped.is_set() or self._paused:
+                    break
+                if not self._take(path):
+                    self.stats.paused += 1
+                    break  # budget full: keep the rest on disk, retry next scan
+            with self._cond:
+                self._cond.wait(timeout=self._scan_interval)
+
+    def _ready_paths(self) -> list[str]:
+        if self._paused:
+            return []
+        now = time.monotonic()
+        ready: list[tuple[int, str]] = []
+        with self._cond:
+            items = list(self._pending.items())
+        for path, pend in items:
+            if pend.closed:
+                ready.append((pend.mtime_ns, path))
+                continue
+            if self.spec.polling or now - pend.since >= self.spec.stable_seconds:
+                # re-stat: stable means the same size and mtime for stable_seconds
+                try:
+                    st = os.stat(path)
+                except OSError:
+                    self._forget(path)
+                    continue
+                with self._cond:
+                    cur = self._pending.get(path)
+                    if cur is None:
+                        continue
+                    if (st.st_size, st.st_mtime_ns) != (cur.size, cur.mtime_ns):
+                        cur.size, cur.mtime_ns, cur.since = st.st_size, st.st_mtime_ns, now
+                    elif now - cur.since >= self.spec.stable_seconds:
+                        ready.append((cur.mtime_ns, path))
+        ready.sort()
+        return [p for _, p in ready]
+
+    def _take(self, path: str) -> bool:
+        """Read one complete file into an item; ``False`` when the budget is full."""
+        with self._cond:
+            pend = self._pending.get(path)
+        if pend is None:
+            return True
+        if not self._budget.try_acquire(pend.size):
+            return False
+        name = os.path.relpath(path, self.spec.path)
+        try:
+            data, st = _read_whole(Path(path))
+        except SourceError as exc:
+            self._budget.release(pend.size)
+            self._forget(path)
+            self.stats.errors += 1
+            self._on_error(self.spec.name, name, exc, None)
+            return True
+        if len(data) != pend.size:  # grew or shrank since it was judged complete
+            self._budget.release(pend.size)
+            if not self._budget.try_acquire(len(data)):
+                with self._cond:
+                    self._pending[path] = _Pending(len(data), st.st_mtime_ns, time.monotonic())
+                return False
+        with self._cond:
+            self._pending.pop(path, None)
+            self._taken[path] = (len(data), st.st_mtime_ns)
+        item = Item(
+            source=self.spec.name,
+            name=name,
+            modality=self.spec.modality,
+            ts=st.st_mtime_ns / 1e9,
+            data=data,
+            item_id=item_id(self.spec.name, name, len(data), st.st_mtime_ns),
+            path=Path(path),
+            size=len(data),
+            mtime_ns=st.st_mtime_ns,
+        )
+        self.stats.taken += 1
+        self.stats.taken_bytes += len(data)
+        self._sink(item)
+        return True
+
+
+def _read_whole(path: Path) -> tuple[bytes, os.stat_result]:
+    try:
+        with open(path, "rb") as fh:
+            st = os.fstat(fh.fileno())
+            data = fh.read()
+    except FileNotFoundError as exc:
+        raise SourceError(path, "vanished before it could be read") from exc
+    except OSError as exc:
+        raise SourceError(path, f"unreadable: {exc.strerror or exc}") from exc
+    return data, st
+
+
+# -- camera ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CameraSpec:
+    """A camera source: device index, URL or video file, sampled at ``fps``."""
+
+    name: str
+    url: str  # "0" (device index), "rtsp://...", "http://...", or a video file path
+    fps: float = 5.0
+    jpeg_quality: int = 90
+    loop: bool = False  # for video files: start again at the end
+    modality: str = "image"
+    max_frames: int | None = None
+
+
+@dataclass
+class _CamState:
+    frames: int = 0
+    read_failures: int = 0
+    extra: dict[str, int] = field(default_factory=dict)
+
+
+class CameraSource:
+    """Grabs frames at ``fps`` and JPEG-encodes them in memory (nothing touches the disk)."""
+
+    def __init__(
+        self, spec: CameraSpec, budget: ByteBudget, sink: ItemSink, on_error: ErrorSink
+    ) -> None:
+        self.spec = spec
+        self.stats = SourceStats()
+        self._budget = budget
+        self._sink = sink
+        self._on_error = on_error
+        self._stopped = threading.Event()
+        self._paused = False
+        self._state = _CamState()
+        self._thread = threading.Thread(target=self._loop, name=f"cam-{spec.name}", daemon=True)
+        self.finished = threading.Event()  # set when a video file ran out (and loop is off)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stopped.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout=3.0)
+
+    def pause(self, paused: bool) -> None:
+        self._paused = paused
+
+    def release(self, path: Path, keep: bool) -> None:  # frames have no file
+        return None
+
+    @property
+    def pending_count(self) -> int:
+        return 0
+
+    def _open(self) -> Any:
+        import cv2
+
+        target: int | str = int(self.spec.url) if self.spec.url.isdigit() else self.spec.url
+        cap = cv2.VideoCapture(target)
+        if not cap.isOpened():
+            raise SourceError(self.spec.url, "camera / stream / video file cannot be opened")
+        return cap
+
+    def _loop(self) -> None:
+        import cv2
+
+        try:
+            cap = self._open()
+        except SourceError as exc:
+            self.stats.errors += 1
+            self._on_error(self.spec.name, None, exc, None)
+            self.finished.set()
+            return
+        period = 1.0 / self.spec.fps if self.spec.fps > 0 else 0.0
+        next_t = time.monotonic()
+        params = [int(cv2.IMWRITE_JPEG_QUALITY), int(self.spec.jpeg_quality)]
+        try:
+            while not self._stopped.is_set():
+                if self.spec.max_frames is not None and self._state.frames >= self.spec.max_frames:
+                    break
+                ok, frame = cap.read()
+                if not ok:
+                    if self.spec.loop and cap.set(cv2.CAP_PROP_POS_FRAMES, 0):
+                        ok, frame = cap.read()
+                    if not ok:
+                        break
+                ts_ns = time.time_ns()
+                self._state.frames += 1
+                if self._paused:
+                    self.stats.skipped += 1
+                else:
+                    self._emit_frame(cv2, frame, params, ts_ns)
+                next_t += period
+                delay = next_t - time.monotonic()
+                if delay > 0:
+                    self._stopped.wait(delay)
+                else:
+                    next_t = time.monotonic()  # fell behind: do not burst to catch up
+        finally:
+            cap.release()
+            self.finished.set()
+
+    def _emit_frame(self, cv2: Any, frame: Any, params: list[int], ts_ns: int) -> None:
+        # estimate before encoding so an over-budget frame costs no encode
+        estimate = max(1024, int(frame.nbytes // 10))
+        if not self._budget.try_acquire(estimate):
+            self.stats.skipped += 1
+            return
+        ok, buf = cv2.imencode(".jpg", frame, params)
+        self._budget.release(estimate)
+        if not ok:
+            self.stats.errors += 1
+            return
+        data = buf.tobytes()
+        if not self._budget.try_acquire(len(data)):
+            self.stats.skipped += 1
+            return
+        name = f"frame-{ts_ns}.jpg"
+        self.stats.taken += 1
+        self.stats.taken_bytes += len(data)
+        self._sink(
+            Item(
+                source=self.spec.name,
+                name=name,
+                modality=self.spec.modality,
+                ts=ts_ns / 1e9,
+                data=data,
+                item_id=item_id(self.spec.name, name, len(data), ts_ns),
+                size=len(data),
+                mtime_ns=ts_ns,
+            )
+        )

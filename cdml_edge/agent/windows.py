@@ -1,0 +1,217 @@
+"""Time windows per source, and the global in-flight byte budget.
+
+A :class:`Windower` collects the items of one source and closes the current window on
+``seconds``, ``max_items`` or ``max_bytes``, whichever comes first (``max_items=1`` is
+instant mode). A :class:`ByteBudget` shared by every source caps the bytes held in memory
+between intake and the output: sources ask it before reading a file or keeping a frame;
+above the cap intake pauses (files stay on disk, camera frames are skipped and counted).
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Item:
+    """One unit of input: a file from a folder or a frame from a camera."""
+
+    source: str
+    name: str
+    modality: str
+    ts: float  # unix seconds: file mtime (close time) or capture time
+    data: bytes
+    item_id: str
+    path: Path | None = None  # the source file, ``None`` for camera frames
+    size: int = 0
+    mtime_ns: int = 0
+
+    @property
+    def nbytes(self) -> int:
+        return len(self.data)
+
+
+class ByteBudget:
+    """A global cap on bytes in flight (read from disk or captured, not yet emitted).
+
+    Full policy: :meth:`try_acquire` refuses when the cap would be exceeded, so the caller
+    leaves the file on disk (retried later) or skips the frame. One item larger than the
+    whole cap is still admitted when nothing else is in flight, so it cannot block forever.
+    """
+
+    def __init__(self, max_bytes: int) -> None:
+        if max_bytes <= 0:
+            raise ValueError(f"max_inflight_bytes must be > 0 (got {max_bytes})")
+        self.max_bytes = max_bytes
+        self._used = 0
+        self._peak = 0
+        self._refused = 0
+        self._lock = threading.Lock()
+
+    def try_acquire(self, n: int) -> bool:
+        with self._lock:
+            if self._used + n > self.max_bytes and self._used > 0:
+                self._refused += 1
+                return False
+            self._used += n
+            self._peak = max(self._peak, self._used)
+            return True
+
+    def release(self, n: int) -> None:
+        with self._lock:
+            self._used = max(0, self._used - n)
+
+    @property
+    def used(self) -> int:
+        return self._used
+
+    @property
+    def peak(self) -> int:
+        return self._peak
+
+    @property
+    def refused(self) -> int:
+        return self._refused
+
+
+@dataclass(frozen=True)
+class WindowPolicy:
+    """When a window closes: after ``seconds``, at ``max_items`` or at ``max_bytes``."""
+
+    seconds: float = 1.0
+    max_items: int = 64
+    max_bytes: int = 16 * 1024 * 1024
+
+    @property
+    def instant(self) -> bool:
+        return self.max_items == 1
+
+
+@dataclass
+class Window:
+    """The items of one source that are packed, scored and emitted together."""
+
+    window_id: str
+    source: str
+    opened_ts: float
+    items: list[Item] = field(default_factory=list)
+    closed_ts: float = 0.0
+    nbytes: int = 0
+    reason: str = ""  # "seconds" | "max_items" | "max_bytes" | "stop"
+
+
+_counter = itertools.count(1)
+
+
+def new_window_id(source: str, opened_ts: float) -> str:
+    """Unique, sortable window id: ``{source}-{utc stamp}-{pid}-{n}``."""
+    stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime(opened_ts))
+    ms = int((opened_ts % 1) * 1000)
+    return f"{source}-{stamp}.{ms:03d}Z-{os.getpid()}-{next(_counter)}"
+
+
+class Windower:
+    """Collects items of one source into windows and hands closed windows to ``on_close``.
+
+    ``on_close`` runs on the caller's thread for size/count closes and on the windower's
+    timer thread for time closes; it must be quick (put the window on a queue).
+    """
+
+    def __init__(
+        self, source: str, policy: WindowPolicy, on_close: Callable[[Window], None]
+    ) -> None:
+        self.source = source
+        self.policy = policy
+        self._on_close = on_close
+        self._cond = threading.Condition()
+        self._current: Window | None = None
+        self._deadline = 0.0  # monotonic time the current window closes
+        self._stopped = False
+        self._thread = threading.Thread(
+            target=self._timer_loop, name=f"windower-{source}", daemon=True
+        )
+        self.windows_closed = 0
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def add(self, item: Item) -> None:
+        """Add an item; closes the window when it reaches ``max_items`` or ``max_bytes``."""
+        closed: Window | None = None
+        with self._cond:
+            if self._current is None:
+                now = time.time()
+                self._current = Window(new_window_id(self.source, now), self.source, now)
+                self._deadline = time.monotonic() + self.policy.seconds
+                self._cond.notify_all()
+            w = self._current
+            w.items.append(item)
+            w.nbytes += item.nbytes
+            if len(w.items) >= self.policy.max_items:
+                closed = self._close_locked("max_items")
+            elif w.nbytes >= self.policy.max_bytes:
+                closed = self._close_locked("max_bytes")
+        if closed is not None:
+            self._emit(closed)
+
+    def flush(self, reason: str = "stop") -> None:
+        """Close the current window now, if it holds any item."""
+        with self._cond:
+            closed = self._close_locked(reason) if self._current is not None else None
+        if closed is not None:
+            self._emit(closed)
+
+    def stop(self) -> None:
+        """Close the open window and stop the timer thread."""
+        self.flush("stop")
+        with self._cond:
+            self._stopped = True
+            self._cond.notify_all()
+        if self._thread.is_alive():
+            self._thread.join(timeout=2.0)
+
+    def pending_items(self) -> int:
+        with self._cond:
+            return len(self._current.items) if self._current else 0
+
+    def _close_locked(self, reason: str) -> Window | None:
+        w = self._current
+        self._current = None
+        if w is None:
+            return None
+        w.closed_ts = time.time()
+        w.reason = reason
+        self.windows_closed += 1
+        return w
+
+    def _emit(self, window: Window) -> None:
+        try:
+            self._on_close(window)
+        except Exception:  # a broken consumer must not kill intake
+            log.exception("window consumer failed for %s", window.window_id)
+
+    def _timer_loop(self) -> None:
+        while True:
+            closed: Window | None = None
+            with self._cond:
+                if self._stopped:
+                    return
+                if self._current is None:
+                    self._cond.wait(timeout=1.0)
+                    continue
+                remaining = self._deadline - time.monotonic()
+                if remaining > 0:
+                    self._cond.wait(timeout=remaining)
+                    continue
+                closed = self._close_locked("seconds")
+            if closed is not None:
+                self._emit(closed)

@@ -1,0 +1,121 @@
+"""Helpers for the agent tests: tiny real ONNX models, waiting for a condition."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+from cdml_edge.model_meta import ImageInput, ModelSpec, SeriesInput
+
+
+def wait_for(cond: Callable[[], bool], timeout: float = 15.0, what: str = "condition") -> None:
+    """Poll ``cond`` until it holds; fail the test naming ``what`` after ``timeout``."""
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if cond():
+            return
+        time.sleep(0.02)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def _save(graph: onnx.GraphProto, spec: ModelSpec, path: Path) -> Path:
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    for k, v in spec.to_metadata().items():
+        entry = model.metadata_props.add()
+        entry.key, entry.value = k, v
+    onnx.checker.check_model(model)
+    path.write_bytes(model.SerializeToString())
+    return path
+
+
+def brightness_classifier(path: Path, size: int = 16) -> Path:
+    """Image classifier: 'bright' when the mean pixel is above the image mid-grey, else 'dark'.
+
+    input (N,3,S,S), normalised with mean=0.5/std=0.5 -> mean over pixels m in [-1, 1];
+    logits = [-4m, 4m] over labels ['dark', 'bright'], latent = per-channel means (N,3).
+    """
+    spec = ModelSpec(
+        name="brightness",
+        version="1.0.0",
+        modality="image",
+        task="classifier",
+        input=ImageInput(channels=3, size=size),
+        labels=["dark", "bright"],
+        latent_dim=3,
+    )
+    w = numpy_helper.from_array(
+        np.array([[-4 / 3, 4 / 3]] * 3, dtype=np.float32), name="W"
+    )
+    nodes = [
+        helper.make_node("GlobalAveragePool", ["input"], ["gap"]),
+        helper.make_node("Flatten", ["gap"], ["latent"]),
+        helper.make_node("MatMul", ["latent", "W"], ["logits"]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "brightness",
+        [helper.make_tensor_value_info("input", TensorProto.FLOAT, ["N", 3, size, size])],
+        [
+            helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["N", 2]),
+            helper.make_tensor_value_info("latent", TensorProto.FLOAT, ["N", 3]),
+        ],
+        initializer=[w],
+    )
+    return _save(graph, spec, path)
+
+
+def level_anomaly(path: Path, channels: int = 3, window: int = 8, threshold: float = 1.0) -> Path:
+    """Series anomaly model: anomaly = sum over channels of |mean over time|.
+
+    An all-zero series scores 0; a series whose values average 1 in each of 3 channels
+    scores 3 (anomalous against threshold 1).
+    """
+    spec = ModelSpec(
+        name="level",
+        version="1.0.0",
+        modality="csv",
+        task="anomaly",
+        input=SeriesInput(channels=channels, window=window),
+        anomaly_threshold=threshold,
+        latent_dim=channels,
+    )
+    axes1 = numpy_helper.from_array(np.array([1], dtype=np.int64), name="axes1")
+    nodes = [
+        helper.make_node("ReduceMean", ["input"], ["latent"], axes=[2], keepdims=0),
+        helper.make_node("Abs", ["latent"], ["abs"]),
+        helper.make_node("ReduceSum", ["abs", "axes1"], ["anomaly"], keepdims=0),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "level",
+        [helper.make_tensor_value_info("input", TensorProto.FLOAT, ["N", channels, window])],
+        [
+            helper.make_tensor_value_info("anomaly", TensorProto.FLOAT, ["N"]),
+            helper.make_tensor_value_info("latent", TensorProto.FLOAT, ["N", channels]),
+        ],
+        initializer=[axes1],
+    )
+    return _save(graph, spec, path)
+
+
+def jpeg(value: int, size: int = 32) -> bytes:
+    """A flat grey JPEG of the given 0..255 value."""
+    import cv2
+
+    img = np.full((size, size, 3), value, dtype=np.uint8)
+    ok, buf = cv2.imencode(".jpg", img)
+    assert ok
+    return buf.tobytes()
+
+
+def write_atomic(path: Path, data: bytes) -> None:
+    """Write ``data`` the way a careful producer does: to ``.tmp``, then rename."""
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_bytes(data)
+    tmp.rename(path)
