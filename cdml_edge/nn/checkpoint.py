@@ -1,0 +1,71 @@
+"""Checkpoints: written once, never overwritten, self-describing (model class + config)."""
+
+from __future__ import annotations
+
+import io
+import os
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from cdml_edge.model_meta import ModelSpec
+from cdml_edge.nn.base import LatentModel
+from cdml_edge.nn.registry import build_model
+
+FORMAT = "cdml-checkpoint/1"
+
+
+class CheckpointError(RuntimeError):
+    """A checkpoint file is missing or unusable; the message names the file."""
+
+
+def write_new(directory: Path, stem: str, payload: dict[str, Any]) -> Path:
+    """Save ``payload`` as ``stem.pt`` (``stem.1.pt``, ... if taken); never replaces a file.
+
+    The bytes go to a temporary file first, which is then hard-linked to the final
+    name: ``link`` fails on an existing name, so two writers can never clobber each other.
+    """
+    directory.mkdir(parents=True, exist_ok=True)
+    buf = io.BytesIO()
+    torch.save(payload, buf)
+    tmp = directory / f".{stem}.{os.getpid()}.tmp"
+    with open(tmp, "wb") as f:
+        f.write(buf.getvalue())
+        f.flush()
+        os.fsync(f.fileno())
+    try:
+        for k in range(10_000):
+            path = directory / (f"{stem}.pt" if k == 0 else f"{stem}.{k}.pt")
+            try:
+                os.link(tmp, path)
+            except FileExistsError:
+                continue
+            return path
+        raise CheckpointError(f"{directory}: no free checkpoint name for {stem}")
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def load(path: str | Path) -> dict[str, Any]:
+    """Read a checkpoint dict (on the CPU) and check its format."""
+    p = Path(path)
+    if not p.is_file():
+        raise CheckpointError(f"{p}: checkpoint not found")
+    try:
+        ckpt = torch.load(p, map_location="cpu", weights_only=False)
+    except Exception as exc:
+        raise CheckpointError(f"{p}: cannot read checkpoint: {exc}") from exc
+    if not isinstance(ckpt, dict) or ckpt.get("format") != FORMAT:
+        raise CheckpointError(f"{p}: not a {FORMAT} checkpoint")
+    return ckpt
+
+
+def load_model(path: str | Path) -> tuple[LatentModel, ModelSpec | None, dict[str, Any]]:
+    """Rebuild the model of a checkpoint; returns ``(model, spec or None, checkpoint)``."""
+    ckpt = load(path)
+    model = build_model(ckpt["model_class"], ckpt["model_config"])
+    model.load_state_dict(ckpt["model"])
+    model.eval()
+    spec = ModelSpec.model_validate_json(ckpt["spec"]) if ckpt.get("spec") else None
+    return model, spec, ckpt
