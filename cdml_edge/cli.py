@@ -24,6 +24,7 @@ app = typer.Typer(
 COMMAND_MODULES = [
     "cdml_edge.commands.config_cmds",
     "cdml_edge.commands.agent_cmds",
+    "cdml_edge.commands.doctor_cmds",
 ]
 
 

@@ -1,0 +1,344 @@
+"""``cdml-edge doctor`` on a good and on a broken setup: real ONNX files run by onnxruntime, a
+real Mosquitto (plain on 127.0.0.1:1883, and a TLS listener started here), real folders."""
+
+from __future__ import annotations
+
+import datetime as dt
+import ipaddress
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+import yaml
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
+from onnx import TensorProto, helper, numpy_helper
+from typer.testing import CliRunner
+
+from cdml_edge.cli import app
+from cdml_edge.config import load_config
+from cdml_edge.doctor import Check, run_checks
+from cdml_edge.model_meta import ImageInput, ModelSpec, SeriesInput
+
+PLAIN_BROKER = ("127.0.0.1", 1883)
+
+
+# -- tiny models -----------------------------------------------------------------------------
+
+
+def image_classifier(path: Path) -> Path:
+    spec = ModelSpec(
+        name="tiny-digits",
+        modality="image",
+        task="classifier",
+        input=ImageInput(channels=1, size=8, mean=[0.5], std=[0.5]),
+        labels=["a", "b", "c"],
+    )
+    rng = np.random.default_rng(0)
+    w = numpy_helper.from_array(rng.standard_normal((64, 3)).astype(np.float32), "w")
+    nodes = [
+        helper.make_node("Flatten", ["input"], ["latent"], axis=1),
+        helper.make_node("MatMul", ["latent", "w"], ["logits"]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "tiny",
+        [helper.make_tensor_value_info("input", TensorProto.FLOAT, ["N", 1, 8, 8])],
+        [
+            helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["N", 3]),
+            helper.make_tensor_value_info("latent", TensorProto.FLOAT, ["N", 64]),
+        ],
+        [w],
+    )
+    return _save(graph, spec, path)
+
+
+def series_anomaly(path: Path) -> Path:
+    spec = ModelSpec(
+        name="tiny-vibration",
+        modality="timeseries",
+        task="anomaly",
+        input=SeriesInput(channels=2, window=16),
+        anomaly_threshold=1.0,
+    )
+    nodes = [
+        helper.make_node("Flatten", ["input"], ["latent"], axis=1),
+        helper.make_node("ReduceMean", ["latent"], ["anomaly"], axes=[1], keepdims=0),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "tiny-anomaly",
+        [helper.make_tensor_value_info("input", TensorProto.FLOAT, ["N", 2, 16])],
+        [
+            helper.make_tensor_value_info("anomaly", TensorProto.FLOAT, ["N"]),
+            helper.make_tensor_value_info("latent", TensorProto.FLOAT, ["N", 32]),
+        ],
+    )
+    return _save(graph, spec, path)
+
+
+def _save(graph: onnx.GraphProto, spec: ModelSpec, path: Path) -> Path:
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    helper.set_model_props(model, spec.to_metadata())
+    onnx.checker.check_model(model)
+    onnx.save(model, str(path))
+    return path
+
+
+# -- a TLS broker ----------------------------------------------------------------------------
+
+
+def _cert_pair(
+    tmp: Path, stem: str
+) -> tuple[Path, Path, Path]:
+    """A CA and a server certificate for 127.0.0.1 signed by it: (ca.pem, cert.pem, key.pem)."""
+    now = dt.datetime.now(dt.timezone.utc)
+    ca_key = ec.generate_private_key(ec.SECP256R1())
+    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, f"{stem} test CA")])
+    ca = (
+        x509.CertificateBuilder()
+        .subject_name(ca_name)
+        .issuer_name(ca_name)
+        .public_key(ca_key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - dt.timedelta(minutes=5))
+        .not_valid_after(now + dt.timedelta(days=1))
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .add_extension(
+            x509.KeyUsage(
+                digital_signature=True, content_commitment=False, key_encipherment=False,
+                data_encipherment=False, key_agreement=False, key_cert_sign=True,
+                crl_sign=True, encipher_only=False, decipher_only=False,
+            ),
+            critical=True,
+        )
+        .add_extension(
+            x509.SubjectKeyIdentifier.from_public_key(ca_key.public_key()), critical=False
+        )
+        .sign(ca_key, hashes.SHA256())
+    )
+    key = ec.generate_private_key(ec.SECP256R1())
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "broker.test")]))
+        .issuer_name(ca_name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - dt.timedelta(minutes=5))
+        .not_valid_after(now + dt.timedelta(days=1))
+        .add_extension(
+            x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
+            critical=False,
+        )
+        .add_extension(
+            x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()),
+            critical=False,
+        )
+        .sign(ca_key, hashes.SHA256())
+    )
+    ca_pem, cert_pem, key_pem = tmp / f"{stem}-ca.pem", tmp / f"{stem}.pem", tmp / f"{stem}.key"
+    ca_pem.write_bytes(ca.public_bytes(serialization.Encoding.PEM))
+    cert_pem.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    key_pem.write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+    )
+    return ca_pem, cert_pem, key_pem
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture(scope="module")
+def tls_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[int, Path, Path]]:
+    """Mosquitto with a TLS listener: (port, the CA that signed it, an unrelated CA)."""
+    exe = shutil.which("mosquitto") or "/usr/sbin/mosquitto"
+    if not Path(exe).exists():
+        pytest.fail("mosquitto is not installed (apt-get install mosquitto)")
+    tmp = tmp_path_factory.mktemp("tls-broker")
+    tmp.chmod(0o755)
+    ca, cert, key = _cert_pair(tmp, "broker")
+    other_ca, _, _ = _cert_pair(tmp, "other")
+    for p in (ca, cert, key):
+        p.chmod(0o644)
+    port = _free_port()
+    conf = tmp / "mosquitto.conf"
+    conf.write_text(
+        f"listener {port} 127.0.0.1\nallow_anonymous true\n"
+        f"cafile {ca}\ncertfile {cert}\nkeyfile {key}\n"
+        "persistence false\nlog_dest stderr\nuser root\n"
+    )
+    proc = subprocess.Popen(
+        [exe, "-c", str(conf)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+    )
+    try:
+        for _ in range(100):
+            if proc.poll() is not None:
+                err = proc.stderr.read().decode() if proc.stderr else ""
+                pytest.fail(f"mosquitto exited: {err}")
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+                break
+            except OSError:
+                time.sleep(0.05)
+        else:
+            pytest.fail("the TLS broker did not start listening")
+        yield port, ca, other_ca
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+# -- setups ----------------------------------------------------------------------------------
+
+
+def good_config(tmp: Path, mqtt: dict[str, object]) -> Path:
+    models = tmp / "models"
+    models.mkdir()
+    image_classifier(models / "digits.onnx")
+    series_anomaly(models / "vib.onnx")
+    for d in ("in/cam", "in/vib", "in/vib-done"):
+        (tmp / d).mkdir(parents=True)
+    (tmp / "in/cam/0001.jpg").write_bytes(b"\xff\xd8\xff")
+    cfg = {
+        "device": {"id": "doctor-test"},
+        "sources": [
+            {"name": "cam", "path": "in/cam", "modality": "image", "on_done": "delete"},
+            {"name": "vib", "path": "in/vib", "modality": "timeseries", "on_done": "move",
+             "move_to": "in/vib-done"},
+        ],
+        "models": {
+            "image": {"path": "models/digits.onnx"},
+            "timeseries": {"path": "models/vib.onnx", "providers": ["CPUExecutionProvider"]},
+        },
+        "mqtt": mqtt,
+        "spool": {"dir": "state/spool", "max_bytes": "16MiB"},
+        "retention": {"dir": "state/retention", "max_bytes": "32MiB"},
+        "quarantine": {"dir": "state/quarantine", "max_bytes": "1MiB"},
+    }
+    path = tmp / "factory.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    return path
+
+
+def by_name(checks: list[Check]) -> dict[str, Check]:
+    return {c.name: c for c in checks}
+
+
+def failures(checks: list[Check]) -> list[str]:
+    return [c.line(ascii_only=True) for c in checks if not c.ok]
+
+
+# -- tests -----------------------------------------------------------------------------------
+
+
+def test_good_setup_plain_broker(tmp_path: Path) -> None:
+    host, port = PLAIN_BROKER
+    cfg = load_config(good_config(tmp_path, {"url": f"mqtt://{host}:{port}"}))
+    checks = by_name(run_checks(cfg))
+    assert not failures(list(checks.values())), failures(list(checks.values()))
+    assert set(checks) == {
+        "native reader", "model image", "model timeseries", "source cam", "source vib",
+        "spool folder", "retention folder", "quarantine folder", "broker",
+    }
+    assert "1x1x8x8 zero input on CPUExecutionProvider" in checks["model image"].detail
+    assert "1x2x16 zero input" in checks["model timeseries"].detail
+    assert "1 entries" in checks["source cam"].detail
+    assert "MQTT 5 CONNACK" in checks["broker"].detail
+    # The doctor leaves nothing behind in the folders it probed.
+    assert not (tmp_path / "state").exists()
+
+
+def test_good_setup_tls_broker(tmp_path: Path, tls_broker: tuple[int, Path, Path]) -> None:
+    port, ca, _ = tls_broker
+    path = good_config(tmp_path, {"url": f"mqtts://127.0.0.1:{port}", "tls": {"ca": str(ca)}})
+    runner = CliRunner()
+    res = runner.invoke(app, ["doctor", "--config", str(path), "--ascii"])
+    assert res.exit_code == 0, res.output
+    lines = res.output.splitlines()
+    assert any(ln.startswith("OK   broker tls: 127.0.0.1") and "broker.test" in ln
+               for ln in lines), res.output
+    assert any(ln.startswith("OK   broker: ") and "CONNACK" in ln for ln in lines), res.output
+    assert lines[-1] == "11/11 checks passed"
+
+
+def test_broken_setup(tmp_path: Path, tls_broker: tuple[int, Path, Path]) -> None:
+    port, _, other_ca = tls_broker
+    path = good_config(
+        tmp_path, {"url": f"mqtts://127.0.0.1:{port}", "tls": {"ca": str(other_ca)}}
+    )
+    data = yaml.safe_load(path.read_text())
+    # A model file that is not ONNX, a provider this build lacks, a missing source folder,
+    # a spool below a regular file, a retention bound no disk here can hold.
+    (tmp_path / "models/digits.onnx").write_bytes(b"not an onnx file")
+    data["models"]["timeseries"]["providers"] = ["NoSuchExecutionProvider"]
+    data["sources"][1]["path"] = "in/missing"
+    (tmp_path / "blocker").write_text("x")
+    data["spool"]["dir"] = "blocker/spool"
+    data["retention"]["max_bytes"] = "1000000000GiB"
+    path.write_text(yaml.safe_dump(data))
+
+    checks = by_name(run_checks(load_config(path), timeout_s=3))
+    # (the native reader is covered by its own test)
+    bad = {name for name, c in checks.items() if not c.ok} - {"native reader"}
+    assert bad == {
+        "model image", "model timeseries", "source vib", "spool folder", "retention folder",
+        "broker tls",
+    }, failures(list(checks.values()))
+    assert "cannot load" in checks["model image"].detail
+    assert "NoSuchExecutionProvider not available" in checks["model timeseries"].detail
+    assert "in/missing does not exist" in checks["source vib"].detail
+    assert "blocker is not a folder" in checks["spool folder"].detail
+    assert "free" in checks["retention folder"].detail
+    assert "TLS handshake failed" in checks["broker tls"].detail
+    assert "CERTIFICATE_VERIFY_FAILED" in checks["broker tls"].detail
+    assert checks["source cam"].ok and checks["quarantine folder"].ok
+
+    res = CliRunner().invoke(app, ["doctor", "--config", str(path), "--ascii", "--timeout", "3"])
+    assert res.exit_code == 1
+    n_fail = sum(ln.startswith("FAIL") for ln in res.output.splitlines())
+    assert n_fail == sum(not c.ok for c in checks.values())
+
+
+def test_native_reader_missing_is_a_failure(monkeypatch: pytest.MonkeyPatch) -> None:
+    from cdml_edge.doctor import check_native_reader
+
+    monkeypatch.setenv("CDML_EDGE_NATIVE", "0")  # what a wheel without the C build looks like
+    check = check_native_reader()
+    assert not check.ok and "not built" in check.detail
+
+
+def test_unreachable_broker(tmp_path: Path) -> None:
+    port = _free_port()  # nothing listens there
+    cfg = load_config(good_config(tmp_path, {"url": f"mqtt://127.0.0.1:{port}"}))
+    checks = by_name(run_checks(cfg, timeout_s=2))
+    assert not checks["broker"].ok
+    assert "unreachable" in checks["broker"].detail
+
+
+def test_invalid_config_exits_2(tmp_path: Path) -> None:
+    path = tmp_path / "factory.yaml"
+    path.write_text("sources:\n  - name: a\n    modality: image\n    pathh: x\n")
+    res = subprocess.run(
+        [sys.executable, "-m", "cdml_edge.cli", "doctor", "--config", str(path), "--ascii"],
+        capture_output=True, text=True, timeout=120,
+    )
+    assert res.returncode == 2, res.stdout + res.stderr
+    assert res.stdout.startswith("FAIL config:")
+    assert "pathh" in res.stdout
