@@ -63,6 +63,10 @@ class EmbeddedBroker:
             from amqtt.broker import Broker  # noqa: F401
         except ImportError as exc:  # pragma: no cover - amqtt is a dependency
             raise EmbeddedBrokerError(f"amqtt is not installed: {exc}") from exc
+        for name in ("amqtt", "transitions"):  # chatty at INFO; keep the agent's log readable
+            lib = logging.getLogger(name)
+            if lib.level == logging.NOTSET:
+                lib.setLevel(logging.WARNING)
         self._thread = threading.Thread(target=self._run, name="embedded-broker", daemon=True)
         self._thread.start()
         if not self._ready.wait(timeout):
