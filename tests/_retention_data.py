@@ -69,3 +69,60 @@ def make_window(
             )
         manifest = manifest.with_results(results, model="demo", model_version="1")
     return buf.getvalue(), manifest
+
+
+def scored_ring(
+    ring_dir: object,
+    model_path: object,
+    values_per_window: Sequence[Sequence[int]],
+    t0: float = 1_790_000_000.0,
+    source: str = "cam1",
+    archive_format: str = "zip",
+) -> list[object]:
+    """Run real windows through the live pipeline (packer + process_window) into a ring.
+
+    Each window holds flat grey JPEGs of the given values; returns the live outcomes.
+    """
+    from pathlib import Path
+
+    from agent_fixtures import jpeg
+
+    from cdml_edge.agent.infer import ModelOverrides, load_runners
+    from cdml_edge.agent.packer import pack_window
+    from cdml_edge.agent.pipeline import process_window
+    from cdml_edge.agent.retention import RetentionRing
+    from cdml_edge.agent.windows import Item, Window
+
+    runners = load_runners({"image": (Path(str(model_path)), ModelOverrides())}, warm_up=False)
+    ring = RetentionRing(Path(str(ring_dir)), max_bytes=10**9, fsync=False)
+    outcomes = []
+    for w, values in enumerate(values_per_window):
+        opened = t0 + 10 * w
+        win = Window(window_id=f"{source}-w{w:03d}", source=source, opened_ts=opened)
+        for i, v in enumerate(values):
+            data = jpeg(v)
+            name = f"frame_{w:03d}_{i:02d}_{v}.jpg"
+            mtime_ns = int((opened + i * 0.1) * 1e9)
+            win.items.append(
+                Item(
+                    source,
+                    name,
+                    "image",
+                    mtime_ns / 1e9,
+                    data,
+                    item_id(source, name, len(data), mtime_ns),
+                    None,
+                    len(data),
+                    mtime_ns,
+                )
+            )
+        win.closed_ts = opened + 5
+        packed = pack_window(
+            win, device="edge-1", modality="image", archive_format=archive_format, site="line-3"
+        )
+        outcome = process_window(packed.archive, runners, device="edge-1", archive_name=packed.name)
+        res = ring.store(packed.archive, outcome.manifest)
+        assert res.stored, res
+        outcomes.append(outcome)
+    ring.close()
+    return outcomes

@@ -89,9 +89,31 @@ class Catalog:
         self.rebuilt_reason: str | None = None
         self._conn = self._open()
 
+    @classmethod
+    def read_only(cls, path: str | Path) -> Catalog:
+        """Open an existing catalog for reading only (never creates or repairs it)."""
+        p = Path(path)
+        if not p.exists():
+            raise FileNotFoundError(str(p))
+        self = cls.__new__(cls)
+        self.path = p
+        self._lock = threading.RLock()
+        self.rebuilt_reason = None
+        conn = sqlite3.connect(
+            f"{p.resolve().as_uri()}?mode=ro", uri=True, check_same_thread=False, timeout=10.0
+        )
+        row = conn.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
+        if row is None or int(row[0]) != SCHEMA_VERSION:
+            conn.close()
+            raise ValueError(f"{p}: catalog schema {row[0] if row else None}")
+        self._conn = conn
+        return self
+
     # -- opening -------------------------------------------------------------------
     def _connect(self) -> sqlite3.Connection:
-        conn = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
+        conn = sqlite3.connect(
+            self.path, check_same_thread=False, isolation_level=None, timeout=10.0
+        )
         # A rollback journal, not WAL: the catalog stays a few pages on disk (a WAL grows by
         # whole pages per commit until a checkpoint), which matters on a nearly full SD card.
         conn.execute("PRAGMA journal_mode=DELETE")

@@ -432,6 +432,49 @@ class RetentionRing:
             return self._reconcile_locked(full=True)
 
 
+def list_retained(
+    directory: str | Path,
+    since: float | None = None,
+    until: float | None = None,
+    source: str | None = None,
+) -> list[WindowRecord]:
+    """Retained windows in archive order, without writing anything (safe beside a live agent).
+
+    Reads the catalog read-only; if it is missing or unreadable, reads the sidecars
+    instead. Files being written (temporary names) and uncommitted archives are ignored.
+    """
+    d = Path(directory)
+    if not d.is_dir():
+        raise RetentionError(d, "no such retention folder")
+    try:
+        catalog = Catalog.read_only(d / CATALOG_NAME)
+        try:
+            return catalog.windows(since, until, source)
+        finally:
+            catalog.close()
+    except (sqlite3.Error, FileNotFoundError, ValueError) as exc:
+        log.info("retention: catalog of %s not usable (%s); reading the sidecars", d, exc)
+    out = []
+    for name in sorted(os.listdir(d)):
+        if not name.endswith(SIDECAR_SUFFIX) or name.startswith("."):
+            continue
+        try:
+            rw = read_sidecar(d / name)
+            size = (d / rw.archive.file).stat().st_size + (d / name).stat().st_size
+        except (RetentionError, OSError):
+            continue
+        m = rw.manifest
+        if since is not None and m.closed_at < since:
+            continue
+        if until is not None and m.closed_at >= until:
+            continue
+        if source is not None and m.source != source:
+            continue
+        out.append(_record(m, rw.archive, name, size))
+    out.sort(key=lambda r: (r.closed_at, r.window_id))
+    return out
+
+
 def read_sidecar(path: str | Path) -> RetainedWindow:
     """Parse a ``.window.json`` sidecar; :class:`RetentionError` names the file."""
     p = Path(path)
