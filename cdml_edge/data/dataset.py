@@ -1,0 +1,301 @@
+"""``CDMLStreamDataset``: a map-style PyTorch dataset read straight out of an archive.
+
+The archive (ZIP, seekable tar.zst, ``s3://``) is opened lazily once per process: a
+DataLoader worker — forked after the parent read items, or spawned and unpickled —
+notices the process id changed and reopens it, so no file handle or decompressor state
+is ever shared between processes. Pickling carries the path and the resolved member
+list and labels, never the open archive or the cache.
+"""
+
+from __future__ import annotations
+
+import copy
+import fnmatch
+import os
+import posixpath
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+import torch
+from torch.utils.data import Dataset
+
+from cdml_edge.data.cache import ByteLRU, CacheInfo
+from cdml_edge.data.labels import LabelSource, resolve_labels
+from cdml_edge.decode import (
+    check_modality,
+    decode_audio,
+    decode_csv,
+    decode_image,
+    decode_json,
+    decode_text,
+    decode_timeseries,
+    modality_for,
+    normalize_size,
+)
+from cdml_edge.decode.image import TargetSize
+
+ArchivePath = str | os.PathLike[str] | bytes
+Include = str | Sequence[str] | Callable[[str], bool] | None
+
+
+def _hidden(name: str) -> bool:
+    return any(p.startswith(".") or p == "__MACOSX" for p in name.split("/"))
+
+
+def fit_length(arr: np.ndarray, length: int, axis: int) -> np.ndarray:
+    """Zero-pad or trim ``arr`` along ``axis`` to exactly ``length``."""
+    n = arr.shape[axis]
+    if n == length:
+        return arr
+    if n > length:
+        return np.take(arr, np.arange(length), axis=axis)
+    pad = [(0, 0)] * arr.ndim
+    pad[axis] = (0, length - n)
+    return np.pad(arr, pad)
+
+
+def image_to_tensor(rgb: np.ndarray) -> torch.Tensor:
+    """uint8 ``H×W×3`` -> float32 ``3×H×W`` in [0, 1]."""
+    return torch.from_numpy(np.ascontiguousarray(rgb.transpose(2, 0, 1))).float().div_(255.0)
+
+
+class CDMLStreamDataset(Dataset[Any]):
+    """Random access to the members of an archive as PyTorch samples.
+
+    Args:
+        path: archive path (``str`` / ``PathLike``), ``s3://bucket/key``, or archive bytes.
+        is_image: shorthand for ``modality="image"``.
+        transform: applied to the decoded sample (images: uint8 ``H×W×3`` RGB ``ndarray``).
+        cache_size_mb: per-process LRU of raw member bytes, bounded by real bytes; 0 disables.
+        target_size: images are resized to it (``int`` square or ``(width, height)``).
+        modality: ``image`` | ``audio`` | ``csv`` | ``timeseries`` | ``json`` | ``text`` |
+            ``binary``; ``None`` (default) yields raw bytes. Only members of that modality
+            (by extension) are kept unless ``include`` picks members explicitly.
+        labels: ``"folder"``, a callable ``name -> label``, a mapping, or the name of a
+            ``.csv``/``.json`` member holding ``name,label`` pairs. Items become ``(x, y)``.
+        include: glob pattern(s) or predicate selecting members.
+        fixed_length: pad/trim audio frames (or samples), CSV/time-series rows to this
+            length, so batches of unequal clips collate.
+    """
+
+    def __init__(
+        self,
+        path: ArchivePath,
+        is_image: bool = False,
+        transform: Callable[[Any], Any] | None = None,
+        cache_size_mb: float = 50,
+        target_size: TargetSize = None,
+        modality: str | None = None,
+        labels: LabelSource = None,
+        *,
+        target_transform: Callable[[Any], Any] | None = None,
+        include: Include = None,
+        fixed_length: int | None = None,
+        reduced_decode: bool = True,
+        sample_rate: int = 16000,
+        audio_mode: str = "mfcc",
+        n_mfcc: int = 20,
+        hop_length: int = 512,
+        n_fft: int = 2048,
+        archive_options: dict[str, Any] | None = None,
+    ) -> None:
+        if is_image and modality not in (None, "image"):
+            raise ValueError(f"is_image=True conflicts with modality={modality!r}")
+        self.modality = check_modality(modality) if modality else ("image" if is_image else None)
+        self.path: str | bytes = path if isinstance(path, bytes) else os.fspath(path)
+        self.transform = transform
+        self.target_transform = target_transform
+        self.target_size = normalize_size(target_size)
+        self.cache_size_mb = float(cache_size_mb)
+        self.fixed_length = fixed_length
+        self.reduced_decode = reduced_decode
+        self.audio_options: dict[str, Any] = {
+            "sample_rate": sample_rate,
+            "mode": audio_mode,
+            "n_mfcc": n_mfcc,
+            "hop_length": hop_length,
+            "n_fft": n_fft,
+        }
+        self.archive_options = dict(archive_options or {})
+        self._archive: Any = None
+        self._pid = -1
+        self._cache = ByteLRU.from_mb(self.cache_size_mb)
+
+        archive = self._get_archive()
+        all_names = [n for n in archive.names() if not n.endswith("/")]
+        names = self._select(all_names, include)
+        if isinstance(labels, (str, os.PathLike)) and os.fspath(labels) in all_names:
+            names = [n for n in names if n != os.fspath(labels)]
+        resolved = resolve_labels(labels, names, archive.read, all_names)
+        if resolved is not None:
+            names = resolved.names
+        if not names:
+            what = f"no {self.modality} members" if self.modality else "no members"
+            raise ValueError(f"{self.archive_name}: {what} to load")
+        self.names: list[str] = names
+        self.targets: list[Any] | None = resolved.targets if resolved else None
+        self.classes: list[str] = resolved.classes if resolved else []
+        self.class_to_idx: dict[str, int] = resolved.class_to_idx if resolved else {}
+
+    # -- members ----------------------------------------------------------------------
+    def _select(self, names: list[str], include: Include) -> list[str]:
+        if include is None:
+            picked = [n for n in names if not _hidden(n)]
+            if self.modality is not None:
+                picked = [n for n in picked if modality_for(n) == self.modality]
+            return picked
+        if callable(include):
+            return [n for n in names if include(n)]
+        patterns = [include] if isinstance(include, str) else list(include)
+        return [
+            n
+            for n in names
+            if any(
+                fnmatch.fnmatchcase(n, p) or fnmatch.fnmatchcase(posixpath.basename(n), p)
+                for p in patterns
+            )
+        ]
+
+    @property
+    def archive_name(self) -> str:
+        return "<memory>" if isinstance(self.path, bytes) else str(self.path)
+
+    @property
+    def samples(self) -> list[tuple[str, Any]]:
+        """``(member name, target)`` pairs, as ImageFolder's ``samples``."""
+        targets = self.targets if self.targets is not None else [None] * len(self.names)
+        return list(zip(self.names, targets, strict=True))
+
+    def __len__(self) -> int:
+        return len(self.names)
+
+    # -- per-process archive and cache --------------------------------------------------
+    def _get_archive(self) -> Any:
+        pid = os.getpid()
+        if self._archive is None or self._pid != pid:
+            from cdml_edge.archive import open_archive
+
+            first_open = self._pid == -1
+            self._archive = open_archive(self.path, **self.archive_options)
+            self._cache = ByteLRU.from_mb(self.cache_size_mb)  # each process starts empty
+            self._pid = pid
+            if not first_open:
+                _tune_worker()
+        return self._archive
+
+    def _read_many(self, names: Sequence[str]) -> list[bytes]:
+        archive = self._get_archive()  # resets the cache in a new process
+        cache = self._cache
+        out: list[bytes | None] = [cache.get(n) if cache.capacity else None for n in names]
+        missing = [i for i, v in enumerate(out) if v is None]
+        if missing:
+            fetched = archive.read_many([names[i] for i in missing])
+            for i, data in zip(missing, fetched, strict=True):
+                out[i] = data
+                if cache.capacity:
+                    cache.put(names[i], data)
+        return [v for v in out if v is not None]
+
+    def read(self, index: int) -> bytes:
+        """The raw bytes of item ``index`` (through the cache)."""
+        return self._read_many([self.names[index]])[0]
+
+    def cache_info(self) -> CacheInfo:
+        """Hit/miss counters of this process's cache (each DataLoader worker has its own)."""
+        return self._cache.info()
+
+    # -- items --------------------------------------------------------------------------
+    def decode(self, name: str, data: bytes) -> Any:
+        """Raw member bytes -> the sample (before labels)."""
+        mod = self.modality
+        tf = self.transform
+        if mod is None or mod == "binary":
+            return tf(data) if tf else data
+        if mod == "image":
+            rgb = decode_image(
+                data, member=name, target_size=self.target_size, reduced=self.reduced_decode
+            )
+            return tf(rgb) if tf else image_to_tensor(rgb)
+        value: Any
+        if mod == "audio":
+            value = decode_audio(data, member=name, **self.audio_options)
+            if self.fixed_length is not None:
+                value = fit_length(value, self.fixed_length, axis=-1)
+        elif mod in ("csv", "timeseries"):
+            value = (
+                decode_csv(data, member=name).values
+                if mod == "csv"
+                else decode_timeseries(data, member=name)
+            )
+            if self.fixed_length is not None:
+                value = fit_length(value, self.fixed_length, axis=0)
+        elif mod == "json":
+            value = decode_json(data, member=name)
+            return tf(value) if tf else value
+        else:  # text
+            value = decode_text(data, member=name).text
+            return tf(value) if tf else value
+        return tf(value) if tf else torch.from_numpy(np.ascontiguousarray(value))
+
+    def _item(self, index: int, data: bytes) -> Any:
+        x = self.decode(self.names[index], data)
+        if self.targets is None:
+            return x
+        y = self.targets[index]
+        return x, (self.target_transform(y) if self.target_transform else y)
+
+    def __getitem__(self, index: int) -> Any:
+        if index < 0:
+            index += len(self.names)
+        if not 0 <= index < len(self.names):
+            raise IndexError(f"index {index} out of range for {len(self.names)} items")
+        return self._item(index, self.read(index))
+
+    def __getitems__(self, indices: Sequence[int]) -> list[Any]:
+        """Batched fetch used by DataLoader: one ``read_many`` for all cache misses."""
+        idx = [i + len(self.names) if i < 0 else i for i in indices]
+        datas = self._read_many([self.names[i] for i in idx])
+        return [self._item(i, d) for i, d in zip(idx, datas, strict=True)]
+
+    # -- distributed ----------------------------------------------------------------------
+    def shard(self, rank: int, world_size: int, *, drop_last: bool = False) -> CDMLStreamDataset:
+        """The ``rank``-th of ``world_size`` interleaved shards, as DistributedSampler splits
+        without shuffling: padded by wrapping around to equal length (or ``drop_last``)."""
+        if world_size < 1 or not 0 <= rank < world_size:
+            raise ValueError(f"need 0 <= rank < world_size, got rank={rank}, world={world_size}")
+        n = len(self.names)
+        if drop_last:
+            order = list(range(n - n % world_size))
+        else:
+            total = -(-n // world_size) * world_size
+            order = [i % n for i in range(total)]
+        picked = order[rank::world_size]
+        view = copy.copy(self)
+        view.names = [self.names[i] for i in picked]
+        view.targets = None if self.targets is None else [self.targets[i] for i in picked]
+        return view
+
+    # -- pickling -------------------------------------------------------------------------
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        state["_archive"] = None
+        state["_pid"] = -2  # reopen on first use in the receiving process
+        state["_cache"] = None
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._cache = ByteLRU.from_mb(self.cache_size_mb)
+
+    def __repr__(self) -> str:
+        mod = self.modality or "bytes"
+        return f"CDMLStreamDataset({self.archive_name!r}, items={len(self)}, modality={mod})"
+
+
+def _tune_worker() -> None:
+    """In a DataLoader worker, keep OpenCV single-threaded (workers already run in parallel)."""
+    if torch.utils.data.get_worker_info() is not None:
+        import cv2
+
+        cv2.setNumThreads(1)

@@ -1,0 +1,182 @@
+"""Label resolution for archive members: class folders, a callable, or a name->label mapping.
+
+No torch here. Labels are resolved once, when the dataset is built, so a lambda works
+as ``labels=`` even with spawn-started DataLoader workers (only the results travel).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import posixpath
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Union
+
+LabelSource = Union[str, "os.PathLike[str]", Callable[[str], Any], Mapping[str, Any], None]
+
+
+class LabelError(ValueError):
+    """Labels could not be resolved; names the member or mapping at fault."""
+
+    def __init__(self, where: str, reason: str) -> None:
+        self.where = where
+        self.reason = reason
+        super().__init__(f"{where}: {reason}")
+
+
+@dataclass
+class Labels:
+    """Resolved labels: the members kept, one target each, and the class vocabulary."""
+
+    names: list[str]
+    targets: list[Any]
+    classes: list[str] = field(default_factory=list)
+    class_to_idx: dict[str, int] = field(default_factory=dict)
+
+
+def _common_dirs(names: Sequence[str]) -> int:
+    """How many leading directory components every name shares."""
+    parts = [n.split("/")[:-1] for n in names]
+    if not parts:
+        return 0
+    depth = 0
+    for level in zip(*parts):  # noqa: B905 - stops at the shortest name
+        if len(set(level)) != 1:
+            break
+        depth += 1
+    return depth
+
+
+def folder_labels(names: Sequence[str]) -> Labels:
+    """ImageFolder semantics: the class is the first directory below the common root.
+
+    ``cats/1.jpg`` and ``data/cats/1.jpg`` both give class ``cats`` (a single wrapping
+    folder, as left by zipping a directory, is skipped); files directly in the root have no
+    class and are left out, as ImageFolder does. Classes are sorted; indices follow that order.
+    """
+    depth = _common_dirs(names)
+    if names and all(n.count("/") == depth for n in names) and depth > 0:
+        depth -= 1  # everything sits in one folder: that folder is the one class
+    kept: list[str] = []
+    cls: list[str] = []
+    for n in names:
+        parts = n.split("/")
+        if len(parts) - 1 > depth:
+            kept.append(n)
+            cls.append(parts[depth])
+    if not kept:
+        raise LabelError("labels='folder'", "no member sits in a class folder")
+    classes = sorted(set(cls))
+    class_to_idx = {c: i for i, c in enumerate(classes)}
+    return Labels(kept, [class_to_idx[c] for c in cls], classes, class_to_idx)
+
+
+def parse_mapping(data: bytes, where: str) -> dict[str, Any]:
+    """A ``name -> label`` mapping from JSON (an object, or a list of ``[name, label]``)
+    or from a CSV of two columns ``name,label`` (header optional)."""
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise LabelError(where, f"not UTF-8: {exc}") from exc
+    if where.lower().endswith(".json"):
+        try:
+            obj = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise LabelError(where, f"malformed JSON: {exc}") from exc
+        if isinstance(obj, dict):
+            return {str(k): v for k, v in obj.items()}
+        if isinstance(obj, list) and all(isinstance(r, list) and len(r) == 2 for r in obj):
+            return {str(k): v for k, v in obj}
+        raise LabelError(where, "expected an object {name: label} or a list of [name, label]")
+    rows = [r for r in csv.reader(io.StringIO(text)) if r]
+    if (
+        rows
+        and len(rows[0]) == 2
+        and rows[0][0].strip().lower() in ("name", "file", "member", "filename", "path")
+    ):
+        rows = rows[1:]
+    out: dict[str, Any] = {}
+    for i, row in enumerate(rows, start=1):
+        if len(row) != 2:
+            raise LabelError(where, f"row {i} has {len(row)} fields, expected name,label")
+        out[row[0].strip()] = _scalar(row[1].strip())
+    return out
+
+
+def _scalar(s: str) -> Any:
+    try:
+        return int(s)
+    except ValueError:
+        pass
+    try:
+        return float(s)
+    except ValueError:
+        return s
+
+
+def mapping_labels(names: Sequence[str], mapping: Mapping[str, Any], where: str) -> Labels:
+    """Keep the members the mapping names (by full name, else by base name)."""
+    by_base: dict[str, str] = {}
+    for n in names:
+        by_base.setdefault(posixpath.basename(n), n)
+    present = set(names)
+    pairs: dict[str, Any] = {}
+    for key, value in mapping.items():
+        member = key if key in present else by_base.get(posixpath.basename(key))
+        if member is None:
+            raise LabelError(where, f"labels member {key!r}, which is not in the archive")
+        pairs[member] = value
+    kept = [n for n in names if n in pairs]  # archive order
+    if not kept:
+        raise LabelError(where, "the mapping names no member of the dataset")
+    return _vocabulary(kept, [pairs[n] for n in kept])
+
+
+def callable_labels(names: Sequence[str], fn: Callable[[str], Any]) -> Labels:
+    return _vocabulary(list(names), [fn(n) for n in names])
+
+
+def _vocabulary(names: list[str], values: list[Any]) -> Labels:
+    """String labels become class indices (sorted classes); other labels stay as they are."""
+    if values and all(isinstance(v, str) for v in values):
+        classes = sorted(set(values))
+        idx = {c: i for i, c in enumerate(classes)}
+        return Labels(names, [idx[v] for v in values], classes, idx)
+    return Labels(names, values)
+
+
+def resolve_labels(
+    labels: LabelSource,
+    names: Sequence[str],
+    read_member: Callable[[str], bytes],
+    archive_names: Sequence[str],
+) -> Labels | None:
+    """Resolve ``labels=`` against the dataset's members.
+
+    ``"folder"``; a callable ``name -> label``; a mapping; or the name of a ``.csv`` /
+    ``.json`` member of the archive (or, failing that, a local file) holding the mapping.
+    """
+    if labels is None:
+        return None
+    if callable(labels) and not isinstance(labels, (str, os.PathLike)):
+        return callable_labels(names, labels)
+    if isinstance(labels, Mapping):
+        return mapping_labels(names, labels, "labels mapping")
+    spec = os.fspath(labels)
+    if spec == "folder":
+        return folder_labels(names)
+    if spec in archive_names:
+        data = read_member(spec)
+    elif os.path.isfile(spec):
+        with open(spec, "rb") as fh:
+            data = fh.read()
+    else:
+        raise LabelError(
+            spec,
+            "labels must be 'folder', a callable, a mapping, or a .csv/.json "
+            "member of the archive or local file",
+        )
+    return mapping_labels([n for n in names if n != spec], parse_mapping(data, spec), spec)
