@@ -10,8 +10,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 from _dataset_data import class_images, wav
+
 from cdml_edge.archive import pack
 from cdml_edge.data.live import LiveBatchLoader
 from cdml_edge.decode import CsvTable, DecodeError, TextData
