@@ -51,7 +51,7 @@ class ImageInput(_Strict):
 
     kind: Literal["image"] = "image"
     channels: Literal[1, 3] = 3
-    size: int = Field(32, ge=8, le=1024)
+    size: int = Field(default=32, ge=8, le=1024)
     mean: list[float] = Field(default_factory=lambda: [0.5, 0.5, 0.5])
     std: list[float] = Field(default_factory=lambda: [0.5, 0.5, 0.5])
     layout: Literal["NCHW"] = "NCHW"
@@ -70,11 +70,11 @@ class AudioInput(_Strict):
     """MFCC frames (n_mfcc × frames), per-coefficient ``(x - mean) / std``."""
 
     kind: Literal["audio"] = "audio"
-    sample_rate: int = Field(16000, gt=0)
-    n_mfcc: int = Field(20, gt=0)
-    hop_length: int = Field(512, gt=0)
-    n_fft: int = Field(2048, gt=0)
-    frames: int = Field(32, gt=0)
+    sample_rate: int = Field(default=16000, gt=0)
+    n_mfcc: int = Field(default=20, gt=0)
+    hop_length: int = Field(default=512, gt=0)
+    n_fft: int = Field(default=2048, gt=0)
+    frames: int = Field(default=32, gt=0)
     mean: list[float] | None = None
     std: list[float] | None = None
 

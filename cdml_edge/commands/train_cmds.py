@@ -1,0 +1,111 @@
+"""``cdml-edge train`` and ``cdml-edge export-onnx`` (need the ``train`` extra).
+
+torch is imported inside the commands, so the CLI still loads on an appliance
+without PyTorch.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import typer
+
+EXIT_TRAIN_ERROR = 2
+
+
+def _need_torch() -> None:
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        typer.echo("this command needs PyTorch: pip install 'cdml-edge[train]'", err=True)
+        raise typer.Exit(EXIT_TRAIN_ERROR) from None
+
+
+def train(
+    data: str = typer.Option(..., "--data", help="Archive (ZIP, tar.zst, s3://) of class folders."),
+    modality: str = typer.Option(
+        "image", "--modality", help="image | audio | timeseries | csv."
+    ),
+    epochs: int = typer.Option(10, "--epochs", min=0, help="Epochs to train."),
+    out: Path = typer.Option(..., "--out", help="Run folder: metrics.jsonl and checkpoints/."),
+    val_data: str | None = typer.Option(
+        None, "--val-data", help="Separate validation archive (default: 20 % split)."
+    ),
+    name: str | None = typer.Option(None, "--name", help="Model name stored in the spec."),
+    image_size: int = typer.Option(32, "--image-size", help="Image input size (multiple of 16)."),
+    channels: int = typer.Option(3, "--channels", help="Image channels: 3 (RGB) or 1."),
+    batch_size: int = typer.Option(64, "--batch-size", min=1),
+    lr: float = typer.Option(2e-3, "--lr"),
+    normal_label: str | None = typer.Option(
+        None, "--anomaly-normal", help="Class folder of normal data: train an anomaly model."
+    ),
+    seed: int = typer.Option(0, "--seed"),
+    device: str = typer.Option("auto", "--device", help="auto | cpu | cuda[:N]."),
+) -> None:
+    """Train a model on an archive of class folders; prints one final metrics line."""
+    _need_torch()
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+
+    from cdml_edge.nn.recipes import train_from_archive
+
+    with Progress(
+        TextColumn("epoch {task.fields[epoch]}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("loss {task.fields[loss]:.4f}"),
+        transient=True,
+    ) as progress:
+        task = progress.add_task("train", total=None, epoch=f"1/{epochs}", loss=float("nan"))
+        state: dict[str, int] = {"epoch": 0, "steps": 0}
+
+        def on_step(epoch: int, step: int, loss: float) -> None:
+            if epoch != state["epoch"]:  # steps per epoch are known after the first one
+                progress.reset(task, total=state["steps"] or None)
+                state["epoch"] = epoch
+            state["steps"] = max(state["steps"], step + 1)
+            progress.update(task, completed=step + 1, epoch=f"{epoch}/{epochs}", loss=loss)
+
+        try:
+            result = train_from_archive(
+                data, modality, epochs, out, val_data=val_data, name=name,
+                image_size=image_size, channels=channels, batch_size=batch_size, lr=lr,
+                normal_label=normal_label, seed=seed, device=device, on_step=on_step,
+            )
+        except (ValueError, KeyError, OSError) as exc:
+            progress.stop()
+            typer.echo(f"train: {exc}", err=True)
+            raise typer.Exit(EXIT_TRAIN_ERROR) from None
+    final = dict(result.history[-1]) if result.history else {"epoch": 0}
+    final["checkpoint"] = str(result.checkpoint)
+    final["params"] = result.trainer.model.num_parameters()
+    if result.spec.anomaly_threshold is not None:
+        final["anomaly_threshold"] = result.spec.anomaly_threshold
+    typer.echo(json.dumps(final, sort_keys=True))
+
+
+def export_onnx(
+    checkpoint: Path = typer.Argument(..., help="Checkpoint written by cdml-edge train."),
+    out: Path = typer.Argument(..., help="Output .onnx file."),
+    opset: int = typer.Option(17, "--opset", help="ONNX opset."),
+    tolerance: float = typer.Option(1e-4, "--tolerance", help="Parity limit vs torch."),
+) -> None:
+    """Export a checkpoint to ONNX (metadata included) and check parity with torch."""
+    _need_torch()
+    from cdml_edge.nn.checkpoint import CheckpointError
+    from cdml_edge.nn.export import ExportError, export_checkpoint
+
+    try:
+        report = export_checkpoint(checkpoint, out, opset=opset, tolerance=tolerance)
+    except (ExportError, CheckpointError) as exc:
+        typer.echo(f"export-onnx: {exc}", err=True)
+        raise typer.Exit(EXIT_TRAIN_ERROR) from None
+    typer.echo(
+        f"{report.path}: opset {report.opset}, outputs {report.outputs}, "
+        f"{report.size_bytes} bytes, parity max abs diff {report.max_abs_diff:.3g}"
+    )
+
+
+def register(app: typer.Typer) -> None:
+    app.command("train")(train)
+    app.command("export-onnx")(export_onnx)

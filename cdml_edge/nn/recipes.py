@@ -1,0 +1,203 @@
+"""Training recipes: an archive of class folders in, a checkpoint with its ModelSpec out.
+
+Used by ``cdml-edge train`` and ``scripts/train_demo_models.py``. Items are decoded by
+:mod:`cdml_edge.decode` and prepared by :func:`cdml_edge.model_meta.prepare_item`, the
+same code the appliance runs, so training and serving see identical inputs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch.utils.data import DataLoader, Dataset, Subset, TensorDataset
+
+from cdml_edge.model_meta import (
+    AudioInput,
+    ImageInput,
+    ModelSpec,
+    SeriesInput,
+    fit_input_stats,
+)
+from cdml_edge.nn.base import LatentModel
+from cdml_edge.nn.cda import AnomalyScorer, encode
+from cdml_edge.nn.data import spec_dataset
+from cdml_edge.nn.encoders import AudioEncoder, TimeSeriesEncoder
+from cdml_edge.nn.loss import CDMLLoss
+from cdml_edge.nn.tier2 import CDMLTrainTier2
+from cdml_edge.nn.train import CDMLTrainer, StepCallback
+
+
+@dataclass
+class TrainResult:
+    trainer: CDMLTrainer
+    spec: ModelSpec
+    checkpoint: Path
+    classes: list[str]
+    history: list[dict[str, Any]] = field(default_factory=list)
+    scorer: AnomalyScorer | None = None
+
+
+def base_spec(
+    modality: str,
+    name: str,
+    sample: np.ndarray | None,
+    image_size: int = 32,
+    channels: int = 3,
+    audio: dict[str, int] | None = None,
+) -> ModelSpec:
+    """A classifier spec for ``modality``; audio/series shapes are read off ``sample``."""
+    inp: ImageInput | AudioInput | SeriesInput
+    if modality == "image":
+        c = 3 if channels == 3 else 1
+        inp = ImageInput.model_validate(
+            {"channels": c, "size": image_size, "mean": [0.5] * c, "std": [0.5] * c}
+        )
+    elif modality == "audio":
+        if sample is None:
+            raise ValueError("audio spec needs a decoded sample")
+        inp = AudioInput.model_validate({**(audio or {}), "frames": int(sample.shape[-1])})
+    elif modality in ("timeseries", "csv"):
+        if sample is None:
+            raise ValueError("series spec needs a decoded sample")
+        a = sample if sample.ndim == 2 else sample[:, None]
+        inp = SeriesInput(channels=int(a.shape[1]), window=int(a.shape[0]))
+    else:
+        raise ValueError(f"cannot train on modality {modality!r}")
+    return ModelSpec.model_validate(
+        {"name": name, "modality": modality, "task": "classifier", "input": inp, "labels": ["?"]}
+    )
+
+
+def build_for(spec: ModelSpec, num_classes: int, latent_dim: int | None = None) -> LatentModel:
+    """The default model for a spec's input."""
+    inp = spec.input
+    if isinstance(inp, ImageInput):
+        return CDMLTrainTier2(latent_dim or 64, num_classes, inp.channels, inp.size)
+    if isinstance(inp, AudioInput):
+        return AudioEncoder(inp.n_mfcc, inp.frames, latent_dim or 32, num_classes)
+    return TimeSeriesEncoder(inp.channels, inp.window, latent_dim or 16, num_classes)
+
+
+def materialize(ds: Dataset[Any]) -> TensorDataset:
+    """Decode every item once into memory (for data whose decoding is costly, e.g. MFCC)."""
+    items = [ds[i] for i in range(len(ds))]  # type: ignore[arg-type]
+    return TensorDataset(torch.stack([x for x, _ in items]), torch.as_tensor([y for _, y in items]))
+
+
+def _split(n: int, fraction: float, seed: int) -> tuple[list[int], list[int]]:
+    order = np.random.default_rng(seed).permutation(n)
+    k = max(1, int(round(n * fraction)))
+    return sorted(order[k:].tolist()), sorted(order[:k].tolist())
+
+
+def train_from_archive(
+    data: Any,
+    modality: str,
+    epochs: int,
+    out_dir: str | Path,
+    *,
+    val_data: Any = None,
+    name: str | None = None,
+    version: str = "0.1.0",
+    image_size: int = 32,
+    channels: int = 3,
+    latent_dim: int | None = None,
+    batch_size: int = 64,
+    lr: float = 2e-3,
+    recon_weight: float = 1.0,
+    val_fraction: float = 0.2,
+    normal_label: str | None = None,
+    quantile: float = 0.99,
+    seed: int = 0,
+    in_memory: bool | None = None,
+    device: str = "auto",
+    on_step: StepCallback | None = None,
+) -> TrainResult:
+    """Train a classifier (or, with ``normal_label``, an anomaly model) on class folders.
+
+    Anomaly models are trained as classifiers first; then codes of the ``normal_label``
+    class fit an :class:`AnomalyScorer` whose threshold is the ``quantile`` of the
+    scores of held-out normal items.
+    """
+    torch.manual_seed(seed)
+    label = name or f"{modality}-model"
+    probe_spec = (
+        base_spec(modality, label, None, image_size, channels)
+        if modality == "image"
+        else _probe_spec(modality)
+    )
+    probe = spec_dataset(data, probe_spec, raw=True)
+    sample = np.asarray(probe[0][0])
+    spec = base_spec(modality, label, sample, image_size, channels)
+    classes = list(probe.classes)
+    spec = spec.model_copy(update={"labels": classes, "version": version})
+    if modality != "image":
+        spec = fit_input_stats(spec, [np.asarray(probe[i][0]) for i in range(len(probe))])
+    full = spec_dataset(data, spec)
+    if val_data is not None:
+        train_ds: Dataset[Any] = full
+        val_ds: Dataset[Any] = spec_dataset(val_data, spec)
+    else:
+        tr_idx, va_idx = _split(len(full), val_fraction, seed)
+        train_ds, val_ds = Subset(full, tr_idx), Subset(full, va_idx)
+    if in_memory if in_memory is not None else modality != "image":
+        train_ds, val_ds = materialize(train_ds), materialize(val_ds)
+    gen = torch.Generator().manual_seed(seed)
+    train_loader = DataLoader(train_ds, batch_size=batch_size, shuffle=True, generator=gen)
+    val_loader = DataLoader(val_ds, batch_size=256)
+    model = build_for(spec, len(classes), latent_dim)
+    trainer = CDMLTrainer(
+        model, lr=lr, device=device, loss=CDMLLoss(recon_weight=recon_weight),
+        out_dir=out_dir, spec=spec,
+    )
+    history = trainer.fit(train_loader, val_loader, epochs, on_step=on_step)
+    scorer = None
+    if normal_label is not None:
+        scorer, spec = _fit_anomaly(trainer, spec, classes, normal_label, train_ds, val_ds,
+                                    quantile)
+        trainer.spec = spec
+        trainer.extra["anomaly"] = scorer.state()
+        trainer.save_checkpoint()
+    ckpt = trainer.last_checkpoint
+    if ckpt is None:  # epochs == 0
+        ckpt = trainer.save_checkpoint()
+    return TrainResult(trainer, spec, ckpt, classes, history, scorer)
+
+
+def _probe_spec(modality: str) -> ModelSpec:
+    inp: AudioInput | SeriesInput = (
+        AudioInput() if modality == "audio" else SeriesInput(channels=1, window=1)
+    )
+    return ModelSpec.model_validate(
+        {"name": "probe", "modality": modality, "task": "classifier", "input": inp, "labels": ["?"]}
+    )
+
+
+def _fit_anomaly(
+    trainer: CDMLTrainer,
+    spec: ModelSpec,
+    classes: list[str],
+    normal_label: str,
+    train_ds: Dataset[Any],
+    val_ds: Dataset[Any],
+    quantile: float,
+) -> tuple[AnomalyScorer, ModelSpec]:
+    if normal_label not in classes:
+        raise ValueError(f"normal label {normal_label!r} is not a class folder: {classes}")
+    normal = classes.index(normal_label)
+    z_tr, y_tr = encode(trainer.model, DataLoader(train_ds, batch_size=256), trainer.device)
+    z_va, y_va = encode(trainer.model, DataLoader(val_ds, batch_size=256), trainer.device)
+    assert y_tr is not None and y_va is not None
+    calib = z_va[y_va == normal]
+    scorer = AnomalyScorer.fit(
+        z_tr[y_tr == normal], quantile, calibration=calib if len(calib) >= 10 else None
+    )
+    spec = spec.model_copy(
+        update={"task": "anomaly", "anomaly_threshold": scorer.threshold,
+                "outputs": ["anomaly", "latent"]}
+    )
+    return scorer, ModelSpec.model_validate(spec.model_dump())
