@@ -39,14 +39,21 @@ def port_is_free(port: int, host: str = "127.0.0.1") -> bool:
 
 
 class EmbeddedBroker:
-    """amqtt on ``host:port`` (port 0: 1883 when free, else any free port)."""
+    """amqtt on ``host:port`` (port 0: 1883 when free, else any free port).
 
-    def __init__(self, host: str = "127.0.0.1", port: int = 0) -> None:
+    ``tls`` (``certfile``, ``keyfile``, optional ``cafile``) makes it a TLS listener; amqtt
+    asks for a client certificate but does not require one.
+    """
+
+    def __init__(
+        self, host: str = "127.0.0.1", port: int = 0, tls: dict[str, str] | None = None
+    ) -> None:
         if port == 0:
             port = DEFAULT_EMBEDDED_PORT if port_is_free(DEFAULT_EMBEDDED_PORT, host) else 0
             port = port or free_port(host)
         self.host = host
         self.port = port
+        self.tls = tls
         self._loop: asyncio.AbstractEventLoop | None = None
         self._broker: Any = None
         self._thread: threading.Thread | None = None
@@ -55,7 +62,8 @@ class EmbeddedBroker:
 
     @property
     def url(self) -> str:
-        return f"mqtt://{self.host}:{self.port}"
+        scheme = "mqtts" if self.tls else "mqtt"
+        return f"{scheme}://{self.host}:{self.port}"
 
     def start(self, timeout: float = 10.0) -> EmbeddedBroker:
         """Start the broker thread; returns once it accepts connections."""
@@ -82,8 +90,11 @@ class EmbeddedBroker:
         loop = asyncio.new_event_loop()
         self._loop = loop
         asyncio.set_event_loop(loop)
+        listener: dict[str, Any] = {"type": "tcp", "bind": f"{self.host}:{self.port}"}
+        if self.tls:
+            listener.update({"ssl": True, **self.tls})
         config = {
-            "listeners": {"default": {"type": "tcp", "bind": f"{self.host}:{self.port}"}},
+            "listeners": {"default": listener},
             "plugins": {
                 "amqtt.plugins.authentication.AnonymousAuthPlugin": {"allow_anonymous": True},
             },
@@ -130,12 +141,20 @@ class EmbeddedBroker:
 
 
 def main(argv: list[str] | None = None) -> None:
-    """``python -m cdml_edge.agent.broker [PORT]``: run the embedded broker until killed."""
-    import sys
+    """``python -m cdml_edge.agent.broker [PORT] [--tls CERT KEY [CA]]``: run until killed."""
+    import argparse
     import time
 
-    args = sys.argv[1:] if argv is None else argv
-    broker = EmbeddedBroker(port=int(args[0]) if args else 0).start()
+    parser = argparse.ArgumentParser(prog="python -m cdml_edge.agent.broker")
+    parser.add_argument("port", type=int, nargs="?", default=0)
+    parser.add_argument("--tls", nargs="+", metavar="FILE", help="CERT KEY [CA]")
+    args = parser.parse_args(argv)
+    tls = None
+    if args.tls:
+        tls = {"certfile": args.tls[0], "keyfile": args.tls[1]}
+        if len(args.tls) > 2:
+            tls["cafile"] = args.tls[2]
+    broker = EmbeddedBroker(port=args.port, tls=tls).start()
     print(broker.url, flush=True)
     try:
         while True:

@@ -306,6 +306,7 @@ class MqttPublisher:
     def _on_connect(self, client: Any, userdata: Any, flags: Any, rc: Any, props: Any) -> None:
         if rc.is_failure:
             log.error("broker %s refused the connection: %s", self.broker_url, rc)
+            self._counts["connect_failures"] += 1
             return
         self._connected = True
         self._just_connected = True
