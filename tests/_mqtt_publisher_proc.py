@@ -11,6 +11,7 @@ import json
 import sys
 import threading
 import time
+from pathlib import Path
 
 from cdml_edge.agent.output import OutMessage
 from cdml_edge.agent.publisher import MqttPublisher
@@ -18,7 +19,7 @@ from cdml_edge.config import MqttConfig, SpoolConfig
 
 
 def main() -> None:
-    cfg = json.loads(open(sys.argv[1]).read())
+    cfg = json.loads(Path(sys.argv[1]).read_text())
     pub = MqttPublisher(
         MqttConfig(url=cfg["url"], topic_prefix=cfg["prefix"], keepalive=cfg.get("keepalive", 2)),
         cfg["device"],
