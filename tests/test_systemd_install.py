@@ -1,0 +1,168 @@
+"""scripts/install.sh: lint, and dry runs that must print every step and change nothing."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "install.sh"
+# Commands that change the system: in a dry run none of them may be executed.
+MUTATING = (
+    "apt-get", "useradd", "usermod", "userdel", "systemctl", "install", "python3", "chown",
+    "chmod", "mv", "rm", "mktemp", "pip",
+)
+
+
+def stubbed_env(tmp_path: Path, uid: int = 0) -> tuple[dict[str, str], Path]:
+    """PATH with recording stubs of every mutating command (and of `id -u`)."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    calls = tmp_path / "calls.log"
+    for name in MUTATING:
+        stub = bin_dir / name
+        # `systemctl --version` only reads; everything else is recorded.
+        read_only = 'if [ "$1" = "--version" ]; then echo "systemd 252"; exit 0; fi\n'
+        stub.write_text(
+            f'#!/bin/sh\n{read_only if name == "systemctl" else ""}'
+            f'echo "{name} $*" >> "{calls}"\n'
+        )
+        stub.chmod(0o755)
+    real_id = shutil.which("id") or "/usr/bin/id"
+    id_stub = bin_dir / "id"
+    id_stub.write_text(
+        f'#!/bin/sh\nif [ "$1" = "-u" ]; then echo {uid}; else exec {real_id} "$@"; fi\n'
+    )
+    id_stub.chmod(0o755)
+    env = dict(os.environ, PATH=f"{bin_dir}:{os.environ['PATH']}")
+    return env, calls
+
+
+def run_script(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        ["bash", str(SCRIPT), *args], capture_output=True, text=True, env=env, timeout=60
+    )
+
+
+def commands(stdout: str) -> list[str]:
+    return [ln[2:] for ln in stdout.splitlines() if ln.startswith("+ ")]
+
+
+def test_bash_syntax() -> None:
+    res = subprocess.run(["bash", "-n", str(SCRIPT)], capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr
+
+
+def test_shellcheck() -> None:
+    exe = shutil.which("shellcheck")
+    if exe is None:
+        pytest.skip("shellcheck is not installed (apt-get install shellcheck)")
+    res = subprocess.run([exe, str(SCRIPT)], capture_output=True, text=True)
+    assert res.returncode == 0, res.stdout
+
+
+def test_dry_run_install_on_a_pi(tmp_path: Path) -> None:
+    env, calls = stubbed_env(tmp_path, uid=1000)  # a dry run needs no root
+    res = run_script(env, "--dry-run", "--board", "pi", "--memory-max", "1.5G")
+    assert res.returncode == 0, res.stderr
+    assert not calls.exists(), f"dry run executed: {calls.read_text()}"
+    out = res.stdout
+    assert "board: pi" in out and "MemoryMax=1536M" in out
+    cmds = commands(out)
+
+    def index(fragment: str) -> int:
+        for i, c in enumerate(cmds):
+            if fragment in c:
+                return i
+        raise AssertionError(f"no step with {fragment!r} in:\n" + "\n".join(cmds))
+
+    steps = [
+        "apt-get install -y --no-install-recommends python3 python3-venv",
+        "useradd --system --user-group",
+        "install -d -m 0750 -o root -g cdml-edge /etc/cdml-edge",
+        "python3 -m venv /opt/cdml-edge/venv",
+        "/opt/cdml-edge/venv/bin/pip install --quiet " + str(SCRIPT.parents[1]),
+        "/etc/cdml-edge/factory.yaml",
+        "write /etc/cdml-edge/mqtt-password (mode 0600, owner root:root",
+        "write /etc/systemd/system/cdml-edge.service (mode 0644",
+        "write /etc/systemd/system/cdml-edge-replay.service",
+        "write /etc/systemd/system/cdml-edge-replay.timer",
+        "write /etc/systemd/system/cdml-edge.service.d/50-memory.conf",
+        "systemctl daemon-reload",
+        "systemctl enable --now cdml-edge.service cdml-edge-replay.timer",
+    ]
+    positions = [index(s) for s in steps]
+    assert positions == sorted(positions), "steps out of order"
+    # Runtime dependencies only: no extras, no PyTorch, no GPU wheel swap on a Pi.
+    pip = [c for c in cmds if "/bin/pip install" in c]
+    assert all("[" not in c and "torch" not in c for c in pip), pip
+    assert not any("onnxruntime" in c for c in pip)
+    assert "MemoryHigh=1228M" in out
+
+
+def test_dry_run_jetson_swaps_in_the_gpu_wheel(tmp_path: Path) -> None:
+    env, calls = stubbed_env(tmp_path)
+    wheel = tmp_path / "onnxruntime_gpu-1.19.0-cp310-cp310-linux_aarch64.whl"
+    wheel.write_bytes(b"PK")
+    res = run_script(env, "--dry-run", "--board", "jetson", "--ort-wheel", str(wheel), "--no-apt",
+                     "--no-start")
+    assert res.returncode == 0, res.stderr
+    assert not calls.exists(), calls.read_text()
+    cmds = commands(res.stdout)
+    assert not any(c.startswith("apt-get") for c in cmds)
+    i_pkg = next(i for i, c in enumerate(cmds) if c.endswith("pip install --quiet "
+                                                             + str(SCRIPT.parents[1])))
+    i_rm = cmds.index("/opt/cdml-edge/venv/bin/pip uninstall --yes onnxruntime")
+    i_gpu = next(i for i, c in enumerate(cmds) if c.endswith(f"--no-deps {wheel}"))
+    assert i_pkg < i_rm < i_gpu
+    assert "systemctl enable cdml-edge.service cdml-edge-replay.timer" in cmds
+
+
+def test_dry_run_uninstall(tmp_path: Path) -> None:
+    env, calls = stubbed_env(tmp_path)
+    res = run_script(env, "--dry-run", "--uninstall")
+    assert res.returncode == 0, res.stderr
+    assert not calls.exists(), calls.read_text()
+    cmds = commands(res.stdout)
+    assert "systemctl disable --now cdml-edge.service" in cmds
+    assert "rm -f /etc/systemd/system/cdml-edge.service" in cmds
+    assert "rm -rf /opt/cdml-edge" in cmds
+    assert not any("/etc/cdml-edge" in c and c.startswith("rm") for c in cmds)  # kept
+    assert not any(c.startswith("userdel") for c in cmds)
+    purge = commands(run_script(env, "--dry-run", "--uninstall", "--purge").stdout)
+    assert "rm -rf /etc/cdml-edge /var/lib/cdml-edge" in purge
+    assert "userdel cdml-edge" in purge
+
+
+def test_refusals(tmp_path: Path) -> None:
+    env, calls = stubbed_env(tmp_path, uid=1000)
+    res = run_script(env)  # a real install as a normal user
+    assert res.returncode == 1 and "run as root" in res.stderr
+    res = run_script(env, "--purge", "--dry-run")
+    assert res.returncode == 1 and "--purge goes with --uninstall" in res.stderr
+    res = run_script(env, "--frobnicate")
+    assert res.returncode == 1 and "unknown option" in res.stderr
+    res = run_script(env, "--dry-run", "--memory-max", "lots")
+    assert res.returncode == 1 and "--memory-max" in res.stderr
+    res = run_script(env, "--dry-run", "--ort-wheel", str(tmp_path / "missing.whl"))
+    assert res.returncode == 1 and "wheel not found" in res.stderr
+    assert not calls.exists(), calls.read_text()
+
+
+def test_stubs_do_catch_a_real_run(tmp_path: Path) -> None:
+    """Without --dry-run the same stubs record the calls (so the dry-run checks can fail).
+
+    Every command up to the venv is a stub; the run then stops at the venv's own pip,
+    which does not exist here.
+    """
+    env, calls = stubbed_env(tmp_path, uid=0)
+    res = run_script(env, "--no-apt", "--board", "pi")
+    assert res.returncode != 0
+    recorded = calls.read_text().splitlines()
+    assert any(c.startswith("install -d -m 0750 -o root -g cdml-edge /etc/cdml-edge")
+               for c in recorded), recorded
+    assert "python3 -m venv /opt/cdml-edge/venv" in recorded
+    assert not Path("/opt/cdml-edge/venv/bin/pip").exists()
