@@ -19,7 +19,7 @@ import logging
 import os
 import tempfile
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -33,6 +33,7 @@ from cdml_edge.agent.retention import RetentionError, list_retained, read_sideca
 if TYPE_CHECKING:  # pragma: no cover
     from cdml_edge.agent.infer import ModelRunner
     from cdml_edge.agent.pipeline import WindowOutcome
+    from cdml_edge.config import AppConfig
 
 log = logging.getLogger(__name__)
 
@@ -229,3 +230,33 @@ def replay_to_jsonl(
         Path(tmp).unlink(missing_ok=True)
         raise
     return st
+
+
+def load_replay_runners(
+    cfg: AppConfig, models: Sequence[str | Path] = (), warm_up: bool = False
+) -> dict[str, ModelRunner]:
+    """The configured models (with their overrides), each ``--model`` file replacing the
+    configured one of its modality (read from the file's metadata, no overrides)."""
+    from cdml_edge.agent.infer import ModelOverrides, ModelRunner, load_runners
+
+    spec: dict[str, tuple[str | Path, ModelOverrides]] = {
+        modality: (
+            mc.path,
+            ModelOverrides(mc.labels, mc.input_size, mc.anomaly_threshold, mc.providers),
+        )
+        for modality, mc in cfg.models.items()
+    }
+    extra = [ModelRunner.load(p) for p in models]
+    for r in extra:
+        spec.pop(r.spec.modality, None)
+    runners = load_runners(spec, warm_up=warm_up)
+    for r in extra:
+        if warm_up:
+            r.warm_up()
+        runners[r.spec.modality] = r
+    return runners
+
+
+def segment_rows_of(cfg: AppConfig) -> dict[str, int | None]:
+    """Per-source ``segment_rows`` from the configuration."""
+    return {s.name: s.segment_rows for s in cfg.sources}
