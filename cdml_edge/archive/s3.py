@@ -1,0 +1,661 @@
+"""``s3://`` byte source: archives read by HTTP byte ranges, never downloaded whole.
+
+:func:`open_s3_source` returns an :class:`S3Source` (a :class:`~cdml_edge.archive.source.
+ByteSource`). Opening costs one suffix-range ``GET`` of the object's tail (which also yields
+its size and ETag); the archive reader's tail read is served from it and its central
+directory / member index read costs one more ranged ``GET`` at most. With an
+:class:`~cdml_edge.archive.s3_index_cache.S3IndexCache`, a second open costs one ``HEAD``
+(ETag check) and no ``GET``. Each ``pread`` is one ranged ``GET``; ``pread_many`` merges
+ranges whose gap is at most ``gap`` bytes into one ``GET`` and splits the answer.
+
+Every ``GET`` after open carries ``If-Match: <ETag>``: an object replaced while open raises
+:class:`S3ObjectChangedError` instead of mixing bytes of two versions.
+
+Credentials, region and endpoint come from the standard boto3 chain; ``endpoint_url`` or the
+``CDML_EDGE_S3_ENDPOINT`` environment variable point at S3-compatible stores (MinIO, Ceph
+RGW), addressed path-style. Clients are created lazily, one per process and settings, and
+re-created after ``fork``; the source pickles without its client.
+"""
+
+from __future__ import annotations
+
+import bisect
+import os
+import random
+import re
+import threading
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from cdml_edge.archive.s3_errors import (
+    S3AccessError,
+    S3Error,
+    S3NotFoundError,
+    S3ObjectChangedError,
+    S3TransientError,
+    is_transient,
+    map_client_error,
+)
+from cdml_edge.archive.s3_index_cache import S3IndexCache
+
+__all__ = [
+    "DEFAULT_GAP",
+    "DEFAULT_TAIL_BYTES",
+    "ENDPOINT_ENV",
+    "RetryPolicy",
+    "S3AccessError",
+    "S3Error",
+    "S3IndexCache",
+    "S3NotFoundError",
+    "S3ObjectChangedError",
+    "S3Source",
+    "S3Stats",
+    "S3TransientError",
+    "open_s3_source",
+    "parse_s3_url",
+]
+
+ENDPOINT_ENV = "CDML_EDGE_S3_ENDPOINT"
+INDEX_CACHE_ENV = "CDML_EDGE_S3_INDEX_CACHE"
+# Ranges closer than this are fetched in one GET (the gap bytes are read and dropped).
+DEFAULT_GAP = 256 << 10
+# One coalesced GET never spans more than this.
+DEFAULT_MAX_REQUEST = 16 << 20
+# Bytes read from the end of the object at open: a ZIP end record with the longest comment
+# (22 + 65535), the ZIP64 locator and record, and a tar.zst seek table of small archives.
+DEFAULT_TAIL_BYTES = 128 << 10
+DEFAULT_CONCURRENCY = 8
+
+T = TypeVar("T")
+_URL = re.compile(r"^s3://(?P<bucket>[^/]+)/(?P<key>.+)$")
+
+
+def parse_s3_url(url: str) -> tuple[str, str]:
+    """``s3://bucket/path/to/key`` -> ``(bucket, key)``."""
+    m = _URL.match(url)
+    if not m:
+        raise ValueError(f"not an s3 URL (want s3://bucket/key): {url!r}")
+    return m.group("bucket"), m.group("key")
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """Retries of one request: botocore's own (``botocore_attempts``, standard mode, covers
+    5xx, throttling, timeouts) inside ours (``attempts``, also covers errors while reading
+    the body and short bodies), with exponential backoff and full jitter between ours."""
+
+    attempts: int = 4
+    base_delay: float = 0.1
+    max_delay: float = 5.0
+    botocore_attempts: int = 3
+    connect_timeout: float = 10.0
+    read_timeout: float = 30.0
+
+    def delay(self, attempt: int) -> float:
+        return float(random.uniform(0, min(self.max_delay, self.base_delay * (2**attempt))))
+
+
+@dataclass
+class S3Stats:
+    """Per-process request counters of one source (HTTP attempts, retries included)."""
+
+    requests: int = 0
+    get_requests: int = 0
+    head_requests: int = 0
+    bytes_fetched: int = 0
+    retries: int = 0
+    served_from_memory: int = 0
+    lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
+
+    def snapshot(self) -> dict[str, int]:
+        with self.lock:
+            return {
+                "requests": self.requests,
+                "get_requests": self.get_requests,
+                "head_requests": self.head_requests,
+                "bytes_fetched": self.bytes_fetched,
+                "retries": self.retries,
+                "served_from_memory": self.served_from_memory,
+            }
+
+
+# -- per-process clients and thread pool --------------------------------------------------
+_proc_lock = threading.Lock()
+_clients: dict[tuple[Any, ...], Any] = {}
+_pool: ThreadPoolExecutor | None = None
+_proc_pid = os.getpid()
+
+
+def _after_fork() -> None:
+    global _proc_lock, _pool, _proc_pid
+    _proc_lock = threading.Lock()
+    _clients.clear()
+    _pool = None
+    _proc_pid = os.getpid()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork)
+
+
+def _check_pid() -> None:
+    if _proc_pid != os.getpid():  # forked without the hook (or by a non-Python parent)
+        _after_fork()
+
+
+def _shared_client(endpoint: str | None, region: str | None, policy: RetryPolicy) -> Any:
+    _check_pid()
+    key = (endpoint, region, policy.botocore_attempts, policy.connect_timeout, policy.read_timeout)
+    client = _clients.get(key)
+    if client is not None:
+        return client
+    with _proc_lock:
+        client = _clients.get(key)
+        if client is None:
+            client = _make_client(endpoint, region, policy)
+            _clients[key] = client
+        return client
+
+
+def _make_client(endpoint: str | None, region: str | None, policy: RetryPolicy) -> Any:
+    try:
+        import boto3
+        from botocore.config import Config
+    except ImportError as exc:  # pragma: no cover - depends on the installed extras
+        raise ImportError("s3:// archives need boto3: pip install 'cdml-edge[s3]'") from exc
+    session = boto3.session.Session()
+    region = region or session.region_name or "us-east-1"
+    options: dict[str, Any] = {
+        "retries": {"mode": "standard", "total_max_attempts": policy.botocore_attempts},
+        "connect_timeout": policy.connect_timeout,
+        "read_timeout": policy.read_timeout,
+        "max_pool_connections": max(10, DEFAULT_CONCURRENCY * 2),
+    }
+    if endpoint:
+        options["s3"] = {"addressing_style": "path"}
+    try:  # botocore >= 1.36: no checksum trailers S3-compatible stores may not know
+        config = Config(
+            **options,
+            request_checksum_calculation="when_required",
+            response_checksum_validation="when_required",
+        )
+    except TypeError:  # pragma: no cover - older botocore
+        config = Config(**options)
+    client = session.client("s3", endpoint_url=endpoint, region_name=region, config=config)
+    client.meta.events.register("before-send.s3", _on_send)
+    return client
+
+
+# The source whose request the current thread is sending (for per-source counting).
+_current = threading.local()
+
+
+def _on_send(request: Any, **_: Any) -> None:
+    """botocore ``before-send`` hook: one call per HTTP attempt, retries included."""
+    stats: S3Stats | None = getattr(_current, "stats", None)
+    if stats is None:
+        return None
+    _current.sent = getattr(_current, "sent", 0) + 1
+    method = str(getattr(request, "method", "")).upper()
+    with stats.lock:
+        stats.requests += 1
+        if method == "GET":
+            stats.get_requests += 1
+        elif method == "HEAD":
+            stats.head_requests += 1
+    return None  # a non-None value would replace the HTTP response
+
+
+def _shared_pool() -> ThreadPoolExecutor:
+    global _pool
+    _check_pid()
+    with _proc_lock:
+        if _pool is None:
+            _pool = ThreadPoolExecutor(DEFAULT_CONCURRENCY, thread_name_prefix="cdml-s3")
+        return _pool
+
+
+# -- bytes already in memory (tail, index) ------------------------------------------------
+class _Extents:
+    """Sorted, merged ``(offset, bytes)`` chunks of the object held in memory."""
+
+    def __init__(self, chunks: Sequence[tuple[int, bytes]] = ()) -> None:
+        self._starts: list[int] = []
+        self._data: list[bytes] = []
+        for off, data in chunks:
+            self.add(off, data)
+
+    def chunks(self) -> list[tuple[int, bytes]]:
+        return list(zip(self._starts, self._data, strict=True))
+
+    def nbytes(self) -> int:
+        return sum(len(d) for d in self._data)
+
+    def add(self, offset: int, data: bytes) -> None:
+        if not data:
+            return
+        start, end = offset, offset + len(data)
+        keep_s: list[int] = []
+        keep_d: list[bytes] = []
+        lo, hi = start, end
+        pieces: list[tuple[int, bytes]] = [(start, data)]
+        for s, d in zip(self._starts, self._data, strict=True):
+            if s + len(d) < start or s > end:
+                keep_s.append(s)
+                keep_d.append(d)
+            else:
+                pieces.append((s, d))
+                lo, hi = min(lo, s), max(hi, s + len(d))
+        merged = bytearray(hi - lo)
+        for s, d in sorted(pieces, key=lambda p: p[0]):
+            merged[s - lo : s - lo + len(d)] = d
+        merged[start - lo : end - lo] = data
+        i = bisect.bisect_left(keep_s, lo)
+        keep_s.insert(i, lo)
+        keep_d.insert(i, bytes(merged))
+        self._starts, self._data = keep_s, keep_d
+
+    def covering(self, offset: int) -> tuple[int, bytes] | None:
+        """The chunk holding byte ``offset``, if any."""
+        i = bisect.bisect_right(self._starts, offset) - 1
+        if i >= 0 and offset < self._starts[i] + len(self._data[i]):
+            return self._starts[i], self._data[i]
+        return None
+
+    def get(self, offset: int, end: int) -> bytes | None:
+        """Bytes ``[offset, end)`` if one chunk holds them all."""
+        hit = self.covering(offset)
+        if hit is None or end > hit[0] + len(hit[1]):
+            return None
+        s, d = hit
+        return d[offset - s : end - s]
+
+    def missing_span(self, offset: int, end: int) -> tuple[int, int]:
+        """The smallest ``[a, b)`` inside ``[offset, end)`` holding every byte not in memory."""
+        a = offset
+        while a < end:
+            hit = self.covering(a)
+            if hit is None:
+                break
+            a = hit[0] + len(hit[1])
+        b = end
+        while b > a:
+            hit = self.covering(b - 1)
+            if hit is None:
+                break
+            b = hit[0]
+        return a, max(a, b)
+
+
+class S3Source:
+    """A read-only S3 object as a :class:`ByteSource` (thread-safe, fork-safe, picklable).
+
+    ``stats`` (``requests``, ``bytes_fetched``, ...) counts this process's HTTP requests.
+    """
+
+    def __init__(
+        self,
+        bucket: str,
+        key: str,
+        *,
+        endpoint_url: str | None = None,
+        region: str | None = None,
+        index_cache: S3IndexCache | None = None,
+        gap: int = DEFAULT_GAP,
+        max_request: int = DEFAULT_MAX_REQUEST,
+        tail_bytes: int = DEFAULT_TAIL_BYTES,
+        retry: RetryPolicy | None = None,
+    ) -> None:
+        if gap < 0 or max_request <= 0 or tail_bytes <= 0:
+            raise ValueError("gap must be >= 0, max_request and tail_bytes > 0")
+        self.bucket = bucket
+        self.key = key
+        self.endpoint_url = endpoint_url or None
+        self.region = region
+        self.index_cache = index_cache
+        self.gap = int(gap)
+        self.max_request = int(max_request)
+        self.tail_bytes = int(tail_bytes)
+        self.retry = retry or RetryPolicy()
+        self.stats = S3Stats()
+        self.index_source = "none"  # how the index was obtained: "network" or "cache"
+        self._size: int | None = None
+        self._etag: str | None = None
+        self._known = _Extents()
+        self._known_lock = threading.Lock()
+        self._recording = False
+        self._open_lock = threading.Lock()
+
+    # -- ByteSource ---------------------------------------------------------------------
+    @property
+    def name(self) -> str:
+        return f"s3://{self.bucket}/{self.key}"
+
+    @property
+    def etag(self) -> str:
+        self.open()
+        assert self._etag is not None
+        return self._etag
+
+    @property
+    def requests(self) -> int:
+        return self.stats.requests
+
+    @property
+    def bytes_fetched(self) -> int:
+        return self.stats.bytes_fetched
+
+    def __repr__(self) -> str:
+        return f"<S3Source {self.name} size={self._size} etag={self._etag}>"
+
+    def size(self) -> int:
+        self.open()
+        assert self._size is not None
+        return self._size
+
+    def fileno(self) -> int | None:
+        return None
+
+    def close(self) -> None:
+        """Nothing to release: the client is shared per process; the source stays usable."""
+
+    def pread(self, offset: int, length: int) -> bytes:
+        if offset < 0 or length < 0:
+            raise ValueError("negative offset or length")
+        size = self.size()
+        end = min(size, offset + length)
+        if offset >= end:
+            return b""
+        with self._known_lock:
+            data = self._known.get(offset, end)
+            a, b = self._known.missing_span(offset, end) if data is None else (end, end)
+        if data is not None:
+            self._count(served=1)
+            return data
+        fetched = self._get_range(a, b)
+        with self._known_lock:
+            head = self._known.get(offset, a) if a > offset else b""
+            tail = self._known.get(b, end) if end > b else b""
+            if self._recording:
+                self._known.add(a, fetched)
+        if head is None or tail is None:  # pragma: no cover - extents only grow
+            raise S3Error("index bytes vanished", bucket=self.bucket, key=self.key)
+        if self._recording:
+            self.index_loaded()  # the reader's index read is the first fetch after open
+        return head + fetched + tail
+
+    def pread_many(self, ranges: Sequence[tuple[int, int]]) -> list[bytes]:
+        """Read ranges; those within ``gap`` of each other share one ranged ``GET``."""
+        if self._recording:
+            self.index_loaded()
+        size = self.size()
+        out: list[bytes] = [b""] * len(ranges)
+        todo: list[tuple[int, int, int]] = []
+        served = 0
+        with self._known_lock:
+            for i, (off, n) in enumerate(ranges):
+                if off < 0 or n < 0:
+                    raise ValueError("negative offset or length")
+                end = min(size, off + n)
+                if off >= end:
+                    continue
+                data = self._known.get(off, end)
+                if data is not None:
+                    out[i] = data
+                    served += 1
+                else:
+                    todo.append((off, end, i))
+        if served:
+            self._count(served=served)
+        groups = coalesce(todo, self.gap, self.max_request)
+        if len(groups) == 1:
+            results = [self._get_range(groups[0][0], groups[0][1])]
+        else:
+            pool = _shared_pool()
+            results = list(pool.map(lambda g: self._get_range(g[0], g[1]), groups))
+        for (start, _end, members), blob in zip(groups, results, strict=True):
+            for off, end, i in members:
+                out[i] = blob[off - start : end - start]
+        return out
+
+    # -- open and index ------------------------------------------------------------------
+    def open(self) -> None:
+        """Learn size and ETag, reading the tail (or the cached index). Idempotent."""
+        if self._size is not None:
+            return
+        with self._open_lock:
+            if self._size is not None:
+                return
+            cache = self.index_cache
+            ident = S3IndexCache.ident(self.endpoint_url, self.bucket, self.key)
+            entry = cache.get(ident) if cache is not None else None
+            if cache is not None and entry is not None:
+                size, etag = self._head()
+                if etag == entry.etag and size == entry.size:
+                    with self._known_lock:
+                        self._known = _Extents(entry.chunks)
+                    cache.touch(ident)
+                    self._etag, self.index_source = etag, "cache"
+                    self._size = size
+                    return
+                cache.discard(ident)
+                self._etag = etag
+                self._open_tail(size)
+            else:
+                self._open_tail(None)
+            self.index_source = "network"
+            self._recording = cache is not None
+
+    def _open_tail(self, size: int | None) -> None:
+        if size is None:
+            rng = f"bytes=-{self.tail_bytes}"
+        elif size == 0:
+            self._size = 0
+            return
+        else:
+            rng = f"bytes={max(0, size - self.tail_bytes)}-{size - 1}"
+        try:
+            resp, body = self._request("GET", Range=rng)
+        except S3Error as exc:
+            if exc.status != 416:  # an empty object has no satisfiable range
+                raise
+            size, self._etag = self._head()
+            self._size = size
+            return
+        total, start = _content_range(resp, len(body))
+        self._etag = str(resp.get("ETag") or self._etag or "")
+        with self._known_lock:
+            self._known.add(start, body)
+        self._size = total
+
+    def index_loaded(self) -> None:
+        """Called once the reader has parsed its index: stores the ranges read so far in the
+        index cache. Called automatically on the first fetch or ``pread_many`` after open."""
+        if not self._recording:
+            return
+        self._recording = False
+        cache = self.index_cache
+        if cache is None or self._etag is None or self._size is None:
+            return
+        with self._known_lock:
+            chunks = self._known.chunks()
+        ident = S3IndexCache.ident(self.endpoint_url, self.bucket, self.key)
+        cache.put(ident, self._etag, self._size, chunks)
+
+    def memory_bytes(self) -> int:
+        """Bytes of tail / index held in memory (served without requests)."""
+        with self._known_lock:
+            return self._known.nbytes()
+
+    # -- requests ------------------------------------------------------------------------
+    def _head(self) -> tuple[int, str]:
+        resp, _ = self._request("HEAD")
+        return int(resp["ContentLength"]), str(resp.get("ETag") or "")
+
+    def _get_range(self, start: int, end: int) -> bytes:
+        kwargs: dict[str, Any] = {"Range": f"bytes={start}-{end - 1}"}
+        if self._etag:
+            kwargs["IfMatch"] = self._etag
+        _, body = self._request("GET", expect=end - start, **kwargs)
+        return body
+
+    def _request(self, method: str, expect: int | None = None, **kwargs: Any) -> tuple[Any, bytes]:
+        """One HTTP request with our retries around botocore's; errors come back typed."""
+        from botocore.exceptions import ClientError, NoCredentialsError
+
+        client = _shared_client(self.endpoint_url, self.region, self.retry)
+        call: Callable[..., Any] = client.get_object if method == "GET" else client.head_object
+        attempts = max(1, self.retry.attempts)
+        for attempt in range(attempts):
+            _current.stats, _current.sent = self.stats, 0
+            try:
+                resp = call(Bucket=self.bucket, Key=self.key, **kwargs)
+                body = resp["Body"].read() if method == "GET" else b""
+                if expect is not None and len(body) != expect:
+                    raise _ShortBody(f"got {len(body)} of {expect} bytes")
+                self._count(nbytes=len(body), retried=max(0, _current.sent - 1))
+                return resp, body
+            except NoCredentialsError as exc:
+                raise S3AccessError(
+                    f"no credentials for {self.name} (boto3 chain: environment, ~/.aws, "
+                    "instance role)",
+                    bucket=self.bucket,
+                    key=self.key,
+                ) from exc
+            except Exception as exc:
+                self._count(retried=max(0, _current.sent - 1))
+                retry = isinstance(exc, _ShortBody) or is_transient(exc)
+                if retry and attempt + 1 < attempts:
+                    self._count(retried=1)
+                    time.sleep(self.retry.delay(attempt))
+                    continue
+                if isinstance(exc, ClientError):
+                    raise map_client_error(exc, self.bucket, self.key, method) from exc
+                raise S3TransientError(
+                    f"{method} of {self.name} failed after {attempt + 1} attempts: "
+                    f"{type(exc).__name__}: {exc}",
+                    bucket=self.bucket,
+                    key=self.key,
+                ) from exc
+            finally:
+                _current.stats = None
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _count(self, *, nbytes: int = 0, retried: int = 0, served: int = 0) -> None:
+        st = self.stats
+        with st.lock:
+            st.bytes_fetched += nbytes
+            st.retries += retried
+            st.served_from_memory += served
+
+    # -- pickling ------------------------------------------------------------------------
+    def __getstate__(self) -> dict[str, Any]:
+        with self._known_lock:
+            known = self._known.chunks()
+        return {
+            "bucket": self.bucket,
+            "key": self.key,
+            "endpoint_url": self.endpoint_url,
+            "region": self.region,
+            "index_cache": self.index_cache,
+            "gap": self.gap,
+            "max_request": self.max_request,
+            "tail_bytes": self.tail_bytes,
+            "retry": self.retry,
+            "size": self._size,
+            "etag": self._etag,
+            "index_source": self.index_source,
+            "known": known,
+        }
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(  # type: ignore[misc]
+            state["bucket"],
+            state["key"],
+            endpoint_url=state["endpoint_url"],
+            region=state["region"],
+            index_cache=state["index_cache"],
+            gap=state["gap"],
+            max_request=state["max_request"],
+            tail_bytes=state["tail_bytes"],
+            retry=state["retry"],
+        )
+        self._size, self._etag = state["size"], state["etag"]
+        self.index_source = state["index_source"]
+        self._known = _Extents(state["known"])
+
+
+class _ShortBody(Exception):
+    """The body ended before the requested range did (retried)."""
+
+
+def _content_range(resp: Any, nbody: int) -> tuple[int, int]:
+    """``(object size, first byte offset)`` of a ranged ``GET`` answer."""
+    cr = str(resp.get("ContentRange") or "")
+    m = re.match(r"bytes (\d+)-(\d+)/(\d+|\*)", cr)
+    if m and m.group(3) != "*":
+        return int(m.group(3)), int(m.group(1))
+    return nbody, 0  # 200 without Content-Range: the whole object
+
+
+def coalesce(
+    ranges: Sequence[tuple[int, int, int]], gap: int, max_request: int
+) -> list[tuple[int, int, list[tuple[int, int, int]]]]:
+    """Group ``(start, end, tag)`` ranges into ``(start, end, members)`` requests.
+
+    Ranges are sorted by start; a range joins the current group when it begins at most
+    ``gap`` bytes after the group's end and the group stays within ``max_request`` bytes
+    (a single range longer than that is still one request).
+    """
+    groups: list[tuple[int, int, list[tuple[int, int, int]]]] = []
+    for start, end, tag in sorted(ranges):
+        if groups:
+            g_start, g_end, members = groups[-1]
+            if start - g_end <= gap and max(g_end, end) - g_start <= max_request:
+                members.append((start, end, tag))
+                groups[-1] = (g_start, max(g_end, end), members)
+                continue
+        groups.append((start, end, [(start, end, tag)]))
+    return groups
+
+
+def open_s3_source(
+    url: str,
+    *,
+    endpoint_url: str | None = None,
+    region: str | None = None,
+    index_cache: S3IndexCache | str | os.PathLike[str] | None = None,
+    gap: int = DEFAULT_GAP,
+    max_request: int = DEFAULT_MAX_REQUEST,
+    tail_bytes: int = DEFAULT_TAIL_BYTES,
+    retry: RetryPolicy | None = None,
+) -> S3Source:
+    """Open ``s3://bucket/key`` and read its tail (or its cached index).
+
+    ``endpoint_url`` defaults to ``$CDML_EDGE_S3_ENDPOINT`` (else boto3's own resolution);
+    ``index_cache`` (a folder or an :class:`S3IndexCache`) defaults to
+    ``$CDML_EDGE_S3_INDEX_CACHE`` when set. Raises :class:`S3NotFoundError` /
+    :class:`S3AccessError` naming bucket and key on 404 / 403.
+    """
+    bucket, key = parse_s3_url(url)
+    endpoint_url = endpoint_url or os.environ.get(ENDPOINT_ENV) or None
+    if index_cache is None and os.environ.get(INDEX_CACHE_ENV):
+        index_cache = os.environ[INDEX_CACHE_ENV]
+    if index_cache is not None and not isinstance(index_cache, S3IndexCache):
+        index_cache = S3IndexCache(index_cache)
+    source = S3Source(
+        bucket,
+        key,
+        endpoint_url=endpoint_url,
+        region=region,
+        index_cache=index_cache,
+        gap=gap,
+        max_request=max_request,
+        tail_bytes=tail_bytes,
+        retry=retry,
+    )
+    source.open()
+    return source

@@ -1,0 +1,195 @@
+"""Sidecar index cache for ``s3://`` archives: the byte ranges read at open, on local disk.
+
+Opening an archive reads its tail and its central directory / member index. The cache keeps
+those ranges in one file per object, so opening the same object again costs one ``HEAD``
+(to compare the ETag) and no ranged ``GET`` for the index.
+
+Layout: ``<root>/<sha256(endpoint|bucket|key)[:32]>.s3idx``, each file a small binary header
+(magic, JSON with ETag, size, ranges, CRC-32) followed by the range bytes. Writes are atomic
+(temporary file, ``fsync``, ``rename``), so concurrent processes never see half an entry.
+
+Full policy: the folder is bounded by ``max_bytes``. After each write the least recently
+used entries (oldest ``mtime``; a hit refreshes it) are deleted until the total fits. An
+entry larger than ``max_bytes`` on its own is not stored. A corrupt or unreadable entry
+counts as a miss and is deleted.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import struct
+import tempfile
+import zlib
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+DEFAULT_INDEX_CACHE_BYTES = 256 << 20
+_MAGIC = b"CDS3IDX1"
+_HEAD = struct.Struct("<8sI")
+_SUFFIX = ".s3idx"
+
+
+@dataclass(frozen=True)
+class CachedIndex:
+    """One cached entry: the object's ETag and size, and the ``(offset, bytes)`` ranges."""
+
+    etag: str
+    size: int
+    chunks: tuple[tuple[int, bytes], ...]
+
+
+class S3IndexCache:
+    """A byte-bounded folder of cached index ranges, keyed by endpoint, bucket and key.
+
+    The ETag stored in an entry is compared by the caller with the object's current ETag;
+    a mismatch means the object changed and the entry is replaced on the next write.
+    """
+
+    def __init__(self, root: str | os.PathLike[str], max_bytes: int = DEFAULT_INDEX_CACHE_BYTES):
+        if max_bytes <= 0:
+            raise ValueError("max_bytes must be positive")
+        self.root = Path(root)
+        self.max_bytes = int(max_bytes)
+
+    def __repr__(self) -> str:
+        return f"S3IndexCache({str(self.root)!r}, max_bytes={self.max_bytes})"
+
+    def __getstate__(self) -> dict[str, object]:
+        return {"root": str(self.root), "max_bytes": self.max_bytes}
+
+    def __setstate__(self, state: dict[str, object]) -> None:
+        self.root = Path(str(state["root"]))
+        self.max_bytes = int(state["max_bytes"])  # type: ignore[call-overload]
+
+    # -- keys ---------------------------------------------------------------------------
+    @staticmethod
+    def ident(endpoint: str | None, bucket: str, key: str) -> str:
+        """The cache identity of an object (the ETag is checked separately)."""
+        return f"{endpoint or 'aws'}|{bucket}|{key}"
+
+    def path_for(self, ident: str) -> Path:
+        digest = hashlib.sha256(ident.encode("utf-8")).hexdigest()[:32]
+        return self.root / f"{digest}{_SUFFIX}"
+
+    # -- read ---------------------------------------------------------------------------
+    def get(self, ident: str) -> CachedIndex | None:
+        """The entry for ``ident``, or ``None`` (missing or corrupt; corrupt ones are removed)."""
+        path = self.path_for(ident)
+        try:
+            raw = path.read_bytes()
+        except OSError:
+            return None
+        entry = _decode(raw, ident)
+        if entry is None:
+            self.discard(ident)
+        return entry
+
+    def touch(self, ident: str) -> None:
+        """Mark an entry as just used (LRU order is ``mtime``)."""
+        with contextlib.suppress(OSError):
+            os.utime(self.path_for(ident))
+
+    def discard(self, ident: str) -> None:
+        with contextlib.suppress(OSError):
+            self.path_for(ident).unlink()
+
+    # -- write --------------------------------------------------------------------------
+    def put(self, ident: str, etag: str, size: int, chunks: Sequence[tuple[int, bytes]]) -> bool:
+        """Store an entry atomically, then evict LRU entries over the bound.
+
+        Returns ``False`` when the entry alone is over ``max_bytes`` (nothing is stored).
+        """
+        raw = _encode(ident, etag, size, chunks)
+        if len(raw) > self.max_bytes:
+            return False
+        self.root.mkdir(parents=True, exist_ok=True)
+        path = self.path_for(ident)
+        fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=_SUFFIX, dir=self.root)
+        try:
+            with os.fdopen(fd, "wb") as fh:
+                fh.write(raw)
+                fh.flush()
+                os.fsync(fh.fileno())
+            os.replace(tmp, path)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
+        self._evict(keep=path)
+        return True
+
+    def total_bytes(self) -> int:
+        """Bytes currently held by complete entries."""
+        return sum(size for _, size, _ in self._entries())
+
+    def _entries(self) -> list[tuple[float, int, Path]]:
+        out: list[tuple[float, int, Path]] = []
+        try:
+            listing = list(os.scandir(self.root))
+        except OSError:
+            return out
+        for item in listing:
+            if not item.name.endswith(_SUFFIX) or item.name.startswith(".tmp-"):
+                continue
+            try:
+                st = item.stat()
+            except OSError:
+                continue
+            out.append((st.st_mtime, st.st_size, Path(item.path)))
+        return out
+
+    def _evict(self, keep: Path) -> None:
+        entries = sorted(self._entries(), key=lambda e: e[0])
+        total = sum(size for _, size, _ in entries)
+        for _, size, path in entries:
+            if total <= self.max_bytes:
+                break
+            if path == keep:
+                continue
+            with contextlib.suppress(OSError):
+                path.unlink()
+            total -= size
+
+
+def _encode(ident: str, etag: str, size: int, chunks: Sequence[tuple[int, bytes]]) -> bytes:
+    payload = b"".join(data for _, data in chunks)
+    header = json.dumps(
+        {
+            "ident": ident,
+            "etag": etag,
+            "size": int(size),
+            "ranges": [[int(off), len(data)] for off, data in chunks],
+            "crc32": zlib.crc32(payload),
+        },
+        separators=(",", ":"),
+    ).encode("utf-8")
+    return _HEAD.pack(_MAGIC, len(header)) + header + payload
+
+
+def _decode(raw: bytes, ident: str) -> CachedIndex | None:
+    if len(raw) < _HEAD.size:
+        return None
+    magic, hlen = _HEAD.unpack_from(raw)
+    if magic != _MAGIC or _HEAD.size + hlen > len(raw):
+        return None
+    try:
+        header = json.loads(raw[_HEAD.size : _HEAD.size + hlen])
+        ranges = [(int(o), int(n)) for o, n in header["ranges"]]
+        etag, size, crc = str(header["etag"]), int(header["size"]), int(header["crc32"])
+        if header["ident"] != ident:
+            return None
+    except (ValueError, KeyError, TypeError):
+        return None
+    payload = raw[_HEAD.size + hlen :]
+    if sum(n for _, n in ranges) != len(payload) or zlib.crc32(payload) != crc:
+        return None
+    chunks: list[tuple[int, bytes]] = []
+    pos = 0
+    for off, n in ranges:
+        chunks.append((off, payload[pos : pos + n]))
+        pos += n
+    return CachedIndex(etag=etag, size=size, chunks=tuple(chunks))
