@@ -37,7 +37,7 @@ def _save(graph: onnx.GraphProto, spec: ModelSpec, path: Path) -> Path:
 def brightness_classifier(path: Path, size: int = 16) -> Path:
     """Image classifier: 'bright' when the mean pixel is above the image mid-grey, else 'dark'.
 
-    input (N,3,S,S), normalised with mean=0.5/std=0.5 -> mean over pixels m in [-1, 1];
+    input (N,3,H,W) (any size), normalised with mean=0.5/std=0.5 -> mean over pixels m in [-1, 1];
     logits = [-4m, 4m] over labels ['dark', 'bright'], latent = per-channel means (N,3).
     """
     spec = ModelSpec(
@@ -60,7 +60,7 @@ def brightness_classifier(path: Path, size: int = 16) -> Path:
     graph = helper.make_graph(
         nodes,
         "brightness",
-        [helper.make_tensor_value_info("input", TensorProto.FLOAT, ["N", 3, size, size])],
+        [helper.make_tensor_value_info("input", TensorProto.FLOAT, ["N", 3, "H", "W"])],
         [
             helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["N", 2]),
             helper.make_tensor_value_info("latent", TensorProto.FLOAT, ["N", 3]),

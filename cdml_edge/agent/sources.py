@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from watchdog.events import (
+    FileAttribEvent,
     FileClosedEvent,
     FileCreatedEvent,
     FileDeletedEvent,
@@ -83,6 +84,7 @@ class _Pending:
     mtime_ns: int
     since: float  # monotonic time the (size, mtime) pair was first seen
     closed: bool = False  # close-write or moved-in seen: complete now
+    writing: bool = False  # inotify saw it created/modified: wait for its close-write
 
 
 @dataclass
@@ -107,6 +109,8 @@ class _Handler(FileSystemEventHandler):
         elif isinstance(event, FileClosedEvent):
             self._owner._notice(_as_str(event.src_path), closed=True)
         elif isinstance(event, (FileCreatedEvent, FileModifiedEvent)):
+            self._owner._notice(_as_str(event.src_path), closed=False, writing=True)
+        elif isinstance(event, FileAttribEvent):  # e.g. utime: judged by stable size + mtime
             self._owner._notice(_as_str(event.src_path), closed=False)
         elif isinstance(event, FileDeletedEvent):
             self._owner._forget(_as_str(event.src_path))
@@ -182,7 +186,7 @@ class FolderSource:
             return len(self._pending)
 
     # -- events ----------------------------------------------------------------------------
-    def _notice(self, path: str, closed: bool) -> None:
+    def _notice(self, path: str, closed: bool, writing: bool = False) -> None:
         p = Path(path)
         if not is_candidate(p.name, self.spec.patterns):
             return
@@ -195,13 +199,21 @@ class FolderSource:
         with self._cond:
             if self._taken.get(path) == (st.st_size, st.st_mtime_ns):
                 return
+            # with inotify, a file seen being written is complete only on its close-write;
+            # polling observers and the start-up scan rely on stable size + mtime instead
+            writing = writing and not self.spec.polling and not closed
             cur = self._pending.get(path)
             if cur is None or (cur.size, cur.mtime_ns) != (st.st_size, st.st_mtime_ns):
+                was_writing = cur.writing if cur is not None else False
                 self._pending[path] = _Pending(
-                    st.st_size, st.st_mtime_ns, time.monotonic(), closed
+                    st.st_size, st.st_mtime_ns, time.monotonic(), closed,
+                    (writing or was_writing) and not closed,
                 )
             elif closed:
                 cur.closed = True
+                cur.writing = False
+            elif writing:
+                cur.writing = True
             if closed:
                 self._cond.notify_all()
 
@@ -246,6 +258,8 @@ class FolderSource:
         for path, pend in items:
             if pend.closed:
                 ready.append((pend.mtime_ns, path))
+                continue
+            if pend.writing:
                 continue
             if self.spec.polling or now - pend.since >= self.spec.stable_seconds:
                 # re-stat: stable means the same size and mtime for stable_seconds

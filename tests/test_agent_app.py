@@ -1,0 +1,237 @@
+"""The whole agent: real folders, real watchdog events, real ONNX models, JSON-lines output."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import yaml
+from agent_fixtures import brightness_classifier, jpeg, level_anomaly, wait_for, write_atomic
+
+from cdml_edge.agent.app import Agent
+from cdml_edge.config import load_config
+
+
+def _csv(rows: np.ndarray) -> bytes:
+    return ("ax,ay,az\n" + "\n".join(",".join(f"{v:.2f}" for v in r) for r in rows) + "\n").encode()
+
+
+def read_jsonl(path: Path) -> list[dict[str, Any]]:
+    if not path.exists():
+        return []
+    out = []
+    for line in path.read_text().splitlines():
+        if line.strip():
+            out.append(json.loads(line))
+    return out
+
+
+def of_kind(lines: list[dict[str, Any]], suffix: str) -> list[dict[str, Any]]:
+    return [m["payload"] for m in lines if m["topic"].endswith(suffix)]
+
+
+@pytest.fixture
+def models(tmp_path: Path) -> Path:
+    d = tmp_path / "models"
+    d.mkdir()
+    brightness_classifier(d / "brightness.onnx")
+    level_anomaly(d / "level.onnx", window=8)
+    return d
+
+
+def write_config(tmp_path: Path, **opts: Any) -> Path:
+    text = f"""
+    device: {{id: test-dev}}
+    sources:
+      - name: cam
+        kind: folder
+        path: in/cam
+        modality: image
+        window: {{seconds: 50ms, max_items: 8}}
+        on_done: delete
+        stable_seconds: 0.2
+      - name: vib
+        kind: folder
+        path: in/vib
+        modality: csv
+        window: {{seconds: 50ms, max_items: 1}}
+        on_done: move
+        move_to: done/vib
+    pack: {{format: {opts.get("fmt", "zip")}, level: 3}}
+    models:
+      image: {{path: models/brightness.onnx}}
+      csv: {{path: models/level.onnx}}
+    quarantine: {{dir: quarantine}}
+    limits: {{max_inflight_bytes: {opts.get("inflight", "8MiB")}}}
+    health: {{interval: 0.2s}}
+    output: {{jsonl: out.jsonl}}
+    """
+    if opts.get("retention"):
+        text += "retention: {dir: ret, max_bytes: 10MiB}\n"
+    cfg = tmp_path / "agent.yaml"
+    cfg.write_text(textwrap.dedent(text))
+    return cfg
+
+
+def test_agent_scores_files_applies_on_done_and_quarantines(tmp_path: Path, models: Path) -> None:
+    cfg_path = write_config(tmp_path, retention=True)
+    cam, vib = tmp_path / "in/cam", tmp_path / "in/vib"
+    cam.mkdir(parents=True)
+    (cam / "early.jpg").write_bytes(jpeg(240))  # present before start
+    agent = Agent(load_config(cfg_path), cfg_path)
+    agent.start()
+    try:
+        assert set(agent.runners) == {"image", "csv"}
+        assert all(r.warmup_ms is not None for r in agent.runners.values())
+        write_atomic(cam / "dark.jpg", jpeg(10))
+        (cam / "bright.jpg").write_bytes(jpeg(230))
+        good = jpeg(200)
+        (cam / "cut.jpg").write_bytes(good[: len(good) // 2])  # truncated JPEG
+        (cam / "notes.txt").write_bytes(b"not an image pattern")  # not taken
+        vib.mkdir(parents=True, exist_ok=True)
+        write_atomic(vib / "quiet.csv", _csv(np.zeros((8, 3))))
+        write_atomic(vib / "loud.csv", _csv(np.ones((8, 3))))
+        write_atomic(vib / "broken.csv", b"ax,ay,az\n1,2\n")
+        out = tmp_path / "out.jsonl"
+        wait_for(lambda: len(of_kind(read_jsonl(out), "/result")) >= 5, what="5 results")
+        wait_for(lambda: len(of_kind(read_jsonl(out), "/error")) >= 2, what="2 error events")
+        wait_for(lambda: not (cam / "bright.jpg").exists(), what="on_done delete")
+    finally:
+        agent.stop()
+    lines = read_jsonl(tmp_path / "out.jsonl")
+    results = {r["item"]: r for r in of_kind(lines, "/result")}
+    assert {k: results[k]["label"] for k in ("early.jpg", "dark.jpg", "bright.jpg")} == {
+        "early.jpg": "bright", "dark.jpg": "dark", "bright.jpg": "bright"
+    }
+    assert results["quiet.csv"]["anomaly"] is False and results["loud.csv"]["anomaly"] is True
+    assert set(results) == {"early.jpg", "dark.jpg", "bright.jpg", "quiet.csv", "loud.csv"}
+    assert all(r["device"] == "test-dev" and r["latency_ms"] >= 0 for r in results.values())
+    topics = {m["topic"] for m in lines}
+    assert {"cdml/test-dev/cam/result", "cdml/test-dev/vib/window", "cdml/test-dev/status",
+            "cdml/test-dev/health"} <= topics
+    errors = {e["item"]: e for e in of_kind(lines, "/error")}
+    assert set(errors) == {"cut.jpg", "broken.csv"}
+    q = Path(errors["cut.jpg"]["quarantined_path"])
+    assert q.is_file() and q.parent == tmp_path / "quarantine" / "cam"
+    assert (tmp_path / "quarantine/vib/broken.csv").is_file()
+    # on_done: cam files deleted, vib files moved, the non-matching file untouched
+    assert sorted(p.name for p in cam.iterdir()) == ["notes.txt"]
+    assert sorted(p.name for p in (tmp_path / "done/vib").iterdir()) == ["loud.csv", "quiet.csv"]
+    assert list(vib.iterdir()) == []
+    # every window was retained before its files were finished
+    windows = of_kind(lines, "/window")
+    assert len(list((tmp_path / "ret").glob("*.window.json"))) == len(windows)
+    status = of_kind(lines, "/status")
+    assert status[0]["state"] == "online" and status[-1]["state"] == "offline"
+    health = of_kind(lines, "/health")[-1]
+    assert health["items"] == 7 and health["errors"] >= 2 and health["windows"] == len(windows)
+
+
+def test_results_have_stable_ids_across_runs(tmp_path: Path, models: Path) -> None:
+    cfg_path = write_config(tmp_path)
+    text = cfg_path.read_text().replace("on_done: delete", "on_done: keep")
+    cfg_path.write_text(text)
+    cam = tmp_path / "in/cam"
+    cam.mkdir(parents=True)
+    for n in range(3):
+        (cam / f"{n}.jpg").write_bytes(jpeg(40 * n))
+    ids = []
+    for _ in range(2):  # a restart sees the same kept files again: at-least-once, same ids
+        (tmp_path / "out.jsonl").unlink(missing_ok=True)
+        agent = Agent(load_config(cfg_path), cfg_path)
+        agent.start()
+        wait_for(lambda: len(of_kind(read_jsonl(tmp_path / "out.jsonl"), "/result")) == 3,
+                 what="three results")
+        agent.stop()
+        ids.append(sorted(r["id"] for r in of_kind(read_jsonl(tmp_path / "out.jsonl"), "/result")))
+    assert ids[0] == ids[1] and len(set(ids[0])) == 3
+    assert sorted(p.name for p in cam.iterdir()) == ["0.jpg", "1.jpg", "2.jpg"]
+
+
+def test_small_inflight_budget_loses_no_file(tmp_path: Path, models: Path) -> None:
+    size = len(jpeg(0))
+    cfg_path = write_config(tmp_path, inflight=size * 3)
+    cam = tmp_path / "in/cam"
+    cam.mkdir(parents=True)
+    agent = Agent(load_config(cfg_path), cfg_path)
+    agent.start()
+    try:
+        for n in range(60):
+            (cam / f"{n:03d}.jpg").write_bytes(jpeg(n * 4))
+        wait_for(lambda: len(of_kind(read_jsonl(tmp_path / "out.jsonl"), "/result")) == 60,
+                 timeout=60, what="60 results")
+        assert agent.budget.peak <= size * 3
+    finally:
+        agent.stop()
+    results = of_kind(read_jsonl(tmp_path / "out.jsonl"), "/result")
+    assert sorted(r["item"] for r in results) == [f"{n:03d}.jpg" for n in range(60)]
+    assert list(cam.iterdir()) == []
+
+
+def _agent_process(cfg: Path, *args: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "cdml_edge.cli", "run", "--config", str(cfg), *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        cwd=cfg.parent,
+    )
+
+
+def test_cli_sighup_reloads_valid_config_and_sigterm_drains(tmp_path: Path, models: Path) -> None:
+    cfg_path = write_config(tmp_path)
+    out = tmp_path / "out.jsonl"
+    proc = _agent_process(cfg_path, "--drain-timeout", "10")
+    try:
+        cam = tmp_path / "in/cam"
+        wait_for(lambda: of_kind(read_jsonl(out), "/status") != [], timeout=60, what="online")
+        (cam / "a.jpg").write_bytes(jpeg(10))
+        wait_for(lambda: len(of_kind(read_jsonl(out), "/result")) == 1, what="first result")
+
+        good = cfg_path.read_text()
+        cfg_path.write_text(good.replace("max_items: 8", "max_items: -3"))  # invalid
+        proc.send_signal(signal.SIGHUP)
+        (cam / "b.jpg").write_bytes(jpeg(240))  # still served by the old configuration
+        wait_for(lambda: len(of_kind(read_jsonl(out), "/result")) == 2, what="result after bad HUP")
+
+        doc = yaml.safe_load(good)
+        doc["sources"].append(
+            {"name": "logs", "path": "in/logs", "modality": "json",
+             "window": {"seconds": "50ms"}, "on_done": "delete"}
+        )
+        doc["sources"][0]["window"]["seconds"] = "30s"  # cam windows now stay open long
+        cfg_path.write_text(yaml.safe_dump(doc))
+        proc.send_signal(signal.SIGHUP)
+        logs = tmp_path / "in/logs"
+        wait_for(logs.is_dir, what="new source folder created by the reload")
+        (logs / "x.json").write_bytes(b'{"ok": true}')
+        wait_for(lambda: any(r["source"] == "logs" for r in of_kind(read_jsonl(out), "/result")),
+                 what="result from the source added by the reload")
+
+        # a window still open when SIGTERM arrives is closed and finished before exit
+        (cam / "c.jpg").write_bytes(jpeg(20))
+        wait_for(lambda: of_kind(read_jsonl(out), "/health")[-1]["items"] >= 2,
+                 what="c.jpg taken into an open window")
+        assert not any(r["item"] == "c.jpg" for r in of_kind(read_jsonl(out), "/result"))
+        proc.send_signal(signal.SIGTERM)
+        code = proc.wait(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        log = proc.stdout.read() if proc.stdout else ""
+        print(log)
+    assert code == 0, log
+    assert "reload refused" in log and "max_items" in log
+    lines = read_jsonl(out)
+    items = sorted(r["item"] for r in of_kind(lines, "/result"))
+    assert items == ["a.jpg", "b.jpg", "c.jpg", "x.json"], log
+    assert of_kind(lines, "/status")[-1]["state"] == "offline"
+    assert not os.path.exists(tmp_path / "in/cam/c.jpg")
