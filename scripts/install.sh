@@ -141,7 +141,7 @@ systemd_version() {
   systemctl --version 2>/dev/null | awk 'NR==1 {print $2}' | sed 's/[^0-9].*//'
 }
 
-uninstall() {
+do_uninstall() {
   log "stopping and disabling the units"
   local u
   for u in "${UNITS[@]}"; do
@@ -168,7 +168,7 @@ uninstall() {
   log "cdml-edge uninstalled"
 }
 
-install() {
+do_install() {
   local board arch venv="$PREFIX/venv" memory sdv
   board="$(detect_board)"
   arch="$(uname -m)"
@@ -312,7 +312,7 @@ if [[ $DRY_RUN -eq 1 ]]; then
   echo "dry run: nothing is changed"
 fi
 if [[ $UNINSTALL -eq 1 ]]; then
-  uninstall
+  do_uninstall
 else
-  install
+  do_install
 fi
