@@ -10,7 +10,7 @@ from cdml_edge.archive.base import DEFAULT_MAX_MEMBER_BYTES, DEFAULT_MAX_RATIO, 
 from cdml_edge.archive.errors import ArchiveError, UnsupportedArchiveError
 from cdml_edge.archive.source import ByteSource, FileObjectSource, FileSource, MemorySource
 from cdml_edge.archive.tarread import TarArchive, ZstdTarArchive
-from cdml_edge.archive.zipread import TAIL_BYTES, ZipArchive, _find_eocd
+from cdml_edge.archive.zipread import ZipArchive, _find_eocd, read_tail
 
 SourceLike = Any  # str | os.PathLike | bytes | bytearray | memoryview | BinaryIO | ByteSource
 
@@ -32,20 +32,26 @@ def as_source(source: SourceLike) -> ByteSource:
     raise TypeError(f"cannot open an archive from {type(source).__name__}")
 
 
-def detect(source: ByteSource) -> str:
-    """``"zip"``, ``"tar.zst"`` or ``"tar"`` from the bytes (the name is not looked at)."""
-    head = source.pread(0, 512)
+def detect(source: ByteSource, tail_read: tuple[int, bytes] | None = None) -> str:
+    """``"zip"``, ``"tar.zst"`` or ``"tar"`` from the bytes (the name is not looked at).
+
+    The tail alone decides for ZIP and seekable tar.zst, so opening them costs no extra
+    request; otherwise the first block is read.
+    """
+    tail_start, tail = tail_read if tail_read is not None else read_tail(source)
+    if _find_eocd(tail, strict=True) >= 0:
+        return "zip"
+    if seekable.has_footer(tail):
+        return "tar.zst"
+    head = tail[:512] if tail_start == 0 else source.pread(0, 512)
     if head[:4] in (b"PK\x03\x04", b"PK\x05\x06", b"PK\x07\x08"):
         return "zip"
     if head[:4] == seekable.ZSTD_MAGIC or seekable.is_skippable(head):
         return "tar.zst"
     if tarfmt.header_ok(head):
         return "tar"
-    size = source.size()
-    if size >= 22:  # a ZIP with something prepended (self-extracting stub)
-        start = max(0, size - TAIL_BYTES)
-        if _find_eocd(source.pread(start, size - start)) >= 0:
-            return "zip"
+    if _find_eocd(tail) >= 0:  # an end record followed by trailing bytes
+        return "zip"
     raise UnsupportedArchiveError("not a ZIP, tar.zst or tar archive", archive=source.name)
 
 
@@ -63,11 +69,12 @@ def open_archive(
     src = as_source(source)
     limits: dict[str, Any] = {"max_member_bytes": max_member_bytes, "max_ratio": max_ratio}
     try:
-        fmt = detect(src)
+        tail = read_tail(src)
+        fmt = detect(src, tail)
         if fmt == "zip":
-            return ZipArchive(src, native=native.module(), **limits)
+            return ZipArchive(src, native=native.module(), tail=tail, **limits)
         if fmt == "tar.zst":
-            return ZstdTarArchive(src, **limits)
+            return ZstdTarArchive(src, tail=tail, **limits)
         return TarArchive(src, **limits)
     except ArchiveError:
         raise

@@ -29,7 +29,7 @@ SEEKABLE_FOOTER_MAGIC = 0x8F92EAB1
 INDEX_MAGIC = 0x184D2A5D
 INDEX_HEAD = b"CDMLIDX1"
 INDEX_TAIL = b"CDMLIDXE"
-TAIL_BYTES = 1 << 17
+TAIL_BYTES = 1 << 17  # same as the ZIP reader: one tail read serves detection and both
 _RECORD = struct.Struct("<QQQdLLLL")  # header_off, data_off, size, mtime, crc, f0, f1, name_len
 NO_CRC_FLAG = 1
 
@@ -91,14 +91,25 @@ class SeekableTail:
     data_end: int  # where the frames end in the file
 
 
-def read_tail(source: ByteSource) -> SeekableTail | None:
+def has_footer(tail: bytes) -> bool:
+    return len(tail) >= 17 and struct.unpack_from("<L", tail, len(tail) - 4)[0] == (
+        SEEKABLE_FOOTER_MAGIC
+    )
+
+
+def read_tail(
+    source: ByteSource, tail_read: tuple[int, bytes] | None = None
+) -> SeekableTail | None:
     """Seek table and member index from the tail (≤2 requests), or ``None`` if absent."""
     name = source.name
     size = source.size()
     if size < 17:
         return None
-    tail_start = max(0, size - TAIL_BYTES)
-    tail = source.pread(tail_start, size - tail_start)
+    if tail_read is None:
+        tail_start = max(0, size - TAIL_BYTES)
+        tail = source.pread(tail_start, size - tail_start)
+    else:
+        tail_start, tail = tail_read
     count, desc, magic = struct.unpack_from("<LBL", tail, len(tail) - 9)
     if magic != SEEKABLE_FOOTER_MAGIC:
         return None

@@ -201,9 +201,11 @@ class ZstdTarArchive(_TarBase):
 
     format = "tar.zst"
 
-    def __init__(self, source: ByteSource, **limits: Any) -> None:
+    def __init__(
+        self, source: ByteSource, *, tail: tuple[int, bytes] | None = None, **limits: Any
+    ) -> None:
         super().__init__(source, **limits)
-        tail = read_tail(source)
+        tail = read_tail(source, tail)
         self._frames: FrameTable | None = tail.frames if tail else None
         self._data_end = tail.data_end if tail else source.size()
         if tail is not None and tail.index is not None:

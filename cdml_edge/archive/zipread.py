@@ -23,7 +23,9 @@ from cdml_edge.archive.errors import (
 )
 from cdml_edge.archive.source import ByteSource
 
-TAIL_BYTES = (1 << 16) + 22 + 20 + 56 + 4096
+# one read of the tail holds the end record with the longest comment, the ZIP64 records
+# and, for most archives, the whole central directory
+TAIL_BYTES = 1 << 17
 EOCD_SIG = b"PK\x05\x06"
 Z64_LOC_SIG = b"PK\x06\x07"
 Z64_EOCD_SIG = b"PK\x06\x06"
@@ -50,8 +52,10 @@ class CentralDirectory:
     delta: int  # bytes prepended to the archive (self-extracting stubs)
 
 
-def _find_eocd(tail: bytes) -> int:
-    """Position of the end record in ``tail``; the one whose comment ends the file wins."""
+def _find_eocd(tail: bytes, strict: bool = False) -> int:
+    """Position of the end record in ``tail``; the one whose comment ends the file wins.
+
+    Unless ``strict``, an end record followed by trailing bytes is accepted too."""
     best = -1
     pos = tail.rfind(EOCD_SIG)
     while pos >= 0:
@@ -62,15 +66,22 @@ def _find_eocd(tail: bytes) -> int:
             if best < 0 and pos + 22 + clen <= len(tail):
                 best = pos
         pos = tail.rfind(EOCD_SIG, 0, pos)
-    return best
+    return -1 if strict else best
 
 
-def read_central_directory(source: ByteSource) -> CentralDirectory:
+def read_tail(source: ByteSource) -> tuple[int, bytes]:
+    """``(offset, bytes)`` of the last :data:`TAIL_BYTES` of the source (one request)."""
+    size = source.size()
+    start = max(0, size - TAIL_BYTES)
+    return start, source.pread(start, size - start)
+
+
+def read_central_directory(
+    source: ByteSource, tail_read: tuple[int, bytes] | None = None
+) -> CentralDirectory:
     """Find the end records from the tail and return the central directory bytes."""
     name = source.name
-    size = source.size()
-    tail_start = max(0, size - TAIL_BYTES)
-    tail = source.pread(tail_start, size - tail_start)
+    tail_start, tail = tail_read if tail_read is not None else read_tail(source)
     pos = _find_eocd(tail)
     if pos < 0:
         raise CorruptArchiveError("no ZIP end-of-central-directory record", archive=name)
@@ -236,9 +247,16 @@ class ZipArchive(Archive):
 
     format = "zip"
 
-    def __init__(self, source: ByteSource, *, native: Any = None, **limits: Any) -> None:
+    def __init__(
+        self,
+        source: ByteSource,
+        *,
+        native: Any = None,
+        tail: tuple[int, bytes] | None = None,
+        **limits: Any,
+    ) -> None:
         super().__init__(source, **limits)
-        cd = read_central_directory(source)
+        cd = read_central_directory(source, tail)
         self._native_index: Any = None
         if native is not None:
             self._native_index = native.ZipIndex(cd, source.name)
@@ -304,10 +322,15 @@ class ZipArchive(Archive):
             )
         self._check_limits(e[0], e[3], e[2])
 
+    def read(self, name: str) -> bytes:
+        if self._native_index is None or self._closed:
+            return super().read(name)
+        return self._native_index.read_one(  # type: ignore[no-any-return]
+            self._source, self._id(name), self._row_names, self
+        )
+
     def _read_ids(self, ids: list[int]) -> list[bytes]:
         if self._native_index is not None:
-            for i in ids:
-                self._check(i, self._row(i))
             return self._native_index.read(  # type: ignore[no-any-return]
                 self._source, ids, self._row_names, self
             )

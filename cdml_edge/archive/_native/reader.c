@@ -1,0 +1,423 @@
+/* cdml-edge native archive core.
+ *
+ * cz_parse() turns a ZIP central directory into a flat index; cz_read_*() read a batch
+ * of members (positional reads, inflate / zstd, CRC-32) without touching Python, so the
+ * caller releases the GIL around them. Every length taken from the archive is checked
+ * against the bytes actually present: corrupt input yields a status, never a crash.
+ */
+#include "reader.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#if defined(CZ_HAVE_ZSTD)
+#include <zstd.h>
+#endif
+
+#define LOCAL_SLACK 128u
+
+static uint16_t rd16(const uint8_t *p) { return (uint16_t)(p[0] | (p[1] << 8)); }
+static uint32_t rd32(const uint8_t *p) {
+    return (uint32_t)p[0] | ((uint32_t)p[1] << 8) | ((uint32_t)p[2] << 16) |
+           ((uint32_t)p[3] << 24);
+}
+static uint64_t rd64(const uint8_t *p) { return (uint64_t)rd32(p) | ((uint64_t)rd32(p + 4) << 32); }
+
+int cz_have_zstd(void) {
+#if defined(CZ_HAVE_ZSTD)
+    return 1;
+#else
+    return 0;
+#endif
+}
+
+void cz_free(cz_index *idx) {
+    if (!idx) return;
+    free(idx->entries);
+    free(idx->names);
+    free(idx);
+}
+
+static int fail(char *err, size_t errlen, int code, const char *msg, size_t entry) {
+    if (err && errlen) snprintf(err, errlen, "%s (central directory entry %zu)", msg, entry);
+    return code;
+}
+
+/* returns 0, or 1 corrupt / 2 truncated / 3 no memory with a message in err */
+int cz_parse(const uint8_t *cd, size_t len, int64_t delta, cz_index **out, char *err,
+             size_t errlen) {
+    size_t cap = len / 46 + 1, count = 0, pos = 0, npos = 0;
+    cz_index *idx = calloc(1, sizeof(*idx));
+    if (!idx) return 3;
+    idx->entries = malloc(cap * sizeof(cz_entry));
+    idx->names = malloc(len + cap + 1);
+    if (!idx->entries || !idx->names) {
+        cz_free(idx);
+        return 3;
+    }
+    while (pos < len) {
+        if (len - pos < 46) {
+            cz_free(idx);
+            return fail(err, errlen, 2, "central directory entry cut short", count);
+        }
+        const uint8_t *p = cd + pos;
+        if (rd32(p) != 0x02014b50u) {
+            cz_free(idx);
+            return fail(err, errlen, 1, "bad central directory signature", count);
+        }
+        size_t nlen = rd16(p + 28), elen = rd16(p + 30), clen = rd16(p + 32);
+        if (len - pos - 46 < nlen + elen + clen) {
+            cz_free(idx);
+            return fail(err, errlen, 2, "central directory entry cut short", count);
+        }
+        cz_entry *e = &idx->entries[count];
+        e->flags = rd16(p + 8);
+        e->method = rd16(p + 10);
+        e->dtime = rd16(p + 12);
+        e->ddate = rd16(p + 14);
+        e->crc = rd32(p + 16);
+        e->csize = rd32(p + 20);
+        e->usize = rd32(p + 24);
+        e->offset = rd32(p + 42);
+        e->cd_off = (uint32_t)pos;
+        e->hdr_extra = (uint32_t)(nlen + elen);
+        e->ut_mtime = INT64_MIN;
+        const uint8_t *name = p + 46, *extra = name + nlen;
+        int need64 = e->usize == 0xFFFFFFFFu || e->csize == 0xFFFFFFFFu ||
+                     e->offset == 0xFFFFFFFFu;
+        int got64 = 0;
+        size_t i = 0;
+        while (i + 4 <= elen) {
+            uint16_t tag = rd16(extra + i), n = rd16(extra + i + 2);
+            const uint8_t *v = extra + i + 4;
+            if (i + 4 + n > elen) break;
+            if (tag == 0x0001 && need64 && !got64) {
+                size_t j = 0;
+                got64 = 1;
+                if (e->usize == 0xFFFFFFFFu) {
+                    if (j + 8 > n) got64 = -1; else { e->usize = rd64(v + j); j += 8; }
+                }
+                if (got64 > 0 && e->csize == 0xFFFFFFFFu) {
+                    if (j + 8 > n) got64 = -1; else { e->csize = rd64(v + j); j += 8; }
+                }
+                if (got64 > 0 && e->offset == 0xFFFFFFFFu) {
+                    if (j + 8 > n) got64 = -1; else { e->offset = rd64(v + j); j += 8; }
+                }
+            } else if (tag == 0x5455 && n >= 5 && (v[0] & 1)) {
+                e->ut_mtime = (int32_t)rd32(v + 1);
+            }
+            i += 4 + (size_t)n;
+        }
+        if (need64 && got64 != 1) {
+            cz_free(idx);
+            return fail(err, errlen, 1, "ZIP64 extra field is missing or short", count);
+        }
+        /* the prefix delta: offsets stay unsigned; an impossible one is caught on read */
+        e->offset = (uint64_t)((int64_t)e->offset + delta);
+        int ascii = 1;
+        for (size_t k = 0; k < nlen; k++) {
+            if (name[k] == 0) idx->special_names = 1;
+            if (name[k] & 0x80) ascii = 0;
+        }
+        e->name_kind = ascii ? 0 : ((e->flags & 0x800) ? 1 : 2);
+        if (e->name_kind == 2) idx->special_names = 1;
+        e->is_dir = nlen > 0 && name[nlen - 1] == '/';
+        if (e->is_dir) idx->ndirs++;
+        e->name_off = (uint32_t)npos;
+        e->name_len = (uint32_t)nlen;
+        memcpy(idx->names + npos, name, nlen);
+        npos += nlen;
+        idx->names[npos++] = 0;
+        pos += 46 + nlen + elen + clen;
+        count++;
+    }
+    idx->count = count;
+    idx->names_len = npos;
+    *out = idx;
+    return 0;
+}
+
+/* ---------------------------------------------------------------- member decoding */
+
+typedef struct {
+    z_stream zs;
+    int zs_ready;
+#if defined(CZ_HAVE_ZSTD)
+    ZSTD_DCtx *zd;
+#endif
+} cz_codecs;
+
+static void codecs_free(cz_codecs *c) {
+    if (c->zs_ready) inflateEnd(&c->zs);
+#if defined(CZ_HAVE_ZSTD)
+    if (c->zd) ZSTD_freeDCtx(c->zd);
+#endif
+}
+
+static int inflate_member(cz_codecs *c, const uint8_t *src, uint64_t csize, uint8_t *dst,
+                          uint64_t usize) {
+    if (!c->zs_ready) {
+        memset(&c->zs, 0, sizeof(c->zs));
+        if (inflateInit2(&c->zs, -15) != Z_OK) return CZ_NO_MEMORY;
+        c->zs_ready = 1;
+    } else if (inflateReset(&c->zs) != Z_OK) {
+        return CZ_DATA_ERROR;
+    }
+    z_stream *zs = &c->zs;
+    uint64_t in_left = csize, out_left = usize;
+    const uint8_t *in = src;
+    uint8_t *outp = dst;
+    int ret = Z_OK;
+    for (;;) {
+        uInt ai = in_left > UINT_MAX ? UINT_MAX : (uInt)in_left;
+        uInt ao = out_left > UINT_MAX ? UINT_MAX : (uInt)out_left;
+        zs->next_in = (Bytef *)in;
+        zs->avail_in = ai;
+        zs->next_out = outp;
+        zs->avail_out = ao;
+        ret = inflate(zs, Z_NO_FLUSH);
+        in += ai - zs->avail_in;
+        in_left -= ai - zs->avail_in;
+        outp += ao - zs->avail_out;
+        out_left -= ao - zs->avail_out;
+        if (ret == Z_STREAM_END) break;
+        if (ret == Z_DATA_ERROR || ret == Z_NEED_DICT) return CZ_DATA_ERROR;
+        if (ret == Z_MEM_ERROR) return CZ_NO_MEMORY;
+        if (out_left == 0) {
+            /* output full: the stream must end here, without producing more */
+            uint8_t probe;
+            zs->next_in = (Bytef *)in;
+            zs->avail_in = in_left > UINT_MAX ? UINT_MAX : (uInt)in_left;
+            zs->next_out = &probe;
+            zs->avail_out = 1;
+            ret = inflate(zs, Z_NO_FLUSH);
+            if (ret == Z_STREAM_END && zs->avail_out == 1) return CZ_OK;
+            if (ret == Z_DATA_ERROR || ret == Z_NEED_DICT) return CZ_DATA_ERROR;
+            if (zs->avail_out == 0) return CZ_SIZE_MISMATCH;
+            return CZ_TRUNCATED;
+        }
+        if (in_left == 0) return CZ_TRUNCATED;
+        if (ret == Z_BUF_ERROR) return CZ_TRUNCATED;
+    }
+    return out_left == 0 ? CZ_OK : CZ_SIZE_MISMATCH;
+}
+
+static int zstd_member(cz_codecs *c, const uint8_t *src, uint64_t csize, uint8_t *dst,
+                       uint64_t usize) {
+#if defined(CZ_HAVE_ZSTD)
+    if (!c->zd) {
+        c->zd = ZSTD_createDCtx();
+        if (!c->zd) return CZ_NO_MEMORY;
+    }
+    ZSTD_inBuffer in = {src, (size_t)csize, 0};
+    ZSTD_outBuffer outb = {dst, (size_t)usize, 0};
+    for (;;) {
+        size_t r = ZSTD_decompressStream(c->zd, &outb, &in);
+        if (ZSTD_isError(r)) {
+            ZSTD_DCtx_reset(c->zd, ZSTD_reset_session_only);
+            return CZ_DATA_ERROR;
+        }
+        if (r == 0 && in.pos == in.size) break; /* every frame complete, input consumed */
+        if (outb.pos == outb.size) {
+            uint8_t probe;
+            ZSTD_outBuffer pb = {&probe, 1, 0};
+            r = ZSTD_decompressStream(c->zd, &pb, &in);
+            ZSTD_DCtx_reset(c->zd, ZSTD_reset_session_only);
+            if (ZSTD_isError(r)) return CZ_DATA_ERROR;
+            if (pb.pos) return CZ_SIZE_MISMATCH;
+            if (r != 0) return CZ_TRUNCATED;
+            break;
+        }
+        if (in.pos == in.size) {
+            ZSTD_DCtx_reset(c->zd, ZSTD_reset_session_only);
+            return CZ_TRUNCATED;
+        }
+    }
+    return outb.pos == usize ? CZ_OK : CZ_SIZE_MISMATCH;
+#else
+    (void)c; (void)src; (void)csize; (void)dst; (void)usize;
+    return CZ_NEED_PYTHON;
+#endif
+}
+
+static uint32_t crc_of(const uint8_t *p, uint64_t n) {
+    uLong crc = crc32(0L, Z_NULL, 0);
+    while (n > 0) {
+        uInt chunk = n > (1u << 30) ? (1u << 30) : (uInt)n;
+        crc = crc32(crc, p, chunk);
+        p += chunk;
+        n -= chunk;
+    }
+    return (uint32_t)crc;
+}
+
+/* Decode one member from the bytes that start at its local header (avail of them).
+ * *need is set to the total length required when avail is too short. */
+static int decode(cz_codecs *c, const cz_entry *e, const uint8_t *buf, uint64_t avail,
+                  uint8_t *dst, uint64_t *aux, uint64_t *need) {
+    if (avail < 30) {
+        *need = 30;
+        return CZ_TRUNCATED;
+    }
+    if (rd32(buf) != 0x04034b50u) return CZ_BAD_LOCAL;
+    uint64_t start = 30u + rd16(buf + 26) + rd16(buf + 28);
+    if (e->csize > UINT64_MAX - start) return CZ_TRUNCATED;
+    if (start + e->csize > avail) {
+        *need = start + e->csize;
+        return CZ_TRUNCATED;
+    }
+    const uint8_t *src = buf + start;
+    int st;
+    switch (e->method) {
+    case 0:
+        if (e->csize != e->usize) return CZ_SIZE_MISMATCH;
+        memcpy(dst, src, (size_t)e->usize);
+        st = CZ_OK;
+        break;
+    case 8:
+        st = inflate_member(c, src, e->csize, dst, e->usize);
+        break;
+    case 93:
+        st = zstd_member(c, src, e->csize, dst, e->usize);
+        break;
+    default:
+        return CZ_NEED_PYTHON;
+    }
+    if (st != CZ_OK) return st;
+    uint32_t got = crc_of(dst, e->usize);
+    if (got != e->crc) {
+        *aux = got;
+        return CZ_CRC_MISMATCH;
+    }
+    return CZ_OK;
+}
+
+static uint64_t want_len(const cz_entry *e, uint64_t size) {
+    if (e->offset >= size) return 0;
+    uint64_t room = size - e->offset;
+    uint64_t w = 30u + (uint64_t)e->hdr_extra + LOCAL_SLACK;
+    w = e->csize > UINT64_MAX - w ? UINT64_MAX : w + e->csize;
+    return w < room ? w : room;
+}
+
+static int pread_full(int fd, uint8_t *buf, uint64_t len, uint64_t off, uint64_t *got) {
+    uint64_t done = 0;
+    while (done < len) {
+        ssize_t r = pread(fd, buf + done, (size_t)(len - done), (off_t)(off + done));
+        if (r < 0) {
+            if (errno == EINTR) continue;
+            *got = done;
+            return errno ? errno : EIO;
+        }
+        if (r == 0) break;
+        done += (uint64_t)r;
+    }
+    *got = done;
+    return 0;
+}
+
+int cz_read_fd(const cz_index *idx, int fd, uint64_t file_size, const uint32_t *ids,
+               size_t n, uint8_t *out, const uint64_t *out_off, int32_t *status,
+               uint64_t *aux) {
+    cz_codecs c;
+    memset(&c, 0, sizeof(c));
+    uint8_t *scratch = NULL;
+    uint64_t scap = 0;
+    int bad = 0;
+    for (size_t k = 0; k < n; k++) {
+        aux[k] = 0;
+        if (ids[k] >= idx->count) { status[k] = CZ_NEED_PYTHON; bad++; continue; }
+        const cz_entry *e = &idx->entries[ids[k]];
+        uint64_t want = want_len(e, file_size), got = 0, need = 0;
+        if (want > scap) {
+            uint8_t *ns = realloc(scratch, (size_t)want);
+            if (!ns) { status[k] = CZ_NO_MEMORY; bad++; continue; }
+            scratch = ns;
+            scap = want;
+        }
+        int err = pread_full(fd, scratch, want, e->offset, &got);
+        if (err) { status[k] = CZ_IO_ERROR; aux[k] = (uint64_t)err; bad++; continue; }
+        int st = decode(&c, e, scratch, got, out + out_off[k], &aux[k], &need);
+        if (st == CZ_TRUNCATED && need > got && got == want && e->offset + need <= file_size) {
+            /* the local extra field is longer than the central one: read the rest */
+            if (need > scap) {
+                uint8_t *ns = realloc(scratch, (size_t)need);
+                if (!ns) { status[k] = CZ_NO_MEMORY; bad++; continue; }
+                scratch = ns;
+                scap = need;
+            }
+            uint64_t more = 0;
+            err = pread_full(fd, scratch + got, need - got, e->offset + got, &more);
+            if (err) { status[k] = CZ_IO_ERROR; aux[k] = (uint64_t)err; bad++; continue; }
+            st = decode(&c, e, scratch, got + more, out + out_off[k], &aux[k], &need);
+        }
+        status[k] = st;
+        if (st != CZ_OK) bad++;
+    }
+    free(scratch);
+    codecs_free(&c);
+    return bad;
+}
+
+int cz_read_mem(const cz_index *idx, const uint8_t *mem, uint64_t mem_len,
+                const uint32_t *ids, size_t n, uint8_t *out, const uint64_t *out_off,
+                int32_t *status, uint64_t *aux) {
+    cz_codecs c;
+    memset(&c, 0, sizeof(c));
+    int bad = 0;
+    for (size_t k = 0; k < n; k++) {
+        aux[k] = 0;
+        if (ids[k] >= idx->count) { status[k] = CZ_NEED_PYTHON; bad++; continue; }
+        const cz_entry *e = &idx->entries[ids[k]];
+        uint64_t need = 0;
+        uint64_t avail = e->offset < mem_len ? mem_len - e->offset : 0;
+        const uint8_t *p = e->offset < mem_len ? mem + e->offset : mem;
+        int st = decode(&c, e, p, avail, out + out_off[k], &aux[k], &need);
+        status[k] = st;
+        if (st != CZ_OK) bad++;
+    }
+    codecs_free(&c);
+    return bad;
+}
+
+int cz_read_bufs(const cz_index *idx, const uint8_t *const *bufs, const uint64_t *lens,
+                 const uint32_t *ids, size_t n, uint8_t *out, const uint64_t *out_off,
+                 int32_t *status, uint64_t *aux) {
+    cz_codecs c;
+    memset(&c, 0, sizeof(c));
+    int bad = 0;
+    for (size_t k = 0; k < n; k++) {
+        aux[k] = 0;
+        if (ids[k] >= idx->count) { status[k] = CZ_NEED_PYTHON; bad++; continue; }
+        const cz_entry *e = &idx->entries[ids[k]];
+        uint64_t need = 0;
+        int st = decode(&c, e, bufs[k], lens[k], out + out_off[k], &aux[k], &need);
+        if (st == CZ_TRUNCATED && need > lens[k]) st = CZ_NEED_PYTHON; /* caller reads more */
+        status[k] = st;
+        if (st != CZ_OK) bad++;
+    }
+    codecs_free(&c);
+    return bad;
+}
+
+/* Single-member reads: the status of the member (the batch calls' per-member code). */
+int cz_read_one_fd(const cz_index *idx, int fd, uint64_t file_size, uint32_t id,
+                   uint8_t *out) {
+    int32_t st = CZ_NEED_PYTHON;
+    uint64_t aux = 0, off = 0;
+    cz_read_fd(idx, fd, file_size, &id, 1, out, &off, &st, &aux);
+    return st;
+}
+
+int cz_read_one_mem(const cz_index *idx, const uint8_t *mem, uint64_t mem_len, uint32_t id,
+                    uint8_t *out) {
+    int32_t st = CZ_NEED_PYTHON;
+    uint64_t aux = 0, off = 0;
+    cz_read_mem(idx, mem, mem_len, &id, 1, out, &off, &st, &aux);
+    return st;
+}

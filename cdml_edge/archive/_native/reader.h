@@ -1,0 +1,64 @@
+/* cdml-edge native archive core: ZIP central-directory index and batch member reads. */
+#ifndef CDML_READER_H
+#define CDML_READER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct {
+    uint64_t offset;    /* local header offset in the file (prefix delta applied) */
+    uint64_t csize;
+    uint64_t usize;
+    int64_t ut_mtime;   /* extended-timestamp mtime, or INT64_MIN when absent */
+    uint32_t crc;
+    uint32_t name_off;  /* into the names blob */
+    uint32_t name_len;
+    uint32_t hdr_extra; /* central name + extra length: estimate of the local ones */
+    uint32_t cd_off;    /* offset of the central record in the central directory */
+    uint16_t method;
+    uint16_t flags;
+    uint16_t dtime;
+    uint16_t ddate;
+    uint8_t name_kind;  /* 0 ASCII, 1 flagged UTF-8, 2 other (decoded by the caller) */
+    uint8_t is_dir;
+} cz_entry;
+
+typedef struct {
+    cz_entry *entries;
+    size_t count;
+    char *names;        /* every name followed by a NUL */
+    size_t names_len;
+    size_t ndirs;
+    int special_names;  /* a name holds a NUL byte, or needs the caller's decoding */
+} cz_index;
+
+/* status codes of cz_read_* (one per member) */
+#define CZ_OK 0
+#define CZ_BAD_LOCAL 1
+#define CZ_TRUNCATED 2
+#define CZ_DATA_ERROR 3
+#define CZ_SIZE_MISMATCH 4
+#define CZ_CRC_MISMATCH 5
+#define CZ_NEED_PYTHON 6
+#define CZ_IO_ERROR 7
+#define CZ_NO_MEMORY 8
+
+int cz_have_zstd(void);
+int cz_parse(const uint8_t *cd, size_t len, int64_t delta, cz_index **out,
+             char *err, size_t errlen);
+void cz_free(cz_index *idx);
+int cz_read_fd(const cz_index *idx, int fd, uint64_t file_size, const uint32_t *ids,
+               size_t n, uint8_t *out, const uint64_t *out_off, int32_t *status,
+               uint64_t *aux);
+int cz_read_one_fd(const cz_index *idx, int fd, uint64_t file_size, uint32_t id,
+                   uint8_t *out);
+int cz_read_one_mem(const cz_index *idx, const uint8_t *mem, uint64_t mem_len, uint32_t id,
+                    uint8_t *out);
+int cz_read_mem(const cz_index *idx, const uint8_t *mem, uint64_t mem_len,
+                const uint32_t *ids, size_t n, uint8_t *out, const uint64_t *out_off,
+                int32_t *status, uint64_t *aux);
+int cz_read_bufs(const cz_index *idx, const uint8_t *const *bufs, const uint64_t *lens,
+                 const uint32_t *ids, size_t n, uint8_t *out, const uint64_t *out_off,
+                 int32_t *status, uint64_t *aux);
+
+#endif
