@@ -27,7 +27,9 @@ def parse_unit(path: Path) -> dict[str, dict[str, list[str]]]:
     """Sections -> key -> every value given (systemd allows repeated keys)."""
     sections: dict[str, dict[str, list[str]]] = {}
     current: dict[str, list[str]] | None = None
-    for raw in path.read_text().splitlines():
+    # Join continuation lines (a trailing backslash) first.
+    text = path.read_text().replace("\\\n", " ")
+    for raw in text.splitlines():
         line = raw.strip()
         if not line or line.startswith(("#", ";")):
             continue
@@ -137,4 +139,7 @@ def test_replay_timer_is_nightly() -> None:
     assert "Normalized form: *-*-* 02:30:00" in res.stdout
     replay = parse_unit(UNITS / "cdml-edge-replay.service")["Service"]
     assert replay["Type"] == ["oneshot"]
-    assert replay["ExecStart"][0].endswith("replay --config /etc/cdml-edge/factory.yaml")
+    assert replay["ExecStart"][0].startswith(
+        "/opt/cdml-edge/venv/bin/cdml-edge replay --config /etc/cdml-edge/factory.yaml"
+    )
+    assert "--since 1d" in replay["ExecStart"][0]
