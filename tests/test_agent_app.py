@@ -235,3 +235,43 @@ def test_cli_sighup_reloads_valid_config_and_sigterm_drains(tmp_path: Path, mode
     assert items == ["a.jpg", "b.jpg", "c.jpg", "x.json"], log
     assert of_kind(lines, "/status")[-1]["state"] == "offline"
     assert not os.path.exists(tmp_path / "in/cam/c.jpg")
+
+
+@pytest.mark.broker
+def test_agent_publishes_over_mqtt_to_mosquitto(tmp_path: Path, models: Path) -> None:
+    import uuid
+
+    import paho.mqtt.client as mqtt
+    from paho.mqtt.enums import CallbackAPIVersion
+
+    prefix = f"t{uuid.uuid4().hex[:8]}"
+    cfg_path = write_config(tmp_path)
+    doc = yaml.safe_load(cfg_path.read_text())
+    doc["mqtt"] = {"url": "mqtt://127.0.0.1:1883", "topic_prefix": prefix}
+    doc["spool"] = {"dir": "spool"}
+    doc["output"] = {"jsonl": None}
+    cfg_path.write_text(yaml.safe_dump(doc))
+
+    got: list[tuple[str, dict[str, Any]]] = []
+    sub = mqtt.Client(CallbackAPIVersion.VERSION2, client_id=f"sub-{prefix}")
+    sub.on_message = lambda c, u, m: got.append((m.topic, json.loads(m.payload)))
+    sub.connect("127.0.0.1", 1883)
+    sub.subscribe(f"{prefix}/#", qos=1)
+    sub.loop_start()
+    cam = tmp_path / "in/cam"
+    agent = Agent(load_config(cfg_path), cfg_path)
+    agent.start()
+    try:
+        (cam / "a.jpg").write_bytes(jpeg(250))
+        (cam / "b.jpg").write_bytes(jpeg(5))
+        wait_for(lambda: sum(t.endswith("/result") for t, _ in got) == 2, what="2 MQTT results")
+        # deleted only after the broker acknowledged the results
+        wait_for(lambda: list(cam.iterdir()) == [], what="on_done delete after PUBACK")
+    finally:
+        agent.stop()
+        sub.loop_stop()
+        sub.disconnect()
+    results = {p["item"]: p["label"] for t, p in got if t == f"{prefix}/test-dev/cam/result"}
+    assert results == {"a.jpg": "bright", "b.jpg": "dark"}
+    assert any(t == f"{prefix}/test-dev/status" and p["state"] == "online" for t, p in got)
+    assert not (tmp_path / "out.jsonl").exists()

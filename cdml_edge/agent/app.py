@@ -19,7 +19,6 @@ import queue
 import signal
 import threading
 import time
-from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -29,6 +28,7 @@ from cdml_edge.agent.health import Metrics, MetricsServer, ProgressWatchdog, SdN
 from cdml_edge.agent.infer import ModelOverrides, ModelRunner, load_runners
 from cdml_edge.agent.lifecycle import FileLifecycle
 from cdml_edge.agent.output import OutMessage, Output
+from cdml_edge.agent.outputs import make_output
 from cdml_edge.agent.packer import pack_window
 from cdml_edge.agent.payloads import HealthPayload, Sequencer, StatusPayload
 from cdml_edge.agent.pipeline import error_event, process_window
@@ -49,61 +49,6 @@ def default_patterns(modality: str) -> tuple[str, ...]:
         exts += list(EXTENSIONS["csv"])
     pats = [f"*{e}" for e in exts] + [f"*{e.upper()}" for e in exts]
     return tuple(pats) or ("*",)
-
-
-def make_output(cfg: AppConfig) -> Output:
-    """MQTT publisher when ``mqtt`` is configured (plus JSON lines if asked), else JSON lines."""
-    from cdml_edge.agent.jsonl_output import JsonlOutput
-
-    prefix = cfg.mqtt.topic_prefix if cfg.mqtt else "cdml"
-    jsonl = None
-    if cfg.output.jsonl is not None or cfg.mqtt is None:
-        jsonl = JsonlOutput(cfg.output.jsonl or "-", topic_prefix=prefix, device=cfg.device.id)
-    if cfg.mqtt is None:
-        assert jsonl is not None
-        return jsonl
-    from cdml_edge.agent.publisher import MqttPublisher
-
-    mqtt: Output = MqttPublisher.from_config(cfg)
-    return mqtt if jsonl is None else TeeOutput([mqtt, jsonl])
-
-
-class TeeOutput:
-    """Several outputs; ``on_durable`` fires once every one of them made the batch durable."""
-
-    def __init__(self, outputs: Sequence[Output]) -> None:
-        self.outputs = list(outputs)
-
-    def start(self) -> None:
-        for o in self.outputs:
-            o.start()
-
-    def publish_batch(
-        self, messages: Sequence[OutMessage], on_durable: Callable[[], None] | None = None
-    ) -> None:
-        left = [len(self.outputs)]
-        lock = threading.Lock()
-
-        def one_done() -> None:
-            with lock:
-                left[0] -= 1
-                done = left[0] == 0
-            if done and on_durable is not None:
-                on_durable()
-
-        for o in self.outputs:
-            o.publish_batch(messages, one_done)
-
-    def stats(self) -> dict[str, int]:
-        out: dict[str, int] = {}
-        for o in self.outputs:
-            for k, v in o.stats().items():
-                out[k] = out.get(k, 0) + v
-        return out
-
-    def stop(self, timeout: float = 5.0) -> None:
-        for o in self.outputs:
-            o.stop(timeout)
 
 
 class Agent:
@@ -438,6 +383,8 @@ class Agent:
 
     # -- status / health -------------------------------------------------------------------
     def _publish_status(self, state: str) -> None:
+        if self.cfg.mqtt is not None:
+            return  # the MQTT publisher owns the retained status (and its Last Will)
         payload = StatusPayload(
             state=state,  # type: ignore[arg-type]
             version=__version__,
@@ -463,6 +410,14 @@ class Agent:
                 self.metrics.dropped.labels(reason="camera_budget_full").inc(delta)
             self._skipped_seen[name] = skipped
         totals = self.metrics.totals()
+        out = self.output.stats()
+        for key in ("outbox_depth", "outbox_bytes", "spool_bytes", "spool_records"):
+            if key in out:
+                totals[key] = out[key]
+        if "broker_connected" in out:
+            totals["broker_connected"] = bool(out["broker_connected"])
+        totals["dropped"] += out.get("dropped", 0)
+        totals["bytes_written"] += out.get("bytes_written", 0)
         depths = dict(totals.pop("queue_depths", {}))
         depths.update({f"pending:{n}": s.pending_count for n, s in self.sources.items()})
         payload = HealthPayload(
