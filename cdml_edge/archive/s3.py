@@ -379,18 +379,22 @@ class S3Source:
         with self._known_lock:
             head = self._known.get(offset, a) if a > offset else b""
             tail = self._known.get(b, end) if end > b else b""
-            if self._recording:
+            # Index reads extend the bytes held from the tail backwards (central directory,
+            # seek table, member index); the first read that does not ends the index phase.
+            record = self._recording and self._known.covering(b) is not None
+            if record:
                 self._known.add(a, fetched)
         if head is None or tail is None:  # pragma: no cover - extents only grow
             raise S3Error("index bytes vanished", bucket=self.bucket, key=self.key)
-        if self._recording:
-            self.index_loaded()  # the reader's index read is the first fetch after open
+        if record:
+            self._store_index()
+        elif self._recording:
+            self.index_loaded()
         return head + fetched + tail
 
     def pread_many(self, ranges: Sequence[tuple[int, int]]) -> list[bytes]:
         """Read ranges; those within ``gap`` of each other share one ranged ``GET``."""
-        if self._recording:
-            self.index_loaded()
+        self._recording = False
         size = self.size()
         out: list[bytes] = [b""] * len(ranges)
         todo: list[tuple[int, int, int]] = []
@@ -422,6 +426,11 @@ class S3Source:
         return out
 
     # -- open and index ------------------------------------------------------------------
+    @property
+    def prefers_tail(self) -> bool:
+        """Format detection should look at the tail (held in memory) before the head."""
+        return True
+
     def open(self) -> None:
         """Learn size and ETag, reading the tail (or the cached index). Idempotent."""
         if self._size is not None:
@@ -447,7 +456,8 @@ class S3Source:
             else:
                 self._open_tail(None)
             self.index_source = "network"
-            self._recording = cache is not None
+            self._recording = True
+            self._store_index()
 
     def _open_tail(self, size: int | None) -> None:
         if size is None:
@@ -472,13 +482,16 @@ class S3Source:
         self._size = total
 
     def index_loaded(self) -> None:
-        """Called once the reader has parsed its index: stores the ranges read so far in the
-        index cache. Called automatically on the first fetch or ``pread_many`` after open."""
-        if not self._recording:
-            return
+        """End the index phase: later reads are members and are not kept in memory.
+
+        Readers may call it after parsing their index; otherwise the first ``pread_many``
+        or the first fetched ``pread`` that does not extend the held bytes ends it."""
         self._recording = False
+
+    def _store_index(self) -> None:
+        """Write the bytes held so far (tail, index) to the index cache, if there is one."""
         cache = self.index_cache
-        if cache is None or self._etag is None or self._size is None:
+        if cache is None or not self._etag or self._size is None:
             return
         with self._known_lock:
             chunks = self._known.chunks()
