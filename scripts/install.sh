@@ -227,7 +227,8 @@ do_install() {
   run "$venv/bin/python" -c \
     'import onnxruntime as o; from cdml_edge.archive import native_available as n; print("onnxruntime", o.__version__, o.get_available_providers(), "native reader:", n())'
 
-  log "models"
+  log "models and the README (the units' Documentation=)"
+  run install -m 0644 -o root -g root "$REPO/README.md" "$PREFIX/README.md"
   if compgen -G "$REPO/models/*.onnx" >/dev/null; then
     run install -m 0644 -o root -g root "$REPO"/models/*.onnx "$PREFIX/models/"
   else
