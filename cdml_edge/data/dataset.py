@@ -57,7 +57,9 @@ def fit_length(arr: np.ndarray, length: int, axis: int) -> np.ndarray:
 
 def image_to_tensor(rgb: np.ndarray) -> torch.Tensor:
     """uint8 ``H×W×3`` -> float32 ``3×H×W`` in [0, 1]."""
-    return torch.from_numpy(np.ascontiguousarray(rgb.transpose(2, 0, 1))).float().div_(255.0)
+    out = rgb.transpose(2, 0, 1).astype(np.float32)  # numpy: no intra-op thread pool
+    out /= 255.0
+    return torch.from_numpy(out)
 
 
 class CDMLStreamDataset(Dataset[Any]):
