@@ -146,7 +146,7 @@ def machine_waveform(
         rate = rng.uniform(15.0, 40.0)  # impacts per second (bearing defect frequency)
         resonance = rng.uniform(2500.0, 4500.0)
         decay = rng.uniform(300.0, 600.0)
-        strength = rng.uniform(0.8, 2.0)
+        strength = rng.uniform(0.15, 2.0)
         length = int(0.02 * sample_rate)
         tau = np.arange(length) / sample_rate
         ring = np.sin(2 * np.pi * resonance * tau) * np.exp(-decay * tau)
@@ -201,7 +201,7 @@ def vibration_window(
         period = 1.0 / (shaft * rng.uniform(3.0, 5.0))  # outer-race defect frequency
         resonance = rng.uniform(300.0, 600.0)
         tau = np.arange(rows) / rate
-        strength = rng.uniform(0.4, 1.0)
+        strength = rng.uniform(0.1, 1.0)
         for s in np.arange(rng.uniform(0, period), rows / rate, period):
             i = int(s * rate)
             ring = np.sin(2 * np.pi * resonance * tau[: rows - i]) * np.exp(-80.0 * tau[: rows - i])

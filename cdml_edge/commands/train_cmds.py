@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import typer
 
@@ -76,7 +77,7 @@ def train(
             progress.stop()
             typer.echo(f"train: {exc}", err=True)
             raise typer.Exit(EXIT_TRAIN_ERROR) from None
-    final = dict(result.history[-1]) if result.history else {"epoch": 0}
+    final: dict[str, Any] = dict(result.history[-1]) if result.history else {"epoch": 0}
     final["checkpoint"] = str(result.checkpoint)
     final["params"] = result.trainer.model.num_parameters()
     if result.spec.anomaly_threshold is not None:

@@ -9,7 +9,7 @@ from cdml_edge.nn.encoders import AudioEncoder, TabularEncoder, TimeSeriesEncode
 from cdml_edge.nn.loss import CDMLLoss
 from cdml_edge.nn.registry import MODEL_CLASSES, build_model
 from cdml_edge.nn.tier2 import CDMLTrainTier2
-from cdml_edge.nn.train import CDMLTrainer
+from cdml_edge.nn.train import CDMLTrainer, init_distributed
 
 __all__ = [
     "MODEL_CLASSES",
@@ -24,6 +24,7 @@ __all__ = [
     "TimeSeriesEncoder",
     "auroc",
     "build_model",
+    "init_distributed",
     "class_prototypes",
     "interpolate",
     "nearest_neighbours",

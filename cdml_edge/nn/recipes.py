@@ -152,7 +152,7 @@ def train_from_archive(
     model = build_for(spec, len(classes), latent_dim)
     trainer = CDMLTrainer(
         model, lr=lr, device=device, loss=CDMLLoss(recon_weight=recon_weight),
-        out_dir=out_dir, spec=spec,
+        out_dir=out_dir, spec=spec, schedule="cosine",
     )
     history = trainer.fit(train_loader, val_loader, epochs, on_step=on_step)
     scorer = None

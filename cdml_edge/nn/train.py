@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import time
 from collections.abc import Callable, Iterable
@@ -31,15 +32,17 @@ def resolve_device(device: str = "auto") -> torch.device:
     return torch.device("cpu")
 
 
-def init_distributed(device: torch.device) -> bool:
+def init_distributed(device: torch.device | str = "auto") -> bool:
     """Join the process group when started by ``torchrun`` (WORLD_SIZE > 1).
 
-    gloo on the CPU, nccl on CUDA. Returns whether training is distributed.
+    gloo on the CPU, nccl on CUDA. Returns whether training is distributed. The
+    trainer calls it; call it yourself first when building ``DistributedSampler``s.
     """
     if int(os.environ.get("WORLD_SIZE", "1")) <= 1:
         return False
     if not dist.is_initialized():
-        backend = "nccl" if device.type == "cuda" else "gloo"
+        dev = resolve_device(device) if isinstance(device, str) else device
+        backend = "nccl" if dev.type == "cuda" else "gloo"
         dist.init_process_group(backend=backend)
     return True
 
@@ -54,6 +57,8 @@ def _split(batch: Any) -> tuple[torch.Tensor, torch.Tensor | None]:
 
 class CDMLTrainer:
     """Train any :class:`LatentModel` with :class:`CDMLLoss` and Adam.
+
+    ``schedule="cosine"`` decays the learning rate per epoch from ``lr`` to ``lr / 20``.
 
     Batches are ``(x, y)``, ``x`` or ``{"input": x, "label": y}``. With ``out_dir``
     set, every epoch appends one JSON line to ``metrics.jsonl`` and writes a new
@@ -70,7 +75,12 @@ class CDMLTrainer:
         out_dir: str | Path | None = None,
         spec: ModelSpec | None = None,
         weight_decay: float = 0.0,
+        schedule: str = "constant",
     ) -> None:
+        if schedule not in ("constant", "cosine"):
+            raise ValueError(f"schedule must be 'constant' or 'cosine', got {schedule!r}")
+        self.schedule = schedule
+        self.base_lr = lr
         self.device = resolve_device(device)
         self.distributed = init_distributed(self.device)
         self.rank = dist.get_rank() if self.distributed else 0
@@ -115,6 +125,7 @@ class CDMLTrainer:
             set_epoch = getattr(sampler, "set_epoch", None)
             if callable(set_epoch):
                 set_epoch(epoch)
+            self._set_lr(epoch, epochs)
             t0 = time.perf_counter()
             train = self._train_epoch(train_loader, epoch, on_step)
             record: dict[str, Any] = {"epoch": epoch, **{f"train_{k}": v for k, v in train.items()}}
@@ -128,6 +139,14 @@ class CDMLTrainer:
                 self._log(record)
                 self.save_checkpoint()
         return self.history
+
+    def _set_lr(self, epoch: int, epochs: int) -> None:
+        """Per-epoch learning rate; derived from the epoch number, so resume keeps it."""
+        lr = self.base_lr
+        if self.schedule == "cosine" and epochs > 1:
+            lr = self.base_lr * (0.05 + 0.95 * 0.5 * (1 + math.cos(math.pi * (epoch - 1) / epochs)))
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
 
     def _train_epoch(
         self, loader: Iterable[Any], epoch: int, on_step: StepCallback | None

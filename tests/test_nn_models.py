@@ -1,0 +1,151 @@
+"""Tier 2 model, encoders, CDMLLoss and the latent-space operations."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from cdml_edge.nn import (
+    AnomalyHead,
+    AnomalyScorer,
+    AudioEncoder,
+    CDMLLoss,
+    CDMLTrainTier2,
+    TabularEncoder,
+    TimeSeriesEncoder,
+    auroc,
+    build_model,
+    class_prototypes,
+    interpolate,
+    nearest_neighbours,
+)
+from cdml_edge.nn.cda import nearest_prototype
+
+
+def test_tier2_defaults_fit_the_parameter_budget() -> None:
+    model = CDMLTrainTier2()
+    assert model.config == {"latent_dim": 64, "num_classes": 10, "in_channels": 3,
+                            "image_size": 64, "width": 32}
+    assert model.num_parameters() <= 1_000_000
+    assert model.num_parameters() == sum(p.numel() for p in model.parameters())
+
+
+@pytest.mark.parametrize("size,channels", [(64, 3), (32, 3), (32, 1)])
+def test_tier2_compress_decompress_classify(size: int, channels: int) -> None:
+    model = CDMLTrainTier2(latent_dim=16, num_classes=4, in_channels=channels, image_size=size)
+    x = torch.randn(5, channels, size, size)
+    z = model.compress(x)
+    assert z.shape == (5, 16)
+    assert model.decompress(z).shape == x.shape
+    assert model.classifier(z).shape == (5, 4)
+    out = model(x)
+    assert set(out) == {"latent", "logits", "recon"}
+    torch.testing.assert_close(out["latent"], z)
+
+
+def test_tier2_rejects_odd_sizes_and_headless_classifier() -> None:
+    with pytest.raises(ValueError, match="multiple of 16"):
+        CDMLTrainTier2(image_size=40)
+    model = CDMLTrainTier2(num_classes=0, image_size=32)
+    assert "logits" not in model(torch.randn(2, 3, 32, 32))
+    with pytest.raises(RuntimeError, match="without a classifier head"):
+        model.classifier(torch.randn(2, 64))
+
+
+@pytest.mark.parametrize(
+    "model,x",
+    [
+        (AudioEncoder(n_mfcc=20, frames=32, latent_dim=8, num_classes=3), torch.randn(4, 20, 32)),
+        (AudioEncoder(latent_dim=8, num_classes=3, input="waveform"), torch.randn(4, 16000)),
+        (TimeSeriesEncoder(channels=3, window=128, latent_dim=8, num_classes=3),
+         torch.randn(4, 3, 128)),
+        (TabularEncoder(in_features=6, latent_dim=8, num_classes=3), torch.randn(4, 6, 1)),
+    ],
+)
+def test_encoders_share_the_latent_interface(model: torch.nn.Module, x: torch.Tensor) -> None:
+    out = model(x)
+    assert out["latent"].shape == (4, 8)
+    assert out["logits"].shape == (4, 3)
+    assert "recon" not in out
+    with pytest.raises(NotImplementedError, match="no decoder"):
+        model.decompress(out["latent"])  # type: ignore[operator]
+    clone = build_model(type(model).__name__, model.config)  # type: ignore[arg-type]
+    assert clone.num_parameters() == model.num_parameters()  # type: ignore[operator]
+
+
+def test_build_model_unknown_name() -> None:
+    with pytest.raises(KeyError, match="Nope"):
+        build_model("Nope", {})
+
+
+def test_loss_weights_and_missing_terms() -> None:
+    x = torch.zeros(2, 3)
+    out = {"latent": torch.ones(2, 4), "recon": torch.ones(2, 3),
+           "logits": torch.tensor([[10.0, -10.0], [-10.0, 10.0]])}
+    y = torch.tensor([0, 1])
+    total, parts = CDMLLoss(recon_weight=2.0, ce_weight=1.0, latent_weight=0.5)(out, x, y)
+    assert parts["recon"] == pytest.approx(2.0)
+    assert parts["ce"] == pytest.approx(0.0, abs=1e-6)
+    assert parts["latent"] == pytest.approx(2.0)  # 0.5 * ||1||^2 over 4 dims
+    assert float(total) == pytest.approx(4.0, abs=1e-5)
+    _, only_recon = CDMLLoss()(out, x, None)
+    assert set(only_recon) == {"recon"}
+    with pytest.raises(ValueError, match="no loss term"):
+        CDMLLoss()({"latent": torch.ones(2, 4)}, x, None)
+
+
+def test_prototypes_and_nearest() -> None:
+    z = torch.tensor([[0.0, 0.0], [2.0, 0.0], [10.0, 10.0], [12.0, 10.0]])
+    y = torch.tensor([0, 0, 1, 1])
+    protos = class_prototypes(z, y, 3)
+    torch.testing.assert_close(protos[:2], torch.tensor([[1.0, 0.0], [11.0, 10.0]]))
+    assert torch.isnan(protos[2]).all()
+    assert nearest_prototype(torch.tensor([[0.5, 0.5], [9.0, 9.0]]), protos[:2]).tolist() == [0, 1]
+    d, idx = nearest_neighbours(torch.tensor([[11.9, 10.0]]), z, k=2)
+    assert idx.tolist() == [[3, 2]]
+    assert d[0, 0].item() == pytest.approx(0.1, abs=1e-5)
+    with pytest.raises(ValueError, match="exceeds"):
+        nearest_neighbours(z, z, k=5)
+
+
+def test_interpolate_endpoints_and_midpoint() -> None:
+    a, b = torch.zeros(3), torch.tensor([2.0, 4.0, 6.0])
+    path = interpolate(a, b, 5)
+    assert path.shape == (5, 3)
+    torch.testing.assert_close(path[0], a)
+    torch.testing.assert_close(path[-1], b)
+    torch.testing.assert_close(path[2], torch.tensor([1.0, 2.0, 3.0]))
+    with pytest.raises(ValueError):
+        interpolate(a, b, 1)
+
+
+def test_anomaly_scorer_threshold_and_head() -> None:
+    g = torch.Generator().manual_seed(0)
+    normal = torch.randn(2000, 8, generator=g) * torch.tensor([1.0, 2, 3, 4, 1, 1, 1, 1]) + 5
+    scorer = AnomalyScorer.fit(normal, quantile=0.95)
+    fresh = torch.randn(2000, 8, generator=g) * torch.tensor([1.0, 2, 3, 4, 1, 1, 1, 1]) + 5
+    fpr = scorer.is_anomalous(fresh).float().mean().item()
+    assert 0.02 < fpr < 0.08  # the 95 % quantile holds on fresh normal data
+    far = fresh + 6.0
+    assert scorer.is_anomalous(far).float().mean().item() > 0.99
+    restored = AnomalyScorer.from_state(scorer.state())
+    torch.testing.assert_close(restored.score(fresh), scorer.score(fresh))
+
+    model = TabularEncoder(in_features=4, latent_dim=8).eval()
+    x = torch.randn(16, 4, generator=g)
+    with torch.no_grad():
+        codes = model.compress(x)
+        head_scorer = AnomalyScorer.fit(codes)
+        score, latent = AnomalyHead(model, head_scorer)(x)
+    torch.testing.assert_close(latent, codes)
+    torch.testing.assert_close(score, head_scorer.score(codes))
+
+
+def test_auroc_known_values() -> None:
+    assert auroc(np.array([0.1, 0.2]), np.array([0.3, 0.4])) == 1.0
+    assert auroc(np.array([0.3, 0.4]), np.array([0.1, 0.2])) == 0.0
+    assert auroc(np.array([1.0, 1.0]), np.array([1.0])) == 0.5
+    assert auroc(np.array([0.1, 0.5]), np.array([0.3])) == 0.5
+    with pytest.raises(ValueError):
+        auroc(np.array([]), np.array([1.0]))
