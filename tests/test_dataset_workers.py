@@ -16,6 +16,7 @@ from _dataset_data import class_images, write
 from torch.utils.data import DataLoader, Dataset, DistributedSampler
 
 from cdml_edge import CDMLStreamDataset
+from cdml_edge.decode import DecodeError
 
 
 class Probe(Dataset[Any]):
@@ -121,3 +122,11 @@ def test_ddp_two_processes_gloo(tmp_path: Path) -> None:
         seen.extend(expected)
     assert sorted(seen) == list(range(len(ds)))  # disjoint and complete (18 items, 2 ranks)
     assert set(ranks[0]["shard"]).isdisjoint(ranks[1]["shard"])
+
+
+def test_worker_decode_error_reaches_the_parent(tmp_path: Path) -> None:
+    good = class_images(1)[0][1]
+    path = write(tmp_path / "bad.zip", [("ok.jpg", good), ("cut.jpg", good[:200])])
+    loader = DataLoader(CDMLStreamDataset(path, is_image=True), batch_size=2, num_workers=1)
+    with pytest.raises(DecodeError, match="cut.jpg"):
+        next(iter(loader))

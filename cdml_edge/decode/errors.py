@@ -4,13 +4,21 @@ from __future__ import annotations
 
 
 class DecodeError(ValueError):
-    """Bytes of ``member`` could not be decoded; ``reason`` says why."""
+    """Bytes of ``member`` could not be decoded; ``reason`` says why.
 
-    def __init__(self, member: str, reason: str) -> None:
+    ``DecodeError(message)`` (one argument) is also accepted, so a DataLoader can re-raise
+    it in the main process from a worker's formatted traceback (which names the member).
+    """
+
+    def __init__(self, member: str, reason: str | None = None) -> None:
+        if reason is None:
+            self.member, self.reason = "", member
+            super().__init__(member)
+            return
         self.member = member
         self.reason = reason
         super().__init__(f"{member or '<bytes>'}: {reason}")
 
     def __reduce__(self) -> tuple[type[DecodeError], tuple[str, str]]:
-        # keeps the error picklable across DataLoader worker processes
+        # keeps the error picklable across processes
         return (DecodeError, (self.member, self.reason))
