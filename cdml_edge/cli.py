@@ -27,6 +27,7 @@ COMMAND_MODULES = [
     "cdml_edge.commands.doctor_cmds",
     "cdml_edge.commands.train_cmds",
     "cdml_edge.commands.replay_cmds",
+    "cdml_edge.commands.archive_cmds",
 ]
 
 

@@ -46,6 +46,8 @@ class Archive:
     """
 
     format: str = "?"
+    #: which reader serves members: ``"native"`` (the C core) or ``"python"``
+    engine: str = "python"
 
     def __init__(
         self,

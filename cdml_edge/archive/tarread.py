@@ -43,6 +43,44 @@ class _SourceStream(io.RawIOBase):
         return len(data)
 
 
+class _FrameStream:
+    """Sequential decompression of concatenated zstd (and skippable) frames.
+
+    Unlike ``stream_reader``, a stream cut inside a frame raises ``EOFError``. Input is fed
+    in 8 KiB chunks, which bounds what one step can expand to (a zstd block header of a few
+    bytes yields at most 128 KiB).
+    """
+
+    FEED = 8 << 10
+
+    def __init__(self, source: ByteSource, end: int) -> None:
+        self._src = _SourceStream(source, end)
+        self._dctx = zstandard.ZstdDecompressor()
+        self._obj: Any = None
+        self._fed = False
+        self._pending = b""
+        self._buf = bytearray()
+
+    def read(self, n: int) -> bytes:
+        while len(self._buf) < n:
+            if self._obj is None or self._obj.eof:
+                if self._obj is not None:
+                    self._pending = self._obj.unused_data + self._pending
+                self._obj = self._dctx.decompressobj()
+                self._fed = False
+            data = self._pending or self._src.read(self.FEED)
+            self._pending = b""
+            if not data:
+                if self._fed:
+                    raise EOFError
+                break
+            self._fed = True
+            self._buf += self._obj.decompress(data)
+        out = bytes(self._buf[:n])
+        del self._buf[:n]
+        return out
+
+
 class _Reader:
     """Exact reads and skips over a stream (``read(n)`` is short only at the end)."""
 
@@ -211,10 +249,7 @@ class ZstdTarArchive(_TarBase):
         if tail is not None and tail.index is not None:
             self._index_members(tail.index, tail.frames)
         else:
-            stream = zstandard.ZstdDecompressor().stream_reader(
-                _SourceStream(source, self._data_end), read_across_frames=True
-            )
-            reader = _Reader(stream)
+            reader = _Reader(_FrameStream(source, self._data_end))
             members, _ = _member_list(
                 source.name, lambda cb: tarfmt.scan(reader.read, reader.skip, source.name, cb)
             )
@@ -315,10 +350,7 @@ class ZstdTarArchive(_TarBase):
         return out
 
     def _read_streaming(self, ids: list[int]) -> list[bytes]:
-        stream = zstandard.ZstdDecompressor().stream_reader(
-            _SourceStream(self._source, self._data_end), read_across_frames=True
-        )
-        reader = _Reader(stream)
+        reader = _Reader(_FrameStream(self._source, self._data_end))
         pos = 0
         out: list[bytes] = [b""] * len(ids)
         order = sorted(range(len(ids)), key=lambda k: self._members[ids[k]].data_offset)

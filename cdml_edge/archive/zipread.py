@@ -282,6 +282,10 @@ class ZipArchive(Archive):
     def native(self) -> bool:
         return self._native_index is not None
 
+    @property
+    def engine(self) -> str:  # type: ignore[override]
+        return "native" if self._native_index is not None else "python"
+
     def _row(self, i: int) -> Entry:
         if self._native_index is not None:
             return self._native_index.entry(i, self._row_names[i])  # type: ignore[no-any-return]

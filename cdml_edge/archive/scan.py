@@ -1,0 +1,91 @@
+"""Scanning an archive: every member read and checked, unsafe names flagged."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from cdml_edge.archive.base import MemberInfo
+from cdml_edge.archive.errors import ArchiveError
+from cdml_edge.archive.names import is_safe_member_name
+from cdml_edge.archive.pack import format_for_path, write_archive
+from cdml_edge.archive.reader import SourceLike, open_archive
+
+
+@dataclass
+class ScanReport:
+    """What ``scan`` found: members, their total sizes, and every problem by name."""
+
+    archive: str
+    format: str
+    members: list[MemberInfo] = field(default_factory=list)
+    bad: dict[str, str] = field(default_factory=dict)  # name -> reason
+    unsafe: list[str] = field(default_factory=list)
+    unchecked: int = 0  # members without a stored checksum (plain tar, tar --zstd)
+    engine: str = "python"
+
+    @property
+    def size(self) -> int:
+        return sum(m.size for m in self.members)
+
+    @property
+    def compressed_size(self) -> int:
+        return sum(m.compressed_size for m in self.members)
+
+    @property
+    def ratio(self) -> float:
+        return self.size / max(self.compressed_size, 1)
+
+    @property
+    def ok(self) -> bool:
+        return not self.bad and not self.unsafe
+
+
+def scan_archive(source: SourceLike) -> ScanReport:
+    """Open ``source``, read every member (checksums checked) and report the problems."""
+    with open_archive(source) as arc:
+        report = ScanReport(
+            archive=arc.name, format=arc.format, members=arc.infos(), engine=arc.engine
+        )
+        report.unsafe = [m.name for m in report.members if not is_safe_member_name(m.name)]
+        report.unchecked = sum(1 for m in report.members if m.checksum is None)
+        for name in arc.verify():
+            try:
+                arc.read(name)
+                report.bad[name] = "failed in a batch read"
+            except ArchiveError as exc:
+                report.bad[name] = exc.reason
+    return report
+
+
+def iter_dir(folder: str | os.PathLike[str]) -> Iterator[tuple[str, Path]]:
+    """``(member name, path)`` of every regular file under ``folder``, sorted by name."""
+    root = Path(folder)
+    for path in sorted(p for p in root.rglob("*") if p.is_file() and not p.is_symlink()):
+        yield path.relative_to(root).as_posix(), path
+
+
+def pack_dir(
+    folder: str | os.PathLike[str],
+    out: str | os.PathLike[str],
+    *,
+    level: int = 3,
+    on_file: Callable[[str, int], None] | None = None,
+) -> int:
+    """Pack every file under ``folder`` into ``out`` (.zip or .tar.zst), atomically.
+
+    ``on_file(name, size)`` is called as each file is read. Returns the archive size.
+    """
+    fmt = format_for_path(out)
+    files = list(iter_dir(folder))
+
+    def items() -> Iterator[tuple[str, bytes]]:
+        for name, path in files:
+            data = path.read_bytes()
+            if on_file is not None:
+                on_file(name, len(data))
+            yield name, data
+
+    return write_archive(out, items(), format=fmt, level=level)

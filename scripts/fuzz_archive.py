@@ -1,0 +1,184 @@
+"""Longer fuzz run of the archive readers (``make fuzz``): mutated archives in subprocesses.
+
+Workers mutate valid ZIP / tar.zst / tar archives (bit flips, truncation, splices, header
+fields set to extreme values) and open + read them on the C core and the Python path.
+Anything other than an ``ArchiveError`` is a finding; so is a crash (signal) or a hang
+(no progress for ``--hang`` seconds). The input being parsed is kept in a file so a
+crashing one is saved to ``--out``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import os
+import random
+import shutil
+import struct
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+import traceback
+
+SIGS = (b"PK\x01\x02", b"PK\x03\x04", b"PK\x05\x06", b"PK\x06\x06", b"PK\x06\x07",
+        b"\x28\xb5\x2f\xfd", b"\x5e\x2a\x4d\x18", b"\x5d\x2a\x4d\x18", b"ustar")
+
+
+def seeds() -> dict[str, bytes]:
+    from cdml_edge.archive import pack
+
+    rng = random.Random(1)
+    items = [("a.txt", b"alpha " * 60), ("dir/b.bin", rng.randbytes(400)),
+             ("c.json", b'{"k": [1, 2, 3]}' * 20), ("d.jpg", rng.randbytes(300)), ("e", b""),
+             ("ü/long-" + "n" * 120, b"long name")]
+    out = {"zip": pack(items, mtime=1e9), "tar.zst": pack(items, "tar.zst", frame_bytes=300)}
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tf:
+        for name, data in items:
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tf.addfile(info, io.BytesIO(data))
+    out["tar"] = buf.getvalue()
+    import zstandard
+
+    out["tar.zst-plain"] = zstandard.ZstdCompressor().compress(out["tar"])
+    z64 = bytearray(out["zip"])  # the same ZIP with a ZIP64 end record
+    out["zip64"] = _with_zip64(bytes(z64))
+    return out
+
+
+def _with_zip64(data: bytes) -> bytes:
+    eocd = data.rindex(b"PK\x05\x06")
+    _, _, _, n, _, cd_size, cd_off, _ = struct.unpack_from("<4s4H2LH", data, eocd)
+    rec = struct.pack("<4sQ2H2L4Q", b"PK\x06\x06", 44, 45, 45, 0, 0, n, n, cd_size, cd_off)
+    loc = struct.pack("<4sLQL", b"PK\x06\x07", 0, eocd, 1)
+    end = struct.pack("<4s4H2LH", b"PK\x05\x06", 0, 0, 0xFFFF, 0xFFFF, 0xFFFFFFFF, 0xFFFFFFFF, 0)
+    return data[:eocd] + rec + loc + end
+
+
+def mutate(rng: random.Random, data: bytes, hits: list[int]) -> bytes:
+    buf = bytearray(data)
+    for _ in range(rng.randint(1, 5)):
+        if not buf:
+            break
+        op = rng.random()
+        if op < 0.35:
+            buf[rng.randrange(len(buf))] ^= 1 << rng.randrange(8)
+        elif op < 0.45:
+            del buf[rng.randrange(len(buf)) :]
+        elif op < 0.55:
+            a = rng.randrange(len(buf) + 1)
+            buf[a:a] = rng.randbytes(rng.randint(1, 40))
+        elif op < 0.62:
+            a = rng.randrange(len(buf))
+            del buf[a : a + rng.randint(1, 40)]
+        else:
+            base = rng.choice(hits) if hits else 0
+            pos = min(len(buf) - 1, base + rng.randrange(64))
+            value = rng.choice([0, 1, 0x7F, 0xFF, 0xFFFF, 0xFFFFFFFF, 0x7FFFFFFF, 1 << 20,
+                                rng.getrandbits(32), (1 << 64) - 1])
+            width = rng.choice([1, 2, 4, 8])
+            buf[pos : pos + width] = struct.pack("<Q", value & ((1 << 64) - 1))[:width]
+    return bytes(buf)
+
+
+def exercise(data: bytes) -> None:
+    from cdml_edge.archive import ArchiveError, open_archive
+
+    try:
+        arc = open_archive(data, max_member_bytes=1 << 22)
+    except ArchiveError:
+        return
+    names = arc.names()
+    for n in names:
+        try:
+            arc.info(n)
+            arc.read(n)
+        except ArchiveError:
+            pass
+    try:
+        arc.read_many(names)
+    except ArchiveError:
+        pass
+    arc.verify()
+
+
+def worker(seed: int, seconds: float, current: str, progress: str) -> int:
+    rng = random.Random(seed)
+    base = seeds()
+    kinds = sorted(base)
+    hits = {k: [i for s in SIGS for i in range(len(v)) if v.startswith(s, i)] for k, v in base.items()}
+    end = time.monotonic() + seconds
+    n = 0
+    while time.monotonic() < end:
+        kind = rng.choice(kinds)
+        data = mutate(rng, base[kind], hits[kind])
+        with open(current, "wb") as f:
+            f.write(data)
+        try:
+            exercise(data)
+        except Exception:  # noqa: BLE001 - an untyped error is a finding
+            traceback.print_exc()
+            return 3
+        n += 1
+        if n % 200 == 0:
+            with open(progress, "w") as f:
+                f.write(str(n))
+    with open(progress, "w") as f:
+        f.write(str(n))
+    return 0
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--seconds", type=float, default=300)
+    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--hang", type=float, default=30.0, help="seconds without progress = hang")
+    ap.add_argument("--out", default="fuzz-findings")
+    ap.add_argument("--worker", nargs=4, help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.worker:
+        s, secs, cur, prog = args.worker
+        return worker(int(s), float(secs), cur, prog)
+    tmp = tempfile.mkdtemp(prefix="cdml-fuzz-")
+    procs = []
+    for k in range(args.workers):
+        env = dict(os.environ, CDML_EDGE_NATIVE="1" if k % 2 == 0 else "0")
+        cur, prog = os.path.join(tmp, f"cur{k}"), os.path.join(tmp, f"prog{k}")
+        p = subprocess.Popen([sys.executable, __file__, "--worker", str(1000 + k),
+                              str(args.seconds), cur, prog], env=env)
+        procs.append((k, env["CDML_EDGE_NATIVE"], p, cur, prog))
+    status = 0
+    last: dict[int, tuple[str, float]] = {}
+    while procs:
+        time.sleep(1.0)
+        for item in list(procs):
+            k, nat, p, cur, prog = item
+            rc = p.poll()
+            mark = open(prog).read() if os.path.exists(prog) else ""
+            seen = last.get(k)
+            if seen is None or seen[0] != mark:
+                last[k] = (mark, time.monotonic())
+            if rc is None and time.monotonic() - last[k][1] > args.hang:
+                p.kill()
+                rc = -9
+                print(f"worker {k} (native={nat}): no progress for {args.hang:.0f} s: hang")
+            if rc is None:
+                continue
+            procs.remove(item)
+            print(f"worker {k} (native={nat}): {mark or 0} inputs, exit {rc}")
+            if rc != 0:
+                status = 1
+                os.makedirs(args.out, exist_ok=True)
+                dest = os.path.join(args.out, f"finding-{k}-{int(time.time())}.bin")
+                shutil.copy(cur, dest)
+                print(f"  input kept in {dest}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    print("fuzz: OK" if status == 0 else "fuzz: FINDINGS")
+    return status
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

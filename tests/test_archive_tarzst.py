@@ -1,0 +1,210 @@
+"""tar.zst and tar reading on both engines: our seekable writer, tar --zstd, plain tar."""
+
+from __future__ import annotations
+
+import io
+import pickle
+import random
+import subprocess
+import tarfile
+from pathlib import Path
+
+import pytest
+import zstandard
+from _archive_helpers import CountingSource, engine  # noqa: F401
+
+from cdml_edge.archive import (
+    ArchiveError,
+    CorruptArchiveError,
+    TruncatedArchiveError,
+    open_archive,
+    pack,
+    write_archive,
+)
+from cdml_edge.archive import seekable
+from cdml_edge.archive.seekable import read_tail
+from cdml_edge.archive.source import FileSource, MemorySource
+
+
+def _items(n: int = 120, seed: int = 2) -> list[tuple[str, bytes]]:
+    rng = random.Random(seed)
+    items = [(f"win/{i:04d}.json", b'{"v": %d}\n' % i * rng.randrange(1, 400)) for i in range(n)]
+    items += [
+        ("big/multi-frame.bin", rng.randbytes(3_300_000)),  # spans several frames
+        ("empty", b""),
+        ("x" * 150 + "/long-name.txt", b"pax path"),  # needs a pax header
+        ("ünï/名前.txt", "utf-8 name".encode()),
+    ]
+    return items
+
+
+def test_seekable_roundtrip_and_stock_tools(engine: str, tmp_path: Path) -> None:
+    items = _items()
+    path = tmp_path / "a.tar.zst"
+    write_archive(path, items, mtime=1_600_000_000, manifest={"window": "w-1"})
+    listed = subprocess.run(
+        f"zstd -dc '{path}' | tar -t", shell=True, capture_output=True, text=True, check=True
+    ).stdout.splitlines()
+    assert listed == [n for n, _ in items] + ["manifest.json"]
+    out = tmp_path / "x"
+    out.mkdir()
+    subprocess.run(f"zstd -dc '{path}' | tar -x -C '{out}'", shell=True, check=True)
+    for n, d in items:
+        assert (out / n).read_bytes() == d
+    arc = open_archive(path)
+    assert arc.format == "tar.zst" and arc.seekable  # type: ignore[attr-defined]
+    assert arc.names() == [n for n, _ in items] + ["manifest.json"]
+    for n, d in items:
+        assert arc.read(n) == d
+    names = [n for n, _ in items]
+    rng = random.Random(5)
+    rng.shuffle(names)
+    assert arc.read_many(names) == [dict(items)[n] for n in names]
+    assert arc.verify() == []
+    info = arc.info("big/multi-frame.bin")
+    assert info.method == "zstd" and info.size == 3_300_000 and info.mtime == 1_600_000_000
+    assert info.checksum is not None
+    assert pickle.loads(pickle.dumps(arc)).read("empty") == b""
+
+
+def test_open_reads_only_the_tail_and_reads_only_needed_frames(engine: str, tmp_path: Path) -> None:
+    rng = random.Random(9)
+    items = [(f"m/{i:05d}.txt", rng.randbytes(2000).hex().encode()) for i in range(3000)]
+    path = tmp_path / "s.tar.zst"
+    write_archive(path, items)
+    size = path.stat().st_size
+    src = CountingSource(FileSource(path))
+    arc = open_archive(src)
+    assert len(src.calls) <= 2
+    src.calls.clear()
+    assert arc.read("m/01234.txt") == items[1234][1]
+    assert [k for k, _ in src.calls] == ["pread"]
+    assert src.bytes_read() < 200_000 < size // 10  # one frame, not the archive
+    src.calls.clear()
+    picks = [f"m/{i:05d}.txt" for i in (7, 2999, 1500, 8)]
+    assert arc.read_many(picks) == [items[int(p[2:7])][1] for p in picks]
+    assert [k for k, _ in src.calls] == ["pread_many"]
+    assert src.calls[0][1] == sorted(src.calls[0][1])
+
+
+def test_tail_index_frames_are_consistent(engine: str) -> None:
+    data = pack(_items(30), format="tar.zst")
+    tail = read_tail(MemorySource(data))
+    assert tail is not None and tail.index is not None
+    frames = tail.frames
+    assert frames.coff[-1] < len(data) and frames.count >= 2
+    # every frame is an independent zstd frame that decompresses on its own
+    for k in range(frames.count):
+        blob = data[frames.coff[k] : frames.coff[k + 1]]
+        assert len(zstandard.ZstdDecompressor().decompress(blob)) == (
+            frames.doff[k + 1] - frames.doff[k]
+        )
+
+
+def _tree(tmp_path: Path) -> tuple[Path, dict[str, bytes]]:
+    src = tmp_path / "tree"
+    (src / "d").mkdir(parents=True)
+    rng = random.Random(4)
+    files = {f"d/f{i}.txt": b"row,%d\n" % i * rng.randrange(1, 2000) for i in range(25)}
+    files["blob.bin"] = rng.randbytes(200_000)
+    files["n" * 120 + ".txt"] = b"gnu long name"
+    for n, d in files.items():
+        (src / n).write_bytes(d)
+    return src, files
+
+
+@pytest.mark.parametrize("fmt", ["gnu", "pax", "ustar"])
+def test_plain_tar_zst_from_tar(engine: str, tmp_path: Path, fmt: str) -> None:
+    src, files = _tree(tmp_path)
+    if fmt == "ustar":
+        files.pop("n" * 120 + ".txt")
+        (src / ("n" * 120 + ".txt")).unlink()
+    out = tmp_path / "t.tar.zst"
+    subprocess.run(["tar", f"--format={fmt}", "--zstd", "-cf", str(out), "-C", str(src), "."],
+                   check=True)
+    arc = open_archive(out)
+    assert arc.format == "tar.zst" and not arc.seekable  # type: ignore[attr-defined]
+    want = {f"./{n}": d for n, d in files.items()}
+    assert sorted(arc.names()) == sorted(want)
+    for n, d in want.items():
+        assert arc.read(n) == d
+        assert arc.info(n).checksum is None
+    order = sorted(want, reverse=True)
+    assert arc.read_many(order) == [want[n] for n in order]
+    assert arc.verify() == []
+    plain = tmp_path / "t.tar"
+    subprocess.run(["tar", f"--format={fmt}", "-cf", str(plain), "-C", str(src), "."], check=True)
+    tar = open_archive(plain)
+    assert tar.format == "tar" and dict(tar) == want
+
+
+def test_tarfile_written_archives(engine: str) -> None:
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tf:
+        for i in range(5):
+            data = b"tarfile %d" % i * 100
+            info = tarfile.TarInfo(f"p/é{i}.txt")
+            info.size = len(data)
+            tf.addfile(info, io.BytesIO(data))
+        d = tarfile.TarInfo("p/dir")
+        d.type = tarfile.DIRTYPE
+        tf.addfile(d)
+    raw = buf.getvalue()
+    arc = open_archive(raw)
+    assert arc.names() == [f"p/é{i}.txt" for i in range(5)]
+    zst = zstandard.ZstdCompressor().compress(raw)
+    assert open_archive(zst).read("p/é3.txt") == b"tarfile 3" * 100
+
+
+def test_corrupt_frame_is_detected(engine: str) -> None:
+    items = _items(40)
+    data = bytearray(pack(items, format="tar.zst"))
+    tail = read_tail(MemorySource(bytes(data)))
+    assert tail is not None
+    victim = data[tail.frames.coff[1] : tail.frames.coff[2]]
+    data[tail.frames.coff[1] + len(victim) // 2] ^= 0x04
+    arc = open_archive(bytes(data))
+    bad = arc.verify()
+    assert bad, "a flipped bit in a frame went unnoticed"
+    with pytest.raises(CorruptArchiveError) as exc:
+        arc.read(bad[0])
+    assert exc.value.archive == "<memory>"
+
+
+def test_crc_catches_wrong_bytes(engine: str) -> None:
+    # frames that decode fine but to other bytes than the index's CRC-32 says
+    items = [("a.txt", b"A" * 1000), ("b.txt", b"B" * 1000)]
+    data = pack(items, format="tar.zst")
+    tail = read_tail(MemorySource(data))
+    assert tail is not None and tail.index is not None
+    stream = zstandard.ZstdDecompressor().stream_reader(io.BytesIO(data), read_across_frames=True)
+    plain = stream.read().replace(b"A" * 10, b"Z" * 10, 1)
+    frame = zstandard.ZstdCompressor().compress(plain)
+    records = [(r.name, r.header_offset, r.data_offset, r.size, r.mtime, r.crc or 0, 0, 0)
+               for r in tail.index]
+    forgery = frame + seekable.index_frame(records) + seekable.seek_table_frame(
+        [(len(frame), len(plain))]
+    )
+    arc = open_archive(forgery)
+    with pytest.raises(CorruptArchiveError, match="CRC-32") as exc:
+        arc.read("a.txt")
+    assert exc.value.member == "a.txt"
+    assert arc.read("b.txt") == b"B" * 1000
+    assert arc.verify() == ["a.txt"]
+
+
+def test_truncated_tar_zst(engine: str, tmp_path: Path) -> None:
+    items = _items(20)
+    data = pack(items, format="tar.zst")
+    # the seek table is cut: the frames are still whole, so one pass rebuilds the index
+    arc = open_archive(data[:-5])
+    assert not arc.seekable  # type: ignore[attr-defined]
+    assert dict(arc) == dict(items)
+    for cut in (len(data) // 2, 100):
+        with pytest.raises(TruncatedArchiveError):
+            open_archive(data[:cut])
+    src, _ = _tree(tmp_path)
+    out = tmp_path / "p.tar.zst"
+    subprocess.run(["tar", "--zstd", "-cf", str(out), "-C", str(src), "."], check=True)
+    with pytest.raises(TruncatedArchiveError):
+        open_archive(out.read_bytes()[: out.stat().st_size // 2])
