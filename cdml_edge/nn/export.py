@@ -8,6 +8,7 @@ for anomaly models (the scorer is part of the graph). The TorchScript-based expo
 
 from __future__ import annotations
 
+import copy
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -85,8 +86,8 @@ def export_onnx(
 
     out = Path(path)
     out.parent.mkdir(parents=True, exist_ok=True)
-    graph, names = export_graph(model, spec, scorer)
-    graph = graph.cpu().eval()
+    graph, names = export_graph(copy.deepcopy(model).cpu(), spec, scorer)
+    graph = graph.cpu().eval()  # a copy: the caller's model keeps its device and mode
     if spec.task == "anomaly" and spec.anomaly_threshold is None:
         raise ExportError(f"{out}: spec has no anomaly_threshold")
     spec = spec.model_copy(update={"outputs": names})
