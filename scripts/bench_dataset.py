@@ -163,7 +163,7 @@ def run_once(make: Callable[[], DataLoader[Any]], n: int) -> tuple[float, float]
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--images", type=int, default=2048)
-    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--json", type=Path, help="also write the results here")
     args = ap.parse_args()
     n = args.images - args.images % BATCH
