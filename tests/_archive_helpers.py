@@ -90,17 +90,47 @@ def raw_zip(
         usize = len(data) if usize_override is None else usize_override
         off = len(out)
         out += struct.pack(
-            "<4s2B4HL2L2H", b"PK\x03\x04", 20, 0, flags, method, 0, 0x5021, crc, len(body),
-            usize, len(raw), 0,
+            "<4s2B4HL2L2H",
+            b"PK\x03\x04",
+            20,
+            0,
+            flags,
+            method,
+            0,
+            0x5021,
+            crc,
+            len(body),
+            usize,
+            len(raw),
+            0,
         )
         out += raw + body
         central += struct.pack(
-            "<4s4B4HL2L5H2L", b"PK\x01\x02", 20, 0, 20, 0, flags, method, 0, 0x5021, crc,
-            len(body), usize, len(raw), len(extra), 0, 0, 0, 0, off,
+            "<4s4B4HL2L5H2L",
+            b"PK\x01\x02",
+            20,
+            0,
+            20,
+            0,
+            flags,
+            method,
+            0,
+            0x5021,
+            crc,
+            len(body),
+            usize,
+            len(raw),
+            len(extra),
+            0,
+            0,
+            0,
+            0,
+            off,
         )
         central += raw + extra
     cd_off = len(out)
     out += central
-    out += struct.pack("<4s4H2LH", b"PK\x05\x06", 0, 0, len(members), len(members),
-                       len(central), cd_off, 0)
+    out += struct.pack(
+        "<4s4H2LH", b"PK\x05\x06", 0, 0, len(members), len(members), len(central), cd_off, 0
+    )
     return bytes(out)

@@ -24,8 +24,9 @@ def _tree(tmp_path: Path) -> Path:
     return src
 
 
+@pytest.mark.usefixtures("engine")
 @pytest.mark.parametrize("suffix", [".zip", ".tar.zst"])
-def test_pack_then_scan(engine: str, tmp_path: Path, suffix: str) -> None:
+def test_pack_then_scan(tmp_path: Path, suffix: str) -> None:
     src = _tree(tmp_path)
     out = tmp_path / f"o{suffix}"
     res = runner.invoke(app, ["pack", str(src), str(out)])
@@ -43,7 +44,8 @@ def test_pack_then_scan(engine: str, tmp_path: Path, suffix: str) -> None:
         assert subprocess.run(["unzip", "-tq", str(out)], capture_output=True).returncode == 0
 
 
-def test_scan_names_corrupt_members(engine: str, tmp_path: Path) -> None:
+@pytest.mark.usefixtures("engine")
+def test_scan_names_corrupt_members(tmp_path: Path) -> None:
     data = bytearray(raw_zip([(b"good.txt", b"fine" * 10, 8), (b"broken.csv", b"1,2,3\n" * 99, 8)]))
     pos = data.index(b"broken.csv") + 14
     data[pos] ^= 0x20
@@ -55,7 +57,8 @@ def test_scan_names_corrupt_members(engine: str, tmp_path: Path) -> None:
     assert "good.txt" in res.output and "all checksums OK" not in res.output
 
 
-def test_scan_flags_unsafe_names(engine: str, tmp_path: Path) -> None:
+@pytest.mark.usefixtures("engine")
+def test_scan_flags_unsafe_names(tmp_path: Path) -> None:
     path = tmp_path / "evil.zip"
     path.write_bytes(raw_zip([(b"../../etc/cron.d/x", b"boom", 0), (b"ok.txt", b"ok", 0)]))
     res = runner.invoke(app, ["scan", "--summary", str(path)])

@@ -45,8 +45,9 @@ def test_is_safe_member_name(name: str, safe: bool) -> None:
     assert is_safe_member_name(name) is safe
 
 
+@pytest.mark.usefixtures("engine")
 @pytest.mark.parametrize("fmt", ["zip", "tar.zst"])
-def test_manifest_is_last_and_canonical(engine: str, fmt: str) -> None:
+def test_manifest_is_last_and_canonical(fmt: str) -> None:
     items = [("b.txt", b"bee"), ("a.txt", b"a")]
     data = pack(items, format=fmt, manifest={"window_id": "w-7", "source": "cam1"}, mtime=0)
     arc = open_archive(data)
@@ -81,8 +82,9 @@ def test_refuses_unsafe_and_duplicate_names() -> None:
         pack([("a", b"1")], format="rar")
 
 
+@pytest.mark.usefixtures("engine")
 @pytest.mark.parametrize("suffix", [".zip", ".tar.zst"])
-def test_write_archive_atomic(engine: str, tmp_path: Path, suffix: str) -> None:
+def test_write_archive_atomic(tmp_path: Path, suffix: str) -> None:
     items = [(f"f{i}.txt", b"%d" % i * 1000) for i in range(30)]
     target = tmp_path / f"out{suffix}"
     target.write_bytes(b"old contents")
@@ -94,8 +96,9 @@ def test_write_archive_atomic(engine: str, tmp_path: Path, suffix: str) -> None:
     if suffix == ".zip":
         assert subprocess.run(["unzip", "-tq", str(target)], capture_output=True).returncode == 0
     else:
-        listing = subprocess.run(f"zstd -dc '{target}' | tar -t", shell=True, check=True,
-                                 capture_output=True, text=True).stdout.split()
+        listing = subprocess.run(
+            f"zstd -dc '{target}' | tar -t", shell=True, check=True, capture_output=True, text=True
+        ).stdout.split()
         assert listing == [n for n, _ in items]
 
 

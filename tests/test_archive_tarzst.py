@@ -14,16 +14,17 @@ import zstandard
 from _archive_helpers import CountingSource, engine  # noqa: F401
 
 from cdml_edge.archive import (
-    ArchiveError,
     CorruptArchiveError,
     TruncatedArchiveError,
     open_archive,
     pack,
+    seekable,
     write_archive,
 )
-from cdml_edge.archive import seekable
 from cdml_edge.archive.seekable import read_tail
 from cdml_edge.archive.source import FileSource, MemorySource
+
+pytestmark = pytest.mark.usefixtures("engine")
 
 
 def _items(n: int = 120, seed: int = 2) -> list[tuple[str, bytes]]:
@@ -33,12 +34,12 @@ def _items(n: int = 120, seed: int = 2) -> list[tuple[str, bytes]]:
         ("big/multi-frame.bin", rng.randbytes(3_300_000)),  # spans several frames
         ("empty", b""),
         ("x" * 150 + "/long-name.txt", b"pax path"),  # needs a pax header
-        ("ünï/名前.txt", "utf-8 name".encode()),
+        ("ünï/名前.txt", b"utf-8 name"),
     ]
     return items
 
 
-def test_seekable_roundtrip_and_stock_tools(engine: str, tmp_path: Path) -> None:
+def test_seekable_roundtrip_and_stock_tools(tmp_path: Path) -> None:
     items = _items()
     path = tmp_path / "a.tar.zst"
     write_archive(path, items, mtime=1_600_000_000, manifest={"window": "w-1"})
@@ -67,7 +68,7 @@ def test_seekable_roundtrip_and_stock_tools(engine: str, tmp_path: Path) -> None
     assert pickle.loads(pickle.dumps(arc)).read("empty") == b""
 
 
-def test_open_reads_only_the_tail_and_reads_only_needed_frames(engine: str, tmp_path: Path) -> None:
+def test_open_reads_only_the_tail_and_reads_only_needed_frames(tmp_path: Path) -> None:
     rng = random.Random(9)
     items = [(f"m/{i:05d}.txt", rng.randbytes(2000).hex().encode()) for i in range(3000)]
     path = tmp_path / "s.tar.zst"
@@ -87,7 +88,7 @@ def test_open_reads_only_the_tail_and_reads_only_needed_frames(engine: str, tmp_
     assert src.calls[0][1] == sorted(src.calls[0][1])
 
 
-def test_tail_index_frames_are_consistent(engine: str) -> None:
+def test_tail_index_frames_are_consistent() -> None:
     data = pack(_items(30), format="tar.zst")
     tail = read_tail(MemorySource(data))
     assert tail is not None and tail.index is not None
@@ -114,14 +115,15 @@ def _tree(tmp_path: Path) -> tuple[Path, dict[str, bytes]]:
 
 
 @pytest.mark.parametrize("fmt", ["gnu", "pax", "ustar"])
-def test_plain_tar_zst_from_tar(engine: str, tmp_path: Path, fmt: str) -> None:
+def test_plain_tar_zst_from_tar(tmp_path: Path, fmt: str) -> None:
     src, files = _tree(tmp_path)
     if fmt == "ustar":
         files.pop("n" * 120 + ".txt")
         (src / ("n" * 120 + ".txt")).unlink()
     out = tmp_path / "t.tar.zst"
-    subprocess.run(["tar", f"--format={fmt}", "--zstd", "-cf", str(out), "-C", str(src), "."],
-                   check=True)
+    subprocess.run(
+        ["tar", f"--format={fmt}", "--zstd", "-cf", str(out), "-C", str(src), "."], check=True
+    )
     arc = open_archive(out)
     assert arc.format == "tar.zst" and not arc.seekable  # type: ignore[attr-defined]
     want = {f"./{n}": d for n, d in files.items()}
@@ -138,7 +140,7 @@ def test_plain_tar_zst_from_tar(engine: str, tmp_path: Path, fmt: str) -> None:
     assert tar.format == "tar" and dict(tar) == want
 
 
-def test_tarfile_written_archives(engine: str) -> None:
+def test_tarfile_written_archives() -> None:
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tf:
         for i in range(5):
@@ -156,7 +158,7 @@ def test_tarfile_written_archives(engine: str) -> None:
     assert open_archive(zst).read("p/é3.txt") == b"tarfile 3" * 100
 
 
-def test_corrupt_frame_is_detected(engine: str) -> None:
+def test_corrupt_frame_is_detected() -> None:
     items = _items(40)
     data = bytearray(pack(items, format="tar.zst"))
     tail = read_tail(MemorySource(bytes(data)))
@@ -171,7 +173,7 @@ def test_corrupt_frame_is_detected(engine: str) -> None:
     assert exc.value.archive == "<memory>"
 
 
-def test_crc_catches_wrong_bytes(engine: str) -> None:
+def test_crc_catches_wrong_bytes() -> None:
     # frames that decode fine but to other bytes than the index's CRC-32 says
     items = [("a.txt", b"A" * 1000), ("b.txt", b"B" * 1000)]
     data = pack(items, format="tar.zst")
@@ -180,10 +182,14 @@ def test_crc_catches_wrong_bytes(engine: str) -> None:
     stream = zstandard.ZstdDecompressor().stream_reader(io.BytesIO(data), read_across_frames=True)
     plain = stream.read().replace(b"A" * 10, b"Z" * 10, 1)
     frame = zstandard.ZstdCompressor().compress(plain)
-    records = [(r.name, r.header_offset, r.data_offset, r.size, r.mtime, r.crc or 0, 0, 0)
-               for r in tail.index]
-    forgery = frame + seekable.index_frame(records) + seekable.seek_table_frame(
-        [(len(frame), len(plain))]
+    records = [
+        (r.name, r.header_offset, r.data_offset, r.size, r.mtime, r.crc or 0, 0, 0)
+        for r in tail.index
+    ]
+    forgery = (
+        frame
+        + seekable.index_frame(records)
+        + seekable.seek_table_frame([(len(frame), len(plain))])
     )
     arc = open_archive(forgery)
     with pytest.raises(CorruptArchiveError, match="CRC-32") as exc:
@@ -193,7 +199,7 @@ def test_crc_catches_wrong_bytes(engine: str) -> None:
     assert arc.verify() == ["a.txt"]
 
 
-def test_truncated_tar_zst(engine: str, tmp_path: Path) -> None:
+def test_truncated_tar_zst(tmp_path: Path) -> None:
     items = _items(20)
     data = pack(items, format="tar.zst")
     # the seek table is cut: the frames are still whole, so one pass rebuilds the index

@@ -28,6 +28,8 @@ from cdml_edge.archive import (
 )
 from cdml_edge.archive.source import FileSource, MemorySource
 
+pytestmark = pytest.mark.usefixtures("engine")
+
 
 def _items(n: int = 40, seed: int = 1) -> list[tuple[str, bytes]]:
     rng = random.Random(seed)
@@ -41,7 +43,7 @@ def _items(n: int = 40, seed: int = 1) -> list[tuple[str, bytes]]:
     return items
 
 
-def test_roundtrip_and_api(engine: str, tmp_path: Path) -> None:
+def test_roundtrip_and_api(tmp_path: Path) -> None:
     items = _items()
     path = tmp_path / "w.zip"
     write_archive(path, items, mtime=1_700_000_000)
@@ -69,7 +71,7 @@ def test_roundtrip_and_api(engine: str, tmp_path: Path) -> None:
                 arc.read("nope")
 
 
-def test_file_object_source(engine: str, tmp_path: Path) -> None:
+def test_file_object_source(tmp_path: Path) -> None:
     path = tmp_path / "f.zip"
     write_archive(path, _items(5))
     with open(path, "rb") as f:
@@ -93,7 +95,7 @@ def _info_zip_tree(tmp_path: Path) -> Path:
 
 
 @pytest.mark.parametrize("how", ["file", "stream", "bzip2", "store"])
-def test_info_zip_archives(engine: str, tmp_path: Path, how: str) -> None:
+def test_info_zip_archives(tmp_path: Path, how: str) -> None:
     src = _info_zip_tree(tmp_path)
     out = tmp_path / "z.zip"
     if how == "stream":  # written to a pipe: local headers use data descriptors
@@ -114,7 +116,7 @@ def test_info_zip_archives(engine: str, tmp_path: Path, how: str) -> None:
     assert arc.verify() == []
 
 
-def test_zip64_many_members_and_forced(engine: str, tmp_path: Path) -> None:
+def test_zip64_many_members_and_forced(tmp_path: Path) -> None:
     n = 70_000
     path = tmp_path / "many.zip"
     write_archive(path, ((f"m/{i}", b"%d" % i) for i in range(n)))
@@ -128,8 +130,10 @@ def test_zip64_many_members_and_forced(engine: str, tmp_path: Path) -> None:
     assert len(arc) == n and arc.read("m/12345") == b"12345"
     # zipfile's forced ZIP64 extra fields on a small member
     p2 = tmp_path / "forced.zip"
-    with zipfile.ZipFile(p2, "w", zipfile.ZIP_DEFLATED) as zf, zf.open("big.txt", "w",
-                                                                      force_zip64=True) as f:
+    with (
+        zipfile.ZipFile(p2, "w", zipfile.ZIP_DEFLATED) as zf,
+        zf.open("big.txt", "w", force_zip64=True) as f,
+    ):
         f.write(b"abc" * 10_000)
     assert open_archive(p2).read("big.txt") == b"abc" * 10_000
 
@@ -142,17 +146,55 @@ class _VirtualZip64:
     def __init__(self) -> None:
         name = b"huge.bin"
         z64_local = struct.pack("<HHQQ", 1, 16, self.SIZE, self.SIZE)
-        self.head = struct.pack("<4s2B4HL2L2H", b"PK\x03\x04", 45, 0, 0, 0, 0, 0x5021,
-                                0, 0xFFFFFFFF, 0xFFFFFFFF, len(name), len(z64_local))
+        self.head = struct.pack(
+            "<4s2B4HL2L2H",
+            b"PK\x03\x04",
+            45,
+            0,
+            0,
+            0,
+            0,
+            0x5021,
+            0,
+            0xFFFFFFFF,
+            0xFFFFFFFF,
+            len(name),
+            len(z64_local),
+        )
         self.head += name + z64_local
         cd_off = len(self.head) + self.SIZE
         z64 = struct.pack("<HHQQ", 1, 16, self.SIZE, self.SIZE)
-        cd = struct.pack("<4s4B4HL2L5H2L", b"PK\x01\x02", 45, 3, 45, 0, 0, 0, 0, 0x5021, 0,
-                         0xFFFFFFFF, 0xFFFFFFFF, len(name), len(z64), 0, 0, 0, 0, 0) + name + z64
+        cd = (
+            struct.pack(
+                "<4s4B4HL2L5H2L",
+                b"PK\x01\x02",
+                45,
+                3,
+                45,
+                0,
+                0,
+                0,
+                0,
+                0x5021,
+                0,
+                0xFFFFFFFF,
+                0xFFFFFFFF,
+                len(name),
+                len(z64),
+                0,
+                0,
+                0,
+                0,
+                0,
+            )
+            + name
+            + z64
+        )
         rec = struct.pack("<4sQ2H2L4Q", b"PK\x06\x06", 44, 45, 45, 0, 0, 1, 1, len(cd), cd_off)
         loc = struct.pack("<4sLQL", b"PK\x06\x07", 0, cd_off + len(cd), 1)
-        eocd = struct.pack("<4s4H2LH", b"PK\x05\x06", 0, 0, 0xFFFF, 0xFFFF, 0xFFFFFFFF,
-                           0xFFFFFFFF, 0)
+        eocd = struct.pack(
+            "<4s4H2LH", b"PK\x05\x06", 0, 0, 0xFFFF, 0xFFFF, 0xFFFFFFFF, 0xFFFFFFFF, 0
+        )
         self.tail = cd + rec + loc + eocd
         self.tail_at = cd_off
 
@@ -186,7 +228,7 @@ class _VirtualZip64:
         pass
 
 
-def test_member_over_4gib_is_indexed_and_capped(engine: str) -> None:
+def test_member_over_4gib_is_indexed_and_capped() -> None:
     arc = open_archive(_VirtualZip64())
     info = arc.info("huge.bin")
     assert info.size == 5 << 30 and info.compressed_size == 5 << 30
@@ -195,7 +237,7 @@ def test_member_over_4gib_is_indexed_and_capped(engine: str) -> None:
     assert exc.value.member == "huge.bin" and "max_member_bytes" in str(exc.value)
 
 
-def test_zstd_member_method_93(engine: str) -> None:
+def test_zstd_member_method_93() -> None:
     data = b"zstd inside zip " * 500
     arc = open_archive(raw_zip([(b"z.txt", data, 93), (b"d.txt", b"deflated" * 9, 8)]))
     assert arc.info("z.txt").method == "zstd"
@@ -203,7 +245,7 @@ def test_zstd_member_method_93(engine: str) -> None:
     assert arc.read_many(["d.txt", "z.txt"]) == [b"deflated" * 9, data]
 
 
-def test_legacy_and_unicode_extra_names(engine: str) -> None:
+def test_legacy_and_unicode_extra_names() -> None:
     cp437 = "café.txt".encode("cp437")  # not flagged UTF-8, not valid UTF-8
     arc = open_archive(raw_zip([(cp437, b"x", 0)]))
     assert arc.names() == ["café.txt"]
@@ -216,7 +258,7 @@ def test_legacy_and_unicode_extra_names(engine: str) -> None:
     assert arc.names() == ["Ölfeld-✓.txt"] and arc.read("Ölfeld-✓.txt") == b"z"
 
 
-def test_crc_mismatch_is_named(engine: str) -> None:
+def test_crc_mismatch_is_named() -> None:
     data = raw_zip([(b"good.txt", b"fine", 0), (b"bad.txt", b"payload" * 50, 8)])
     corrupt = bytearray(data)
     pos = corrupt.index(b"bad.txt") + len(b"bad.txt") + 3  # inside the deflate data
@@ -233,7 +275,7 @@ def test_crc_mismatch_is_named(engine: str) -> None:
         wrong_crc.read("c.txt")
 
 
-def test_declared_size_is_not_trusted(engine: str) -> None:
+def test_declared_size_is_not_trusted() -> None:
     # the central directory says 10 bytes; the deflate stream holds 1 MB
     lying = raw_zip([(b"bomb.txt", b"\x00" * 1_000_000, 8)], usize_override=10)
     with pytest.raises(CorruptArchiveError, match="size"):
@@ -243,7 +285,7 @@ def test_declared_size_is_not_trusted(engine: str) -> None:
         open_archive(short).read("s.txt")
 
 
-def test_limits_cap_size_and_ratio(engine: str) -> None:
+def test_limits_cap_size_and_ratio() -> None:
     zeros = pack([("zeros.bin", b"\x00" * (8 << 20))])
     assert len(open_archive(zeros).read("zeros.bin")) == 8 << 20
     with pytest.raises(MemberTooLargeError, match="ratio"):
@@ -252,7 +294,7 @@ def test_limits_cap_size_and_ratio(engine: str) -> None:
         open_archive(zeros, max_member_bytes=1 << 20).read("zeros.bin")
 
 
-def test_truncated_and_garbage(engine: str) -> None:
+def test_truncated_and_garbage() -> None:
     good = pack(_items(10))
     with pytest.raises(ArchiveError):
         open_archive(good[: len(good) // 2])
@@ -274,13 +316,13 @@ def test_truncated_and_garbage(engine: str) -> None:
         open_archive(tail_cut)
 
 
-def test_prepended_stub(engine: str) -> None:
+def test_prepended_stub() -> None:
     items = _items(4)
     arc = open_archive(b"#!/bin/sh\necho self-extracting\n" * 20 + pack(items))
     assert dict(arc) == dict(items)
 
 
-def test_unsupported_methods_and_encryption(engine: str) -> None:
+def test_unsupported_methods_and_encryption() -> None:
     enc = open_archive(raw_zip([(b"secret", b"x", 0)], flags=0x1))
     with pytest.raises(UnsupportedArchiveError, match="encrypted"):
         enc.read("secret")
@@ -293,7 +335,7 @@ def test_unsupported_methods_and_encryption(engine: str) -> None:
     assert exc.value.member == "odd"
 
 
-def test_requests_are_frugal(engine: str, tmp_path: Path) -> None:
+def test_requests_are_frugal(tmp_path: Path) -> None:
     items = _items(60)
     path = tmp_path / "r.zip"
     write_archive(path, items)
@@ -312,7 +354,7 @@ def test_requests_are_frugal(engine: str, tmp_path: Path) -> None:
     assert ranges == sorted(ranges)  # neighbours can be coalesced by the source
 
 
-def test_threads_and_pickle(engine: str, tmp_path: Path) -> None:
+def test_threads_and_pickle(tmp_path: Path) -> None:
     items = _items(80)
     path = tmp_path / "t.zip"
     write_archive(path, items)
@@ -343,7 +385,7 @@ def test_threads_and_pickle(engine: str, tmp_path: Path) -> None:
     assert isinstance(mem.source, MemorySource) and mem.read("empty.txt") == b""
 
 
-def test_fork_after_parent_read(engine: str, tmp_path: Path) -> None:
+def test_fork_after_parent_read(tmp_path: Path) -> None:
     items = _items(20)
     path = tmp_path / "fork.zip"
     write_archive(path, items)
@@ -361,14 +403,14 @@ def test_fork_after_parent_read(engine: str, tmp_path: Path) -> None:
     assert arc.read("random.bin") == items[-1][1]
 
 
-def test_closed_archive_refuses_reads(engine: str) -> None:
+def test_closed_archive_refuses_reads() -> None:
     arc = open_archive(pack(_items(2)))
     arc.close()
     with pytest.raises(ArchiveError, match="closed"):
         arc.read("empty.txt")
 
 
-def test_truncated_error_type(engine: str) -> None:
+def test_truncated_error_type() -> None:
     data = raw_zip([(b"a", b"q" * 100, 0)])
     eocd = data.rindex(b"PK\x05\x06")
     cut = bytearray(data)

@@ -7,8 +7,8 @@ import os
 from typing import Any
 
 from cdml_edge.archive import codecs
-from cdml_edge.archive.base import RATIO_FLOOR_BYTES
 from cdml_edge.archive._native._reader import ffi, lib  # type: ignore[import-not-found]
+from cdml_edge.archive.base import RATIO_FLOOR_BYTES
 from cdml_edge.archive.errors import (
     ArchiveError,
     CorruptArchiveError,
@@ -166,8 +166,15 @@ class ZipIndex:
         return result
 
     def _read_remote(
-        self, source: ByteSource, ids: list[int], n: int, out: Any, c_ids: Any, c_offs: Any,
-        status: Any, aux: Any,
+        self,
+        source: ByteSource,
+        ids: list[int],
+        n: int,
+        out: Any,
+        c_ids: Any,
+        c_offs: Any,
+        status: Any,
+        aux: Any,
     ) -> int:
         """Any other source: one ``pread_many`` (sorted by offset), then decode in C."""
         ents = self._ents

@@ -114,7 +114,7 @@ class Archive:
 
     def __iter__(self) -> Iterator[tuple[str, bytes]]:
         for batch in self._batches(self._ids[n] for n in self._names):
-            yield from zip((self._row_name(i) for i in batch), self._read_ids(batch))
+            yield from zip((self._row_name(i) for i in batch), self._read_ids(batch), strict=False)
 
     def verify(self) -> list[str]:
         """Read every member and return the names of those that fail (bad checksum/data)."""

@@ -45,7 +45,9 @@ def decompress(
         try:
             out = d.decompress(data, size + 1)
         except zlib.error as exc:
-            raise CorruptArchiveError(f"deflate data: {exc}", archive=archive, member=member) from exc
+            raise CorruptArchiveError(
+                f"deflate data: {exc}", archive=archive, member=member
+            ) from exc
         if len(out) <= size and not d.eof:
             raise TruncatedArchiveError("deflate stream ends early", archive=archive, member=member)
     elif method == ZSTD:

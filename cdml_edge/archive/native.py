@@ -22,7 +22,7 @@ def module() -> Any:
         try:
             from cdml_edge.archive import _zipnative
 
-            _loaded = _zipnative if _zipnative.available() else None
+            _loaded = _zipnative if _zipnative.available() else None  # type: ignore[attr-defined]
         except ImportError:
             _loaded = None
     return _loaded

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import os
@@ -21,8 +22,41 @@ from cdml_edge.archive.names import is_safe_member_name
 MANIFEST_NAME = "manifest.json"
 # Types that are already compressed: a ZIP stores them instead of deflating again.
 COMPRESSED_SUFFIXES = frozenset(
-    ".jpg .jpeg .png .gif .webp .avif .heic .jxl .mp3 .m4a .aac .ogg .opus .flac .mp4 .m4v "
-    ".mkv .webm .mov .avi .zip .gz .tgz .bz2 .xz .zst .7z .rar .lz4 .br .npz .onnx .pt".split()
+    [
+        ".jpg",
+        ".jpeg",
+        ".png",
+        ".gif",
+        ".webp",
+        ".avif",
+        ".heic",
+        ".jxl",
+        ".mp3",
+        ".m4a",
+        ".aac",
+        ".ogg",
+        ".opus",
+        ".flac",
+        ".mp4",
+        ".m4v",
+        ".mkv",
+        ".webm",
+        ".mov",
+        ".avi",
+        ".zip",
+        ".gz",
+        ".tgz",
+        ".bz2",
+        ".xz",
+        ".zst",
+        ".7z",
+        ".rar",
+        ".lz4",
+        ".br",
+        ".npz",
+        ".onnx",
+        ".pt",
+    ]
 )
 FRAME_BYTES = 64 << 10  # target uncompressed size of a tar.zst frame
 MAX_FRAME_BYTES = 1 << 20  # large members are cut into frames of this size
@@ -82,8 +116,19 @@ def _write_zip(out: BinaryIO, items: list[tuple[str, bytes]], level: int, mtime:
         version = 45 if big else 20
         out.write(
             struct.pack(
-                "<4s2B4HL2L2H", b"PK\x03\x04", version, 0, flags, method, dtime, ddate, crc,
-                _U32 if big else len(body), _U32 if big else len(data), len(raw), len(local_extra),
+                "<4s2B4HL2L2H",
+                b"PK\x03\x04",
+                version,
+                0,
+                flags,
+                method,
+                dtime,
+                ddate,
+                crc,
+                _U32 if big else len(body),
+                _U32 if big else len(data),
+                len(raw),
+                len(local_extra),
             )
         )
         out.write(raw)
@@ -97,9 +142,26 @@ def _write_zip(out: BinaryIO, items: list[tuple[str, bytes]], level: int, mtime:
         cextra = ut + (struct.pack("<HH", 1, len(z64)) + z64 if z64 else b"")
         central.append(
             struct.pack(
-                "<4s4B4HL2L5H2L", b"PK\x01\x02", version, 3, version, 0, flags, method, dtime,
-                ddate, crc, _U32 if big else len(body), _U32 if big else len(data), len(raw),
-                len(cextra), 0, 0, 0, 0o100644 << 16, _U32 if offset >= _U32 else offset,
+                "<4s4B4HL2L5H2L",
+                b"PK\x01\x02",
+                version,
+                3,
+                version,
+                0,
+                flags,
+                method,
+                dtime,
+                ddate,
+                crc,
+                _U32 if big else len(body),
+                _U32 if big else len(data),
+                len(raw),
+                len(cextra),
+                0,
+                0,
+                0,
+                0o100644 << 16,
+                _U32 if offset >= _U32 else offset,
             )
             + raw
             + cextra
@@ -171,7 +233,9 @@ def _write_tar_zst(
             w.add(bytes(view[start : start + MAX_FRAME_BYTES]))
         last = w.frame
         w.add(b"\x00" * (tarfmt.padded(len(data)) - len(data)))
-        records.append((name, header_off, data_off, len(data), mtime, zlib.crc32(data), first, last))
+        records.append(
+            (name, header_off, data_off, len(data), mtime, zlib.crc32(data), first, last)
+        )
     w.add(tarfmt.END_OF_ARCHIVE)
     w.flush()
     out.write(seekable.index_frame(records))
@@ -253,10 +317,8 @@ def write_archive(
         os.chmod(tmp, 0o644)
         os.replace(tmp, target)
     except BaseException:
-        try:
+        with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
-        except FileNotFoundError:
-            pass
         raise
     dfd = os.open(folder, os.O_RDONLY)
     try:

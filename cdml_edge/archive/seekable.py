@@ -76,7 +76,7 @@ def index_frame(records: list[tuple[str, int, int, int, float, int, int, int]]) 
     """``records``: (name, header_off, data_off, size, mtime, crc, first frame, last frame)."""
     names = [r[0].encode("utf-8", "surrogateescape") for r in records]
     body = [INDEX_HEAD, struct.pack("<LL", 0, len(records))]
-    for r, raw in zip(records, names):
+    for r, raw in zip(records, names, strict=False):
         body.append(_RECORD.pack(r[1], r[2], r[3], float(r[4]), r[5], r[6], r[7], len(raw)))
     body.extend(names)
     content = b"".join(body)

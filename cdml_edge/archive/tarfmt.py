@@ -35,7 +35,9 @@ def _number(field: bytes, what: str, archive: str) -> int:
     try:
         return int(text, 8)
     except ValueError:
-        raise CorruptArchiveError(f"tar header: bad {what} field {field!r}", archive=archive) from None
+        raise CorruptArchiveError(
+            f"tar header: bad {what} field {field!r}", archive=archive
+        ) from None
 
 
 def header_ok(block: bytes) -> bool:
@@ -109,7 +111,9 @@ def scan(
         kind = block[156:157]
         size = _number(block[124:136], "size", archive)
         if size < 0:
-            raise CorruptArchiveError(f"tar header at {header_offset}: negative size", archive=archive)
+            raise CorruptArchiveError(
+                f"tar header at {header_offset}: negative size", archive=archive
+            )
         if kind in (b"L", b"x", b"g", b"K"):
             if size > MAX_META:
                 raise CorruptArchiveError(
@@ -117,7 +121,9 @@ def scan(
                 )
             data = read(padded(size))
             if len(data) < padded(size):
-                raise TruncatedArchiveError(f"tar record at {header_offset} cut short", archive=archive)
+                raise TruncatedArchiveError(
+                    f"tar record at {header_offset} cut short", archive=archive
+                )
             pos += padded(size)
             if kind == b"L":
                 longname = data[:size].split(b"\x00", 1)[0].decode("utf-8", "surrogateescape")
@@ -142,8 +148,10 @@ def scan(
                         raw = prefix + b"/" + raw
                 name = raw.decode("utf-8", "surrogateescape")
             try:
-                mtime = float(pax["mtime"]) if "mtime" in pax else float(
-                    _number(block[136:148], "mtime", archive)
+                mtime = (
+                    float(pax["mtime"])
+                    if "mtime" in pax
+                    else float(_number(block[136:148], "mtime", archive))
                 )
             except ValueError:
                 mtime = 0.0

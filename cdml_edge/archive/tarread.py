@@ -128,9 +128,9 @@ class _PreadScanner:
         self._pos += n
 
 
-def _member_list(archive: str, scan: Callable[[Callable[[tarfmt.TarMember], None]], int]) -> tuple[
-    list[tarfmt.TarMember], int
-]:
+def _member_list(
+    archive: str, scan: Callable[[Callable[[tarfmt.TarMember], None]], int]
+) -> tuple[list[tarfmt.TarMember], int]:
     members: list[tarfmt.TarMember] = []
     try:
         length = scan(members.append)
@@ -220,9 +220,11 @@ class TarArchive(_TarBase):
             self._check_limits(m.name, m.size, m.size)
         order = sorted(range(len(ids)), key=lambda k: self._members[ids[k]].data_offset)
         ranges = [(self._members[ids[k]].data_offset, self._members[ids[k]].size) for k in order]
-        bufs = self._source.pread_many(ranges) if len(ranges) > 1 else [self._source.pread(*ranges[0])]
+        bufs = (
+            self._source.pread_many(ranges) if len(ranges) > 1 else [self._source.pread(*ranges[0])]
+        )
         out: list[bytes] = [b""] * len(ids)
-        for k, buf in zip(order, bufs):
+        for k, buf in zip(order, bufs, strict=False):
             out[k] = self._finish(ids[k], buf)
         return out
 
@@ -243,11 +245,11 @@ class ZstdTarArchive(_TarBase):
         self, source: ByteSource, *, tail: tuple[int, bytes] | None = None, **limits: Any
     ) -> None:
         super().__init__(source, **limits)
-        tail = read_tail(source, tail)
-        self._frames: FrameTable | None = tail.frames if tail else None
-        self._data_end = tail.data_end if tail else source.size()
-        if tail is not None and tail.index is not None:
-            self._index_members(tail.index, tail.frames)
+        found = read_tail(source, tail)
+        self._frames: FrameTable | None = found.frames if found else None
+        self._data_end = found.data_end if found else source.size()
+        if found is not None and found.index is not None:
+            self._index_members(found.index, found.frames)
         else:
             reader = _Reader(_FrameStream(source, self._data_end))
             members, _ = _member_list(
@@ -265,9 +267,13 @@ class ZstdTarArchive(_TarBase):
         for r in index:
             if r.data_offset + r.size > total or r.size < 0:
                 raise CorruptArchiveError(
-                    "member index points past the end of the frames", archive=self.name, member=r.name
+                    "member index points past the end of the frames",
+                    archive=self.name,
+                    member=r.name,
                 )
-            members.append(tarfmt.TarMember(r.name, r.header_offset, r.data_offset, r.size, r.mtime))
+            members.append(
+                tarfmt.TarMember(r.name, r.header_offset, r.data_offset, r.size, r.mtime)
+            )
         self._set_members(members, [r.crc for r in index])
 
     def _method(self) -> str:
@@ -309,15 +315,17 @@ class ZstdTarArchive(_TarBase):
             else:
                 runs.append((k, k))
         ranges = [(f.coff[a], f.coff[b + 1] - f.coff[a]) for a, b in runs]
-        bufs = self._source.pread_many(ranges) if len(ranges) > 1 else [self._source.pread(*ranges[0])]
+        bufs = (
+            self._source.pread_many(ranges) if len(ranges) > 1 else [self._source.pread(*ranges[0])]
+        )
         plain: dict[int, bytes] = {}
         dctx = zstandard.ZstdDecompressor()
-        for (a, b), buf in zip(runs, bufs):
+        for (a, b), buf in zip(runs, bufs, strict=False):
             for k in range(a, b + 1):
                 lo, hi = f.coff[k] - f.coff[a], f.coff[k + 1] - f.coff[a]
                 plain[k] = self._frame(dctx, buf[lo:hi], f.doff[k + 1] - f.doff[k], k, hi - lo)
         out = []
-        for i, (f0, f1) in zip(ids, spans):
+        for i, (f0, f1) in zip(ids, spans, strict=False):
             m = self._members[i]
             blob = plain[f0] if f0 == f1 else b"".join(plain[k] for k in range(f0, f1 + 1))
             start = m.data_offset - f.doff[f0]

@@ -140,12 +140,16 @@ def decode_name(raw: bytes, flags: int, extra: bytes) -> str:
     except UnicodeDecodeError:
         pass
     upath = _extra_field(extra, 0x7075)
-    if upath is not None and len(upath) >= 5 and upath[0] == 1:
-        if struct.unpack_from("<L", upath, 1)[0] == zlib.crc32(raw):
-            try:
-                return upath[5:].decode("utf-8")
-            except UnicodeDecodeError:
-                pass
+    if (
+        upath is not None
+        and len(upath) >= 5
+        and upath[0] == 1
+        and struct.unpack_from("<L", upath, 1)[0] == zlib.crc32(raw)
+    ):
+        try:
+            return upath[5:].decode("utf-8")
+        except UnicodeDecodeError:
+            pass
     try:
         return raw.decode("utf-8")
     except UnicodeDecodeError:
@@ -182,7 +186,9 @@ def parse_central_directory(cd: CentralDirectory, archive: str) -> list[Entry]:
     end = len(data)
     while pos < end:
         if end - pos < _CDH.size:
-            raise TruncatedArchiveError(f"central directory entry {len(out)} cut short", archive=archive)
+            raise TruncatedArchiveError(
+                f"central directory entry {len(out)} cut short", archive=archive
+            )
         f = _CDH.unpack_from(data, pos)
         if f[0] != CDH_SIG:
             raise CorruptArchiveError(
@@ -192,7 +198,9 @@ def parse_central_directory(cd: CentralDirectory, archive: str) -> list[Entry]:
         offset = f[18]
         p = pos + _CDH.size
         if p + nlen + elen + clen > end:
-            raise TruncatedArchiveError(f"central directory entry {len(out)} cut short", archive=archive)
+            raise TruncatedArchiveError(
+                f"central directory entry {len(out)} cut short", archive=archive
+            )
         raw = data[p : p + nlen]
         extra = data[p + nlen : p + nlen + elen]
         if 0xFFFFFFFF in (usize, csize, offset):
@@ -344,7 +352,6 @@ class ZipArchive(Archive):
         return read_python(self._source, [entries[i] for i in ids], self.name)
 
 
-
 def read_python(source: ByteSource, entries: Sequence[Entry], archive: str) -> list[bytes]:
     """Read and check members with the pure-Python path (one ``pread_many``)."""
     size = source.size()
@@ -352,7 +359,7 @@ def read_python(source: ByteSource, entries: Sequence[Entry], archive: str) -> l
     ranges = [(entries[k][1], read_length(entries[k], size)) for k in order]
     bufs = source.pread_many(ranges) if len(ranges) > 1 else [source.pread(*ranges[0])]
     out: list[bytes] = [b""] * len(entries)
-    for k, buf in zip(order, bufs):
+    for k, buf in zip(order, bufs, strict=False):
         e = entries[k]
         data = member_data(buf, e[1], e[2], source, archive, e[0])
         blob = codecs.decompress(e[5], data, e[3], archive=archive, member=e[0])

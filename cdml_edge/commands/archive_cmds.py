@@ -56,8 +56,7 @@ def pack(
     try:
         with Progress(TextColumn("packing"), BarColumn(), DownloadColumn()) as bar:
             task = bar.add_task("pack", total=total)
-            size = pack_dir(folder, out, level=level,
-                            on_file=lambda _n, sz: bar.advance(task, sz))
+            size = pack_dir(folder, out, level=level, on_file=lambda _n, sz: bar.advance(task, sz))
     except ArchiveError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(EXIT_BAD) from None

@@ -1,6 +1,7 @@
 """cffi (API, out-of-line) build of the native archive core: ``cdml_edge.archive._native._reader``.
 
-Links zlib, and libzstd when ``zstd.h`` is found (``CZ_HAVE_ZSTD``). Used by ``setup.py``; ``python cffi_build.py`` builds it in place.
+Links zlib, and libzstd when ``zstd.h`` is found (``CZ_HAVE_ZSTD``). Used by ``setup.py``;
+``python cffi_build.py`` builds it in place.
 """
 
 from __future__ import annotations
@@ -71,7 +72,9 @@ def make_builder() -> FFI:
         include_dirs=include_dirs,
         libraries=libraries,
         define_macros=macros,
-        extra_compile_args=["-O2", "-std=c99", "-D_XOPEN_SOURCE=700"] if sys.platform != "win32" else [],
+        extra_compile_args=["-O2", "-std=c99", "-D_XOPEN_SOURCE=700"]
+        if sys.platform != "win32"
+        else [],
     )
     return ffi
 
