@@ -209,3 +209,20 @@ def test_errors_for_bad_arguments(pets: Path) -> None:
     with pytest.raises(IndexError):
         CDMLStreamDataset(pets)[99]
     assert len(CDMLStreamDataset(pets, include="*/dog/*")) == 4
+
+
+def test_include_with_modality(tmp_path: Path) -> None:
+    frame = class_images(1)[0][1]
+    path = write(
+        tmp_path / "cams.zip",
+        [
+            ("cam/a.raw", frame),
+            ("cam/b.jpg", frame),
+            ("cam/labels.csv", b"name,label\n"),
+            ("x/c.jpg", frame),
+        ],
+    )
+    ds = CDMLStreamDataset(path, is_image=True, include="cam/*")
+    assert ds.names == ["cam/a.raw", "cam/b.jpg"]  # unknown extension kept, the CSV is not
+    assert ds[0].shape == (3, 32, 48)
+    assert CDMLStreamDataset(path, include=lambda n: n.endswith(".csv")).names == ["cam/labels.csv"]

@@ -142,22 +142,31 @@ class CDMLStreamDataset(Dataset[Any]):
 
     # -- members ----------------------------------------------------------------------
     def _select(self, names: list[str], include: Include) -> list[str]:
+        """Members that are items: by modality (extension), then by ``include``.
+
+        With ``include`` given, members of an unknown extension also count as the chosen
+        modality (``frame.raw`` as an image); members known to be another modality (a
+        ``labels.csv`` beside the images) never do.
+        """
+        mod = self.modality
         if include is None:
             picked = [n for n in names if not _hidden(n)]
-            if self.modality is not None:
-                picked = [n for n in picked if modality_for(n) == self.modality]
-            return picked
+            return picked if mod is None else [n for n in picked if modality_for(n) == mod]
         if callable(include):
-            return [n for n in names if include(n)]
-        patterns = [include] if isinstance(include, str) else list(include)
-        return [
-            n
-            for n in names
-            if any(
-                fnmatch.fnmatchcase(n, p) or fnmatch.fnmatchcase(posixpath.basename(n), p)
-                for p in patterns
-            )
-        ]
+            picked = [n for n in names if include(n)]
+        else:
+            patterns = [include] if isinstance(include, str) else list(include)
+            picked = [
+                n
+                for n in names
+                if any(
+                    fnmatch.fnmatchcase(n, p) or fnmatch.fnmatchcase(posixpath.basename(n), p)
+                    for p in patterns
+                )
+            ]
+        if mod is None:
+            return picked
+        return [n for n in picked if modality_for(n) in (mod, "binary")]
 
     @property
     def archive_name(self) -> str:
