@@ -32,6 +32,7 @@ from typing import Any
 from cdml_edge.agent.catalog import WindowRecord
 from cdml_edge.agent.manifest import ManifestItem, WindowManifest
 from cdml_edge.agent.retention import RetentionError, list_retained, read_sidecar
+from cdml_edge.archive.names import is_safe_member_name
 from cdml_edge.export.filters import ItemFilter
 
 FORMAT_VERSION = 1
@@ -181,8 +182,6 @@ def class_folder_ok(label: str) -> bool:
 
 def member_name(label: str, item: ManifestItem, split: str | None) -> str | None:
     """``[split/]label/<stem>_<id12><ext>``; ``None`` when that would be unsafe."""
-    from cdml_edge.archive import is_safe_member_name
-
     if not class_folder_ok(label) or not is_safe_member_name(item.name):
         return None
     base = posixpath.basename(item.name.replace("\\", "/"))
