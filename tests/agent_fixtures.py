@@ -10,7 +10,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from cdml_edge.model_meta import ImageInput, ModelSpec, SeriesInput
+from cdml_edge.model_meta import AudioInput, ImageInput, ModelSpec, SeriesInput
 
 
 def wait_for(cond: Callable[[], bool], timeout: float = 15.0, what: str = "condition") -> None:
@@ -119,3 +119,33 @@ def write_atomic(path: Path, data: bytes) -> None:
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_bytes(data)
     tmp.rename(path)
+
+
+def mfcc_anomaly(path: Path, n_mfcc: int = 20, frames: int = 32, threshold: float = 1e9) -> Path:
+    """Audio anomaly model on MFCCs: anomaly = sum over coefficients of |mean over frames|."""
+    spec = ModelSpec(
+        name="mfcc-level",
+        version="1.0.0",
+        modality="audio",
+        task="anomaly",
+        input=AudioInput(n_mfcc=n_mfcc, frames=frames),
+        anomaly_threshold=threshold,
+        latent_dim=n_mfcc,
+    )
+    axes1 = numpy_helper.from_array(np.array([1], dtype=np.int64), name="axes1")
+    nodes = [
+        helper.make_node("ReduceMean", ["input"], ["latent"], axes=[2], keepdims=0),
+        helper.make_node("Abs", ["latent"], ["abs"]),
+        helper.make_node("ReduceSum", ["abs", "axes1"], ["anomaly"], keepdims=0),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "mfcc_level",
+        [helper.make_tensor_value_info("input", TensorProto.FLOAT, ["N", n_mfcc, frames])],
+        [
+            helper.make_tensor_value_info("anomaly", TensorProto.FLOAT, ["N"]),
+            helper.make_tensor_value_info("latent", TensorProto.FLOAT, ["N", n_mfcc]),
+        ],
+        initializer=[axes1],
+    )
+    return _save(graph, spec, path)

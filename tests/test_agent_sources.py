@@ -220,3 +220,19 @@ def test_read_error_names_the_file(tmp_path: Path) -> None:
 
     with pytest.raises(SourceError, match="nothere.jpg"):
         _read_whole(tmp_path / "nothere.jpg")
+
+
+def test_file_renamed_in_from_another_folder_is_taken(tmp_path: Path) -> None:
+    inbox = tmp_path / "in"
+    inbox.mkdir()
+    outside = tmp_path / "staging.jpg"
+    outside.write_bytes(jpeg(60))
+    sink = Sink()
+    src = _source(tmp_path, sink, patterns=("*.jpg",), stable_seconds=0.1)
+    src.start()
+    try:
+        os.replace(outside, inbox / "moved-in.jpg")  # inotify: IN_MOVED_TO without a source
+        wait_for(lambda: len(sink.items) == 1, what="renamed-in file taken")
+        assert sink.items[0].name == "moved-in.jpg" and sink.items[0].data == jpeg(60)
+    finally:
+        src.stop()

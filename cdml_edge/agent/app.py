@@ -31,7 +31,7 @@ from cdml_edge.agent.output import OutMessage, Output
 from cdml_edge.agent.outputs import make_output
 from cdml_edge.agent.packer import pack_window
 from cdml_edge.agent.payloads import HealthPayload, Sequencer, StatusPayload
-from cdml_edge.agent.pipeline import error_event, process_window
+from cdml_edge.agent.pipeline import error_event, process_window, warm_up_decoder
 from cdml_edge.agent.sources import CameraSource, CameraSpec, FolderSource, FolderSpec
 from cdml_edge.agent.windows import ByteBudget, Window, Windower, WindowPolicy
 from cdml_edge.config import AppConfig, ConfigError, SourceConfig, load_config
@@ -147,6 +147,11 @@ class Agent:
             for m, mc in cfg.models.items()
         }
         self.runners = load_runners(models, warm_up=True)
+        for modality in sorted({sc.modality for sc in cfg.sources}):
+            try:
+                warm_up_decoder(modality, self.runners.get(modality))
+            except Exception as exc:  # a warm-up is an optimisation, never a reason to stop
+                log.warning("warm-up of the %s decoder failed: %s", modality, exc)
         if cfg.retention is not None:
             from cdml_edge.agent.retention import RetentionRing
 

@@ -1,8 +1,9 @@
 """Where items come from: a watched folder (watchdog) or a camera (OpenCV).
 
 A :class:`FolderSource` takes a file only once it is complete: on its inotify close-write
-event (or when it is renamed into the folder), or, with the polling observer and for files
-already present at start, once its size and mtime have been stable for ``stable_seconds``.
+event or its rename within the folder; a file seen being written waits for its close-write;
+with the polling observer, for files already present at start and for files renamed in from
+another folder, once its size and mtime have been stable for ``stable_seconds``.
 ``.tmp`` / ``.part`` files and dot files are ignored. A file is read only when the global
 :class:`~cdml_edge.agent.windows.ByteBudget` admits its size; otherwise it stays on disk and
 is retried, so intake pauses without losing anything.
@@ -42,6 +43,7 @@ from cdml_edge.agent.windows import ByteBudget, Item
 
 log = logging.getLogger(__name__)
 
+OLD_MTIME_S = 2.0
 IGNORED_SUFFIXES = (".tmp", ".part", ".partial", ".crdownload", ".swp")
 
 ItemSink = Callable[[Item], None]
@@ -84,7 +86,8 @@ class _Pending:
     mtime_ns: int
     since: float  # monotonic time the (size, mtime) pair was first seen
     closed: bool = False  # close-write or moved-in seen: complete now
-    writing: bool = False  # inotify saw it created/modified: wait for its close-write
+    writing: bool = False  # inotify saw it written to: wait for its close-write
+    seen: float = field(default_factory=time.time)  # wall time the agent first saw this version
 
 
 @dataclass
@@ -108,8 +111,12 @@ class _Handler(FileSystemEventHandler):
             self._owner._notice(_as_str(event.dest_path), closed=True)
         elif isinstance(event, FileClosedEvent):
             self._owner._notice(_as_str(event.src_path), closed=True)
-        elif isinstance(event, (FileCreatedEvent, FileModifiedEvent)):
+        elif isinstance(event, FileModifiedEvent):  # written to: complete on its close-write
             self._owner._notice(_as_str(event.src_path), closed=False, writing=True)
+        elif isinstance(event, FileCreatedEvent):
+            # created, or renamed in from outside the folder (no close-write will follow):
+            # complete once stable, unless a write marks it as being written
+            self._owner._notice(_as_str(event.src_path), closed=False)
         elif isinstance(event, FileAttribEvent):  # e.g. utime: judged by stable size + mtime
             self._owner._notice(_as_str(event.src_path), closed=False)
         elif isinstance(event, FileDeletedEvent):
@@ -309,7 +316,7 @@ class FolderSource:
             source=self.spec.name,
             name=name,
             modality=self.spec.modality,
-            ts=st.st_mtime_ns / 1e9,
+            ts=_arrival(st.st_mtime_ns / 1e9, pend.seen),
             data=data,
             item_id=item_id(self.spec.name, name, len(data), st.st_mtime_ns),
             path=Path(path),
@@ -320,6 +327,13 @@ class FolderSource:
         self.stats.taken_bytes += len(data)
         self._sink(item)
         return True
+
+
+def _arrival(mtime: float, seen: float) -> float:
+    """When an item arrived: its mtime (the writer's close), or when the agent first saw it
+    if that mtime is older than the sighting by more than OLD_MTIME_S (a file renamed in, or
+    waiting at start). Result latency is measured from here."""
+    return seen if seen - mtime > OLD_MTIME_S else mtime
 
 
 def _read_whole(path: Path) -> tuple[bytes, os.stat_result]:
