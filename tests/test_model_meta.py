@@ -113,6 +113,7 @@ def test_series_stats_normalise_prepared_input() -> None:
         prepare_batch(fitted, [np.ones((50, 3))])
 
 
+@pytest.mark.slow
 def test_synth_is_seeded_and_decodes() -> None:
     a_imgs, a_y = synth.digit_images(n=6, seed=3)
     b_imgs, b_y = synth.digit_images(n=6, seed=3)

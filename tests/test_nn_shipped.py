@@ -74,6 +74,7 @@ def test_shipped_model_is_small(name: str) -> None:
     assert path.stat().st_size <= 2 * 1024 * 1024
 
 
+@pytest.mark.slow
 def test_shipped_models_run_without_torch() -> None:
     proc = subprocess.run([sys.executable, "-c", CHECK, str(MODELS)], capture_output=True,
                           text=True, timeout=240)
