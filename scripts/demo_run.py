@@ -95,10 +95,13 @@ def report(sub: Subscriber, truth: dict[str, dict[str, str]], console: Console) 
         lat = sorted(r["latency_ms"] for r in rs)
         labels = Counter(str(r["label"]) for r in rs)
         known = truth.get(source, {})
+        if source == "cam-live":  # frames are named by capture time: match them by order
+            rs = sorted(rs, key=lambda r: r["ts"])
+            rs = [dict(r, item=f"#{n}") for n, r in enumerate(rs)]
         judged = [r for r in rs if r["item"] in known]
         agree = sum(
             1 for r in judged
-            if known[r["item"]] == (r["label"] if source == "cam" else
+            if known[r["item"]] == (r["label"] if source.startswith("cam") else
                                     ("anomaly" if r["anomaly"] else "normal"))
         )
         table.add_row(

@@ -11,7 +11,8 @@ Writes, below ``--out`` (default ``demo/``, emptied first):
   that is not audio;
 * ``stage/vib/*.csv`` — 3-axis accelerometer windows, a few with a fault, plus one
   malformed CSV;
-* ``truth.json`` — the label of every staged file, to score what a subscriber received.
+* ``truth.json`` — the label of every staged file (and of every video frame, by its
+  position), to score what a subscriber received.
 """
 
 from __future__ import annotations
@@ -40,14 +41,15 @@ def make(out: Path, seconds: float, fps: int, images: int, clips: int, windows: 
     stage = out / "stage"
     for sub in ("cam", "mic", "vib"):
         (stage / sub).mkdir(parents=True)
-    truth: dict[str, dict[str, str]] = {"cam": {}, "mic": {}, "vib": {}}
+    truth: dict[str, dict[str, str]] = {"cam": {}, "mic": {}, "vib": {}, "cam-live": {}}
 
     frames, frame_labels = synth.digit_images(int(seconds * fps), seed=11, size=64)
     vw = cv2.VideoWriter(str(out / "camera.avi"), cv2.VideoWriter_fourcc(*"MJPG"), fps, (64, 64))
     if not vw.isOpened():
         raise SystemExit("OpenCV cannot write an MJPG video here")
-    for f in frames:
+    for n, (f, lab) in enumerate(zip(frames, frame_labels, strict=True)):
         vw.write(np.ascontiguousarray(f[:, :, ::-1]))
+        truth["cam-live"][f"#{n}"] = str(int(lab))  # frames are named by capture time: by order
     vw.release()
 
     imgs, labels = synth.digit_images(images, seed=7, size=64)
@@ -82,7 +84,6 @@ def make(out: Path, seconds: float, fps: int, images: int, clips: int, windows: 
     (out / "truth.json").write_text(json.dumps(truth, indent=1, sort_keys=True))
     return {
         "camera_frames": len(frames),
-        "camera_labels": [int(x) for x in frame_labels[:10]],
         **{k: len(v) for k, v in truth.items()},
     }
 
