@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import pickle
 import random
+from pathlib import Path
 
 import pytest
 from _s3_fixtures import S3Server, s3_server_fixture  # noqa: F401  (fixture)
@@ -12,6 +13,9 @@ from _s3_fixtures import S3Server, s3_server_fixture  # noqa: F401  (fixture)
 from cdml_edge.archive.errors import ArchiveError
 from cdml_edge.archive.s3 import (
     ENDPOINT_ENV,
+    INDEX_CACHE_BYTES_ENV,
+    INDEX_CACHE_ENV,
+    REGION_ENV,
     RetryPolicy,
     S3AccessError,
     S3NotFoundError,
@@ -19,6 +23,7 @@ from cdml_edge.archive.s3 import (
     S3Source,
     S3TransientError,
     coalesce,
+    configure_s3,
     open_s3_source,
     parse_s3_url,
 )
@@ -305,3 +310,24 @@ def test_threads_share_a_source(s3_server: S3Server, blob: bytes) -> None:
         got = list(pool.map(lambda o: src.pread(o, 3000), offsets))
     assert got == [blob[o : o + 3000] for o in offsets]
     assert src.requests == s3_server.proxy.count() == 1 + len(offsets)
+
+
+def test_configure_sets_process_defaults(
+    s3_server: S3Server, blob: bytes, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    for name in (ENDPOINT_ENV, REGION_ENV, INDEX_CACHE_ENV, INDEX_CACHE_BYTES_ENV):
+        monkeypatch.setenv(name, "")  # restored after the test
+    configure_s3(
+        endpoint_url=s3_server.proxy.url,
+        region="eu-central-1",
+        index_cache=tmp_path / "idx",
+        index_cache_bytes=1 << 20,
+    )
+    s3_server.proxy.reset()
+    src = open_s3_source(f"s3://{BUCKET}/data/blob.bin", retry=FAST)
+    assert src.endpoint_url == s3_server.proxy.url and src.region == "eu-central-1"
+    assert src.index_cache is not None and src.index_cache.max_bytes == 1 << 20
+    assert src.index_cache.total_bytes() > 0  # the tail was stored at open
+    again = open_s3_source(f"s3://{BUCKET}/data/blob.bin", retry=FAST)
+    assert again.index_source == "cache"
+    assert [s.method for s in s3_server.proxy.seen()] == ["GET", "HEAD"]

@@ -39,12 +39,15 @@ from cdml_edge.archive.s3_errors import (
     is_transient,
     map_client_error,
 )
-from cdml_edge.archive.s3_index_cache import S3IndexCache
+from cdml_edge.archive.s3_index_cache import DEFAULT_INDEX_CACHE_BYTES, S3IndexCache
 
 __all__ = [
     "DEFAULT_GAP",
     "DEFAULT_TAIL_BYTES",
     "ENDPOINT_ENV",
+    "INDEX_CACHE_BYTES_ENV",
+    "INDEX_CACHE_ENV",
+    "REGION_ENV",
     "RetryPolicy",
     "S3AccessError",
     "S3Error",
@@ -54,12 +57,15 @@ __all__ = [
     "S3Source",
     "S3Stats",
     "S3TransientError",
+    "configure_s3",
     "open_s3_source",
     "parse_s3_url",
 ]
 
 ENDPOINT_ENV = "CDML_EDGE_S3_ENDPOINT"
+REGION_ENV = "CDML_EDGE_S3_REGION"
 INDEX_CACHE_ENV = "CDML_EDGE_S3_INDEX_CACHE"
+INDEX_CACHE_BYTES_ENV = "CDML_EDGE_S3_INDEX_CACHE_BYTES"
 # Ranges closer than this are fetched in one GET (the gap bytes are read and dropped).
 DEFAULT_GAP = 256 << 10
 # One coalesced GET never spans more than this.
@@ -648,17 +654,20 @@ def open_s3_source(
 ) -> S3Source:
     """Open ``s3://bucket/key`` and read its tail (or its cached index).
 
-    ``endpoint_url`` defaults to ``$CDML_EDGE_S3_ENDPOINT`` (else boto3's own resolution);
+    ``endpoint_url`` defaults to ``$CDML_EDGE_S3_ENDPOINT`` (else boto3's own resolution),
+    ``region`` to ``$CDML_EDGE_S3_REGION`` (else the boto3 chain, else ``us-east-1``);
     ``index_cache`` (a folder or an :class:`S3IndexCache`) defaults to
-    ``$CDML_EDGE_S3_INDEX_CACHE`` when set. Raises :class:`S3NotFoundError` /
-    :class:`S3AccessError` naming bucket and key on 404 / 403.
+    ``$CDML_EDGE_S3_INDEX_CACHE`` (bounded by ``$CDML_EDGE_S3_INDEX_CACHE_BYTES``) when set.
+    Raises :class:`S3NotFoundError` / :class:`S3AccessError` naming bucket and key on 404 / 403.
     """
     bucket, key = parse_s3_url(url)
     endpoint_url = endpoint_url or os.environ.get(ENDPOINT_ENV) or None
+    region = region or os.environ.get(REGION_ENV) or None
     if index_cache is None and os.environ.get(INDEX_CACHE_ENV):
         index_cache = os.environ[INDEX_CACHE_ENV]
     if index_cache is not None and not isinstance(index_cache, S3IndexCache):
-        index_cache = S3IndexCache(index_cache)
+        bound = os.environ.get(INDEX_CACHE_BYTES_ENV)
+        index_cache = S3IndexCache(index_cache, int(bound) if bound else DEFAULT_INDEX_CACHE_BYTES)
     source = S3Source(
         bucket,
         key,
@@ -672,3 +681,27 @@ def open_s3_source(
     )
     source.open()
     return source
+
+
+def configure_s3(
+    *,
+    endpoint_url: str | None = None,
+    region: str | None = None,
+    index_cache: str | os.PathLike[str] | None = None,
+    index_cache_bytes: int | None = None,
+) -> None:
+    """Process-wide defaults for ``s3://`` (e.g. from the configuration file).
+
+    They are kept in the environment variables :func:`open_s3_source` reads, so DataLoader
+    workers and subprocesses (forked or spawned) inherit them. ``None`` leaves a setting
+    as it is.
+    """
+    values = {
+        ENDPOINT_ENV: endpoint_url,
+        REGION_ENV: region,
+        INDEX_CACHE_ENV: os.fspath(index_cache) if index_cache is not None else None,
+        INDEX_CACHE_BYTES_ENV: str(int(index_cache_bytes)) if index_cache_bytes else None,
+    }
+    for name, value in values.items():
+        if value is not None:
+            os.environ[name] = value
