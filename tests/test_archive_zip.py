@@ -417,3 +417,34 @@ def test_truncated_error_type() -> None:
     struct.pack_into("<L", cut, eocd + 12, 5000)  # central directory larger than the file
     with pytest.raises(TruncatedArchiveError):
         open_archive(bytes(cut))
+
+
+ZLIB_CHECK = r"""
+import sys, zlib
+from cdml_edge.archive import CorruptArchiveError, open_archive, pack
+from cdml_edge.archive.native import describe
+assert "inflate: zlib" in describe(), describe()
+items = [("a.txt", b"zlib path " * 3000), ("b.bin", bytes(range(256)) * 40)]
+arc = open_archive(pack(items))
+assert dict(arc) == dict(items)
+bad = bytearray(pack(items))
+bad[60] ^= 0x40
+try:
+    open_archive(bytes(bad)).read("a.txt")
+except CorruptArchiveError as exc:
+    assert exc.member == "a.txt"
+else:
+    sys.exit("corruption not detected")
+print("ok")
+"""
+
+
+def test_zlib_inflate_when_libdeflate_is_off(tmp_path: Path) -> None:
+    import sys
+
+    env = dict(os.environ, CDML_EDGE_NO_LIBDEFLATE="1")
+    env.pop("CDML_EDGE_NATIVE", None)
+    res = subprocess.run(
+        [sys.executable, "-c", ZLIB_CHECK], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert res.returncode == 0 and res.stdout.strip() == "ok", res.stderr

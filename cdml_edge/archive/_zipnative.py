@@ -45,6 +45,11 @@ def have_zstd() -> bool:
     return bool(lib.cz_have_zstd())
 
 
+def inflate_backend() -> str:
+    """``"libdeflate"`` when the system library was loaded at run time, else ``"zlib"``."""
+    return "libdeflate" if lib.cz_inflate_backend() else "zlib"
+
+
 class ZipIndex:
     """The central directory parsed by C; names decoded in one pass on the Python side."""
 
@@ -91,7 +96,9 @@ class ZipIndex:
 
     def check(self, i: int, names: list[str], owner: Any) -> None:
         """Refuse encrypted / unknown-method / oversized members before reading."""
-        e = self._ents[i]
+        self._check_entry(self._ents[i], i, names, owner)
+
+    def _check_entry(self, e: Any, i: int, names: list[str], owner: Any) -> None:
         if e.flags & 1 or e.method not in _METHODS or (e.method == 0 and e.csize != e.usize):
             owner._check(i, self.entry(i, names[i]))
         if e.usize > owner.max_member_bytes or e.usize > RATIO_FLOOR_BYTES:
@@ -99,8 +106,10 @@ class ZipIndex:
 
     def read_one(self, source: ByteSource, i: int, names: list[str], owner: Any) -> bytes:
         """One member with the least Python overhead; errors go through :meth:`read`."""
-        self.check(i, names, owner)
-        size = self._ents[i].usize
+        e = self._ents[i]
+        size = e.usize
+        if e.flags & 1 or e.method not in _METHODS or size > owner._fast_limit:
+            self._check_entry(e, i, names, owner)
         out = _alloc("uint8_t[]", size or 1)
         if type(source) is FileSource:
             st = lib.cz_read_one_fd(self._idx, source.fileno(), source.size(), i, out)

@@ -59,6 +59,8 @@ class Archive:
         self._source = source
         self.max_member_bytes = int(max_member_bytes)
         self.max_ratio = float(max_ratio)
+        # members up to this size need no limit check (under the cap and the ratio floor)
+        self._fast_limit = min(self.max_member_bytes, RATIO_FLOOR_BYTES)
         self._names: list[str] = []
         self._ids: dict[str, int] = {}
         self._closed = False

@@ -31,3 +31,12 @@ def module() -> Any:
 def native_available() -> bool:
     """True when the C core is built and enabled (``CDML_EDGE_NATIVE`` is not ``0``)."""
     return module() is not None
+
+
+def describe() -> str:
+    """One line on the active reader: ``native (inflate: libdeflate, zstd: zstandard)``."""
+    mod = module()
+    if mod is None:
+        return "python"
+    zstd = "libzstd" if mod.have_zstd() else "zstandard"
+    return f"native (inflate: {mod.inflate_backend()}, zstd: {zstd})"

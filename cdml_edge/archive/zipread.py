@@ -335,11 +335,13 @@ class ZipArchive(Archive):
         self._check_limits(e[0], e[3], e[2])
 
     def read(self, name: str) -> bytes:
-        if self._native_index is None or self._closed:
+        index = self._native_index
+        if index is None or self._closed:
             return super().read(name)
-        return self._native_index.read_one(  # type: ignore[no-any-return]
-            self._source, self._id(name), self._row_names, self
-        )
+        i = self._ids.get(name)
+        if i is None:
+            i = self._id(name)  # raises KeyError naming the archive
+        return index.read_one(self._source, i, self._row_names, self)  # type: ignore[no-any-return]
 
     def _read_ids(self, ids: list[int]) -> list[bytes]:
         if self._native_index is not None:

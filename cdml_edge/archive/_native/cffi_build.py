@@ -26,6 +26,7 @@ typedef struct {
     int special_names;
 } cz_index;
 int cz_have_zstd(void);
+int cz_inflate_backend(void);
 int cz_parse(const uint8_t *cd, size_t len, int64_t delta, cz_index **out,
              char *err, size_t errlen);
 void cz_free(cz_index *idx);
@@ -58,7 +59,7 @@ def make_builder() -> FFI:
     ffi = FFI()
     ffi.cdef(CDEF)
     zstd_dir = _zstd_include()
-    libraries = ["z"]
+    libraries = ["z"] + (["dl", "pthread"] if sys.platform.startswith("linux") else [])
     macros: list[tuple[str, str | None]] = []
     include_dirs = [HERE]
     if zstd_dir is not None and os.environ.get("CDML_EDGE_NO_LIBZSTD") != "1":

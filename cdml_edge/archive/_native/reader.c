@@ -7,7 +7,9 @@
  */
 #include "reader.h"
 
+#include <dlfcn.h>
 #include <errno.h>
+#include <pthread.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,6 +22,46 @@
 #endif
 
 #define LOCAL_SLACK 128u
+
+/* libdeflate, when the system has it (libdeflate0), is loaded at run time: whole-buffer
+ * inflate and CRC-32 about twice as fast as zlib. No header is needed to build; without
+ * the library (or with CDML_EDGE_NO_LIBDEFLATE set) zlib does the work. */
+typedef void *(*ld_alloc_fn)(void);
+typedef int (*ld_inflate_fn)(void *, const void *, size_t, void *, size_t, size_t *);
+typedef void (*ld_free_fn)(void *);
+typedef uint32_t (*ld_crc_fn)(uint32_t, const void *, size_t);
+static struct {
+    ld_alloc_fn alloc;
+    ld_inflate_fn inflate;
+    ld_free_fn free;
+    ld_crc_fn crc;
+} LD;
+static pthread_once_t ld_once = PTHREAD_ONCE_INIT;
+
+static void ld_load(void) {
+    const char *off = getenv("CDML_EDGE_NO_LIBDEFLATE");
+    if (off && *off && *off != '0') return;
+    const char *names[] = {"libdeflate.so.0", "libdeflate.so", "libdeflate.0.dylib",
+                           "libdeflate.dylib"};
+    void *h = NULL;
+    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]) && !h; i++)
+        h = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
+    if (!h) return;
+    ld_alloc_fn a = (ld_alloc_fn)dlsym(h, "libdeflate_alloc_decompressor");
+    ld_inflate_fn d = (ld_inflate_fn)dlsym(h, "libdeflate_deflate_decompress");
+    ld_free_fn f = (ld_free_fn)dlsym(h, "libdeflate_free_decompressor");
+    ld_crc_fn c = (ld_crc_fn)dlsym(h, "libdeflate_crc32");
+    if (!a || !d || !f || !c) return;
+    LD.alloc = a;
+    LD.inflate = d;
+    LD.free = f;
+    LD.crc = c;
+}
+
+int cz_inflate_backend(void) {
+    pthread_once(&ld_once, ld_load);
+    return LD.inflate != NULL;
+}
 
 static uint16_t rd16(const uint8_t *p) { return (uint16_t)(p[0] | (p[1] << 8)); }
 static uint32_t rd32(const uint8_t *p) {
@@ -147,6 +189,7 @@ int cz_parse(const uint8_t *cd, size_t len, int64_t delta, cz_index **out, char 
 typedef struct {
     z_stream zs;
     int zs_ready;
+    void *ld; /* libdeflate decompressor */
 #if defined(CZ_HAVE_ZSTD)
     ZSTD_DCtx *zd;
 #endif
@@ -154,6 +197,7 @@ typedef struct {
 
 static void codecs_free(cz_codecs *c) {
     if (c->zs_ready) inflateEnd(&c->zs);
+    if (c->ld) LD.free(c->ld);
 #if defined(CZ_HAVE_ZSTD)
     if (c->zd) ZSTD_freeDCtx(c->zd);
 #endif
@@ -161,6 +205,16 @@ static void codecs_free(cz_codecs *c) {
 
 static int inflate_member(cz_codecs *c, const uint8_t *src, uint64_t csize, uint8_t *dst,
                           uint64_t usize) {
+    if (cz_inflate_backend() && csize <= SIZE_MAX && usize <= SIZE_MAX) {
+        if (!c->ld) c->ld = LD.alloc();
+        if (c->ld) {
+            size_t got = 0;
+            int r = LD.inflate(c->ld, src, (size_t)csize, dst, (size_t)usize, &got);
+            if (r == 0) return got == usize ? CZ_OK : CZ_SIZE_MISMATCH;
+            if (r == 3) return CZ_SIZE_MISMATCH; /* output would exceed the declared size */
+            return CZ_DATA_ERROR;
+        }
+    }
     if (!c->zs_ready) {
         memset(&c->zs, 0, sizeof(c->zs));
         if (inflateInit2(&c->zs, -15) != Z_OK) return CZ_NO_MEMORY;
@@ -246,6 +300,7 @@ static int zstd_member(cz_codecs *c, const uint8_t *src, uint64_t csize, uint8_t
 }
 
 static uint32_t crc_of(const uint8_t *p, uint64_t n) {
+    if (cz_inflate_backend()) return LD.crc(0, p, (size_t)n);
     uLong crc = crc32(0L, Z_NULL, 0);
     while (n > 0) {
         uInt chunk = n > (1u << 30) ? (1u << 30) : (uInt)n;

@@ -44,6 +44,7 @@ typedef struct {
 #define CZ_NO_MEMORY 8
 
 int cz_have_zstd(void);
+int cz_inflate_backend(void); /* 1: libdeflate, 0: zlib */
 int cz_parse(const uint8_t *cd, size_t len, int64_t delta, cz_index **out,
              char *err, size_t errlen);
 void cz_free(cz_index *idx);
