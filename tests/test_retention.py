@@ -212,11 +212,13 @@ def test_enospc_injected_gives_event_and_counter(
     r1 = ring.store(*make_window("w1", T0 + 1, _files(1)))
     r2 = ring.store(*make_window("w2", T0 + 2, _files(1)))
     assert r1.status is StoreStatus.DISK_FULL and r2.status is StoreStatus.DISK_FULL
+    assert r1.event == "retention_disk_full" and r2.event is None
     assert ring.counters["disk_full"] == 2
     assert [k for k, _ in events] == ["retention_disk_full"]  # once per episode
     assert not any(p.name.startswith(".tmp-") for p in tmp_path.iterdir())
     monkeypatch.setattr(os, "write", real_write)
-    assert ring.store(*make_window("w3", T0 + 3, _files(1))).stored
+    r3 = ring.store(*make_window("w3", T0 + 3, _files(1)))
+    assert r3.stored and r3.event == "retention_disk_ok"
     assert [k for k, _ in events] == ["retention_disk_full", "retention_disk_ok"]
     assert [r.window_id for r in ring.windows()] == ["w0", "w3"]
 

@@ -346,6 +346,11 @@ class Agent:
             res = self.retention.store(packed.archive, outcome.manifest)
             if res.bytes_written:
                 self.metrics.bytes_written.labels(kind="retention").inc(res.bytes_written)
+            if res.status.value == "disk_full":  # counted; the live path goes on
+                self.metrics.errors.labels(stage="retention_disk_full").inc()
+            if res.event is not None:  # once per full-disk episode, and on recovery
+                errors.append(error_event(window.source, None, res.event, res.error or "ok",
+                                          device=cfg.device.id, sequencer=self.sequencer))
         done_paths = [it.path for it in window.items if it.path and it.item_id not in failed_ids]
         closed_ts = window.closed_ts
         source = window.source

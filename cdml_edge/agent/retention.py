@@ -117,6 +117,9 @@ class StoreResult:
     bytes_written: int = 0
     evicted: int = 0
     error: str | None = None
+    # "retention_disk_full" on the first failure of a full-disk episode,
+    # "retention_disk_ok" on the first store after it; None otherwise
+    event: str | None = None
 
     @property
     def stored(self) -> bool:
@@ -237,12 +240,8 @@ class RetentionRing:
             self._write_pair(archive_name, archive, sidecar_name, sidecar)
         except OSError as exc:
             if exc.errno in _FULL_ERRNOS:
-                self._disk_full(manifest.window_id, exc)
-                return StoreResult(StoreStatus.DISK_FULL, evicted=evicted, error=str(exc))
+                return self._disk_full(manifest.window_id, exc, evicted)
             raise
-        if self._full:
-            self._full = False
-            self._emit("retention_disk_ok", {"dir": str(self.dir)})
         record = _record(manifest, ref, sidecar_name, need)
         try:
             self.catalog.add(record, manifest)
@@ -250,11 +249,19 @@ class RetentionRing:
             (self.dir / sidecar_name).unlink(missing_ok=True)
             (self.dir / archive_name).unlink(missing_ok=True)
             if getattr(exc, "sqlite_errorcode", None) == sqlite3.SQLITE_FULL:
-                self._disk_full(manifest.window_id, exc)
-                return StoreResult(StoreStatus.DISK_FULL, evicted=evicted, error=str(exc))
+                return self._disk_full(manifest.window_id, exc, evicted)
             raise
+        event = None
+        if self._full:
+            self._full = False
+            event = "retention_disk_ok"
+            self._emit(event, {"dir": str(self.dir)})
         return StoreResult(
-            StoreStatus.STORED, file=self.dir / archive_name, bytes_written=need, evicted=evicted
+            StoreStatus.STORED,
+            file=self.dir / archive_name,
+            bytes_written=need,
+            evicted=evicted,
+            event=event,
         )
 
     def _write_pair(
@@ -298,14 +305,14 @@ class RetentionRing:
         finally:
             os.close(fd)
 
-    def _disk_full(self, window_id: str, exc: Exception) -> None:
+    def _disk_full(self, window_id: str, exc: Exception, evicted: int) -> StoreResult:
         log.warning("retention: disk full in %s, window %s not kept: %s", self.dir, window_id, exc)
+        event = None
         if not self._full:
             self._full = True
-            self._emit(
-                "retention_disk_full",
-                {"dir": str(self.dir), "window_id": window_id, "error": str(exc)},
-            )
+            event = "retention_disk_full"
+            self._emit(event, {"dir": str(self.dir), "window_id": window_id, "error": str(exc)})
+        return StoreResult(StoreStatus.DISK_FULL, evicted=evicted, error=str(exc), event=event)
 
     def _emit(self, kind: str, info: dict[str, Any]) -> None:
         if self.on_event is None:
