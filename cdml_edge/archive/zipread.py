@@ -250,6 +250,10 @@ def member_data(
     return memoryview(buf)[start : start + csize]
 
 
+def _any_dir(names: list[str]) -> bool:
+    return any(n.endswith("/") for n in names)
+
+
 class ZipArchive(Archive):
     """A ZIP archive (ZIP64, data descriptors, stored / deflate / zstd / bzip2 members)."""
 
@@ -273,18 +277,20 @@ class ZipArchive(Archive):
         else:
             self._entries = parse_central_directory(cd, source.name)
             names = [e[0] for e in self._entries]
-        self._ids = {}
-        keep: list[int] = []
-        for i, n in enumerate(names):
-            if n.endswith("/"):
-                continue
-            if n not in self._ids:
-                keep.append(i)
-            self._ids[n] = i
-        self._rows = keep  # position in names() -> entry row
-        self._names = [names[i] for i in keep]
-        self._ids = {n: self._ids[n] for n in self._names}
         self._row_names = names
+        ids = dict(zip(names, range(len(names)), strict=True))
+        dirs = self._native_index.ndirs if native is not None else None
+        if len(ids) == len(names) and (dirs == 0 or (dirs is None and not _any_dir(names))):
+            self._names, self._ids = names, ids  # the common case: no directories, no repeats
+        else:
+            # a later entry of the same name wins (as with unzip); the first position is kept
+            self._names = [n for i, n in enumerate(names) if not n.endswith("/") and ids[n] == i]
+            first = {}
+            for i, n in enumerate(names):
+                first.setdefault(n, i)
+            order = sorted(self._names, key=first.__getitem__)
+            self._names = order
+            self._ids = {n: ids[n] for n in order}
 
     @property
     def native(self) -> bool:
