@@ -448,3 +448,14 @@ def test_zlib_inflate_when_libdeflate_is_off(tmp_path: Path) -> None:
         [sys.executable, "-c", ZLIB_CHECK], env=env, capture_output=True, text=True, timeout=120
     )
     assert res.returncode == 0 and res.stdout.strip() == "ok", res.stderr
+
+
+def test_directories_left_out_and_later_duplicate_wins() -> None:
+    data = raw_zip(
+        [(b"d/", b"", 0), (b"a", b"first", 0), (b"d/b", b"bee", 8), (b"a", b"second", 0)]
+    )
+    arc = open_archive(data)
+    assert arc.names() == ["a", "d/b"]
+    assert arc.read("a") == b"second" and arc.read_many(["d/b", "a"]) == [b"bee", b"second"]
+    assert dict(arc) == {"a": b"second", "d/b": b"bee"}
+    assert "d/" not in arc and len(arc) == 2

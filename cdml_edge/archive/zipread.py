@@ -285,7 +285,7 @@ class ZipArchive(Archive):
         else:
             # a later entry of the same name wins (as with unzip); the first position is kept
             self._names = [n for i, n in enumerate(names) if not n.endswith("/") and ids[n] == i]
-            first = {}
+            first: dict[str, int] = {}
             for i, n in enumerate(names):
                 first.setdefault(n, i)
             order = sorted(self._names, key=first.__getitem__)
