@@ -36,6 +36,11 @@ def mosquitto_binary() -> str | None:
     )
 
 
+def broker_protocol() -> str:
+    """MQTT version the test brokers speak: 5 (Mosquitto) or 3.1.1 (amqtt)."""
+    return "5" if mosquitto_binary() else "3.1.1"
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -236,6 +241,10 @@ class BrokerProcess:
                 self.proc.kill()
                 self.proc.wait(5)
         wait_until(lambda: not port_open(self.port), 5)
+
+    @property
+    def protocol(self) -> str:
+        return "5" if self.is_mosquitto else "3.1.1"
 
     @property
     def url(self) -> str:

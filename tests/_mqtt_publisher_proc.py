@@ -21,7 +21,10 @@ from cdml_edge.config import MqttConfig, SpoolConfig
 def main() -> None:
     cfg = json.loads(Path(sys.argv[1]).read_text())
     pub = MqttPublisher(
-        MqttConfig(url=cfg["url"], topic_prefix=cfg["prefix"], keepalive=cfg.get("keepalive", 2)),
+        MqttConfig(
+            url=cfg["url"], topic_prefix=cfg["prefix"], keepalive=cfg.get("keepalive", 2),
+            protocol=cfg.get("protocol", "5"),
+        ),
         cfg["device"],
         SpoolConfig(dir=cfg["spool"], max_bytes=cfg.get("spool_bytes", 64 * 1024**2)),
         backoff_max=1.0,

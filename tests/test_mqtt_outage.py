@@ -47,7 +47,7 @@ def test_ten_second_outage_loses_no_result(tmp_path: Path) -> None:
     broker = BrokerProcess(tmp_path / "broker").start()
     sub = Subscriber(broker.port, f"{prefix}/#", client_id=f"sub-{prefix}")
     pub = MqttPublisher(
-        MqttConfig(url=broker.url, topic_prefix=prefix, keepalive=5),
+        MqttConfig(url=broker.url, topic_prefix=prefix, keepalive=5, protocol=broker.protocol),
         "edge-1", SpoolConfig(dir=tmp_path / "spool"), backoff_max=1.0,
     )
     pub.start()
@@ -100,7 +100,7 @@ def test_small_spool_drop_oldest_dropped_equals_missing(tmp_path: Path) -> None:
     broker = BrokerProcess(tmp_path / "broker")
     sub = _subscribed_then_down(broker, prefix)
     pub = MqttPublisher(
-        MqttConfig(url=broker.url, topic_prefix=prefix),
+        MqttConfig(url=broker.url, topic_prefix=prefix, protocol=broker.protocol),
         "edge-1", SpoolConfig(dir=tmp_path / "spool", max_bytes=32 * 1024, policy="drop_oldest"),
         backoff_max=0.5,
     )
@@ -133,7 +133,7 @@ def test_block_policy_holds_the_producer_and_loses_nothing(tmp_path: Path) -> No
     broker = BrokerProcess(tmp_path / "broker")
     sub = _subscribed_then_down(broker, prefix)
     pub = MqttPublisher(
-        MqttConfig(url=broker.url, topic_prefix=prefix),
+        MqttConfig(url=broker.url, topic_prefix=prefix, protocol=broker.protocol),
         "edge-1", SpoolConfig(dir=tmp_path / "spool", max_bytes=16 * 1024, policy="block"),
         backoff_max=0.5,
     )
@@ -174,7 +174,8 @@ def test_spool_survives_kill_9_and_drains_after_restart(tmp_path: Path) -> None:
     broker = BrokerProcess(tmp_path / "broker")
     sub = _subscribed_then_down(broker, prefix)
     spool = tmp_path / "spool"
-    base = {"url": broker.url, "prefix": prefix, "device": "edge-1", "spool": str(spool)}
+    base = {"url": broker.url, "prefix": prefix, "device": "edge-1", "spool": str(spool),
+            "protocol": broker.protocol}
     proc = _run_proc({**base, "count": 500, "then": "wait"}, tmp_path / "first.json")
     assert proc.stdout is not None
     line = proc.stdout.readline()

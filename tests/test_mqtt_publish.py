@@ -18,6 +18,7 @@ from _mqtt_brokers import (
     SHARED_PORT,
     BrokerProcess,
     Subscriber,
+    broker_protocol,
     free_port,
     make_certs,
     mosquitto_binary,
@@ -62,7 +63,7 @@ def _prefix() -> str:
 
 def _publisher(url: str, prefix: str, spool: Path, **kw: object) -> MqttPublisher:
     return MqttPublisher(
-        MqttConfig(url=url, topic_prefix=prefix, keepalive=5),
+        MqttConfig(url=url, topic_prefix=prefix, keepalive=5, protocol=broker_protocol()),
         "edge-1",
         SpoolConfig(dir=spool),
         backoff_max=1.0,
@@ -139,6 +140,7 @@ def test_last_will_says_offline_when_the_agent_is_killed(
     cfg.write_text(json.dumps({
         "url": f"mqtt://127.0.0.1:{broker_port}", "prefix": prefix, "device": "edge-1",
         "spool": str(tmp_path / "spool"), "count": 10, "wait_connected": True, "keepalive": 1,
+        "protocol": broker_protocol(),
     }))
     proc = subprocess.Popen([sys.executable, str(TESTS / "_mqtt_publisher_proc.py"), str(cfg)],
                             stdout=subprocess.PIPE, text=True)
@@ -207,7 +209,8 @@ def test_broker_accepts_the_right_password_and_refuses_a_wrong_one(tmp_path: Pat
     good.write_text("s3cret\n")
     bad.write_text("wrong\n")
     try:
-        wrong = MqttPublisher(MqttConfig(url=broker.url, username="edge", password_file=bad),
+        wrong = MqttPublisher(MqttConfig(url=broker.url, username="edge", password_file=bad,
+                                         protocol=broker.protocol),
                               "edge-1", SpoolConfig(dir=tmp_path / "s1"), backoff_max=0.5)
         wrong.start()
         wrong.publish_batch(_results(Sequencer(), 3))
@@ -215,7 +218,8 @@ def test_broker_accepts_the_right_password_and_refuses_a_wrong_one(tmp_path: Pat
         assert not wrong.connected
         assert wrong.stats()["spool_records"] == 3  # kept safe while refused
         wrong.stop(timeout=1)
-        right = MqttPublisher(MqttConfig(url=broker.url, username="edge", password_file=good),
+        right = MqttPublisher(MqttConfig(url=broker.url, username="edge", password_file=good,
+                                         protocol=broker.protocol),
                               "edge-1", SpoolConfig(dir=tmp_path / "s1"), backoff_max=0.5)
         right.start()
         assert wait_until(lambda: right.connected, 10)
@@ -234,7 +238,8 @@ def test_tls_with_client_certificates(tmp_path: Path) -> None:
 
         def publisher(name: str, tls_cfg: TlsConfig) -> MqttPublisher:
             pub = MqttPublisher(
-                MqttConfig(url=broker.url, topic_prefix=prefix, tls=tls_cfg),
+                MqttConfig(url=broker.url, topic_prefix=prefix, tls=tls_cfg,
+                           protocol=broker.protocol),
                 name, SpoolConfig(dir=tmp_path / name), backoff_max=0.5,
             )
             pub.start()
