@@ -62,7 +62,46 @@ def seeds() -> dict[str, bytes]:
     out["tar.zst-plain"] = zstandard.ZstdCompressor().compress(out["tar"])
     z64 = bytearray(out["zip"])  # the same ZIP with a ZIP64 end record
     out["zip64"] = _with_zip64(bytes(z64))
+    out["zip-zstd"] = _zstd_zip(b"zstd member " * 40)
     return out
+
+
+def _zstd_zip(data: bytes) -> bytes:
+    """A one-member ZIP whose member is zstd-compressed (method 93)."""
+    import zlib
+
+    import zstandard
+
+    body = zstandard.ZstdCompressor().compress(data)
+    crc = zlib.crc32(data)
+    head = struct.pack(
+        "<4s2B4HL2L2H", b"PK\x03\x04", 63, 0, 0, 93, 0, 0x5021, crc, len(body), len(data), 1, 0
+    )
+    cd = struct.pack(
+        "<4s4B4HL2L5H2L",
+        b"PK\x01\x02",
+        63,
+        3,
+        63,
+        0,
+        0,
+        93,
+        0,
+        0x5021,
+        crc,
+        len(body),
+        len(data),
+        1,
+        0,
+        0,
+        0,
+        0,
+        0,
+        0,
+    )
+    local = head + b"z" + body
+    end = struct.pack("<4s4H2LH", b"PK\x05\x06", 0, 0, 1, 1, len(cd) + 1, len(local), 0)
+    return local + cd + b"z" + end
 
 
 def _with_zip64(data: bytes) -> bytes:

@@ -11,7 +11,7 @@ import random
 import struct
 
 import pytest
-from _archive_helpers import engine  # noqa: F401
+from _archive_helpers import engine, raw_zip  # noqa: F401
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -48,6 +48,7 @@ def _tar() -> bytes:
 
 
 SEEDS["tar"] = _tar()
+SEEDS["zip-zstd"] = raw_zip([(b"z.txt", b"zstd member " * 30, 93), (b"d.txt", b"deflate" * 20, 8)])
 
 # Where structure lives: the fields a mutation aims at (besides random positions).
 _SIGS = (

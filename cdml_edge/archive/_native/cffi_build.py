@@ -62,16 +62,20 @@ def make_builder() -> FFI:
     libraries = ["z"] + (["dl", "pthread"] if sys.platform.startswith("linux") else [])
     macros: list[tuple[str, str | None]] = []
     include_dirs = [HERE]
+    library_dirs: list[str] = []
     if zstd_dir is not None and os.environ.get("CDML_EDGE_NO_LIBZSTD") != "1":
         libraries.append("zstd")
         macros.append(("CZ_HAVE_ZSTD", "1"))
         include_dirs.append(zstd_dir)
+        if os.environ.get("ZSTD_LIB_DIR"):
+            library_dirs.append(os.environ["ZSTD_LIB_DIR"])
     ffi.set_source(
         "cdml_edge.archive._native._reader",
         '#include "reader.h"',
         sources=[os.path.relpath(os.path.join(HERE, "reader.c"))],
         include_dirs=include_dirs,
         libraries=libraries,
+        library_dirs=library_dirs,
         define_macros=macros,
         extra_compile_args=["-O2", "-std=c99", "-D_XOPEN_SOURCE=700"]
         if sys.platform != "win32"
