@@ -21,6 +21,7 @@ import logging
 import os
 import random
 import select
+import socket
 import threading
 import time
 from collections import deque
@@ -48,6 +49,12 @@ from cdml_edge.agent.spool import HEADER_SIZE, Spool, SpoolRecord, SpoolToken
 from cdml_edge.config import MqttConfig, OutboxConfig, SpoolConfig
 
 log = logging.getLogger(__name__)
+
+
+def _no_delay(client: Any, userdata: Any, sock: Any) -> None:
+    """Small PUBLISH packets go out at once (no Nagle delay behind unacknowledged data)."""
+    with contextlib.suppress(OSError, AttributeError):
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
 
 class PublisherClosed(RuntimeError):
@@ -278,6 +285,7 @@ class MqttPublisher:
         client.on_connect = self._on_connect
         client.on_disconnect = self._on_disconnect
         client.on_publish = self._on_publish
+        client.on_socket_open = _no_delay
         if self.broker is not None:
             host, port = self.broker.host, self.broker.port
         else:
