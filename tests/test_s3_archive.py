@@ -224,3 +224,19 @@ def test_pickled_archive_reopens_without_requests(
         and zlib.crc32(data) == clone.info("m/000042.jpg").checksum
     )
     assert s3_server.proxy.count() == 1
+
+
+def test_partial_cache_entry_is_completed(
+    s3_server: S3Server, uploaded: dict, endpoint: str, tmp_path: os.PathLike[str]
+) -> None:
+    """An entry holding only the tail (process ended before the index read) is completed."""
+    cache = S3IndexCache(tmp_path)
+    url = f"s3://{BUCKET}/set/big.zip"
+    open_s3_source(url, index_cache=cache)  # tail stored at open, no reader ran
+    s3_server.proxy.reset()
+    open_archive(open_s3_source(url, index_cache=cache))
+    assert [s.method for s in s3_server.proxy.seen()] == ["HEAD", "GET"]  # the missing index
+    s3_server.proxy.reset()
+    arc = open_archive(open_s3_source(url, index_cache=cache))
+    assert [s.method for s in s3_server.proxy.seen()] == ["HEAD"]
+    assert len(arc) == 100_000

@@ -454,6 +454,7 @@ class S3Source:
                         self._known = _Extents(entry.chunks)
                     cache.touch(ident)
                     self._etag, self.index_source = etag, "cache"
+                    self._recording = True  # an index read the entry lacks is added to it
                     self._size = size
                     return
                 cache.discard(ident)
