@@ -19,17 +19,21 @@ re-created after ``fork``; the source pickles without its client.
 
 from __future__ import annotations
 
-import bisect
 import os
-import random
 import re
 import threading
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any
 
+from cdml_edge.archive.s3_client import (
+    RetryPolicy,
+    S3Stats,
+    bind_stats,
+    sent_count,
+    shared_client,
+    shared_pool,
+)
 from cdml_edge.archive.s3_errors import (
     S3AccessError,
     S3Error,
@@ -40,6 +44,7 @@ from cdml_edge.archive.s3_errors import (
     map_client_error,
 )
 from cdml_edge.archive.s3_index_cache import DEFAULT_INDEX_CACHE_BYTES, S3IndexCache
+from cdml_edge.archive.s3_ranges import Extents, coalesce, content_range
 
 __all__ = [
     "DEFAULT_GAP",
@@ -57,6 +62,7 @@ __all__ = [
     "S3Source",
     "S3Stats",
     "S3TransientError",
+    "coalesce",
     "configure_s3",
     "open_s3_source",
     "parse_s3_url",
@@ -73,9 +79,7 @@ DEFAULT_MAX_REQUEST = 16 << 20
 # Bytes read from the end of the object at open: a ZIP end record with the longest comment
 # (22 + 65535), the ZIP64 locator and record, and a tar.zst seek table of small archives.
 DEFAULT_TAIL_BYTES = 128 << 10
-DEFAULT_CONCURRENCY = 8
 
-T = TypeVar("T")
 _URL = re.compile(r"^s3://(?P<bucket>[^/]+)/(?P<key>.+)$")
 
 
@@ -85,215 +89,6 @@ def parse_s3_url(url: str) -> tuple[str, str]:
     if not m:
         raise ValueError(f"not an s3 URL (want s3://bucket/key): {url!r}")
     return m.group("bucket"), m.group("key")
-
-
-@dataclass(frozen=True)
-class RetryPolicy:
-    """Retries of one request: botocore's own (``botocore_attempts``, standard mode, covers
-    5xx, throttling, timeouts) inside ours (``attempts``, also covers errors while reading
-    the body and short bodies), with exponential backoff and full jitter between ours."""
-
-    attempts: int = 4
-    base_delay: float = 0.1
-    max_delay: float = 5.0
-    botocore_attempts: int = 3
-    connect_timeout: float = 10.0
-    read_timeout: float = 30.0
-
-    def delay(self, attempt: int) -> float:
-        return float(random.uniform(0, min(self.max_delay, self.base_delay * (2**attempt))))
-
-
-@dataclass
-class S3Stats:
-    """Per-process request counters of one source (HTTP attempts, retries included)."""
-
-    requests: int = 0
-    get_requests: int = 0
-    head_requests: int = 0
-    bytes_fetched: int = 0
-    retries: int = 0
-    served_from_memory: int = 0
-    lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
-
-    def snapshot(self) -> dict[str, int]:
-        with self.lock:
-            return {
-                "requests": self.requests,
-                "get_requests": self.get_requests,
-                "head_requests": self.head_requests,
-                "bytes_fetched": self.bytes_fetched,
-                "retries": self.retries,
-                "served_from_memory": self.served_from_memory,
-            }
-
-
-# -- per-process clients and thread pool --------------------------------------------------
-_proc_lock = threading.Lock()
-_clients: dict[tuple[Any, ...], Any] = {}
-_pool: ThreadPoolExecutor | None = None
-_proc_pid = os.getpid()
-
-
-def _after_fork() -> None:
-    global _proc_lock, _pool, _proc_pid
-    _proc_lock = threading.Lock()
-    _clients.clear()
-    _pool = None
-    _proc_pid = os.getpid()
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_after_fork)
-
-
-def _check_pid() -> None:
-    if _proc_pid != os.getpid():  # forked without the hook (or by a non-Python parent)
-        _after_fork()
-
-
-def _shared_client(endpoint: str | None, region: str | None, policy: RetryPolicy) -> Any:
-    _check_pid()
-    key = (endpoint, region, policy.botocore_attempts, policy.connect_timeout, policy.read_timeout)
-    client = _clients.get(key)
-    if client is not None:
-        return client
-    with _proc_lock:
-        client = _clients.get(key)
-        if client is None:
-            client = _make_client(endpoint, region, policy)
-            _clients[key] = client
-        return client
-
-
-def _make_client(endpoint: str | None, region: str | None, policy: RetryPolicy) -> Any:
-    try:
-        import boto3
-        from botocore.config import Config
-    except ImportError as exc:  # pragma: no cover - depends on the installed extras
-        raise ImportError("s3:// archives need boto3: pip install 'cdml-edge[s3]'") from exc
-    session = boto3.session.Session()
-    region = region or session.region_name or "us-east-1"
-    options: dict[str, Any] = {
-        "retries": {"mode": "standard", "total_max_attempts": policy.botocore_attempts},
-        "connect_timeout": policy.connect_timeout,
-        "read_timeout": policy.read_timeout,
-        "max_pool_connections": max(10, DEFAULT_CONCURRENCY * 2),
-    }
-    if endpoint:
-        options["s3"] = {"addressing_style": "path"}
-    try:  # botocore >= 1.36: no checksum trailers S3-compatible stores may not know
-        config = Config(
-            **options,
-            request_checksum_calculation="when_required",
-            response_checksum_validation="when_required",
-        )
-    except TypeError:  # pragma: no cover - older botocore
-        config = Config(**options)
-    client = session.client("s3", endpoint_url=endpoint, region_name=region, config=config)
-    client.meta.events.register("before-send.s3", _on_send)
-    return client
-
-
-# The source whose request the current thread is sending (for per-source counting).
-_current = threading.local()
-
-
-def _on_send(request: Any, **_: Any) -> None:
-    """botocore ``before-send`` hook: one call per HTTP attempt, retries included."""
-    stats: S3Stats | None = getattr(_current, "stats", None)
-    if stats is None:
-        return None
-    _current.sent = getattr(_current, "sent", 0) + 1
-    method = str(getattr(request, "method", "")).upper()
-    with stats.lock:
-        stats.requests += 1
-        if method == "GET":
-            stats.get_requests += 1
-        elif method == "HEAD":
-            stats.head_requests += 1
-    return None  # a non-None value would replace the HTTP response
-
-
-def _shared_pool() -> ThreadPoolExecutor:
-    global _pool
-    _check_pid()
-    with _proc_lock:
-        if _pool is None:
-            _pool = ThreadPoolExecutor(DEFAULT_CONCURRENCY, thread_name_prefix="cdml-s3")
-        return _pool
-
-
-# -- bytes already in memory (tail, index) ------------------------------------------------
-class _Extents:
-    """Sorted, merged ``(offset, bytes)`` chunks of the object held in memory."""
-
-    def __init__(self, chunks: Sequence[tuple[int, bytes]] = ()) -> None:
-        self._starts: list[int] = []
-        self._data: list[bytes] = []
-        for off, data in chunks:
-            self.add(off, data)
-
-    def chunks(self) -> list[tuple[int, bytes]]:
-        return list(zip(self._starts, self._data, strict=True))
-
-    def nbytes(self) -> int:
-        return sum(len(d) for d in self._data)
-
-    def add(self, offset: int, data: bytes) -> None:
-        if not data:
-            return
-        start, end = offset, offset + len(data)
-        keep_s: list[int] = []
-        keep_d: list[bytes] = []
-        lo, hi = start, end
-        pieces: list[tuple[int, bytes]] = [(start, data)]
-        for s, d in zip(self._starts, self._data, strict=True):
-            if s + len(d) < start or s > end:
-                keep_s.append(s)
-                keep_d.append(d)
-            else:
-                pieces.append((s, d))
-                lo, hi = min(lo, s), max(hi, s + len(d))
-        merged = bytearray(hi - lo)
-        for s, d in sorted(pieces, key=lambda p: p[0]):
-            merged[s - lo : s - lo + len(d)] = d
-        merged[start - lo : end - lo] = data
-        i = bisect.bisect_left(keep_s, lo)
-        keep_s.insert(i, lo)
-        keep_d.insert(i, bytes(merged))
-        self._starts, self._data = keep_s, keep_d
-
-    def covering(self, offset: int) -> tuple[int, bytes] | None:
-        """The chunk holding byte ``offset``, if any."""
-        i = bisect.bisect_right(self._starts, offset) - 1
-        if i >= 0 and offset < self._starts[i] + len(self._data[i]):
-            return self._starts[i], self._data[i]
-        return None
-
-    def get(self, offset: int, end: int) -> bytes | None:
-        """Bytes ``[offset, end)`` if one chunk holds them all."""
-        hit = self.covering(offset)
-        if hit is None or end > hit[0] + len(hit[1]):
-            return None
-        s, d = hit
-        return d[offset - s : end - s]
-
-    def missing_span(self, offset: int, end: int) -> tuple[int, int]:
-        """The smallest ``[a, b)`` inside ``[offset, end)`` holding every byte not in memory."""
-        a = offset
-        while a < end:
-            hit = self.covering(a)
-            if hit is None:
-                break
-            a = hit[0] + len(hit[1])
-        b = end
-        while b > a:
-            hit = self.covering(b - 1)
-            if hit is None:
-                break
-            b = hit[0]
-        return a, max(a, b)
 
 
 class S3Source:
@@ -330,7 +125,7 @@ class S3Source:
         self.index_source = "none"  # how the index was obtained: "network" or "cache"
         self._size: int | None = None
         self._etag: str | None = None
-        self._known = _Extents()
+        self._known = Extents()
         self._known_lock = threading.Lock()
         self._recording = False
         self._open_lock = threading.Lock()
@@ -424,7 +219,7 @@ class S3Source:
         if len(groups) == 1:
             results = [self._get_range(groups[0][0], groups[0][1])]
         else:
-            pool = _shared_pool()
+            pool = shared_pool()
             results = list(pool.map(lambda g: self._get_range(g[0], g[1]), groups))
         for (start, _end, members), blob in zip(groups, results, strict=True):
             for off, end, i in members:
@@ -451,7 +246,7 @@ class S3Source:
                 size, etag = self._head()
                 if etag == entry.etag and size == entry.size:
                     with self._known_lock:
-                        self._known = _Extents(entry.chunks)
+                        self._known = Extents(entry.chunks)
                     cache.touch(ident)
                     self._etag, self.index_source = etag, "cache"
                     self._recording = True  # an index read the entry lacks is added to it
@@ -482,7 +277,7 @@ class S3Source:
             size, self._etag = self._head()
             self._size = size
             return
-        total, start = _content_range(resp, len(body))
+        total, start = content_range(resp, len(body))
         self._etag = str(resp.get("ETag") or self._etag or "")
         with self._known_lock:
             self._known.add(start, body)
@@ -526,17 +321,17 @@ class S3Source:
         """One HTTP request with our retries around botocore's; errors come back typed."""
         from botocore.exceptions import ClientError, NoCredentialsError
 
-        client = _shared_client(self.endpoint_url, self.region, self.retry)
+        client = shared_client(self.endpoint_url, self.region, self.retry)
         call: Callable[..., Any] = client.get_object if method == "GET" else client.head_object
         attempts = max(1, self.retry.attempts)
         for attempt in range(attempts):
-            _current.stats, _current.sent = self.stats, 0
+            bind_stats(self.stats)
             try:
                 resp = call(Bucket=self.bucket, Key=self.key, **kwargs)
                 body = resp["Body"].read() if method == "GET" else b""
                 if expect is not None and len(body) != expect:
                     raise _ShortBody(f"got {len(body)} of {expect} bytes")
-                self._count(nbytes=len(body), retried=max(0, _current.sent - 1))
+                self._count(nbytes=len(body), retried=max(0, sent_count() - 1))
                 return resp, body
             except NoCredentialsError as exc:
                 raise S3AccessError(
@@ -546,7 +341,7 @@ class S3Source:
                     key=self.key,
                 ) from exc
             except Exception as exc:
-                self._count(retried=max(0, _current.sent - 1))
+                self._count(retried=max(0, sent_count() - 1))
                 retry = isinstance(exc, _ShortBody) or is_transient(exc)
                 if retry and attempt + 1 < attempts:
                     self._count(retried=1)
@@ -561,7 +356,7 @@ class S3Source:
                     key=self.key,
                 ) from exc
             finally:
-                _current.stats = None
+                bind_stats(None)
         raise AssertionError("unreachable")  # pragma: no cover
 
     def _count(self, *, nbytes: int = 0, retried: int = 0, served: int = 0) -> None:
@@ -605,41 +400,11 @@ class S3Source:
         )
         self._size, self._etag = state["size"], state["etag"]
         self.index_source = state["index_source"]
-        self._known = _Extents(state["known"])
+        self._known = Extents(state["known"])
 
 
 class _ShortBody(Exception):
     """The body ended before the requested range did (retried)."""
-
-
-def _content_range(resp: Any, nbody: int) -> tuple[int, int]:
-    """``(object size, first byte offset)`` of a ranged ``GET`` answer."""
-    cr = str(resp.get("ContentRange") or "")
-    m = re.match(r"bytes (\d+)-(\d+)/(\d+|\*)", cr)
-    if m and m.group(3) != "*":
-        return int(m.group(3)), int(m.group(1))
-    return nbody, 0  # 200 without Content-Range: the whole object
-
-
-def coalesce(
-    ranges: Sequence[tuple[int, int, int]], gap: int, max_request: int
-) -> list[tuple[int, int, list[tuple[int, int, int]]]]:
-    """Group ``(start, end, tag)`` ranges into ``(start, end, members)`` requests.
-
-    Ranges are sorted by start; a range joins the current group when it begins at most
-    ``gap`` bytes after the group's end and the group stays within ``max_request`` bytes
-    (a single range longer than that is still one request).
-    """
-    groups: list[tuple[int, int, list[tuple[int, int, int]]]] = []
-    for start, end, tag in sorted(ranges):
-        if groups:
-            g_start, g_end, members = groups[-1]
-            if start - g_end <= gap and max(g_end, end) - g_start <= max_request:
-                members.append((start, end, tag))
-                groups[-1] = (g_start, max(g_end, end), members)
-                continue
-        groups.append((start, end, [(start, end, tag)]))
-    return groups
 
 
 def open_s3_source(
