@@ -13,6 +13,7 @@ from cdml_edge.agent.spool import (
     HEADER_SIZE,
     RecordTooLarge,
     Spool,
+    SpoolError,
     SpoolRecord,
     parse_records,
 )
@@ -58,7 +59,7 @@ def test_acknowledged_records_are_not_sent_again_after_restart(tmp_path: Path) -
     for token, _ in got:
         spool.ack(token)
     spool.commit()
-    # no close(): the process dies here (kill -9 keeps what was written and flushed)
+    spool._abandon()  # no close(): the process dies here (kill -9 keeps what was flushed)
     again = Spool(tmp_path, max_bytes=1 << 20, segment_bytes=4096)
     assert again.pending == 80
     assert _drain(again) == recs[120:]
@@ -188,3 +189,11 @@ def test_record_larger_than_the_spool_is_refused(tmp_path: Path) -> None:
     with pytest.raises(RecordTooLarge, match="spool.max_bytes"):
         spool.append([SpoolRecord("t", b"x" * 5000)])
     spool.close()
+
+
+def test_one_process_per_spool_folder(tmp_path: Path) -> None:
+    spool = Spool(tmp_path, max_bytes=4096)
+    with pytest.raises(SpoolError, match="in use"):
+        Spool(tmp_path, max_bytes=4096)
+    spool.close()
+    Spool(tmp_path, max_bytes=4096).close()

@@ -23,6 +23,7 @@ wait until acknowledged segments free the room.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import logging
 import os
 import struct
@@ -173,6 +174,7 @@ class Spool:
             self.dir.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise SpoolError(f"{self.dir}: cannot create spool folder: {exc}") from exc
+        self._lock_fd = self._take_lock()
         self._lock = threading.Condition()
         self._segments: deque[_Segment] = deque()
         self._writer: BinaryIO | None = None
@@ -188,6 +190,31 @@ class Spool:
         self.appended = 0
         self.acked = 0
         self._recover()
+
+    def _take_lock(self) -> int:
+        """One process per spool folder (the kernel drops the lock when a process dies)."""
+        path = self.dir / "lock"
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as exc:
+            os.close(fd)
+            raise SpoolError(f"{self.dir}: spool folder is in use by another process") from exc
+        return fd
+
+    def _abandon(self) -> None:
+        """Let go of files and lock without committing anything, as a crash would."""
+        for fh in (self._writer, self._reader):
+            if fh is not None:
+                fh.close()
+        self._writer = self._reader = None
+        self._closed = True
+        self._release_lock()
+
+    def _release_lock(self) -> None:
+        fd, self._lock_fd = self._lock_fd, -1
+        if fd >= 0:
+            os.close(fd)
 
     # ---------------------------------------------------------------- recovery
     def _recover(self) -> None:
@@ -551,3 +578,4 @@ class Spool:
                 self._reader.close()
                 self._reader = None
             self._lock.notify_all()
+            self._release_lock()
