@@ -286,8 +286,12 @@ def test_fork_gets_its_own_client(s3_server: S3Server, blob: bytes) -> None:
     ctx = mp.get_context("fork")
     q: mp.Queue[object] = ctx.Queue()
 
+    src.pread_many([(0, 10), (2_000_000, 10)])  # the parent's thread pool exists too
+
     def child() -> None:
-        q.put((os.getpid(), src.pread(1000, 10) == blob[1000:1010], src.requests))
+        one = src.pread(1000, 10) == blob[1000:1010]
+        many = src.pread_many([(5, 5), (1_500_000, 5)]) == [blob[5:10], blob[1_500_000:1_500_005]]
+        q.put((os.getpid(), one and many, src.requests))
 
     procs = [ctx.Process(target=child) for _ in range(3)]
     for p in procs:
