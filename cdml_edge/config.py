@@ -216,7 +216,8 @@ class MqttConfig(_Model):
     @field_validator("url")
     @classmethod
     def _check_url(cls, value: str) -> str:
-        if value == "embedded" or re.match(r"^(mqtt|mqtts|tcp|ssl)://[^/:]+(:\d+)?/?$", value):
+        host = r"(\[[0-9A-Fa-f:.]+\]|[^/:\[\]]+)"
+        if value == "embedded" or re.match(rf"^(mqtt|mqtts|tcp|ssl)://{host}(:\d+)?/?$", value):
             return value
         raise ValueError("must be 'embedded' or mqtt[s]://host[:port]")
 
@@ -399,12 +400,17 @@ def _field_path(loc: tuple[int | str, ...]) -> str:
 def _model_at(loc: tuple[int | str, ...]) -> type[BaseModel] | None:
     """The pydantic model that holds the field at ``loc`` (to list allowed keys)."""
     model: Any = AppConfig
+    map_key_next = False
     for part in loc:
         if isinstance(part, int) or model is None:
+            continue
+        if map_key_next:  # the key of a mapping such as models.<modality>
+            map_key_next = False
             continue
         field = model.model_fields.get(part)
         if field is None:
             return None
+        map_key_next = getattr(field.annotation, "__origin__", None) is dict
         model = _inner_model(field.annotation)
     return model if isinstance(model, type) and issubclass(model, BaseModel) else None
 
@@ -485,6 +491,8 @@ def load_config(path: str | os.PathLike[str]) -> AppConfig:
         text = file.read_text(encoding="utf-8")
     except OSError as exc:
         raise ConfigError(label, [("", f"cannot read: {exc.strerror or exc}")]) from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(label, [("", f"not UTF-8 text (byte {exc.start})")]) from None
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 
 _SIZE_UNITS = {
@@ -46,7 +47,7 @@ def parse_size(value: object) -> int:
     if isinstance(value, int):
         return value
     if isinstance(value, float):
-        if not value.is_integer():
+        if not math.isfinite(value) or not value.is_integer():
             raise ValueError(f"a size in bytes must be whole, got {value}")
         return int(value)
     if not isinstance(value, str):
@@ -60,7 +61,10 @@ def parse_size(value: object) -> int:
         raise ValueError(
             f"unknown size unit {unit!r} in {value!r} (use B, kB, MB, GB, KiB, MiB, GiB)"
         )
-    return int(round(float(number) * factor))
+    size = float(number) * factor
+    if not math.isfinite(size) or size > 2**63 - 1:
+        raise ValueError(f"size out of range: {value!r}")
+    return int(round(size))
 
 
 def parse_duration(value: object) -> float:
@@ -68,7 +72,10 @@ def parse_duration(value: object) -> float:
     if isinstance(value, bool):
         raise ValueError("a duration must be a number of seconds or a string like '500ms'")
     if isinstance(value, (int, float)):
-        return float(value)
+        seconds = float(value)
+        if not math.isfinite(seconds):
+            raise ValueError(f"a duration must be finite, got {value!r}")
+        return seconds
     if not isinstance(value, str):
         raise ValueError("a duration must be a number of seconds or a string like '500ms'")
     match = _NUMBER_UNIT.match(value)
@@ -78,7 +85,10 @@ def parse_duration(value: object) -> float:
     factor = _DURATION_UNITS.get(unit.lower())
     if factor is None:
         raise ValueError(f"unknown duration unit {unit!r} in {value!r} (use ms, s, min, h, d)")
-    return float(number) * factor
+    seconds = float(number) * factor
+    if not math.isfinite(seconds):
+        raise ValueError(f"duration out of range: {value!r}")
+    return seconds
 
 
 def format_size(n: int) -> str:

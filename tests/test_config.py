@@ -51,7 +51,9 @@ def test_parse_size(text: object, expected: int) -> None:
     assert parse_size(text) == expected
 
 
-@pytest.mark.parametrize("bad", ["", "MiB", "12 parsecs", "1.2.3MB", True, None, 1.5])
+@pytest.mark.parametrize(
+    "bad", ["", "MiB", "12 parsecs", "1.2.3MB", True, None, 1.5, "1e999MiB", float("inf")]
+)
 def test_parse_size_rejects(bad: object) -> None:
     with pytest.raises(ValueError):
         parse_size(bad)
@@ -74,7 +76,7 @@ def test_parse_duration(text: object, expected: float) -> None:
     assert parse_duration(text) == pytest.approx(expected)
 
 
-@pytest.mark.parametrize("bad", ["soon", "5 fortnights", "", False])
+@pytest.mark.parametrize("bad", ["soon", "5 fortnights", "", False, 1e999, "1e999s"])
 def test_parse_duration_rejects(bad: object) -> None:
     with pytest.raises(ValueError):
         parse_duration(bad)
@@ -187,6 +189,28 @@ def test_unknown_key_suggests_the_close_match() -> None:
     assert ("sources[0].widnow", "unknown key (did you mean 'window'?)") in problems
 
 
+def test_unknown_key_inside_a_model_entry_suggests_the_close_match() -> None:
+    problems = _problems({"models": {"image": {"path": "m.onnx", "lables": []}}})
+    assert ("models.image.lables", "unknown key (did you mean 'labels'?)") in problems
+
+
+def test_huge_size_is_a_config_error_not_a_crash() -> None:
+    problems = _problems({"limits": {"max_inflight_bytes": "1e999MiB"}})
+    assert any(p == "limits.max_inflight_bytes" and "out of range" in m for p, m in problems)
+
+
+def test_ipv6_broker_url() -> None:
+    config = parse_config({"mqtt": {"url": "mqtt://[::1]:1883"}})
+    assert config.mqtt is not None and config.mqtt.url == "mqtt://[::1]:1883"
+
+
+def test_non_utf8_file_is_a_config_error(tmp_path: Path) -> None:
+    path = tmp_path / "e.yaml"
+    path.write_bytes(b"\xff\xfe")
+    with pytest.raises(ConfigError, match="not UTF-8"):
+        load_config(path)
+
+
 def test_duplicate_source_names() -> None:
     problems = _problems({"sources": [_source(), _source()]})
     assert any("used twice" in m for _, m in problems)
@@ -253,14 +277,16 @@ def test_factory_paths_follow_the_environment(
 
 
 def test_schema_is_valid_json_schema() -> None:
-    jsonschema = pytest.importorskip("jsonschema")
+    import jsonschema
+
     schema = config_schema()
     jsonschema.Draft202012Validator.check_schema(schema)
     assert "sources" in schema["properties"]
 
 
 def test_schema_accepts_the_example_and_rejects_typos(monkeypatch: pytest.MonkeyPatch) -> None:
-    jsonschema = pytest.importorskip("jsonschema")
+    import jsonschema
+
     validator = jsonschema.Draft202012Validator(config_schema())
     example = load_config(FACTORY).model_dump(mode="json")
     assert not list(validator.iter_errors(example))
