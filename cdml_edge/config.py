@@ -320,6 +320,32 @@ class OutputConfig(_Model):
         return str(resolved)
 
 
+class S3Config(_Model):
+    """Defaults for ``s3://`` archives (replay, export, training); boto3's chain gives credentials."""
+
+    endpoint: str | None = Field(
+        None, description="S3-compatible endpoint URL (MinIO, Ceph RGW); env CDML_EDGE_S3_ENDPOINT."
+    )
+    region: str | None = Field(None, description="Region name.")
+    index_cache: Path | None = Field(
+        None, description="Folder caching archive indexes by ETag (re-opens cost no GET)."
+    )
+    index_cache_bytes: Size = Field(256 * 1024**2, gt=0, description="Byte bound of index_cache.")
+
+    _resolve = field_validator("index_cache")(_resolve_path)
+
+    def apply(self) -> None:
+        """Make these the process defaults (inherited by DataLoader workers)."""
+        from cdml_edge.archive.s3 import configure_s3
+
+        configure_s3(
+            endpoint_url=self.endpoint,
+            region=self.region,
+            index_cache=self.index_cache,
+            index_cache_bytes=self.index_cache_bytes if self.index_cache else None,
+        )
+
+
 class AppConfig(_Model):
     """The whole ``factory.yaml``."""
 
@@ -337,6 +363,7 @@ class AppConfig(_Model):
     limits: LimitsConfig = Field(default_factory=LimitsConfig)  # type: ignore[arg-type]
     health: HealthConfig = Field(default_factory=HealthConfig)  # type: ignore[arg-type]
     output: OutputConfig = Field(default_factory=OutputConfig)  # type: ignore[arg-type]
+    s3: S3Config | None = Field(None, description="Unset: boto3 defaults and CDML_EDGE_S3_*.")
 
     @model_validator(mode="after")
     def _check_sources(self) -> AppConfig:

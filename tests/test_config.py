@@ -353,3 +353,34 @@ def test_cli_schema_markdown_lists_every_section() -> None:
     assert result.exit_code == 0
     for key in AppConfig.model_fields:
         assert f"| `{key}` |" in result.output
+
+
+def test_s3_section_becomes_process_defaults(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    from cdml_edge.archive import s3
+
+    for name in (s3.ENDPOINT_ENV, s3.REGION_ENV, s3.INDEX_CACHE_ENV, s3.INDEX_CACHE_BYTES_ENV):
+        monkeypatch.delenv(name, raising=False)
+    path = tmp_path / "f.yaml"
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "s3": {
+                    "endpoint": "http://127.0.0.1:9000",
+                    "region": "eu-1",
+                    "index_cache": "idx",
+                    "index_cache_bytes": "8MiB",
+                }
+            }
+        )
+    )
+    config = load_config(path)
+    assert config.s3 is not None
+    config.s3.apply()
+    import os
+
+    assert os.environ[s3.ENDPOINT_ENV] == "http://127.0.0.1:9000"
+    assert os.environ[s3.REGION_ENV] == "eu-1"
+    assert os.environ[s3.INDEX_CACHE_ENV] == str(tmp_path / "idx")
+    assert os.environ[s3.INDEX_CACHE_BYTES_ENV] == str(8 * 1024**2)
