@@ -305,8 +305,11 @@ class CDMLStreamDataset(Dataset[Any]):
 
 
 def _tune_worker() -> None:
-    """In a DataLoader worker, keep OpenCV single-threaded (workers already run in parallel)."""
-    if torch.utils.data.get_worker_info() is not None:
-        import cv2
+    """Per-worker set-up hook.
 
-        cv2.setNumThreads(1)
+    OpenCV's thread count is deliberately left alone: ``cv2.setNumThreads`` in a forked worker
+    deadlocks when the parent process had already used OpenCV's thread pool (its worker
+    threads do not survive ``fork``). Set ``OPENCV_FOR_THREADS_NUM=1`` in the environment
+    before starting the training process to limit OpenCV threads instead.
+    """
+    return None
