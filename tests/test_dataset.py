@@ -181,6 +181,10 @@ def test_getitems_batches_reads(pets: Path) -> None:
     batch = ds.__getitems__([0, 5, 11])
     assert [y for _, y in batch] == [0, 1, 2]
     assert all(torch.equal(x, ds[i][0]) for (x, _), i in zip(batch, [0, 5, 11], strict=True))
+    assert [y for _, y in ds.__getitems__([-1, -12])] == [2, 0]
+    for bad in ([12], [-13], [0, -99]):
+        with pytest.raises(IndexError, match="out of range"):
+            ds.__getitems__(bad)
 
 
 @pytest.mark.parametrize("world", [2, 3])

@@ -256,16 +256,21 @@ class CDMLStreamDataset(Dataset[Any]):
         y = self.targets[index]
         return x, (self.target_transform(y) if self.target_transform else y)
 
+    def _index(self, index: int) -> int:
+        """``index`` made non-negative; ``IndexError`` if it is out of range."""
+        n = len(self.names)
+        i = index + n if index < 0 else index
+        if not 0 <= i < n:
+            raise IndexError(f"index {index} out of range for {n} items")
+        return i
+
     def __getitem__(self, index: int) -> Any:
-        if index < 0:
-            index += len(self.names)
-        if not 0 <= index < len(self.names):
-            raise IndexError(f"index {index} out of range for {len(self.names)} items")
+        index = self._index(index)
         return self._item(index, self.read(index))
 
     def __getitems__(self, indices: Sequence[int]) -> list[Any]:
         """Batched fetch used by DataLoader: one ``read_many`` for all cache misses."""
-        idx = [i + len(self.names) if i < 0 else i for i in indices]
+        idx = [self._index(i) for i in indices]
         datas = self._read_many([self.names[i] for i in idx])
         return [self._item(i, d) for i, d in zip(idx, datas, strict=True)]
 
