@@ -25,6 +25,11 @@ class SpecTransform:
         return torch.from_numpy(prepare_item(self.spec, arr))
 
 
+def _as_array(decoded: Any) -> np.ndarray:
+    """The decoded sample as an ``ndarray`` (module level, so it pickles for spawn workers)."""
+    return np.asarray(decoded)
+
+
 def spec_dataset(
     archive: Any, spec: ModelSpec, labels: Any = "folder", raw: bool = False, **kwargs: Any
 ) -> CDMLStreamDataset:
@@ -36,7 +41,7 @@ def spec_dataset(
     opts: dict[str, Any] = {}
     if isinstance(spec.input, AudioInput):
         opts.update(spec.input.decode_kwargs(), audio_mode="mfcc")
-    transform = (lambda a: np.asarray(a)) if raw else SpecTransform(spec)
+    transform = _as_array if raw else SpecTransform(spec)
     return CDMLStreamDataset(
         archive, modality=spec.modality, labels=labels, transform=transform, **opts, **kwargs
     )
