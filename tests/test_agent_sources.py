@@ -236,3 +236,29 @@ def test_file_renamed_in_from_another_folder_is_taken(tmp_path: Path) -> None:
         assert sink.items[0].name == "moved-in.jpg" and sink.items[0].data == jpeg(60)
     finally:
         src.stop()
+
+
+def test_backlog_beyond_max_pending_stays_on_disk_and_is_rescanned(tmp_path: Path) -> None:
+    inbox = tmp_path / "in"
+    inbox.mkdir()
+    sink = Sink()
+    size = len(jpeg(1))
+    budget = ByteBudget(size)  # one file in flight: the backlog builds up on disk
+    spec = FolderSpec(name="cam", path=inbox, modality="image", patterns=("*.jpg",),
+                      max_pending=4)
+    src = FolderSource(spec, budget, sink, sink.error)
+    src.start()
+    try:
+        for n in range(12):
+            (inbox / f"{n:02d}.jpg").write_bytes(jpeg(1))
+        wait_for(lambda: len(sink.items) == 1, what="first file")
+        src._stopped.wait(0.3)
+        assert src.pending_count <= 4
+        while len(sink.items) < 12:
+            k = len(sink.items)
+            budget.release(sink.items[-1].nbytes)
+            wait_for(lambda k=k: len(sink.items) == k + 1, what=f"file {k + 1}")
+        assert sink.names() == [f"{n:02d}.jpg" for n in range(12)]
+        assert src.rescans >= 1
+    finally:
+        src.stop()

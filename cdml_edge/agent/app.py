@@ -146,7 +146,10 @@ class Agent:
             )
             for m, mc in cfg.models.items()
         }
-        self.runners = load_runners(models, warm_up=True)
+        biggest: dict[str, int] = {}
+        for sc in cfg.sources:
+            biggest[sc.modality] = max(biggest.get(sc.modality, 1), min(sc.window.max_items, 256))
+        self.runners = load_runners(models, warm_up=True, batch=biggest)
         for modality in sorted({sc.modality for sc in cfg.sources}):
             try:
                 warm_up_decoder(modality, self.runners.get(modality))

@@ -95,10 +95,14 @@ class ModelRunner:
         """One decoded array -> model input (raises on a shape the model cannot take)."""
         return prepare_item(self.spec, array)
 
-    def warm_up(self) -> float:
-        """Run one all-zero item so the first real window does not pay for lazy init (ms)."""
+    def warm_up(self, batch: int = 1) -> float:
+        """Run an all-zero batch so the first real window does not pay for lazy init (ms).
+
+        With ``batch`` = the largest window the model will see, onnxruntime sizes its memory
+        arena before start-up completes instead of growing it under load.
+        """
         t0 = time.perf_counter()
-        self.run(np.zeros((1, *self.spec.input.shape()), dtype=np.float32))
+        self.run(np.zeros((max(1, batch), *self.spec.input.shape()), dtype=np.float32))
         self.warmup_ms = (time.perf_counter() - t0) * 1000.0
         return self.warmup_ms
 
@@ -139,14 +143,20 @@ class ModelRunner:
 
 
 def load_runners(
-    models: Mapping[str, tuple[str | Path, ModelOverrides]], warm_up: bool = True
+    models: Mapping[str, tuple[str | Path, ModelOverrides]],
+    warm_up: bool = True,
+    batch: Mapping[str, int] | None = None,
 ) -> dict[str, ModelRunner]:
-    """Load (and warm up) one runner per modality: ``{modality: (path, overrides)}``."""
+    """Load (and warm up) one runner per modality: ``{modality: (path, overrides)}``.
+
+    ``batch`` gives the warm-up batch per modality (the largest window expected).
+    """
     runners: dict[str, ModelRunner] = {}
     for modality, (path, ov) in models.items():
         runner = ModelRunner.load(path, ov)
         if warm_up:
-            ms = runner.warm_up()
+            runner.warm_up()  # first call: lazy initialisation
+            ms = runner.warm_up((batch or {}).get(modality, 1))
             log.info("model %s (%s) for %s warmed up in %.1f ms", runner.name, path, modality, ms)
         runners[modality] = runner
     return runners

@@ -4,7 +4,9 @@ A :class:`FolderSource` takes a file only once it is complete: on its inotify cl
 event or its rename within the folder; a file seen being written waits for its close-write;
 with the polling observer, for files already present at start and for files renamed in from
 another folder, once its size and mtime have been stable for ``stable_seconds``.
-``.tmp`` / ``.part`` files and dot files are ignored. A file is read only when the global
+``.tmp`` / ``.part`` files and dot files are ignored. At most ``max_pending`` files are
+tracked at once (metadata stays bounded under a backlog); beyond that they stay on disk and
+a rescan of the folder picks them up once the backlog halves. A file is read only when the global
 :class:`~cdml_edge.agent.windows.ByteBudget` admits its size; otherwise it stays on disk and
 is retried, so intake pauses without losing anything.
 
@@ -78,6 +80,7 @@ class FolderSpec:
     polling: bool = False
     poll_interval: float = 1.0
     recursive: bool = False
+    max_pending: int = 1024  # files tracked at once; more stay on disk and are rescanned
 
 
 @dataclass
@@ -149,6 +152,8 @@ class FolderSource:
         self._cond = threading.Condition()
         self._stopped = threading.Event()
         self._paused = False
+        self._overflow = False  # notices were not recorded: rescan the folder when room
+        self.rescans = 0
         self._observer: Any = None
         self._thread = threading.Thread(target=self._loop, name=f"src-{spec.name}", daemon=True)
 
@@ -210,6 +215,10 @@ class FolderSource:
             # polling observers and the start-up scan rely on stable size + mtime instead
             writing = writing and not self.spec.polling and not closed
             cur = self._pending.get(path)
+            if cur is None and len(self._pending) >= self.spec.max_pending:
+                # full policy: the file stays on disk untracked; a rescan finds it later
+                self._overflow = True
+                return
             if cur is None or (cur.size, cur.mtime_ns) != (st.st_size, st.st_mtime_ns):
                 was_writing = cur.writing if cur is not None else False
                 self._pending[path] = _Pending(
@@ -229,6 +238,15 @@ class FolderSource:
             self._pending.pop(path, None)
             self._taken.pop(path, None)
 
+    def _rescan_if_room(self) -> None:
+        with self._cond:
+            due = self._overflow and len(self._pending) <= self.spec.max_pending // 2
+            if due:
+                self._overflow = False
+        if due:
+            self.rescans += 1
+            self._initial_scan()
+
     def _initial_scan(self) -> None:
         walker = self.spec.path.rglob("*") if self.spec.recursive else self.spec.path.iterdir()
         old = time.time() - self.spec.stable_seconds
@@ -245,6 +263,7 @@ class FolderSource:
     # -- the scanner -----------------------------------------------------------------------
     def _loop(self) -> None:
         while not self._stopped.is_set():
+            self._rescan_if_room()
             ready = self._ready_paths()
             for path in ready:
                 if self._stopped.is_set() or self._paused:
