@@ -15,3 +15,8 @@ def is_safe_member_name(name: str) -> bool:
     if norm.startswith("/") or _DRIVE.match(norm):
         return False
     return all(part != ".." for part in norm.split("/"))
+
+
+def has_dir_names(names: list[str]) -> bool:
+    """True when any name ends with ``/`` (a directory entry); one pass in C."""
+    return "/\x00" in "\x00".join(names) + "\x00"

@@ -19,6 +19,7 @@ from __future__ import annotations
 import bisect
 import struct
 from dataclasses import dataclass
+from typing import Any
 
 from cdml_edge.archive.errors import CorruptArchiveError, TruncatedArchiveError
 from cdml_edge.archive.source import ByteSource
@@ -78,16 +79,42 @@ def index_frame(records: list[tuple[str, int, int, int, float, int, int, int]]) 
     body = [INDEX_HEAD, struct.pack("<LL", 0, len(records))]
     for r, raw in zip(records, names, strict=False):
         body.append(_RECORD.pack(r[1], r[2], r[3], float(r[4]), r[5], r[6], r[7], len(raw)))
-    body.extend(names)
+    body.append(b"".join(n + b"\x00" for n in names))  # NUL-terminated names
     content = b"".join(body)
     content += struct.pack("<Q", len(content) + 16) + INDEX_TAIL
     return struct.pack("<LL", INDEX_MAGIC, len(content)) + content
 
 
 @dataclass(frozen=True)
+class MemberIndex:
+    """The member index as columns (cheap to build for many members)."""
+
+    names: list[str]
+    header_offsets: list[int]
+    data_offsets: list[int]
+    sizes: list[int]
+    mtimes: list[float]
+    crcs: list[int | None]
+
+    def __len__(self) -> int:
+        return len(self.names)
+
+    def __iter__(self):  # type: ignore[no-untyped-def]
+        for k in range(len(self.names)):
+            yield IndexRecord(
+                self.names[k],
+                self.header_offsets[k],
+                self.data_offsets[k],
+                self.sizes[k],
+                self.mtimes[k],
+                self.crcs[k],
+            )
+
+
+@dataclass(frozen=True)
 class SeekableTail:
     frames: FrameTable
-    index: list[IndexRecord] | None
+    index: MemberIndex | None
     data_end: int  # where the frames end in the file
 
 
@@ -157,24 +184,25 @@ def read_tail(
     return SeekableTail(FrameTable(coff, doff), index, coff[-1])
 
 
-def _parse_index(frame: bytes, archive: str) -> list[IndexRecord]:
+def _parse_index(frame: bytes, archive: str) -> MemberIndex:
     m, flen = struct.unpack_from("<LL", frame, 0)
     if m != INDEX_MAGIC or flen + 8 != len(frame) or frame[8:16] != INDEX_HEAD:
         raise CorruptArchiveError("bad member index frame", archive=archive)
     flags, count = struct.unpack_from("<LL", frame, 16)
     p = 24
-    if count * _RECORD.size > len(frame):
-        raise CorruptArchiveError("member index count too large", archive=archive)
-    recs = [_RECORD.unpack_from(frame, p + k * _RECORD.size) for k in range(count)]
-    p += count * _RECORD.size
     end = len(frame) - 16
-    out: list[IndexRecord] = []
-    for r in recs:
-        n = r[7]
-        if p + n > end:
-            raise TruncatedArchiveError("member index names cut short", archive=archive)
-        nm = frame[p : p + n].decode("utf-8", "surrogateescape")
-        p += n
-        crc = None if flags & NO_CRC_FLAG else r[4]
-        out.append(IndexRecord(nm, r[0], r[1], r[2], r[3], crc))
-    return out
+    if p + count * _RECORD.size > end:
+        raise CorruptArchiveError("member index count too large", archive=archive)
+    view = memoryview(frame)[p : p + count * _RECORD.size]
+    cols: list[tuple[Any, ...]] = (
+        list(zip(*_RECORD.iter_unpack(view), strict=True)) if count else [()] * 8
+    )
+    p += count * _RECORD.size
+    names = frame[p:end].decode("utf-8", "surrogateescape").split("\x00")
+    if len(names) != count + 1 or names[-1] != "":
+        raise CorruptArchiveError(
+            f"member index holds {len(names) - 1} names for {count} members", archive=archive
+        )
+    names.pop()
+    crcs: list[int | None] = [None] * count if flags & NO_CRC_FLAG else list(cols[4])
+    return MemberIndex(names, list(cols[0]), list(cols[1]), list(cols[2]), list(cols[3]), crcs)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import operator
 import zlib
 from collections.abc import Callable
 from typing import Any
@@ -16,7 +17,8 @@ from cdml_edge.archive.errors import (
     MemberTooLargeError,
     TruncatedArchiveError,
 )
-from cdml_edge.archive.seekable import FrameTable, IndexRecord, read_tail
+from cdml_edge.archive.names import has_dir_names
+from cdml_edge.archive.seekable import FrameTable, MemberIndex, read_tail
 from cdml_edge.archive.source import ByteSource
 
 CHUNK = 1 << 16
@@ -141,23 +143,51 @@ def _member_list(
     return members, length
 
 
+class _Members:
+    """Member metadata held as columns; ``members[i]`` builds a :class:`TarMember`."""
+
+    def __init__(self, index: MemberIndex) -> None:
+        self.index = index
+
+    def __len__(self) -> int:
+        return len(self.index.names)
+
+    def __getitem__(self, i: int) -> tarfmt.TarMember:
+        x = self.index
+        return tarfmt.TarMember(
+            x.names[i], x.header_offsets[i], x.data_offsets[i], x.sizes[i], x.mtimes[i]
+        )
+
+
+def _columns(members: list[tarfmt.TarMember]) -> MemberIndex:
+    return MemberIndex(
+        [m.name for m in members],
+        [m.header_offset for m in members],
+        [m.data_offset for m in members],
+        [m.size for m in members],
+        [m.mtime for m in members],
+        [None] * len(members),
+    )
+
+
 class _TarBase(Archive):
     def __init__(self, source: ByteSource, **limits: Any) -> None:
         super().__init__(source, **limits)
-        self._members: list[tarfmt.TarMember] = []
+        self._members = _Members(_columns([]))
         self._crcs: list[int | None] = []
 
-    def _set_members(self, members: list[tarfmt.TarMember], crcs: list[int | None]) -> None:
-        self._members = members
-        self._crcs = crcs
-        ids: dict[str, int] = {}
-        for i, m in enumerate(members):
-            if m.name.endswith("/"):
-                continue
-            ids[m.name] = i  # a later copy of a name wins, as with tar -x
-        self._ids = ids
-        seen = set(ids.values())
-        self._names = [m.name for i, m in enumerate(members) if i in seen]
+    def _set_members(self, index: MemberIndex) -> None:
+        self._members = _Members(index)
+        self._crcs = index.crcs
+        names = index.names
+        ids = dict(zip(names, range(len(names)), strict=True))
+        if len(ids) == len(names) and not has_dir_names(names):
+            self._names, self._ids = names, ids
+            return
+        # a later copy of a name wins, as with tar -x; directories are left out
+        keep = {i for n, i in ids.items() if not n.endswith("/")}
+        self._names = [n for i, n in enumerate(names) if i in keep]
+        self._ids = {n: ids[n] for n in self._names}
 
     def _row_name(self, i: int) -> str:
         return self._members[i].name
@@ -212,7 +242,7 @@ class TarArchive(_TarBase):
         members, _ = _member_list(
             source.name, lambda cb: tarfmt.scan(scanner.read, scanner.skip, source.name, cb)
         )
-        self._set_members(members, [None] * len(members))
+        self._set_members(_columns(members))
 
     def _read_ids(self, ids: list[int]) -> list[bytes]:
         for i in ids:
@@ -255,26 +285,26 @@ class ZstdTarArchive(_TarBase):
             members, _ = _member_list(
                 source.name, lambda cb: tarfmt.scan(reader.read, reader.skip, source.name, cb)
             )
-            self._set_members(members, [None] * len(members))
+            self._set_members(_columns(members))
 
     @property
     def seekable(self) -> bool:
         return self._frames is not None
 
-    def _index_members(self, index: list[IndexRecord], frames: FrameTable) -> None:
+    def _index_members(self, index: MemberIndex, frames: FrameTable) -> None:
         total = frames.doff[-1]
-        members = []
-        for r in index:
-            if r.data_offset + r.size > total or r.size < 0:
+        ends = list(map(operator.add, index.data_offsets, index.sizes))
+        if max(ends, default=0) <= total and min(index.sizes, default=0) >= 0:
+            self._set_members(index)
+            return
+        for k, end in enumerate(ends):
+            if end > total or index.sizes[k] < 0:
                 raise CorruptArchiveError(
                     "member index points past the end of the frames",
                     archive=self.name,
-                    member=r.name,
+                    member=index.names[k],
                 )
-            members.append(
-                tarfmt.TarMember(r.name, r.header_offset, r.data_offset, r.size, r.mtime)
-            )
-        self._set_members(members, [r.crc for r in index])
+        self._set_members(index)
 
     def _method(self) -> str:
         return "zstd"

@@ -21,6 +21,7 @@ from cdml_edge.archive.errors import (
     TruncatedArchiveError,
     UnsupportedArchiveError,
 )
+from cdml_edge.archive.names import has_dir_names
 from cdml_edge.archive.source import ByteSource
 
 # one read of the tail holds the end record with the longest comment, the ZIP64 records
@@ -250,10 +251,6 @@ def member_data(
     return memoryview(buf)[start : start + csize]
 
 
-def _any_dir(names: list[str]) -> bool:
-    return any(n.endswith("/") for n in names)
-
-
 class ZipArchive(Archive):
     """A ZIP archive (ZIP64, data descriptors, stored / deflate / zstd / bzip2 members)."""
 
@@ -280,7 +277,7 @@ class ZipArchive(Archive):
         self._row_names = names
         ids = dict(zip(names, range(len(names)), strict=True))
         dirs = self._native_index.ndirs if native is not None else None
-        if len(ids) == len(names) and (dirs == 0 or (dirs is None and not _any_dir(names))):
+        if len(ids) == len(names) and (dirs == 0 or (dirs is None and not has_dir_names(names))):
             self._names, self._ids = names, ids  # the common case: no directories, no repeats
         else:
             # a later entry of the same name wins (as with unzip); the first position is kept
