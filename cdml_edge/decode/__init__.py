@@ -11,11 +11,12 @@ from typing import Any
 
 from .audio import decode_audio, mfcc, read_waveform
 from .errors import DecodeError
-from .image import decode_image, jpeg_size, normalize_size, resize
+from .image import DEFAULT_MAX_PIXELS, decode_image, image_size, jpeg_size, normalize_size, resize
 from .modality import EXTENSIONS, MODALITIES, check_modality, modality_for
 from .tabular import CsvTable, TextData, decode_csv, decode_json, decode_text, decode_timeseries
 
 __all__ = [
+    "DEFAULT_MAX_PIXELS",
     "EXTENSIONS",
     "MODALITIES",
     "CsvTable",
@@ -29,6 +30,7 @@ __all__ = [
     "decode_json",
     "decode_text",
     "decode_timeseries",
+    "image_size",
     "jpeg_size",
     "mfcc",
     "modality_for",
@@ -38,7 +40,7 @@ __all__ = [
 ]
 
 _OPTIONS: dict[str, frozenset[str]] = {
-    "image": frozenset({"target_size", "reduced"}),
+    "image": frozenset({"target_size", "reduced", "max_pixels"}),
     "audio": frozenset({"sample_rate", "mode", "n_mfcc", "hop_length", "n_fft"}),
     "csv": frozenset({"encoding"}),
     "timeseries": frozenset({"key"}),

@@ -9,6 +9,11 @@ from .errors import DecodeError
 
 TargetSize = int | tuple[int, int] | None
 
+DEFAULT_MAX_PIXELS = 40_000_000
+"""Images with more pixels than this are refused before decoding (a 62 KB PNG can claim
+8000×8000, 192 MB of RGB once decoded)."""
+
+_PNG_SIG = b"\x89PNG\r\n\x1a\n"
 _JPEG_SOI = b"\xff\xd8"
 _JPEG_EOI = b"\xff\xd9"
 # SOF0..SOF15 carry the frame size, except DHT (C4), JPG (C8) and DAC (CC)
@@ -61,6 +66,74 @@ def jpeg_size(data: bytes) -> tuple[int, int] | None:
     return None
 
 
+def _png_size(data: bytes) -> tuple[int, int] | None:
+    # the signature, then the IHDR chunk: length(4) "IHDR" width(4) height(4)
+    if len(data) < 24 or data[12:16] != b"IHDR":
+        return None
+    return int.from_bytes(data[16:20], "big"), int.from_bytes(data[20:24], "big")
+
+
+def _bmp_size(data: bytes) -> tuple[int, int] | None:
+    if len(data) < 26:
+        return None
+    if int.from_bytes(data[14:18], "little") == 12:  # OS/2 BITMAPCOREHEADER
+        return int.from_bytes(data[18:20], "little"), int.from_bytes(data[20:22], "little")
+    w = int.from_bytes(data[18:22], "little", signed=True)
+    h = int.from_bytes(data[22:26], "little", signed=True)
+    return abs(w), abs(h)  # a negative height means top-down rows
+
+
+def _webp_size(data: bytes) -> tuple[int, int] | None:
+    chunk = data[12:16]
+    if chunk == b"VP8X" and len(data) >= 30:
+        return 1 + int.from_bytes(data[24:27], "little"), 1 + int.from_bytes(data[27:30], "little")
+    if chunk == b"VP8L" and len(data) >= 25:
+        bits = int.from_bytes(data[21:25], "little")
+        return 1 + (bits & 0x3FFF), 1 + ((bits >> 14) & 0x3FFF)
+    if chunk == b"VP8 " and len(data) >= 30:
+        return (
+            int.from_bytes(data[26:28], "little") & 0x3FFF,
+            int.from_bytes(data[28:30], "little") & 0x3FFF,
+        )
+    return None
+
+
+def _pnm_size(data: bytes) -> tuple[int, int] | None:
+    # "P6 <width> <height> ..." with whitespace and '#' comments between the fields
+    fields: list[int] = []
+    for line in data[2:256].split(b"\n"):
+        for tok in line.split(b"#", 1)[0].split():
+            if not tok.isdigit():
+                return None
+            fields.append(int(tok))
+            if len(fields) == 2:
+                return fields[0], fields[1]
+    return None
+
+
+def image_size(data: bytes) -> tuple[int, int] | None:
+    """``(width, height)`` from the header of a PNG, JPEG, BMP, WebP or PNM image, read
+    without decoding; ``None`` for other formats or an unreadable header."""
+    if data.startswith(_PNG_SIG):
+        return _png_size(data)
+    if data.startswith(_JPEG_SOI):
+        return jpeg_size(data)
+    if data.startswith(b"BM"):
+        return _bmp_size(data)
+    if data.startswith(b"RIFF") and data[8:12] == b"WEBP":
+        return _webp_size(data)
+    if data[:1] == b"P" and data[1:2] in b"123456" and len(data) > 2:
+        return _pnm_size(data)
+    return None
+
+
+def _check_pixels(member: str, w: int, h: int, max_pixels: int | None) -> None:
+    if max_pixels is not None and w * h > max_pixels:
+        raise DecodeError(
+            member, f"image is {w}x{h} = {w * h} pixels, over the limit of {max_pixels}"
+        )
+
+
 def _is_truncated_jpeg(data: bytes) -> bool:
     # 0xFF is byte-stuffed inside entropy-coded data, so FF D9 only appears as the EOI
     # marker; allow trailing padding some cameras append after it.
@@ -98,8 +171,13 @@ def decode_image(
     member: str = "",
     target_size: TargetSize = None,
     reduced: bool = True,
+    max_pixels: int | None = DEFAULT_MAX_PIXELS,
 ) -> np.ndarray:
     """Decode an image to a contiguous uint8 ``H×W×3`` RGB array.
+
+    An image of more than ``max_pixels`` pixels (``None``: no limit) raises ``DecodeError``:
+    PNG, JPEG, BMP, WebP and PNM are measured from their header before any decoding, other
+    formats (TIFF) right after it.
 
     ``target_size`` is an ``int`` (square) or ``(width, height)``. With ``reduced=True`` a
     JPEG much larger than the target is decoded at 1/2, 1/4 or 1/8 scale by libjpeg itself
@@ -112,13 +190,20 @@ def decode_image(
     is_jpeg = buf.startswith(_JPEG_SOI)
     if is_jpeg and _is_truncated_jpeg(buf):
         raise DecodeError(member, "truncated JPEG (no end-of-image marker)")
+    header = image_size(buf)
+    if header is not None:
+        _check_pixels(member, *header, max_pixels)
     flag = _reduced_flag(buf, target) if (reduced and is_jpeg) else cv2.IMREAD_COLOR
     try:
         bgr = cv2.imdecode(np.frombuffer(buf, dtype=np.uint8), flag)
     except cv2.error as exc:
         raise DecodeError(member, f"OpenCV could not decode the image: {exc}") from exc
+    except MemoryError as exc:
+        raise DecodeError(member, "out of memory decoding the image") from exc
     if bgr is None or bgr.size == 0:
         raise DecodeError(member, "not a decodable image (corrupt or unsupported format)")
+    if header is None:
+        _check_pixels(member, bgr.shape[1], bgr.shape[0], max_pixels)
     if bgr.ndim == 2:
         bgr = cv2.cvtColor(bgr, cv2.COLOR_GRAY2BGR)
     rgb = cv2.cvtColor(bgr, cv2.COLOR_BGR2RGB)
