@@ -1,7 +1,9 @@
-"""Pixel bombs are refused from the image header, before decoding."""
+"""Hostile inputs: pixel bombs are refused from the header; every bad input is DecodeError."""
 
 from __future__ import annotations
 
+import io
+import json
 import subprocess
 import sys
 import textwrap
@@ -10,8 +12,9 @@ import zlib
 import cv2
 import numpy as np
 import pytest
+import soundfile as sf
 
-from cdml_edge.decode import DecodeError, decode, decode_image, image_size
+from cdml_edge.decode import DecodeError, decode, decode_image, decode_json, image_size
 
 
 def png_bomb(width: int, height: int) -> bytes:
@@ -81,3 +84,78 @@ def test_jpeg_limit_applies_before_reduced_decoding() -> None:
     data = encoded(".jpg", 800, 600)
     with pytest.raises(DecodeError, match="480000 pixels"):
         decode_image(data, target_size=50, max_pixels=100_000)
+
+
+@pytest.mark.parametrize(
+    ("member", "data"),
+    [
+        ("deep.json", b"[" * 200_000),
+        ("deep.json", b'{"a":' * 200_000),
+        ("deep.jsonl", b"{}\n" + b"[" * 200_000 + b"\n"),
+        ("big.json", b"1" * 5000),  # over Python's int-digit limit
+    ],
+)
+def test_json_bombs_raise_decode_error(member: str, data: bytes) -> None:
+    with pytest.raises(DecodeError) as err:
+        decode_json(data, member=member)
+    assert err.value.member == member
+
+
+def _wav(wave: np.ndarray, sr: int, fmt: str = "WAV", subtype: str | None = None) -> bytes:
+    out = io.BytesIO()
+    sf.write(out, wave, sr, format=fmt, subtype=subtype)
+    return out.getvalue()
+
+
+def test_non_finite_audio_raises_decode_error() -> None:
+    wave = np.zeros(4000, np.float32)
+    wave[100] = np.nan
+    data = _wav(wave, 8000, subtype="FLOAT")
+    for opts in ({"sample_rate": 16000}, {"sample_rate": 8000}):  # resampled, then not
+        with pytest.raises(DecodeError) as err:
+            decode(data, "mic/nan.wav", **opts)
+        assert err.value.member == "mic/nan.wav"
+
+
+def _valid_samples() -> dict[str, bytes]:
+    t = np.arange(4000) / 8000
+    tone = (0.5 * np.sin(2 * np.pi * 440 * t)).astype(np.float32)
+    npy = io.BytesIO()
+    np.save(npy, np.arange(12, dtype=np.float32).reshape(6, 2))
+    npz = io.BytesIO()
+    np.savez(npz, a=np.ones((4, 2)))
+    return {
+        "a.png": encoded(".png", 24, 16),
+        "a.jpg": encoded(".jpg", 24, 16),
+        "a.bmp": encoded(".bmp", 24, 16),
+        "a.webp": encoded(".webp", 24, 16),
+        "a.wav": _wav(tone, 8000),
+        "a.flac": _wav(tone, 8000, "FLAC"),
+        "a.ogg": _wav(tone, 8000, "OGG"),
+        "a.csv": b"t,v,tag\n0,1.5,x\n1,2.5,y\n2,3.5,z\n",
+        "a.npy": npy.getvalue(),
+        "a.npz": npz.getvalue(),
+        "a.json": json.dumps({"id": 1, "v": [1.5, 2.5], "s": "x"}).encode(),
+        "a.jsonl": b'{"a": 1}\n{"a": 2}\n',
+        "a.txt": "caf\u00e9 notes\n".encode(),
+    }
+
+
+@pytest.mark.parametrize("member", sorted(_valid_samples()))
+def test_mutated_inputs_only_ever_raise_decode_error(member: str) -> None:
+    """Truncations, bit flips and overwritten headers of real files of every modality."""
+    good = _valid_samples()[member]
+    decode(good, member, sample_rate=8000)  # the original decodes
+    rng = np.random.default_rng(len(good))
+    cases = [good[:n] for n in (0, 1, 4, 12, 30, len(good) // 2, len(good) - 1)]
+    for _ in range(60):
+        buf = bytearray(good)
+        for pos in rng.integers(0, len(buf), size=int(rng.integers(1, 8))):
+            buf[pos] = int(rng.integers(0, 256))
+        cases.append(bytes(buf))
+    cases += [b"\xff" * 64 + good[64:], good[:8] + b"\x00" * 64 + good[72:]]
+    for data in cases:
+        try:
+            decode(data, member, sample_rate=8000)
+        except DecodeError as err:
+            assert err.member == member

@@ -30,7 +30,10 @@ def read_waveform(
     if sample_rate is not None and sr != sample_rate:
         import librosa
 
-        mono = librosa.resample(mono, orig_sr=sr, target_sr=sample_rate)
+        try:
+            mono = librosa.resample(mono, orig_sr=sr, target_sr=sample_rate)
+        except Exception as exc:  # librosa.ParameterError (non-finite samples), MemoryError
+            raise DecodeError(member, f"resampling {sr} -> {sample_rate} Hz failed: {exc}") from exc
         sr = sample_rate
     return np.ascontiguousarray(mono, dtype=np.float32), int(sr)
 

@@ -76,6 +76,8 @@ def decode_csv(
         rows = [r for r in csv.reader(io.StringIO(text), delimiter=_delimiter(text, member)) if r]
     except csv.Error as exc:
         raise DecodeError(member, f"malformed CSV: {exc}") from exc
+    except MemoryError as exc:
+        raise DecodeError(member, "out of memory parsing the CSV") from exc
     if not rows:
         raise DecodeError(member, "empty CSV")
     width = len(rows[0])
@@ -103,9 +105,12 @@ def decode_csv(
             )
         else:
             numeric.append(j)
-    values = np.array([[row[j] for j in numeric] for row in parsed], dtype=np.float32).reshape(
-        len(parsed), len(numeric)
-    )
+    try:
+        values = np.array(
+            [[row[j] for j in numeric] for row in parsed], dtype=np.float32
+        ).reshape(len(parsed), len(numeric))
+    except MemoryError as exc:
+        raise DecodeError(member, "out of memory building the CSV array") from exc
     return CsvTable(values, [columns[j] for j in numeric], has_header, text_cols)
 
 
@@ -155,6 +160,10 @@ def decode_json(
         return json.loads(text)
     except json.JSONDecodeError as exc:
         raise DecodeError(member, f"malformed JSON: {exc}") from exc
+    except RecursionError as exc:
+        raise DecodeError(member, "JSON nested too deeply to parse") from exc
+    except (MemoryError, ValueError) as exc:  # ValueError: e.g. an integer of too many digits
+        raise DecodeError(member, f"JSON could not be parsed: {exc!r}") from exc
 
 
 def decode_text(
