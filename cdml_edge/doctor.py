@@ -24,6 +24,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from cdml_edge.agent.mqtt_tls import (
+    MqttSetupError,
+    parse_broker_url,
+    resolve_password,
+    tls_context,
+)
 from cdml_edge.config import AppConfig, MqttConfig, SourceConfig
 from cdml_edge.units import format_size
 
@@ -290,23 +296,28 @@ def _free_bytes(path: Path) -> int:
 
 
 def check_broker(mqtt: MqttConfig | None, timeout_s: float = DEFAULT_TIMEOUT_S) -> list[Check]:
+    """TCP, then the TLS handshake (the agent's own TLS context), then an MQTT CONNECT."""
     if mqtt is None:
         return [Check("broker", True, "no mqtt section: results go to the JSON-lines output")]
     if mqtt.url == "embedded":
         return [Check("broker", True, "embedded broker (runs inside the agent)")]
-    parts = urlsplit(mqtt.url)
-    tls = parts.scheme in ("mqtts", "ssl") or mqtt.tls is not None
-    host = parts.hostname or "127.0.0.1"
-    port = parts.port or (8883 if tls else 1883)
+    try:
+        address = parse_broker_url(mqtt.url)
+        # The same rule as the publisher: a tls section turns TLS on for any scheme.
+        tls = address.tls or mqtt.tls is not None
+        ctx = tls_context(mqtt.tls) if tls else None
+        password = resolve_password(mqtt)  # the agent refuses to start without it, too
+    except MqttSetupError as exc:
+        return [Check("broker", False, str(exc))]
+    host, port = address.host, address.port
     where = f"{host}:{port}"
     try:
         sock = socket.create_connection((host, port), timeout=timeout_s)
     except OSError as exc:
         return [Check("broker", False, f"{where} unreachable: {exc}")]
     checks: list[Check] = []
-    if tls:
+    if ctx is not None:
         try:
-            ctx = tls_context(mqtt)
             with ctx.wrap_socket(sock, server_hostname=host) as tsock:
                 version = tsock.version()
                 cert = tsock.getpeercert() or {}
@@ -317,7 +328,9 @@ def check_broker(mqtt: MqttConfig | None, timeout_s: float = DEFAULT_TIMEOUT_S) 
         checks.append(Check("broker tls", True, f"{where}: {version} handshake, server {who}"))
     else:
         sock.close()
-    checks.append(_guard("broker", lambda: _mqtt_connect(mqtt, host, port, tls, timeout_s)))
+    checks.append(
+        _guard("broker", lambda: _mqtt_connect(mqtt, host, port, ctx, password, timeout_s))
+    )
     return checks
 
 
@@ -331,27 +344,14 @@ def _common_name(cert: object) -> str | None:
     return None
 
 
-def tls_context(mqtt: MqttConfig) -> ssl.SSLContext:
-    """The client TLS context the agent would use for ``mqtt``."""
-    t = mqtt.tls
-    ctx = ssl.create_default_context(cafile=str(t.ca) if t and t.ca else None)
-    if t and t.cert and t.key:
-        ctx.load_cert_chain(str(t.cert), str(t.key))
-    if t and t.insecure:
-        ctx.check_hostname = False
-        ctx.verify_mode = ssl.CERT_NONE
-    return ctx
-
-
-def _password(mqtt: MqttConfig) -> str | None:
-    if mqtt.password_file is not None:
-        return mqtt.password_file.read_text(encoding="utf-8").strip()
-    if mqtt.password_env:
-        return os.environ.get(mqtt.password_env)
-    return mqtt.password
-
-
-def _mqtt_connect(mqtt: MqttConfig, host: str, port: int, tls: bool, timeout_s: float) -> Check:
+def _mqtt_connect(
+    mqtt: MqttConfig,
+    host: str,
+    port: int,
+    ctx: ssl.SSLContext | None,
+    password: str | None,
+    timeout_s: float,
+) -> Check:
     import paho.mqtt.client as paho
 
     v5 = (mqtt.protocol or "5") == "5"
@@ -361,12 +361,9 @@ def _mqtt_connect(mqtt: MqttConfig, host: str, port: int, tls: bool, timeout_s: 
         protocol=paho.MQTTv5 if v5 else paho.MQTTv311,
     )
     if mqtt.username:
-        try:
-            client.username_pw_set(mqtt.username, _password(mqtt))
-        except OSError as exc:
-            return Check("broker", False, f"password file unreadable: {exc}")
-    if tls:
-        client.tls_set_context(tls_context(mqtt))
+        client.username_pw_set(mqtt.username, password)
+    if ctx is not None:
+        client.tls_set_context(ctx)
         if mqtt.tls is not None and mqtt.tls.insecure:
             client.tls_insecure_set(True)
     done = threading.Event()

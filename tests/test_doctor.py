@@ -344,3 +344,43 @@ def test_invalid_config_exits_2(tmp_path: Path) -> None:
     assert res.returncode == 2, res.stdout + res.stderr
     assert res.stdout.startswith("FAIL config:")
     assert "pathh" in res.stdout
+
+
+def test_broker_settings_resolved_like_the_agent(tmp_path: Path) -> None:
+    """The doctor reports the agent's own setup errors (mqtt_tls), naming the field."""
+    host, port = PLAIN_BROKER
+    url = f"mqtt://{host}:{port}"
+    cases = {
+        "missing-ca": ({"url": url, "tls": {"ca": str(tmp_path / "no-ca.pem")}}, "mqtt.tls.ca:"),
+        "no-password-file": (
+            {"url": url, "username": "u", "password_file": str(tmp_path / "no-password")},
+            "mqtt.password_file: cannot read",
+        ),
+        "unset-env": (
+            {"url": url, "username": "u", "password_env": "CDML_DOCTOR_TEST_UNSET"},
+            "CDML_DOCTOR_TEST_UNSET is not set",
+        ),
+    }
+    for name, (mqtt, expected) in cases.items():
+        (tmp_path / name).mkdir()
+        cfg = load_config(good_config(tmp_path / name, mqtt))
+        checks = by_name(run_checks(cfg, timeout_s=3))
+        assert not checks["broker"].ok, (name, checks["broker"])
+        assert expected in checks["broker"].detail, (name, checks["broker"].detail)
+        assert "broker tls" not in checks
+
+
+def test_password_file_is_read_the_agent_way(tmp_path: Path) -> None:
+    from cdml_edge.agent.mqtt_tls import resolve_password
+    from cdml_edge.doctor import check_broker
+
+    secret = tmp_path / "mqtt-password"
+    secret.write_text("s3cret\n")
+    host, port = PLAIN_BROKER
+    cfg = load_config(good_config(tmp_path, {
+        "url": f"mqtt://{host}:{port}", "username": "u", "password_file": str(secret),
+    }))
+    assert cfg.mqtt is not None
+    assert resolve_password(cfg.mqtt) == "s3cret"
+    (broker,) = check_broker(cfg.mqtt, timeout_s=3)
+    assert broker.ok, broker  # the local Mosquitto allows anonymous and any password
