@@ -275,3 +275,32 @@ def test_agent_publishes_over_mqtt_to_mosquitto(tmp_path: Path, models: Path) ->
     assert results == {"a.jpg": "bright", "b.jpg": "dark"}
     assert any(t == f"{prefix}/test-dev/status" and p["state"] == "online" for t, p in got)
     assert not (tmp_path / "out.jsonl").exists()
+
+
+def test_camera_source_frames_are_scored_without_touching_disk(
+    tmp_path: Path, models: Path
+) -> None:
+    import cv2
+
+    video = tmp_path / "clip.avi"
+    vw = cv2.VideoWriter(str(video), cv2.VideoWriter_fourcc(*"MJPG"), 25, (32, 32))
+    values = [10, 240, 10, 240, 240]
+    for v in values:
+        vw.write(np.full((32, 32, 3), v, dtype=np.uint8))
+    vw.release()
+    cfg_path = write_config(tmp_path)
+    doc = yaml.safe_load(cfg_path.read_text())
+    doc["sources"] = [{"name": "live", "kind": "camera", "url": str(video), "fps": 50,
+                       "modality": "image", "window": {"seconds": "100ms", "max_items": 4}}]
+    cfg_path.write_text(yaml.safe_dump(doc))
+    agent = Agent(load_config(cfg_path), cfg_path)
+    agent.start()
+    try:
+        wait_for(lambda: len(of_kind(read_jsonl(tmp_path / "out.jsonl"), "/result")) == 5,
+                 what="five frame results")
+    finally:
+        agent.stop()
+    results = sorted(of_kind(read_jsonl(tmp_path / "out.jsonl"), "/result"), key=lambda r: r["ts"])
+    assert [r["label"] for r in results] == ["dark", "bright", "dark", "bright", "bright"]
+    assert all(r["source"] == "live" and r["item"].startswith("frame-") for r in results)
+    assert not (tmp_path / "quarantine").exists()
