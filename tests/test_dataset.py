@@ -126,7 +126,9 @@ def test_other_modalities_collate(tmp_path: Path) -> None:
     assert c.shape == (3, 4, 2) and c[2, 3].tolist() == [3.0, 6.0]
     assert c[0, 3].tolist() == [0.0, 0.0]  # padded row
     j = next(iter(DataLoader(CDMLStreamDataset(path, modality="json"), batch_size=3)))
-    assert j["id"].tolist() == [0, 1, 2] and j["temp"].dtype == torch.float64
+    assert [json.loads(v) for v in j] == [{"id": i, "temp": 20.0 + i} for i in range(3)]
+    temps = CDMLStreamDataset(path, modality="json", transform=lambda v: v["temp"])
+    assert next(iter(DataLoader(temps, batch_size=3))).tolist() == [20.0, 21.0, 22.0]
     t = next(iter(DataLoader(CDMLStreamDataset(path, modality="text"), batch_size=3)))
     assert t == ["note 0", "note 1", "note 2"]
 
@@ -230,3 +232,38 @@ def test_include_with_modality(tmp_path: Path) -> None:
     assert ds.names == ["cam/a.raw", "cam/b.jpg"]  # unknown extension kept, the CSV is not
     assert ds[0].shape == (3, 32, 48)
     assert CDMLStreamDataset(path, include=lambda n: n.endswith(".csv")).names == ["cam/labels.csv"]
+
+
+def test_default_collate_unequal_lengths_and_heterogeneous_json(tmp_path: Path) -> None:
+    seconds = [0.2, 0.5, 0.35, 0.8]
+    items = [(f"mic/{i}.wav", wav(s, 300 + 50 * i)) for i, s in enumerate(seconds)]
+    rows = [2, 5, 3, 4]
+    for i, n in enumerate(rows):
+        body = "".join(f"{j},{j + 10 * i}\n" for j in range(n))
+        items.append((f"s/{i}.csv", f"t,v\n{body}".encode()))
+    records = [{"id": 0}, {"temp": 1.5, "tags": ["a", "b"]}, [1, 2, 3], "plain", {"id": None}]
+    items += [(f"e/{i}.json", json.dumps(r).encode()) for i, r in enumerate(records)]
+    path = write(tmp_path / "ragged.zip", items)
+
+    audio = CDMLStreamDataset(path, modality="audio", n_mfcc=13, labels=lambda n: n[4])
+    lengths = [audio[i][0].shape[-1] for i in range(4)]
+    assert len(set(lengths)) == 4  # the items themselves are never padded
+    batches = list(DataLoader(audio, batch_size=2))
+    for b, (x, y) in enumerate(batches):
+        pair = lengths[2 * b : 2 * b + 2]
+        assert x.shape == (2, 13, max(pair)) and y.tolist() == [2 * b, 2 * b + 1]
+        for k in range(2):  # exact item, then zeros
+            torch.testing.assert_close(x[k, :, : pair[k]], audio[2 * b + k][0])
+            assert not x[k, :, pair[k] :].any()
+    wave = CDMLStreamDataset(path, modality="audio", audio_mode="waveform", sample_rate=8000)
+    assert next(iter(DataLoader(wave, batch_size=4))).shape == (4, int(0.8 * 8000))
+
+    csv_ds = CDMLStreamDataset(path, modality="csv")
+    (c,) = list(DataLoader(csv_ds, batch_size=4, num_workers=0))
+    assert c.shape == (4, 5, 2)
+    assert c[2, :3, 1].tolist() == [20.0, 21.0, 22.0] and not c[2, 3:].any()
+    assert [csv_ds[i].shape[0] for i in range(4)] == rows
+
+    js = CDMLStreamDataset(path, modality="json")
+    (j,) = list(DataLoader(js, batch_size=5))
+    assert [json.loads(v) for v in j] == records

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import copy
 import fnmatch
+import json
 import os
 import posixpath
 from collections.abc import Callable, Sequence
@@ -78,7 +79,12 @@ class CDMLStreamDataset(Dataset[Any]):
             ``.csv``/``.json`` member holding ``name,label`` pairs. Items become ``(x, y)``.
         include: glob pattern(s) or predicate selecting members.
         fixed_length: pad/trim audio frames (or samples), CSV/time-series rows to this
-            length, so batches of unequal clips collate.
+            length. Without it, each DataLoader batch (``__getitems__``) of unequal clips or
+            tables is zero-padded to its longest item, so the default collate stacks it;
+            ``ds[i]`` is always the exact item.
+
+    JSON items are the JSON text (``str``, re-serialised) so batches of records with
+    different keys collate as lists; ``transform`` receives the parsed value.
     """
 
     def __init__(
@@ -242,8 +248,9 @@ class CDMLStreamDataset(Dataset[Any]):
             if self.fixed_length is not None:
                 value = fit_length(value, self.fixed_length, axis=0)
         elif mod == "json":
-            value = decode_json(data, member=name)
-            return tf(value) if tf else value
+            value = decode_json(data, member=name)  # malformed JSON raises DecodeError
+            # records of different keys or shapes cannot be collated key by key
+            return tf(value) if tf else json.dumps(value, ensure_ascii=False)
         else:  # text
             value = decode_text(data, member=name).text
             return tf(value) if tf else value
@@ -272,7 +279,11 @@ class CDMLStreamDataset(Dataset[Any]):
         """Batched fetch used by DataLoader: one ``read_many`` for all cache misses."""
         idx = [self._index(i) for i in indices]
         datas = self._read_many([self.names[i] for i in idx])
-        return [self._item(i, d) for i, d in zip(idx, datas, strict=True)]
+        items = [self._item(i, d) for i, d in zip(idx, datas, strict=True)]
+        axis = _VARIABLE_AXIS.get(self.modality or "")
+        if axis is None or self.fixed_length is not None or self.transform is not None:
+            return items
+        return _pad_batch(items, axis, labelled=self.targets is not None)
 
     # -- distributed ----------------------------------------------------------------------
     def shard(self, rank: int, world_size: int, *, drop_last: bool = False) -> CDMLStreamDataset:
@@ -307,6 +318,22 @@ class CDMLStreamDataset(Dataset[Any]):
     def __repr__(self) -> str:
         mod = self.modality or "bytes"
         return f"CDMLStreamDataset({self.archive_name!r}, items={len(self)}, modality={mod})"
+
+
+# the axis along which items of a variable-length modality differ
+_VARIABLE_AXIS = {"audio": -1, "csv": 0, "timeseries": 0}
+
+
+def _pad_batch(items: list[Any], axis: int, *, labelled: bool) -> list[Any]:
+    """Zero-pad the tensors of one batch to its longest item along ``axis``."""
+    xs: list[torch.Tensor] = [it[0] for it in items] if labelled else list(items)
+    longest = max(x.shape[axis] for x in xs)
+    if all(x.shape[axis] == longest for x in xs):
+        return items
+    padded = [torch.from_numpy(fit_length(x.numpy(), longest, axis)) for x in xs]
+    if labelled:
+        return [(x, it[1]) for x, it in zip(padded, items, strict=True)]
+    return padded
 
 
 def _tune_worker() -> None:
