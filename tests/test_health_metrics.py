@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import json
+import socket
 import urllib.error
 import urllib.request
 
+import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from cdml_edge.agent.health import Metrics, ProgressWatchdog, SdNotifier
@@ -130,3 +132,50 @@ def get_json_404(url: str) -> tuple[int, bytes]:
             return resp.status, resp.read()
     except urllib.error.HTTPError as err:
         return err.code, err.read()
+
+
+def test_ipv6_hosts() -> None:
+    """The address family follows the host: ``::1`` alone, and ``::`` for both families."""
+    m = Metrics()
+    m.items.labels(source="a", modality="csv").inc(3)
+    with m.serve("::1", 0) as server:
+        assert server.url.startswith("http://[::1]:")
+        assert scrape(server.url)[("cdml_edge_items_total", (("modality", "csv"),
+                                                             ("source", "a")))] == 3
+    with m.serve("::", 0) as server:
+        assert server.url.startswith("http://[::1]:")
+        assert get_json(server.url + "/healthz")[0] == 200
+        assert get_json(f"http://127.0.0.1:{server.port}/healthz")[0] == 200  # IPv4 client too
+
+
+def test_silent_client_is_cut_off() -> None:
+    """A connection that never sends a request is closed after the per-request timeout."""
+    m = Metrics()
+    with m.serve("127.0.0.1", 0, request_timeout_s=0.2) as server:
+        with socket.create_connection(("127.0.0.1", server.port), timeout=30) as s:
+            assert s.recv(1) == b""  # the server closed it (the 30 s cap only guards the test)
+        assert get_json(server.url + "/healthz")[0] == 200
+
+
+def test_concurrency_is_bounded() -> None:
+    """Idle connections beyond ``max_concurrent`` wait their turn; no thread per connection."""
+    m = Metrics()
+    with m.serve("127.0.0.1", 0, request_timeout_s=0.3, max_concurrent=2) as server:
+        socks = [socket.create_connection(("127.0.0.1", server.port), timeout=30)
+                 for _ in range(6)]
+        try:
+            for s in socks:
+                assert s.recv(1) == b""  # each one is handled (and timed out) in the end
+        finally:
+            for s in socks:
+                s.close()
+        assert get_json(server.url + "/healthz")[0] == 200
+        assert server.peak_active == 2  # six silent clients, never more than two at once
+        assert server.active <= 1  # at most the /healthz request just answered
+
+
+def test_server_rejects_bad_limits() -> None:
+    with pytest.raises(ValueError, match="max_concurrent"):
+        Metrics().serve("127.0.0.1", 0, max_concurrent=0)
+    with pytest.raises(ValueError, match="request_timeout_s"):
+        Metrics().serve("127.0.0.1", 0, request_timeout_s=0)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import logging
+import socket
 import threading
 import time
 from collections.abc import Callable
@@ -31,6 +32,10 @@ log = logging.getLogger(__name__)
 PREFIX = "cdml_edge"
 INFERENCE_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 WINDOW_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0)
+# A scrape is one small response: a client silent for this long is cut off.
+REQUEST_TIMEOUT_S = 10.0
+# Requests handled at once; further connections wait in the listen backlog (never a new thread).
+MAX_CONCURRENT_REQUESTS = 4
 
 
 class Metrics:
@@ -181,21 +186,102 @@ class Metrics:
         return generate_latest(self.registry)
 
     def serve(
-        self, host: str, port: int, *, watchdog: ProgressWatchdog | None = None
+        self,
+        host: str,
+        port: int,
+        *,
+        watchdog: ProgressWatchdog | None = None,
+        request_timeout_s: float = REQUEST_TIMEOUT_S,
+        max_concurrent: int = MAX_CONCURRENT_REQUESTS,
     ) -> MetricsServer:
         """Serve ``/metrics`` and ``/healthz`` on ``host:port`` (port 0 = pick a free one).
 
+        ``host`` may be an IPv4 or IPv6 address or a name (``::`` listens on both families).
         With a watchdog, ``/healthz`` answers 503 while it reports a stall, and the watchdog's
         state is exported as metrics too.
         """
         if watchdog is not None:
             self.attach_watchdog(watchdog)
         health = watchdog.state if watchdog is not None else None
-        return MetricsServer(self, host, port, health=health)
+        return MetricsServer(
+            self,
+            host,
+            port,
+            health=health,
+            request_timeout_s=request_timeout_s,
+            max_concurrent=max_concurrent,
+        )
+
+
+def address_family(host: str, port: int) -> socket.AddressFamily:
+    """The family of the first passive address ``host`` resolves to (``""`` = IPv4 any)."""
+    if host == "":
+        return socket.AF_INET
+    infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    return infos[0][0]
+
+
+class _BoundedHTTPServer(ThreadingHTTPServer):
+    """One daemon thread per request, at most ``max_concurrent`` at a time.
+
+    The accept loop waits for a free slot before it accepts the next connection, so a flood of
+    clients queues in the kernel's listen backlog instead of growing threads.
+    """
+
+    daemon_threads = True
+    block_on_close = False
+
+    def __init__(
+        self,
+        address: tuple[str, int],
+        handler: type[BaseHTTPRequestHandler],
+        family: socket.AddressFamily,
+        max_concurrent: int,
+    ) -> None:
+        self.address_family = family
+        self._slots = threading.BoundedSemaphore(max_concurrent)
+        self._count_lock = threading.Lock()
+        self.active = 0
+        self.peak_active = 0
+        self.served = 0
+        super().__init__(address, handler)
+
+    def server_bind(self) -> None:
+        if self.address_family == socket.AF_INET6:
+            # "::" serves IPv4 clients too, whatever net.ipv6.bindv6only says.
+            self.socket.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
+        super().server_bind()
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        self._slots.acquire()
+        with self._count_lock:
+            self.active += 1
+            self.peak_active = max(self.peak_active, self.active)
+        try:
+            super().process_request(request, client_address)
+        except BaseException:
+            self._release()
+            raise
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self._release()
+
+    def _release(self) -> None:
+        with self._count_lock:
+            self.active -= 1
+            self.served += 1
+        self._slots.release()
 
 
 class MetricsServer:
-    """A small threaded HTTP server; ``close()`` stops it. ``port`` is the bound port."""
+    """A small HTTP server with bounded concurrency; ``close()`` stops it.
+
+    ``port`` is the bound port. Each connection gets ``request_timeout_s`` per socket
+    operation; at most ``max_concurrent`` requests are handled at once.
+    """
 
     def __init__(
         self,
@@ -204,10 +290,16 @@ class MetricsServer:
         port: int,
         *,
         health: Callable[[], HealthState] | None = None,
+        request_timeout_s: float = REQUEST_TIMEOUT_S,
+        max_concurrent: int = MAX_CONCURRENT_REQUESTS,
     ) -> None:
-        handler = _make_handler(metrics, health)
-        self._httpd = ThreadingHTTPServer((host, port), handler)
-        self._httpd.daemon_threads = True
+        if request_timeout_s <= 0:
+            raise ValueError(f"request_timeout_s must be > 0, got {request_timeout_s}")
+        if max_concurrent < 1:
+            raise ValueError(f"max_concurrent must be >= 1, got {max_concurrent}")
+        handler = _make_handler(metrics, health, request_timeout_s)
+        family = address_family(host, port)
+        self._httpd = _BoundedHTTPServer((host, port), handler, family, max_concurrent)
         self.host = host
         self.port: int = self._httpd.server_address[1]
         self._thread = threading.Thread(
@@ -217,8 +309,23 @@ class MetricsServer:
         log.info("metrics on http://%s:%d/metrics", host, self.port)
 
     @property
+    def active(self) -> int:
+        """Requests being handled now."""
+        return self._httpd.active
+
+    @property
+    def peak_active(self) -> int:
+        """The most requests ever handled at once."""
+        return self._httpd.peak_active
+
+    @property
+    def served(self) -> int:
+        """Connections handled to the end (answered, timed out or failed)."""
+        return self._httpd.served
+
+    @property
     def url(self) -> str:
-        host = "127.0.0.1" if self.host in ("", "0.0.0.0") else self.host
+        host = {"": "127.0.0.1", "0.0.0.0": "127.0.0.1", "::": "::1"}.get(self.host, self.host)
         if ":" in host:
             host = f"[{host}]"
         return f"http://{host}:{self.port}"
@@ -248,10 +355,11 @@ def healthz_body(metrics: Metrics, state: HealthState | None) -> tuple[int, dict
 
 
 def _make_handler(
-    metrics: Metrics, health: Callable[[], HealthState] | None
+    metrics: Metrics, health: Callable[[], HealthState] | None, timeout_s: float
 ) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         server_version = "cdml-edge"
+        timeout = timeout_s  # socket timeout of every read and write on the connection
 
         def do_GET(self) -> None:  # noqa: N802 (http.server naming)
             path = self.path.split("?", 1)[0]
