@@ -160,7 +160,6 @@ class Agent:
 
             self.retention = RetentionRing.from_config(cfg.retention)
         self.output.start()
-        self._publish_status("online")
         for i in range(self.workers):
             t = threading.Thread(target=self._work_loop, name=f"pipeline-{i}", daemon=True)
             t.start()
@@ -174,6 +173,7 @@ class Agent:
                 target=self._health_loop, name="health", daemon=True
             )
             self._health_thread.start()
+        self._publish_status("online")  # after the sources are armed: online means ready
         self.notifier.ready(f"running {len(self.sources)} sources, {len(self.runners)} models")
         log.info("agent ready: %d sources, models %s", len(self.sources), sorted(self.runners))
 
