@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import io
 import wave
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import numpy as np
 
@@ -111,6 +111,45 @@ def digit_images(
         )
     images = np.stack([render_digit(glyphs[i], rng, size) for i in indices])
     return images, labels[indices]
+
+
+def split_glyphs(
+    labels: np.ndarray, test_fraction: float = 0.2, seed: int = 0
+) -> tuple[np.ndarray, np.ndarray]:
+    """Per-class split of glyph indices into sorted ``(train, test)`` arrays."""
+    rng = np.random.default_rng(seed)
+    train: list[int] = []
+    test: list[int] = []
+    for c in np.unique(labels):
+        idx = rng.permutation(np.flatnonzero(labels == c))
+        k = int(round(len(idx) * test_fraction))
+        test.extend(idx[:k].tolist())
+        train.extend(idx[k:].tolist())
+    return np.array(sorted(train)), np.array(sorted(test))
+
+
+def digits_heldout(seed: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The digits model's split: ``(train indices, test indices, test frames, test labels)``.
+
+    Test glyphs are never rendered for training; their frames use their own render seed.
+    """
+    _, labels, _ = load_digit_glyphs(seed)
+    train, test = split_glyphs(labels, 0.2, seed)
+    images, ys = digit_images(seed=seed * 100 + 99, indices=test)
+    return train, test, images, ys
+
+
+ANOMALY_HELDOUT_SEED_OFFSET = 1000
+ANOMALY_HELDOUT_ITEMS = 200  # per class
+
+
+def anomaly_heldout(
+    make: Callable[[int, int, bool], list[bytes]], seed: int = 0, n: int = ANOMALY_HELDOUT_ITEMS
+) -> tuple[list[bytes], list[bytes]]:
+    """Held-out ``(normal, fault)`` members of an anomaly model trained with ``seed``
+    (``make`` is :func:`machine_audio` or :func:`vibration_csv`): fresh, unseen clips."""
+    test_seed = seed + ANOMALY_HELDOUT_SEED_OFFSET
+    return make(n, test_seed, False), make(n, test_seed, True)
 
 
 def encode_png(image: np.ndarray) -> bytes:

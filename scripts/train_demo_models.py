@@ -38,32 +38,20 @@ from cdml_edge.nn.recipes import train_from_archive
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def _split_glyphs(labels: np.ndarray, test_fraction: float, seed: int) -> tuple[Any, Any]:
-    rng = np.random.default_rng(seed)
-    train, test = [], []
-    for c in np.unique(labels):
-        idx = rng.permutation(np.flatnonzero(labels == c))
-        k = int(round(len(idx) * test_fraction))
-        test.extend(idx[:k].tolist())
-        train.extend(idx[k:].tolist())
-    return np.array(sorted(train)), np.array(sorted(test))
-
-
 def digits_archives(seed: int, renders: int) -> tuple[bytes, bytes, list[bytes], np.ndarray]:
     """Train ZIP (each training glyph rendered ``renders`` times), test ZIP, test PNGs."""
     _, labels, source = synth.load_digit_glyphs(seed)
     if source != "sklearn-digits":
         raise SystemExit("scikit-learn is needed to train the digits model (train extra)")
-    tr, te = _split_glyphs(labels, 0.2, seed)
+    tr, te, test_imgs, test_y = synth.digits_heldout(seed)
     train_items = []
     for r in range(renders):
         imgs, ys = synth.digit_images(seed=seed * 100 + r, indices=tr)
         train_items += [(f"{y}/{r}-{i:05d}.png", synth.encode_png(im))
                         for i, (im, y) in zip(tr, zip(imgs, ys, strict=True), strict=True)]
-    imgs, ys = synth.digit_images(seed=seed * 100 + 99, indices=te)
-    test_png = [synth.encode_png(im) for im in imgs]
-    test_items = [(f"{y}/{i:05d}.png", b) for i, y, b in zip(te, ys, test_png, strict=True)]
-    return pack(train_items), pack(test_items), test_png, ys
+    test_png = [synth.encode_png(im) for im in test_imgs]
+    test_items = [(f"{y}/{i:05d}.png", b) for i, y, b in zip(te, test_y, test_png, strict=True)]
+    return pack(train_items), pack(test_items), test_png, test_y
 
 
 def class_zip(normal: list[bytes], fault: list[bytes], ext: str) -> bytes:
@@ -90,9 +78,9 @@ def train_anomaly(
                              lr=2e-3, normal_label="normal", seed=seed)
     train_s = time.perf_counter() - t0
     report = export_checkpoint(res.checkpoint, out / f"{name}.onnx")
-    test_seed = seed + 1000  # fresh clips, never seen in training
-    normal = [decode(b) for b in make(n_test, test_seed, False)]
-    fault = [decode(b) for b in make(n_test, test_seed, True)]
+    normal_b, fault_b = synth.anomaly_heldout(make, seed, n_test)  # fresh, unseen clips
+    normal = [decode(b) for b in normal_b]
+    fault = [decode(b) for b in fault_b]
     s_n = onnx_scores(report.path, normal, "anomaly")
     s_f = onnx_scores(report.path, fault, "anomaly")
     thr = float(res.spec.anomaly_threshold or 0.0)
@@ -156,7 +144,7 @@ def main() -> None:
             metrics["audio_anomaly"] = train_anomaly(
                 "audio_anomaly", "audio", "wav",
                 lambda n, s, f: synth.machine_audio(n, s, f), wav,
-                400, 200, args.anomaly_epochs, args.seed, work, args.out)
+                400, synth.ANOMALY_HELDOUT_ITEMS, args.anomaly_epochs, args.seed, work, args.out)
             print(json.dumps({"audio_anomaly": metrics["audio_anomaly"]}))
         if "vibration" in wanted:
             def table(b: bytes) -> np.ndarray:
@@ -164,7 +152,7 @@ def main() -> None:
             metrics["vibration_anomaly"] = train_anomaly(
                 "vibration_anomaly", "csv", "csv",
                 lambda n, s, f: synth.vibration_csv(n, s, f), table,
-                400, 200, args.anomaly_epochs, args.seed, work, args.out)
+                400, synth.ANOMALY_HELDOUT_ITEMS, args.anomaly_epochs, args.seed, work, args.out)
             print(json.dumps({"vibration_anomaly": metrics["vibration_anomaly"]}))
     metrics["seed"] = args.seed
     metrics_path.write_text(json.dumps(metrics, indent=2, sort_keys=True) + "\n")

@@ -6,9 +6,16 @@ import json
 import subprocess
 import sys
 import textwrap
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
+import numpy as np
 import pytest
+
+from cdml_edge import synth
+from cdml_edge.decode import decode_audio, decode_csv, decode_image
+from cdml_edge.model_meta import load_onnx_model, prepare_batch, run_model
 
 MODELS = Path(__file__).resolve().parent.parent / "models"
 SHIPPED = ["digits.onnx", "audio_anomaly.onnx", "vibration_anomaly.onnx"]
@@ -96,3 +103,47 @@ def test_metrics_file_matches_the_shipped_models() -> None:
                       ("vibration_anomaly", "vibration_anomaly.onnx")):
         assert metrics[key]["size_bytes"] == (MODELS / name).stat().st_size
         assert metrics[key]["parity_max_abs_diff"] <= 1e-4
+
+
+def _onnx_scores(path: Path, decoded: list[Any], output: str) -> np.ndarray:
+    session, spec = load_onnx_model(path)
+    batches = [decoded[i : i + 64] for i in range(0, len(decoded), 64)]
+    return np.concatenate([run_model(session, spec, prepare_batch(spec, b))[output]
+                           for b in batches])
+
+
+def test_digits_heldout_accuracy_rescored_in_onnxruntime() -> None:
+    """The held-out split rebuilt from the seed (as the training script builds it), scored."""
+    metrics = json.loads((MODELS / "metrics.json").read_text())
+    train_idx, test_idx, frames, labels = synth.digits_heldout(metrics["seed"])
+    assert not set(train_idx.tolist()) & set(test_idx.tolist())  # no glyph in both
+    assert len(labels) == metrics["digits"]["test_items"]
+    session, spec = load_onnx_model(MODELS / "digits.onnx")
+    assert spec.labels is not None
+    decoded = [decode_image(synth.encode_png(f)) for f in frames]
+    logits = _onnx_scores(MODELS / "digits.onnx", decoded, "logits")
+    acc = float((np.array([int(spec.labels[i]) for i in logits.argmax(1)]) == labels).mean())
+    assert acc >= 0.95
+    assert acc == pytest.approx(metrics["digits"]["heldout_accuracy"], abs=1.5 / len(labels))
+
+
+@pytest.mark.parametrize(
+    ("name", "make", "decode"),
+    [
+        ("vibration_anomaly", synth.vibration_csv, lambda b: decode_csv(b).values),
+        ("audio_anomaly", synth.machine_audio, lambda b: decode_audio(b, mode="mfcc")),
+    ],
+)
+def test_anomaly_heldout_auroc_rescored_in_onnxruntime(
+    name: str, make: Callable[[int, int, bool], list[bytes]], decode: Callable[[bytes], Any]
+) -> None:
+    metrics = json.loads((MODELS / "metrics.json").read_text())
+    normal, fault = synth.anomaly_heldout(make, metrics["seed"])
+    assert 2 * len(normal) == metrics[name]["test_items"]
+    s_n = _onnx_scores(MODELS / f"{name}.onnx", [decode(b) for b in normal], "anomaly")
+    s_f = _onnx_scores(MODELS / f"{name}.onnx", [decode(b) for b in fault], "anomaly")
+    # AUROC = P(fault score > normal score), ties half (Mann-Whitney U)
+    diff = s_f[:, None] - s_n[None, :]
+    auc = float((diff > 0).mean() + 0.5 * (diff == 0).mean())
+    assert auc >= 0.95
+    assert auc == pytest.approx(metrics[name]["auroc"], abs=2e-3)
