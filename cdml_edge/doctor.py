@@ -7,6 +7,8 @@ Each check returns one :class:`Check` (a name, ok or not, and a one-line detail)
   real inference on an all-zero input shaped from the model's ``ModelSpec``;
 * source folders exist and are readable (and writable when files are deleted or moved);
 * spool, retention and quarantine folders are writable, with room for their byte bounds;
+  for the calling process, or with ``user=`` for the service's account (permission bits);
+  run as root without ``user=`` a warning says the writability checks prove nothing;
 * the broker is reachable: TCP, the TLS handshake for ``mqtts://``, then an MQTT CONNECT.
 """
 
@@ -31,11 +33,14 @@ from cdml_edge.agent.mqtt_tls import (
     tls_context,
 )
 from cdml_edge.config import AppConfig, MqttConfig, SourceConfig
+from cdml_edge.doctor_access import Account, AccountError, R, W, X
 from cdml_edge.units import format_size
 
 DEFAULT_TIMEOUT_S = 5.0
 # Room kept free beyond the byte bounds (logs, the OS, a model update).
 RESERVE_BYTES = 64 * 1024**2
+# The unit's SupplementaryGroups=: counted for --user like the account's own groups.
+UNIT_GROUPS = ("video",)
 
 
 @dataclass(frozen=True)
@@ -45,18 +50,51 @@ class Check:
     name: str
     ok: bool
     detail: str
+    warn: bool = False
+    """A caveat, not a failure: ``ok`` stays True and the exit status is unaffected."""
 
     def line(self, ascii_only: bool = False) -> str:
-        mark = ("OK  " if self.ok else "FAIL") if ascii_only else ("✓" if self.ok else "✗")
+        if self.warn:
+            mark = "WARN" if ascii_only else "!"
+        elif ascii_only:
+            mark = "OK  " if self.ok else "FAIL"
+        else:
+            mark = "✓" if self.ok else "✗"
         return f"{mark} {self.name}: {self.detail}"
 
 
-def run_checks(cfg: AppConfig, *, timeout_s: float = DEFAULT_TIMEOUT_S) -> list[Check]:
-    """Every check for ``cfg``, in a stable order; never raises for a failed check."""
-    checks: list[Check] = [check_native_reader()]
+def run_checks(
+    cfg: AppConfig,
+    *,
+    timeout_s: float = DEFAULT_TIMEOUT_S,
+    user: str | None = None,
+    euid: int | None = None,
+) -> list[Check]:
+    """Every check for ``cfg``, in a stable order; never raises for a failed check.
+
+    ``user``: judge folder access for that account (the unit's ``User=``) by permission bits
+    instead of probing as this process. ``euid`` defaults to ``os.geteuid()``.
+    """
+    account: Account | None = None
+    checks: list[Check] = []
+    if user is not None:
+        try:
+            account = Account.lookup(user, UNIT_GROUPS)
+        except AccountError as exc:
+            checks.append(Check("user", False, str(exc)))
+        else:
+            checks.append(Check("user", True, f"folder access judged for {user} "
+                                f"(uid {account.uid}, {len(account.gids)} groups)"))
+    elif (os.geteuid() if euid is None else euid) == 0:
+        checks.append(Check(
+            "privileges", True, "running as root: every folder is writable for root, so the "
+            "folder checks say nothing about the service; pass --user cdml-edge (or run "
+            "sudo -u cdml-edge ...)", warn=True,
+        ))
+    checks.append(check_native_reader())
     checks += [check_model(modality, cfg) for modality in cfg.models]
-    checks += [check_source(src, timeout_s) for src in cfg.sources]
-    checks += check_writable_dirs(cfg)
+    checks += [check_source(src, timeout_s, account) for src in cfg.sources]
+    checks += check_writable_dirs(cfg, account)
     checks += check_broker(cfg.mqtt, timeout_s)
     return checks
 
@@ -152,14 +190,16 @@ def _check_model(name: str, modality: str, cfg: AppConfig) -> Check:
 # -- sources ---------------------------------------------------------------------------------
 
 
-def check_source(src: SourceConfig, timeout_s: float = DEFAULT_TIMEOUT_S) -> Check:
+def check_source(
+    src: SourceConfig, timeout_s: float = DEFAULT_TIMEOUT_S, account: Account | None = None
+) -> Check:
     name = f"source {src.name}"
     if src.kind == "camera":
         return _guard(name, lambda: _check_camera(name, src, timeout_s))
-    return _guard(name, lambda: _check_folder(name, src))
+    return _guard(name, lambda: _check_folder(name, src, account))
 
 
-def _check_folder(name: str, src: SourceConfig) -> Check:
+def _check_folder(name: str, src: SourceConfig, account: Account | None = None) -> Check:
     path = src.path
     assert path is not None  # the config requires it for folder sources
     if not path.exists():
@@ -171,10 +211,21 @@ def _check_folder(name: str, src: SourceConfig) -> Check:
             n = sum(1 for _ in it)
     except OSError as exc:
         return Check(name, False, f"{path} cannot be listed: {exc.strerror or exc}")
-    if src.on_done in ("delete", "move") and not os.access(path, os.W_OK | os.X_OK):
-        return Check(name, False, f"{path} is not writable (on_done: {src.on_done})")
+    if account is not None:
+        problem = account.dir_problem(path, R | X)
+        if problem:
+            return Check(name, False, problem)
+    if src.on_done in ("delete", "move"):
+        if account is not None:
+            problem = account.dir_problem(path, W | X)
+        elif not os.access(path, os.W_OK | os.X_OK):
+            problem = f"{path} is not writable"
+        else:
+            problem = None
+        if problem:
+            return Check(name, False, f"{problem} (on_done: {src.on_done})")
     if src.on_done == "move" and src.move_to is not None:
-        problem = _dir_problem(src.move_to)
+        problem = _dir_problem(src.move_to, account)
         if problem:
             return Check(name, False, f"move_to {problem}")
     return Check(name, True, f"{path} readable, {n} entries")
@@ -216,11 +267,17 @@ def _existing_ancestor(path: Path) -> Path:
     return p
 
 
-def _dir_problem(path: Path) -> str | None:
-    """None when ``path`` is (or can be created as) a writable folder; else why not."""
+def _dir_problem(path: Path, account: Account | None = None) -> str | None:
+    """None when ``path`` is (or can be created as) a writable folder; else why not.
+
+    For the calling process a file is created and removed; for ``account`` the permission
+    bits decide.
+    """
     if path.exists():
         if not path.is_dir():
             return f"{path} is not a folder"
+        if account is not None:
+            return account.dir_problem(path, W | X)
         try:
             with tempfile.NamedTemporaryFile(dir=path, prefix=".cdml-doctor-"):
                 pass
@@ -230,6 +287,9 @@ def _dir_problem(path: Path) -> str | None:
     base = _existing_ancestor(path)
     if not base.is_dir():
         return f"{path} cannot be created: {base} is not a folder"
+    if account is not None:
+        problem = account.dir_problem(base, W | X)
+        return None if problem is None else f"{path} cannot be created: {problem}"
     if not os.access(base, os.W_OK | os.X_OK):
         return f"{path} cannot be created: {base} is not writable"
     return None
@@ -253,14 +313,14 @@ def _bounded_dirs(cfg: AppConfig) -> Iterator[tuple[str, Path, int]]:
     yield "quarantine", cfg.quarantine.dir, cfg.quarantine.max_bytes
 
 
-def check_writable_dirs(cfg: AppConfig) -> list[Check]:
+def check_writable_dirs(cfg: AppConfig, account: Account | None = None) -> list[Check]:
     """One check per bounded folder; free space is summed per filesystem."""
     checks: dict[str, Check] = {}
     need_by_dev: dict[int, list[tuple[str, int]]] = {}
     free_by_dev: dict[int, int] = {}
     for label, path, bound in _bounded_dirs(cfg):
         name = f"{label} folder"
-        problem = _dir_problem(path)
+        problem = _dir_problem(path, account)
         if problem:
             checks[label] = Check(name, False, problem)
             continue

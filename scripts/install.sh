@@ -298,14 +298,17 @@ EOF
   fi
 
   log "done"
+  # The doctor runs as the service's user (so the folder checks mean something) and, outside
+  # the unit, reads the password where LoadCredential= takes it from.
   cat <<EOF
-Next:
-  sudo $venv/bin/cdml-edge doctor --config $ETC/factory.yaml   # every check on one line
+Next (every check on one line):
+  sudo -u $USER_NAME env CREDENTIALS_DIRECTORY=$ETC $venv/bin/cdml-edge doctor --config $ETC/factory.yaml
   systemctl status cdml-edge                                   # Active: active (running)
   journalctl -u cdml-edge -f
   curl -s http://127.0.0.1:9108/healthz                         # health.metrics_port
 Broker password: write it to $ETC/mqtt-password, set mqtt.password_file to
-\${CREDENTIALS_DIRECTORY}/mqtt-password in $ETC/factory.yaml, then: systemctl restart cdml-edge
+\${CREDENTIALS_DIRECTORY:-$ETC}/mqtt-password in $ETC/factory.yaml (the unit sets
+CREDENTIALS_DIRECTORY; the default serves the doctor), then: systemctl restart cdml-edge
 EOF
 }
 

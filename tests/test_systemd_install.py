@@ -101,6 +101,11 @@ def test_dry_run_install_on_a_pi(tmp_path: Path) -> None:
     assert all("[" not in c and "torch" not in c for c in pip), pip
     assert not any("onnxruntime" in c for c in pip)
     assert "MemoryHigh=1228M" in out
+    # The doctor hint runs as the service's user, with the credentials folder the unit uses.
+    assert ("sudo -u cdml-edge env CREDENTIALS_DIRECTORY=/etc/cdml-edge "
+            "/opt/cdml-edge/venv/bin/cdml-edge doctor --config /etc/cdml-edge/factory.yaml") in out
+    assert "${CREDENTIALS_DIRECTORY:-/etc/cdml-edge}/mqtt-password" in out
+    assert "sudo /opt" not in out
 
 
 def test_dry_run_jetson_swaps_in_the_gpu_wheel(tmp_path: Path) -> None:

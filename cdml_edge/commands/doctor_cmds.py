@@ -24,10 +24,15 @@ def doctor(
     timeout: float = typer.Option(5.0, "--timeout", help="Seconds per network check."),
     ascii_only: bool = typer.Option(False, "--ascii", help="OK/FAIL instead of ✓/✗."),
     as_json: bool = typer.Option(False, "--json", help="Print the checks as a JSON list."),
+    user: str | None = typer.Option(
+        None, "--user", "-u",
+        help="Judge folder access for this account (the unit's User=, e.g. cdml-edge).",
+    ),
 ) -> None:
     """Check that CONFIG can run here: native reader, models, folders, broker.
 
     Exit 0 when every check passes, 1 when one fails, 2 when the configuration is invalid.
+    Warnings (e.g. running as root without --user) are printed but do not fail.
     """
     from cdml_edge.doctor import Check, run_checks
 
@@ -40,14 +45,18 @@ def doctor(
         else:
             typer.echo(Check("config", False, str(exc)).line(ascii_only))
         raise typer.Exit(EXIT_CONFIG_ERROR) from None
-    checks = [Check("config", True, f"{config} valid")] + run_checks(cfg, timeout_s=timeout)
+    checks = [Check("config", True, f"{config} valid")]
+    checks += run_checks(cfg, timeout_s=timeout, user=user)
     if as_json:
         typer.echo(json.dumps([c.__dict__ for c in checks], indent=2))
     else:
         for c in checks:
             typer.echo(c.line(ascii_only))
-        failed = sum(not c.ok for c in checks)
-        typer.echo(f"{len(checks) - failed}/{len(checks)} checks passed")
+        real = [c for c in checks if not c.warn]
+        failed = sum(not c.ok for c in real)
+        warned = len(checks) - len(real)
+        tail = f", {warned} warning{'s' if warned > 1 else ''}" if warned else ""
+        typer.echo(f"{len(real) - failed}/{len(real)} checks passed{tail}")
     if any(not c.ok for c in checks):
         raise typer.Exit(EXIT_FAILED)
 
