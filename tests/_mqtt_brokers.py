@@ -289,10 +289,6 @@ class Subscriber:
         with self._lock:
             return [json.loads(p) for t, p, _ in self.messages if t.endswith(suffix)]
 
-    def count(self, suffix: str) -> int:
-        with self._lock:
-            return sum(1 for t, _, _ in self.messages if t.endswith(suffix))
-
     def ids(self, suffix: str = "/result") -> list[str]:
         return [m["id"] for m in self.on(suffix)]
 
