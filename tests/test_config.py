@@ -361,7 +361,9 @@ def test_s3_section_becomes_process_defaults(
     from cdml_edge.archive import s3
 
     for name in (s3.ENDPOINT_ENV, s3.REGION_ENV, s3.INDEX_CACHE_ENV, s3.INDEX_CACHE_BYTES_ENV):
-        monkeypatch.delenv(name, raising=False)
+        # setenv first so that monkeypatch restores the process environment afterwards
+        monkeypatch.setenv(name, "unset")
+        monkeypatch.delenv(name)
     path = tmp_path / "f.yaml"
     path.write_text(
         yaml.safe_dump(
