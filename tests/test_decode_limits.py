@@ -159,3 +159,19 @@ def test_mutated_inputs_only_ever_raise_decode_error(member: str) -> None:
             decode(data, member, sample_rate=8000)
         except DecodeError as err:
             assert err.member == member
+
+
+@pytest.mark.parametrize(
+    ("where", "data"),
+    [
+        ("labels.json", b"[" * 200_000),
+        ("labels.json", b'{"a.jpg": ' + b"9" * 5000 + b"}"),
+        ("labels.csv", b"name,label\na.jpg," + b"x" * 200_000 + b"\n"),
+    ],
+)
+def test_hostile_label_files_raise_label_error(where: str, data: bytes) -> None:
+    from cdml_edge.data.labels import LabelError, parse_mapping
+
+    with pytest.raises(LabelError) as err:
+        parse_mapping(data, where)
+    assert err.value.where == where

@@ -86,12 +86,19 @@ def parse_mapping(data: bytes, where: str) -> dict[str, Any]:
             obj = json.loads(text)
         except json.JSONDecodeError as exc:
             raise LabelError(where, f"malformed JSON: {exc}") from exc
+        except RecursionError as exc:
+            raise LabelError(where, "JSON nested too deeply to parse") from exc
+        except (MemoryError, ValueError) as exc:  # e.g. an integer of too many digits
+            raise LabelError(where, f"JSON could not be parsed: {exc!r}") from exc
         if isinstance(obj, dict):
             return {str(k): v for k, v in obj.items()}
         if isinstance(obj, list) and all(isinstance(r, list) and len(r) == 2 for r in obj):
             return {str(k): v for k, v in obj}
         raise LabelError(where, "expected an object {name: label} or a list of [name, label]")
-    rows = [r for r in csv.reader(io.StringIO(text)) if r]
+    try:
+        rows = [r for r in csv.reader(io.StringIO(text)) if r]
+    except csv.Error as exc:  # a NUL byte, a field over the csv module's size limit
+        raise LabelError(where, f"malformed CSV: {exc}") from exc
     if (
         rows
         and len(rows[0]) == 2
