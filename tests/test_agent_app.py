@@ -193,6 +193,7 @@ def test_cli_sighup_reloads_valid_config_and_sigterm_drains(tmp_path: Path, mode
     try:
         cam = tmp_path / "in/cam"
         wait_for(lambda: of_kind(read_jsonl(out), "/status") != [], timeout=60, what="online")
+        wait_for(cam.is_dir, what="source folder created at start")
         (cam / "a.jpg").write_bytes(jpeg(10))
         wait_for(lambda: len(of_kind(read_jsonl(out), "/result")) == 1, what="first result")
 
