@@ -162,3 +162,14 @@ def test_config_overrides_replace_model_metadata(tmp_path: Path) -> None:
     assert r.spec.labels == ["night", "day"] and r.spec.input.shape() == [3, 8, 8]
     preds = r.run(np.stack([r.prepare(np.full((20, 20, 3), 250, np.uint8))]))
     assert preds[0].label == "day"
+
+
+def test_missing_model_error_names_the_path_once(tmp_path: Path) -> None:
+    from cdml_edge.agent.infer import InferenceError
+
+    missing = tmp_path / "x.onnx"
+    with pytest.raises(InferenceError) as err:
+        ModelRunner.load(missing)
+    msg = str(err.value)
+    assert msg.startswith(str(missing)) and "model file not found" in msg
+    assert msg.count(str(missing)) == 1, msg

@@ -80,7 +80,8 @@ class ModelRunner:
         try:
             session, spec = load_onnx_model(path, providers=ov.providers)
         except Exception as exc:
-            raise InferenceError(f"{path}: {exc}") from exc
+            msg = str(exc)  # model_meta errors already start with the path: do not repeat it
+            raise InferenceError(msg if msg.startswith(str(path)) else f"{path}: {msg}") from exc
         return cls(session, apply_overrides(spec, ov), Path(path))
 
     @property
