@@ -58,7 +58,7 @@ COMPRESSED_SUFFIXES = frozenset(
         ".pt",
     ]
 )
-FRAME_BYTES = 64 << 10  # target uncompressed size of a tar.zst frame
+FRAME_BYTES = 32 << 10  # target uncompressed size of a tar.zst frame
 MAX_FRAME_BYTES = 1 << 20  # large members are cut into frames of this size
 _U32 = 0xFFFFFFFF
 

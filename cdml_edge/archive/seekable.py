@@ -19,7 +19,9 @@ from __future__ import annotations
 import bisect
 import struct
 from dataclasses import dataclass
-from typing import Any
+from itertools import accumulate
+
+import numpy as np
 
 from cdml_edge.archive.errors import CorruptArchiveError, TruncatedArchiveError
 from cdml_edge.archive.source import ByteSource
@@ -32,6 +34,18 @@ INDEX_HEAD = b"CDMLIDX1"
 INDEX_TAIL = b"CDMLIDXE"
 TAIL_BYTES = 1 << 17  # same as the ZIP reader: one tail read serves detection and both
 _RECORD = struct.Struct("<QQQdLLLL")  # header_off, data_off, size, mtime, crc, f0, f1, name_len
+_RECORD_DTYPE = np.dtype(
+    [
+        ("h", "<u8"),
+        ("d", "<u8"),
+        ("s", "<u8"),
+        ("m", "<f8"),
+        ("c", "<u4"),
+        ("f0", "<u4"),
+        ("f1", "<u4"),
+        ("n", "<u4"),
+    ]
+)
 NO_CRC_FLAG = 1
 
 
@@ -155,14 +169,11 @@ def read_tail(
     m, flen = struct.unpack_from("<LL", tail, rel)
     if m != SEEK_TABLE_MAGIC or flen != content:
         raise CorruptArchiveError("bad seek table frame header", archive=name)
-    coff = [0]
-    doff = [0]
-    p = rel + 8
-    for _ in range(count):
-        c, d = struct.unpack_from("<LL", tail, p)
-        coff.append(coff[-1] + c)
-        doff.append(doff[-1] + d)
-        p += esize
+    entries = list(
+        struct.iter_unpack("<LL" if esize == 8 else "<LLL", tail[rel + 8 : rel + 8 + count * esize])
+    )
+    coff = list(accumulate((e[0] for e in entries), initial=0))
+    doff = list(accumulate((e[1] for e in entries), initial=0))
     index = None
     if rel >= 24 and tail[rel - 8 : rel] == INDEX_TAIL:
         (ilen,) = struct.unpack_from("<Q", tail, rel - 16)
@@ -193,10 +204,8 @@ def _parse_index(frame: bytes, archive: str) -> MemberIndex:
     end = len(frame) - 16
     if p + count * _RECORD.size > end:
         raise CorruptArchiveError("member index count too large", archive=archive)
-    view = memoryview(frame)[p : p + count * _RECORD.size]
-    cols: list[tuple[Any, ...]] = (
-        list(zip(*_RECORD.iter_unpack(view), strict=True)) if count else [()] * 8
-    )
+    rec = np.frombuffer(frame, dtype=_RECORD_DTYPE, count=count, offset=p)
+    cols = [rec[f].tolist() for f in _RECORD_DTYPE.names or ()]
     p += count * _RECORD.size
     names = frame[p:end].decode("utf-8", "surrogateescape").split("\x00")
     if len(names) != count + 1 or names[-1] != "":
