@@ -15,10 +15,8 @@ from cdml_edge.data.dataset import CDMLStreamDataset
 
 def test_fork_workers_after_parent_used_opencv_threads(tmp_path: Path) -> None:
     rng = np.random.default_rng(0)
-    items = [
-        (f"a/{i}.png", cv2.imencode(".png", rng.integers(0, 255, (96, 96, 3), np.uint8))[1].tobytes())
-        for i in range(32)
-    ]
+    images = [rng.integers(0, 255, (96, 96, 3), np.uint8) for _ in range(32)]
+    items = [(f"a/{i}.png", cv2.imencode(".png", im)[1].tobytes()) for i, im in enumerate(images)]
     path = tmp_path / "imgs.zip"
     write_archive(path, items)
     # The parent process works OpenCV's thread pool hard before the workers are forked.
