@@ -34,6 +34,7 @@ from cdml_edge.agent.mqtt_tls import (
 )
 from cdml_edge.config import AppConfig, MqttConfig, SourceConfig
 from cdml_edge.doctor_access import Account, AccountError, R, W, X
+from cdml_edge.doctor_unit import DEFAULT_UNIT, uncovered
 from cdml_edge.units import format_size
 
 DEFAULT_TIMEOUT_S = 5.0
@@ -69,11 +70,14 @@ def run_checks(
     timeout_s: float = DEFAULT_TIMEOUT_S,
     user: str | None = None,
     euid: int | None = None,
+    unit: Path | None = None,
 ) -> list[Check]:
     """Every check for ``cfg``, in a stable order; never raises for a failed check.
 
     ``user``: judge folder access for that account (the unit's ``User=``) by permission bits
-    instead of probing as this process. ``euid`` defaults to ``os.geteuid()``.
+    instead of probing as this process. ``euid`` defaults to ``os.geteuid()``. ``unit``: the
+    installed service file whose ``ReadWritePaths=`` must cover the folders (default: the
+    one install.sh writes, when present).
     """
     account: Account | None = None
     checks: list[Check] = []
@@ -95,8 +99,27 @@ def run_checks(
     checks += [check_model(modality, cfg) for modality in cfg.models]
     checks += [check_source(src, timeout_s, account) for src in cfg.sources]
     checks += check_writable_dirs(cfg, account)
+    if unit is None and DEFAULT_UNIT.is_file():
+        unit = DEFAULT_UNIT
+    if unit is not None:
+        checks.append(check_unit_paths(cfg, unit))
     checks += check_broker(cfg.mqtt, timeout_s)
     return checks
+
+
+def check_unit_paths(cfg: AppConfig, unit: Path) -> Check:
+    """Every folder the agent writes is in the unit's ``ReadWritePaths=`` (or state dir)."""
+    name = "unit paths"
+
+    def run() -> Check:
+        missing = uncovered(cfg, unit)
+        if missing:
+            listed = ", ".join(f"{label} {path}" for label, path in missing)
+            return Check(name, False, f"{unit} keeps read-only (ProtectSystem=strict): {listed}; "
+                         "rerun install.sh or add ReadWritePaths= (systemctl edit cdml-edge)")
+        return Check(name, True, f"{unit}: every folder of the configuration is writable")
+
+    return _guard(name, run)
 
 
 def _guard(name: str, fn: Callable[[], Check]) -> Check:

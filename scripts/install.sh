@@ -10,14 +10,21 @@
 # a venv in /opt/cdml-edge/venv with the runtime dependencies only (no PyTorch), the config in
 # /etc/cdml-edge (never overwritten), the systemd units with a memory limit sized to the board,
 # then `systemctl enable --now cdml-edge.service cdml-edge-replay.timer`.
+#
+# Environment overrides (a staged install, tests): CDML_PREFIX, CDML_ETC, CDML_STATE, CDML_DATA,
+# CDML_UNIT_DIR, CDML_USER, SYSTEMCTL (the systemctl command), PYTHON (makes the venv), and
+# CDML_UNPRIVILEGED=1 (no root needed: files keep the caller as owner).
 set -euo pipefail
 
-PREFIX=/opt/cdml-edge
-ETC=/etc/cdml-edge
-STATE=/var/lib/cdml-edge
-DATA=/srv/cdml
-UNIT_DIR=/etc/systemd/system
-USER_NAME=cdml-edge
+PREFIX="${CDML_PREFIX:-/opt/cdml-edge}"
+ETC="${CDML_ETC:-/etc/cdml-edge}"
+STATE="${CDML_STATE:-/var/lib/cdml-edge}"
+DATA="${CDML_DATA:-/srv/cdml}"
+UNIT_DIR="${CDML_UNIT_DIR:-/etc/systemd/system}"
+USER_NAME="${CDML_USER:-cdml-edge}"
+SYSTEMCTL="${SYSTEMCTL:-systemctl}"
+PYTHON="${PYTHON:-python3}"
+UNPRIV="${CDML_UNPRIVILEGED:-0}"
 UNITS=(cdml-edge.service cdml-edge-replay.service cdml-edge-replay.timer)
 
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -73,7 +80,7 @@ while [[ $# -gt 0 ]]; do
 done
 
 [[ $PURGE -eq 1 && $UNINSTALL -eq 0 ]] && die "--purge goes with --uninstall"
-if [[ $DRY_RUN -eq 0 && $(id -u) -ne 0 ]]; then
+if [[ $DRY_RUN -eq 0 && $UNPRIV != 1 && $(id -u) -ne 0 ]]; then
   die "run as root (sudo), or with --dry-run to see the steps"
 fi
 
@@ -101,7 +108,7 @@ put_file() {
   tmp="$(mktemp "$path.XXXXXX")"
   cat >"$tmp"
   chmod "$mode" "$tmp"
-  chown "$owner" "$tmp"
+  [[ $UNPRIV == 1 ]] || chown "$owner" "$tmp"
   mv -f "$tmp" "$path"
 }
 
@@ -138,7 +145,7 @@ to_mib() {
 }
 
 systemd_version() {
-  systemctl --version 2>/dev/null | awk 'NR==1 {print $2}' | sed 's/[^0-9].*//'
+  "$SYSTEMCTL" --version 2>/dev/null | awk 'NR==1 {print $2}' | sed 's/[^0-9].*//'
 }
 
 do_uninstall() {
@@ -146,7 +153,7 @@ do_uninstall() {
   local u
   for u in "${UNITS[@]}"; do
     if [[ -f "$UNIT_DIR/$u" || $DRY_RUN -eq 1 ]]; then
-      run systemctl disable --now "$u" || true
+      run "$SYSTEMCTL" disable --now "$u" || true
     fi
   done
   log "removing the units and the venv"
@@ -154,7 +161,7 @@ do_uninstall() {
     run rm -f "$UNIT_DIR/$u"
   done
   run rm -rf "$UNIT_DIR/cdml-edge.service.d"
-  run systemctl daemon-reload
+  run "$SYSTEMCTL" daemon-reload
   run rm -rf "$PREFIX"
   if [[ $PURGE -eq 1 ]]; then
     log "purging config, state and the user (source folders in $DATA are kept)"
@@ -207,14 +214,14 @@ do_install() {
   fi
 
   log "folders"
-  run install -d -m 0755 -o root -g root "$PREFIX" "$PREFIX/models"
-  run install -d -m 0750 -o root -g "$USER_NAME" "$ETC"
-  run install -d -m 0750 -o "$USER_NAME" -g "$USER_NAME" "$STATE"
+  run install -d -m 0755 "${OWN_ROOT[@]}" "$PREFIX" "$PREFIX/models"
+  run install -d -m 0750 "${OWN_ETC[@]}" "$ETC"
+  run install -d -m 0750 "${OWN_USER[@]}" "$STATE"
   # Source folders: cameras and gateways drop files here (add their user to group cdml-edge).
-  run install -d -m 2770 -o "$USER_NAME" -g "$USER_NAME" "$DATA"
+  run install -d -m 2770 "${OWN_USER[@]}" "$DATA"
 
   log "venv $venv with the runtime dependencies (no PyTorch)"
-  run python3 -m venv "$venv"
+  run "$PYTHON" -m venv "$venv"
   run "$venv/bin/pip" install --quiet --upgrade pip setuptools wheel cffi
   run "$venv/bin/pip" install --quiet "$SOURCE"
   if [[ -n "$ORT_WHEEL" ]]; then
@@ -228,19 +235,19 @@ do_install() {
     'import onnxruntime as o; from cdml_edge.archive import native_available as n; print("onnxruntime", o.__version__, o.get_available_providers(), "native reader:", n())'
 
   log "models and the README (the units' Documentation=)"
-  run install -m 0644 -o root -g root "$REPO/README.md" "$PREFIX/README.md"
+  run install -m 0644 "${OWN_ROOT[@]}" "$REPO/README.md" "$PREFIX/README.md"
   if compgen -G "$REPO/models/*.onnx" >/dev/null; then
-    run install -m 0644 -o root -g root "$REPO"/models/*.onnx "$PREFIX/models/"
+    run install -m 0644 "${OWN_ROOT[@]}" "$REPO"/models/*.onnx "$PREFIX/models/"
   else
     echo "no models in $REPO/models: copy your .onnx files to $PREFIX/models"
   fi
 
   log "configuration in $ETC (existing files are kept)"
   if [[ -f "$ETC/factory.yaml" ]]; then
-    run install -m 0640 -o root -g "$USER_NAME" "$CONFIG" "$ETC/factory.yaml.new"
+    run install -m 0640 "${OWN_ETC[@]}" "$CONFIG" "$ETC/factory.yaml.new"
     echo "kept $ETC/factory.yaml; the shipped one is $ETC/factory.yaml.new"
   else
-    run install -m 0640 -o root -g "$USER_NAME" "$CONFIG" "$ETC/factory.yaml"
+    run install -m 0640 "${OWN_ETC[@]}" "$CONFIG" "$ETC/factory.yaml"
   fi
   if [[ ! -f "$ETC/mqtt-password" ]]; then
     # Read by systemd (LoadCredential=) as root; the agent sees a private copy.
@@ -253,48 +260,45 @@ do_install() {
 # CAM_B_URL=rtsp://192.0.2.21/stream1
 EOF
   fi
-  log "source folders named in the configuration"
-  local folders
+  log "folders named in the configuration, and the unit's ReadWritePaths= for them"
+  local conf="$ETC/factory.yaml" cfg_env dropin="$UNIT_DIR/cdml-edge.service.d"
+  [[ -f "$conf" ]] || conf="$CONFIG"
+  cfg_env=(env CDML_DATA="$DATA" CDML_STATE="$STATE" CDML_MODELS="$PREFIX/models"
+           CREDENTIALS_DIRECTORY="$ETC")
+  run install -d -m 0755 "$dropin"
   if [[ $DRY_RUN -eq 1 && ! -x "$venv/bin/python" ]]; then
-    folders="(read from $ETC/factory.yaml once the venv exists)"
-    echo "+ install -d -m 2770 -o $USER_NAME -g $USER_NAME $folders"
+    echo "+ install -d -m 2770 -o $USER_NAME -g $USER_NAME (folders of $conf, once the venv exists)"
+    echo "+ write $dropin/60-paths.conf (ReadWritePaths= for those folders)"
   else
-    folders="$(CDML_DATA="$DATA" CDML_STATE="$STATE" CDML_MODELS="$PREFIX/models" \
-      CREDENTIALS_DIRECTORY="$ETC" "$venv/bin/python" - "$ETC/factory.yaml" "$CONFIG" <<'PY'
-import os, sys
-from cdml_edge.config import load_config
-path = sys.argv[1] if os.path.exists(sys.argv[1]) else sys.argv[2]
-cfg = load_config(path)
-for s in cfg.sources:
-    for p in (s.path, s.move_to):
-        if p is not None:
-            print(p)
-PY
-)" || die "the configuration is invalid: $venv/bin/cdml-edge config validate $ETC/factory.yaml"
-    local f
+    local folders paths f
+    folders="$("${cfg_env[@]}" "$venv/bin/python" -m cdml_edge.doctor_unit dirs "$conf")" ||
+      die "the configuration is invalid: $venv/bin/cdml-edge config validate $conf"
     while IFS= read -r f; do
-      [[ -n "$f" ]] && run install -d -m 2770 -o "$USER_NAME" -g "$USER_NAME" "$f"
+      [[ -n "$f" ]] && run install -d -m 2770 "${OWN_USER[@]}" "$f"
     done <<<"$folders"
+    paths="$("${cfg_env[@]}" "$venv/bin/python" -m cdml_edge.doctor_unit dropin "$conf")" ||
+      die "the configuration is invalid: $conf"
+    printf '%s\n' "$paths" | put_file 0644 root:root "$dropin/60-paths.conf"
   fi
 
   log "systemd units"
   local u
   for u in "${UNITS[@]}"; do
-    sed "s#/opt/cdml-edge#$PREFIX#g" "$REPO/systemd/$u" |
+    sed -e "s#/opt/cdml-edge#$PREFIX#g" -e "s#/etc/cdml-edge#$ETC#g" \
+        -e "s#/srv/cdml#$DATA#g" "$REPO/systemd/$u" |
       put_file 0644 root:root "$UNIT_DIR/$u"
   done
-  run install -d -m 0755 "$UNIT_DIR/cdml-edge.service.d"
   put_file 0644 root:root "$UNIT_DIR/cdml-edge.service.d/50-memory.conf" <<EOF
 # Written by install.sh for this board ($board); change with: systemctl edit cdml-edge
 [Service]
 MemoryMax=$memory
 MemoryHigh=$(( ${memory%M} * 8 / 10 ))M
 EOF
-  run systemctl daemon-reload
+  run "$SYSTEMCTL" daemon-reload
   if [[ $START -eq 1 ]]; then
-    run systemctl enable --now cdml-edge.service cdml-edge-replay.timer
+    run "$SYSTEMCTL" enable --now cdml-edge.service cdml-edge-replay.timer
   else
-    run systemctl enable cdml-edge.service cdml-edge-replay.timer
+    run "$SYSTEMCTL" enable cdml-edge.service cdml-edge-replay.timer
   fi
 
   log "done"
@@ -312,6 +316,12 @@ CREDENTIALS_DIRECTORY; the default serves the doctor), then: systemctl restart c
 EOF
 }
 
+# Owner and group of what install(1) creates; none in an unprivileged (staged) install.
+if [[ $UNPRIV == 1 ]]; then
+  OWN_ROOT=() OWN_ETC=() OWN_USER=()
+else
+  OWN_ROOT=(-o root -g root) OWN_ETC=(-o root -g "$USER_NAME") OWN_USER=(-o "$USER_NAME" -g "$USER_NAME")
+fi
 if [[ $DRY_RUN -eq 1 ]]; then
   echo "dry run: nothing is changed"
 fi

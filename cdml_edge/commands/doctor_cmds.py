@@ -28,6 +28,11 @@ def doctor(
         None, "--user", "-u",
         help="Judge folder access for this account (the unit's User=, e.g. cdml-edge).",
     ),
+    unit: Path | None = typer.Option(
+        None, "--unit",
+        help="Service file whose ReadWritePaths= must cover the folders "
+        "(default: /etc/systemd/system/cdml-edge.service when installed).",
+    ),
 ) -> None:
     """Check that CONFIG can run here: native reader, models, folders, broker.
 
@@ -46,7 +51,7 @@ def doctor(
             typer.echo(Check("config", False, str(exc)).line(ascii_only))
         raise typer.Exit(EXIT_CONFIG_ERROR) from None
     checks = [Check("config", True, f"{config} valid")]
-    checks += run_checks(cfg, timeout_s=timeout, user=user)
+    checks += run_checks(cfg, timeout_s=timeout, user=user, unit=unit)
     if as_json:
         typer.echo(json.dumps([c.__dict__ for c in checks], indent=2))
     else:
