@@ -5,9 +5,11 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "install.sh"
 # Commands that change the system: in a dry run none of them may be executed.
@@ -171,3 +173,96 @@ def test_stubs_do_catch_a_real_run(tmp_path: Path) -> None:
                for c in recorded), recorded
     assert "python3 -m venv /opt/cdml-edge/venv" in recorded
     assert not Path("/opt/cdml-edge/venv/bin/pip").exists()
+
+
+def _checkout_copy(dest: Path) -> Path:
+    """The project's tracked files (what a user clones), without build outputs or venvs."""
+    repo = SCRIPT.parents[1]
+    files = subprocess.run(["git", "ls-files", "-z"], cwd=repo, capture_output=True,
+                           check=True).stdout.decode().split("\0")
+    for name in filter(None, files):
+        src = repo / name
+        if src.is_file():
+            (dest / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src, dest / name)
+    return dest
+
+
+@pytest.mark.slow
+def test_real_unprivileged_install(tmp_path: Path) -> None:
+    """A real install into a staging folder: a venv with the runtime dependencies (pip, the
+    warm wheel cache), the units, the drop-ins and the folders; only systemctl and the account
+    commands are stubs. About a minute on a warm pip cache."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    calls = tmp_path / "calls.log"
+    for name in ("systemctl", "useradd", "usermod"):
+        stub = bin_dir / name
+        stub.write_text(
+            '#!/bin/sh\nif [ "$1" = "--version" ]; then echo "systemd 252"; exit 0; fi\n'
+            f'echo "{name} $*" >> "{calls}"\n'
+        )
+        stub.chmod(0o755)
+    root = tmp_path / "root"
+    prefix, etc, state = root / "opt/cdml-edge", root / "etc/cdml-edge", root / "var/lib/cdml-edge"
+    data, units = root / "srv/cdml", root / "etc/systemd/system"
+    units.mkdir(parents=True)
+    elsewhere = tmp_path / "line 3"  # a source outside /srv/cdml, with a blank in its name
+    cfg = tmp_path / "factory.yaml"
+    cfg.write_text(yaml.safe_dump({
+        "sources": [
+            {"name": "vib", "path": str(elsewhere / "in"), "modality": "timeseries",
+             "on_done": "move", "move_to": str(elsewhere / "done")},
+            {"name": "cam", "path": "${CDML_DATA}/cam", "modality": "image"},
+        ],
+        "spool": {"dir": "${CDML_STATE}/spool"},
+    }))
+    env = dict(
+        os.environ,
+        PATH=f"{bin_dir}:{os.environ['PATH']}",
+        CDML_UNPRIVILEGED="1", CDML_PREFIX=str(prefix), CDML_ETC=str(etc),
+        CDML_STATE=str(state), CDML_DATA=str(data), CDML_UNIT_DIR=str(units),
+        SYSTEMCTL=str(bin_dir / "systemctl"), PYTHON=sys.executable,
+        PIP_DISABLE_PIP_VERSION_CHECK="1",
+    )
+    src = _checkout_copy(tmp_path / "src")
+    res = subprocess.run(
+        ["bash", str(SCRIPT), "--no-apt", "--board", "pi", "--memory-max", "1G",
+         "--from", str(src), "--config", str(cfg)],
+        capture_output=True, text=True, env=env, timeout=600,
+    )
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    venv = prefix / "venv"
+    # Runtime dependencies only: no PyTorch in the venv, and the command works from it.
+    probe = subprocess.run(
+        [str(venv / "bin/python"), "-c",
+         "import importlib.util as u; print(u.find_spec('torch'), u.find_spec('onnxruntime')"
+         " is not None)"],
+        capture_output=True, text=True, check=True,
+    )
+    assert probe.stdout.split() == ["None", "True"]
+    version = subprocess.run([str(venv / "bin/cdml-edge"), "--version"], capture_output=True,
+                             text=True, check=True)
+    assert version.stdout.startswith("cdml-edge ")
+    # Units with the staging paths, and the drop-ins.
+    service = (units / "cdml-edge.service").read_text()
+    assert f"ExecStart={venv}/bin/cdml-edge run --config {etc}/factory.yaml" in service
+    paths = (units / "cdml-edge.service.d/60-paths.conf").read_text()
+    for folder in (elsewhere / "in", elsewhere / "done", data / "cam", state / "spool"):
+        assert f'ReadWritePaths="-{folder}"' in paths or f"ReadWritePaths=-{folder}" in paths, paths
+        assert folder.is_dir(), folder
+    assert "MemoryMax=1024M" in (units / "cdml-edge.service.d/50-memory.conf").read_text()
+    assert (etc / "factory.yaml").read_text() == cfg.read_text()
+    recorded = calls.read_text().splitlines()
+    assert any(c.startswith("useradd --system") for c in recorded), recorded
+    assert "systemctl daemon-reload" in recorded
+    assert "systemctl enable --now cdml-edge.service cdml-edge-replay.timer" in recorded
+    # The doctor from the venv, as the hint says (minus sudo), sees the drop-in cover it all.
+    doctor = subprocess.run(
+        ["env", f"CREDENTIALS_DIRECTORY={etc}", str(venv / "bin/cdml-edge"), "doctor",
+         "--config", str(etc / "factory.yaml"), "--unit", str(units / "cdml-edge.service"),
+         "--ascii"],
+        capture_output=True, text=True, env=env, timeout=120,
+    )
+    assert any(ln.startswith("OK   unit paths:") for ln in doctor.stdout.splitlines()), (
+        doctor.stdout + doctor.stderr)
