@@ -187,8 +187,8 @@ def main() -> int:
     t0 = time.monotonic()
     agent = subprocess.Popen(cmd, env=env, cwd=ROOT)
     try:
-        if not sub.online.wait(60):
-            console.print("[red]the agent did not come online within 60 s[/red]")
+        if not sub.online.wait(180):
+            console.print("[red]the agent did not come online within 180 s[/red]")
             agent.terminate()
             return 1
         console.print(f"agent online after {time.monotonic() - t0:.1f} s; dropping files ...")
