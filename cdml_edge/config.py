@@ -324,7 +324,7 @@ class S3Config(_Model):
     """Defaults for ``s3://`` archives (replay, export, training); boto3's chain gives credentials."""
 
     endpoint: str | None = Field(
-        None, description="S3-compatible endpoint URL (MinIO, Ceph RGW); env CDML_EDGE_S3_ENDPOINT."
+        None, description="S3-compatible endpoint (MinIO, Ceph RGW); env CDML_EDGE_S3_ENDPOINT."
     )
     region: str | None = Field(None, description="Region name.")
     index_cache: Path | None = Field(
