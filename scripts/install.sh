@@ -302,11 +302,11 @@ EOF
   fi
 
   log "done"
-  # The doctor runs as the service's user (so the folder checks mean something) and, outside
-  # the unit, reads the password where LoadCredential= takes it from.
+  # The doctor runs as root, which can read the root-only password where LoadCredential= takes
+  # it from, and judges folder access for the service's user (--user), not for root.
   cat <<EOF
 Next (every check on one line):
-  sudo -u $USER_NAME env CREDENTIALS_DIRECTORY=$ETC $venv/bin/cdml-edge doctor --config $ETC/factory.yaml
+  sudo env CREDENTIALS_DIRECTORY=$ETC $venv/bin/cdml-edge doctor --config $ETC/factory.yaml --user $USER_NAME
   systemctl status cdml-edge                                   # Active: active (running)
   journalctl -u cdml-edge -f
   curl -s http://127.0.0.1:9108/healthz                         # health.metrics_port

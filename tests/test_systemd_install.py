@@ -103,9 +103,10 @@ def test_dry_run_install_on_a_pi(tmp_path: Path) -> None:
     assert all("[" not in c and "torch" not in c for c in pip), pip
     assert not any("onnxruntime" in c for c in pip)
     assert "MemoryHigh=1228M" in out
-    # The doctor hint runs as the service's user, with the credentials folder the unit uses.
-    assert ("sudo -u cdml-edge env CREDENTIALS_DIRECTORY=/etc/cdml-edge "
-            "/opt/cdml-edge/venv/bin/cdml-edge doctor --config /etc/cdml-edge/factory.yaml") in out
+    # The doctor hint: root (reads the root-only password from the folder LoadCredential= uses)
+    # judging folders for the service's user.
+    assert ("sudo env CREDENTIALS_DIRECTORY=/etc/cdml-edge /opt/cdml-edge/venv/bin/cdml-edge "
+            "doctor --config /etc/cdml-edge/factory.yaml --user cdml-edge") in out
     assert "${CREDENTIALS_DIRECTORY:-/etc/cdml-edge}/mqtt-password" in out
     assert "sudo /opt" not in out
 
@@ -257,7 +258,8 @@ def test_real_unprivileged_install(tmp_path: Path) -> None:
     assert any(c.startswith("useradd --system") for c in recorded), recorded
     assert "systemctl daemon-reload" in recorded
     assert "systemctl enable --now cdml-edge.service cdml-edge-replay.timer" in recorded
-    # The doctor from the venv, as the hint says (minus sudo), sees the drop-in cover it all.
+    # The doctor from the venv, as the hint says (minus sudo and --user), sees the drop-in cover
+    # every folder.
     doctor = subprocess.run(
         ["env", f"CREDENTIALS_DIRECTORY={etc}", str(venv / "bin/cdml-edge"), "doctor",
          "--config", str(etc / "factory.yaml"), "--unit", str(units / "cdml-edge.service"),
