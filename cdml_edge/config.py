@@ -321,7 +321,7 @@ class OutputConfig(_Model):
 
 
 class S3Config(_Model):
-    """Defaults for ``s3://`` archives (replay, export, training); boto3's chain gives credentials."""
+    """Defaults for ``s3://`` archives; credentials come from the standard boto3 chain."""
 
     endpoint: str | None = Field(
         None, description="S3-compatible endpoint (MinIO, Ceph RGW); env CDML_EDGE_S3_ENDPOINT."
