@@ -459,3 +459,45 @@ def test_directories_left_out_and_later_duplicate_wins() -> None:
     assert arc.read("a") == b"second" and arc.read_many(["d/b", "a"]) == [b"bee", b"second"]
     assert dict(arc) == {"a": b"second", "d/b": b"bee"}
     assert "d/" not in arc and len(arc) == 2
+
+
+def test_stored_members_read_from_a_file(tmp_path: Path) -> None:
+    """Stored members from a file, where the reader fills the result straight from disk."""
+    payload = random.Random(5).randbytes(3000)
+    path = tmp_path / "s.zip"
+    # the central record's extra field is longer than the local one
+    extra = struct.pack("<HH4s", 0xCAFE, 4, b"abcd")
+    path.write_bytes(raw_zip([(b"s.bin", payload, 0)], extra=extra))
+    with open_archive(path) as arc:
+        assert arc.read("s.bin") == payload and arc.read_many(["s.bin", "s.bin"]) == [payload] * 2
+    # the local extra field is longer than the central one
+    data = bytearray(raw_zip([(b"s.bin", payload, 0), (b"one", b"1", 0)]))
+    pad = struct.pack("<HH8s", 0xCAFE, 8, b"abcdefgh")
+    struct.pack_into("<H", data, 28, len(pad))
+    data[35:35] = pad
+    cd = data.index(b"PK\x01\x02")
+    second = data.index(b"PK\x01\x02", cd + 4)
+    struct.pack_into("<L", data, second + 42, struct.unpack_from("<L", data, second + 42)[0] + 12)
+    eocd = data.rindex(b"PK\x05\x06")
+    struct.pack_into("<L", data, eocd + 16, cd)
+    path.write_bytes(bytes(data))
+    with open_archive(path) as arc:
+        assert arc.read("s.bin") == payload and arc.read("one") == b"1"
+        assert arc.read_many(["one", "s.bin"]) == [b"1", payload]
+    # a wrong CRC-32 is caught on the direct path too
+    path.write_bytes(raw_zip([(b"ok", b"fine", 0), (b"c.bin", payload, 0)], crc_override=7))
+    with open_archive(path) as arc:
+        with pytest.raises(CorruptArchiveError, match="CRC-32") as exc:
+            arc.read("c.bin")
+        assert exc.value.member == "c.bin"
+        with pytest.raises(CorruptArchiveError, match="CRC-32"):
+            arc.read_many(["c.bin"])
+        assert arc.verify() == ["ok", "c.bin"]
+    # data that runs past the end of the file
+    data = bytearray(raw_zip([(b"t.bin", payload, 0)]))
+    cd = data.index(b"PK\x01\x02")
+    struct.pack_into("<2L", data, cd + 20, 90_000, 90_000)
+    path.write_bytes(bytes(data))
+    with open_archive(path) as arc, pytest.raises(TruncatedArchiveError) as texc:
+        arc.read("t.bin")
+    assert texc.value.member == "t.bin"

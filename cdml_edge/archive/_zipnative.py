@@ -23,7 +23,23 @@ from cdml_edge.archive.zipread import (
     read_python,
 )
 
-_alloc = ffi.new_allocator(should_clear_after_alloc=False)
+_from_buffer = ffi.from_buffer
+
+
+def _output(size: int) -> tuple[bytes | bytearray, Any]:
+    """A result object of ``size`` bytes and a pointer the C core writes into.
+
+    From 2 bytes up this is a fresh ``bytes``: not yet seen by anyone, not hashed and never
+    one of CPython's cached objects, so filling it in place is safe and saves a copy of
+    every member (the C core decompresses or reads straight into the returned object).
+    """
+    if size >= 2:
+        out = bytes(size)
+        return out, _from_buffer("uint8_t[]", out)
+    arr = bytearray(max(size, 1))
+    return arr, _from_buffer("uint8_t[]", arr, require_writable=True)
+
+
 _MESSAGES = {
     1: (CorruptArchiveError, "bad local header signature"),
     2: (TruncatedArchiveError, "member data cut short"),
@@ -110,17 +126,18 @@ class ZipIndex:
         size = e.usize
         if e.flags & 1 or e.method not in _METHODS or size > owner._fast_limit:
             self._check_entry(e, i, names, owner)
-        out = _alloc("uint8_t[]", size or 1)
         if type(source) is FileSource:
-            st = lib.cz_read_one_fd(self._idx, source.fileno(), source.size(), i, out)
+            out, ptr = _output(size)
+            st = lib.cz_read_one_fd(self._idx, source.fileno(), source.size(), i, ptr)
         elif type(source) is MemorySource:
+            out, ptr = _output(size)
             mem = source.data
-            st = lib.cz_read_one_mem(self._idx, ffi.from_buffer(mem), len(mem), i, out)
+            st = lib.cz_read_one_mem(self._idx, _from_buffer(mem), len(mem), i, ptr)
         else:
             return self.read(source, [i], names, owner)[0]
         if st:
             return self.read(source, [i], names, owner)[0]
-        return ffi.buffer(out, size)[:]  # type: ignore[no-any-return]
+        return out if type(out) is bytes else bytes(out[:size])
 
     def read(self, source: ByteSource, ids: list[int], names: list[str], owner: Any) -> list[bytes]:
         n = len(ids)
@@ -128,28 +145,25 @@ class ZipIndex:
         for i in ids:
             self.check(i, names, owner)
         sizes = [ents[i].usize for i in ids]
-        offs = [0] * n
-        total = 0
-        for k in range(n):
-            offs[k] = total
-            total += sizes[k]
-        out = _alloc("uint8_t[]", max(total, 1))
+        pairs = [_output(s) for s in sizes]  # one result object per member, filled by C
+        result: list[Any] = [p[0] for p in pairs]
+        outs = ffi.new("uint8_t *[]", [p[1] for p in pairs])
         c_ids = ffi.new("uint32_t[]", ids)
-        c_offs = ffi.new("uint64_t[]", offs)
         status = ffi.new("int32_t[]", n)
         aux = ffi.new("uint64_t[]", n)
         fd = source.fileno() if isinstance(source, FileSource) else None
         if fd is not None:
-            bad = lib.cz_read_fd(self._idx, fd, source.size(), c_ids, n, out, c_offs, status, aux)
+            bad = lib.cz_read_fd(self._idx, fd, source.size(), c_ids, n, outs, status, aux)
         elif isinstance(source, MemorySource):
             mem = source.data
             bad = lib.cz_read_mem(
-                self._idx, ffi.from_buffer(mem), len(mem), c_ids, n, out, c_offs, status, aux
+                self._idx, ffi.from_buffer(mem), len(mem), c_ids, n, outs, status, aux
             )
         else:
-            bad = self._read_remote(source, ids, n, out, c_ids, c_offs, status, aux)
-        buf = ffi.buffer(out, total)
-        result = [buf[offs[k] : offs[k] + sizes[k]] for k in range(n)]
+            bad = self._read_remote(source, ids, n, outs, c_ids, status, aux)
+        for k in range(n):
+            if type(result[k]) is not bytes:
+                result[k] = bytes(result[k][: sizes[k]])
         if bad:
             for k in range(n):
                 st = status[k]
@@ -179,9 +193,8 @@ class ZipIndex:
         source: ByteSource,
         ids: list[int],
         n: int,
-        out: Any,
+        outs: Any,
         c_ids: Any,
-        c_offs: Any,
         status: Any,
         aux: Any,
     ) -> int:
@@ -201,4 +214,4 @@ class ZipIndex:
         keep = [ffi.from_buffer(b) for b in bufs]
         ptrs = ffi.new("uint8_t *[]", keep)
         lens = ffi.new("uint64_t[]", [len(b) for b in bufs])
-        return int(lib.cz_read_bufs(self._idx, ptrs, lens, c_ids, n, out, c_offs, status, aux))
+        return int(lib.cz_read_bufs(self._idx, ptrs, lens, c_ids, n, outs, status, aux))

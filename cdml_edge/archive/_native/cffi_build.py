@@ -31,18 +31,18 @@ int cz_parse(const uint8_t *cd, size_t len, int64_t delta, cz_index **out,
              char *err, size_t errlen);
 void cz_free(cz_index *idx);
 int cz_read_fd(const cz_index *idx, int fd, uint64_t file_size, const uint32_t *ids,
-               size_t n, uint8_t *out, const uint64_t *out_off, int32_t *status,
-               uint64_t *aux);
+               size_t n, uint8_t *const *outs,
+               int32_t *status, uint64_t *aux);
 int cz_read_one_fd(const cz_index *idx, int fd, uint64_t file_size, uint32_t id,
                    uint8_t *out);
 int cz_read_one_mem(const cz_index *idx, const uint8_t *mem, uint64_t mem_len, uint32_t id,
                     uint8_t *out);
 int cz_read_mem(const cz_index *idx, const uint8_t *mem, uint64_t mem_len,
-                const uint32_t *ids, size_t n, uint8_t *out, const uint64_t *out_off,
-                int32_t *status, uint64_t *aux);
+                const uint32_t *ids, size_t n, uint8_t *const *outs,
+               int32_t *status, uint64_t *aux);
 int cz_read_bufs(const cz_index *idx, const uint8_t *const *bufs, const uint64_t *lens,
-                 const uint32_t *ids, size_t n, uint8_t *out, const uint64_t *out_off,
-                 int32_t *status, uint64_t *aux);
+                 const uint32_t *ids, size_t n, uint8_t *const *outs,
+               int32_t *status, uint64_t *aux);
 """
 
 

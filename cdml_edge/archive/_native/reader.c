@@ -5,6 +5,7 @@
  * caller releases the GIL around them. Every length taken from the archive is checked
  * against the bytes actually present: corrupt input yields a status, never a crash.
  */
+#define _DEFAULT_SOURCE 1 /* preadv */
 #include "reader.h"
 
 #include <dlfcn.h>
@@ -14,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/uio.h>
 #include <unistd.h>
 #include <zlib.h>
 
@@ -376,9 +378,41 @@ static int pread_full(int fd, uint8_t *buf, uint64_t len, uint64_t off, uint64_t
     return 0;
 }
 
+/* A stored member read straight into its output: one preadv of the local header (assumed
+ * as long as the central one) and the data. Returns 1 when it served the member (status
+ * set), 0 when the generic path must (local header of another length, short file). */
+static int stored_direct(const cz_entry *e, int fd, uint64_t file_size, uint8_t *dst,
+                         int32_t *status, uint64_t *aux) {
+    uint8_t head[4096]; /* local headers longer than this take the generic path */
+    uint64_t hlen = 30u + (uint64_t)e->hdr_extra;
+    if (e->method != 0 || e->csize != e->usize || (e->flags & 1) || hlen > sizeof(head) ||
+        e->offset >= file_size || file_size - e->offset < hlen ||
+        file_size - e->offset - hlen < e->usize || e->usize > SSIZE_MAX - hlen)
+        return 0;
+    struct iovec iov[2] = {{head, (size_t)hlen}, {dst, (size_t)e->usize}};
+    uint64_t total = hlen + e->usize, done = 0;
+    for (;;) {
+        ssize_t r = preadv(fd, iov, 2, (off_t)e->offset);
+        if (r < 0 && errno == EINTR) continue;
+        if (r < 0) return 0;
+        done = (uint64_t)r;
+        break;
+    }
+    if (done < total) return 0; /* short read: the generic path loops and reports */
+    if (rd32(head) != 0x04034b50u) return 0;
+    if (30u + (uint64_t)rd16(head + 26) + rd16(head + 28) != hlen) return 0;
+    uint32_t got = crc_of(dst, e->usize);
+    if (got != e->crc) {
+        *aux = got;
+        *status = CZ_CRC_MISMATCH;
+    } else {
+        *status = CZ_OK;
+    }
+    return 1;
+}
+
 int cz_read_fd(const cz_index *idx, int fd, uint64_t file_size, const uint32_t *ids,
-               size_t n, uint8_t *out, const uint64_t *out_off, int32_t *status,
-               uint64_t *aux) {
+               size_t n, uint8_t *const *outs, int32_t *status, uint64_t *aux) {
     cz_codecs c;
     memset(&c, 0, sizeof(c));
     uint8_t *scratch = NULL;
@@ -388,6 +422,10 @@ int cz_read_fd(const cz_index *idx, int fd, uint64_t file_size, const uint32_t *
         aux[k] = 0;
         if (ids[k] >= idx->count) { status[k] = CZ_NEED_PYTHON; bad++; continue; }
         const cz_entry *e = &idx->entries[ids[k]];
+        if (stored_direct(e, fd, file_size, outs[k], &status[k], &aux[k])) {
+            if (status[k] != CZ_OK) bad++;
+            continue;
+        }
         uint64_t want = want_len(e, file_size), got = 0, need = 0;
         if (want > scap) {
             uint8_t *ns = realloc(scratch, (size_t)want);
@@ -397,7 +435,7 @@ int cz_read_fd(const cz_index *idx, int fd, uint64_t file_size, const uint32_t *
         }
         int err = pread_full(fd, scratch, want, e->offset, &got);
         if (err) { status[k] = CZ_IO_ERROR; aux[k] = (uint64_t)err; bad++; continue; }
-        int st = decode(&c, e, scratch, got, out + out_off[k], &aux[k], &need);
+        int st = decode(&c, e, scratch, got, outs[k], &aux[k], &need);
         if (st == CZ_TRUNCATED && need > got && got == want && e->offset + need <= file_size) {
             /* the local extra field is longer than the central one: read the rest */
             if (need > scap) {
@@ -409,7 +447,7 @@ int cz_read_fd(const cz_index *idx, int fd, uint64_t file_size, const uint32_t *
             uint64_t more = 0;
             err = pread_full(fd, scratch + got, need - got, e->offset + got, &more);
             if (err) { status[k] = CZ_IO_ERROR; aux[k] = (uint64_t)err; bad++; continue; }
-            st = decode(&c, e, scratch, got + more, out + out_off[k], &aux[k], &need);
+            st = decode(&c, e, scratch, got + more, outs[k], &aux[k], &need);
         }
         status[k] = st;
         if (st != CZ_OK) bad++;
@@ -420,8 +458,8 @@ int cz_read_fd(const cz_index *idx, int fd, uint64_t file_size, const uint32_t *
 }
 
 int cz_read_mem(const cz_index *idx, const uint8_t *mem, uint64_t mem_len,
-                const uint32_t *ids, size_t n, uint8_t *out, const uint64_t *out_off,
-                int32_t *status, uint64_t *aux) {
+                const uint32_t *ids, size_t n, uint8_t *const *outs, int32_t *status,
+                uint64_t *aux) {
     cz_codecs c;
     memset(&c, 0, sizeof(c));
     int bad = 0;
@@ -432,7 +470,7 @@ int cz_read_mem(const cz_index *idx, const uint8_t *mem, uint64_t mem_len,
         uint64_t need = 0;
         uint64_t avail = e->offset < mem_len ? mem_len - e->offset : 0;
         const uint8_t *p = e->offset < mem_len ? mem + e->offset : mem;
-        int st = decode(&c, e, p, avail, out + out_off[k], &aux[k], &need);
+        int st = decode(&c, e, p, avail, outs[k], &aux[k], &need);
         status[k] = st;
         if (st != CZ_OK) bad++;
     }
@@ -441,8 +479,8 @@ int cz_read_mem(const cz_index *idx, const uint8_t *mem, uint64_t mem_len,
 }
 
 int cz_read_bufs(const cz_index *idx, const uint8_t *const *bufs, const uint64_t *lens,
-                 const uint32_t *ids, size_t n, uint8_t *out, const uint64_t *out_off,
-                 int32_t *status, uint64_t *aux) {
+                 const uint32_t *ids, size_t n, uint8_t *const *outs, int32_t *status,
+                 uint64_t *aux) {
     cz_codecs c;
     memset(&c, 0, sizeof(c));
     int bad = 0;
@@ -451,7 +489,7 @@ int cz_read_bufs(const cz_index *idx, const uint8_t *const *bufs, const uint64_t
         if (ids[k] >= idx->count) { status[k] = CZ_NEED_PYTHON; bad++; continue; }
         const cz_entry *e = &idx->entries[ids[k]];
         uint64_t need = 0;
-        int st = decode(&c, e, bufs[k], lens[k], out + out_off[k], &aux[k], &need);
+        int st = decode(&c, e, bufs[k], lens[k], outs[k], &aux[k], &need);
         if (st == CZ_TRUNCATED && need > lens[k]) st = CZ_NEED_PYTHON; /* caller reads more */
         status[k] = st;
         if (st != CZ_OK) bad++;
@@ -464,15 +502,15 @@ int cz_read_bufs(const cz_index *idx, const uint8_t *const *bufs, const uint64_t
 int cz_read_one_fd(const cz_index *idx, int fd, uint64_t file_size, uint32_t id,
                    uint8_t *out) {
     int32_t st = CZ_NEED_PYTHON;
-    uint64_t aux = 0, off = 0;
-    cz_read_fd(idx, fd, file_size, &id, 1, out, &off, &st, &aux);
+    uint64_t aux = 0;
+    cz_read_fd(idx, fd, file_size, &id, 1, &out, &st, &aux);
     return st;
 }
 
 int cz_read_one_mem(const cz_index *idx, const uint8_t *mem, uint64_t mem_len, uint32_t id,
                     uint8_t *out) {
     int32_t st = CZ_NEED_PYTHON;
-    uint64_t aux = 0, off = 0;
-    cz_read_mem(idx, mem, mem_len, &id, 1, out, &off, &st, &aux);
+    uint64_t aux = 0;
+    cz_read_mem(idx, mem, mem_len, &id, 1, &out, &st, &aux);
     return st;
 }
