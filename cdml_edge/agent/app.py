@@ -134,7 +134,10 @@ class Agent:
     def start(self) -> None:
         """Load + warm up models, start output, workers and sources; then READY=1."""
         cfg = self.cfg
-        self.watchdog.start()
+        if cfg.health.watchdog:  # WATCHDOG=1 pings; READY/STOPPING are sent either way
+            self.watchdog.start()
+        else:
+            self.watchdog.stop()  # a reload may have turned it off
         if cfg.health.metrics_port is not None and self._server is None:
             self._server = self.metrics.serve(
                 cfg.health.metrics_host, cfg.health.metrics_port, watchdog=self.watchdog
