@@ -158,7 +158,7 @@ def test_results_have_stable_ids_across_runs(tmp_path: Path, models: Path) -> No
 
 def test_small_inflight_budget_loses_no_file(tmp_path: Path, models: Path) -> None:
     size = len(jpeg(0))
-    cfg_path = write_config(tmp_path, inflight=size * 3)
+    cfg_path = write_config(tmp_path, inflight="40KiB")  # room for ~3 items as charged
     cam = tmp_path / "in/cam"
     cam.mkdir(parents=True)
     agent = Agent(load_config(cfg_path), cfg_path)
@@ -168,7 +168,8 @@ def test_small_inflight_budget_loses_no_file(tmp_path: Path, models: Path) -> No
             (cam / f"{n:03d}.jpg").write_bytes(jpeg(n * 4))
         wait_for(lambda: len(of_kind(read_jsonl(tmp_path / "out.jsonl"), "/result")) == 60,
                  timeout=60, what="60 results")
-        assert agent.budget.peak <= size * 3
+        assert agent.budget.peak <= 40 * 1024
+        assert agent.budget.cost(size, "image") > 10 * 1024  # model input + copies charged
     finally:
         agent.stop()
     results = of_kind(read_jsonl(tmp_path / "out.jsonl"), "/result")
@@ -305,3 +306,4 @@ def test_camera_source_frames_are_scored_without_touching_disk(
     assert [r["label"] for r in results] == ["dark", "bright", "dark", "bright", "bright"]
     assert all(r["source"] == "live" and r["item"].startswith("frame-") for r in results)
     assert not (tmp_path / "quarantine").exists()
+

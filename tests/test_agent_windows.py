@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from pathlib import Path
 
 from agent_fixtures import wait_for
 
@@ -90,3 +91,40 @@ def test_byte_budget_refuses_above_cap_and_recovers() -> None:
     # one item larger than the whole cap is admitted when nothing else is in flight
     assert b.try_acquire(500)
     assert not b.try_acquire(1)
+
+
+def test_item_charge_covers_what_its_window_holds(tmp_path: Path) -> None:
+    """The budget charges items + packed archive + read-back members + model input and batch,
+    not only the items' bytes; the window releases exactly what its items were charged."""
+    import numpy as np
+    from agent_fixtures import brightness_classifier, jpeg
+
+    from cdml_edge.agent.app import DATA_COPIES, window_charges
+    from cdml_edge.agent.infer import ModelRunner
+    from cdml_edge.agent.packer import pack_window
+    from cdml_edge.archive import open_archive
+
+    runner = ModelRunner.load(brightness_classifier(tmp_path / "b.onnx", size=64))
+    budget = ByteBudget(1 << 30, data_factor=DATA_COPIES)
+    window_charges(budget, {"image": runner})
+    datas = [jpeg(v, size=32) for v in range(0, 256, 32)]
+    items = [
+        Item("cam", f"{n}.jpg", "image", 0.0, d, f"id{n}", charge=budget.cost(len(d), "image"))
+        for n, d in enumerate(datas)
+    ]
+    windower_out: list[Window] = []
+    wr = Windower("cam", WindowPolicy(60.0, len(items), 1 << 30), windower_out.append)
+    for it in items:
+        wr.add(it)
+    w = windower_out[0]
+    packed = pack_window(w, device="d", modality="image")
+    arc = open_archive(packed.archive)
+    read_back = sum(len(arc.read(m.member)) for m in packed.manifest.items)
+    model_input = np.zeros((len(items), *runner.spec.input.shape()), np.float32).nbytes
+    held = sum(len(d) for d in datas) + len(packed.archive) + read_back + 2 * model_input
+    assert w.charged == sum(it.charge for it in items)
+    assert w.charged >= held, (w.charged, held)
+    for it in items:
+        assert budget.try_acquire(it.charge)
+    budget.release(w.charged)
+    assert budget.used == 0

@@ -9,7 +9,8 @@ old one stays and the reason is logged).
 Bounds: every item read or captured holds bytes of the global
 :class:`~cdml_edge.agent.windows.ByteBudget` (``limits.max_inflight_bytes``) until its window
 has been handed to the output, so the window queue is bounded by bytes; above the budget
-intake pauses (files stay on disk, camera frames are skipped and counted).
+intake pauses (files stay on disk, camera frames are skipped and counted). An item is
+charged what its window holds for it (:func:`window_charges`), not just its own bytes.
 """
 
 from __future__ import annotations
@@ -40,6 +41,20 @@ from cdml_edge.decode import EXTENSIONS
 log = logging.getLogger(__name__)
 
 Source = FolderSource | CameraSource
+
+DATA_COPIES = 4  # the item, the packed archive, the member read back, one decoded copy
+RESULT_BYTES = 4096  # per item: manifest entry, result record and its JSON message
+
+
+def window_charges(budget: ByteBudget, runners: dict[str, ModelRunner]) -> None:
+    """Set what one item costs the budget, per modality, from the loaded models.
+
+    Besides ``DATA_COPIES`` copies of its bytes an item holds its prepared model input
+    (float32), its row of the stacked batch and the intermediate float32 copies made while
+    preparing it (one more input's worth), plus ``RESULT_BYTES`` for its records.
+    """
+    for modality, runner in runners.items():
+        budget.item_extra[modality] = 3 * runner.input_bytes + RESULT_BYTES
 
 
 def default_patterns(modality: str) -> tuple[str, ...]:
@@ -84,7 +99,7 @@ class Agent:
     # -- construction ----------------------------------------------------------------------
     def _build(self, cfg: AppConfig) -> None:
         self.cfg = cfg
-        self.budget = ByteBudget(cfg.limits.max_inflight_bytes)
+        self.budget = ByteBudget(cfg.limits.max_inflight_bytes, data_factor=DATA_COPIES)
         self.lifecycle = FileLifecycle(cfg.quarantine.dir, cfg.quarantine.max_bytes)
         self.output: Output = self._fixed_output or make_output(cfg)
         self.runners: dict[str, ModelRunner] = {}
@@ -153,6 +168,7 @@ class Agent:
         for sc in cfg.sources:
             biggest[sc.modality] = max(biggest.get(sc.modality, 1), min(sc.window.max_items, 256))
         self.runners = load_runners(models, warm_up=True, batch=biggest)
+        window_charges(self.budget, self.runners)
         for modality in sorted({sc.modality for sc in cfg.sources}):
             try:
                 warm_up_decoder(modality, self.runners.get(modality))
@@ -302,7 +318,7 @@ class Agent:
                     [error_event(window.source, None, type(exc).__name__, str(exc),
                                  device=self.cfg.device.id, sequencer=self.sequencer)]
                 )
-                self.budget.release(window.nbytes)
+                self.budget.release(window.charged)
                 self._window_done()
 
     def _process(self, window: Window) -> None:
@@ -360,7 +376,7 @@ class Agent:
         done_paths = [it.path for it in window.items if it.path and it.item_id not in failed_ids]
         closed_ts = window.closed_ts
         source = window.source
-        nbytes = window.nbytes
+        charged = window.charged
         del window, packed  # only paths travel into the callback, not the bytes
 
         def on_durable() -> None:
@@ -380,7 +396,7 @@ class Agent:
         try:
             self.output.publish_batch(msgs, on_durable)
         finally:
-            self.budget.release(nbytes)
+            self.budget.release(charged)
 
     def _source_error(
         self, source: str, name: str | None, exc: Exception, path: Path | None

@@ -92,6 +92,11 @@ class ModelRunner:
     def version(self) -> str:
         return self.spec.version
 
+    @property
+    def input_bytes(self) -> int:
+        """Bytes of one prepared float32 model input."""
+        return int(np.prod(self.spec.input.shape())) * 4
+
     def prepare(self, array: np.ndarray) -> np.ndarray:
         """One decoded array -> model input (raises on a shape the model cannot take)."""
         return prepare_item(self.spec, array)

@@ -311,20 +311,22 @@ class FolderSource:
             pend = self._pending.get(path)
         if pend is None:
             return True
-        if not self._budget.try_acquire(pend.size):
+        charge = self._budget.cost(pend.size, self.spec.modality)
+        if not self._budget.try_acquire(charge):
             return False
         name = os.path.relpath(path, self.spec.path)
         try:
             data, st = _read_whole(Path(path))
         except SourceError as exc:
-            self._budget.release(pend.size)
+            self._budget.release(charge)
             self._forget(path)
             self.stats.errors += 1
             self._on_error(self.spec.name, name, exc, None)
             return True
         if len(data) != pend.size:  # grew or shrank since it was judged complete
-            self._budget.release(pend.size)
-            if not self._budget.try_acquire(len(data)):
+            self._budget.release(charge)
+            charge = self._budget.cost(len(data), self.spec.modality)
+            if not self._budget.try_acquire(charge):
                 with self._cond:
                     self._pending[path] = _Pending(len(data), st.st_mtime_ns, time.monotonic())
                 return False
@@ -341,6 +343,7 @@ class FolderSource:
             path=Path(path),
             size=len(data),
             mtime_ns=st.st_mtime_ns,
+            charge=charge,
         )
         self.stats.taken += 1
         self.stats.taken_bytes += len(data)
@@ -475,7 +478,7 @@ class CameraSource:
 
     def _emit_frame(self, cv2: Any, frame: Any, params: list[int], ts_ns: int) -> None:
         # estimate before encoding so an over-budget frame costs no encode
-        estimate = max(1024, int(frame.nbytes // 10))
+        estimate = self._budget.cost(max(1024, int(frame.nbytes // 10)), self.spec.modality)
         if not self._budget.try_acquire(estimate):
             self.stats.skipped += 1
             return
@@ -485,7 +488,8 @@ class CameraSource:
             self.stats.errors += 1
             return
         data = buf.tobytes()
-        if not self._budget.try_acquire(len(data)):
+        charge = self._budget.cost(len(data), self.spec.modality)
+        if not self._budget.try_acquire(charge):
             self.stats.skipped += 1
             return
         name = f"frame-{ts_ns}.jpg"
@@ -501,5 +505,6 @@ class CameraSource:
                 item_id=item_id(self.spec.name, name, len(data), ts_ns),
                 size=len(data),
                 mtime_ns=ts_ns,
+                charge=charge,
             )
         )

@@ -34,28 +34,47 @@ class Item:
     path: Path | None = None  # the source file, ``None`` for camera frames
     size: int = 0
     mtime_ns: int = 0
+    charge: int = 0  # bytes of the budget this item holds (0: just its data)
 
     @property
     def nbytes(self) -> int:
         return len(self.data)
 
+    @property
+    def held(self) -> int:
+        """Budget bytes to release when the item's window is done."""
+        return self.charge or len(self.data)
+
 
 class ByteBudget:
     """A global cap on bytes in flight (read from disk or captured, not yet emitted).
+
+    What an item is charged (:meth:`cost`) is what its window really holds in memory, not
+    only the item's bytes: ``data_factor`` copies of the data (the item, the packed archive,
+    the members read back from it) plus a per-modality ``item_extra`` (the decoded model
+    input, its row of the batch, the result records), set once the models are loaded.
 
     Full policy: :meth:`try_acquire` refuses when the cap would be exceeded, so the caller
     leaves the file on disk (retried later) or skips the frame. One item larger than the
     whole cap is still admitted when nothing else is in flight, so it cannot block forever.
     """
 
-    def __init__(self, max_bytes: int) -> None:
+    def __init__(self, max_bytes: int, *, data_factor: int = 1) -> None:
         if max_bytes <= 0:
             raise ValueError(f"max_inflight_bytes must be > 0 (got {max_bytes})")
+        if data_factor < 1:
+            raise ValueError(f"data_factor must be >= 1 (got {data_factor})")
         self.max_bytes = max_bytes
+        self.data_factor = data_factor
+        self.item_extra: dict[str, int] = {}
         self._used = 0
         self._peak = 0
         self._refused = 0
         self._lock = threading.Lock()
+
+    def cost(self, nbytes: int, modality: str) -> int:
+        """Budget bytes one item of ``nbytes`` and ``modality`` holds until its window is done."""
+        return nbytes * self.data_factor + self.item_extra.get(modality, 0)
 
     def try_acquire(self, n: int) -> bool:
         with self._lock:
@@ -106,6 +125,7 @@ class Window:
     items: list[Item] = field(default_factory=list)
     closed_ts: float = 0.0
     nbytes: int = 0
+    charged: int = 0  # budget bytes its items hold (released when the window is done)
     reason: str = ""  # "seconds" | "max_items" | "max_bytes" | "stop"
 
 
@@ -156,6 +176,7 @@ class Windower:
             w = self._current
             w.items.append(item)
             w.nbytes += item.nbytes
+            w.charged += item.held
             if len(w.items) >= self.policy.max_items:
                 closed = self._close_locked("max_items")
             elif w.nbytes >= self.policy.max_bytes:
