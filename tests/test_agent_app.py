@@ -307,3 +307,60 @@ def test_camera_source_frames_are_scored_without_touching_disk(
     assert all(r["source"] == "live" and r["item"].startswith("frame-") for r in results)
     assert not (tmp_path / "quarantine").exists()
 
+
+class _FailingSession:
+    """The real onnxruntime session, made to raise on its first ``fail`` runs."""
+
+    def __init__(self, real: Any, fail: int) -> None:
+        self.real, self.fail, self.calls = real, fail, 0
+
+    def run(self, *args: Any, **kwargs: Any) -> Any:
+        self.calls += 1
+        if self.calls <= self.fail:
+            raise RuntimeError(f"injected model failure {self.calls}")
+        return self.real.run(*args, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.real, name)
+
+
+@pytest.mark.parametrize("fail", [2, 1000])
+def test_failed_window_is_retried_then_quarantined(
+    tmp_path: Path, models: Path, fail: int
+) -> None:
+    from cdml_edge.agent.app import WINDOW_ATTEMPTS
+
+    cfg_path = write_config(tmp_path)
+    out = tmp_path / "out.jsonl"
+    agent = Agent(load_config(cfg_path), cfg_path)
+    agent.start()
+    runner = agent.runners["image"]
+    runner.session = _FailingSession(runner.session, fail)
+    cam = tmp_path / "in/cam"
+    try:
+        write_atomic(cam / "a.jpg", jpeg(250))
+        if fail < WINDOW_ATTEMPTS:  # a transient failure: retried, then scored and deleted
+            wait_for(lambda: len(of_kind(read_jsonl(out), "/result")) == 1, timeout=30,
+                     what="result after retries")
+            wait_for(lambda: not (cam / "a.jpg").exists(), what="a.jpg deleted")
+        else:  # a lasting one: quarantined after WINDOW_ATTEMPTS windows, with an event
+            wait_for(lambda: (tmp_path / "quarantine/cam/a.jpg").exists(), timeout=30,
+                     what="a.jpg quarantined")
+            wait_for(lambda: any(e.get("quarantined_path")
+                                 for e in of_kind(read_jsonl(out), "/error")),
+                     what="quarantine error event")
+    finally:
+        agent.stop()
+    lines = read_jsonl(out)
+    errors = of_kind(lines, "/error")
+    assert not (cam / "a.jpg").exists()
+    if fail < WINDOW_ATTEMPTS:
+        assert [r["item"] for r in of_kind(lines, "/result")] == ["a.jpg"]
+        assert len(errors) == fail and runner.session.calls == fail + 1
+    else:
+        assert of_kind(lines, "/result") == []
+        assert runner.session.calls == WINDOW_ATTEMPTS
+        last = [e for e in errors if e.get("quarantined_path")]
+        assert len(last) == 1 and last[0]["item"] == "a.jpg"
+        assert f"failed in {WINDOW_ATTEMPTS} windows" in last[0]["message"]
+        assert len(errors) == WINDOW_ATTEMPTS + 1  # one per failed window + the quarantine

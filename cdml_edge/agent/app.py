@@ -44,6 +44,8 @@ Source = FolderSource | CameraSource
 
 DATA_COPIES = 4  # the item, the packed archive, the member read back, one decoded copy
 RESULT_BYTES = 4096  # per item: manifest entry, result record and its JSON message
+WINDOW_ATTEMPTS = 3  # a file whose whole window failed this often is quarantined
+RETRY_BACKOFF_S = 0.5  # first retry after 0.5 s, then 1 s, 2 s ...
 
 
 def window_charges(budget: ByteBudget, runners: dict[str, ModelRunner]) -> None:
@@ -93,6 +95,8 @@ class Agent:
         self._idle = threading.Condition()
         self._inflight = 0  # windows closed and not yet durable
         self._health_thread: threading.Thread | None = None
+        self._attempts: dict[str, int] = {}  # item id -> failed windows (only files retried)
+        self._attempts_lock = threading.Lock()
         self.started_at = time.time()
         self._build(cfg)
 
@@ -318,8 +322,44 @@ class Agent:
                     [error_event(window.source, None, type(exc).__name__, str(exc),
                                  device=self.cfg.device.id, sequencer=self.sequencer)]
                 )
+                self._window_failed(window, exc)
                 self.budget.release(window.charged)
                 self._window_done()
+
+    def _window_failed(self, window: Window, exc: Exception) -> None:
+        """Retry policy for a window that failed as a whole (a model error, say).
+
+        Each of its files is taken again after a backoff (``RETRY_BACKOFF_S`` doubling per
+        attempt); a file that was in ``WINDOW_ATTEMPTS`` failed windows is quarantined with
+        an error event naming it. Camera frames are not retried (the window's error event
+        counts them): the camera has moved on and holding frames would defeat the budget.
+        """
+        errors: list[OutMessage] = []
+        for it in window.items:
+            if it.path is None:
+                continue
+            with self._attempts_lock:
+                n = self._attempts.get(it.item_id, 0) + 1
+                self._attempts[it.item_id] = n
+                if n >= WINDOW_ATTEMPTS:
+                    self._attempts.pop(it.item_id, None)
+            src = self.sources.get(window.source)
+            if n < WINDOW_ATTEMPTS:
+                if src is not None:
+                    src.retry(it.path, RETRY_BACKOFF_S * 2 ** (n - 1))
+                continue
+            self.metrics.errors.labels(stage="window_retries").inc()
+            dest = self.lifecycle.quarantine(window.source, it.name, it.path, None)
+            if src is not None:
+                src.release(it.path, keep=False)
+            errors.append(
+                error_event(window.source, it.name, type(exc).__name__,
+                            f"failed in {n} windows, quarantined: {exc}",
+                            device=self.cfg.device.id, sequencer=self.sequencer,
+                            quarantined_path=str(dest) if dest else None)
+            )
+        if errors:
+            self._publish_errors(errors)
 
     def _process(self, window: Window) -> None:
         sc = self.source_config(window.source)
@@ -374,12 +414,16 @@ class Agent:
                 errors.append(error_event(window.source, None, res.event, res.error or "ok",
                                           device=cfg.device.id, sequencer=self.sequencer))
         done_paths = [it.path for it in window.items if it.path and it.item_id not in failed_ids]
+        done_ids = [it.item_id for it in window.items if it.path]
         closed_ts = window.closed_ts
         source = window.source
         charged = window.charged
         del window, packed  # only paths travel into the callback, not the bytes
 
         def on_durable() -> None:
+            with self._attempts_lock:
+                for i in done_ids:
+                    self._attempts.pop(i, None)
             for p in done_paths:
                 self.lifecycle.finish(p, sc.on_done, sc.move_to)
                 src = self.sources.get(source)

@@ -91,6 +91,7 @@ class _Pending:
     closed: bool = False  # close-write or moved-in seen: complete now
     writing: bool = False  # inotify saw it written to: wait for its close-write
     seen: float = field(default_factory=time.time)  # wall time the agent first saw this version
+    not_before: float = 0.0  # monotonic time before which it is not taken (a retry's backoff)
 
 
 @dataclass
@@ -192,6 +193,26 @@ class FolderSource:
             with self._cond:
                 self._taken.pop(str(path), None)
 
+    def retry(self, path: Path, delay: float) -> None:
+        """Take ``path`` again, complete as it is, once ``delay`` seconds have passed.
+
+        Used when its whole window failed: the file is still on disk, but no new event will
+        announce it, so it goes straight back into the pending set with a backoff.
+        """
+        key = str(path)
+        try:
+            st = os.stat(key)
+        except OSError:
+            self._forget(key)
+            return
+        with self._cond:
+            self._taken.pop(key, None)
+            self._pending[key] = _Pending(
+                st.st_size, st.st_mtime_ns, time.monotonic(), closed=True,
+                not_before=time.monotonic() + delay,
+            )
+            self._cond.notify_all()
+
     @property
     def pending_count(self) -> int:
         with self._cond:
@@ -282,6 +303,8 @@ class FolderSource:
         with self._cond:
             items = list(self._pending.items())
         for path, pend in items:
+            if pend.not_before > now:
+                continue
             if pend.closed:
                 ready.append((pend.mtime_ns, path))
                 continue
@@ -420,6 +443,9 @@ class CameraSource:
 
     def pause(self, paused: bool) -> None:
         self._paused = paused
+
+    def retry(self, path: Path, delay: float) -> None:  # frames have no file to retake
+        pass
 
     def release(self, path: Path, keep: bool) -> None:  # frames have no file
         return None
