@@ -111,6 +111,33 @@ def test_gone_supervisor_is_not_fatal(tmp_path: Path) -> None:
     assert n.ready() is False  # logged, not raised
 
 
+def test_supervisor_that_stops_reading_does_not_block(tmp_path: Path) -> None:
+    path = str(tmp_path / "full.sock")
+    receiver = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    receiver.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1024)
+    receiver.bind(path)  # bound, never read: its queue fills up
+    try:
+        n = SdNotifier(environ={"NOTIFY_SOCKET": path})
+        results: list[bool] = []
+        for _ in range(500):
+            results.append(n.notify("STATUS=" + "x" * 200))
+            if not results[-1]:
+                break
+        assert results[0] is True
+        assert results[-1] is False  # dropped once the queue was full, not blocked forever
+        received = 0
+        receiver.setblocking(False)
+        while True:
+            try:
+                receiver.recv(4096)
+            except BlockingIOError:
+                break
+            received += 1
+        assert received == results.count(True)
+    finally:
+        receiver.close()
+
+
 def test_watchdog_interval_from_environment() -> None:
     pid = str(os.getpid())
     assert SdNotifier(environ={"WATCHDOG_USEC": "30000000"}).watchdog_interval() == 30.0

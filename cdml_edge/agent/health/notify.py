@@ -24,6 +24,10 @@ def _socket_address(raw: str) -> str | bytes:
     return raw
 
 
+SEND_TIMEOUT_S = 0.5
+"""Longest wait for room in the notify socket's queue before a datagram is dropped."""
+
+
 class SdNotifier:
     """Sends state changes to systemd's notify socket.
 
@@ -68,6 +72,9 @@ class SdNotifier:
                     self._sock = socket.socket(
                         socket.AF_UNIX, socket.SOCK_DGRAM | socket.SOCK_CLOEXEC
                     )
+                    # A supervisor that stops reading must not stall the pipeline: a full
+                    # socket queue drops this datagram after SEND_TIMEOUT_S instead.
+                    self._sock.settimeout(SEND_TIMEOUT_S)
                 self._sock.sendto(payload, self._address)
         except OSError as exc:
             log.warning("sd_notify to %r failed: %s", self._address, exc)
