@@ -8,7 +8,11 @@ TORCH  := torch==2.13.0
 
 .PHONY: install test test-fast lint bench fuzz demo clean
 
-$(STAMP): pyproject.toml setup.py
+NATIVE := $(wildcard cdml_edge/archive/_native/*.c cdml_edge/archive/_native/*.h \
+            cdml_edge/archive/_native/cffi_build.py)
+
+# Re-installing when the C sources change rebuilds the native reader in place.
+$(STAMP): pyproject.toml setup.py $(NATIVE)
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) install -q --upgrade pip setuptools wheel cffi
 	$(PIP) install -q $(TORCH)
