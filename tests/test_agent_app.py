@@ -364,3 +364,25 @@ def test_failed_window_is_retried_then_quarantined(
         assert len(last) == 1 and last[0]["item"] == "a.jpg"
         assert f"failed in {WINDOW_ATTEMPTS} windows" in last[0]["message"]
         assert len(errors) == WINDOW_ATTEMPTS + 1  # one per failed window + the quarantine
+
+
+def test_file_too_large_is_quarantined_unread(tmp_path: Path, models: Path) -> None:
+    cfg_path = write_config(tmp_path)
+    cam = tmp_path / "in/cam"
+    cam.mkdir(parents=True)
+    with open(cam / "huge.jpg", "wb") as fh:
+        fh.truncate(2**31)  # sparse: 2 GiB that take no disk
+    agent = Agent(load_config(cfg_path), cfg_path)
+    agent.start()
+    try:
+        write_atomic(cam / "ok.jpg", jpeg(200))
+        out = tmp_path / "out.jsonl"
+        wait_for(lambda: len(of_kind(read_jsonl(out), "/error")) >= 1, what="error event")
+        wait_for(lambda: len(of_kind(read_jsonl(out), "/result")) >= 1, what="result")
+    finally:
+        agent.stop()
+    assert agent.budget.peak < 2**31
+    (err,) = of_kind(read_jsonl(tmp_path / "out.jsonl"), "/error")
+    assert err["item"] == "huge.jpg" and f"too large: {2**31} bytes" in err["message"]
+    assert Path(err["quarantined_path"]) == tmp_path / "quarantine/cam/huge.jpg"
+    assert not (cam / "huge.jpg").exists()

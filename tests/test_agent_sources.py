@@ -15,6 +15,7 @@ from cdml_edge.agent.payloads import item_id
 from cdml_edge.agent.sources import (
     CameraSource,
     CameraSpec,
+    FileTooLarge,
     FolderSource,
     FolderSpec,
     SourceError,
@@ -219,7 +220,7 @@ def test_read_error_names_the_file(tmp_path: Path) -> None:
     from cdml_edge.agent.sources import _read_whole
 
     with pytest.raises(SourceError, match="nothere.jpg"):
-        _read_whole(tmp_path / "nothere.jpg")
+        _read_whole(tmp_path / "nothere.jpg", 1)
 
 
 def test_file_renamed_in_from_another_folder_is_taken(tmp_path: Path) -> None:
@@ -262,3 +263,47 @@ def test_backlog_beyond_max_pending_stays_on_disk_and_is_rescanned(tmp_path: Pat
         assert src.rescans >= 1
     finally:
         src.stop()
+
+
+def test_file_too_large_is_refused_without_reading_it(tmp_path: Path) -> None:
+    inbox = tmp_path / "in"
+    inbox.mkdir()
+    sink = Sink()
+    # a 4x charge: a 1 MiB budget takes files up to 256 KiB; the window caps them at 100 KB
+    spec = FolderSpec(name="cam", path=inbox, modality="image", patterns=("*.jpg",),
+                      max_file_bytes=100_000)
+    budget = ByteBudget(2**20, data_factor=4)
+    src = FolderSource(spec, budget, sink, sink.error)  # not started: driven by hand
+    assert src.max_file_bytes() == 100_000
+    p = inbox / "huge.jpg"
+    with open(p, "wb") as fh:
+        fh.truncate(2**31)  # sparse: 2 GiB that take no disk
+    src._notice(str(p), closed=True)
+    assert src._take(str(p)) is True
+    assert sink.items == [] and budget.used == 0 and budget.peak == 0
+    (source, name, exc) = sink.errors[0]
+    assert isinstance(exc, FileTooLarge) and name == "huge.jpg"
+    assert f"too large: {2**31} bytes, limit 100000" in str(exc)
+    assert src.pending_count == 0
+    big = ByteBudget(2**20, data_factor=4)  # without a window cap the budget's share rules
+    assert FolderSource(FolderSpec(name="c", path=inbox, modality="image"), big,
+                        sink, sink.error).max_file_bytes() == 2**18
+
+
+def test_file_grown_after_stable_check_waits_until_stable_again(tmp_path: Path) -> None:
+    inbox = tmp_path / "in"
+    inbox.mkdir()
+    sink = Sink()
+    src = _source(tmp_path, sink, patterns=("*.jpg",))  # not started: driven by hand
+    p = inbox / "growing.jpg"
+    p.write_bytes(b"x" * 1000)
+    src._notice(str(p), closed=True)
+    with open(p, "ab") as fh:
+        fh.write(b"y" * 5000)  # grows after it was judged complete
+    assert src._take(str(p)) is True
+    assert sink.items == [] and src._budget.used == 0
+    pend = src._pending[str(p)]
+    assert pend.size == 6000 and not pend.closed  # judged again once stable
+    src._notice(str(p), closed=True)
+    assert src._take(str(p)) is True
+    assert [i.size for i in sink.items] == [6000] and len(sink.items[0].data) == 6000

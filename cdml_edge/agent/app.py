@@ -33,7 +33,13 @@ from cdml_edge.agent.outputs import make_output
 from cdml_edge.agent.packer import pack_window
 from cdml_edge.agent.payloads import HealthPayload, Sequencer, StatusPayload
 from cdml_edge.agent.pipeline import error_event, process_window, warm_up_decoder
-from cdml_edge.agent.sources import CameraSource, CameraSpec, FolderSource, FolderSpec
+from cdml_edge.agent.sources import (
+    CameraSource,
+    CameraSpec,
+    FileTooLarge,
+    FolderSource,
+    FolderSpec,
+)
 from cdml_edge.agent.windows import ByteBudget, Window, Windower, WindowPolicy
 from cdml_edge.config import AppConfig, ConfigError, SourceConfig, load_config
 from cdml_edge.decode import EXTENSIONS
@@ -143,6 +149,7 @@ class Agent:
             patterns=tuple(sc.patterns) or default_patterns(sc.modality),
             stable_seconds=sc.stable_seconds,
             polling=sc.polling,
+            max_file_bytes=sc.window.max_bytes,
         )
         return FolderSource(fspec, self.budget, sink, self._source_error)
 
@@ -446,9 +453,13 @@ class Agent:
         self, source: str, name: str | None, exc: Exception, path: Path | None
     ) -> None:
         self.metrics.errors.labels(stage="read").inc()
+        dest = None
+        if isinstance(exc, FileTooLarge) and path is not None and name is not None:
+            dest = self.lifecycle.quarantine(source, name, path, None)
         self._publish_errors(
             [error_event(source, name, type(exc).__name__, str(exc),
-                         device=self.cfg.device.id, sequencer=self.sequencer)]
+                         device=self.cfg.device.id, sequencer=self.sequencer,
+                         quarantined_path=str(dest) if dest else None)]
         )
 
     def _publish_errors(self, msgs: list[OutMessage]) -> None:

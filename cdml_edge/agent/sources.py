@@ -61,6 +61,15 @@ class SourceError(Exception):
         self.path = str(path)
 
 
+class FileTooLarge(SourceError):
+    """A file bigger than one window or the in-flight budget may hold; never read."""
+
+    def __init__(self, path: Path | str, size: int, limit: int) -> None:
+        super().__init__(path, f"too large: {size} bytes, limit {limit}")
+        self.size = size
+        self.limit = limit
+
+
 def is_candidate(name: str, patterns: Sequence[str]) -> bool:
     """Whether a file name is one the folder source takes."""
     if name.startswith(".") or name.lower().endswith(IGNORED_SUFFIXES):
@@ -81,6 +90,7 @@ class FolderSpec:
     poll_interval: float = 1.0
     recursive: bool = False
     max_pending: int = 1024  # files tracked at once; more stay on disk and are rescanned
+    max_file_bytes: int | None = None  # a window's max_bytes: a bigger file is never read
 
 
 @dataclass
@@ -218,6 +228,14 @@ class FolderSource:
         with self._cond:
             return len(self._pending)
 
+    def max_file_bytes(self) -> int:
+        """The largest file taken: what one window holds (``max_file_bytes``) and what the
+        whole budget can be charged for it (its charge is a multiple of its size)."""
+        b = self._budget
+        fits = (b.max_bytes - b.item_extra.get(self.spec.modality, 0)) // b.data_factor
+        cap = self.spec.max_file_bytes
+        return max(0, fits if cap is None else min(fits, cap))
+
     # -- events ----------------------------------------------------------------------------
     def _notice(self, path: str, closed: bool, writing: bool = False) -> None:
         p = Path(path)
@@ -334,19 +352,30 @@ class FolderSource:
             pend = self._pending.get(path)
         if pend is None:
             return True
+        name = os.path.relpath(path, self.spec.path)
+        limit = self.max_file_bytes()
+        if pend.size > limit:  # never read: the caller quarantines it (see ErrorSink)
+            self._forget(path)
+            self.stats.errors += 1
+            self._on_error(self.spec.name, name, FileTooLarge(path, pend.size, limit), Path(path))
+            return True
         charge = self._budget.cost(pend.size, self.spec.modality)
         if not self._budget.try_acquire(charge):
             return False
-        name = os.path.relpath(path, self.spec.path)
         try:
-            data, st = _read_whole(Path(path))
+            data, st = _read_whole(Path(path), pend.size + 1)
         except SourceError as exc:
             self._budget.release(charge)
             self._forget(path)
             self.stats.errors += 1
             self._on_error(self.spec.name, name, exc, None)
             return True
-        if len(data) != pend.size:  # grew or shrank since it was judged complete
+        if len(data) > pend.size:  # grew since it was judged complete: still being written
+            self._budget.release(charge)
+            with self._cond:  # judged again once its size and mtime are stable
+                self._pending[path] = _Pending(st.st_size, st.st_mtime_ns, time.monotonic())
+            return True
+        if len(data) != pend.size:  # shrank since it was judged complete
             self._budget.release(charge)
             charge = self._budget.cost(len(data), self.spec.modality)
             if not self._budget.try_acquire(charge):
@@ -381,11 +410,12 @@ def _arrival(mtime: float, seen: float) -> float:
     return seen if seen - mtime > OLD_MTIME_S else mtime
 
 
-def _read_whole(path: Path) -> tuple[bytes, os.stat_result]:
+def _read_whole(path: Path, at_most: int) -> tuple[bytes, os.stat_result]:
+    """Read at most ``at_most`` bytes (the expected size + 1, so growth shows)."""
     try:
         with open(path, "rb") as fh:
             st = os.fstat(fh.fileno())
-            data = fh.read()
+            data = fh.read(at_most)
     except FileNotFoundError as exc:
         raise SourceError(path, "vanished before it could be read") from exc
     except OSError as exc:
