@@ -37,7 +37,7 @@ from enum import Enum
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from cdml_edge.agent.catalog import CATALOG_NAME, Catalog, WindowRecord
 from cdml_edge.agent.manifest import ItemOutcome, ManifestError, WindowManifest
@@ -74,6 +74,25 @@ class ArchiveRef(BaseModel):
     file: str
     bytes: int = Field(ge=0)
     sha256: str
+
+    @field_validator("file")
+    @classmethod
+    def _plain_name(cls, v: str) -> str:
+        if not is_plain_archive_name(v):
+            raise ValueError(f"not a plain archive file name: {v!r}")
+        return v
+
+
+def is_plain_archive_name(name: str) -> bool:
+    """A bare file name (no separator, no ``..``, not hidden) ending in an archive suffix."""
+    return (
+        bool(name)
+        and "/" not in name
+        and "\\" not in name
+        and "\x00" not in name
+        and not name.startswith(".")
+        and name.endswith(tuple(ARCHIVE_SUFFIXES.values()))
+    )
 
 
 class RetainedWindow(BaseModel):
@@ -351,8 +370,10 @@ class RetentionRing:
         return n
 
     def _delete(self, r: WindowRecord) -> None:
-        (self.dir / r.sidecar).unlink(missing_ok=True)  # un-commit first
-        (self.dir / r.file).unlink(missing_ok=True)
+        if r.sidecar.endswith(SIDECAR_SUFFIX) and os.path.basename(r.sidecar) == r.sidecar:
+            (self.dir / r.sidecar).unlink(missing_ok=True)  # un-commit first
+        if is_plain_archive_name(r.file):  # never a path outside the ring
+            (self.dir / r.file).unlink(missing_ok=True)
         self.catalog.remove(r.window_id)
 
     # -- reading -------------------------------------------------------------------
@@ -367,6 +388,8 @@ class RetentionRing:
         return read_sidecar(self.dir / record.sidecar)
 
     def archive_path(self, record: WindowRecord) -> Path:
+        if not _safe_record(record):
+            raise RetentionError(record.file, "archive file name outside the ring")
         return self.dir / record.file
 
     def stats(self) -> dict[str, int]:
@@ -456,7 +479,7 @@ def list_retained(
     try:
         catalog = Catalog.read_only(d / CATALOG_NAME)
         try:
-            return catalog.windows(since, until, source)
+            return [r for r in catalog.windows(since, until, source) if _safe_record(r)]
         finally:
             catalog.close()
     except (sqlite3.Error, FileNotFoundError, ValueError) as exc:
@@ -490,9 +513,26 @@ def read_sidecar(path: str | Path) -> RetainedWindow:
     except OSError as exc:
         raise RetentionError(p, f"cannot read sidecar: {exc.strerror or exc}") from exc
     try:
-        return RetainedWindow.from_bytes(data, str(p))
+        rw = RetainedWindow.from_bytes(data, str(p))
     except ManifestError as exc:
         raise RetentionError(p, str(exc)) from exc
+    stem = p.name[: -len(SIDECAR_SUFFIX)] if p.name.endswith(SIDECAR_SUFFIX) else p.stem
+    if rw.archive.file not in {stem + sfx for sfx in ARCHIVE_SUFFIXES.values()}:
+        raise RetentionError(
+            p, f"invalid sidecar: archive.file {rw.archive.file!r} does not match {stem!r}"
+        )
+    return rw
+
+
+def _safe_record(r: WindowRecord) -> bool:
+    """A catalog row whose file names stay inside the ring and belong together."""
+    stem = r.sidecar[: -len(SIDECAR_SUFFIX)]
+    return (
+        r.sidecar.endswith(SIDECAR_SUFFIX)
+        and os.path.basename(r.sidecar) == r.sidecar
+        and is_plain_archive_name(r.file)
+        and r.file in {stem + sfx for sfx in ARCHIVE_SUFFIXES.values()}
+    )
 
 
 def _record(manifest: WindowManifest, ref: ArchiveRef, sidecar: str, nbytes: int) -> WindowRecord:
