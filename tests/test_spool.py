@@ -197,3 +197,28 @@ def test_one_process_per_spool_folder(tmp_path: Path) -> None:
         Spool(tmp_path, max_bytes=4096)
     spool.close()
     Spool(tmp_path, max_bytes=4096).close()
+
+
+@pytest.mark.timeout(30)
+def test_a_multi_mib_garbage_segment_recovers_in_linear_work(tmp_path: Path) -> None:
+    # one bad record every 4 bytes: a rescan of the rest per skip would take minutes
+    good = _recs(0, 2)
+    garbage = b"CDSP" * (1024 * 1024)  # 4 MiB of magics whose length field is impossible
+    (tmp_path / "000000000003.seg").write_bytes(good[0].encode() + garbage + good[1].encode())
+    spool = Spool(tmp_path, max_bytes=64 << 20, fsync="never")
+    assert spool.pending == 2
+    assert _drain(spool) == good
+    assert spool.corrupt_skipped == 1024 * 1024
+    spool.close()
+
+
+def test_a_segment_larger_than_the_spool_bound_is_set_aside_unread(tmp_path: Path) -> None:
+    big = tmp_path / "000000000002.seg"
+    big.write_bytes(os.urandom(300_000))
+    spool = Spool(tmp_path, max_bytes=200_000, fsync="never")
+    assert spool.pending == 0
+    assert spool.stats()["spool_segments_set_aside"] == 1
+    assert (tmp_path / "000000000002.seg.bad").stat().st_size == 300_000
+    spool.append(_recs(0, 3))
+    assert _drain(spool) == _recs(0, 3)
+    spool.close()

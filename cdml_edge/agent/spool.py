@@ -100,7 +100,8 @@ def parse_records(
     end of ``buf`` — more bytes may come; with ``complete=True`` such a torn tail is yielded
     as a skipped span.
     """
-    view = memoryview(buf)
+    data = buf if isinstance(buf, bytes) else bytes(buf)
+    view = memoryview(data)
     pos, n = 0, len(view)
     while pos < n:
         if n - pos < HEADER_SIZE:
@@ -117,15 +118,50 @@ def parse_records(
                 continue
         elif magic == MAGIC and length <= MAX_BODY and not complete:
             return  # a record still being read
-        nxt = bytes(view[pos + 1 :]).find(MAGIC)
+        nxt = data.find(MAGIC, pos + 1)  # searched in place: recovery stays linear
         if nxt >= 0:
-            skip_to = pos + 1 + nxt
+            skip_to = nxt
         elif complete:
             skip_to = n
         else:
             skip_to = max(pos + 1, n - len(MAGIC) + 1)  # keep a magic cut by the chunk end
         yield pos, skip_to, None
         pos = skip_to
+
+
+_SCAN_CHUNK = 1024 * 1024
+
+
+def _scan_segment(path: Path) -> int:
+    """Count the valid records of a segment file, reading it in bounded chunks."""
+    count = skipped = 0
+    size = path.stat().st_size
+    with open(path, "rb") as fh:
+        buf, offset = b"", 0  # buf holds file bytes from ``offset`` on
+        while True:
+            want = _SCAN_CHUNK
+            if len(buf) >= HEADER_SIZE:
+                magic, length, _crc = _HEADER.unpack_from(buf, 0)
+                if magic == MAGIC and length <= MAX_BODY:
+                    want = max(want, HEADER_SIZE + length - len(buf))
+            more = fh.read(want)
+            buf += more
+            complete = not more or offset + len(buf) >= size
+            consumed = 0
+            for off, end, body in parse_records(buf, complete=complete):
+                consumed = end
+                if body is None:  # counted in corrupt_skipped when the reader passes it
+                    if not skipped:
+                        log.warning("%s: a torn or corrupt record at byte %d is skipped",
+                                    path, offset + off)
+                    skipped += 1
+                else:
+                    count += 1
+            if complete:
+                if skipped > 1:
+                    log.warning("%s: %d torn or corrupt spans in all", path, skipped)
+                return count
+            buf, offset = buf[consumed:], offset + consumed
 
 
 @dataclass
@@ -186,6 +222,7 @@ class Spool:
         self._total = 0
         self.dropped = 0
         self.corrupt_skipped = 0
+        self.set_aside = 0
         self.bytes_written = 0
         self.appended = 0
         self.acked = 0
@@ -219,25 +256,28 @@ class Spool:
     # ---------------------------------------------------------------- recovery
     def _recover(self) -> None:
         cursor = self._load_cursor()
+        max_id = 0
         for path in sorted(self.dir.glob("*" + _SUFFIX)):
             try:
                 seg_id = int(path.stem)
             except ValueError:
                 continue
+            max_id = max(max_id, seg_id)
             if seg_id < cursor.seg:
                 self._unlink(path)
                 continue
             seg = _Segment(seg_id, path)
             try:
-                data = path.read_bytes()
+                seg.size = path.stat().st_size
             except OSError as exc:
                 raise SpoolError(f"{path}: cannot read spool segment: {exc}") from exc
-            seg.size = len(data)
-            for _off, _end, body in parse_records(data):
-                if body is None:  # counted in corrupt_skipped when the reader passes it
-                    log.warning("%s: a torn or corrupt record at byte %d is skipped", path, _off)
-                else:
-                    seg.count += 1
+            if seg.size > self.max_bytes:
+                self._set_aside(path, f"{seg.size} bytes exceed spool.max_bytes={self.max_bytes}")
+                continue
+            try:
+                seg.count = _scan_segment(path)
+            except OSError as exc:
+                raise SpoolError(f"{path}: cannot read spool segment: {exc}") from exc
             self._segments.append(seg)
             self._total += seg.size
         if self._segments and self._segments[0].id == cursor.seg:
@@ -248,9 +288,18 @@ class Spool:
             cursor = Position(self._segments[0].id, 0, 0)
         self._cursor = cursor
         self._read = Position(cursor.seg, cursor.offset, cursor.index)
-        self._next_id = (self._segments[-1].id + 1) if self._segments else max(cursor.seg, 1)
+        self._next_id = max(max_id + 1, cursor.seg, 1)
         with self._lock:
             self._release_consumed_locked()
+
+    def _set_aside(self, path: Path, why: str) -> None:
+        """Rename an unusable segment to ``*.seg.bad`` (kept for inspection) and count it."""
+        self.set_aside += 1
+        try:
+            path.rename(path.with_name(path.name + ".bad"))
+            log.error("%s: unusable spool segment set aside as *.bad: %s", path, why)
+        except OSError as exc:
+            log.error("%s: unusable spool segment skipped (%s; rename failed: %s)", path, why, exc)
 
     def _load_cursor(self) -> Position:
         path = self.dir / "cursor"
@@ -300,6 +349,7 @@ class Spool:
                 "spool_segments": len(self._segments),
                 "spool_dropped": self.dropped,
                 "spool_corrupt_skipped": self.corrupt_skipped,
+                "spool_segments_set_aside": self.set_aside,
                 "spool_bytes_written": self.bytes_written,
             }
 
