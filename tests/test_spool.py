@@ -222,3 +222,16 @@ def test_a_segment_larger_than_the_spool_bound_is_set_aside_unread(tmp_path: Pat
     spool.append(_recs(0, 3))
     assert _drain(spool) == _recs(0, 3)
     spool.close()
+
+
+def test_a_folder_named_like_a_segment_is_set_aside_and_the_spool_starts(tmp_path: Path) -> None:
+    first = Spool(tmp_path, max_bytes=1 << 20, fsync="never")
+    first.append(_recs(0, 4))
+    first.close()
+    (tmp_path / "000000000007.seg").mkdir()
+    spool = Spool(tmp_path, max_bytes=1 << 20, fsync="never")
+    assert spool.stats()["spool_segments_set_aside"] == 1
+    assert (tmp_path / "000000000007.seg.bad").is_dir()
+    spool.append(_recs(10, 2))  # a new segment after the set-aside id, no collision
+    assert _drain(spool) == _recs(0, 4) + _recs(10, 2)
+    spool.close()

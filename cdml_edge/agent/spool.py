@@ -263,21 +263,20 @@ class Spool:
             except ValueError:
                 continue
             max_id = max(max_id, seg_id)
-            if seg_id < cursor.seg:
+            if seg_id < cursor.seg and path.is_file():
                 self._unlink(path)
                 continue
             seg = _Segment(seg_id, path)
             try:
+                if not path.is_file():
+                    raise OSError("not a regular file")
                 seg.size = path.stat().st_size
-            except OSError as exc:
-                raise SpoolError(f"{path}: cannot read spool segment: {exc}") from exc
-            if seg.size > self.max_bytes:
-                self._set_aside(path, f"{seg.size} bytes exceed spool.max_bytes={self.max_bytes}")
-                continue
-            try:
+                if seg.size > self.max_bytes:
+                    raise OSError(f"{seg.size} bytes exceed spool.max_bytes={self.max_bytes}")
                 seg.count = _scan_segment(path)
             except OSError as exc:
-                raise SpoolError(f"{path}: cannot read spool segment: {exc}") from exc
+                self._set_aside(path, str(exc))
+                continue
             self._segments.append(seg)
             self._total += seg.size
         if self._segments and self._segments[0].id == cursor.seg:
