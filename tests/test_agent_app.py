@@ -386,3 +386,61 @@ def test_file_too_large_is_quarantined_unread(tmp_path: Path, models: Path) -> N
     assert err["item"] == "huge.jpg" and f"too large: {2**31} bytes" in err["message"]
     assert Path(err["quarantined_path"]) == tmp_path / "quarantine/cam/huge.jpg"
     assert not (cam / "huge.jpg").exists()
+
+
+class _FullDiskOutput:
+    """The real JSON-lines output, made to raise ENOSPC on its first ``fail`` result batches."""
+
+    def __init__(self, real: Any, fail: int) -> None:
+        self.real, self.fail, self.failed = real, fail, 0
+
+    def publish_batch(self, msgs: Any, on_durable: Any = None) -> None:
+        if any(m.topic.endswith("result") for m in msgs) and self.failed < self.fail:
+            self.failed += 1
+            raise OSError(28, "No space left on device")
+        self.real.publish_batch(msgs, on_durable)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.real, name)
+
+
+def test_output_failure_keeps_files_and_releases_the_budget_once(
+    tmp_path: Path, models: Path
+) -> None:
+    from cdml_edge.agent.app import WINDOW_ATTEMPTS
+    from cdml_edge.agent.outputs import make_output
+
+    cfg_path = write_config(tmp_path)
+    cfg = load_config(cfg_path)
+    output = _FullDiskOutput(make_output(cfg), fail=WINDOW_ATTEMPTS + 1)
+    agent = Agent(cfg, cfg_path, output=output)  # type: ignore[arg-type]
+    ledger = {"acquired": 0, "released": 0}
+    acquire, release = agent.budget.try_acquire, agent.budget.release
+
+    def counted_acquire(n: int) -> bool:
+        ok = acquire(n)
+        ledger["acquired"] += n if ok else 0
+        return ok
+
+    def counted_release(n: int) -> None:
+        ledger["released"] += n
+        release(n)
+
+    agent.budget.try_acquire = counted_acquire  # type: ignore[method-assign]
+    agent.budget.release = counted_release  # type: ignore[method-assign]
+    out = tmp_path / "out.jsonl"
+    cam = tmp_path / "in/cam"
+    agent.start()
+    try:
+        write_atomic(cam / "a.jpg", jpeg(250))
+        wait_for(lambda: len(of_kind(read_jsonl(out), "/result")) == 1, timeout=30,
+                 what="result once the output recovers")
+        wait_for(lambda: not (cam / "a.jpg").exists(), what="a.jpg deleted")
+        wait_for(lambda: of_kind(read_jsonl(out), "/health")[-1]["errors"] >= output.failed,
+                 what="output failures in health")
+    finally:
+        agent.stop()
+    assert output.failed == WINDOW_ATTEMPTS + 1
+    assert not (tmp_path / "quarantine").exists()  # not the file's fault
+    assert [r["item"] for r in of_kind(read_jsonl(out), "/result")] == ["a.jpg"]
+    assert ledger["acquired"] > 0 and ledger["released"] == ledger["acquired"]

@@ -52,6 +52,12 @@ DATA_COPIES = 4  # the item, the packed archive, the member read back, one decod
 RESULT_BYTES = 4096  # per item: manifest entry, result record and its JSON message
 WINDOW_ATTEMPTS = 3  # a file whose whole window failed this often is quarantined
 RETRY_BACKOFF_S = 0.5  # first retry after 0.5 s, then 1 s, 2 s ...
+OUTPUT_PAUSE_S = 1.0  # intake pause (and retry delay) after the output refused a window
+
+
+class OutputFailed(Exception):
+    """The output refused a window's messages (disk full, publisher closed): not the files'
+    fault. They stay on disk and are taken again; their budget bytes are already released."""
 
 
 def window_charges(budget: ByteBudget, runners: dict[str, ModelRunner]) -> None:
@@ -322,6 +328,12 @@ class Agent:
                 return
             try:
                 self._process(window)
+            except OutputFailed as exc:
+                log.error("output failed for window %s, files kept for a retry: %s",
+                          window.window_id, exc)
+                self.metrics.errors.labels(stage="output").inc()
+                self._output_failed(window)
+                self._window_done()
             except Exception as exc:
                 log.exception("window %s failed", window.window_id)
                 self.metrics.errors.labels(stage="pipeline").inc()
@@ -332,6 +344,27 @@ class Agent:
                 self._window_failed(window, exc)
                 self.budget.release(window.charged)
                 self._window_done()
+
+    def _output_failed(self, window: Window) -> None:
+        """Put the window's files back, pause intake for ``OUTPUT_PAUSE_S``; no attempt is
+        counted against the files (camera frames are lost, counted by the error metric)."""
+        src = self.sources.get(window.source)
+        if src is None:
+            return
+        for it in window.items:
+            if it.path is not None:
+                src.retry(it.path, OUTPUT_PAUSE_S)
+        for s in self.sources.values():
+            s.pause(True)
+
+        def resume() -> None:
+            if not self._stop.is_set():
+                for s in self.sources.values():
+                    s.pause(False)
+
+        t = threading.Timer(OUTPUT_PAUSE_S, resume)
+        t.daemon = True
+        t.start()
 
     def _window_failed(self, window: Window, exc: Exception) -> None:
         """Retry policy for a window that failed as a whole (a model error, say).
@@ -446,8 +479,10 @@ class Agent:
             self.metrics.item_latency.labels(source=source).observe(max(0.0, now - r.ts))
         try:
             self.output.publish_batch(msgs, on_durable)
+        except Exception as exc:
+            raise OutputFailed(f"{type(exc).__name__}: {exc}") from exc
         finally:
-            self.budget.release(charged)
+            self.budget.release(charged)  # the only release of a window that got this far
 
     def _source_error(
         self, source: str, name: str | None, exc: Exception, path: Path | None
