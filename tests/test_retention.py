@@ -178,7 +178,11 @@ def test_reconcile_removes_debris_and_stale_rows(tmp_path: Path) -> None:
     ring = RetentionRing(tmp_path, max_bytes=10**7)
     assert [r.window_id for r in ring.windows()] == ["w0", "w2"]
     left = sorted(p.name for p in tmp_path.iterdir() if not p.name.startswith(CATALOG_NAME))
-    assert left == sorted([recs[0].file, recs[0].sidecar, recs[2].file, recs[2].sidecar])
+    kept = [recs[0].file, recs[0].sidecar, recs[2].file, recs[2].sidecar]
+    assert left == sorted([*kept, "corrupt"])  # a damaged sidecar is kept aside, not deleted
+    assert [p.name for p in (tmp_path / "corrupt").iterdir()] == [
+        "20300101T000000.000Z_bad.window.json"
+    ]
 
 
 def test_concurrent_stores(tmp_path: Path) -> None:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
 from pathlib import Path
 
 from _retention_data import make_window
@@ -42,3 +44,48 @@ def test_sidecar_pointing_outside_the_ring_never_deletes_there(tmp_path: Path) -
         ring.evict()
         ring.close()
         assert victim.read_text() == "important", bad
+
+
+def test_damaged_sidecar_is_rebuilt_from_the_archive_manifest(tmp_path: Path) -> None:
+    d, [sc0, sc1] = _ring_with(tmp_path, 2)
+    archive0 = (d / sc0.replace(".window.json", ".zip")).read_bytes()
+    damaged = (d / sc0).read_bytes()[:-3]
+    (d / sc0).write_bytes(damaged)
+    _drop_catalog(d)
+    ring = RetentionRing(d, max_bytes=10**7, fsync=False)
+    assert [r.window_id for r in ring.windows()] == ["w0", "w1"]
+    assert ring.counters["rebuilt"] == 1 and ring.counters["corrupt"] == 0
+    rec0 = ring.windows()[0]
+    rw = ring.load(rec0)
+    assert rw.results_lost and rw.manifest.results == {} and rw.manifest.window_id == "w0"
+    assert rw.archive.sha256 == hashlib.sha256(archive0).hexdigest()
+    assert ring.archive_path(rec0).read_bytes() == archive0
+    assert (d / "corrupt" / sc0).read_bytes() == damaged
+    assert not ring.load(ring.windows()[1]).results_lost
+    assert ring.stats()["corrupt_bytes"] == len(damaged)
+    ring.close()
+
+
+def test_damaged_pair_is_quarantined_and_counted_toward_max_bytes(tmp_path: Path) -> None:
+    d, [sc0, sc1] = _ring_with(tmp_path, 2)
+    zip0 = sc0.replace(".window.json", ".zip")
+    (d / sc0).write_bytes((d / sc0).read_bytes()[:-3])
+    (d / zip0).write_bytes((d / zip0).read_bytes()[:40])  # the archive is damaged too
+    kept = {n: (d / n).read_bytes() for n in (sc0, zip0)}
+    _drop_catalog(d)
+    ring = RetentionRing(d, max_bytes=10**7, fsync=False)
+    assert [r.window_id for r in ring.windows()] == ["w1"]
+    assert ring.counters["corrupt"] == 1 and ring.counters["rebuilt"] == 0
+    assert {p.name: p.read_bytes() for p in (d / "corrupt").iterdir()} == kept
+    assert ring.stats()["corrupt_bytes"] == sum(map(len, kept.values()))
+    one = ring.windows()[0].bytes
+    ring.close()
+    # the quarantine counts toward max_bytes and ages out like a window
+    old = T0 - 100
+    for p in (d / "corrupt").iterdir():
+        os.utime(p, (old, old))
+    tight = RetentionRing(d, max_bytes=one + 1, fsync=False)
+    assert tight.evict() == 0
+    assert not any((d / "corrupt").iterdir()) and tight.counters["corrupt_evicted"] == 2
+    assert [r.window_id for r in tight.windows()] == ["w1"]
+    tight.close()

@@ -14,11 +14,18 @@ archive without a sidecar or a temporary file; both are removed when the ring op
 The SQLite :class:`~cdml_edge.agent.catalog.Catalog` indexes the sidecars and is rebuilt
 from them when it is missing or unreadable.
 
-Bounds: ``max_bytes`` (archive + sidecar bytes of all windows) and ``max_age`` (since a
-window closed); the oldest windows are evicted first. Full policy: a window that alone is
-larger than ``max_bytes`` is not kept (``too_large``); a full disk (``ENOSPC``/``EDQUOT``)
-is counted, reported once per episode through ``on_event`` and the window is not kept
-(``disk_full``). :meth:`RetentionRing.store` never raises into the live path.
+A damaged sidecar (unparsable, or naming an archive other than its own) never causes a
+deletion: it is rebuilt from the ``manifest.json`` inside its archive (the results are
+then lost and the sidecar says so: ``results_lost``), the damaged original being moved to
+``corrupt/``; if the archive cannot give its manifest either, the pair is moved to
+``corrupt/`` (counters ``rebuilt`` / ``corrupt``).
+
+Bounds: ``max_bytes`` (archive + sidecar bytes of all windows, plus the files in
+``corrupt/``) and ``max_age`` (since a window closed; a quarantined file's age is its
+mtime); the oldest windows and quarantined files are evicted first. Full policy: a
+window that alone is larger than ``max_bytes`` is not kept (``too_large``); a full disk
+(``ENOSPC``/``EDQUOT``) is counted, reported once per episode through ``on_event`` and
+the window is not kept (``disk_full``). :meth:`RetentionRing.store` never raises into the live path.
 """
 
 from __future__ import annotations
@@ -40,7 +47,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from cdml_edge.agent.catalog import CATALOG_NAME, Catalog, WindowRecord
-from cdml_edge.agent.manifest import ItemOutcome, ManifestError, WindowManifest
+from cdml_edge.agent.manifest import MANIFEST_NAME, ItemOutcome, ManifestError, WindowManifest
 
 if TYPE_CHECKING:  # pragma: no cover
     from cdml_edge.config import RetentionConfig
@@ -51,6 +58,7 @@ KeepPolicy = Literal["all", "anomalies", "sample", "none"]
 SIDECAR_SUFFIX = ".window.json"
 ARCHIVE_SUFFIXES = {"zip": ".zip", "tar.zst": ".tar.zst"}
 _TMP_PREFIX = ".tmp-"
+CORRUPT_DIR = "corrupt"
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 _FULL_ERRNOS = {errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC)}
 
@@ -102,12 +110,14 @@ class RetainedWindow(BaseModel):
 
     archive: ArchiveRef
     manifest: WindowManifest
+    results_lost: bool = False  # rebuilt from the archive's manifest.json after damage
 
     def to_bytes(self) -> bytes:
         """Canonical bytes: the manifest keeps its own canonical form inside."""
         head = ArchiveRef.model_dump_json(self.archive)
         body = self.manifest.to_bytes().rstrip(b"\n")
-        return b'{"archive":' + head.encode() + b',"manifest":' + body + b"}\n"
+        tail = b',"results_lost":true' if self.results_lost else b""
+        return b'{"archive":' + head.encode() + b',"manifest":' + body + tail + b"}\n"
 
     @classmethod
     def from_bytes(cls, data: bytes, where: str) -> RetainedWindow:
@@ -197,6 +207,9 @@ class RetentionRing:
             "failed": 0,
             "evicted": 0,
             "bytes_written": 0,
+            "rebuilt": 0,  # damaged sidecars rebuilt from the archive's manifest
+            "corrupt": 0,  # damaged windows moved to corrupt/
+            "corrupt_evicted": 0,  # quarantined files removed by the bounds
         }
         self.catalog = Catalog(self.dir / CATALOG_NAME)
         self.reconcile(full=self.catalog.fresh)
@@ -357,17 +370,44 @@ class RetentionRing:
 
     def _evict_locked(self, incoming: int) -> int:
         records = self.catalog.windows()
-        total = sum(r.bytes for r in records)
+        quarantined = self._quarantined()
+        total = sum(r.bytes for r in records) + sum(q[2] for q in quarantined)
         cutoff = self.clock() - self.max_age if self.max_age is not None else None
+        order: list[tuple[float, WindowRecord | Path, int]] = [
+            (r.closed_at, r, r.bytes) for r in records
+        ]
+        order += [(mtime, path, size) for mtime, path, size in quarantined]
+        order.sort(key=lambda e: e[0])
         n = 0
-        for r in records:  # oldest first
-            expired = cutoff is not None and r.closed_at < cutoff
+        for t, what, size in order:  # oldest first
+            expired = cutoff is not None and t < cutoff
             if not expired and total + incoming <= self.max_bytes:
                 break
-            self._delete(r)
-            total -= r.bytes
-            n += 1
+            if isinstance(what, Path):
+                what.unlink(missing_ok=True)
+                self.counters["corrupt_evicted"] += 1
+            else:
+                self._delete(what)
+                n += 1
+            total -= size
         return n
+
+    def _quarantined(self) -> list[tuple[float, Path, int]]:
+        """Files in ``corrupt/``: (mtime, path, size)."""
+        qdir = self.dir / CORRUPT_DIR
+        out = []
+        try:
+            entries = list(os.scandir(qdir))
+        except FileNotFoundError:
+            return []
+        for e in entries:
+            try:
+                if e.is_file(follow_symlinks=False):
+                    st = e.stat(follow_symlinks=False)
+                    out.append((st.st_mtime, Path(e.path), st.st_size))
+            except OSError:
+                continue
+        return out
 
     def _delete(self, r: WindowRecord) -> None:
         if r.sidecar.endswith(SIDECAR_SUFFIX) and os.path.basename(r.sidecar) == r.sidecar:
@@ -398,6 +438,7 @@ class RetentionRing:
             **self.counters,
             "windows": self.catalog.count(),
             "bytes": self.catalog.total_bytes(),
+            "corrupt_bytes": sum(q[2] for q in self._quarantined()),
         }
 
     def close(self) -> None:
@@ -429,14 +470,17 @@ class RetentionRing:
             if sidecar in known:
                 continue
             path = self.dir / sidecar
+            stem = sidecar[: -len(SIDECAR_SUFFIX)]
+            referenced.update(stem + sfx for sfx in ARCHIVE_SUFFIXES.values())
             try:
                 rw = read_sidecar(path)
                 size = (self.dir / rw.archive.file).stat().st_size
             except (RetentionError, OSError) as exc:
-                log.warning("retention: dropping unreadable window %s: %s", sidecar, exc)
-                path.unlink(missing_ok=True)
-                continue
-            referenced.add(rw.archive.file)
+                salvaged = self._salvage(sidecar, names, exc)
+                if salvaged is None:
+                    continue
+                rw = salvaged
+                size = rw.archive.bytes
             entries.append(
                 (_record(rw.manifest, rw.archive, sidecar, size + path.stat().st_size), rw.manifest)
             )
@@ -451,6 +495,61 @@ class RetentionRing:
             for record, manifest in entries:
                 self.catalog.add(record, manifest)
         return len(entries)
+
+    def _salvage(self, sidecar: str, names: set[str], exc: Exception) -> RetainedWindow | None:
+        """Rebuild a damaged sidecar from its archive's manifest, else quarantine the pair."""
+        from cdml_edge.archive import open_archive
+
+        stem = sidecar[: -len(SIDECAR_SUFFIX)]
+        archives = [stem + sfx for sfx in ARCHIVE_SUFFIXES.values() if stem + sfx in names]
+        for fmt, sfx in ARCHIVE_SUFFIXES.items():
+            name = stem + sfx
+            if name not in archives:
+                continue
+            try:
+                data = (self.dir / name).read_bytes()
+                with open_archive(data) as arc:
+                    m = WindowManifest.from_bytes(arc.read(MANIFEST_NAME), where=name)
+            except Exception as err:  # any damage: fall through to quarantine
+                log.warning("retention: %s gives no manifest: %s", name, err)
+                continue
+            if window_stem(m) != stem or m.archive_format != fmt:
+                log.warning("retention: manifest of %s names another window", name)
+                continue
+            ref = ArchiveRef(file=name, bytes=len(data), sha256=hashlib.sha256(data).hexdigest())
+            rw = RetainedWindow(archive=ref, manifest=m, results_lost=True)
+            self._quarantine([sidecar])  # the damaged original, for inspection
+            tmp = self.dir / f"{_TMP_PREFIX}{sidecar}"
+            try:
+                self._write_file(tmp, rw.to_bytes())
+                os.replace(tmp, self.dir / sidecar)
+                self._fsync_dir()
+            except OSError:
+                tmp.unlink(missing_ok=True)
+                raise
+            log.warning(
+                "retention: sidecar %s rebuilt from %s (results lost): %s", sidecar, name, exc
+            )
+            self.counters["rebuilt"] += 1
+            return rw
+        log.warning("retention: window %s is damaged, moved to %s/: %s", stem, CORRUPT_DIR, exc)
+        self._quarantine([sidecar, *archives])
+        self.counters["corrupt"] += 1
+        return None
+
+    def _quarantine(self, names: list[str]) -> None:
+        qdir = self.dir / CORRUPT_DIR
+        qdir.mkdir(exist_ok=True)
+        for name in names:
+            src = self.dir / name
+            if not src.exists():
+                continue
+            dst, i = qdir / name, 0
+            while dst.exists():
+                i += 1
+                dst = qdir / f"{name}.{i}"
+            os.replace(src, dst)
+        self._fsync_dir()
 
     def rebuild_catalog(self) -> int:
         """Throw the catalog away and rebuild it from the sidecar files."""
