@@ -21,6 +21,7 @@ from cdml_edge.archive import (
     CorruptArchiveError,
     MemberTooLargeError,
     TruncatedArchiveError,
+    UnsafeMemberError,
     UnsupportedArchiveError,
     open_archive,
     pack,
@@ -501,3 +502,57 @@ def test_stored_members_read_from_a_file(tmp_path: Path) -> None:
     with open_archive(path) as arc, pytest.raises(TruncatedArchiveError) as texc:
         arc.read("t.bin")
     assert texc.value.member == "t.bin"
+
+
+def _overlapping_zip(n: int, usize: int = 4 << 20) -> bytes:
+    """``n`` central entries that all point at one local header and one deflate stream."""
+    raw = bytes(usize)
+    c = zlib.compressobj(9, zlib.DEFLATED, -15)
+    comp = c.compress(raw) + c.flush()
+    crc = zlib.crc32(raw)
+    local = struct.pack("<4s5H3L2H", b"PK\x03\x04", 20, 0, 8, 0, 0, crc, len(comp), usize, 1, 0)
+    local += b"k" + comp
+    cd = b""
+    for i in range(n):
+        nm = b"m%03d" % i
+        cd += struct.pack(
+            "<4s6H3L5H2L",
+            b"PK\x01\x02",
+            20,
+            20,
+            0,
+            8,
+            0,
+            0,
+            crc,
+            len(comp),
+            usize,
+            len(nm),
+            0,
+            0,
+            0,
+            0,
+            0,
+            0,
+        )
+        cd += nm
+    eocd = struct.pack("<4s4H2LH", b"PK\x05\x06", 0, 0, n, n, len(cd), len(local), 0)
+    return local + cd + eocd
+
+
+def test_overlapping_members_are_refused(tmp_path: Path) -> None:
+    """A ZIP bomb made of entries sharing one deflate stream fails at open, naming both."""
+    path = tmp_path / "overlap.zip"
+    path.write_bytes(_overlapping_zip(20))
+    for src in (path, path.read_bytes()):
+        with pytest.raises(UnsafeMemberError, match="overlaps member 'm000'") as exc:
+            open_archive(src)
+        assert exc.value.member == "m001" and exc.value.archive
+    # one entry overlapping the next member's local header by a single byte
+    data = bytearray(raw_zip([(b"a", b"x" * 100, 0), (b"b", b"y" * 100, 0)]))
+    cd = data.index(b"PK\x01\x02")
+    struct.pack_into("<2L", data, cd + 20, 102, 102)  # 30 + 102 > 131, where b starts
+    with pytest.raises(UnsafeMemberError, match="overlaps member 'a'"):
+        open_archive(bytes(data))
+    # members that only touch are fine
+    assert open_archive(raw_zip([(b"a", b"x" * 100, 0), (b"b", b"y", 8)])).verify() == []

@@ -19,6 +19,7 @@ from cdml_edge.archive.base import Archive, MemberInfo
 from cdml_edge.archive.errors import (
     CorruptArchiveError,
     TruncatedArchiveError,
+    UnsafeMemberError,
     UnsupportedArchiveError,
 )
 from cdml_edge.archive.names import has_dir_names
@@ -275,6 +276,12 @@ class ZipArchive(Archive):
             self._entries = parse_central_directory(cd, source.name)
             names = [e[0] for e in self._entries]
         self._row_names = names
+        if native is not None:
+            ents = self._native_index._ents
+            spans = [(ents[i].offset, ents[i].csize) for i in range(len(names))]
+        else:
+            spans = [(e[1], e[2]) for e in self._entries]
+        check_overlap(spans, names, source.name)
         ids = dict(zip(names, range(len(names)), strict=True))
         dirs = self._native_index.ndirs if native is not None else None
         if len(ids) == len(names) and (dirs == 0 or (dirs is None and not has_dir_names(names))):
@@ -355,6 +362,26 @@ class ZipArchive(Archive):
         for i in ids:
             self._check(i, entries[i])
         return read_python(self._source, [entries[i] for i in ids], self.name)
+
+
+def check_overlap(spans: Sequence[tuple[int, int]], names: Sequence[str], archive: str) -> None:
+    """Refuse members whose bytes (local header on) overlap another member's.
+
+    Each span is ``(local header offset, compressed size)``; a member covers at least
+    ``30 + csize`` bytes from its offset. Members sharing bytes are how a small ZIP
+    declares far more output than its size (the overlapping-member bomb)."""
+    order = sorted(range(len(spans)), key=lambda k: spans[k][0])
+    end = -1
+    prev = -1
+    for k in order:
+        off, csize = spans[k]
+        if off < end:
+            raise UnsafeMemberError(
+                f"member data overlaps member {names[prev]!r} (offset {off})",
+                archive=archive,
+                member=names[k],
+            )
+        end, prev = off + 30 + csize, k
 
 
 def read_python(source: ByteSource, entries: Sequence[Entry], archive: str) -> list[bytes]:
