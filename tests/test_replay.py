@@ -110,3 +110,19 @@ def test_replay_without_catalog_reads_the_sidecars(tmp_path: Path, model: Path) 
     (tmp_path / "ring" / "catalog.sqlite").unlink()
     assert list_retained(tmp_path / "ring") == via_catalog
     assert not (tmp_path / "ring" / "catalog.sqlite").exists()
+
+
+def test_archive_whose_hash_changed_is_skipped_and_counted(tmp_path: Path, model: Path) -> None:
+    scored_ring(tmp_path / "ring", model, VALUES)
+    records = list_retained(tmp_path / "ring")
+    bad = tmp_path / "ring" / records[2].file
+    data = bytearray(bad.read_bytes())
+    data[len(data) // 2] ^= 0xFF  # same size, different bytes
+    bad.write_bytes(bytes(data))
+    out = tmp_path / "o.jsonl"
+    st = replay_to_jsonl(tmp_path / "ring", _runners(model), out)
+    assert st.corrupt == 1 and st.windows == 3 and st.missing == 0
+    assert len(st.errors) == 1 and records[2].file in st.errors[0]
+    assert st.as_dict()["corrupt"] == 1
+    ids = {json.loads(line)["window_id"] for line in out.read_text().splitlines()}
+    assert records[2].window_id not in ids and len(ids) == 3

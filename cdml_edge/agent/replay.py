@@ -14,6 +14,7 @@ model can be compared with the deployed one before it is rolled out.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import os
@@ -49,6 +50,8 @@ class ReplayStats:
     items: int = 0
     failures: int = 0
     missing: int = 0  # evicted or unreadable between listing and reading
+    corrupt: int = 0  # archive bytes differ from the SHA-256 its sidecar recorded
+    errors: list[str] = field(default_factory=list)  # one line per corrupt window
     changed_labels: int = 0
     changed_anomalies: int = 0
     bytes_read: int = 0
@@ -65,6 +68,8 @@ class ReplayStats:
             "items": self.items,
             "failures": self.failures,
             "missing": self.missing,
+            "corrupt": self.corrupt,
+            "errors": list(self.errors),
             "changed_labels": self.changed_labels,
             "changed_anomalies": self.changed_anomalies,
             "bytes_read": self.bytes_read,
@@ -149,11 +154,22 @@ def iter_replay(
     todo = records if records is not None else list_retained(d, since, until, source)
     for rec in todo:
         try:
-            retained = read_sidecar(d / rec.sidecar).manifest
-            archive = (d / rec.file).read_bytes()
+            sidecar = read_sidecar(d / rec.sidecar)
+            archive = (d / sidecar.archive.file).read_bytes()
         except (RetentionError, OSError) as exc:  # evicted while we ran
             log.info("replay: window %s skipped: %s", rec.window_id, exc)
             st.missing += 1
+            continue
+        retained = sidecar.manifest
+        digest = hashlib.sha256(archive).hexdigest()
+        if digest != sidecar.archive.sha256:
+            msg = (
+                f"{sidecar.archive.file}: SHA-256 {digest} differs from the retained "
+                f"{sidecar.archive.sha256}; window {rec.window_id} skipped"
+            )
+            log.warning("replay: %s", msg)
+            st.corrupt += 1
+            st.errors.append(msg)
             continue
         t0 = time.perf_counter()
         outcome = process_window(
