@@ -444,3 +444,35 @@ def test_output_failure_keeps_files_and_releases_the_budget_once(
     assert not (tmp_path / "quarantine").exists()  # not the file's fault
     assert [r["item"] for r in of_kind(read_jsonl(out), "/result")] == ["a.jpg"]
     assert ledger["acquired"] > 0 and ledger["released"] == ledger["acquired"]
+
+
+def test_cli_sighup_with_an_unloadable_model_keeps_running(tmp_path: Path, models: Path) -> None:
+    cfg_path = write_config(tmp_path)
+    out = tmp_path / "out.jsonl"
+    proc = _agent_process(cfg_path, "--drain-timeout", "10")
+    try:
+        cam = tmp_path / "in/cam"
+        wait_for(lambda: of_kind(read_jsonl(out), "/status") != [], timeout=60, what="online")
+        wait_for(cam.is_dir, what="source folder created at start")
+        (cam / "a.jpg").write_bytes(jpeg(10))
+        wait_for(lambda: len(of_kind(read_jsonl(out), "/result")) == 1, what="first result")
+        good = cfg_path.read_text()
+        # validates, but names a model file that does not exist
+        cfg_path.write_text(good.replace("models/brightness.onnx", "models/missing.onnx"))
+        proc.send_signal(signal.SIGHUP)
+        (cam / "b.jpg").write_bytes(jpeg(240))  # still served by the old configuration
+        wait_for(lambda: len(of_kind(read_jsonl(out), "/result")) == 2 or proc.poll() is not None,
+                 what="result after the refused reload")
+        assert proc.poll() is None, "agent exited on a refused reload"
+        proc.send_signal(signal.SIGTERM)
+        code = proc.wait(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        log = proc.stdout.read() if proc.stdout else ""
+        print(log)
+    assert code == 0, log
+    assert "reload refused" in log and "missing.onnx" in log, log
+    lines = read_jsonl(out)
+    assert sorted(r["item"] for r in of_kind(lines, "/result")) == ["a.jpg", "b.jpg"]
+    assert [s["state"] for s in of_kind(lines, "/status")] == ["online", "offline"]

@@ -3,8 +3,9 @@
 :class:`Agent` owns every moving part. ``start()`` loads and warms up the models, starts the
 output, the workers and the sources, then tells systemd it is ready. ``run()`` blocks until
 ``--duration`` elapses or a signal arrives: SIGTERM/SIGINT drain the windows in flight
-within a deadline and return 0; SIGHUP reloads the configuration if it validates (else the
-old one stays and the reason is logged).
+within a deadline and return 0; SIGHUP reloads the configuration if it validates and its models
+load and warm up, which is checked before anything stops (else the old one stays and
+"reload refused: ..." is logged).
 
 Bounds: every item read or captured holds bytes of the global
 :class:`~cdml_edge.agent.windows.ByteBudget` (``limits.max_inflight_bytes``) until its window
@@ -163,17 +164,9 @@ class Agent:
         return next(s for s in self.cfg.sources if s.name == name)
 
     # -- start / stop ----------------------------------------------------------------------
-    def start(self) -> None:
-        """Load + warm up models, start output, workers and sources; then READY=1."""
-        cfg = self.cfg
-        if cfg.health.watchdog:  # WATCHDOG=1 pings; READY/STOPPING are sent either way
-            self.watchdog.start()
-        else:
-            self.watchdog.stop()  # a reload may have turned it off
-        if cfg.health.metrics_port is not None and self._server is None:
-            self._server = self.metrics.serve(
-                cfg.health.metrics_host, cfg.health.metrics_port, watchdog=self.watchdog
-            )
+    @staticmethod
+    def load_models(cfg: AppConfig) -> dict[str, ModelRunner]:
+        """Load and warm up the configured models (raises if one cannot be loaded)."""
         models: dict[str, tuple[str | Path, ModelOverrides]] = {
             m: (
                 mc.path,
@@ -184,7 +177,21 @@ class Agent:
         biggest: dict[str, int] = {}
         for sc in cfg.sources:
             biggest[sc.modality] = max(biggest.get(sc.modality, 1), min(sc.window.max_items, 256))
-        self.runners = load_runners(models, warm_up=True, batch=biggest)
+        return load_runners(models, warm_up=True, batch=biggest)
+
+    def start(self, runners: dict[str, ModelRunner] | None = None) -> None:
+        """Load + warm up models (unless ``runners`` are given, already loaded), start output,
+        workers and sources; then READY=1."""
+        cfg = self.cfg
+        if cfg.health.watchdog:  # WATCHDOG=1 pings; READY/STOPPING are sent either way
+            self.watchdog.start()
+        else:
+            self.watchdog.stop()  # a reload may have turned it off
+        if cfg.health.metrics_port is not None and self._server is None:
+            self._server = self.metrics.serve(
+                cfg.health.metrics_host, cfg.health.metrics_port, watchdog=self.watchdog
+            )
+        self.runners = runners if runners is not None else self.load_models(cfg)
         window_charges(self.budget, self.runners)
         for modality in sorted({sc.modality for sc in cfg.sources}):
             try:
@@ -263,6 +270,12 @@ class Agent:
         except ConfigError as exc:
             log.error("reload refused, keeping the running configuration:\n%s", exc)
             return False
+        try:  # before anything stops: a config naming an unloadable model changes nothing
+            runners = self.load_models(new)
+        except Exception as exc:
+            log.error("reload refused: %s (keeping the running configuration)", exc)
+            self.metrics.errors.labels(stage="reload").inc()
+            return False
         self.notifier.reloading()
         log.info("reloading %s", self.config_path)
         self.drain()
@@ -270,7 +283,7 @@ class Agent:
         if self.retention is not None:
             self.retention.close()
         self._build(new)
-        self.start()
+        self.start(runners)
         return True
 
     def run(self, duration: float | None = None, install_signals: bool = True) -> int:
