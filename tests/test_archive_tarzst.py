@@ -6,6 +6,7 @@ import io
 import pickle
 import random
 import subprocess
+import sys
 import tarfile
 from pathlib import Path
 
@@ -214,3 +215,40 @@ def test_truncated_tar_zst(tmp_path: Path) -> None:
     subprocess.run(["tar", "--zstd", "-cf", str(out), "-C", str(src), "."], check=True)
     with pytest.raises(TruncatedArchiveError):
         open_archive(out.read_bytes()[: out.stat().st_size // 2])
+
+
+def _rle_tar_zst(member_bytes: int) -> bytes:
+    """A single-frame tar.zst of one member of ``member_bytes`` made of 4-byte RLE blocks."""
+    info = tarfile.TarInfo("big.bin")
+    info.size = member_bytes
+    header = info.tobuf(format=tarfile.USTAR_FORMAT)
+    frame = bytearray(b"\x28\xb5\x2f\xfd\x00\x38")  # no content size, 128 KiB window
+    frame += (len(header) << 3).to_bytes(3, "little") + header  # a raw block
+    block = 128 << 10
+    for _ in range(member_bytes // block):
+        frame += ((block << 3) | (1 << 1)).to_bytes(3, "little") + b"a"
+    frame += ((1024 << 3) | (1 << 1) | 1).to_bytes(3, "little") + b"\0"  # end of archive
+    return bytes(frame)
+
+
+def test_plain_tar_zst_index_pass_memory_is_bounded(tmp_path: Path) -> None:
+    """Indexing a tiny tar.zst that expands to 256 MiB keeps memory bounded."""
+    path = tmp_path / "rle.tar.zst"
+    data = _rle_tar_zst(256 << 20)
+    assert len(data) < 10_000
+    path.write_bytes(data)
+    code = (
+        "import resource, sys\n"
+        "from cdml_edge.archive import open_archive\n"
+        "base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss\n"
+        "arc = open_archive(sys.argv[1])\n"
+        "peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss\n"
+        "print(arc.names(), arc.info('big.bin').size, (peak - base) // 1024)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code, str(path)], capture_output=True, text=True, timeout=120
+    )
+    assert out.returncode == 0, out.stderr
+    names, size, grown_mib = out.stdout.rsplit(" ", 2)
+    assert names == "['big.bin']" and int(size) == 256 << 20
+    assert int(grown_mib) < 100, f"open grew RSS by {grown_mib} MiB"

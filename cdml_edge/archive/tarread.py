@@ -49,11 +49,12 @@ class _FrameStream:
     """Sequential decompression of concatenated zstd (and skippable) frames.
 
     Unlike ``stream_reader``, a stream cut inside a frame raises ``EOFError``. Input is fed
-    in 8 KiB chunks, which bounds what one step can expand to (a zstd block header of a few
-    bytes yields at most 128 KiB).
+    in 512-byte chunks: ``decompress`` has no output bound and a 4-byte RLE block yields
+    128 KiB, so one step expands to at most 16 MiB (an 8 KiB step could reach 256 MiB).
+    Small feeds cost no measurable speed: decoding dominates.
     """
 
-    FEED = 8 << 10
+    FEED = 512
 
     def __init__(self, source: ByteSource, end: int) -> None:
         self._src = _SourceStream(source, end)
