@@ -291,3 +291,23 @@ def test_embedded_broker_in_process(tmp_path: Path) -> None:
     with pytest.raises(MqttSetupError, match="3.1.1"):
         MqttPublisher(MqttConfig(url="embedded", protocol="5"), "edge-1",
                       SpoolConfig(dir=tmp_path / "s2"))
+
+
+def test_a_message_larger_than_the_spool_is_not_reported_durable(tmp_path: Path) -> None:
+    port = free_port()  # no broker: everything goes to the spool
+    pub = MqttPublisher(
+        MqttConfig(url=f"mqtt://127.0.0.1:{port}", topic_prefix=_prefix()),
+        "edge-1", SpoolConfig(dir=tmp_path / "spool", max_bytes=64 * 1024),
+    )
+    pub.start()
+    durable: list[str] = []
+    small = OutMessage("cam1/result", b'{"id": "small"}')
+    huge = OutMessage("cam1/result", b"x" * (128 * 1024))
+    pub.publish_batch([small, huge], lambda: durable.append("mixed"))
+    pub.publish_batch([small], lambda: durable.append("small"))
+    stats = pub.stats()
+    assert durable == ["small"]  # the batch holding the unspoolable message never fires
+    assert stats["too_large"] == 1 and stats["spooled"] == 2
+    pub.stop(timeout=0.5)
+    assert durable == ["small"]
+    assert pub.stats()["too_large"] == 1  # not counted again when stop() spools leftovers

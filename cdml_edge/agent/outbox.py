@@ -71,6 +71,10 @@ class Entry:
             self.done = True
             self.batch.done()
 
+    def abandon(self) -> None:
+        """Give up on this message without counting it: its batch never fires."""
+        self.done = True
+
 
 class Outbox:
     """A FIFO of :class:`Entry` bounded by ``max_bytes`` (thread-safe)."""

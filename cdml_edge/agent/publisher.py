@@ -145,6 +145,7 @@ class MqttPublisher:
             "rejected": 0,
             "reconnects": 0,
             "connect_failures": 0,
+            "too_large": 0,
         }
 
     # ------------------------------------------------------------------ Output API
@@ -234,10 +235,13 @@ class MqttPublisher:
         for entry in entries:
             blob = HEADER_SIZE + 3 + len(entry.message.topic.encode()) + len(entry.message.payload)
             if blob > self.spool.max_bytes:
-                log.error("%s: %d-byte message is larger than the spool; dropped",
-                          entry.message.topic, blob)
-                self.spool.dropped += 1
-                entry.complete()
+                # Never spoolable: its batch is left incomplete so on_durable does not fire
+                # and the caller keeps the source for a retry; counted as ``too_large``.
+                log.error("%s: %d-byte message is larger than spool.max_bytes=%d; not "
+                          "delivered, its batch stays incomplete",
+                          entry.message.topic, blob, self.spool.max_bytes)
+                self._counts["too_large"] += 1
+                entry.abandon()
             else:
                 fits.append(entry)
         records = [
