@@ -66,6 +66,17 @@ def test_scan_flags_unsafe_names(tmp_path: Path) -> None:
     assert "unsafe name: ../../etc/cron.d/x" in res.output
 
 
+@pytest.mark.usefixtures("engine")
+def test_scan_names_duplicate_members(tmp_path: Path) -> None:
+    path = tmp_path / "dups.zip"
+    members = [(b"m%d" % i, b"x", 0) for i in range(5)] + [(b"m3", b"again", 0)]
+    path.write_bytes(raw_zip(members))
+    res = runner.invoke(app, ["scan", str(path)])
+    assert res.exit_code == 1
+    assert "corrupt: m3: duplicate member name" in res.output
+    assert "m2: duplicate" not in res.output
+
+
 def test_scan_unreadable_archive(tmp_path: Path) -> None:
     path = tmp_path / "junk.zip"
     path.write_bytes(b"this is not an archive" * 30)

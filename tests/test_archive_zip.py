@@ -27,6 +27,7 @@ from cdml_edge.archive import (
     pack,
     write_archive,
 )
+from cdml_edge.archive.scan import scan_archive
 from cdml_edge.archive.source import FileSource, MemorySource
 
 pytestmark = pytest.mark.usefixtures("engine")
@@ -556,3 +557,19 @@ def test_overlapping_members_are_refused(tmp_path: Path) -> None:
         open_archive(bytes(data))
     # members that only touch are fine
     assert open_archive(raw_zip([(b"a", b"x" * 100, 0), (b"b", b"y", 8)])).verify() == []
+
+
+def test_duplicate_names_are_reported() -> None:
+    """Reads get the last entry of a repeated name; verify() and scan name the repeats."""
+    data = raw_zip(
+        [(b"a", b"1", 0), (b"b", b"2", 0), (b"a", b"3", 0), (b"c", b"4", 8), (b"b", b"5", 0)]
+        + [(b"d/", b"", 0), (b"d/", b"", 0)]
+    )
+    arc = open_archive(data)
+    assert arc.names() == ["a", "b", "c"] and arc.read_many(["a", "b"]) == [b"3", b"5"]
+    assert arc.duplicates() == ["a", "b"]
+    assert arc.verify() == ["a", "b"]
+    report = scan_archive(data)
+    assert not report.ok and sorted(report.bad) == ["a", "b"]
+    assert "duplicate" in report.bad["a"]
+    assert open_archive(raw_zip([(b"a", b"1", 0)])).duplicates() == []

@@ -63,6 +63,7 @@ class Archive:
         self._fast_limit = min(self.max_member_bytes, RATIO_FLOOR_BYTES)
         self._names: list[str] = []
         self._ids: dict[str, int] = {}
+        self._dups: list[str] = []
         self._closed = False
 
     # -- identity -----------------------------------------------------------------------
@@ -118,8 +119,12 @@ class Archive:
         for batch in self._batches(self._ids[n] for n in self._names):
             yield from zip((self._row_name(i) for i in batch), self._read_ids(batch), strict=False)
 
+    def duplicates(self) -> list[str]:
+        """Names that more than one ZIP entry carries (reads get the last of them)."""
+        return list(self._dups)
+
     def verify(self) -> list[str]:
-        """Read every member and return the names of those that fail (bad checksum/data)."""
+        """Read every member; names of those that fail (bad checksum/data), then duplicates."""
         bad: list[str] = []
         for batch in self._batches(self._ids[n] for n in self._names):
             try:
@@ -132,7 +137,7 @@ class Archive:
                     self._read_ids([i])
                 except ArchiveError:
                     bad.append(self._row_name(i))
-        return bad
+        return bad + [n for n in self._dups if n not in bad]
 
     def _batches(self, ids: Iterable[int]) -> Iterator[list[int]]:
         batch: list[int] = []

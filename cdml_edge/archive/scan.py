@@ -51,7 +51,11 @@ def scan_archive(source: SourceLike) -> ScanReport:
         )
         report.unsafe = [m.name for m in report.members if not is_safe_member_name(m.name)]
         report.unchecked = sum(1 for m in report.members if m.checksum is None)
+        dups = set(arc.duplicates())
         for name in arc.verify():
+            if name in dups:
+                report.bad[name] = "duplicate member name (the last entry is read)"
+                continue
             try:
                 arc.read(name)
                 report.bad[name] = "failed in a batch read"

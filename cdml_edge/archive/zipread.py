@@ -10,6 +10,7 @@ from __future__ import annotations
 import calendar
 import struct
 import zlib
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -293,6 +294,7 @@ class ZipArchive(Archive):
             for i, n in enumerate(names):
                 first.setdefault(n, i)
             order = sorted(self._names, key=first.__getitem__)
+            self._dups = [n for n, c in Counter(names).items() if c > 1 and not n.endswith("/")]
             self._names = order
             self._ids = {n: ids[n] for n in order}
 
