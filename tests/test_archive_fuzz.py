@@ -1,14 +1,22 @@
 """Mutated archives (truncation, bit flips, header field edits) never crash or hang.
 
 Every mutation either opens and reads or raises ArchiveError; it must never segfault,
-loop forever, or raise anything untyped. Runs on the C core and the Python path.
+loop forever, or raise anything untyped. Each is opened from bytes and from a real file
+(the C core's file-descriptor path). The fuzz bodies run in a child process with a time
+limit, so a hang or a crash fails the test instead of stalling or killing the run. Runs
+on the C core and the Python path.
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
 import random
 import struct
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
 
 import pytest
 from _archive_helpers import engine, raw_zip  # noqa: F401
@@ -61,10 +69,24 @@ _SIGS = (
 )
 
 
+# a hang is a run far past the normal few seconds (generous: the machine may be busy)
+CHILD_TIMEOUT_S = 150
+_FILE = Path(tempfile.gettempdir()) / f"fuzz-archive-{os.getpid()}.bin"
+
+
 def exercise(data: bytes) -> None:
-    """Open and read everything; only ArchiveError (or a missing member) may come out."""
+    """Open from bytes and from a file and read everything; only ArchiveError may come out."""
+    _exercise(data)
+    _FILE.write_bytes(data)
     try:
-        arc = open_archive(data, max_member_bytes=1 << 22)
+        _exercise(_FILE)
+    finally:
+        _FILE.unlink()
+
+
+def _exercise(src: bytes | Path) -> None:
+    try:
+        arc = open_archive(src, max_member_bytes=1 << 22)
     except ArchiveError:
         return
     names = arc.names()
@@ -77,6 +99,7 @@ def exercise(data: bytes) -> None:
     with contextlib.suppress(ArchiveError):
         arc.read_many(names)
     arc.verify()
+    arc.close()
 
 
 @st.composite
@@ -119,12 +142,56 @@ def _fuzz_once(data: bytes) -> None:
     exercise(data)
 
 
+def truncations() -> None:
+    """Every seed cut at about 300 points."""
+    for kind in sorted(SEEDS):
+        seed = SEEDS[kind]
+        for cut in range(0, len(seed), max(1, len(seed) // 300)):
+            exercise(seed[:cut])
+
+
+def _in_child(func: str) -> None:
+    """Run ``func`` of this module in a child process (same engine); fail on hang or crash."""
+    code = (
+        "import sys\n"
+        f"sys.path.insert(0, {str(Path(__file__).parent)!r})\n"
+        "import test_archive_fuzz as t\n"
+        f"t.{func}()\n"
+    )
+    try:
+        out = subprocess.run(
+            [sys.executable, "-c", code],
+            capture_output=True,
+            text=True,
+            timeout=CHILD_TIMEOUT_S,
+        )
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"{func} hung: no result in {CHILD_TIMEOUT_S} s")
+    if out.returncode != 0:
+        pytest.fail(f"{func} exited {out.returncode}:\n{out.stderr[-4000:]}")
+
+
 def test_mutated_archives_raise_typed_errors() -> None:
-    _fuzz_once()
+    _in_child("_fuzz_once")
 
 
-@pytest.mark.parametrize("kind", sorted(SEEDS))
-def test_every_truncation_point(kind: str) -> None:
-    seed = SEEDS[kind]
-    for cut in range(0, len(seed), max(1, len(seed) // 300)):
-        exercise(seed[:cut])
+def test_every_truncation_point() -> None:
+    _in_child("truncations")
+
+
+def test_child_failures_are_reported(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The child harness itself: a hang and a crash both fail."""
+    monkeypatch.setattr(sys.modules[__name__], "CHILD_TIMEOUT_S", 2)
+    for func in ("_hang", "_crash"):
+        with pytest.raises(pytest.fail.Exception, match="hung|exited"):
+            _in_child(func)
+
+
+def _hang() -> None:
+    import time
+
+    time.sleep(60)
+
+
+def _crash() -> None:
+    os.abort()
