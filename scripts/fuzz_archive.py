@@ -151,7 +151,8 @@ def mutate(rng: random.Random, data: bytes, hits: list[int]) -> bytes:
     return bytes(buf)
 
 
-def exercise(data: bytes) -> None:
+def exercise(data: bytes | str) -> None:
+    """Open from bytes or a file path (the C core's descriptor path) and read everything."""
     from cdml_edge.archive import ArchiveError, open_archive
 
     try:
@@ -168,6 +169,7 @@ def exercise(data: bytes) -> None:
     with contextlib.suppress(ArchiveError):
         arc.read_many(names)
     arc.verify()
+    arc.close()
 
 
 def worker(seed: int, seconds: float, current: str, progress: str) -> int:
@@ -186,6 +188,7 @@ def worker(seed: int, seconds: float, current: str, progress: str) -> int:
             f.write(data)
         try:
             exercise(data)
+            exercise(current)
         except Exception:  # noqa: BLE001 - an untyped error is a finding
             traceback.print_exc()
             return 3
