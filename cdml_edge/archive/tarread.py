@@ -13,6 +13,7 @@ import zstandard
 from cdml_edge.archive import tarfmt
 from cdml_edge.archive.base import Archive, MemberInfo
 from cdml_edge.archive.errors import (
+    ArchiveError,
     CorruptArchiveError,
     MemberTooLargeError,
     TruncatedArchiveError,
@@ -251,9 +252,10 @@ class TarArchive(_TarBase):
             self._check_limits(m.name, m.size, m.size)
         order = sorted(range(len(ids)), key=lambda k: self._members[ids[k]].data_offset)
         ranges = [(self._members[ids[k]].data_offset, self._members[ids[k]].size) for k in order]
-        bufs = (
-            self._source.pread_many(ranges) if len(ranges) > 1 else [self._source.pread(*ranges[0])]
-        )
+        if len(ranges) > 1:
+            bufs = self._source.pread_many(ranges)
+        else:
+            bufs = [self._source.pread(*r) for r in ranges]
         out: list[bytes] = [b""] * len(ids)
         for k, buf in zip(order, bufs, strict=False):
             out[k] = self._finish(ids[k], buf)
@@ -330,10 +332,20 @@ class ZstdTarArchive(_TarBase):
         return self._read_frames(ids, self._frames)
 
     def _read_frames(self, ids: list[int], f: FrameTable) -> list[bytes]:
+        if not ids:
+            return []
         spans = []
         needed: set[int] = set()
         for i in ids:
             m = self._members[i]
+            if f.count == 0 or m.data_offset + m.size > f.doff[-1]:
+                raise CorruptArchiveError(
+                    "member lies beyond the frames of the seek table", archive=self.name,
+                    member=m.name,
+                )
+            if m.size == 0:
+                spans.append((1, 0))  # empty member: no frame needed
+                continue
             f0, f1 = f.frames_for(m.data_offset, m.data_offset + m.size)
             spans.append((f0, f1))
             needed.update(range(f0, f1 + 1))
@@ -346,18 +358,35 @@ class ZstdTarArchive(_TarBase):
             else:
                 runs.append((k, k))
         ranges = [(f.coff[a], f.coff[b + 1] - f.coff[a]) for a, b in runs]
-        bufs = (
-            self._source.pread_many(ranges) if len(ranges) > 1 else [self._source.pread(*ranges[0])]
-        )
+        if len(ranges) > 1:
+            bufs = self._source.pread_many(ranges)
+        else:
+            bufs = [self._source.pread(*r) for r in ranges]
         plain: dict[int, bytes] = {}
         dctx = zstandard.ZstdDecompressor()
         for (a, b), buf in zip(runs, bufs, strict=False):
             for k in range(a, b + 1):
                 lo, hi = f.coff[k] - f.coff[a], f.coff[k + 1] - f.coff[a]
-                plain[k] = self._frame(dctx, buf[lo:hi], f.doff[k + 1] - f.doff[k], k, hi - lo)
+                try:
+                    plain[k] = self._frame(
+                        dctx, buf[lo:hi], f.doff[k + 1] - f.doff[k], k, hi - lo
+                    )
+                except ArchiveError as exc:
+                    if exc.member is not None:
+                        raise
+                    # name the (first) member that needs this frame
+                    owner = next(
+                        self._members[i].name
+                        for i, (f0, f1) in zip(ids, spans, strict=False)
+                        if f0 <= k <= f1
+                    )
+                    raise type(exc)(exc.reason, archive=exc.archive, member=owner) from exc
         out = []
         for i, (f0, f1) in zip(ids, spans, strict=False):
             m = self._members[i]
+            if f0 > f1:
+                out.append(self._finish(i, b""))
+                continue
             blob = plain[f0] if f0 == f1 else b"".join(plain[k] for k in range(f0, f1 + 1))
             start = m.data_offset - f.doff[f0]
             out.append(self._finish(i, blob[start : start + m.size]))
