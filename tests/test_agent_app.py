@@ -220,8 +220,11 @@ def test_cli_sighup_reloads_valid_config_and_sigterm_drains(tmp_path: Path, mode
 
         # a window still open when SIGTERM arrives is closed and finished before exit
         (cam / "c.jpg").write_bytes(jpeg(20))
-        wait_for(lambda: of_kind(read_jsonl(out), "/health")[-1]["items"] >= 2,
-                 what="c.jpg taken into an open window")
+        def c_taken() -> bool:
+            health = of_kind(read_jsonl(out), "/health")
+            return bool(health) and health[-1]["items"] >= 2
+
+        wait_for(c_taken, what="c.jpg taken into an open window")
         assert not any(r["item"] == "c.jpg" for r in of_kind(read_jsonl(out), "/result"))
         proc.send_signal(signal.SIGTERM)
         code = proc.wait(timeout=30)
