@@ -111,15 +111,16 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("Content-Length", str(declared if self.command == "HEAD" else len(data)))
         if fault is not None and fault.kind == "truncate":
             self.send_header("Connection", "close")
-            self.end_headers()
             half = data[: len(data) // 2]
             self._record(resp.status, len(half))
+            self.end_headers()
             self.wfile.write(half)
             self.wfile.flush()
             self.close_connection = True
             return
-        self.end_headers()
+        # record before the headers go out: a HEAD is complete for the client at end_headers()
         self._record(resp.status, len(data) if self.command != "HEAD" else 0)
+        self.end_headers()
         if self.command != "HEAD":
             self.wfile.write(data)
 
