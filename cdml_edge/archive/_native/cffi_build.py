@@ -14,36 +14,12 @@ from cffi import FFI
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
-CDEF = """
-typedef struct {
-    uint64_t offset; uint64_t csize; uint64_t usize; int64_t ut_mtime;
-    uint32_t crc; uint32_t name_off; uint32_t name_len; uint32_t hdr_extra; uint32_t cd_off;
-    uint16_t method; uint16_t flags; uint16_t dtime; uint16_t ddate;
-    uint8_t name_kind; uint8_t is_dir;
-} cz_entry;
-typedef struct {
-    cz_entry *entries; size_t count; char *names; size_t names_len; size_t ndirs;
-    int special_names;
-} cz_index;
-int cz_have_zstd(void);
-int cz_inflate_backend(void);
-int cz_parse(const uint8_t *cd, size_t len, int64_t delta, cz_index **out,
-             char *err, size_t errlen);
-void cz_free(cz_index *idx);
-int cz_read_fd(const cz_index *idx, int fd, uint64_t file_size, const uint32_t *ids,
-               size_t n, uint8_t *const *outs,
-               int32_t *status, uint64_t *aux);
-int cz_read_one_fd(const cz_index *idx, int fd, uint64_t file_size, uint32_t id,
-                   uint8_t *out);
-int cz_read_one_mem(const cz_index *idx, const uint8_t *mem, uint64_t mem_len, uint32_t id,
-                    uint8_t *out);
-int cz_read_mem(const cz_index *idx, const uint8_t *mem, uint64_t mem_len,
-                const uint32_t *ids, size_t n, uint8_t *const *outs,
-               int32_t *status, uint64_t *aux);
-int cz_read_bufs(const cz_index *idx, const uint8_t *const *bufs, const uint64_t *lens,
-                 const uint32_t *ids, size_t n, uint8_t *const *outs,
-               int32_t *status, uint64_t *aux);
-"""
+def _cdef() -> str:
+    """The declarations cffi needs, taken from ``reader.h`` so the two cannot drift apart."""
+    with open(os.path.join(HERE, "reader.h"), encoding="utf-8") as fh:
+        header = fh.read()
+    body = header.split("#include <stdint.h>", 1)[1]
+    return body.rsplit("#endif", 1)[0]
 
 
 def _zstd_include() -> str | None:
@@ -57,7 +33,7 @@ def _zstd_include() -> str | None:
 
 def make_builder() -> FFI:
     ffi = FFI()
-    ffi.cdef(CDEF)
+    ffi.cdef(_cdef())
     zstd_dir = _zstd_include()
     libraries = ["z"] + (["dl", "pthread"] if sys.platform.startswith("linux") else [])
     macros: list[tuple[str, str | None]] = []
