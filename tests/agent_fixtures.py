@@ -85,23 +85,27 @@ def level_anomaly(path: Path, channels: int = 3, window: int = 8, threshold: flo
         anomaly_threshold=threshold,
         latent_dim=channels,
     )
+    return _save(_level_graph("level", channels, window), spec, path)
+
+
+def _level_graph(name: str, rows: int, cols: int) -> onnx.GraphProto:
+    """anomaly = sum over rows of |mean over cols| of an (N, rows, cols) input; latent = means."""
     axes1 = numpy_helper.from_array(np.array([1], dtype=np.int64), name="axes1")
     nodes = [
         helper.make_node("ReduceMean", ["input"], ["latent"], axes=[2], keepdims=0),
         helper.make_node("Abs", ["latent"], ["abs"]),
         helper.make_node("ReduceSum", ["abs", "axes1"], ["anomaly"], keepdims=0),
     ]
-    graph = helper.make_graph(
+    return helper.make_graph(
         nodes,
-        "level",
-        [helper.make_tensor_value_info("input", TensorProto.FLOAT, ["N", channels, window])],
+        name,
+        [helper.make_tensor_value_info("input", TensorProto.FLOAT, ["N", rows, cols])],
         [
             helper.make_tensor_value_info("anomaly", TensorProto.FLOAT, ["N"]),
-            helper.make_tensor_value_info("latent", TensorProto.FLOAT, ["N", channels]),
+            helper.make_tensor_value_info("latent", TensorProto.FLOAT, ["N", rows]),
         ],
         initializer=[axes1],
     )
-    return _save(graph, spec, path)
 
 
 def jpeg(value: int, size: int = 32) -> bytes:
@@ -132,20 +136,4 @@ def mfcc_anomaly(path: Path, n_mfcc: int = 20, frames: int = 32, threshold: floa
         anomaly_threshold=threshold,
         latent_dim=n_mfcc,
     )
-    axes1 = numpy_helper.from_array(np.array([1], dtype=np.int64), name="axes1")
-    nodes = [
-        helper.make_node("ReduceMean", ["input"], ["latent"], axes=[2], keepdims=0),
-        helper.make_node("Abs", ["latent"], ["abs"]),
-        helper.make_node("ReduceSum", ["abs", "axes1"], ["anomaly"], keepdims=0),
-    ]
-    graph = helper.make_graph(
-        nodes,
-        "mfcc_level",
-        [helper.make_tensor_value_info("input", TensorProto.FLOAT, ["N", n_mfcc, frames])],
-        [
-            helper.make_tensor_value_info("anomaly", TensorProto.FLOAT, ["N"]),
-            helper.make_tensor_value_info("latent", TensorProto.FLOAT, ["N", n_mfcc]),
-        ],
-        initializer=[axes1],
-    )
-    return _save(graph, spec, path)
+    return _save(_level_graph("mfcc_level", n_mfcc, frames), spec, path)
