@@ -336,7 +336,7 @@ class S3Config(_Model):
 
     def apply(self) -> None:
         """Make these the process defaults (inherited by DataLoader workers)."""
-        from cdml_edge.archive.s3 import configure_s3
+        from cdml_edge.archive.s3.source import configure_s3
 
         configure_s3(
             endpoint_url=self.endpoint,

@@ -204,8 +204,8 @@ def phase(agent: Agent, tail: Tail, inbox: Path, label: str, data: list[bytes], 
 
 def baseline(data: list[bytes], seconds: float = 2.0) -> float:
     """Items/s of decode + prepare + ONNX in batches of 32, in this process."""
-    from cdml_edge.agent.infer import ModelRunner
     from cdml_edge.decode import decode_image
+    from cdml_edge.model.runner import ModelRunner
 
     r = ModelRunner.load(MODEL)
     r.warm_up()

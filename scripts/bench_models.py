@@ -19,9 +19,9 @@ import numpy as np
 import onnxruntime as ort
 import torch
 
-from cdml_edge.model_meta import ImageInput, ModelSpec
+from cdml_edge.model.spec import ImageInput, ModelSpec
 from cdml_edge.nn import CDMLTrainTier2
-from cdml_edge.nn.export import _ClassifierGraph, export_onnx
+from cdml_edge.nn.onnx_export import _ClassifierGraph, export_onnx
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -18,17 +18,17 @@ from pathlib import Path
 
 import numpy as np
 
-from cdml_edge.agent.infer import ModelOverrides, load_runners
-from cdml_edge.agent.jsonl_output import JsonlOutput
-from cdml_edge.agent.packer import pack_window
-from cdml_edge.agent.payloads import item_id
-from cdml_edge.agent.pipeline import process_window
-from cdml_edge.agent.replay import replay_to_jsonl
-from cdml_edge.agent.retention import RetentionRing
-from cdml_edge.agent.windows import Item, Window
-from cdml_edge.export import export_trainset
-from cdml_edge.model_meta import ImageInput, ModelSpec
+from cdml_edge.agent.outputs.jsonl import JsonlOutput
+from cdml_edge.model.runner import ModelOverrides, load_runners
+from cdml_edge.model.spec import ImageInput, ModelSpec
+from cdml_edge.retrain import export_trainset
+from cdml_edge.retrain.replay import replay_to_jsonl
+from cdml_edge.store.retention import RetentionRing
 from cdml_edge.synth import digit_images, encode_png
+from cdml_edge.window.items import Item, Window
+from cdml_edge.window.pack import pack_window
+from cdml_edge.window.payloads import item_id
+from cdml_edge.window.score import process_window
 
 
 def build_model(path: Path, size: int) -> Path:

@@ -271,12 +271,12 @@ EOF
     echo "+ write $dropin/60-paths.conf (ReadWritePaths= for those folders)"
   else
     local folders paths f
-    folders="$("${cfg_env[@]}" "$venv/bin/python" -m cdml_edge.doctor_unit dirs "$conf")" ||
+    folders="$("${cfg_env[@]}" "$venv/bin/python" -m cdml_edge.doctor.unit dirs "$conf")" ||
       die "the configuration is invalid: $venv/bin/cdml-edge config validate $conf"
     while IFS= read -r f; do
       [[ -n "$f" ]] && run install -d -m 2770 "${OWN_USER[@]}" "$f"
     done <<<"$folders"
-    paths="$("${cfg_env[@]}" "$venv/bin/python" -m cdml_edge.doctor_unit dropin "$conf")" ||
+    paths="$("${cfg_env[@]}" "$venv/bin/python" -m cdml_edge.doctor.unit dropin "$conf")" ||
       die "the configuration is invalid: $conf"
     printf '%s\n' "$paths" | put_file 0644 root:root "$dropin/60-paths.conf"
   fi

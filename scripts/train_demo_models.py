@@ -10,7 +10,7 @@
 * ``vibration_anomaly.onnx`` — TimeSeriesEncoder on 3-axis accelerometer CSV windows.
 
 Held-out figures are measured with the exported ONNX files in onnxruntime, on inputs
-prepared by ``cdml_edge.model_meta.prepare_batch`` — the path the appliance runs.
+prepared by ``cdml_edge.model.spec.prepare_batch`` — the path the appliance runs.
 Writes ``models/metrics.json``.
 """
 
@@ -30,9 +30,9 @@ import torch
 from cdml_edge import synth
 from cdml_edge.archive import pack
 from cdml_edge.decode import decode_audio, decode_csv, decode_image
-from cdml_edge.model_meta import load_onnx_model, prepare_batch, run_model
+from cdml_edge.model.spec import load_onnx_model, prepare_batch, run_model
 from cdml_edge.nn.cda import auroc
-from cdml_edge.nn.export import export_checkpoint
+from cdml_edge.nn.onnx_export import export_checkpoint
 from cdml_edge.nn.recipes import train_from_archive
 
 ROOT = Path(__file__).resolve().parent.parent

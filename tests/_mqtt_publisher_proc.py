@@ -13,9 +13,9 @@ import threading
 import time
 from pathlib import Path
 
-from cdml_edge.agent.output import OutMessage
-from cdml_edge.agent.publisher import MqttPublisher
+from cdml_edge.agent.outputs.mqtt.publisher import MqttPublisher
 from cdml_edge.config import MqttConfig, SpoolConfig
+from cdml_edge.window.payloads import OutMessage
 
 
 def main() -> None:

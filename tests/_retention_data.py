@@ -7,13 +7,13 @@ import io
 import zipfile
 from collections.abc import Sequence
 
-from cdml_edge.agent.manifest import (
+from cdml_edge.window.manifest import (
     MANIFEST_NAME,
     ItemOutcome,
     ManifestItem,
     WindowManifest,
 )
-from cdml_edge.agent.payloads import item_id
+from cdml_edge.window.payloads import item_id
 
 
 def make_window(
@@ -87,11 +87,11 @@ def scored_ring(
 
     from agent_fixtures import jpeg
 
-    from cdml_edge.agent.infer import ModelOverrides, load_runners
-    from cdml_edge.agent.packer import pack_window
-    from cdml_edge.agent.pipeline import process_window
-    from cdml_edge.agent.retention import RetentionRing
-    from cdml_edge.agent.windows import Item, Window
+    from cdml_edge.model.runner import ModelOverrides, load_runners
+    from cdml_edge.store.retention import RetentionRing
+    from cdml_edge.window.items import Item, Window
+    from cdml_edge.window.pack import pack_window
+    from cdml_edge.window.score import process_window
 
     runners = load_runners({"image": (Path(str(model_path)), ModelOverrides())}, warm_up=False)
     ring = RetentionRing(Path(str(ring_dir)), max_bytes=10**9, fsync=False)

@@ -10,7 +10,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from cdml_edge.model_meta import AudioInput, ImageInput, ModelSpec, SeriesInput
+from cdml_edge.model.spec import AudioInput, ImageInput, ModelSpec, SeriesInput
 
 
 def wait_for(cond: Callable[[], bool], timeout: float = 15.0, what: str = "condition") -> None:

@@ -10,13 +10,13 @@ import numpy as np
 import pytest
 from agent_fixtures import brightness_classifier, jpeg, level_anomaly
 
-from cdml_edge.agent.infer import ModelOverrides, ModelRunner
-from cdml_edge.agent.manifest import WindowManifest
-from cdml_edge.agent.packer import build_manifest, member_names, pack_window
-from cdml_edge.agent.payloads import ItemResult, Sequencer, WindowResult, item_id
-from cdml_edge.agent.pipeline import process_window
-from cdml_edge.agent.windows import Item, Window
 from cdml_edge.archive import open_archive
+from cdml_edge.model.runner import ModelOverrides, ModelRunner
+from cdml_edge.window.items import Item, Window
+from cdml_edge.window.manifest import WindowManifest
+from cdml_edge.window.pack import build_manifest, member_names, pack_window
+from cdml_edge.window.payloads import ItemResult, Sequencer, WindowResult, item_id
+from cdml_edge.window.score import process_window
 
 
 @pytest.fixture(scope="module")
@@ -165,7 +165,7 @@ def test_config_overrides_replace_model_metadata(tmp_path: Path) -> None:
 
 
 def test_missing_model_error_names_the_path_once(tmp_path: Path) -> None:
-    from cdml_edge.agent.infer import InferenceError
+    from cdml_edge.model.runner import InferenceError
 
     missing = tmp_path / "x.onnx"
     with pytest.raises(InferenceError) as err:

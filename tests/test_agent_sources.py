@@ -11,7 +11,6 @@ import numpy as np
 import pytest
 from agent_fixtures import jpeg, wait_for, write_atomic
 
-from cdml_edge.agent.payloads import item_id
 from cdml_edge.agent.sources import (
     CameraSource,
     CameraSpec,
@@ -21,7 +20,9 @@ from cdml_edge.agent.sources import (
     SourceError,
     is_candidate,
 )
-from cdml_edge.agent.windows import ByteBudget, Item
+from cdml_edge.agent.windows import ByteBudget
+from cdml_edge.window.items import Item
+from cdml_edge.window.payloads import item_id
 
 
 class Sink:
@@ -217,7 +218,7 @@ def test_camera_that_cannot_open_reports_an_error(tmp_path: Path) -> None:
 
 
 def test_read_error_names_the_file(tmp_path: Path) -> None:
-    from cdml_edge.agent.sources import _read_whole
+    from cdml_edge.agent.sources.folder import _read_whole
 
     with pytest.raises(SourceError, match="nothere.jpg"):
         _read_whole(tmp_path / "nothere.jpg", 1)

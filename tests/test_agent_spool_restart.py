@@ -20,7 +20,7 @@ import pytest
 from _mqtt_brokers import BrokerProcess, Subscriber, wait_until
 from agent_fixtures import brightness_classifier, jpeg
 
-from cdml_edge.agent.payloads import item_id
+from cdml_edge.window.payloads import item_id
 
 N_FILES = 6
 

@@ -7,7 +7,8 @@ from pathlib import Path
 
 from agent_fixtures import wait_for
 
-from cdml_edge.agent.windows import ByteBudget, Item, Window, Windower, WindowPolicy
+from cdml_edge.agent.windows import ByteBudget, Windower, WindowPolicy
+from cdml_edge.window.items import Item, Window
 
 
 def _item(n: int, size: int = 10) -> Item:
@@ -100,9 +101,9 @@ def test_item_charge_covers_what_its_window_holds(tmp_path: Path) -> None:
     from agent_fixtures import brightness_classifier, jpeg
 
     from cdml_edge.agent.app import DATA_COPIES, window_charges
-    from cdml_edge.agent.infer import ModelRunner
-    from cdml_edge.agent.packer import pack_window
     from cdml_edge.archive import open_archive
+    from cdml_edge.model.runner import ModelRunner
+    from cdml_edge.window.pack import pack_window
 
     runner = ModelRunner.load(brightness_classifier(tmp_path / "b.onnx", size=64))
     budget = ByteBudget(1 << 30, data_factor=DATA_COPIES)

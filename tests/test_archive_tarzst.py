@@ -19,11 +19,11 @@ from cdml_edge.archive import (
     TruncatedArchiveError,
     open_archive,
     pack,
-    seekable,
     write_archive,
 )
-from cdml_edge.archive.seekable import read_tail
 from cdml_edge.archive.source import FileSource, MemorySource
+from cdml_edge.archive.tar import seekable
+from cdml_edge.archive.tar.seekable import read_tail
 
 pytestmark = pytest.mark.usefixtures("engine")
 

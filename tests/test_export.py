@@ -12,10 +12,10 @@ import pytest
 from _retention_data import make_window, scored_ring
 from agent_fixtures import brightness_classifier, jpeg
 
-from cdml_edge.agent.retention import RetentionRing
 from cdml_edge.archive import open_archive
-from cdml_edge.export import ExportError, export_trainset, parse_filter, parse_time
-from cdml_edge.export.trainset import load_relabels, parse_split, split_of
+from cdml_edge.retrain import ExportError, export_trainset, parse_filter, parse_time
+from cdml_edge.retrain.export import load_relabels, parse_split, split_of
+from cdml_edge.store.retention import RetentionRing
 
 T0 = 1_790_000_000.0
 VALUES = [[10, 200, 30, 240], [250, 5, 60], [128, 140, 90, 220, 15], [60, 230]]
@@ -224,7 +224,7 @@ def test_bound_and_output_name(ring: Path, tmp_path: Path) -> None:
 
 def test_export_package_is_torch_free() -> None:
     code = (
-        "import sys, cdml_edge.export, cdml_edge.agent.replay, cdml_edge.commands.replay_cmds;"
+        "import sys, cdml_edge.retrain, cdml_edge.retrain.replay, cdml_edge.commands.replay_cmds;"
         "print('torch' in sys.modules)"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

@@ -11,7 +11,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from cdml_edge.agent.health import Metrics, ProgressWatchdog, SdNotifier
-from cdml_edge.agent.payloads import HealthPayload
+from cdml_edge.window.payloads import HealthPayload
 
 
 class FakeClock:

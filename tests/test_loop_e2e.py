@@ -12,10 +12,10 @@ from agent_fixtures import brightness_classifier, jpeg, wait_for, write_atomic
 from typer.testing import CliRunner
 
 from cdml_edge.agent.app import Agent
-from cdml_edge.agent.retention import list_retained
 from cdml_edge.archive import open_archive
 from cdml_edge.cli import app
 from cdml_edge.config import load_config
+from cdml_edge.store.retention import list_retained
 
 N_FRAMES = 48
 

@@ -7,7 +7,7 @@ import pytest
 
 from cdml_edge import synth
 from cdml_edge.decode import decode_audio, decode_csv, decode_image
-from cdml_edge.model_meta import (
+from cdml_edge.model.spec import (
     AudioInput,
     ImageInput,
     ModelSpec,

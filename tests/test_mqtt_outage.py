@@ -17,9 +17,9 @@ from pathlib import Path
 import pytest
 from _mqtt_brokers import BrokerProcess, Subscriber, wait_until
 
-from cdml_edge.agent.output import OutMessage
-from cdml_edge.agent.publisher import MqttPublisher
+from cdml_edge.agent.outputs.mqtt.publisher import MqttPublisher
 from cdml_edge.config import MqttConfig, SpoolConfig
+from cdml_edge.window.payloads import OutMessage
 
 TESTS = Path(__file__).parent
 

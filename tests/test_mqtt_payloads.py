@@ -7,7 +7,7 @@ import threading
 import pytest
 from pydantic import ValidationError
 
-from cdml_edge.agent.payloads import (
+from cdml_edge.window.payloads import (
     ErrorEvent,
     HealthPayload,
     ItemResult,

@@ -26,12 +26,14 @@ from _mqtt_brokers import (
     wait_until,
 )
 
-from cdml_edge.agent.mqtt_tls import MqttSetupError, resolve_password
-from cdml_edge.agent.output import OutMessage
-from cdml_edge.agent.payloads import (
+from cdml_edge.agent.outputs.mqtt.publisher import MqttPublisher
+from cdml_edge.agent.outputs.mqtt.tls import MqttSetupError, resolve_password
+from cdml_edge.config import MqttConfig, SpoolConfig, TlsConfig
+from cdml_edge.window.payloads import (
     ErrorEvent,
     HealthPayload,
     ItemResult,
+    OutMessage,
     Sequencer,
     StatusPayload,
     WindowResult,
@@ -39,8 +41,6 @@ from cdml_edge.agent.payloads import (
     relative_topic,
     topic_for,
 )
-from cdml_edge.agent.publisher import MqttPublisher
-from cdml_edge.config import MqttConfig, SpoolConfig, TlsConfig
 
 TESTS = Path(__file__).parent
 

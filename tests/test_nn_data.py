@@ -10,7 +10,7 @@ import pytest
 import torch
 from _dataset_data import class_images, write
 
-from cdml_edge.model_meta import ImageInput, ModelSpec
+from cdml_edge.model.spec import ImageInput, ModelSpec
 from cdml_edge.nn.data import spec_dataset
 
 

@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 from cdml_edge import synth
 from cdml_edge.archive import pack
 from cdml_edge.cli import app
-from cdml_edge.model_meta import (
+from cdml_edge.model.spec import (
     INPUT_NAME,
     ImageInput,
     ModelSpec,
@@ -24,7 +24,7 @@ from cdml_edge.model_meta import (
     run_model,
 )
 from cdml_edge.nn import AnomalyScorer, CDMLTrainTier2, TimeSeriesEncoder
-from cdml_edge.nn.export import OPSET, ExportError, export_onnx
+from cdml_edge.nn.onnx_export import OPSET, ExportError, export_onnx
 
 
 def digits_spec() -> ModelSpec:

@@ -15,7 +15,7 @@ import pytest
 
 from cdml_edge import synth
 from cdml_edge.decode import decode_audio, decode_csv, decode_image
-from cdml_edge.model_meta import load_onnx_model, prepare_batch, run_model
+from cdml_edge.model.spec import load_onnx_model, prepare_batch, run_model
 
 MODELS = Path(__file__).resolve().parent.parent / "models"
 SHIPPED = ["digits.onnx", "audio_anomaly.onnx", "vibration_anomaly.onnx"]
@@ -39,7 +39,7 @@ CHECK = textwrap.dedent(
     import numpy as np
     from cdml_edge import synth
     from cdml_edge.decode import decode_audio, decode_csv, decode_image
-    from cdml_edge.model_meta import load_onnx_model, prepare_batch, run_model
+    from cdml_edge.model.spec import load_onnx_model, prepare_batch, run_model
 
     models = sys.argv[1]
     out = {}

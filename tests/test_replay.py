@@ -9,9 +9,9 @@ import pytest
 from _retention_data import scored_ring
 from agent_fixtures import brightness_classifier
 
-from cdml_edge.agent.infer import ModelOverrides, load_runners
-from cdml_edge.agent.replay import iter_replay, replay_to_jsonl
-from cdml_edge.agent.retention import list_retained
+from cdml_edge.model.runner import ModelOverrides, load_runners
+from cdml_edge.retrain.replay import iter_replay, replay_to_jsonl
+from cdml_edge.store.retention import list_retained
 
 T0 = 1_790_000_000.0
 VALUES = [[10, 200, 30], [250, 5], [128, 140, 90, 220], [60]]

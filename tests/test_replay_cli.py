@@ -17,7 +17,7 @@ from agent_fixtures import brightness_classifier
 from typer.testing import CliRunner
 
 from cdml_edge.cli import app
-from cdml_edge.model_meta import META_KEY
+from cdml_edge.model.spec import META_KEY
 
 VALUES = [[10, 200, 30], [250, 5], [128, 140, 90, 220], [60]]
 

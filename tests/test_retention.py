@@ -14,20 +14,20 @@ from pathlib import Path
 import pytest
 from _retention_data import make_window
 
-from cdml_edge.agent.catalog import CATALOG_NAME
-from cdml_edge.agent.manifest import (
-    MANIFEST_NAME,
-    ItemOutcome,
-    ManifestError,
-    WindowManifest,
-)
-from cdml_edge.agent.retention import (
+from cdml_edge.config import parse_config
+from cdml_edge.store.catalog import CATALOG_NAME
+from cdml_edge.store.retention import (
     RetentionRing,
     StoreStatus,
     read_sidecar,
     sample_hit,
 )
-from cdml_edge.config import parse_config
+from cdml_edge.window.manifest import (
+    MANIFEST_NAME,
+    ItemOutcome,
+    ManifestError,
+    WindowManifest,
+)
 
 T0 = 1_790_000_000.0
 

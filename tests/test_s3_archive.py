@@ -10,8 +10,8 @@ import zlib
 import pytest
 from _s3_fixtures import S3Server, s3_server_fixture  # noqa: F401  (fixture)
 
-from cdml_edge.archive import open_archive, pack, seekable, zipread
-from cdml_edge.archive.s3 import (
+from cdml_edge.archive import open_archive, pack
+from cdml_edge.archive.s3.source import (
     DEFAULT_TAIL_BYTES,
     ENDPOINT_ENV,
     INDEX_CACHE_ENV,
@@ -21,6 +21,8 @@ from cdml_edge.archive.s3 import (
     S3Source,
     open_s3_source,
 )
+from cdml_edge.archive.tar import seekable
+from cdml_edge.archive.zip import read as zipread
 
 BUCKET = "archives"
 

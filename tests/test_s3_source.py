@@ -11,7 +11,7 @@ import pytest
 from _s3_fixtures import S3Server, s3_server_fixture  # noqa: F401  (fixture)
 
 from cdml_edge.archive.errors import ArchiveError
-from cdml_edge.archive.s3 import (
+from cdml_edge.archive.s3.source import (
     ENDPOINT_ENV,
     INDEX_CACHE_BYTES_ENV,
     INDEX_CACHE_ENV,

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from cdml_edge.agent.spool import (
+from cdml_edge.agent.outputs.mqtt.spool import (
     HEADER_SIZE,
     RecordTooLarge,
     Spool,

@@ -27,13 +27,9 @@ from typing import Any
 
 from cdml_edge import __version__
 from cdml_edge.agent.health import Metrics, MetricsServer, ProgressWatchdog, SdNotifier
-from cdml_edge.agent.infer import ModelOverrides, ModelRunner, load_runners
 from cdml_edge.agent.lifecycle import FileLifecycle
-from cdml_edge.agent.output import OutMessage, Output
-from cdml_edge.agent.outputs import make_output
-from cdml_edge.agent.packer import pack_window
-from cdml_edge.agent.payloads import HealthPayload, Sequencer, StatusPayload
-from cdml_edge.agent.pipeline import error_event, process_window, warm_up_decoder
+from cdml_edge.agent.outputs.base import Output
+from cdml_edge.agent.outputs.factory import make_output
 from cdml_edge.agent.sources import (
     CameraSource,
     CameraSpec,
@@ -41,9 +37,14 @@ from cdml_edge.agent.sources import (
     FolderSource,
     FolderSpec,
 )
-from cdml_edge.agent.windows import ByteBudget, Window, Windower, WindowPolicy
+from cdml_edge.agent.windows import ByteBudget, Windower, WindowPolicy
 from cdml_edge.config import AppConfig, ConfigError, SourceConfig, load_config
 from cdml_edge.decode import EXTENSIONS
+from cdml_edge.model.runner import ModelOverrides, ModelRunner, load_runners
+from cdml_edge.window.items import Window
+from cdml_edge.window.pack import pack_window
+from cdml_edge.window.payloads import HealthPayload, OutMessage, Sequencer, StatusPayload
+from cdml_edge.window.score import error_event, process_window, warm_up_decoder
 
 log = logging.getLogger(__name__)
 
@@ -199,7 +200,7 @@ class Agent:
             except Exception as exc:  # a warm-up is an optimisation, never a reason to stop
                 log.warning("warm-up of the %s decoder failed: %s", modality, exc)
         if cfg.retention is not None:
-            from cdml_edge.agent.retention import RetentionRing
+            from cdml_edge.store.retention import RetentionRing
 
             self.retention = RetentionRing.from_config(cfg.retention)
         self.output.start()

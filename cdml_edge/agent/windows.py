@@ -9,41 +9,15 @@ above the cap intake pauses (files stay on disk, camera frames are skipped and c
 
 from __future__ import annotations
 
-import itertools
 import logging
-import os
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from pathlib import Path
+from dataclasses import dataclass
+
+from cdml_edge.window.items import Item, Window, new_window_id
 
 log = logging.getLogger(__name__)
-
-
-@dataclass
-class Item:
-    """One unit of input: a file from a folder or a frame from a camera."""
-
-    source: str
-    name: str
-    modality: str
-    ts: float  # unix seconds: file mtime (close time) or capture time
-    data: bytes
-    item_id: str
-    path: Path | None = None  # the source file, ``None`` for camera frames
-    size: int = 0
-    mtime_ns: int = 0
-    charge: int = 0  # bytes of the budget this item holds (0: just its data)
-
-    @property
-    def nbytes(self) -> int:
-        return len(self.data)
-
-    @property
-    def held(self) -> int:
-        """Budget bytes to release when the item's window is done."""
-        return self.charge or len(self.data)
 
 
 class ByteBudget:
@@ -113,30 +87,6 @@ class WindowPolicy:
     @property
     def instant(self) -> bool:
         return self.max_items == 1
-
-
-@dataclass
-class Window:
-    """The items of one source that are packed, scored and emitted together."""
-
-    window_id: str
-    source: str
-    opened_ts: float
-    items: list[Item] = field(default_factory=list)
-    closed_ts: float = 0.0
-    nbytes: int = 0
-    charged: int = 0  # budget bytes its items hold (released when the window is done)
-    reason: str = ""  # "seconds" | "max_items" | "max_bytes" | "stop"
-
-
-_counter = itertools.count(1)
-
-
-def new_window_id(source: str, opened_ts: float) -> str:
-    """Unique, sortable window id: ``{source}-{utc stamp}-{pid}-{n}``."""
-    stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime(opened_ts))
-    ms = int((opened_ts % 1) * 1000)
-    return f"{source}-{stamp}.{ms:03d}Z-{os.getpid()}-{next(_counter)}"
 
 
 class Windower:

@@ -20,7 +20,7 @@ def module() -> Any:
     if not _tried:
         _tried = True
         try:
-            from cdml_edge.archive import _zipnative
+            from cdml_edge.archive.zip import native as _zipnative
 
             _loaded = _zipnative if _zipnative.available() else None  # type: ignore[attr-defined]
         except ImportError:

@@ -15,9 +15,10 @@ from typing import Any, BinaryIO
 
 import zstandard
 
-from cdml_edge.archive import seekable, tarfmt
 from cdml_edge.archive.errors import ArchiveError, UnsafeMemberError, UnsupportedArchiveError
 from cdml_edge.archive.names import is_safe_member_name
+from cdml_edge.archive.tar import format as tarfmt
+from cdml_edge.archive.tar import seekable
 
 MANIFEST_NAME = "manifest.json"
 # Types that are already compressed: a ZIP stores them instead of deflating again.

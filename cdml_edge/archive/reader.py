@@ -5,12 +5,14 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from cdml_edge.archive import native, seekable, tarfmt
+from cdml_edge.archive import native
 from cdml_edge.archive.base import DEFAULT_MAX_MEMBER_BYTES, DEFAULT_MAX_RATIO, Archive
 from cdml_edge.archive.errors import ArchiveError, UnsupportedArchiveError
 from cdml_edge.archive.source import ByteSource, FileObjectSource, FileSource, MemorySource
-from cdml_edge.archive.tarread import TarArchive, ZstdTarArchive
-from cdml_edge.archive.zipread import ZipArchive, _find_eocd, read_tail
+from cdml_edge.archive.tar import format as tarfmt
+from cdml_edge.archive.tar import seekable
+from cdml_edge.archive.tar.read import TarArchive, ZstdTarArchive
+from cdml_edge.archive.zip.read import ZipArchive, _find_eocd, read_tail
 
 SourceLike = Any  # str | os.PathLike | bytes | bytearray | memoryview | BinaryIO | ByteSource
 
@@ -20,7 +22,7 @@ def as_source(source: SourceLike) -> ByteSource:
     if isinstance(source, (bytes, bytearray, memoryview)):
         return MemorySource(source)
     if isinstance(source, str) and source.startswith("s3://"):
-        from cdml_edge.archive.s3 import open_s3_source  # type: ignore[import-not-found]
+        from cdml_edge.archive.s3.source import open_s3_source  # type: ignore[import-not-found]
 
         return open_s3_source(source)  # type: ignore[no-any-return]
     if isinstance(source, (str, os.PathLike)):

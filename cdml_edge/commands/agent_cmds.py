@@ -35,7 +35,7 @@ def run(
         typer.echo(str(exc), err=True)
         raise typer.Exit(EXIT_CONFIG_ERROR) from None
     from cdml_edge.agent.app import Agent
-    from cdml_edge.agent.infer import InferenceError
+    from cdml_edge.model.runner import InferenceError
 
     agent = Agent(cfg, config, workers=workers, drain_timeout=drain_timeout)
     try:

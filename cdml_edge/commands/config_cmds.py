@@ -43,7 +43,7 @@ def schema(
 
         typer.echo(config_reference_markdown(), nl=False)
     elif payloads:
-        from cdml_edge.agent.payloads import payload_schemas
+        from cdml_edge.window.payloads import payload_schemas
 
         typer.echo(json.dumps(payload_schemas(), indent=2))
     else:

@@ -39,7 +39,7 @@ def doctor(
     Exit 0 when every check passes, 1 when one fails, 2 when the configuration is invalid.
     Warnings (e.g. running as root without --user) are printed but do not fail.
     """
-    from cdml_edge.doctor import Check, run_checks
+    from cdml_edge.doctor.checks import Check, run_checks
 
     ascii_only = ascii_only or not _utf8_stdout()
     try:

@@ -39,7 +39,7 @@ def _progress():  # type: ignore[no-untyped-def]
 
 
 def _when(text: str | None, what: str) -> float | None:
-    from cdml_edge.export.filters import FilterError, parse_time
+    from cdml_edge.retrain.filters import FilterError, parse_time
 
     if text is None:
         return None
@@ -74,8 +74,8 @@ def replay(
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar."),
 ) -> None:
     """Re-score retained windows (archive order, full speed) with the current pipeline."""
-    from cdml_edge.agent.infer import InferenceError
-    from cdml_edge.agent.replay import (
+    from cdml_edge.model.runner import InferenceError
+    from cdml_edge.retrain.replay import (
         ReplayedWindow,
         ReplayStats,
         iter_replay,
@@ -83,7 +83,7 @@ def replay(
         replay_to_jsonl,
         segment_rows_of,
     )
-    from cdml_edge.agent.retention import RetentionError, list_retained
+    from cdml_edge.store.retention import RetentionError, list_retained
 
     try:
         cfg = load_config(config)
@@ -170,8 +170,8 @@ def export(
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar."),
 ) -> None:
     """Build a training archive (class folders) from retained windows, with provenance."""
-    from cdml_edge.export.filters import FilterError, parse_filters
-    from cdml_edge.export.trainset import ExportError, export_trainset, load_relabels, parse_split
+    from cdml_edge.retrain.export import ExportError, export_trainset, load_relabels, parse_split
+    from cdml_edge.retrain.filters import FilterError, parse_filters
     from cdml_edge.units import parse_size
 
     try:

@@ -94,7 +94,7 @@ def export_onnx(
     """Export a checkpoint to ONNX (metadata included) and check parity with torch."""
     _need_torch()
     from cdml_edge.nn.checkpoint import CheckpointError
-    from cdml_edge.nn.export import ExportError, export_checkpoint
+    from cdml_edge.nn.onnx_export import ExportError, export_checkpoint
 
     try:
         report = export_checkpoint(checkpoint, out, opset=opset, tolerance=tolerance)

@@ -9,10 +9,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from cdml_edge.modality import EXTENSIONS, MODALITIES, check_modality, modality_for
+
 from .audio import decode_audio, mfcc, read_waveform
 from .errors import DecodeError
 from .image import DEFAULT_MAX_PIXELS, decode_image, image_size, jpeg_size, normalize_size, resize
-from .modality import EXTENSIONS, MODALITIES, check_modality, modality_for
 from .tabular import CsvTable, TextData, decode_csv, decode_json, decode_text, decode_timeseries
 
 __all__ = [

@@ -9,7 +9,7 @@ from typing import Any
 
 import torch
 
-from cdml_edge.model_meta import ModelSpec
+from cdml_edge.model.spec import ModelSpec
 from cdml_edge.nn.base import LatentModel
 from cdml_edge.nn.registry import build_model
 

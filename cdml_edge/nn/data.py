@@ -8,11 +8,11 @@ import numpy as np
 import torch
 
 from cdml_edge.data.dataset import CDMLStreamDataset
-from cdml_edge.model_meta import AudioInput, ModelSpec, prepare_item
+from cdml_edge.model.spec import AudioInput, ModelSpec, prepare_item
 
 
 class SpecTransform:
-    """Decoded array -> model input tensor, by :func:`cdml_edge.model_meta.prepare_item`.
+    """Decoded array -> model input tensor, by :func:`cdml_edge.model.spec.prepare_item`.
 
     Picklable, so it works in DataLoader workers.
     """

@@ -1,7 +1,7 @@
 """Training recipes: an archive of class folders in, a checkpoint with its ModelSpec out.
 
 Used by ``cdml-edge train`` and ``scripts/train_demo_models.py``. Items are decoded by
-:mod:`cdml_edge.decode` and prepared by :func:`cdml_edge.model_meta.prepare_item`, the
+:mod:`cdml_edge.decode` and prepared by :func:`cdml_edge.model.spec.prepare_item`, the
 same code the appliance runs, so training and serving see identical inputs.
 """
 
@@ -15,7 +15,7 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset, Subset, TensorDataset
 
-from cdml_edge.model_meta import (
+from cdml_edge.model.spec import (
     AudioInput,
     ImageInput,
     ModelSpec,

@@ -15,7 +15,7 @@ import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
-from cdml_edge.model_meta import ModelSpec
+from cdml_edge.model.spec import ModelSpec
 from cdml_edge.nn import checkpoint
 from cdml_edge.nn.base import LatentModel
 from cdml_edge.nn.loss import CDMLLoss

@@ -1,0 +1,67 @@
+"""Choosing the output: MQTT when configured (optionally beside JSON lines), else JSON lines."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Sequence
+
+from cdml_edge.agent.outputs.base import Output
+from cdml_edge.agent.outputs.jsonl import JsonlOutput
+from cdml_edge.config import AppConfig
+from cdml_edge.window.payloads import OutMessage
+
+
+def make_output(cfg: AppConfig) -> Output:
+    """The output of ``cfg``: ``MqttPublisher``, ``JsonlOutput``, or both through a tee.
+
+    Without ``mqtt`` the JSON lines go to ``output.jsonl`` (stdout when unset or ``-``).
+    """
+    prefix = cfg.mqtt.topic_prefix if cfg.mqtt else "cdml"
+    jsonl: JsonlOutput | None = None
+    if cfg.output.jsonl is not None or cfg.mqtt is None:
+        jsonl = JsonlOutput(cfg.output.jsonl or "-", topic_prefix=prefix, device=cfg.device.id)
+    if cfg.mqtt is None:
+        assert jsonl is not None
+        return jsonl
+    from cdml_edge.agent.outputs.mqtt.publisher import MqttPublisher
+
+    mqtt = MqttPublisher(cfg.mqtt, cfg.device.id, cfg.spool, cfg.outbox)
+    return mqtt if jsonl is None else TeeOutput([mqtt, jsonl])
+
+
+class TeeOutput:
+    """Several outputs; ``on_durable`` fires once every one of them made the batch durable."""
+
+    def __init__(self, outputs: Sequence[Output]) -> None:
+        self.outputs = list(outputs)
+
+    def start(self) -> None:
+        for o in self.outputs:
+            o.start()
+
+    def publish_batch(
+        self, messages: Sequence[OutMessage], on_durable: Callable[[], None] | None = None
+    ) -> None:
+        left = [len(self.outputs)]
+        lock = threading.Lock()
+
+        def one_done() -> None:
+            with lock:
+                left[0] -= 1
+                done = left[0] == 0
+            if done and on_durable is not None:
+                on_durable()
+
+        for o in self.outputs:
+            o.publish_batch(messages, one_done)
+
+    def stats(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for o in self.outputs:
+            for k, v in o.stats().items():
+                out[k] = out.get(k, 0) + v
+        return out
+
+    def stop(self, timeout: float = 5.0) -> None:
+        for o in self.outputs:
+            o.stop(timeout)

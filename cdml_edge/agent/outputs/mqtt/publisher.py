@@ -1,0 +1,541 @@
+"""MQTT publisher: paho-mqtt 2.x behind the :class:`~cdml_edge.agent.outputs.base.Output` contract.
+
+One I/O thread owns the paho client (connect with capped exponential backoff and jitter,
+``select`` on the socket, reads, writes, keepalive, publishing), so there are no races between
+``publish()`` and PUBACKs. ``publish_batch`` never talks to the network: while the broker is
+connected messages go to the byte-bounded :class:`~.outbox.Outbox`; when it is
+away, or the outbox is full (a slow broker), they go to the disk
+:class:`~.spool.Spool`. ``on_durable`` fires when every message of a batch is
+PUBACKed or spooled. After a reconnect the spool drains oldest first, taking at most every
+other in-flight slot, so live results are never starved. On a lost connection every message
+in flight is spooled again (at-least-once: a duplicate carries the same result id).
+
+The retained ``status`` topic is ``online`` after every CONNACK and ``offline`` as the Last
+Will and on a clean stop.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import random
+import select
+import socket
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import paho.mqtt.client as mqtt
+from paho.mqtt.enums import CallbackAPIVersion, MQTTErrorCode
+from paho.mqtt.packettypes import PacketTypes
+from paho.mqtt.properties import Properties
+
+from cdml_edge import __version__
+from cdml_edge.agent.outputs.mqtt.embedded_broker import EmbeddedBroker
+from cdml_edge.agent.outputs.mqtt.outbox import Batch, Entry, Outbox
+from cdml_edge.agent.outputs.mqtt.spool import HEADER_SIZE, Spool, SpoolRecord, SpoolToken
+from cdml_edge.agent.outputs.mqtt.tls import (
+    MqttSetupError,
+    parse_broker_url,
+    resolve_password,
+    tls_context,
+)
+from cdml_edge.config import MqttConfig, OutboxConfig, SpoolConfig
+from cdml_edge.window.payloads import OutMessage, StatusPayload
+
+log = logging.getLogger(__name__)
+
+
+def _no_delay(client: Any, userdata: Any, sock: Any) -> None:
+    """Small PUBLISH packets go out at once (no Nagle delay behind unacknowledged data)."""
+    with contextlib.suppress(OSError, AttributeError):
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+
+class PublisherClosed(RuntimeError):
+    """``publish_batch`` after ``stop``."""
+
+
+class Backoff:
+    """Capped exponential backoff with "equal jitter": a delay in [d/2, d], d = min·2ⁿ ≤ max."""
+
+    def __init__(self, minimum: float, maximum: float, rng: random.Random | None = None) -> None:
+        self.minimum, self.maximum = minimum, maximum
+        self.attempt = 0
+        self._rng = rng or random.Random()
+
+    def next(self) -> float:
+        cap = min(self.maximum, self.minimum * (2 ** min(self.attempt, 30)))
+        self.attempt += 1
+        return self._rng.uniform(cap / 2, cap)
+
+    def reset(self) -> None:
+        self.attempt = 0
+
+
+class MqttPublisher:
+    """Publish results over MQTT; see the module docstring for the delivery guarantees."""
+
+    def __init__(
+        self,
+        config: MqttConfig,
+        device_id: str,
+        spool: SpoolConfig | None = None,
+        outbox: OutboxConfig | None = None,
+        *,
+        version: str = __version__,
+        max_inflight: int = 64,
+        backoff_min: float = 0.5,
+        backoff_max: float = 30.0,
+        connect_timeout: float = 5.0,
+        commit_interval: float = 0.2,
+    ) -> None:
+        self.config = config
+        self.device_id = device_id
+        self.version = version
+        self.max_inflight = max_inflight
+        self.connect_timeout = connect_timeout
+        self.commit_interval = commit_interval
+        self._embedded = config.url == "embedded"
+        if self._embedded and config.protocol == "5":
+            raise MqttSetupError("mqtt.protocol: the embedded broker speaks MQTT 3.1.1 only")
+        self.protocol = "3.1.1" if self._embedded else (config.protocol or "5")
+        self._address = None if self._embedded else parse_broker_url(config.url)
+        self._password = resolve_password(config)
+        use_tls = config.tls is not None or (self._address is not None and self._address.tls)
+        self._ssl = tls_context(config.tls) if use_tls and not self._embedded else None
+        self.client_id = config.client_id or f"cdml-edge-{device_id}"
+        self._base = f"{config.topic_prefix}/{device_id}"
+        spool_cfg = spool or SpoolConfig()  # type: ignore[call-arg]
+        self.spool = Spool(
+            Path(spool_cfg.dir), spool_cfg.max_bytes, spool_cfg.policy, spool_cfg.fsync
+        )
+        self._block = spool_cfg.policy == "block"
+        self.outbox = Outbox((outbox or OutboxConfig()).max_bytes)  # type: ignore[call-arg]
+        self._backoff = Backoff(backoff_min, backoff_max)
+        self.broker: EmbeddedBroker | None = None
+        self.started_at = time.time()
+        self._client: mqtt.Client | None = None
+        self._thread: threading.Thread | None = None
+        self._wake_r, self._wake_w = os.pipe()
+        os.set_blocking(self._wake_r, False)
+        os.set_blocking(self._wake_w, False)
+        self._connected = False
+        self._lost = False
+        self._just_connected = False
+        self._closing = False
+        self._closed = False
+        self._close_deadline = 0.0
+        self._pending: dict[int, Entry | SpoolToken] = {}
+        self._acks: deque[tuple[int, bool]] = deque()
+        self._spool_buf: deque[tuple[SpoolToken, SpoolRecord]] = deque()
+        self._spool_turn = False
+        self._status_mid: int | None = None
+        self._status_acked = threading.Event()
+        self._counts = {
+            "published": 0,
+            "acked": 0,
+            "spooled": 0,
+            "drained": 0,
+            "rejected": 0,
+            "reconnects": 0,
+            "connect_failures": 0,
+            "too_large": 0,
+        }
+
+    # ------------------------------------------------------------------ Output API
+    @property
+    def connected(self) -> bool:
+        return self._connected
+
+    @property
+    def broker_url(self) -> str:
+        if self.broker is not None:
+            return self.broker.url
+        assert self._address is not None
+        scheme = "mqtts" if self._ssl is not None else "mqtt"
+        return f"{scheme}://{self._address.host}:{self._address.port}"
+
+    def topic(self, relative: str) -> str:
+        """Full topic of a message topic relative to ``{prefix}/{device}``."""
+        return f"{self._base}/{relative}"
+
+    def start(self) -> None:
+        """Start the I/O thread; returns at once, broker or not."""
+        if self._thread is not None:
+            return
+        if self._embedded:
+            self.broker = EmbeddedBroker().start()
+        self.started_at = time.time()
+        self._client = self._make_client()
+        self._thread = threading.Thread(target=self._run, name="mqtt-io", daemon=True)
+        self._thread.start()
+
+    def publish_batch(
+        self, messages: Sequence[OutMessage], on_durable: Callable[[], None] | None = None
+    ) -> None:
+        """Queue messages; ``on_durable`` fires once each is PUBACKed or spooled."""
+        if self._closing or self._closed:
+            raise PublisherClosed("publish_batch after stop()")
+        batch = Batch(len(messages), on_durable)
+        entries = [Entry(m, batch) for m in messages]
+        overflow: list[Entry] = []
+        if self._connected:
+            for entry in entries:
+                if overflow or not self.outbox.try_put(entry):
+                    overflow.append(entry)
+        else:
+            overflow = entries
+        if overflow:
+            self._spool_entries(overflow, wait=self._block)
+        self._wake()
+
+    def stats(self) -> dict[str, int]:
+        out = dict(self._counts)
+        out.update(self.spool.stats())
+        out.update(
+            {
+                "outbox_depth": len(self.outbox),
+                "outbox_bytes": self.outbox.bytes,
+                "inflight": len(self._pending),
+                "dropped": self.spool.dropped,
+                "bytes_written": self.spool.bytes_written,
+                "broker_connected": int(self._connected),
+            }
+        )
+        return out
+
+    def stop(self, timeout: float = 5.0) -> None:
+        """Deliver what is queued within ``timeout``, spool the rest, publish ``offline``."""
+        if self._closed:
+            return
+        self._close_deadline = time.monotonic() + timeout
+        self._closing = True
+        self._wake()
+        if self._thread is not None:
+            self._thread.join(timeout + self.connect_timeout + 1.0)
+        self._spool_leftovers()
+        self.spool.close()
+        self._closed = True
+        for fd in (self._wake_r, self._wake_w):
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        if self.broker is not None:
+            self.broker.stop()
+
+    # ------------------------------------------------------------------ spooling
+    def _spool_entries(self, entries: list[Entry], wait: bool) -> list[Entry]:
+        """Write entries to the spool and complete them; returns those that did not fit."""
+        fits: list[Entry] = []
+        for entry in entries:
+            blob = HEADER_SIZE + 3 + len(entry.message.topic.encode()) + len(entry.message.payload)
+            if blob > self.spool.max_bytes:
+                # Never spoolable: its batch is left incomplete so on_durable does not fire
+                # and the caller keeps the source for a retry; counted as ``too_large``.
+                log.error("%s: %d-byte message is larger than spool.max_bytes=%d; not "
+                          "delivered, its batch stays incomplete",
+                          entry.message.topic, blob, self.spool.max_bytes)
+                self._counts["too_large"] += 1
+                entry.abandon()
+            else:
+                fits.append(entry)
+        records = [
+            SpoolRecord(e.message.topic, e.message.payload, self._qos(e.message), e.message.retain)
+            for e in fits
+        ]
+        written = self.spool.append(records, wait=wait) if records else 0
+        for entry in fits[:written]:
+            entry.complete()
+        self._counts["spooled"] += written
+        return fits[written:]
+
+    def _spool_leftovers(self) -> None:
+        live = [e for e in self._pending.values() if isinstance(e, Entry) and not e.done]
+        self._pending.clear()
+        left = [e for e in live + self.outbox.take_all() if not e.done]
+        if left:
+            with contextlib.suppress(Exception):
+                rest = self._spool_entries(left, wait=False)
+                if rest:
+                    log.error("spool full at stop: %d messages not delivered", len(rest))
+
+    def _qos(self, message: OutMessage) -> int:
+        return self.config.qos if message.qos is None else message.qos
+
+    # ------------------------------------------------------------------ client setup
+    def _make_client(self) -> mqtt.Client:
+        v5 = self.protocol == "5"
+        kwargs: dict[str, Any] = {
+            "callback_api_version": CallbackAPIVersion.VERSION2,
+            "client_id": self.client_id,
+            "protocol": mqtt.MQTTv5 if v5 else mqtt.MQTTv311,
+        }
+        if not v5:
+            kwargs["clean_session"] = False
+        client = mqtt.Client(**kwargs)
+        client.max_inflight_messages_set(self.max_inflight + 2)
+        client.max_queued_messages_set(0)
+        client.connect_timeout = self.connect_timeout
+        client.will_set(self.topic("status"), self._status("offline"), qos=1, retain=True)
+        if self.config.username is not None:
+            client.username_pw_set(self.config.username, self._password)
+        if self._ssl is not None:
+            client.tls_set_context(self._ssl)
+        client.on_connect = self._on_connect
+        client.on_disconnect = self._on_disconnect
+        client.on_publish = self._on_publish
+        client.on_socket_open = _no_delay
+        if self.broker is not None:
+            host, port = self.broker.host, self.broker.port
+        else:
+            assert self._address is not None
+            host, port = self._address.host, self._address.port
+        keepalive = max(1, int(self.config.keepalive))
+        if v5:
+            props = Properties(PacketTypes.CONNECT)
+            props.SessionExpiryInterval = int(self.config.session_expiry)
+            client.connect_async(host, port, keepalive, clean_start=False, properties=props)
+        else:
+            client.connect_async(host, port, keepalive)
+        return client
+
+    def _status(self, state: str) -> bytes:
+        payload = StatusPayload(
+            state=state,  # type: ignore[arg-type]
+            version=self.version,
+            started_at=self.started_at,
+            device=self.device_id,
+        )
+        return payload.model_dump_json().encode()
+
+    # ------------------------------------------------------------------ paho callbacks
+    # They run inside paho calls made by the I/O thread; they only record what happened.
+    def _on_connect(self, client: Any, userdata: Any, flags: Any, rc: Any, props: Any) -> None:
+        if rc.is_failure:
+            log.error("broker %s refused the connection: %s", self.broker_url, rc)
+            self._counts["connect_failures"] += 1
+            return
+        self._connected = True
+        self._just_connected = True
+
+    def _on_disconnect(self, client: Any, userdata: Any, flags: Any, rc: Any, props: Any) -> None:
+        self._lost = True
+
+    def _on_publish(self, client: Any, userdata: Any, mid: int, rc: Any, props: Any) -> None:
+        self._acks.append((mid, bool(getattr(rc, "is_failure", False))))
+
+    # ------------------------------------------------------------------ I/O thread
+    def _run(self) -> None:
+        client = self._client
+        assert client is not None
+        next_attempt = 0.0
+        connect_started = 0.0
+        last_commit = time.monotonic()
+        warned = False
+        try:
+            while True:
+                now = time.monotonic()
+                if self._closing and self._finish_close(client):
+                    return
+                if client.socket() is None:
+                    if self._connected or self._lost:
+                        self._handle_lost(client)
+                        next_attempt = now + self._backoff.next()
+                    if self._closing:
+                        return
+                    self._flush_outbox_to_spool()
+                    if now < next_attempt:
+                        self._wait(next_attempt - now)
+                        continue
+                    try:
+                        client.reconnect()
+                        connect_started = time.monotonic()
+                    except (OSError, ValueError) as exc:
+                        self._counts["connect_failures"] += 1
+                        delay = self._backoff.next()
+                        next_attempt = time.monotonic() + delay
+                        level = logging.DEBUG if warned else logging.WARNING
+                        log.log(level, "broker %s unreachable (%s); retry in %.1fs, spooling to %s",
+                                self.broker_url, exc, delay, self.spool.dir)
+                        warned = True
+                    continue
+                self._poll(client)
+                if self._lost and client.socket() is None:
+                    continue
+                if not self._connected and now - connect_started > self.connect_timeout:
+                    log.warning("broker %s: no CONNACK within %.1fs", self.broker_url,
+                                self.connect_timeout)
+                    client.disconnect()
+                    with contextlib.suppress(Exception):
+                        client.loop_write()
+                    next_attempt = time.monotonic() + self._backoff.next()
+                    continue
+                if self._just_connected:
+                    self._just_connected = False
+                    warned = False
+                    self._backoff.reset()
+                    self._counts["reconnects"] += 1
+                    log.info("connected to %s as %s (MQTT %s)", self.broker_url,
+                             self.client_id, self.protocol)
+                    info = client.publish(self.topic("status"), self._status("online"), 1, True)
+                    self._status_mid = info.mid
+                self._process_acks()
+                if self._connected:
+                    self._pump(client)
+                if time.monotonic() - last_commit >= self.commit_interval:
+                    self.spool.commit()
+                    last_commit = time.monotonic()
+        except Exception:  # noqa: BLE001 - log, then leave the rest to stop()
+            log.exception("MQTT I/O thread failed")
+            self._connected = False
+
+    def _wait(self, seconds: float) -> None:
+        """Sleep up to ``seconds``; wake early (to spool new messages or to stop)."""
+        with contextlib.suppress(OSError, ValueError):
+            ready, _, _ = select.select([self._wake_r], [], [], max(0.0, seconds))
+            if ready:
+                self._drain_wake()
+
+    def _poll(self, client: mqtt.Client) -> None:
+        sock = client.socket()
+        if sock is None:
+            return
+        pending_tls = getattr(sock, "pending", None)
+        timeout = 0.0 if (pending_tls is not None and pending_tls() > 0) else 0.25
+        fileno = sock.fileno()
+        wlist = [fileno] if client.want_write() else []
+        try:
+            readable, _, _ = select.select([fileno, self._wake_r], wlist, [], timeout)
+        except (OSError, ValueError):
+            readable = [fileno]
+        if self._wake_r in readable:
+            self._drain_wake()
+        if fileno in readable or timeout == 0.0:
+            client.loop_read()
+        if client.socket() is not None and client.want_write():
+            client.loop_write()
+        if client.socket() is not None:
+            client.loop_misc()
+
+    def _process_acks(self) -> None:
+        while self._acks:
+            mid, failed = self._acks.popleft()
+            if mid == self._status_mid:
+                self._status_mid = None
+                self._status_acked.set()
+                continue
+            item = self._pending.pop(mid, None)
+            if item is None:
+                continue
+            if failed:
+                self._counts["rejected"] += 1
+                log.error("broker rejected a message (mid %d)", mid)
+            else:
+                self._counts["acked"] += 1
+            if isinstance(item, Entry):
+                item.complete()
+            else:
+                self.spool.ack(item)
+                self._counts["drained"] += 1
+
+    def _pump(self, client: mqtt.Client) -> None:
+        while len(self._pending) < self.max_inflight:
+            entry: Entry | None = None
+            spooled: tuple[SpoolToken, SpoolRecord] | None = None
+            if self._spool_turn and not self._closing:
+                spooled = self._next_spooled()
+            if spooled is None:
+                entry = self.outbox.pop()
+            if entry is None and spooled is None and not self._closing:
+                spooled = self._next_spooled()
+            if entry is None and spooled is None:
+                return
+            self._spool_turn = not self._spool_turn
+            if entry is not None:
+                msg = entry.message
+                info = client.publish(self.topic(msg.topic), msg.payload, self._qos(msg),
+                                      msg.retain)
+                item: Entry | SpoolToken = entry
+            else:
+                assert spooled is not None
+                token, rec = spooled
+                info = client.publish(self.topic(rec.topic), rec.payload, rec.qos, rec.retain)
+                item = token
+            if info.rc == MQTTErrorCode.MQTT_ERR_QUEUE_SIZE:  # no free message id: retry later
+                if entry is not None:
+                    self.outbox.put_front([entry])
+                elif spooled is not None:
+                    self._spool_buf.appendleft(spooled)
+                return
+            self._counts["published"] += 1
+            self._pending[info.mid] = item
+            if client.socket() is None:
+                return  # the write failed: _handle_lost will spool / rewind
+
+    def _next_spooled(self) -> tuple[SpoolToken, SpoolRecord] | None:
+        if not self._spool_buf:
+            self._spool_buf.extend(self.spool.read(64))
+        return self._spool_buf.popleft() if self._spool_buf else None
+
+    def _handle_lost(self, client: mqtt.Client) -> None:
+        """Connection gone: take back everything in flight (we redeliver it ourselves)."""
+        was_connected = self._connected
+        self._connected = False
+        self._lost = False
+        self._just_connected = False
+        client.drop_out_messages()
+        self._process_acks()
+        live = [e for e in self._pending.values() if isinstance(e, Entry) and not e.done]
+        self._pending.clear()
+        self._acks.clear()
+        self._status_mid = None
+        self._spool_buf.clear()
+        self.spool.rewind()
+        left = self._spool_entries(live + self.outbox.take_all(), wait=False)
+        if left:
+            self.outbox.put_front(left)
+        if was_connected:
+            log.warning("lost the connection to %s; spooling to %s", self.broker_url,
+                        self.spool.dir)
+
+    def _flush_outbox_to_spool(self) -> None:
+        if len(self.outbox):
+            left = self._spool_entries(self.outbox.take_all(), wait=False)
+            if left:
+                self.outbox.put_front(left)
+
+    def _finish_close(self, client: mqtt.Client) -> bool:
+        """While stopping: once live messages are out (or time is up), go ``offline``."""
+        live_pending = any(isinstance(e, Entry) for e in self._pending.values())
+        time_left = self._close_deadline - time.monotonic()
+        if self._connected and time_left > 0 and (len(self.outbox) or live_pending):
+            return False
+        if self._connected and client.socket() is not None:
+            self._status_acked.clear()
+            info = client.publish(self.topic("status"), self._status("offline"), 1, True)
+            self._status_mid = info.mid
+            end = time.monotonic() + max(0.2, min(1.0, time_left))
+            while not self._status_acked.is_set() and time.monotonic() < end:
+                self._poll(client)
+                if client.socket() is None:
+                    break
+                self._process_acks()
+            client.disconnect()
+            with contextlib.suppress(Exception):
+                client.loop_write()
+        self._process_acks()
+        self._connected = False
+        return True
+
+    def _wake(self) -> None:
+        with contextlib.suppress(OSError):
+            os.write(self._wake_w, b"x")
+
+    def _drain_wake(self) -> None:
+        with contextlib.suppress(OSError):
+            while os.read(self._wake_r, 4096):
+                pass

@@ -1,0 +1,18 @@
+"""Where items come from: watched folders and cameras."""
+
+from cdml_edge.agent.sources.base import ErrorSink, FileTooLarge, ItemSink, SourceError, SourceStats
+from cdml_edge.agent.sources.camera import CameraSource, CameraSpec
+from cdml_edge.agent.sources.folder import FolderSource, FolderSpec, is_candidate
+
+__all__ = [
+    "CameraSource",
+    "CameraSpec",
+    "ErrorSink",
+    "FileTooLarge",
+    "FolderSource",
+    "FolderSpec",
+    "ItemSink",
+    "SourceError",
+    "SourceStats",
+    "is_candidate",
+]

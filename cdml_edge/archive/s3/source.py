@@ -1,0 +1,473 @@
+"""``s3://`` byte source: archives read by HTTP byte ranges, never downloaded whole.
+
+:func:`open_s3_source` returns an :class:`S3Source` (a :class:`~cdml_edge.archive.source.
+ByteSource`). Opening costs one suffix-range ``GET`` of the object's tail (which also yields
+its size and ETag); the archive reader's tail read is served from it and its central
+directory / member index read costs one more ranged ``GET`` at most. With an
+:class:`~cdml_edge.archive.s3.index_cache.S3IndexCache`, a second open costs one ``HEAD``
+(ETag check) and no ``GET``. Each ``pread`` is one ranged ``GET``; ``pread_many`` merges
+ranges whose gap is at most ``gap`` bytes into one ``GET`` and splits the answer.
+
+Every ``GET`` after open carries ``If-Match: <ETag>``: an object replaced while open raises
+:class:`S3ObjectChangedError` instead of mixing bytes of two versions.
+
+Credentials, region and endpoint come from the standard boto3 chain; ``endpoint_url`` or the
+``CDML_EDGE_S3_ENDPOINT`` environment variable point at S3-compatible stores (MinIO, Ceph
+RGW), addressed path-style. Clients are created lazily, one per process and settings, and
+re-created after ``fork``; the source pickles without its client.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import threading
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from cdml_edge.archive.s3.client import (
+    RetryPolicy,
+    S3Stats,
+    bind_stats,
+    sent_count,
+    shared_client,
+    shared_pool,
+)
+from cdml_edge.archive.s3.errors import (
+    S3AccessError,
+    S3Error,
+    S3NotFoundError,
+    S3ObjectChangedError,
+    S3TransientError,
+    is_transient,
+    map_client_error,
+)
+from cdml_edge.archive.s3.index_cache import DEFAULT_INDEX_CACHE_BYTES, S3IndexCache
+from cdml_edge.archive.s3.ranges import Extents, coalesce, content_range
+
+__all__ = [
+    "DEFAULT_GAP",
+    "DEFAULT_TAIL_BYTES",
+    "ENDPOINT_ENV",
+    "INDEX_CACHE_BYTES_ENV",
+    "INDEX_CACHE_ENV",
+    "REGION_ENV",
+    "RetryPolicy",
+    "S3AccessError",
+    "S3Error",
+    "S3IndexCache",
+    "S3NotFoundError",
+    "S3ObjectChangedError",
+    "S3Source",
+    "S3Stats",
+    "S3TransientError",
+    "coalesce",
+    "configure_s3",
+    "open_s3_source",
+    "parse_s3_url",
+]
+
+ENDPOINT_ENV = "CDML_EDGE_S3_ENDPOINT"
+REGION_ENV = "CDML_EDGE_S3_REGION"
+INDEX_CACHE_ENV = "CDML_EDGE_S3_INDEX_CACHE"
+INDEX_CACHE_BYTES_ENV = "CDML_EDGE_S3_INDEX_CACHE_BYTES"
+# Ranges closer than this are fetched in one GET (the gap bytes are read and dropped).
+DEFAULT_GAP = 256 << 10
+# One coalesced GET never spans more than this.
+DEFAULT_MAX_REQUEST = 16 << 20
+# Bytes read from the end of the object at open: a ZIP end record with the longest comment
+# (22 + 65535), the ZIP64 locator and record, and a tar.zst seek table of small archives.
+DEFAULT_TAIL_BYTES = 128 << 10
+
+_URL = re.compile(r"^s3://(?P<bucket>[^/]+)/(?P<key>.+)$")
+
+
+def parse_s3_url(url: str) -> tuple[str, str]:
+    """``s3://bucket/path/to/key`` -> ``(bucket, key)``."""
+    m = _URL.match(url)
+    if not m:
+        raise ValueError(f"not an s3 URL (want s3://bucket/key): {url!r}")
+    return m.group("bucket"), m.group("key")
+
+
+class S3Source:
+    """A read-only S3 object as a :class:`ByteSource` (thread-safe, fork-safe, picklable).
+
+    ``stats`` (``requests``, ``bytes_fetched``, ...) counts this process's HTTP requests.
+    """
+
+    def __init__(
+        self,
+        bucket: str,
+        key: str,
+        *,
+        endpoint_url: str | None = None,
+        region: str | None = None,
+        index_cache: S3IndexCache | None = None,
+        gap: int = DEFAULT_GAP,
+        max_request: int = DEFAULT_MAX_REQUEST,
+        tail_bytes: int = DEFAULT_TAIL_BYTES,
+        retry: RetryPolicy | None = None,
+    ) -> None:
+        if gap < 0 or max_request <= 0 or tail_bytes <= 0:
+            raise ValueError("gap must be >= 0, max_request and tail_bytes > 0")
+        self.bucket = bucket
+        self.key = key
+        self.endpoint_url = endpoint_url or None
+        self.region = region
+        self.index_cache = index_cache
+        self.gap = int(gap)
+        self.max_request = int(max_request)
+        self.tail_bytes = int(tail_bytes)
+        self.retry = retry or RetryPolicy()
+        self.stats = S3Stats()
+        self.index_source = "none"  # how the index was obtained: "network" or "cache"
+        self._size: int | None = None
+        self._etag: str | None = None
+        self._known = Extents()
+        self._known_lock = threading.Lock()
+        self._recording = False
+        self._open_lock = threading.Lock()
+
+    # -- ByteSource ---------------------------------------------------------------------
+    @property
+    def name(self) -> str:
+        return f"s3://{self.bucket}/{self.key}"
+
+    @property
+    def etag(self) -> str:
+        self.open()
+        assert self._etag is not None
+        return self._etag
+
+    @property
+    def requests(self) -> int:
+        return self.stats.requests
+
+    @property
+    def bytes_fetched(self) -> int:
+        return self.stats.bytes_fetched
+
+    def __repr__(self) -> str:
+        return f"<S3Source {self.name} size={self._size} etag={self._etag}>"
+
+    def size(self) -> int:
+        self.open()
+        assert self._size is not None
+        return self._size
+
+    def fileno(self) -> int | None:
+        return None
+
+    def close(self) -> None:
+        """Nothing to release: the client is shared per process; the source stays usable."""
+
+    def pread(self, offset: int, length: int) -> bytes:
+        if offset < 0 or length < 0:
+            raise ValueError("negative offset or length")
+        size = self.size()
+        end = min(size, offset + length)
+        if offset >= end:
+            return b""
+        with self._known_lock:
+            data = self._known.get(offset, end)
+            a, b = self._known.missing_span(offset, end) if data is None else (end, end)
+        if data is not None:
+            self._count(served=1)
+            return data
+        fetched = self._get_range(a, b)
+        with self._known_lock:
+            head = self._known.get(offset, a) if a > offset else b""
+            tail = self._known.get(b, end) if end > b else b""
+            # Index reads extend the bytes held from the tail backwards (central directory,
+            # seek table, member index); the first read that does not ends the index phase.
+            record = self._recording and self._known.covering(b) is not None
+            if record:
+                self._known.add(a, fetched)
+        if head is None or tail is None:  # pragma: no cover - extents only grow
+            raise S3Error("index bytes vanished", bucket=self.bucket, key=self.key)
+        if record:
+            self._store_index()
+        elif self._recording:
+            self.index_loaded()
+        return head + fetched + tail
+
+    def pread_many(self, ranges: Sequence[tuple[int, int]]) -> list[bytes]:
+        """Read ranges; those within ``gap`` of each other share one ranged ``GET``."""
+        self._recording = False
+        size = self.size()
+        out: list[bytes] = [b""] * len(ranges)
+        todo: list[tuple[int, int, int]] = []
+        served = 0
+        with self._known_lock:
+            for i, (off, n) in enumerate(ranges):
+                if off < 0 or n < 0:
+                    raise ValueError("negative offset or length")
+                end = min(size, off + n)
+                if off >= end:
+                    continue
+                data = self._known.get(off, end)
+                if data is not None:
+                    out[i] = data
+                    served += 1
+                else:
+                    todo.append((off, end, i))
+        if served:
+            self._count(served=served)
+        groups = coalesce(todo, self.gap, self.max_request)
+        if len(groups) == 1:
+            results = [self._get_range(groups[0][0], groups[0][1])]
+        else:
+            pool = shared_pool()
+            results = list(pool.map(lambda g: self._get_range(g[0], g[1]), groups))
+        for (start, _end, members), blob in zip(groups, results, strict=True):
+            for off, end, i in members:
+                out[i] = blob[off - start : end - start]
+        return out
+
+    # -- open and index ------------------------------------------------------------------
+    @property
+    def prefers_tail(self) -> bool:
+        """Format detection should look at the tail (held in memory) before the head."""
+        return True
+
+    def open(self) -> None:
+        """Learn size and ETag, reading the tail (or the cached index). Idempotent."""
+        if self._size is not None:
+            return
+        with self._open_lock:
+            if self._size is not None:
+                return
+            cache = self.index_cache
+            ident = S3IndexCache.ident(self.endpoint_url, self.bucket, self.key)
+            entry = cache.get(ident) if cache is not None else None
+            if cache is not None and entry is not None:
+                size, etag = self._head()
+                if etag == entry.etag and size == entry.size:
+                    with self._known_lock:
+                        self._known = Extents(entry.chunks)
+                    cache.touch(ident)
+                    self._etag, self.index_source = etag, "cache"
+                    self._recording = True  # an index read the entry lacks is added to it
+                    self._size = size
+                    return
+                cache.discard(ident)
+                self._etag = etag
+                self._open_tail(size)
+            else:
+                self._open_tail(None)
+            self.index_source = "network"
+            self._recording = True
+            self._store_index()
+
+    def _open_tail(self, size: int | None) -> None:
+        if size is None:
+            rng = f"bytes=-{self.tail_bytes}"
+        elif size == 0:
+            self._size = 0
+            return
+        else:
+            rng = f"bytes={max(0, size - self.tail_bytes)}-{size - 1}"
+        try:
+            resp, body = self._request("GET", Range=rng)
+        except S3Error as exc:
+            if exc.status != 416:  # an empty object has no satisfiable range
+                raise
+            size, self._etag = self._head()
+            self._size = size
+            return
+        total, start = content_range(resp, len(body))
+        self._etag = str(resp.get("ETag") or self._etag or "")
+        with self._known_lock:
+            self._known.add(start, body)
+        self._size = total
+
+    def index_loaded(self) -> None:
+        """End the index phase: later reads are members and are not kept in memory.
+
+        Readers may call it after parsing their index; otherwise the first ``pread_many``
+        or the first fetched ``pread`` that does not extend the held bytes ends it."""
+        self._recording = False
+
+    def _store_index(self) -> None:
+        """Write the bytes held so far (tail, index) to the index cache, if there is one."""
+        cache = self.index_cache
+        if cache is None or not self._etag or self._size is None:
+            return
+        with self._known_lock:
+            chunks = self._known.chunks()
+        ident = S3IndexCache.ident(self.endpoint_url, self.bucket, self.key)
+        cache.put(ident, self._etag, self._size, chunks)
+
+    def memory_bytes(self) -> int:
+        """Bytes of tail / index held in memory (served without requests)."""
+        with self._known_lock:
+            return self._known.nbytes()
+
+    # -- requests ------------------------------------------------------------------------
+    def _head(self) -> tuple[int, str]:
+        resp, _ = self._request("HEAD")
+        return int(resp["ContentLength"]), str(resp.get("ETag") or "")
+
+    def _get_range(self, start: int, end: int) -> bytes:
+        kwargs: dict[str, Any] = {"Range": f"bytes={start}-{end - 1}"}
+        if self._etag:
+            kwargs["IfMatch"] = self._etag
+        _, body = self._request("GET", expect=end - start, **kwargs)
+        return body
+
+    def _request(self, method: str, expect: int | None = None, **kwargs: Any) -> tuple[Any, bytes]:
+        """One HTTP request with our retries around botocore's; errors come back typed."""
+        from botocore.exceptions import ClientError, NoCredentialsError
+
+        client = shared_client(self.endpoint_url, self.region, self.retry)
+        call: Callable[..., Any] = client.get_object if method == "GET" else client.head_object
+        attempts = max(1, self.retry.attempts)
+        for attempt in range(attempts):
+            bind_stats(self.stats)
+            try:
+                resp = call(Bucket=self.bucket, Key=self.key, **kwargs)
+                body = resp["Body"].read() if method == "GET" else b""
+                if expect is not None and len(body) != expect:
+                    raise _ShortBody(f"got {len(body)} of {expect} bytes")
+                self._count(nbytes=len(body), retried=max(0, sent_count() - 1))
+                return resp, body
+            except NoCredentialsError as exc:
+                raise S3AccessError(
+                    f"no credentials for {self.name} (boto3 chain: environment, ~/.aws, "
+                    "instance role)",
+                    bucket=self.bucket,
+                    key=self.key,
+                ) from exc
+            except Exception as exc:
+                self._count(retried=max(0, sent_count() - 1))
+                retry = isinstance(exc, _ShortBody) or is_transient(exc)
+                if retry and attempt + 1 < attempts:
+                    self._count(retried=1)
+                    time.sleep(self.retry.delay(attempt))
+                    continue
+                if isinstance(exc, ClientError):
+                    raise map_client_error(exc, self.bucket, self.key, method) from exc
+                raise S3TransientError(
+                    f"{method} of {self.name} failed after {attempt + 1} attempts: "
+                    f"{type(exc).__name__}: {exc}",
+                    bucket=self.bucket,
+                    key=self.key,
+                ) from exc
+            finally:
+                bind_stats(None)
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _count(self, *, nbytes: int = 0, retried: int = 0, served: int = 0) -> None:
+        st = self.stats
+        with st.lock:
+            st.bytes_fetched += nbytes
+            st.retries += retried
+            st.served_from_memory += served
+
+    # -- pickling ------------------------------------------------------------------------
+    def __getstate__(self) -> dict[str, Any]:
+        with self._known_lock:
+            known = self._known.chunks()
+        return {
+            "bucket": self.bucket,
+            "key": self.key,
+            "endpoint_url": self.endpoint_url,
+            "region": self.region,
+            "index_cache": self.index_cache,
+            "gap": self.gap,
+            "max_request": self.max_request,
+            "tail_bytes": self.tail_bytes,
+            "retry": self.retry,
+            "size": self._size,
+            "etag": self._etag,
+            "index_source": self.index_source,
+            "known": known,
+        }
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(  # type: ignore[misc]
+            state["bucket"],
+            state["key"],
+            endpoint_url=state["endpoint_url"],
+            region=state["region"],
+            index_cache=state["index_cache"],
+            gap=state["gap"],
+            max_request=state["max_request"],
+            tail_bytes=state["tail_bytes"],
+            retry=state["retry"],
+        )
+        self._size, self._etag = state["size"], state["etag"]
+        self.index_source = state["index_source"]
+        self._known = Extents(state["known"])
+
+
+class _ShortBody(Exception):
+    """The body ended before the requested range did (retried)."""
+
+
+def open_s3_source(
+    url: str,
+    *,
+    endpoint_url: str | None = None,
+    region: str | None = None,
+    index_cache: S3IndexCache | str | os.PathLike[str] | None = None,
+    gap: int = DEFAULT_GAP,
+    max_request: int = DEFAULT_MAX_REQUEST,
+    tail_bytes: int = DEFAULT_TAIL_BYTES,
+    retry: RetryPolicy | None = None,
+) -> S3Source:
+    """Open ``s3://bucket/key`` and read its tail (or its cached index).
+
+    ``endpoint_url`` defaults to ``$CDML_EDGE_S3_ENDPOINT`` (else boto3's own resolution),
+    ``region`` to ``$CDML_EDGE_S3_REGION`` (else the boto3 chain, else ``us-east-1``);
+    ``index_cache`` (a folder or an :class:`S3IndexCache`) defaults to
+    ``$CDML_EDGE_S3_INDEX_CACHE`` (bounded by ``$CDML_EDGE_S3_INDEX_CACHE_BYTES``) when set.
+    Raises :class:`S3NotFoundError` / :class:`S3AccessError` naming bucket and key on 404 / 403.
+    """
+    bucket, key = parse_s3_url(url)
+    endpoint_url = endpoint_url or os.environ.get(ENDPOINT_ENV) or None
+    region = region or os.environ.get(REGION_ENV) or None
+    if index_cache is None and os.environ.get(INDEX_CACHE_ENV):
+        index_cache = os.environ[INDEX_CACHE_ENV]
+    if index_cache is not None and not isinstance(index_cache, S3IndexCache):
+        bound = os.environ.get(INDEX_CACHE_BYTES_ENV)
+        index_cache = S3IndexCache(index_cache, int(bound) if bound else DEFAULT_INDEX_CACHE_BYTES)
+    source = S3Source(
+        bucket,
+        key,
+        endpoint_url=endpoint_url,
+        region=region,
+        index_cache=index_cache,
+        gap=gap,
+        max_request=max_request,
+        tail_bytes=tail_bytes,
+        retry=retry,
+    )
+    source.open()
+    return source
+
+
+def configure_s3(
+    *,
+    endpoint_url: str | None = None,
+    region: str | None = None,
+    index_cache: str | os.PathLike[str] | None = None,
+    index_cache_bytes: int | None = None,
+) -> None:
+    """Process-wide defaults for ``s3://`` (e.g. from the configuration file).
+
+    They are kept in the environment variables :func:`open_s3_source` reads, so DataLoader
+    workers and subprocesses (forked or spawned) inherit them. ``None`` leaves a setting
+    as it is.
+    """
+    values = {
+        ENDPOINT_ENV: endpoint_url,
+        REGION_ENV: region,
+        INDEX_CACHE_ENV: os.fspath(index_cache) if index_cache is not None else None,
+        INDEX_CACHE_BYTES_ENV: str(int(index_cache_bytes)) if index_cache_bytes else None,
+    }
+    for name, value in values.items():
+        if value is not None:
+            os.environ[name] = value

@@ -1,0 +1,217 @@
+"""Python face of the C ZIP core: the index lives in C, batches are read with the GIL off."""
+
+from __future__ import annotations
+
+import errno
+import os
+from typing import Any
+
+from cdml_edge.archive import codecs
+from cdml_edge.archive._native._reader import ffi, lib  # type: ignore[import-not-found]
+from cdml_edge.archive.base import RATIO_FLOOR_BYTES
+from cdml_edge.archive.errors import (
+    ArchiveError,
+    CorruptArchiveError,
+    TruncatedArchiveError,
+)
+from cdml_edge.archive.source import ByteSource, FileSource, MemorySource
+from cdml_edge.archive.zip.read import (
+    CentralDirectory,
+    Entry,
+    _dos_to_epoch,
+    decode_name,
+    read_python,
+)
+
+_from_buffer = ffi.from_buffer
+
+
+def _output(size: int) -> tuple[bytes | bytearray, Any]:
+    """A result object of ``size`` bytes and a pointer the C core writes into.
+
+    From 2 bytes up this is a fresh ``bytes``: not yet seen by anyone, not hashed and never
+    one of CPython's cached objects, so filling it in place is safe and saves a copy of
+    every member (the C core decompresses or reads straight into the returned object).
+    """
+    if size >= 2:
+        out = bytes(size)
+        return out, _from_buffer("uint8_t[]", out)
+    arr = bytearray(max(size, 1))
+    return arr, _from_buffer("uint8_t[]", arr, require_writable=True)
+
+
+_MESSAGES = {
+    1: (CorruptArchiveError, "bad local header signature"),
+    2: (TruncatedArchiveError, "member data cut short"),
+    3: (CorruptArchiveError, "compressed data is corrupt"),
+    4: (CorruptArchiveError, "size mismatch: data does not hold the declared size"),
+    5: (CorruptArchiveError, "CRC-32 mismatch"),
+    8: (ArchiveError, "out of memory"),
+}
+
+
+_METHODS = frozenset((0, 8, 93))
+
+
+def available() -> bool:
+    return True
+
+
+def have_zstd() -> bool:
+    return bool(lib.cz_have_zstd())
+
+
+def inflate_backend() -> str:
+    """``"libdeflate"`` when the system library was loaded at run time, else ``"zlib"``."""
+    return "libdeflate" if lib.cz_inflate_backend() else "zlib"
+
+
+class ZipIndex:
+    """The central directory parsed by C; names decoded in one pass on the Python side."""
+
+    def __init__(self, cd: CentralDirectory, archive: str) -> None:
+        out = ffi.new("cz_index **")
+        err = ffi.new("char[]", 256)
+        rc = lib.cz_parse(ffi.from_buffer(cd.data), len(cd.data), cd.delta, out, err, 256)
+        if rc:
+            msg = ffi.string(err).decode("ascii", "replace")
+            if rc == 2:
+                raise TruncatedArchiveError(msg, archive=archive)
+            if rc == 3:
+                raise ArchiveError("out of memory parsing the central directory", archive=archive)
+            raise CorruptArchiveError(msg, archive=archive)
+        self._idx = ffi.gc(out[0], lib.cz_free)
+        idx = self._idx
+        self._ents = idx.entries
+        count = int(idx.count)
+        blob = ffi.buffer(idx.names, idx.names_len)[:]
+        if count == 0:
+            names: list[str] = []
+        elif not idx.special_names:
+            names = blob[:-1].decode("utf-8", "surrogateescape").split("\x00")
+        else:
+            names = []
+            data = cd.data
+            for i in range(count):
+                e = self._ents[i]
+                raw = blob[e.name_off : e.name_off + e.name_len]
+                if e.name_kind == 2:
+                    x0 = e.cd_off + 46 + e.name_len
+                    extra = data[x0 : e.cd_off + 46 + e.hdr_extra]
+                    names.append(decode_name(raw, e.flags, extra))
+                else:
+                    names.append(raw.decode("utf-8", "surrogateescape"))
+        self.names = names
+        self.ndirs = int(idx.ndirs)
+        self.count = count
+
+    def entry(self, i: int, name: str) -> Entry:
+        e = self._ents[i]
+        mtime = float(e.ut_mtime) if e.ut_mtime != -(1 << 63) else _dos_to_epoch(e.dtime, e.ddate)
+        return (name, e.offset, e.csize, e.usize, e.crc, e.method, e.flags, mtime, e.hdr_extra)
+
+    def check(self, i: int, names: list[str], owner: Any) -> None:
+        """Refuse encrypted / unknown-method / oversized members before reading."""
+        self._check_entry(self._ents[i], i, names, owner)
+
+    def _check_entry(self, e: Any, i: int, names: list[str], owner: Any) -> None:
+        if e.flags & 1 or e.method not in _METHODS or (e.method == 0 and e.csize != e.usize):
+            owner._check(i, self.entry(i, names[i]))
+        if e.usize > owner.max_member_bytes or e.usize > RATIO_FLOOR_BYTES:
+            owner._check_limits(names[i], e.usize, e.csize)
+
+    def read_one(self, source: ByteSource, i: int, names: list[str], owner: Any) -> bytes:
+        """One member with the least Python overhead; errors go through :meth:`read`."""
+        e = self._ents[i]
+        size = e.usize
+        if e.flags & 1 or e.method not in _METHODS or size > owner._fast_limit:
+            self._check_entry(e, i, names, owner)
+        if type(source) is FileSource:
+            out, ptr = _output(size)
+            st = lib.cz_read_one_fd(self._idx, source.fileno(), source.size(), i, ptr)
+        elif type(source) is MemorySource:
+            out, ptr = _output(size)
+            mem = source.data
+            st = lib.cz_read_one_mem(self._idx, _from_buffer(mem), len(mem), i, ptr)
+        else:
+            return self.read(source, [i], names, owner)[0]
+        if st:
+            return self.read(source, [i], names, owner)[0]
+        return out if type(out) is bytes else bytes(out[:size])
+
+    def read(self, source: ByteSource, ids: list[int], names: list[str], owner: Any) -> list[bytes]:
+        n = len(ids)
+        ents = self._ents
+        for i in ids:
+            self.check(i, names, owner)
+        sizes = [ents[i].usize for i in ids]
+        pairs = [_output(s) for s in sizes]  # one result object per member, filled by C
+        result: list[Any] = [p[0] for p in pairs]
+        outs = ffi.new("uint8_t *[]", [p[1] for p in pairs])
+        c_ids = ffi.new("uint32_t[]", ids)
+        status = ffi.new("int32_t[]", n)
+        aux = ffi.new("uint64_t[]", n)
+        fd = source.fileno() if isinstance(source, FileSource) else None
+        if fd is not None:
+            bad = lib.cz_read_fd(self._idx, fd, source.size(), c_ids, n, outs, status, aux)
+        elif isinstance(source, MemorySource):
+            mem = source.data
+            bad = lib.cz_read_mem(
+                self._idx, ffi.from_buffer(mem), len(mem), c_ids, n, outs, status, aux
+            )
+        else:
+            bad = self._read_remote(source, ids, n, outs, c_ids, status, aux)
+        for k in range(n):
+            if type(result[k]) is not bytes:
+                result[k] = bytes(result[k][: sizes[k]])
+        if bad:
+            for k in range(n):
+                st = status[k]
+                if st == 0:
+                    continue
+                i = ids[k]
+                if st == 6:  # a method the C core does not do, or a long local extra
+                    result[k] = read_python(source, [self.entry(i, names[i])], owner.name)[0]
+                    continue
+                if st == 7:
+                    code = int(aux[k])
+                    raise ArchiveError(
+                        f"read error: {os.strerror(code) if code else errno.errorcode.get(code)}",
+                        archive=owner.name,
+                        member=names[i],
+                    )
+                cls, msg = _MESSAGES.get(st, (CorruptArchiveError, f"status {st}"))
+                if st == 5:
+                    msg = f"CRC-32 mismatch: stored {ents[i].crc:08x}, data {int(aux[k]):08x}"
+                if st == 3:
+                    msg = f"{codecs.method_name(ents[i].method)} data is corrupt"
+                raise cls(msg, archive=owner.name, member=names[i])
+        return result
+
+    def _read_remote(
+        self,
+        source: ByteSource,
+        ids: list[int],
+        n: int,
+        outs: Any,
+        c_ids: Any,
+        status: Any,
+        aux: Any,
+    ) -> int:
+        """Any other source: one ``pread_many`` (sorted by offset), then decode in C."""
+        ents = self._ents
+        size = source.size()
+        ranges = []
+        for i in ids:
+            e = ents[i]
+            off = e.offset
+            ranges.append((off, max(0, min(size - off, 30 + e.hdr_extra + e.csize + 128))))
+        order = sorted(range(n), key=lambda k: ranges[k][0])
+        got = source.pread_many([ranges[k] for k in order]) if n > 1 else [source.pread(*ranges[0])]
+        bufs: list[bytes] = [b""] * n
+        for k, b in zip(order, got, strict=True):
+            bufs[k] = b
+        keep = [ffi.from_buffer(b) for b in bufs]
+        ptrs = ffi.new("uint8_t *[]", keep)
+        lens = ffi.new("uint64_t[]", [len(b) for b in bufs])
+        return int(lib.cz_read_bufs(self._idx, ptrs, lens, c_ids, n, outs, status, aux))

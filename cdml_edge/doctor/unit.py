@@ -1,0 +1,157 @@
+"""The folders the agent writes, and whether the systemd unit lets it write them.
+
+Under ``ProtectSystem=strict`` everything outside ``ReadWritePaths=`` (and the unit's
+``StateDirectory=``) is read-only for the service, whatever the permission bits say. The
+installer writes a drop-in listing every folder of the configuration
+(``python -m cdml_edge.doctor.unit dropin FILE``); the doctor checks the installed unit
+covers them (:func:`check_unit_paths`).
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import sys
+from collections.abc import Iterable
+from pathlib import Path
+
+from cdml_edge.config import AppConfig, load_config
+
+DEFAULT_UNIT = Path("/etc/systemd/system/cdml-edge.service")
+
+
+def write_paths(cfg: AppConfig) -> list[tuple[str, Path]]:
+    """(label, folder) for every folder the agent creates files in, deletes or moves from."""
+    out: list[tuple[str, Path]] = []
+    for s in cfg.sources:
+        if s.path is not None and s.on_done in ("delete", "move"):
+            out.append((f"source {s.name}", s.path))
+        if s.on_done == "move" and s.move_to is not None:
+            out.append((f"source {s.name} move_to", s.move_to))
+    out.append(("spool", cfg.spool.dir))
+    if cfg.retention is not None and cfg.retention.keep != "none":
+        out.append(("retention", cfg.retention.dir))
+    out.append(("quarantine", cfg.quarantine.dir))
+    if cfg.output.jsonl not in (None, "-"):
+        out.append(("output", Path(str(cfg.output.jsonl)).parent))
+    return out
+
+
+def source_dirs(cfg: AppConfig) -> list[Path]:
+    """Every folder source and move_to (created by the installer, writable by the service)."""
+    out: list[Path] = []
+    for s in cfg.sources:
+        for p in (s.path, s.move_to):
+            if p is not None:
+                out.append(p)
+    return out
+
+
+def _covered(path: Path, roots: Iterable[Path]) -> bool:
+    p = Path(os.path.abspath(path))
+    return any(p == r or r in p.parents for r in roots)
+
+
+def minimal(paths: Iterable[Path]) -> list[Path]:
+    """Absolute, de-duplicated, and without folders below another one of the list."""
+    uniq = sorted({Path(os.path.abspath(p)) for p in paths}, key=lambda p: (len(p.parts), p))
+    out: list[Path] = []
+    for p in uniq:
+        if not _covered(p, out):
+            out.append(p)
+    return sorted(out)
+
+
+def _unit_word(path: Path) -> str:
+    """``-/path`` for ``ReadWritePaths=``: ``%`` escaped, quoted when it has blanks."""
+    word = "-" + str(path).replace("%", "%%")
+    if any(c.isspace() or c in "\"'\\" for c in word):
+        return '"' + word.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    return word
+
+
+def render_dropin(cfg: AppConfig, source: str = "") -> str:
+    """The ``60-paths.conf`` drop-in: one ``ReadWritePaths=`` per folder of ``cfg``.
+
+    The ``-`` prefix lets the service start while a folder is missing (a USB disk not yet
+    mounted); the agent then reports that folder itself.
+    """
+    folders = minimal([p for _, p in write_paths(cfg)] + source_dirs(cfg))
+    lines = [
+        f"# Written by install.sh from {source or 'the configuration'}: the folders the agent",
+        "# writes (ProtectSystem=strict makes everything else read-only). Rerun install.sh",
+        "# after changing folders in the configuration.",
+        "[Service]",
+    ]
+    lines += [f"ReadWritePaths={_unit_word(p)}" for p in folders]
+    if not cfg.health.watchdog:
+        lines += ["# health.watchdog: false: no WATCHDOG=1 pings, so no watchdog timeout.",
+                  "WatchdogSec=0"]
+    return "\n".join(lines) + "\n"
+
+
+def _unit_texts(unit: Path) -> list[str]:
+    texts = [unit.read_text(encoding="utf-8")]
+    dropins = unit.parent / f"{unit.name}.d"
+    if dropins.is_dir():
+        texts += [p.read_text(encoding="utf-8") for p in sorted(dropins.glob("*.conf"))]
+    return [t.replace("\\\n", " ") for t in texts]  # continuation lines
+
+
+def unit_settings(unit: Path) -> dict[str, list[str]]:
+    """Every ``Key=value`` of the unit and its drop-ins, in order (an empty value resets)."""
+    out: dict[str, list[str]] = {}
+    for text in _unit_texts(unit):
+        for raw in text.splitlines():
+            line = raw.strip()
+            if not line or line[0] in "#;[" or "=" not in line:
+                continue
+            key, value = (s.strip() for s in line.split("=", 1))
+            if value == "":
+                out[key] = []
+            else:
+                out.setdefault(key, []).append(value)
+    return out
+
+
+def writable_roots(unit: Path) -> list[Path] | None:
+    """Folders the service may write, or None when ``ProtectSystem=`` is not ``strict``."""
+    settings = unit_settings(unit)
+    if (settings.get("ProtectSystem") or [""])[-1] != "strict":
+        return None
+    roots: list[Path] = []
+    for value in settings.get("ReadWritePaths", []):
+        for word in shlex.split(value):
+            roots.append(Path(word.lstrip("-+").replace("%%", "%")))
+    for value in settings.get("StateDirectory", []):
+        roots += [Path("/var/lib") / w.split(":", 1)[0] for w in value.split()]
+    for value in settings.get("RuntimeDirectory", []):
+        roots += [Path("/run") / w.split(":", 1)[0] for w in value.split()]
+    return roots
+
+
+def uncovered(cfg: AppConfig, unit: Path) -> list[tuple[str, Path]]:
+    """The folders of ``cfg`` the unit keeps read-only (empty when all are covered)."""
+    roots = writable_roots(unit)
+    if roots is None:
+        return []
+    return [(label, p) for label, p in write_paths(cfg) if not _covered(p, roots)]
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``dirs FILE``: the folders to create, one a line; ``dropin FILE``: the drop-in text."""
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 2 or args[0] not in ("dirs", "dropin"):
+        print("usage: python -m cdml_edge.doctor.unit dirs|dropin CONFIG", file=sys.stderr)
+        return 2
+    cfg = load_config(args[1])
+    if args[0] == "dirs":
+        for p in minimal(source_dirs(cfg)) + [p for _, p in write_paths(cfg)]:
+            print(p)
+    else:
+        sys.stdout.write(render_dropin(cfg, args[1]))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

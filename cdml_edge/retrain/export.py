@@ -1,0 +1,413 @@
+"""Retained windows -> a training archive laid out for ``CDMLStreamDataset(labels="folder")``.
+
+Layout: ``<class>/<stem>_<id12><ext>``, or with a split ``train/<class>/…``, ``val/…``,
+``test/…``. The member bytes are the retained bytes, checked against the SHA-256 in the
+window manifest. ``manifest.json`` at the root (outside every class folder, so the
+dataset leaves it out) records the provenance of each member: window, device, source,
+time, model and version, model label and score, the human label if one was given.
+
+Deterministic: the same windows, filters, relabels and split give a byte-identical
+archive (members sorted by name, one fixed member time — the newest window's close time —
+and the split decided by hashing each item id). Unsafe member names (a label with ``/``
+or ``..``, a hidden name) are never written: such items are skipped and counted.
+
+Memory: members are collected, then written in one go by
+:func:`cdml_edge.archive.write_archive`; the selected bytes are bounded by ``max_bytes``
+(checked before any archive is read) — narrow the selection with ``--since``/``--filter``
+or raise the bound.
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import io
+import posixpath
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from cdml_edge.archive.names import is_safe_member_name
+from cdml_edge.retrain.filters import ItemFilter
+from cdml_edge.store.catalog import WindowRecord
+from cdml_edge.store.retention import RetentionError, list_retained, read_sidecar
+from cdml_edge.window.manifest import ManifestItem, WindowManifest
+
+FORMAT_VERSION = 1
+SPLIT_NAMES = ("train", "val", "test")
+DEFAULT_MAX_BYTES = 2 * 1024**3
+Progress = Callable[[int], None]
+
+
+class ExportError(Exception):
+    """An export that cannot be made; names the file or argument at fault."""
+
+
+@dataclass
+class ExportStats:
+    """What an export did (every item seen lands in exactly one counter)."""
+
+    windows: int = 0
+    items_seen: int = 0
+    exported: int = 0
+    filtered: int = 0  # did not match --filter
+    unlabelled: int = 0  # no model label and no relabel
+    dropped: int = 0  # relabelled with an empty label
+    unsafe: int = 0  # would have made an unsafe member name
+    corrupt: int = 0  # unreadable, or bytes that do not match the manifest SHA-256
+    missing_windows: int = 0  # evicted / unreadable between listing and reading
+    relabelled: int = 0
+    relabels_unused: int = 0
+    bytes_in: int = 0
+    bytes_out: int = 0
+    seconds: float = 0.0
+    classes: dict[str, int] = field(default_factory=dict)
+    splits: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def mb_per_s(self) -> float:
+        return self.bytes_in / 1e6 / self.seconds if self.seconds > 0 else 0.0
+
+    def as_dict(self) -> dict[str, Any]:
+        d = {k: v for k, v in self.__dict__.items()}
+        d["seconds"] = round(self.seconds, 3)
+        d["mb_per_s"] = round(self.mb_per_s, 2)
+        return d
+
+
+# -- relabels ----------------------------------------------------------------------------
+@dataclass
+class Relabels:
+    """Human labels from a CSV: ``label`` plus ``id``, or ``window_id`` + ``name``, or ``name``.
+
+    An empty label removes the item from the export.
+    """
+
+    by_id: dict[str, str] = field(default_factory=dict)
+    by_window_name: dict[tuple[str, str], str] = field(default_factory=dict)
+    by_name: dict[str, str] = field(default_factory=dict)
+    used: set[tuple[str, ...]] = field(default_factory=set)
+
+    def __len__(self) -> int:
+        return len(self.by_id) + len(self.by_window_name) + len(self.by_name)
+
+    def lookup(self, item: ManifestItem, window_id: str) -> str | None:
+        if item.id in self.by_id:
+            self.used.add(("id", item.id))
+            return self.by_id[item.id]
+        key = (window_id, item.name)
+        if key in self.by_window_name:
+            self.used.add(("wn", *key))
+            return self.by_window_name[key]
+        if item.name in self.by_name:
+            self.used.add(("name", item.name))
+            return self.by_name[item.name]
+        return None
+
+
+def load_relabels(path: str | Path) -> Relabels:
+    """Read a relabel CSV (header row required); :class:`ExportError` names file and row."""
+    p = Path(path)
+    try:
+        text = p.read_bytes().decode("utf-8-sig")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ExportError(f"{p}: cannot read relabel CSV: {exc}") from exc
+    reader = csv.DictReader(io.StringIO(text))
+    cols = {c.strip().lower(): c for c in (reader.fieldnames or [])}
+    if "label" not in cols:
+        raise ExportError(f"{p}: relabel CSV needs a 'label' column (and id, or window_id+name)")
+    name_col = cols.get("name") or cols.get("item")
+    if "id" not in cols and name_col is None:
+        raise ExportError(f"{p}: relabel CSV needs an 'id' or a 'name' column")
+    out = Relabels()
+    for i, row in enumerate(reader, start=2):
+        label = (row.get(cols["label"]) or "").strip()
+        rid = (row.get(cols["id"]) or "").strip() if "id" in cols else ""
+        name = (row.get(name_col) or "").strip() if name_col else ""
+        wid = (row.get(cols["window_id"]) or "").strip() if "window_id" in cols else ""
+        if rid:
+            out.by_id[rid] = label
+        elif name and wid:
+            out.by_window_name[(wid, name)] = label
+        elif name:
+            out.by_name[name] = label
+        else:
+            raise ExportError(f"{p}: row {i}: neither id nor name given")
+    return out
+
+
+# -- naming --------------------------------------------------------------------------------
+def split_of(item_id: str, split: Sequence[float]) -> str:
+    """Deterministic split from a hash of the item id (fractions of train/val[/test])."""
+    h = int.from_bytes(hashlib.sha256(b"split\x00" + item_id.encode()).digest()[:8], "big")
+    u = h / 2**64
+    acc = 0.0
+    for name, frac in zip(SPLIT_NAMES, split, strict=False):
+        acc += frac
+        if u < acc:
+            return name
+    return SPLIT_NAMES[len(split) - 1]
+
+
+def parse_split(text: str) -> tuple[float, ...]:
+    """``0.8/0.1/0.1`` (or ``0.9/0.1``, or percentages ``80/10/10``) -> fractions."""
+    try:
+        parts = [float(x) for x in text.replace(",", "/").split("/")]
+    except ValueError:
+        raise ExportError(f"--split {text!r}: expected fractions like 0.8/0.1/0.1") from None
+    if not 2 <= len(parts) <= 3 or any(x < 0 for x in parts):
+        raise ExportError(f"--split {text!r}: give 2 or 3 non-negative parts (train/val[/test])")
+    total = sum(parts)
+    if total <= 0:
+        raise ExportError(f"--split {text!r}: the parts add up to 0")
+    if total > 1.0 + 1e-9:
+        parts = [x / total for x in parts]  # 80/10/10
+    elif abs(total - 1.0) > 1e-6:
+        raise ExportError(f"--split {text!r}: fractions must add up to 1")
+    return tuple(parts)
+
+
+def class_folder_ok(label: str) -> bool:
+    """A label usable as one class folder: no separators, not hidden, not ``.``/``..``."""
+    return (
+        bool(label)
+        and len(label) <= 128
+        and not label.startswith(".")
+        and not any(c in label for c in "/\\\x00")
+        and label.strip() == label
+    )
+
+
+def member_name(label: str, item: ManifestItem, split: str | None) -> str | None:
+    """``[split/]label/<stem>_<id12><ext>``; ``None`` when that would be unsafe."""
+    if not class_folder_ok(label) or not is_safe_member_name(item.name):
+        return None
+    base = posixpath.basename(item.name.replace("\\", "/"))
+    if not base or base.startswith("."):
+        return None
+    stem, ext = posixpath.splitext(base)
+    name = f"{label}/{stem}_{item.id[:12]}{ext.lower()}"
+    if split is not None:
+        name = f"{split}/{name}"
+    return name if is_safe_member_name(name) else None
+
+
+# -- export ----------------------------------------------------------------------------------
+@dataclass
+class _Pick:
+    record: WindowRecord
+    manifest: WindowManifest
+    item: ManifestItem
+    member: str
+    label: str
+    model_label: str | None
+    split: str | None
+
+
+def item_fields(item: ManifestItem, manifest: WindowManifest, human: str | None) -> dict[str, Any]:
+    """The fields filters see for one item."""
+    res = manifest.results.get(item.id)
+    model_label = res.label if res else None
+    return {
+        "label": human if human is not None else model_label,
+        "model_label": model_label,
+        "relabelled": human is not None,
+        "score": res.score if res else None,
+        "anomaly": res.anomaly_score if res else None,
+        "anomalous": bool(res and res.anomaly),
+        "source": manifest.source,
+        "device": manifest.device,
+        "modality": item.modality or manifest.modality,
+        "window": manifest.window_id,
+        "name": item.name,
+    }
+
+
+def select_items(
+    directory: Path,
+    records: Sequence[WindowRecord],
+    filters: Sequence[ItemFilter],
+    relabels: Relabels | None,
+    split: Sequence[float] | None,
+    stats: ExportStats,
+) -> list[_Pick]:
+    """Pass 1 (sidecars only): which items go where."""
+    picks: list[_Pick] = []
+    for rec in records:
+        try:
+            manifest = read_sidecar(directory / rec.sidecar).manifest
+        except RetentionError:
+            stats.missing_windows += 1
+            continue
+        stats.windows += 1
+        for item in manifest.items:
+            stats.items_seen += 1
+            human = relabels.lookup(item, manifest.window_id) if relabels else None
+            fields = item_fields(item, manifest, human)
+            if not all(f(fields) for f in filters):
+                stats.filtered += 1
+                continue
+            if human == "":
+                stats.dropped += 1
+                continue
+            label = fields["label"]
+            if label is None or label == "":
+                stats.unlabelled += 1
+                continue
+            part = split_of(item.id, split) if split else None
+            name = member_name(str(label), item, part)
+            if name is None:
+                stats.unsafe += 1
+                continue
+            if human is not None:
+                stats.relabelled += 1
+            picks.append(_Pick(rec, manifest, item, name, str(label), fields["model_label"], part))
+    return picks
+
+
+def _provenance(p: _Pick) -> dict[str, Any]:
+    res = p.manifest.results.get(p.item.id)
+    return {
+        "member": p.member,
+        "label": p.label,
+        "split": p.split,
+        "id": p.item.id,
+        "name": p.item.name,
+        "sha256": p.item.sha256,
+        "size": p.item.size,
+        "ts": p.item.ts,
+        "window_id": p.manifest.window_id,
+        "device": p.manifest.device,
+        "site": p.manifest.site,
+        "source": p.manifest.source,
+        "modality": p.item.modality or p.manifest.modality,
+        "window_closed_at": p.manifest.closed_at,
+        "model": p.manifest.model,
+        "model_version": p.manifest.model_version,
+        "model_label": p.model_label,
+        "score": res.score if res else None,
+        "anomaly": bool(res and res.anomaly),
+        "anomaly_score": res.anomaly_score if res else None,
+        "relabelled": p.label != p.model_label,
+    }
+
+
+def export_trainset(
+    directory: str | Path,
+    out: str | Path,
+    *,
+    filters: Sequence[ItemFilter] = (),
+    since: float | None = None,
+    until: float | None = None,
+    source: str | None = None,
+    relabels: Relabels | None = None,
+    split: Sequence[float] | None = None,
+    level: int = 3,
+    max_bytes: int = DEFAULT_MAX_BYTES,
+    progress: Progress | None = None,
+    on_total: Callable[[int], None] | None = None,
+    describe: Mapping[str, Any] | None = None,
+) -> ExportStats:
+    """Build the training archive ``out`` (``.zip`` or ``.tar.zst``, written atomically)."""
+    from cdml_edge.archive import ArchiveError, open_archive, write_archive
+    from cdml_edge.archive.pack import format_for_path
+
+    t0 = time.perf_counter()
+    d = Path(directory)
+    target = Path(out)
+    try:
+        fmt = format_for_path(target)
+    except ArchiveError as exc:
+        raise ExportError(f"{target}: output must end in .zip or .tar.zst") from exc
+    try:
+        records = list_retained(d, since, until, source)
+    except RetentionError as exc:
+        raise ExportError(str(exc)) from exc
+    stats = ExportStats()
+    picks = select_items(d, records, filters, relabels, split, stats)
+    if relabels is not None:
+        stats.relabels_unused = len(relabels) - len(relabels.used)
+    total = sum(p.item.size for p in picks)
+    if total > max_bytes:
+        raise ExportError(
+            f"{target}: the selection holds {total} bytes, over the export bound of {max_bytes};"
+            " narrow it with --since/--until/--filter or raise --max-bytes"
+        )
+    if on_total is not None:
+        on_total(total)
+
+    members: list[tuple[str, bytes]] = []
+    kept: list[_Pick] = []
+    by_window: dict[str, list[_Pick]] = {}
+    for p in picks:
+        by_window.setdefault(p.record.window_id, []).append(p)
+    for rec in records:
+        group = by_window.get(rec.window_id)
+        if not group:
+            continue
+        datas: Sequence[bytes | None]
+        try:
+            with open_archive(d / rec.file) as arc:
+                datas = arc.read_many([p.item.member for p in group])
+        except (ArchiveError, OSError):
+            try:  # one bad member: read one by one
+                with open_archive(d / rec.file) as arc:
+                    datas = [_read_or_none(arc, p.item.member) for p in group]
+            except (ArchiveError, OSError):
+                datas = [None] * len(group)
+        for p, data in zip(group, datas, strict=True):
+            if data is None or hashlib.sha256(data).hexdigest() != p.item.sha256:
+                stats.corrupt += 1
+            else:
+                members.append((p.member, data))
+                kept.append(p)
+                stats.bytes_in += len(data)
+            if progress is not None:
+                progress(p.item.size)
+
+    if not members:
+        raise ExportError(f"{target}: nothing to export ({_why(stats)})")
+    members.sort(key=lambda m: m[0])
+    kept.sort(key=lambda p: p.member)
+    for p in kept:
+        stats.classes[p.label] = stats.classes.get(p.label, 0) + 1
+        if p.split is not None:
+            stats.splits[p.split] = stats.splits.get(p.split, 0) + 1
+    stats.exported = len(kept)
+    stats.classes = dict(sorted(stats.classes.items()))
+    stats.splits = {s: stats.splits[s] for s in SPLIT_NAMES if s in stats.splits}
+    manifest = {
+        "format_version": FORMAT_VERSION,
+        "kind": "cdml-edge training export",
+        "layout": "split/class/file" if split else "class/file",
+        "selection": dict(describe or {}),
+        "split": list(split) if split else None,
+        "classes": stats.classes,
+        "splits": stats.splits,
+        "windows": sorted({p.manifest.window_id for p in kept}),
+        "items": [_provenance(p) for p in kept],
+    }
+    mtime = max(p.manifest.closed_at for p in kept)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    stats.bytes_out = write_archive(
+        target, members, format=fmt, level=level, manifest=manifest, mtime=mtime
+    )
+    stats.seconds = time.perf_counter() - t0
+    return stats
+
+
+def _read_or_none(arc: Any, member: str) -> bytes | None:
+    try:
+        data: bytes = arc.read(member)
+        return data
+    except Exception:
+        return None
+
+
+def _why(s: ExportStats) -> str:
+    return (
+        f"{s.windows} windows, {s.items_seen} items: {s.filtered} filtered out, "
+        f"{s.unlabelled} unlabelled, {s.dropped} dropped, {s.unsafe} unsafe, {s.corrupt} corrupt"
+    )

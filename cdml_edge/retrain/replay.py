@@ -1,0 +1,277 @@
+"""Offline replay: re-score retained windows with the current pipeline and models.
+
+Windows are read from the retention folder in archive order (close time, then window id)
+and each archive's bytes go through :func:`cdml_edge.window.score.process_window` — the
+very function the live agent uses — as fast as the machine allows. Replay never writes
+into the retention folder, so it can run beside a live agent.
+
+Results are deterministic: a record holds no wall-clock field (no latency, no timings),
+the sequence numbers start from one per run and ``now`` is pinned to each window's close
+time. The same windows scored by the same model give a byte-identical results file. Each
+record also carries what the model said when the window was retained (``was``), so a new
+model can be compared with the deployed one before it is rolled out.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import tempfile
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from cdml_edge.store.catalog import WindowRecord
+from cdml_edge.store.retention import RetentionError, list_retained, read_sidecar
+from cdml_edge.window.manifest import ItemOutcome, WindowManifest
+from cdml_edge.window.payloads import OutMessage, Sequencer
+
+if TYPE_CHECKING:  # pragma: no cover
+    from cdml_edge.config import AppConfig
+    from cdml_edge.model.runner import ModelRunner
+    from cdml_edge.window.score import WindowOutcome
+
+log = logging.getLogger(__name__)
+
+REPLAY_TOPIC = "replay"  # published below {prefix}/{device}/replay/{source}/...
+_DROP = frozenset({"latency_ms", "seq"})  # wall-clock / per-run fields
+
+
+@dataclass
+class ReplayStats:
+    """What a replay run did."""
+
+    windows: int = 0
+    items: int = 0
+    failures: int = 0
+    missing: int = 0  # evicted or unreadable between listing and reading
+    corrupt: int = 0  # archive bytes differ from the SHA-256 its sidecar recorded
+    errors: list[str] = field(default_factory=list)  # one line per corrupt window
+    changed_labels: int = 0
+    changed_anomalies: int = 0
+    bytes_read: int = 0
+    seconds: float = 0.0
+    models: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def items_per_s(self) -> float:
+        return self.items / self.seconds if self.seconds > 0 else 0.0
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "windows": self.windows,
+            "items": self.items,
+            "failures": self.failures,
+            "missing": self.missing,
+            "corrupt": self.corrupt,
+            "errors": list(self.errors),
+            "changed_labels": self.changed_labels,
+            "changed_anomalies": self.changed_anomalies,
+            "bytes_read": self.bytes_read,
+            "seconds": round(self.seconds, 3),
+            "items_per_s": round(self.items_per_s, 1),
+            "models": dict(self.models),
+        }
+
+
+@dataclass(frozen=True)
+class ReplayedWindow:
+    """One window scored again: its catalog record, the new outcome and result records."""
+
+    record: WindowRecord
+    retained: WindowManifest
+    outcome: WindowOutcome
+    records: list[dict[str, Any]]
+
+    def messages(self) -> list[OutMessage]:
+        """The outcome's messages on ``replay/{source}/...`` (not the live topics)."""
+        return [
+            OutMessage(f"{REPLAY_TOPIC}/{m.topic}", m.payload, m.retain, m.qos)
+            for m in self.outcome.messages()
+        ]
+
+
+def _was(res: ItemOutcome | None, manifest: WindowManifest) -> dict[str, Any] | None:
+    if res is None:
+        return None
+    return {
+        "label": res.label,
+        "score": res.score,
+        "anomaly": res.anomaly,
+        "anomaly_score": res.anomaly_score,
+        "error": res.error,
+        "model": manifest.model,
+        "model_version": manifest.model_version,
+    }
+
+
+def result_records(outcome: WindowOutcome, retained: WindowManifest) -> list[dict[str, Any]]:
+    """Deterministic records of one re-scored window: results, then failures."""
+    out: list[dict[str, Any]] = []
+    for r in outcome.results:
+        doc = {k: v for k, v in r.model_dump(mode="json").items() if k not in _DROP}
+        doc["was"] = _was(retained.results.get(r.id.split("#", 1)[0]), retained)
+        out.append(doc)
+    for f in outcome.failures:
+        out.append(
+            {
+                "id": f.item.id,
+                "window_id": retained.window_id,
+                "source": retained.source,
+                "item": f.item.name,
+                "error": f.error_type,
+                "message": f.message,
+                "was": _was(retained.results.get(f.item.id), retained),
+            }
+        )
+    return out
+
+
+def iter_replay(
+    directory: str | Path,
+    runners: Mapping[str, ModelRunner],
+    *,
+    since: float | None = None,
+    until: float | None = None,
+    source: str | None = None,
+    segment_rows: Mapping[str, int | None] | None = None,
+    stats: ReplayStats | None = None,
+    records: list[WindowRecord] | None = None,
+) -> Iterator[ReplayedWindow]:
+    """Score every retained window (archive order) again; yields one result per window."""
+    from cdml_edge.window.score import process_window
+
+    d = Path(directory)
+    st = stats if stats is not None else ReplayStats()
+    st.models = {m: f"{r.name}@{r.version}" for m, r in sorted(runners.items())}
+    seq = Sequencer()
+    rows = segment_rows or {}
+    todo = records if records is not None else list_retained(d, since, until, source)
+    for rec in todo:
+        try:
+            sidecar = read_sidecar(d / rec.sidecar)
+            archive = (d / sidecar.archive.file).read_bytes()
+        except (RetentionError, OSError) as exc:  # evicted while we ran
+            log.info("replay: window %s skipped: %s", rec.window_id, exc)
+            st.missing += 1
+            continue
+        retained = sidecar.manifest
+        digest = hashlib.sha256(archive).hexdigest()
+        if digest != sidecar.archive.sha256:
+            msg = (
+                f"{sidecar.archive.file}: SHA-256 {digest} differs from the retained "
+                f"{sidecar.archive.sha256}; window {rec.window_id} skipped"
+            )
+            log.warning("replay: %s", msg)
+            st.corrupt += 1
+            st.errors.append(msg)
+            continue
+        t0 = time.perf_counter()
+        outcome = process_window(
+            archive,
+            runners,
+            device=retained.device,
+            segment_rows=rows.get(retained.source),
+            sequencer=seq,
+            archive_name=rec.file,
+            now=_fixed_clock(rec.closed_at),
+        )
+        st.seconds += time.perf_counter() - t0
+        recs = result_records(outcome, retained)
+        st.windows += 1
+        st.bytes_read += len(archive)
+        st.items += len(outcome.results)
+        st.failures += len(outcome.failures)
+        for doc in recs:
+            was = doc.get("was")
+            if was is None or "error" in doc:  # no earlier verdict, or a failure record
+                continue
+            st.changed_labels += int(doc.get("label") != was["label"])
+            st.changed_anomalies += int(bool(doc.get("anomaly")) != bool(was["anomaly"]))
+        yield ReplayedWindow(rec, retained, outcome, recs)
+
+
+def _fixed_clock(t: float) -> Callable[[], float]:
+    return lambda: t
+
+
+def dumps_record(doc: Mapping[str, Any]) -> str:
+    """Canonical JSON line (sorted keys, compact)."""
+    return json.dumps(doc, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def replay_to_jsonl(
+    directory: str | Path,
+    runners: Mapping[str, ModelRunner],
+    out: str | Path,
+    *,
+    since: float | None = None,
+    until: float | None = None,
+    source: str | None = None,
+    segment_rows: Mapping[str, int | None] | None = None,
+    on_window: Callable[[ReplayedWindow], None] | None = None,
+    records: list[WindowRecord] | None = None,
+) -> ReplayStats:
+    """Replay into a JSON-lines file, written atomically (whole or not at all)."""
+    st = ReplayStats()
+    target = Path(out)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".jsonl", dir=target.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as fh:
+            for win in iter_replay(
+                directory,
+                runners,
+                since=since,
+                until=until,
+                source=source,
+                segment_rows=segment_rows,
+                stats=st,
+                records=records,
+            ):
+                for doc in win.records:
+                    fh.write(dumps_record(doc) + "\n")
+                if on_window is not None:
+                    on_window(win)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return st
+
+
+def load_replay_runners(
+    cfg: AppConfig, models: Sequence[str | Path] = (), warm_up: bool = False
+) -> dict[str, ModelRunner]:
+    """The configured models (with their overrides), each ``--model`` file replacing the
+    configured one of its modality (read from the file's metadata, no overrides)."""
+    from cdml_edge.model.runner import ModelOverrides, ModelRunner, load_runners
+
+    spec: dict[str, tuple[str | Path, ModelOverrides]] = {
+        modality: (
+            mc.path,
+            ModelOverrides(mc.labels, mc.input_size, mc.anomaly_threshold, mc.providers),
+        )
+        for modality, mc in cfg.models.items()
+    }
+    extra = [ModelRunner.load(p) for p in models]
+    for r in extra:
+        spec.pop(r.spec.modality, None)
+    runners = load_runners(spec, warm_up=warm_up)
+    for r in extra:
+        if warm_up:
+            r.warm_up()
+        runners[r.spec.modality] = r
+    return runners
+
+
+def segment_rows_of(cfg: AppConfig) -> dict[str, int | None]:
+    """Per-source ``segment_rows`` from the configuration."""
+    return {s.name: s.segment_rows for s in cfg.sources}

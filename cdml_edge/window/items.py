@@ -1,0 +1,62 @@
+"""The units a window is made of: :class:`Item` (a file or a frame) and :class:`Window`.
+
+Sources produce items, the agent's windowers group them into windows, and
+:func:`~cdml_edge.window.pack.pack_window` turns a closed window into an archive.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+
+@dataclass
+class Item:
+    """One unit of input: a file from a folder or a frame from a camera."""
+
+    source: str
+    name: str
+    modality: str
+    ts: float  # unix seconds: file mtime (close time) or capture time
+    data: bytes
+    item_id: str
+    path: Path | None = None  # the source file, ``None`` for camera frames
+    size: int = 0
+    mtime_ns: int = 0
+    charge: int = 0  # bytes of the budget this item holds (0: just its data)
+
+    @property
+    def nbytes(self) -> int:
+        return len(self.data)
+
+    @property
+    def held(self) -> int:
+        """Budget bytes to release when the item's window is done."""
+        return self.charge or len(self.data)
+
+
+@dataclass
+class Window:
+    """The items of one source that are packed, scored and emitted together."""
+
+    window_id: str
+    source: str
+    opened_ts: float
+    items: list[Item] = field(default_factory=list)
+    closed_ts: float = 0.0
+    nbytes: int = 0
+    charged: int = 0  # budget bytes its items hold (released when the window is done)
+    reason: str = ""  # "seconds" | "max_items" | "max_bytes" | "stop"
+
+
+_counter = itertools.count(1)
+
+
+def new_window_id(source: str, opened_ts: float) -> str:
+    """Unique, sortable window id: ``{source}-{utc stamp}-{pid}-{n}``."""
+    stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime(opened_ts))
+    ms = int((opened_ts % 1) * 1000)
+    return f"{source}-{stamp}.{ms:03d}Z-{os.getpid()}-{next(_counter)}"

@@ -1,0 +1,195 @@
+"""MQTT payload models, topics and per-topic sequence numbers.
+
+Every message the agent publishes is one of the pydantic models below, serialised with
+``model_dump_json()`` into an :class:`OutMessage` whose topic is
+relative to ``{prefix}/{device}`` (see :func:`relative_topic`). Subscribers dedupe results
+on ``ItemResult.id`` and detect gaps with the per-topic ``seq``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+TopicKind = Literal["status", "health", "error", "result", "window"]
+PER_SOURCE_KINDS: frozenset[str] = frozenset({"result", "window", "error"})
+
+
+@dataclass(frozen=True)
+class OutMessage:
+    """One message to publish: topic relative to ``{prefix}/{device}``, JSON payload bytes."""
+
+    topic: str
+    payload: bytes
+    retain: bool = False
+    qos: int | None = None  # None: the configured default
+
+
+class _Payload(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class StatusPayload(_Payload):
+    """Retained ``{prefix}/{device}/status``; ``offline`` is the Last Will."""
+
+    state: Literal["online", "offline"]
+    version: str
+    started_at: float = Field(description="Unix time the agent started (s)")
+    device: str
+
+
+class ItemResult(_Payload):
+    """One scored item on ``{prefix}/{device}/{source}/result``."""
+
+    id: str = Field(description="Stable id for dedupe: item_id(source, name, size, mtime_ns)")
+    window_id: str
+    source: str
+    item: str = Field(description="File name / member name of the item")
+    modality: str
+    ts: float = Field(description="Item timestamp, unix seconds")
+    label: str | None = None
+    score: float | None = None
+    anomaly: bool = False
+    anomaly_score: float | None = None
+    latency_ms: float
+    model: str
+    model_version: str | None = None
+    seq: int
+    device: str
+
+
+class WindowTimings(_Payload):
+    """Where the time of one window went (milliseconds)."""
+
+    pack_ms: float = 0.0
+    read_ms: float = 0.0
+    decode_ms: float = 0.0
+    infer_ms: float = 0.0
+    total_ms: float = 0.0
+
+
+class ArchiveInfo(_Payload):
+    """The archive a window was packed into."""
+
+    name: str
+    format: Literal["zip", "tar.zst"]
+    bytes: int
+    sha256: str
+
+
+class WindowResult(_Payload):
+    """One closed window on ``{prefix}/{device}/{source}/window``."""
+
+    window_id: str
+    source: str
+    counts: dict[str, int] = Field(
+        default_factory=dict, description="Items per modality / label in the window"
+    )
+    items: int = 0
+    errors: int = 0
+    archive: ArchiveInfo | None = None
+    opened_ts: float
+    closed_ts: float
+    timings: WindowTimings = Field(default_factory=WindowTimings)
+    seq: int
+    device: str
+
+
+class HealthPayload(_Payload):
+    """Periodic counters on ``{prefix}/{device}/health``."""
+
+    items: int = 0
+    windows: int = 0
+    errors: int = 0
+    queue_depths: dict[str, int] = Field(default_factory=dict)
+    outbox_depth: int = 0
+    outbox_bytes: int = 0
+    spool_bytes: int = 0
+    spool_records: int = 0
+    bytes_written: int = 0
+    dropped: int = 0
+    broker_connected: bool = False
+    uptime_s: float = 0.0
+    seq: int
+    device: str
+
+
+class ErrorEvent(_Payload):
+    """An item that failed, on ``{prefix}/{device}/{source}/error``."""
+
+    source: str
+    item: str | None = None
+    error_type: str
+    message: str
+    quarantined_path: str | None = None
+    ts: float
+    seq: int
+    device: str
+
+
+PAYLOAD_MODELS: dict[str, type[BaseModel]] = {
+    "status": StatusPayload,
+    "result": ItemResult,
+    "window": WindowResult,
+    "health": HealthPayload,
+    "error": ErrorEvent,
+}
+
+
+def item_id(source: str, name: str, size: int, mtime_ns: int) -> str:
+    """Stable result id: the same file seen twice (after a restart) gets the same id."""
+    key = f"{source}\x00{name}\x00{size}\x00{mtime_ns}".encode()
+    return hashlib.sha256(key).hexdigest()[:32]
+
+
+def relative_topic(kind: TopicKind, source: str | None = None) -> str:
+    """Topic below ``{prefix}/{device}``: ``status``, ``health``, ``cam1/result``, ..."""
+    if kind in PER_SOURCE_KINDS:
+        if not source:
+            raise ValueError(f"topic kind {kind!r} needs a source")
+        _check_level(source, "source")
+        return f"{source}/{kind}"
+    if source is not None:
+        raise ValueError(f"topic kind {kind!r} takes no source (got {source!r})")
+    return kind
+
+
+def topic_for(prefix: str, device: str, kind: TopicKind, source: str | None = None) -> str:
+    """Full topic: ``{prefix}/{device}/{kind}`` or ``{prefix}/{device}/{source}/{kind}``."""
+    _check_level(device, "device")
+    rel = relative_topic(kind, source)
+    prefix = prefix.strip("/")
+    return f"{prefix}/{device}/{rel}" if prefix else f"{device}/{rel}"
+
+
+def _check_level(value: str, what: str) -> None:
+    if not value or any(c in value for c in "/+#\x00"):
+        raise ValueError(f"{what} {value!r} is not a valid single MQTT topic level")
+
+
+class Sequencer:
+    """Per-topic monotonically increasing sequence numbers (thread-safe, starts at 1)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._last: dict[str, int] = {}
+
+    def next(self, topic: str) -> int:
+        with self._lock:
+            n = self._last.get(topic, 0) + 1
+            self._last[topic] = n
+            return n
+
+    def peek(self, topic: str) -> int:
+        """Last number handed out for ``topic`` (0 if none)."""
+        with self._lock:
+            return self._last.get(topic, 0)
+
+
+def payload_schemas() -> dict[str, dict[str, Any]]:
+    """JSON Schema of every payload, keyed by topic kind."""
+    return {kind: model.model_json_schema() for kind, model in PAYLOAD_MODELS.items()}
