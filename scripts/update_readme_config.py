@@ -6,7 +6,7 @@ import re
 import sys
 from pathlib import Path
 
-from cdml_edge.config_doc import config_reference_markdown
+from cdml_edge.config.reference import config_reference_markdown
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 BLOCK = re.compile(r"(<!-- config-reference -->\n)(.*?)(<!-- /config-reference -->)", re.S)

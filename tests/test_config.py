@@ -341,7 +341,7 @@ def test_cli_schema_prints_json() -> None:
 
 
 def test_readme_reference_matches_the_models() -> None:
-    from cdml_edge.config_doc import config_reference_markdown
+    from cdml_edge.config.reference import config_reference_markdown
 
     readme = (ROOT / "README.md").read_text()
     block = readme.split("<!-- config-reference -->\n", 1)[1].split("<!-- /config-reference -->")[0]
@@ -379,7 +379,7 @@ def test_s3_section_becomes_process_defaults(
     )
     config = load_config(path)
     assert config.s3 is not None
-    config.s3.apply()
+    s3.apply_s3_config(config.s3)
     import os
 
     assert os.environ[s3.ENDPOINT_ENV] == "http://127.0.0.1:9000"

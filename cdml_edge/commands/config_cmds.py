@@ -39,7 +39,7 @@ def schema(
 ) -> None:
     """Print the JSON Schema of the configuration (or of the MQTT payloads)."""
     if markdown:
-        from cdml_edge.config_doc import config_reference_markdown
+        from cdml_edge.config.reference import config_reference_markdown
 
         typer.echo(config_reference_markdown(), nl=False)
     elif payloads:

@@ -6,6 +6,7 @@ without PyTorch.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 from pathlib import Path
 from typing import Any
@@ -16,9 +17,7 @@ EXIT_TRAIN_ERROR = 2
 
 
 def _need_torch() -> None:
-    try:
-        import torch  # noqa: F401
-    except ImportError:
+    if importlib.util.find_spec("torch") is None:
         typer.echo("this command needs PyTorch: pip install 'cdml-edge[train]'", err=True)
         raise typer.Exit(EXIT_TRAIN_ERROR) from None
 

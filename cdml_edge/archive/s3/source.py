@@ -24,7 +24,7 @@ import re
 import threading
 import time
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cdml_edge.archive.s3.client import (
     RetryPolicy,
@@ -45,6 +45,9 @@ from cdml_edge.archive.s3.errors import (
 )
 from cdml_edge.archive.s3.index_cache import DEFAULT_INDEX_CACHE_BYTES, S3IndexCache
 from cdml_edge.archive.s3.ranges import Extents, coalesce, content_range
+
+if TYPE_CHECKING:
+    from cdml_edge.config import S3Config
 
 __all__ = [
     "DEFAULT_GAP",
@@ -471,3 +474,13 @@ def configure_s3(
     for name, value in values.items():
         if value is not None:
             os.environ[name] = value
+
+
+def apply_s3_config(cfg: S3Config) -> None:
+    """Make the ``s3:`` section of a config the process defaults (inherited by workers)."""
+    configure_s3(
+        endpoint_url=cfg.endpoint,
+        region=cfg.region,
+        index_cache=cfg.index_cache,
+        index_cache_bytes=cfg.index_cache_bytes if cfg.index_cache else None,
+    )

@@ -14,7 +14,7 @@ from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
 
-from cdml_edge.config import AppConfig
+from cdml_edge.config.schema import AppConfig
 from cdml_edge.units import format_size, parse_duration, parse_size
 
 

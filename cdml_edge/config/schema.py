@@ -1,28 +1,22 @@
-"""The configuration of the appliance (``factory.yaml``) as pydantic models.
+"""The sections of ``factory.yaml`` as pydantic models (schema only: no I/O, no other layers).
 
 Every model forbids unknown keys. Sizes accept ``64MiB``-style strings, durations ``2s`` or
-``500ms``; ``${VAR}`` and ``${VAR:-default}`` in string values are taken from the environment.
-Relative paths are resolved against the folder of the configuration file.
-:func:`load_config` raises :class:`ConfigError`, whose message names the file, the field path
-and the problem, e.g. ``factory.yaml: sources[1].window.seconds: must be greater than 0``.
+``500ms``. Relative paths are resolved against the folder of the configuration file (passed
+as the validation context ``base_dir`` by :func:`~cdml_edge.config.loading.load_config`).
 """
 
 from __future__ import annotations
 
-import difflib
 import os
 import re
-from collections.abc import Mapping
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 
-import yaml
 from pydantic import (
     BaseModel,
     BeforeValidator,
     ConfigDict,
     Field,
-    ValidationError,
     ValidationInfo,
     WithJsonSchema,
     field_validator,
@@ -334,17 +328,6 @@ class S3Config(_Model):
 
     _resolve = field_validator("index_cache")(_resolve_path)
 
-    def apply(self) -> None:
-        """Make these the process defaults (inherited by DataLoader workers)."""
-        from cdml_edge.archive.s3.source import configure_s3
-
-        configure_s3(
-            endpoint_url=self.endpoint,
-            region=self.region,
-            index_cache=self.index_cache,
-            index_cache_bytes=self.index_cache_bytes if self.index_cache else None,
-        )
-
 
 class AppConfig(_Model):
     """The whole ``factory.yaml``."""
@@ -375,164 +358,3 @@ class AppConfig(_Model):
         return self
 
 
-class ConfigError(Exception):
-    """A configuration file that cannot be used; ``problems`` holds ``(field path, message)``."""
-
-    def __init__(self, file: str, problems: list[tuple[str, str]]) -> None:
-        self.file = file
-        self.problems = problems
-        lines = [f"{file}: {path}: {msg}" if path else f"{file}: {msg}" for path, msg in problems]
-        super().__init__("\n".join(lines))
-
-
-_ENV_PATTERN = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
-
-
-def substitute_env(value: Any, env: Mapping[str, str] | None = None, path: str = "") -> Any:
-    """Replace ``${VAR}`` / ``${VAR:-default}`` in every string of a parsed YAML tree.
-
-    Raises ``KeyError`` with the field path when a variable is unset and has no default.
-    """
-    env = os.environ if env is None else env
-    if isinstance(value, str):
-
-        def repl(match: re.Match[str]) -> str:
-            name, default = match.group(1), match.group(2)
-            if name in env:
-                return env[name]
-            if default is not None:
-                return default
-            raise KeyError(f"{path}: environment variable {name} is not set")
-
-        return _ENV_PATTERN.sub(repl, value)
-    if isinstance(value, list):
-        return [substitute_env(v, env, f"{path}[{i}]") for i, v in enumerate(value)]
-    if isinstance(value, dict):
-        return {
-            k: substitute_env(v, env, f"{path}.{k}" if path else str(k)) for k, v in value.items()
-        }
-    return value
-
-
-def _field_path(loc: tuple[int | str, ...]) -> str:
-    out = ""
-    for part in loc:
-        if isinstance(part, int):
-            out += f"[{part}]"
-        else:
-            out += f".{part}" if out else str(part)
-    return out
-
-
-def _model_at(loc: tuple[int | str, ...]) -> type[BaseModel] | None:
-    """The pydantic model that holds the field at ``loc`` (to list allowed keys)."""
-    model: Any = AppConfig
-    map_key_next = False
-    for part in loc:
-        if isinstance(part, int) or model is None:
-            continue
-        if map_key_next:  # the key of a mapping such as models.<modality>
-            map_key_next = False
-            continue
-        field = model.model_fields.get(part)
-        if field is None:
-            return None
-        map_key_next = getattr(field.annotation, "__origin__", None) is dict
-        model = _inner_model(field.annotation)
-    return model if isinstance(model, type) and issubclass(model, BaseModel) else None
-
-
-def _inner_model(annotation: Any) -> Any:
-    args = getattr(annotation, "__args__", None)
-    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-        return annotation
-    if args:
-        for arg in args:
-            found = _inner_model(arg)
-            if found is not None:
-                return found
-    return None
-
-
-def _humanise(error: Any) -> tuple[str, str]:
-    loc = tuple(error["loc"])
-    kind = error["type"]
-    msg = str(error["msg"])
-    if kind == "extra_forbidden":
-        key = str(loc[-1])
-        parent = _model_at(loc[:-1])
-        hint = ""
-        if parent is not None:
-            allowed = list(parent.model_fields)
-            close = difflib.get_close_matches(key, allowed, n=1)
-            hint = (
-                f" (did you mean {close[0]!r}?)" if close else f" (allowed: {', '.join(allowed)})"
-            )
-        return _field_path(loc), f"unknown key{hint}"
-    if kind == "missing":
-        return _field_path(loc), "is required"
-    if kind == "value_error":
-        msg = msg.removeprefix("Value error, ")
-        # model-level checks name their own field first: "level: zip levels go from 0 to 9"
-        match = re.match(r"^([a-z_]+): (.*)$", msg)
-        if match:
-            base = _field_path(loc)
-            return (f"{base}.{match.group(1)}" if base else match.group(1)), match.group(2)
-        return _field_path(loc), msg
-    msg = re.sub(r"^Input should be ", "must be ", msg)
-    msg = re.sub(r"^Input ", "value ", msg)
-    if loc and loc[-1] == "[key]":
-        return _field_path(loc[:-1]), f"not an allowed key: {msg}"
-    return _field_path(loc), msg
-
-
-def parse_config(data: Any, file: str = "<config>", base_dir: Path | None = None) -> AppConfig:
-    """Validate an already parsed mapping; errors are raised as :class:`ConfigError`."""
-    if data is None:
-        data = {}
-    if not isinstance(data, dict):
-        raise ConfigError(file, [("", "the top level must be a mapping of sections")])
-    try:
-        data = substitute_env(data)
-    except KeyError as exc:
-        raise ConfigError(file, [("", str(exc.args[0]))]) from None
-    context = {"base_dir": base_dir} if base_dir is not None else None
-    try:
-        return AppConfig.model_validate(data, context=context)
-    except ValidationError as exc:
-        problems = []
-        seen = set()
-        for error in exc.errors():
-            problem = _humanise(error)
-            if problem not in seen:
-                seen.add(problem)
-                problems.append(problem)
-        raise ConfigError(file, problems) from None
-
-
-def load_config(path: str | os.PathLike[str]) -> AppConfig:
-    """Read and validate a YAML configuration file; relative paths resolve against its folder."""
-    file = Path(path)
-    label = str(path)
-    try:
-        text = file.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ConfigError(label, [("", f"cannot read: {exc.strerror or exc}")]) from None
-    except UnicodeDecodeError as exc:
-        raise ConfigError(label, [("", f"not UTF-8 text (byte {exc.start})")]) from None
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
-        problem = getattr(exc, "problem", None) or str(exc)
-        raise ConfigError(label, [("", f"{where}invalid YAML: {problem}")]) from None
-    return parse_config(data, label, base_dir=file.resolve().parent)
-
-
-def config_schema() -> dict[str, Any]:
-    """The JSON Schema of ``factory.yaml`` (for editors and docs)."""
-    schema = AppConfig.model_json_schema()
-    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
-    schema["title"] = "cdml-edge configuration"
-    return schema
