@@ -30,6 +30,8 @@ test-fast: $(STAMP)
 lint: $(STAMP)
 	$(VENV)/bin/ruff check cdml_edge tests scripts
 	$(VENV)/bin/mypy
+	$(PY) scripts/check_layers.py
+	$(PY) scripts/check_function_length.py
 
 bench: $(STAMP)
 	@set -e; for s in scripts/bench_*.py; do echo "== $$s"; $(PY) $$s; done

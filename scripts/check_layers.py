@@ -37,8 +37,8 @@ TORCH_ALLOWED = ("data", "nn")
 TORCH_NAMES = ("torch", "torchvision", "torchaudio")
 
 
-def module_name(path: Path) -> str:
-    rel = path.relative_to(ROOT.parent).with_suffix("")
+def module_name(path: Path, root: Path = ROOT) -> str:
+    rel = path.relative_to(root.parent).with_suffix("")
     parts = list(rel.parts)
     if parts[-1] == "__init__":
         parts.pop()
@@ -63,9 +63,9 @@ def _walk(node: ast.AST) -> Iterator[ast.AST]:
         yield from _walk(child)
 
 
-def imports_of(path: Path, modules: set[str]) -> Iterator[tuple[int, str]]:
+def imports_of(path: Path, modules: set[str], root: Path = ROOT) -> Iterator[tuple[int, str]]:
     """``(line, module)`` for each import in ``path``; ``from pkg import sub`` names ``pkg.sub``."""
-    name = module_name(path)
+    name = module_name(path, root)
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     tree = ast.parse(path.read_text(), str(path))
     for node in _walk(tree):
@@ -98,17 +98,17 @@ def layer_of(module: str) -> tuple[int, str] | None:
 def check(root: Path = ROOT) -> list[str]:
     """Every breach of the contract, one line each (empty when it holds)."""
     files = sorted(root.rglob("*.py"))
-    modules = {module_name(p) for p in files}
+    modules = {module_name(p, root) for p in files}
     problems: list[str] = []
     graph: dict[str, set[str]] = {m: set() for m in modules}
     for path in files:
-        name = module_name(path)
+        name = module_name(path, root)
         where = path.relative_to(root.parent)
         mine = layer_of(name)
         if name != "cdml_edge" and mine is None:
             problems.append(f"{where}: cdml_edge.{name.split('.')[1]} is in no layer")
             continue
-        for line, target in imports_of(path, modules):
+        for line, target in imports_of(path, modules, root):
             top = target.split(".")[0]
             if top in TORCH_NAMES and (mine is None or mine[1] not in TORCH_ALLOWED):
                 problems.append(f"{where}:{line}: imports {target} (torch only in data/, nn/)")

@@ -1,0 +1,47 @@
+"""fsio: atomic replacement, unique names that fit the file system."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from cdml_edge.fsio import NAME_MAX, atomic_write, atomic_writer, fit_name, unique_name
+
+
+def test_atomic_write_replaces_whole_file_with_mode(tmp_path: Path) -> None:
+    target = tmp_path / "a.bin"
+    target.write_bytes(b"old")
+    assert atomic_write(target, b"new bytes", mode=0o600) == 9
+    assert target.read_bytes() == b"new bytes"
+    assert target.stat().st_mode & 0o777 == 0o600
+    assert sorted(os.listdir(tmp_path)) == ["a.bin"]
+
+
+def test_failed_write_leaves_old_file_and_no_temporary(tmp_path: Path) -> None:
+    target = tmp_path / "a.bin"
+    target.write_bytes(b"old")
+    with pytest.raises(RuntimeError), atomic_writer(target) as fh:
+        fh.write(b"half")
+        raise RuntimeError("disk went away")
+    assert target.read_bytes() == b"old"
+    assert sorted(os.listdir(tmp_path)) == ["a.bin"]
+
+
+def test_unique_name_counts_up_and_keeps_extension(tmp_path: Path) -> None:
+    (tmp_path / "f.png").write_bytes(b"")
+    (tmp_path / "f.1.png").write_bytes(b"")
+    assert unique_name(tmp_path, "f.png").name == "f.2.png"
+    assert unique_name(tmp_path, "g").name == "g"
+
+
+def test_too_long_names_are_shortened_and_still_unique(tmp_path: Path) -> None:
+    name = "é" * 200 + ".png"  # 404 bytes in UTF-8
+    first = unique_name(tmp_path, name)
+    assert len(first.name.encode()) <= NAME_MAX and first.name.endswith(".png")
+    first.write_bytes(b"")
+    second = unique_name(tmp_path, name)
+    assert second != first and len(second.name.encode()) <= NAME_MAX
+    second.write_bytes(b"")  # the file system accepts both
+    assert fit_name("short.txt") == "short.txt"
