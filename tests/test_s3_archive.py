@@ -22,7 +22,7 @@ from cdml_edge.archive.s3.source import (
     open_s3_source,
 )
 from cdml_edge.archive.tar import seekable
-from cdml_edge.archive.zip import read as zipread
+from cdml_edge.archive.zip import format as zipfmt
 
 BUCKET = "archives"
 
@@ -67,7 +67,7 @@ def endpoint(s3_server: S3Server, monkeypatch: pytest.MonkeyPatch) -> str:
 
 
 def test_tail_prefetch_serves_the_readers_tail_read() -> None:
-    assert DEFAULT_TAIL_BYTES >= zipread.TAIL_BYTES
+    assert DEFAULT_TAIL_BYTES >= zipfmt.TAIL_BYTES
     assert DEFAULT_TAIL_BYTES >= seekable.TAIL_BYTES
 
 

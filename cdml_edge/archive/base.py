@@ -59,8 +59,8 @@ class Archive:
         self._source = source
         self.max_member_bytes = int(max_member_bytes)
         self.max_ratio = float(max_ratio)
-        # members up to this size need no limit check (under the cap and the ratio floor)
-        self._fast_limit = min(self.max_member_bytes, RATIO_FLOOR_BYTES)
+        #: members up to this size need no limit check (under the cap and the ratio floor)
+        self.fast_limit = min(self.max_member_bytes, RATIO_FLOOR_BYTES)
         self._names: list[str] = []
         self._ids: dict[str, int] = {}
         self._dups: list[str] = []
@@ -153,7 +153,8 @@ class Archive:
             yield batch
 
     # -- limits -------------------------------------------------------------------------
-    def _check_limits(self, name: str, size: int, csize: int) -> None:
+    def check_limits(self, name: str, size: int, csize: int) -> None:
+        """Refuse a member declaring more than ``max_member_bytes`` or ``max_ratio`` allow."""
         if size > self.max_member_bytes:
             raise MemberTooLargeError(
                 f"declares {size} bytes, over max_member_bytes={self.max_member_bytes}",
@@ -183,16 +184,20 @@ class Archive:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def __reduce__(self) -> tuple[Any, ...]:
-        from cdml_edge.archive.reader import _reopen
+    @classmethod
+    def open(
+        cls, source: ByteSource, *, tail: tuple[int, bytes] | None = None, **limits: Any
+    ) -> Archive:
+        """Open ``source`` as this format. ``tail`` is the ``(offset, bytes)`` read of the
+        source's end that format detection made, for formats that can reuse it."""
+        return cls(source, **limits)
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        # the receiving process opens the source again as the same format (no detection)
         opts = {"max_member_bytes": self.max_member_bytes, "max_ratio": self.max_ratio}
-        return (_reopen, (self._source, opts, self._pickle_state()))
+        return (_reopen, (type(self), self._source, opts))
 
     # -- format hooks -------------------------------------------------------------------
-    def _pickle_state(self) -> object:
-        return None
-
     def _row_name(self, i: int) -> str:
         return self._names[i]
 
@@ -204,3 +209,7 @@ class Archive:
 
     def _read_ids(self, ids: list[int]) -> list[bytes]:
         raise NotImplementedError
+
+
+def _reopen(cls: type[Archive], source: ByteSource, opts: dict[str, Any]) -> Archive:
+    return cls.open(source, **opts)

@@ -5,14 +5,14 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from cdml_edge.archive import native
 from cdml_edge.archive.base import DEFAULT_MAX_MEMBER_BYTES, DEFAULT_MAX_RATIO, Archive
 from cdml_edge.archive.errors import ArchiveError, UnsupportedArchiveError
 from cdml_edge.archive.source import ByteSource, FileObjectSource, FileSource, MemorySource
 from cdml_edge.archive.tar import format as tarfmt
 from cdml_edge.archive.tar import seekable
 from cdml_edge.archive.tar.read import TarArchive, ZstdTarArchive
-from cdml_edge.archive.zip.read import ZipArchive, _find_eocd, read_tail
+from cdml_edge.archive.zip.archive import ZipArchive
+from cdml_edge.archive.zip.format import find_eocd, read_tail
 
 SourceLike = Any  # str | os.PathLike | bytes | bytearray | memoryview | BinaryIO | ByteSource
 
@@ -41,7 +41,7 @@ def detect(source: ByteSource, tail_read: tuple[int, bytes] | None = None) -> st
     request; otherwise the first block is read.
     """
     tail_start, tail = tail_read if tail_read is not None else read_tail(source)
-    if _find_eocd(tail, strict=True) >= 0:
+    if find_eocd(tail, strict=True) >= 0:
         return "zip"
     if seekable.has_footer(tail):
         return "tar.zst"
@@ -52,7 +52,7 @@ def detect(source: ByteSource, tail_read: tuple[int, bytes] | None = None) -> st
         return "tar.zst"
     if tarfmt.header_ok(head):
         return "tar"
-    if _find_eocd(tail) >= 0:  # an end record followed by trailing bytes
+    if find_eocd(tail) >= 0:  # an end record followed by trailing bytes
         return "zip"
     raise UnsupportedArchiveError("not a ZIP, tar.zst or tar archive", archive=source.name)
 
@@ -74,15 +74,12 @@ def open_archive(
         tail = read_tail(src)
         fmt = detect(src, tail)
         if fmt == "zip":
-            return ZipArchive(src, native=native.module(), tail=tail, **limits)
+            return ZipArchive.open(src, tail=tail, **limits)
         if fmt == "tar.zst":
-            return ZstdTarArchive(src, tail=tail, **limits)
+            return ZstdTarArchive.open(src, tail=tail, **limits)
         return TarArchive(src, **limits)
     except ArchiveError:
         raise
     except (ValueError, IndexError, OverflowError, MemoryError) as exc:  # struct errors etc.
         raise ArchiveError(f"cannot parse archive: {exc}", archive=src.name) from exc
 
-
-def _reopen(source: ByteSource, opts: dict[str, Any], state: object) -> Archive:
-    return open_archive(source, **opts)

@@ -249,7 +249,7 @@ class TarArchive(_TarBase):
     def _read_ids(self, ids: list[int]) -> list[bytes]:
         for i in ids:
             m = self._members[i]
-            self._check_limits(m.name, m.size, m.size)
+            self.check_limits(m.name, m.size, m.size)
         order = sorted(range(len(ids)), key=lambda k: self._members[ids[k]].data_offset)
         ranges = [(self._members[ids[k]].data_offset, self._members[ids[k]].size) for k in order]
         if len(ranges) > 1:
@@ -290,6 +290,13 @@ class ZstdTarArchive(_TarBase):
             )
             self._set_members(_columns(members))
 
+    @classmethod
+    def open(
+        cls, source: ByteSource, *, tail: tuple[int, bytes] | None = None, **limits: Any
+    ) -> ZstdTarArchive:
+        """Open ``source``; the seek table and member index come from ``tail`` if it holds them."""
+        return cls(source, tail=tail, **limits)
+
     @property
     def seekable(self) -> bool:
         return self._frames is not None
@@ -326,7 +333,7 @@ class ZstdTarArchive(_TarBase):
     def _read_ids(self, ids: list[int]) -> list[bytes]:
         for i in ids:
             m = self._members[i]
-            self._check_limits(m.name, m.size, self._compressed_size(i))
+            self.check_limits(m.name, m.size, self._compressed_size(i))
         if self._frames is None:
             return self._read_streaming(ids)
         return self._read_frames(ids, self._frames)

@@ -6,7 +6,6 @@ import errno
 import os
 from typing import Any
 
-from cdml_edge.archive import codecs
 from cdml_edge.archive._native._reader import ffi, lib  # type: ignore[import-not-found]
 from cdml_edge.archive.base import RATIO_FLOOR_BYTES
 from cdml_edge.archive.errors import (
@@ -15,13 +14,18 @@ from cdml_edge.archive.errors import (
     TruncatedArchiveError,
 )
 from cdml_edge.archive.source import ByteSource, FileSource, MemorySource
-from cdml_edge.archive.zip.read import (
+from cdml_edge.archive.zip import codecs
+from cdml_edge.archive.zip.format import (
+    CDH,
+    FLAG_ENCRYPTED,
+    LFH,
+    LOCAL_SLACK,
     CentralDirectory,
     Entry,
-    _dos_to_epoch,
     decode_name,
-    read_python,
+    dos_to_epoch,
 )
+from cdml_edge.archive.zip.read import read_python
 
 _from_buffer = ffi.from_buffer
 
@@ -50,7 +54,8 @@ _MESSAGES = {
 }
 
 
-_METHODS = frozenset((0, 8, 93))
+# the methods the C core decodes; others go through the Python path
+_METHODS = frozenset((codecs.STORED, codecs.DEFLATE, codecs.ZSTD))
 
 
 def available() -> bool:
@@ -96,8 +101,8 @@ class ZipIndex:
                 e = self._ents[i]
                 raw = blob[e.name_off : e.name_off + e.name_len]
                 if e.name_kind == 2:
-                    x0 = e.cd_off + 46 + e.name_len
-                    extra = data[x0 : e.cd_off + 46 + e.hdr_extra]
+                    x0 = e.cd_off + CDH.size + e.name_len
+                    extra = data[x0 : e.cd_off + CDH.size + e.hdr_extra]
                     names.append(decode_name(raw, e.flags, extra))
                 else:
                     names.append(raw.decode("utf-8", "surrogateescape"))
@@ -105,9 +110,14 @@ class ZipIndex:
         self.ndirs = int(idx.ndirs)
         self.count = count
 
+    def spans(self) -> list[tuple[int, int]]:
+        """``(local header offset, compressed size)`` of every entry, in directory order."""
+        ents = self._ents
+        return [(ents[i].offset, ents[i].csize) for i in range(self.count)]
+
     def entry(self, i: int, name: str) -> Entry:
         e = self._ents[i]
-        mtime = float(e.ut_mtime) if e.ut_mtime != -(1 << 63) else _dos_to_epoch(e.dtime, e.ddate)
+        mtime = float(e.ut_mtime) if e.ut_mtime != -(1 << 63) else dos_to_epoch(e.dtime, e.ddate)
         return (name, e.offset, e.csize, e.usize, e.crc, e.method, e.flags, mtime, e.hdr_extra)
 
     def check(self, i: int, names: list[str], owner: Any) -> None:
@@ -115,16 +125,20 @@ class ZipIndex:
         self._check_entry(self._ents[i], i, names, owner)
 
     def _check_entry(self, e: Any, i: int, names: list[str], owner: Any) -> None:
-        if e.flags & 1 or e.method not in _METHODS or (e.method == 0 and e.csize != e.usize):
-            owner._check(i, self.entry(i, names[i]))
+        if (
+            e.flags & FLAG_ENCRYPTED
+            or e.method not in _METHODS
+            or (e.method == codecs.STORED and e.csize != e.usize)
+        ):
+            owner.check_entry(i, self.entry(i, names[i]))
         if e.usize > owner.max_member_bytes or e.usize > RATIO_FLOOR_BYTES:
-            owner._check_limits(names[i], e.usize, e.csize)
+            owner.check_limits(names[i], e.usize, e.csize)
 
     def read_one(self, source: ByteSource, i: int, names: list[str], owner: Any) -> bytes:
         """One member with the least Python overhead; errors go through :meth:`read`."""
         e = self._ents[i]
         size = e.usize
-        if e.flags & 1 or e.method not in _METHODS or size > owner._fast_limit:
+        if e.flags & FLAG_ENCRYPTED or e.method not in _METHODS or size > owner.fast_limit:
             self._check_entry(e, i, names, owner)
         if type(source) is FileSource:
             out, ptr = _output(size)
@@ -205,7 +219,8 @@ class ZipIndex:
         for i in ids:
             e = ents[i]
             off = e.offset
-            ranges.append((off, max(0, min(size - off, 30 + e.hdr_extra + e.csize + 128))))
+            want = LFH.size + e.hdr_extra + e.csize + LOCAL_SLACK
+            ranges.append((off, max(0, min(size - off, want))))
         order = sorted(range(n), key=lambda k: ranges[k][0])
         got = source.pread_many([ranges[k] for k in order]) if n > 1 else [source.pread(*ranges[0])]
         bufs: list[bytes] = [b""] * n

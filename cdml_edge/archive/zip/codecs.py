@@ -1,4 +1,4 @@
-"""Member decompression with bounded output, shared by the Python paths of all formats."""
+"""ZIP compression methods: member decompression with bounded output (the Python path)."""
 
 from __future__ import annotations
 
