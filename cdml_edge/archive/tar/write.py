@@ -1,0 +1,89 @@
+"""Seekable tar.zst writing: a tar stream cut into independent zstd frames, then the index.
+
+Layout (see :mod:`.seekable`): frames of about ``frame_bytes`` of tar stream, each starting
+at a member boundary (members over :data:`MAX_FRAME_BYTES` span several frames), then the
+member index and the seek table as skippable frames. ``zstd -dc f | tar -t`` lists it.
+"""
+
+from __future__ import annotations
+
+import zlib
+from collections.abc import Sequence
+from typing import BinaryIO
+
+import zstandard
+
+from cdml_edge.archive.tar import format as tarfmt
+from cdml_edge.archive.tar import seekable
+
+FRAME_BYTES = 32 << 10  # target uncompressed size of a tar.zst frame
+MAX_FRAME_BYTES = 1 << 20  # large members are cut into frames of this size
+
+
+class FrameWriter:
+    """Collects tar-stream bytes and emits independent zstd frames."""
+
+    def __init__(self, out: BinaryIO, level: int) -> None:
+        self._out = out
+        self._cctx = zstandard.ZstdCompressor(level=level, write_checksum=True)
+        self._buf: list[bytes] = []
+        self._buffered = 0
+        self.sizes: list[tuple[int, int]] = []  # (compressed, decompressed) of each frame
+        self.position = 0  # bytes of tar stream written or buffered
+
+    def add(self, data: bytes) -> None:
+        self._buf.append(data)
+        self._buffered += len(data)
+        self.position += len(data)
+
+    @property
+    def buffered(self) -> int:
+        return self._buffered
+
+    @property
+    def frame(self) -> int:
+        """Index of the frame the next byte goes to."""
+        return len(self.sizes)
+
+    def flush(self) -> None:
+        """Compress what is buffered into one frame (nothing when the buffer is empty)."""
+        if not self._buffered:
+            return
+        block = b"".join(self._buf)
+        packed = self._cctx.compress(block)
+        self._out.write(packed)
+        self.sizes.append((len(packed), len(block)))
+        self._buf, self._buffered = [], 0
+
+
+def write_tar_zst(
+    out: BinaryIO,
+    items: Sequence[tuple[str, bytes]],
+    level: int,
+    mtime: float,
+    frame_bytes: int = FRAME_BYTES,
+) -> None:
+    """Write ``items`` as a seekable tar.zst to ``out`` (zstd ``level``, CRC-32 per member)."""
+    w = FrameWriter(out, level)
+    records: list[tuple[str, int, int, int, float, int, int, int]] = []
+    for name, data in items:
+        if w.buffered >= frame_bytes:
+            w.flush()
+        header_off = w.position
+        w.add(tarfmt.build_header(name, len(data), mtime))
+        data_off = w.position
+        first = w.frame
+        view = memoryview(data)
+        for start in range(0, len(data), MAX_FRAME_BYTES):
+            if w.buffered >= MAX_FRAME_BYTES:
+                w.flush()
+            w.add(bytes(view[start : start + MAX_FRAME_BYTES]))
+        last = w.frame
+        w.add(b"\x00" * (tarfmt.padded(len(data)) - len(data)))
+        records.append(
+            (name, header_off, data_off, len(data), mtime, zlib.crc32(data), first, last)
+        )
+    w.add(tarfmt.END_OF_ARCHIVE)
+    w.flush()
+    out.write(seekable.index_frame(records))
+    out.write(seekable.seek_table_frame(w.sizes))
