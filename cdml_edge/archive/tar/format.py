@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import tarfile
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from cdml_edge.archive.errors import CorruptArchiveError, TruncatedArchiveError
 
@@ -79,6 +79,7 @@ def padded(size: int) -> int:
 
 # Meta-records (long names, pax) are small; cap them so a forged size cannot exhaust memory.
 MAX_META = 1 << 20
+META_KINDS = (b"L", b"x", b"g", b"K")  # GNU long name / link, pax per-file / global
 
 
 def scan(
@@ -94,18 +95,11 @@ def scan(
     on a header boundary.
     """
     pos = 0
-    longname: str | None = None
-    pax: dict[str, str] = {}
+    meta = _Meta()
     while True:
         block = read(BLOCK)
-        if len(block) == 0:
+        if not _is_header(block, pos, archive):
             return pos
-        if len(block) < BLOCK:
-            raise TruncatedArchiveError(f"tar header at {pos} cut short", archive=archive)
-        if block.count(0) == BLOCK:
-            return pos
-        if not header_ok(block):
-            raise CorruptArchiveError(f"tar header at {pos}: bad checksum", archive=archive)
         header_offset = pos
         pos += BLOCK
         kind = block[156:157]
@@ -114,53 +108,82 @@ def scan(
             raise CorruptArchiveError(
                 f"tar header at {header_offset}: negative size", archive=archive
             )
-        if kind in (b"L", b"x", b"g", b"K"):
-            if size > MAX_META:
-                raise CorruptArchiveError(
-                    f"tar header at {header_offset}: {size}-byte meta record", archive=archive
-                )
-            data = read(padded(size))
-            if len(data) < padded(size):
-                raise TruncatedArchiveError(
-                    f"tar record at {header_offset} cut short", archive=archive
-                )
-            pos += padded(size)
-            if kind == b"L":
-                longname = data[:size].split(b"\x00", 1)[0].decode("utf-8", "surrogateescape")
-            elif kind == b"x":
-                pax.update(_pax(data[:size], archive))
+        if kind in META_KINDS:
+            pos += _read_meta(read, kind, size, header_offset, archive, meta)
             continue
-        if "size" in pax:
-            try:
-                size = int(pax["size"])
-            except ValueError:
-                raise CorruptArchiveError("tar: bad pax size", archive=archive) from None
+        size = meta.size(size, archive)
         if kind in REGULAR:
-            if "path" in pax:
-                name = pax["path"]
-            elif longname is not None:
-                name = longname
-            else:
-                raw = block[0:100].split(b"\x00", 1)[0]
-                if block[257:262] == b"ustar":
-                    prefix = block[345:500].split(b"\x00", 1)[0]
-                    if prefix:
-                        raw = prefix + b"/" + raw
-                name = raw.decode("utf-8", "surrogateescape")
-            try:
-                mtime = (
-                    float(pax["mtime"])
-                    if "mtime" in pax
-                    else float(_number(block[136:148], "mtime", archive))
-                )
-            except ValueError:
-                mtime = 0.0
+            name, mtime = meta.name(block), meta.mtime(block, archive)
             on_member(TarMember(name, header_offset, pos, size, mtime))
         if size:
             skip(padded(size))
             pos += padded(size)
-        longname = None
-        pax = {}
+        meta = _Meta()
+
+
+def _is_header(block: bytes, pos: int, archive: str) -> bool:
+    """False at the end of the archive (no more bytes, or a zero block); raises on a bad one."""
+    if len(block) == 0:
+        return False
+    if len(block) < BLOCK:
+        raise TruncatedArchiveError(f"tar header at {pos} cut short", archive=archive)
+    if block.count(0) == BLOCK:
+        return False
+    if not header_ok(block):
+        raise CorruptArchiveError(f"tar header at {pos}: bad checksum", archive=archive)
+    return True
+
+
+@dataclass
+class _Meta:
+    """What meta-records said about the next member: a GNU long name, pax keys."""
+
+    longname: str | None = None
+    pax: dict[str, str] = field(default_factory=dict)
+
+    def size(self, size: int, archive: str) -> int:
+        if "size" not in self.pax:
+            return size
+        try:
+            return int(self.pax["size"])
+        except ValueError:
+            raise CorruptArchiveError("tar: bad pax size", archive=archive) from None
+
+    def name(self, block: bytes) -> str:
+        if "path" in self.pax:
+            return self.pax["path"]
+        if self.longname is not None:
+            return self.longname
+        raw = block[0:100].split(b"\x00", 1)[0]
+        if block[257:262] == b"ustar":
+            prefix = block[345:500].split(b"\x00", 1)[0]
+            if prefix:
+                raw = prefix + b"/" + raw
+        return raw.decode("utf-8", "surrogateescape")
+
+    def mtime(self, block: bytes, archive: str) -> float:
+        try:
+            if "mtime" in self.pax:
+                return float(self.pax["mtime"])
+            return float(_number(block[136:148], "mtime", archive))
+        except ValueError:
+            return 0.0
+
+
+def _read_meta(
+    read: Callable[[int], bytes], kind: bytes, size: int, at: int, archive: str, meta: _Meta
+) -> int:
+    """Read the meta-record of the header at ``at`` into ``meta``; the bytes it took."""
+    if size > MAX_META:
+        raise CorruptArchiveError(f"tar header at {at}: {size}-byte meta record", archive=archive)
+    data = read(padded(size))
+    if len(data) < padded(size):
+        raise TruncatedArchiveError(f"tar record at {at} cut short", archive=archive)
+    if kind == b"L":
+        meta.longname = data[:size].split(b"\x00", 1)[0].decode("utf-8", "surrogateescape")
+    elif kind == b"x":
+        meta.pax.update(_pax(data[:size], archive))
+    return padded(size)
 
 
 def build_header(name: str, size: int, mtime: float) -> bytes:
