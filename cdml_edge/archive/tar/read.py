@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import io
 import operator
 import zlib
 from collections.abc import Callable
@@ -21,115 +20,7 @@ from cdml_edge.archive.names import has_dir_names
 from cdml_edge.archive.source import ByteSource
 from cdml_edge.archive.tar import format as tarfmt
 from cdml_edge.archive.tar.seekable import FrameTable, MemberIndex, read_tail
-
-CHUNK = 1 << 16
-
-
-class _SourceStream(io.RawIOBase):
-    """A sequential, read-only file over a :class:`ByteSource` (positional reads)."""
-
-    def __init__(self, source: ByteSource, end: int | None = None) -> None:
-        self._source = source
-        self._pos = 0
-        self._end = source.size() if end is None else end
-
-    def readable(self) -> bool:
-        return True
-
-    def readinto(self, b: Any) -> int:
-        n = min(len(b), self._end - self._pos)
-        if n <= 0:
-            return 0
-        data = self._source.pread(self._pos, n)
-        b[: len(data)] = data
-        self._pos += len(data)
-        return len(data)
-
-
-class _FrameStream:
-    """Sequential decompression of concatenated zstd (and skippable) frames.
-
-    Unlike ``stream_reader``, a stream cut inside a frame raises ``EOFError``. Input is fed
-    in 512-byte chunks: ``decompress`` has no output bound and a 4-byte RLE block yields
-    128 KiB, so one step expands to at most 16 MiB (an 8 KiB step could reach 256 MiB).
-    Small feeds cost no measurable speed: decoding dominates.
-    """
-
-    FEED = 512
-
-    def __init__(self, source: ByteSource, end: int) -> None:
-        self._src = _SourceStream(source, end)
-        self._dctx = zstandard.ZstdDecompressor()
-        self._obj: Any = None
-        self._fed = False
-        self._pending = b""
-        self._buf = bytearray()
-
-    def read(self, n: int) -> bytes:
-        while len(self._buf) < n:
-            if self._obj is None or self._obj.eof:
-                if self._obj is not None:
-                    self._pending = self._obj.unused_data + self._pending
-                self._obj = self._dctx.decompressobj()
-                self._fed = False
-            data = self._pending or self._src.read(self.FEED)
-            self._pending = b""
-            if not data:
-                if self._fed:
-                    raise EOFError
-                break
-            self._fed = True
-            self._buf += self._obj.decompress(data)
-        out = bytes(self._buf[:n])
-        del self._buf[:n]
-        return out
-
-
-class _Reader:
-    """Exact reads and skips over a stream (``read(n)`` is short only at the end)."""
-
-    def __init__(self, stream: Any) -> None:
-        self._stream = stream
-
-    def read(self, n: int) -> bytes:
-        parts = []
-        while n > 0:
-            chunk = self._stream.read(n)
-            if not chunk:
-                break
-            parts.append(chunk)
-            n -= len(chunk)
-        return b"".join(parts)
-
-    def skip(self, n: int) -> None:
-        while n > 0:
-            chunk = self._stream.read(min(n, 1 << 20))
-            if not chunk:
-                raise EOFError
-            n -= len(chunk)
-
-
-class _PreadScanner:
-    """Reads of a plain tar on a source: small reads are buffered, skips jump."""
-
-    def __init__(self, source: ByteSource) -> None:
-        self._source = source
-        self._pos = 0
-        self._buf = b""
-        self._buf_at = 0
-
-    def read(self, n: int) -> bytes:
-        rel = self._pos - self._buf_at
-        if rel < 0 or rel + n > len(self._buf):
-            self._buf = self._source.pread(self._pos, max(n, CHUNK))
-            self._buf_at = self._pos
-            rel = 0
-        out = self._buf[rel : rel + n]
-        self._pos += len(out)
-        return out
-
-    def skip(self, n: int) -> None:
-        self._pos += n
+from cdml_edge.archive.tar.stream import ExactReader, FrameStream, PreadScanner
 
 
 def _member_list(
@@ -240,7 +131,7 @@ class TarArchive(_TarBase):
 
     def __init__(self, source: ByteSource, **limits: Any) -> None:
         super().__init__(source, **limits)
-        scanner = _PreadScanner(source)
+        scanner = PreadScanner(source)
         members, _ = _member_list(
             source.name, lambda cb: tarfmt.scan(scanner.read, scanner.skip, source.name, cb)
         )
@@ -284,7 +175,7 @@ class ZstdTarArchive(_TarBase):
         if found is not None and found.index is not None:
             self._index_members(found.index, found.frames)
         else:
-            reader = _Reader(_FrameStream(source, self._data_end))
+            reader = ExactReader(FrameStream(source, self._data_end))
             members, _ = _member_list(
                 source.name, lambda cb: tarfmt.scan(reader.read, reader.skip, source.name, cb)
             )
@@ -425,7 +316,7 @@ class ZstdTarArchive(_TarBase):
         return out
 
     def _read_streaming(self, ids: list[int]) -> list[bytes]:
-        reader = _Reader(_FrameStream(self._source, self._data_end))
+        reader = ExactReader(FrameStream(self._source, self._data_end))
         pos = 0
         out: list[bytes] = [b""] * len(ids)
         order = sorted(range(len(ids)), key=lambda k: self._members[ids[k]].data_offset)
