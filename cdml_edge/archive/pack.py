@@ -15,10 +15,11 @@ import zlib
 from collections.abc import Iterable, Mapping
 from typing import Any, BinaryIO
 
-from cdml_edge.archive.errors import ArchiveError, UnsafeMemberError, UnsupportedArchiveError
+from cdml_edge.archive import formats
+from cdml_edge.archive.errors import ArchiveError, UnsafeMemberError
 from cdml_edge.archive.names import is_safe_member_name
-from cdml_edge.archive.tar.write import FRAME_BYTES, write_tar_zst
-from cdml_edge.archive.zip.write import write_zip
+from cdml_edge.archive.spec import WriteOptions
+from cdml_edge.archive.tar.write import FRAME_BYTES
 from cdml_edge.fsio import atomic_writer
 
 MANIFEST_NAME = "manifest.json"
@@ -61,12 +62,8 @@ def _write(
 ) -> None:
     prepared = _prepare(items, manifest)
     when = time.time() if mtime is None else float(mtime)
-    if format == "zip":
-        write_zip(out, prepared, level, when)
-    elif format in ("tar.zst", "tzst"):
-        write_tar_zst(out, prepared, level, when, frame_bytes)
-    else:
-        raise UnsupportedArchiveError(f"cannot write format {format!r} (zip or tar.zst)")
+    write = formats.writer(format)
+    write(out, prepared, WriteOptions(level=level, mtime=when, frame_bytes=frame_bytes))
 
 
 def pack(
@@ -92,13 +89,9 @@ def pack(
 
 
 def format_for_path(path: str | os.PathLike[str]) -> str:
-    """The format :func:`write_archive` writes for a file name (``.zip``, ``.tar.zst``, ...)."""
-    p = os.fspath(path).lower()
-    if p.endswith(".zip"):
-        return "zip"
-    if p.endswith((".tar.zst", ".tzst", ".tar.zstd")):
-        return "tar.zst"
-    raise UnsupportedArchiveError(f"cannot tell the format from the name {os.fspath(path)!r}")
+    """The format :func:`write_archive` writes for a file name (``.zip``, ``.tar.zst``, ...);
+    :class:`UnsupportedArchiveError` for other names."""
+    return formats.for_path(path).name
 
 
 def write_archive(

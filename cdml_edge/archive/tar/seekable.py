@@ -1,6 +1,6 @@
 """The zstd seekable format and the member index we store beside its seek table.
 
-File layout written by :func:`cdml_edge.archive.pack.pack` for ``tar.zst``::
+File layout written by :mod:`.write` for ``tar.zst``::
 
     zstd frame 0 | frame 1 | ... | skippable frame: member index | skippable frame: seek table
 
@@ -25,6 +25,7 @@ import numpy as np
 
 from cdml_edge.archive.errors import CorruptArchiveError, TruncatedArchiveError
 from cdml_edge.archive.source import ByteSource
+from cdml_edge.archive.spec import TAIL_BYTES  # one tail read serves detection and opening
 
 ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
 SEEK_TABLE_MAGIC = 0x184D2A5E
@@ -32,7 +33,6 @@ SEEKABLE_FOOTER_MAGIC = 0x8F92EAB1
 INDEX_MAGIC = 0x184D2A5D
 INDEX_HEAD = b"CDMLIDX1"
 INDEX_TAIL = b"CDMLIDXE"
-TAIL_BYTES = 1 << 17  # same as the ZIP reader: one tail read serves detection and both
 _RECORD = struct.Struct("<QQQdLLLL")  # header_off, data_off, size, mtime, crc, f0, f1, name_len
 _RECORD_DTYPE = np.dtype(
     [

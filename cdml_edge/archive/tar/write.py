@@ -13,6 +13,7 @@ from typing import BinaryIO
 
 import zstandard
 
+from cdml_edge.archive.spec import WriteOptions
 from cdml_edge.archive.tar import format as tarfmt
 from cdml_edge.archive.tar import seekable
 
@@ -57,14 +58,12 @@ class FrameWriter:
 
 
 def write_tar_zst(
-    out: BinaryIO,
-    items: Sequence[tuple[str, bytes]],
-    level: int,
-    mtime: float,
-    frame_bytes: int = FRAME_BYTES,
+    out: BinaryIO, items: Sequence[tuple[str, bytes]], options: WriteOptions
 ) -> None:
-    """Write ``items`` as a seekable tar.zst to ``out`` (zstd ``level``, CRC-32 per member)."""
-    w = FrameWriter(out, level)
+    """Write ``items`` as a seekable tar.zst to ``out``: zstd at ``options.level``, frames of
+    about ``options.frame_bytes``, a CRC-32 per member in the index."""
+    mtime, frame_bytes = options.mtime, options.frame_bytes
+    w = FrameWriter(out, options.level)
     records: list[tuple[str, int, int, int, float, int, int, int]] = []
     for name, data in items:
         if w.buffered >= frame_bytes:

@@ -2,8 +2,9 @@
 
 Shared by the Python reader (:mod:`.read`), the C reader's Python face (:mod:`.native`), the
 writer (:mod:`.write`) and format detection. Opening costs at most two source requests: one
-read of the tail (:func:`read_tail`: the end record, the ZIP64 locator and often the whole
-central directory) and, when the central directory is not in the tail, one read of it.
+read of the tail (:func:`~cdml_edge.archive.spec.read_tail`: the end record with the longest
+comment, the ZIP64 records and often the whole central directory) and, when the central
+directory is not in the tail, one read of it.
 """
 
 from __future__ import annotations
@@ -20,10 +21,8 @@ from cdml_edge.archive.errors import (
     UnsupportedArchiveError,
 )
 from cdml_edge.archive.source import ByteSource
+from cdml_edge.archive.spec import read_tail
 
-# one read of the tail holds the end record with the longest comment, the ZIP64 records
-# and, for most archives, the whole central directory
-TAIL_BYTES = 1 << 17
 EOCD_SIG = b"PK\x05\x06"
 Z64_LOC_SIG = b"PK\x06\x07"
 Z64_EOCD_SIG = b"PK\x06\x06"
@@ -77,13 +76,6 @@ def find_eocd(tail: bytes, strict: bool = False) -> int:
                 best = pos
         pos = tail.rfind(EOCD_SIG, 0, pos)
     return -1 if strict else best
-
-
-def read_tail(source: ByteSource) -> tuple[int, bytes]:
-    """``(offset, bytes)`` of the last :data:`TAIL_BYTES` of the source (one request)."""
-    size = source.size()
-    start = max(0, size - TAIL_BYTES)
-    return start, source.pread(start, size - start)
 
 
 def read_central_directory(

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import BinaryIO
 
+from cdml_edge.archive.spec import WriteOptions
 from cdml_edge.archive.zip.codecs import DEFLATE, STORED
 from cdml_edge.archive.zip.format import (
     CDH,
@@ -96,10 +97,9 @@ class _Member:
         return 45 if self.big else 20
 
 
-def write_zip(
-    out: BinaryIO, items: Sequence[tuple[str, bytes]], level: int, mtime: float
-) -> None:
-    """Write ``items`` as a ZIP to ``out``: deflate at ``level`` (clamped to 1..9)."""
+def write_zip(out: BinaryIO, items: Sequence[tuple[str, bytes]], options: WriteOptions) -> None:
+    """Write ``items`` as a ZIP to ``out``: deflate at ``options.level`` (clamped to 1..9)."""
+    level, mtime = options.level, options.mtime
     dates = dos_time(mtime)
     ut = struct.pack("<HHBl", EXTRA_UNIX_TIME, 5, 1, int(mtime))
     central: list[bytes] = []
