@@ -25,7 +25,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 from _s3_fixtures import REGION, CountingProxy, free_port  # noqa: E402
 
 from cdml_edge.archive import open_archive, pack  # noqa: E402
-from cdml_edge.archive.s3.source import S3IndexCache, open_s3_source  # noqa: E402
+from cdml_edge.archive.s3 import S3IndexCache, open_s3_source  # noqa: E402
 
 BUCKET = "bench"
 KEY = "images/20k.zip"

@@ -358,7 +358,7 @@ def test_cli_schema_markdown_lists_every_section() -> None:
 def test_s3_section_becomes_process_defaults(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    from cdml_edge.archive.s3 import source as s3
+    from cdml_edge.archive import s3
 
     for name in (s3.ENDPOINT_ENV, s3.REGION_ENV, s3.INDEX_CACHE_ENV, s3.INDEX_CACHE_BYTES_ENV):
         # setenv first so that monkeypatch restores the process environment afterwards

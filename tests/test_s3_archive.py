@@ -11,7 +11,7 @@ import pytest
 from _s3_fixtures import S3Server, s3_server_fixture  # noqa: F401  (fixture)
 
 from cdml_edge.archive import open_archive, pack
-from cdml_edge.archive.s3.source import (
+from cdml_edge.archive.s3 import (
     DEFAULT_TAIL_BYTES,
     ENDPOINT_ENV,
     INDEX_CACHE_ENV,

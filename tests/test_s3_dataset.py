@@ -9,7 +9,7 @@ from _s3_fixtures import S3Server, s3_server_fixture  # noqa: F401  (fixture)
 from torch.utils.data import DataLoader
 
 from cdml_edge.archive import pack
-from cdml_edge.archive.s3.source import ENDPOINT_ENV, INDEX_CACHE_ENV
+from cdml_edge.archive.s3 import ENDPOINT_ENV, INDEX_CACHE_ENV
 from cdml_edge.data.dataset import CDMLStreamDataset
 
 BUCKET = "datasets"

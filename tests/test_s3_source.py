@@ -11,7 +11,7 @@ import pytest
 from _s3_fixtures import S3Server, s3_server_fixture  # noqa: F401  (fixture)
 
 from cdml_edge.archive.errors import ArchiveError
-from cdml_edge.archive.s3.source import (
+from cdml_edge.archive.s3 import (
     ENDPOINT_ENV,
     INDEX_CACHE_BYTES_ENV,
     INDEX_CACHE_ENV,
@@ -22,11 +22,11 @@ from cdml_edge.archive.s3.source import (
     S3ObjectChangedError,
     S3Source,
     S3TransientError,
-    coalesce,
     configure_s3,
     open_s3_source,
     parse_s3_url,
 )
+from cdml_edge.archive.s3.ranges import coalesce
 
 BUCKET = "src-bucket"
 # Generous timeouts: the machine running the tests may be busy; retries must come from faults.

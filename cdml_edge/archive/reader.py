@@ -19,7 +19,7 @@ def as_source(source: SourceLike) -> ByteSource:
     if isinstance(source, (bytes, bytearray, memoryview)):
         return MemorySource(source)
     if isinstance(source, str) and source.startswith("s3://"):
-        from cdml_edge.archive.s3.source import open_s3_source
+        from cdml_edge.archive.s3 import open_s3_source
 
         return open_s3_source(source)
     if isinstance(source, (str, os.PathLike)):

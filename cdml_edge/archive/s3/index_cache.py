@@ -5,8 +5,8 @@ those ranges in one file per object, so opening the same object again costs one 
 (to compare the ETag) and no ranged ``GET`` for the index.
 
 Layout: ``<root>/<sha256(endpoint|bucket|key)[:32]>.s3idx``, each file a small binary header
-(magic, JSON with ETag, size, ranges, CRC-32) followed by the range bytes. Writes are atomic
-(temporary file, ``fsync``, ``rename``), so concurrent processes never see half an entry.
+(magic, JSON with ETag, size, ranges, CRC-32) followed by the range bytes, mode 0600. Writes
+go through :func:`cdml_edge.fsio.atomic_writer`, so concurrent processes never see half an entry.
 
 Full policy: the folder is bounded by ``max_bytes``. After each write the least recently
 used entries (oldest ``mtime``; a hit refreshes it) are deleted until the total fits. An
@@ -21,11 +21,12 @@ import hashlib
 import json
 import os
 import struct
-import tempfile
 import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+
+from cdml_edge.fsio import TMP_PREFIX, atomic_writer
 
 DEFAULT_INDEX_CACHE_BYTES = 256 << 20
 _MAGIC = b"CDS3IDX1"
@@ -108,17 +109,8 @@ class S3IndexCache:
             return False
         self.root.mkdir(parents=True, exist_ok=True)
         path = self.path_for(ident)
-        fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=_SUFFIX, dir=self.root)
-        try:
-            with os.fdopen(fd, "wb") as fh:
-                fh.write(raw)
-                fh.flush()
-                os.fsync(fh.fileno())
-            os.replace(tmp, path)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-            raise
+        with atomic_writer(path, mode=0o600, tmp_suffix=_SUFFIX) as fh:
+            fh.write(raw)
         self._evict(keep=path)
         return True
 
@@ -133,7 +125,7 @@ class S3IndexCache:
         except OSError:
             return out
         for item in listing:
-            if not item.name.endswith(_SUFFIX) or item.name.startswith(".tmp-"):
+            if not item.name.endswith(_SUFFIX) or item.name.startswith(TMP_PREFIX):
                 continue
             try:
                 st = item.stat()

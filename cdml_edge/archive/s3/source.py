@@ -24,7 +24,7 @@ import re
 import threading
 import time
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from cdml_edge.archive.s3.client import (
     RetryPolicy,
@@ -37,44 +37,19 @@ from cdml_edge.archive.s3.client import (
 from cdml_edge.archive.s3.errors import (
     S3AccessError,
     S3Error,
-    S3NotFoundError,
-    S3ObjectChangedError,
     S3TransientError,
     is_transient,
     map_client_error,
 )
 from cdml_edge.archive.s3.index_cache import DEFAULT_INDEX_CACHE_BYTES, S3IndexCache
 from cdml_edge.archive.s3.ranges import Extents, coalesce, content_range
+from cdml_edge.archive.s3.settings import (
+    ENDPOINT_ENV,
+    INDEX_CACHE_BYTES_ENV,
+    INDEX_CACHE_ENV,
+    REGION_ENV,
+)
 
-if TYPE_CHECKING:
-    from cdml_edge.config import S3Config
-
-__all__ = [
-    "DEFAULT_GAP",
-    "DEFAULT_TAIL_BYTES",
-    "ENDPOINT_ENV",
-    "INDEX_CACHE_BYTES_ENV",
-    "INDEX_CACHE_ENV",
-    "REGION_ENV",
-    "RetryPolicy",
-    "S3AccessError",
-    "S3Error",
-    "S3IndexCache",
-    "S3NotFoundError",
-    "S3ObjectChangedError",
-    "S3Source",
-    "S3Stats",
-    "S3TransientError",
-    "coalesce",
-    "configure_s3",
-    "open_s3_source",
-    "parse_s3_url",
-]
-
-ENDPOINT_ENV = "CDML_EDGE_S3_ENDPOINT"
-REGION_ENV = "CDML_EDGE_S3_REGION"
-INDEX_CACHE_ENV = "CDML_EDGE_S3_INDEX_CACHE"
-INDEX_CACHE_BYTES_ENV = "CDML_EDGE_S3_INDEX_CACHE_BYTES"
 # Ranges closer than this are fetched in one GET (the gap bytes are read and dropped).
 DEFAULT_GAP = 256 << 10
 # One coalesced GET never spans more than this.
@@ -450,37 +425,3 @@ def open_s3_source(
     )
     source.open()
     return source
-
-
-def configure_s3(
-    *,
-    endpoint_url: str | None = None,
-    region: str | None = None,
-    index_cache: str | os.PathLike[str] | None = None,
-    index_cache_bytes: int | None = None,
-) -> None:
-    """Process-wide defaults for ``s3://`` (e.g. from the configuration file).
-
-    They are kept in the environment variables :func:`open_s3_source` reads, so DataLoader
-    workers and subprocesses (forked or spawned) inherit them. ``None`` leaves a setting
-    as it is.
-    """
-    values = {
-        ENDPOINT_ENV: endpoint_url,
-        REGION_ENV: region,
-        INDEX_CACHE_ENV: os.fspath(index_cache) if index_cache is not None else None,
-        INDEX_CACHE_BYTES_ENV: str(int(index_cache_bytes)) if index_cache_bytes else None,
-    }
-    for name, value in values.items():
-        if value is not None:
-            os.environ[name] = value
-
-
-def apply_s3_config(cfg: S3Config) -> None:
-    """Make the ``s3:`` section of a config the process defaults (inherited by workers)."""
-    configure_s3(
-        endpoint_url=cfg.endpoint,
-        region=cfg.region,
-        index_cache=cfg.index_cache,
-        index_cache_bytes=cfg.index_cache_bytes if cfg.index_cache else None,
-    )
