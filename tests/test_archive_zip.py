@@ -29,6 +29,7 @@ from cdml_edge.archive import (
 )
 from cdml_edge.archive.scan import scan_archive
 from cdml_edge.archive.source import FileSource, MemorySource
+from cdml_edge.errors import CdmlError
 
 pytestmark = pytest.mark.usefixtures("engine")
 
@@ -386,6 +387,26 @@ def test_threads_and_pickle(tmp_path: Path) -> None:
     mem = pickle.loads(pickle.dumps(open_archive(path.read_bytes())))
     assert isinstance(mem.source, MemorySource) and mem.read("empty.txt") == b""
 
+
+
+def test_pickled_archive_reopens_as_its_format_on_the_receivers_engine(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "p.zip"
+    write_archive(path, _items(5))
+    state = pickle.dumps(open_archive(path, max_member_bytes=1 << 20))
+    monkeypatch.setenv("CDML_EDGE_NATIVE", "0")  # the receiving process chooses its engine
+    clone = pickle.loads(state)
+    assert clone.format == "zip" and clone.engine == "python"
+    assert clone.max_member_bytes == 1 << 20 and clone.read("empty.txt") == b""
+
+
+def test_archive_errors_are_cdml_errors_and_pickle_with_their_fields() -> None:
+    err = CorruptArchiveError("CRC-32 mismatch", archive="a.zip", member="m.bin")
+    again = pickle.loads(pickle.dumps(err))
+    assert isinstance(again, CdmlError) and type(again) is CorruptArchiveError
+    assert (again.archive, again.member, again.reason) == ("a.zip", "m.bin", "CRC-32 mismatch")
+    assert str(again) == str(err) == "a.zip: m.bin: CRC-32 mismatch"
 
 def test_fork_after_parent_read(tmp_path: Path) -> None:
     items = _items(20)

@@ -1,9 +1,14 @@
-"""Typed archive errors; each names the archive and, where known, the member."""
+"""Typed archive errors; each names the archive and, where known, the member.
+
+They pickle with their fields (they cross DataLoader worker processes).
+"""
 
 from __future__ import annotations
 
+from cdml_edge.errors import CdmlError
 
-class ArchiveError(Exception):
+
+class ArchiveError(CdmlError):
     """Base class of every archive error: ``.archive`` and ``.member`` say where."""
 
     def __init__(self, message: str, *, archive: str | None = None, member: str | None = None):
