@@ -1,6 +1,8 @@
 """Archives in, bytes out: ZIP, seekable tar.zst and tar, read and written.
 
 No ML here (never imports torch or onnxruntime). See :func:`open_archive` and :func:`pack`.
+Each format is a folder (``zip/``, ``tar/``) listed in :mod:`.formats`; bytes come from a
+:class:`~cdml_edge.archive.source.ByteSource` (file, memory, ``s3/``).
 """
 
 from cdml_edge.archive.base import Archive, MemberInfo
