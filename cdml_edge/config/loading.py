@@ -17,9 +17,10 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from cdml_edge.config.schema import AppConfig
+from cdml_edge.errors import CdmlError
 
 
-class ConfigError(Exception):
+class ConfigError(CdmlError):
     """A configuration file that cannot be used; ``problems`` holds ``(field path, message)``."""
 
     def __init__(self, file: str, problems: list[tuple[str, str]]) -> None:

@@ -16,10 +16,12 @@ import stat
 from dataclasses import dataclass
 from pathlib import Path
 
+from cdml_edge.errors import CdmlError
+
 R, W, X = 4, 2, 1
 
 
-class AccountError(ValueError):
+class AccountError(CdmlError, ValueError):
     """``--user`` names no account on this machine."""
 
 

@@ -9,6 +9,7 @@ from typing import Any
 
 import torch
 
+from cdml_edge.errors import CdmlError
 from cdml_edge.model.spec import ModelSpec
 from cdml_edge.nn.base import LatentModel
 from cdml_edge.nn.registry import build_model
@@ -16,7 +17,7 @@ from cdml_edge.nn.registry import build_model
 FORMAT = "cdml-checkpoint/1"
 
 
-class CheckpointError(RuntimeError):
+class CheckpointError(CdmlError, RuntimeError):
     """A checkpoint file is missing or unusable; the message names the file."""
 
 

@@ -18,6 +18,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from cdml_edge.errors import CdmlError
 from cdml_edge.model.spec import INPUT_NAME, ModelSpec, load_onnx_model
 from cdml_edge.nn import checkpoint
 from cdml_edge.nn.base import LatentModel
@@ -27,7 +28,7 @@ OPSET = 17
 PARITY_TOLERANCE = 1e-4
 
 
-class ExportError(RuntimeError):
+class ExportError(CdmlError, RuntimeError):
     """Export failed or the exported graph disagrees with torch; names the file."""
 
 

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from cdml_edge.archive.names import is_safe_member_name
+from cdml_edge.errors import CdmlError
 from cdml_edge.retrain.filters import ItemFilter
 from cdml_edge.store.catalog import WindowRecord
 from cdml_edge.store.retention import RetentionError, list_retained, read_sidecar
@@ -41,7 +42,7 @@ DEFAULT_MAX_BYTES = 2 * 1024**3
 Progress = Callable[[int], None]
 
 
-class ExportError(Exception):
+class ExportError(CdmlError):
     """An export that cannot be made; names the file or argument at fault."""
 
 

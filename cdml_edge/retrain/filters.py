@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
+from cdml_edge.errors import CdmlError
 from cdml_edge.units import parse_duration
 
 NUMERIC_FIELDS = frozenset({"score", "anomaly"})
@@ -43,7 +44,7 @@ _OPS: dict[str, Callable[[Any, Any], bool]] = {
 _EXPR = re.compile(r"^\s*([A-Za-z_]+)\s*(>=|<=|!=|==|=|>|<)\s*(.*?)\s*$")
 
 
-class FilterError(ValueError):
+class FilterError(CdmlError, ValueError):
     """A ``--filter`` / time expression that cannot be used; names the expression."""
 
     def __init__(self, expr: str, reason: str) -> None:

@@ -46,6 +46,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from cdml_edge.errors import CdmlError
 from cdml_edge.store.catalog import CATALOG_NAME, Catalog, WindowRecord
 from cdml_edge.window.manifest import MANIFEST_NAME, ItemOutcome, ManifestError, WindowManifest
 
@@ -65,7 +66,7 @@ _FULL_ERRNOS = {errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC)}
 EventHook = Callable[[str, dict[str, Any]], None]
 
 
-class RetentionError(Exception):
+class RetentionError(CdmlError):
     """A retained window that cannot be read; names the file."""
 
     def __init__(self, file: str | Path, reason: str) -> None:
