@@ -15,7 +15,7 @@ from cdml_edge.agent.app import Agent
 from cdml_edge.archive import open_archive
 from cdml_edge.cli import app
 from cdml_edge.config import load_config
-from cdml_edge.store.retention import list_retained
+from cdml_edge.store.sidecar import list_retained
 
 N_FRAMES = 48
 

@@ -11,7 +11,7 @@ from agent_fixtures import brightness_classifier
 
 from cdml_edge.model.runner import ModelOverrides, load_runners
 from cdml_edge.retrain.replay import iter_replay, replay_to_jsonl
-from cdml_edge.store.retention import list_retained
+from cdml_edge.store.sidecar import list_retained
 
 T0 = 1_790_000_000.0
 VALUES = [[10, 200, 30], [250, 5], [128, 140, 90, 220], [60]]

@@ -16,12 +16,9 @@ from _retention_data import make_window
 
 from cdml_edge.config import parse_config
 from cdml_edge.store.catalog import CATALOG_NAME
-from cdml_edge.store.retention import (
-    RetentionRing,
-    StoreStatus,
-    read_sidecar,
-    sample_hit,
-)
+from cdml_edge.store.policy import sample_hit
+from cdml_edge.store.retention import RetentionRing, StoreStatus
+from cdml_edge.store.sidecar import read_sidecar
 from cdml_edge.window.manifest import (
     MANIFEST_NAME,
     ItemOutcome,

@@ -10,7 +10,8 @@ from pathlib import Path
 from _retention_data import make_window
 
 from cdml_edge.store.catalog import CATALOG_NAME
-from cdml_edge.store.retention import RetentionRing, list_retained
+from cdml_edge.store.retention import RetentionRing
+from cdml_edge.store.sidecar import list_retained
 
 T0 = 1_790_000_000.0
 

@@ -83,7 +83,7 @@ def replay(
         replay_to_jsonl,
         segment_rows_of,
     )
-    from cdml_edge.store.retention import RetentionError, list_retained
+    from cdml_edge.store.sidecar import RetentionError, list_retained
 
     try:
         cfg = load_config(config)

@@ -33,7 +33,7 @@ from cdml_edge.archive.names import is_safe_member_name
 from cdml_edge.errors import CdmlError
 from cdml_edge.retrain.filters import ItemFilter
 from cdml_edge.store.catalog import WindowRecord
-from cdml_edge.store.retention import RetentionError, list_retained, read_sidecar
+from cdml_edge.store.sidecar import RetentionError, list_retained, read_sidecar
 from cdml_edge.window.manifest import ManifestItem, WindowManifest
 
 FORMAT_VERSION = 1

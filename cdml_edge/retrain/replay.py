@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from cdml_edge.store.catalog import WindowRecord
-from cdml_edge.store.retention import RetentionError, list_retained, read_sidecar
+from cdml_edge.store.sidecar import RetentionError, list_retained, read_sidecar
 from cdml_edge.window.manifest import ItemOutcome, WindowManifest
 from cdml_edge.window.payloads import OutMessage, Sequencer
 

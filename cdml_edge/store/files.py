@@ -1,0 +1,49 @@
+"""How the ring puts files on disk: temporary names, then renames, then the folder fsync.
+
+The ring commits a window as two files (archive, then sidecar) renamed into place only once
+both are written, so :func:`cdml_edge.fsio.atomic_write` (one file, renamed at once) does
+not fit; :func:`write_file` also creates the file under the process umask (the units set
+``UMask=0027``) where ``atomic_write`` sets an explicit mode. The folder fsync and the
+temporary-name prefix are :mod:`cdml_edge.fsio`'s, so the ring's debris sweep and every
+other atomic writer agree on what a temporary file is.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from pathlib import Path
+
+from cdml_edge.fsio import TMP_PREFIX, fsync_dir
+
+
+def tmp_path(directory: Path, name: str) -> Path:
+    """The temporary name ``name`` is written under before its rename."""
+    return directory / f"{TMP_PREFIX}{name}"
+
+
+def is_tmp_name(name: str) -> bool:
+    """Whether ``name`` is debris of an interrupted write (removed when the ring opens)."""
+    return name.startswith(TMP_PREFIX)
+
+
+def write_file(path: Path, data: bytes, *, fsync: bool) -> None:
+    """Create (or truncate) ``path`` with ``data``; fsync it unless ``fsync`` is False."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_CLOEXEC", 0), 0o644)
+    try:
+        view = memoryview(data)
+        while view:
+            n = os.write(fd, view)
+            view = view[n:]
+        if fsync:
+            os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def commit(directory: Path, renames: Sequence[tuple[Path, Path]], *, fsync: bool) -> None:
+    """Rename each written temporary file over its target, in order, then fsync the folder."""
+    for tmp, target in renames:
+        os.replace(tmp, target)
+    if fsync:
+        fsync_dir(directory)

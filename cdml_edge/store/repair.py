@@ -1,0 +1,119 @@
+"""Damaged windows: a sidecar rebuilt from its archive, or the pair moved to ``corrupt/``.
+
+A damaged sidecar (unparsable, or naming an archive other than its own) never causes a
+deletion. :func:`salvage_sidecar` rebuilds it from the ``manifest.json`` inside its archive
+(the results are then lost and the sidecar says so: ``results_lost``), moving the damaged
+original to ``corrupt/``; if the archive cannot give its manifest either, the pair is moved
+to ``corrupt/``. Quarantined files count towards the ring's bounds and are evicted by age
+like windows (:func:`quarantined_files`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+from collections.abc import Iterable
+from pathlib import Path
+
+from cdml_edge.fsio import fsync_dir
+from cdml_edge.store.files import commit, tmp_path, write_file
+from cdml_edge.store.sidecar import (
+    ARCHIVE_SUFFIXES,
+    SIDECAR_SUFFIX,
+    ArchiveRef,
+    RetainedWindow,
+    window_stem,
+)
+from cdml_edge.window.manifest import MANIFEST_NAME, WindowManifest
+
+log = logging.getLogger(__name__)
+
+CORRUPT_DIR = "corrupt"
+
+
+def salvage_sidecar(
+    directory: Path, sidecar: str, names: set[str], damage: Exception, *, fsync: bool
+) -> RetainedWindow | None:
+    """Rebuild the damaged ``sidecar`` from its archive's manifest, else quarantine the pair.
+
+    ``names``: the files in ``directory``; ``damage``: why the sidecar could not be used.
+    Returns the rebuilt sidecar, or None when the window was moved to ``corrupt/``.
+    """
+    stem = sidecar[: -len(SIDECAR_SUFFIX)]
+    archives = [stem + sfx for sfx in ARCHIVE_SUFFIXES.values() if stem + sfx in names]
+    for fmt, sfx in ARCHIVE_SUFFIXES.items():
+        name = stem + sfx
+        if name not in archives:
+            continue
+        rebuilt = _rebuild(directory, name, fmt, stem)
+        if rebuilt is None:
+            continue
+        quarantine(directory, [sidecar], fsync=fsync)  # the damaged original, for inspection
+        tmp = tmp_path(directory, sidecar)
+        try:
+            write_file(tmp, rebuilt.to_bytes(), fsync=fsync)
+            commit(directory, [(tmp, directory / sidecar)], fsync=fsync)
+        except OSError:
+            tmp.unlink(missing_ok=True)
+            raise
+        log.warning(
+            "retention: sidecar %s rebuilt from %s (results lost): %s", sidecar, name, damage
+        )
+        return rebuilt
+    log.warning("retention: window %s is damaged, moved to %s/: %s", stem, CORRUPT_DIR, damage)
+    quarantine(directory, [sidecar, *archives], fsync=fsync)
+    return None
+
+
+def _rebuild(directory: Path, name: str, fmt: str, stem: str) -> RetainedWindow | None:
+    """The sidecar of archive ``name`` from its own manifest; None when it gives none."""
+    from cdml_edge.archive import open_archive
+
+    try:
+        data = (directory / name).read_bytes()
+        with open_archive(data) as arc:
+            m = WindowManifest.from_bytes(arc.read(MANIFEST_NAME), where=name)
+    except Exception as err:  # any damage: fall through to quarantine
+        log.warning("retention: %s gives no manifest: %s", name, err)
+        return None
+    if window_stem(m) != stem or m.archive_format != fmt:
+        log.warning("retention: manifest of %s names another window", name)
+        return None
+    ref = ArchiveRef(file=name, bytes=len(data), sha256=hashlib.sha256(data).hexdigest())
+    return RetainedWindow(archive=ref, manifest=m, results_lost=True)
+
+
+def quarantine(directory: Path, names: Iterable[str], *, fsync: bool) -> None:
+    """Move ``names`` (those that exist) into ``corrupt/``, never over an earlier file."""
+    qdir = directory / CORRUPT_DIR
+    qdir.mkdir(exist_ok=True)
+    for name in names:
+        src = directory / name
+        if not src.exists():
+            continue
+        dst, i = qdir / name, 0
+        while dst.exists():
+            i += 1
+            dst = qdir / f"{name}.{i}"
+        os.replace(src, dst)
+    if fsync:
+        fsync_dir(directory)
+
+
+def quarantined_files(directory: Path) -> list[tuple[float, Path, int]]:
+    """Files in ``corrupt/``: ``(mtime, path, size)``."""
+    qdir = directory / CORRUPT_DIR
+    out = []
+    try:
+        entries = list(os.scandir(qdir))
+    except FileNotFoundError:
+        return []
+    for e in entries:
+        try:
+            if e.is_file(follow_symlinks=False):
+                st = e.stat(follow_symlinks=False)
+                out.append((st.st_mtime, Path(e.path), st.st_size))
+        except OSError:
+            continue
+    return out

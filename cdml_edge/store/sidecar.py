@@ -1,0 +1,221 @@
+"""The sidecar of a retained window, and reading the ring without writing to it.
+
+Every kept window is two files in the retention folder: ``<stem>.zip`` (or ``.tar.zst``),
+the archive bytes exactly as inference read them, and ``<stem>.window.json``, a
+:class:`RetainedWindow` — the archive's file name, size and SHA-256, and the window's
+:class:`~cdml_edge.window.manifest.WindowManifest` with ``results`` filled in. The sidecar
+is the commit marker: an archive without one was never kept.
+
+:func:`read_sidecar` parses one sidecar and checks that it names its own archive;
+:func:`list_retained` lists the windows in archive order from the catalog (or, when that is
+missing or unreadable, from the sidecars), safe to call beside a live agent.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import sqlite3
+import time
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from cdml_edge.errors import CdmlError
+from cdml_edge.store.catalog import CATALOG_NAME, Catalog, WindowRecord
+from cdml_edge.window.manifest import ManifestError, WindowManifest
+
+log = logging.getLogger(__name__)
+
+SIDECAR_SUFFIX = ".window.json"
+ARCHIVE_SUFFIXES = {"zip": ".zip", "tar.zst": ".tar.zst"}
+_UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
+
+
+class RetentionError(CdmlError):
+    """A retained window that cannot be read; names the file."""
+
+    def __init__(self, file: str | Path, reason: str) -> None:
+        super().__init__(f"{file}: {reason}")
+        self.file = str(file)
+        self.reason = reason
+
+
+class ArchiveRef(BaseModel):
+    """The retained archive file a sidecar belongs to."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    file: str
+    bytes: int = Field(ge=0)
+    sha256: str
+
+    @field_validator("file")
+    @classmethod
+    def _plain_name(cls, v: str) -> str:
+        if not is_plain_archive_name(v):
+            raise ValueError(f"not a plain archive file name: {v!r}")
+        return v
+
+
+def is_plain_archive_name(name: str) -> bool:
+    """A bare file name (no separator, no ``..``, not hidden) ending in an archive suffix."""
+    return (
+        bool(name)
+        and "/" not in name
+        and "\\" not in name
+        and "\x00" not in name
+        and not name.startswith(".")
+        and name.endswith(tuple(ARCHIVE_SUFFIXES.values()))
+    )
+
+
+class RetainedWindow(BaseModel):
+    """The sidecar ``<stem>.window.json``: archive reference + manifest with results."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    archive: ArchiveRef
+    manifest: WindowManifest
+    results_lost: bool = False  # rebuilt from the archive's manifest.json after damage
+
+    def to_bytes(self) -> bytes:
+        """Canonical bytes: the manifest keeps its own canonical form inside."""
+        head = ArchiveRef.model_dump_json(self.archive)
+        body = self.manifest.to_bytes().rstrip(b"\n")
+        tail = b',"results_lost":true' if self.results_lost else b""
+        return b'{"archive":' + head.encode() + b',"manifest":' + body + tail + b"}\n"
+
+    @classmethod
+    def from_bytes(cls, data: bytes, where: str) -> RetainedWindow:
+        try:
+            return cls.model_validate_json(data)
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            field = ".".join(str(p) for p in first["loc"])
+            raise RetentionError(where, f"invalid sidecar: {field}: {first['msg']}") from exc
+
+
+def window_stem(manifest: WindowManifest) -> str:
+    """File stem: UTC close time (sortable) + a file-name-safe window id."""
+    t = manifest.closed_at
+    stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime(t)) + f".{int((t % 1) * 1000):03d}Z"
+    return f"{stamp}_{_UNSAFE.sub('_', manifest.window_id)[:120]}"
+
+
+def archive_names(stem: str) -> set[str]:
+    """The archive file names a sidecar of ``stem`` may name (one per format)."""
+    return {stem + sfx for sfx in ARCHIVE_SUFFIXES.values()}
+
+
+def read_sidecar(path: str | Path) -> RetainedWindow:
+    """Parse a ``.window.json`` sidecar; :class:`RetentionError` names the file."""
+    p = Path(path)
+    try:
+        data = p.read_bytes()
+    except OSError as exc:
+        raise RetentionError(p, f"cannot read sidecar: {exc.strerror or exc}") from exc
+    try:
+        rw = RetainedWindow.from_bytes(data, str(p))
+    except ManifestError as exc:
+        raise RetentionError(p, str(exc)) from exc
+    stem = p.name[: -len(SIDECAR_SUFFIX)] if p.name.endswith(SIDECAR_SUFFIX) else p.stem
+    if rw.archive.file not in archive_names(stem):
+        raise RetentionError(
+            p, f"invalid sidecar: archive.file {rw.archive.file!r} does not match {stem!r}"
+        )
+    return rw
+
+
+def safe_record(r: WindowRecord) -> bool:
+    """A catalog row whose file names stay inside the ring and belong together."""
+    stem = r.sidecar[: -len(SIDECAR_SUFFIX)]
+    return (
+        r.sidecar.endswith(SIDECAR_SUFFIX)
+        and os.path.basename(r.sidecar) == r.sidecar
+        and is_plain_archive_name(r.file)
+        and r.file in archive_names(stem)
+    )
+
+
+def window_record(
+    manifest: WindowManifest, ref: ArchiveRef, sidecar: str, nbytes: int
+) -> WindowRecord:
+    """The catalog row of a retained window (``nbytes``: archive + sidecar bytes)."""
+    return WindowRecord(
+        window_id=manifest.window_id,
+        source=manifest.source,
+        device=manifest.device,
+        site=manifest.site,
+        modality=manifest.modality,
+        opened_at=manifest.opened_at,
+        closed_at=manifest.closed_at,
+        n_items=len(manifest.items),
+        n_anomalies=manifest.anomalies,
+        model=manifest.model,
+        model_version=manifest.model_version,
+        file=ref.file,
+        sidecar=sidecar,
+        bytes=nbytes,
+        sha256=ref.sha256,
+    )
+
+
+def list_retained(
+    directory: str | Path,
+    since: float | None = None,
+    until: float | None = None,
+    source: str | None = None,
+) -> list[WindowRecord]:
+    """Retained windows in archive order, without writing anything (safe beside a live agent).
+
+    Reads the catalog read-only; if it is missing or unreadable, reads the sidecars
+    instead. Files being written (temporary names) and uncommitted archives are ignored.
+    """
+    d = Path(directory)
+    if not d.is_dir():
+        raise RetentionError(d, "no such retention folder")
+    try:
+        catalog = Catalog.read_only(d / CATALOG_NAME)
+        try:
+            return [r for r in catalog.windows(since, until, source) if safe_record(r)]
+        finally:
+            catalog.close()
+    except (sqlite3.Error, FileNotFoundError, ValueError) as exc:
+        log.info("retention: catalog of %s not usable (%s); reading the sidecars", d, exc)
+    out = []
+    for name in sorted(os.listdir(d)):
+        if not name.endswith(SIDECAR_SUFFIX) or name.startswith("."):
+            continue
+        try:
+            rw = read_sidecar(d / name)
+            size = (d / rw.archive.file).stat().st_size + (d / name).stat().st_size
+        except (RetentionError, OSError):
+            continue
+        m = rw.manifest
+        if since is not None and m.closed_at < since:
+            continue
+        if until is not None and m.closed_at >= until:
+            continue
+        if source is not None and m.source != source:
+            continue
+        out.append(window_record(m, rw.archive, name, size))
+    out.sort(key=lambda r: (r.closed_at, r.window_id))
+    return out
+
+
+__all__ = [
+    "ARCHIVE_SUFFIXES",
+    "SIDECAR_SUFFIX",
+    "ArchiveRef",
+    "RetainedWindow",
+    "RetentionError",
+    "archive_names",
+    "is_plain_archive_name",
+    "list_retained",
+    "read_sidecar",
+    "safe_record",
+    "window_record",
+    "window_stem",
+]
