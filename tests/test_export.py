@@ -14,7 +14,8 @@ from agent_fixtures import brightness_classifier, jpeg
 
 from cdml_edge.archive import open_archive
 from cdml_edge.retrain import ExportError, export_trainset, parse_filter, parse_time
-from cdml_edge.retrain.export import load_relabels, parse_split, split_of
+from cdml_edge.retrain.layout import parse_split, split_of
+from cdml_edge.retrain.relabels import load_relabels
 from cdml_edge.store.retention import RetentionRing
 
 T0 = 1_790_000_000.0

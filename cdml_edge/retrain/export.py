@@ -19,31 +19,24 @@ or raise the bound.
 
 from __future__ import annotations
 
-import csv
 import hashlib
-import io
-import posixpath
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from cdml_edge.archive.names import is_safe_member_name
-from cdml_edge.errors import CdmlError
+from cdml_edge.retrain.errors import ExportError
 from cdml_edge.retrain.filters import ItemFilter
+from cdml_edge.retrain.layout import SPLIT_NAMES, member_name, split_of
+from cdml_edge.retrain.relabels import Relabels
 from cdml_edge.store.catalog import WindowRecord
 from cdml_edge.store.sidecar import RetentionError, list_retained, read_sidecar
 from cdml_edge.window.manifest import ManifestItem, WindowManifest
 
 FORMAT_VERSION = 1
-SPLIT_NAMES = ("train", "val", "test")
 DEFAULT_MAX_BYTES = 2 * 1024**3
 Progress = Callable[[int], None]
-
-
-class ExportError(CdmlError):
-    """An export that cannot be made; names the file or argument at fault."""
 
 
 @dataclass
@@ -78,124 +71,6 @@ class ExportStats:
         return d
 
 
-# -- relabels ----------------------------------------------------------------------------
-@dataclass
-class Relabels:
-    """Human labels from a CSV: ``label`` plus ``id``, or ``window_id`` + ``name``, or ``name``.
-
-    An empty label removes the item from the export.
-    """
-
-    by_id: dict[str, str] = field(default_factory=dict)
-    by_window_name: dict[tuple[str, str], str] = field(default_factory=dict)
-    by_name: dict[str, str] = field(default_factory=dict)
-    used: set[tuple[str, ...]] = field(default_factory=set)
-
-    def __len__(self) -> int:
-        return len(self.by_id) + len(self.by_window_name) + len(self.by_name)
-
-    def lookup(self, item: ManifestItem, window_id: str) -> str | None:
-        if item.id in self.by_id:
-            self.used.add(("id", item.id))
-            return self.by_id[item.id]
-        key = (window_id, item.name)
-        if key in self.by_window_name:
-            self.used.add(("wn", *key))
-            return self.by_window_name[key]
-        if item.name in self.by_name:
-            self.used.add(("name", item.name))
-            return self.by_name[item.name]
-        return None
-
-
-def load_relabels(path: str | Path) -> Relabels:
-    """Read a relabel CSV (header row required); :class:`ExportError` names file and row."""
-    p = Path(path)
-    try:
-        text = p.read_bytes().decode("utf-8-sig")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ExportError(f"{p}: cannot read relabel CSV: {exc}") from exc
-    reader = csv.DictReader(io.StringIO(text))
-    cols = {c.strip().lower(): c for c in (reader.fieldnames or [])}
-    if "label" not in cols:
-        raise ExportError(f"{p}: relabel CSV needs a 'label' column (and id, or window_id+name)")
-    name_col = cols.get("name") or cols.get("item")
-    if "id" not in cols and name_col is None:
-        raise ExportError(f"{p}: relabel CSV needs an 'id' or a 'name' column")
-    out = Relabels()
-    for i, row in enumerate(reader, start=2):
-        label = (row.get(cols["label"]) or "").strip()
-        rid = (row.get(cols["id"]) or "").strip() if "id" in cols else ""
-        name = (row.get(name_col) or "").strip() if name_col else ""
-        wid = (row.get(cols["window_id"]) or "").strip() if "window_id" in cols else ""
-        if rid:
-            out.by_id[rid] = label
-        elif name and wid:
-            out.by_window_name[(wid, name)] = label
-        elif name:
-            out.by_name[name] = label
-        else:
-            raise ExportError(f"{p}: row {i}: neither id nor name given")
-    return out
-
-
-# -- naming --------------------------------------------------------------------------------
-def split_of(item_id: str, split: Sequence[float]) -> str:
-    """Deterministic split from a hash of the item id (fractions of train/val[/test])."""
-    h = int.from_bytes(hashlib.sha256(b"split\x00" + item_id.encode()).digest()[:8], "big")
-    u = h / 2**64
-    acc = 0.0
-    for name, frac in zip(SPLIT_NAMES, split, strict=False):
-        acc += frac
-        if u < acc:
-            return name
-    return SPLIT_NAMES[len(split) - 1]
-
-
-def parse_split(text: str) -> tuple[float, ...]:
-    """``0.8/0.1/0.1`` (or ``0.9/0.1``, or percentages ``80/10/10``) -> fractions."""
-    try:
-        parts = [float(x) for x in text.replace(",", "/").split("/")]
-    except ValueError:
-        raise ExportError(f"--split {text!r}: expected fractions like 0.8/0.1/0.1") from None
-    if not 2 <= len(parts) <= 3 or any(x < 0 for x in parts):
-        raise ExportError(f"--split {text!r}: give 2 or 3 non-negative parts (train/val[/test])")
-    total = sum(parts)
-    if total <= 0:
-        raise ExportError(f"--split {text!r}: the parts add up to 0")
-    if total > 1.0 + 1e-9:
-        parts = [x / total for x in parts]  # 80/10/10
-    elif abs(total - 1.0) > 1e-6:
-        raise ExportError(f"--split {text!r}: fractions must add up to 1")
-    return tuple(parts)
-
-
-def class_folder_ok(label: str) -> bool:
-    """A label usable as one class folder: no separators, not hidden, not ``.``/``..``."""
-    return (
-        bool(label)
-        and len(label) <= 128
-        and not label.startswith(".")
-        and not any(c in label for c in "/\\\x00")
-        and label.strip() == label
-    )
-
-
-def member_name(label: str, item: ManifestItem, split: str | None) -> str | None:
-    """``[split/]label/<stem>_<id12><ext>``; ``None`` when that would be unsafe."""
-    if not class_folder_ok(label) or not is_safe_member_name(item.name):
-        return None
-    base = posixpath.basename(item.name.replace("\\", "/"))
-    if not base or base.startswith("."):
-        return None
-    stem, ext = posixpath.splitext(base)
-    name = f"{label}/{stem}_{item.id[:12]}{ext.lower()}"
-    if split is not None:
-        name = f"{split}/{name}"
-    return name if is_safe_member_name(name) else None
-
-
-# -- export ----------------------------------------------------------------------------------
 @dataclass
 class _Pick:
     record: WindowRecord
@@ -311,17 +186,17 @@ def export_trainset(
     on_total: Callable[[int], None] | None = None,
     describe: Mapping[str, Any] | None = None,
 ) -> ExportStats:
-    """Build the training archive ``out`` (``.zip`` or ``.tar.zst``, written atomically)."""
-    from cdml_edge.archive import ArchiveError, open_archive, write_archive
-    from cdml_edge.archive.pack import format_for_path
+    """Build the training archive ``out`` (``.zip`` or ``.tar.zst``, written atomically).
+
+    Pass 1 reads the sidecars and picks the items (:func:`select_items`); pass 2 reads
+    their bytes, checked against the manifest's SHA-256; then the archive is written with
+    ``manifest.json`` (provenance, and ``describe``: how the selection was made).
+    """
+    from cdml_edge.archive import write_archive
 
     t0 = time.perf_counter()
-    d = Path(directory)
-    target = Path(out)
-    try:
-        fmt = format_for_path(target)
-    except ArchiveError as exc:
-        raise ExportError(f"{target}: output must end in .zip or .tar.zst") from exc
+    d, target = Path(directory), Path(out)
+    fmt = _output_format(target)
     try:
         records = list_retained(d, since, until, source)
     except RetentionError as exc:
@@ -338,7 +213,39 @@ def export_trainset(
         )
     if on_total is not None:
         on_total(total)
+    members, kept = read_members(d, records, picks, stats, progress)
+    if not members:
+        raise ExportError(f"{target}: nothing to export ({_why(stats)})")
+    _tally(stats, kept)
+    manifest = _manifest(kept, stats, split, describe)
+    mtime = max(p.manifest.closed_at for p in kept)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    stats.bytes_out = write_archive(
+        target, members, format=fmt, level=level, manifest=manifest, mtime=mtime
+    )
+    stats.seconds = time.perf_counter() - t0
+    return stats
 
+
+def _output_format(target: Path) -> str:
+    from cdml_edge.archive import ArchiveError
+    from cdml_edge.archive.pack import format_for_path
+
+    try:
+        return format_for_path(target)
+    except ArchiveError as exc:
+        raise ExportError(f"{target}: output must end in .zip or .tar.zst") from exc
+
+
+def read_members(
+    directory: Path,
+    records: Sequence[WindowRecord],
+    picks: Sequence[_Pick],
+    stats: ExportStats,
+    progress: Progress | None = None,
+) -> tuple[list[tuple[str, bytes]], list[_Pick]]:
+    """Pass 2: the picked items' bytes (archive order), sorted by member name, and the
+    picks that gave them; unreadable or mismatching items count as ``corrupt``."""
     members: list[tuple[str, bytes]] = []
     kept: list[_Pick] = []
     by_window: dict[str, list[_Pick]] = {}
@@ -348,17 +255,7 @@ def export_trainset(
         group = by_window.get(rec.window_id)
         if not group:
             continue
-        datas: Sequence[bytes | None]
-        try:
-            with open_archive(d / rec.file) as arc:
-                datas = arc.read_many([p.item.member for p in group])
-        except (ArchiveError, OSError):
-            try:  # one bad member: read one by one
-                with open_archive(d / rec.file) as arc:
-                    datas = [_read_or_none(arc, p.item.member) for p in group]
-            except (ArchiveError, OSError):
-                datas = [None] * len(group)
-        for p, data in zip(group, datas, strict=True):
+        for p, data in zip(group, _read_group(directory / rec.file, group), strict=True):
             if data is None or hashlib.sha256(data).hexdigest() != p.item.sha256:
                 stats.corrupt += 1
             else:
@@ -367,11 +264,27 @@ def export_trainset(
                 stats.bytes_in += len(data)
             if progress is not None:
                 progress(p.item.size)
-
-    if not members:
-        raise ExportError(f"{target}: nothing to export ({_why(stats)})")
     members.sort(key=lambda m: m[0])
     kept.sort(key=lambda p: p.member)
+    return members, kept
+
+
+def _read_group(path: Path, group: Sequence[_Pick]) -> Sequence[bytes | None]:
+    """The members of one window archive; one by one when reading them together fails."""
+    from cdml_edge.archive import ArchiveError, open_archive
+
+    try:
+        with open_archive(path) as arc:
+            return arc.read_many([p.item.member for p in group])
+    except (ArchiveError, OSError):
+        try:  # one bad member: read one by one
+            with open_archive(path) as arc:
+                return [_read_or_none(arc, p.item.member) for p in group]
+        except (ArchiveError, OSError):
+            return [None] * len(group)
+
+
+def _tally(stats: ExportStats, kept: Sequence[_Pick]) -> None:
     for p in kept:
         stats.classes[p.label] = stats.classes.get(p.label, 0) + 1
         if p.split is not None:
@@ -379,7 +292,15 @@ def export_trainset(
     stats.exported = len(kept)
     stats.classes = dict(sorted(stats.classes.items()))
     stats.splits = {s: stats.splits[s] for s in SPLIT_NAMES if s in stats.splits}
-    manifest = {
+
+
+def _manifest(
+    kept: Sequence[_Pick],
+    stats: ExportStats,
+    split: Sequence[float] | None,
+    describe: Mapping[str, Any] | None,
+) -> dict[str, Any]:
+    return {
         "format_version": FORMAT_VERSION,
         "kind": "cdml-edge training export",
         "layout": "split/class/file" if split else "class/file",
@@ -390,13 +311,6 @@ def export_trainset(
         "windows": sorted({p.manifest.window_id for p in kept}),
         "items": [_provenance(p) for p in kept],
     }
-    mtime = max(p.manifest.closed_at for p in kept)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    stats.bytes_out = write_archive(
-        target, members, format=fmt, level=level, manifest=manifest, mtime=mtime
-    )
-    stats.seconds = time.perf_counter() - t0
-    return stats
 
 
 def _read_or_none(arc: Any, member: str) -> bytes | None:

@@ -25,6 +25,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from cdml_edge.errors import CdmlError
+from cdml_edge.retrain.errors import OptionError
 from cdml_edge.units import parse_duration
 
 NUMERIC_FIELDS = frozenset({"score", "anomaly"})
@@ -126,3 +127,14 @@ def parse_time(text: str, now: float | None = None) -> float:
     if dt.tzinfo is None:
         dt = dt.replace(tzinfo=timezone.utc)
     return dt.timestamp()
+
+
+def parse_when(text: str | None, option: str) -> float | None:
+    """``--since``/``--until`` as unix seconds (None when not given); a bad time raises
+    :class:`~cdml_edge.retrain.errors.OptionError` naming ``option``."""
+    if text is None:
+        return None
+    try:
+        return parse_time(text)
+    except FilterError as exc:
+        raise OptionError(f"{option}: {exc}") from exc

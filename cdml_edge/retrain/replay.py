@@ -17,21 +17,19 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import os
-import tempfile
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from cdml_edge.fsio import atomic_writer
 from cdml_edge.store.catalog import WindowRecord
 from cdml_edge.store.sidecar import RetentionError, list_retained, read_sidecar
 from cdml_edge.window.manifest import ItemOutcome, WindowManifest
 from cdml_edge.window.payloads import OutMessage, Sequencer
 
 if TYPE_CHECKING:  # pragma: no cover
-    from cdml_edge.config import AppConfig
     from cdml_edge.model.runner import ModelRunner
     from cdml_edge.window.score import WindowOutcome
 
@@ -152,24 +150,10 @@ def iter_replay(
     rows = segment_rows or {}
     todo = records if records is not None else list_retained(d, since, until, source)
     for rec in todo:
-        try:
-            sidecar = read_sidecar(d / rec.sidecar)
-            archive = (d / sidecar.archive.file).read_bytes()
-        except (RetentionError, OSError) as exc:  # evicted while we ran
-            log.info("replay: window %s skipped: %s", rec.window_id, exc)
-            st.missing += 1
+        loaded = _load_window(d, rec, st)
+        if loaded is None:
             continue
-        retained = sidecar.manifest
-        digest = hashlib.sha256(archive).hexdigest()
-        if digest != sidecar.archive.sha256:
-            msg = (
-                f"{sidecar.archive.file}: SHA-256 {digest} differs from the retained "
-                f"{sidecar.archive.sha256}; window {rec.window_id} skipped"
-            )
-            log.warning("replay: %s", msg)
-            st.corrupt += 1
-            st.errors.append(msg)
-            continue
+        retained, archive = loaded
         t0 = time.perf_counter()
         outcome = process_window(
             archive,
@@ -182,17 +166,48 @@ def iter_replay(
         )
         st.seconds += time.perf_counter() - t0
         recs = result_records(outcome, retained)
-        st.windows += 1
-        st.bytes_read += len(archive)
-        st.items += len(outcome.results)
-        st.failures += len(outcome.failures)
-        for doc in recs:
-            was = doc.get("was")
-            if was is None or "error" in doc:  # no earlier verdict, or a failure record
-                continue
-            st.changed_labels += int(doc.get("label") != was["label"])
-            st.changed_anomalies += int(bool(doc.get("anomaly")) != bool(was["anomaly"]))
+        _count(st, outcome, recs, len(archive))
         yield ReplayedWindow(rec, retained, outcome, recs)
+
+
+def _load_window(
+    directory: Path, rec: WindowRecord, st: ReplayStats
+) -> tuple[WindowManifest, bytes] | None:
+    """A retained window's manifest and archive bytes; None (counted) when it is gone or
+    its bytes differ from the SHA-256 its sidecar recorded."""
+    try:
+        sidecar = read_sidecar(directory / rec.sidecar)
+        archive = (directory / sidecar.archive.file).read_bytes()
+    except (RetentionError, OSError) as exc:  # evicted while we ran
+        log.info("replay: window %s skipped: %s", rec.window_id, exc)
+        st.missing += 1
+        return None
+    digest = hashlib.sha256(archive).hexdigest()
+    if digest != sidecar.archive.sha256:
+        msg = (
+            f"{sidecar.archive.file}: SHA-256 {digest} differs from the retained "
+            f"{sidecar.archive.sha256}; window {rec.window_id} skipped"
+        )
+        log.warning("replay: %s", msg)
+        st.corrupt += 1
+        st.errors.append(msg)
+        return None
+    return sidecar.manifest, archive
+
+
+def _count(
+    st: ReplayStats, outcome: WindowOutcome, recs: list[dict[str, Any]], nbytes: int
+) -> None:
+    st.windows += 1
+    st.bytes_read += nbytes
+    st.items += len(outcome.results)
+    st.failures += len(outcome.failures)
+    for doc in recs:
+        was = doc.get("was")
+        if was is None or "error" in doc:  # no earlier verdict, or a failure record
+            continue
+        st.changed_labels += int(doc.get("label") != was["label"])
+        st.changed_anomalies += int(bool(doc.get("anomaly")) != bool(was["anomaly"]))
 
 
 def _fixed_clock(t: float) -> Callable[[], float]:
@@ -220,58 +235,18 @@ def replay_to_jsonl(
     st = ReplayStats()
     target = Path(out)
     target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".jsonl", dir=target.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as fh:
-            for win in iter_replay(
-                directory,
-                runners,
-                since=since,
-                until=until,
-                source=source,
-                segment_rows=segment_rows,
-                stats=st,
-                records=records,
-            ):
-                for doc in win.records:
-                    fh.write(dumps_record(doc) + "\n")
-                if on_window is not None:
-                    on_window(win)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    with atomic_writer(target, tmp_suffix=".jsonl") as fh:
+        for win in iter_replay(
+            directory,
+            runners,
+            since=since,
+            until=until,
+            source=source,
+            segment_rows=segment_rows,
+            stats=st,
+            records=records,
+        ):
+            fh.write("".join(dumps_record(doc) + "\n" for doc in win.records).encode("utf-8"))
+            if on_window is not None:
+                on_window(win)
     return st
-
-
-def load_replay_runners(
-    cfg: AppConfig, models: Sequence[str | Path] = (), warm_up: bool = False
-) -> dict[str, ModelRunner]:
-    """The configured models (with their overrides), each ``--model`` file replacing the
-    configured one of its modality (read from the file's metadata, no overrides)."""
-    from cdml_edge.model.runner import ModelOverrides, ModelRunner, load_runners
-
-    spec: dict[str, tuple[str | Path, ModelOverrides]] = {
-        modality: (
-            mc.path,
-            ModelOverrides(mc.labels, mc.input_size, mc.anomaly_threshold, mc.providers),
-        )
-        for modality, mc in cfg.models.items()
-    }
-    extra = [ModelRunner.load(p) for p in models]
-    for r in extra:
-        spec.pop(r.spec.modality, None)
-    runners = load_runners(spec, warm_up=warm_up)
-    for r in extra:
-        if warm_up:
-            r.warm_up()
-        runners[r.spec.modality] = r
-    return runners
-
-
-def segment_rows_of(cfg: AppConfig) -> dict[str, int | None]:
-    """Per-source ``segment_rows`` from the configuration."""
-    return {s.name: s.segment_rows for s in cfg.sources}

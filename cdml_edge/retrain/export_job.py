@@ -1,0 +1,129 @@
+"""``cdml-edge export`` as one call: options in, a training archive written, a summary out.
+
+:func:`run_export` parses the selection (``--filter``, ``--split``, ``--labels``,
+``--max-bytes``, ``--since``/``--until``), raising :class:`OptionError` for a usage problem,
+then runs :func:`~cdml_edge.retrain.export.export_trainset`, which raises
+:class:`ExportError` when no archive can be made.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from cdml_edge.retrain.errors import ExportError, OptionError
+from cdml_edge.retrain.export import ExportStats, export_trainset
+from cdml_edge.retrain.filters import FilterError, ItemFilter, parse_filters, parse_when
+from cdml_edge.retrain.layout import parse_split
+from cdml_edge.retrain.progress import NoProgress, RunProgress
+from cdml_edge.retrain.relabels import Relabels, load_relabels
+from cdml_edge.units import parse_size
+
+
+@dataclass(frozen=True)
+class ExportOptions:
+    """What to export: the command-line options of ``cdml-edge export``."""
+
+    directory: Path
+    out: Path
+    filters: Sequence[str] = ()  # FIELD OP VALUE, all must hold
+    since: str | None = None
+    until: str | None = None
+    source: str | None = None
+    labels: Path | None = None  # relabel CSV
+    split: str | None = None  # train/val[/test] fractions, e.g. 0.8/0.1/0.1
+    level: int = 3
+    max_bytes: str = "2GiB"
+
+
+@dataclass(frozen=True)
+class ExportSummary:
+    """What an export run did, and the archive it wrote."""
+
+    stats: ExportStats
+    out: Path
+
+    def text(self) -> str:
+        """The summary the command prints: a headline, then the counts as one JSON line."""
+        st = self.stats
+        head = (
+            f"exported {st.exported} items from {st.windows} windows -> {self.out} "
+            f"({st.bytes_out} bytes, {st.mb_per_s:.1f} MB/s)"
+        )
+        counts = {
+            "classes": st.classes,
+            "splits": st.splits,
+            "skipped": {
+                "filtered": st.filtered,
+                "unlabelled": st.unlabelled,
+                "dropped": st.dropped,
+                "unsafe": st.unsafe,
+                "corrupt": st.corrupt,
+                "missing_windows": st.missing_windows,
+            },
+            "relabelled": st.relabelled,
+            "relabels_unused": st.relabels_unused,
+        }
+        return head + "\n" + json.dumps(counts, sort_keys=True)
+
+
+@dataclass(frozen=True)
+class _Selection:
+    filters: list[ItemFilter]
+    split: tuple[float, ...] | None
+    relabels: Relabels | None
+    max_bytes: int
+    since: float | None
+    until: float | None
+
+
+def run_export(options: ExportOptions, progress: RunProgress | None = None) -> ExportSummary:
+    """Build the training archive ``options.out`` from the retained windows selected."""
+    sel = _selection(options)
+    bar = progress if progress is not None else NoProgress()
+    describe: dict[str, Any] = {
+        "filters": list(options.filters),
+        "since": sel.since,
+        "until": sel.until,
+        "source": options.source,
+        "relabels": options.labels.name if options.labels else None,
+    }
+    bar.start(None)
+    try:
+        stats = export_trainset(
+            options.directory,
+            options.out,
+            filters=sel.filters,
+            since=sel.since,
+            until=sel.until,
+            source=options.source,
+            relabels=sel.relabels,
+            split=sel.split,
+            level=options.level,
+            max_bytes=sel.max_bytes,
+            progress=bar.advance,
+            on_total=bar.set_total,
+            describe=describe,
+        )
+    finally:
+        bar.stop()
+    return ExportSummary(stats, options.out)
+
+
+def _selection(options: ExportOptions) -> _Selection:
+    """The parsed selection options, in the command's order; :class:`OptionError` if bad."""
+    try:
+        filters = parse_filters(options.filters)
+        split = parse_split(options.split) if options.split else None
+        relabels = load_relabels(options.labels) if options.labels else None
+        bound = parse_size(options.max_bytes)
+    except (FilterError, ExportError, ValueError) as exc:
+        raise OptionError(str(exc)) from exc
+    since, until = parse_when(options.since, "--since"), parse_when(options.until, "--until")
+    return _Selection(filters, split, relabels, bound, since, until)
+
+
+__all__ = ["ExportOptions", "ExportSummary", "run_export"]

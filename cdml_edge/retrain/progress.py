@@ -1,0 +1,40 @@
+"""How a replay or export run reports progress to whoever shows it (the CLI's bar)."""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+
+class RunProgress(Protocol):
+    """Progress of one run, in items (replay) or bytes (export)."""
+
+    def start(self, total: int | None) -> None:
+        """The run begins; ``total`` may be unknown (None) until :meth:`set_total`."""
+
+    def set_total(self, total: int) -> None:
+        """The total became known."""
+
+    def advance(self, n: int) -> None:
+        """``n`` more units are done."""
+
+    def stop(self) -> None:
+        """The run ended (also on failure)."""
+
+
+class NoProgress:
+    """A :class:`RunProgress` that shows nothing."""
+
+    def start(self, total: int | None) -> None:
+        pass
+
+    def set_total(self, total: int) -> None:
+        pass
+
+    def advance(self, n: int) -> None:
+        pass
+
+    def stop(self) -> None:
+        pass
+
+
+__all__ = ["NoProgress", "RunProgress"]

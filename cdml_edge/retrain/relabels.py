@@ -1,0 +1,76 @@
+"""Human labels for retained items, from a CSV given to ``cdml-edge export --labels``.
+
+The CSV has a header row and a ``label`` column, plus ``id`` (the item id), or
+``window_id`` + ``name``, or ``name`` alone; rows are matched in that order. An empty label
+removes the item from the export.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from cdml_edge.retrain.errors import ExportError
+from cdml_edge.window.manifest import ManifestItem
+
+
+@dataclass
+class Relabels:
+    """Human labels from a CSV: ``label`` plus ``id``, or ``window_id`` + ``name``, or ``name``.
+
+    An empty label removes the item from the export.
+    """
+
+    by_id: dict[str, str] = field(default_factory=dict)
+    by_window_name: dict[tuple[str, str], str] = field(default_factory=dict)
+    by_name: dict[str, str] = field(default_factory=dict)
+    used: set[tuple[str, ...]] = field(default_factory=set)
+
+    def __len__(self) -> int:
+        return len(self.by_id) + len(self.by_window_name) + len(self.by_name)
+
+    def lookup(self, item: ManifestItem, window_id: str) -> str | None:
+        if item.id in self.by_id:
+            self.used.add(("id", item.id))
+            return self.by_id[item.id]
+        key = (window_id, item.name)
+        if key in self.by_window_name:
+            self.used.add(("wn", *key))
+            return self.by_window_name[key]
+        if item.name in self.by_name:
+            self.used.add(("name", item.name))
+            return self.by_name[item.name]
+        return None
+
+
+def load_relabels(path: str | Path) -> Relabels:
+    """Read a relabel CSV (header row required); :class:`ExportError` names file and row."""
+    p = Path(path)
+    try:
+        text = p.read_bytes().decode("utf-8-sig")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ExportError(f"{p}: cannot read relabel CSV: {exc}") from exc
+    reader = csv.DictReader(io.StringIO(text))
+    cols = {c.strip().lower(): c for c in (reader.fieldnames or [])}
+    if "label" not in cols:
+        raise ExportError(f"{p}: relabel CSV needs a 'label' column (and id, or window_id+name)")
+    name_col = cols.get("name") or cols.get("item")
+    if "id" not in cols and name_col is None:
+        raise ExportError(f"{p}: relabel CSV needs an 'id' or a 'name' column")
+    out = Relabels()
+    for i, row in enumerate(reader, start=2):
+        label = (row.get(cols["label"]) or "").strip()
+        rid = (row.get(cols["id"]) or "").strip() if "id" in cols else ""
+        name = (row.get(name_col) or "").strip() if name_col else ""
+        wid = (row.get(cols["window_id"]) or "").strip() if "window_id" in cols else ""
+        if rid:
+            out.by_id[rid] = label
+        elif name and wid:
+            out.by_window_name[(wid, name)] = label
+        elif name:
+            out.by_name[name] = label
+        else:
+            raise ExportError(f"{p}: row {i}: neither id nor name given")
+    return out

@@ -1,0 +1,172 @@
+"""``cdml-edge replay`` as one call: options in, the windows re-scored, a summary out.
+
+:func:`run_replay` reads the configuration, lists the retained windows, loads the models
+(a ``--model`` file replaces the configured model of its modality), then replays into a
+JSON-lines file and/or publishes on ``{prefix}/{device}/replay/{source}/...`` through the
+configured output. Usage problems raise :class:`OptionError`, unreadable windows or models
+:class:`ReplayError`; what happened comes back as a :class:`ReplaySummary`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from cdml_edge.config import ConfigError, load_config
+from cdml_edge.retrain.errors import OptionError, ReplayError
+from cdml_edge.retrain.filters import parse_when
+from cdml_edge.retrain.progress import NoProgress, RunProgress
+from cdml_edge.retrain.replay import ReplayedWindow, ReplayStats, iter_replay, replay_to_jsonl
+from cdml_edge.store.catalog import WindowRecord
+from cdml_edge.store.sidecar import RetentionError, list_retained
+
+if TYPE_CHECKING:  # pragma: no cover
+    from cdml_edge.config import AppConfig
+    from cdml_edge.model.runner import ModelRunner
+
+DEFAULT_REPLAY_OUT = "replay-results.jsonl"
+
+
+@dataclass(frozen=True)
+class ReplayOptions:
+    """What to replay: the command-line options of ``cdml-edge replay``."""
+
+    config: Path
+    directory: Path | None = None  # default: retention.dir of the configuration
+    models: Sequence[Path] = ()
+    since: str | None = None  # ISO time, unix seconds or an age (7d)
+    until: str | None = None
+    source: str | None = None
+    publish: bool = False
+    out: Path | None = None  # default without publish: DEFAULT_REPLAY_OUT
+
+
+@dataclass(frozen=True)
+class ReplaySummary:
+    """What a replay run did, and where its results went."""
+
+    stats: ReplayStats
+    out: Path | None
+
+    def line(self) -> str:
+        """The one-line summary the command prints."""
+        st = self.stats
+        where = f" -> {self.out}" if self.out is not None else ""
+        return (
+            f"replayed {st.windows} windows, {st.items} results ({st.items_per_s:.0f} items/s), "
+            f"{st.changed_labels} labels and {st.changed_anomalies} anomaly flags changed, "
+            f"{st.failures} failed, {st.missing} missing{where}"
+        )
+
+
+@dataclass(frozen=True)
+class _Plan:
+    cfg: AppConfig
+    ring: Path
+    records: list[WindowRecord]
+    runners: dict[str, ModelRunner]
+    out: Path | None
+
+
+def run_replay(options: ReplayOptions, progress: RunProgress | None = None) -> ReplaySummary:
+    """Re-score the retained windows ``options`` select (archive order, full speed)."""
+    plan = _plan(options)
+    bar = progress if progress is not None else NoProgress()
+    output = None
+    if options.publish:
+        from cdml_edge.agent.outputs.factory import make_output
+
+        output = make_output(plan.cfg)
+        output.start()
+
+    def on_window(win: ReplayedWindow) -> None:
+        if output is not None:
+            output.publish_batch(win.messages())
+        bar.advance(win.record.n_items)
+
+    rows = segment_rows_of(plan.cfg)
+    try:
+        bar.start(sum(r.n_items for r in plan.records))
+        if plan.out is not None:
+            st = replay_to_jsonl(
+                plan.ring, plan.runners, plan.out,
+                segment_rows=rows, on_window=on_window, records=plan.records,
+            )
+        else:
+            st = ReplayStats()
+            for win in iter_replay(
+                plan.ring, plan.runners, segment_rows=rows, stats=st, records=plan.records
+            ):
+                on_window(win)
+    finally:
+        bar.stop()
+        if output is not None:
+            output.stop(timeout=30.0)
+    return ReplaySummary(st, plan.out)
+
+
+def _plan(options: ReplayOptions) -> _Plan:
+    """The configuration, windows and models of a run, checked in the command's order."""
+    from cdml_edge.model.runner import InferenceError
+
+    try:
+        cfg = load_config(options.config)
+    except ConfigError as exc:
+        raise OptionError(str(exc)) from exc
+    ring = options.directory or (cfg.retention.dir if cfg.retention else None)
+    if ring is None:
+        raise OptionError("no retention folder: give DIR or set retention.dir")
+    since, until = parse_when(options.since, "--since"), parse_when(options.until, "--until")
+    try:
+        records = list_retained(ring, since, until, options.source)
+        runners = load_replay_runners(cfg, options.models)
+    except (RetentionError, InferenceError) as exc:
+        raise ReplayError(str(exc)) from exc
+    if not runners:
+        raise OptionError("no model: configure models or give --model")
+    out = options.out
+    if out is None and not options.publish:
+        out = Path(DEFAULT_REPLAY_OUT)
+    return _Plan(cfg, Path(ring), records, runners, out)
+
+
+def load_replay_runners(
+    cfg: AppConfig, models: Sequence[str | Path] = (), warm_up: bool = False
+) -> dict[str, ModelRunner]:
+    """The configured models (with their overrides), each ``--model`` file replacing the
+    configured one of its modality (read from the file's metadata, no overrides)."""
+    from cdml_edge.model.runner import ModelOverrides, ModelRunner, load_runners
+
+    spec: dict[str, tuple[str | Path, ModelOverrides]] = {
+        modality: (
+            mc.path,
+            ModelOverrides(mc.labels, mc.input_size, mc.anomaly_threshold, mc.providers),
+        )
+        for modality, mc in cfg.models.items()
+    }
+    extra = [ModelRunner.load(p) for p in models]
+    for r in extra:
+        spec.pop(r.spec.modality, None)
+    runners = load_runners(spec, warm_up=warm_up)
+    for r in extra:
+        if warm_up:
+            r.warm_up()
+        runners[r.spec.modality] = r
+    return runners
+
+
+def segment_rows_of(cfg: AppConfig) -> dict[str, int | None]:
+    """Per-source ``segment_rows`` from the configuration."""
+    return {s.name: s.segment_rows for s in cfg.sources}
+
+
+__all__ = [
+    "DEFAULT_REPLAY_OUT",
+    "ReplayOptions",
+    "ReplaySummary",
+    "load_replay_runners",
+    "run_replay",
+    "segment_rows_of",
+]
