@@ -29,7 +29,7 @@ from typer.testing import CliRunner
 
 from cdml_edge.cli import app
 from cdml_edge.config import load_config
-from cdml_edge.doctor.checks import Check, run_checks
+from cdml_edge.doctor import Check, run_checks
 from cdml_edge.model.spec import ImageInput, ModelSpec, SeriesInput
 
 PLAIN_BROKER = ("127.0.0.1", 1883)
@@ -324,7 +324,7 @@ def test_broken_setup(tmp_path: Path, tls_broker: tuple[int, Path, Path]) -> Non
 
 
 def test_native_reader_missing_is_a_failure(monkeypatch: pytest.MonkeyPatch) -> None:
-    from cdml_edge.doctor.checks import check_native_reader
+    from cdml_edge.doctor.system import check_native_reader
 
     monkeypatch.setenv("CDML_EDGE_NATIVE", "0")  # what a wheel without the C build looks like
     check = check_native_reader()
@@ -377,7 +377,7 @@ def test_broker_settings_resolved_like_the_agent(tmp_path: Path) -> None:
 
 def test_password_file_is_read_the_agent_way(tmp_path: Path) -> None:
     from cdml_edge.agent.outputs.mqtt.tls import resolve_password
-    from cdml_edge.doctor.checks import check_broker
+    from cdml_edge.doctor.broker import check_broker
 
     secret = tmp_path / "mqtt-password"
     secret.write_text("s3cret\n")
@@ -402,7 +402,7 @@ def test_root_is_warned_that_folder_checks_prove_nothing(
     assert "--user cdml-edge" in root["privileges"].detail
     assert "privileges" not in by_name(run_checks(cfg, euid=1000))
 
-    monkeypatch.setattr("cdml_edge.doctor.checks.os.geteuid", lambda: 0)
+    monkeypatch.setattr("cdml_edge.doctor.system.os.geteuid", lambda: 0)
     res = CliRunner().invoke(app, ["doctor", "--config", str(path), "--ascii"])
     assert res.exit_code == 0, res.output  # a warning does not fail the doctor
     lines = res.output.splitlines()

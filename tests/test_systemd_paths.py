@@ -9,7 +9,7 @@ from pathlib import Path
 import yaml
 
 from cdml_edge.config import load_config
-from cdml_edge.doctor.checks import run_checks
+from cdml_edge.doctor import run_checks
 from cdml_edge.doctor.unit import main, render_dropin, uncovered, unit_settings, write_paths
 
 UNIT = Path(__file__).resolve().parents[1] / "systemd" / "cdml-edge.service"

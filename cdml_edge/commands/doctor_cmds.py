@@ -2,13 +2,10 @@
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 
 import typer
-
-from cdml_edge.config import ConfigError, load_config
 
 EXIT_FAILED = 1
 EXIT_CONFIG_ERROR = 2
@@ -39,30 +36,13 @@ def doctor(
     Exit 0 when every check passes, 1 when one fails, 2 when the configuration is invalid.
     Warnings (e.g. running as root without --user) are printed but do not fail.
     """
-    from cdml_edge.doctor.checks import Check, run_checks
+    from cdml_edge.doctor import diagnose
 
-    ascii_only = ascii_only or not _utf8_stdout()
-    try:
-        cfg = load_config(config)
-    except ConfigError as exc:
-        if as_json:
-            typer.echo(json.dumps([{"name": "config", "ok": False, "detail": str(exc)}]))
-        else:
-            typer.echo(Check("config", False, str(exc)).line(ascii_only))
-        raise typer.Exit(EXIT_CONFIG_ERROR) from None
-    checks = [Check("config", True, f"{config} valid")]
-    checks += run_checks(cfg, timeout_s=timeout, user=user, unit=unit)
-    if as_json:
-        typer.echo(json.dumps([c.__dict__ for c in checks], indent=2))
-    else:
-        for c in checks:
-            typer.echo(c.line(ascii_only))
-        real = [c for c in checks if not c.warn]
-        failed = sum(not c.ok for c in real)
-        warned = len(checks) - len(real)
-        tail = f", {warned} warning{'s' if warned > 1 else ''}" if warned else ""
-        typer.echo(f"{len(real) - failed}/{len(real)} checks passed{tail}")
-    if any(not c.ok for c in checks):
+    report = diagnose(config, timeout_s=timeout, user=user, unit=unit)
+    typer.echo(report.render(ascii_only or not _utf8_stdout(), as_json))
+    if report.config_error:
+        raise typer.Exit(EXIT_CONFIG_ERROR)
+    if report.failed:
         raise typer.Exit(EXIT_FAILED)
 
 

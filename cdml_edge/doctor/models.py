@@ -1,0 +1,60 @@
+"""The configured models: onnxruntime loads each with its provider and runs a zero input."""
+
+from __future__ import annotations
+
+from cdml_edge.config import AppConfig
+from cdml_edge.doctor.check import Check, guard
+
+_SERIES = {"csv", "timeseries"}
+
+
+def check_model(modality: str, cfg: AppConfig) -> Check:
+    name = f"model {modality}"
+    return guard(name, lambda: _check_model(name, modality, cfg))
+
+
+def _check_model(name: str, modality: str, cfg: AppConfig) -> Check:
+    import onnxruntime as ort
+
+    from cdml_edge.model.runner import InferenceError, ModelOverrides, ModelRunner
+
+    mc = cfg.models[modality]  # type: ignore[index]
+    wanted = list(mc.providers or ["CPUExecutionProvider"])
+    available = ort.get_available_providers()
+    missing = [p for p in wanted if p not in available]
+    if missing:
+        return Check(
+            name, False, f"{mc.path.name}: provider {', '.join(missing)} not available in this "
+            f"onnxruntime build (available: {', '.join(available)})"
+        )
+    overrides = ModelOverrides(
+        labels=mc.labels,
+        input_size=mc.input_size,
+        anomaly_threshold=mc.anomaly_threshold,
+        providers=wanted,
+    )
+    try:
+        runner = ModelRunner.load(mc.path, overrides)
+    except InferenceError as exc:
+        msg, dup = str(exc), f"{mc.path}: "
+        while msg.startswith(dup + dup):
+            msg = msg[len(dup):]
+        return Check(name, False, msg)
+    spec = runner.spec
+    if spec.modality != modality and not {spec.modality, modality} <= _SERIES:
+        return Check(name, False, f"{mc.path}: a {spec.modality} model configured for {modality}")
+    active = runner.session.get_providers()
+    if not active or active[0] != wanted[0]:
+        return Check(
+            name, False, f"{mc.path.name}: asked for {wanted[0]} but onnxruntime runs it on "
+            f"{', '.join(active)}"
+        )
+    try:
+        ms = runner.warm_up()
+    except InferenceError as exc:
+        return Check(name, False, f"inference on a zero input failed: {exc}")
+    shape = "x".join(str(d) for d in (1, *spec.input.shape()))
+    return Check(
+        name, True, f"{spec.name} {spec.version} ({mc.path.name}) ran a {shape} zero input on "
+        f"{active[0]} in {ms:.1f} ms"
+    )

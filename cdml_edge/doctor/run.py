@@ -1,0 +1,67 @@
+"""All checks for a configuration, in a stable order; the doctor's one entry point."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from cdml_edge.config import AppConfig, ConfigError, load_config
+from cdml_edge.doctor.broker import check_broker
+from cdml_edge.doctor.check import DEFAULT_TIMEOUT_S, Check
+from cdml_edge.doctor.folders import check_writable_dirs
+from cdml_edge.doctor.models import check_model
+from cdml_edge.doctor.report import DoctorReport
+from cdml_edge.doctor.sources import check_source
+from cdml_edge.doctor.system import (
+    check_account,
+    check_native_reader,
+    check_unit_paths,
+    default_unit,
+)
+
+
+def diagnose(
+    config: Path,
+    *,
+    timeout_s: float = DEFAULT_TIMEOUT_S,
+    user: str | None = None,
+    unit: Path | None = None,
+) -> DoctorReport:
+    """Load ``config`` and run every check for it (see :func:`run_checks`).
+
+    An invalid configuration gives a report with the one failed ``config`` check.
+    """
+    try:
+        cfg = load_config(config)
+    except ConfigError as exc:
+        return DoctorReport([Check("config", False, str(exc))], config_error=True)
+    checks = [Check("config", True, f"{config} valid")]
+    checks += run_checks(cfg, timeout_s=timeout_s, user=user, unit=unit)
+    return DoctorReport(checks)
+
+
+def run_checks(
+    cfg: AppConfig,
+    *,
+    timeout_s: float = DEFAULT_TIMEOUT_S,
+    user: str | None = None,
+    euid: int | None = None,
+    unit: Path | None = None,
+) -> list[Check]:
+    """Every check for ``cfg``, in a stable order; never raises for a failed check.
+
+    ``user``: judge folder access for that account (the unit's ``User=``) by permission bits
+    instead of probing as this process. ``euid`` defaults to ``os.geteuid()``. ``unit``: the
+    installed service file whose ``ReadWritePaths=`` must cover the folders (default: the
+    one install.sh writes, when present).
+    """
+    checks, account = check_account(user, euid)
+    checks.append(check_native_reader())
+    checks += [check_model(modality, cfg) for modality in cfg.models]
+    checks += [check_source(src, timeout_s, account) for src in cfg.sources]
+    checks += check_writable_dirs(cfg, account)
+    if unit is None:
+        unit = default_unit()
+    if unit is not None:
+        checks.append(check_unit_paths(cfg, unit))
+    checks += check_broker(cfg.mqtt, timeout_s)
+    return checks
