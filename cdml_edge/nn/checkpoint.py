@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import io
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from cdml_edge.errors import CdmlError
+from cdml_edge.fsio import fsync_dir, unique_name
 from cdml_edge.model.spec import ModelSpec
 from cdml_edge.nn.base import LatentModel
 from cdml_edge.nn.registry import build_model
@@ -24,8 +26,11 @@ class CheckpointError(CdmlError, RuntimeError):
 def write_new(directory: Path, stem: str, payload: dict[str, Any]) -> Path:
     """Save ``payload`` as ``stem.pt`` (``stem.1.pt``, ... if taken); never replaces a file.
 
-    The bytes go to a temporary file first, which is then hard-linked to the final
-    name: ``link`` fails on an existing name, so two writers can never clobber each other.
+    The bytes go to a temporary file first (fsynced), which is then hard-linked to the first
+    free name of :func:`cdml_edge.fsio.unique_name`'s series, and the folder is fsynced.
+    ``link`` fails on an existing name, so claiming a name is atomic and two writers can
+    never clobber each other; ``atomic_write`` (rename) would replace a file that appeared
+    after the name was chosen.
     """
     directory.mkdir(parents=True, exist_ok=True)
     buf = io.BytesIO()
@@ -36,16 +41,27 @@ def write_new(directory: Path, stem: str, payload: dict[str, Any]) -> Path:
         f.flush()
         os.fsync(f.fileno())
     try:
-        for k in range(10_000):
-            path = directory / (f"{stem}.pt" if k == 0 else f"{stem}.{k}.pt")
-            try:
-                os.link(tmp, path)
-            except FileExistsError:
-                continue
-            return path
-        raise CheckpointError(f"{directory}: no free checkpoint name for {stem}")
+        path = unique_name(directory, f"{stem}.pt", exists=_claim_by_link(tmp), attempts=10_000)
+    except FileExistsError:
+        raise CheckpointError(f"{directory}: no free checkpoint name for {stem}") from None
     finally:
         tmp.unlink(missing_ok=True)
+    fsync_dir(directory)
+    return path
+
+
+def _claim_by_link(tmp: Path) -> Callable[[Path], bool]:
+    """An ``exists`` test for :func:`unique_name` that claims a free name by linking ``tmp``
+    to it: True (taken) when the name exists, False once ``tmp`` is linked there."""
+
+    def taken(path: Path) -> bool:
+        try:
+            os.link(tmp, path)
+        except FileExistsError:
+            return True
+        return False
+
+    return taken
 
 
 def load(path: str | Path) -> dict[str, Any]:
