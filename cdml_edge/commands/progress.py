@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Callable, Iterator
 from typing import Any
 
 
@@ -52,3 +54,32 @@ class RunBar:
 def run_bar(description: str, quiet: bool) -> RunBar | None:
     """A bar for a replay or export run, or None with ``--quiet``."""
     return None if quiet else RunBar(description)
+
+
+@contextlib.contextmanager
+def epoch_bar(epochs: int) -> Iterator[Callable[[int, int, float], None]]:
+    """A transient bar for ``cdml-edge train``: steps of the current epoch and the loss.
+
+    Yields the trainer's ``on_step(epoch, step, loss)``; steps per epoch are known after
+    the first epoch, so the bar restarts with that total at each new epoch.
+    """
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+
+    with Progress(
+        TextColumn("epoch {task.fields[epoch]}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("loss {task.fields[loss]:.4f}"),
+        transient=True,
+    ) as progress:
+        task = progress.add_task("train", total=None, epoch=f"1/{epochs}", loss=float("nan"))
+        state: dict[str, int] = {"epoch": 0, "steps": 0}
+
+        def on_step(epoch: int, step: int, loss: float) -> None:
+            if epoch != state["epoch"]:  # steps per epoch are known after the first one
+                progress.reset(task, total=state["steps"] or None)
+                state["epoch"] = epoch
+            state["steps"] = max(state["steps"], step + 1)
+            progress.update(task, completed=step + 1, epoch=f"{epoch}/{epochs}", loss=loss)
+
+        yield on_step

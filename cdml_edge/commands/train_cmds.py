@@ -13,6 +13,8 @@ from typing import Any
 
 import typer
 
+from cdml_edge.commands.progress import epoch_bar
+
 EXIT_TRAIN_ERROR = 2
 
 
@@ -45,37 +47,18 @@ def train(
 ) -> None:
     """Train a model on an archive of class folders; prints one final metrics line."""
     _need_torch()
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
-
     from cdml_edge.nn.recipes import train_from_archive
 
-    with Progress(
-        TextColumn("epoch {task.fields[epoch]}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TextColumn("loss {task.fields[loss]:.4f}"),
-        transient=True,
-    ) as progress:
-        task = progress.add_task("train", total=None, epoch=f"1/{epochs}", loss=float("nan"))
-        state: dict[str, int] = {"epoch": 0, "steps": 0}
-
-        def on_step(epoch: int, step: int, loss: float) -> None:
-            if epoch != state["epoch"]:  # steps per epoch are known after the first one
-                progress.reset(task, total=state["steps"] or None)
-                state["epoch"] = epoch
-            state["steps"] = max(state["steps"], step + 1)
-            progress.update(task, completed=step + 1, epoch=f"{epoch}/{epochs}", loss=loss)
-
-        try:
+    try:
+        with epoch_bar(epochs) as on_step:
             result = train_from_archive(
                 data, modality, epochs, out, val_data=val_data, name=name,
                 image_size=image_size, channels=channels, batch_size=batch_size, lr=lr,
                 normal_label=normal_label, seed=seed, device=device, on_step=on_step,
             )
-        except (ValueError, KeyError, OSError) as exc:
-            progress.stop()
-            typer.echo(f"train: {exc}", err=True)
-            raise typer.Exit(EXIT_TRAIN_ERROR) from None
+    except (ValueError, KeyError, OSError) as exc:
+        typer.echo(f"train: {exc}", err=True)
+        raise typer.Exit(EXIT_TRAIN_ERROR) from None
     final: dict[str, Any] = dict(result.history[-1]) if result.history else {"epoch": 0}
     final["checkpoint"] = str(result.checkpoint)
     final["params"] = result.trainer.model.num_parameters()
