@@ -230,3 +230,16 @@ def test_export_package_is_torch_free() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_typed_errors_share_the_cdml_root() -> None:
+    from cdml_edge.config import ConfigError
+    from cdml_edge.doctor.access import AccountError
+    from cdml_edge.errors import CdmlError
+    from cdml_edge.retrain import FilterError, OptionError, ReplayError
+    from cdml_edge.store import RetentionError
+
+    for err in (ExportError, FilterError, OptionError, ReplayError, RetentionError, ConfigError,
+                AccountError):
+        assert issubclass(err, CdmlError), err
+    assert issubclass(FilterError, ValueError)  # callers catching ValueError keep working

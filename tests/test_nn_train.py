@@ -146,3 +146,15 @@ def test_ddp_gloo_two_processes_under_torchrun(tmp_path: Path) -> None:
     assert len((out / "metrics.jsonl").read_text().splitlines()) == 2
     assert sorted(p.name for p in (out / "checkpoints").iterdir()) == [
         "epoch-0001.pt", "epoch-0002.pt"]
+
+
+def test_write_new_claims_a_free_name_and_leaves_no_temporary(tmp_path: Path) -> None:
+    from cdml_edge.errors import CdmlError
+    from cdml_edge.nn.checkpoint import FORMAT, load, write_new
+
+    (tmp_path / "c.pt").write_bytes(b"someone else's")
+    path = write_new(tmp_path, "c", {"format": FORMAT, "n": 1})
+    assert path.name == "c.1.pt" and load(path)["n"] == 1
+    assert (tmp_path / "c.pt").read_bytes() == b"someone else's"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["c.1.pt", "c.pt"]
+    assert issubclass(CheckpointError, CdmlError)

@@ -126,3 +126,25 @@ def test_archive_whose_hash_changed_is_skipped_and_counted(tmp_path: Path, model
     assert st.as_dict()["corrupt"] == 1
     ids = {json.loads(line)["window_id"] for line in out.read_text().splitlines()}
     assert records[2].window_id not in ids and len(ids) == 3
+
+
+def test_run_replay_options_and_errors(tmp_path: Path, model: Path) -> None:
+    import yaml
+
+    from cdml_edge.retrain import OptionError, ReplayError
+    from cdml_edge.retrain.replay_job import ReplayOptions, run_replay
+
+    scored_ring(tmp_path / "ring", model, VALUES)
+    cfg = tmp_path / "factory.yaml"
+    cfg.write_text(yaml.safe_dump({
+        "device": {"id": "edge-1"},
+        "models": {"image": {"path": str(model)}},
+        "retention": {"dir": "ring", "max_bytes": "64MiB"},
+    }))
+    summary = run_replay(ReplayOptions(cfg, out=tmp_path / "r.jsonl", since="2026-01-01"))
+    assert summary.stats.windows == 4 and summary.out == tmp_path / "r.jsonl"
+    assert summary.line().startswith("replayed 4 windows, 10 results (")
+    with pytest.raises(OptionError, match="--until: filter 'soon'"):
+        run_replay(ReplayOptions(cfg, until="soon"))
+    with pytest.raises(ReplayError, match="no such retention folder"):
+        run_replay(ReplayOptions(cfg, directory=tmp_path / "gone"))
