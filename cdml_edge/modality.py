@@ -1,11 +1,32 @@
-"""Modality of a member, from its file extension."""
+"""The one list of modalities: their names, file extensions and default source patterns.
+
+Everything else keyed by modality is a table over these names, one per layer: the
+decoders (:mod:`cdml_edge.decode.table`), what a window's members become before the
+model (:mod:`cdml_edge.window.inputs`), what a dataset item becomes (``cdml_edge.data``).
+
+>>> modality_for("cam/0001.JPG")
+'image'
+>>> default_patterns("csv")
+('*.csv', '*.tsv', '*.CSV', '*.TSV')
+"""
 
 from __future__ import annotations
 
 import posixpath
-from typing import Final
+from typing import Final, Literal, get_args
 
-MODALITIES: Final = ("image", "audio", "csv", "timeseries", "json", "text", "binary")
+ModelModality = Literal["image", "audio", "csv", "timeseries"]
+"""What a model can score (the ``modality`` of a :class:`~cdml_edge.model.spec.ModelSpec`)."""
+SourceModality = Literal[ModelModality, "json", "text"]
+"""What a configured source produces (``sources[].modality`` in ``factory.yaml``)."""
+Modality = Literal[SourceModality, "binary"]
+"""Any member of an archive; ``binary`` is a member of no known extension."""
+
+MODALITIES: Final[tuple[Modality, ...]] = get_args(Modality)
+SOURCE_MODALITIES: Final[tuple[SourceModality, ...]] = get_args(SourceModality)
+MODEL_MODALITIES: Final[tuple[ModelModality, ...]] = get_args(ModelModality)
+SERIES_MODALITIES: Final[tuple[ModelModality, ...]] = ("csv", "timeseries")
+"""Rows × columns: scored as series, segmentable into row ranges."""
 
 EXTENSIONS: Final[dict[str, tuple[str, ...]]] = {
     "image": (".jpg", ".jpeg", ".png", ".bmp", ".webp", ".tif", ".tiff", ".ppm", ".pgm"),
@@ -15,6 +36,10 @@ EXTENSIONS: Final[dict[str, tuple[str, ...]]] = {
     "json": (".json", ".jsonl", ".ndjson"),
     "text": (".txt", ".log", ".md"),
 }
+"""Lower-case extensions per modality; a member of none of them is ``binary``."""
+
+# extensions a folder source of the modality also takes (a time series may come as CSV)
+_ALSO_TAKES: Final[dict[str, tuple[str, ...]]] = {"timeseries": EXTENSIONS["csv"]}
 
 _BY_EXT: Final = {ext: mod for mod, exts in EXTENSIONS.items() for ext in exts}
 
@@ -30,3 +55,28 @@ def check_modality(modality: str) -> str:
     if modality not in MODALITIES:
         raise ValueError(f"unknown modality {modality!r}; expected one of {', '.join(MODALITIES)}")
     return modality
+
+
+def default_patterns(modality: str) -> tuple[str, ...]:
+    """Glob patterns a folder source of ``modality`` takes when none are configured.
+
+    The modality's extensions in lower and upper case; ``("*",)`` for one without any.
+    """
+    exts = [*EXTENSIONS.get(modality, ()), *_ALSO_TAKES.get(modality, ())]
+    pats = [f"*{e}" for e in exts] + [f"*{e.upper()}" for e in exts]
+    return tuple(pats) or ("*",)
+
+
+__all__ = [
+    "EXTENSIONS",
+    "MODALITIES",
+    "MODEL_MODALITIES",
+    "SERIES_MODALITIES",
+    "SOURCE_MODALITIES",
+    "Modality",
+    "ModelModality",
+    "SourceModality",
+    "check_modality",
+    "default_patterns",
+    "modality_for",
+]

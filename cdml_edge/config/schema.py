@@ -23,10 +23,11 @@ from pydantic import (
     model_validator,
 )
 
+from cdml_edge.modality import SOURCE_MODALITIES, SourceModality
 from cdml_edge.units import parse_duration, parse_size
 
-Modality = Literal["image", "audio", "csv", "timeseries", "json", "text"]
-MODALITIES: tuple[str, ...] = ("image", "audio", "csv", "timeseries", "json", "text")
+Modality = SourceModality  # what a source produces, a model is configured for
+MODALITIES: tuple[str, ...] = SOURCE_MODALITIES
 
 Size = Annotated[
     int,
@@ -98,7 +99,7 @@ class SourceConfig(_Model):
     url: str | int | None = Field(
         None, description="Camera: device index, RTSP/HTTP URL or a video file (kind: camera)."
     )
-    modality: Modality = Field(..., description="image | audio | csv | timeseries | json | text")
+    modality: Modality = Field(..., description=" | ".join(MODALITIES))
     patterns: list[str] = Field(
         default_factory=list,
         description="Glob patterns of files to take; empty = by the modality's extensions.",
