@@ -15,16 +15,22 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Union
 
+from cdml_edge.errors import CdmlError
+
 LabelSource = Union[str, "os.PathLike[str]", Callable[[str], Any], Mapping[str, Any], None]
 
 
-class LabelError(ValueError):
+class LabelError(CdmlError, ValueError):
     """Labels could not be resolved; names the member or mapping at fault."""
 
     def __init__(self, where: str, reason: str) -> None:
         self.where = where
         self.reason = reason
         super().__init__(f"{where}: {reason}")
+
+    def __reduce__(self) -> tuple[type[LabelError], tuple[str, str]]:
+        # picklable across processes (DataLoader workers)
+        return (type(self), (self.where, self.reason))
 
 
 @dataclass

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from cdml_edge.errors import CdmlError
 
-class DecodeError(ValueError):
+
+class DecodeError(CdmlError, ValueError):
     """Bytes of ``member`` could not be decoded; ``reason`` says why.
 
     ``DecodeError(message)`` (one argument) is also accepted, so a DataLoader can re-raise
@@ -19,6 +21,7 @@ class DecodeError(ValueError):
         self.reason = reason
         super().__init__(f"{member or '<bytes>'}: {reason}")
 
-    def __reduce__(self) -> tuple[type[DecodeError], tuple[str, str]]:
-        # keeps the error picklable across processes
-        return (DecodeError, (self.member, self.reason))
+    def __reduce__(self) -> tuple[type[DecodeError], tuple[str, ...]]:
+        # picklable across processes, the one-argument form included
+        one_arg = self.args == (self.reason,) and not self.member
+        return (type(self), (self.reason,) if one_arg else (self.member, self.reason))

@@ -27,18 +27,20 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from cdml_edge.errors import CdmlError
+from cdml_edge.modality import ModelModality
+
 if TYPE_CHECKING:  # pragma: no cover
     import onnxruntime
 
 META_KEY = "cdml.spec"
 INPUT_NAME = "input"
 
-Modality = Literal["image", "audio", "timeseries", "csv"]
 Task = Literal["classifier", "anomaly"]
 OutputName = Literal["latent", "logits", "anomaly"]
 
 
-class ModelSpecError(ValueError):
+class ModelSpecError(CdmlError, ValueError):
     """A model file or spec is unusable; the message names the file or field."""
 
 
@@ -123,7 +125,13 @@ class SeriesInput(_Strict):
 
 InputSpec = Annotated[ImageInput | AudioInput | SeriesInput, Field(discriminator="kind")]
 
-_INPUT_KIND = {"image": "image", "audio": "audio", "timeseries": "series", "csv": "series"}
+# the input kind a model of each modality takes
+INPUT_KIND: dict[ModelModality, str] = {
+    "image": "image",
+    "audio": "audio",
+    "csv": "series",
+    "timeseries": "series",
+}
 
 
 class ModelSpec(_Strict):
@@ -131,7 +139,7 @@ class ModelSpec(_Strict):
 
     name: str = Field(min_length=1)
     version: str = "0.1.0"
-    modality: Modality
+    modality: ModelModality
     task: Task
     input: InputSpec
     labels: list[str] = Field(default_factory=list)
@@ -142,7 +150,7 @@ class ModelSpec(_Strict):
 
     @model_validator(mode="after")
     def _check(self) -> ModelSpec:
-        want = _INPUT_KIND[self.modality]
+        want = INPUT_KIND[self.modality]
         if self.input.kind != want:
             kind = self.input.kind
             raise ValueError(f"input.kind {kind!r} does not fit modality {self.modality}")

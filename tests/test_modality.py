@@ -1,0 +1,90 @@
+"""The one modality list and the per-layer tables keyed by it."""
+
+from __future__ import annotations
+
+import pickle
+from typing import get_args
+
+import pytest
+
+from cdml_edge.config import MODALITIES as CONFIG_MODALITIES
+from cdml_edge.config import AppConfig
+from cdml_edge.data.labels import LabelError
+from cdml_edge.decode import DecodeError
+from cdml_edge.errors import CdmlError
+from cdml_edge.modality import (
+    EXTENSIONS,
+    MODALITIES,
+    MODEL_MODALITIES,
+    SERIES_MODALITIES,
+    SOURCE_MODALITIES,
+    check_modality,
+    default_patterns,
+    modality_for,
+)
+from cdml_edge.model.spec import INPUT_KIND, ModelSpec, ModelSpecError
+
+
+def test_the_lists_nest() -> None:
+    assert (*SOURCE_MODALITIES, "binary") == MODALITIES
+    assert set(MODEL_MODALITIES) <= set(SOURCE_MODALITIES)
+    assert set(SERIES_MODALITIES) <= set(MODEL_MODALITIES)
+    assert set(EXTENSIONS) == set(SOURCE_MODALITIES)
+
+
+def test_config_and_model_spec_take_the_modality_lists() -> None:
+    assert CONFIG_MODALITIES == SOURCE_MODALITIES
+    source = AppConfig.model_json_schema()["$defs"]["SourceConfig"]["properties"]["modality"]
+    assert tuple(source["enum"]) == SOURCE_MODALITIES
+    assert get_args(ModelSpec.model_fields["modality"].annotation) == MODEL_MODALITIES
+    assert tuple(INPUT_KIND) == MODEL_MODALITIES
+
+
+@pytest.mark.parametrize(
+    ("name", "modality"),
+    [
+        ("cam/0001.JPG", "image"),
+        ("a.flac", "audio"),
+        ("t.tsv", "csv"),
+        ("s.npz", "timeseries"),
+        ("r.ndjson", "json"),
+        ("notes.md", "text"),
+        ("frame.raw", "binary"),
+        ("noext", "binary"),
+    ],
+)
+def test_modality_for(name: str, modality: str) -> None:
+    assert modality_for(name) == modality
+
+
+def test_check_modality() -> None:
+    assert check_modality("binary") == "binary"
+    with pytest.raises(ValueError, match="unknown modality 'smell'"):
+        check_modality("smell")
+
+
+def test_default_patterns() -> None:
+    assert default_patterns("csv") == ("*.csv", "*.tsv", "*.CSV", "*.TSV")
+    # a time series may come as a CSV file
+    assert default_patterns("timeseries") == (
+        "*.npy", "*.npz", "*.csv", "*.tsv", "*.NPY", "*.NPZ", "*.CSV", "*.TSV"
+    )
+    assert "*.JPEG" in default_patterns("image")
+    assert default_patterns("binary") == ("*",)
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        DecodeError("cam/1.jpg", "truncated"),
+        DecodeError("cam/1.jpg: truncated"),  # the form a DataLoader re-raises
+        DecodeError("", "empty"),
+        ModelSpecError("m.onnx: no spec"),
+        LabelError("labels.csv", "row 3 has no label"),
+    ],
+)
+def test_typed_errors_derive_from_the_root_and_pickle(error: Exception) -> None:
+    assert isinstance(error, CdmlError) and isinstance(error, ValueError)
+    back = pickle.loads(pickle.dumps(error))
+    assert type(back) is type(error)
+    assert str(back) == str(error) and vars(back) == vars(error)
