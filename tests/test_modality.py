@@ -10,7 +10,7 @@ import pytest
 from cdml_edge.config import MODALITIES as CONFIG_MODALITIES
 from cdml_edge.config import AppConfig
 from cdml_edge.data.labels import LabelError
-from cdml_edge.decode import DecodeError
+from cdml_edge.decode import DECODERS, DecodeError, decode
 from cdml_edge.errors import CdmlError
 from cdml_edge.modality import (
     EXTENSIONS,
@@ -38,6 +38,30 @@ def test_config_and_model_spec_take_the_modality_lists() -> None:
     assert tuple(source["enum"]) == SOURCE_MODALITIES
     assert get_args(ModelSpec.model_fields["modality"].annotation) == MODEL_MODALITIES
     assert tuple(INPUT_KIND) == MODEL_MODALITIES
+
+
+def test_one_decoder_per_modality_with_the_options_it_takes() -> None:
+    assert tuple(DECODERS) == MODALITIES
+    options = {m: set(d.options) for m, d in DECODERS.items()}
+    assert options == {
+        "image": {"target_size", "reduced", "max_pixels"},
+        "audio": {"sample_rate", "mode", "n_mfcc", "hop_length", "n_fft"},
+        "csv": {"encoding"},
+        "timeseries": {"key"},
+        "json": {"encoding"},
+        "text": {"encoding"},
+        "binary": set(),
+    }
+    assert DECODERS["audio"].options["n_mfcc"] == 20
+
+
+def test_decode_dispatches_through_the_table_and_ignores_foreign_options() -> None:
+    table = decode(b"a;b\n1;2\n", "t.csv", target_size=8, n_mfcc=4)
+    assert table.columns == ["a", "b"] and table.values.tolist() == [[1.0, 2.0]]
+    assert decode(bytearray(b"\x00\x01"), "frame.raw") == b"\x00\x01"
+    assert decode(b'{"a": 1}', "x.bin", "json") == {"a": 1}
+    with pytest.raises(ValueError, match="unknown modality"):
+        decode(b"", "x", "smell")
 
 
 @pytest.mark.parametrize(
