@@ -23,6 +23,9 @@ from cdml_edge.modality import (
     modality_for,
 )
 from cdml_edge.model.spec import INPUT_KIND, ModelSpec, ModelSpecError
+from cdml_edge.window.inputs import MODEL_INPUTS
+from cdml_edge.window.manifest import ManifestItem
+from cdml_edge.window.pieces import item_pieces
 
 
 def test_the_lists_nest() -> None:
@@ -62,6 +65,29 @@ def test_decode_dispatches_through_the_table_and_ignores_foreign_options() -> No
     assert decode(b'{"a": 1}', "x.bin", "json") == {"a": 1}
     with pytest.raises(ValueError, match="unknown modality"):
         decode(b"", "x", "smell")
+
+
+def test_window_inputs_cover_what_sources_produce() -> None:
+    assert tuple(MODEL_INPUTS) == SOURCE_MODALITIES
+    assert {m for m, e in MODEL_INPUTS.items() if e.segmented} == {"csv", "timeseries"}
+    for modality in MODEL_MODALITIES:  # every modality a model scores can be warmed up
+        sample = MODEL_INPUTS[modality].warm_up_sample
+        assert sample is not None
+        name, data = sample(None)
+        decoded = MODEL_INPUTS[modality].decode(data, name, None)
+        assert decoded is not None and decoded.size > 0
+    assert MODEL_INPUTS["json"].decode(b"[1]", "a.json", None) is None  # checked only
+    with pytest.raises(DecodeError):
+        MODEL_INPUTS["text"].decode(b"\xff\xfe\xfa", "a.txt", None)
+
+
+def test_a_window_member_of_no_window_input_fails_to_decode() -> None:
+    item = ManifestItem(id="i", member="a.bin", name="a.bin", size=1, mtime_ns=0, ts=0.0,
+                        sha256="0" * 64)
+    with pytest.raises(DecodeError, match="no decoder for modality 'binary'"):
+        item_pieces(item, "binary", b"x", None, None)
+    [piece] = item_pieces(item, "text", b"hi", None, None)
+    assert piece.array is None and piece.suffix == ""
 
 
 @pytest.mark.parametrize(

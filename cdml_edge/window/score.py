@@ -14,21 +14,13 @@ import hashlib
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 
-from cdml_edge.decode import (
-    DecodeError,
-    decode_audio,
-    decode_csv,
-    decode_image,
-    decode_json,
-    decode_text,
-    decode_timeseries,
-)
+from cdml_edge.decode import DecodeError
 from cdml_edge.model.runner import ModelRunner, Prediction
-from cdml_edge.model.spec import AudioInput, ImageInput, ModelSpecError, SeriesInput
+from cdml_edge.model.spec import ModelSpecError
+from cdml_edge.window.inputs import MODEL_INPUTS
 from cdml_edge.window.manifest import MANIFEST_NAME, ItemOutcome, ManifestItem, WindowManifest
 from cdml_edge.window.payloads import (
     ArchiveInfo,
@@ -40,8 +32,7 @@ from cdml_edge.window.payloads import (
     WindowTimings,
     relative_topic,
 )
-
-SERIES_MODALITIES = ("csv", "timeseries")
+from cdml_edge.window.pieces import Piece, item_pieces
 
 
 @dataclass(frozen=True)
@@ -74,16 +65,6 @@ class WindowOutcome:
         return out
 
 
-@dataclass
-class _Piece:
-    """One unit the model scores: a whole item or one segment of a series."""
-
-    item: ManifestItem
-    modality: str
-    suffix: str  # "" for a whole item, "#rows=0-255" for a segment
-    array: np.ndarray | None  # prepared model input; None when the modality has no model
-
-
 def process_window(
     archive: bytes,
     runners: Mapping[str, ModelRunner],
@@ -95,37 +76,91 @@ def process_window(
     pack_ms: float = 0.0,
     now: Callable[[], float] = time.time,
 ) -> WindowOutcome:
-    """Score one window archive (its ``manifest.json`` says what is inside)."""
-    from cdml_edge.archive import open_archive
+    """Score one window archive (its ``manifest.json`` says what is inside).
 
+    Steps: read the manifest and members, decode them into model pieces, run one batch per
+    modality, build the results. A member that cannot be read, decoded or prepared becomes
+    an :class:`ItemFailure`; the rest of the window is scored.
+    """
     seq = sequencer or Sequencer()
     t0 = time.perf_counter()
+    manifest, members, failures = _read_members(archive, archive_name)
+    t_read = time.perf_counter()
+    pieces, bad = _decode_members(manifest, members, runners, segment_rows)
+    failures += bad
+    t_decode = time.perf_counter()
+    preds, used = _infer(pieces, runners)
+    t_infer = time.perf_counter()
+    results = _item_results(manifest, pieces, preds, runners, seq, device, emitted=now())
+    counts = _counts(pieces, preds, failures)
+    model = next(iter(used.values()), None)
+    scored = manifest.with_results(
+        _item_outcomes(pieces, preds, failures),
+        model=model.name if model else None,
+        model_version=model.version if model else None,
+    )
+    t_end = time.perf_counter()
+    timings = WindowTimings(
+        pack_ms=round(pack_ms, 3),
+        read_ms=round((t_read - t0) * 1000, 3),
+        decode_ms=round((t_decode - t_read) * 1000, 3),
+        infer_ms=round((t_infer - t_decode) * 1000, 3),
+        total_ms=round(pack_ms + (t_end - t0) * 1000, 3),
+    )
+    window = _window_result(
+        manifest, archive, archive_name, counts, len(failures), timings,
+        seq=seq.next(relative_topic("window", manifest.source)), device=device,
+    )
+    return WindowOutcome(scored, results, window, failures)
+
+
+def _read_members(
+    archive: bytes, archive_name: str | None
+) -> tuple[WindowManifest, list[bytes | None], list[ItemFailure]]:
+    """The manifest and each item's bytes (``None`` for a member that cannot be read)."""
+    from cdml_edge.archive import open_archive
+
     arc = open_archive(archive)
     manifest = WindowManifest.from_bytes(arc.read(MANIFEST_NAME), where=f"{archive_name}")
-    failures: list[ItemFailure] = []
-    members: list[bytes | None] = []
     try:
-        members = list(arc.read_many([it.member for it in manifest.items]))
+        return manifest, list(arc.read_many([it.member for it in manifest.items])), []
     except Exception:  # one bad member: read them one by one to find it
-        for it in manifest.items:
-            try:
-                members.append(arc.read(it.member))
-            except Exception as exc:
-                failures.append(ItemFailure(it, type(exc).__name__, str(exc)))
-                members.append(None)
-    t_read = time.perf_counter()
+        pass
+    members: list[bytes | None] = []
+    failures: list[ItemFailure] = []
+    for it in manifest.items:
+        try:
+            members.append(arc.read(it.member))
+        except Exception as exc:
+            failures.append(ItemFailure(it, type(exc).__name__, str(exc)))
+            members.append(None)
+    return manifest, members, failures
 
-    pieces: list[_Piece] = []
+
+def _decode_members(
+    manifest: WindowManifest,
+    members: list[bytes | None],
+    runners: Mapping[str, ModelRunner],
+    segment_rows: int | None,
+) -> tuple[list[Piece], list[ItemFailure]]:
+    """Each read member decoded and prepared for its modality's model, in manifest order."""
+    pieces: list[Piece] = []
+    failures: list[ItemFailure] = []
     for it, data in zip(manifest.items, members, strict=True):
         if data is None:
             continue
         modality = it.modality or manifest.modality
         try:
-            pieces.extend(_decode_item(it, modality, data, runners.get(modality), segment_rows))
+            pieces.extend(item_pieces(it, modality, data, runners.get(modality), segment_rows))
         except (DecodeError, ModelSpecError, ValueError) as exc:
             failures.append(ItemFailure(it, type(exc).__name__, str(exc)))
-    t_decode = time.perf_counter()
+    return pieces, failures
 
+
+def _infer(
+    pieces: list[Piece], runners: Mapping[str, ModelRunner]
+) -> tuple[dict[int, Prediction], dict[str, ModelRunner]]:
+    """One batch per modality: predictions by piece index, and the runners that ran."""
     preds: dict[int, Prediction] = {}
     used: dict[str, ModelRunner] = {}
     for modality in sorted({p.modality for p in pieces}):
@@ -137,17 +172,25 @@ def process_window(
         for i, one in zip(idx, runner.run(batch), strict=True):
             preds[i] = one
         used[modality] = runner
-    t_infer = time.perf_counter()
+    return preds, used
 
-    results: list[ItemResult] = []
-    outcomes: dict[str, ItemOutcome] = {}
-    counts: dict[str, int] = {}
+
+def _item_results(
+    manifest: WindowManifest,
+    pieces: list[Piece],
+    preds: dict[int, Prediction],
+    runners: Mapping[str, ModelRunner],
+    seq: Sequencer,
+    device: str,
+    *,
+    emitted: float,
+) -> list[ItemResult]:
+    """One result per piece, numbered on the source's result topic."""
     topic = relative_topic("result", manifest.source)
-    emitted = now()
+    results: list[ItemResult] = []
     for i, p in enumerate(pieces):
-        pred: Prediction | None = preds.get(i)
+        pred = preds.get(i)
         runner = runners.get(p.modality) if pred is not None else None
-        label = pred.label if pred else None
         results.append(
             ItemResult(
                 id=p.item.id + p.suffix,
@@ -156,7 +199,7 @@ def process_window(
                 item=p.item.name + p.suffix,
                 modality=p.modality,
                 ts=p.item.ts,
-                label=label,
+                label=pred.label if pred else None,
                 score=pred.score if pred else None,
                 anomaly=pred.anomaly if pred else False,
                 anomaly_score=pred.anomaly_score if pred else None,
@@ -167,27 +210,53 @@ def process_window(
                 device=device,
             )
         )
-        key = label if label is not None else p.modality
-        counts[key] = counts.get(key, 0) + 1
-        outcomes[p.item.id] = _worst(outcomes.get(p.item.id), pred)
+    return results
+
+
+def _item_outcomes(
+    pieces: list[Piece], preds: dict[int, Prediction], failures: list[ItemFailure]
+) -> dict[str, ItemOutcome]:
+    """The manifest's per-item outcome: the most anomalous piece, or the error."""
+    outcomes: dict[str, ItemOutcome] = {}
+    for i, p in enumerate(pieces):
+        outcomes[p.item.id] = _worst(outcomes.get(p.item.id), preds.get(i))
     for f in failures:
         outcomes[f.item.id] = ItemOutcome(error=f.error_type)
+    return outcomes
+
+
+def _counts(
+    pieces: list[Piece], preds: dict[int, Prediction], failures: list[ItemFailure]
+) -> dict[str, int]:
+    """Pieces per label (per modality when unlabelled), then ``error``: failed items."""
+    counts: dict[str, int] = {}
+    for i, p in enumerate(pieces):
+        pred = preds.get(i)
+        key = pred.label if pred and pred.label is not None else p.modality
+        counts[key] = counts.get(key, 0) + 1
     if failures:
         counts["error"] = len(failures)
+    return counts
 
-    model = next(iter(used.values()), None)
-    scored = manifest.with_results(
-        outcomes,
-        model=model.name if model else None,
-        model_version=model.version if model else None,
-    )
-    t_end = time.perf_counter()
-    window = WindowResult(
+
+def _window_result(
+    manifest: WindowManifest,
+    archive: bytes,
+    archive_name: str | None,
+    counts: dict[str, int],
+    errors: int,
+    timings: WindowTimings,
+    *,
+    seq: int,
+    device: str,
+) -> WindowResult:
+    """The window message: counts, the archive's name, size and hash, timings."""
+    return WindowResult(
         window_id=manifest.window_id,
         source=manifest.source,
         counts=counts,
-        items=len(manifest.items) - len(failures),
-        errors=len(failures),
+        items=len(manifest.items) - errors,
+        errors=errors,
         archive=ArchiveInfo(
             name=archive_name or f"{manifest.window_id}.{manifest.archive_format}",
             format=manifest.archive_format,
@@ -196,17 +265,10 @@ def process_window(
         ),
         opened_ts=manifest.opened_at,
         closed_ts=manifest.closed_at,
-        timings=WindowTimings(
-            pack_ms=round(pack_ms, 3),
-            read_ms=round((t_read - t0) * 1000, 3),
-            decode_ms=round((t_decode - t_read) * 1000, 3),
-            infer_ms=round((t_infer - t_decode) * 1000, 3),
-            total_ms=round(pack_ms + (t_end - t0) * 1000, 3),
-        ),
-        seq=seq.next(relative_topic("window", manifest.source)),
+        timings=timings,
+        seq=seq,
         device=device,
     )
-    return WindowOutcome(scored, results, window, failures)
 
 
 def error_event(
@@ -250,88 +312,15 @@ def _worst(prev: ItemOutcome | None, pred: Prediction | None) -> ItemOutcome:
     return prev
 
 
-def _decode_item(
-    it: ManifestItem,
-    modality: str,
-    data: bytes,
-    runner: ModelRunner | None,
-    segment_rows: int | None,
-) -> list[_Piece]:
-    spec_in = runner.spec.input if runner is not None else None
-    name = it.name
-    if modality == "image":
-        size = spec_in.size if isinstance(spec_in, ImageInput) else None
-        arr = decode_image(data, member=name, target_size=size)
-        return [_Piece(it, modality, "", runner.prepare(arr) if runner else None)]
-    if modality == "audio":
-        kw: dict[str, Any] = spec_in.decode_kwargs() if isinstance(spec_in, AudioInput) else {}
-        arr = decode_audio(data, member=name, **kw)
-        return [_Piece(it, modality, "", runner.prepare(arr) if runner else None)]
-    if modality in SERIES_MODALITIES:
-        table = _series(data, name, modality, spec_in)
-        if segment_rows is None or table.shape[0] <= segment_rows:
-            return [_Piece(it, modality, "", runner.prepare(table) if runner else None)]
-        out = []
-        for start in range(0, table.shape[0], segment_rows):
-            seg = table[start : start + segment_rows]
-            suffix = f"#rows={start}-{start + seg.shape[0] - 1}"
-            out.append(_Piece(it, modality, suffix, runner.prepare(seg) if runner else None))
-        return out
-    if modality == "json":
-        decode_json(data, member=name)
-    elif modality == "text":
-        decode_text(data, member=name)
-    else:
-        raise DecodeError(name, f"no decoder for modality {modality!r}")
-    return [_Piece(it, modality, "", None)]
-
-
 def warm_up_decoder(modality: str, runner: ModelRunner | None) -> None:
     """Decode one synthetic input of ``modality`` so lazy imports (librosa, numba JIT) and
     first-call costs are paid at start-up, not by the first real window."""
-    import io
-
-    if modality == "audio":
-        import soundfile as sf
-
-        buf = io.BytesIO()
-        sr = runner.spec.input.sample_rate if runner and isinstance(
-            runner.spec.input, AudioInput) else 16000
-        t = np.arange(sr // 4, dtype=np.float32) / sr
-        sf.write(buf, 0.1 * np.sin(2 * np.pi * 440 * t), sr, format="WAV")
-        data = buf.getvalue()
-        name = "warmup.wav"
-    elif modality == "image":
-        import cv2
-
-        ok, enc = cv2.imencode(".jpg", np.zeros((16, 16, 3), np.uint8))
-        data, name = enc.tobytes(), "warmup.jpg"
-    elif modality in SERIES_MODALITIES:
-        spec_in = runner.spec.input if runner is not None else None
-        cols = ["a"]
-        if isinstance(spec_in, SeriesInput):
-            cols = spec_in.columns or [f"c{i}" for i in range(spec_in.channels)]
-        data = (",".join(cols) + "\n" + ",".join("0" for _ in cols) + "\n").encode()
-        name = "warmup.csv"
-    else:
+    entry = MODEL_INPUTS.get(modality)
+    if entry is None or entry.warm_up_sample is None:
         return
+    name, data = entry.warm_up_sample(runner.spec.input if runner is not None else None)
     item = ManifestItem(id="warmup", member=name, name=name, size=len(data), mtime_ns=0, ts=0.0,
                         sha256=hashlib.sha256(data).hexdigest())
-    pieces = _decode_item(item, modality, data, runner, None)
+    pieces = item_pieces(item, modality, data, runner, None)
     if runner is not None and pieces and pieces[0].array is not None:
         runner.run(np.stack([p.array for p in pieces if p.array is not None]))
-
-
-def _series(data: bytes, name: str, modality: str, spec_in: Any) -> np.ndarray:
-    if modality == "timeseries" and not name.lower().endswith((".csv", ".tsv")):
-        return decode_timeseries(data, member=name)
-    table = decode_csv(data, member=name)
-    if table.values.shape[0] == 0:
-        raise DecodeError(name, "CSV has no data rows")
-    if isinstance(spec_in, SeriesInput) and spec_in.columns:
-        missing = [c for c in spec_in.columns if c not in table.columns]
-        if missing:
-            raise DecodeError(name, f"CSV lacks the model's columns {missing}")
-        cols = [table.columns.index(c) for c in spec_in.columns]
-        return np.ascontiguousarray(table.values[:, cols])
-    return table.values
