@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from cdml_edge.errors import CdmlError
 from cdml_edge.model.spec import (
     ImageInput,
     ModelSpec,
@@ -29,7 +30,7 @@ from cdml_edge.model.spec import (
 log = logging.getLogger(__name__)
 
 
-class InferenceError(RuntimeError):
+class InferenceError(CdmlError, RuntimeError):
     """A model failed to load or run; names the model file."""
 
 

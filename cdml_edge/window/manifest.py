@@ -14,17 +14,23 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from cdml_edge.errors import CdmlError
+
 MANIFEST_NAME = "manifest.json"
 FORMAT_VERSION = 1
 
 
-class ManifestError(ValueError):
+class ManifestError(CdmlError, ValueError):
     """A ``manifest.json`` that cannot be parsed or validated; names where it came from."""
 
     def __init__(self, where: str, reason: str) -> None:
         super().__init__(f"{where}: invalid {MANIFEST_NAME}: {reason}")
         self.where = where
         self.reason = reason
+
+    def __reduce__(self) -> tuple[type[ManifestError], tuple[str, str]]:
+        # picklable across processes (two-argument __init__)
+        return (type(self), (self.where, self.reason))
 
 
 class _Model(BaseModel):
