@@ -28,7 +28,7 @@ from torch.utils.data import DataLoader, Dataset
 
 from cdml_edge import CDMLStreamDataset
 from cdml_edge.archive import write_archive
-from cdml_edge.data.dataset import image_to_tensor
+from cdml_edge.data.samples import image_to_tensor
 from cdml_edge.decode import decode_image
 
 SIZE = 224

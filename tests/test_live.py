@@ -62,6 +62,9 @@ def test_reads_the_archive_once_from_a_path(tmp_path: Path) -> None:
     path.unlink()  # everything was read at construction: the file is no longer needed
     assert len(live.get_images()) == 3 and live.get_json()["meta/e.json"]["line"] == 3
     assert live.get_images() is live.get_images()  # decoded once, memoised
+    # the same options spelled differently share the memo
+    assert live.get_all()["audio"] is live.get_audio(n_mfcc=20, sample_rate=16000)
+    assert live.get_all(target_size=8)["image"] is live.get_images(8)
 
 
 def test_bad_member_raise_or_skip() -> None:

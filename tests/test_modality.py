@@ -10,6 +10,7 @@ import pytest
 from cdml_edge.config import MODALITIES as CONFIG_MODALITIES
 from cdml_edge.config import AppConfig
 from cdml_edge.data.labels import LabelError
+from cdml_edge.data.samples import SAMPLES
 from cdml_edge.decode import DECODERS, DecodeError, decode
 from cdml_edge.errors import CdmlError
 from cdml_edge.modality import (
@@ -66,6 +67,12 @@ def test_decode_dispatches_through_the_table_and_ignores_foreign_options() -> No
     assert decode(b'{"a": 1}', "x.bin", "json") == {"a": 1}
     with pytest.raises(ValueError, match="unknown modality"):
         decode(b"", "x", "smell")
+
+
+def test_one_sample_kind_per_modality() -> None:
+    assert tuple(SAMPLES) == MODALITIES
+    variable = {m: k.length_axis for m, k in SAMPLES.items() if k.length_axis is not None}
+    assert variable == {"audio": -1, "csv": 0, "timeseries": 0}
 
 
 def test_window_inputs_cover_what_sources_produce() -> None:

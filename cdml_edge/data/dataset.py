@@ -11,29 +11,17 @@ from __future__ import annotations
 
 import copy
 import fnmatch
-import json
 import os
 import posixpath
 from collections.abc import Callable, Sequence
 from typing import Any
 
-import numpy as np
-import torch
 from torch.utils.data import Dataset
 
 from cdml_edge.data.cache import ByteLRU, CacheInfo
 from cdml_edge.data.labels import LabelSource, resolve_labels
-from cdml_edge.decode import (
-    check_modality,
-    decode_audio,
-    decode_csv,
-    decode_image,
-    decode_json,
-    decode_text,
-    decode_timeseries,
-    modality_for,
-    normalize_size,
-)
+from cdml_edge.data.samples import SAMPLES, fit_length, pad_batch
+from cdml_edge.decode import DECODERS, check_modality, modality_for, normalize_size
 from cdml_edge.decode.image import TargetSize
 
 ArchivePath = str | os.PathLike[str] | bytes
@@ -42,25 +30,6 @@ Include = str | Sequence[str] | Callable[[str], bool] | None
 
 def _hidden(name: str) -> bool:
     return any(p.startswith(".") or p == "__MACOSX" for p in name.split("/"))
-
-
-def fit_length(arr: np.ndarray, length: int, axis: int) -> np.ndarray:
-    """Zero-pad or trim ``arr`` along ``axis`` to exactly ``length``."""
-    n = arr.shape[axis]
-    if n == length:
-        return arr
-    if n > length:
-        return np.take(arr, np.arange(length), axis=axis)
-    pad = [(0, 0)] * arr.ndim
-    pad[axis] = (0, length - n)
-    return np.pad(arr, pad)
-
-
-def image_to_tensor(rgb: np.ndarray) -> torch.Tensor:
-    """uint8 ``H×W×3`` -> float32 ``3×H×W`` in [0, 1]."""
-    out = rgb.transpose(2, 0, 1).astype(np.float32)  # numpy: no intra-op thread pool
-    out /= 255.0
-    return torch.from_numpy(out)
 
 
 class CDMLStreamDataset(Dataset[Any]):
@@ -227,34 +196,14 @@ class CDMLStreamDataset(Dataset[Any]):
         """Raw member bytes -> the sample (before labels)."""
         mod = self.modality
         tf = self.transform
-        if mod is None or mod == "binary":
+        if mod is None:
             return tf(data) if tf else data
-        if mod == "image":
-            rgb = decode_image(
-                data, member=name, target_size=self.target_size, reduced=self.reduced_decode
-            )
-            return tf(rgb) if tf else image_to_tensor(rgb)
-        value: Any
-        if mod == "audio":
-            value = decode_audio(data, member=name, **self.audio_options)
-            if self.fixed_length is not None:
-                value = fit_length(value, self.fixed_length, axis=-1)
-        elif mod in ("csv", "timeseries"):
-            value = (
-                decode_csv(data, member=name).values
-                if mod == "csv"
-                else decode_timeseries(data, member=name)
-            )
-            if self.fixed_length is not None:
-                value = fit_length(value, self.fixed_length, axis=0)
-        elif mod == "json":
-            value = decode_json(data, member=name)  # malformed JSON raises DecodeError
-            # records of different keys or shapes cannot be collated key by key
-            return tf(value) if tf else json.dumps(value, ensure_ascii=False)
-        else:  # text
-            value = decode_text(data, member=name).text
-            return tf(value) if tf else value
-        return tf(value) if tf else torch.from_numpy(np.ascontiguousarray(value))
+        kind = SAMPLES[mod]
+        opts = {"target_size": self.target_size, "reduced": self.reduced_decode}
+        value = kind.value(DECODERS[mod](data, name, **opts, **self.audio_options))
+        if kind.length_axis is not None and self.fixed_length is not None:
+            value = fit_length(value, self.fixed_length, kind.length_axis)
+        return tf(value) if tf else kind.default(value)
 
     def _item(self, index: int, data: bytes) -> Any:
         x = self.decode(self.names[index], data)
@@ -280,10 +229,10 @@ class CDMLStreamDataset(Dataset[Any]):
         idx = [self._index(i) for i in indices]
         datas = self._read_many([self.names[i] for i in idx])
         items = [self._item(i, d) for i, d in zip(idx, datas, strict=True)]
-        axis = _VARIABLE_AXIS.get(self.modality or "")
+        axis = SAMPLES[self.modality].length_axis if self.modality else None
         if axis is None or self.fixed_length is not None or self.transform is not None:
             return items
-        return _pad_batch(items, axis, labelled=self.targets is not None)
+        return pad_batch(items, axis, labelled=self.targets is not None)
 
     # -- distributed ----------------------------------------------------------------------
     def shard(self, rank: int, world_size: int, *, drop_last: bool = False) -> CDMLStreamDataset:
@@ -318,22 +267,6 @@ class CDMLStreamDataset(Dataset[Any]):
     def __repr__(self) -> str:
         mod = self.modality or "bytes"
         return f"CDMLStreamDataset({self.archive_name!r}, items={len(self)}, modality={mod})"
-
-
-# the axis along which items of a variable-length modality differ
-_VARIABLE_AXIS = {"audio": -1, "csv": 0, "timeseries": 0}
-
-
-def _pad_batch(items: list[Any], axis: int, *, labelled: bool) -> list[Any]:
-    """Zero-pad the tensors of one batch to its longest item along ``axis``."""
-    xs: list[torch.Tensor] = [it[0] for it in items] if labelled else list(items)
-    longest = max(x.shape[axis] for x in xs)
-    if all(x.shape[axis] == longest for x in xs):
-        return items
-    padded = [torch.from_numpy(fit_length(x.numpy(), longest, axis)) for x in xs]
-    if labelled:
-        return [(x, it[1]) for x, it in zip(padded, items, strict=True)]
-    return padded
 
 
 def _tune_worker() -> None:

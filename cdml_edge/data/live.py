@@ -8,24 +8,13 @@ the getters decode from those bytes and memoise their results.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
 from typing import Any, Literal
 
 import numpy as np
 
-from cdml_edge.decode import (
-    CsvTable,
-    DecodeError,
-    TextData,
-    decode_audio,
-    decode_csv,
-    decode_image,
-    decode_json,
-    decode_text,
-    decode_timeseries,
-    modality_for,
-)
+from cdml_edge.decode import DECODERS, CsvTable, DecodeError, TextData, modality_for
 from cdml_edge.decode.image import TargetSize
+from cdml_edge.modality import MODALITIES
 
 OnError = Literal["raise", "skip"]
 
@@ -95,16 +84,19 @@ class LiveBatchLoader:
         }
 
     # -- decoded --------------------------------------------------------------------------
-    def _decode_all(
-        self, key: tuple[Any, ...], modality: str, fn: Callable[[bytes, str], Any]
-    ) -> dict[str, Any]:
+    def _decoded(self, modality: str, **opts: Any) -> dict[str, Any]:
+        """Every member of ``modality`` decoded by its decoder with ``opts`` (those that
+        apply to it), in archive order; memoised per modality and options."""
+        decoder = DECODERS[modality]
+        kw = decoder.pick(opts)
+        key = (modality, *((k, kw.get(k, v)) for k, v in decoder.options.items()))
         cached = self._memo.get(key)
         if cached is not None:
             return cached
         out: dict[str, Any] = {}
         for n in self.members(modality):
             try:
-                out[n] = fn(self._data[n], n)
+                out[n] = decoder(self._data[n], n, **kw)
             except DecodeError as exc:
                 if self.on_error == "raise":
                     raise
@@ -114,11 +106,7 @@ class LiveBatchLoader:
 
     def get_images(self, target_size: TargetSize = None) -> dict[str, np.ndarray]:
         """uint8 ``H×W×3`` RGB per image member (resized when ``target_size`` is given)."""
-        return self._decode_all(
-            ("image", target_size),
-            "image",
-            lambda d, n: decode_image(d, member=n, target_size=target_size),
-        )
+        return self._decoded("image", target_size=target_size)
 
     def get_audio(
         self,
@@ -130,57 +118,44 @@ class LiveBatchLoader:
         n_fft: int = 2048,
     ) -> dict[str, np.ndarray]:
         """float32 MFCCs ``(n_mfcc, frames)`` (or waveforms) per audio member."""
-        opts: dict[str, Any] = {
-            "sample_rate": sample_rate,
-            "mode": mode,
-            "n_mfcc": n_mfcc,
-            "hop_length": hop_length,
-            "n_fft": n_fft,
-        }
-        return self._decode_all(
-            ("audio", *opts.values()), "audio", lambda d, n: decode_audio(d, member=n, **opts)
+        return self._decoded(
+            "audio",
+            sample_rate=sample_rate,
+            mode=mode,
+            n_mfcc=n_mfcc,
+            hop_length=hop_length,
+            n_fft=n_fft,
         )
 
     def get_csv(self) -> dict[str, CsvTable]:
         """Parsed tables (numeric values, column names) per CSV member."""
-        return self._decode_all(("csv",), "csv", lambda d, n: decode_csv(d, member=n))
+        return self._decoded("csv")
 
     def get_tabular(self) -> dict[str, np.ndarray]:
         """float32 2-D arrays of every CSV and time-series member."""
         out = {n: t.values for n, t in self.get_csv().items()}
-        out.update(
-            self._decode_all(
-                ("timeseries",), "timeseries", lambda d, n: decode_timeseries(d, member=n)
-            )
-        )
+        out.update(self._decoded("timeseries"))
         return {n: out[n] for n in self._data if n in out}
 
     def get_json(self) -> dict[str, Any]:
-        return self._decode_all(("json",), "json", lambda d, n: decode_json(d, member=n))
+        return self._decoded("json")
 
     def get_text(self) -> dict[str, TextData]:
-        return self._decode_all(("text",), "text", lambda d, n: decode_text(d, member=n))
+        return self._decoded("text")
 
     def get_binary(self) -> dict[str, bytes]:
-        return {n: self._data[n] for n in self.members("binary")}
+        return self._decoded("binary")
 
     def get_all(
         self, target_size: TargetSize = None, n_mfcc: int = 20
     ) -> dict[str, dict[str, Any]]:
         """Every modality present: ``{modality: {member: value}}``."""
-        getters: dict[str, Callable[[], dict[str, Any]]] = {
-            "image": lambda: self.get_images(target_size),
-            "audio": lambda: self.get_audio(n_mfcc),
-            "csv": self.get_csv,
-            "timeseries": lambda: self._decode_all(
-                ("timeseries",), "timeseries", lambda d, n: decode_timeseries(d, member=n)
-            ),
-            "json": self.get_json,
-            "text": self.get_text,
-            "binary": self.get_binary,
+        present = set(self.modality.values())
+        return {
+            m: self._decoded(m, target_size=target_size, n_mfcc=n_mfcc)
+            for m in MODALITIES
+            if m in present
         }
-        present = dict.fromkeys(self.modality.values())
-        return {m: getters[m]() for m in getters if m in present}
 
     def __len__(self) -> int:
         return len(self._data)
