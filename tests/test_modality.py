@@ -25,6 +25,7 @@ from cdml_edge.modality import (
 )
 from cdml_edge.model.runner import InferenceError
 from cdml_edge.model.spec import INPUT_KIND, ModelSpec, ModelSpecError
+from cdml_edge.nn.recipes import RECIPES, base_spec
 from cdml_edge.window.inputs import MODEL_INPUTS
 from cdml_edge.window.manifest import ManifestError, ManifestItem
 from cdml_edge.window.pieces import item_pieces
@@ -73,6 +74,12 @@ def test_one_sample_kind_per_modality() -> None:
     assert tuple(SAMPLES) == MODALITIES
     variable = {m: k.length_axis for m, k in SAMPLES.items() if k.length_axis is not None}
     assert variable == {"audio": -1, "csv": 0, "timeseries": 0}
+
+
+def test_one_training_recipe_per_model_modality() -> None:
+    assert tuple(RECIPES) == MODEL_MODALITIES
+    with pytest.raises(ValueError, match="cannot train on modality 'json'"):
+        base_spec("json", "m", None)
 
 
 def test_window_inputs_cover_what_sources_produce() -> None:

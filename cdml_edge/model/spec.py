@@ -20,7 +20,7 @@ Graph contract:
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
@@ -123,7 +123,8 @@ class SeriesInput(_Strict):
         return [self.channels, self.window]
 
 
-InputSpec = Annotated[ImageInput | AudioInput | SeriesInput, Field(discriminator="kind")]
+ModelInput = ImageInput | AudioInput | SeriesInput
+InputSpec = Annotated[ModelInput, Field(discriminator="kind")]
 
 # the input kind a model of each modality takes
 INPUT_KIND: dict[ModelModality, str] = {
@@ -217,7 +218,7 @@ def _check_stats(mean: list[float] | None, std: list[float] | None, n: int, what
 # -- input preparation (shared by training and serving) ------------------------------------------
 
 
-def prepare_batch(spec: ModelSpec, decoded: Sequence[np.ndarray]) -> np.ndarray:
+def prepare_batch(spec: ModelSpec, decoded: Iterable[np.ndarray]) -> np.ndarray:
     """Decoded arrays -> float32 model input ``(N, *spec.input.shape())``.
 
     Images: uint8 H×W×3 RGB (or H×W grey, or float in [0, 1]); audio: MFCC arrays
@@ -313,11 +314,12 @@ def _prepare_series(inp: SeriesInput, table: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(_normalise(a, inp.mean, inp.std), dtype=np.float32)
 
 
-def fit_input_stats(spec: ModelSpec, decoded: Sequence[np.ndarray]) -> ModelSpec:
+def fit_input_stats(spec: ModelSpec, decoded: Iterable[np.ndarray]) -> ModelSpec:
     """Return ``spec`` with per-channel mean/std of audio/series input measured on ``decoded``.
 
     Statistics are taken on exactly what :func:`prepare_batch` produces without
-    normalisation. Image specs are returned unchanged (their stats are fixed).
+    normalisation. Image specs are returned unchanged (their stats are fixed), without
+    consuming ``decoded`` (so a generator of decoded items costs nothing for images).
     """
     inp = spec.input
     if isinstance(inp, ImageInput):

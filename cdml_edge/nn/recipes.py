@@ -3,12 +3,15 @@
 Used by ``cdml-edge train`` and ``scripts/train_demo_models.py``. Items are decoded by
 :mod:`cdml_edge.decode` and prepared by :func:`cdml_edge.model.spec.prepare_item`, the
 same code the appliance runs, so training and serving see identical inputs.
+:data:`RECIPES` holds, per modality, how the classifier's input is specified and fed.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 import numpy as np
@@ -18,6 +21,7 @@ from torch.utils.data import DataLoader, Dataset, Subset, TensorDataset
 from cdml_edge.model.spec import (
     AudioInput,
     ImageInput,
+    ModelInput,
     ModelSpec,
     SeriesInput,
     fit_input_stats,
@@ -41,6 +45,75 @@ class TrainResult:
     scorer: AnomalyScorer | None = None
 
 
+@dataclass(frozen=True)
+class InputShape:
+    """What the caller fixes of an input: image size and channels, MFCC parameters."""
+
+    image_size: int = 32
+    channels: int = 3
+    audio: dict[str, int] | None = None
+
+
+def _image_input(sample: np.ndarray | None, shape: InputShape) -> ModelInput:
+    c = 3 if shape.channels == 3 else 1
+    return ImageInput.model_validate(
+        {"channels": c, "size": shape.image_size, "mean": [0.5] * c, "std": [0.5] * c}
+    )
+
+
+def _audio_input(sample: np.ndarray | None, shape: InputShape) -> ModelInput:
+    if sample is None:
+        raise ValueError("audio spec needs a decoded sample")
+    return AudioInput.model_validate({**(shape.audio or {}), "frames": int(sample.shape[-1])})
+
+
+def _series_input(sample: np.ndarray | None, shape: InputShape) -> ModelInput:
+    if sample is None:
+        raise ValueError("series spec needs a decoded sample")
+    a = sample if sample.ndim == 2 else sample[:, None]
+    return SeriesInput(channels=int(a.shape[1]), window=int(a.shape[0]))
+
+
+@dataclass(frozen=True)
+class InputRecipe:
+    """How the classifier input of one modality is specified and fed.
+
+    ``build(sample, shape)`` makes the input spec; where it reads its shape off a decoded
+    ``sample``, ``probe`` is the input spec that sample is decoded with. ``in_memory``:
+    items are decoded once into memory by default (small, or costly to decode: MFCC).
+    """
+
+    build: Callable[[np.ndarray | None, InputShape], ModelInput]
+    probe: ModelInput | None = None
+    in_memory: bool = False
+
+
+RECIPES: Mapping[str, InputRecipe] = MappingProxyType(
+    {
+        "image": InputRecipe(_image_input),
+        "audio": InputRecipe(_audio_input, probe=AudioInput(), in_memory=True),
+        "csv": InputRecipe(_series_input, SeriesInput(channels=1, window=1), in_memory=True),
+        "timeseries": InputRecipe(
+            _series_input, SeriesInput(channels=1, window=1), in_memory=True
+        ),
+    }
+)
+"""Modality -> :class:`InputRecipe`, for every modality a model scores."""
+
+
+def _recipe(modality: str) -> InputRecipe:
+    recipe = RECIPES.get(modality)
+    if recipe is None:
+        raise ValueError(f"cannot train on modality {modality!r}")
+    return recipe
+
+
+def _classifier(modality: str, name: str, inp: ModelInput) -> ModelSpec:
+    return ModelSpec.model_validate(
+        {"name": name, "modality": modality, "task": "classifier", "input": inp, "labels": ["?"]}
+    )
+
+
 def base_spec(
     modality: str,
     name: str,
@@ -50,26 +123,8 @@ def base_spec(
     audio: dict[str, int] | None = None,
 ) -> ModelSpec:
     """A classifier spec for ``modality``; audio/series shapes are read off ``sample``."""
-    inp: ImageInput | AudioInput | SeriesInput
-    if modality == "image":
-        c = 3 if channels == 3 else 1
-        inp = ImageInput.model_validate(
-            {"channels": c, "size": image_size, "mean": [0.5] * c, "std": [0.5] * c}
-        )
-    elif modality == "audio":
-        if sample is None:
-            raise ValueError("audio spec needs a decoded sample")
-        inp = AudioInput.model_validate({**(audio or {}), "frames": int(sample.shape[-1])})
-    elif modality in ("timeseries", "csv"):
-        if sample is None:
-            raise ValueError("series spec needs a decoded sample")
-        a = sample if sample.ndim == 2 else sample[:, None]
-        inp = SeriesInput(channels=int(a.shape[1]), window=int(a.shape[0]))
-    else:
-        raise ValueError(f"cannot train on modality {modality!r}")
-    return ModelSpec.model_validate(
-        {"name": name, "modality": modality, "task": "classifier", "input": inp, "labels": ["?"]}
-    )
+    shape = InputShape(image_size, channels, audio)
+    return _classifier(modality, name, _recipe(modality).build(sample, shape))
 
 
 def build_for(spec: ModelSpec, num_classes: int, latent_dim: int | None = None) -> LatentModel:
@@ -124,28 +179,10 @@ def train_from_archive(
     scores of held-out normal items.
     """
     torch.manual_seed(seed)
-    label = name or f"{modality}-model"
-    probe_spec = (
-        base_spec(modality, label, None, image_size, channels)
-        if modality == "image"
-        else _probe_spec(modality)
-    )
-    probe = spec_dataset(data, probe_spec, raw=True)
-    sample = np.asarray(probe[0][0])
-    spec = base_spec(modality, label, sample, image_size, channels)
-    classes = list(probe.classes)
-    spec = spec.model_copy(update={"labels": classes, "version": version})
-    if modality != "image":
-        spec = fit_input_stats(spec, [np.asarray(probe[i][0]) for i in range(len(probe))])
-    full = spec_dataset(data, spec)
-    if val_data is not None:
-        train_ds: Dataset[Any] = full
-        val_ds: Dataset[Any] = spec_dataset(val_data, spec)
-    else:
-        tr_idx, va_idx = _split(len(full), val_fraction, seed)
-        train_ds, val_ds = Subset(full, tr_idx), Subset(full, va_idx)
-    if in_memory if in_memory is not None else modality != "image":
-        train_ds, val_ds = materialize(train_ds), materialize(val_ds)
+    spec, classes = _spec_from_data(data, modality, name or f"{modality}-model", version,
+                                    InputShape(image_size, channels))
+    in_memory = _recipe(modality).in_memory if in_memory is None else in_memory
+    train_ds, val_ds = _datasets(data, val_data, spec, val_fraction, seed, in_memory)
     gen = torch.Generator().manual_seed(seed)
     train_loader = DataLoader(train_ds, batch_size=batch_size, shuffle=True, generator=gen)
     val_loader = DataLoader(val_ds, batch_size=256)
@@ -168,13 +205,39 @@ def train_from_archive(
     return TrainResult(trainer, spec, ckpt, classes, history, scorer)
 
 
-def _probe_spec(modality: str) -> ModelSpec:
-    inp: AudioInput | SeriesInput = (
-        AudioInput() if modality == "audio" else SeriesInput(channels=1, window=1)
-    )
-    return ModelSpec.model_validate(
-        {"name": "probe", "modality": modality, "task": "classifier", "input": inp, "labels": ["?"]}
-    )
+def _spec_from_data(
+    data: Any, modality: str, name: str, version: str, shape: InputShape
+) -> tuple[ModelSpec, list[str]]:
+    """The classifier spec for the class folders of ``data``, and the classes.
+
+    Input shapes are read off the first item, normalisation measured on all of them.
+    """
+    recipe = _recipe(modality)
+    probe_input = recipe.probe
+    if probe_input is None:  # the input does not depend on the data
+        probe_input = recipe.build(None, shape)
+    probe = spec_dataset(data, _classifier(modality, "probe", probe_input), raw=True)
+    classes = list(probe.classes)
+    spec = _classifier(modality, name, recipe.build(np.asarray(probe[0][0]), shape))
+    spec = spec.model_copy(update={"labels": classes, "version": version})
+    # a generator: image inputs have fixed statistics, so their items are not decoded here
+    return fit_input_stats(spec, (np.asarray(probe[i][0]) for i in range(len(probe)))), classes
+
+
+def _datasets(
+    data: Any, val_data: Any, spec: ModelSpec, val_fraction: float, seed: int, in_memory: bool
+) -> tuple[Dataset[Any], Dataset[Any]]:
+    """Training and validation sets: ``val_data``, or a ``val_fraction`` split of ``data``."""
+    full = spec_dataset(data, spec)
+    if val_data is not None:
+        train_ds: Dataset[Any] = full
+        val_ds: Dataset[Any] = spec_dataset(val_data, spec)
+    else:
+        tr_idx, va_idx = _split(len(full), val_fraction, seed)
+        train_ds, val_ds = Subset(full, tr_idx), Subset(full, va_idx)
+    if in_memory:
+        return materialize(train_ds), materialize(val_ds)
+    return train_ds, val_ds
 
 
 def _fit_anomaly(

@@ -17,9 +17,8 @@ from types import MappingProxyType
 import numpy as np
 
 from cdml_edge.decode import DECODERS, DecodeError
-from cdml_edge.model.spec import AudioInput, ImageInput, SeriesInput
+from cdml_edge.model.spec import AudioInput, ImageInput, ModelInput, SeriesInput
 
-ModelInput = ImageInput | AudioInput | SeriesInput
 Decode = Callable[[bytes, str, ModelInput | None], np.ndarray | None]
 Sample = Callable[[ModelInput | None], tuple[str, bytes]]
 
