@@ -25,8 +25,6 @@ Modality = Literal[SourceModality, "binary"]
 MODALITIES: Final[tuple[Modality, ...]] = get_args(Modality)
 SOURCE_MODALITIES: Final[tuple[SourceModality, ...]] = get_args(SourceModality)
 MODEL_MODALITIES: Final[tuple[ModelModality, ...]] = get_args(ModelModality)
-SERIES_MODALITIES: Final[tuple[ModelModality, ...]] = ("csv", "timeseries")
-"""Rows × columns: scored as series, segmentable into row ranges."""
 
 EXTENSIONS: Final[dict[str, tuple[str, ...]]] = {
     "image": (".jpg", ".jpeg", ".png", ".bmp", ".webp", ".tif", ".tiff", ".ppm", ".pgm"),
@@ -71,7 +69,6 @@ __all__ = [
     "EXTENSIONS",
     "MODALITIES",
     "MODEL_MODALITIES",
-    "SERIES_MODALITIES",
     "SOURCE_MODALITIES",
     "Modality",
     "ModelModality",

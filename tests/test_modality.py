@@ -17,7 +17,6 @@ from cdml_edge.modality import (
     EXTENSIONS,
     MODALITIES,
     MODEL_MODALITIES,
-    SERIES_MODALITIES,
     SOURCE_MODALITIES,
     check_modality,
     default_patterns,
@@ -34,7 +33,6 @@ from cdml_edge.window.pieces import item_pieces
 def test_the_lists_nest() -> None:
     assert (*SOURCE_MODALITIES, "binary") == MODALITIES
     assert set(MODEL_MODALITIES) <= set(SOURCE_MODALITIES)
-    assert set(SERIES_MODALITIES) <= set(MODEL_MODALITIES)
     assert set(EXTENSIONS) == set(SOURCE_MODALITIES)
 
 
