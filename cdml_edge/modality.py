@@ -1,8 +1,9 @@
 """The one list of modalities: their names, file extensions and default source patterns.
 
-Everything else keyed by modality is a table over these names, one per layer: the
-decoders (:mod:`cdml_edge.decode.table`), what a window's members become before the
-model (:mod:`cdml_edge.window.inputs`), what a dataset item becomes (``cdml_edge.data``).
+Behaviour per modality is a table over these names, one per layer:
+``decode.DECODERS`` (bytes -> value), ``model.spec.INPUT_KIND`` (the input a model takes),
+``window.inputs.MODEL_INPUTS`` (bytes -> model input, warm-up sample),
+``data.samples.SAMPLES`` (value -> dataset sample) and ``nn.recipes.RECIPES`` (training).
 
 >>> modality_for("cam/0001.JPG")
 'image'
