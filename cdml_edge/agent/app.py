@@ -40,6 +40,7 @@ from cdml_edge.agent.sources import (
 from cdml_edge.agent.windows import ByteBudget, Windower, WindowPolicy
 from cdml_edge.config import AppConfig, ConfigError, SourceConfig, load_config
 from cdml_edge.decode import EXTENSIONS
+from cdml_edge.errors import CdmlError
 from cdml_edge.model.runner import ModelOverrides, ModelRunner, load_runners
 from cdml_edge.window.items import Window
 from cdml_edge.window.pack import pack_window
@@ -57,7 +58,7 @@ RETRY_BACKOFF_S = 0.5  # first retry after 0.5 s, then 1 s, 2 s ...
 OUTPUT_PAUSE_S = 1.0  # intake pause (and retry delay) after the output refused a window
 
 
-class OutputFailed(Exception):
+class OutputFailed(CdmlError):
     """The output refused a window's messages (disk full, publisher closed): not the files'
     fault. They stay on disk and are taken again; their budget bytes are already released."""
 

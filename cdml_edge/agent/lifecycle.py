@@ -19,31 +19,22 @@ import time
 from pathlib import Path
 from typing import Literal
 
+from cdml_edge.errors import CdmlError
+from cdml_edge.fsio import unique_name
+
 log = logging.getLogger(__name__)
 
 OnDone = Literal["delete", "move", "keep"]
 
 
-class LifecycleError(OSError):
+class LifecycleError(CdmlError, OSError):
     """A source file that could not be deleted, moved or quarantined; names the file."""
-
-
-def _unique(dest: Path) -> Path:
-    """``dest``, or ``name.1.ext``, ``name.2.ext``... when it exists already."""
-    if not dest.exists():
-        return dest
-    stem, suffix = dest.stem, dest.suffix
-    for n in range(1, 100_000):
-        cand = dest.with_name(f"{stem}.{n}{suffix}")
-        if not cand.exists():
-            return cand
-    raise LifecycleError(f"{dest}: no free name for it")
 
 
 def move_file(src: Path, folder: Path, name: str | None = None) -> Path:
     """Move ``src`` into ``folder`` (same file system: one rename) without overwriting."""
     folder.mkdir(parents=True, exist_ok=True)
-    dest = _unique(folder / (name or src.name))
+    dest = unique_name(folder, name or src.name)
     try:
         os.replace(src, dest)
     except OSError as exc:
@@ -105,7 +96,7 @@ class FileLifecycle:
                     dest = move_file(path, folder, flat)
                 elif data is not None:
                     folder.mkdir(parents=True, exist_ok=True)
-                    dest = _unique(folder / flat)
+                    dest = unique_name(folder, flat)
                     dest.write_bytes(data)
                     size = len(data)
                     self.quarantine_bytes_written += size

@@ -6,6 +6,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from cdml_edge.errors import CdmlError
 from cdml_edge.window.items import Item
 
 ItemSink = Callable[[Item], None]
@@ -13,7 +14,7 @@ ErrorSink = Callable[[str, str | None, Exception, Path | None], None]
 """``(source, item name, error, path)`` — called for an item that could not be taken."""
 
 
-class SourceError(Exception):
+class SourceError(CdmlError):
     """An input that cannot be taken (vanished, unreadable); names the file."""
 
     def __init__(self, path: Path | str, message: str) -> None:

@@ -13,12 +13,14 @@ import socket
 import threading
 from typing import Any
 
+from cdml_edge.errors import CdmlError
+
 log = logging.getLogger(__name__)
 
 DEFAULT_EMBEDDED_PORT = 1883
 
 
-class EmbeddedBrokerError(RuntimeError):
+class EmbeddedBrokerError(CdmlError, RuntimeError):
     """The embedded broker could not start (port taken, amqtt missing, ...)."""
 
 

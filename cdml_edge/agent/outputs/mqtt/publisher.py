@@ -45,6 +45,7 @@ from cdml_edge.agent.outputs.mqtt.tls import (
     tls_context,
 )
 from cdml_edge.config import MqttConfig, OutboxConfig, SpoolConfig
+from cdml_edge.errors import CdmlError
 from cdml_edge.window.payloads import OutMessage, StatusPayload
 
 log = logging.getLogger(__name__)
@@ -56,7 +57,7 @@ def _no_delay(client: Any, userdata: Any, sock: Any) -> None:
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
 
-class PublisherClosed(RuntimeError):
+class PublisherClosed(CdmlError, RuntimeError):
     """``publish_batch`` after ``stop``."""
 
 

@@ -36,6 +36,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO, Literal
 
+from cdml_edge.errors import CdmlError
+
 log = logging.getLogger(__name__)
 
 MAGIC = b"CDSP"
@@ -50,7 +52,7 @@ FsyncPolicy = Literal["always", "batch", "never"]
 FullPolicy = Literal["drop_oldest", "block"]
 
 
-class SpoolError(Exception):
+class SpoolError(CdmlError):
     """A spool that cannot be used; names the spool folder or file."""
 
 

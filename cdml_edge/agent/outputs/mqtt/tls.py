@@ -9,11 +9,12 @@ from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 from cdml_edge.config import MqttConfig, TlsConfig
+from cdml_edge.errors import CdmlError
 
 log = logging.getLogger(__name__)
 
 
-class MqttSetupError(ValueError):
+class MqttSetupError(CdmlError, ValueError):
     """The ``mqtt`` section cannot be turned into a connection; names the field."""
 
 
