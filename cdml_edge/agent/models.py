@@ -1,0 +1,62 @@
+"""The configured models, loaded and warmed up, and what they make one item cost the budget."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+from pathlib import Path
+
+from cdml_edge.agent.windows import ByteBudget
+from cdml_edge.config import AppConfig
+from cdml_edge.model.runner import ModelOverrides, ModelRunner, load_runners
+from cdml_edge.window.score import warm_up_decoder
+
+log = logging.getLogger(__name__)
+
+DATA_COPIES = 4  # the item, the packed archive, the member read back, one decoded copy
+RESULT_BYTES = 4096  # per item: manifest entry, result record and its JSON message
+MAX_WARMUP_BATCH = 256  # the warm-up batch follows max_items up to this many rows
+
+
+def load_models(cfg: AppConfig) -> dict[str, ModelRunner]:
+    """Load and warm up the configured models (raises if one cannot be loaded).
+
+    Each model is warmed up with the biggest batch its sources can send (their
+    ``window.max_items``, at most ``MAX_WARMUP_BATCH``).
+    """
+    models: dict[str, tuple[str | Path, ModelOverrides]] = {
+        m: (
+            mc.path,
+            ModelOverrides(mc.labels, mc.input_size, mc.anomaly_threshold, mc.providers),
+        )
+        for m, mc in cfg.models.items()
+    }
+    biggest: dict[str, int] = {}
+    for sc in cfg.sources:
+        biggest[sc.modality] = max(
+            biggest.get(sc.modality, 1), min(sc.window.max_items, MAX_WARMUP_BATCH)
+        )
+    return load_runners(models, warm_up=True, batch=biggest)
+
+
+def window_charges(budget: ByteBudget, runners: dict[str, ModelRunner]) -> None:
+    """Set what one item costs the budget, per modality, from the loaded models.
+
+    Besides ``DATA_COPIES`` copies of its bytes an item holds its prepared model input
+    (float32), its row of the stacked batch and the intermediate float32 copies made while
+    preparing it (one more input's worth), plus ``RESULT_BYTES`` for its records.
+    """
+    for modality, runner in runners.items():
+        budget.item_extra[modality] = 3 * runner.input_bytes + RESULT_BYTES
+
+
+def warm_up_decoders(modalities: Iterable[str], runners: dict[str, ModelRunner]) -> None:
+    """Decode one sample per modality so the first real window pays no import or JIT cost.
+
+    A failed warm-up is logged, never raised: it is an optimisation, not a reason to stop.
+    """
+    for modality in sorted(set(modalities)):
+        try:
+            warm_up_decoder(modality, runners.get(modality))
+        except Exception as exc:
+            log.warning("warm-up of the %s decoder failed: %s", modality, exc)

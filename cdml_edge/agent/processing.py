@@ -1,0 +1,182 @@
+"""The work done on one closed window: pack -> score -> quarantine bad items -> retain ->
+output -> once durable, finish the source files (``on_done``).
+
+A window's budget bytes are released once it has been handed to the output (or has failed);
+its files are deleted, moved or kept only when the output calls back that the results are
+durable, so a crash before then leaves them on disk (at-least-once).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from cdml_edge.agent.events import ErrorReporter
+from cdml_edge.agent.health import Metrics
+from cdml_edge.agent.lifecycle import FileLifecycle
+from cdml_edge.agent.outputs.base import Output
+from cdml_edge.agent.retry import Attempts, RetryPolicy
+from cdml_edge.agent.sources.factory import Source
+from cdml_edge.agent.windows import ByteBudget
+from cdml_edge.config import AppConfig, SourceConfig
+from cdml_edge.errors import CdmlError
+from cdml_edge.model.runner import ModelRunner
+from cdml_edge.window.items import Window
+from cdml_edge.window.pack import pack_window
+from cdml_edge.window.payloads import ItemResult, OutMessage
+from cdml_edge.window.score import WindowOutcome, process_window
+
+if TYPE_CHECKING:
+    from cdml_edge.store.retention import RetentionRing
+
+log = logging.getLogger(__name__)
+
+
+class OutputFailed(CdmlError):
+    """The output refused a window's messages (disk full, publisher closed): not the files'
+    fault. They stay on disk and are taken again; their budget bytes are already released."""
+
+
+@dataclass
+class WindowProcessor:
+    """Processes windows with the running configuration, models and output (thread-safe:
+    every worker thread calls :meth:`handle`). ``done`` is called once per window, when it
+    is durable or has failed."""
+
+    cfg: AppConfig
+    runners: Mapping[str, ModelRunner]
+    output: Output
+    budget: ByteBudget
+    sources: Mapping[str, Source]
+    lifecycle: FileLifecycle
+    metrics: Metrics
+    errors: ErrorReporter
+    attempts: Attempts
+    retry: RetryPolicy
+    done: Callable[[], None]
+    retention: RetentionRing | None = None
+
+    def handle(self, window: Window) -> None:
+        """Process ``window``; a failure goes to the retry policy and is never raised."""
+        try:
+            self.process(window)
+        except OutputFailed as exc:
+            log.error("output failed for window %s, files kept for a retry: %s",
+                      window.window_id, exc)
+            self.metrics.errors.labels(stage="output").inc()
+            self.retry.output_failed(window)
+            self.done()
+        except Exception as exc:
+            log.exception("window %s failed", window.window_id)
+            self.metrics.errors.labels(stage="pipeline").inc()
+            self.errors.publish([self.errors.event(window.source, None, type(exc).__name__,
+                                                   str(exc))])
+            self.retry.window_failed(window, exc)
+            self.budget.release(window.charged)
+            self.done()
+
+    def process(self, window: Window) -> None:
+        """Score ``window`` and hand its messages to the output; raises on a failure
+        (:class:`OutputFailed` when the output refused them)."""
+        sc = next(s for s in self.cfg.sources if s.name == window.source)
+        outcome, errors = self._score(window, sc)
+        on_durable = self._when_durable(window, sc, {f.item.id for f in outcome.failures})
+        msgs = outcome.messages() + errors
+        self._observe_arrival(window.source, outcome.results)
+        try:
+            self.output.publish_batch(msgs, on_durable)
+        except Exception as exc:
+            raise OutputFailed(f"{type(exc).__name__}: {exc}") from exc
+        finally:
+            self.budget.release(window.charged)  # the only release of a window that got this far
+
+    def _score(self, window: Window, sc: SourceConfig) -> tuple[WindowOutcome, list[OutMessage]]:
+        """Pack, score, quarantine the bad items and retain the window; the outcome and the
+        error events. The packed archive lives only here, not while the output works."""
+        cfg = self.cfg
+        packed = pack_window(
+            window,
+            device=cfg.device.id,
+            modality=sc.modality,
+            archive_format=cfg.pack.format,
+            level=cfg.pack.level,
+            site=cfg.device.site,
+        )
+        outcome = process_window(
+            packed.archive,
+            self.runners,
+            device=cfg.device.id,
+            segment_rows=sc.segment_rows,
+            sequencer=self.errors.sequencer,
+            archive_name=packed.name,
+            pack_ms=packed.pack_ms,
+        )
+        for model in {r.model for r in outcome.results}:
+            if model != "none":
+                self.metrics.inference_latency.labels(model=model).observe(
+                    outcome.window.timings.infer_ms / 1000.0
+                )
+        errors = self._quarantine_failures(window, outcome)
+        if self.retention is not None:
+            errors += self._retain(window.source, packed.archive, outcome)
+        return outcome, errors
+
+    def _quarantine_failures(self, window: Window, outcome: WindowOutcome) -> list[OutMessage]:
+        """Quarantine each item that could not be decoded; one error event each."""
+        by_id = {it.item_id: it for it in window.items}
+        errors: list[OutMessage] = []
+        for f in outcome.failures:
+            it = by_id[f.item.id]
+            self.metrics.errors.labels(stage="decode").inc()
+            dest = self.lifecycle.quarantine(
+                window.source, it.name, it.path, None if it.path else it.data
+            )
+            if dest is not None and it.path is None:
+                self.metrics.bytes_written.labels(kind="quarantine").inc(len(it.data))
+            if it.path is not None:
+                self.sources[window.source].release(it.path, keep=False)
+            errors.append(self.errors.event(window.source, it.name, f.error_type, f.message, dest))
+        return errors
+
+    def _retain(self, source: str, archive: bytes, outcome: WindowOutcome) -> list[OutMessage]:
+        """Keep the scored window in the retention ring; an event on a full disk (once per
+        episode) and on recovery. A full disk is counted, the live path goes on."""
+        assert self.retention is not None
+        res = self.retention.store(archive, outcome.manifest)
+        if res.bytes_written:
+            self.metrics.bytes_written.labels(kind="retention").inc(res.bytes_written)
+        if res.status.value == "disk_full":
+            self.metrics.errors.labels(stage="retention_disk_full").inc()
+        if res.event is None:
+            return []
+        return [self.errors.event(source, None, res.event, res.error or "ok")]
+
+    def _when_durable(
+        self, window: Window, sc: SourceConfig, failed_ids: set[str]
+    ) -> Callable[[], None]:
+        """The ``on_durable`` callback: finish the scored files, count the window, ``done``.
+        Only paths travel into it, not the window's bytes."""
+        done_paths = [it.path for it in window.items if it.path and it.item_id not in failed_ids]
+        done_ids = [it.item_id for it in window.items if it.path]
+        closed_ts, source = window.closed_ts, window.source
+
+        def on_durable() -> None:
+            self.attempts.clear(done_ids)
+            for p in done_paths:
+                self.lifecycle.finish(p, sc.on_done, sc.move_to)
+                src = self.sources.get(source)
+                if src is not None:
+                    src.release(p, keep=sc.on_done == "keep")
+            self.metrics.windows.labels(source=source).inc()
+            self.metrics.window_latency.labels(source=source).observe(time.time() - closed_ts)
+            self.done()
+
+        return on_durable
+
+    def _observe_arrival(self, source: str, results: Sequence[ItemResult]) -> None:
+        now = time.time()
+        for r in results:
+            self.metrics.item_latency.labels(source=source).observe(max(0.0, now - r.ts))

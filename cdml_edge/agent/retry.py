@@ -1,0 +1,120 @@
+"""What happens to a window's files when the window fails: retried with backoff, or quarantined.
+
+Two failures are told apart. A window that failed as a whole (a model error, say) counts an
+attempt against each of its files: a file is taken again after ``RETRY_BACKOFF_S`` doubling
+per attempt, and quarantined once it was in ``WINDOW_ATTEMPTS`` failed windows. A window the
+output refused (disk full, publisher closed) is not the files' fault: they are put back
+without an attempt counted, and intake pauses for ``OUTPUT_PAUSE_S``.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterable, Mapping
+
+from cdml_edge.agent.events import ErrorReporter
+from cdml_edge.agent.health import Metrics
+from cdml_edge.agent.lifecycle import FileLifecycle
+from cdml_edge.agent.sources.factory import Source
+from cdml_edge.window.items import Window
+from cdml_edge.window.payloads import OutMessage
+
+WINDOW_ATTEMPTS = 3  # a file whose whole window failed this often is quarantined
+RETRY_BACKOFF_S = 0.5  # first retry after 0.5 s, then 1 s, 2 s ...
+OUTPUT_PAUSE_S = 1.0  # intake pause (and retry delay) after the output refused a window
+
+
+class Attempts:
+    """Failed windows per item id (files only); kept across reloads, thread-safe."""
+
+    def __init__(self) -> None:
+        self._counts: dict[str, int] = {}
+        self._lock = threading.Lock()
+
+    def fail(self, item_id: str) -> int:
+        """Count one more failed window for ``item_id``; the count so far. An item that
+        reaches ``WINDOW_ATTEMPTS`` is forgotten (it is quarantined)."""
+        with self._lock:
+            n = self._counts.get(item_id, 0) + 1
+            self._counts[item_id] = n
+            if n >= WINDOW_ATTEMPTS:
+                self._counts.pop(item_id, None)
+            return n
+
+    def clear(self, item_ids: Iterable[str]) -> None:
+        """The items were scored: their earlier failures no longer count."""
+        with self._lock:
+            for i in item_ids:
+                self._counts.pop(i, None)
+
+
+class RetryPolicy:
+    """Applies the module's policy to the windows of the running sources."""
+
+    def __init__(
+        self,
+        sources: Mapping[str, Source],
+        lifecycle: FileLifecycle,
+        errors: ErrorReporter,
+        metrics: Metrics,
+        attempts: Attempts,
+        stopped: threading.Event,
+    ) -> None:
+        self.sources = sources
+        self.lifecycle = lifecycle
+        self.errors = errors
+        self.metrics = metrics
+        self.attempts = attempts
+        self._stopped = stopped
+
+    def output_failed(self, window: Window) -> None:
+        """Put the window's files back, pause intake for ``OUTPUT_PAUSE_S``; no attempt is
+        counted against the files (camera frames are lost, counted by the error metric)."""
+        src = self.sources.get(window.source)
+        if src is None:
+            return
+        for it in window.items:
+            if it.path is not None:
+                src.retry(it.path, OUTPUT_PAUSE_S)
+        self._pause_intake(OUTPUT_PAUSE_S)
+
+    def window_failed(self, window: Window, exc: Exception) -> None:
+        """Retry or quarantine the files of a window that failed as a whole.
+
+        A quarantined file gets an error event naming it. Camera frames are not retried (the
+        window's error event counts them): the camera has moved on and holding frames would
+        defeat the budget.
+        """
+        errors: list[OutMessage] = []
+        src = self.sources.get(window.source)
+        for it in window.items:
+            if it.path is None:
+                continue
+            n = self.attempts.fail(it.item_id)
+            if n < WINDOW_ATTEMPTS:
+                if src is not None:
+                    src.retry(it.path, RETRY_BACKOFF_S * 2 ** (n - 1))
+                continue
+            self.metrics.errors.labels(stage="window_retries").inc()
+            dest = self.lifecycle.quarantine(window.source, it.name, it.path, None)
+            if src is not None:
+                src.release(it.path, keep=False)
+            errors.append(self.errors.event(
+                window.source, it.name, type(exc).__name__,
+                f"failed in {n} windows, quarantined: {exc}", dest,
+            ))
+        if errors:
+            self.errors.publish(errors)
+
+    def _pause_intake(self, seconds: float) -> None:
+        for s in self.sources.values():
+            s.pause(True)
+
+        def resume() -> None:
+            if not self._stopped.is_set():
+                for s in self.sources.values():
+                    s.pause(False)
+
+        t = threading.Timer(seconds, resume)
+        t.daemon = True
+        t.start()

@@ -1,0 +1,47 @@
+"""A configured source (``sources:`` entry) as a running folder watch or camera."""
+
+from __future__ import annotations
+
+from cdml_edge.agent.sources.base import ErrorSink, ItemSink
+from cdml_edge.agent.sources.camera import CameraSource, CameraSpec
+from cdml_edge.agent.sources.folder import FolderSource, FolderSpec
+from cdml_edge.agent.windows import ByteBudget
+from cdml_edge.config import SourceConfig
+from cdml_edge.decode import EXTENSIONS
+
+Source = FolderSource | CameraSource
+
+
+def default_patterns(modality: str) -> tuple[str, ...]:
+    """Glob patterns for a modality's usual file extensions."""
+    exts = list(EXTENSIONS.get(modality, ()))
+    if modality == "timeseries":
+        exts += list(EXTENSIONS["csv"])
+    pats = [f"*{e}" for e in exts] + [f"*{e.upper()}" for e in exts]
+    return tuple(pats) or ("*",)
+
+
+def make_source(
+    sc: SourceConfig, budget: ByteBudget, sink: ItemSink, on_error: ErrorSink
+) -> Source:
+    """The source of ``sc``, feeding ``sink`` within ``budget``; ``on_error`` for bad inputs."""
+    if sc.kind == "camera":
+        spec = CameraSpec(
+            name=sc.name,
+            url=str(sc.url),
+            fps=sc.fps or 5.0,
+            jpeg_quality=sc.jpeg_quality,
+            modality=sc.modality,
+        )
+        return CameraSource(spec, budget, sink, on_error)
+    assert sc.path is not None
+    fspec = FolderSpec(
+        name=sc.name,
+        path=sc.path,
+        modality=sc.modality,
+        patterns=tuple(sc.patterns) or default_patterns(sc.modality),
+        stable_seconds=sc.stable_seconds,
+        polling=sc.polling,
+        max_file_bytes=sc.window.max_bytes,
+    )
+    return FolderSource(fspec, budget, sink, on_error)

@@ -1,0 +1,94 @@
+"""The windows in flight: a queue of closed windows, the worker threads that take them, and
+the count of windows not yet durable that a drain waits for."""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from collections.abc import Callable
+
+from cdml_edge.window.items import Window
+
+log = logging.getLogger(__name__)
+
+Busy = Callable[[int, int], None]
+"""``(windows queued, windows in flight)``: called whenever either changes."""
+
+
+class WindowWorkers:
+    """Hands closed windows to ``workers`` threads; one object for the agent's lifetime.
+
+    A window is in flight from :meth:`put` until :meth:`done` (durable, or given up), which
+    may come from another thread (the output's ``on_durable``) after its worker moved on.
+    """
+
+    def __init__(self, busy: Busy, progress: Callable[[], None]) -> None:
+        self._busy = busy
+        self._progress = progress
+        self._idle = threading.Condition()
+        self._inflight = 0
+        self._queue: queue.Queue[Window | None] = queue.Queue()
+        self._threads: list[threading.Thread] = []
+
+    @property
+    def inflight(self) -> int:
+        """Windows closed and not yet durable."""
+        return self._inflight
+
+    def start(self, handle: Callable[[Window], None], workers: int) -> None:
+        """Start ``workers`` threads calling ``handle`` on each window, on a fresh queue."""
+        self._queue = queue.Queue()
+        q = self._queue
+        for i in range(workers):
+            t = threading.Thread(target=self._loop, args=(q, handle), name=f"pipeline-{i}",
+                                 daemon=True)
+            t.start()
+            self._threads.append(t)
+
+    def put(self, window: Window) -> None:
+        """A window closed (the windowers' emit): queue it, count it in flight."""
+        with self._idle:
+            self._inflight += 1
+        self._queue.put(window)
+        self._report()
+
+    def done(self) -> None:
+        """A window is durable or given up: no longer in flight; progress for the watchdog."""
+        with self._idle:
+            self._inflight -= 1
+            self._idle.notify_all()
+        self._progress()
+        self._report()
+
+    def drain(self, timeout: float) -> bool:
+        """Wait up to ``timeout`` for the windows in flight, then stop the threads; ``True``
+        if none was left in flight."""
+        deadline = time.monotonic() + timeout
+        with self._idle:
+            while self._inflight > 0:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    break
+                self._idle.wait(left)
+            drained = self._inflight == 0
+        for _ in self._threads:
+            self._queue.put(None)
+        for t in self._threads:
+            t.join(timeout=max(0.1, deadline - time.monotonic()))
+        self._threads = []
+        if not drained:
+            log.warning("drain: %d windows still in flight after %.1fs", self._inflight, timeout)
+        return drained
+
+    def _report(self) -> None:
+        self._busy(self._queue.qsize(), max(0, self._inflight))
+
+    @staticmethod
+    def _loop(q: queue.Queue[Window | None], handle: Callable[[Window], None]) -> None:
+        while True:
+            window = q.get()
+            if window is None:
+                return
+            handle(window)
