@@ -14,8 +14,9 @@ Wiring in the agent::
     # SIGTERM:     notifier.stopping(); drain; watchdog.stop(); server.close()
 """
 
-from cdml_edge.agent.health.metrics import Metrics, MetricsServer, healthz_body
+from cdml_edge.agent.health.metrics import Metrics
 from cdml_edge.agent.health.notify import SdNotifier
+from cdml_edge.agent.health.server import MetricsServer, healthz_body
 from cdml_edge.agent.health.watchdog import HealthState, ProgressWatchdog
 
 __all__ = [
