@@ -37,7 +37,8 @@ from paho.mqtt.properties import Properties
 from cdml_edge import __version__
 from cdml_edge.agent.outputs.mqtt.embedded_broker import EmbeddedBroker
 from cdml_edge.agent.outputs.mqtt.outbox import Batch, Entry, Outbox
-from cdml_edge.agent.outputs.mqtt.spool import HEADER_SIZE, Spool, SpoolRecord, SpoolToken
+from cdml_edge.agent.outputs.mqtt.spool import Spool, SpoolToken
+from cdml_edge.agent.outputs.mqtt.spool_format import SpoolRecord, record_size
 from cdml_edge.agent.outputs.mqtt.tls import (
     MqttSetupError,
     parse_broker_url,
@@ -233,7 +234,7 @@ class MqttPublisher:
         """Write entries to the spool and complete them; returns those that did not fit."""
         fits: list[Entry] = []
         for entry in entries:
-            blob = HEADER_SIZE + 3 + len(entry.message.topic.encode()) + len(entry.message.payload)
+            blob = record_size(entry.message.topic, entry.message.payload)
             if blob > self.spool.max_bytes:
                 # Never spoolable: its batch is left incomplete so on_durable does not fire
                 # and the caller keeps the source for a retry; counted as ``too_large``.

@@ -1,18 +1,11 @@
 """A byte-bounded, crash-safe disk spool of MQTT messages: append-only segment files.
 
-Layout: ``{dir}/{id:012d}.seg`` segment files and a ``cursor`` file. Each record is
-
-    b"CDSP" | u32 body length | u32 CRC-32 of (length, body) | body
-    body = u8 flags (qos | retain << 2) | u16 topic length | topic | payload
-
-Records are read oldest first and acknowledged (:meth:`Spool.ack`) once the broker has them;
-the cursor (the first record not yet acknowledged) is persisted by :meth:`Spool.commit`, and
-fully acknowledged segments are deleted. After a crash everything after the persisted cursor
-is sent again (at-least-once: duplicates carry the same result id).
-
-A torn last record (kill -9, power loss) or a corrupt one fails its CRC and is skipped: the
-reader resynchronises on the next ``CDSP`` magic and never raises. A new process always
-appends to a fresh segment, so a torn tail is never appended to.
+The files and their formats are described in :mod:`~.spool_format`. Records are read oldest
+first and acknowledged (:meth:`Spool.ack`) once the broker has them; the cursor (the first
+record not yet acknowledged) is persisted by :meth:`Spool.commit`, and fully acknowledged
+segments are deleted. After a crash everything after the persisted cursor is sent again
+(at-least-once: duplicates carry the same result id). A torn or corrupt record is skipped,
+never raised; a new process always appends to a fresh segment.
 
 Full policy (the sum of segment sizes never exceeds ``max_bytes``): ``drop_oldest`` deletes
 the oldest segment (at most ``segment_bytes``, an eighth of ``max_bytes``) and counts the
@@ -26,27 +19,31 @@ import contextlib
 import fcntl
 import logging
 import os
-import struct
 import threading
 import time
-import zlib
 from collections import deque
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO, Literal
 
+from cdml_edge.agent.outputs.mqtt.spool_format import (
+    HEADER_SIZE,
+    Position,
+    Segment,
+    SpoolRecord,
+    decode_cursor,
+    encode_cursor,
+    parse_records,
+    recover_folder,
+    segment_path,
+)
 from cdml_edge.errors import CdmlError
+from cdml_edge.fsio import TMP_PREFIX, atomic_write, fsync_dir
 
 log = logging.getLogger(__name__)
 
-MAGIC = b"CDSP"
-_HEADER = struct.Struct("<4sII")  # magic, body length, crc32
-_BODY_HEAD = struct.Struct("<BH")  # flags, topic length
-HEADER_SIZE = _HEADER.size
-MAX_BODY = 64 * 1024 * 1024
-_SUFFIX = ".seg"
-_CURSOR = struct.Struct("<QQQ")  # segment id, offset, records before offset
+CURSOR_NAME = "cursor"
 
 FsyncPolicy = Literal["always", "batch", "never"]
 FullPolicy = Literal["drop_oldest", "block"]
@@ -62,126 +59,6 @@ class SpoolClosed(SpoolError):
 
 class RecordTooLarge(SpoolError):
     """A single record larger than the whole spool bound."""
-
-
-@dataclass(frozen=True)
-class SpoolRecord:
-    """One spooled message: topic relative to ``{prefix}/{device}``."""
-
-    topic: str
-    payload: bytes
-    qos: int = 1
-    retain: bool = False
-
-    def encode(self) -> bytes:
-        topic = self.topic.encode()
-        body = (
-            _BODY_HEAD.pack((self.qos & 3) | (int(self.retain) << 2), len(topic))
-            + topic
-            + self.payload
-        )
-        length = struct.pack("<I", len(body))
-        crc = zlib.crc32(body, zlib.crc32(length))
-        return _HEADER.pack(MAGIC, len(body), crc) + body
-
-    @classmethod
-    def decode(cls, body: bytes) -> SpoolRecord:
-        flags, tlen = _BODY_HEAD.unpack_from(body, 0)
-        start = _BODY_HEAD.size
-        topic = body[start : start + tlen].decode()
-        return cls(topic, bytes(body[start + tlen :]), flags & 3, bool(flags & 4))
-
-
-def parse_records(
-    buf: bytes | memoryview, complete: bool = True
-) -> Iterator[tuple[int, int, bytes | None]]:
-    """Yield ``(offset, end, body)`` for every valid record in ``buf``.
-
-    A record whose CRC fails yields ``body=None`` for the skipped span up to the next magic.
-    With ``complete=False`` parsing stops (without yielding) at a record that runs past the
-    end of ``buf`` — more bytes may come; with ``complete=True`` such a torn tail is yielded
-    as a skipped span.
-    """
-    data = buf if isinstance(buf, bytes) else bytes(buf)
-    view = memoryview(data)
-    pos, n = 0, len(view)
-    while pos < n:
-        if n - pos < HEADER_SIZE:
-            if complete:
-                yield pos, n, None
-            return
-        magic, length, crc = _HEADER.unpack_from(view, pos)
-        end = pos + HEADER_SIZE + length
-        if magic == MAGIC and length <= MAX_BODY and end <= n:
-            body = view[pos + HEADER_SIZE : end]
-            if zlib.crc32(body, zlib.crc32(struct.pack("<I", length))) == crc:
-                yield pos, end, bytes(body)
-                pos = end
-                continue
-        elif magic == MAGIC and length <= MAX_BODY and not complete:
-            return  # a record still being read
-        nxt = data.find(MAGIC, pos + 1)  # searched in place: recovery stays linear
-        if nxt >= 0:
-            skip_to = nxt
-        elif complete:
-            skip_to = n
-        else:
-            skip_to = max(pos + 1, n - len(MAGIC) + 1)  # keep a magic cut by the chunk end
-        yield pos, skip_to, None
-        pos = skip_to
-
-
-_SCAN_CHUNK = 1024 * 1024
-
-
-def _scan_segment(path: Path) -> int:
-    """Count the valid records of a segment file, reading it in bounded chunks."""
-    count = skipped = 0
-    size = path.stat().st_size
-    with open(path, "rb") as fh:
-        buf, offset = b"", 0  # buf holds file bytes from ``offset`` on
-        while True:
-            want = _SCAN_CHUNK
-            if len(buf) >= HEADER_SIZE:
-                magic, length, _crc = _HEADER.unpack_from(buf, 0)
-                if magic == MAGIC and length <= MAX_BODY:
-                    want = max(want, HEADER_SIZE + length - len(buf))
-            more = fh.read(want)
-            buf += more
-            complete = not more or offset + len(buf) >= size
-            consumed = 0
-            for off, end, body in parse_records(buf, complete=complete):
-                consumed = end
-                if body is None:  # counted in corrupt_skipped when the reader passes it
-                    if not skipped:
-                        log.warning("%s: a torn or corrupt record at byte %d is skipped",
-                                    path, offset + off)
-                    skipped += 1
-                else:
-                    count += 1
-            if complete:
-                if skipped > 1:
-                    log.warning("%s: %d torn or corrupt spans in all", path, skipped)
-                return count
-            buf, offset = buf[consumed:], offset + consumed
-
-
-@dataclass
-class _Segment:
-    id: int
-    path: Path
-    size: int = 0
-    count: int = 0
-    sealed: bool = True
-
-
-@dataclass(order=True)
-class Position:
-    """A place in the spool: segment id, byte offset, records before it in that segment."""
-
-    seg: int
-    offset: int
-    index: int = 0
 
 
 @dataclass
@@ -214,7 +91,7 @@ class Spool:
             raise SpoolError(f"{self.dir}: cannot create spool folder: {exc}") from exc
         self._lock_fd = self._take_lock()
         self._lock = threading.Condition()
-        self._segments: deque[_Segment] = deque()
+        self._segments: deque[Segment] = deque()
         self._writer: BinaryIO | None = None
         self._reader: BinaryIO | None = None
         self._reader_seg: int = -1
@@ -257,64 +134,32 @@ class Spool:
 
     # ---------------------------------------------------------------- recovery
     def _recover(self) -> None:
-        cursor = self._load_cursor()
-        max_id = 0
-        for path in sorted(self.dir.glob("*" + _SUFFIX)):
-            try:
-                seg_id = int(path.stem)
-            except ValueError:
-                continue
-            max_id = max(max_id, seg_id)
-            if seg_id < cursor.seg and path.is_file():
-                self._unlink(path)
-                continue
-            seg = _Segment(seg_id, path)
-            try:
-                if not path.is_file():
-                    raise OSError("not a regular file")
-                seg.size = path.stat().st_size
-                if seg.size > self.max_bytes:
-                    raise OSError(f"{seg.size} bytes exceed spool.max_bytes={self.max_bytes}")
-                seg.count = _scan_segment(path)
-            except OSError as exc:
-                self._set_aside(path, str(exc))
-                continue
-            self._segments.append(seg)
-            self._total += seg.size
-        if self._segments and self._segments[0].id == cursor.seg:
-            first = self._segments[0]
-            cursor.index = min(cursor.index, first.count)
-            cursor.offset = min(cursor.offset, first.size)
-        elif self._segments:
-            cursor = Position(self._segments[0].id, 0, 0)
-        self._cursor = cursor
-        self._read = Position(cursor.seg, cursor.offset, cursor.index)
-        self._next_id = max(max_id + 1, cursor.seg, 1)
+        for stale in self.dir.glob(TMP_PREFIX + "*"):  # a cursor write cut short by a crash
+            with contextlib.suppress(OSError):
+                stale.unlink()
+        found = recover_folder(self.dir, self.max_bytes, self._load_cursor())
+        self._segments.extend(found.segments)
+        self._total = found.total
+        self.set_aside = found.set_aside
+        self._cursor = found.cursor
+        self._read = Position(found.cursor.seg, found.cursor.offset, found.cursor.index)
+        self._next_id = found.next_id
         with self._lock:
             self._release_consumed_locked()
 
-    def _set_aside(self, path: Path, why: str) -> None:
-        """Rename an unusable segment to ``*.seg.bad`` (kept for inspection) and count it."""
-        self.set_aside += 1
-        try:
-            path.rename(path.with_name(path.name + ".bad"))
-            log.error("%s: unusable spool segment set aside as *.bad: %s", path, why)
-        except OSError as exc:
-            log.error("%s: unusable spool segment skipped (%s; rename failed: %s)", path, why, exc)
-
     def _load_cursor(self) -> Position:
-        path = self.dir / "cursor"
+        path = self.dir / CURSOR_NAME
         try:
             raw = path.read_bytes()
         except FileNotFoundError:
             return Position(0, 0, 0)
         except OSError as exc:
             raise SpoolError(f"{path}: cannot read spool cursor: {exc}") from exc
-        if len(raw) != _CURSOR.size + 4 or zlib.crc32(raw[:-4]) != struct.unpack("<I", raw[-4:])[0]:
+        pos = decode_cursor(raw)
+        if pos is None:
             log.warning("%s: corrupt cursor ignored; the whole spool will be sent again", path)
             return Position(0, 0, 0)
-        seg, off, idx = _CURSOR.unpack(raw[:-4])
-        return Position(seg, off, idx)
+        return pos
 
     # ---------------------------------------------------------------- stats
     @property
@@ -419,7 +264,7 @@ class Spool:
         seg.count += 1
         self.bytes_written += len(blob)
 
-    def _new_segment_locked(self) -> _Segment:
+    def _new_segment_locked(self) -> Segment:
         if self._writer is not None:
             self._writer.flush()
             if self.fsync != "never":
@@ -429,14 +274,14 @@ class Spool:
             self._segments[-1].sealed = True
         seg_id = self._next_id
         self._next_id += 1
-        path = self.dir / f"{seg_id:012d}{_SUFFIX}"
+        path = segment_path(self.dir, seg_id)
         try:
             self._writer = open(path, "ab")  # noqa: SIM115 - lives as long as the segment
         except OSError as exc:
             raise SpoolError(f"{path}: cannot create spool segment: {exc}") from exc
         if self.fsync != "never":
             self._sync_dir()
-        seg = _Segment(seg_id, path, sealed=False)
+        seg = Segment(seg_id, path, sealed=False)
         self._segments.append(seg)
         return seg
 
@@ -448,11 +293,7 @@ class Spool:
 
     def _sync_dir(self) -> None:
         with contextlib.suppress(OSError):
-            fd = os.open(self.dir, os.O_RDONLY)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
+            fsync_dir(self.dir)
 
     def _drop_oldest_locked(self) -> None:
         if not self._segments:
@@ -473,7 +314,7 @@ class Spool:
             log.warning("%s: spool full, dropped %d oldest records", self.dir, lost)
         self._forget_segment_locked(seg)
 
-    def _forget_segment_locked(self, seg: _Segment) -> None:
+    def _forget_segment_locked(self, seg: Segment) -> None:
         if self._reader_seg == seg.id and self._reader is not None:
             self._reader.close()
             self._reader, self._reader_seg = None, -1
@@ -512,14 +353,14 @@ class Spool:
                 self._read_segment_locked(seg, max_records - len(out), out)
         return out
 
-    def _segment_locked(self, seg_id: int) -> _Segment | None:
+    def _segment_locked(self, seg_id: int) -> Segment | None:
         for seg in self._segments:
             if seg.id == seg_id:
                 return seg
         return None
 
     def _read_segment_locked(
-        self, seg: _Segment, limit: int, out: list[tuple[SpoolToken, SpoolRecord]]
+        self, seg: Segment, limit: int, out: list[tuple[SpoolToken, SpoolRecord]]
     ) -> None:
         if self._reader_seg != seg.id or self._reader is None:
             if self._reader is not None:
@@ -598,21 +439,15 @@ class Spool:
             self._forget_segment_locked(seg)
 
     def commit(self) -> None:
-        """Persist the cursor (atomic replace); acknowledged records are not sent again."""
+        """Persist the cursor (atomic replace; fsynced with ``fsync="always"`` only), so
+        acknowledged records are not sent again."""
         with self._lock:
             if not self._cursor_dirty:
                 return
             self._cursor_dirty = False
-            cur = self._cursor
-            raw = _CURSOR.pack(cur.seg, cur.offset, cur.index)
-            raw += struct.pack("<I", zlib.crc32(raw))
-            tmp = self.dir / "cursor.tmp"
-            with open(tmp, "wb") as fh:
-                fh.write(raw)
-                if self.fsync == "always":
-                    fh.flush()
-                    os.fsync(fh.fileno())
-            os.replace(tmp, self.dir / "cursor")
+            atomic_write(
+                self.dir / CURSOR_NAME, encode_cursor(self._cursor), fsync=self.fsync == "always"
+            )
 
     def close(self) -> None:
         """Commit the cursor and close files; waiting appenders get :class:`SpoolClosed`."""
