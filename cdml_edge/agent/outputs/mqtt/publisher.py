@@ -1,14 +1,14 @@
 """MQTT publisher: paho-mqtt 2.x behind the :class:`~cdml_edge.agent.outputs.base.Output` contract.
 
-One I/O thread owns the paho client (connect with capped exponential backoff and jitter,
-``select`` on the socket, reads, writes, keepalive, publishing), so there are no races between
-``publish()`` and PUBACKs. ``publish_batch`` never talks to the network: while the broker is
-connected messages go to the byte-bounded :class:`~.outbox.Outbox`; when it is
-away, or the outbox is full (a slow broker), they go to the disk
-:class:`~.spool.Spool`. ``on_durable`` fires when every message of a batch is
-PUBACKed or spooled. After a reconnect the spool drains oldest first, taking at most every
-other in-flight slot, so live results are never starved. On a lost connection every message
-in flight is spooled again (at-least-once: a duplicate carries the same result id).
+One I/O thread owns the paho client (:mod:`~.client`: connect with capped exponential
+backoff and jitter, ``select`` on the socket, reads, writes, keepalive), so there are no
+races between ``publish()`` and PUBACKs. ``publish_batch`` never talks to the network: while
+the broker is connected messages go to the byte-bounded :class:`~.outbox.Outbox`; when it
+is away, or the outbox is full (a slow broker), they go to the disk :class:`~.spool.Spool`.
+``on_durable`` fires when every message of a batch is PUBACKed or spooled. After a
+reconnect the spool drains oldest first, taking at most every other in-flight slot, so live
+results are never starved. On a lost connection every message in flight is spooled again
+(at-least-once: a duplicate carries the same result id).
 
 The retained ``status`` topic is ``online`` after every CONNACK and ``offline`` as the Last
 Will and on a clean stop.
@@ -18,10 +18,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
-import random
-import select
-import socket
 import threading
 import time
 from collections import deque
@@ -30,21 +26,21 @@ from pathlib import Path
 from typing import Any
 
 import paho.mqtt.client as mqtt
-from paho.mqtt.enums import CallbackAPIVersion, MQTTErrorCode
-from paho.mqtt.packettypes import PacketTypes
-from paho.mqtt.properties import Properties
+from paho.mqtt.enums import MQTTErrorCode
 
 from cdml_edge import __version__
+from cdml_edge.agent.outputs.mqtt.client import (
+    Backoff,
+    BrokerSettings,
+    Waker,
+    connect_later,
+    new_client,
+    poll,
+)
 from cdml_edge.agent.outputs.mqtt.embedded_broker import EmbeddedBroker
 from cdml_edge.agent.outputs.mqtt.outbox import Batch, Entry, Outbox
 from cdml_edge.agent.outputs.mqtt.spool import Spool, SpoolToken
 from cdml_edge.agent.outputs.mqtt.spool_format import SpoolRecord, record_size
-from cdml_edge.agent.outputs.mqtt.tls import (
-    MqttSetupError,
-    parse_broker_url,
-    resolve_password,
-    tls_context,
-)
 from cdml_edge.config import MqttConfig, OutboxConfig, SpoolConfig
 from cdml_edge.errors import CdmlError
 from cdml_edge.window.payloads import OutMessage, StatusPayload
@@ -52,31 +48,8 @@ from cdml_edge.window.payloads import OutMessage, StatusPayload
 log = logging.getLogger(__name__)
 
 
-def _no_delay(client: Any, userdata: Any, sock: Any) -> None:
-    """Small PUBLISH packets go out at once (no Nagle delay behind unacknowledged data)."""
-    with contextlib.suppress(OSError, AttributeError):
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-
-
 class PublisherClosed(CdmlError, RuntimeError):
     """``publish_batch`` after ``stop``."""
-
-
-class Backoff:
-    """Capped exponential backoff with "equal jitter": a delay in [d/2, d], d = min·2ⁿ ≤ max."""
-
-    def __init__(self, minimum: float, maximum: float, rng: random.Random | None = None) -> None:
-        self.minimum, self.maximum = minimum, maximum
-        self.attempt = 0
-        self._rng = rng or random.Random()
-
-    def next(self) -> float:
-        cap = min(self.maximum, self.minimum * (2 ** min(self.attempt, 30)))
-        self.attempt += 1
-        return self._rng.uniform(cap / 2, cap)
-
-    def reset(self) -> None:
-        self.attempt = 0
 
 
 class MqttPublisher:
@@ -102,15 +75,9 @@ class MqttPublisher:
         self.max_inflight = max_inflight
         self.connect_timeout = connect_timeout
         self.commit_interval = commit_interval
-        self._embedded = config.url == "embedded"
-        if self._embedded and config.protocol == "5":
-            raise MqttSetupError("mqtt.protocol: the embedded broker speaks MQTT 3.1.1 only")
-        self.protocol = "3.1.1" if self._embedded else (config.protocol or "5")
-        self._address = None if self._embedded else parse_broker_url(config.url)
-        self._password = resolve_password(config)
-        use_tls = config.tls is not None or (self._address is not None and self._address.tls)
-        self._ssl = tls_context(config.tls) if use_tls and not self._embedded else None
-        self.client_id = config.client_id or f"cdml-edge-{device_id}"
+        self.settings = BrokerSettings.from_config(config, device_id)
+        self.protocol = self.settings.protocol
+        self.client_id = self.settings.client_id
         self._base = f"{config.topic_prefix}/{device_id}"
         spool_cfg = spool or SpoolConfig()  # type: ignore[call-arg]
         self.spool = Spool(
@@ -123,9 +90,11 @@ class MqttPublisher:
         self.started_at = time.time()
         self._client: mqtt.Client | None = None
         self._thread: threading.Thread | None = None
-        self._wake_r, self._wake_w = os.pipe()
-        os.set_blocking(self._wake_r, False)
-        os.set_blocking(self._wake_w, False)
+        self._waker = Waker()
+        self._init_io_state()
+
+    def _init_io_state(self) -> None:
+        """What the I/O thread keeps between loop turns (it alone touches most of it)."""
         self._connected = False
         self._lost = False
         self._just_connected = False
@@ -148,6 +117,10 @@ class MqttPublisher:
             "connect_failures": 0,
             "too_large": 0,
         }
+        self._next_attempt = 0.0  # monotonic time of the next connection attempt
+        self._connect_started = 0.0  # monotonic time the pending CONNECT went out
+        self._last_commit = 0.0  # monotonic time the spool cursor was last committed
+        self._warned = False  # "broker unreachable" logged once per outage
 
     # ------------------------------------------------------------------ Output API
     @property
@@ -156,11 +129,7 @@ class MqttPublisher:
 
     @property
     def broker_url(self) -> str:
-        if self.broker is not None:
-            return self.broker.url
-        assert self._address is not None
-        scheme = "mqtts" if self._ssl is not None else "mqtt"
-        return f"{scheme}://{self._address.host}:{self._address.port}"
+        return self.broker.url if self.broker is not None else self.settings.url()
 
     def topic(self, relative: str) -> str:
         """Full topic of a message topic relative to ``{prefix}/{device}``."""
@@ -170,7 +139,7 @@ class MqttPublisher:
         """Start the I/O thread; returns at once, broker or not."""
         if self._thread is not None:
             return
-        if self._embedded:
+        if self.settings.embedded:
             self.broker = EmbeddedBroker().start()
         self.started_at = time.time()
         self._client = self._make_client()
@@ -194,7 +163,7 @@ class MqttPublisher:
             overflow = entries
         if overflow:
             self._spool_entries(overflow, wait=self._block)
-        self._wake()
+        self._waker.wake()
 
     def stats(self) -> dict[str, int]:
         out = dict(self._counts)
@@ -217,15 +186,13 @@ class MqttPublisher:
             return
         self._close_deadline = time.monotonic() + timeout
         self._closing = True
-        self._wake()
+        self._waker.wake()
         if self._thread is not None:
             self._thread.join(timeout + self.connect_timeout + 1.0)
         self._spool_leftovers()
         self.spool.close()
         self._closed = True
-        for fd in (self._wake_r, self._wake_w):
-            with contextlib.suppress(OSError):
-                os.close(fd)
+        self._waker.close()
         if self.broker is not None:
             self.broker.stop()
 
@@ -270,39 +237,21 @@ class MqttPublisher:
 
     # ------------------------------------------------------------------ client setup
     def _make_client(self) -> mqtt.Client:
-        v5 = self.protocol == "5"
-        kwargs: dict[str, Any] = {
-            "callback_api_version": CallbackAPIVersion.VERSION2,
-            "client_id": self.client_id,
-            "protocol": mqtt.MQTTv5 if v5 else mqtt.MQTTv311,
-        }
-        if not v5:
-            kwargs["clean_session"] = False
-        client = mqtt.Client(**kwargs)
-        client.max_inflight_messages_set(self.max_inflight + 2)
-        client.max_queued_messages_set(0)
-        client.connect_timeout = self.connect_timeout
-        client.will_set(self.topic("status"), self._status("offline"), qos=1, retain=True)
-        if self.config.username is not None:
-            client.username_pw_set(self.config.username, self._password)
-        if self._ssl is not None:
-            client.tls_set_context(self._ssl)
+        client = new_client(
+            self.settings,
+            max_inflight=self.max_inflight + 2,
+            connect_timeout=self.connect_timeout,
+            will=(self.topic("status"), self._status("offline")),
+        )
         client.on_connect = self._on_connect
         client.on_disconnect = self._on_disconnect
         client.on_publish = self._on_publish
-        client.on_socket_open = _no_delay
         if self.broker is not None:
             host, port = self.broker.host, self.broker.port
         else:
-            assert self._address is not None
-            host, port = self._address.host, self._address.port
-        keepalive = max(1, int(self.config.keepalive))
-        if v5:
-            props = Properties(PacketTypes.CONNECT)
-            props.SessionExpiryInterval = int(self.config.session_expiry)
-            client.connect_async(host, port, keepalive, clean_start=False, properties=props)
-        else:
-            client.connect_async(host, port, keepalive)
+            assert self.settings.address is not None
+            host, port = self.settings.address.host, self.settings.address.port
+        connect_later(client, self.settings, host, port)
         return client
 
     def _status(self, state: str) -> bytes:
@@ -334,94 +283,78 @@ class MqttPublisher:
     def _run(self) -> None:
         client = self._client
         assert client is not None
-        next_attempt = 0.0
-        connect_started = 0.0
-        last_commit = time.monotonic()
-        warned = False
+        self._last_commit = time.monotonic()
         try:
             while True:
                 now = time.monotonic()
                 if self._closing and self._finish_close(client):
                     return
                 if client.socket() is None:
-                    if self._connected or self._lost:
-                        self._handle_lost(client)
-                        next_attempt = now + self._backoff.next()
-                    if self._closing:
+                    if not self._reconnect(client, now):
                         return
-                    self._flush_outbox_to_spool()
-                    if now < next_attempt:
-                        self._wait(next_attempt - now)
-                        continue
-                    try:
-                        client.reconnect()
-                        connect_started = time.monotonic()
-                    except (OSError, ValueError) as exc:
-                        self._counts["connect_failures"] += 1
-                        delay = self._backoff.next()
-                        next_attempt = time.monotonic() + delay
-                        level = logging.DEBUG if warned else logging.WARNING
-                        log.log(level, "broker %s unreachable (%s); retry in %.1fs, spooling to %s",
-                                self.broker_url, exc, delay, self.spool.dir)
-                        warned = True
-                    continue
-                self._poll(client)
-                if self._lost and client.socket() is None:
-                    continue
-                if not self._connected and now - connect_started > self.connect_timeout:
-                    log.warning("broker %s: no CONNACK within %.1fs", self.broker_url,
-                                self.connect_timeout)
-                    client.disconnect()
-                    with contextlib.suppress(Exception):
-                        client.loop_write()
-                    next_attempt = time.monotonic() + self._backoff.next()
-                    continue
-                if self._just_connected:
-                    self._just_connected = False
-                    warned = False
-                    self._backoff.reset()
-                    self._counts["reconnects"] += 1
-                    log.info("connected to %s as %s (MQTT %s)", self.broker_url,
-                             self.client_id, self.protocol)
-                    info = client.publish(self.topic("status"), self._status("online"), 1, True)
-                    self._status_mid = info.mid
-                self._process_acks()
-                if self._connected:
-                    self._pump(client)
-                if time.monotonic() - last_commit >= self.commit_interval:
-                    self.spool.commit()
-                    last_commit = time.monotonic()
+                else:
+                    self._serve(client, now)
         except Exception:  # noqa: BLE001 - log, then leave the rest to stop()
             log.exception("MQTT I/O thread failed")
             self._connected = False
 
-    def _wait(self, seconds: float) -> None:
-        """Sleep up to ``seconds``; wake early (to spool new messages or to stop)."""
-        with contextlib.suppress(OSError, ValueError):
-            ready, _, _ = select.select([self._wake_r], [], [], max(0.0, seconds))
-            if ready:
-                self._drain_wake()
-
-    def _poll(self, client: mqtt.Client) -> None:
-        sock = client.socket()
-        if sock is None:
-            return
-        pending_tls = getattr(sock, "pending", None)
-        timeout = 0.0 if (pending_tls is not None and pending_tls() > 0) else 0.25
-        fileno = sock.fileno()
-        wlist = [fileno] if client.want_write() else []
+    def _reconnect(self, client: mqtt.Client, now: float) -> bool:
+        """No socket: take back what was in flight, spool the outbox and connect once the
+        backoff allows; ``False`` when stopping."""
+        if self._connected or self._lost:
+            self._handle_lost(client)
+            self._next_attempt = now + self._backoff.next()
+        if self._closing:
+            return False
+        self._flush_outbox_to_spool()
+        if now < self._next_attempt:
+            self._waker.wait(self._next_attempt - now)
+            return True
         try:
-            readable, _, _ = select.select([fileno, self._wake_r], wlist, [], timeout)
-        except (OSError, ValueError):
-            readable = [fileno]
-        if self._wake_r in readable:
-            self._drain_wake()
-        if fileno in readable or timeout == 0.0:
-            client.loop_read()
-        if client.socket() is not None and client.want_write():
-            client.loop_write()
-        if client.socket() is not None:
-            client.loop_misc()
+            client.reconnect()
+            self._connect_started = time.monotonic()
+        except (OSError, ValueError) as exc:
+            self._counts["connect_failures"] += 1
+            delay = self._backoff.next()
+            self._next_attempt = time.monotonic() + delay
+            level = logging.DEBUG if self._warned else logging.WARNING
+            log.log(level, "broker %s unreachable (%s); retry in %.1fs, spooling to %s",
+                    self.broker_url, exc, delay, self.spool.dir)
+            self._warned = True
+        return True
+
+    def _serve(self, client: mqtt.Client, now: float) -> None:
+        """A socket: read and write it, give up on a missing CONNACK, announce ``online``,
+        complete acknowledged messages, publish more and commit the spool cursor."""
+        poll(client, self._waker)
+        if self._lost and client.socket() is None:
+            return
+        if not self._connected and now - self._connect_started > self.connect_timeout:
+            log.warning("broker %s: no CONNACK within %.1fs", self.broker_url,
+                        self.connect_timeout)
+            client.disconnect()
+            with contextlib.suppress(Exception):
+                client.loop_write()
+            self._next_attempt = time.monotonic() + self._backoff.next()
+            return
+        if self._just_connected:
+            self._announce_online(client)
+        self._process_acks()
+        if self._connected:
+            self._pump(client)
+        if time.monotonic() - self._last_commit >= self.commit_interval:
+            self.spool.commit()
+            self._last_commit = time.monotonic()
+
+    def _announce_online(self, client: mqtt.Client) -> None:
+        self._just_connected = False
+        self._warned = False
+        self._backoff.reset()
+        self._counts["reconnects"] += 1
+        log.info("connected to %s as %s (MQTT %s)", self.broker_url, self.client_id,
+                 self.protocol)
+        info = client.publish(self.topic("status"), self._status("online"), 1, True)
+        self._status_mid = info.mid
 
     def _process_acks(self) -> None:
         while self._acks:
@@ -522,7 +455,7 @@ class MqttPublisher:
             self._status_mid = info.mid
             end = time.monotonic() + max(0.2, min(1.0, time_left))
             while not self._status_acked.is_set() and time.monotonic() < end:
-                self._poll(client)
+                poll(client, self._waker)
                 if client.socket() is None:
                     break
                 self._process_acks()
@@ -532,12 +465,3 @@ class MqttPublisher:
         self._process_acks()
         self._connected = False
         return True
-
-    def _wake(self) -> None:
-        with contextlib.suppress(OSError):
-            os.write(self._wake_w, b"x")
-
-    def _drain_wake(self) -> None:
-        with contextlib.suppress(OSError):
-            while os.read(self._wake_r, 4096):
-                pass
