@@ -303,8 +303,8 @@ def test_file_grown_after_stable_check_waits_until_stable_again(tmp_path: Path) 
         fh.write(b"y" * 5000)  # grows after it was judged complete
     assert src._take(str(p)) is True
     assert sink.items == [] and src._budget.used == 0
-    pend = src._pending[str(p)]
-    assert pend.size == 6000 and not pend.closed  # judged again once stable
+    pend = src.files.get(str(p))
+    assert pend is not None and pend.size == 6000 and not pend.closed  # judged again once stable
     src._notice(str(p), closed=True)
     assert src._take(str(p)) is True
     assert [i.size for i in sink.items] == [6000] and len(sink.items[0].data) == 6000

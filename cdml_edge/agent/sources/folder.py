@@ -1,12 +1,10 @@
 """A watched folder (watchdog) as a source of items.
 
-A :class:`FolderSource` takes a file only once it is complete: on its inotify close-write
-event or its rename within the folder; a file seen being written waits for its close-write;
-with the polling observer, for files already present at start and for files renamed in from
-another folder, once its size and mtime have been stable for ``stable_seconds``.
-``.tmp`` / ``.part`` files and dot files are ignored. At most ``max_pending`` files are
-tracked at once (metadata stays bounded under a backlog); beyond that they stay on disk and
-a rescan of the folder picks them up once the backlog halves. A file is read only when the global
+A :class:`FolderSource` turns file events into notices for its
+:class:`~cdml_edge.agent.sources.pending.PendingFiles`, which judges when a file is complete
+(close-write, rename, or stable size and mtime) and keeps the tracked metadata bounded
+(``max_pending``; a backlog beyond it stays on disk and is found by a rescan).
+``.tmp`` / ``.part`` files and dot files are ignored. A file is read only when the global
 :class:`~cdml_edge.agent.windows.ByteBudget` admits its size; otherwise it stays on disk and
 is retried, so intake pauses without losing anything.
 """
@@ -19,7 +17,7 @@ import os
 import threading
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +41,7 @@ from cdml_edge.agent.sources.base import (
     SourceError,
     SourceStats,
 )
+from cdml_edge.agent.sources.pending import PendingFiles
 from cdml_edge.agent.windows import ByteBudget
 from cdml_edge.window.items import Item
 from cdml_edge.window.payloads import item_id
@@ -51,6 +50,7 @@ log = logging.getLogger(__name__)
 
 OLD_MTIME_S = 2.0
 IGNORED_SUFFIXES = (".tmp", ".part", ".partial", ".crdownload", ".swp")
+
 
 def is_candidate(name: str, patterns: Sequence[str]) -> bool:
     """Whether a file name is one the folder source takes."""
@@ -73,17 +73,6 @@ class FolderSpec:
     recursive: bool = False
     max_pending: int = 1024  # files tracked at once; more stay on disk and are rescanned
     max_file_bytes: int | None = None  # a window's max_bytes: a bigger file is never read
-
-
-@dataclass
-class _Pending:
-    size: int
-    mtime_ns: int
-    since: float  # monotonic time the (size, mtime) pair was first seen
-    closed: bool = False  # close-write or moved-in seen: complete now
-    writing: bool = False  # inotify saw it written to: wait for its close-write
-    seen: float = field(default_factory=time.time)  # wall time the agent first saw this version
-    not_before: float = 0.0  # monotonic time before which it is not taken (a retry's backoff)
 
 
 class _Handler(FileSystemEventHandler):
@@ -131,12 +120,9 @@ class FolderSource:
         self._sink = sink
         self._on_error = on_error
         self._scan_interval = scan_interval
-        self._pending: dict[str, _Pending] = {}
-        self._taken: dict[str, tuple[int, int]] = {}  # path -> (size, mtime_ns) in flight/kept
-        self._cond = threading.Condition()
+        self.files = PendingFiles(spec.max_pending, spec.stable_seconds, spec.polling)
         self._stopped = threading.Event()
         self._paused = False
-        self._overflow = False  # notices were not recorded: rescan the folder when room
         self.rescans = 0
         self._observer: Any = None
         self._thread = threading.Thread(target=self._loop, name=f"src-{spec.name}", daemon=True)
@@ -158,8 +144,7 @@ class FolderSource:
     def stop(self) -> None:
         """Stop watching and taking files (items already handed over are unaffected)."""
         self._stopped.set()
-        with self._cond:
-            self._cond.notify_all()
+        self.files.wake()
         if self._observer is not None:
             self._observer.stop()
             self._observer.join(timeout=2.0)
@@ -173,8 +158,7 @@ class FolderSource:
     def release(self, path: Path, keep: bool) -> None:
         """The item from ``path`` is finished; with ``keep`` it is not taken again unchanged."""
         if not keep:
-            with self._cond:
-                self._taken.pop(str(path), None)
+            self.files.release(str(path))
 
     def retry(self, path: Path, delay: float) -> None:
         """Take ``path`` again, complete as it is, once ``delay`` seconds have passed.
@@ -186,20 +170,13 @@ class FolderSource:
         try:
             st = os.stat(key)
         except OSError:
-            self._forget(key)
+            self.files.forget(key)
             return
-        with self._cond:
-            self._taken.pop(key, None)
-            self._pending[key] = _Pending(
-                st.st_size, st.st_mtime_ns, time.monotonic(), closed=True,
-                not_before=time.monotonic() + delay,
-            )
-            self._cond.notify_all()
+        self.files.retry(key, st, delay)
 
     @property
     def pending_count(self) -> int:
-        with self._cond:
-            return len(self._pending)
+        return len(self.files)
 
     def max_file_bytes(self) -> int:
         """The largest file taken: what one window holds (``max_file_bytes``) and what the
@@ -220,42 +197,13 @@ class FolderSource:
             st = os.stat(path)
         except OSError:
             return
-        with self._cond:
-            if self._taken.get(path) == (st.st_size, st.st_mtime_ns):
-                return
-            # with inotify, a file seen being written is complete only on its close-write;
-            # polling observers and the start-up scan rely on stable size + mtime instead
-            writing = writing and not self.spec.polling and not closed
-            cur = self._pending.get(path)
-            if cur is None and len(self._pending) >= self.spec.max_pending:
-                # full policy: the file stays on disk untracked; a rescan finds it later
-                self._overflow = True
-                return
-            if cur is None or (cur.size, cur.mtime_ns) != (st.st_size, st.st_mtime_ns):
-                was_writing = cur.writing if cur is not None else False
-                self._pending[path] = _Pending(
-                    st.st_size, st.st_mtime_ns, time.monotonic(), closed,
-                    (writing or was_writing) and not closed,
-                )
-            elif closed:
-                cur.closed = True
-                cur.writing = False
-            elif writing:
-                cur.writing = True
-            if closed:
-                self._cond.notify_all()
+        self.files.notice(path, st, closed, writing)
 
     def _forget(self, path: str) -> None:
-        with self._cond:
-            self._pending.pop(path, None)
-            self._taken.pop(path, None)
+        self.files.forget(path)
 
     def _rescan_if_room(self) -> None:
-        with self._cond:
-            due = self._overflow and len(self._pending) <= self.spec.max_pending // 2
-            if due:
-                self._overflow = False
-        if due:
+        if self.files.rescan_due():
             self.rescans += 1
             self._initial_scan()
 
@@ -276,53 +224,18 @@ class FolderSource:
     def _loop(self) -> None:
         while not self._stopped.is_set():
             self._rescan_if_room()
-            ready = self._ready_paths()
+            ready = [] if self._paused else self.files.ready()
             for path in ready:
                 if self._stopped.is_set() or self._paused:
                     break
                 if not self._take(path):
                     self.stats.paused += 1
                     break  # budget full: keep the rest on disk, retry next scan
-            with self._cond:
-                self._cond.wait(timeout=self._scan_interval)
-
-    def _ready_paths(self) -> list[str]:
-        if self._paused:
-            return []
-        now = time.monotonic()
-        ready: list[tuple[int, str]] = []
-        with self._cond:
-            items = list(self._pending.items())
-        for path, pend in items:
-            if pend.not_before > now:
-                continue
-            if pend.closed:
-                ready.append((pend.mtime_ns, path))
-                continue
-            if pend.writing:
-                continue
-            if self.spec.polling or now - pend.since >= self.spec.stable_seconds:
-                # re-stat: stable means the same size and mtime for stable_seconds
-                try:
-                    st = os.stat(path)
-                except OSError:
-                    self._forget(path)
-                    continue
-                with self._cond:
-                    cur = self._pending.get(path)
-                    if cur is None:
-                        continue
-                    if (st.st_size, st.st_mtime_ns) != (cur.size, cur.mtime_ns):
-                        cur.size, cur.mtime_ns, cur.since = st.st_size, st.st_mtime_ns, now
-                    elif now - cur.since >= self.spec.stable_seconds:
-                        ready.append((cur.mtime_ns, path))
-        ready.sort()
-        return [p for _, p in ready]
+            self.files.wait(self._scan_interval)
 
     def _take(self, path: str) -> bool:
         """Read one complete file into an item; ``False`` when the budget is full."""
-        with self._cond:
-            pend = self._pending.get(path)
+        pend = self.files.get(path)
         if pend is None:
             return True
         name = os.path.relpath(path, self.spec.path)
@@ -345,19 +258,15 @@ class FolderSource:
             return True
         if len(data) > pend.size:  # grew since it was judged complete: still being written
             self._budget.release(charge)
-            with self._cond:  # judged again once its size and mtime are stable
-                self._pending[path] = _Pending(st.st_size, st.st_mtime_ns, time.monotonic())
+            self.files.requeue(path, st.st_size, st.st_mtime_ns)  # judged again once stable
             return True
         if len(data) != pend.size:  # shrank since it was judged complete
             self._budget.release(charge)
             charge = self._budget.cost(len(data), self.spec.modality)
             if not self._budget.try_acquire(charge):
-                with self._cond:
-                    self._pending[path] = _Pending(len(data), st.st_mtime_ns, time.monotonic())
+                self.files.requeue(path, len(data), st.st_mtime_ns)
                 return False
-        with self._cond:
-            self._pending.pop(path, None)
-            self._taken[path] = (len(data), st.st_mtime_ns)
+        self.files.taken(path, len(data), st.st_mtime_ns)
         item = Item(
             source=self.spec.name,
             name=name,
