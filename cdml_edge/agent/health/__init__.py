@@ -1,9 +1,10 @@
-"""Health of the agent: sd_notify, a progress-tied watchdog, Prometheus metrics and /healthz.
+"""Health of the agent: sd_notify, a progress-tied watchdog, Prometheus metrics and /healthz
+(``server``); the ``status`` / ``health`` messages are published by ``reporter.HealthReporter``.
 
 Wiring in the agent::
 
     notifier = SdNotifier()                         # no-op outside systemd
-    watchdog = ProgressWatchdog(notifier, cfg.health.watchdog_stall_s)
+    watchdog = ProgressWatchdog(notifier, cfg.health.stall_after)
     watchdog.start()                                 # idle counts as healthy while loading
     metrics = Metrics(version=__version__, device=device)
     server = metrics.serve(cfg.health.metrics_host, cfg.health.metrics_port, watchdog=watchdog)
