@@ -38,12 +38,10 @@ class WindowWorkers:
         return self._inflight
 
     def start(self, handle: Callable[[Window], None], workers: int) -> None:
-        """Start ``workers`` threads calling ``handle`` on each window, on a fresh queue."""
-        self._queue = queue.Queue()
-        q = self._queue
+        """Start ``workers`` threads calling ``handle`` on each queued window."""
         for i in range(workers):
-            t = threading.Thread(target=self._loop, args=(q, handle), name=f"pipeline-{i}",
-                                 daemon=True)
+            t = threading.Thread(target=self._loop, args=(self._queue, handle),
+                                 name=f"pipeline-{i}", daemon=True)
             t.start()
             self._threads.append(t)
 
@@ -64,7 +62,8 @@ class WindowWorkers:
 
     def drain(self, timeout: float) -> bool:
         """Wait up to ``timeout`` for the windows in flight, then stop the threads; ``True``
-        if none was left in flight."""
+        if none was left in flight. A thread still busy keeps its queue; the next
+        :meth:`start` gets a fresh one."""
         deadline = time.monotonic() + timeout
         with self._idle:
             while self._inflight > 0:
@@ -78,6 +77,7 @@ class WindowWorkers:
         for t in self._threads:
             t.join(timeout=max(0.1, deadline - time.monotonic()))
         self._threads = []
+        self._queue = queue.Queue()
         if not drained:
             log.warning("drain: %d windows still in flight after %.1fs", self._inflight, timeout)
         return drained
