@@ -7,18 +7,9 @@ from cdml_edge.agent.sources.camera import CameraSource, CameraSpec
 from cdml_edge.agent.sources.folder import FolderSource, FolderSpec
 from cdml_edge.agent.windows import ByteBudget
 from cdml_edge.config import SourceConfig
-from cdml_edge.decode import EXTENSIONS
+from cdml_edge.modality import default_patterns
 
 Source = FolderSource | CameraSource
-
-
-def default_patterns(modality: str) -> tuple[str, ...]:
-    """Glob patterns for a modality's usual file extensions."""
-    exts = list(EXTENSIONS.get(modality, ()))
-    if modality == "timeseries":
-        exts += list(EXTENSIONS["csv"])
-    pats = [f"*{e}" for e in exts] + [f"*{e.upper()}" for e in exts]
-    return tuple(pats) or ("*",)
 
 
 def make_source(
