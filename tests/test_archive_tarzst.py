@@ -273,3 +273,89 @@ def test_fuzz_found_seek_table_without_frames_is_a_typed_error() -> None:
             except ArchiveError as exc:
                 assert name in str(exc) or exc.member == name
         assert isinstance(archive.verify(), list)
+
+
+def _layout_v1_items() -> list[tuple[str, bytes]]:
+    """What ``tests/data/tarzst_layout_v1.tar.zst`` holds (before manifest.json)."""
+    items = [
+        (f"rows/{i:03d}.csv", b"".join(b"%d,%d,%d\n" % (i, j, i * j % 97) for j in range(40 + i)))
+        for i in range(40)
+    ]
+    items += [
+        ("empty.bin", b""),
+        ("big/pattern.txt", b"".join(b"r%04d\n" % k for k in range(1500)) * 140),  # 2+ frames
+        ("ünï/名前.txt", b"utf-8 name"),
+        ("p" * 120 + "/long.txt", b"pax path"),
+    ]
+    return items
+
+
+def test_archive_of_the_earlier_layout_stays_readable() -> None:
+    """Written by the writer whose seek table left the member index out (committed file)."""
+    path = Path(__file__).parent / "data" / "tarzst_layout_v1.tar.zst"
+    data = path.read_bytes()
+    count = int.from_bytes(data[-9:-5], "little")
+    tail = read_tail(MemorySource(data))
+    assert tail is not None and tail.index is not None
+    assert count == tail.frames.count  # no entry for the index: the earlier layout
+    src = CountingSource(FileSource(path))
+    arc = open_archive(src)
+    assert len(src.calls) <= 2 and arc.seekable  # type: ignore[attr-defined]
+    items = _layout_v1_items()
+    assert arc.names() == [n for n, _ in items] + ["manifest.json"]
+    assert [arc.read(n) for n, _ in items] == [d for _, d in items]
+    assert arc.verify() == []
+    assert arc.info("big/pattern.txt").mtime == 1_700_000_000
+
+
+def test_member_index_is_an_entry_of_the_seek_table() -> None:
+    data = pack(_items(30), format="tar.zst")
+    count = int.from_bytes(data[-9:-5], "little")
+    table = data[-(8 + count * 8 + 9) : -9]
+    entries = [
+        (int.from_bytes(table[8 + 8 * k : 12 + 8 * k], "little"),
+         int.from_bytes(table[12 + 8 * k : 16 + 8 * k], "little"))
+        for k in range(count)
+    ]
+    assert sum(c for c, _ in entries) == len(data) - len(table) - 9  # every byte accounted for
+    tail = read_tail(MemorySource(data))
+    assert tail is not None and tail.index is not None
+    index_frame = len(data) - (8 + count * 8 + 9) - tail.data_end
+    assert tail.frames.count == count - 1 and entries[-1] == (index_frame, 0)
+
+
+def test_seek_table_over_the_tail_read_still_opens_in_two_requests() -> None:
+    items = [(f"f/{i:05d}", b"%05d" % i) for i in range(20_000)]
+    data = pack(items, format="tar.zst", frame_bytes=512)  # one frame per member
+    tail = read_tail(MemorySource(data))
+    assert tail is not None and tail.frames.count * 8 > (1 << 17)
+    src = CountingSource(MemorySource(data))
+    arc = open_archive(src)
+    assert len(src.calls) <= 2 and arc.seekable  # type: ignore[attr-defined]
+    assert arc.read("f/12345") == b"12345"
+
+
+def test_skippable_frames_between_the_data_frames() -> None:
+    """A seekable file from another writer: a member straddles frames around a skippable one."""
+    raw = io.BytesIO()
+    with tarfile.open(fileobj=raw, mode="w", format=tarfile.PAX_FORMAT) as tf:
+        for i in range(6):
+            data = b"member %d " % i * 300
+            info = tarfile.TarInfo(f"m{i}.txt")
+            info.size = len(data)
+            tf.addfile(info, io.BytesIO(data))
+    plain = raw.getvalue()
+    cuts = [0, 2000, 5000, len(plain)]
+    cctx = zstandard.ZstdCompressor()
+    frames = [cctx.compress(plain[a:b]) for a, b in zip(cuts, cuts[1:], strict=False)]
+    skip = b"\x50\x2a\x4d\x18" + (5).to_bytes(4, "little") + b"notes"
+    parts = [frames[0], skip, frames[1], skip, frames[2]]
+    sizes = [(len(frames[0]), 2000), (len(skip), 0), (len(frames[1]), 3000), (len(skip), 0),
+             (len(frames[2]), len(plain) - 5000)]
+    data = b"".join(parts) + seekable.seek_table_frame(sizes)
+    arc = open_archive(data)
+    assert arc.seekable  # type: ignore[attr-defined]
+    want = {f"m{i}.txt": b"member %d " % i * 300 for i in range(6)}
+    assert {n: arc.read(n) for n in arc.names()} == want
+    back = sorted(want, reverse=True)
+    assert arc.read_many(back) == [want[n] for n in back]

@@ -293,6 +293,8 @@ class ZstdTarArchive(_TarBase):
     def _frame(self, dctx: Any, data: bytes, dsize: int, k: int, csize: int) -> bytes:
         if len(data) < csize:
             raise TruncatedArchiveError(f"zstd frame {k} cut short", archive=self.name)
+        if dsize == 0:  # a skippable frame (or an empty one): nothing of the tar stream
+            return b""
         if dsize > self.max_member_bytes:
             raise MemberTooLargeError(
                 f"zstd frame {k} declares {dsize} bytes, over max_member_bytes", archive=self.name

@@ -6,12 +6,15 @@ File layout written by :mod:`.write` for ``tar.zst``::
 
 Frames are independent; each starts at a member boundary (large members span several
 frames), so one member is read by decompressing only the frames that hold it. The seek
-table follows the zstd seekable format: entries ``(compressed size, decompressed size)``
-and a 9-byte footer ``(frame count, descriptor, magic 0x8F92EAB1)``. The member index is
-a skippable frame (magic ``0x184D2A5D``) holding, per member: header and data offsets in
-the tar stream, size, mtime, CRC-32 and the frame range, then the UTF-8 names; it ends
-with ``(content length, b"CDMLIDXE")`` so it is found from the tail. Stock tools skip
-both frames: ``zstd -dc f | tar -t`` lists the archive.
+table is the Zstandard seekable format: one entry ``(compressed size, decompressed size)``
+per frame of the file, the member index included (``(its size, 0)``, as the format asks of
+skippable frames), and a 9-byte footer ``(frame count, descriptor, magic 0x8F92EAB1)``;
+readers of that format (pyzstd's ``SeekableZstdFile``, ratarmount) accept the file. The
+member index is a skippable frame (magic ``0x184D2A5D``) holding, per member: header and
+data offsets in the tar stream, size, mtime, CRC-32 and the frame range, then the UTF-8
+names; it ends with ``(content length, b"CDMLIDXE")`` so it is found from the tail. Stock
+tools skip both frames: ``zstd -dc f | tar -t`` lists the archive. Archives written before
+the index had its seek-table entry are read as well.
 """
 
 from __future__ import annotations
@@ -47,6 +50,9 @@ _RECORD_DTYPE = np.dtype(
     ]
 )
 NO_CRC_FLAG = 1
+CHECKSUM_FLAG = 0x80  # seek table descriptor: entries carry an XXH64 checksum
+RESERVED_BITS = 0x7C  # seek table descriptor bits a reader must find at zero
+MAX_TAIL_BYTES = 1 << 28  # seek table + member index: more is a forged length
 
 
 def is_skippable(head: bytes) -> bool:
@@ -127,7 +133,7 @@ class MemberIndex:
 
 @dataclass(frozen=True)
 class SeekableTail:
-    frames: FrameTable
+    frames: FrameTable  # the frames of the tar stream (the index frame left out)
     index: MemberIndex | None
     data_end: int  # where the frames end in the file
 
@@ -138,61 +144,110 @@ def has_footer(tail: bytes) -> bool:
     )
 
 
+class _Tail:
+    """The bytes read from the end of the source, extended backwards on demand."""
+
+    def __init__(self, source: ByteSource, tail_read: tuple[int, bytes] | None) -> None:
+        self.source = source
+        self.size = source.size()
+        if tail_read is None:
+            start = max(0, self.size - TAIL_BYTES)
+            tail_read = (start, source.pread(start, self.size - start))
+        self.start, self.data = tail_read
+
+    def reach(self, offset: int, what: str) -> None:
+        """Make sure the bytes from ``offset`` on are held (one more request if not)."""
+        if offset >= self.start:
+            return
+        if offset < 0 or self.size - offset > MAX_TAIL_BYTES:
+            raise CorruptArchiveError(
+                f"{what} declares {self.size - offset} bytes from the end of the file",
+                archive=self.source.name,
+            )
+        self.data = self.source.pread(offset, self.start - offset) + self.data
+        self.start = offset
+
+    def at(self, offset: int, length: int, what: str = "seek table") -> bytes:
+        self.reach(offset, what)
+        rel = offset - self.start
+        return self.data[rel : rel + length]
+
+
 def read_tail(
     source: ByteSource, tail_read: tuple[int, bytes] | None = None
 ) -> SeekableTail | None:
-    """Seek table and member index from the tail (≤2 requests), or ``None`` if absent."""
-    name = source.name
-    size = source.size()
-    if size < 17:
+    """Seek table and member index from the tail (≤2 requests), or ``None`` if absent.
+
+    The member index is the last frame before the seek table. Archives written since the
+    index has its own seek-table entry ``(index frame size, 0)``, as the seekable format asks
+    of every frame; earlier ones left it out. Both are read: the frames of the tar stream
+    are the entries before the index either way.
+    """
+    if source.size() < 17:
         return None
-    if tail_read is None:
-        tail_start = max(0, size - TAIL_BYTES)
-        tail = source.pread(tail_start, size - tail_start)
-    else:
-        tail_start, tail = tail_read
-    count, desc, magic = struct.unpack_from("<LBL", tail, len(tail) - 9)
-    if magic != SEEKABLE_FOOTER_MAGIC:
+    tail = _Tail(source, tail_read)
+    table = _seek_table(tail)
+    if table is None:
         return None
-    esize = 12 if desc & 0x80 else 8
-    content = count * esize + 9
-    st_start = size - 8 - content
-    if st_start < 0:
-        raise CorruptArchiveError("seek table larger than the file", archive=name)
-    need_from = st_start
-    extra = b""
-    if st_start < tail_start:
-        extra = source.pread(st_start, tail_start - st_start)
-        tail = extra + tail
-        tail_start = st_start
-    rel = st_start - tail_start
-    m, flen = struct.unpack_from("<LL", tail, rel)
-    if m != SEEK_TABLE_MAGIC or flen != content:
-        raise CorruptArchiveError("bad seek table frame header", archive=name)
-    entries = list(
-        struct.iter_unpack("<LL" if esize == 8 else "<LLL", tail[rel + 8 : rel + 8 + count * esize])
-    )
+    entries, st_start = table
+    istart = _index_start(tail, st_start)
+    index = None
+    data_end = st_start
+    if istart is not None:
+        index = _parse_index(tail.at(istart, st_start - istart, "member index"), source.name)
+        if entries and entries[-1][1] == 0 and sum(e[0] for e in entries) == st_start:
+            if entries[-1][0] != st_start - istart:
+                raise CorruptArchiveError(
+                    "seek table entry of the member index has the wrong size", archive=source.name
+                )
+            entries = entries[:-1]
+        data_end = istart
     coff = list(accumulate((e[0] for e in entries), initial=0))
     doff = list(accumulate((e[1] for e in entries), initial=0))
-    index = None
-    if rel >= 24 and tail[rel - 8 : rel] == INDEX_TAIL:
-        (ilen,) = struct.unpack_from("<Q", tail, rel - 16)
-        istart = st_start - 8 - ilen
-        if istart < 0 or ilen < 32:
-            raise CorruptArchiveError("bad member index length", archive=name)
-        if istart < tail_start:
-            if extra:  # a second far read would be a third request: refuse forged lengths
-                raise CorruptArchiveError("member index overlaps the seek table", archive=name)
-            tail = source.pread(istart, tail_start - istart) + tail
-            tail_start = istart
-        irel = istart - tail_start
-        index = _parse_index(tail[irel : irel + 8 + ilen], name)
-        need_from = istart
-    if coff[-1] > need_from:
+    if coff[-1] > data_end:
         raise TruncatedArchiveError(
-            f"seek table declares {coff[-1]} compressed bytes, file has {need_from}", archive=name
+            f"seek table declares {coff[-1]} compressed bytes, file has {data_end}",
+            archive=source.name,
         )
     return SeekableTail(FrameTable(coff, doff), index, coff[-1])
+
+
+def _seek_table(tail: _Tail) -> tuple[list[tuple[int, ...]], int] | None:
+    """The seek table's entries ``(compressed, decompressed[, checksum])`` and its offset.
+
+    When the table does not fit in the tail, one request fetches it together with the frame
+    its last entry describes (our index has the entry ``(size, 0)``), so opening stays at two.
+    """
+    name = tail.source.name
+    count, desc, magic = struct.unpack_from("<LBL", tail.data, len(tail.data) - 9)
+    if magic != SEEKABLE_FOOTER_MAGIC or desc & RESERVED_BITS:
+        return None  # no seek table, or a later version of it: read as a plain stream
+    esize = 12 if desc & CHECKSUM_FLAG else 8
+    content = count * esize + 9
+    st_start = tail.size - 8 - content
+    if st_start < 0:
+        raise CorruptArchiveError("seek table larger than the file", archive=name)
+    if count and st_start < tail.start:
+        last_c, last_d = struct.unpack_from("<LL", tail.data, len(tail.data) - 9 - esize)
+        with_index = last_d == 0 and last_c <= st_start
+        tail.reach(st_start - last_c if with_index else st_start, "seek table")
+    m, flen = struct.unpack_from("<LL", tail.at(st_start, 8))
+    if m != SEEK_TABLE_MAGIC or flen != content:
+        raise CorruptArchiveError("bad seek table frame header", archive=name)
+    raw = tail.at(st_start + 8, count * esize)
+    return list(struct.iter_unpack("<LL" if esize == 8 else "<LLL", raw)), st_start
+
+
+def _index_start(tail: _Tail, st_start: int) -> int | None:
+    """Where our member index frame starts, when it ends right before the seek table."""
+    end = tail.at(st_start - 16, 16, "member index") if st_start >= 24 else b""
+    if len(end) < 16 or end[8:] != INDEX_TAIL:
+        return None
+    (ilen,) = struct.unpack_from("<Q", end)
+    istart = st_start - 8 - ilen
+    if istart < 0 or ilen < 32:
+        raise CorruptArchiveError("bad member index length", archive=tail.source.name)
+    return istart
 
 
 def _parse_index(frame: bytes, archive: str) -> MemberIndex:

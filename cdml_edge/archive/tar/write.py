@@ -84,5 +84,7 @@ def write_tar_zst(
         )
     w.add(tarfmt.END_OF_ARCHIVE)
     w.flush()
-    out.write(seekable.index_frame(records))
-    out.write(seekable.seek_table_frame(w.sizes))
+    index = seekable.index_frame(records)
+    out.write(index)
+    # the index is a frame of the file like any other: its seek-table entry says so
+    out.write(seekable.seek_table_frame([*w.sizes, (len(index), 0)]))
