@@ -129,8 +129,8 @@ def test_we_read_pyzstd_seekable_archives_frame_by_frame(tmp_path: Path) -> None
         for name, data in rng.sample(items, 200):
             src.calls.clear()
             assert arc.read(name) == data
-            # O(1): one request for the frames that hold the member, not the archive
-            assert len(src.calls) == 1
+            # O(1): one request for the frames that hold the member (none: a cached frame)
+            assert len(src.calls) <= 1
             assert src.bytes_read() <= len(data) + 2 * (64 << 10) < size // 10
         picks = [n for n, _ in rng.sample(items, 64)]
         assert arc.read_many(picks) == [dict(items)[n] for n in picks]

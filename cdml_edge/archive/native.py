@@ -1,6 +1,7 @@
 """Loader of the C core (``cdml_edge.archive._native._reader``), with the Python fallback.
 
-``CDML_EDGE_NATIVE=0`` forces the pure-Python path.
+``CDML_EDGE_NATIVE=0`` forces the pure-Python path. ZIP members are read by the C core
+whenever it is built; tar.zst frames when it was built with libzstd too.
 """
 
 from __future__ import annotations
@@ -28,15 +29,25 @@ def module() -> Any:
     return _loaded
 
 
+def frame_decoder() -> Any:
+    """The C core's tar.zst frame decoder (:mod:`cdml_edge.archive.tar.native`), or ``None``
+    when the core is not built, is disabled, or was built without libzstd."""
+    if module() is None:
+        return None
+    from cdml_edge.archive.tar import native as _tarnative
+
+    return _tarnative if _tarnative.available() else None
+
+
 def native_available() -> bool:
     """True when the C core is built and enabled (``CDML_EDGE_NATIVE`` is not ``0``)."""
     return module() is not None
 
 
 def describe() -> str:
-    """One line on the active reader: ``native (inflate: libdeflate, zstd: zstandard)``."""
+    """One line on the active reader: ``native (inflate: libdeflate, zstd: libzstd 1.5.4)``."""
     mod = module()
     if mod is None:
         return "python"
-    zstd = "libzstd" if mod.have_zstd() else "zstandard"
+    zstd = f"libzstd {mod.zstd_version()}" if mod.have_zstd() else "zstandard (no libzstd)"
     return f"native (inflate: {mod.inflate_backend()}, zstd: {zstd})"

@@ -1,7 +1,8 @@
 """cffi (API, out-of-line) build of the native archive core: ``cdml_edge.archive._native._reader``.
 
-Links zlib, and libzstd when ``zstd.h`` is found (``CZ_HAVE_ZSTD``). Used by ``setup.py``;
-``python cffi_build.py`` builds it in place.
+Links zlib, and libzstd when ``zstd.h`` is found (``CZ_HAVE_ZSTD``: tar.zst frames and zstd
+ZIP members decoded in C; without it they go through the ``zstandard`` package). The build
+says which on stderr. Used by ``setup.py``; ``python cffi_build.py`` builds it in place.
 """
 
 from __future__ import annotations
@@ -31,6 +32,10 @@ def _zstd_include() -> str | None:
     return None
 
 
+def _say(line: str) -> None:
+    sys.stderr.write(f"cdml-edge native archive core: {line}\n")
+
+
 def make_builder() -> FFI:
     ffi = FFI()
     ffi.cdef(_cdef())
@@ -45,14 +50,19 @@ def make_builder() -> FFI:
         include_dirs.append(zstd_dir)
         if os.environ.get("ZSTD_LIB_DIR"):
             library_dirs.append(os.environ["ZSTD_LIB_DIR"])
+        _say(f"zstd decoder: libzstd ({os.path.join(zstd_dir, 'zstd.h')})")
+    else:
+        why = "CDML_EDGE_NO_LIBZSTD=1" if zstd_dir else "no zstd.h (Debian: libzstd-dev)"
+        _say(f"zstd decoder: the zstandard package, slower for tar.zst ({why})")
     ffi.set_source(
         "cdml_edge.archive._native._reader",
         '#include "reader.h"',
-        sources=[os.path.relpath(os.path.join(HERE, "reader.c"))],
+        sources=[os.path.relpath(os.path.join(HERE, f)) for f in ("reader.c", "frames.c")],
         include_dirs=include_dirs,
         libraries=libraries,
         library_dirs=library_dirs,
         define_macros=macros,
+        depends=[os.path.relpath(os.path.join(HERE, f)) for f in ("reader.h", "internal.h")],
         extra_compile_args=["-O2", "-std=c99", "-D_XOPEN_SOURCE=700"]
         if sys.platform != "win32"
         else [],

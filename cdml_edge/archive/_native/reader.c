@@ -7,6 +7,7 @@
  */
 #define _DEFAULT_SOURCE 1 /* preadv */
 #include "reader.h"
+#include "internal.h"
 
 #include <dlfcn.h>
 #include <errno.h>
@@ -75,6 +76,14 @@ static uint64_t rd64(const uint8_t *p) { return (uint64_t)rd32(p) | ((uint64_t)r
 int cz_have_zstd(void) {
 #if defined(CZ_HAVE_ZSTD)
     return 1;
+#else
+    return 0;
+#endif
+}
+
+unsigned cz_zstd_version(void) {
+#if defined(CZ_HAVE_ZSTD)
+    return ZSTD_versionNumber();
 #else
     return 0;
 #endif
@@ -301,7 +310,7 @@ static int zstd_member(cz_codecs *c, const uint8_t *src, uint64_t csize, uint8_t
 #endif
 }
 
-static uint32_t crc_of(const uint8_t *p, uint64_t n) {
+uint32_t cz_crc32(const uint8_t *p, uint64_t n) {
     if (cz_inflate_backend()) return LD.crc(0, p, (size_t)n);
     uLong crc = crc32(0L, Z_NULL, 0);
     while (n > 0) {
@@ -346,7 +355,7 @@ static int decode(cz_codecs *c, const cz_entry *e, const uint8_t *buf, uint64_t 
         return CZ_NEED_PYTHON;
     }
     if (st != CZ_OK) return st;
-    uint32_t got = crc_of(dst, e->usize);
+    uint32_t got = cz_crc32(dst, e->usize);
     if (got != e->crc) {
         *aux = got;
         return CZ_CRC_MISMATCH;
@@ -362,7 +371,7 @@ static uint64_t want_len(const cz_entry *e, uint64_t size) {
     return w < room ? w : room;
 }
 
-static int pread_full(int fd, uint8_t *buf, uint64_t len, uint64_t off, uint64_t *got) {
+int cz_pread_full(int fd, uint8_t *buf, uint64_t len, uint64_t off, uint64_t *got) {
     uint64_t done = 0;
     while (done < len) {
         ssize_t r = pread(fd, buf + done, (size_t)(len - done), (off_t)(off + done));
@@ -401,7 +410,7 @@ static int stored_direct(const cz_entry *e, int fd, uint64_t file_size, uint8_t 
     if (done < total) return 0; /* short read: the generic path loops and reports */
     if (rd32(head) != 0x04034b50u) return 0;
     if (30u + (uint64_t)rd16(head + 26) + rd16(head + 28) != hlen) return 0;
-    uint32_t got = crc_of(dst, e->usize);
+    uint32_t got = cz_crc32(dst, e->usize);
     if (got != e->crc) {
         *aux = got;
         *status = CZ_CRC_MISMATCH;
@@ -433,7 +442,7 @@ int cz_read_fd(const cz_index *idx, int fd, uint64_t file_size, const uint32_t *
             scratch = ns;
             scap = want;
         }
-        int err = pread_full(fd, scratch, want, e->offset, &got);
+        int err = cz_pread_full(fd, scratch, want, e->offset, &got);
         if (err) { status[k] = CZ_IO_ERROR; aux[k] = (uint64_t)err; bad++; continue; }
         int st = decode(&c, e, scratch, got, outs[k], &aux[k], &need);
         if (st == CZ_TRUNCATED && need > got && got == want && e->offset + need <= file_size) {
@@ -445,7 +454,7 @@ int cz_read_fd(const cz_index *idx, int fd, uint64_t file_size, const uint32_t *
                 scap = need;
             }
             uint64_t more = 0;
-            err = pread_full(fd, scratch + got, need - got, e->offset + got, &more);
+            err = cz_pread_full(fd, scratch + got, need - got, e->offset + got, &more);
             if (err) { status[k] = CZ_IO_ERROR; aux[k] = (uint64_t)err; bad++; continue; }
             st = decode(&c, e, scratch, got + more, outs[k], &aux[k], &need);
         }
@@ -457,9 +466,11 @@ int cz_read_fd(const cz_index *idx, int fd, uint64_t file_size, const uint32_t *
     return bad;
 }
 
-int cz_read_mem(const cz_index *idx, const uint8_t *mem, uint64_t mem_len,
-                const uint32_t *ids, size_t n, uint8_t *const *outs, int32_t *status,
-                uint64_t *aux) {
+/* Members decoded from bytes already in memory that start at their local headers: bufs[k]
+ * (lens[k] of them) for each member, or, when bufs is NULL, the archive held in mem. */
+static int read_held(const cz_index *idx, const uint8_t *mem, uint64_t mem_len,
+                     const uint8_t *const *bufs, const uint64_t *lens, const uint32_t *ids,
+                     size_t n, uint8_t *const *outs, int32_t *status, uint64_t *aux) {
     cz_codecs c;
     memset(&c, 0, sizeof(c));
     int bad = 0;
@@ -467,10 +478,17 @@ int cz_read_mem(const cz_index *idx, const uint8_t *mem, uint64_t mem_len,
         aux[k] = 0;
         if (ids[k] >= idx->count) { status[k] = CZ_NEED_PYTHON; bad++; continue; }
         const cz_entry *e = &idx->entries[ids[k]];
-        uint64_t need = 0;
-        uint64_t avail = e->offset < mem_len ? mem_len - e->offset : 0;
-        const uint8_t *p = e->offset < mem_len ? mem + e->offset : mem;
+        const uint8_t *p = mem;
+        uint64_t avail = 0, need = 0;
+        if (bufs) {
+            p = bufs[k];
+            avail = lens[k];
+        } else if (e->offset < mem_len) {
+            p = mem + e->offset;
+            avail = mem_len - e->offset;
+        }
         int st = decode(&c, e, p, avail, outs[k], &aux[k], &need);
+        if (bufs && st == CZ_TRUNCATED && need > avail) st = CZ_NEED_PYTHON; /* read more */
         status[k] = st;
         if (st != CZ_OK) bad++;
     }
@@ -478,24 +496,16 @@ int cz_read_mem(const cz_index *idx, const uint8_t *mem, uint64_t mem_len,
     return bad;
 }
 
+int cz_read_mem(const cz_index *idx, const uint8_t *mem, uint64_t mem_len,
+                const uint32_t *ids, size_t n, uint8_t *const *outs, int32_t *status,
+                uint64_t *aux) {
+    return read_held(idx, mem, mem_len, NULL, NULL, ids, n, outs, status, aux);
+}
+
 int cz_read_bufs(const cz_index *idx, const uint8_t *const *bufs, const uint64_t *lens,
                  const uint32_t *ids, size_t n, uint8_t *const *outs, int32_t *status,
                  uint64_t *aux) {
-    cz_codecs c;
-    memset(&c, 0, sizeof(c));
-    int bad = 0;
-    for (size_t k = 0; k < n; k++) {
-        aux[k] = 0;
-        if (ids[k] >= idx->count) { status[k] = CZ_NEED_PYTHON; bad++; continue; }
-        const cz_entry *e = &idx->entries[ids[k]];
-        uint64_t need = 0;
-        int st = decode(&c, e, bufs[k], lens[k], outs[k], &aux[k], &need);
-        if (st == CZ_TRUNCATED && need > lens[k]) st = CZ_NEED_PYTHON; /* caller reads more */
-        status[k] = st;
-        if (st != CZ_OK) bad++;
-    }
-    codecs_free(&c);
-    return bad;
+    return read_held(idx, NULL, 0, bufs, lens, ids, n, outs, status, aux);
 }
 
 /* Single-member reads: the status of the member (the batch calls' per-member code). */

@@ -1,4 +1,5 @@
-/* cdml-edge native archive core: ZIP central-directory index and batch member reads. */
+/* cdml-edge native archive core: ZIP central-directory index and batch member reads
+ * (reader.c), zstd frames of a seekable tar.zst decoded and cut into members (frames.c). */
 #ifndef CDML_READER_H
 #define CDML_READER_H
 
@@ -42,8 +43,10 @@ typedef struct {
 #define CZ_NEED_PYTHON 6
 #define CZ_IO_ERROR 7
 #define CZ_NO_MEMORY 8
+#define CZ_BAD_SPAN 9 /* a member's bytes are not all inside the frames given for it */
 
 int cz_have_zstd(void);
+unsigned cz_zstd_version(void); /* ZSTD_versionNumber() of the libzstd linked, 0 without */
 int cz_inflate_backend(void); /* 1: libdeflate, 0: zlib */
 int cz_parse(const uint8_t *cd, size_t len, int64_t delta, cz_index **out,
              char *err, size_t errlen);
@@ -61,5 +64,38 @@ int cz_read_mem(const cz_index *idx, const uint8_t *mem, uint64_t mem_len,
 int cz_read_bufs(const cz_index *idx, const uint8_t *const *bufs, const uint64_t *lens,
                  const uint32_t *ids, size_t n, uint8_t *const *outs,
                int32_t *status, uint64_t *aux);
+
+/* tar.zst: frames of a seekable zstd file and the members cut from them. Offsets "in the
+ * stream" are in the decompressed tar stream. */
+typedef struct {
+    uint64_t coff;        /* where the frame starts in the file (fd) or in mem */
+    uint64_t csize;       /* its compressed size */
+    uint64_t doff;        /* where its output starts in the stream */
+    uint64_t dsize;       /* its decompressed size (0: a skippable frame, nothing to decode) */
+    const uint8_t *src;   /* its bytes when the caller read them (src_len of them), else NULL */
+    uint64_t src_len;
+    uint8_t *dst;         /* decode into these dsize bytes (a cache entry), or NULL */
+    const uint8_t *plain; /* the frame already decoded (dsize bytes): nothing to read */
+    int32_t status;       /* out: CZ_OK, or why the frame could not be decoded */
+    uint64_t err;         /* out: the errno of a failed read (status CZ_IO_ERROR) */
+} cz_frame;
+
+typedef struct {
+    uint64_t off;   /* the member's data in the stream */
+    uint64_t size;
+    uint32_t f0;    /* first and last index into the frames array that hold it */
+    uint32_t f1;
+    uint32_t crc;
+    uint32_t check_crc;
+    uint8_t *out;   /* size bytes */
+} cz_span;
+
+int cz_zstd_read(int fd, const uint8_t *mem, uint64_t mem_len, cz_frame *frames,
+                 size_t nframes, const cz_span *spans, size_t nspans, int32_t *status,
+                 uint64_t *aux);
+int cz_zstd_read_one(int fd, const uint8_t *mem, uint64_t mem_len, uint64_t coff,
+                     uint64_t csize, uint64_t doff, uint64_t dsize, uint8_t *dst,
+                     uint64_t off, uint64_t size, uint32_t crc, int check_crc, uint8_t *out,
+                     uint64_t *aux);
 
 #endif

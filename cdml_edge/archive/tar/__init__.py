@@ -1,8 +1,10 @@
 """tar and tar.zst: :data:`TAR_ZST` and :data:`TAR` describe them to :mod:`..formats`.
 
 :mod:`.format` holds tar headers, :mod:`.seekable` the zstd seekable format and our member
-index, :mod:`.stream` sequential reads, :mod:`.read` the archives, :mod:`.write` the
-seekable tar.zst writer. Plain tar is read only.
+index, :mod:`.stream` sequential reads, :mod:`.read` plain tar and what tars share,
+:mod:`.zst` tar.zst, :mod:`.frames` frame-by-frame reads (:mod:`.native`: in C,
+:mod:`.cache`: decoded frames kept), :mod:`.write` the seekable tar.zst writer. Plain tar
+is read only.
 """
 
 from __future__ import annotations
@@ -10,8 +12,9 @@ from __future__ import annotations
 from cdml_edge.archive.spec import RANK_HEADER, RANK_MAGIC, RANK_TAIL, ArchiveFormat, Probe
 from cdml_edge.archive.tar import format as tarfmt
 from cdml_edge.archive.tar import seekable
-from cdml_edge.archive.tar.read import TarArchive, ZstdTarArchive
+from cdml_edge.archive.tar.read import TarArchive
 from cdml_edge.archive.tar.write import write_tar_zst
+from cdml_edge.archive.tar.zst import ZstdTarArchive
 
 
 def _seek_table_ends_file(probe: Probe) -> bool:

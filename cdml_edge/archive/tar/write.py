@@ -1,8 +1,10 @@
 """Seekable tar.zst writing: a tar stream cut into independent zstd frames, then the index.
 
-Layout (see :mod:`.seekable`): frames of about ``frame_bytes`` of tar stream, each starting
-at a member boundary (members over :data:`MAX_FRAME_BYTES` span several frames), then the
-member index and the seek table as skippable frames. ``zstd -dc f | tar -t`` lists it.
+Layout (see :mod:`.seekable`): frames of at most ``frame_bytes`` of tar stream, each starting
+at a member's header; a member that would not fit in what is left of a frame starts the
+next one, so a member never straddles two frames unless it is larger than a frame on its
+own (then it has frames to itself, cut every :data:`MAX_FRAME_BYTES`). Then the member index
+and the seek table as skippable frames. ``zstd -dc f | tar -t`` lists it.
 """
 
 from __future__ import annotations
@@ -66,10 +68,11 @@ def write_tar_zst(
     w = FrameWriter(out, options.level)
     records: list[tuple[str, int, int, int, float, int, int, int]] = []
     for name, data in items:
-        if w.buffered >= frame_bytes:
-            w.flush()
+        header = tarfmt.build_header(name, len(data), mtime)
+        if w.buffered and w.buffered + len(header) + tarfmt.padded(len(data)) > frame_bytes:
+            w.flush()  # the member would not fit: it starts the next frame
         header_off = w.position
-        w.add(tarfmt.build_header(name, len(data), mtime))
+        w.add(header)
         data_off = w.position
         first = w.frame
         view = memoryview(data)

@@ -7,6 +7,7 @@ import os
 from typing import Any
 
 from cdml_edge.archive._native._reader import ffi, lib  # type: ignore[import-not-found]
+from cdml_edge.archive._native.buffers import fresh_output as _output
 from cdml_edge.archive.base import RATIO_FLOOR_BYTES
 from cdml_edge.archive.errors import (
     ArchiveError,
@@ -30,20 +31,6 @@ from cdml_edge.archive.zip.read import read_python
 _from_buffer = ffi.from_buffer
 
 
-def _output(size: int) -> tuple[bytes | bytearray, Any]:
-    """A result object of ``size`` bytes and a pointer the C core writes into.
-
-    From 2 bytes up this is a fresh ``bytes``: not yet seen by anyone, not hashed and never
-    one of CPython's cached objects, so filling it in place is safe and saves a copy of
-    every member (the C core decompresses or reads straight into the returned object).
-    """
-    if size >= 2:
-        out = bytes(size)
-        return out, _from_buffer("uint8_t[]", out)
-    arr = bytearray(max(size, 1))
-    return arr, _from_buffer("uint8_t[]", arr, require_writable=True)
-
-
 _MESSAGES = {
     1: (CorruptArchiveError, "bad local header signature"),
     2: (TruncatedArchiveError, "member data cut short"),
@@ -64,6 +51,12 @@ def available() -> bool:
 
 def have_zstd() -> bool:
     return bool(lib.cz_have_zstd())
+
+
+def zstd_version() -> str:
+    """``"1.5.4"``: the libzstd the C core was linked with (``""`` without)."""
+    v = int(lib.cz_zstd_version())
+    return f"{v // 10000}.{v // 100 % 100}.{v % 100}" if v else ""
 
 
 def inflate_backend() -> str:

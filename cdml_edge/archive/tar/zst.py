@@ -1,0 +1,166 @@
+"""tar.zst archives: seekable (frames, seek table, our member index) or one zstd stream."""
+
+from __future__ import annotations
+
+import operator
+from bisect import bisect_left, bisect_right
+from typing import Any
+
+import zstandard
+
+from cdml_edge.archive.errors import CorruptArchiveError, TruncatedArchiveError
+from cdml_edge.archive.native import frame_decoder
+from cdml_edge.archive.source import ByteSource
+from cdml_edge.archive.tar import format as tarfmt
+from cdml_edge.archive.tar.cache import FRAME_CACHE_BYTES, FrameCache
+from cdml_edge.archive.tar.frames import PythonFrames, Span, check_frame, plan
+from cdml_edge.archive.tar.read import _columns, _member_list, _TarBase
+from cdml_edge.archive.tar.seekable import FrameTable, MemberIndex, read_tail
+from cdml_edge.archive.tar.stream import ExactReader, FrameStream
+
+
+class ZstdTarArchive(_TarBase):
+    """tar.zst: seekable (frames + index in the tail) or an ordinary single zstd stream.
+
+    With our member index, opening reads only the tail (≤2 requests) and decompresses
+    nothing. Without it, one sequential pass over the whole stream builds the index. Reads
+    of a seekable archive decode only the frames that hold the members, each once per
+    batch, through a cache of decoded frames bounded by ``frame_cache_bytes`` (default
+    1 MiB); the C core decodes them when it was built with libzstd (``engine``). An
+    ordinary single-frame tar.zst has no frame boundaries to seek to: each read then
+    decompresses from the start of the stream up to the member (``read_many`` does one
+    pass for the whole batch).
+    """
+
+    format = "tar.zst"
+
+    def __init__(
+        self,
+        source: ByteSource,
+        *,
+        tail: tuple[int, bytes] | None = None,
+        frame_cache_bytes: int = FRAME_CACHE_BYTES,
+        **limits: Any,
+    ) -> None:
+        super().__init__(source, **limits)
+        found = read_tail(source, tail)
+        self._frames: FrameTable | None = found.frames if found else None
+        self._data_end = found.data_end if found else source.size()
+        self._cache = FrameCache(frame_cache_bytes)
+        decoder = frame_decoder()
+        self._decoder: Any = decoder.NativeFrames() if decoder is not None else PythonFrames()
+        if found is not None and found.index is not None:
+            self._index_members(found.index, found.frames)
+        else:
+            reader = ExactReader(FrameStream(source, self._data_end))
+            members, _ = _member_list(
+                source.name, lambda cb: tarfmt.scan(reader.read, reader.skip, source.name, cb)
+            )
+            self._set_members(_columns(members))
+
+    @classmethod
+    def open(
+        cls, source: ByteSource, *, tail: tuple[int, bytes] | None = None, **limits: Any
+    ) -> ZstdTarArchive:
+        """Open ``source``; the seek table and member index come from ``tail`` if it holds them."""
+        return cls(source, tail=tail, **limits)
+
+    @property
+    def seekable(self) -> bool:
+        return self._frames is not None
+
+    @property
+    def engine(self) -> str:  # type: ignore[override]
+        return str(self._decoder.engine)
+
+    @property
+    def frame_cache(self) -> FrameCache:
+        """The cache of decoded frames (``max_bytes``, ``hits``, ``misses``)."""
+        return self._cache
+
+    def member_name(self, i: int) -> str:
+        return self._members.index.names[i]
+
+    def _index_members(self, index: MemberIndex, frames: FrameTable) -> None:
+        total = frames.doff[-1]
+        ends = list(map(operator.add, index.data_offsets, index.sizes))
+        if max(ends, default=0) <= total and min(index.sizes, default=0) >= 0:
+            self._set_members(index)
+            return
+        for k, end in enumerate(ends):
+            if end > total or index.sizes[k] < 0:
+                raise CorruptArchiveError(
+                    "member index points past the end of the frames",
+                    archive=self.name,
+                    member=index.names[k],
+                )
+        self._set_members(index)
+
+    def _method(self) -> str:
+        return "zstd"
+
+    def _compressed_size(self, i: int) -> int:
+        m = self._members[i]
+        f = self._frames
+        if f is None:
+            total_c, total_d = self._data_end, max(self._members[-1].data_offset, 1)
+            return int(m.size * total_c / total_d)
+        f0, f1 = f.frames_for(m.data_offset, m.data_offset + m.size)
+        c = f.coff[f1 + 1] - f.coff[f0]
+        d = max(f.doff[f1 + 1] - f.doff[f0], 1)
+        return int(c * m.size / d)
+
+    def _read_ids(self, ids: list[int]) -> list[bytes]:
+        sizes = self._members.index.sizes
+        for i in ids:
+            if sizes[i] > self.fast_limit:
+                self.check_limits(self.member_name(i), sizes[i], self._compressed_size(i))
+        if self._frames is None:
+            return self._read_streaming(ids)
+        if len(ids) == 1:
+            one = self._read_one(ids[0], self._frames)
+            if one is not None:
+                return [one]
+        batch = plan(self._frames, self._members.index, ids, self)
+        got = self._decoder.read(self, self._frames, batch, self._cache)
+        return [got[i] for i in ids]
+
+    def _read_one(self, i: int, f: FrameTable) -> bytes | None:
+        """A member in one frame: from the cache, or one call of the C core (else ``None``)."""
+        x = self._members.index
+        off, size = x.data_offsets[i], x.sizes[i]
+        if size == 0 or f.count == 0 or off + size > f.doff[-1]:
+            return None
+        k = bisect_right(f.doff, off) - 1
+        if k < 0 or bisect_left(f.doff, off + size) - 1 != k:
+            return None
+        plain = self._cache.get(k)
+        if plain is not None:
+            start = off - f.doff[k]
+            return self._finish(i, plain[start : start + size])
+        if self._decoder.engine != "native":
+            return None
+        check_frame(f, k, self, i)
+        return self._decoder.read_one(self, f, Span(i, off, size, self._crcs[i], k, k), self._cache)
+
+    def _read_streaming(self, ids: list[int]) -> list[bytes]:
+        reader = ExactReader(FrameStream(self._source, self._data_end))
+        pos = 0
+        out: list[bytes] = [b""] * len(ids)
+        order = sorted(range(len(ids)), key=lambda k: self._members[ids[k]].data_offset)
+        cache: dict[int, bytes] = {}
+        try:
+            for k in order:
+                m = self._members[ids[k]]
+                if ids[k] in cache:
+                    out[k] = cache[ids[k]]
+                    continue
+                reader.skip(m.data_offset - pos)
+                data = reader.read(m.size)
+                pos = m.data_offset + len(data)
+                out[k] = cache[ids[k]] = self._finish(ids[k], data)
+        except EOFError:
+            raise TruncatedArchiveError("zstd stream ends early", archive=self.name) from None
+        except zstandard.ZstdError as exc:
+            raise CorruptArchiveError(f"zstd data: {exc}", archive=self.name) from exc
+        return out
