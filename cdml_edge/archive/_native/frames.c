@@ -78,9 +78,19 @@ static void shrink(tls_state *t) {
     if (t->dcap > KEEP_BYTES) { free(t->dbuf); t->dbuf = NULL; t->dcap = 0; }
 }
 
+/* One frame as cz_zstd_read's arrays describe it. */
+typedef struct {
+    uint64_t coff, csize, doff, dsize, src_len;
+    const uint8_t *src;
+    uint8_t *dst;
+    const uint8_t *plain;
+    int32_t status;
+    uint64_t err;
+} frame_t;
+
 /* The compressed bytes of frame f: the caller's, in mem, or read from fd into cbuf. */
 static int32_t frame_source(tls_state *t, int fd, const uint8_t *mem, uint64_t mem_len,
-                            cz_frame *f, const uint8_t **src) {
+                            frame_t *f, const uint8_t **src) {
     if (f->src) {
         if (f->src_len < f->csize) return CZ_TRUNCATED;
         *src = f->src;
@@ -106,7 +116,7 @@ static int32_t frame_source(tls_state *t, int fd, const uint8_t *mem, uint64_t m
 
 /* Decode frame f into the dsize bytes at into. */
 static int32_t decode_frame(tls_state *t, int fd, const uint8_t *mem, uint64_t mem_len,
-                            cz_frame *f, uint8_t *into) {
+                            frame_t *f, uint8_t *into) {
     if (f->dsize == 0) return CZ_OK; /* a skippable frame: nothing of the stream in it */
     const uint8_t *src = NULL;
     int32_t st = frame_source(t, fd, mem, mem_len, f, &src);
@@ -119,29 +129,31 @@ static int32_t decode_frame(tls_state *t, int fd, const uint8_t *mem, uint64_t m
     return r == f->dsize ? CZ_OK : CZ_SIZE_MISMATCH;
 }
 
-/* Copy member s out of its frames and check it; *aux: the failing frame or the CRC seen. */
-static int32_t cut_span(const cz_frame *frames, const uint8_t *const *bytes, size_t nframes,
-                        const cz_span *s, uint64_t *aux) {
-    if (s->f0 > s->f1 || s->f1 >= nframes || s->size > UINT64_MAX - s->off) return CZ_BAD_SPAN;
-    uint64_t end = s->off + s->size, copied = 0;
-    for (size_t k = s->f0; k <= s->f1; k++) {
-        const cz_frame *f = &frames[k];
+/* Copy member j (row sp of spans) out of its frames and check it; *aux: the failing
+ * frame's row or the CRC seen. */
+static int32_t cut_span(const frame_t *fr, const uint8_t *const *bytes, size_t nframes,
+                        const uint64_t *sp, uint8_t *out, uint64_t *aux) {
+    uint64_t off = sp[0], size = sp[1], f0 = sp[2], f1 = sp[3];
+    if (f0 > f1 || f1 >= nframes || size > UINT64_MAX - off) return CZ_BAD_SPAN;
+    uint64_t end = off + size, copied = 0;
+    for (uint64_t k = f0; k <= f1; k++) {
+        const frame_t *f = &fr[k];
         if (f->status != CZ_OK) {
             *aux = k;
             return f->status;
         }
         if (f->dsize > UINT64_MAX - f->doff) return CZ_BAD_SPAN;
-        uint64_t lo = s->off > f->doff ? s->off : f->doff;
+        uint64_t lo = off > f->doff ? off : f->doff;
         uint64_t fend = f->doff + f->dsize, hi = end < fend ? end : fend;
         if (lo < hi) {
-            memcpy(s->out + (lo - s->off), bytes[k] + (lo - f->doff), (size_t)(hi - lo));
+            memcpy(out + (lo - off), bytes[k] + (lo - f->doff), (size_t)(hi - lo));
             copied += hi - lo;
         }
     }
-    if (copied != s->size) return CZ_BAD_SPAN;
-    if (s->check_crc) {
-        uint32_t got = cz_crc32(s->out, s->size);
-        if (got != s->crc) {
+    if (copied != size) return CZ_BAD_SPAN;
+    if (sp[5]) {
+        uint32_t got = cz_crc32(out, size);
+        if (got != (uint32_t)sp[4]) {
             *aux = got;
             return CZ_CRC_MISMATCH;
         }
@@ -151,19 +163,18 @@ static int32_t cut_span(const cz_frame *frames, const uint8_t *const *bytes, siz
 
 /* Decode every frame once (into its dst, else into scratch); bytes[k]: where frame k is. */
 static void decode_frames(tls_state *t, int fd, const uint8_t *mem, uint64_t mem_len,
-                          cz_frame *frames, size_t nframes, const uint8_t **bytes) {
+                          frame_t *fr, size_t nframes, const uint8_t **bytes) {
     uint64_t scratch = 0;
     int room = 1;
     for (size_t k = 0; k < nframes; k++) {
-        frames[k].err = 0;
-        if (frames[k].plain || frames[k].dst) continue;
-        if (frames[k].dsize > UINT64_MAX - scratch) room = 0;
-        else scratch += frames[k].dsize;
+        if (fr[k].plain || fr[k].dst) continue;
+        if (fr[k].dsize > UINT64_MAX - scratch) room = 0;
+        else scratch += fr[k].dsize;
     }
     if (room && grow(&t->dbuf, &t->dcap, scratch ? scratch : 1)) room = 0;
     uint64_t at = 0;
     for (size_t k = 0; k < nframes; k++) {
-        cz_frame *f = &frames[k];
+        frame_t *f = &fr[k];
         if (f->plain) {
             bytes[k] = f->plain;
             f->status = CZ_OK;
@@ -181,33 +192,59 @@ static void decode_frames(tls_state *t, int fd, const uint8_t *mem, uint64_t mem
     }
 }
 
-int cz_zstd_read(int fd, const uint8_t *mem, uint64_t mem_len, cz_frame *frames,
-                 size_t nframes, const cz_span *spans, size_t nspans, int32_t *status,
+static int fail_all(int32_t *status, uint64_t *aux, size_t n, int32_t st) {
+    for (size_t j = 0; j < n; j++) {
+        status[j] = st;
+        aux[j] = 0;
+    }
+    return (int)n;
+}
+
+int cz_zstd_read(int fd, const uint8_t *mem, uint64_t mem_len, const uint64_t *frames,
+                 size_t nframes, const uint8_t *const *src, uint8_t *const *dst,
+                 const uint8_t *const *plain, int32_t *fstatus, uint64_t *ferr,
+                 const uint64_t *spans, size_t nspans, uint8_t *const *out, int32_t *status,
                  uint64_t *aux) {
     tls_state *t = tls();
-    const uint8_t **bytes = t ? malloc((nframes ? nframes : 1) * sizeof(*bytes)) : NULL;
+    size_t n = nframes ? nframes : 1;
+    frame_t *fr = t ? calloc(n, sizeof(*fr)) : NULL;
+    const uint8_t **bytes = fr ? malloc(n * sizeof(*bytes)) : NULL;
     if (!bytes) {
-        for (size_t j = 0; j < nspans; j++) { status[j] = CZ_NO_MEMORY; aux[j] = 0; }
-        return (int)nspans;
+        free(fr);
+        return fail_all(status, aux, nspans, CZ_NO_MEMORY);
     }
-    decode_frames(t, fd, mem, mem_len, frames, nframes, bytes);
+    for (size_t k = 0; k < nframes; k++) {
+        const uint64_t *row = frames + k * CZ_FRAME_FIELDS;
+        fr[k] = (frame_t){row[0], row[1], row[2], row[3], row[4], src[k], dst[k], plain[k],
+                          CZ_OK, 0};
+    }
+    decode_frames(t, fd, mem, mem_len, fr, nframes, bytes);
     int bad = 0;
     for (size_t j = 0; j < nspans; j++) {
         aux[j] = 0;
-        status[j] = cut_span(frames, bytes, nframes, &spans[j], &aux[j]);
+        status[j] = cut_span(fr, bytes, nframes, spans + j * CZ_SPAN_FIELDS, out[j], &aux[j]);
         if (status[j] != CZ_OK) bad++;
     }
+    for (size_t k = 0; k < nframes; k++) {
+        fstatus[k] = fr[k].status;
+        ferr[k] = fr[k].err;
+    }
     free(bytes);
+    free(fr);
     shrink(t);
     return bad;
 }
 
 #else /* no libzstd: the Python path decodes */
 
-int cz_zstd_read(int fd, const uint8_t *mem, uint64_t mem_len, cz_frame *frames,
-                 size_t nframes, const cz_span *spans, size_t nspans, int32_t *status,
+int cz_zstd_read(int fd, const uint8_t *mem, uint64_t mem_len, const uint64_t *frames,
+                 size_t nframes, const uint8_t *const *src, uint8_t *const *dst,
+                 const uint8_t *const *plain, int32_t *fstatus, uint64_t *ferr,
+                 const uint64_t *spans, size_t nspans, uint8_t *const *out, int32_t *status,
                  uint64_t *aux) {
-    (void)fd; (void)mem; (void)mem_len; (void)frames; (void)nframes; (void)spans;
+    (void)fd; (void)mem; (void)mem_len; (void)frames; (void)src; (void)dst; (void)plain;
+    (void)spans; (void)out;
+    for (size_t k = 0; k < nframes; k++) { fstatus[k] = CZ_NEED_PYTHON; ferr[k] = 0; }
     for (size_t j = 0; j < nspans; j++) { status[j] = CZ_NEED_PYTHON; aux[j] = 0; }
     return (int)nspans;
 }
@@ -220,10 +257,14 @@ int cz_zstd_read_one(int fd, const uint8_t *mem, uint64_t mem_len, uint64_t coff
                      uint64_t csize, uint64_t doff, uint64_t dsize, uint8_t *dst,
                      uint64_t off, uint64_t size, uint32_t crc, int check_crc, uint8_t *out,
                      uint64_t *aux) {
-    cz_frame f = {coff, csize, doff, dsize, NULL, 0, dst, NULL, CZ_OK, 0};
-    cz_span s = {off, size, 0, 0, crc, check_crc != 0, out};
-    int32_t st = CZ_NEED_PYTHON;
-    cz_zstd_read(fd, mem, mem_len, &f, 1, &s, 1, &st, aux);
-    if (st == CZ_IO_ERROR) *aux = f.err;
+    uint64_t frame[CZ_FRAME_FIELDS] = {coff, csize, doff, dsize, 0};
+    uint64_t span[CZ_SPAN_FIELDS] = {off, size, 0, 0, crc, check_crc != 0};
+    const uint8_t *none = NULL;
+    uint8_t *dsts[1] = {dst}, *outs[1] = {out};
+    int32_t st = CZ_NEED_PYTHON, fst = CZ_OK;
+    uint64_t ferr = 0;
+    cz_zstd_read(fd, mem, mem_len, frame, 1, &none, dsts, &none, &fst, &ferr, span, 1, outs,
+                 &st, aux);
+    if (st == CZ_IO_ERROR) *aux = ferr;
     return st;
 }

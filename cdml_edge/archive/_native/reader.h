@@ -66,32 +66,21 @@ int cz_read_bufs(const cz_index *idx, const uint8_t *const *bufs, const uint64_t
                int32_t *status, uint64_t *aux);
 
 /* tar.zst: frames of a seekable zstd file and the members cut from them. Offsets "in the
- * stream" are in the decompressed tar stream. */
-typedef struct {
-    uint64_t coff;        /* where the frame starts in the file (fd) or in mem */
-    uint64_t csize;       /* its compressed size */
-    uint64_t doff;        /* where its output starts in the stream */
-    uint64_t dsize;       /* its decompressed size (0: a skippable frame, nothing to decode) */
-    const uint8_t *src;   /* its bytes when the caller read them (src_len of them), else NULL */
-    uint64_t src_len;
-    uint8_t *dst;         /* decode into these dsize bytes (a cache entry), or NULL */
-    const uint8_t *plain; /* the frame already decoded (dsize bytes): nothing to read */
-    int32_t status;       /* out: CZ_OK, or why the frame could not be decoded */
-    uint64_t err;         /* out: the errno of a failed read (status CZ_IO_ERROR) */
-} cz_frame;
+ * stream" are in the decompressed tar stream. Frame k is row k of `frames`:
+ *   coff (in the file or mem), csize, doff (in the stream), dsize (0: skippable), src_len
+ * with src[k] its compressed bytes when the caller read them (src_len of them), dst[k] a
+ * buffer of dsize bytes to decode into (a cache entry), plain[k] the frame already decoded;
+ * each NULL when not given. Member j is row j of `spans`:
+ *   off (in the stream), size, f0, f1 (rows of `frames` holding it), crc, check_crc
+ * and out[j] its size bytes. fstatus/ferr: per frame, the status and a failed read's errno;
+ * status/aux: per member, the status and the failing frame's row or the CRC seen. */
+#define CZ_FRAME_FIELDS 5
+#define CZ_SPAN_FIELDS 6
 
-typedef struct {
-    uint64_t off;   /* the member's data in the stream */
-    uint64_t size;
-    uint32_t f0;    /* first and last index into the frames array that hold it */
-    uint32_t f1;
-    uint32_t crc;
-    uint32_t check_crc;
-    uint8_t *out;   /* size bytes */
-} cz_span;
-
-int cz_zstd_read(int fd, const uint8_t *mem, uint64_t mem_len, cz_frame *frames,
-                 size_t nframes, const cz_span *spans, size_t nspans, int32_t *status,
+int cz_zstd_read(int fd, const uint8_t *mem, uint64_t mem_len, const uint64_t *frames,
+                 size_t nframes, const uint8_t *const *src, uint8_t *const *dst,
+                 const uint8_t *const *plain, int32_t *fstatus, uint64_t *ferr,
+                 const uint64_t *spans, size_t nspans, uint8_t *const *out, int32_t *status,
                  uint64_t *aux);
 int cz_zstd_read_one(int fd, const uint8_t *mem, uint64_t mem_len, uint64_t coff,
                      uint64_t csize, uint64_t doff, uint64_t dsize, uint8_t *dst,

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import threading
 import zlib
+from bisect import bisect_left, bisect_right
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -28,19 +29,6 @@ from cdml_edge.archive.source import ByteSource
 from cdml_edge.archive.tar.cache import FrameCache
 from cdml_edge.archive.tar.seekable import FrameTable, MemberIndex
 
-
-@dataclass(frozen=True, slots=True)
-class Span:
-    """One member of a batch: its data in the tar stream and the frames ``f0..f1`` it needs."""
-
-    member: int
-    off: int
-    size: int
-    crc: int | None
-    f0: int
-    f1: int
-
-
 #: a decoded frame is kept in the cache only when this much of it is left once the members
 #: read are taken out: other members lie there. A frame of one member (header and padding
 #: aside) or inside a big member is not kept, so random reads do not churn the cache.
@@ -49,35 +37,44 @@ SPARE_BYTES = 4096
 
 @dataclass(frozen=True)
 class Batch:
-    """Distinct members (empty ones need no frame) and the frames they need, ascending."""
+    """Distinct members as columns, and the frames they need, ascending.
 
-    spans: list[Span]
+    Member ``j`` is ``members[j]``: its data at ``offs[j]`` in the tar stream, ``sizes[j]``
+    bytes, CRC-32 ``crcs[j]``, in frames ``f0[j]..f1[j]`` (``f0 > f1``: empty, no frame).
+    """
+
+    members: list[int]
+    offs: list[int]
+    sizes: list[int]
+    crcs: list[int | None]
+    f0: list[int]
+    f1: list[int]
     frames: list[int]
 
     def owner(self, k: int) -> int:
         """The first member that needs frame ``k`` (errors name it)."""
-        return next(s.member for s in self.spans if s.f0 <= k <= s.f1)
+        pairs = zip(self.members, self.f0, self.f1, strict=True)
+        return next(i for i, a, b in pairs if a <= k <= b)
 
     def keep(self, table: FrameTable, cache: FrameCache) -> set[int]:
         """The frames worth keeping in ``cache`` once decoded (see :data:`SPARE_BYTES`)."""
+        doff = table.doff
         used: dict[int, int] = {}
-        for s in self.spans:
-            for k in range(s.f0, s.f1 + 1):
-                lo = max(s.off, table.doff[k])
-                hi = min(s.off + s.size, table.doff[k + 1])
-                used[k] = used.get(k, 0) + max(0, hi - lo)
+        for off, size, a, b in zip(self.offs, self.sizes, self.f0, self.f1, strict=True):
+            for k in range(a, b + 1):
+                used[k] = used.get(k, 0) + min(off + size, doff[k + 1]) - max(off, doff[k])
         out = set()
         for k in self.frames:
-            dsize = table.doff[k + 1] - table.doff[k]
+            dsize = doff[k + 1] - doff[k]
             if cache.wants(dsize) and dsize - used.get(k, 0) > SPARE_BYTES:
                 out.add(k)
         return out
 
 
-def worth_keeping(table: FrameTable, k: int, s: Span, cache: FrameCache) -> bool:
-    """:meth:`Batch.keep` for one member in one frame."""
+def worth_keeping(table: FrameTable, k: int, size: int, cache: FrameCache) -> bool:
+    """:meth:`Batch.keep` for one member of ``size`` bytes in frame ``k``."""
     dsize = table.doff[k + 1] - table.doff[k]
-    return cache.wants(dsize) and dsize - s.size > SPARE_BYTES
+    return cache.wants(dsize) and dsize - size > SPARE_BYTES
 
 
 class Reading(Protocol):
@@ -95,31 +92,45 @@ class Reading(Protocol):
     def member_name(self, i: int) -> str: ...
 
 
-def span(table: FrameTable, index: MemberIndex, i: int, archive: str, name: str) -> Span:
-    """Where member ``i`` lies; :class:`CorruptArchiveError` when it is past the frames."""
-    off, size = index.data_offsets[i], index.sizes[i]
-    if table.count == 0 or off + size > table.doff[-1]:
-        raise CorruptArchiveError(
-            "member lies beyond the frames of the seek table", archive=archive, member=name
-        )
-    if size == 0:
-        return Span(i, off, 0, index.crcs[i], 1, 0)  # no frame needed
-    f0, f1 = table.frames_for(off, off + size)
-    return Span(i, off, size, index.crcs[i], f0, f1)
-
-
 def plan(table: FrameTable, index: MemberIndex, ids: Sequence[int], arc: Reading) -> Batch:
-    """The distinct members of ``ids`` and the frames they need; frame limits checked."""
-    spans = [span(table, index, i, arc.name, arc.member_name(i)) for i in dict.fromkeys(ids)]
-    needed: set[int] = set()
-    for s in spans:
-        needed.update(range(s.f0, s.f1 + 1))
-    batch = Batch(spans, sorted(needed))
+    """The distinct members of ``ids`` and the frames they need; frame limits checked.
+
+    :class:`CorruptArchiveError` names a member that lies past the frames.
+    """
+    members = list(dict.fromkeys(ids))
+    offs = [index.data_offsets[i] for i in members]
+    sizes = [index.sizes[i] for i in members]
+    doff, last = table.doff, table.count - 1
+    f0: list[int] = []
+    f1: list[int] = []
+    for i, off, size in zip(members, offs, sizes, strict=True):
+        if last < 0 or off + size > doff[-1]:
+            raise CorruptArchiveError(
+                "member lies beyond the frames of the seek table",
+                archive=arc.name,
+                member=arc.member_name(i),
+            )
+        if size == 0:
+            a, b = 1, 0  # no frame needed
+        else:
+            a = max(bisect_right(doff, off) - 1, 0)
+            b = min(max(bisect_left(doff, off + size) - 1, a), last)
+        f0.append(a)
+        f1.append(b)
+    needed = set(f0) if f0 == f1 else _frames(f0, f1)
+    batch = Batch(members, offs, sizes, [index.crcs[i] for i in members], f0, f1, sorted(needed))
     small = min(RATIO_FLOOR_BYTES, arc.max_member_bytes)  # frames up to this size pass
     for k in batch.frames:
-        if table.doff[k + 1] - table.doff[k] > small:
+        if doff[k + 1] - doff[k] > small:
             check_frame(table, k, arc, batch.owner(k))
     return batch
+
+
+def _frames(f0: list[int], f1: list[int]) -> set[int]:
+    out: set[int] = set()
+    for a, b in zip(f0, f1, strict=True):
+        out.update(range(a, b + 1))
+    return out
 
 
 def check_frame(table: FrameTable, k: int, arc: Reading, member: int) -> None:
@@ -200,25 +211,30 @@ class PythonFrames:
                 raise type(exc)(exc.reason, archive=exc.archive, member=member) from exc
             if k in keep:
                 cache.put(k, plain[k])
-        return {s.member: self._cut(s, plain, table, arc) for s in batch.spans}
+        cut = self._cut
+        return {i: cut(batch, j, plain, table, arc) for j, i in enumerate(batch.members)}
 
     @staticmethod
-    def _cut(s: Span, plain: dict[int, bytes], table: FrameTable, arc: Reading) -> bytes:
-        if s.size == 0:
+    def _cut(
+        batch: Batch, j: int, plain: dict[int, bytes], table: FrameTable, arc: Reading
+    ) -> bytes:
+        size, f0, f1 = batch.sizes[j], batch.f0[j], batch.f1[j]
+        if size == 0:
             data = b""
         else:
-            parts = [plain[k] for k in range(s.f0, s.f1 + 1)]
+            parts = [plain[k] for k in range(f0, f1 + 1)]
             blob = parts[0] if len(parts) == 1 else b"".join(parts)
-            start = s.off - table.doff[s.f0]
-            data = blob[start : start + s.size]
-        if len(data) != s.size:
+            start = batch.offs[j] - table.doff[f0]
+            data = blob[start : start + size]
+        i, crc = batch.members[j], batch.crcs[j]
+        if len(data) != size:
             raise TruncatedArchiveError(
-                f"member data cut short ({len(data)} of {s.size} bytes)",
+                f"member data cut short ({len(data)} of {size} bytes)",
                 archive=arc.name,
-                member=arc.member_name(s.member),
+                member=arc.member_name(i),
             )
-        if s.crc is not None and zlib.crc32(data) != s.crc:
-            raise crc_error(s.crc, zlib.crc32(data), arc, s.member)
+        if crc is not None and zlib.crc32(data) != crc:
+            raise crc_error(crc, zlib.crc32(data), arc, i)
         return data
 
     @staticmethod

@@ -1,10 +1,11 @@
 """Python face of the C core's tar.zst path: frames decoded by libzstd with the GIL released.
 
 One call decodes every frame a batch needs once and cuts each member out of its frames
-(``cz_zstd_read``); a member in one frame takes a call with scalars only
-(``cz_zstd_read_one``). A local file is read by the C core itself (``pread``), memory in
-place, any other source (S3, file objects) with one ``pread_many`` first. Results are
-identical to :class:`~.frames.PythonFrames`, which serves when a status asks for it.
+(``cz_zstd_read``, fed flat arrays so that building a call costs little Python); a member
+in one frame takes a call with scalars only (``cz_zstd_read_one``). A local file is read by
+the C core itself (``pread``), memory in place, any other source (S3, file objects) with
+one ``pread_many`` first. Results and errors are those of :class:`~.frames.PythonFrames`,
+which serves when a status asks for it.
 """
 
 from __future__ import annotations
@@ -22,7 +23,6 @@ from cdml_edge.archive.tar.frames import (
     Batch,
     PythonFrames,
     Reading,
-    Span,
     crc_error,
     fetch,
     worth_keeping,
@@ -31,6 +31,7 @@ from cdml_edge.archive.tar.seekable import FrameTable
 
 _NULL = ffi.NULL
 _from_buffer = ffi.from_buffer
+_new = ffi.new
 OK, TRUNCATED, DATA, SIZE, CRC, PYTHON, IO, MEMORY, BAD_SPAN = 0, 2, 3, 4, 5, 6, 7, 8, 9
 
 
@@ -58,85 +59,106 @@ class NativeFrames:
         self._python = PythonFrames()
 
     def read_one(
-        self, arc: Reading, table: FrameTable, s: Span, cache: FrameCache
+        self,
+        arc: Reading,
+        table: FrameTable,
+        k: int,
+        member: tuple[int, int, int | None],
+        cache: FrameCache,
     ) -> bytes | None:
-        """Member ``s`` lying in one frame not in the cache; ``None``: use :meth:`read`."""
-        k = s.f0
+        """``member`` = ``(offset, size, crc)`` lying in frame ``k``, not in the cache, read
+        from a file or memory; ``None`` when :meth:`read` must serve it (other sources, or
+        an error it words)."""
         fd, mem, mem_len = _where(arc.source)
         if fd < 0 and mem is _NULL:
             return None
+        off, size, crc = member
         dsize = table.doff[k + 1] - table.doff[k]
-        frame = bytes(dsize) if worth_keeping(table, k, s, cache) else None
+        frame = bytes(dsize) if worth_keeping(table, k, size, cache) else None
         dst = _from_buffer("uint8_t[]", frame) if frame is not None else _NULL
-        out, ptr = fresh_output(s.size)
-        aux = ffi.new("uint64_t *")
+        out, ptr = fresh_output(size)
+        aux = _new("uint64_t *")
         coff = table.coff[k]
         st = lib.cz_zstd_read_one(
             fd, mem, mem_len, coff, table.coff[k + 1] - coff, table.doff[k], dsize, dst,
-            s.off, s.size, s.crc or 0, s.crc is not None, ptr, aux,
+            off, size, crc or 0, crc is not None, ptr, aux,
         )  # fmt: skip
         if st != OK:
-            return None  # the batch path says why (or decodes in Python)
+            return None
         if frame is not None:
             cache.put(k, frame)
-        return out if type(out) is bytes else bytes(out[: s.size])
+        return out if type(out) is bytes else bytes(out[:size])
 
     def read(
         self, arc: Reading, table: FrameTable, batch: Batch, cache: FrameCache
     ) -> dict[int, bytes]:
         """The bytes of every member of ``batch``, by member id."""
-        spans = [s for s in batch.spans if s.size]
-        result: dict[int, bytes] = {s.member: b"" for s in batch.spans if not s.size}
-        if not spans:
-            return result
-        frames, keep, decoded = self._frames(arc, table, batch, cache)
-        pos = {k: j for j, k in enumerate(batch.frames)}
-        c_spans = ffi.new("cz_span[]", len(spans))
-        outs = []
-        for c, s in zip(c_spans, spans, strict=True):
-            out, ptr = fresh_output(s.size)
-            outs.append(out)
-            c.off, c.size, c.f0, c.f1, c.out = s.off, s.size, pos[s.f0], pos[s.f1], ptr
-            c.crc, c.check_crc = s.crc or 0, s.crc is not None
-        status = ffi.new("int32_t[]", len(spans))
-        aux = ffi.new("uint64_t[]", len(spans))
+        frames = batch.frames
+        got: dict[int, bytes] = {}
+        js = [j for j, size in enumerate(batch.sizes) if size]  # members with bytes to cut
+        for j, size in enumerate(batch.sizes):
+            if not size:
+                got[batch.members[j]] = b""
+        if not js:
+            return got
+        c_frames, keep, decoded = self._frames(arc, table, batch, cache)
+        pos = {k: j for j, k in enumerate(frames)}
+        rows: list[int] = []
+        results: list[Any] = []
+        ptrs = []
+        offs, sizes, crcs, f0, f1 = batch.offs, batch.sizes, batch.crcs, batch.f0, batch.f1
+        for j in js:
+            out, ptr = fresh_output(sizes[j])
+            results.append(out)
+            ptrs.append(ptr)
+            crc = crcs[j]
+            rows += (offs[j], sizes[j], pos[f0[j]], pos[f1[j]], crc or 0, crc is not None)
+        n, m = len(frames), len(js)
+        fstatus, ferr = _new("int32_t[]", n), _new("uint64_t[]", n)
+        status, aux = _new("int32_t[]", m), _new("uint64_t[]", m)
         fd, mem, mem_len = _where(arc.source)
-        n = len(batch.frames)
-        bad = lib.cz_zstd_read(fd, mem, mem_len, frames, n, c_spans, len(spans), status, aux)
+        bad = lib.cz_zstd_read(
+            fd, mem, mem_len, c_frames[0], n, c_frames[1], c_frames[2], c_frames[3],
+            fstatus, ferr, _new("uint64_t[]", rows), m, _new("uint8_t *[]", ptrs), status, aux,
+        )  # fmt: skip
         del keep  # the buffers the C core read from
         for j, frame in decoded.items():
-            if frames[j].status == OK:
-                cache.put(batch.frames[j], frame)
+            if fstatus[j] == OK:
+                cache.put(frames[j], frame)
         if bad:
-            if any(status[j] == PYTHON for j in range(len(spans))):
+            if any(status[x] == PYTHON for x in range(m)):
                 return self._python.read(arc, table, batch, cache)
-            self._raise(arc, table, batch, spans, frames, status, aux)
-        for s, out in zip(spans, outs, strict=True):
-            result[s.member] = out if type(out) is bytes else bytes(out[: s.size])
-        return result
+            x = next(x for x in range(m) if status[x] != OK)
+            self._raise(arc, table, batch, js[x], int(status[x]), int(aux[x]), ferr)
+        for j, out in zip(js, results, strict=True):
+            got[batch.members[j]] = out if type(out) is bytes else bytes(out[: sizes[j]])
+        return got
 
     @staticmethod
     def _frames(
         arc: Reading, table: FrameTable, batch: Batch, cache: FrameCache
-    ) -> tuple[Any, list[Any], dict[int, bytes]]:
-        """The ``cz_frame`` array: cached frames as they are, the cacheable ones with a
-        buffer to decode into, the compressed bytes of all the rest when the caller reads."""
-        frames = ffi.new("cz_frame[]", len(batch.frames))
+    ) -> tuple[tuple[Any, Any, Any, Any], list[Any], dict[int, bytes]]:
+        """The frame arrays of ``cz_zstd_read`` (rows, src, dst, plain): cached frames as
+        they are, a buffer to decode into for those worth keeping, and the compressed bytes
+        of the rest when the source is neither a file nor memory."""
+        coff, doff = table.coff, table.doff
+        n = len(batch.frames)
+        rows: list[int] = []
+        src, dst, plain = [_NULL] * n, [_NULL] * n, [_NULL] * n
         keep: list[Any] = []
         decoded: dict[int, bytes] = {}
         fetch_these = []
         wanted = batch.keep(table, cache)
-        for j, (f, k) in enumerate(zip(frames, batch.frames, strict=True)):
-            f.coff, f.csize = table.coff[k], table.coff[k + 1] - table.coff[k]
-            f.doff, f.dsize = table.doff[k], table.doff[k + 1] - table.doff[k]
-            plain = cache.get(k)
-            if plain is not None:
-                keep.append(plain)
-                f.plain = _from_buffer("uint8_t[]", plain)
+        for j, k in enumerate(batch.frames):
+            rows += (coff[k], coff[k + 1] - coff[k], doff[k], doff[k + 1] - doff[k], 0)
+            got = cache.get(k)
+            if got is not None:
+                keep.append(got)
+                plain[j] = _from_buffer("uint8_t[]", got)
                 continue
             if k in wanted:
-                decoded[j] = bytes(f.dsize)
-                f.dst = _from_buffer("uint8_t[]", decoded[j])
+                decoded[j] = bytes(doff[k + 1] - doff[k])
+                dst[j] = _from_buffer("uint8_t[]", decoded[j])
             fetch_these.append(j)
         fd, mem, _ = _where(arc.source)
         if fetch_these and fd < 0 and mem is _NULL:
@@ -144,20 +166,26 @@ class NativeFrames:
             for j in fetch_these:
                 buf = raw[batch.frames[j]]
                 keep.append(buf)
-                frames[j].src, frames[j].src_len = _from_buffer("uint8_t[]", buf), len(buf)
-        return frames, keep, decoded
+                src[j] = _from_buffer("uint8_t[]", buf)
+                rows[5 * j + 4] = len(buf)
+        arrays = (
+            _new("uint64_t[]", rows or [0]),
+            _new("uint8_t *[]", src or [_NULL]),
+            _new("uint8_t *[]", dst or [_NULL]),
+            _new("uint8_t *[]", plain or [_NULL]),
+        )
+        return arrays, keep, decoded
 
     @staticmethod
     def _raise(
-        arc: Reading, table: FrameTable, batch: Batch, spans: list[Span], frames: Any,
-        status: Any, aux: Any,
-    ) -> None:  # fmt: skip
-        """Raise for the first member that failed, as the Python path words it."""
-        j = next(j for j in range(len(spans)) if status[j] != OK)
-        s, st, x = spans[j], int(status[j]), int(aux[j])
-        member = arc.member_name(s.member)
+        arc: Reading, table: FrameTable, batch: Batch, j: int, st: int, x: int, ferr: Any
+    ) -> None:
+        """Raise for member ``j`` of ``batch`` (status ``st``, aux ``x``) as the Python
+        path words it."""
+        i = batch.members[j]
+        member = arc.member_name(i)
         if st == CRC:
-            raise crc_error(s.crc or 0, x, arc, s.member)
+            raise crc_error(batch.crcs[j] or 0, x, arc, i)
         if st == BAD_SPAN:
             raise CorruptArchiveError(
                 "member lies beyond the frames of the seek table", archive=arc.name, member=member
@@ -165,7 +193,7 @@ class NativeFrames:
         k = batch.frames[x] if x < len(batch.frames) else -1
         dsize = table.doff[k + 1] - table.doff[k] if k >= 0 else 0
         if st == IO:
-            code = int(frames[x].err)
+            code = int(ferr[x])
             why = os.strerror(code) if code else errno.errorcode.get(code, "?")
             raise ArchiveError(f"read error: {why}", archive=arc.name, member=member)
         if st == MEMORY:

@@ -13,7 +13,7 @@ from cdml_edge.archive.native import frame_decoder
 from cdml_edge.archive.source import ByteSource
 from cdml_edge.archive.tar import format as tarfmt
 from cdml_edge.archive.tar.cache import FRAME_CACHE_BYTES, FrameCache
-from cdml_edge.archive.tar.frames import PythonFrames, Span, check_frame, plan
+from cdml_edge.archive.tar.frames import PythonFrames, check_frame, plan
 from cdml_edge.archive.tar.read import _columns, _member_list, _TarBase
 from cdml_edge.archive.tar.seekable import FrameTable, MemberIndex, read_tail
 from cdml_edge.archive.tar.stream import ExactReader, FrameStream
@@ -141,7 +141,7 @@ class ZstdTarArchive(_TarBase):
         if self._decoder.engine != "native":
             return None
         check_frame(f, k, self, i)
-        return self._decoder.read_one(self, f, Span(i, off, size, self._crcs[i], k, k), self._cache)
+        return self._decoder.read_one(self, f, k, (off, size, self._crcs[i]), self._cache)
 
     def _read_streaming(self, ids: list[int]) -> list[bytes]:
         reader = ExactReader(FrameStream(self._source, self._data_end))
