@@ -1,7 +1,10 @@
 """Longer fuzz run of the archive readers (``make fuzz``): mutated archives in subprocesses.
 
 Workers mutate valid ZIP / tar.zst / tar archives (bit flips, truncation, splices, header
-fields set to extreme values) and open + read them on the C core and the Python path.
+fields set to extreme values) and open + read them on the C core and the Python path, from
+bytes, from a file and from a source the C core cannot reach itself (as S3). The tar.zst
+seeds include one written through pyzstd (frames cut inside members, no member index) and
+one of the earlier layout (no seek-table entry for the index).
 Anything other than an ``ArchiveError`` is a finding; so is a crash (signal) or a hang
 (no progress for ``--hang`` seconds). The input being parsed is kept in a file so a
 crashing one is saved to ``--out``.
@@ -60,10 +63,32 @@ def seeds() -> dict[str, bytes]:
     import zstandard
 
     out["tar.zst-plain"] = zstandard.ZstdCompressor().compress(out["tar"])
+    out["tar.zst-pyzstd"] = _pyzstd_seekable(out["tar"])
+    out["tar.zst-v1"] = _without_index_entry(out["tar.zst"])
     z64 = bytearray(out["zip"])  # the same ZIP with a ZIP64 end record
     out["zip64"] = _with_zip64(bytes(z64))
     out["zip-zstd"] = _zstd_zip(b"zstd member " * 40)
     return out
+
+
+def _pyzstd_seekable(plain: bytes) -> bytes:
+    """``plain`` written through pyzstd's SeekableZstdFile in 500-byte frames."""
+    import pyzstd
+
+    buf = io.BytesIO()
+    with pyzstd.SeekableZstdFile(buf, "w", max_frame_content_size=500) as f:
+        f.write(plain)
+    return buf.getvalue()
+
+
+def _without_index_entry(data: bytes) -> bytes:
+    """A tar.zst of ours with the seek table the earlier writer made (index not listed)."""
+    from cdml_edge.archive.tar.seekable import seek_table_frame
+
+    (count,) = struct.unpack_from("<L", data, len(data) - 9)
+    start = len(data) - 17 - 8 * count
+    rows = [struct.unpack_from("<LL", data, start + 8 + 8 * k) for k in range(count - 1)]
+    return data[:start] + seek_table_frame(rows)
 
 
 def _zstd_zip(data: bytes) -> bytes:
@@ -151,8 +176,26 @@ def mutate(rng: random.Random, data: bytes, hits: list[int]) -> bytes:
     return bytes(buf)
 
 
-def exercise(data: bytes | str) -> None:
-    """Open from bytes or a file path (the C core's descriptor path) and read everything."""
+class Fetched:
+    """A source the C core cannot read itself: the reader fetches ranges first (as S3)."""
+
+    def __init__(self, data: bytes) -> None:
+        from cdml_edge.archive.source import MemorySource
+
+        mem = MemorySource(data, "<fetched>")
+        self.name = mem.name
+        self.size, self.pread, self.pread_many = mem.size, mem.pread, mem.pread_many
+
+    def fileno(self) -> None:
+        return None
+
+    def close(self) -> None:
+        pass
+
+
+def exercise(data: bytes | str | Fetched) -> None:
+    """Open from bytes, a file path (the C core's descriptor path) or a fetched source and
+    read everything: one by one, as a batch, as a batch with repeats."""
     from cdml_edge.archive import ArchiveError, open_archive
 
     try:
@@ -168,6 +211,8 @@ def exercise(data: bytes | str) -> None:
             pass
     with contextlib.suppress(ArchiveError):
         arc.read_many(names)
+    with contextlib.suppress(ArchiveError):
+        arc.read_many(names[::-1] + names[:2])
     arc.verify()
     arc.close()
 
@@ -189,6 +234,7 @@ def worker(seed: int, seconds: float, current: str, progress: str) -> int:
         try:
             exercise(data)
             exercise(current)
+            exercise(Fetched(data))
         except Exception:  # noqa: BLE001 - an untyped error is a finding
             traceback.print_exc()
             return 3

@@ -1,10 +1,13 @@
 """Mutated archives (truncation, bit flips, header field edits) never crash or hang.
 
 Every mutation either opens and reads or raises ArchiveError; it must never segfault,
-loop forever, or raise anything untyped. Each is opened from bytes and from a real file
-(the C core's file-descriptor path). The fuzz bodies run in a child process with a time
-limit, so a hang or a crash fails the test instead of stalling or killing the run. Runs
-on the C core and the Python path.
+loop forever, or raise anything untyped. Each is opened from bytes, from a real file and
+from a source with neither (the C core's memory, file-descriptor and caller-read paths;
+for tar.zst: frames decoded in C, one member or a batch). The seeds include tar.zst from
+another writer (frames cut inside members, a skippable frame between them) and of the
+earlier layout. The fuzz bodies run in a child process with a time limit, so a hang or a
+crash fails the test instead of stalling or killing the run. Runs on the C core and the
+Python path.
 """
 
 from __future__ import annotations
@@ -24,6 +27,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from cdml_edge.archive import ArchiveError, open_archive, pack
+from cdml_edge.archive.source import MemorySource
+from cdml_edge.archive.tar import seekable
 
 _RNG = random.Random(11)
 _ITEMS = [
@@ -56,6 +61,33 @@ def _tar() -> bytes:
 
 
 SEEDS["tar"] = _tar()
+
+
+def _foreign_tar_zst() -> bytes:
+    """A seekable tar.zst as another writer makes it: frames cut inside members, a skippable
+    frame between two of them, no member index."""
+    import zstandard
+
+    plain = _tar()
+    cuts = [0, 700, 1300, len(plain)]
+    cctx = zstandard.ZstdCompressor(write_checksum=True)
+    frames = [cctx.compress(plain[a:b]) for a, b in zip(cuts, cuts[1:], strict=False)]
+    skip = b"\x50\x2a\x4d\x18" + struct.pack("<L", 3) + b"abc"
+    sizes = [(len(frames[0]), 700), (len(skip), 0), (len(frames[1]), 600)]
+    sizes.append((len(frames[2]), len(plain) - 1300))
+    return frames[0] + skip + frames[1] + frames[2] + seekable.seek_table_frame(sizes)
+
+
+def _layout_v1(data: bytes) -> bytes:
+    """Our tar.zst as the earlier writer laid it out: no seek-table entry for the index."""
+    count = struct.unpack_from("<L", data, len(data) - 9)[0]
+    table = len(data) - (8 + count * 8 + 9)
+    entries = [struct.unpack_from("<LL", data, table + 8 + 8 * k) for k in range(count - 1)]
+    return data[:table] + seekable.seek_table_frame(entries)
+
+
+SEEDS["tar.zst-foreign"] = _foreign_tar_zst()
+SEEDS["tar.zst-v1"] = _layout_v1(SEEDS["tar.zst"])
 SEEDS["zip-zstd"] = raw_zip([(b"z.txt", b"zstd member " * 30, 93), (b"d.txt", b"deflate" * 20, 8)])
 
 # Where structure lives: the fields a mutation aims at (besides random positions).
@@ -74,9 +106,31 @@ CHILD_TIMEOUT_S = 150
 _FILE = Path(tempfile.gettempdir()) / f"fuzz-archive-{os.getpid()}.bin"
 
 
+class _Fetched:
+    """Bytes the C core cannot reach itself (no descriptor, not memory it knows): the reader
+    fetches them first, as for S3."""
+
+    def __init__(self, data: bytes) -> None:
+        self._mem = MemorySource(data)
+        self.name = "<fetched>"
+        self.size, self.pread, self.pread_many = (
+            self._mem.size,
+            self._mem.pread,
+            self._mem.pread_many,
+        )
+
+    def fileno(self) -> None:
+        return None
+
+    def close(self) -> None:
+        pass
+
+
 def exercise(data: bytes) -> None:
-    """Open from bytes and from a file and read everything; only ArchiveError may come out."""
+    """Open from bytes, a file and a fetched source and read everything (one by one, as a
+    batch, with a repeat); only ArchiveError may come out."""
     _exercise(data)
+    _exercise(_Fetched(data))
     _FILE.write_bytes(data)
     try:
         _exercise(_FILE)
@@ -84,7 +138,7 @@ def exercise(data: bytes) -> None:
         _FILE.unlink()
 
 
-def _exercise(src: bytes | Path) -> None:
+def _exercise(src: bytes | Path | _Fetched) -> None:
     try:
         arc = open_archive(src, max_member_bytes=1 << 22)
     except ArchiveError:
@@ -98,6 +152,8 @@ def _exercise(src: bytes | Path) -> None:
             pass
     with contextlib.suppress(ArchiveError):
         arc.read_many(names)
+    with contextlib.suppress(ArchiveError):
+        arc.read_many(names[::-1] + names[:2])
     arc.verify()
     arc.close()
 
@@ -195,3 +251,21 @@ def _hang() -> None:
 
 def _crash() -> None:
     os.abort()
+
+
+@pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="needs /proc/self/fd to count")
+def test_a_refused_archive_leaves_no_descriptor_open(tmp_path: Path) -> None:
+    """Opening a bad file many times (a long-running agent does) must not leak descriptors."""
+    bad = {
+        "zip": SEEDS["zip"][:-30] + b"\xff" * 30,  # a broken end record
+        "tar.zst": SEEDS["tar.zst"][:-40] + bytes(40),  # a broken seek table and index
+        "short": b"PK\x05\x06",
+    }
+    before = len(os.listdir("/proc/self/fd"))
+    for name, data in bad.items():
+        path = tmp_path / name
+        path.write_bytes(data)
+        for _ in range(30):
+            with contextlib.suppress(ArchiveError):
+                open_archive(path).close()
+    assert len(os.listdir("/proc/self/fd")) == before

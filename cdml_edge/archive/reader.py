@@ -52,6 +52,15 @@ def open_archive(
             src, tail=probe.tail_read, max_member_bytes=max_member_bytes, max_ratio=max_ratio
         )
     except ArchiveError:
+        _release(src, source)
         raise
     except (ValueError, IndexError, OverflowError, MemoryError) as exc:  # struct errors etc.
+        _release(src, source)
         raise ArchiveError(f"cannot parse archive: {exc}", archive=src.name) from exc
+
+
+def _release(src: ByteSource, given: SourceLike) -> None:
+    """Close a source opened here for an archive that was refused: a long-running process
+    that meets many bad files must not keep a descriptor for each."""
+    if src is not given:
+        src.close()
