@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import io
 import struct
+import tarfile
 import zlib
 from collections.abc import Sequence
+from typing import Any
 
 import pytest
 
@@ -134,3 +137,20 @@ def raw_zip(
         "<4s4H2LH", b"PK\x05\x06", 0, 0, len(members), len(members), len(central), cd_off, 0
     )
     return bytes(out)
+
+
+def write_tar(
+    fileobj: Any, items: Sequence[tuple[str, bytes]], fmt: int = tarfile.PAX_FORMAT
+) -> None:
+    """``items`` as a tar written by the stdlib into ``fileobj`` (any writable file)."""
+    with tarfile.open(fileobj=fileobj, mode="w:", format=fmt) as tf:
+        for name, data in items:
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tf.addfile(info, io.BytesIO(data))
+
+
+def tar_bytes(items: Sequence[tuple[str, bytes]], fmt: int = tarfile.PAX_FORMAT) -> bytes:
+    buf = io.BytesIO()
+    write_tar(buf, items, fmt)
+    return buf.getvalue()

@@ -8,10 +8,8 @@ give identical results, errors included.
 
 from __future__ import annotations
 
-import io
 import os
 import random
-import tarfile
 import threading
 import time
 from pathlib import Path
@@ -19,7 +17,7 @@ from typing import Any
 
 import pytest
 import zstandard
-from _archive_helpers import CountingSource, engine  # noqa: F401
+from _archive_helpers import CountingSource, engine, tar_bytes  # noqa: F401
 
 from cdml_edge.archive import ArchiveError, MemberTooLargeError, open_archive, pack
 from cdml_edge.archive.native import describe, frame_decoder
@@ -171,13 +169,7 @@ def test_both_engines_give_identical_results_and_errors(
 @pytest.mark.usefixtures("engine")
 def test_frames_are_held_to_the_member_limits() -> None:
     """A small member in a frame that expands 2 MiB out of a few hundred bytes is refused."""
-    raw = io.BytesIO()
-    with tarfile.open(fileobj=raw, mode="w") as tf:
-        for name, blob in (("small.txt", b"tiny"), ("zeros.bin", bytes(2 << 20))):
-            info = tarfile.TarInfo(name)
-            info.size = len(blob)
-            tf.addfile(info, io.BytesIO(blob))
-    plain = raw.getvalue()
+    plain = tar_bytes([("small.txt", b"tiny"), ("zeros.bin", bytes(2 << 20))])
     frame = zstandard.ZstdCompressor().compress(plain)  # one frame for both members
     data = frame + seekable.seek_table_frame([(len(frame), len(plain))])
     with pytest.raises(MemberTooLargeError) as exc:

@@ -10,7 +10,6 @@ saying which package is missing, only where a tool cannot be found.
 
 from __future__ import annotations
 
-import io
 import os
 import random
 import shutil
@@ -21,7 +20,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from _archive_helpers import CountingSource, engine  # noqa: F401
+from _archive_helpers import CountingSource, engine, write_tar  # noqa: F401
 
 from cdml_edge.archive import open_archive, write_archive
 from cdml_edge.archive.source import FileSource, MemorySource
@@ -105,21 +104,12 @@ def test_pyzstd_seekable_reads_ours_with_random_seeks(made: dict[str, Path]) -> 
     assert plain == _run(["zstd", "-dc", str(path)]).stdout
 
 
-def _tar_into(fileobj: object, items: list[tuple[str, bytes]]) -> None:
-    """``items`` as a pax tar written by the stdlib into ``fileobj``."""
-    with tarfile.open(fileobj=fileobj, mode="w:", format=tarfile.PAX_FORMAT) as tf:
-        for name, data in items:
-            info = tarfile.TarInfo(name)
-            info.size = len(data)
-            tf.addfile(info, io.BytesIO(data))
-
-
 @pytest.mark.usefixtures("engine")
 def test_we_read_pyzstd_seekable_archives_frame_by_frame(tmp_path: Path) -> None:
     items = _items()
     path = tmp_path / "pyzstd.tar.zst"
     with pyzstd.SeekableZstdFile(path, "w", max_frame_content_size=64 << 10) as f:
-        _tar_into(f, items)
+        write_tar(f, items)
     size = path.stat().st_size
     src = CountingSource(FileSource(path))
     with open_archive(src) as arc:
@@ -212,7 +202,7 @@ def test_ratarmount_opens_ours_without_a_full_scan(tmp_path: Path) -> None:
     one = tmp_path / "one" / "mixed.tar.zst"
     one.parent.mkdir()
     with open(one, "wb") as raw, pyzstd.ZstdFile(raw, "w") as zf:
-        _tar_into(zf, items)
+        write_tar(zf, items)
     data = bytearray(one.read_bytes())
     _break(data, len(data) // 2, len(data) // 2 + 4096)
     one.write_bytes(data)

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 import zstandard
-from _archive_helpers import CountingSource, engine  # noqa: F401
+from _archive_helpers import CountingSource, engine, tar_bytes  # noqa: F401
 
 from cdml_edge.archive import (
     CorruptArchiveError,
@@ -337,14 +337,7 @@ def test_seek_table_over_the_tail_read_still_opens_in_two_requests() -> None:
 
 def test_skippable_frames_between_the_data_frames() -> None:
     """A seekable file from another writer: a member straddles frames around a skippable one."""
-    raw = io.BytesIO()
-    with tarfile.open(fileobj=raw, mode="w", format=tarfile.PAX_FORMAT) as tf:
-        for i in range(6):
-            data = b"member %d " % i * 300
-            info = tarfile.TarInfo(f"m{i}.txt")
-            info.size = len(data)
-            tf.addfile(info, io.BytesIO(data))
-    plain = raw.getvalue()
+    plain = tar_bytes([(f"m{i}.txt", b"member %d " % i * 300) for i in range(6)])
     cuts = [0, 2000, 5000, len(plain)]
     cctx = zstandard.ZstdCompressor()
     frames = [cctx.compress(plain[a:b]) for a, b in zip(cuts, cuts[1:], strict=False)]

@@ -1,8 +1,9 @@
 /* cdml-edge native archive core: the zstd frames of a seekable tar.zst.
  *
- * cz_zstd_read() decodes each frame a batch needs once (libzstd, one-shot into a buffer of
- * the size the seek table gives), then cuts every member out of the frames that hold it and
- * checks its CRC-32. It touches no Python object, so the caller releases the GIL around it.
+ * cz_zstd_read() goes through the frames a batch needs in order, decodes each once (libzstd,
+ * one-shot into a buffer of the size the seek table gives) and, while it is in cache, copies
+ * it into every member it holds part of; a member whose last frame has gone by is checked
+ * against its CRC-32. It touches no Python object, so the caller releases the GIL around it.
  * Every size and offset comes from the archive and is checked: corrupt input gives a status,
  * never a crash. Without libzstd at build time every member answers CZ_NEED_PYTHON.
  */
@@ -129,66 +130,82 @@ static int32_t decode_frame(tls_state *t, int fd, const uint8_t *mem, uint64_t m
     return r == f->dsize ? CZ_OK : CZ_SIZE_MISMATCH;
 }
 
-/* Copy member j (row sp of spans) out of its frames and check it; *aux: the failing
- * frame's row or the CRC seen. */
-static int32_t cut_span(const frame_t *fr, const uint8_t *const *bytes, size_t nframes,
-                        const uint64_t *sp, uint8_t *out, uint64_t *aux) {
-    uint64_t off = sp[0], size = sp[1], f0 = sp[2], f1 = sp[3];
-    if (f0 > f1 || f1 >= nframes || size > UINT64_MAX - off) return CZ_BAD_SPAN;
-    uint64_t end = off + size, copied = 0;
-    for (uint64_t k = f0; k <= f1; k++) {
-        const frame_t *f = &fr[k];
-        if (f->status != CZ_OK) {
-            *aux = k;
-            return f->status;
-        }
-        if (f->dsize > UINT64_MAX - f->doff) return CZ_BAD_SPAN;
-        uint64_t lo = off > f->doff ? off : f->doff;
-        uint64_t fend = f->doff + f->dsize, hi = end < fend ? end : fend;
-        if (lo < hi) {
-            memcpy(out + (lo - off), bytes[k] + (lo - f->doff), (size_t)(hi - lo));
-            copied += hi - lo;
-        }
+/* A member of the batch while the frames go by: how much of it is in place, and why not. */
+typedef struct {
+    uint64_t off, size, f0, f1, crc, check;
+    uint8_t *out;
+    uint64_t copied;
+    int32_t status;
+    uint64_t aux;
+} span_t;
+
+/* Copy what frame k (at bytes, ok or failed with st) holds of member s. */
+static void take(span_t *s, const frame_t *f, size_t k, const uint8_t *bytes, int32_t st) {
+    if (s->status != CZ_OK) return;
+    if (st != CZ_OK) {
+        s->status = st;
+        s->aux = k;
+        return;
     }
-    if (copied != size) return CZ_BAD_SPAN;
-    if (sp[5]) {
-        uint32_t got = cz_crc32(out, size);
-        if (got != (uint32_t)sp[4]) {
-            *aux = got;
-            return CZ_CRC_MISMATCH;
-        }
+    if (f->dsize > UINT64_MAX - f->doff) {
+        s->status = CZ_BAD_SPAN;
+        return;
     }
-    return CZ_OK;
+    uint64_t end = s->off + s->size, fend = f->doff + f->dsize;
+    uint64_t lo = s->off > f->doff ? s->off : f->doff, hi = end < fend ? end : fend;
+    if (lo < hi) {
+        memcpy(s->out + (lo - s->off), bytes + (lo - f->doff), (size_t)(hi - lo));
+        s->copied += hi - lo;
+    }
 }
 
-/* Decode every frame once (into its dst, else into scratch); bytes[k]: where frame k is. */
-static void decode_frames(tls_state *t, int fd, const uint8_t *mem, uint64_t mem_len,
-                          frame_t *fr, size_t nframes, const uint8_t **bytes) {
-    uint64_t scratch = 0;
-    int room = 1;
-    for (size_t k = 0; k < nframes; k++) {
-        if (fr[k].plain || fr[k].dst) continue;
-        if (fr[k].dsize > UINT64_MAX - scratch) room = 0;
-        else scratch += fr[k].dsize;
+/* Member s has seen all its frames: every byte in place, and the CRC-32 it should have. */
+static void finish(span_t *s) {
+    if (s->status != CZ_OK) return;
+    if (s->copied != s->size) {
+        s->status = CZ_BAD_SPAN;
+        return;
     }
-    if (room && grow(&t->dbuf, &t->dcap, scratch ? scratch : 1)) room = 0;
-    uint64_t at = 0;
+    if (s->check) {
+        uint32_t got = cz_crc32(s->out, s->size);
+        if (got != (uint32_t)s->crc) {
+            s->status = CZ_CRC_MISMATCH;
+            s->aux = got;
+        }
+    }
+}
+
+static int by_first_frame(const void *a, const void *b) {
+    const span_t *x = *(const span_t *const *)a, *y = *(const span_t *const *)b;
+    return x->f0 < y->f0 ? -1 : x->f0 > y->f0;
+}
+
+/* The frames in order, each decoded once (into its dst, else into one scratch buffer that
+ * stays in cache) and, while it is hot, copied into every member it holds part of. */
+static void sweep(tls_state *t, int fd, const uint8_t *mem, uint64_t mem_len, frame_t *fr,
+                  size_t nframes, span_t **order, size_t nspans, span_t **active) {
+    uint64_t most = 1;
+    for (size_t k = 0; k < nframes; k++)
+        if (!fr[k].plain && !fr[k].dst && fr[k].dsize > most) most = fr[k].dsize;
+    int room = grow(&t->dbuf, &t->dcap, most) == 0;
+    size_t next = 0, nactive = 0;
     for (size_t k = 0; k < nframes; k++) {
         frame_t *f = &fr[k];
-        if (f->plain) {
-            bytes[k] = f->plain;
-            f->status = CZ_OK;
-            continue;
+        const uint8_t *bytes = f->plain;
+        if (!bytes) {
+            uint8_t *into = f->dst ? f->dst : (room ? t->dbuf : NULL);
+            f->status = into ? decode_frame(t, fd, mem, mem_len, f, into) : CZ_NO_MEMORY;
+            bytes = into;
         }
-        if (!f->dst && !room) {
-            bytes[k] = NULL;
-            f->status = CZ_NO_MEMORY;
-            continue;
+        while (next < nspans && order[next]->f0 == k) active[nactive++] = order[next++];
+        size_t keep = 0;
+        for (size_t j = 0; j < nactive; j++) {
+            span_t *s = active[j];
+            take(s, f, k, bytes, f->status);
+            if (s->f1 == k) finish(s);
+            else active[keep++] = s;
         }
-        uint8_t *into = f->dst ? f->dst : t->dbuf + at;
-        if (!f->dst) at += f->dsize;
-        bytes[k] = into;
-        f->status = decode_frame(t, fd, mem, mem_len, f, into);
+        nactive = keep;
     }
 }
 
@@ -206,10 +223,11 @@ int cz_zstd_read(int fd, const uint8_t *mem, uint64_t mem_len, const uint64_t *f
                  const uint64_t *spans, size_t nspans, uint8_t *const *out, int32_t *status,
                  uint64_t *aux) {
     tls_state *t = tls();
-    size_t n = nframes ? nframes : 1;
-    frame_t *fr = t ? calloc(n, sizeof(*fr)) : NULL;
-    const uint8_t **bytes = fr ? malloc(n * sizeof(*bytes)) : NULL;
-    if (!bytes) {
+    frame_t *fr = t ? calloc(nframes ? nframes : 1, sizeof(*fr)) : NULL;
+    span_t *sp = fr ? calloc(nspans ? nspans : 1, sizeof(*sp)) : NULL;
+    span_t **order = sp ? malloc(2 * (nspans ? nspans : 1) * sizeof(*order)) : NULL;
+    if (!order) {
+        free(sp);
         free(fr);
         return fail_all(status, aux, nspans, CZ_NO_MEMORY);
     }
@@ -218,18 +236,29 @@ int cz_zstd_read(int fd, const uint8_t *mem, uint64_t mem_len, const uint64_t *f
         fr[k] = (frame_t){row[0], row[1], row[2], row[3], row[4], src[k], dst[k], plain[k],
                           CZ_OK, 0};
     }
-    decode_frames(t, fd, mem, mem_len, fr, nframes, bytes);
+    size_t n = 0; /* members whose frames are in range go through the sweep */
+    for (size_t j = 0; j < nspans; j++) {
+        const uint64_t *row = spans + j * CZ_SPAN_FIELDS;
+        sp[j] = (span_t){row[0], row[1], row[2], row[3], row[4], row[5], out[j], 0, CZ_OK, 0};
+        if (row[2] > row[3] || row[3] >= nframes || row[1] > UINT64_MAX - row[0])
+            sp[j].status = CZ_BAD_SPAN;
+        else
+            order[n++] = &sp[j];
+    }
+    qsort(order, n, sizeof(*order), by_first_frame);
+    sweep(t, fd, mem, mem_len, fr, nframes, order, n, order + nspans);
     int bad = 0;
     for (size_t j = 0; j < nspans; j++) {
-        aux[j] = 0;
-        status[j] = cut_span(fr, bytes, nframes, spans + j * CZ_SPAN_FIELDS, out[j], &aux[j]);
+        status[j] = sp[j].status;
+        aux[j] = sp[j].aux;
         if (status[j] != CZ_OK) bad++;
     }
     for (size_t k = 0; k < nframes; k++) {
         fstatus[k] = fr[k].status;
         ferr[k] = fr[k].err;
     }
-    free(bytes);
+    free(order);
+    free(sp);
     free(fr);
     shrink(t);
     return bad;
@@ -252,7 +281,8 @@ int cz_zstd_read(int fd, const uint8_t *mem, uint64_t mem_len, const uint64_t *f
 #endif
 
 /* One member in one frame, with scalars only (the cheapest call from Python). Returns the
- * member's status; *aux as cz_zstd_read gives it, or the errno of a failed read. */
+ * member's status; *aux (when aux is not NULL) as cz_zstd_read gives it, or the errno of a
+ * failed read. */
 int cz_zstd_read_one(int fd, const uint8_t *mem, uint64_t mem_len, uint64_t coff,
                      uint64_t csize, uint64_t doff, uint64_t dsize, uint8_t *dst,
                      uint64_t off, uint64_t size, uint32_t crc, int check_crc, uint8_t *out,
@@ -262,9 +292,9 @@ int cz_zstd_read_one(int fd, const uint8_t *mem, uint64_t mem_len, uint64_t coff
     const uint8_t *none = NULL;
     uint8_t *dsts[1] = {dst}, *outs[1] = {out};
     int32_t st = CZ_NEED_PYTHON, fst = CZ_OK;
-    uint64_t ferr = 0;
+    uint64_t ferr = 0, got = 0;
     cz_zstd_read(fd, mem, mem_len, frame, 1, &none, dsts, &none, &fst, &ferr, span, 1, outs,
-                 &st, aux);
-    if (st == CZ_IO_ERROR) *aux = ferr;
+                 &st, &got);
+    if (aux) *aux = st == CZ_IO_ERROR ? ferr : got;
     return st;
 }

@@ -31,14 +31,15 @@ class FrameCache:
         return 0 < size <= self.max_bytes // 4
 
     def get(self, k: int) -> bytes | None:
+        data = self._frames.get(k)  # one dict lookup: a miss takes no lock
+        if data is None:
+            self.misses += 1  # statistics: a lost count under threads is harmless
+            return None
         with self._lock:
-            data = self._frames.get(k)
-            if data is None:
-                self.misses += 1
-                return None
-            self._frames.move_to_end(k)
+            if k in self._frames:
+                self._frames.move_to_end(k)
             self.hits += 1
-            return data
+        return data
 
     def put(self, k: int, data: bytes) -> None:
         if not self.wants(len(data)):

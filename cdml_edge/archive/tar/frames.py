@@ -57,24 +57,24 @@ class Batch:
         return next(i for i, a, b in pairs if a <= k <= b)
 
     def keep(self, table: FrameTable, cache: FrameCache) -> set[int]:
-        """The frames worth keeping in ``cache`` once decoded (see :data:`SPARE_BYTES`)."""
-        doff = table.doff
+        """The frames worth keeping in ``cache`` once decoded (see :data:`SPARE_BYTES`);
+        never those a member of the batch spans beyond (they hold a big member)."""
+        if cache.max_bytes <= 4 * SPARE_BYTES:
+            return set()
         used: dict[int, int] = {}
-        for off, size, a, b in zip(self.offs, self.sizes, self.f0, self.f1, strict=True):
-            for k in range(a, b + 1):
-                used[k] = used.get(k, 0) + min(off + size, doff[k + 1]) - max(off, doff[k])
+        for size, a, b in zip(self.sizes, self.f0, self.f1, strict=True):
+            if a == b:
+                used[a] = used.get(a, 0) + size
+            else:
+                for k in range(a, b + 1):
+                    used[k] = cache.max_bytes
+        doff, most = table.doff, cache.max_bytes // 4
         out = set()
         for k in self.frames:
             dsize = doff[k + 1] - doff[k]
-            if cache.wants(dsize) and dsize - used.get(k, 0) > SPARE_BYTES:
+            if dsize <= most and dsize - used.get(k, 0) > SPARE_BYTES:
                 out.add(k)
         return out
-
-
-def worth_keeping(table: FrameTable, k: int, size: int, cache: FrameCache) -> bool:
-    """:meth:`Batch.keep` for one member of ``size`` bytes in frame ``k``."""
-    dsize = table.doff[k + 1] - table.doff[k]
-    return cache.wants(dsize) and dsize - size > SPARE_BYTES
 
 
 class Reading(Protocol):
@@ -100,23 +100,19 @@ def plan(table: FrameTable, index: MemberIndex, ids: Sequence[int], arc: Reading
     members = list(dict.fromkeys(ids))
     offs = [index.data_offsets[i] for i in members]
     sizes = [index.sizes[i] for i in members]
-    doff, last = table.doff, table.count - 1
-    f0: list[int] = []
-    f1: list[int] = []
-    for i, off, size in zip(members, offs, sizes, strict=True):
-        if last < 0 or off + size > doff[-1]:
-            raise CorruptArchiveError(
-                "member lies beyond the frames of the seek table",
-                archive=arc.name,
-                member=arc.member_name(i),
-            )
-        if size == 0:
-            a, b = 1, 0  # no frame needed
-        else:
-            a = max(bisect_right(doff, off) - 1, 0)
-            b = min(max(bisect_left(doff, off + size) - 1, a), last)
-        f0.append(a)
-        f1.append(b)
+    ends = [o + s for o, s in zip(offs, sizes, strict=True)]
+    doff = table.doff
+    if members and (table.count == 0 or max(ends) > doff[-1]):
+        i = next(i for i, e in zip(members, ends, strict=True) if table.count == 0 or e > doff[-1])
+        raise CorruptArchiveError(
+            "member lies beyond the frames of the seek table",
+            archive=arc.name,
+            member=arc.member_name(i),
+        )
+    # the frames of [off, end): the last starting at or before off, the last starting before
+    # end (sizes are never negative: the index was checked against the frames at open)
+    f0 = [bisect_right(doff, o) - 1 if s else 1 for o, s in zip(offs, sizes, strict=True)]
+    f1 = [bisect_left(doff, e) - 1 if s else 0 for e, s in zip(ends, sizes, strict=True)]
     needed = set(f0) if f0 == f1 else _frames(f0, f1)
     batch = Batch(members, offs, sizes, [index.crcs[i] for i in members], f0, f1, sorted(needed))
     small = min(RATIO_FLOOR_BYTES, arc.max_member_bytes)  # frames up to this size pass

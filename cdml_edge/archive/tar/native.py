@@ -20,12 +20,12 @@ from cdml_edge.archive.errors import ArchiveError, CorruptArchiveError, Truncate
 from cdml_edge.archive.source import FileSource, MemorySource
 from cdml_edge.archive.tar.cache import FrameCache
 from cdml_edge.archive.tar.frames import (
+    SPARE_BYTES,
     Batch,
     PythonFrames,
     Reading,
     crc_error,
     fetch,
-    worth_keeping,
 )
 from cdml_edge.archive.tar.seekable import FrameTable
 
@@ -63,25 +63,27 @@ class NativeFrames:
         arc: Reading,
         table: FrameTable,
         k: int,
-        member: tuple[int, int, int | None],
+        off: int,
+        size: int,
+        crc: int | None,
         cache: FrameCache,
     ) -> bytes | None:
-        """``member`` = ``(offset, size, crc)`` lying in frame ``k``, not in the cache, read
+        """The member of ``size`` bytes at ``off`` in frame ``k`` (not in the cache), read
         from a file or memory; ``None`` when :meth:`read` must serve it (other sources, or
         an error it words)."""
         fd, mem, mem_len = _where(arc.source)
         if fd < 0 and mem is _NULL:
             return None
-        off, size, crc = member
-        dsize = table.doff[k + 1] - table.doff[k]
-        frame = bytes(dsize) if worth_keeping(table, k, size, cache) else None
-        dst = _from_buffer("uint8_t[]", frame) if frame is not None else _NULL
+        doff, coff = table.doff, table.coff
+        dsize = doff[k + 1] - doff[k]
+        frame = None
+        if cache.wants(dsize) and dsize - size > SPARE_BYTES:  # others live in this frame
+            frame = bytes(dsize)
         out, ptr = fresh_output(size)
-        aux = _new("uint64_t *")
-        coff = table.coff[k]
         st = lib.cz_zstd_read_one(
-            fd, mem, mem_len, coff, table.coff[k + 1] - coff, table.doff[k], dsize, dst,
-            off, size, crc or 0, crc is not None, ptr, aux,
+            fd, mem, mem_len, coff[k], coff[k + 1] - coff[k], doff[k], dsize,
+            _NULL if frame is None else _from_buffer("uint8_t[]", frame),
+            off, size, crc or 0, crc is not None, ptr, _NULL,
         )  # fmt: skip
         if st != OK:
             return None

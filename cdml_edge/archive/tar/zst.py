@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import operator
-from bisect import bisect_left, bisect_right
+from bisect import bisect_right
 from typing import Any
 
 import zstandard
@@ -110,6 +110,16 @@ class ZstdTarArchive(_TarBase):
         d = max(f.doff[f1 + 1] - f.doff[f0], 1)
         return int(c * m.size / d)
 
+    def read(self, name: str) -> bytes:
+        """The bytes of one member; one in a single frame takes the shortest path."""
+        self._check_open()
+        i = self._id(name)
+        if self._frames is not None:
+            one = self._read_one(i, self._frames)
+            if one is not None:
+                return one
+        return self._read_ids([i])[0]
+
     def _read_ids(self, ids: list[int]) -> list[bytes]:
         sizes = self._members.index.sizes
         for i in ids:
@@ -117,31 +127,30 @@ class ZstdTarArchive(_TarBase):
                 self.check_limits(self.member_name(i), sizes[i], self._compressed_size(i))
         if self._frames is None:
             return self._read_streaming(ids)
-        if len(ids) == 1:
-            one = self._read_one(ids[0], self._frames)
-            if one is not None:
-                return [one]
         batch = plan(self._frames, self._members.index, ids, self)
         got = self._decoder.read(self, self._frames, batch, self._cache)
         return [got[i] for i in ids]
 
     def _read_one(self, i: int, f: FrameTable) -> bytes | None:
-        """A member in one frame: from the cache, or one call of the C core (else ``None``)."""
+        """A member in one frame, under the limits that need no check: from the cache, or
+        one call of the C core. ``None``: :meth:`_read_ids` serves it (and words errors)."""
         x = self._members.index
         off, size = x.data_offsets[i], x.sizes[i]
-        if size == 0 or f.count == 0 or off + size > f.doff[-1]:
+        if not 0 < size <= self.fast_limit:
             return None
-        k = bisect_right(f.doff, off) - 1
-        if k < 0 or bisect_left(f.doff, off + size) - 1 != k:
+        doff = f.doff
+        k = bisect_right(doff, off) - 1
+        if k < 0 or k >= f.count or off + size > doff[k + 1]:
             return None
         plain = self._cache.get(k)
         if plain is not None:
-            start = off - f.doff[k]
+            start = off - doff[k]
             return self._finish(i, plain[start : start + size])
         if self._decoder.engine != "native":
             return None
-        check_frame(f, k, self, i)
-        return self._decoder.read_one(self, f, k, (off, size, self._crcs[i]), self._cache)
+        if doff[k + 1] - doff[k] > self.fast_limit:
+            check_frame(f, k, self, i)
+        return self._decoder.read_one(self, f, k, off, size, self._crcs[i], self._cache)
 
     def _read_streaming(self, ids: list[int]) -> list[bytes]:
         reader = ExactReader(FrameStream(self._source, self._data_end))
