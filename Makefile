@@ -17,6 +17,7 @@ $(STAMP): pyproject.toml setup.py $(NATIVE)
 	$(PIP) install -q --upgrade pip setuptools wheel cffi
 	$(PIP) install -q $(TORCH)
 	$(PIP) install -q -e '.[train,s3,dev]'
+	@$(PY) -c "from cdml_edge.archive.native import describe; print('archive reader:', describe())"
 	@touch $(STAMP)
 
 install: $(STAMP)

@@ -2,7 +2,11 @@
 
 (a) random-order reads of 10 KB deflated members, (b) 20 KB stored members, (c) opening a
 100,000-member ZIP, (d) reading 1% of a 20,000-member tar.zst at random, (e) the
-single-core raw zlib-inflate and zstd-decompress rates on the same data (the ceiling).
+single-core raw zlib-inflate and zstd-decompress rates on the same data (the ceiling),
+(f) our seekable tar.zst next to our ZIP and zipfile on the same members (10 KB CSV, 20 KB
+JPEG: random ``read()``, ``read_many``, sequential ``read()``, CPU per read, size), (g) the
+seed's case: open and read 200 x 10 KB members. ``--frame-sweep`` measures tar.zst frame
+sizes (compression against read speed), the figures the packer's default comes from.
 (a) runs on two kinds of member: JSON sensor records (deflate ~6x, the common case) and
 dense random-digit CSV (deflate ~2x, where inflate itself dominates). Every figure is the
 best of ``--repeat`` rounds, and the rounds interleave ours and the baseline so both see
@@ -57,6 +61,34 @@ def csv_blob(rng: random.Random, size: int) -> bytes:
         out.append(line)
         n += len(line)
     return "".join(out).encode()[:size]
+
+
+def jpeg_blobs(rng: random.Random, n: int) -> list[bytes]:
+    """``n`` camera-like JPEGs of about 20 KB (gradients and sensor noise, quality 85)."""
+    import cv2
+    import numpy as np
+
+    noise = np.random.default_rng(rng.randrange(1 << 30))
+    y, x = np.mgrid[0:192, 0:256]
+    out = []
+    for i in range(n):
+        img = (np.stack([x * 1.5 + i, y * 2.0, x + y], -1) % 256).astype(np.uint8)
+        img = cv2.add(img, noise.integers(0, 64, img.shape, dtype=np.uint8))
+        ok, buf = cv2.imencode(".jpg", img, [cv2.IMWRITE_JPEG_QUALITY, 85])
+        out.append(buf.tobytes())
+    return out
+
+
+def race_cpu(fns: dict[str, Callable[[], object]], repeat: int) -> dict[str, tuple[float, float]]:
+    """Like :func:`race`: the best wall time and the best CPU time (all threads) of each."""
+    out = {k: (float("inf"), float("inf")) for k in fns}
+    for _ in range(repeat):
+        for k, fn in fns.items():
+            c0, t0 = time.process_time(), time.perf_counter()
+            fn()
+            wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+            out[k] = (min(out[k][0], wall), min(out[k][1], cpu))
+    return out
 
 
 def best(fn: Callable[[], object], repeat: int) -> float:
@@ -209,6 +241,218 @@ def bench_deflated(
     return rows, items
 
 
+def c_core_us(z: object, t: object, order: list[str], repeat: int) -> tuple[float, float]:
+    """µs of CPU per member in the C core alone (outputs reused, no Python around each call):
+    a tar.zst member's frame read and decoded, a ZIP member read and inflated."""
+    from bisect import bisect_right
+
+    from cdml_edge.archive._native._reader import ffi, lib
+
+    f, x = t._frames, t._members.index  # type: ignore[attr-defined]
+    ids = [t._ids[n] for n in order]  # type: ignore[attr-defined]
+    zids = [z._ids[n] for n in order]  # type: ignore[attr-defined]
+    outs = [ffi.from_buffer("uint8_t[]", bytearray(x.sizes[i])) for i in ids]
+    ks = [bisect_right(f.doff, x.data_offsets[i]) - 1 for i in ids]
+    tfd, zfd = t.source.fileno(), z.source.fileno()  # type: ignore[attr-defined]
+    zidx, zsize = z._native_index._idx, z.source.size()  # type: ignore[attr-defined]
+    c, d, null = f.coff, f.doff, ffi.NULL
+
+    def tzst() -> None:
+        for i, k, out in zip(ids, ks, outs, strict=True):
+            lib.cz_zstd_read_one(
+                tfd, null, 0, c[k], c[k + 1] - c[k], d[k], d[k + 1] - d[k], null,
+                x.data_offsets[i], x.sizes[i], x.crcs[i] or 0, x.crcs[i] is not None, out, null,
+            )  # fmt: skip
+
+    def zip_() -> None:
+        for i, out in zip(zids, outs, strict=True):
+            lib.cz_read_one_fd(zidx, zfd, zsize, i, out)
+
+    r = race_cpu({"t": tzst, "z": zip_}, repeat)
+    return r["t"][1] / len(order) * 1e6, r["z"][1] / len(order) * 1e6
+
+
+def tarzst_rows(
+    tmp: str, label: str, items: list[tuple[str, bytes]], args: argparse.Namespace, level: int = 3
+) -> list[Row]:
+    """(f): our tar.zst against our ZIP and zipfile on the same members, one race."""
+    kw = {} if args.frame_bytes is None else {"frame_bytes": args.frame_bytes}
+    zpath, tpath = os.path.join(tmp, f"f-{label}.zip"), os.path.join(tmp, f"f-{label}.tar.zst")
+    write_archive(zpath, items)
+    write_archive(tpath, items, level=level, **kw)
+    names = [n for n, _ in items]
+    order = random.Random(11).sample(names, len(names))
+    batches = [order[i : i + 64] for i in range(0, len(order), 64)]
+    zf, z, t = zipfile.ZipFile(zpath), open_archive(zpath), open_archive(tpath)
+    fns: dict[str, Callable[[], object]] = {
+        "zip": lambda: [z.read(n) for n in order],
+        "tzst": lambda: [t.read(n) for n in order],
+        "zip_many": lambda: [z.read_many(b) for b in batches],
+        "tzst_many": lambda: [t.read_many(b) for b in batches],
+    }
+    if level == 3:
+        fns |= {
+            "zipfile": lambda: [zf.read(n) for n in order],
+            "zip_two": lambda: two_threads(z, batches),
+            "tzst_two": lambda: two_threads(t, batches),
+            "zip_seq": lambda: [z.read(n) for n in names],
+            "tzst_seq": lambda: [t.read(n) for n in names],
+            "zipfile_seq": lambda: [zf.read(n) for n in names],
+        }
+    r = race_cpu(fns, args.repeat)
+    n = len(names)
+    rate = {k: n / v[0] for k, v in r.items()}
+    cpu = {k: v[1] / n * 1e6 for k, v in r.items()}
+    c_t, c_z = c_core_us(z, t, order, args.repeat) if level == 3 else (0.0, 0.0)
+    zsize, tsize = os.path.getsize(zpath), os.path.getsize(tpath)
+    for a in (z, t):
+        a.close()
+    zf.close()
+
+    def vs(what: str, a: str, b: str) -> Row:
+        return (what, f"{rate[a]:,.0f}/s", f"{rate[b]:,.0f}/s", f"{rate[a] / rate[b]:.2f}x")
+
+    def us(what: str, a: float, b: float) -> Row:
+        return (what, f"{a:.1f} µs", f"{b:.1f} µs", f"{b / a:.2f}x")
+
+    if level != 3:
+        return [
+            vs(f"(f) same, zstd level {level}: random read(), tar.zst vs our ZIP", "tzst", "zip"),
+            vs(f"(f) same, zstd level {level}: read_many(64)", "tzst_many", "zip_many"),
+            (f"(f) same, zstd level {level}: archive size", f"{tsize / 1e6:.2f} MB",
+             f"{zsize / 1e6:.2f} MB", f"{tsize / zsize:.2f} of it"),
+        ]  # fmt: skip
+    mean = sum(len(d) for _, d in items) // n
+    return [
+        vs(f"(f) {n:,} x {mean / 1000:.0f} KB {label}: random read(), tar.zst vs our ZIP",
+           "tzst", "zip"),  # fmt: skip
+        vs("(f) same, random read(), tar.zst vs zipfile", "tzst", "zipfile"),
+        vs("(f) same, read_many(64), tar.zst vs our ZIP", "tzst_many", "zip_many"),
+        vs("(f) same, read_many(64), 2 threads, tar.zst vs our ZIP", "tzst_two", "zip_two"),
+        vs("(f) same, sequential read(), tar.zst vs our ZIP", "tzst_seq", "zip_seq"),
+        vs("(f) same, sequential read(), tar.zst vs zipfile", "tzst_seq", "zipfile_seq"),
+        us("(f) same, CPU per random read(), tar.zst vs our ZIP", cpu["tzst"], cpu["zip"]),
+        us("(f) same, CPU per member in read_many(64)", cpu["tzst_many"], cpu["zip_many"]),
+        us("(f) same, C core alone per member (decode vs inflate)", c_t, c_z),
+        ("(f) same, archive size, tar.zst vs our ZIP", f"{tsize / 1e6:.2f} MB",
+         f"{zsize / 1e6:.2f} MB", f"{tsize / zsize:.2f} of it"),  # fmt: skip
+    ]
+
+
+def seed_rows(tmp: str, repeat: int) -> list[Row]:
+    """(g) the seed's case: open a 200 x 10 KB archive and read every member."""
+    rng = random.Random(5)
+    items = [(f"s/{i:03d}.csv", csv_blob(rng, 10_000)) for i in range(200)]
+    names = rng.sample([n for n, _ in items], len(items))
+    paths = {}
+    for fmt in ("zip", "tar.zst"):
+        paths[fmt] = os.path.join(tmp, f"seed.{fmt}")
+        write_archive(paths[fmt], items)
+
+    def read_each(fmt: str) -> None:
+        with open_archive(paths[fmt]) as a:
+            for n in names:
+                a.read(n)
+
+    def read_all(fmt: str) -> None:
+        with open_archive(paths[fmt]) as a:
+            a.read_many(names)
+
+    r = race(
+        {
+            "zip": lambda: read_each("zip"),
+            "tzst": lambda: read_each("tar.zst"),
+            "zip_many": lambda: read_all("zip"),
+            "tzst_many": lambda: read_all("tar.zst"),
+        },
+        repeat * 4,
+    )
+    return [
+        (
+            "(g) seed: open + read() 200 x 10 KB CSV, tar.zst vs our ZIP",
+            f"{r['tzst'] * 1e3:.2f} ms",
+            f"{r['zip'] * 1e3:.2f} ms",
+            f"{r['zip'] / r['tzst']:.2f}x",
+        ),
+        (
+            "(g) same, open + one read_many(200)",
+            f"{r['tzst_many'] * 1e3:.2f} ms",
+            f"{r['zip_many'] * 1e3:.2f} ms",
+            f"{r['zip_many'] / r['tzst_many']:.2f}x",
+        ),
+    ]
+
+
+def tarzst_section(tmp: str, args: argparse.Namespace) -> list[Row]:
+    """(f) on 10 KB CSV and 20 KB JPEG members, then (g)."""
+    rng = random.Random(3)
+    n = args.tar_members
+    csv = [(f"csv/{i:05d}.csv", csv_blob(rng, 10_000)) for i in range(n)]
+    jpg = [(f"cam/{i:05d}.jpg", b) for i, b in enumerate(jpeg_blobs(rng, n))]
+    rows = tarzst_rows(tmp, "CSV", csv, args)
+    rows += tarzst_rows(tmp, "CSV-1", csv, args, level=1)
+    rows += tarzst_rows(tmp, "JPEG", jpg, args)
+    return rows + seed_rows(tmp, args.repeat)
+
+
+def sweep_race(
+    zpath: str, tpath: str, names: list[str], order: list[str], repeat: int
+) -> tuple[dict[str, float], int]:
+    """CPU times of our ZIP and tar.zst: random read(), read_many(64), sequential; frames."""
+    batches = [order[i : i + 64] for i in range(0, len(order), 64)]
+    z, t = open_archive(zpath), open_archive(tpath)
+    r = race_cpu(
+        {
+            "zr": lambda: [z.read(x) for x in order],
+            "tr": lambda: [t.read(x) for x in order],
+            "zm": lambda: [z.read_many(b) for b in batches],
+            "tm": lambda: [t.read_many(b) for b in batches],
+            "zs": lambda: [z.read(x) for x in names],
+            "ts": lambda: [t.read(x) for x in names],
+        },
+        repeat,
+    )
+    frames = int(t._frames.count)  # type: ignore[attr-defined]
+    z.close()
+    t.close()
+    return {k: cpu for k, (_, cpu) in r.items()}, frames
+
+
+SWEEP = (4 << 10, 8 << 10, 16 << 10, 32 << 10, 64 << 10, 128 << 10)
+
+
+def frame_sweep(tmp: str, args: argparse.Namespace) -> None:
+    """tar.zst frame sizes: compression against random / batched / sequential reads.
+
+    Each size is raced against our ZIP of the same members (ratios from one run). The
+    figures are CPU time, which a loaded machine disturbs less than wall time.
+    """
+    rng = random.Random(3)
+    n = args.tar_members
+    sets = {
+        "10 KB CSV": [(f"csv/{i:05d}.csv", csv_blob(rng, 10_000)) for i in range(n)],
+        "20 KB JPEG": [(f"cam/{i:05d}.jpg", b) for i, b in enumerate(jpeg_blobs(rng, n))],
+        "1 KB JSON": [(f"j/{i:05d}.json", json_blob(rng, 1_000)) for i in range(5 * n)],
+    }
+    print("| members | frame | frames | size vs ZIP | read() vs ZIP | read_many vs ZIP | "
+          "sequential vs ZIP |")
+    print("|---|---|---|---|---|---|---|")
+    for label, items in sets.items():
+        names = [nm for nm, _ in items]
+        order = random.Random(11).sample(names, len(names))
+        zpath = os.path.join(tmp, "sweep.zip")
+        write_archive(zpath, items)
+        for fb in SWEEP:
+            tpath = os.path.join(tmp, "sweep.tar.zst")
+            write_archive(tpath, items, frame_bytes=fb)
+            r, frames = sweep_race(zpath, tpath, names, order, args.repeat)
+            size = os.path.getsize(tpath) / os.path.getsize(zpath)
+            print(
+                f"| {label} | {fb >> 10} KiB | {frames:,} | {size:.2f} | {r['zr'] / r['tr']:.2f}x "
+                f"| {r['zm'] / r['tm']:.2f}x | {r['zs'] / r['ts']:.2f}x |"
+            )
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--members", type=int, default=20000, help="members for (a), (b), (d)")
@@ -216,11 +460,21 @@ def main() -> None:
     ap.add_argument("--reads", type=int, default=5000, help="random reads timed in (a), (b)")
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--quick", action="store_true", help="(a), (b) and (e) only")
+    ap.add_argument("--tar-members", type=int, default=2000, help="members per archive in (f)")
+    ap.add_argument("--frame-bytes", type=int, default=None, help="tar.zst frame size in (f)")
+    ap.add_argument("--only-tarzst", action="store_true", help="(f) and (g) only")
+    ap.add_argument("--frame-sweep", action="store_true", help="tar.zst frame sizes only")
     args = ap.parse_args()
     rng = random.Random(7)
     rows: list[Row] = []
     print(f"reader: {describe()}, {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}")
     with tempfile.TemporaryDirectory() as tmp:
+        if args.frame_sweep:
+            frame_sweep(tmp, args)
+            return
+        if args.only_tarzst:
+            print_rows(tarzst_section(tmp, args))
+            return
         json_rows, items = bench_deflated(tmp, "JSON", json_blob, args)
         csv_rows, _ = bench_deflated(tmp, "CSV", csv_blob, args)
         rows += json_rows + csv_rows
@@ -327,6 +581,7 @@ def main() -> None:
         rows.append(
             ("(e) raw zstd decompress, 1 core, JSON", f"{len(plain) / t_z / 1e6:,.0f} MB/s", "", "")
         )
+        rows += tarzst_section(tmp, args)
     print_rows(rows)
 
 

@@ -198,10 +198,11 @@ do_install() {
   fi
 
   if [[ $APT -eq 1 ]]; then
-    log "apt packages: Python venv, a C compiler for the native reader, libsndfile"
+    log "apt packages: Python venv, a C compiler and libzstd for the native reader, libsndfile"
     run apt-get update
     run env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
-      python3 python3-venv python3-dev build-essential libffi-dev libsndfile1
+      python3 python3-venv python3-dev build-essential libffi-dev libzstd-dev libdeflate0 \
+      libsndfile1
   fi
 
   log "user $USER_NAME"
