@@ -3,7 +3,8 @@
 :func:`atomic_write` replaces ``path`` with ``data`` so that a reader (or a crash at any
 moment) sees either the old file or the whole new one, never half of it. :func:`unique_name`
 finds a free name in a folder without overwriting, shortening names that the file system
-would refuse as too long.
+would refuse as too long. :func:`display_name` and :func:`log_name` show a file name that
+may hold bytes that are not UTF-8 (or control characters) in payloads and log lines.
 """
 
 from __future__ import annotations
@@ -79,17 +80,76 @@ def _mkstemp(folder: Path, suffix: str) -> tuple[int, str]:
     return tempfile.mkstemp(prefix=TMP_PREFIX, suffix=suffix, dir=folder)
 
 
+def _nbytes(text: str) -> int:
+    """Bytes of ``text`` on disk (a name from ``os.fsdecode`` may hold escaped raw bytes)."""
+    return len(text.encode("utf-8", "surrogateescape"))
+
+
+def _cut(text: str, limit: int) -> str:
+    """The longest prefix of ``text`` within ``limit`` bytes, never half a character."""
+    out, used = [], 0
+    for ch in text:
+        n = _nbytes(ch)
+        if used + n > limit:
+            break
+        out.append(ch)
+        used += n
+    return "".join(out)
+
+
 def fit_name(name: str, limit: int = NAME_MAX) -> str:
-    """``name`` shortened (keeping its extension) to at most ``limit`` bytes in UTF-8."""
-    raw = name.encode("utf-8", "surrogateescape")
-    if len(raw) <= limit:
+    """``name`` shortened (keeping its extension) to at most ``limit`` bytes on disk.
+
+    Raw bytes that are not UTF-8 (``os.fsdecode``'s escapes) are kept, counted one byte each.
+    """
+    if _nbytes(name) <= limit:
         return name
     stem, dot, ext = name.rpartition(".")
-    if not dot or len(ext.encode("utf-8", "surrogateescape")) > 16:
+    if not dot or _nbytes(ext) > 16:
         stem, ext = name, ""
-    keep = limit - (len(ext.encode("utf-8", "surrogateescape")) + 1 if ext else 0)
-    short = stem.encode("utf-8", "surrogateescape")[:keep].decode("utf-8", "ignore")
+    keep = limit - (_nbytes(ext) + 1 if ext else 0)
+    short = _cut(stem, keep)
     return f"{short}.{ext}" if ext else short
+
+
+def display_name(name: str) -> str:
+    """``name`` as valid UTF-8 text: each raw byte that is not UTF-8 (kept by ``os.fsdecode``
+    as a lone surrogate) shown as ``%XX``, everything else unchanged (a literal ``%`` too).
+
+    ``%`` and not ``\\xNN``: a backslash would read as a path separator in archive member
+    names.
+    """
+    if not any("\ud800" <= c <= "\udfff" for c in name):
+        return name
+    return "".join(_shown(c) for c in name)
+
+
+def _shown(c: str) -> str:
+    if "\udc80" <= c <= "\udcff":
+        return f"%{ord(c) - 0xDC00:02X}"
+    return "\ufffd" if "\ud800" <= c <= "\udfff" else c
+
+
+_LOG_ESCAPES = {ord("\n"): "\\n", ord("\r"): "\\r", ord("\t"): "\\t"}
+
+
+def log_name(name: object) -> str:
+    """``name`` (a path or a name) safe for one log line: as :func:`display_name`, with
+    control characters, line separators and bidirectional overrides escaped."""
+    text = display_name(str(name))
+    return "".join(_LOG_ESCAPES.get(ord(c)) or (_escape(c) if _unsafe(c) else c) for c in text)
+
+
+def _unsafe(c: str) -> bool:
+    o = ord(c)
+    return o < 0x20 or 0x7F <= o < 0xA0 or o in (0x2028, 0x2029) or 0x202A <= o <= 0x202E or (
+        0x2066 <= o <= 0x2069
+    )
+
+
+def _escape(c: str) -> str:
+    o = ord(c)
+    return f"\\x{o:02x}" if o < 0x100 else f"\\u{o:04x}"
 
 
 def unique_name(
@@ -114,10 +174,18 @@ def unique_name(
         stem, ext = first, ""
     for n in range(1, attempts):
         tail = f".{n}.{ext}" if ext else f".{n}"
-        cand = fit_name(stem, NAME_MAX - len(tail.encode())) + tail
+        cand = _cut(stem, NAME_MAX - _nbytes(tail)) + tail
         if not taken(base / cand):
             return base / cand
     raise FileExistsError(f"{base / name}: no free name for it")
 
 
-__all__ = ["atomic_write", "atomic_writer", "fit_name", "fsync_dir", "unique_name"]
+__all__ = [
+    "atomic_write",
+    "atomic_writer",
+    "display_name",
+    "fit_name",
+    "fsync_dir",
+    "log_name",
+    "unique_name",
+]
