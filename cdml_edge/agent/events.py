@@ -9,7 +9,6 @@ from pathlib import Path
 from cdml_edge.agent.health import Metrics
 from cdml_edge.agent.lifecycle import FileLifecycle
 from cdml_edge.agent.outputs.base import Output
-from cdml_edge.agent.sources import FileTooLarge
 from cdml_edge.window.payloads import OutMessage, Sequencer
 from cdml_edge.window.score import error_event
 
@@ -58,10 +57,11 @@ class ErrorReporter:
     def source_error(
         self, source: str, name: str | None, exc: Exception, path: Path | None
     ) -> None:
-        """The sources' error sink: counted as a read error, reported; a file too large for
-        any window is quarantined unread."""
-        self.metrics.errors.labels(stage="read").inc()
+        """The sources' error sink: counted under the error's stage (``read``,
+        ``not_regular``, ``symlink``, ``intake``, ...) and reported; with a ``path``, a file
+        the error says to quarantine (too large for any window, failed to be taken) is."""
+        self.metrics.errors.labels(stage=getattr(exc, "stage", "read")).inc()
         dest = None
-        if isinstance(exc, FileTooLarge) and path is not None and name is not None:
+        if getattr(exc, "quarantine", False) and path is not None and name is not None:
             dest = self.lifecycle.quarantine(source, name, path, None)
         self.publish([self.event(source, name, type(exc).__name__, str(exc), dest)])

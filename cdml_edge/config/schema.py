@@ -112,7 +112,10 @@ class SourceConfig(_Model):
     fps: float | None = Field(None, gt=0, description="Camera frames per second to take.")
     jpeg_quality: int = Field(90, ge=1, le=100, description="Camera frames: JPEG quality.")
     stable_seconds: Duration = Field(
-        0.5, ge=0, description="A file is complete once its size has not changed for this long."
+        0.5,
+        ge=0,
+        description="Without a close-write: a file is complete once the agent has seen it "
+        "unchanged for this long (files present at start too).",
     )
     polling: bool = Field(
         False, description="Use a polling observer (network mounts) instead of inotify."
@@ -120,8 +123,21 @@ class SourceConfig(_Model):
     segment_rows: int | None = Field(
         None, gt=0, description="csv/timeseries: one result per this many rows (default per file)."
     )
+    follow_symlinks: bool = Field(
+        False,
+        description="Follow symbolic links, only to files inside the folder or link_roots; "
+        "off: links are reported once and left.",
+    )
+    link_roots: list[Path] = Field(
+        default_factory=list, description="Folders a followed link may lead into."
+    )
 
     _resolve = field_validator("path", "move_to")(_resolve_path)
+
+    @field_validator("link_roots")
+    @classmethod
+    def _resolve_roots(cls, value: list[Path], info: ValidationInfo) -> list[Path]:
+        return [p for p in (_resolve_path(v, info) for v in value) if p is not None]
 
     @model_validator(mode="after")
     def _check_kind(self) -> SourceConfig:

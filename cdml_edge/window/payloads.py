@@ -141,8 +141,9 @@ PAYLOAD_MODELS: dict[str, type[BaseModel]] = {
 
 
 def item_id(source: str, name: str, size: int, mtime_ns: int) -> str:
-    """Stable result id: the same file seen twice (after a restart) gets the same id."""
-    key = f"{source}\x00{name}\x00{size}\x00{mtime_ns}".encode()
+    """Stable result id: the same file seen twice (after a restart) gets the same id.
+    ``name`` may hold raw bytes that are not UTF-8 (``os.fsdecode``): they are hashed as such."""
+    key = f"{source}\x00{name}\x00{size}\x00{mtime_ns}".encode("utf-8", "surrogateescape")
     return hashlib.sha256(key).hexdigest()[:32]
 
 

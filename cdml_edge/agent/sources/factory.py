@@ -5,6 +5,7 @@ from __future__ import annotations
 from cdml_edge.agent.sources.base import ErrorSink, ItemSink
 from cdml_edge.agent.sources.camera import CameraSource, CameraSpec
 from cdml_edge.agent.sources.folder import FolderSource, FolderSpec
+from cdml_edge.agent.supervisor import Spawn, plain_thread
 from cdml_edge.agent.windows import ByteBudget
 from cdml_edge.config import SourceConfig
 from cdml_edge.modality import default_patterns
@@ -13,9 +14,14 @@ Source = FolderSource | CameraSource
 
 
 def make_source(
-    sc: SourceConfig, budget: ByteBudget, sink: ItemSink, on_error: ErrorSink
+    sc: SourceConfig,
+    budget: ByteBudget,
+    sink: ItemSink,
+    on_error: ErrorSink,
+    spawn: Spawn = plain_thread,
 ) -> Source:
-    """The source of ``sc``, feeding ``sink`` within ``budget``; ``on_error`` for bad inputs."""
+    """The source of ``sc``, feeding ``sink`` within ``budget``; ``on_error`` for bad inputs,
+    ``spawn`` for its long-lived thread (a folder's; see :mod:`cdml_edge.agent.supervisor`)."""
     if sc.kind == "camera":
         spec = CameraSpec(
             name=sc.name,
@@ -34,5 +40,7 @@ def make_source(
         stable_seconds=sc.stable_seconds,
         polling=sc.polling,
         max_file_bytes=sc.window.max_bytes,
+        follow_symlinks=sc.follow_symlinks,
+        link_roots=tuple(sc.link_roots),
     )
-    return FolderSource(fspec, budget, sink, on_error)
+    return FolderSource(fspec, budget, sink, on_error, spawn=spawn)
