@@ -291,8 +291,25 @@ class QuarantineConfig(_Model):
     max_bytes: Size = Field(
         256 * 1024**2, gt=0, description="Above this, the oldest quarantined files are deleted."
     )
+    mode: str = Field(
+        "0600",
+        pattern=r"^0?[0-7]{3}$",
+        description="Octal permissions of quarantined files (folders get x where r is set).",
+    )
 
     _resolve = field_validator("dir")(_resolve_path)
+
+    @field_validator("mode", mode="before")
+    @classmethod
+    def _quoted_mode(cls, value: object) -> object:
+        if not isinstance(value, str):  # YAML reads 0640 as a number: ask for the text
+            raise ValueError("write the mode as a quoted octal string, such as '0640'")
+        return value
+
+    @property
+    def file_mode(self) -> int:
+        """The mode of quarantined files as a number."""
+        return int(self.mode, 8)
 
 
 class LimitsConfig(_Model):
