@@ -5,7 +5,10 @@ drain, reload, run and the signals. The policies are small objects beside it:
 ``processing.WindowProcessor`` (the work on one window), ``retry.RetryPolicy`` (failed
 windows), ``models`` (loading, warm-up, budget charges), ``health.reporter.HealthReporter``
 (status and health messages), ``events.ErrorReporter`` (error events) and
-``sources.factory.make_source``.
+``sources.factory.make_source``. Every long-lived thread (folder watches, windowers,
+pipeline workers, the MQTT I/O loop, the health loop) is started by ``supervisor``: a death
+is counted (``thread_deaths``), published as a ``ThreadDied`` error event, makes ``/healthz``
+answer 503 and stops the systemd watchdog pings until the thread runs again.
 
 ``start()`` loads and warms up the models, starts the output, the workers and the sources,
 then tells systemd it is ready. ``run()`` blocks until ``--duration`` elapses or a signal
@@ -41,13 +44,14 @@ from cdml_edge.agent.models import DATA_COPIES, load_models, warm_up_decoders, w
 from cdml_edge.agent.outputs.base import Output
 from cdml_edge.agent.outputs.factory import make_output
 from cdml_edge.agent.processing import OutputFailed, WindowProcessor
-from cdml_edge.agent.retry import WINDOW_ATTEMPTS, Attempts, RetryPolicy
+from cdml_edge.agent.retry import RETRY_BACKOFF_S, WINDOW_ATTEMPTS, Attempts, RetryPolicy
 from cdml_edge.agent.sources.factory import Source, make_source
+from cdml_edge.agent.supervisor import Supervisor
 from cdml_edge.agent.windows import ByteBudget, Windower, WindowPolicy
 from cdml_edge.agent.workers import WindowWorkers
 from cdml_edge.config import AppConfig, ConfigError, SourceConfig, load_config
 from cdml_edge.model.runner import ModelRunner
-from cdml_edge.window.items import Item
+from cdml_edge.window.items import Item, Window
 from cdml_edge.window.payloads import Sequencer
 
 if TYPE_CHECKING:
@@ -86,10 +90,17 @@ class Agent:
         self.started_at = time.time()
         self.notifier = SdNotifier()
         self.metrics = Metrics(version=__version__, device=cfg.device.id)
-        self.watchdog = ProgressWatchdog(self.notifier, cfg.health.stall_after)
+        self.supervisor = Supervisor(on_death=self._thread_died)
+        self.metrics.attach_supervisor(self.supervisor.dead)
+        self.watchdog = ProgressWatchdog(
+            self.notifier, cfg.health.stall_after, dead=self.supervisor.dead
+        )
         self.sequencer = Sequencer()
         self.health = HealthReporter(self.metrics, self.sequencer, self.started_at)
-        self.pipeline = WindowWorkers(self._busy, self.watchdog.progress)
+        self.pipeline = WindowWorkers(
+            self._busy, self.watchdog.progress, spawn=self.supervisor.spawn,
+            on_lost=self._window_lost,
+        )
         self.attempts = Attempts()  # kept across reloads
         self._server: MetricsServer | None = None
         self._stop = threading.Event()
@@ -101,8 +112,12 @@ class Agent:
         """Everything a configuration decides; models and retention are loaded by start()."""
         self.cfg = cfg
         self.budget = ByteBudget(cfg.limits.max_inflight_bytes, data_factor=DATA_COPIES)
-        self.lifecycle = FileLifecycle(cfg.quarantine.dir, cfg.quarantine.max_bytes)
-        self.output: Output = self._fixed_output or make_output(cfg)
+        self.lifecycle = FileLifecycle(
+            cfg.quarantine.dir, cfg.quarantine.max_bytes, file_mode=cfg.quarantine.file_mode,
+            on_skip=lambda reason: self.metrics.on_done_skipped.labels(reason=reason).inc(),
+        )
+        spawn = self.supervisor.spawn
+        self.output: Output = self._fixed_output or make_output(cfg, spawn)
         self.errors = ErrorReporter(
             self.output, cfg.device.id, self.sequencer, self.metrics, self.lifecycle
         )
@@ -115,10 +130,11 @@ class Agent:
                 sc.name,
                 WindowPolicy(sc.window.seconds, sc.window.max_items, sc.window.max_bytes),
                 self.pipeline.put,
+                spawn,
             )
             self.windowers[sc.name] = windower
             self.sources[sc.name] = make_source(
-                sc, self.budget, self._intake(sc, windower), self.errors.source_error
+                sc, self.budget, self._intake(sc, windower), self.errors.source_error, spawn
             )
         self.retry = RetryPolicy(
             self.sources, self.lifecycle, self.errors, self.metrics, self.attempts, self._stop
@@ -147,6 +163,28 @@ class Agent:
             done=self.pipeline.done,
             retention=self.retention,
         )
+
+    def _thread_died(self, thread: str, exc: BaseException, delay: float) -> None:
+        """A supervised thread died: counted, and an error event on ``{source}/error`` for a
+        source's thread (``src-<source>``, ``windower-<source>``), else on ``agent/error``.
+        Published from a short-lived thread: the output may be what died, or be blocked."""
+        self.metrics.thread_deaths.labels(thread=thread).inc()
+        kind, _, rest = thread.partition("-")
+        source = rest if kind in ("src", "windower") and rest in self.sources else "agent"
+        msg = self.errors.event(
+            source, None, "ThreadDied",
+            f"{thread} died: {type(exc).__name__}: {exc}; restart in {delay:.1f} s",
+        )
+        threading.Thread(target=self.errors.publish, args=([msg],), daemon=True).start()
+
+    def _window_lost(self, window: Window) -> None:
+        """A window whose handling raised (its worker died): its budget comes back and its
+        files are taken again after ``RETRY_BACKOFF_S``."""
+        self.budget.release(window.take_charge())
+        src = self.sources.get(window.source)
+        for it in window.items:
+            if it.path is not None and src is not None:
+                src.retry(it.path, RETRY_BACKOFF_S)
 
     def _busy(self, queued: int, inflight: int) -> None:
         self.metrics.queue_depth.labels(queue="windows").set(queued)
@@ -179,7 +217,7 @@ class Agent:
             w.start()
         for s in self.sources.values():
             s.start()
-        self.health.start(self._stop)
+        self.health.start(self._stop, self.supervisor.spawn)
         self.health.publish_status("online")  # after the sources are armed: online means ready
         self.notifier.ready(f"running {len(self.sources)} sources, {len(self.runners)} models")
         log.info("agent ready: %d sources, models %s", len(self.sources), sorted(self.runners))
@@ -206,6 +244,7 @@ class Agent:
         if self._server is not None:
             self._server.close()
             self._server = None
+        self.supervisor.close()
         return drained
 
     def reload(self) -> bool:

@@ -75,7 +75,7 @@ class WindowProcessor:
             self.errors.publish([self.errors.event(window.source, None, type(exc).__name__,
                                                    str(exc))])
             self.retry.window_failed(window, exc)
-            self.budget.release(window.charged)
+            self.budget.release(window.take_charge())
             self.done()
 
     def process(self, window: Window) -> None:
@@ -83,7 +83,7 @@ class WindowProcessor:
         (:class:`OutputFailed` when the output refused them)."""
         sc = next(s for s in self.cfg.sources if s.name == window.source)
         outcome, errors = self._score(window, sc)
-        on_durable = self._when_durable(window, sc, {f.item.id for f in outcome.failures})
+        on_durable = self._when_durable(window, sc, outcome)
         msgs = outcome.messages() + errors
         self._observe_arrival(window.source, outcome.results)
         try:
@@ -91,7 +91,7 @@ class WindowProcessor:
         except Exception as exc:
             raise OutputFailed(f"{type(exc).__name__}: {exc}") from exc
         finally:
-            self.budget.release(window.charged)  # the only release of a window that got this far
+            self.budget.release(window.take_charge())  # the one release once this far
 
     def _score(self, window: Window, sc: SourceConfig) -> tuple[WindowOutcome, list[OutMessage]]:
         """Pack, score, quarantine the bad items and retain the window; the outcome and the
@@ -155,18 +155,22 @@ class WindowProcessor:
         return [self.errors.event(source, None, res.event, res.error or "ok")]
 
     def _when_durable(
-        self, window: Window, sc: SourceConfig, failed_ids: set[str]
+        self, window: Window, sc: SourceConfig, outcome: WindowOutcome
     ) -> Callable[[], None]:
-        """The ``on_durable`` callback: finish the scored files, count the window, ``done``.
-        Only paths travel into it, not the window's bytes."""
-        done_paths = [it.path for it in window.items if it.path and it.item_id not in failed_ids]
+        """The ``on_durable`` callback: finish the scored files (only the versions scored:
+        identity and the manifest's SHA-256), count the window, ``done``. Only paths and
+        identities travel into it, not the window's bytes."""
+        failed_ids = {f.item.id for f in outcome.failures}
+        sha = {mi.id: mi.sha256 for mi in outcome.manifest.items}
+        done_files = [(it.path, it.identity, sha.get(it.item_id)) for it in window.items
+                      if it.path and it.item_id not in failed_ids]
         done_ids = [it.item_id for it in window.items if it.path]
         closed_ts, source = window.closed_ts, window.source
 
         def on_durable() -> None:
             self.attempts.clear(done_ids)
-            for p in done_paths:
-                self.lifecycle.finish(p, sc.on_done, sc.move_to)
+            for p, ident, digest in done_files:
+                self.lifecycle.finish(p, sc.on_done, sc.move_to, identity=ident, sha256=digest)
                 src = self.sources.get(source)
                 if src is not None:
                     src.release(p, keep=sc.on_done == "keep")

@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from cdml_edge.agent.supervisor import Spawn, plain_thread
 from cdml_edge.window.items import Item, Window, new_window_id
 
 log = logging.getLogger(__name__)
@@ -97,7 +98,11 @@ class Windower:
     """
 
     def __init__(
-        self, source: str, policy: WindowPolicy, on_close: Callable[[Window], None]
+        self,
+        source: str,
+        policy: WindowPolicy,
+        on_close: Callable[[Window], None],
+        spawn: Spawn = plain_thread,
     ) -> None:
         self.source = source
         self.policy = policy
@@ -106,9 +111,7 @@ class Windower:
         self._current: Window | None = None
         self._deadline = 0.0  # monotonic time the current window closes
         self._stopped = False
-        self._thread = threading.Thread(
-            target=self._timer_loop, name=f"windower-{source}", daemon=True
-        )
+        self._thread = spawn(f"windower-{source}", self._timer_loop)
         self.windows_closed = 0
 
     def start(self) -> None:

@@ -113,6 +113,10 @@ class HealthPayload(_Payload):
     bytes_written: int = 0
     dropped: int = 0
     broker_connected: bool = False
+    thread_deaths: int = Field(0, description="Supervised threads that died (restarted)")
+    dead_threads: list[str] = Field(
+        default_factory=list, description="Supervised threads dead now: not running again yet"
+    )
     uptime_s: float = 0.0
     seq: int
     device: str

@@ -7,6 +7,7 @@ in one process never collide). Names are prefixed ``cdml_edge_``.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from prometheus_client import (
@@ -94,6 +95,23 @@ class Metrics:
         self.published = Counter(
             f"{PREFIX}_mqtt_published", "MQTT messages acknowledged", ["kind"], registry=r
         )
+        self.thread_deaths = Counter(
+            f"{PREFIX}_thread_deaths",
+            "Unexpected deaths of supervised threads (each restarted with backoff)",
+            ["thread"],
+            registry=r,
+        )
+        self.on_done_skipped = Counter(
+            f"{PREFIX}_on_done_skipped",
+            "Source files on_done left: changed since scored, or gone",
+            ["reason"],
+            registry=r,
+        )
+        self.threads_dead = Gauge(
+            f"{PREFIX}_threads_dead", "Supervised threads dead now (not running again yet)",
+            registry=r,
+        )
+        self._dead_threads: Callable[[], Sequence[str]] = tuple
 
     def _add_latencies(self, r: CollectorRegistry) -> None:
         self.inference_latency = Histogram(
@@ -149,6 +167,11 @@ class Metrics:
         self.watchdog_stalled.set_function(lambda: float(watchdog.state().stalled))
         self.last_progress_age.set_function(_age)
 
+    def attach_supervisor(self, dead: Callable[[], Sequence[str]]) -> None:
+        """Export how many supervised threads are dead now (and name them in ``totals``)."""
+        self._dead_threads = dead
+        self.threads_dead.set_function(lambda: float(len(dead())))
+
     def _sum(self, name: str) -> float:
         total = 0.0
         for family in self.registry.collect():
@@ -179,6 +202,8 @@ class Metrics:
             "spool_bytes": int(self._sum(f"{PREFIX}_spool_bytes")),
             "spool_records": int(self._sum(f"{PREFIX}_spool_records")),
             "broker_connected": self._sum(f"{PREFIX}_broker_connected") > 0,
+            "thread_deaths": int(self._sum(f"{PREFIX}_thread_deaths_total")),
+            "dead_threads": list(self._dead_threads()),
             "uptime_s": round(time.time() - self.started_at, 3),
         }
 

@@ -10,6 +10,7 @@ from cdml_edge import __version__
 from cdml_edge.agent.health.metrics import Metrics
 from cdml_edge.agent.outputs.base import Output
 from cdml_edge.agent.sources.factory import Source
+from cdml_edge.agent.supervisor import Spawn, Worker, plain_thread
 from cdml_edge.config import AppConfig
 from cdml_edge.window.payloads import HealthPayload, OutMessage, Sequencer, StatusPayload
 
@@ -31,18 +32,17 @@ class HealthReporter:
         self._output: Output | None = None
         self._sources: Mapping[str, Source] = {}
         self._skipped_seen: dict[str, int] = {}
-        self._thread: threading.Thread | None = None
+        self._thread: Worker | None = None
 
     def attach(self, cfg: AppConfig, output: Output, sources: Mapping[str, Source]) -> None:
         self._cfg, self._output, self._sources = cfg, output, sources
         self._skipped_seen = {}
 
-    def start(self, stopped: threading.Event) -> None:
-        """Publish health every ``health.interval`` until ``stopped`` is set (once only)."""
+    def start(self, stopped: threading.Event, spawn: Spawn = plain_thread) -> None:
+        """Publish health every ``health.interval`` until ``stopped`` is set (once only), on
+        a thread from ``spawn`` (the agent's supervisor)."""
         if self._thread is None:
-            self._thread = threading.Thread(
-                target=self._loop, args=(stopped,), name="health", daemon=True
-            )
+            self._thread = spawn("health", lambda: self._loop(stopped))
             self._thread.start()
 
     def publish_status(self, state: str) -> None:

@@ -160,13 +160,13 @@ class MetricsServer:
 
 
 def healthz_body(metrics: Metrics, state: HealthState | None) -> tuple[int, dict[str, Any]]:
-    """HTTP status and JSON body of ``/healthz``: 200 ok, 503 stalled."""
+    """HTTP status and JSON body of ``/healthz``: 200 ok, 503 stalled or a thread dead."""
     body: dict[str, Any] = {"status": "ok", "uptime_s": round(time.time() - metrics.started_at, 3)}
     if state is None:
         return 200, body
     body.update(state.as_dict())
-    if state.stalled:
-        body["status"] = "stalled"
+    if not state.ok:
+        body["status"] = "stalled" if state.stalled else "dead_threads"
         return 503, body
     return 200, body
 

@@ -7,14 +7,16 @@ from collections.abc import Callable, Sequence
 
 from cdml_edge.agent.outputs.base import Output
 from cdml_edge.agent.outputs.jsonl import JsonlOutput
+from cdml_edge.agent.supervisor import Spawn, plain_thread
 from cdml_edge.config import AppConfig
 from cdml_edge.window.payloads import OutMessage
 
 
-def make_output(cfg: AppConfig) -> Output:
+def make_output(cfg: AppConfig, spawn: Spawn = plain_thread) -> Output:
     """The output of ``cfg``: ``MqttPublisher``, ``JsonlOutput``, or both through a tee.
 
     Without ``mqtt`` the JSON lines go to ``output.jsonl`` (stdout when unset or ``-``).
+    ``spawn`` starts the publisher's I/O thread (the agent's supervisor).
     """
     prefix = cfg.mqtt.topic_prefix if cfg.mqtt else "cdml"
     jsonl: JsonlOutput | None = None
@@ -25,7 +27,7 @@ def make_output(cfg: AppConfig) -> Output:
         return jsonl
     from cdml_edge.agent.outputs.mqtt.publisher import MqttPublisher
 
-    mqtt = MqttPublisher(cfg.mqtt, cfg.device.id, cfg.spool, cfg.outbox)
+    mqtt = MqttPublisher(cfg.mqtt, cfg.device.id, cfg.spool, cfg.outbox, spawn=spawn)
     return mqtt if jsonl is None else TeeOutput([mqtt, jsonl])
 
 

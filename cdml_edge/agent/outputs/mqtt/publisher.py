@@ -41,6 +41,7 @@ from cdml_edge.agent.outputs.mqtt.embedded_broker import EmbeddedBroker
 from cdml_edge.agent.outputs.mqtt.outbox import Batch, Entry, Outbox
 from cdml_edge.agent.outputs.mqtt.spool import Spool, SpoolToken
 from cdml_edge.agent.outputs.mqtt.spool_format import SpoolRecord, record_size
+from cdml_edge.agent.supervisor import Spawn, Worker, plain_thread
 from cdml_edge.config import MqttConfig, OutboxConfig, SpoolConfig
 from cdml_edge.errors import CdmlError
 from cdml_edge.window.payloads import OutMessage, StatusPayload
@@ -68,6 +69,7 @@ class MqttPublisher:
         backoff_max: float = 30.0,
         connect_timeout: float = 5.0,
         commit_interval: float = 0.2,
+        spawn: Spawn = plain_thread,
     ) -> None:
         self.config = config
         self.device_id = device_id
@@ -89,7 +91,8 @@ class MqttPublisher:
         self.broker: EmbeddedBroker | None = None
         self.started_at = time.time()
         self._client: mqtt.Client | None = None
-        self._thread: threading.Thread | None = None
+        self._spawn = spawn  # the I/O thread: supervised by the agent (restarted if it dies)
+        self._thread: Worker | None = None
         self._waker = Waker()
         self._init_io_state()
 
@@ -143,7 +146,7 @@ class MqttPublisher:
             self.broker = EmbeddedBroker().start()
         self.started_at = time.time()
         self._client = self._make_client()
-        self._thread = threading.Thread(target=self._run, name="mqtt-io", daemon=True)
+        self._thread = self._spawn("mqtt-io", self._run)
         self._thread.start()
 
     def publish_batch(
@@ -294,9 +297,10 @@ class MqttPublisher:
                         return
                 else:
                     self._serve(client, now)
-        except Exception:  # noqa: BLE001 - log, then leave the rest to stop()
+        except Exception:
             log.exception("MQTT I/O thread failed")
             self._connected = False
+            raise  # a supervisor restarts the loop
 
     def _reconnect(self, client: mqtt.Client, now: float) -> bool:
         """No socket: take back what was in flight, spool the outbox and connect once the
