@@ -20,7 +20,6 @@ from pathlib import Path
 from cdml_edge.agent.sources.base import LinkRefused, NotRegularFile, SourceError
 from cdml_edge.fsio import display_name
 
-READ_CHUNK = 1 << 20
 _OPEN_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
 
 
@@ -96,21 +95,9 @@ def read_regular(path: str, at_most: int, links: LinkPolicy) -> tuple[bytes, os.
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
             raise NotRegularFile(path, kind_of(st.st_mode))
-        return _read_fd(fd, at_most, path), st
-    finally:
-        os.close(fd)
-
-
-def _read_fd(fd: int, at_most: int, path: str) -> bytes:
-    parts: list[bytes] = []
-    left = at_most
-    try:
-        while left > 0:
-            chunk = os.read(fd, min(left, READ_CHUNK))
-            if not chunk:
-                break
-            parts.append(chunk)
-            left -= len(chunk)
+        with os.fdopen(fd, "rb", closefd=False) as fh:
+            return fh.read(at_most), st
     except OSError as exc:
         raise SourceError(path, f"unreadable: {exc.strerror or exc}") from exc
-    return b"".join(parts)
+    finally:
+        os.close(fd)
