@@ -28,6 +28,20 @@ def _mode(p: Path) -> int:
     return stat.S_IMODE(p.stat().st_mode)
 
 
+def _setup(tmp_path: Path) -> tuple[Path, Path]:
+    """The test configuration and its camera folder, made."""
+    cfg_path = write_config(tmp_path)
+    cam = tmp_path / "in/cam"
+    cam.mkdir(parents=True)
+    return cfg_path, cam
+
+
+def _started(cfg_path: Path) -> Agent:
+    agent = Agent(load_config(cfg_path), cfg_path)
+    agent.start()
+    return agent
+
+
 def test_a_non_utf8_name_survives_end_to_end(tmp_path: Path, models: Path) -> None:  # noqa: F811
     cfg_path = write_config(tmp_path, retention=True)
     doc = yaml.safe_load(cfg_path.read_text())
@@ -37,8 +51,7 @@ def test_a_non_utf8_name_survives_end_to_end(tmp_path: Path, models: Path) -> No
     cam.mkdir(parents=True)
     raw_good = b"ok-\xff\xfe.jpg"
     raw_bad = b"cut-\xe9\n.jpg"  # latin-1 e-acute and a newline: not UTF-8, not printable
-    agent = Agent(load_config(cfg_path), cfg_path)
-    agent.start()
+    agent = _started(cfg_path)
     out = tmp_path / "out.jsonl"
     try:
         with open(os.fsencode(cam) + b"/" + raw_good, "wb") as fh:
@@ -77,15 +90,12 @@ def test_a_non_utf8_name_survives_end_to_end(tmp_path: Path, models: Path) -> No
 def test_special_files_and_links_become_events_and_counters(
     tmp_path: Path, models: Path  # noqa: F811
 ) -> None:
-    cfg_path = write_config(tmp_path)
-    cam = tmp_path / "in/cam"
-    cam.mkdir(parents=True)
+    cfg_path, cam = _setup(tmp_path)
     secret = tmp_path / "secret.jpg"
     secret.write_bytes(jpeg(240))
     os.symlink(secret, cam / "link.jpg")
     os.mkfifo(cam / "fifo.jpg")
-    agent = Agent(load_config(cfg_path), cfg_path)
-    agent.start()
+    agent = _started(cfg_path)
     out = tmp_path / "out.jsonl"
     try:
         (cam / "real.jpg").write_bytes(jpeg(10))
@@ -180,14 +190,11 @@ def test_on_done_leaves_a_file_replaced_while_its_window_was_in_flight(
 def test_quarantine_is_owner_only_by_default_and_takes_a_configured_mode(
     tmp_path: Path, models: Path  # noqa: F811
 ) -> None:
-    cfg_path = write_config(tmp_path)
-    cam = tmp_path / "in/cam"
-    cam.mkdir(parents=True)
+    cfg_path, cam = _setup(tmp_path)
     bad = cam / "cut.jpg"
     bad.write_bytes(jpeg(200)[:300])
     os.chmod(bad, 0o644)
-    agent = Agent(load_config(cfg_path), cfg_path)
-    agent.start()
+    agent = _started(cfg_path)
     q = tmp_path / "quarantine"
     try:
         wait_for(lambda: (q / "cam/cut.jpg").exists(), what="quarantined")
@@ -200,8 +207,7 @@ def test_quarantine_is_owner_only_by_default_and_takes_a_configured_mode(
     doc["quarantine"] = {"dir": "quarantine2", "mode": "0640"}
     cfg_path.write_text(yaml.safe_dump(doc))
     (cam / "cut2.jpg").write_bytes(jpeg(200)[:300])
-    agent = Agent(load_config(cfg_path), cfg_path)
-    agent.start()
+    agent = _started(cfg_path)
     q2 = tmp_path / "quarantine2"
     try:
         wait_for(lambda: (q2 / "cam/cut2.jpg").exists(), what="quarantined with a mode")
@@ -213,13 +219,10 @@ def test_quarantine_is_owner_only_by_default_and_takes_a_configured_mode(
 def test_logged_names_have_their_control_characters_escaped(
     tmp_path: Path, models: Path, caplog: pytest.LogCaptureFixture  # noqa: F811
 ) -> None:
-    cfg_path = write_config(tmp_path)
-    cam = tmp_path / "in/cam"
-    cam.mkdir(parents=True)
+    cfg_path, cam = _setup(tmp_path)
     (cam / "x\x1b[2J\rforged.jpg").write_bytes(jpeg(200)[:300])
     caplog.set_level(logging.INFO)
-    agent = Agent(load_config(cfg_path), cfg_path)
-    agent.start()
+    agent = _started(cfg_path)
     try:
         wait_for(lambda: any("quarantined" in r.getMessage() for r in caplog.records),
                  what="the quarantine logged")

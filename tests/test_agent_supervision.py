@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 import yaml
+from _mqtt_brokers import Subscriber
 from agent_fixtures import jpeg, wait_for, write_atomic
 from test_agent_app import _FailingSession, models, of_kind, read_jsonl, write_config  # noqa: F401
 from test_agent_watchdog import _Collector
@@ -133,22 +134,13 @@ def test_a_worker_that_dies_on_a_window_gives_its_files_back(
 def test_the_mqtt_io_thread_is_restarted_after_a_full_disk_killed_it(
     tmp_path: Path, models: Path  # noqa: F811
 ) -> None:
-    import paho.mqtt.client as mqtt
-    from paho.mqtt.enums import CallbackAPIVersion
-
     prefix = f"t{uuid.uuid4().hex[:8]}"
     cfg_path = write_config(tmp_path)
     doc = yaml.safe_load(cfg_path.read_text())
-    doc["mqtt"] = {"url": "mqtt://127.0.0.1:1883", "topic_prefix": prefix}
-    doc["spool"] = {"dir": "spool"}
-    doc["output"] = {"jsonl": None}
+    doc.update(mqtt={"url": "mqtt://127.0.0.1:1883", "topic_prefix": prefix},
+               spool={"dir": "spool"}, output={"jsonl": None})
     cfg_path.write_text(yaml.safe_dump(doc))
-    got: list[tuple[str, dict[str, Any]]] = []
-    sub = mqtt.Client(CallbackAPIVersion.VERSION2, client_id=f"sub-{prefix}")
-    sub.on_message = lambda c, u, m: got.append((m.topic, json.loads(m.payload)))
-    sub.connect("127.0.0.1", 1883)
-    sub.subscribe(f"{prefix}/#", qos=1)
-    sub.loop_start()
+    sub = Subscriber(1883, f"{prefix}/#")
     cam = tmp_path / "in/cam"
     agent = Agent(load_config(cfg_path), cfg_path)
     agent.start()
@@ -163,7 +155,7 @@ def test_the_mqtt_io_thread_is_restarted_after_a_full_disk_killed_it(
         real_commit()
 
     def results() -> list[str]:
-        return [p["item"] for t, p in got if t.endswith("/cam/result")]
+        return [p["item"] for p in sub.on("/cam/result")]
 
     try:
         (cam / "a.jpg").write_bytes(jpeg(250))
@@ -172,12 +164,11 @@ def test_the_mqtt_io_thread_is_restarted_after_a_full_disk_killed_it(
         wait_for(lambda: calls["n"] >= 2, what="the I/O loop running again")
         (cam / "b.jpg").write_bytes(jpeg(5))
         wait_for(lambda: "b.jpg" in results(), what="a result after the restart")
-        wait_for(lambda: any(t.endswith("/agent/error") for t, _ in got), what="the event")
+        wait_for(lambda: sub.on("/agent/error") != [], what="the event")
     finally:
         agent.stop()
-        sub.loop_stop()
-        sub.disconnect()
-    (event,) = [p for t, p in got if t == f"{prefix}/test-dev/agent/error"]
+        sub.close()
+    (event,) = sub.on(f"{prefix}/test-dev/agent/error")
     assert event["error_type"] == "ThreadDied" and "mqtt-io died: OSError" in event["message"]
     assert agent.supervisor.restarts == {"mqtt-io": 1}
     assert sorted(set(results())) == ["a.jpg", "b.jpg"]
