@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from cdml_edge.agent.sources.base import ErrorSink, ItemSink
-from cdml_edge.agent.sources.camera import CameraSource, CameraSpec
+from cdml_edge.agent.sources.camera import CameraSource, CameraSpec, TransitionSink
 from cdml_edge.agent.sources.folder import FolderSource, FolderSpec
 from cdml_edge.agent.windows import ByteBudget
 from cdml_edge.config import SourceConfig
@@ -13,18 +13,30 @@ Source = FolderSource | CameraSource
 
 
 def make_source(
-    sc: SourceConfig, budget: ByteBudget, sink: ItemSink, on_error: ErrorSink
+    sc: SourceConfig,
+    budget: ByteBudget,
+    sink: ItemSink,
+    on_error: ErrorSink,
+    on_camera: TransitionSink | None = None,
 ) -> Source:
-    """The source of ``sc``, feeding ``sink`` within ``budget``; ``on_error`` for bad inputs."""
+    """The source of ``sc``, feeding ``sink`` within ``budget``; ``on_error`` for bad inputs,
+    ``on_camera`` for a camera's state changes."""
     if sc.kind == "camera":
         spec = CameraSpec(
             name=sc.name,
             url=str(sc.url),
             fps=sc.fps or 5.0,
             jpeg_quality=sc.jpeg_quality,
+            loop=sc.loop,
             modality=sc.modality,
+            backend=sc.backend,
+            rtsp_transport=sc.rtsp_transport,
+            open_timeout_s=sc.open_timeout,
+            read_timeout_s=sc.read_timeout,
+            reconnect_max_s=sc.reconnect_max,
+            unhealthy_after_s=sc.unhealthy_after,
         )
-        return CameraSource(spec, budget, sink, on_error)
+        return CameraSource(spec, budget, sink, on_error, on_camera)
     assert sc.path is not None
     fspec = FolderSpec(
         name=sc.name,
