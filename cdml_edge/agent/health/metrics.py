@@ -7,6 +7,7 @@ in one process never collide). Names are prefixed ``cdml_edge_``.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Any
 
 from prometheus_client import (
@@ -75,6 +76,8 @@ class Metrics:
             registry=r,
         )
         self.last_progress_age.set(-1)
+        self.health_checks: dict[str, Callable[[], tuple[str | None, Any]]] = {}
+        """Extra ``/healthz`` checks by name: each returns (problem or None, detail)."""
 
     def _add_counters(self, r: CollectorRegistry) -> None:
         self.items = Counter(
