@@ -13,7 +13,8 @@ Reported per mode: frames delivered, CPU per frame (this process plus the captur
 user + system), latency from the grab to the frame reaching the sink (p50 / p99), and the
 memory the capture process adds (its USS). Then the recovery figures of ``CameraSource``:
 start to first frame (process start, OpenCV import, open), and a stall mid-stream
-(``read_timeout`` 2 s) to the first frame of the new capture.
+(``read_timeout`` 2 s) to the first frame of the new capture, and the CPU one failed
+reconnect attempt costs (what a camera that stays away costs every ``reconnect_max``).
 """
 
 from __future__ import annotations
@@ -223,6 +224,25 @@ def stall_recovery(url: str, fps: float) -> float:
     return time.time() - stalled_at
 
 
+def failed_attempt_cpu(n: int = 5) -> tuple[float, float]:
+    """CPU seconds (user + system) and wall seconds of one failed reconnect attempt: a capture
+    process that starts, imports OpenCV and cannot open its camera."""
+    import os
+
+    from cdml_edge.agent.capture.link import EXITED, CaptureProcess
+    from cdml_edge.agent.capture.settings import CaptureSettings
+
+    t0, w0 = os.times(), time.monotonic()
+    for _ in range(n):
+        proc = CaptureProcess(CaptureSettings(url="/nonexistent/camera"))
+        while (msg := proc.next_message(30.0)) is not None and msg.kind != EXITED:
+            pass
+        proc.close()
+    t1 = os.times()
+    cpu = (t1.children_user - t0.children_user) + (t1.children_system - t0.children_system)
+    return cpu / n, (time.monotonic() - w0) / n
+
+
 def _pct(values: list[float], q: float) -> float:
     return float(np.percentile(values, q)) * 1000 if values else float("nan")
 
@@ -243,6 +263,7 @@ def main() -> None:
         base = run_baseline(url, args.fps, args.seconds)
         ours = run_ours(url, args.fps, args.seconds)
         stall = stall_recovery(url, args.fps)
+        attempt_cpu, attempt_wall = failed_attempt_cpu()
     finally:
         server.kill()
     print(f"camera: 640x480 MJPEG over HTTP at {args.camera_fps:g} fps, taken at {args.fps:g} fps,"
@@ -257,6 +278,8 @@ def main() -> None:
     print(f"CPU per frame, ours / baseline: {ratio:.2f}x;"
           f" p50 latency ours - baseline: {_pct(ours['lat'], 50) - _pct(base['lat'], 50):+.2f} ms")
     print(f"stall mid-stream (read_timeout 2 s) -> frames again: {stall:.2f} s")
+    print(f"one failed reconnect attempt (process start, OpenCV import, open fails):"
+          f" {attempt_cpu * 1000:.0f} ms CPU, {attempt_wall:.2f} s")
 
 
 if __name__ == "__main__":

@@ -83,24 +83,26 @@ class CaptureProcess:
                     self._read_err()
         return self._ready.popleft()
 
-    def _read_out(self) -> None:
+    def _read(self, fd: int, size: int) -> bytes | None:
+        """What ``fd`` holds: ``b""`` at its end (then no longer watched), None if nothing."""
         try:
-            data = os.read(self._out, 1 << 20)
+            data = os.read(fd, size)
         except BlockingIOError:
-            return
+            return None
         if not data:
+            self._sel.unregister(fd)
+        return data
+
+    def _read_out(self) -> None:
+        data = self._read(self._out, 1 << 20)
+        if data == b"":
             self._eof = True
-            self._sel.unregister(self._out)
-            return
-        self._ready.extend(self._decoder.feed(data))
+        elif data:
+            self._ready.extend(self._decoder.feed(data))
 
     def _read_err(self) -> None:
-        try:
-            data = os.read(self._err, 1 << 16)
-        except BlockingIOError:
-            return
+        data = self._read(self._err, 1 << 16)
         if not data:
-            self._sel.unregister(self._err)
             return
         *lines, self._err_partial = (self._err_partial + data).split(b"\n")
         self._err_partial = self._err_partial[-300:]

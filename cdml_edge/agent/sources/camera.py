@@ -15,7 +15,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Literal
 
@@ -66,16 +66,8 @@ class CameraSpec:
     unhealthy_after_s: float = 60.0
 
     def capture_settings(self) -> CaptureSettings:
-        return CaptureSettings(
-            url=self.url,
-            backend=self.backend,
-            rtsp_transport=self.rtsp_transport,
-            fps=self.fps,
-            jpeg_quality=self.jpeg_quality,
-            loop=self.loop,
-            open_timeout_s=self.open_timeout_s,
-            read_timeout_s=self.read_timeout_s,
-        )
+        """What the capture process is told: the fields this spec shares with it."""
+        return CaptureSettings(**{f.name: getattr(self, f.name) for f in fields(CaptureSettings)})
 
 
 @dataclass(frozen=True)
