@@ -3,6 +3,8 @@ URL handling, configuration, and the health board's rates."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from cdml_edge.agent.capture import protocol
@@ -178,3 +180,33 @@ def test_rates_over_at_least_five_seconds() -> None:
     assert (fps_in, fps_out) == (10.0, 5.0)
     fps_in, _ = r.add(20.0, 110, 55)  # no frame since t=11
     assert fps_in == 0.0
+
+
+def test_a_capture_process_that_dies_is_reported_with_its_stderr(tmp_path: Path) -> None:
+    from cdml_edge.agent.capture.link import EXITED, CaptureProcess
+
+    crash = tmp_path / "crash"
+    crash.write_text("#!/bin/sh\nread line\necho 'Segmentation fault in the driver' >&2\nexit 3\n")
+    crash.chmod(0o755)
+    proc = CaptureProcess(CaptureSettings(url="rtsp://u:p@cam/1"), python=str(crash))
+    try:
+        msg = proc.next_message(10.0)
+        assert msg is not None and msg.kind == EXITED and msg.payload == b"3"
+        assert proc.next_message(0.1) == msg  # and so on: the end is sticky
+        assert proc.stderr_tail() == ["Segmentation fault in the driver"]
+    finally:
+        proc.close()
+
+
+def test_garbage_from_the_capture_process_is_a_protocol_error(tmp_path: Path) -> None:
+    from cdml_edge.agent.capture.link import CaptureProcess
+
+    noisy = tmp_path / "noisy"
+    noisy.write_text("#!/bin/sh\nread line\necho 'this is not a message at all'\nsleep 5\n")
+    noisy.chmod(0o755)
+    proc = CaptureProcess(CaptureSettings(url="0"), python=str(noisy))
+    try:
+        with pytest.raises(protocol.ProtocolError):
+            proc.next_message(10.0)
+    finally:
+        proc.close()

@@ -42,9 +42,15 @@ class CaptureProcess:
             start_new_session=True,  # a Ctrl-C on the terminal is the agent's to handle
         )
         assert self._proc.stdin and self._proc.stdout and self._proc.stderr
-        # the URL goes over stdin, not argv: camera passwords stay out of `ps`
-        self._proc.stdin.write(settings.to_json().encode() + b"\n")
-        self._proc.stdin.close()
+        try:  # the URL goes over stdin, not argv: camera passwords stay out of `ps`
+            self._proc.stdin.write(settings.to_json().encode() + b"\n")
+            self._proc.stdin.close()
+        except OSError:  # the child died at once: reap it, say so
+            self._proc.kill()
+            self._proc.wait()
+            self._proc.stdout.close()
+            self._proc.stderr.close()
+            raise
         self._out = self._proc.stdout.fileno()
         self._err = self._proc.stderr.fileno()
         os.set_blocking(self._out, False)
