@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from cdml_edge.agent.capture import protocol
+from cdml_edge.agent.capture.link import EXITED, CaptureProcess
 from cdml_edge.agent.capture.settings import (
     CaptureSettings,
     ffmpeg_options,
@@ -182,13 +183,16 @@ def test_rates_over_at_least_five_seconds() -> None:
     assert fps_in == 0.0
 
 
-def test_a_capture_process_that_dies_is_reported_with_its_stderr(tmp_path: Path) -> None:
-    from cdml_edge.agent.capture.link import EXITED, CaptureProcess
+def _fake_child(tmp_path: Path, script: str) -> CaptureProcess:
+    """A capture process that is a shell script: it reads its settings line, then ``script``."""
+    exe = tmp_path / "child"
+    exe.write_text(f"#!/bin/sh\nread line\n{script}\n")
+    exe.chmod(0o755)
+    return CaptureProcess(CaptureSettings(url="rtsp://u:p@cam/1"), python=str(exe))
 
-    crash = tmp_path / "crash"
-    crash.write_text("#!/bin/sh\nread line\necho 'Segmentation fault in the driver' >&2\nexit 3\n")
-    crash.chmod(0o755)
-    proc = CaptureProcess(CaptureSettings(url="rtsp://u:p@cam/1"), python=str(crash))
+
+def test_a_capture_process_that_dies_is_reported_with_its_stderr(tmp_path: Path) -> None:
+    proc = _fake_child(tmp_path, "echo 'Segmentation fault in the driver' >&2\nexit 3")
     try:
         msg = proc.next_message(10.0)
         assert msg is not None and msg.kind == EXITED and msg.payload == b"3"
@@ -199,12 +203,7 @@ def test_a_capture_process_that_dies_is_reported_with_its_stderr(tmp_path: Path)
 
 
 def test_garbage_from_the_capture_process_is_a_protocol_error(tmp_path: Path) -> None:
-    from cdml_edge.agent.capture.link import CaptureProcess
-
-    noisy = tmp_path / "noisy"
-    noisy.write_text("#!/bin/sh\nread line\necho 'this is not a message at all'\nsleep 5\n")
-    noisy.chmod(0o755)
-    proc = CaptureProcess(CaptureSettings(url="0"), python=str(noisy))
+    proc = _fake_child(tmp_path, "echo 'this is not a message at all'\nsleep 5")
     try:
         with pytest.raises(protocol.ProtocolError):
             proc.next_message(10.0)
