@@ -134,7 +134,8 @@ class Agent:
             )
             self.windowers[sc.name] = windower
             self.sources[sc.name] = make_source(
-                sc, self.budget, self._intake(sc, windower), self.errors.source_error, spawn
+                sc, self.budget, self._intake(sc, windower), self.errors.source_error,
+                self.errors.camera_change, spawn,
             )
         self.retry = RetryPolicy(
             self.sources, self.lifecycle, self.errors, self.metrics, self.attempts, self._stop

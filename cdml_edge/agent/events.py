@@ -1,4 +1,5 @@
-"""Error events: what the agent reports on ``{source}/error`` when an input or a window fails."""
+"""Events: what the agent reports on ``{source}/error`` when an input or a window fails, and
+on ``{source}/camera`` when a camera changes state."""
 
 from __future__ import annotations
 
@@ -9,7 +10,8 @@ from pathlib import Path
 from cdml_edge.agent.health import Metrics
 from cdml_edge.agent.lifecycle import FileLifecycle
 from cdml_edge.agent.outputs.base import Output
-from cdml_edge.window.payloads import OutMessage, Sequencer
+from cdml_edge.agent.sources.camera_status import CameraTransition
+from cdml_edge.window.payloads import CameraEvent, OutMessage, Sequencer, relative_topic
 from cdml_edge.window.score import error_event
 
 log = logging.getLogger(__name__)
@@ -65,3 +67,27 @@ class ErrorReporter:
         if getattr(exc, "quarantine", False) and path is not None and name is not None:
             dest = self.lifecycle.quarantine(source, name, path, None)
         self.publish([self.event(source, name, type(exc).__name__, str(exc), dest)])
+
+    def camera_change(self, change: CameraTransition) -> None:
+        """A camera's state change, retained on ``{source}/camera``; the start of an outage
+        counts once in ``errors{stage="camera"}``."""
+        if change.state == "reconnecting" or (
+            change.state == "failed" and change.previous == "connecting"
+        ):
+            self.metrics.errors.labels(stage="camera").inc()
+        topic = relative_topic("camera", change.source)
+        event = CameraEvent(
+            source=change.source,
+            state=change.state,
+            previous=change.previous,
+            reason=change.reason,
+            down_for_s=None if change.down_for_s is None else round(change.down_for_s, 3),
+            outages=change.outages,
+            reconnects=change.reconnects,
+            failed_attempts=change.failed_attempts,
+            url=change.url,
+            ts=change.ts,
+            seq=self.sequencer.next(topic),
+            device=self.device,
+        )
+        self.publish([OutMessage(topic, event.model_dump_json().encode(), retain=True)])

@@ -97,7 +97,9 @@ class SourceConfig(_Model):
     kind: Literal["folder", "camera"] = Field("folder", description="folder | camera")
     path: Path | None = Field(None, description="Folder to watch (kind: folder).")
     url: str | int | None = Field(
-        None, description="Camera: device index, RTSP/HTTP URL or a video file (kind: camera)."
+        None,
+        description="Camera: device index or /dev path, RTSP/HTTP URL, GStreamer pipeline "
+        "or video file (kind: camera).",
     )
     modality: Modality = Field(..., description=" | ".join(MODALITIES))
     patterns: list[str] = Field(
@@ -111,6 +113,27 @@ class SourceConfig(_Model):
     move_to: Path | None = Field(None, description="Destination folder for on_done: move.")
     fps: float | None = Field(None, gt=0, description="Camera frames per second to take.")
     jpeg_quality: int = Field(90, ge=1, le=100, description="Camera frames: JPEG quality.")
+    backend: Literal["auto", "ffmpeg", "v4l2", "gstreamer"] = Field(
+        "auto",
+        description="Camera: OpenCV backend; auto = V4L2 for an index or /dev path, "
+        "GStreamer for a pipeline (' ! '), else FFmpeg.",
+    )
+    rtsp_transport: Literal["tcp", "udp"] = Field(
+        "tcp", description="Camera: RTSP over TCP (survives lossy links) or UDP."
+    )
+    loop: bool = Field(False, description="Camera: play a video file again at its end.")
+    open_timeout: Duration = Field(
+        10.0, gt=0, description="Camera: an open that takes longer is abandoned and retried."
+    )
+    read_timeout: Duration = Field(
+        5.0, gt=0, description="Camera: no frame for this long is a stall; the capture reopens."
+    )
+    reconnect_max: Duration = Field(
+        30.0, gt=0, description="Camera: longest wait between reconnects (from 0.5 s, doubling)."
+    )
+    unhealthy_after: Duration = Field(
+        60.0, gt=0, description="Camera: down this long = state failed and /healthz 503."
+    )
     stable_seconds: Duration = Field(
         0.5,
         ge=0,

@@ -76,6 +76,8 @@ class Metrics:
             registry=r,
         )
         self.last_progress_age.set(-1)
+        self.health_checks: dict[str, Callable[[], tuple[str | None, Any]]] = {}
+        """Extra ``/healthz`` checks by name: each returns (problem or None, detail)."""
 
     def _add_counters(self, r: CollectorRegistry) -> None:
         self.items = Counter(

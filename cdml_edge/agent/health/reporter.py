@@ -7,6 +7,7 @@ import threading
 from collections.abc import Mapping
 
 from cdml_edge import __version__
+from cdml_edge.agent.health.cameras import CameraBoard
 from cdml_edge.agent.health.metrics import Metrics
 from cdml_edge.agent.outputs.base import Output
 from cdml_edge.agent.sources.factory import Source
@@ -33,10 +34,12 @@ class HealthReporter:
         self._sources: Mapping[str, Source] = {}
         self._skipped_seen: dict[str, int] = {}
         self._thread: Worker | None = None
+        self.cameras = CameraBoard(metrics)
 
     def attach(self, cfg: AppConfig, output: Output, sources: Mapping[str, Source]) -> None:
         self._cfg, self._output, self._sources = cfg, output, sources
         self._skipped_seen = {}
+        self.cameras.attach(sources)
 
     def start(self, stopped: threading.Event, spawn: Spawn = plain_thread) -> None:
         """Publish health every ``health.interval`` until ``stopped`` is set (once only), on
@@ -81,6 +84,7 @@ class HealthReporter:
         payload = HealthPayload(
             **totals,
             queue_depths=depths,
+            cameras=self.cameras.report(),
             seq=self.sequencer.next("health"),
             device=self._cfg.device.id,
         )

@@ -160,15 +160,20 @@ class MetricsServer:
 
 
 def healthz_body(metrics: Metrics, state: HealthState | None) -> tuple[int, dict[str, Any]]:
-    """HTTP status and JSON body of ``/healthz``: 200 ok, 503 stalled or a thread dead."""
+    """HTTP status and JSON body of ``/healthz``: 200 ok, 503 stalled, a supervised thread
+    dead or a failed check."""
     body: dict[str, Any] = {"status": "ok", "uptime_s": round(time.time() - metrics.started_at, 3)}
-    if state is None:
-        return 200, body
-    body.update(state.as_dict())
-    if not state.ok:
-        body["status"] = "stalled" if state.stalled else "dead_threads"
-        return 503, body
-    return 200, body
+    if state is not None:
+        body.update(state.as_dict())
+        if state.stalled:
+            body["status"] = "stalled"
+        elif state.dead_threads:
+            body["status"] = "dead_threads"
+    for name, check in metrics.health_checks.items():  # e.g. cameras down past their grace
+        problem, body[name] = check()
+        if problem and body["status"] == "ok":
+            body["status"] = problem
+    return (200 if body["status"] == "ok" else 503), body
 
 
 def _make_handler(

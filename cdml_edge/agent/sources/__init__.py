@@ -1,4 +1,4 @@
-"""Where items come from: watched folders and cameras."""
+"""Where items come from: watched folders and cameras (which survive their camera)."""
 
 from cdml_edge.agent.sources.base import (
     ErrorSink,
@@ -12,11 +12,14 @@ from cdml_edge.agent.sources.base import (
     WatchLost,
 )
 from cdml_edge.agent.sources.camera import CameraSource, CameraSpec
+from cdml_edge.agent.sources.camera_status import CameraSnapshot, CameraTransition
 from cdml_edge.agent.sources.folder import FolderSource, FolderSpec, is_candidate
 
 __all__ = [
+    "CameraSnapshot",
     "CameraSource",
     "CameraSpec",
+    "CameraTransition",
     "ErrorSink",
     "FileTooLarge",
     "FolderSource",
