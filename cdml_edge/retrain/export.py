@@ -274,7 +274,8 @@ def read_members(
         group = by_window.get(rec.window_id)
         if not group:
             continue
-        for p, data in zip(group, read_group(directory / rec.file, group), strict=True):
+        datas = read_group(directory / rec.file, [p.item.member for p in group])
+        for p, data in zip(group, datas, strict=True):
             if keep_member(p, data, stats):
                 assert data is not None
                 members.append((p.member, data))
@@ -296,20 +297,21 @@ def keep_member(p: Pick, data: bytes | None, stats: ExportStats) -> bool:
     return True
 
 
-def read_group(source: Any, group: Sequence[Pick]) -> Sequence[bytes | None]:
-    """The members of one window archive (a path, bytes or a ByteSource such as an
-    ``s3://`` source); one by one when reading them together fails."""
+def read_group(source: Any, members: Sequence[str]) -> Sequence[bytes | None]:
+    """Members of one window archive (a path, bytes or a ByteSource such as an ``s3://``
+    source), ``None`` for each that cannot be read; one by one when reading them together
+    fails."""
     from cdml_edge.archive import ArchiveError, open_archive
 
     try:
         with open_archive(source) as arc:
-            return arc.read_many([p.item.member for p in group])
+            return arc.read_many(members)
     except (ArchiveError, OSError):
         try:  # one bad member: read one by one
             with open_archive(source) as arc:
-                return [_read_or_none(arc, p.item.member) for p in group]
+                return [_read_or_none(arc, m) for m in members]
         except (ArchiveError, OSError):
-            return [None] * len(group)
+            return [None] * len(members)
 
 
 def tally(stats: ExportStats, prov: Sequence[Mapping[str, Any]]) -> None:

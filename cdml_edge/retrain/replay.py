@@ -227,11 +227,20 @@ def count_window(
     st.items += len(outcome.results)
     st.failures += len(outcome.failures)
     for doc in recs:
-        was = doc.get("was")
-        if was is None or "error" in doc:  # no earlier verdict, or a failure record
-            continue
-        st.changed_labels += int(doc.get("label") != was["label"])
-        st.changed_anomalies += int(bool(doc.get("anomaly")) != bool(was["anomaly"]))
+        label, anomaly = changes(doc)
+        st.changed_labels += label
+        st.changed_anomalies += anomaly
+
+
+def changes(doc: Mapping[str, Any]) -> tuple[int, int]:
+    """Whether one result record changed its label and its anomaly flag against ``was``
+    (0/1 each; 0 for failures and items without an earlier verdict)."""
+    was = doc.get("was")
+    if was is None or "error" in doc:  # no earlier verdict, or a failure record
+        return 0, 0
+    return int(doc.get("label") != was["label"]), int(
+        bool(doc.get("anomaly")) != bool(was["anomaly"])
+    )
 
 
 def _fixed_clock(t: float) -> Callable[[], float]:
