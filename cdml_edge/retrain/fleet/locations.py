@@ -206,6 +206,8 @@ class _S3Walker:
                 level = sorted(nxt)
 
     def _list_level(self, prefix: str) -> tuple[list[str], list[tuple[str, int]]]:
+        from botocore.exceptions import ClientError
+
         from cdml_edge.archive.s3.client import RetryPolicy, shared_client
         from cdml_edge.archive.s3.errors import map_client_error
 
@@ -224,10 +226,8 @@ class _S3Walker:
                     (f"s3://{self.bucket}/{o['Key']}", int(o["Size"]))
                     for o in page.get("Contents", ())
                 ]
-        except Exception as exc:
-            if type(exc).__name__ == "ClientError":
-                raise map_client_error(exc, self.bucket, prefix, "LIST") from exc
-            raise
+        except ClientError as exc:
+            raise map_client_error(exc, self.bucket, prefix, "LIST") from exc
         return folders, objects
 
 

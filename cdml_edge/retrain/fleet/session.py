@@ -96,6 +96,8 @@ def _local_ray(s: RaySettings, quiet: bool) -> Iterator[None]:
     saved = {k: os.environ.get(k) for k in _TOKEN_ENV}
     if not any(saved.values()):  # a token for this cluster only, not written to ~/.ray
         os.environ["RAY_AUTH_TOKEN"] = secrets.token_hex(32)
+        # and say nothing about it: Ray warns that token authentication is on
+        logging.getLogger("ray._private.authentication").setLevel(logging.ERROR)
     try:
         ray.init(
             num_cpus=s.num_cpus,
@@ -124,7 +126,7 @@ def _quiet_ray_data(quiet: bool) -> None:
     ctx = DataContext.get_current()
     ctx.enable_progress_bars = not quiet
     if quiet:
-        logging.getLogger("ray.data").setLevel(logging.WARNING)
+        logging.getLogger("ray.data").setLevel(logging.ERROR)
 
 
 @dataclass(frozen=True)
