@@ -232,6 +232,26 @@ def test_corrupt_windows_are_skipped_counted_and_listed(tmp_path: Path, fleet: F
 
 
 @pytest.mark.usefixtures("ray_cluster")
+def test_a_window_retained_twice_is_exported_once(tmp_path: Path, fleet: Fleet) -> None:
+    from cdml_edge.retrain.fleet import fleet_export
+
+    root = tmp_path / "root"
+    shutil.copytree(fleet.root, root)
+    again = root / "device=edge-1" / "date=again"  # uploaded a second time, elsewhere
+    again.mkdir()
+    first = sorted(fleet.rings["edge-1"].glob("*.window.json"))[0]
+    for f in fleet.rings["edge-1"].glob(first.name.split(".window.json")[0] + ".*"):
+        shutil.copy(f, again / f.name)
+    export_trainset(fleet.merged, tmp_path / "local.zip")
+    sel = parse_selection(ExportOptions(root, tmp_path / "t.zip"))
+    got = fleet_export(str(root), tmp_path / "t.zip", sel)
+    assert got.duplicates == 4 and got.stats.exported == 18 and len(got.errors) == 4
+    assert all("already comes from" in e and "date=again" in e for e in got.errors)
+    with open_archive(tmp_path / "t.zip") as a, open_archive(tmp_path / "local.zip") as b:
+        assert a.names() == b.names()
+
+
+@pytest.mark.usefixtures("ray_cluster")
 def test_read_items_gives_every_item_with_its_bytes_and_results(fleet: Fleet) -> None:
     from cdml_edge.retrain.fleet import read_items
 

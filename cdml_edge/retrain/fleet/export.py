@@ -63,6 +63,7 @@ class FleetExportSummary:
     out: str
     shards: list[dict[str, Any]] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
+    duplicates: int = 0  # picks whose member name an earlier window already gave
     list_requests: int = 0
     s3_requests: int = 0
     s3_bytes: int = 0
@@ -72,6 +73,7 @@ class FleetExportSummary:
         extra = {
             "shards": [{k: s[k] for k in ("file", "bytes", "members")} for s in self.shards],
             "errors": self.errors,
+            "duplicates": self.duplicates,
             "list_requests": self.list_requests,
             "s3_requests": self.s3_requests,
             "s3_bytes": self.s3_bytes,
@@ -99,6 +101,7 @@ class _Plan:
     used: set[tuple[str, ...]]
     s3_requests: int = 0
     s3_bytes: int = 0
+    duplicates: int = 0
 
 
 def fleet_export(
@@ -134,7 +137,7 @@ def fleet_export(
     job = ShardJob(scope, chooser, fmt, level, dict(describe or {}), len(specs))
     results = _write_shards(specs, job, tune)
     summary = FleetExportSummary(st, str(target), errors=plan.errors,
-                                 list_requests=listing.list_requests)
+                                 duplicates=plan.duplicates, list_requests=listing.list_requests)
     summary.s3_requests, summary.s3_bytes = plan.s3_requests, plan.s3_bytes
     _merge(summary, results)
     if st.exported == 0:
@@ -168,9 +171,23 @@ def _plan(listing: Listing, scope: Scope, chooser: ItemSelection, tune: FleetTun
         else:  # local export counts an unreadable sidecar as a missing window
             plan.stats.missing_windows += 1
             plan.errors.append(row["error"] or row["location"])
-    plan.picks.sort()
+    _drop_duplicates(plan)
     plan.errors.sort()
     return plan
+
+
+def _drop_duplicates(plan: _Plan) -> None:
+    """One pick per member name: the same item retained twice (a window packed again after a
+    crash, the same window uploaded twice) is exported once, from the first location."""
+    plan.picks.sort()
+    kept: list[tuple[str, int, str]] = []
+    for p in plan.picks:
+        if kept and kept[-1][0] == p[0]:
+            plan.duplicates += 1
+            plan.errors.append(f"{p[2]}: member {p[0]!r} already comes from {kept[-1][2]}")
+            continue
+        kept.append(p)
+    plan.picks = kept
 
 
 def cut_shards(picks: Sequence[tuple[str, int, str]], bound: int) -> list[list[Any]]:
@@ -204,7 +221,7 @@ def _specs(shards: list[list[Any]], listing: Listing, target: Path) -> list[dict
         specs.append({
             "index": i,
             "path": str(shard_path(target, i, len(shards))),
-            "members": [p[0] for p in shard],
+            "members": [[p[0], p[2]] for p in shard],
             "windows": [dataclasses.asdict(by_location[loc]) for loc in locations],
         })
     return specs
@@ -223,7 +240,7 @@ def _write_shards(
 def write_shard(row: Mapping[str, Any], job: ShardJob) -> dict[str, Any]:
     """Pass 2 for one shard (a Ray task): read, check and write its members."""
     spec = json.loads(row["spec"])
-    wanted = set(spec["members"])
+    wanted = {(m, loc) for m, loc in spec["members"]}
     stats, count = ExportStats(), FetchCount()
     members: list[tuple[str, bytes]] = []
     prov: list[dict[str, Any]] = []
@@ -251,13 +268,19 @@ def write_shard(row: Mapping[str, Any], job: ShardJob) -> dict[str, Any]:
 
 
 def _shard_members(
-    ref: WindowRef, job: ShardJob, wanted: set[str], stats: ExportStats, count: FetchCount
+    ref: WindowRef,
+    job: ShardJob,
+    wanted: set[tuple[str, str]],
+    stats: ExportStats,
+    count: FetchCount,
 ) -> list[tuple[str, bytes, dict[str, Any]]]:
     """The wanted members of one window, checked; mismatches are counted ``corrupt``."""
     rw = fetch_sidecar(ref, job.scope.s3, count)
     if not job.scope.wants(rw.manifest):
         return []
-    picks = [p for p in job.chooser.picks(ref, rw, ExportStats()) if p.member in wanted]
+    picks = [
+        p for p in job.chooser.picks(ref, rw, ExportStats()) if (p.member, ref.sidecar) in wanted
+    ]
     if not picks:
         return []
     where = ref.archive_at(rw.archive.file)

@@ -90,7 +90,8 @@ def fleet_replay(
         WindowDatasource(listing.windows, builder, task_bytes=tune.task_bytes),
         num_cpus=tune.read_cpus,
     )
-    actors = tune.actors or max(1, int(cluster_cpus()))
+    batches = -(-len(listing.windows) // tune.windows_per_batch)
+    actors = max(1, min(tune.actors or int(cluster_cpus()), batches))  # all start at once
     scored = ds.map_batches(
         ReplayScorer,
         fn_constructor_kwargs={
@@ -98,7 +99,7 @@ def fleet_replay(
             "segment_rows": dict(segment_rows or {}),
             "partition_columns": list(builder.part_cols.values()),
         },
-        compute=ray.data.ActorPoolStrategy(min_size=1, max_size=actors),
+        compute=ray.data.ActorPoolStrategy(size=actors),
         num_cpus=tune.actor_cpus,
         batch_size=tune.windows_per_batch,
         batch_format="pyarrow",

@@ -108,7 +108,8 @@ class _Builder:
                 window_id=m.window_id, device=m.device, source=m.source, closed_at=m.closed_at
             )
         for k, v in ref.partitions:
-            row[self.part_cols[k]] = v
+            if k in self.part_cols:  # keys the job's listing did not see have no column
+                row[self.part_cols[k]] = v
         return row
 
     def counted(self, row: Row, count: FetchCount) -> Row:
