@@ -6,6 +6,7 @@ scored by the live pipeline with a real ONNX model.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import shutil
@@ -119,6 +120,20 @@ def test_a_tampered_archive_is_a_corrupt_row_naming_the_file(tmp_path: Path, fle
     assert [r["status"] for r in rows] == ["ok", "corrupt", "ok"]
     assert victim.name in rows[1]["error"] and "SHA-256" in rows[1]["error"]
     assert rows[1]["archive"] is None and rows[0]["archive"] is not None
+
+
+def test_whatever_a_window_raises_is_a_row_not_a_failed_task(fleet: Fleet) -> None:
+    class Exploding(WindowRows):
+        def window_rows(self, ref, rw, count):  # type: ignore[no-untyped-def]
+            raise RuntimeError("zstd: corrupted block")
+
+    ref = list_windows(str(fleet.rings["edge-1"])).windows[0]
+    (row,) = Exploding(Scope()).rows(ref)
+    assert row["status"] == "corrupt" and row["error"] == "RuntimeError: zstd: corrupted block"
+    assert row["window_id"] == "cam1-w000" and row["location"] == ref.sidecar
+    gone = dataclasses.replace(ref, sidecar=ref.sidecar + ".gone.window.json")
+    (row,) = WindowRows(Scope()).rows(gone)
+    assert row["status"] == "missing" and "gone" in row["error"]
 
 
 # -- on Ray ---------------------------------------------------------------------------------

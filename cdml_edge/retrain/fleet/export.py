@@ -119,6 +119,8 @@ def fleet_export(
     """Export the windows under ``root`` into ``out`` (see the module docstring); archives
     up to ``whole_limit`` bytes are fetched whole, larger ones by ranges."""
     t0 = time.perf_counter()
+    if str(out).startswith("s3:"):
+        raise ExportError(f"{out}: OUT is a local or shared folder, not s3://")
     target = Path(out)
     fmt = output_format(target)
     tune = tuning or FleetTuning()

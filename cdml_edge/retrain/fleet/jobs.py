@@ -94,6 +94,8 @@ def run_fleet_replay(
         raise
     except CdmlError as exc:
         raise ReplayError(str(exc)) from exc
+    except Exception as exc:
+        raise ReplayError(ray_failure(exc)) from exc
 
 
 def run_fleet_export(
@@ -114,6 +116,20 @@ def run_fleet_export(
         raise
     except CdmlError as exc:
         raise ExportError(str(exc)) from exc
+    except Exception as exc:
+        raise ExportError(ray_failure(exc)) from exc
+
+
+def ray_failure(exc: BaseException) -> str:
+    """A job Ray could not finish (a task that failed past its retries: a full disk, a
+    worker killed for memory), in one line; anything else is raised as it is."""
+    from ray.exceptions import RayError
+
+    if not isinstance(exc, RayError):
+        raise exc
+    cause = getattr(exc, "cause", None) or exc
+    first = str(cause).strip().splitlines()
+    return f"the Ray job failed: {type(cause).__name__}: {first[-1] if first else ''}"
 
 
 def replay_on(

@@ -137,6 +137,8 @@ def _summarise(scored: Any, out: str, list_requests: int) -> FleetReplaySummary:
 
 def _check_out(target: Path) -> None:
     """``out`` may be replaced only when it is a folder of Parquet files (an earlier run)."""
+    if str(target).startswith("s3:"):
+        raise OptionError(f"{target}: --out is a local or shared folder, not s3://")
     if not target.exists():
         return
     if not target.is_dir() or any(

@@ -135,9 +135,8 @@ class _Builder:
             return []
         try:
             out = self.window_rows(ref, rw, count)
-        except (CdmlError, OSError) as exc:
-            status = "corrupt" if isinstance(exc, CdmlError) else "missing"
-            out = [self.failed(ref, rw.manifest, status, _msg(exc))]
+        except Exception as exc:  # whatever a hostile archive raises: a row, never a failed job
+            out = [self.failed(ref, rw.manifest, _status(exc), _msg(exc))]
         if out:
             self.counted(out[-1], count)  # the window's requests on its last row
         return out
@@ -148,6 +147,14 @@ class _Builder:
 
 def _msg(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"
+
+
+def _status(exc: BaseException) -> str:
+    """``missing`` when the bytes could not be fetched (gone, S3 unreachable), else
+    ``corrupt`` (they came but cannot be read)."""
+    from cdml_edge.archive.s3.errors import S3Error
+
+    return "missing" if isinstance(exc, (OSError, S3Error)) else "corrupt"
 
 
 class WindowRows(_Builder):
