@@ -172,7 +172,7 @@ def test_fleet_export_shards_hold_the_local_members_and_read_as_datasets(
         local = {n: arc.read(n) for n in arc.names() if n != "manifest.json"}
     sel = parse_selection(ExportOptions(fleet.root, tmp_path / "x.zip", max_bytes="4KiB"))
     got = fleet_export(str(fleet.root), tmp_path / "train.zip", sel)
-    assert len(got.shards) > 2
+    assert len(got.shards) > 2 and f"-> {tmp_path / 'train.shards.json'} " in got.text()
     index = json.loads((tmp_path / "train.shards.json").read_text())
     assert [s["file"] for s in index["shards"]] == [Path(s["file"]).name for s in got.shards]
     seen: dict[str, bytes] = {}

@@ -78,7 +78,10 @@ class FleetExportSummary:
             "s3_requests": self.s3_requests,
             "s3_bytes": self.s3_bytes,
         }
-        return ExportSummary(self.stats, Path(self.out)).text() + "\n" + json.dumps(extra)
+        where = Path(self.out)
+        if len(self.shards) > 1:  # the shards and their index stand beside OUT
+            where = Path(self.shards[0]["file"]).with_name(index_name(where))
+        return ExportSummary(self.stats, where).text() + "\n" + json.dumps(extra)
 
 
 @dataclass(frozen=True)
@@ -346,16 +349,21 @@ def _merge(summary: FleetExportSummary, results: list[dict[str, Any]]) -> None:
     st.splits = {s: st.splits[s] for s in SPLIT_NAMES if s in st.splits}
 
 
+def index_name(target: Path) -> str:
+    """``<stem>.shards.json`` for ``OUT`` = ``<stem>.zip`` or ``<stem>.tar.zst``."""
+    ext = ".tar.zst" if target.name.endswith(".tar.zst") else target.suffix
+    return target.name[: -len(ext)] + ".shards.json"
+
+
 def _write_index(target: Path, summary: FleetExportSummary) -> None:
     """``<stem>.shards.json``: the shards, their sizes and SHA-256, the export's counters."""
-    ext = ".tar.zst" if target.name.endswith(".tar.zst") else target.suffix
     index = {
         "kind": "cdml-edge training export shards",
         "shards": [{**s, "file": Path(s["file"]).name} for s in summary.shards],
         "stats": summary.stats.as_dict() | {"seconds": None, "mb_per_s": None},
     }
     data = json.dumps(index, indent=1, sort_keys=True).encode() + b"\n"
-    atomic_write(target.with_name(target.name[: -len(ext)] + ".shards.json"), data)
+    atomic_write(target.with_name(index_name(target)), data)
 
 
 __all__ = ["FleetExportSummary", "ShardJob", "cut_shards", "fleet_export", "shard_path"]

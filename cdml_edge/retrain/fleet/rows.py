@@ -180,6 +180,15 @@ class WindowRows(_Builder):
         return [row]
 
 
+# What a model said about one item (published by the device, or given by a replay).
+VERDICT_COLUMNS: Columns = (
+    ("label", "string"),
+    ("score", "float64"),
+    ("anomaly", "bool"),
+    ("anomaly_score", "float64"),
+    ("model", "string"),
+    ("model_version", "string"),
+)
 _ITEM_COLUMNS: Columns = (
     ("item_id", "string"),
     ("name", "string"),
@@ -189,12 +198,7 @@ _ITEM_COLUMNS: Columns = (
     ("size", "int64"),
     ("sha256", "string"),
     ("data", "binary"),
-    ("label", "string"),
-    ("score", "float64"),
-    ("anomaly", "bool"),
-    ("anomaly_score", "float64"),
-    ("model", "string"),
-    ("model_version", "string"),
+    *VERDICT_COLUMNS,
 )
 
 

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from cdml_edge.model.runner import ModelOverrides, ModelRunner, load_runners
-from cdml_edge.retrain.fleet.rows import Columns, Row
+from cdml_edge.retrain.fleet.rows import VERDICT_COLUMNS, Columns, Row
 from cdml_edge.retrain.replay import (
     ReplayStats,
     changes,
@@ -43,23 +43,13 @@ RESULT_COLUMNS: Columns = (
     ("item", "string"),
     ("modality", "string"),
     ("ts", "float64"),
-    ("label", "string"),
-    ("score", "float64"),
-    ("anomaly", "bool"),
-    ("anomaly_score", "float64"),
-    ("model", "string"),
-    ("model_version", "string"),
+    *VERDICT_COLUMNS,
     ("error", "string"),
     ("message", "string"),
-    ("was_label", "string"),
-    ("was_score", "float64"),
-    ("was_anomaly", "bool"),
-    ("was_anomaly_score", "float64"),
-    ("was_model", "string"),
-    ("was_model_version", "string"),
+    *((f"was_{name}", kind) for name, kind in VERDICT_COLUMNS),
     ("stats", "string"),  # window rows: the window's counters as JSON
 )
-_WAS = ("label", "score", "anomaly", "anomaly_score", "model", "model_version")
+_WAS = tuple(name for name, _ in VERDICT_COLUMNS)
 
 
 @dataclass(frozen=True)
