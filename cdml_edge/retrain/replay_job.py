@@ -24,7 +24,7 @@ from cdml_edge.store.sidecar import RetentionError, list_retained
 
 if TYPE_CHECKING:  # pragma: no cover
     from cdml_edge.config import AppConfig
-    from cdml_edge.model.runner import ModelRunner
+    from cdml_edge.model.runner import ModelOverrides, ModelRunner
 
 DEFAULT_REPLAY_OUT = "replay-results.jsonl"
 
@@ -137,15 +137,9 @@ def load_replay_runners(
 ) -> dict[str, ModelRunner]:
     """The configured models (with their overrides), each ``--model`` file replacing the
     configured one of its modality (read from the file's metadata, no overrides)."""
-    from cdml_edge.model.runner import ModelOverrides, ModelRunner, load_runners
+    from cdml_edge.model.runner import ModelRunner, load_runners
 
-    spec: dict[str, tuple[str | Path, ModelOverrides]] = {
-        modality: (
-            mc.path,
-            ModelOverrides(mc.labels, mc.input_size, mc.anomaly_threshold, mc.providers),
-        )
-        for modality, mc in cfg.models.items()
-    }
+    spec = configured_models(cfg)
     extra = [ModelRunner.load(p) for p in models]
     for r in extra:
         spec.pop(r.spec.modality, None)
@@ -157,6 +151,19 @@ def load_replay_runners(
     return runners
 
 
+def configured_models(cfg: AppConfig) -> dict[str, tuple[str | Path, ModelOverrides]]:
+    """``{modality: (model file, the configuration's overrides)}``."""
+    from cdml_edge.model.runner import ModelOverrides
+
+    return {
+        modality: (
+            mc.path,
+            ModelOverrides(mc.labels, mc.input_size, mc.anomaly_threshold, mc.providers),
+        )
+        for modality, mc in cfg.models.items()
+    }
+
+
 def segment_rows_of(cfg: AppConfig) -> dict[str, int | None]:
     """Per-source ``segment_rows`` from the configuration."""
     return {s.name: s.segment_rows for s in cfg.sources}
@@ -166,6 +173,7 @@ __all__ = [
     "DEFAULT_REPLAY_OUT",
     "ReplayOptions",
     "ReplaySummary",
+    "configured_models",
     "load_replay_runners",
     "run_replay",
     "segment_rows_of",

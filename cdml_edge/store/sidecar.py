@@ -116,14 +116,21 @@ def read_sidecar(path: str | Path) -> RetainedWindow:
         data = p.read_bytes()
     except OSError as exc:
         raise RetentionError(p, f"cannot read sidecar: {exc.strerror or exc}") from exc
+    return parse_sidecar(data, str(p))
+
+
+def parse_sidecar(data: bytes, where: str) -> RetainedWindow:
+    """Parse sidecar bytes read from ``where`` (a path or URL ending in the sidecar's name)
+    and check that it names its own archive; :class:`RetentionError` names ``where``."""
     try:
-        rw = RetainedWindow.from_bytes(data, str(p))
+        rw = RetainedWindow.from_bytes(data, where)
     except ManifestError as exc:
-        raise RetentionError(p, str(exc)) from exc
-    stem = p.name[: -len(SIDECAR_SUFFIX)] if p.name.endswith(SIDECAR_SUFFIX) else p.stem
+        raise RetentionError(where, str(exc)) from exc
+    name = where.rsplit("/", 1)[-1]
+    stem = name[: -len(SIDECAR_SUFFIX)] if name.endswith(SIDECAR_SUFFIX) else Path(name).stem
     if rw.archive.file not in archive_names(stem):
         raise RetentionError(
-            p, f"invalid sidecar: archive.file {rw.archive.file!r} does not match {stem!r}"
+            where, f"invalid sidecar: archive.file {rw.archive.file!r} does not match {stem!r}"
         )
     return rw
 
@@ -214,6 +221,7 @@ __all__ = [
     "archive_names",
     "is_plain_archive_name",
     "list_retained",
+    "parse_sidecar",
     "read_sidecar",
     "safe_record",
     "window_record",
