@@ -25,11 +25,7 @@ def load_models(cfg: AppConfig) -> dict[str, ModelRunner]:
     ``window.max_items``, at most ``MAX_WARMUP_BATCH``).
     """
     models: dict[str, tuple[str | Path, ModelOverrides]] = {
-        m: (
-            mc.path,
-            ModelOverrides(mc.labels, mc.input_size, mc.anomaly_threshold, mc.providers),
-        )
-        for m, mc in cfg.models.items()
+        m: (mc.path, ModelOverrides.from_config(mc)) for m, mc in cfg.models.items()
     }
     biggest: dict[str, int] = {}
     for sc in cfg.sources:

@@ -180,7 +180,21 @@ class ModelConfig(_Model):
     input_size: int | None = Field(None, gt=0, description="Override the image input size.")
     anomaly_threshold: float | None = Field(None, description="Override the anomaly threshold.")
     providers: list[str] | None = Field(
-        None, description="onnxruntime execution providers, in order (default: CPU)."
+        None,
+        description="onnxruntime execution providers, in order; unset: CUDA then CPU when "
+        "onnxruntime has CUDA, else CPU.",
+    )
+    intra_op_threads: int = Field(
+        1, ge=0, description="Threads inside one operator; 0 = one per core (onnxruntime)."
+    )
+    inter_op_threads: int = Field(
+        1, ge=0, description="Threads across operators; 0 = onnxruntime's choice."
+    )
+    spinning: bool = Field(
+        False, description="Let idle onnxruntime threads busy-wait (costs CPU between runs)."
+    )
+    graph_optimization: Literal["disable", "basic", "extended", "all"] = Field(
+        "all", description="onnxruntime graph optimisation level."
     )
 
     _resolve = field_validator("path")(_resolve_path)

@@ -20,7 +20,7 @@ Graph contract:
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
@@ -29,6 +29,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from cdml_edge.errors import CdmlError
 from cdml_edge.modality import ModelModality
+from cdml_edge.model.session import InferenceSettings, resolve_providers
 
 if TYPE_CHECKING:  # pragma: no cover
     import onnxruntime
@@ -344,19 +345,22 @@ def read_spec(model: Any, source: str = "<model>") -> ModelSpec:
 
 
 def load_onnx_model(
-    path: str | Path, providers: Sequence[str] | None = None
+    path: str | Path, settings: InferenceSettings | None = None
 ) -> tuple[onnxruntime.InferenceSession, ModelSpec]:
-    """Open an ``.onnx`` file with onnxruntime and read its :class:`ModelSpec`."""
+    """Open an ``.onnx`` file with onnxruntime and read its :class:`ModelSpec`.
+
+    ``settings``: providers, threads, spinning, graph optimisation (default: the small-board
+    defaults of :class:`~cdml_edge.model.session.InferenceSettings`).
+    """
     import onnxruntime as ort
 
     p = Path(path)
     if not p.is_file():
         raise ModelSpecError(f"{p}: model file not found")
-    opts = ort.SessionOptions()
-    opts.log_severity_level = 3
+    s = settings or InferenceSettings()
     try:
         session = ort.InferenceSession(
-            str(p), sess_options=opts, providers=list(providers or ["CPUExecutionProvider"])
+            str(p), sess_options=s.session_options(), providers=resolve_providers(s.providers)
         )
     except Exception as exc:  # onnxruntime raises its own exception types
         raise ModelSpecError(f"{p}: onnxruntime cannot load the model: {exc}") from exc

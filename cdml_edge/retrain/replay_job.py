@@ -135,18 +135,15 @@ def _plan(options: ReplayOptions) -> _Plan:
 def load_replay_runners(
     cfg: AppConfig, models: Sequence[str | Path] = (), warm_up: bool = False
 ) -> dict[str, ModelRunner]:
-    """The configured models (with their overrides), each ``--model`` file replacing the
-    configured one of its modality (read from the file's metadata, no overrides)."""
-    from cdml_edge.model.runner import ModelOverrides, ModelRunner, load_runners
+    """The configured models (with their overrides and inference settings), each ``--model``
+    file replacing the configured one of its modality (see :func:`_load_extra`)."""
+    from cdml_edge.model.runner import ModelOverrides, load_runners
 
     spec: dict[str, tuple[str | Path, ModelOverrides]] = {
-        modality: (
-            mc.path,
-            ModelOverrides(mc.labels, mc.input_size, mc.anomaly_threshold, mc.providers),
-        )
+        modality: (mc.path, ModelOverrides.from_config(mc))
         for modality, mc in cfg.models.items()
     }
-    extra = [ModelRunner.load(p) for p in models]
+    extra = [_load_extra(cfg, p) for p in models]
     for r in extra:
         spec.pop(r.spec.modality, None)
     runners = load_runners(spec, warm_up=warm_up)
@@ -155,6 +152,19 @@ def load_replay_runners(
             r.warm_up()
         runners[r.spec.modality] = r
     return runners
+
+
+def _load_extra(cfg: AppConfig, path: str | Path) -> ModelRunner:
+    """A ``--model`` file: its own metadata (no overrides), run with the inference settings
+    configured for its modality."""
+    from cdml_edge.model.runner import ModelOverrides, ModelRunner
+
+    runner = ModelRunner.load(path)
+    mc = cfg.models.get(runner.spec.modality)  # type: ignore[call-overload]
+    settings = ModelOverrides.from_config(mc).settings if mc is not None else runner.settings
+    return runner if settings == runner.settings else ModelRunner.load(
+        path, ModelOverrides(settings=settings)
+    )
 
 
 def segment_rows_of(cfg: AppConfig) -> dict[str, int | None]:
