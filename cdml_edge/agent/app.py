@@ -43,7 +43,7 @@ from cdml_edge.agent.outputs.factory import make_output
 from cdml_edge.agent.processing import OutputFailed, WindowProcessor
 from cdml_edge.agent.retry import WINDOW_ATTEMPTS, Attempts, RetryPolicy
 from cdml_edge.agent.sources.factory import Source, make_source
-from cdml_edge.agent.windows import ByteBudget, Windower, WindowPolicy
+from cdml_edge.agent.windows import ByteBudget, PipelineGate, Windower, WindowPolicy
 from cdml_edge.agent.workers import WindowWorkers
 from cdml_edge.config import AppConfig, ConfigError, SourceConfig, load_config
 from cdml_edge.model.runner import ModelRunner
@@ -110,11 +110,14 @@ class Agent:
         self.retention: RetentionRing | None = None
         self.windowers: dict[str, Windower] = {}
         self.sources: dict[str, Source] = {}
+        self.gate = PipelineGate(self.workers)  # windows closing when a worker is free
         for sc in cfg.sources:
+            w = sc.window
             windower = Windower(
                 sc.name,
-                WindowPolicy(sc.window.seconds, sc.window.max_items, sc.window.max_bytes),
+                WindowPolicy(w.seconds, w.max_items, w.max_bytes, w.close_when_idle),
                 self.pipeline.put,
+                self.gate,
             )
             self.windowers[sc.name] = windower
             self.sources[sc.name] = make_source(
@@ -147,6 +150,7 @@ class Agent:
             retry=self.retry,
             done=self.pipeline.done,
             retention=self.retention,
+            gate=self.gate,
         )
 
     def _busy(self, queued: int, inflight: int) -> None:

@@ -88,6 +88,11 @@ class WindowConfig(_Model):
     seconds: Duration = Field(1.0, gt=0, description="Close a window this long after it opened.")
     max_items: int = Field(64, ge=1, description="Close after this many items; 1 = instant mode.")
     max_bytes: Size = Field(16 * 1024**2, gt=0, description="Close once the items reach this size.")
+    close_when_idle: bool = Field(
+        True,
+        description="Also close as soon as a pipeline worker is free (dynamic batching): "
+        "items are scored on arrival at low rates and batch up while the workers are busy.",
+    )
 
 
 class SourceConfig(_Model):
