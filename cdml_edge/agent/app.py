@@ -43,6 +43,7 @@ from cdml_edge.agent.outputs.factory import make_output
 from cdml_edge.agent.processing import OutputFailed, WindowProcessor
 from cdml_edge.agent.retry import WINDOW_ATTEMPTS, Attempts, RetryPolicy
 from cdml_edge.agent.sources.factory import Source, make_source
+from cdml_edge.agent.startup import StartupClock
 from cdml_edge.agent.windows import ByteBudget, PipelineGate, Windower, WindowPolicy
 from cdml_edge.agent.workers import WindowWorkers
 from cdml_edge.config import AppConfig, ConfigError, SourceConfig, load_config
@@ -163,6 +164,7 @@ class Agent:
         """Load + warm up models (unless ``runners`` are given, already loaded), start output,
         workers and sources; then READY=1."""
         cfg = self.cfg
+        clock = StartupClock()
         if cfg.health.watchdog:  # WATCHDOG=1 pings; READY/STOPPING are sent either way
             self.watchdog.start()
         else:
@@ -171,23 +173,30 @@ class Agent:
             self._server = self.metrics.serve(
                 cfg.health.metrics_host, cfg.health.metrics_port, watchdog=self.watchdog
             )
+        clock.mark("health endpoint")
         self.runners = runners if runners is not None else load_models(cfg)
         window_charges(self.budget, self.runners)
-        warm_up_decoders((sc.modality for sc in cfg.sources), self.runners)
+        clock.mark("models", ", ".join(sorted(self.runners)))
+        clock.mark("decoders", warm_up_decoders(
+            (sc.modality for sc in cfg.sources), self.runners, self.notifier.status))
         if cfg.retention is not None:
             from cdml_edge.store.retention import RetentionRing
 
             self.retention = RetentionRing.from_config(cfg.retention)
+            clock.mark("retention")
         self.output.start()
+        clock.mark("output")
         self.pipeline.start(self._processor().handle, self.workers)
         for w in self.windowers.values():
             w.start()
         for s in self.sources.values():
             s.start()
+        clock.mark("sources")
         self.health.start(self._stop)
         self.health.publish_status("online")  # after the sources are armed: online means ready
         self.notifier.ready(f"running {len(self.sources)} sources, {len(self.runners)} models")
-        log.info("agent ready: %d sources, models %s", len(self.sources), sorted(self.runners))
+        log.info("agent ready: %d sources, models %s; %s", len(self.sources),
+                 sorted(self.runners), clock.summary())
 
     def drain(self, timeout: float | None = None) -> bool:
         """Stop intake, close open windows and wait for windows in flight; ``True`` if all."""
