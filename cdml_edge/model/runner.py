@@ -91,6 +91,10 @@ class ModelRunner:
         self.spec = spec
         self.path = path
         self.settings = settings or InferenceSettings()
+        # the outputs a verdict is made of (the latent code is not fetched)
+        self._verdict_outputs: list[str] = [o for o in spec.outputs if o != "latent"] or [
+            *spec.outputs
+        ]
         self.load_ms: float | None = None
         self.warmup_ms: float | None = None
 
@@ -142,7 +146,7 @@ class ModelRunner:
     def run(self, batch: np.ndarray) -> list[Prediction]:
         """Run a prepared batch ``(N, *input_shape)``; one prediction per row."""
         try:
-            out = run_model(self.session, self.spec, batch)
+            out = run_model(self.session, self.spec, batch, self._verdict_outputs)
         except Exception as exc:  # onnxruntime raises its own exception types
             raise InferenceError(f"model {self.name} ({self.path}): {exc}") from exc
         return self._interpret(out, batch.shape[0])

@@ -20,7 +20,7 @@ Graph contract:
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
@@ -373,8 +373,13 @@ def load_onnx_model(
 
 
 def run_model(
-    session: onnxruntime.InferenceSession, spec: ModelSpec, batch: np.ndarray
+    session: onnxruntime.InferenceSession,
+    spec: ModelSpec,
+    batch: np.ndarray,
+    outputs: Sequence[str] | None = None,
 ) -> dict[str, np.ndarray]:
-    """Run a prepared batch; returns output name -> array for ``spec.outputs``."""
-    results = session.run(list(spec.outputs), {INPUT_NAME: batch.astype(np.float32, copy=False)})
-    return {name: np.asarray(r) for name, r in zip(spec.outputs, results, strict=True)}
+    """Run a prepared batch; returns output name -> array for ``outputs`` (default: all of
+    ``spec.outputs``)."""
+    names = list(spec.outputs if outputs is None else outputs)
+    results = session.run(names, {INPUT_NAME: batch.astype(np.float32, copy=False)})
+    return {name: np.asarray(r) for name, r in zip(names, results, strict=True)}
