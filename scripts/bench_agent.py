@@ -19,8 +19,9 @@ free unless ``--fixed-windows``; ``on_done: delete``; JSON-lines output;
 
 Baseline, in this process and in the same run: the agent's own decode + prepare + one
 onnxruntime run (same session settings) on the same files, without watching, packing,
-reading back or output - CPU-ms per item at batch 1 (what a window of one item costs) and
-batch 32. Ratios are against batch 1. CPU is the time the agent's threads spent on a CPU.
+reading back or output, with the agent's BLAS thread limit - CPU-ms per item at batch 1
+(what a window of one item costs) and batch 32. Ratios are against batch 1. CPU is the
+time the agent's threads spent on a CPU.
 """
 
 from __future__ import annotations
@@ -271,9 +272,13 @@ def sustained_phase(agent: Agent, tail: Tail, tmp: Path, kind: Kind, data: list[
 
 
 def baseline(kind: Kind, data: list[bytes], batch: int, seconds: float = 1.5) -> float:
-    """CPU-ms per item of decode + prepare + onnxruntime in this process, one thread."""
+    """CPU-ms per item of decode + prepare + onnxruntime in this process, one thread, with
+    the agent's session settings and BLAS thread limit."""
+    from cdml_edge.agent.startup import limit_blas_threads
     from cdml_edge.model.runner import ModelRunner
     from cdml_edge.window.inputs import MODEL_INPUTS
+
+    limit_blas_threads()
 
     runner = ModelRunner.load(MODELS / kind.model)
     decode = MODEL_INPUTS[kind.modality].decode

@@ -108,3 +108,29 @@ def test_kernels_compile_once_into_the_configured_folder(tmp_path: Path) -> None
         print(numba_cache.configure({str(blocker / "numba")!r}))
         """, {})
     assert out.startswith("/") and "cdml-edge-numba-" in out
+
+
+def test_the_agent_runs_blas_on_one_thread(tmp_path: Path) -> None:
+    """Loaded BLAS libraries are limited at start, and one loaded later (SciPy's) starts so."""
+    brightness_classifier(tmp_path / "b.onnx")
+    (tmp_path / "agent.yaml").write_text(textwrap.dedent("""
+        sources: [{name: cam, path: in, modality: image}]
+        models: {image: {path: b.onnx}}
+        quarantine: {dir: quarantine}
+        output: {jsonl: out.jsonl}
+        """))
+    out = _run(f"""
+        from threadpoolctl import threadpool_info
+        from cdml_edge.agent.app import Agent
+        from cdml_edge.config import load_config
+        cfg = {str(tmp_path / "agent.yaml")!r}
+        before = [p["num_threads"] for p in threadpool_info() if p["user_api"] == "blas"]
+        agent = Agent(load_config(cfg), cfg)
+        agent.start()
+        import scipy.linalg  # noqa: F401  (its own OpenBLAS, loaded after the start)
+        after = [p["num_threads"] for p in threadpool_info() if p["user_api"] == "blas"]
+        agent.stop()
+        print(before, after)
+        """, {"OPENBLAS_NUM_THREADS": "", "OMP_NUM_THREADS": "2"})
+    before, after = out.splitlines()[-1].split("] [")
+    assert "2" in before and set(after.strip("[]").split(", ")) == {"1"}, out

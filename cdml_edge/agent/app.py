@@ -43,7 +43,7 @@ from cdml_edge.agent.outputs.factory import make_output
 from cdml_edge.agent.processing import OutputFailed, WindowProcessor
 from cdml_edge.agent.retry import WINDOW_ATTEMPTS, Attempts, RetryPolicy
 from cdml_edge.agent.sources.factory import Source, make_source
-from cdml_edge.agent.startup import StartupClock
+from cdml_edge.agent.startup import StartupClock, limit_blas_threads
 from cdml_edge.agent.windows import ByteBudget, PipelineGate, Windower, WindowPolicy
 from cdml_edge.agent.workers import WindowWorkers
 from cdml_edge.config import AppConfig, ConfigError, SourceConfig, load_config
@@ -177,6 +177,7 @@ class Agent:
         self.runners = runners if runners is not None else load_models(cfg)
         window_charges(self.budget, self.runners)
         clock.mark("models", ", ".join(sorted(self.runners)))
+        log.info("%s", limit_blas_threads())
         clock.mark("decoders", warm_up_decoders(
             (sc.modality for sc in cfg.sources), self.runners, self.notifier.status))
         if cfg.retention is not None:
