@@ -5,7 +5,7 @@ For each input kind - 64-px and 224-px JPEG digits (``digits.onnx``), 1-s motor 
 (``audio_anomaly.onnx``), 256x3 vibration CSV (``vibration_anomaly.onnx``) - one agent
 process watches a folder (windows of at most 50 ms / 32 items, closing when a worker is
 free unless ``--fixed-windows``; ``on_done: delete``; JSON-lines output;
-``max_inflight_bytes`` 8 MiB) and is measured:
+``max_inflight_bytes`` 8 MiB unless ``--inflight-mib``) and is measured:
 
 * start: seconds from launching the process to its ``online`` status (READY);
 * idle: CPU % of one core over 3 s with nothing to do, and RSS;
@@ -46,7 +46,7 @@ from cdml_edge import synth
 
 ROOT = Path(__file__).resolve().parent.parent
 MODELS = ROOT / "models"
-INFLIGHT_MIB = 8
+INFLIGHT_MIB = 8  # limits.max_inflight_bytes, MiB (--inflight-mib)
 
 
 def jpegs(size: int, n: int = 64) -> list[bytes]:
@@ -78,7 +78,7 @@ KINDS: dict[str, Kind] = {
 }
 
 
-def config(tmp: Path, kind: Kind, fixed: bool) -> Path:
+def config(tmp: Path, kind: Kind, fixed: bool, inflight_mib: int) -> Path:
     idle = "false" if fixed else "true"
     text = f"""
 device: {{id: bench}}
@@ -95,7 +95,7 @@ models:
   {kind.modality}: {{path: {MODELS / kind.model}}}
 pack: {{format: zip, level: 1}}
 quarantine: {{dir: {tmp}/quarantine}}
-limits: {{max_inflight_bytes: {INFLIGHT_MIB}MiB}}
+limits: {{max_inflight_bytes: {inflight_mib}MiB}}
 health: {{interval: 1s}}
 output: {{jsonl: {tmp}/out.jsonl}}
 """
@@ -304,7 +304,7 @@ def run_kind(key: str, args: argparse.Namespace) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="cdml-bench-") as d:
         tmp = Path(d)
         (tmp / "in").mkdir()
-        agent = Agent(config(tmp, kind, args.fixed_windows))
+        agent = Agent(config(tmp, kind, args.fixed_windows, args.inflight_mib))
         tail = Tail(tmp / "out.jsonl")
         try:
             warm = feed(tmp / "in", "warm", data, kind.ext, 20, 1.0)
@@ -329,7 +329,7 @@ def run_kind(key: str, args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
-def report(r: dict[str, Any]) -> bool:
+def report(r: dict[str, Any], inflight_mib: int) -> bool:
     kind, mib = r["kind"], 2**20
     b1 = r["base1"]
     print(f"\n== {kind.label} ({kind.model}): READY {r['ready_s']:.1f} s after launch; idle CPU "
@@ -343,13 +343,14 @@ def report(r: dict[str, Any]) -> bool:
               f"{x['p50']:>8.1f}{x['p99']:>8.1f}{x['agent_p99']:>10.1f}{x['per_window']:>10.1f}"
               f"{x['peak_rss'] / mib:>9.0f}{x['files'] - x['results']:>5}")
     s = r["sustained"]
-    bound = r["idle_rss"] + INFLIGHT_MIB * mib
+    bound = r["idle_rss"] + inflight_mib * mib
     once = s["results"] == s["files"] and r["duplicates"] == 0 and r["left"] == 0
     print(f"sustained: {s['items_s']:.0f} items/s over a backlog of {s['files']} files "
           f"({s['cpu_ms']:.3f} CPU-ms/item, {s['cpu_ms'] / b1:.1f}x base); every file scored "
           f"once: {'yes' if once else 'NO'} ({s['results']} results, {r['duplicates']} "
           f"duplicates, {r['left']} left); peak RSS {s['peak_rss'] / mib:.0f} MiB = "
-          f"{s['peak_rss'] / bound:.2f}x of idle + {INFLIGHT_MIB} MiB; exit {r['exit']}")
+          f"{s['peak_rss'] / bound:.2f}x of idle + {inflight_mib} MiB (peak - idle "
+          f"{(s['peak_rss'] - r['idle_rss']) / mib:.1f} MiB); exit {r['exit']}")
     return once and r["exit"] == 0
 
 
@@ -359,6 +360,8 @@ def main() -> int:
     ap.add_argument("--seconds", type=float, default=4.0, help="seconds per rate")
     ap.add_argument("--rates", default="10,30,100")
     ap.add_argument("--backlog-scale", type=float, default=1.0, help="scales each backlog")
+    ap.add_argument("--inflight-mib", type=int, default=INFLIGHT_MIB,
+                    help="limits.max_inflight_bytes in MiB")
     ap.add_argument("--fixed-windows", action="store_true",
                     help="windows close on their limits only (close_when_idle: false)")
     args = ap.parse_args()
@@ -367,7 +370,7 @@ def main() -> int:
           f"windows 50 ms / 32 items, {'fixed' if args.fixed_windows else 'close when idle'}")
     ok = True
     for key in [k for k in args.kinds.split(",") if k]:
-        ok = report(run_kind(key, args)) and ok
+        ok = report(run_kind(key, args), args.inflight_mib) and ok
     print(f"\nload average {os.getloadavg()[0]:.1f} at the end")
     return 0 if ok else 1
 
