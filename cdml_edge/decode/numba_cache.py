@@ -1,6 +1,6 @@
 """Where librosa's numba kernels are cached, so that their compilation is paid once.
 
-librosa compiles numba kernels the first time it is imported (about 20 s on two x86 cores,
+librosa compiles numba kernels the first time it is imported (20-50 s on two x86 cores,
 longer on a Pi). numba caches them next to librosa's sources when that folder is writable -
 inside site-packages, which a read-only install (``ProtectSystem=strict``) does not allow,
 and where the cache should not live anyway. :func:`configure` points ``NUMBA_CACHE_DIR`` at a
