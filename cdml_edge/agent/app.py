@@ -46,8 +46,9 @@ from cdml_edge.agent.outputs.factory import make_output
 from cdml_edge.agent.processing import OutputFailed, WindowProcessor
 from cdml_edge.agent.retry import RETRY_BACKOFF_S, WINDOW_ATTEMPTS, Attempts, RetryPolicy
 from cdml_edge.agent.sources.factory import Source, make_source
+from cdml_edge.agent.startup import StartupClock, limit_blas_threads
 from cdml_edge.agent.supervisor import Supervisor
-from cdml_edge.agent.windows import ByteBudget, Windower, WindowPolicy
+from cdml_edge.agent.windows import ByteBudget, PipelineGate, Windower, WindowPolicy
 from cdml_edge.agent.workers import WindowWorkers
 from cdml_edge.config import AppConfig, ConfigError, SourceConfig, load_config
 from cdml_edge.model.runner import ModelRunner
@@ -125,12 +126,15 @@ class Agent:
         self.retention: RetentionRing | None = None
         self.windowers: dict[str, Windower] = {}
         self.sources: dict[str, Source] = {}
+        self.gate = PipelineGate(self.workers)  # windows closing when a worker is free
         for sc in cfg.sources:
+            w = sc.window
             windower = Windower(
                 sc.name,
-                WindowPolicy(sc.window.seconds, sc.window.max_items, sc.window.max_bytes),
+                WindowPolicy(w.seconds, w.max_items, w.max_bytes, w.close_when_idle),
                 self.pipeline.put,
-                spawn,
+                spawn=spawn,
+                gate=self.gate,
             )
             self.windowers[sc.name] = windower
             self.sources[sc.name] = make_source(
@@ -163,6 +167,7 @@ class Agent:
             retry=self.retry,
             done=self.pipeline.done,
             retention=self.retention,
+            gate=self.gate,
         )
 
     def _thread_died(self, thread: str, exc: BaseException, delay: float) -> None:
@@ -197,6 +202,7 @@ class Agent:
         """Load + warm up models (unless ``runners`` are given, already loaded), start output,
         workers and sources; then READY=1."""
         cfg = self.cfg
+        clock = StartupClock()
         if cfg.health.watchdog:  # WATCHDOG=1 pings; READY/STOPPING are sent either way
             self.watchdog.start()
         else:
@@ -205,23 +211,31 @@ class Agent:
             self._server = self.metrics.serve(
                 cfg.health.metrics_host, cfg.health.metrics_port, watchdog=self.watchdog
             )
+        clock.mark("health endpoint")
         self.runners = runners if runners is not None else load_models(cfg)
         window_charges(self.budget, self.runners)
-        warm_up_decoders((sc.modality for sc in cfg.sources), self.runners)
+        clock.mark("models", ", ".join(sorted(self.runners)))
+        log.info("%s", limit_blas_threads())
+        clock.mark("decoders", warm_up_decoders(
+            (sc.modality for sc in cfg.sources), self.runners, self.notifier.status))
         if cfg.retention is not None:
             from cdml_edge.store.retention import RetentionRing
 
             self.retention = RetentionRing.from_config(cfg.retention)
+            clock.mark("retention")
         self.output.start()
+        clock.mark("output")
         self.pipeline.start(self._processor().handle, self.workers)
         for w in self.windowers.values():
             w.start()
         for s in self.sources.values():
             s.start()
+        clock.mark("sources")
         self.health.start(self._stop, self.supervisor.spawn)
         self.health.publish_status("online")  # after the sources are armed: online means ready
         self.notifier.ready(f"running {len(self.sources)} sources, {len(self.runners)} models")
-        log.info("agent ready: %d sources, models %s", len(self.sources), sorted(self.runners))
+        log.info("agent ready: %d sources, models %s; %s", len(self.sources),
+                 sorted(self.runners), clock.summary())
 
     def drain(self, timeout: float | None = None) -> bool:
         """Stop intake, close open windows and wait for windows in flight; ``True`` if all."""

@@ -20,7 +20,7 @@ from cdml_edge.agent.lifecycle import FileLifecycle
 from cdml_edge.agent.outputs.base import Output
 from cdml_edge.agent.retry import Attempts, RetryPolicy
 from cdml_edge.agent.sources.factory import Source
-from cdml_edge.agent.windows import ByteBudget
+from cdml_edge.agent.windows import ByteBudget, PipelineGate
 from cdml_edge.config import AppConfig, SourceConfig
 from cdml_edge.errors import CdmlError
 from cdml_edge.model.runner import ModelRunner
@@ -58,9 +58,18 @@ class WindowProcessor:
     retry: RetryPolicy
     done: Callable[[], None]
     retention: RetentionRing | None = None
+    gate: PipelineGate | None = None
 
     def handle(self, window: Window) -> None:
-        """Process ``window``; a failure goes to the retry policy and is never raised."""
+        """Process ``window``; a failure goes to the retry policy and is never raised. Once
+        it is scored (or failed) the ``gate`` learns that a worker is free."""
+        try:
+            self._handle(window)
+        finally:
+            if self.gate is not None:
+                self.gate.leave()
+
+    def _handle(self, window: Window) -> None:
         try:
             self.process(window)
         except OutputFailed as exc:

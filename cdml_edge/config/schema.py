@@ -88,6 +88,11 @@ class WindowConfig(_Model):
     seconds: Duration = Field(1.0, gt=0, description="Close a window this long after it opened.")
     max_items: int = Field(64, ge=1, description="Close after this many items; 1 = instant mode.")
     max_bytes: Size = Field(16 * 1024**2, gt=0, description="Close once the items reach this size.")
+    close_when_idle: bool = Field(
+        True,
+        description="Also close as soon as a pipeline worker is free (dynamic batching): "
+        "items are scored on arrival at low rates and batch up while the workers are busy.",
+    )
 
 
 class SourceConfig(_Model):
@@ -196,7 +201,21 @@ class ModelConfig(_Model):
     input_size: int | None = Field(None, gt=0, description="Override the image input size.")
     anomaly_threshold: float | None = Field(None, description="Override the anomaly threshold.")
     providers: list[str] | None = Field(
-        None, description="onnxruntime execution providers, in order (default: CPU)."
+        None,
+        description="onnxruntime execution providers, in order; unset: CUDA then CPU when "
+        "onnxruntime has CUDA, else CPU.",
+    )
+    intra_op_threads: int = Field(
+        1, ge=0, description="Threads inside one operator; 0 = one per core (onnxruntime)."
+    )
+    inter_op_threads: int = Field(
+        1, ge=0, description="Threads across operators; 0 = onnxruntime's choice."
+    )
+    spinning: bool = Field(
+        False, description="Let idle onnxruntime threads busy-wait (costs CPU between runs)."
+    )
+    graph_optimization: Literal["disable", "basic", "extended", "all"] = Field(
+        "all", description="onnxruntime graph optimisation level."
     )
 
     _resolve = field_validator("path")(_resolve_path)

@@ -135,12 +135,12 @@ def _plan(options: ReplayOptions) -> _Plan:
 def load_replay_runners(
     cfg: AppConfig, models: Sequence[str | Path] = (), warm_up: bool = False
 ) -> dict[str, ModelRunner]:
-    """The configured models (with their overrides), each ``--model`` file replacing the
-    configured one of its modality (read from the file's metadata, no overrides)."""
-    from cdml_edge.model.runner import ModelRunner, load_runners
+    """The configured models (with their overrides and inference settings), each ``--model``
+    file replacing the configured one of its modality (see :func:`_load_extra`)."""
+    from cdml_edge.model.runner import load_runners
 
     spec = configured_models(cfg)
-    extra = [ModelRunner.load(p) for p in models]
+    extra = [_load_extra(cfg, p) for p in models]
     for r in extra:
         spec.pop(r.spec.modality, None)
     runners = load_runners(spec, warm_up=warm_up)
@@ -152,16 +152,25 @@ def load_replay_runners(
 
 
 def configured_models(cfg: AppConfig) -> dict[str, tuple[str | Path, ModelOverrides]]:
-    """``{modality: (model file, the configuration's overrides)}``."""
+    """``{modality: (model file, the configuration's overrides and inference settings)}``."""
     from cdml_edge.model.runner import ModelOverrides
 
     return {
-        modality: (
-            mc.path,
-            ModelOverrides(mc.labels, mc.input_size, mc.anomaly_threshold, mc.providers),
-        )
-        for modality, mc in cfg.models.items()
+        modality: (mc.path, ModelOverrides.from_config(mc)) for modality, mc in cfg.models.items()
     }
+
+
+def _load_extra(cfg: AppConfig, path: str | Path) -> ModelRunner:
+    """A ``--model`` file: its own metadata (no overrides), run with the inference settings
+    configured for its modality."""
+    from cdml_edge.model.runner import ModelOverrides, ModelRunner
+
+    runner = ModelRunner.load(path)
+    mc = cfg.models.get(runner.spec.modality)  # type: ignore[call-overload]
+    settings = ModelOverrides.from_config(mc).settings if mc is not None else runner.settings
+    return runner if settings == runner.settings else ModelRunner.load(
+        path, ModelOverrides(settings=settings)
+    )
 
 
 def segment_rows_of(cfg: AppConfig) -> dict[str, int | None]:
