@@ -121,6 +121,7 @@ class MqttPublisher:
         self._connect_started = 0.0  # monotonic time the pending CONNECT went out
         self._last_commit = 0.0  # monotonic time the spool cursor was last committed
         self._warned = False  # "broker unreachable" logged once per outage
+        self._attempted = False  # a connection attempt was made since start()
 
     # ------------------------------------------------------------------ Output API
     @property
@@ -304,12 +305,13 @@ class MqttPublisher:
         if self._connected or self._lost:
             self._handle_lost(client)
             self._next_attempt = now + self._backoff.next()
-        if self._closing:
+        if self._closing and self._attempted:
             return False
         self._flush_outbox_to_spool()
-        if now < self._next_attempt:
+        if now < self._next_attempt and not self._closing:
             self._waker.wait(self._next_attempt - now)
             return True
+        self._attempted = True
         try:
             client.reconnect()
             self._connect_started = time.monotonic()
@@ -381,11 +383,11 @@ class MqttPublisher:
         while len(self._pending) < self.max_inflight:
             entry: Entry | None = None
             spooled: tuple[SpoolToken, SpoolRecord] | None = None
-            if self._spool_turn and not self._closing:
+            if self._spool_turn:
                 spooled = self._next_spooled()
             if spooled is None:
                 entry = self.outbox.pop()
-            if entry is None and spooled is None and not self._closing:
+            if entry is None and spooled is None:
                 spooled = self._next_spooled()
             if entry is None and spooled is None:
                 return
@@ -444,11 +446,15 @@ class MqttPublisher:
                 self.outbox.put_front(left)
 
     def _finish_close(self, client: mqtt.Client) -> bool:
-        """While stopping: once live messages are out (or time is up), go ``offline``."""
-        live_pending = any(isinstance(e, Entry) for e in self._pending.values())
+        """While stopping: deliver the outbox and the spool until both are empty or time is
+        up (waiting for a connection being set up, or making one attempt when none was made
+        yet), then go ``offline``; ``False`` while there is more to do."""
         time_left = self._close_deadline - time.monotonic()
-        if self._connected and time_left > 0 and (len(self.outbox) or live_pending):
-            return False
+        if time_left > 0 and self._undelivered():
+            if self._connected or client.socket() is not None:
+                return False  # serving, or waiting for the CONNACK (bounded by connect_timeout)
+            if not self._attempted:
+                return False  # the first connection attempt has not been made yet
         if self._connected and client.socket() is not None:
             self._status_acked.clear()
             info = client.publish(self.topic("status"), self._status("offline"), 1, True)
@@ -465,3 +471,7 @@ class MqttPublisher:
         self._process_acks()
         self._connected = False
         return True
+
+    def _undelivered(self) -> bool:
+        """Messages not yet acknowledged: outbox, in flight, or in the spool."""
+        return bool(len(self.outbox) or self._pending or self._spool_buf or self.spool.pending)
