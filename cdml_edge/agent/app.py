@@ -39,7 +39,7 @@ from cdml_edge.agent.health.reporter import HealthReporter
 from cdml_edge.agent.lifecycle import FileLifecycle
 from cdml_edge.agent.models import DATA_COPIES, load_models, warm_up_decoders, window_charges
 from cdml_edge.agent.outputs.base import Output
-from cdml_edge.agent.outputs.factory import make_output
+from cdml_edge.agent.outputs.factory import make_output, on_disk_event
 from cdml_edge.agent.processing import OutputFailed, WindowProcessor
 from cdml_edge.agent.retry import WINDOW_ATTEMPTS, Attempts, RetryPolicy
 from cdml_edge.agent.sources.factory import Source, make_source
@@ -104,8 +104,10 @@ class Agent:
         self.lifecycle = FileLifecycle(cfg.quarantine.dir, cfg.quarantine.max_bytes)
         self.output: Output = self._fixed_output or make_output(cfg)
         self.errors = ErrorReporter(
-            self.output, cfg.device.id, self.sequencer, self.metrics, self.lifecycle
+            self.output, cfg.device.id, self.sequencer, self.metrics, self.lifecycle,
+            [sc.name for sc in cfg.sources],
         )
+        on_disk_event(self.output, self.errors.disk_event)
         self.runners: dict[str, ModelRunner] = {}
         self.retention: RetentionRing | None = None
         self.windowers: dict[str, Windower] = {}

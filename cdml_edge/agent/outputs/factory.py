@@ -8,6 +8,7 @@ from collections.abc import Callable, Sequence
 from cdml_edge.agent.outputs.base import Output
 from cdml_edge.agent.outputs.jsonl import JsonlOutput
 from cdml_edge.config import AppConfig
+from cdml_edge.fsio import FaultHook
 from cdml_edge.window.payloads import OutMessage
 
 
@@ -27,6 +28,15 @@ def make_output(cfg: AppConfig) -> Output:
 
     mqtt = MqttPublisher(cfg.mqtt, cfg.device.id, cfg.spool, cfg.outbox)
     return mqtt if jsonl is None else TeeOutput([mqtt, jsonl])
+
+
+def on_disk_event(output: Output, hook: FaultHook) -> None:
+    """Report the disk faults of ``output``'s stores (the MQTT spool) through ``hook``."""
+    from cdml_edge.agent.outputs.mqtt.publisher import MqttPublisher
+
+    for o in output.outputs if isinstance(output, TeeOutput) else [output]:
+        if isinstance(o, MqttPublisher):
+            o.spool.faults.on_event = hook
 
 
 class TeeOutput:

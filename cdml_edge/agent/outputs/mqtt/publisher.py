@@ -43,13 +43,23 @@ from cdml_edge.agent.outputs.mqtt.spool import Spool, SpoolToken
 from cdml_edge.agent.outputs.mqtt.spool_format import SpoolRecord, record_size
 from cdml_edge.config import MqttConfig, OutboxConfig, SpoolConfig
 from cdml_edge.errors import CdmlError
+from cdml_edge.fsio import FaultHook
 from cdml_edge.window.payloads import OutMessage, StatusPayload
 
 log = logging.getLogger(__name__)
 
+COMMIT_EVERY = 256
+"""The spool cursor is written after this many acknowledged records, or ``commit_interval``
+seconds, whichever comes first: what a kill -9 in the middle of a drain sends again."""
+
 
 class PublisherClosed(CdmlError, RuntimeError):
     """``publish_batch`` after ``stop``."""
+
+
+class OutputUnavailable(CdmlError):
+    """Messages neither the spool (a full or failing disk) nor the outbox could take; names
+    the spool folder. Their batch never becomes durable: the caller keeps the sources."""
 
 
 class MqttPublisher:
@@ -68,6 +78,8 @@ class MqttPublisher:
         backoff_max: float = 30.0,
         connect_timeout: float = 5.0,
         commit_interval: float = 0.2,
+        commit_every: int = COMMIT_EVERY,
+        on_event: FaultHook | None = None,
     ) -> None:
         self.config = config
         self.device_id = device_id
@@ -75,13 +87,15 @@ class MqttPublisher:
         self.max_inflight = max_inflight
         self.connect_timeout = connect_timeout
         self.commit_interval = commit_interval
+        self.commit_every = commit_every
         self.settings = BrokerSettings.from_config(config, device_id)
         self.protocol = self.settings.protocol
         self.client_id = self.settings.client_id
         self._base = f"{config.topic_prefix}/{device_id}"
         spool_cfg = spool or SpoolConfig()  # type: ignore[call-arg]
         self.spool = Spool(
-            Path(spool_cfg.dir), spool_cfg.max_bytes, spool_cfg.policy, spool_cfg.fsync
+            Path(spool_cfg.dir), spool_cfg.max_bytes, spool_cfg.policy, spool_cfg.fsync,
+            on_event=on_event,
         )
         self._block = spool_cfg.policy == "block"
         self.outbox = Outbox((outbox or OutboxConfig()).max_bytes)  # type: ignore[call-arg]
@@ -116,10 +130,12 @@ class MqttPublisher:
             "reconnects": 0,
             "connect_failures": 0,
             "too_large": 0,
+            "refused": 0,
         }
         self._next_attempt = 0.0  # monotonic time of the next connection attempt
         self._connect_started = 0.0  # monotonic time the pending CONNECT went out
         self._last_commit = 0.0  # monotonic time the spool cursor was last committed
+        self._drained_at_commit = 0  # counts["drained"] at that commit
         self._warned = False  # "broker unreachable" logged once per outage
         self._attempted = False  # a connection attempt was made since start()
 
@@ -163,8 +179,31 @@ class MqttPublisher:
         else:
             overflow = entries
         if overflow:
-            self._spool_entries(overflow, wait=self._block)
+            left = self._spool_entries(overflow, wait=self._block)
+            if left:
+                self._hold(left)
         self._waker.wake()
+
+    def _hold(self, entries: list[Entry]) -> None:
+        """Entries the spool could not take (a full or failing disk): keep them in the
+        outbox, connected or not (the I/O thread spools them once it can); what does not
+        fit there either is refused, and so is its batch (:class:`OutputUnavailable`)."""
+        kept = 0
+        for entry in entries:
+            if not self.outbox.try_put(entry):
+                break
+            kept += 1
+        refused = entries[kept:]
+        if not refused:
+            return
+        for entry in refused:
+            entry.abandon()
+        self._counts["refused"] += len(refused)
+        self._waker.wake()
+        raise OutputUnavailable(
+            f"{self.spool.dir}: {len(refused)} messages refused: the spool cannot take them "
+            f"({self.spool.faults.degraded or 'full'}) and the outbox is full"
+        )
 
     def stats(self) -> dict[str, int]:
         out = dict(self._counts)
@@ -177,6 +216,7 @@ class MqttPublisher:
                 "dropped": self.spool.dropped,
                 "bytes_written": self.spool.bytes_written,
                 "broker_connected": int(self._connected),
+                "io_thread_alive": int(self._thread is not None and self._thread.is_alive()),
             }
         )
         return out
@@ -344,9 +384,16 @@ class MqttPublisher:
         self._process_acks()
         if self._connected:
             self._pump(client)
-        if time.monotonic() - self._last_commit >= self.commit_interval:
+        self._maybe_commit()
+
+    def _maybe_commit(self) -> None:
+        """Persist the spool cursor every ``commit_every`` acknowledged records or
+        ``commit_interval`` seconds."""
+        due = self._counts["drained"] - self._drained_at_commit >= self.commit_every
+        if due or time.monotonic() - self._last_commit >= self.commit_interval:
             self.spool.commit()
             self._last_commit = time.monotonic()
+            self._drained_at_commit = self._counts["drained"]
 
     def _announce_online(self, client: mqtt.Client) -> None:
         self._just_connected = False
