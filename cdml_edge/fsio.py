@@ -182,8 +182,9 @@ class DiskFaults:
         with self._lock:
             self._next_try.clear()
 
-    def failed(self, op: str, exc: OSError) -> None:
-        """``op`` failed with ``exc``: degraded until it succeeds again."""
+    def failed(self, op: str, exc: OSError) -> str | None:
+        """``op`` failed with ``exc``: degraded until it succeeds again. Returns the event
+        kind when this failure began an episode."""
         why = f"{exc.strerror or exc} [{errno.errorcode.get(exc.errno or 0, exc.errno)}]"
         with self._lock:
             self.errors += 1
@@ -192,23 +193,29 @@ class DiskFaults:
             self._failing[op] = why
             if first:
                 self.episodes += 1
-        if first:
-            kind = "disk_full" if exc.errno in FULL_ERRNOS else "io_error"
-            log.error("%s %s: %s failed: %s; degraded, retrying every %.1fs",
-                      self.name, self.where, op, why, self.retry_s)
-            self._emit(f"{self.name}_{kind}", {"dir": self.where, "op": op, "error": why})
+        if not first:
+            return None
+        kind = f"{self.name}_{'disk_full' if exc.errno in FULL_ERRNOS else 'io_error'}"
+        log.error("%s %s: %s failed: %s; degraded, retrying every %.1fs",
+                  self.name, self.where, op, why, self.retry_s)
+        self._emit(kind, {"dir": self.where, "op": op, "error": why})
+        return kind
 
-    def ok(self, op: str) -> None:
-        """``op`` succeeded; the episode ends once no operation fails."""
+    def ok(self, op: str) -> str | None:
+        """``op`` succeeded; the episode ends once no operation fails. Returns the event
+        kind when this success ended an episode."""
         with self._lock:
             self._next_try.pop(op, None)
             if op not in self._failing:
-                return
+                return None
             del self._failing[op]
             recovered = not self._failing
-        if recovered:
-            log.warning("%s %s: writes work again (%s)", self.name, self.where, op)
-            self._emit(f"{self.name}_disk_ok", {"dir": self.where, "op": op})
+        if not recovered:
+            return None
+        kind = f"{self.name}_disk_ok"
+        log.warning("%s %s: writes work again (%s)", self.name, self.where, op)
+        self._emit(kind, {"dir": self.where, "op": op})
+        return kind
 
     def _emit(self, kind: str, info: dict[str, str]) -> None:
         if self.on_event is None:

@@ -264,6 +264,11 @@ class RetentionConfig(_Model):
         "all", description="Which windows to keep."
     )
     sample_percent: float = Field(10.0, ge=0, le=100, description="keep: sample — percentage.")
+    required: bool = Field(
+        True,
+        description="Source files wait until the ring kept their window (false: a window the "
+        "ring could not write, e.g. on a full disk, releases its files anyway).",
+    )
 
     _resolve = field_validator("dir")(_resolve_path)
 
