@@ -43,6 +43,7 @@ from cdml_edge.agent.outputs.factory import make_output, on_disk_event
 from cdml_edge.agent.processing import OutputFailed, WindowProcessor
 from cdml_edge.agent.retry import WINDOW_ATTEMPTS, Attempts, RetryPolicy
 from cdml_edge.agent.sources.factory import Source, make_source
+from cdml_edge.agent.state import StateLock
 from cdml_edge.agent.windows import ByteBudget, Windower, WindowPolicy
 from cdml_edge.agent.workers import WindowWorkers
 from cdml_edge.config import AppConfig, ConfigError, SourceConfig, load_config
@@ -92,6 +93,7 @@ class Agent:
         self.pipeline = WindowWorkers(self._busy, self.watchdog.progress)
         self.attempts = Attempts()  # kept across reloads
         self._server: MetricsServer | None = None
+        self._state: StateLock | None = None
         self._stop = threading.Event()
         self._reload = threading.Event()
         self._build(cfg)
@@ -160,6 +162,9 @@ class Agent:
         """Load + warm up models (unless ``runners`` are given, already loaded), start output,
         workers and sources; then READY=1."""
         cfg = self.cfg
+        if self._state is None:  # one agent per state folder (StateInUse: exit 2)
+            assert cfg.state_dir is not None
+            self._state = StateLock(cfg.state_dir)
         if cfg.health.watchdog:  # WATCHDOG=1 pings; READY/STOPPING are sent either way
             self.watchdog.start()
         else:
@@ -208,6 +213,9 @@ class Agent:
         if self._server is not None:
             self._server.close()
             self._server = None
+        if self._state is not None:
+            self._state.close()
+            self._state = None
         return drained
 
     def reload(self) -> bool:
@@ -220,9 +228,14 @@ class Agent:
         except ConfigError as exc:
             log.error("reload refused, keeping the running configuration:\n%s", exc)
             return False
+        moved = new.state_dir != self.cfg.state_dir
+        state: StateLock | None = None
         try:  # before anything stops: a config naming an unloadable model changes nothing
+            state = StateLock(new.state_dir) if moved and new.state_dir else None
             runners = load_models(new)
         except Exception as exc:
+            if state is not None:
+                state.close()
             log.error("reload refused: %s (keeping the running configuration)", exc)
             self.metrics.errors.labels(stage="reload").inc()
             return False
@@ -232,6 +245,10 @@ class Agent:
         self.output.stop(timeout=5.0)
         if self.retention is not None:
             self.retention.close()
+        if state is not None:
+            if self._state is not None:
+                self._state.close()
+            self._state = state
         self._build(new)
         self.start(runners)
         return True

@@ -35,11 +35,16 @@ def run(
         typer.echo(str(exc), err=True)
         raise typer.Exit(EXIT_CONFIG_ERROR) from None
     from cdml_edge.agent.app import Agent
+    from cdml_edge.agent.outputs.mqtt.spool import SpoolInUse
+    from cdml_edge.agent.state import StateInUse
     from cdml_edge.model.runner import InferenceError
 
-    agent = Agent(cfg, config, workers=workers, drain_timeout=drain_timeout)
     try:
+        agent = Agent(cfg, config, workers=workers, drain_timeout=drain_timeout)
         code = agent.run(duration)
+    except (StateInUse, SpoolInUse) as exc:  # a second agent on the same state
+        typer.echo(str(exc), err=True)
+        raise typer.Exit(EXIT_CONFIG_ERROR) from None
     except InferenceError as exc:
         typer.echo(f"cannot start: {exc}", err=True)
         raise typer.Exit(EXIT_START_FAILED) from None

@@ -63,6 +63,10 @@ class SpoolError(CdmlError):
     """A spool that cannot be used; names the spool folder or file."""
 
 
+class SpoolInUse(SpoolError):
+    """Another process holds the spool folder."""
+
+
 class SpoolClosed(SpoolError):
     """The spool was closed while a caller waited for room."""
 
@@ -132,7 +136,9 @@ class Spool:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as exc:
             os.close(fd)
-            raise SpoolError(f"{self.dir}: spool folder is in use by another process") from exc
+            raise SpoolInUse(
+                f"{self.dir}: spool folder is in use by another process (one agent per spool)"
+            ) from exc
         return fd
 
     def _abandon(self) -> None:
