@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 import textwrap
 import threading
+import urllib.error
+import urllib.request
 import uuid
 from pathlib import Path
 
@@ -19,6 +21,14 @@ from cdml_edge.agent.app import Agent
 from cdml_edge.agent.outputs.mqtt.publisher import MqttPublisher, OutputUnavailable
 from cdml_edge.config import MqttConfig, OutboxConfig, SpoolConfig, load_config
 from cdml_edge.window.payloads import OutMessage
+
+
+def _healthz(url: str) -> tuple[int, dict]:  # type: ignore[type-arg]
+    try:
+        with urllib.request.urlopen(url + "/healthz", timeout=5) as resp:
+            return resp.status, json.loads(resp.read())
+    except urllib.error.HTTPError as err:
+        return err.code, json.loads(err.read())
 
 
 def _msgs(start: int, n: int) -> list[OutMessage]:
@@ -134,7 +144,7 @@ def test_agent_keeps_source_files_while_the_spool_disk_is_full(
         mqtt: {{url: "mqtt://127.0.0.1:{port}", protocol: "{broker_protocol()}"}}
         outbox: {{max_bytes: 512}}
         spool: {{dir: {full_disk.path / "spool"}}}
-        health: {{interval: 0.5s}}
+        health: {{interval: 0.5s, metrics_port: 0}}
     """))
     cam = tmp_path / "in/cam1"
     cam.mkdir(parents=True)
@@ -147,8 +157,12 @@ def test_agent_keeps_source_files_while_the_spool_disk_is_full(
         wait_for(lambda: agent.metrics.totals()["errors"] >= 2, 20, "refused windows")
         assert len(list(cam.iterdir())) == 8  # nothing released while nothing is safe
         assert agent.output.stats()["spool_degraded"] == 1
+        assert agent._server is not None
+        code, body = _healthz(agent._server.url)
+        assert code == 503 and body["status"] == "degraded" and "spool" in body["degraded"]
         full_disk.free()
         wait_for(lambda: not any(cam.iterdir()), 30, "files released once spooled")
         assert agent.output.stats()["spool_records"] >= 8
+        wait_for(lambda: _healthz(agent._server.url)[0] == 200, 10, "healthy again")
     finally:
         agent.stop()

@@ -39,7 +39,7 @@ from cdml_edge.agent.health.reporter import HealthReporter
 from cdml_edge.agent.lifecycle import FileLifecycle
 from cdml_edge.agent.models import DATA_COPIES, load_models, warm_up_decoders, window_charges
 from cdml_edge.agent.outputs.base import Output
-from cdml_edge.agent.outputs.factory import make_output, on_disk_event
+from cdml_edge.agent.outputs.factory import degraded_parts, make_output, on_disk_event
 from cdml_edge.agent.processing import OutputFailed, WindowProcessor
 from cdml_edge.agent.retry import WINDOW_ATTEMPTS, Attempts, RetryPolicy
 from cdml_edge.agent.sources.factory import Source, make_source
@@ -90,6 +90,7 @@ class Agent:
         self.watchdog = ProgressWatchdog(self.notifier, cfg.health.stall_after)
         self.sequencer = Sequencer()
         self.health = HealthReporter(self.metrics, self.sequencer, self.started_at)
+        self.health.degraded = self.degraded
         self.pipeline = WindowWorkers(self._busy, self.watchdog.progress)
         self.attempts = Attempts()  # kept across reloads
         self._server: MetricsServer | None = None
@@ -152,6 +153,14 @@ class Agent:
             retention=self.retention,
         )
 
+    def degraded(self) -> dict[str, str]:
+        """Parts not fully working now, part -> why (``/healthz``, the health message)."""
+        out = degraded_parts(self.output)
+        ring = self.retention
+        if ring is not None and ring.degraded:
+            out["retention"] = ring.degraded
+        return out
+
     def _busy(self, queued: int, inflight: int) -> None:
         self.metrics.queue_depth.labels(queue="windows").set(queued)
         self.metrics.queue_bytes.labels(queue="inflight").set(self.budget.used)
@@ -171,7 +180,8 @@ class Agent:
             self.watchdog.stop()  # a reload may have turned it off
         if cfg.health.metrics_port is not None and self._server is None:
             self._server = self.metrics.serve(
-                cfg.health.metrics_host, cfg.health.metrics_port, watchdog=self.watchdog
+                cfg.health.metrics_host, cfg.health.metrics_port, watchdog=self.watchdog,
+                degraded=self.degraded,
             )
         self.runners = runners if runners is not None else load_models(cfg)
         window_charges(self.budget, self.runners)

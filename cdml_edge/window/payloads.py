@@ -114,6 +114,9 @@ class HealthPayload(_Payload):
     dropped: int = 0
     broker_connected: bool = False
     uptime_s: float = 0.0
+    degraded: dict[str, str] = Field(
+        default_factory=dict, description="Parts not fully working now (spool, retention) and why."
+    )
     seq: int
     device: str
 

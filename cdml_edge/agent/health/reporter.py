@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 from cdml_edge import __version__
 from cdml_edge.agent.health.metrics import Metrics
@@ -32,6 +32,8 @@ class HealthReporter:
         self._sources: Mapping[str, Source] = {}
         self._skipped_seen: dict[str, int] = {}
         self._thread: threading.Thread | None = None
+        self.degraded: Callable[[], Mapping[str, str]] = dict
+        """Parts not fully working (set by the agent); in every health message."""
 
     def attach(self, cfg: AppConfig, output: Output, sources: Mapping[str, Source]) -> None:
         self._cfg, self._output, self._sources = cfg, output, sources
@@ -81,6 +83,7 @@ class HealthReporter:
         payload = HealthPayload(
             **totals,
             queue_depths=depths,
+            degraded=dict(self.degraded()),
             seq=self.sequencer.next("health"),
             device=self._cfg.device.id,
         )

@@ -39,6 +39,21 @@ def on_disk_event(output: Output, hook: FaultHook) -> None:
             o.spool.faults.on_event = hook
 
 
+def degraded_parts(output: Output) -> dict[str, str]:
+    """What of ``output`` does not fully work now: the spool (a full or failing disk) and
+    the MQTT I/O thread, part -> why."""
+    from cdml_edge.agent.outputs.mqtt.publisher import MqttPublisher
+
+    out: dict[str, str] = {}
+    for o in output.outputs if isinstance(output, TeeOutput) else [output]:
+        if isinstance(o, MqttPublisher):
+            if o.spool.faults.degraded:
+                out["spool"] = o.spool.faults.degraded
+            if o.io_stopped:
+                out["mqtt"] = "the MQTT I/O thread is not running"
+    return out
+
+
 class TeeOutput:
     """Several outputs; ``on_durable`` fires once every one of them made the batch durable."""
 

@@ -145,6 +145,11 @@ class MqttPublisher:
         return self._connected
 
     @property
+    def io_stopped(self) -> bool:
+        """The I/O thread was started and is gone although :meth:`stop` was not called."""
+        return self._thread is not None and not self._thread.is_alive() and not self._closing
+
+    @property
     def broker_url(self) -> str:
         return self.broker.url if self.broker is not None else self.settings.url()
 
