@@ -331,7 +331,11 @@ def test_cli_version() -> None:
     assert result.exit_code == 0 and result.output.startswith("cdml-edge ")
 
 
-def test_cli_validate_ok() -> None:
+def test_cli_validate_ok(monkeypatch: pytest.MonkeyPatch) -> None:
+    result = runner.invoke(app, ["config", "validate", str(FACTORY)])
+    assert result.exit_code == 2  # the models are not installed in /opt/cdml-edge/models here
+    assert "models.image.path: /opt/cdml-edge/models/digits.onnx does not exist" in result.output
+    monkeypatch.setenv("CDML_MODELS", str(FACTORY.parent.parent / "models"))
     result = runner.invoke(app, ["config", "validate", str(FACTORY)])
     assert result.exit_code == 0, result.output
     assert "valid" in result.output

@@ -40,6 +40,7 @@ from cdml_edge.agent.lifecycle import FileLifecycle
 from cdml_edge.agent.models import DATA_COPIES, load_models, warm_up_decoders, window_charges
 from cdml_edge.agent.outputs.base import Output
 from cdml_edge.agent.outputs.factory import degraded_parts, make_output, on_disk_event
+from cdml_edge.agent.preflight import check_files, check_models
 from cdml_edge.agent.processing import OutputFailed, WindowProcessor
 from cdml_edge.agent.retry import WINDOW_ATTEMPTS, Attempts, RetryPolicy
 from cdml_edge.agent.sources.factory import Source, make_source
@@ -184,6 +185,7 @@ class Agent:
                 degraded=self.degraded,
             )
         self.runners = runners if runners is not None else load_models(cfg)
+        check_models(cfg, self.runners, str(self.config_path or "<config>"))  # exit 2
         window_charges(self.budget, self.runners)
         warm_up_decoders((sc.modality for sc in cfg.sources), self.runners)
         if cfg.retention is not None:
@@ -241,8 +243,10 @@ class Agent:
         moved = new.state_dir != self.cfg.state_dir
         state: StateLock | None = None
         try:  # before anything stops: a config naming an unloadable model changes nothing
+            check_files(new, str(self.config_path))
             state = StateLock(new.state_dir) if moved and new.state_dir else None
             runners = load_models(new)
+            check_models(new, runners, str(self.config_path))
         except Exception as exc:
             if state is not None:
                 state.close()

@@ -29,8 +29,11 @@ def run(
         level=getattr(logging, log_level.upper(), logging.INFO),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
+    from cdml_edge.agent.preflight import check_files
+
     try:
         cfg = load_config(config)
+        check_files(cfg, str(config))  # a missing CA or password file: 2 now, not a crash
     except ConfigError as exc:
         typer.echo(str(exc), err=True)
         raise typer.Exit(EXIT_CONFIG_ERROR) from None
@@ -42,7 +45,7 @@ def run(
     try:
         agent = Agent(cfg, config, workers=workers, drain_timeout=drain_timeout)
         code = agent.run(duration)
-    except (StateInUse, SpoolInUse) as exc:  # a second agent on the same state
+    except (StateInUse, SpoolInUse, ConfigError) as exc:  # same state; a model check
         typer.echo(str(exc), err=True)
         raise typer.Exit(EXIT_CONFIG_ERROR) from None
     except InferenceError as exc:
