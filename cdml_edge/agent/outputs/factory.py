@@ -11,11 +11,18 @@ from cdml_edge.config import AppConfig
 from cdml_edge.fsio import FaultHook
 from cdml_edge.window.payloads import OutMessage
 
+REPLAY = "replay"
+"""The replay's MQTT client id suffix and spool subfolder."""
 
-def make_output(cfg: AppConfig) -> Output:
+
+def make_output(cfg: AppConfig, *, replay: bool = False) -> Output:
     """The output of ``cfg``: ``MqttPublisher``, ``JsonlOutput``, or both through a tee.
 
     Without ``mqtt`` the JSON lines go to ``output.jsonl`` (stdout when unset or ``-``).
+    ``replay``: the output of ``cdml-edge replay --publish``, which may run beside the
+    live agent: its own client id (``<client id>-replay``; one id would make the broker
+    drop the agent's connection) and spool (``<spool.dir>/replay``), and it leaves the
+    agent's retained ``status`` and Last Will alone.
     """
     prefix = cfg.mqtt.topic_prefix if cfg.mqtt else "cdml"
     jsonl: JsonlOutput | None = None
@@ -26,7 +33,17 @@ def make_output(cfg: AppConfig) -> Output:
         return jsonl
     from cdml_edge.agent.outputs.mqtt.publisher import MqttPublisher
 
-    mqtt = MqttPublisher(cfg.mqtt, cfg.device.id, cfg.spool, cfg.outbox)
+    if replay:
+        client_id = f"{cfg.mqtt.client_id or f'cdml-edge-{cfg.device.id}'}-{REPLAY}"
+        mqtt = MqttPublisher(
+            cfg.mqtt.model_copy(update={"client_id": client_id}),
+            cfg.device.id,
+            cfg.spool.model_copy(update={"dir": cfg.spool.dir / REPLAY}),
+            cfg.outbox,
+            announce_status=False,
+        )
+    else:
+        mqtt = MqttPublisher(cfg.mqtt, cfg.device.id, cfg.spool, cfg.outbox)
     return mqtt if jsonl is None else TeeOutput([mqtt, jsonl])
 
 

@@ -80,6 +80,7 @@ class MqttPublisher:
         commit_interval: float = 0.2,
         commit_every: int = COMMIT_EVERY,
         on_event: FaultHook | None = None,
+        announce_status: bool = True,
     ) -> None:
         self.config = config
         self.device_id = device_id
@@ -88,6 +89,7 @@ class MqttPublisher:
         self.connect_timeout = connect_timeout
         self.commit_interval = commit_interval
         self.commit_every = commit_every
+        self.announce_status = announce_status  # the retained status and the Last Will
         self.settings = BrokerSettings.from_config(config, device_id)
         self.protocol = self.settings.protocol
         self.client_id = self.settings.client_id
@@ -287,7 +289,7 @@ class MqttPublisher:
             self.settings,
             max_inflight=self.max_inflight + 2,
             connect_timeout=self.connect_timeout,
-            will=(self.topic("status"), self._status("offline")),
+            will=(self.topic("status"), self._status("offline")) if self.announce_status else None,
         )
         client.on_connect = self._on_connect
         client.on_disconnect = self._on_disconnect
@@ -407,8 +409,9 @@ class MqttPublisher:
         self._counts["reconnects"] += 1
         log.info("connected to %s as %s (MQTT %s)", self.broker_url, self.client_id,
                  self.protocol)
-        info = client.publish(self.topic("status"), self._status("online"), 1, True)
-        self._status_mid = info.mid
+        if self.announce_status:
+            info = client.publish(self.topic("status"), self._status("online"), 1, True)
+            self._status_mid = info.mid
 
     def _process_acks(self) -> None:
         while self._acks:
@@ -508,21 +511,26 @@ class MqttPublisher:
             if not self._attempted:
                 return False  # the first connection attempt has not been made yet
         if self._connected and client.socket() is not None:
-            self._status_acked.clear()
-            info = client.publish(self.topic("status"), self._status("offline"), 1, True)
-            self._status_mid = info.mid
-            end = time.monotonic() + max(0.2, min(1.0, time_left))
-            while not self._status_acked.is_set() and time.monotonic() < end:
-                poll(client, self._waker)
-                if client.socket() is None:
-                    break
-                self._process_acks()
+            if self.announce_status:
+                self._go_offline(client, time_left)
             client.disconnect()
             with contextlib.suppress(Exception):
                 client.loop_write()
         self._process_acks()
         self._connected = False
         return True
+
+    def _go_offline(self, client: mqtt.Client, time_left: float) -> None:
+        """Publish the retained ``offline`` and wait a moment for its PUBACK."""
+        self._status_acked.clear()
+        info = client.publish(self.topic("status"), self._status("offline"), 1, True)
+        self._status_mid = info.mid
+        end = time.monotonic() + max(0.2, min(1.0, time_left))
+        while not self._status_acked.is_set() and time.monotonic() < end:
+            poll(client, self._waker)
+            if client.socket() is None:
+                break
+            self._process_acks()
 
     def _undelivered(self) -> bool:
         """Messages not yet acknowledged: outbox, in flight, or in the spool."""
