@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from _full_disk import FullDisk, full_disk_fixture  # noqa: F401 - the fixture
 from _mqtt_brokers import BrokerProcess, Subscriber, broker_protocol, free_port, wait_until
-from agent_fixtures import brightness_classifier, jpeg, wait_for, write_atomic
+from agent_fixtures import cam_config, jpeg, wait_for, write_atomic
 
 import cdml_edge.agent.outputs.mqtt.spool as spool_mod
 from cdml_edge.agent.app import Agent
@@ -131,23 +131,14 @@ def test_agent_keeps_source_files_while_the_spool_disk_is_full(
     only then deleted."""
     full_disk.inject_open(spool_mod)
     full_disk.inject_call(spool_mod, "atomic_write")
-    brightness_classifier(tmp_path / "brightness.onnx")
     port = free_port()
-    cfg_path = tmp_path / "factory.yaml"
-    cfg_path.write_text(textwrap.dedent(f"""
-        device: {{id: edge-1}}
-        sources:
-          - {{name: cam1, kind: folder, path: in/cam1, modality: image,
-             window: {{seconds: 100ms, max_items: 4}}, on_done: delete, stable_seconds: 0.1}}
-        models:
-          image: {{path: brightness.onnx}}
+    cfg_path = cam_config(tmp_path, textwrap.dedent(f"""\
         mqtt: {{url: "mqtt://127.0.0.1:{port}", protocol: "{broker_protocol()}"}}
         outbox: {{max_bytes: 512}}
         spool: {{dir: {full_disk.path / "spool"}}}
         health: {{interval: 0.5s, metrics_port: 0}}
-    """))
+    """), max_items=4)
     cam = tmp_path / "in/cam1"
-    cam.mkdir(parents=True)
     agent = Agent(load_config(cfg_path), cfg_path)
     agent.start()
     try:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 from _full_disk import FullDisk, full_disk_fixture  # noqa: F401 - the fixture
-from agent_fixtures import brightness_classifier, jpeg, wait_for, write_atomic
+from agent_fixtures import cam_config, jpeg, wait_for, write_atomic
 
 import cdml_edge.agent.retry as retry_mod
 import cdml_edge.store.retention as retention_mod
@@ -24,38 +24,29 @@ def _lines(path: Path) -> list[dict]:  # type: ignore[type-arg]
     return [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
 
 
-def _agent(tmp_path: Path, ring: Path, required: bool) -> Agent:
-    brightness_classifier(tmp_path / "brightness.onnx")
-    cfg_path = tmp_path / "factory.yaml"
-    cfg_path.write_text(textwrap.dedent(f"""
-        device: {{id: edge-1}}
-        sources:
-          - {{name: cam1, kind: folder, path: in/cam1, modality: image,
-             window: {{seconds: 100ms, max_items: 2}}, on_done: delete, stable_seconds: 0.1}}
-        models:
-          image: {{path: brightness.onnx}}
-        retention: {{dir: {ring}, max_bytes: 1GiB, required: {str(required).lower()}}}
+def _started_on_a_full_ring(
+    tmp_path: Path, full_disk: FullDisk, required: bool
+) -> tuple[Agent, Path, Path]:
+    """An agent whose retention ring is on ``full_disk``, started, then the disk filled;
+    the agent, its watched folder and its JSON-lines output."""
+    cfg_path = cam_config(tmp_path, textwrap.dedent(f"""\
+        retention: {{dir: {full_disk.path}, max_bytes: 1GiB, required: {str(required).lower()}}}
         output: {{jsonl: out.jsonl}}
         health: {{interval: 0.2s}}
     """))
-    (tmp_path / "in/cam1").mkdir(parents=True)
-    return Agent(load_config(cfg_path), cfg_path)
-
-
-def _inject(full_disk: FullDisk) -> None:
+    agent = Agent(load_config(cfg_path), cfg_path)
+    agent.start()
     full_disk.inject_call(retention_mod, "write_file")  # the ring's writes
+    full_disk.fill()
+    return agent, tmp_path / "in/cam1", tmp_path / "out.jsonl"
 
 
 def test_files_wait_for_the_ring_and_are_released_once_it_has_room(
     full_disk: FullDisk, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(retry_mod, "RETENTION_PROBE_S", 0.5)
-    agent = _agent(tmp_path, full_disk.path, required=True)
-    cam, out = tmp_path / "in/cam1", tmp_path / "out.jsonl"
-    agent.start()
+    agent, cam, out = _started_on_a_full_ring(tmp_path, full_disk, required=True)
     try:
-        _inject(full_disk)
-        full_disk.fill()
         n = 8
         for i in range(n):
             write_atomic(cam / f"f{i:02d}.jpg", jpeg(i * 30, size=64))
@@ -83,12 +74,8 @@ def test_files_wait_for_the_ring_and_are_released_once_it_has_room(
 def test_required_false_releases_files_the_ring_could_not_keep(
     full_disk: FullDisk, tmp_path: Path
 ) -> None:
-    agent = _agent(tmp_path, full_disk.path, required=False)
-    cam, out = tmp_path / "in/cam1", tmp_path / "out.jsonl"
-    agent.start()
+    agent, cam, out = _started_on_a_full_ring(tmp_path, full_disk, required=False)
     try:
-        _inject(full_disk)
-        full_disk.fill()
         for i in range(6):
             write_atomic(cam / f"f{i:02d}.jpg", jpeg(i * 30, size=64))
         wait_for(lambda: not any(cam.iterdir()), timeout=60, what="files released")
