@@ -69,3 +69,11 @@ def test_second_agent_on_the_same_state_exits_2(
     finally:
         first.terminate()
         first.wait(30)
+
+
+def test_a_state_folder_that_cannot_be_made_exits_2(tmp_path: Path) -> None:
+    config = tmp_path / "f.yaml"
+    config.write_text("state_dir: /proc/cdml-edge-state\noutput: {jsonl: out.jsonl}\n")
+    r = CliRunner().invoke(app, ["run", "--config", str(config), "--duration", "0.2"])
+    assert r.exit_code == 2, r.output
+    assert "/proc/cdml-edge-state: cannot use the state folder" in r.output

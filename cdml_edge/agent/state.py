@@ -3,7 +3,8 @@
 :class:`StateLock` takes an exclusive ``flock`` on ``<state_dir>/agent.lock`` (the kernel
 drops it when the process dies, so a crash never leaves a stale lock) and writes the pid
 into it for the message a second agent gets: :class:`StateInUse`, which ``cdml-edge run``
-turns into exit status 2 (systemd does not restart it in a loop).
+turns into exit status 2 (systemd does not restart it in a loop), as it does a folder it
+cannot create or write (:class:`StateUnusable`).
 """
 
 from __future__ import annotations
@@ -18,7 +19,11 @@ from cdml_edge.errors import CdmlError
 LOCK_NAME = "agent.lock"
 
 
-class StateInUse(CdmlError):
+class StateUnusable(CdmlError):
+    """The state folder cannot be created or its lock file opened; names the folder."""
+
+
+class StateInUse(StateUnusable):
     """Another agent holds the state folder; names the folder and that agent's pid."""
 
     def __init__(self, folder: Path, pid: str) -> None:
@@ -40,7 +45,9 @@ class StateLock:
             self.folder.mkdir(parents=True, exist_ok=True)
             fd = os.open(self.folder / LOCK_NAME, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
         except OSError as exc:
-            raise CdmlError(f"{self.folder}: cannot use the state folder: {exc}") from exc
+            raise StateUnusable(
+                f"{self.folder}: cannot use the state folder: {exc.strerror or exc}"
+            ) from exc
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
@@ -58,4 +65,4 @@ class StateLock:
             os.close(fd)
 
 
-__all__ = ["LOCK_NAME", "StateInUse", "StateLock"]
+__all__ = ["LOCK_NAME", "StateInUse", "StateLock", "StateUnusable"]

@@ -39,13 +39,13 @@ def run(
         raise typer.Exit(EXIT_CONFIG_ERROR) from None
     from cdml_edge.agent.app import Agent
     from cdml_edge.agent.outputs.mqtt.spool import SpoolInUse
-    from cdml_edge.agent.state import StateInUse
+    from cdml_edge.agent.state import StateUnusable
     from cdml_edge.model.runner import InferenceError
 
     try:
         agent = Agent(cfg, config, workers=workers, drain_timeout=drain_timeout)
         code = agent.run(duration)
-    except (StateInUse, SpoolInUse, ConfigError) as exc:  # same state; a model check
+    except (StateUnusable, SpoolInUse, ConfigError) as exc:  # same state; a model check
         typer.echo(str(exc), err=True)
         raise typer.Exit(EXIT_CONFIG_ERROR) from None
     except InferenceError as exc:
