@@ -8,7 +8,14 @@ is away, or the outbox is full (a slow broker), they go to the disk :class:`~.sp
 ``on_durable`` fires when every message of a batch is PUBACKed or spooled. After a
 reconnect the spool drains oldest first, taking at most every other in-flight slot, so live
 results are never starved. On a lost connection every message in flight is spooled again
-(at-least-once: a duplicate carries the same result id).
+(at-least-once: a duplicate carries the same result id). The spool's cursor is written every
+``commit_every`` acknowledged records or ``commit_interval`` seconds: what a kill -9 sends again.
+
+A spool that cannot be written (full disk, I/O error; see :class:`~.spool.Spool`) leaves what
+it refused in the outbox, which the I/O thread spools once it can; what fits in neither
+raises :class:`OutputUnavailable` and its batch never becomes durable. ``stop(timeout)``
+delivers the outbox and the spool until both are acknowledged or the timeout runs out,
+waiting for a connection being set up; what is left stays in the spool.
 
 The retained ``status`` topic is ``online`` after every CONNACK and ``offline`` as the Last
 Will and on a clean stop.
