@@ -42,11 +42,13 @@ from cdml_edge.agent.health.reporter import HealthReporter
 from cdml_edge.agent.lifecycle import FileLifecycle
 from cdml_edge.agent.models import DATA_COPIES, load_models, warm_up_decoders, window_charges
 from cdml_edge.agent.outputs.base import Output
-from cdml_edge.agent.outputs.factory import make_output
+from cdml_edge.agent.outputs.factory import degraded_parts, make_output, on_disk_event
+from cdml_edge.agent.preflight import check_files, check_models
 from cdml_edge.agent.processing import OutputFailed, WindowProcessor
 from cdml_edge.agent.retry import RETRY_BACKOFF_S, WINDOW_ATTEMPTS, Attempts, RetryPolicy
 from cdml_edge.agent.sources.factory import Source, make_source
 from cdml_edge.agent.startup import StartupClock, limit_blas_threads
+from cdml_edge.agent.state import StateLock
 from cdml_edge.agent.supervisor import Supervisor
 from cdml_edge.agent.windows import ByteBudget, PipelineGate, Windower, WindowPolicy
 from cdml_edge.agent.workers import WindowWorkers
@@ -98,12 +100,14 @@ class Agent:
         )
         self.sequencer = Sequencer()
         self.health = HealthReporter(self.metrics, self.sequencer, self.started_at)
+        self.health.degraded = self.degraded
         self.pipeline = WindowWorkers(
             self._busy, self.watchdog.progress, spawn=self.supervisor.spawn,
             on_lost=self._window_lost,
         )
         self.attempts = Attempts()  # kept across reloads
         self._server: MetricsServer | None = None
+        self._state: StateLock | None = None
         self._stop = threading.Event()
         self._reload = threading.Event()
         self._build(cfg)
@@ -120,8 +124,10 @@ class Agent:
         spawn = self.supervisor.spawn
         self.output: Output = self._fixed_output or make_output(cfg, spawn)
         self.errors = ErrorReporter(
-            self.output, cfg.device.id, self.sequencer, self.metrics, self.lifecycle
+            self.output, cfg.device.id, self.sequencer, self.metrics, self.lifecycle,
+            [sc.name for sc in cfg.sources],
         )
+        on_disk_event(self.output, self.errors.disk_event)
         self.runners: dict[str, ModelRunner] = {}
         self.retention: RetentionRing | None = None
         self.windowers: dict[str, Windower] = {}
@@ -192,6 +198,14 @@ class Agent:
             if it.path is not None and src is not None:
                 src.retry(it.path, RETRY_BACKOFF_S)
 
+    def degraded(self) -> dict[str, str]:
+        """Parts not fully working now, part -> why (``/healthz``, the health message)."""
+        out = degraded_parts(self.output)
+        ring = self.retention
+        if ring is not None and ring.degraded:
+            out["retention"] = ring.degraded
+        return out
+
     def _busy(self, queued: int, inflight: int) -> None:
         self.metrics.queue_depth.labels(queue="windows").set(queued)
         self.metrics.queue_bytes.labels(queue="inflight").set(self.budget.used)
@@ -203,21 +217,27 @@ class Agent:
         workers and sources; then READY=1."""
         cfg = self.cfg
         clock = StartupClock()
+        if self._state is None:  # one agent per state folder (StateInUse: exit 2)
+            assert cfg.state_dir is not None
+            self._state = StateLock(cfg.state_dir)
         if cfg.health.watchdog:  # WATCHDOG=1 pings; READY/STOPPING are sent either way
             self.watchdog.start()
         else:
             self.watchdog.stop()  # a reload may have turned it off
         if cfg.health.metrics_port is not None and self._server is None:
             self._server = self.metrics.serve(
-                cfg.health.metrics_host, cfg.health.metrics_port, watchdog=self.watchdog
+                cfg.health.metrics_host, cfg.health.metrics_port, watchdog=self.watchdog,
+                degraded=self.degraded,
             )
         clock.mark("health endpoint")
         self.runners = runners if runners is not None else load_models(cfg)
+        check_models(cfg, self.runners, str(self.config_path or "<config>"))  # exit 2
         window_charges(self.budget, self.runners)
         clock.mark("models", ", ".join(sorted(self.runners)))
         log.info("%s", limit_blas_threads())
         clock.mark("decoders", warm_up_decoders(
-            (sc.modality for sc in cfg.sources), self.runners, self.notifier.status))
+            (sc.modality for sc in cfg.sources), self.runners, self.notifier.status,
+            cache_dir=cfg.state_dir / "numba" if cfg.state_dir is not None else None))
         if cfg.retention is not None:
             from cdml_edge.store.retention import RetentionRing
 
@@ -260,6 +280,9 @@ class Agent:
             self._server.close()
             self._server = None
         self.supervisor.close()
+        if self._state is not None:
+            self._state.close()
+            self._state = None
         return drained
 
     def reload(self) -> bool:
@@ -272,9 +295,16 @@ class Agent:
         except ConfigError as exc:
             log.error("reload refused, keeping the running configuration:\n%s", exc)
             return False
+        moved = new.state_dir != self.cfg.state_dir
+        state: StateLock | None = None
         try:  # before anything stops: a config naming an unloadable model changes nothing
+            check_files(new, str(self.config_path))
+            state = StateLock(new.state_dir) if moved and new.state_dir else None
             runners = load_models(new)
+            check_models(new, runners, str(self.config_path))
         except Exception as exc:
+            if state is not None:
+                state.close()
             log.error("reload refused: %s (keeping the running configuration)", exc)
             self.metrics.errors.labels(stage="reload").inc()
             return False
@@ -284,6 +314,10 @@ class Agent:
         self.output.stop(timeout=5.0)
         if self.retention is not None:
             self.retention.close()
+        if state is not None:
+            if self._state is not None:
+                self._state.close()
+            self._state = state
         self._build(new)
         self.start(runners)
         return True

@@ -27,8 +27,10 @@ class ErrorReporter:
         sequencer: Sequencer,
         metrics: Metrics,
         lifecycle: FileLifecycle,
+        sources: Sequence[str] = (),
     ) -> None:
         self.output = output
+        self.sources = list(sources)
         self.device = device
         self.sequencer = sequencer
         self.metrics = metrics
@@ -55,6 +57,16 @@ class ErrorReporter:
             self.output.publish_batch(msgs)
         except Exception:
             log.exception("could not publish %d error events", len(msgs))
+
+    def disk_event(self, kind: str, info: dict[str, str]) -> None:
+        """A store's disk fault began (``*_disk_full``, ``*_io_error``: counted in
+        ``errors{stage=kind}``) or ended (``*_disk_ok``): one event on every source's error
+        topic, as the fault is the device's, not one input's."""
+        if not kind.endswith("_disk_ok"):
+            self.metrics.errors.labels(stage=kind).inc()
+        where = info.get("dir", "")
+        message = f"{where}: {info['op']}: {info['error']}" if "error" in info else f"{where}: ok"
+        self.publish([self.event(s, None, kind, message) for s in self.sources])
 
     def source_error(
         self, source: str, name: str | None, exc: Exception, path: Path | None

@@ -52,12 +52,14 @@ def warm_up_decoders(
     modalities: Iterable[str],
     runners: dict[str, ModelRunner],
     status: Callable[[str], object] | None = None,
+    cache_dir: Path | None = None,
 ) -> str:
     """Decode one sample per modality so the first real window pays no import or JIT cost;
     what each took, for the start-up log.
 
     Audio's first start compiles librosa's numba kernels into the cache folder
-    (:mod:`cdml_edge.decode.numba_cache`): a warning says so beforehand, and ``status``
+    (:mod:`cdml_edge.decode.numba_cache`; ``cache_dir``, the state folder's ``numba/``, unless
+    ``$NUMBA_CACHE_DIR`` is set): a warning says so beforehand, and ``status``
     (systemd's STATUS=) shows it while it lasts. A failed warm-up is logged, never raised: it
     is an optimisation, not a reason to stop.
     """
@@ -65,7 +67,7 @@ def warm_up_decoders(
     for modality in sorted(set(modalities)):
         note = ""
         if modality == "audio":
-            note = _numba_note(status)
+            note = _numba_note(status, cache_dir)
         t0 = time.perf_counter()
         try:
             warm_up_decoder(modality, runners.get(modality))
@@ -75,9 +77,9 @@ def warm_up_decoders(
     return ", ".join(took)
 
 
-def _numba_note(status: Callable[[str], object] | None) -> str:
+def _numba_note(status: Callable[[str], object] | None, cache_dir: Path | None) -> str:
     """Where numba caches, and a warning when its kernels are about to be compiled."""
-    folder = numba_cache.configure()
+    folder = numba_cache.configure(cache_dir)
     if numba_cache.is_warm(folder):
         return f", numba cache {folder} warm"
     log.warning("first start: compiling librosa's numba kernels once (tens of seconds on a "

@@ -2,7 +2,8 @@
 
 The work is :func:`cdml_edge.retrain.replay_job.run_replay` and
 :func:`cdml_edge.retrain.export_job.run_export`; these commands map their errors to exit
-codes (2: a usage problem, 1: the run failed) and print their summaries.
+codes (2: a usage problem, 1: the run failed, or replay skipped a corrupt window or could
+not deliver what it published) and print their summaries.
 """
 
 from __future__ import annotations
@@ -67,6 +68,10 @@ def replay(
         typer.echo(str(exc), err=True)
         raise typer.Exit(EXIT_FAILED) from None
     typer.echo(summary.line())
+    if not summary.complete:
+        for line in summary.stats.errors:
+            typer.echo(line, err=True)
+        raise typer.Exit(EXIT_FAILED)
 
 
 def export(

@@ -45,19 +45,33 @@ class ReplayOptions:
 
 @dataclass(frozen=True)
 class ReplaySummary:
-    """What a replay run did, and where its results went."""
+    """What a replay run did, and where its results went. ``undelivered``: published
+    messages still in the replay spool when the run ended (the broker was away); the next
+    ``replay --publish`` sends them."""
 
     stats: ReplayStats
     out: Path | None
+    undelivered: int = 0
+    spool: Path | None = None
+
+    @property
+    def complete(self) -> bool:
+        """Every window was read and every message delivered (the exit status is 0)."""
+        return self.stats.corrupt == 0 and self.undelivered == 0
 
     def line(self) -> str:
         """The one-line summary the command prints."""
         st = self.stats
         where = f" -> {self.out}" if self.out is not None else ""
+        left = (
+            f"; {self.undelivered} messages not delivered, left in {self.spool}"
+            if self.undelivered else ""
+        )
         return (
             f"replayed {st.windows} windows, {st.items} results ({st.items_per_s:.0f} items/s), "
             f"{st.changed_labels} labels and {st.changed_anomalies} anomaly flags changed, "
-            f"{st.failures} failed, {st.missing} missing{where}"
+            f"{st.failures} failed, {st.missing} missing, {st.corrupt} corrupt windows "
+            f"skipped{where}{left}"
         )
 
 
@@ -78,7 +92,7 @@ def run_replay(options: ReplayOptions, progress: RunProgress | None = None) -> R
     if options.publish:
         from cdml_edge.agent.outputs.factory import make_output
 
-        output = make_output(plan.cfg)
+        output = make_output(plan.cfg, replay=True)
         output.start()
 
     def on_window(win: ReplayedWindow) -> None:
@@ -104,7 +118,10 @@ def run_replay(options: ReplayOptions, progress: RunProgress | None = None) -> R
         bar.stop()
         if output is not None:
             output.stop(timeout=30.0)
-    return ReplaySummary(st, plan.out)
+    if output is None:
+        return ReplaySummary(st, plan.out)
+    left = output.stats().get("spool_records", 0)
+    return ReplaySummary(st, plan.out, left, plan.cfg.spool.dir / "replay" if left else None)
 
 
 def _plan(options: ReplayOptions) -> _Plan:

@@ -23,6 +23,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from cdml_edge.errors import CdmlError
+from cdml_edge.fsio import TMP_PREFIX
 from cdml_edge.store.catalog import CATALOG_NAME, Catalog, WindowRecord
 from cdml_edge.window.manifest import ManifestError, WindowManifest
 
@@ -31,6 +32,10 @@ log = logging.getLogger(__name__)
 SIDECAR_SUFFIX = ".window.json"
 ARCHIVE_SUFFIXES = {"zip": ".zip", "tar.zst": ".tar.zst"}
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
+_RING_NAME = re.compile(
+    r"^(?P<stem>\d{8}T\d{6}\.\d{3}Z_[A-Za-z0-9._-]{1,120}?)"
+    r"(?P<suffix>\.window\.json|\.zip|\.tar\.zst)$"
+)
 
 
 class RetentionError(CdmlError):
@@ -102,6 +107,31 @@ def window_stem(manifest: WindowManifest) -> str:
     t = manifest.closed_at
     stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime(t)) + f".{int((t % 1) * 1000):03d}Z"
     return f"{stamp}_{_UNSAFE.sub('_', manifest.window_id)[:120]}"
+
+
+def ring_name(name: str) -> tuple[str, str] | None:
+    """``(stem, suffix)`` when ``name`` is a file name the ring writes (``<UTC close time>_
+    <window id>`` + ``.zip`` / ``.tar.zst`` / ``.window.json``), else ``None``."""
+    m = _RING_NAME.match(name)
+    return (m["stem"], m["suffix"]) if m else None
+
+
+CORRUPT_DIR = "corrupt"
+"""The ring's folder for damaged windows (see :mod:`cdml_edge.store.repair`)."""
+
+_CATALOG_FILES = {CATALOG_NAME + sfx for sfx in ("", "-journal", "-wal", "-shm")}
+
+
+def foreign_names(directory: str | Path) -> list[str]:
+    """The entries of a retention folder that the ring did not write (sorted): anything but
+    its window files, their temporary names, the catalog and ``corrupt/``. The ring never
+    reads, moves or deletes them."""
+    out = []
+    for name in os.listdir(directory):
+        bare = name[len(TMP_PREFIX):] if name.startswith(TMP_PREFIX) else name
+        if ring_name(bare) is None and name not in _CATALOG_FILES and name != CORRUPT_DIR:
+            out.append(name)
+    return sorted(out)
 
 
 def archive_names(stem: str) -> set[str]:
@@ -193,7 +223,8 @@ def list_retained(
         log.info("retention: catalog of %s not usable (%s); reading the sidecars", d, exc)
     out = []
     for name in sorted(os.listdir(d)):
-        if not name.endswith(SIDECAR_SUFFIX) or name.startswith("."):
+        parsed = ring_name(name)
+        if parsed is None or parsed[1] != SIDECAR_SUFFIX:
             continue
         try:
             rw = read_sidecar(d / name)
@@ -218,11 +249,14 @@ __all__ = [
     "ArchiveRef",
     "RetainedWindow",
     "RetentionError",
+    "CORRUPT_DIR",
     "archive_names",
+    "foreign_names",
     "is_plain_archive_name",
     "list_retained",
     "parse_sidecar",
     "read_sidecar",
+    "ring_name",
     "safe_record",
     "window_record",
     "window_stem",

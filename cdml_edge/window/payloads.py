@@ -156,6 +156,9 @@ class HealthPayload(_Payload):
     )
     uptime_s: float = 0.0
     cameras: dict[str, CameraHealth] = Field(default_factory=dict)
+    degraded: dict[str, str] = Field(
+        default_factory=dict, description="Parts not fully working now (spool, retention) and why."
+    )
     seq: int
     device: str
 

@@ -22,6 +22,7 @@ from prometheus_client import (
 from cdml_edge.agent.health.server import (
     MAX_CONCURRENT_REQUESTS,
     REQUEST_TIMEOUT_S,
+    Degraded,
     MetricsServer,
 )
 from cdml_edge.agent.health.watchdog import ProgressWatchdog
@@ -219,6 +220,7 @@ class Metrics:
         port: int,
         *,
         watchdog: ProgressWatchdog | None = None,
+        degraded: Degraded | None = None,
         request_timeout_s: float = REQUEST_TIMEOUT_S,
         max_concurrent: int = MAX_CONCURRENT_REQUESTS,
     ) -> MetricsServer:
@@ -226,7 +228,8 @@ class Metrics:
 
         ``host`` may be an IPv4 or IPv6 address or a name (``::`` listens on both families).
         With a watchdog, ``/healthz`` answers 503 while it reports a stall, and the watchdog's
-        state is exported as metrics too.
+        state is exported as metrics too; ``degraded`` names parts that work but not fully
+        (503 ``degraded`` while it returns any).
         """
         if watchdog is not None:
             self.attach_watchdog(watchdog)
@@ -236,6 +239,7 @@ class Metrics:
             host,
             port,
             health=health,
+            degraded=degraded,
             request_timeout_s=request_timeout_s,
             max_concurrent=max_concurrent,
         )

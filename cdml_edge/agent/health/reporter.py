@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 from cdml_edge import __version__
 from cdml_edge.agent.health.cameras import CameraBoard
@@ -35,6 +35,8 @@ class HealthReporter:
         self._skipped_seen: dict[str, int] = {}
         self._thread: Worker | None = None
         self.cameras = CameraBoard(metrics)
+        self.degraded: Callable[[], Mapping[str, str]] = dict
+        """Parts not fully working (set by the agent); in every health message."""
 
     def attach(self, cfg: AppConfig, output: Output, sources: Mapping[str, Source]) -> None:
         self._cfg, self._output, self._sources = cfg, output, sources
@@ -85,6 +87,7 @@ class HealthReporter:
             **totals,
             queue_depths=depths,
             cameras=self.cameras.report(),
+            degraded=dict(self.degraded()),
             seq=self.sequencer.next("health"),
             device=self._cfg.device.id,
         )

@@ -43,6 +43,11 @@ class FleetReplaySummary:
     s3_requests: int = 0
     s3_bytes: int = 0
 
+    @property
+    def complete(self) -> bool:
+        """Every window was read (the exit status is 0), as for the local replay."""
+        return self.stats.corrupt == 0
+
     def line(self) -> str:
         """The local replay's summary line, then the fleet's details as one JSON line."""
         extra = {
