@@ -14,6 +14,7 @@ from agent_fixtures import jpeg, wait_for, write_atomic
 from cdml_edge.agent.sources import (
     CameraSource,
     CameraSpec,
+    CameraTransition,
     FileTooLarge,
     FolderSource,
     FolderSpec,
@@ -209,21 +210,28 @@ def test_camera_skips_and_counts_frames_over_budget(tmp_path: Path) -> None:
     assert len(sink.items) == 1 and cam.stats.skipped == 4
 
 
-def test_camera_that_cannot_open_reports_an_error(tmp_path: Path) -> None:
+def test_camera_that_cannot_open_keeps_retrying_and_reports_once(tmp_path: Path) -> None:
+    changes: list[CameraTransition] = []
     sink = Sink()
-    cam = CameraSource(
-        CameraSpec("cam", str(tmp_path / "missing.avi")), ByteBudget(100), sink, sink.error
-    )
+    spec = CameraSpec("cam", str(tmp_path / "missing.avi"), reconnect_first_s=0.05,
+                      reconnect_max_s=0.1)
+    cam = CameraSource(spec, ByteBudget(100), sink, sink.error, changes.append)
     cam.start()
-    assert cam.finished.wait(10)
-    assert sink.items == [] and isinstance(sink.errors[0][2], SourceError)
+    try:
+        wait_for(lambda: cam.health().failed_attempts >= 3, timeout=30, what="3 attempts")
+        assert not cam.finished.is_set()
+    finally:
+        cam.stop()
+    assert sink.items == [] and sink.errors == []
+    assert [c.state for c in changes] == ["reconnecting", "stopped"]
+    assert "cannot open" in (changes[0].reason or "") and "missing.avi" in cam.url
 
 
 def test_read_error_names_the_file(tmp_path: Path) -> None:
-    from cdml_edge.agent.sources.folder import _read_whole
+    from cdml_edge.agent.sources.regular import LinkPolicy, read_regular
 
     with pytest.raises(SourceError, match="nothere.jpg"):
-        _read_whole(tmp_path / "nothere.jpg", 1)
+        read_regular(str(tmp_path / "nothere.jpg"), 1, LinkPolicy())
 
 
 def test_file_renamed_in_from_another_folder_is_taken(tmp_path: Path) -> None:

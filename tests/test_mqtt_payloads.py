@@ -91,7 +91,7 @@ def test_models_round_trip_and_forbid_unknown_fields() -> None:
 
 def test_payload_schemas_cover_every_topic_kind() -> None:
     schemas = payload_schemas()
-    assert set(schemas) == {"status", "result", "window", "health", "error"}
+    assert set(schemas) == {"status", "result", "window", "health", "error", "camera"}
     assert "id" in schemas["result"]["required"]
     assert schemas["status"]["properties"]["state"]["enum"] == ["online", "offline"]
     assert schemas["result"]["additionalProperties"] is False

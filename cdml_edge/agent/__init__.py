@@ -1,7 +1,8 @@
 """The live appliance (``cdml-edge run``), folders in the order data flows through them.
 
-- intake: ``sources/`` (``folder`` watch with ``pending`` completeness, ``camera``,
-  ``factory`` from the config) feeding ``windows`` (``Windower``, the global ``ByteBudget``);
+- intake: ``sources/`` (``folder`` watch with ``pending`` completeness, ``camera`` with its
+  ``camera_status``, ``factory`` from the config; a camera's OpenCV runs in the process of
+  ``capture/``) feeding ``windows`` (``Windower``, the global ``ByteBudget``);
 - windows in flight: ``workers`` (queue, threads, drain) handing each window to
   ``processing`` (``WindowProcessor``: pack -> score -> quarantine -> retain -> output ->
   ``on_done`` through ``lifecycle``), with ``retry`` for failed windows, ``events`` for

@@ -29,17 +29,25 @@ def run(
         level=getattr(logging, log_level.upper(), logging.INFO),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
+    from cdml_edge.agent.preflight import check_files
+
     try:
         cfg = load_config(config)
+        check_files(cfg, str(config))  # a missing CA or password file: 2 now, not a crash
     except ConfigError as exc:
         typer.echo(str(exc), err=True)
         raise typer.Exit(EXIT_CONFIG_ERROR) from None
     from cdml_edge.agent.app import Agent
+    from cdml_edge.agent.outputs.mqtt.spool import SpoolInUse
+    from cdml_edge.agent.state import StateUnusable
     from cdml_edge.model.runner import InferenceError
 
-    agent = Agent(cfg, config, workers=workers, drain_timeout=drain_timeout)
     try:
+        agent = Agent(cfg, config, workers=workers, drain_timeout=drain_timeout)
         code = agent.run(duration)
+    except (StateUnusable, SpoolInUse, ConfigError) as exc:  # same state; a model check
+        typer.echo(str(exc), err=True)
+        raise typer.Exit(EXIT_CONFIG_ERROR) from None
     except InferenceError as exc:
         typer.echo(f"cannot start: {exc}", err=True)
         raise typer.Exit(EXIT_START_FAILED) from None

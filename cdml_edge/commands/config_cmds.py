@@ -7,7 +7,8 @@ from pathlib import Path
 
 import typer
 
-from cdml_edge.config import ConfigError, config_schema, load_config
+from cdml_edge.config import ConfigError, config_schema
+from cdml_edge.units import format_size
 
 EXIT_CONFIG_ERROR = 2
 
@@ -16,15 +17,23 @@ config_app = typer.Typer(help="Validate a configuration file or print its JSON S
 
 @config_app.command("validate")
 def validate(file: Path = typer.Argument(..., help="The YAML configuration file.")) -> None:
-    """Exit 0 when FILE is a valid configuration; exit 2 naming each bad field otherwise."""
+    """Exit 0 when FILE can run here; exit 2 naming each problem otherwise: bad fields,
+    files it names that cannot be read, a model of the wrong modality, a budget too small
+    for one item."""
+    from cdml_edge.agent.preflight import validate_runnable
+
     try:
-        config = load_config(file)
+        checked = validate_runnable(file)
     except ConfigError as exc:
         typer.echo(str(exc), err=True)
         raise typer.Exit(EXIT_CONFIG_ERROR) from None
+    config = checked.config
+    sizes = ", ".join(f"{k} {format_size(n)}" for k, n in sorted(checked.max_item_bytes.items()))
     typer.echo(
         f"{file}: valid ({len(config.sources)} sources, {len(config.models)} models, "
-        f"mqtt: {config.mqtt.url if config.mqtt else 'off'})"
+        f"mqtt: {config.mqtt.url if config.mqtt else 'off'}, state: {config.state_dir}"
+        + (f"; largest file the budget admits: {sizes}" if sizes else "")
+        + ")"
     )
 
 

@@ -15,8 +15,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-TopicKind = Literal["status", "health", "error", "result", "window"]
-PER_SOURCE_KINDS: frozenset[str] = frozenset({"result", "window", "error"})
+TopicKind = Literal["status", "health", "error", "result", "window", "camera"]
+PER_SOURCE_KINDS: frozenset[str] = frozenset({"result", "window", "error", "camera"})
+CameraStateName = Literal["connecting", "streaming", "reconnecting", "failed", "ended", "stopped"]
 
 
 @dataclass(frozen=True)
@@ -99,6 +100,42 @@ class WindowResult(_Payload):
     device: str
 
 
+class CameraHealth(_Payload):
+    """One camera in the health payload (``cameras``, keyed by source name)."""
+
+    state: CameraStateName
+    url: str = Field(description="Device, stream URL or file; the password replaced by ***")
+    since: float = Field(description="Unix time the camera entered this state")
+    fps_captured: float = Field(description="Frames/s taken from the camera, last >= 5 s")
+    fps_scored: float = Field(description="Results/s of this camera, last >= 5 s")
+    frames: int = Field(description="Frames received since the agent started")
+    last_frame_age_s: float | None = Field(description="Seconds since the last frame")
+    down_for_s: float | None = Field(description="Seconds without frames while down, else null")
+    outages: int
+    reconnects: int = Field(description="Outages that ended with frames flowing again")
+    failed_attempts: int = Field(description="Opens or reads that failed, all outages")
+    last_error: str | None = None
+    unhealthy: bool = Field(description="Down longer than the source's unhealthy_after")
+
+
+class CameraEvent(_Payload):
+    """Retained ``{prefix}/{device}/{source}/camera``: one per state change of a camera (down,
+    failed past its grace, streaming again, ended, stopped), never one per retry."""
+
+    source: str
+    state: CameraStateName
+    previous: CameraStateName
+    reason: str | None = Field(None, description="Why it went down / what the outage was")
+    down_for_s: float | None = Field(None, description="Outage so far, or in all on recovery")
+    outages: int
+    reconnects: int
+    failed_attempts: int
+    url: str
+    ts: float
+    seq: int
+    device: str
+
+
 class HealthPayload(_Payload):
     """Periodic counters on ``{prefix}/{device}/health``."""
 
@@ -113,7 +150,15 @@ class HealthPayload(_Payload):
     bytes_written: int = 0
     dropped: int = 0
     broker_connected: bool = False
+    thread_deaths: int = Field(0, description="Supervised threads that died (restarted)")
+    dead_threads: list[str] = Field(
+        default_factory=list, description="Supervised threads dead now: not running again yet"
+    )
     uptime_s: float = 0.0
+    cameras: dict[str, CameraHealth] = Field(default_factory=dict)
+    degraded: dict[str, str] = Field(
+        default_factory=dict, description="Parts not fully working now (spool, retention) and why."
+    )
     seq: int
     device: str
 
@@ -137,12 +182,14 @@ PAYLOAD_MODELS: dict[str, type[BaseModel]] = {
     "window": WindowResult,
     "health": HealthPayload,
     "error": ErrorEvent,
+    "camera": CameraEvent,
 }
 
 
 def item_id(source: str, name: str, size: int, mtime_ns: int) -> str:
-    """Stable result id: the same file seen twice (after a restart) gets the same id."""
-    key = f"{source}\x00{name}\x00{size}\x00{mtime_ns}".encode()
+    """Stable result id: the same file seen twice (after a restart) gets the same id.
+    ``name`` may hold raw bytes that are not UTF-8 (``os.fsdecode``): they are hashed as such."""
+    key = f"{source}\x00{name}\x00{size}\x00{mtime_ns}".encode("utf-8", "surrogateescape")
     return hashlib.sha256(key).hexdigest()[:32]
 
 
