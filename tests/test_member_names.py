@@ -105,6 +105,19 @@ def test_class_folders_of_a_tar_zst_packed_with_dot(tmp_path: Path) -> None:
     assert {ds.classes[y] for x, y in (ds[i] for i in range(len(ds)))} == {"cat", "dog"}
 
 
+def test_include_patterns_and_label_keys_match_in_normal_form(tmp_path: Path) -> None:
+    from cdml_edge import CDMLStreamDataset
+
+    src = tmp_path / "tree"
+    _tree(src)
+    out = tmp_path / "pets.tar"
+    subprocess.run(["tar", "-cf", str(out), "-C", str(src), "."], check=True)
+    labels = {"./cat/0.png": "a", "cat/1.png": "b", "./cat//2.png": "a"}
+    only = CDMLStreamDataset(out, include="./cat/*", labels=labels)
+    assert sorted(only.names) == ["cat/0.png", "cat/1.png", "cat/2.png"]
+    assert only.classes == ["a", "b"]
+
+
 def test_scan_lists_normal_names(tmp_path: Path) -> None:
     src = tmp_path / "tree"
     _tree(src)
