@@ -51,6 +51,8 @@ class ReplayStats:
     errors: list[str] = field(default_factory=list)  # one line per corrupt window
     changed_labels: int = 0
     changed_anomalies: int = 0
+    first_verdicts: int = 0  # results of windows retained without a model (nothing to change)
+    by_modality: dict[str, int] = field(default_factory=dict)  # results per modality
     bytes_read: int = 0
     seconds: float = 0.0
     models: dict[str, str] = field(default_factory=dict)
@@ -69,6 +71,8 @@ class ReplayStats:
             "errors": list(self.errors),
             "changed_labels": self.changed_labels,
             "changed_anomalies": self.changed_anomalies,
+            "first_verdicts": self.first_verdicts,
+            "by_modality": dict(self.by_modality),
             "bytes_read": self.bytes_read,
             "seconds": round(self.seconds, 3),
             "items_per_s": round(self.items_per_s, 1),
@@ -203,8 +207,13 @@ def _count(
     st.items += len(outcome.results)
     st.failures += len(outcome.failures)
     for doc in recs:
+        if "error" not in doc:
+            st.by_modality[doc["modality"]] = st.by_modality.get(doc["modality"], 0) + 1
         was = doc.get("was")
         if was is None or "error" in doc:  # no earlier verdict, or a failure record
+            continue
+        if was["model"] is None:  # retained unscored: a first verdict, not a change
+            st.first_verdicts += 1
             continue
         st.changed_labels += int(doc.get("label") != was["label"])
         st.changed_anomalies += int(bool(doc.get("anomaly")) != bool(was["anomaly"]))
