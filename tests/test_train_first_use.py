@@ -3,14 +3,17 @@ say what they hold, and a dataset with nothing of the asked modality says so."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
+from typer.testing import CliRunner
 
 from cdml_edge import CDMLStreamDataset, synth
 from cdml_edge.archive import write_archive
+from cdml_edge.cli import app
 from cdml_edge.data.labels import LabelError
 
 COLOURS = {"blue": (0, 0, 255), "green": (0, 255, 0), "red": (255, 0, 0)}
@@ -75,6 +78,42 @@ def test_train_reports_val_acc_against_the_training_classes(
     really = sum(p == t for p, t in zip(predicted, truth, strict=True)) / len(truth)
     assert res.history[-1]["val_acc"] == pytest.approx(really)
     assert really > 0.9  # the colours are learnt; the check above is not vacuous
+
+
+def test_train_cli_refuses_a_validation_class_unknown_to_training(
+    colour_data: dict[str, Path], tmp_path: Path
+) -> None:
+    res = CliRunner().invoke(app, ["train", "--data", str(colour_data["train"]), "--val-data",
+                                   str(colour_data["odd"]), "--epochs", "1", "--image-size", "16",
+                                   "--out", str(tmp_path / "run")])
+    assert res.exit_code == 2, res.output
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("cdml-edge train: ")
+    assert "purple" in lines[0] and "training classes" in lines[0]
+
+
+def test_anomaly_checkpoint_says_what_it_holds(tmp_path: Path) -> None:
+    items = [(f"normal/{i}.csv", b) for i, b in enumerate(synth.vibration_csv(24, seed=3))]
+    items += [(f"fault/{i}.csv", b) for i, b in enumerate(synth.vibration_csv(12, 3, True))]
+    write_archive(tmp_path / "vib.zip", items)
+    run = tmp_path / "run"
+    res = CliRunner().invoke(app, ["train", "--data", str(tmp_path / "vib.zip"), "--modality",
+                                   "csv", "--epochs", "2", "--out", str(run),
+                                   "--anomaly-normal", "normal", "--batch-size", "16"])
+    assert res.exit_code == 0, res.output
+    names = sorted(p.name for p in (run / "checkpoints").glob("*.pt"))
+    assert names == ["epoch-0001.pt", "epoch-0002-anomaly.pt", "epoch-0002.pt"]
+    out = res.stdout.strip().splitlines()
+    final = json.loads(out[-1])
+    assert Path(final["checkpoint"]).name == "epoch-0002-anomaly.pt"
+    printed = f"cdml-edge export-onnx {final['checkpoint']} "
+    assert any(printed in line for line in out[:-1]), res.stdout
+    onnx_path = tmp_path / "vib.onnx"
+    res = CliRunner().invoke(app, ["export-onnx", final["checkpoint"], str(onnx_path)])
+    assert res.exit_code == 0, res.output
+    from cdml_edge.model.spec import load_onnx_model
+
+    assert load_onnx_model(onnx_path)[1].task == "anomaly"
 
 
 def test_nothing_of_the_modality_names_what_the_archive_holds(

@@ -7,10 +7,8 @@ from pathlib import Path
 
 import typer
 
-from cdml_edge.config import ConfigError, load_config
-
-EXIT_CONFIG_ERROR = 2
-EXIT_START_FAILED = 3
+from cdml_edge.commands.exits import EXIT_START_FAILED, fail, user_errors
+from cdml_edge.config import load_config
 
 
 def run(
@@ -29,11 +27,8 @@ def run(
         level=getattr(logging, log_level.upper(), logging.INFO),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
-    try:
+    with user_errors("run"):
         cfg = load_config(config)
-    except ConfigError as exc:
-        typer.echo(str(exc), err=True)
-        raise typer.Exit(EXIT_CONFIG_ERROR) from None
     from cdml_edge.agent.app import Agent
     from cdml_edge.model.runner import InferenceError
 
@@ -41,8 +36,7 @@ def run(
     try:
         code = agent.run(duration)
     except InferenceError as exc:
-        typer.echo(f"cannot start: {exc}", err=True)
-        raise typer.Exit(EXIT_START_FAILED) from None
+        fail("run", f"cannot start: {exc}", EXIT_START_FAILED)
     raise typer.Exit(code)
 
 

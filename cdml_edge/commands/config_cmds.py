@@ -7,21 +7,21 @@ from pathlib import Path
 
 import typer
 
-from cdml_edge.config import ConfigError, config_schema, load_config
+from cdml_edge.commands.exits import user_errors
+from cdml_edge.config import config_schema, load_config
 
-EXIT_CONFIG_ERROR = 2
-
-config_app = typer.Typer(help="Validate a configuration file or print its JSON Schema.")
+config_app = typer.Typer(
+    help="Validate a configuration file or print its JSON Schema.", rich_markup_mode=None
+)
 
 
 @config_app.command("validate")
-def validate(file: Path = typer.Argument(..., help="The YAML configuration file.")) -> None:
+def validate(
+    file: Path = typer.Argument(..., metavar="FILE", help="The YAML configuration file."),
+) -> None:
     """Exit 0 when FILE is a valid configuration; exit 2 naming each bad field otherwise."""
-    try:
+    with user_errors("config validate"):
         config = load_config(file)
-    except ConfigError as exc:
-        typer.echo(str(exc), err=True)
-        raise typer.Exit(EXIT_CONFIG_ERROR) from None
     typer.echo(
         f"{file}: valid ({len(config.sources)} sources, {len(config.models)} models, "
         f"mqtt: {config.mqtt.url if config.mqtt else 'off'})"

@@ -2,7 +2,8 @@
 
 The work is :func:`cdml_edge.retrain.replay_job.run_replay` and
 :func:`cdml_edge.retrain.export_job.run_export`; these commands map their errors to exit
-codes (2: a usage problem, 1: the run failed) and print their summaries.
+codes (:mod:`cdml_edge.commands.exits`: 2 a usage problem, 1 the run failed) and print
+their summaries.
 """
 
 from __future__ import annotations
@@ -11,18 +12,18 @@ from pathlib import Path
 
 import typer
 
+from cdml_edge.commands.exits import user_errors
 from cdml_edge.commands.progress import run_bar
-from cdml_edge.retrain.errors import ExportError, OptionError, ReplayError
+from cdml_edge.retrain.errors import ExportError, ReplayError
 from cdml_edge.retrain.export_job import ExportOptions, run_export
 from cdml_edge.retrain.replay_job import DEFAULT_REPLAY_OUT, ReplayOptions, run_replay
-
-EXIT_FAILED = 1
-EXIT_USAGE = 2
 
 
 def replay(
     directory: Path | None = typer.Argument(
-        None, help="Retention folder (default: retention.dir of the configuration)."
+        None,
+        metavar="[DIR]",
+        help="Retention folder (default: retention.dir of the configuration).",
     ),
     config: Path = typer.Option(..., "--config", "-c", help="The YAML configuration file."),
     model: list[Path] = typer.Option(
@@ -45,20 +46,16 @@ def replay(
 ) -> None:
     """Re-score retained windows (archive order, full speed) with the current pipeline."""
     options = ReplayOptions(config, directory, model, since, until, source, publish, out)
-    try:
+    with user_errors("replay", failed=(ReplayError,)):
         summary = run_replay(options, run_bar("replay", quiet))
-    except OptionError as exc:
-        typer.echo(str(exc), err=True)
-        raise typer.Exit(EXIT_USAGE) from None
-    except ReplayError as exc:
-        typer.echo(str(exc), err=True)
-        raise typer.Exit(EXIT_FAILED) from None
     typer.echo(summary.line())
 
 
 def export(
-    directory: Path = typer.Argument(..., help="Retention folder."),
-    out: Path = typer.Argument(..., help="Training archive to write (.zip or .tar.zst)."),
+    directory: Path = typer.Argument(..., metavar="DIR", help="Retention folder."),
+    out: Path = typer.Argument(
+        ..., metavar="OUT", help="Training archive to write (.zip or .tar.zst)."
+    ),
     filters: list[str] = typer.Option(
         [], "--filter", help="FIELD OP VALUE, e.g. 'label=defect', 'anomaly>0.8' (all must hold)."
     ),
@@ -81,14 +78,8 @@ def export(
     options = ExportOptions(
         directory, out, filters, since, until, source, labels, split, level, max_bytes
     )
-    try:
+    with user_errors("export", failed=(ExportError,)):
         summary = run_export(options, run_bar("export", quiet))
-    except OptionError as exc:
-        typer.echo(str(exc), err=True)
-        raise typer.Exit(EXIT_USAGE) from None
-    except ExportError as exc:
-        typer.echo(str(exc), err=True)
-        raise typer.Exit(EXIT_FAILED) from None
     typer.echo(summary.text())
 
 

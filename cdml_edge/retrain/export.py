@@ -196,7 +196,7 @@ def export_trainset(
 
     t0 = time.perf_counter()
     d, target = Path(directory), Path(out)
-    fmt = _output_format(target)
+    fmt = output_format(target)
     try:
         records = list_retained(d, since, until, source)
     except RetentionError as exc:
@@ -227,7 +227,8 @@ def export_trainset(
     return stats
 
 
-def _output_format(target: Path) -> str:
+def output_format(target: Path) -> str:
+    """The archive format ``target``'s name asks for; :class:`ExportError` if none."""
     from cdml_edge.archive import ArchiveError
     from cdml_edge.archive.pack import format_for_path
 

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from cdml_edge.retrain.errors import ExportError, OptionError
-from cdml_edge.retrain.export import ExportStats, export_trainset
+from cdml_edge.retrain.export import ExportStats, export_trainset, output_format
 from cdml_edge.retrain.filters import FilterError, ItemFilter, parse_filters, parse_when
 from cdml_edge.retrain.layout import parse_split
 from cdml_edge.retrain.progress import NoProgress, RunProgress
@@ -114,8 +114,13 @@ def run_export(options: ExportOptions, progress: RunProgress | None = None) -> E
 
 
 def _selection(options: ExportOptions) -> _Selection:
-    """The parsed selection options, in the command's order; :class:`OptionError` if bad."""
+    """The parsed selection options, in the command's order; :class:`OptionError` if bad.
+
+    The folder and the output name are checked first, before any work starts."""
+    if not options.directory.is_dir():
+        raise OptionError(f"{options.directory}: no such retention folder")
     try:
+        output_format(options.out)
         filters = parse_filters(options.filters)
         split = parse_split(options.split) if options.split else None
         relabels = load_relabels(options.labels) if options.labels else None
