@@ -20,7 +20,7 @@ from torch.utils.data import Dataset
 
 from cdml_edge.archive.names import normalize_member_name
 from cdml_edge.data.cache import ByteLRU, CacheInfo
-from cdml_edge.data.labels import LabelError, LabelSource, resolve_labels
+from cdml_edge.data.labels import LabelError, Labels, LabelSource, resolve_labels
 from cdml_edge.data.samples import SAMPLES, fit_length, pad_batch
 from cdml_edge.decode import DECODERS, check_modality, modality_for, normalize_size
 from cdml_edge.decode.image import TargetSize
@@ -110,6 +110,17 @@ class CDMLStreamDataset(Dataset[Any]):
         self._pid = -1
         self._cache = ByteLRU.from_mb(self.cache_size_mb)
 
+        resolved = self._members(include, labels, classes)
+        self.names: list[str] = resolved.names
+        self.targets: list[Any] | None = resolved.targets if labels is not None else None
+        self.classes: list[str] = resolved.classes
+        self.class_to_idx: dict[str, int] = resolved.class_to_idx
+
+    # -- members ----------------------------------------------------------------------
+    def _members(
+        self, include: Include, labels: LabelSource, classes: Sequence[str] | None
+    ) -> Labels:
+        """The items (chosen, then labelled); errors name the archive."""
         archive = self._get_archive()
         all_names = [n for n in archive.names() if not n.endswith("/")]
         names = self._select(all_names, include)
@@ -121,14 +132,8 @@ class CDMLStreamDataset(Dataset[Any]):
             resolved = resolve_labels(labels, names, archive.read, all_names, classes)
         except LabelError as exc:
             raise LabelError(f"{self.archive_name}: {exc.where}", exc.reason) from None
-        if resolved is not None:
-            names = resolved.names
-        self.names: list[str] = names
-        self.targets: list[Any] | None = resolved.targets if resolved else None
-        self.classes: list[str] = resolved.classes if resolved else []
-        self.class_to_idx: dict[str, int] = resolved.class_to_idx if resolved else {}
+        return resolved if resolved is not None else Labels(names, [])
 
-    # -- members ----------------------------------------------------------------------
     def _select(self, names: list[str], include: Include) -> list[str]:
         """Members that are items: by modality (extension), then by ``include``.
 
