@@ -49,9 +49,10 @@ def test_normal_form(raw: str, normal: str) -> None:
 def test_normal_names_are_not_copied() -> None:
     from cdml_edge.archive.names import normalize_member_names
 
-    names = ["a/b.png", "c.txt", "d/.hidden", "e/..f"]
-    assert normalize_member_names(names) is names
+    names = ["a/b.png", "c.txt", "d/.hidden", "e/..f", "._mac", "dir/", "x/y/"]
+    assert normalize_member_names(names) is names  # dot files and directories are normal
     assert normalize_member_names(["./a", "b"]) == ["a", "b"]
+    assert normalize_member_names(["a/.", "/abs//x", "b"]) == ["a", "/abs/x", "b"]
 
 
 @pytest.mark.usefixtures("engine")
