@@ -140,7 +140,18 @@ def test_user_error_is_one_line(
     assert lines[0].startswith(f"cdml-edge {command}:".replace(" :", ":")), lines[0]
     assert names in lines[0] and "Traceback" not in res.output
     assert not (inputs / "out.zip").exists() and not (inputs / "out.rar").exists()
-    assert "packing" not in res.output  # pack checks the format before it draws a bar
+
+
+def test_pack_checks_the_format_before_it_draws_a_bar(
+    inputs: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("TTY_COMPATIBLE", "1")  # rich draws as on a terminal
+    res = CliRunner().invoke(app, ["pack", str(inputs / "folder"), str(tmp_path / "out.zip")])
+    assert res.exit_code == 0 and "packing" in res.stderr, res.output  # a bar is drawn here
+    res = CliRunner().invoke(app, ["pack", str(inputs / "folder"), str(tmp_path / "out.rar")])
+    assert res.exit_code == EXIT_USAGE and "packing" not in res.output
+    assert res.stderr.splitlines() == [
+        f"cdml-edge pack: cannot tell the format from the name '{tmp_path / 'out.rar'}'"]
 
 
 def test_every_command_has_a_user_error_case() -> None:
