@@ -54,6 +54,13 @@ def test_help_of_every_command(words: list[str]) -> None:
                 assert "<" not in line.split(opt, 1)[1].split("  ")[0], line
 
 
+def test_no_command_shows_the_help() -> None:
+    res = CliRunner().invoke(app, [])
+    assert res.exception is None or isinstance(res.exception, SystemExit)
+    assert res.output.startswith("Usage: cdml-edge [OPTIONS] COMMAND") and "Commands:" in res.output
+    assert len(res.output.splitlines()) > 10  # the help as it is, not folded into one line
+
+
 def test_help_through_the_installed_command() -> None:
     """The reported crash: ``cdml-edge export --help`` (rich markup in ``train/val[/test]``)."""
     exe = shutil.which("cdml-edge", path=str(Path(sys.executable).parent))

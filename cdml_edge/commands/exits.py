@@ -104,6 +104,9 @@ class OneLineErrorsGroup(TyperGroup):
         try:
             code = super().main(args, prog_name, complete_var, False, windows_expand_args, **extra)
         except TyperException as exc:
+            if type(exc).__name__ == "NoArgsIsHelpError":  # `cdml-edge` alone: the help
+                exc.show()  # type: ignore[attr-defined]
+                sys.exit(getattr(exc, "exit_code", EXIT_USAGE))
             ctx = getattr(exc, "ctx", None)
             where = ctx.command_path if ctx is not None else prog_name or PROG
             message = " ".join(exc.format_message().split())
