@@ -135,7 +135,7 @@ def _models(d: Path) -> None:
 def _trainset(d: Path) -> None:
     """An export with a split whose val/ lacks a class (the case that mislabelled val)."""
     colours = {"dent": (200, 40, 40), "ok": (40, 200, 40), "scratch": (40, 40, 200)}
-    items = _colour_images(colours, 12, 5, "train/")
+    items = _colour_images(colours, 8, 5, "train/")
     items += _colour_images({k: colours[k] for k in ("ok", "scratch")}, 4, 6, "val/")
     write_archive(d / "train.zip", items, manifest={"note": "provenance"})
 
