@@ -16,7 +16,7 @@ $(STAMP): pyproject.toml setup.py $(NATIVE)
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) install -q --upgrade pip setuptools wheel cffi
 	$(PIP) install -q $(TORCH)
-	$(PIP) install -q -e '.[train,s3,dev]'
+	$(PIP) install -q -e '.[train,s3,ray,dev]'
 	@touch $(STAMP)
 
 install: $(STAMP)

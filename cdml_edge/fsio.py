@@ -3,16 +3,25 @@
 :func:`atomic_write` replaces ``path`` with ``data`` so that a reader (or a crash at any
 moment) sees either the old file or the whole new one, never half of it. :func:`unique_name`
 finds a free name in a folder without overwriting, shortening names that the file system
-would refuse as too long.
+would refuse as too long. :func:`display_name` and :func:`log_name` show a file name that
+may hold bytes that are not UTF-8 (or control characters) in payloads and log lines.
+:class:`DiskFaults` keeps the state of a store whose writes fail (a full disk, an I/O
+error): which operations fail, when to try again, one event per episode.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
+import logging
 import os
+import threading
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import BinaryIO
+
+log = logging.getLogger(__name__)
 
 TMP_PREFIX = ".tmp-"
 NAME_MAX = 255  # bytes of one path component on Linux file systems
@@ -79,17 +88,76 @@ def _mkstemp(folder: Path, suffix: str) -> tuple[int, str]:
     return tempfile.mkstemp(prefix=TMP_PREFIX, suffix=suffix, dir=folder)
 
 
+def _nbytes(text: str) -> int:
+    """Bytes of ``text`` on disk (a name from ``os.fsdecode`` may hold escaped raw bytes)."""
+    return len(text.encode("utf-8", "surrogateescape"))
+
+
+def _cut(text: str, limit: int) -> str:
+    """The longest prefix of ``text`` within ``limit`` bytes, never half a character."""
+    out, used = [], 0
+    for ch in text:
+        n = _nbytes(ch)
+        if used + n > limit:
+            break
+        out.append(ch)
+        used += n
+    return "".join(out)
+
+
 def fit_name(name: str, limit: int = NAME_MAX) -> str:
-    """``name`` shortened (keeping its extension) to at most ``limit`` bytes in UTF-8."""
-    raw = name.encode("utf-8", "surrogateescape")
-    if len(raw) <= limit:
+    """``name`` shortened (keeping its extension) to at most ``limit`` bytes on disk.
+
+    Raw bytes that are not UTF-8 (``os.fsdecode``'s escapes) are kept, counted one byte each.
+    """
+    if _nbytes(name) <= limit:
         return name
     stem, dot, ext = name.rpartition(".")
-    if not dot or len(ext.encode("utf-8", "surrogateescape")) > 16:
+    if not dot or _nbytes(ext) > 16:
         stem, ext = name, ""
-    keep = limit - (len(ext.encode("utf-8", "surrogateescape")) + 1 if ext else 0)
-    short = stem.encode("utf-8", "surrogateescape")[:keep].decode("utf-8", "ignore")
+    keep = limit - (_nbytes(ext) + 1 if ext else 0)
+    short = _cut(stem, keep)
     return f"{short}.{ext}" if ext else short
+
+
+def display_name(name: str) -> str:
+    """``name`` as valid UTF-8 text: each raw byte that is not UTF-8 (kept by ``os.fsdecode``
+    as a lone surrogate) shown as ``%XX``, everything else unchanged (a literal ``%`` too).
+
+    ``%`` and not ``\\xNN``: a backslash would read as a path separator in archive member
+    names.
+    """
+    if not any("\ud800" <= c <= "\udfff" for c in name):
+        return name
+    return "".join(_shown(c) for c in name)
+
+
+def _shown(c: str) -> str:
+    if "\udc80" <= c <= "\udcff":
+        return f"%{ord(c) - 0xDC00:02X}"
+    return "\ufffd" if "\ud800" <= c <= "\udfff" else c
+
+
+_LOG_ESCAPES = {ord("\n"): "\\n", ord("\r"): "\\r", ord("\t"): "\\t"}
+
+
+def log_name(name: object) -> str:
+    """``name`` (a path or a name) safe for one log line: as :func:`display_name`, with
+    control characters, line separators and bidirectional overrides escaped."""
+    text = display_name(str(name))
+    return "".join(_LOG_ESCAPES.get(ord(c)) or (_escape(c) if _unsafe(c) else c) for c in text)
+
+
+def _unsafe(c: str) -> bool:
+    o = ord(c)
+    return o < 0x20 or 0x7F <= o < 0xA0 or o in (0x2028, 0x2029) or 0x202A <= o <= 0x202E or (
+        0x2066 <= o <= 0x2069
+    )
+
+
+def _escape(c: str) -> str:
+    o = ord(c)
+    return f"\\x{o:02x}" if o < 0x100 else f"\\u{o:04x}"
 
 
 def unique_name(
@@ -114,10 +182,120 @@ def unique_name(
         stem, ext = first, ""
     for n in range(1, attempts):
         tail = f".{n}.{ext}" if ext else f".{n}"
-        cand = fit_name(stem, NAME_MAX - len(tail.encode())) + tail
+        cand = _cut(stem, NAME_MAX - _nbytes(tail)) + tail
         if not taken(base / cand):
             return base / cand
     raise FileExistsError(f"{base / name}: no free name for it")
 
 
-__all__ = ["atomic_write", "atomic_writer", "fit_name", "fsync_dir", "unique_name"]
+FULL_ERRNOS = frozenset({errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC)})
+"""The errors of a full disk (or quota); any other ``OSError`` is an I/O error."""
+
+FaultHook = Callable[[str, dict[str, str]], None]
+
+
+class DiskFaults:
+    """The write health of one store (``name``: spool, retention, quarantine) in ``where``.
+
+    The store reports each operation that failed (:meth:`failed`) or succeeded (:meth:`ok`).
+    While any operation fails the store is *degraded* (:attr:`degraded` says why); the first
+    failure of an episode calls ``on_event("{name}_disk_full" | "{name}_io_error", info)``
+    and the success that ends it ``on_event("{name}_disk_ok", info)``, each with one log
+    line. :meth:`may_try` paces retries: after a failure an operation is tried again only
+    every ``retry_s`` seconds, so a full disk costs no busy loop. Thread-safe.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        where: str | os.PathLike[str],
+        *,
+        retry_s: float = 1.0,
+        on_event: FaultHook | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.name = name
+        self.where = str(where)
+        self.retry_s = retry_s
+        self.on_event = on_event
+        self.clock = clock
+        self.errors = 0  # failed operations, all episodes together
+        self.episodes = 0
+        self._failing: dict[str, str] = {}  # operation -> what went wrong
+        self._next_try: dict[str, float] = {}
+        self._lock = threading.Lock()
+
+    @property
+    def degraded(self) -> str | None:
+        """Why the store is degraded now (``None`` when every operation works)."""
+        with self._lock:
+            if not self._failing:
+                return None
+            return "; ".join(f"{op}: {why}" for op, why in sorted(self._failing.items()))
+
+    def may_try(self, op: str) -> bool:
+        """Whether ``op`` may touch the disk now (always, unless it failed < retry_s ago)."""
+        with self._lock:
+            return self.clock() >= self._next_try.get(op, 0.0)
+
+    def retry_now(self) -> None:
+        """Let every operation touch the disk at once (a last attempt at close)."""
+        with self._lock:
+            self._next_try.clear()
+
+    def failed(self, op: str, exc: OSError) -> str | None:
+        """``op`` failed with ``exc``: degraded until it succeeds again. Returns the event
+        kind when this failure began an episode."""
+        why = f"{exc.strerror or exc} [{errno.errorcode.get(exc.errno or 0, exc.errno)}]"
+        with self._lock:
+            self.errors += 1
+            self._next_try[op] = self.clock() + self.retry_s
+            first = not self._failing
+            self._failing[op] = why
+            if first:
+                self.episodes += 1
+        if not first:
+            return None
+        kind = f"{self.name}_{'disk_full' if exc.errno in FULL_ERRNOS else 'io_error'}"
+        log.error("%s %s: %s failed: %s; degraded, retrying every %.1fs",
+                  self.name, self.where, op, why, self.retry_s)
+        self._emit(kind, {"dir": self.where, "op": op, "error": why})
+        return kind
+
+    def ok(self, op: str) -> str | None:
+        """``op`` succeeded; the episode ends once no operation fails. Returns the event
+        kind when this success ended an episode."""
+        with self._lock:
+            self._next_try.pop(op, None)
+            if op not in self._failing:
+                return None
+            del self._failing[op]
+            recovered = not self._failing
+        if not recovered:
+            return None
+        kind = f"{self.name}_disk_ok"
+        log.warning("%s %s: writes work again (%s)", self.name, self.where, op)
+        self._emit(kind, {"dir": self.where, "op": op})
+        return kind
+
+    def _emit(self, kind: str, info: dict[str, str]) -> None:
+        if self.on_event is None:
+            return
+        try:
+            self.on_event(kind, info)
+        except Exception:  # a broken hook must not break the store
+            log.exception("%s: event hook failed for %s", self.name, kind)
+
+
+__all__ = [
+    "FULL_ERRNOS",
+    "DiskFaults",
+    "FaultHook",
+    "atomic_write",
+    "atomic_writer",
+    "display_name",
+    "fit_name",
+    "fsync_dir",
+    "log_name",
+    "unique_name",
+]

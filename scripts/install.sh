@@ -264,7 +264,7 @@ EOF
   local conf="$ETC/factory.yaml" cfg_env dropin="$UNIT_DIR/cdml-edge.service.d"
   [[ -f "$conf" ]] || conf="$CONFIG"
   cfg_env=(env CDML_DATA="$DATA" CDML_STATE="$STATE" CDML_MODELS="$PREFIX/models"
-           CREDENTIALS_DIRECTORY="$ETC")
+           CREDENTIALS_DIRECTORY="$ETC" STATE_DIRECTORY="$STATE")
   run install -d -m 0755 "$dropin"
   if [[ $DRY_RUN -eq 1 && ! -x "$venv/bin/python" ]]; then
     echo "+ install -d -m 2770 -o $USER_NAME -g $USER_NAME (folders of $conf, once the venv exists)"

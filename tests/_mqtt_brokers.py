@@ -6,6 +6,7 @@ is not installed), a collecting subscriber, and test certificates.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import ipaddress
 import json
@@ -295,3 +296,65 @@ class Subscriber:
     def close(self) -> None:
         self.client.loop_stop()
         self.client.disconnect()
+
+
+class HeldProxy:
+    """A TCP proxy to a broker on loopback that holds the broker's replies until
+    :meth:`release`: what the client sends goes through at once, what the broker answers
+    (CONNACK, PUBACKs) waits. Makes "the connection is not up yet" a state a test can hold."""
+
+    def __init__(self, target_port: int) -> None:
+        self.target_port = target_port
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self.port = int(self._listener.getsockname()[1])
+        self.released = threading.Event()
+        self.connected = threading.Event()
+        self._socks: list[socket.socket] = []
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    @property
+    def url(self) -> str:
+        return f"mqtt://127.0.0.1:{self.port}"
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self._listener.accept()
+            except OSError:
+                return
+            upstream = socket.create_connection(("127.0.0.1", self.target_port))
+            self._socks += [client, upstream]
+            threading.Thread(target=self._pipe, args=(client, upstream, False), daemon=True).start()
+            threading.Thread(target=self._pipe, args=(upstream, client, True), daemon=True).start()
+            self.connected.set()
+
+    def _pipe(self, src: socket.socket, dst: socket.socket, hold: bool) -> None:
+        held: list[bytes] = []
+        src.settimeout(0.05)
+        while True:
+            try:
+                data = src.recv(65536)
+                if not data:
+                    break
+                held.append(data)
+            except TimeoutError:
+                pass
+            except OSError:
+                break
+            if held and (not hold or self.released.is_set()):
+                try:
+                    dst.sendall(b"".join(held))
+                except OSError:
+                    break
+                held.clear()
+        with contextlib.suppress(OSError):
+            dst.shutdown(socket.SHUT_WR)
+
+    def release(self) -> None:
+        self.released.set()
+
+    def close(self) -> None:
+        self._listener.close()
+        for s in self._socks:
+            with contextlib.suppress(OSError):
+                s.close()

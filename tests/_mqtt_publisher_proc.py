@@ -2,7 +2,8 @@
 
 It publishes ``count`` results (ids ``r{start+i}``) through :class:`MqttPublisher` with a disk
 spool, prints ``durable N`` once every batch is acknowledged or spooled, then either waits to
-be killed (``"then": "wait"``) or until the spool has drained (``"then": "drain"``).
+be killed (``"then": "wait"``) or until the spool has drained (``"then": "drain"``; with
+``"progress": true`` it prints ``pending N`` as the spool empties).
 """
 
 from __future__ import annotations
@@ -47,7 +48,12 @@ def main() -> None:
         done.acquire()
     print(f"durable {count}", json.dumps(pub.stats()), flush=True)
     if cfg.get("then") == "drain":
+        shown = -1
         while pub.stats()["spool_records"] or pub.stats()["inflight"] or not pub.connected:
+            left = pub.stats()["spool_records"]
+            if cfg.get("progress") and left != shown:
+                print(f"pending {left}", flush=True)  # the drain as the publisher sees it
+                shown = left
             time.sleep(0.02)
         pub.stop()
         print("drained", json.dumps(pub.stats()), flush=True)

@@ -78,6 +78,7 @@ def scored_ring(
     t0: float = 1_790_000_000.0,
     source: str = "cam1",
     archive_format: str = "zip",
+    device: str = "edge-1",
 ) -> list[object]:
     """Run real windows through the live pipeline (packer + process_window) into a ring.
 
@@ -118,9 +119,9 @@ def scored_ring(
             )
         win.closed_ts = opened + 5
         packed = pack_window(
-            win, device="edge-1", modality="image", archive_format=archive_format, site="line-3"
+            win, device=device, modality="image", archive_format=archive_format, site="line-3"
         )
-        outcome = process_window(packed.archive, runners, device="edge-1", archive_name=packed.name)
+        outcome = process_window(packed.archive, runners, device=device, archive_name=packed.name)
         res = ring.store(packed.archive, outcome.manifest)
         assert res.stored, res
         outcomes.append(outcome)

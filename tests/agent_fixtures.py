@@ -137,3 +137,21 @@ def mfcc_anomaly(path: Path, n_mfcc: int = 20, frames: int = 32, threshold: floa
         latent_dim=n_mfcc,
     )
     return _save(_level_graph("mfcc_level", n_mfcc, frames), spec, path)
+
+
+def cam_config(tmp_path: Path, extra: str, max_items: int = 2) -> Path:
+    """``tmp_path/factory.yaml``: one image folder source ``cam1`` (``in/cam1``, created;
+    windows of 100 ms / ``max_items``, ``on_done: delete``) scored by the brightness model,
+    plus the ``extra`` YAML sections."""
+    brightness_classifier(tmp_path / "brightness.onnx")
+    (tmp_path / "in/cam1").mkdir(parents=True, exist_ok=True)
+    path = tmp_path / "factory.yaml"
+    path.write_text(
+        "device: {id: edge-1}\n"
+        "sources:\n"
+        "  - {name: cam1, kind: folder, path: in/cam1, modality: image, on_done: delete,\n"
+        f"     window: {{seconds: 100ms, max_items: {max_items}}}, stable_seconds: 0.1}}\n"
+        "models:\n"
+        "  image: {path: brightness.onnx}\n" + extra
+    )
+    return path

@@ -210,6 +210,7 @@ def test_cli_sighup_reloads_valid_config_and_sigterm_drains(tmp_path: Path, mode
              "window": {"seconds": "50ms"}, "on_done": "delete"}
         )
         doc["sources"][0]["window"]["seconds"] = "30s"  # cam windows now stay open long
+        doc["sources"][0]["window"]["close_when_idle"] = False
         cfg_path.write_text(yaml.safe_dump(doc))
         proc.send_signal(signal.SIGHUP)
         logs = tmp_path / "in/logs"

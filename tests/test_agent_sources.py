@@ -228,10 +228,10 @@ def test_camera_that_cannot_open_keeps_retrying_and_reports_once(tmp_path: Path)
 
 
 def test_read_error_names_the_file(tmp_path: Path) -> None:
-    from cdml_edge.agent.sources.folder import _read_whole
+    from cdml_edge.agent.sources.regular import LinkPolicy, read_regular
 
     with pytest.raises(SourceError, match="nothere.jpg"):
-        _read_whole(tmp_path / "nothere.jpg", 1)
+        read_regular(str(tmp_path / "nothere.jpg"), 1, LinkPolicy())
 
 
 def test_file_renamed_in_from_another_folder_is_taken(tmp_path: Path) -> None:

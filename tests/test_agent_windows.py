@@ -7,7 +7,7 @@ from pathlib import Path
 
 from agent_fixtures import wait_for
 
-from cdml_edge.agent.windows import ByteBudget, Windower, WindowPolicy
+from cdml_edge.agent.windows import ByteBudget, PipelineGate, Windower, WindowPolicy
 from cdml_edge.window.items import Item, Window
 
 
@@ -129,3 +129,71 @@ def test_item_charge_covers_what_its_window_holds(tmp_path: Path) -> None:
         assert budget.try_acquire(it.charge)
     budget.release(w.charged)
     assert budget.used == 0
+
+
+# -- dynamic batching: close when the pipeline is idle ------------------------------------------
+
+
+def test_idle_pipeline_closes_on_arrival_and_a_busy_one_batches() -> None:
+    """One worker: the first item closes its window at once (nothing to wait for); while that
+    window is being scored, arrivals gather; the worker finishing closes them as one window."""
+    out, _, on_close = _collect()
+    gate = PipelineGate(workers=1)
+    w = Windower("s", WindowPolicy(seconds=60, max_items=100, max_bytes=10**9), on_close, gate)
+    w.start()
+    w.add(_item(0))
+    assert [(x.reason, len(x.items)) for x in out] == [("idle", 1)]
+    assert gate.busy == 1
+    for n in range(1, 5):
+        w.add(_item(n))
+    assert len(out) == 1 and w.pending_items() == 4  # busy: the items wait
+    gate.leave()  # the first window is scored
+    assert [(x.reason, len(x.items)) for x in out] == [("idle", 1), ("idle", 4)]
+    assert gate.busy == 1
+    gate.leave()
+    w.add(_item(5))
+    assert out[-1].reason == "idle" and [it.name for it in out[-1].items] == ["5.bin"]
+    w.stop()
+
+
+def test_limits_stay_upper_bounds_while_the_pipeline_is_busy() -> None:
+    out, lock, on_close = _collect()
+    gate = PipelineGate(workers=1)
+    gate.enter()  # a window in the pipeline that is not finished
+    w = Windower("s", WindowPolicy(seconds=0.05, max_items=3, max_bytes=10**9), on_close, gate)
+    w.start()
+    for n in range(4):
+        w.add(_item(n))
+    assert [(x.reason, len(x.items)) for x in out] == [("max_items", 3)]
+    wait_for(lambda: len(out) == 2, what="time-closed window")
+    assert (out[1].reason, len(out[1].items)) == ("seconds", 1)
+    assert gate.busy == 3  # windows closed on their limits are counted in as well
+    w.stop()
+
+
+def test_a_free_worker_takes_one_waiting_window_sources_in_turn() -> None:
+    out, _, on_close = _collect()
+    gate = PipelineGate(workers=1)
+    gate.enter()
+    policy = WindowPolicy(seconds=60, max_items=100, max_bytes=10**9)
+    a, b = Windower("a", policy, on_close, gate), Windower("b", policy, on_close, gate)
+    a.add(Item("a", "1", "text", 0.0, b"x", "a1"))
+    b.add(Item("b", "1", "text", 0.0, b"x", "b1"))
+    assert out == []
+    gate.leave()  # one worker free: one window goes
+    assert [x.source for x in out] == ["a"]
+    gate.leave()  # the next one starts the round at the other source
+    assert [x.source for x in out] == ["a", "b"]
+    a.stop()
+    b.stop()
+
+
+def test_without_close_when_idle_the_window_waits_for_its_limits() -> None:
+    out, _, on_close = _collect()
+    gate = PipelineGate(workers=2)
+    policy = WindowPolicy(seconds=60, max_items=3, max_bytes=10**9, close_when_idle=False)
+    w = Windower("s", policy, on_close, gate)
+    for n in range(3):
+        w.add(_item(n))
+    assert [(x.reason, len(x.items)) for x in out] == [("max_items", 3)]
+    w.stop()

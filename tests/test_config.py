@@ -131,6 +131,39 @@ def test_relative_paths_resolve_against_the_config_folder(tmp_path: Path) -> Non
     assert config.spool.dir == tmp_path / "conf" / "sp"
 
 
+def test_state_folders_default_beside_the_config_not_the_working_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The issue's report: default folders resolved against the working directory, so the
+    same config started from two folders used two spools. Now they live in state_dir."""
+    monkeypatch.delenv("STATE_DIRECTORY", raising=False)
+    (tmp_path / "conf").mkdir()
+    path = tmp_path / "conf" / "line3.yaml"
+    path.write_text(yaml.safe_dump({"sources": [_source(path="in/cam")], "retention": {}}))
+    seen = set()
+    for cwd in (tmp_path, tmp_path / "conf", Path("/")):
+        monkeypatch.chdir(cwd)
+        config = load_config(path)
+        seen.add((config.state_dir, config.spool.dir, config.quarantine.dir,
+                  config.retention.dir if config.retention else None))
+    state = tmp_path / "conf" / "line3.state"
+    assert seen == {(state, state / "spool", state / "quarantine", state / "retention")}
+
+
+def test_state_dir_from_systemd_or_the_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "f.yaml"
+    path.write_text(yaml.safe_dump({"quarantine": {"dir": "q"}}))
+    monkeypatch.setenv("STATE_DIRECTORY", "/var/lib/cdml-edge:/var/lib/cdml-edge/replay")
+    config = load_config(path)
+    assert config.state_dir == Path("/var/lib/cdml-edge")
+    assert config.spool.dir == Path("/var/lib/cdml-edge/spool")
+    assert config.quarantine.dir == tmp_path / "q"  # a dir that is set keeps its meaning
+    path.write_text(yaml.safe_dump({"state_dir": "st"}))
+    assert load_config(path).spool.dir == tmp_path / "st" / "spool"  # relative: config folder
+
+
 # -- errors name their field path ----------------------------------------------------------
 
 
@@ -170,7 +203,6 @@ def test_relative_paths_resolve_against_the_config_folder(tmp_path: Path) -> Non
         ({"mqtt": {"password": "hunter2"}}, "mqtt.password", "clear-text"),
         ({"mqtt": {"tls": {"cert": "c.pem"}}}, "mqtt.tls", "go together"),
         ({"spool": {"policy": "panic"}}, "spool.policy", "must be"),
-        ({"retention": {"max_bytes": "1GiB"}}, "retention.dir", "is required"),
         ({"retention": {"dir": "/r", "keep": "some"}}, "retention.keep", "must be"),
         ({"limits": {"max_inflight_bytes": 0}}, "limits.max_inflight_bytes", "greater than 0"),
         ({"health": {"metrics_port": 70000}}, "health.metrics_port", "less than or equal"),
@@ -299,7 +331,11 @@ def test_cli_version() -> None:
     assert result.exit_code == 0 and result.output.startswith("cdml-edge ")
 
 
-def test_cli_validate_ok() -> None:
+def test_cli_validate_ok(monkeypatch: pytest.MonkeyPatch) -> None:
+    result = runner.invoke(app, ["config", "validate", str(FACTORY)])
+    assert result.exit_code == 2  # the models are not installed in /opt/cdml-edge/models here
+    assert "models.image.path: /opt/cdml-edge/models/digits.onnx does not exist" in result.output
+    monkeypatch.setenv("CDML_MODELS", str(FACTORY.parent.parent / "models"))
     result = runner.invoke(app, ["config", "validate", str(FACTORY)])
     assert result.exit_code == 0, result.output
     assert "valid" in result.output

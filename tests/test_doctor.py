@@ -259,7 +259,7 @@ def test_good_setup_plain_broker(tmp_path: Path) -> None:
     checks.pop("privileges", None)  # the root caveat, when the tests run as root
     assert set(checks) == {
         "native reader", "model image", "model timeseries", "source cam", "source vib",
-        "spool folder", "retention folder", "quarantine folder", "broker",
+        "state folder", "spool folder", "retention folder", "quarantine folder", "broker",
     }
     assert "1x1x8x8 zero input on CPUExecutionProvider" in checks["model image"].detail
     assert "1x2x16 zero input" in checks["model timeseries"].detail
@@ -267,6 +267,21 @@ def test_good_setup_plain_broker(tmp_path: Path) -> None:
     assert "MQTT 5 CONNACK" in checks["broker"].detail
     # The doctor leaves nothing behind in the folders it probed.
     assert not (tmp_path / "state").exists()
+
+
+def test_foreign_entries_in_the_retention_folder_are_a_warning(tmp_path: Path) -> None:
+    host, port = PLAIN_BROKER
+    cfg = load_config(good_config(tmp_path, {"url": f"mqtt://{host}:{port}"}))
+    assert cfg.retention is not None
+    cfg.retention.dir.mkdir(parents=True)
+    (cfg.retention.dir / "train.zip").write_bytes(b"an export")
+    (cfg.retention.dir / "bad\x1bname.zip").write_bytes(b"x")
+    checks = by_name(run_checks(cfg))
+    warn = checks["retention foreign"]
+    assert warn.warn and warn.ok  # reported, not a failure
+    assert "2 entries" in warn.detail and "'train.zip'" in warn.detail
+    assert "\\x1b" in warn.detail and "\x1b" not in warn.detail  # escaped for the terminal
+    assert (cfg.retention.dir / "train.zip").read_bytes() == b"an export"
 
 
 def test_good_setup_tls_broker(tmp_path: Path, tls_broker: tuple[int, Path, Path]) -> None:
@@ -280,7 +295,7 @@ def test_good_setup_tls_broker(tmp_path: Path, tls_broker: tuple[int, Path, Path
                for ln in lines), res.output
     assert any(ln.startswith("OK   broker: ") and "CONNACK" in ln for ln in lines), res.output
     # Run as root, the caveat about folder checks is a warning, not a check.
-    assert lines[-1] in ("11/11 checks passed", "11/11 checks passed, 1 warning"), res.output
+    assert lines[-1] in ("12/12 checks passed", "12/12 checks passed, 1 warning"), res.output
 
 
 def test_broken_setup(tmp_path: Path, tls_broker: tuple[int, Path, Path]) -> None:
@@ -407,7 +422,7 @@ def test_root_is_warned_that_folder_checks_prove_nothing(
     assert res.exit_code == 0, res.output  # a warning does not fail the doctor
     lines = res.output.splitlines()
     assert lines[1].startswith("WARN privileges: running as root"), res.output
-    assert lines[-1] == "10/10 checks passed, 1 warning"
+    assert lines[-1] == "11/11 checks passed, 1 warning"
 
 
 def test_user_option_judges_folders_for_the_service_account() -> None:

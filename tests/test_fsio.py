@@ -7,7 +7,15 @@ from pathlib import Path
 
 import pytest
 
-from cdml_edge.fsio import NAME_MAX, atomic_write, atomic_writer, fit_name, unique_name
+from cdml_edge.fsio import (
+    NAME_MAX,
+    atomic_write,
+    atomic_writer,
+    display_name,
+    fit_name,
+    log_name,
+    unique_name,
+)
 
 
 def test_atomic_write_replaces_whole_file_with_mode(tmp_path: Path) -> None:
@@ -45,3 +53,22 @@ def test_too_long_names_are_shortened_and_still_unique(tmp_path: Path) -> None:
     assert second != first and len(second.name.encode()) <= NAME_MAX
     second.write_bytes(b"")  # the file system accepts both
     assert fit_name("short.txt") == "short.txt"
+
+
+def test_unique_name_keeps_bytes_that_are_not_utf8(tmp_path: Path) -> None:
+    name = os.fsdecode(b"\xff" * 300 + b".csv")
+    first = unique_name(tmp_path, name)
+    assert os.fsencode(first.name) == b"\xff" * 251 + b".csv"
+    first.write_bytes(b"")
+    second = unique_name(tmp_path, name)
+    assert os.fsencode(second.name) == b"\xff" * 249 + b".1.csv"
+
+
+def test_names_are_shown_as_utf8_and_logged_without_control_characters() -> None:
+    raw = os.fsdecode(b"cam\xff\xfe-\x1b[2J\r\n\xe2\x80\xaeevil%41.jpg")
+    shown = display_name(raw)
+    assert shown == "cam%FF%FE-\x1b[2J\r\n\u202eevil%41.jpg"  # valid UTF-8, % left as is
+    shown.encode("utf-8")
+    assert display_name("plain é.jpg") == "plain é.jpg"
+    assert log_name(raw) == "cam%FF%FE-\\x1b[2J\\r\\n\\u202eevil%41.jpg"
+    assert log_name(Path("/a/b\tc")) == "/a/b\\tc"

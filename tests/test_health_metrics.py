@@ -158,7 +158,7 @@ def test_silent_client_is_cut_off() -> None:
 
 
 def test_concurrency_is_bounded() -> None:
-    """Idle connections beyond ``max_concurrent`` wait their turn; no thread per connection."""
+    """Never more than ``max_concurrent`` connections open: one more closes the oldest."""
     m = Metrics()
     with m.serve("127.0.0.1", 0, request_timeout_s=0.3, max_concurrent=2) as server:
         socks = [socket.create_connection(("127.0.0.1", server.port), timeout=30)
@@ -179,3 +179,27 @@ def test_server_rejects_bad_limits() -> None:
         Metrics().serve("127.0.0.1", 0, max_concurrent=0)
     with pytest.raises(ValueError, match="request_timeout_s"):
         Metrics().serve("127.0.0.1", 0, request_timeout_s=0)
+
+
+def test_healthz_degraded_names_the_part_and_answers_503() -> None:
+    m = Metrics()
+    problems: dict[str, str] = {}
+    with m.serve("127.0.0.1", 0, degraded=lambda: problems) as server:
+        assert get_json(server.url + "/healthz")[0] == 200
+        problems["spool"] = "append: No space left on device [ENOSPC]"
+        code, body = get_json(server.url + "/healthz")
+        assert code == 503 and body["status"] == "degraded"
+        assert body["degraded"] == {"spool": "append: No space left on device [ENOSPC]"}
+        problems.clear()
+        assert get_json(server.url + "/healthz")[0] == 200
+
+
+def test_bad_requests_get_an_answer_not_a_hang() -> None:
+    m = Metrics()
+    with m.serve("127.0.0.1", 0) as server:
+        for raw, code in ((b"POST /healthz HTTP/1.1\r\n\r\n", b"405"),
+                          (b"nonsense\r\n\r\n", b"400"),
+                          (b"GET /x HTTP/1.1\r\nA: " + b"b" * 9000 + b"\r\n\r\n", b"431")):
+            with socket.create_connection(("127.0.0.1", server.port), timeout=5) as s:
+                s.sendall(raw)
+                assert s.recv(64).split()[1] == code

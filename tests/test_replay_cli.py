@@ -186,3 +186,67 @@ def test_export_cli(setup: dict[str, Path], tmp_path: Path) -> None:
         ],
     )
     assert r.exit_code == 1 and "nothing to export" in r.output
+
+
+def test_replay_cli_exits_1_when_it_skipped_a_corrupt_window(setup: dict[str, Path]) -> None:
+    ring = setup["dir"] / "ring"
+    victim = sorted(ring.glob("*.zip"))[1]
+    data = bytearray(victim.read_bytes())
+    data[len(data) // 2] ^= 0xFF  # same size, other bytes: its SHA-256 no longer matches
+    victim.write_bytes(bytes(data))
+    r = CliRunner().invoke(
+        app, ["replay", "--config", str(setup["config"]), "--out", str(setup["dir"] / "o.jsonl"),
+              "-q"])
+    assert r.exit_code == 1, r.output
+    assert "replayed 3 windows" in r.output and "1 corrupt windows skipped" in r.output
+    assert victim.name in r.output  # the skipped window is named
+
+
+def test_replay_publish_beside_the_live_agent(setup: dict[str, Path]) -> None:
+    """replay --publish with the agent's configuration while the agent is connected: its
+    own client id (one id would make the broker drop the agent), its own spool (the
+    agent's is locked), and the agent's retained status stays 'online'."""
+    from cdml_edge.agent.outputs.factory import make_output
+    from cdml_edge.config import load_config
+
+    cfg = load_config(setup["config"])
+    agent_out = make_output(cfg)
+    agent_out.start()
+    try:
+        stats = agent_out.stats
+        deadline = time.monotonic() + 10
+        while not stats()["broker_connected"] and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert stats()["broker_connected"] and stats()["reconnects"] == 1
+        r = CliRunner().invoke(app, ["replay", "--config", str(setup["config"]), "--publish",
+                                     "-q"])
+        assert r.exit_code == 0, r.output
+        time.sleep(0.5)
+        assert stats()["reconnects"] == 1 and stats()["broker_connected"]  # never kicked off
+        got: list[bytes] = []
+        sub = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, protocol=mqtt.MQTTv5)
+        sub.on_message = lambda c, u, m: got.append(m.payload)
+        sub.on_connect = lambda c, u, f, rc, p: c.subscribe(f"{setup['prefix']}/edge-1/status")
+        sub.connect("127.0.0.1", 1883)
+        sub.loop_start()
+        deadline = time.monotonic() + 10
+        while not got and time.monotonic() < deadline:
+            time.sleep(0.05)
+        sub.loop_stop()
+        sub.disconnect()
+        assert got and json.loads(got[-1])["state"] == "online"
+        assert (setup["dir"] / "spool" / "replay" / "lock").exists()
+    finally:
+        agent_out.stop()
+
+
+def test_replay_publish_with_the_broker_away_exits_1(setup: dict[str, Path]) -> None:
+    from _mqtt_brokers import free_port
+
+    cfg = yaml.safe_load(setup["config"].read_text())
+    cfg["mqtt"]["url"] = f"mqtt://127.0.0.1:{free_port()}"
+    setup["config"].write_text(yaml.safe_dump(cfg))
+    r = CliRunner().invoke(app, ["replay", "--config", str(setup["config"]), "--publish", "-q"])
+    assert r.exit_code == 1, r.output
+    assert "14 messages not delivered, left in" in r.output
+    assert str(setup["dir"] / "spool" / "replay") in r.output

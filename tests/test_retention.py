@@ -18,7 +18,7 @@ from cdml_edge.config import parse_config
 from cdml_edge.store.catalog import CATALOG_NAME
 from cdml_edge.store.policy import sample_hit
 from cdml_edge.store.retention import RetentionRing, StoreStatus
-from cdml_edge.store.sidecar import read_sidecar
+from cdml_edge.store.sidecar import list_retained, read_sidecar
 from cdml_edge.window.manifest import (
     MANIFEST_NAME,
     ItemOutcome,
@@ -168,7 +168,7 @@ def test_reconcile_removes_debris_and_stale_rows(tmp_path: Path) -> None:
         ring.store(*make_window(f"w{i}", T0 + i, _files(1)))
     recs = ring.windows()
     ring.close()
-    (tmp_path / ".tmp-half.zip").write_bytes(b"partial")
+    (tmp_path / ".tmp-20300101T000000.000Z_half.zip").write_bytes(b"partial")
     (tmp_path / "20300101T000000.000Z_orphan.zip").write_bytes(b"no sidecar")  # crash mid-store
     (tmp_path / recs[1].file).unlink()  # archive lost: the window is gone
     (tmp_path / "20300101T000000.000Z_bad.window.json").write_bytes(b"{broken")
@@ -180,6 +180,43 @@ def test_reconcile_removes_debris_and_stale_rows(tmp_path: Path) -> None:
     assert [p.name for p in (tmp_path / "corrupt").iterdir()] == [
         "20300101T000000.000Z_bad.window.json"
     ]
+
+
+def test_the_ring_owns_only_what_it_wrote(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An export, notes, a link, a folder or a file that merely ends like a sidecar in the
+    retention folder are never read, moved or deleted; they are listed and logged once."""
+    ring = RetentionRing(tmp_path, max_bytes=10**7)
+    ring.store(*make_window("w0", T0, _files(1)))
+    ring.close()
+    foreign = {
+        "train.zip": b"PK export written here by a user",
+        "old.tar.zst": b"\x28\xb5\x2f\xfd not ours",
+        "notes.window.json": b"{not a sidecar",
+        ".tmp-user-upload.zip": b"someone else's temporary file",
+        "2030_w9.zip": b"close to our pattern, not it",
+    }
+    for name, data in foreign.items():
+        (tmp_path / name).write_bytes(data)
+    (tmp_path / "exports").mkdir()
+    (tmp_path / "link.zip").symlink_to("/etc/hostname")
+    with caplog.at_level("WARNING", logger="cdml_edge.store.retention"):
+        ring = RetentionRing(tmp_path, max_bytes=10**7)
+        ring.rebuild_catalog()
+    assert sorted(ring.foreign) == sorted([*foreign, "exports", "link.zip"])
+    for name, data in foreign.items():
+        assert (tmp_path / name).read_bytes() == data
+    assert (tmp_path / "link.zip").is_symlink() and not (tmp_path / "corrupt").exists()
+    assert [r.window_id for r in ring.windows()] == ["w0"]
+    lines = [r.getMessage() for r in caplog.records if "left alone" in r.getMessage()]
+    assert len(lines) == 2 and "7 entries" in lines[0] and "and 2 more" in lines[0]
+    # eviction never touches them either
+    ring.max_bytes = 1
+    ring.evict()
+    assert ring.windows() == []
+    assert all((tmp_path / name).exists() for name in foreign)
+    assert list_retained(tmp_path) == []
 
 
 def test_concurrent_stores(tmp_path: Path) -> None:
@@ -202,7 +239,9 @@ def test_enospc_injected_gives_event_and_counter(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     events: list[tuple[str, dict[str, object]]] = []
-    ring = RetentionRing(tmp_path, max_bytes=10**7, on_event=lambda k, i: events.append((k, i)))
+    ring = RetentionRing(
+        tmp_path, max_bytes=10**7, on_event=lambda k, i: events.append((k, i)), retry_s=0
+    )
     assert ring.store(*make_window("w0", T0, _files(1))).stored
     real_write = os.write
 
@@ -252,7 +291,9 @@ def tiny_fs(tmp_path: Path):  # type: ignore[no-untyped-def]
 def test_enospc_on_a_real_full_filesystem(tiny_fs: Path) -> None:
     events: list[str] = []
     # the ring believes it may hold 100 MB; the file system holds 256 KiB
-    ring = RetentionRing(tiny_fs, max_bytes=10**8, on_event=lambda k, i: events.append(k))
+    ring = RetentionRing(
+        tiny_fs, max_bytes=10**8, on_event=lambda k, i: events.append(k), retry_s=0
+    )
     statuses = [
         ring.store(*make_window(f"w{i:02d}", T0 + i, _files(2, 20_000, i))).status
         for i in range(12)

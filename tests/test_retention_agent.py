@@ -1,30 +1,21 @@
-"""A full retention disk in the running agent: health event + counter, results keep flowing."""
+"""A full retention disk in the running agent: results keep flowing, an event and a counter;
+with ``retention.required`` (the default) the source files wait until the ring kept their
+windows, and are released by themselves once the disk has room again."""
 
 from __future__ import annotations
 
 import json
-import subprocess
 import textwrap
 from pathlib import Path
 
 import pytest
-from agent_fixtures import brightness_classifier, jpeg, wait_for, write_atomic
+from _full_disk import FullDisk, full_disk_fixture  # noqa: F401 - the fixture
+from agent_fixtures import cam_config, jpeg, wait_for, write_atomic
 
+import cdml_edge.agent.retry as retry_mod
+import cdml_edge.store.retention as retention_mod
 from cdml_edge.agent.app import Agent
 from cdml_edge.config import load_config
-
-
-@pytest.fixture
-def tiny_fs(tmp_path: Path):  # type: ignore[no-untyped-def]
-    mnt = tmp_path / "ring"
-    mnt.mkdir()
-    proc = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=96k", "tmpfs", str(mnt)], capture_output=True
-    )
-    if proc.returncode != 0:
-        pytest.skip(f"cannot mount a small tmpfs here: {proc.stderr.decode().strip()}")
-    yield mnt
-    subprocess.run(["umount", "-l", str(mnt)], check=False)
 
 
 def _lines(path: Path) -> list[dict]:  # type: ignore[type-arg]
@@ -33,53 +24,64 @@ def _lines(path: Path) -> list[dict]:  # type: ignore[type-arg]
     return [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
 
 
-def test_agent_keeps_publishing_when_the_ring_disk_is_full(tmp_path: Path, tiny_fs: Path) -> None:
-    brightness_classifier(tmp_path / "brightness.onnx")
-    cfg_path = tmp_path / "factory.yaml"
-    cfg_path.write_text(
-        textwrap.dedent("""
-        device: {id: edge-1}
-        sources:
-          - {name: cam1, kind: folder, path: in/cam1, modality: image,
-             window: {seconds: 100ms, max_items: 2}, on_done: delete, stable_seconds: 0.1}
-        models:
-          image: {path: brightness.onnx}
-        retention: {dir: ring, max_bytes: 1GiB}
-        output: {jsonl: out.jsonl}
-        health: {interval: 0.2s}
-    """)
-    )
-    cam = tmp_path / "in/cam1"
-    cam.mkdir(parents=True)
+def _started_on_a_full_ring(
+    tmp_path: Path, full_disk: FullDisk, required: bool
+) -> tuple[Agent, Path, Path]:
+    """An agent whose retention ring is on ``full_disk``, started, then the disk filled;
+    the agent, its watched folder and its JSON-lines output."""
+    cfg_path = cam_config(tmp_path, textwrap.dedent(f"""\
+        retention: {{dir: {full_disk.path}, max_bytes: 1GiB, required: {str(required).lower()}}}
+        output: {{jsonl: out.jsonl}}
+        health: {{interval: 0.2s}}
+    """))
     agent = Agent(load_config(cfg_path), cfg_path)
     agent.start()
+    full_disk.inject_call(retention_mod, "write_file")  # the ring's writes
+    full_disk.fill()
+    return agent, tmp_path / "in/cam1", tmp_path / "out.jsonl"
+
+
+def test_files_wait_for_the_ring_and_are_released_once_it_has_room(
+    full_disk: FullDisk, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(retry_mod, "RETENTION_PROBE_S", 0.5)
+    agent, cam, out = _started_on_a_full_ring(tmp_path, full_disk, required=True)
     try:
-        n = 24
+        n = 8
         for i in range(n):
-            write_atomic(cam / f"f{i:02d}.jpg", jpeg(i * 10, size=96))
-        out = tmp_path / "out.jsonl"
-        wait_for(
-            lambda: sum(m["topic"].endswith("/result") for m in _lines(out)) >= n,
-            timeout=60,
-            what="every result published",
-        )
-        wait_for(lambda: not any(cam.iterdir()), timeout=30, what="source files released")
-        health = [m["payload"] for m in _lines(out) if m["topic"].endswith("/health")]
-        n_health = len(health)
-        wait_for(
-            lambda: len([m for m in _lines(out) if m["topic"].endswith("/health")]) > n_health,
-            timeout=10,
-            what="a health message after the full disk",
-        )
+            write_atomic(cam / f"f{i:02d}.jpg", jpeg(i * 30, size=64))
+        wait_for(lambda: len({m["payload"]["id"] for m in _lines(out)
+                              if m["topic"].endswith("/result")}) >= n,
+                 timeout=60, what="every result published while the ring is full")
+        assert agent.retention is not None and agent.retention.degraded is not None
+        assert len(list(cam.iterdir())) == n  # nothing released: the ring kept nothing
+        assert agent.retry.held > 0
+        full_disk.free()
+        wait_for(lambda: not any(cam.iterdir()), timeout=60, what="files released")
+        kept = sum(r.n_items for r in agent.retention.windows())
+        assert kept >= n
     finally:
         agent.stop()
-    lines = _lines(tmp_path / "out.jsonl")
-    events = [m["payload"] for m in lines if m["topic"] == "cdml/edge-1/cam1/error"]
-    assert [e["error_type"] for e in events].count("retention_disk_full") == 1
-    assert sum(m["topic"].endswith("/result") for m in lines) == n
+    lines = _lines(out)
+    events = [m["payload"]["error_type"] for m in lines if m["topic"] == "cdml/edge-1/cam1/error"]
+    assert events.count("retention_disk_full") == 1 and events[-1] == "retention_disk_ok"
+    ids = [m["payload"]["id"] for m in lines if m["topic"].endswith("/result")]
+    assert len(set(ids)) == n  # re-scored files repeat their ids (at-least-once)
+    health = [m["payload"] for m in lines if m["topic"].endswith("/health")]
+    assert health[-1]["errors"] >= 1
+
+
+def test_required_false_releases_files_the_ring_could_not_keep(
+    full_disk: FullDisk, tmp_path: Path
+) -> None:
+    agent, cam, out = _started_on_a_full_ring(tmp_path, full_disk, required=False)
+    try:
+        for i in range(6):
+            write_atomic(cam / f"f{i:02d}.jpg", jpeg(i * 30, size=64))
+        wait_for(lambda: not any(cam.iterdir()), timeout=60, what="files released")
+    finally:
+        agent.stop()
     assert agent.retention is not None
-    stats = agent.retention.counters
-    assert stats["disk_full"] >= 1 and stats["stored"] >= 1
-    windows = sum(m["topic"].endswith("/window") for m in lines)
-    assert stats["stored"] + stats["disk_full"] == windows
-    assert [m["payload"] for m in lines if m["topic"].endswith("/health")][-1]["errors"] >= 1
+    assert agent.retention.counters["disk_full"] >= 1 and agent.retention.counters["stored"] == 0
+    ids = {m["payload"]["id"] for m in _lines(out) if m["topic"].endswith("/result")}
+    assert len(ids) == 6

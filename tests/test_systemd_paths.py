@@ -6,6 +6,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
+import pytest
 import yaml
 
 from cdml_edge.config import load_config
@@ -41,7 +42,8 @@ def installed_unit(tmp: Path) -> Path:
     return unit
 
 
-def test_dropin_lists_every_folder(tmp_path: Path) -> None:
+def test_dropin_lists_every_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("STATE_DIRECTORY", "/var/lib/cdml-edge")  # as the service sees it
     cfg = load_config(config(tmp_path))
     text = render_dropin(cfg, "/etc/cdml-edge/factory.yaml")
     lines = [ln for ln in text.splitlines() if ln.startswith("ReadWritePaths=")]
@@ -52,13 +54,13 @@ def test_dropin_lists_every_folder(tmp_path: Path) -> None:
         "ReadWritePaths=-/data/vib",
         "ReadWritePaths=-/mnt/usb/retention",
         "ReadWritePaths=-/srv/cdml/logs",
-        "ReadWritePaths=-/var/lib/cdml-edge/spool",
+        "ReadWritePaths=-/var/lib/cdml-edge",
     ]
     assert text.splitlines()[3] == "[Service]"
     assert "WatchdogSec" not in text
     labels = [label for label, _ in write_paths(cfg)]
-    assert labels == ["source cam", "source vib", "source vib move_to", "spool", "retention",
-                      "quarantine"]
+    assert labels == ["state", "source cam", "source vib", "source vib move_to", "spool",
+                      "retention", "quarantine"]
 
 
 def test_watchdog_off_disables_the_unit_watchdog(tmp_path: Path) -> None:
@@ -66,7 +68,10 @@ def test_watchdog_off_disables_the_unit_watchdog(tmp_path: Path) -> None:
     assert "WatchdogSec=0" in render_dropin(cfg).splitlines()
 
 
-def test_unit_alone_keeps_outside_folders_read_only_until_the_dropin(tmp_path: Path) -> None:
+def test_unit_alone_keeps_outside_folders_read_only_until_the_dropin(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("STATE_DIRECTORY", "/var/lib/cdml-edge")  # as the service sees it
     cfg = load_config(config(tmp_path))
     unit = installed_unit(tmp_path)
     missing = {label for label, _ in uncovered(cfg, unit)}

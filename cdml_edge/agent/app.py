@@ -5,7 +5,10 @@ drain, reload, run and the signals. The policies are small objects beside it:
 ``processing.WindowProcessor`` (the work on one window), ``retry.RetryPolicy`` (failed
 windows), ``models`` (loading, warm-up, budget charges), ``health.reporter.HealthReporter``
 (status and health messages), ``events.ErrorReporter`` (error events) and
-``sources.factory.make_source``.
+``sources.factory.make_source``. Every long-lived thread (folder watches, windowers,
+pipeline workers, the MQTT I/O loop, the health loop) is started by ``supervisor``: a death
+is counted (``thread_deaths``), published as a ``ThreadDied`` error event, makes ``/healthz``
+answer 503 and stops the systemd watchdog pings until the thread runs again.
 
 ``start()`` loads and warms up the models, starts the output, the workers and the sources,
 then tells systemd it is ready. ``run()`` blocks until ``--duration`` elapses or a signal
@@ -39,15 +42,19 @@ from cdml_edge.agent.health.reporter import HealthReporter
 from cdml_edge.agent.lifecycle import FileLifecycle
 from cdml_edge.agent.models import DATA_COPIES, load_models, warm_up_decoders, window_charges
 from cdml_edge.agent.outputs.base import Output
-from cdml_edge.agent.outputs.factory import make_output
+from cdml_edge.agent.outputs.factory import degraded_parts, make_output, on_disk_event
+from cdml_edge.agent.preflight import check_files, check_models
 from cdml_edge.agent.processing import OutputFailed, WindowProcessor
-from cdml_edge.agent.retry import WINDOW_ATTEMPTS, Attempts, RetryPolicy
+from cdml_edge.agent.retry import RETRY_BACKOFF_S, WINDOW_ATTEMPTS, Attempts, RetryPolicy
 from cdml_edge.agent.sources.factory import Source, make_source
-from cdml_edge.agent.windows import ByteBudget, Windower, WindowPolicy
+from cdml_edge.agent.startup import StartupClock, limit_blas_threads
+from cdml_edge.agent.state import StateLock
+from cdml_edge.agent.supervisor import Supervisor
+from cdml_edge.agent.windows import ByteBudget, PipelineGate, Windower, WindowPolicy
 from cdml_edge.agent.workers import WindowWorkers
 from cdml_edge.config import AppConfig, ConfigError, SourceConfig, load_config
 from cdml_edge.model.runner import ModelRunner
-from cdml_edge.window.items import Item
+from cdml_edge.window.items import Item, Window
 from cdml_edge.window.payloads import Sequencer
 
 if TYPE_CHECKING:
@@ -86,12 +93,21 @@ class Agent:
         self.started_at = time.time()
         self.notifier = SdNotifier()
         self.metrics = Metrics(version=__version__, device=cfg.device.id)
-        self.watchdog = ProgressWatchdog(self.notifier, cfg.health.stall_after)
+        self.supervisor = Supervisor(on_death=self._thread_died)
+        self.metrics.attach_supervisor(self.supervisor.dead)
+        self.watchdog = ProgressWatchdog(
+            self.notifier, cfg.health.stall_after, dead=self.supervisor.dead
+        )
         self.sequencer = Sequencer()
         self.health = HealthReporter(self.metrics, self.sequencer, self.started_at)
-        self.pipeline = WindowWorkers(self._busy, self.watchdog.progress)
+        self.health.degraded = self.degraded
+        self.pipeline = WindowWorkers(
+            self._busy, self.watchdog.progress, spawn=self.supervisor.spawn,
+            on_lost=self._window_lost,
+        )
         self.attempts = Attempts()  # kept across reloads
         self._server: MetricsServer | None = None
+        self._state: StateLock | None = None
         self._stop = threading.Event()
         self._reload = threading.Event()
         self._build(cfg)
@@ -101,25 +117,35 @@ class Agent:
         """Everything a configuration decides; models and retention are loaded by start()."""
         self.cfg = cfg
         self.budget = ByteBudget(cfg.limits.max_inflight_bytes, data_factor=DATA_COPIES)
-        self.lifecycle = FileLifecycle(cfg.quarantine.dir, cfg.quarantine.max_bytes)
-        self.output: Output = self._fixed_output or make_output(cfg)
-        self.errors = ErrorReporter(
-            self.output, cfg.device.id, self.sequencer, self.metrics, self.lifecycle
+        self.lifecycle = FileLifecycle(
+            cfg.quarantine.dir, cfg.quarantine.max_bytes, file_mode=cfg.quarantine.file_mode,
+            on_skip=lambda reason: self.metrics.on_done_skipped.labels(reason=reason).inc(),
         )
+        spawn = self.supervisor.spawn
+        self.output: Output = self._fixed_output or make_output(cfg, spawn)
+        self.errors = ErrorReporter(
+            self.output, cfg.device.id, self.sequencer, self.metrics, self.lifecycle,
+            [sc.name for sc in cfg.sources],
+        )
+        on_disk_event(self.output, self.errors.disk_event)
         self.runners: dict[str, ModelRunner] = {}
         self.retention: RetentionRing | None = None
         self.windowers: dict[str, Windower] = {}
         self.sources: dict[str, Source] = {}
+        self.gate = PipelineGate(self.workers)  # windows closing when a worker is free
         for sc in cfg.sources:
+            w = sc.window
             windower = Windower(
                 sc.name,
-                WindowPolicy(sc.window.seconds, sc.window.max_items, sc.window.max_bytes),
+                WindowPolicy(w.seconds, w.max_items, w.max_bytes, w.close_when_idle),
                 self.pipeline.put,
+                spawn=spawn,
+                gate=self.gate,
             )
             self.windowers[sc.name] = windower
             self.sources[sc.name] = make_source(
                 sc, self.budget, self._intake(sc, windower), self.errors.source_error,
-                self.errors.camera_change,
+                self.errors.camera_change, spawn,
             )
         self.retry = RetryPolicy(
             self.sources, self.lifecycle, self.errors, self.metrics, self.attempts, self._stop
@@ -147,7 +173,38 @@ class Agent:
             retry=self.retry,
             done=self.pipeline.done,
             retention=self.retention,
+            gate=self.gate,
         )
+
+    def _thread_died(self, thread: str, exc: BaseException, delay: float) -> None:
+        """A supervised thread died: counted, and an error event on ``{source}/error`` for a
+        source's thread (``src-<source>``, ``windower-<source>``), else on ``agent/error``.
+        Published from a short-lived thread: the output may be what died, or be blocked."""
+        self.metrics.thread_deaths.labels(thread=thread).inc()
+        kind, _, rest = thread.partition("-")
+        source = rest if kind in ("src", "windower") and rest in self.sources else "agent"
+        msg = self.errors.event(
+            source, None, "ThreadDied",
+            f"{thread} died: {type(exc).__name__}: {exc}; restart in {delay:.1f} s",
+        )
+        threading.Thread(target=self.errors.publish, args=([msg],), daemon=True).start()
+
+    def _window_lost(self, window: Window) -> None:
+        """A window whose handling raised (its worker died): its budget comes back and its
+        files are taken again after ``RETRY_BACKOFF_S``."""
+        self.budget.release(window.take_charge())
+        src = self.sources.get(window.source)
+        for it in window.items:
+            if it.path is not None and src is not None:
+                src.retry(it.path, RETRY_BACKOFF_S)
+
+    def degraded(self) -> dict[str, str]:
+        """Parts not fully working now, part -> why (``/healthz``, the health message)."""
+        out = degraded_parts(self.output)
+        ring = self.retention
+        if ring is not None and ring.degraded:
+            out["retention"] = ring.degraded
+        return out
 
     def _busy(self, queued: int, inflight: int) -> None:
         self.metrics.queue_depth.labels(queue="windows").set(queued)
@@ -159,31 +216,46 @@ class Agent:
         """Load + warm up models (unless ``runners`` are given, already loaded), start output,
         workers and sources; then READY=1."""
         cfg = self.cfg
+        clock = StartupClock()
+        if self._state is None:  # one agent per state folder (StateInUse: exit 2)
+            assert cfg.state_dir is not None
+            self._state = StateLock(cfg.state_dir)
         if cfg.health.watchdog:  # WATCHDOG=1 pings; READY/STOPPING are sent either way
             self.watchdog.start()
         else:
             self.watchdog.stop()  # a reload may have turned it off
         if cfg.health.metrics_port is not None and self._server is None:
             self._server = self.metrics.serve(
-                cfg.health.metrics_host, cfg.health.metrics_port, watchdog=self.watchdog
+                cfg.health.metrics_host, cfg.health.metrics_port, watchdog=self.watchdog,
+                degraded=self.degraded,
             )
+        clock.mark("health endpoint")
         self.runners = runners if runners is not None else load_models(cfg)
+        check_models(cfg, self.runners, str(self.config_path or "<config>"))  # exit 2
         window_charges(self.budget, self.runners)
-        warm_up_decoders((sc.modality for sc in cfg.sources), self.runners)
+        clock.mark("models", ", ".join(sorted(self.runners)))
+        log.info("%s", limit_blas_threads())
+        clock.mark("decoders", warm_up_decoders(
+            (sc.modality for sc in cfg.sources), self.runners, self.notifier.status,
+            cache_dir=cfg.state_dir / "numba" if cfg.state_dir is not None else None))
         if cfg.retention is not None:
             from cdml_edge.store.retention import RetentionRing
 
             self.retention = RetentionRing.from_config(cfg.retention)
+            clock.mark("retention")
         self.output.start()
+        clock.mark("output")
         self.pipeline.start(self._processor().handle, self.workers)
         for w in self.windowers.values():
             w.start()
         for s in self.sources.values():
             s.start()
-        self.health.start(self._stop)
+        clock.mark("sources")
+        self.health.start(self._stop, self.supervisor.spawn)
         self.health.publish_status("online")  # after the sources are armed: online means ready
         self.notifier.ready(f"running {len(self.sources)} sources, {len(self.runners)} models")
-        log.info("agent ready: %d sources, models %s", len(self.sources), sorted(self.runners))
+        log.info("agent ready: %d sources, models %s; %s", len(self.sources),
+                 sorted(self.runners), clock.summary())
 
     def drain(self, timeout: float | None = None) -> bool:
         """Stop intake, close open windows and wait for windows in flight; ``True`` if all."""
@@ -207,6 +279,10 @@ class Agent:
         if self._server is not None:
             self._server.close()
             self._server = None
+        self.supervisor.close()
+        if self._state is not None:
+            self._state.close()
+            self._state = None
         return drained
 
     def reload(self) -> bool:
@@ -219,9 +295,16 @@ class Agent:
         except ConfigError as exc:
             log.error("reload refused, keeping the running configuration:\n%s", exc)
             return False
+        moved = new.state_dir != self.cfg.state_dir
+        state: StateLock | None = None
         try:  # before anything stops: a config naming an unloadable model changes nothing
+            check_files(new, str(self.config_path))
+            state = StateLock(new.state_dir) if moved and new.state_dir else None
             runners = load_models(new)
+            check_models(new, runners, str(self.config_path))
         except Exception as exc:
+            if state is not None:
+                state.close()
             log.error("reload refused: %s (keeping the running configuration)", exc)
             self.metrics.errors.labels(stage="reload").inc()
             return False
@@ -231,6 +314,10 @@ class Agent:
         self.output.stop(timeout=5.0)
         if self.retention is not None:
             self.retention.close()
+        if state is not None:
+            if self._state is not None:
+                self._state.close()
+            self._state = state
         self._build(new)
         self.start(runners)
         return True

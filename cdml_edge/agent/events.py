@@ -10,7 +10,6 @@ from pathlib import Path
 from cdml_edge.agent.health import Metrics
 from cdml_edge.agent.lifecycle import FileLifecycle
 from cdml_edge.agent.outputs.base import Output
-from cdml_edge.agent.sources import FileTooLarge
 from cdml_edge.agent.sources.camera_status import CameraTransition
 from cdml_edge.window.payloads import CameraEvent, OutMessage, Sequencer, relative_topic
 from cdml_edge.window.score import error_event
@@ -28,8 +27,10 @@ class ErrorReporter:
         sequencer: Sequencer,
         metrics: Metrics,
         lifecycle: FileLifecycle,
+        sources: Sequence[str] = (),
     ) -> None:
         self.output = output
+        self.sources = list(sources)
         self.device = device
         self.sequencer = sequencer
         self.metrics = metrics
@@ -57,14 +58,25 @@ class ErrorReporter:
         except Exception:
             log.exception("could not publish %d error events", len(msgs))
 
+    def disk_event(self, kind: str, info: dict[str, str]) -> None:
+        """A store's disk fault began (``*_disk_full``, ``*_io_error``: counted in
+        ``errors{stage=kind}``) or ended (``*_disk_ok``): one event on every source's error
+        topic, as the fault is the device's, not one input's."""
+        if not kind.endswith("_disk_ok"):
+            self.metrics.errors.labels(stage=kind).inc()
+        where = info.get("dir", "")
+        message = f"{where}: {info['op']}: {info['error']}" if "error" in info else f"{where}: ok"
+        self.publish([self.event(s, None, kind, message) for s in self.sources])
+
     def source_error(
         self, source: str, name: str | None, exc: Exception, path: Path | None
     ) -> None:
-        """The sources' error sink: counted as a read error, reported; a file too large for
-        any window is quarantined unread."""
-        self.metrics.errors.labels(stage="read").inc()
+        """The sources' error sink: counted under the error's stage (``read``,
+        ``not_regular``, ``symlink``, ``intake``, ...) and reported; with a ``path``, a file
+        the error says to quarantine (too large for any window, failed to be taken) is."""
+        self.metrics.errors.labels(stage=getattr(exc, "stage", "read")).inc()
         dest = None
-        if isinstance(exc, FileTooLarge) and path is not None and name is not None:
+        if getattr(exc, "quarantine", False) and path is not None and name is not None:
             dest = self.lifecycle.quarantine(source, name, path, None)
         self.publish([self.event(source, name, type(exc).__name__, str(exc), dest)])
 

@@ -20,7 +20,7 @@ from cdml_edge.agent.lifecycle import FileLifecycle
 from cdml_edge.agent.outputs.base import Output
 from cdml_edge.agent.retry import Attempts, RetryPolicy
 from cdml_edge.agent.sources.factory import Source
-from cdml_edge.agent.windows import ByteBudget
+from cdml_edge.agent.windows import ByteBudget, PipelineGate
 from cdml_edge.config import AppConfig, SourceConfig
 from cdml_edge.errors import CdmlError
 from cdml_edge.model.runner import ModelRunner
@@ -58,9 +58,18 @@ class WindowProcessor:
     retry: RetryPolicy
     done: Callable[[], None]
     retention: RetentionRing | None = None
+    gate: PipelineGate | None = None
 
     def handle(self, window: Window) -> None:
-        """Process ``window``; a failure goes to the retry policy and is never raised."""
+        """Process ``window``; a failure goes to the retry policy and is never raised. Once
+        it is scored (or failed) the ``gate`` learns that a worker is free."""
+        try:
+            self._handle(window)
+        finally:
+            if self.gate is not None:
+                self.gate.leave()
+
+    def _handle(self, window: Window) -> None:
         try:
             self.process(window)
         except OutputFailed as exc:
@@ -75,15 +84,15 @@ class WindowProcessor:
             self.errors.publish([self.errors.event(window.source, None, type(exc).__name__,
                                                    str(exc))])
             self.retry.window_failed(window, exc)
-            self.budget.release(window.charged)
+            self.budget.release(window.take_charge())
             self.done()
 
     def process(self, window: Window) -> None:
         """Score ``window`` and hand its messages to the output; raises on a failure
         (:class:`OutputFailed` when the output refused them)."""
         sc = next(s for s in self.cfg.sources if s.name == window.source)
-        outcome, errors = self._score(window, sc)
-        on_durable = self._when_durable(window, sc, {f.item.id for f in outcome.failures})
+        outcome, errors, unretained = self._score(window, sc)
+        on_durable = self._when_durable(window, sc, outcome, hold=unretained)
         msgs = outcome.messages() + errors
         self._observe_arrival(window.source, outcome.results)
         try:
@@ -91,11 +100,14 @@ class WindowProcessor:
         except Exception as exc:
             raise OutputFailed(f"{type(exc).__name__}: {exc}") from exc
         finally:
-            self.budget.release(window.charged)  # the only release of a window that got this far
+            self.budget.release(window.take_charge())  # the one release once this far
 
-    def _score(self, window: Window, sc: SourceConfig) -> tuple[WindowOutcome, list[OutMessage]]:
-        """Pack, score, quarantine the bad items and retain the window; the outcome and the
-        error events. The packed archive lives only here, not while the output works."""
+    def _score(
+        self, window: Window, sc: SourceConfig
+    ) -> tuple[WindowOutcome, list[OutMessage], bool]:
+        """Pack, score, quarantine the bad items and retain the window; the outcome, the
+        error events and whether the files must wait for the ring (it could not keep the
+        window). The packed archive lives only here, not while the output works."""
         cfg = self.cfg
         packed = pack_window(
             window,
@@ -120,9 +132,11 @@ class WindowProcessor:
                     outcome.window.timings.infer_ms / 1000.0
                 )
         errors = self._quarantine_failures(window, outcome)
+        unretained = False
         if self.retention is not None:
-            errors += self._retain(window.source, packed.archive, outcome)
-        return outcome, errors
+            events, unretained = self._retain(window.source, packed.archive, outcome)
+            errors += events
+        return outcome, errors, unretained
 
     def _quarantine_failures(self, window: Window, outcome: WindowOutcome) -> list[OutMessage]:
         """Quarantine each item that could not be decoded; one error event each."""
@@ -141,32 +155,47 @@ class WindowProcessor:
             errors.append(self.errors.event(window.source, it.name, f.error_type, f.message, dest))
         return errors
 
-    def _retain(self, source: str, archive: bytes, outcome: WindowOutcome) -> list[OutMessage]:
-        """Keep the scored window in the retention ring; an event on a full disk (once per
-        episode) and on recovery. A full disk is counted, the live path goes on."""
-        assert self.retention is not None
+    def _retain(
+        self, source: str, archive: bytes, outcome: WindowOutcome
+    ) -> tuple[list[OutMessage], bool]:
+        """Keep the scored window in the retention ring; an event when a full disk or an
+        I/O error begins (once per episode) and on recovery, when held files are taken
+        again. The live path goes on; ``True`` when the files must wait for the ring
+        (``retention.required`` and the window was not written)."""
+        assert self.retention is not None and self.cfg.retention is not None
         res = self.retention.store(archive, outcome.manifest)
         if res.bytes_written:
             self.metrics.bytes_written.labels(kind="retention").inc(res.bytes_written)
-        if res.status.value == "disk_full":
-            self.metrics.errors.labels(stage="retention_disk_full").inc()
+        if res.lost:
+            self.metrics.errors.labels(stage=f"retention_{res.status.value}").inc()
+        if res.event == "retention_disk_ok":
+            self.retry.retention_recovered()
+        hold = res.lost and self.cfg.retention.required
         if res.event is None:
-            return []
-        return [self.errors.event(source, None, res.event, res.error or "ok")]
+            return [], hold
+        return [self.errors.event(source, None, res.event, res.error or "ok")], hold
 
     def _when_durable(
-        self, window: Window, sc: SourceConfig, failed_ids: set[str]
+        self, window: Window, sc: SourceConfig, outcome: WindowOutcome, hold: bool = False
     ) -> Callable[[], None]:
-        """The ``on_durable`` callback: finish the scored files, count the window, ``done``.
-        Only paths travel into it, not the window's bytes."""
-        done_paths = [it.path for it in window.items if it.path and it.item_id not in failed_ids]
+        """The ``on_durable`` callback: finish the scored files (only the versions scored:
+        identity and the manifest's SHA-256) or, with ``hold``, keep them until the ring
+        writes again; count the window, ``done``. Only paths and identities travel into it,
+        not the window's bytes."""
+        failed_ids = {f.item.id for f in outcome.failures}
+        sha = {mi.id: mi.sha256 for mi in outcome.manifest.items}
+        done_files = [(it.path, it.identity, sha.get(it.item_id)) for it in window.items
+                      if it.path and it.item_id not in failed_ids]
         done_ids = [it.item_id for it in window.items if it.path]
         closed_ts, source = window.closed_ts, window.source
 
         def on_durable() -> None:
             self.attempts.clear(done_ids)
-            for p in done_paths:
-                self.lifecycle.finish(p, sc.on_done, sc.move_to)
+            for p, ident, digest in done_files:
+                if hold:
+                    self.retry.hold_for_retention(source, p, self._ring_failing)
+                    continue
+                self.lifecycle.finish(p, sc.on_done, sc.move_to, identity=ident, sha256=digest)
                 src = self.sources.get(source)
                 if src is not None:
                     src.release(p, keep=sc.on_done == "keep")
@@ -175,6 +204,9 @@ class WindowProcessor:
             self.done()
 
         return on_durable
+
+    def _ring_failing(self) -> bool:
+        return self.retention is not None and self.retention.degraded is not None
 
     def _observe_arrival(self, source: str, results: Sequence[ItemResult]) -> None:
         now = time.time()

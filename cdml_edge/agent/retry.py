@@ -5,12 +5,20 @@ attempt against each of its files: a file is taken again after ``RETRY_BACKOFF_S
 per attempt, and quarantined once it was in ``WINDOW_ATTEMPTS`` failed windows. A window the
 output refused (disk full, publisher closed) is not the files' fault: they are put back
 without an attempt counted, and intake pauses for ``OUTPUT_PAUSE_S``.
+
+A window the retention ring wanted but could not write (a full disk, an I/O error) has its
+results published, but with ``retention.required`` its files are held: left on disk, not
+taken again, and put back all at once when the ring writes again (at most ``HELD_MAX`` are
+remembered; the rest stay on disk for the next start's scan). While files are held, the
+oldest one is offered again every ``RETENTION_PROBE_S``: its window tries the ring, so a disk
+that got room again is noticed even when no new file arrives.
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
 
 from cdml_edge.agent.events import ErrorReporter
 from cdml_edge.agent.health import Metrics
@@ -22,6 +30,8 @@ from cdml_edge.window.payloads import OutMessage
 WINDOW_ATTEMPTS = 3  # a file whose whole window failed this often is quarantined
 RETRY_BACKOFF_S = 0.5  # first retry after 0.5 s, then 1 s, 2 s ...
 OUTPUT_PAUSE_S = 1.0  # intake pause (and retry delay) after the output refused a window
+HELD_MAX = 4096  # files held for the ring that are remembered (the rest: next start's scan)
+RETENTION_PROBE_S = 10.0  # while files are held, one is offered again this often
 
 
 class Attempts:
@@ -66,6 +76,59 @@ class RetryPolicy:
         self.metrics = metrics
         self.attempts = attempts
         self._stopped = stopped
+        self._held: list[tuple[str, Path]] = []
+        self._held_lock = threading.Lock()
+        self.held_total = 0  # files ever held for the ring
+        self.held_unlisted = 0  # held beyond HELD_MAX: taken again only at the next start
+        self._probe: threading.Timer | None = None
+
+    def hold_for_retention(
+        self, source: str, path: Path, ring_failing: Callable[[], bool]
+    ) -> None:
+        """Keep a scored file on disk, not taken again, until :meth:`retention_recovered`
+        (taken again at once if the ring already writes again: ``ring_failing()`` false)."""
+        src = self.sources.get(source)
+        if src is None:
+            return
+        with self._held_lock:
+            if not ring_failing():
+                src.retry(path, 0.0)
+                return
+            src.release(path, keep=True)
+            self.held_total += 1
+            if len(self._held) < HELD_MAX:
+                self._held.append((source, path))
+            else:
+                self.held_unlisted += 1
+            if self._probe is None:
+                self._probe = threading.Timer(RETENTION_PROBE_S, self._offer_oldest)
+                self._probe.daemon = True
+                self._probe.start()
+
+    def _offer_oldest(self) -> None:
+        """Offer the oldest held file again: its window tries the ring once more."""
+        with self._held_lock:
+            self._probe = None
+            first = self._held.pop(0) if self._held else None
+        if first is not None and not self._stopped.is_set():
+            src = self.sources.get(first[0])
+            if src is not None:
+                src.retry(first[1], 0.0)
+
+    def retention_recovered(self) -> None:
+        """The ring writes again: every held file is taken again now."""
+        with self._held_lock:
+            held, self._held = self._held, []
+        for source, path in held:
+            src = self.sources.get(source)
+            if src is not None:
+                src.retry(path, 0.0)
+
+    @property
+    def held(self) -> int:
+        """Files held for the ring now."""
+        with self._held_lock:
+            return len(self._held)
 
     def output_failed(self, window: Window) -> None:
         """Put the window's files back, pause intake for ``OUTPUT_PAUSE_S``; no attempt is

@@ -1,5 +1,10 @@
 """The windows in flight: a queue of closed windows, the worker threads that take them, and
-the count of windows not yet durable that a drain waits for."""
+the count of windows not yet durable that a drain waits for.
+
+The workers are supervised parts (``pipeline-<n>``, see :mod:`cdml_edge.agent.supervisor`):
+a window whose handling raises is handed to ``on_lost`` (the agent gives its budget back and
+puts its files back for a retry) and counted done, then the worker dies and is restarted.
+"""
 
 from __future__ import annotations
 
@@ -9,6 +14,7 @@ import threading
 import time
 from collections.abc import Callable
 
+from cdml_edge.agent.supervisor import Spawn, Worker, plain_thread
 from cdml_edge.window.items import Window
 
 log = logging.getLogger(__name__)
@@ -24,13 +30,22 @@ class WindowWorkers:
     may come from another thread (the output's ``on_durable``) after its worker moved on.
     """
 
-    def __init__(self, busy: Busy, progress: Callable[[], None]) -> None:
+    def __init__(
+        self,
+        busy: Busy,
+        progress: Callable[[], None],
+        *,
+        spawn: Spawn = plain_thread,
+        on_lost: Callable[[Window], None] | None = None,
+    ) -> None:
         self._busy = busy
         self._progress = progress
+        self._spawn = spawn
+        self._on_lost = on_lost
         self._idle = threading.Condition()
         self._inflight = 0
         self._queue: queue.Queue[Window | None] = queue.Queue()
-        self._threads: list[threading.Thread] = []
+        self._threads: list[Worker] = []
 
     @property
     def inflight(self) -> int:
@@ -39,9 +54,9 @@ class WindowWorkers:
 
     def start(self, handle: Callable[[Window], None], workers: int) -> None:
         """Start ``workers`` threads calling ``handle`` on each queued window."""
+        q = self._queue
         for i in range(workers):
-            t = threading.Thread(target=self._loop, args=(self._queue, handle),
-                                 name=f"pipeline-{i}", daemon=True)
+            t = self._spawn(f"pipeline-{i}", lambda q=q: self._loop(q, handle))  # type: ignore[misc]
             t.start()
             self._threads.append(t)
 
@@ -85,10 +100,24 @@ class WindowWorkers:
     def _report(self) -> None:
         self._busy(self._queue.qsize(), max(0, self._inflight))
 
-    @staticmethod
-    def _loop(q: queue.Queue[Window | None], handle: Callable[[Window], None]) -> None:
+    def _loop(self, q: queue.Queue[Window | None], handle: Callable[[Window], None]) -> None:
         while True:
             window = q.get()
             if window is None:
                 return
-            handle(window)
+            try:
+                handle(window)
+            except BaseException:
+                self._lost(window)
+                raise  # the supervisor counts the death and restarts this worker
+
+    def _lost(self, window: Window) -> None:
+        """A window whose handling raised: ``on_lost`` gets it back, it is no longer in
+        flight (a drain does not wait for it)."""
+        try:
+            if self._on_lost is not None:
+                self._on_lost(window)
+        except Exception:
+            log.exception("could not give back window %s", window.window_id)
+        finally:
+            self.done()

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import typer
 
-from cdml_edge.commands.exits import EXIT_START_FAILED, fail, user_errors
-from cdml_edge.config import load_config
+from cdml_edge.commands.exits import EXIT_START_FAILED, EXIT_USAGE, fail, user_errors
+from cdml_edge.config import ConfigError, load_config
 
 
 def run(
@@ -27,14 +27,21 @@ def run(
         level=getattr(logging, log_level.upper(), logging.INFO),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
+    from cdml_edge.agent.preflight import check_files
+
     with user_errors("run"):
         cfg = load_config(config)
+        check_files(cfg, str(config))  # a missing CA or password file: 2 now, not a crash
     from cdml_edge.agent.app import Agent
+    from cdml_edge.agent.outputs.mqtt.spool import SpoolInUse
+    from cdml_edge.agent.state import StateUnusable
     from cdml_edge.model.runner import InferenceError
 
-    agent = Agent(cfg, config, workers=workers, drain_timeout=drain_timeout)
     try:
+        agent = Agent(cfg, config, workers=workers, drain_timeout=drain_timeout)
         code = agent.run(duration)
+    except (StateUnusable, SpoolInUse, ConfigError) as exc:  # same state; a model check
+        fail("run", str(exc), EXIT_USAGE)
     except InferenceError as exc:
         fail("run", f"cannot start: {exc}", EXIT_START_FAILED)
     raise typer.Exit(code)

@@ -8,7 +8,8 @@ from pathlib import Path
 import typer
 
 from cdml_edge.commands.exits import user_errors
-from cdml_edge.config import config_schema, load_config
+from cdml_edge.config import config_schema
+from cdml_edge.units import format_size
 
 config_app = typer.Typer(
     help="Validate a configuration file or print its JSON Schema.", rich_markup_mode=None
@@ -19,12 +20,20 @@ config_app = typer.Typer(
 def validate(
     file: Path = typer.Argument(..., metavar="FILE", help="The YAML configuration file."),
 ) -> None:
-    """Exit 0 when FILE is a valid configuration; exit 2 naming each bad field otherwise."""
+    """Exit 0 when FILE can run here; exit 2 naming each problem otherwise: bad fields,
+    files it names that cannot be read, a model of the wrong modality, a budget too small
+    for one item."""
+    from cdml_edge.agent.preflight import validate_runnable
+
     with user_errors("config validate"):
-        config = load_config(file)
+        checked = validate_runnable(file)
+    config = checked.config
+    sizes = ", ".join(f"{k} {format_size(n)}" for k, n in sorted(checked.max_item_bytes.items()))
     typer.echo(
         f"{file}: valid ({len(config.sources)} sources, {len(config.models)} models, "
-        f"mqtt: {config.mqtt.url if config.mqtt else 'off'})"
+        f"mqtt: {config.mqtt.url if config.mqtt else 'off'}, state: {config.state_dir}"
+        + (f"; largest file the budget admits: {sizes}" if sizes else "")
+        + ")"
     )
 
 

@@ -2,8 +2,8 @@
 
 The work is :func:`cdml_edge.retrain.replay_job.run_replay` and
 :func:`cdml_edge.retrain.export_job.run_export`; these commands map their errors to exit
-codes (:mod:`cdml_edge.commands.exits`: 2 a usage problem, 1 the run failed) and print
-their summaries.
+codes (:mod:`cdml_edge.commands.exits`: 2 a usage problem, 1 the run failed, or replay
+skipped a corrupt window or could not deliver what it published) and print their summaries.
 """
 
 from __future__ import annotations
@@ -12,18 +12,23 @@ from pathlib import Path
 
 import typer
 
-from cdml_edge.commands.exits import user_errors
+from cdml_edge.commands.exits import EXIT_FAILED, user_errors
 from cdml_edge.commands.progress import run_bar
 from cdml_edge.retrain.errors import ExportError, ReplayError
-from cdml_edge.retrain.export_job import ExportOptions, run_export
-from cdml_edge.retrain.replay_job import DEFAULT_REPLAY_OUT, ReplayOptions, run_replay
+from cdml_edge.retrain.export_job import ExportOptions
+from cdml_edge.retrain.fleet.jobs import EngineOptions, export_on, replay_on
+from cdml_edge.retrain.replay_job import DEFAULT_REPLAY_OUT, ReplayOptions
+
+ENGINE_HELP = "local (this process) or ray (Ray Data; pip install 'cdml-edge[ray]')."
+ADDRESS_HELP = "With --engine ray: an existing Ray cluster (default: a local Ray)."
 
 
 def replay(
-    directory: Path | None = typer.Argument(
+    directory: str | None = typer.Argument(
         None,
         metavar="[DIR]",
-        help="Retention folder (default: retention.dir of the configuration).",
+        help="Retention folder (default: retention.dir of the configuration); with --engine "
+        "ray a folder tree or s3:// prefix of many.",
     ),
     config: Path = typer.Option(..., "--config", "-c", help="The YAML configuration file."),
     model: list[Path] = typer.Option(
@@ -43,16 +48,29 @@ def replay(
         help=f"Results as JSON lines (default without --publish: {DEFAULT_REPLAY_OUT}).",
     ),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar."),
+    engine: str = typer.Option("local", "--engine", help=ENGINE_HELP),
+    ray_address: str | None = typer.Option(None, "--ray-address", help=ADDRESS_HELP),
 ) -> None:
     """Re-score retained windows (archive order, full speed) with the current pipeline."""
-    options = ReplayOptions(config, directory, model, since, until, source, publish, out)
+    folder = Path(directory) if directory else None
+    options = ReplayOptions(config, folder, model, since, until, source, publish, out)
     with user_errors("replay", failed=(ReplayError,)):
-        summary = run_replay(options, run_bar("replay", quiet))
+        summary = replay_on(
+            EngineOptions(engine, ray_address, quiet), options, directory,
+            run_bar("replay", quiet),
+        )
     typer.echo(summary.line())
+    if not summary.complete:
+        for line in summary.stats.errors:
+            typer.echo(line, err=True)
+        raise typer.Exit(EXIT_FAILED)
 
 
 def export(
-    directory: Path = typer.Argument(..., metavar="DIR", help="Retention folder."),
+    directory: str = typer.Argument(
+        ..., metavar="DIR",
+        help="Retention folder; with --engine ray a folder tree or s3:// prefix of many.",
+    ),
     out: Path = typer.Argument(
         ..., metavar="OUT", help="Training archive to write (.zip or .tar.zst)."
     ),
@@ -70,16 +88,24 @@ def export(
     ),
     level: int = typer.Option(3, "--level", help="Compression level (zip 1-9, zstd 1-22)."),
     max_bytes: str = typer.Option(
-        "2GiB", "--max-bytes", help="Refuse selections larger than this (held in memory)."
+        "2GiB",
+        "--max-bytes",
+        help="Refuse selections larger than this (held in memory); with --engine ray, "
+        "the bound of one shard (a larger selection is written as several).",
     ),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar."),
+    engine: str = typer.Option("local", "--engine", help=ENGINE_HELP),
+    ray_address: str | None = typer.Option(None, "--ray-address", help=ADDRESS_HELP),
 ) -> None:
     """Build a training archive (class folders) from retained windows, with provenance."""
     options = ExportOptions(
-        directory, out, filters, since, until, source, labels, split, level, max_bytes
+        Path(directory), out, filters, since, until, source, labels, split, level, max_bytes
     )
     with user_errors("export", failed=(ExportError,)):
-        summary = run_export(options, run_bar("export", quiet))
+        summary = export_on(
+            EngineOptions(engine, ray_address, quiet), options, directory,
+            run_bar("export", quiet),
+        )
     typer.echo(summary.text())
 
 

@@ -142,15 +142,28 @@ def _humanise(error: Any) -> tuple[str, str]:
     return _field_path(loc), msg
 
 
-def parse_config(data: Any, file: str = "<config>", base_dir: Path | None = None) -> AppConfig:
-    """Validate an already parsed mapping; errors are raised as :class:`ConfigError`."""
+def parse_config(
+    data: Any,
+    file: str = "<config>",
+    base_dir: Path | None = None,
+    *,
+    state_directory: str | None = None,
+) -> AppConfig:
+    """Validate an already parsed mapping; errors are raised as :class:`ConfigError`.
+
+    ``base_dir``: the folder relative paths resolve against (the config file's; without
+    it they stay relative to the working directory). ``state_directory``: what
+    ``$STATE_DIRECTORY`` would say (the doctor reads it from the unit)."""
     if data is None:
         data = {}
     if not isinstance(data, dict):
         raise ConfigError(file, [("", "the top level must be a mapping of sections")])
     unset: list[tuple[str, str]] = []  # reported with every other problem, not alone
     data = substitute_env(data, unset=unset)
-    context = {"base_dir": base_dir} if base_dir is not None else None
+    context: dict[str, Any] = {"state_directory": state_directory}
+    if base_dir is not None:
+        name = Path(file).name if file != "<config>" else None
+        context.update(base_dir=base_dir, config_name=name)
     try:
         config = AppConfig.model_validate(data, context=context)
     except ValidationError as exc:
@@ -167,8 +180,11 @@ def parse_config(data: Any, file: str = "<config>", base_dir: Path | None = None
     return config
 
 
-def load_config(path: str | os.PathLike[str]) -> AppConfig:
-    """Read and validate a YAML configuration file; relative paths resolve against its folder."""
+def load_config(
+    path: str | os.PathLike[str], *, state_directory: str | None = None
+) -> AppConfig:
+    """Read and validate a YAML configuration file; relative paths resolve against its folder
+    (``state_directory``: see :func:`parse_config`)."""
     file = Path(path)
     label = str(path)
     try:
@@ -184,7 +200,9 @@ def load_config(path: str | os.PathLike[str]) -> AppConfig:
         where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
         problem = getattr(exc, "problem", None) or str(exc)
         raise ConfigError(label, [("", f"{where}invalid YAML: {problem}")]) from None
-    return parse_config(data, label, base_dir=file.resolve().parent)
+    return parse_config(
+        data, label, base_dir=file.resolve().parent, state_directory=state_directory
+    )
 
 
 def config_schema() -> dict[str, Any]:

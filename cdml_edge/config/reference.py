@@ -62,6 +62,9 @@ def _cell(text: str) -> str:
 
 
 def _default(field: FieldInfo) -> str:
+    extra = field.json_schema_extra
+    if isinstance(extra, dict) and isinstance(extra.get("x-default"), str):
+        return f"`{extra['x-default']}`"
     if field.is_required():
         return "**required**"
     if field.default_factory is not None:

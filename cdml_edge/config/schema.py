@@ -3,6 +3,8 @@
 Every model forbids unknown keys. Sizes accept ``64MiB``-style strings, durations ``2s`` or
 ``500ms``. Relative paths are resolved against the folder of the configuration file (passed
 as the validation context ``base_dir`` by :func:`~cdml_edge.config.loading.load_config`).
+The folders of the agent's state (spool, quarantine, retention) default to ``state_dir``
+(see :func:`default_state_dir`).
 """
 
 from __future__ import annotations
@@ -10,7 +12,7 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import (
     BaseModel,
@@ -59,6 +61,31 @@ Duration = Annotated[
 _TOPIC_SAFE = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
 
 
+STATE_FOLDERS = ("spool", "quarantine", "retention")
+"""Sections whose ``dir`` defaults to ``<state_dir>/<section>``."""
+
+
+def _in_state(name: str) -> dict[str, Any]:
+    """The reference table's default of a state folder."""
+    return {"x-default": f"<state_dir>/{name}"}
+
+
+def default_state_dir(
+    base_dir: Path | None, config_name: str | None, state_directory: str | None = None
+) -> Path:
+    """Where the agent keeps its state when ``state_dir`` is not set: systemd's
+    ``$STATE_DIRECTORY`` (its first folder; ``state_directory`` stands in for it), else
+    ``<config name>.state`` beside the configuration file, else ``cdml-edge.state`` in the
+    working directory (a configuration parsed without a file)."""
+    given = state_directory or os.environ.get("STATE_DIRECTORY", "")
+    env = [p for p in given.split(":") if p]
+    if env:
+        return Path(env[0])
+    if base_dir is not None and config_name:
+        return Path(base_dir) / f"{Path(config_name).stem}.state"
+    return Path.cwd() / "cdml-edge.state"
+
+
 def _resolve_path(value: Path | None, info: ValidationInfo) -> Path | None:
     if value is None:
         return None
@@ -88,6 +115,11 @@ class WindowConfig(_Model):
     seconds: Duration = Field(1.0, gt=0, description="Close a window this long after it opened.")
     max_items: int = Field(64, ge=1, description="Close after this many items; 1 = instant mode.")
     max_bytes: Size = Field(16 * 1024**2, gt=0, description="Close once the items reach this size.")
+    close_when_idle: bool = Field(
+        True,
+        description="Also close as soon as a pipeline worker is free (dynamic batching): "
+        "items are scored on arrival at low rates and batch up while the workers are busy.",
+    )
 
 
 class SourceConfig(_Model):
@@ -135,7 +167,10 @@ class SourceConfig(_Model):
         60.0, gt=0, description="Camera: down this long = state failed and /healthz 503."
     )
     stable_seconds: Duration = Field(
-        0.5, ge=0, description="A file is complete once its size has not changed for this long."
+        0.5,
+        ge=0,
+        description="Without a close-write: a file is complete once the agent has seen it "
+        "unchanged for this long (files present at start too).",
     )
     polling: bool = Field(
         False, description="Use a polling observer (network mounts) instead of inotify."
@@ -143,8 +178,21 @@ class SourceConfig(_Model):
     segment_rows: int | None = Field(
         None, gt=0, description="csv/timeseries: one result per this many rows (default per file)."
     )
+    follow_symlinks: bool = Field(
+        False,
+        description="Follow symbolic links, only to files inside the folder or link_roots; "
+        "off: links are reported once and left.",
+    )
+    link_roots: list[Path] = Field(
+        default_factory=list, description="Folders a followed link may lead into."
+    )
 
     _resolve = field_validator("path", "move_to")(_resolve_path)
+
+    @field_validator("link_roots")
+    @classmethod
+    def _resolve_roots(cls, value: list[Path], info: ValidationInfo) -> list[Path]:
+        return [p for p in (_resolve_path(v, info) for v in value) if p is not None]
 
     @model_validator(mode="after")
     def _check_kind(self) -> SourceConfig:
@@ -180,7 +228,21 @@ class ModelConfig(_Model):
     input_size: int | None = Field(None, gt=0, description="Override the image input size.")
     anomaly_threshold: float | None = Field(None, description="Override the anomaly threshold.")
     providers: list[str] | None = Field(
-        None, description="onnxruntime execution providers, in order (default: CPU)."
+        None,
+        description="onnxruntime execution providers, in order; unset: CUDA then CPU when "
+        "onnxruntime has CUDA, else CPU.",
+    )
+    intra_op_threads: int = Field(
+        1, ge=0, description="Threads inside one operator; 0 = one per core (onnxruntime)."
+    )
+    inter_op_threads: int = Field(
+        1, ge=0, description="Threads across operators; 0 = onnxruntime's choice."
+    )
+    spinning: bool = Field(
+        False, description="Let idle onnxruntime threads busy-wait (costs CPU between runs)."
+    )
+    graph_optimization: Literal["disable", "basic", "extended", "all"] = Field(
+        "all", description="onnxruntime graph optimisation level."
     )
 
     _resolve = field_validator("path")(_resolve_path)
@@ -265,7 +327,9 @@ class OutboxConfig(_Model):
 class SpoolConfig(_Model):
     """On-disk spool used while the broker is away."""
 
-    dir: Path = Field(Path("spool"), description="Spool folder.")
+    dir: Path = Field(
+        Path("spool"), description="Spool folder.", json_schema_extra=_in_state("spool")
+    )
     max_bytes: Size = Field(256 * 1024**2, gt=0, description="Byte bound of the spool.")
     policy: Literal["drop_oldest", "block"] = Field(
         "drop_oldest", description="When full: drop the oldest records, or block intake."
@@ -280,13 +344,20 @@ class SpoolConfig(_Model):
 class RetentionConfig(_Model):
     """Bounded on-disk ring of window archives, for replay and training export."""
 
-    dir: Path = Field(..., description="Retention folder.")
+    dir: Path = Field(
+        Path("retention"), description="Retention folder.", json_schema_extra=_in_state("retention")
+    )
     max_bytes: Size = Field(1024**3, gt=0, description="Oldest windows are evicted above this.")
     max_age: Duration | None = Field(None, gt=0, description="Windows older than this go.")
     keep: Literal["all", "anomalies", "sample", "none"] = Field(
         "all", description="Which windows to keep."
     )
     sample_percent: float = Field(10.0, ge=0, le=100, description="keep: sample — percentage.")
+    required: bool = Field(
+        True,
+        description="Source files wait until the ring kept their window (false: a window the "
+        "ring could not write, e.g. on a full disk, releases its files anyway).",
+    )
 
     _resolve = field_validator("dir")(_resolve_path)
 
@@ -294,12 +365,33 @@ class RetentionConfig(_Model):
 class QuarantineConfig(_Model):
     """Where bad inputs are moved."""
 
-    dir: Path = Field(Path("quarantine"), description="Quarantine folder.")
+    dir: Path = Field(
+        Path("quarantine"),
+        description="Quarantine folder.",
+        json_schema_extra=_in_state("quarantine"),
+    )
     max_bytes: Size = Field(
         256 * 1024**2, gt=0, description="Above this, the oldest quarantined files are deleted."
     )
+    mode: str = Field(
+        "0600",
+        pattern=r"^0?[0-7]{3}$",
+        description="Octal permissions of quarantined files (folders get x where r is set).",
+    )
 
     _resolve = field_validator("dir")(_resolve_path)
+
+    @field_validator("mode", mode="before")
+    @classmethod
+    def _quoted_mode(cls, value: object) -> object:
+        if not isinstance(value, str):  # YAML reads 0640 as a number: ask for the text
+            raise ValueError("write the mode as a quoted octal string, such as '0640'")
+        return value
+
+    @property
+    def file_mode(self) -> int:
+        """The mode of quarantined files as a number."""
+        return int(self.mode, 8)
 
 
 class LimitsConfig(_Model):
@@ -356,6 +448,12 @@ class S3Config(_Model):
 class AppConfig(_Model):
     """The whole ``factory.yaml``."""
 
+    state_dir: Path | None = Field(
+        None,
+        description="The agent's state folder: spool, quarantine and retention live here "
+        "unless their dir is set; one agent per state folder. Default: $STATE_DIRECTORY "
+        "(systemd's StateDirectory=), else '<config name>.state' beside the config file.",
+    )
     device: DeviceConfig = Field(default_factory=DeviceConfig)  # type: ignore[arg-type]
     sources: list[SourceConfig] = Field(default_factory=list)
     pack: PackConfig = Field(default_factory=PackConfig)  # type: ignore[arg-type]
@@ -371,6 +469,22 @@ class AppConfig(_Model):
     health: HealthConfig = Field(default_factory=HealthConfig)  # type: ignore[arg-type]
     output: OutputConfig = Field(default_factory=OutputConfig)  # type: ignore[arg-type]
     s3: S3Config | None = Field(None, description="Unset: boto3 defaults and CDML_EDGE_S3_*.")
+
+    _resolve = field_validator("state_dir")(_resolve_path)
+
+    @model_validator(mode="after")
+    def _place_state(self, info: ValidationInfo) -> AppConfig:
+        """``state_dir`` (set, or its default) and the state folders left unset under it."""
+        ctx = info.context or {}
+        state = self.state_dir or default_state_dir(
+            ctx.get("base_dir"), ctx.get("config_name"), ctx.get("state_directory")
+        )
+        self.state_dir = state
+        for name in STATE_FOLDERS:
+            section = getattr(self, name)
+            if section is not None and "dir" not in section.model_fields_set:
+                section.dir = state / name
+        return self
 
     @model_validator(mode="after")
     def _check_sources(self) -> AppConfig:

@@ -3,13 +3,24 @@
 from __future__ import annotations
 
 import io
-from typing import Literal
+import sys
+from typing import Any, Literal
 
 import numpy as np
 
+from . import numba_cache
 from .errors import DecodeError
 
 AudioMode = Literal["mfcc", "waveform"]
+
+
+def import_librosa() -> Any:
+    """librosa, imported with numba's kernel cache in our folder (:mod:`.numba_cache`)."""
+    if "librosa" not in sys.modules:
+        numba_cache.configure()
+    import librosa
+
+    return librosa
 
 
 def read_waveform(
@@ -28,8 +39,7 @@ def read_waveform(
         raise DecodeError(member, "audio has no samples")
     mono = samples.mean(axis=1) if samples.shape[1] > 1 else samples[:, 0]
     if sample_rate is not None and sr != sample_rate:
-        import librosa
-
+        librosa = import_librosa()
         try:
             mono = librosa.resample(mono, orig_sr=sr, target_sr=sample_rate)
         except Exception as exc:  # librosa.ParameterError (non-finite samples), MemoryError
@@ -71,7 +81,7 @@ def mfcc(
     n_fft: int = 2048,
 ) -> np.ndarray:
     """MFCCs ``(n_mfcc, frames)`` of a mono waveform; short clips are zero-padded to ``n_fft``."""
-    import librosa
+    librosa = import_librosa()
 
     if wave.shape[0] < n_fft:  # librosa warns on inputs shorter than one FFT window
         wave = np.pad(wave, (0, n_fft - wave.shape[0]))

@@ -56,10 +56,33 @@ def _delimiter(text: str, name: str) -> str:
     if name.lower().endswith(".tsv"):
         return "\t"
     sample = text[:8192]
+    plain = _plain_delimiter(sample, truncated=len(text) > len(sample))
+    if plain is not None:
+        return plain
     try:
         return csv.Sniffer().sniff(sample, delimiters=_DELIMITERS).delimiter
     except csv.Error:
         return ","
+
+
+def _plain_delimiter(sample: str, truncated: bool, lines: int = 10) -> str | None:
+    """The delimiter of a plain CSV without the sniffer (a few ms per file): the one
+    candidate that every one of the first ``lines`` lines holds equally often, when nothing
+    is quoted; ``None`` (ask the sniffer) otherwise."""
+    if '"' in sample or "'" in sample:
+        return None
+    head = sample.splitlines()
+    if truncated:
+        head = head[:-1]  # the last line of the sample may be cut
+    head = [ln for ln in head[:lines] if ln]
+    if not head:
+        return None
+    found = []
+    for d in _DELIMITERS:
+        counts = {ln.count(d) for ln in head}
+        if len(counts) == 1 and 0 not in counts:
+            found.append(d)
+    return found[0] if len(found) == 1 else None
 
 
 def decode_csv(
@@ -91,6 +114,30 @@ def decode_csv(
     for line, row in enumerate(body, start=2 if has_header else 1):
         if len(row) != width:
             raise DecodeError(member, f"row {line} has {len(row)} fields, expected {width}")
+    values = _all_numbers(body, member)
+    if values is not None:
+        return CsvTable(values, columns, has_header)
+    return _mixed_table(body, columns, has_header, member)
+
+
+def _all_numbers(body: list[list[str]], member: str) -> np.ndarray | None:
+    """The body as float32 when every cell is a number (NumPy parses text as ``float()``
+    does); ``None`` when a cell is empty or text, for :func:`_mixed_table` to sort out."""
+    if not body:
+        return None
+    try:
+        return np.array(body, dtype=np.float64).astype(np.float32)
+    except (ValueError, TypeError):
+        return None
+    except MemoryError as exc:
+        raise DecodeError(member, "out of memory building the CSV array") from exc
+
+
+def _mixed_table(
+    body: list[list[str]], columns: list[str], has_header: bool, member: str
+) -> CsvTable:
+    """Cell by cell: empty cells are NaN, all-text columns are kept apart, a column mixing
+    numbers and text raises."""
     numeric: list[int] = []
     text_cols: dict[str, list[str]] = {}
     parsed = [[_number(c) for c in row] for row in body]

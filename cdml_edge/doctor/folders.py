@@ -1,4 +1,5 @@
-"""The folders the agent fills (spool, retention, quarantine): writable, with room to grow."""
+"""The folders the agent fills (state, spool, retention, quarantine): writable, with room
+to grow; entries in the retention folder that are not the ring's are reported (a warning)."""
 
 from __future__ import annotations
 
@@ -68,6 +69,27 @@ def _bounded_dirs(cfg: AppConfig) -> Iterator[tuple[str, Path, int]]:
     if cfg.retention is not None and cfg.retention.keep != "none":
         yield "retention", cfg.retention.dir, cfg.retention.max_bytes
     yield "quarantine", cfg.quarantine.dir, cfg.quarantine.max_bytes
+
+
+def check_state_dir(cfg: AppConfig, account: Account | None = None) -> list[Check]:
+    """The state folder is writable (the agent's lock lives there); the retention folder's
+    foreign entries, if any, as a warning."""
+    out = []
+    if cfg.state_dir is not None:
+        problem = dir_problem(cfg.state_dir, account)
+        out.append(Check("state folder", problem is None, problem or f"{cfg.state_dir} writable"))
+    if cfg.retention is not None and cfg.retention.dir.is_dir():
+        from cdml_edge.store.sidecar import foreign_names
+
+        foreign = foreign_names(cfg.retention.dir)
+        if foreign:
+            shown = ", ".join(ascii(n) for n in foreign[:5])
+            more = f" and {len(foreign) - 5} more" if len(foreign) > 5 else ""
+            out.append(Check(
+                "retention foreign", True, f"{cfg.retention.dir}: {len(foreign)} entries the "
+                f"ring did not write, left alone: {shown}{more}", warn=True,
+            ))
+    return out
 
 
 def check_writable_dirs(cfg: AppConfig, account: Account | None = None) -> list[Check]:

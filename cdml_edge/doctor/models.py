@@ -17,9 +17,10 @@ def _check_model(name: str, modality: str, cfg: AppConfig) -> Check:
     import onnxruntime as ort
 
     from cdml_edge.model.runner import InferenceError, ModelOverrides, ModelRunner
+    from cdml_edge.model.session import resolve_providers
 
     mc = cfg.models[modality]  # type: ignore[index]
-    wanted = list(mc.providers or ["CPUExecutionProvider"])
+    wanted = resolve_providers(mc.providers)
     available = ort.get_available_providers()
     missing = [p for p in wanted if p not in available]
     if missing:
@@ -27,14 +28,8 @@ def _check_model(name: str, modality: str, cfg: AppConfig) -> Check:
             name, False, f"{mc.path.name}: provider {', '.join(missing)} not available in this "
             f"onnxruntime build (available: {', '.join(available)})"
         )
-    overrides = ModelOverrides(
-        labels=mc.labels,
-        input_size=mc.input_size,
-        anomaly_threshold=mc.anomaly_threshold,
-        providers=wanted,
-    )
     try:
-        runner = ModelRunner.load(mc.path, overrides)
+        runner = ModelRunner.load(mc.path, ModelOverrides.from_config(mc))
     except InferenceError as exc:
         msg, dup = str(exc), f"{mc.path}: "
         while msg.startswith(dup + dup):
@@ -56,5 +51,5 @@ def _check_model(name: str, modality: str, cfg: AppConfig) -> Check:
     shape = "x".join(str(d) for d in (1, *spec.input.shape()))
     return Check(
         name, True, f"{spec.name} {spec.version} ({mc.path.name}) ran a {shape} zero input on "
-        f"{active[0]} in {ms:.1f} ms"
+        f"{active[0]} in {ms:.1f} ms; {runner.settings.summary()}"
     )

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from cdml_edge.config import AppConfig, ConfigError, load_config
 from cdml_edge.doctor.broker import check_broker
 from cdml_edge.doctor.check import DEFAULT_TIMEOUT_S, Check
-from cdml_edge.doctor.folders import check_writable_dirs
+from cdml_edge.doctor.folders import check_state_dir, check_writable_dirs
 from cdml_edge.doctor.models import check_model
 from cdml_edge.doctor.report import DoctorReport
 from cdml_edge.doctor.sources import check_source
@@ -28,10 +29,19 @@ def diagnose(
 ) -> DoctorReport:
     """Load ``config`` and run every check for it (see :func:`run_checks`).
 
-    An invalid configuration gives a report with the one failed ``config`` check.
+    An invalid configuration gives a report with the one failed ``config`` check. Outside
+    systemd, ``$STATE_DIRECTORY`` is read from the unit's ``StateDirectory=`` (the folder
+    the service will use), so the state folders checked are the service's.
     """
+    if unit is None:
+        unit = default_unit()
+    state_directory = None
+    if unit is not None and not os.environ.get("STATE_DIRECTORY"):
+        from cdml_edge.doctor.unit import unit_state_directory
+
+        state_directory = unit_state_directory(unit)
     try:
-        cfg = load_config(config)
+        cfg = load_config(config, state_directory=state_directory)
     except ConfigError as exc:
         return DoctorReport([Check("config", False, str(exc))], config_error=True)
     checks = [Check("config", True, f"{config} valid")]
@@ -58,6 +68,7 @@ def run_checks(
     checks.append(check_native_reader())
     checks += [check_model(modality, cfg) for modality in cfg.models]
     checks += [check_source(src, timeout_s, account) for src in cfg.sources]
+    checks += check_state_dir(cfg, account)
     checks += check_writable_dirs(cfg, account)
     if unit is None:
         unit = default_unit()

@@ -23,6 +23,8 @@ DEFAULT_UNIT = Path("/etc/systemd/system/cdml-edge.service")
 def write_paths(cfg: AppConfig) -> list[tuple[str, Path]]:
     """(label, folder) for every folder the agent creates files in, deletes or moves from."""
     out: list[tuple[str, Path]] = []
+    if cfg.state_dir is not None:
+        out.append(("state", cfg.state_dir))
     for s in cfg.sources:
         if s.path is not None and s.on_done in ("delete", "move"):
             out.append((f"source {s.name}", s.path))
@@ -128,6 +130,14 @@ def writable_roots(unit: Path) -> list[Path] | None:
     for value in settings.get("RuntimeDirectory", []):
         roots += [Path("/run") / w.split(":", 1)[0] for w in value.split()]
     return roots
+
+
+def unit_state_directory(unit: Path) -> str | None:
+    """The ``$STATE_DIRECTORY`` systemd gives the service (``/var/lib/<StateDirectory=>``,
+    its folders joined by ``:``), or None without ``StateDirectory=``."""
+    words = [w.split(":", 1)[0] for v in unit_settings(unit).get("StateDirectory", [])
+             for w in v.split()]
+    return ":".join(str(Path("/var/lib") / w) for w in words) or None
 
 
 def uncovered(cfg: AppConfig, unit: Path) -> list[tuple[str, Path]]:

@@ -12,13 +12,14 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from cdml_edge.errors import CdmlError
+from cdml_edge.model.session import InferenceSettings
 from cdml_edge.model.spec import (
     ImageInput,
     ModelSpec,
@@ -26,6 +27,9 @@ from cdml_edge.model.spec import (
     prepare_item,
     run_model,
 )
+
+if TYPE_CHECKING:  # pragma: no cover
+    from cdml_edge.config import ModelConfig
 
 log = logging.getLogger(__name__)
 
@@ -46,12 +50,19 @@ class Prediction:
 
 @dataclass(frozen=True)
 class ModelOverrides:
-    """Config overrides of the model metadata (all optional)."""
+    """What the config adds to a model file: overrides of its metadata (all optional) and
+    how onnxruntime runs it (:class:`~cdml_edge.model.session.InferenceSettings`)."""
 
     labels: Sequence[str] | None = None
     input_size: int | None = None
     anomaly_threshold: float | None = None
-    providers: Sequence[str] | None = None
+    settings: InferenceSettings = field(default_factory=InferenceSettings)
+
+    @classmethod
+    def from_config(cls, mc: ModelConfig) -> ModelOverrides:
+        """The overrides and inference settings of one ``models.<modality>`` section."""
+        settings = InferenceSettings.from_config(mc)
+        return cls(mc.labels, mc.input_size, mc.anomaly_threshold, settings)
 
 
 def apply_overrides(spec: ModelSpec, ov: ModelOverrides) -> ModelSpec:
@@ -69,21 +80,36 @@ def apply_overrides(spec: ModelSpec, ov: ModelOverrides) -> ModelSpec:
 class ModelRunner:
     """One loaded model: prepare decoded arrays, run one batch, interpret the outputs."""
 
-    def __init__(self, session: Any, spec: ModelSpec, path: Path | None = None) -> None:
+    def __init__(
+        self,
+        session: Any,
+        spec: ModelSpec,
+        path: Path | None = None,
+        settings: InferenceSettings | None = None,
+    ) -> None:
         self.session = session
         self.spec = spec
         self.path = path
+        self.settings = settings or InferenceSettings()
+        # the outputs a verdict is made of (the latent code is not fetched)
+        self._verdict_outputs: list[str] = [o for o in spec.outputs if o != "latent"] or [
+            *spec.outputs
+        ]
+        self.load_ms: float | None = None
         self.warmup_ms: float | None = None
 
     @classmethod
     def load(cls, path: str | Path, overrides: ModelOverrides | None = None) -> ModelRunner:
         ov = overrides or ModelOverrides()
+        t0 = time.perf_counter()
         try:
-            session, spec = load_onnx_model(path, providers=ov.providers)
+            session, spec = load_onnx_model(path, ov.settings)
         except Exception as exc:
             msg = str(exc)  # model_meta errors already start with the path: do not repeat it
             raise InferenceError(msg if msg.startswith(str(path)) else f"{path}: {msg}") from exc
-        return cls(session, apply_overrides(spec, ov), Path(path))
+        runner = cls(session, apply_overrides(spec, ov), Path(path), ov.settings)
+        runner.load_ms = (time.perf_counter() - t0) * 1000.0
+        return runner
 
     @property
     def name(self) -> str:
@@ -92,6 +118,10 @@ class ModelRunner:
     @property
     def version(self) -> str:
         return self.spec.version
+
+    def describe(self) -> str:
+        """The providers onnxruntime really uses and the session settings, in one line."""
+        return self.settings.describe(self.session.get_providers())
 
     @property
     def input_bytes(self) -> int:
@@ -116,7 +146,7 @@ class ModelRunner:
     def run(self, batch: np.ndarray) -> list[Prediction]:
         """Run a prepared batch ``(N, *input_shape)``; one prediction per row."""
         try:
-            out = run_model(self.session, self.spec, batch)
+            out = run_model(self.session, self.spec, batch, self._verdict_outputs)
         except Exception as exc:  # onnxruntime raises its own exception types
             raise InferenceError(f"model {self.name} ({self.path}): {exc}") from exc
         return self._interpret(out, batch.shape[0])
@@ -161,9 +191,11 @@ def load_runners(
     runners: dict[str, ModelRunner] = {}
     for modality, (path, ov) in models.items():
         runner = ModelRunner.load(path, ov)
+        warm = ""
         if warm_up:
             runner.warm_up()  # first call: lazy initialisation
-            ms = runner.warm_up((batch or {}).get(modality, 1))
-            log.info("model %s (%s) for %s warmed up in %.1f ms", runner.name, path, modality, ms)
+            warm = f", warmed up in {runner.warm_up((batch or {}).get(modality, 1)):.1f} ms"
+        log.info("model %s %s (%s) for %s: %s; loaded in %.1f ms%s", runner.name,
+                 runner.version, path, modality, runner.describe(), runner.load_ms or 0.0, warm)
         runners[modality] = runner
     return runners

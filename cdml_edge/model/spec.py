@@ -29,6 +29,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from cdml_edge.errors import CdmlError
 from cdml_edge.modality import ModelModality
+from cdml_edge.model.session import InferenceSettings, resolve_providers
 
 if TYPE_CHECKING:  # pragma: no cover
     import onnxruntime
@@ -344,19 +345,22 @@ def read_spec(model: Any, source: str = "<model>") -> ModelSpec:
 
 
 def load_onnx_model(
-    path: str | Path, providers: Sequence[str] | None = None
+    path: str | Path, settings: InferenceSettings | None = None
 ) -> tuple[onnxruntime.InferenceSession, ModelSpec]:
-    """Open an ``.onnx`` file with onnxruntime and read its :class:`ModelSpec`."""
+    """Open an ``.onnx`` file with onnxruntime and read its :class:`ModelSpec`.
+
+    ``settings``: providers, threads, spinning, graph optimisation (default: the small-board
+    defaults of :class:`~cdml_edge.model.session.InferenceSettings`).
+    """
     import onnxruntime as ort
 
     p = Path(path)
     if not p.is_file():
         raise ModelSpecError(f"{p}: model file not found")
-    opts = ort.SessionOptions()
-    opts.log_severity_level = 3
+    s = settings or InferenceSettings()
     try:
         session = ort.InferenceSession(
-            str(p), sess_options=opts, providers=list(providers or ["CPUExecutionProvider"])
+            str(p), sess_options=s.session_options(), providers=resolve_providers(s.providers)
         )
     except Exception as exc:  # onnxruntime raises its own exception types
         raise ModelSpecError(f"{p}: onnxruntime cannot load the model: {exc}") from exc
@@ -369,8 +373,13 @@ def load_onnx_model(
 
 
 def run_model(
-    session: onnxruntime.InferenceSession, spec: ModelSpec, batch: np.ndarray
+    session: onnxruntime.InferenceSession,
+    spec: ModelSpec,
+    batch: np.ndarray,
+    outputs: Sequence[str] | None = None,
 ) -> dict[str, np.ndarray]:
-    """Run a prepared batch; returns output name -> array for ``spec.outputs``."""
-    results = session.run(list(spec.outputs), {INPUT_NAME: batch.astype(np.float32, copy=False)})
-    return {name: np.asarray(r) for name, r in zip(spec.outputs, results, strict=True)}
+    """Run a prepared batch; returns output name -> array for ``outputs`` (default: all of
+    ``spec.outputs``)."""
+    names = list(spec.outputs if outputs is None else outputs)
+    results = session.run(names, {INPUT_NAME: batch.astype(np.float32, copy=False)})
+    return {name: np.asarray(r) for name, r in zip(names, results, strict=True)}

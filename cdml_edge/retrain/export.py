@@ -72,7 +72,9 @@ class ExportStats:
 
 
 @dataclass
-class _Pick:
+class Pick:
+    """One item chosen for the export: where it comes from and the member it becomes."""
+
     record: WindowRecord
     manifest: WindowManifest
     item: ManifestItem
@@ -108,42 +110,57 @@ def select_items(
     relabels: Relabels | None,
     split: Sequence[float] | None,
     stats: ExportStats,
-) -> list[_Pick]:
+) -> list[Pick]:
     """Pass 1 (sidecars only): which items go where."""
-    picks: list[_Pick] = []
+    picks: list[Pick] = []
     for rec in records:
         try:
             manifest = read_sidecar(directory / rec.sidecar).manifest
         except RetentionError:
             stats.missing_windows += 1
             continue
-        stats.windows += 1
-        for item in manifest.items:
-            stats.items_seen += 1
-            human = relabels.lookup(item, manifest.window_id) if relabels else None
-            fields = item_fields(item, manifest, human)
-            if not all(f(fields) for f in filters):
-                stats.filtered += 1
-                continue
-            if human == "":
-                stats.dropped += 1
-                continue
-            label = fields["label"]
-            if label is None or label == "":
-                stats.unlabelled += 1
-                continue
-            part = split_of(item.id, split) if split else None
-            name = member_name(str(label), item, part)
-            if name is None:
-                stats.unsafe += 1
-                continue
-            if human is not None:
-                stats.relabelled += 1
-            picks.append(_Pick(rec, manifest, item, name, str(label), fields["model_label"], part))
+        picks += select_window(rec, manifest, filters, relabels, split, stats)
     return picks
 
 
-def _provenance(p: _Pick) -> dict[str, Any]:
+def select_window(
+    rec: WindowRecord,
+    manifest: WindowManifest,
+    filters: Sequence[ItemFilter],
+    relabels: Relabels | None,
+    split: Sequence[float] | None,
+    stats: ExportStats,
+) -> list[Pick]:
+    """The items of one window that go into the export, each counted in ``stats``."""
+    picks: list[Pick] = []
+    stats.windows += 1
+    for item in manifest.items:
+        stats.items_seen += 1
+        human = relabels.lookup(item, manifest.window_id) if relabels else None
+        fields = item_fields(item, manifest, human)
+        if not all(f(fields) for f in filters):
+            stats.filtered += 1
+            continue
+        if human == "":
+            stats.dropped += 1
+            continue
+        label = fields["label"]
+        if label is None or label == "":
+            stats.unlabelled += 1
+            continue
+        part = split_of(item.id, split) if split else None
+        name = member_name(str(label), item, part)
+        if name is None:
+            stats.unsafe += 1
+            continue
+        if human is not None:
+            stats.relabelled += 1
+        picks.append(Pick(rec, manifest, item, name, str(label), fields["model_label"], part))
+    return picks
+
+
+def provenance(p: Pick) -> dict[str, Any]:
+    """The provenance entry of one exported member (``manifest.json`` ``items``)."""
     res = p.manifest.results.get(p.item.id)
     return {
         "member": p.member,
@@ -215,9 +232,10 @@ def export_trainset(
         on_total(total)
     members, kept = read_members(d, records, picks, stats, progress)
     if not members:
-        raise ExportError(f"{target}: nothing to export ({_why(stats)})")
-    _tally(stats, kept)
-    manifest = _manifest(kept, stats, split, describe)
+        raise ExportError(f"{target}: nothing to export ({why_empty(stats)})")
+    prov = [provenance(p) for p in kept]
+    tally(stats, prov)
+    manifest = export_manifest(prov, stats, split, describe)
     mtime = max(p.manifest.closed_at for p in kept)
     target.parent.mkdir(parents=True, exist_ok=True)
     stats.bytes_out = write_archive(
@@ -241,28 +259,27 @@ def output_format(target: Path) -> str:
 def read_members(
     directory: Path,
     records: Sequence[WindowRecord],
-    picks: Sequence[_Pick],
+    picks: Sequence[Pick],
     stats: ExportStats,
     progress: Progress | None = None,
-) -> tuple[list[tuple[str, bytes]], list[_Pick]]:
+) -> tuple[list[tuple[str, bytes]], list[Pick]]:
     """Pass 2: the picked items' bytes (archive order), sorted by member name, and the
     picks that gave them; unreadable or mismatching items count as ``corrupt``."""
     members: list[tuple[str, bytes]] = []
-    kept: list[_Pick] = []
-    by_window: dict[str, list[_Pick]] = {}
+    kept: list[Pick] = []
+    by_window: dict[str, list[Pick]] = {}
     for p in picks:
         by_window.setdefault(p.record.window_id, []).append(p)
     for rec in records:
         group = by_window.get(rec.window_id)
         if not group:
             continue
-        for p, data in zip(group, _read_group(directory / rec.file, group), strict=True):
-            if data is None or hashlib.sha256(data).hexdigest() != p.item.sha256:
-                stats.corrupt += 1
-            else:
+        datas = read_group(directory / rec.file, [p.item.member for p in group])
+        for p, data in zip(group, datas, strict=True):
+            if keep_member(p, data, stats):
+                assert data is not None
                 members.append((p.member, data))
                 kept.append(p)
-                stats.bytes_in += len(data)
             if progress is not None:
                 progress(p.item.size)
     members.sort(key=lambda m: m[0])
@@ -270,37 +287,51 @@ def read_members(
     return members, kept
 
 
-def _read_group(path: Path, group: Sequence[_Pick]) -> Sequence[bytes | None]:
-    """The members of one window archive; one by one when reading them together fails."""
+def keep_member(p: Pick, data: bytes | None, stats: ExportStats) -> bool:
+    """Whether ``data`` are the bytes the window manifest recorded for ``p`` (else counted
+    ``corrupt``)."""
+    if data is None or hashlib.sha256(data).hexdigest() != p.item.sha256:
+        stats.corrupt += 1
+        return False
+    stats.bytes_in += len(data)
+    return True
+
+
+def read_group(source: Any, members: Sequence[str]) -> Sequence[bytes | None]:
+    """Members of one window archive (a path, bytes or a ByteSource such as an ``s3://``
+    source), ``None`` for each that cannot be read; one by one when reading them together
+    fails."""
     from cdml_edge.archive import ArchiveError, open_archive
 
     try:
-        with open_archive(path) as arc:
-            return arc.read_many([p.item.member for p in group])
+        with open_archive(source) as arc:
+            return arc.read_many(members)
     except (ArchiveError, OSError):
         try:  # one bad member: read one by one
-            with open_archive(path) as arc:
-                return [_read_or_none(arc, p.item.member) for p in group]
+            with open_archive(source) as arc:
+                return [_read_or_none(arc, m) for m in members]
         except (ArchiveError, OSError):
-            return [None] * len(group)
+            return [None] * len(members)
 
 
-def _tally(stats: ExportStats, kept: Sequence[_Pick]) -> None:
-    for p in kept:
-        stats.classes[p.label] = stats.classes.get(p.label, 0) + 1
-        if p.split is not None:
-            stats.splits[p.split] = stats.splits.get(p.split, 0) + 1
-    stats.exported = len(kept)
+def tally(stats: ExportStats, prov: Sequence[Mapping[str, Any]]) -> None:
+    """Classes, splits and the exported count of the members kept (their provenance)."""
+    for p in prov:
+        stats.classes[p["label"]] = stats.classes.get(p["label"], 0) + 1
+        if p["split"] is not None:
+            stats.splits[p["split"]] = stats.splits.get(p["split"], 0) + 1
+    stats.exported = len(prov)
     stats.classes = dict(sorted(stats.classes.items()))
     stats.splits = {s: stats.splits[s] for s in SPLIT_NAMES if s in stats.splits}
 
 
-def _manifest(
-    kept: Sequence[_Pick],
+def export_manifest(
+    prov: Sequence[Mapping[str, Any]],
     stats: ExportStats,
     split: Sequence[float] | None,
     describe: Mapping[str, Any] | None,
 ) -> dict[str, Any]:
+    """The ``manifest.json`` of a training archive holding the members ``prov`` describes."""
     return {
         "format_version": FORMAT_VERSION,
         "kind": "cdml-edge training export",
@@ -309,8 +340,8 @@ def _manifest(
         "split": list(split) if split else None,
         "classes": stats.classes,
         "splits": stats.splits,
-        "windows": sorted({p.manifest.window_id for p in kept}),
-        "items": [_provenance(p) for p in kept],
+        "windows": sorted({p["window_id"] for p in prov}),
+        "items": [dict(p) for p in prov],
     }
 
 
@@ -322,7 +353,8 @@ def _read_or_none(arc: Any, member: str) -> bytes | None:
         return None
 
 
-def _why(s: ExportStats) -> str:
+def why_empty(s: ExportStats) -> str:
+    """Where the items went, for the "nothing to export" error."""
     return (
         f"{s.windows} windows, {s.items_seen} items: {s.filtered} filtered out, "
         f"{s.unlabelled} unlabelled, {s.dropped} dropped, {s.unsafe} unsafe, {s.corrupt} corrupt"

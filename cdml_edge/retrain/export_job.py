@@ -71,7 +71,9 @@ class ExportSummary:
 
 
 @dataclass(frozen=True)
-class _Selection:
+class Selection:
+    """The parsed selection options of an export."""
+
     filters: list[ItemFilter]
     split: tuple[float, ...] | None
     relabels: Relabels | None
@@ -79,18 +81,26 @@ class _Selection:
     since: float | None
     until: float | None
 
+    def describe(self, options: ExportOptions) -> dict[str, Any]:
+        """How the selection was made, as the archive's ``manifest.json`` records it."""
+        return {
+            "filters": list(options.filters),
+            "since": self.since,
+            "until": self.until,
+            "source": options.source,
+            "relabels": options.labels.name if options.labels else None,
+        }
+
 
 def run_export(options: ExportOptions, progress: RunProgress | None = None) -> ExportSummary:
-    """Build the training archive ``options.out`` from the retained windows selected."""
-    sel = _selection(options)
+    """Build the training archive ``options.out`` from the retained windows selected.
+
+    The folder and the options are checked before any work starts."""
+    if not options.directory.is_dir():
+        raise OptionError(f"{options.directory}: no such retention folder")
+    sel = parse_selection(options)
     bar = progress if progress is not None else NoProgress()
-    describe: dict[str, Any] = {
-        "filters": list(options.filters),
-        "since": sel.since,
-        "until": sel.until,
-        "source": options.source,
-        "relabels": options.labels.name if options.labels else None,
-    }
+    describe = sel.describe(options)
     bar.start(None)
     try:
         stats = export_trainset(
@@ -113,12 +123,10 @@ def run_export(options: ExportOptions, progress: RunProgress | None = None) -> E
     return ExportSummary(stats, options.out)
 
 
-def _selection(options: ExportOptions) -> _Selection:
+def parse_selection(options: ExportOptions) -> Selection:
     """The parsed selection options, in the command's order; :class:`OptionError` if bad.
 
-    The folder and the output name are checked first, before any work starts."""
-    if not options.directory.is_dir():
-        raise OptionError(f"{options.directory}: no such retention folder")
+    The output name is checked first, before any work starts."""
     try:
         output_format(options.out)
         filters = parse_filters(options.filters)
@@ -128,7 +136,7 @@ def _selection(options: ExportOptions) -> _Selection:
     except (FilterError, ExportError, ValueError) as exc:
         raise OptionError(str(exc)) from exc
     since, until = parse_when(options.since, "--since"), parse_when(options.until, "--until")
-    return _Selection(filters, split, relabels, bound, since, until)
+    return Selection(filters, split, relabels, bound, since, until)
 
 
-__all__ = ["ExportOptions", "ExportSummary", "run_export"]
+__all__ = ["ExportOptions", "ExportSummary", "Selection", "parse_selection", "run_export"]

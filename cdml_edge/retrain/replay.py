@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from cdml_edge.fsio import atomic_writer
 from cdml_edge.store.catalog import WindowRecord
-from cdml_edge.store.sidecar import RetentionError, list_retained, read_sidecar
+from cdml_edge.store.sidecar import ArchiveRef, RetentionError, list_retained, read_sidecar
 from cdml_edge.window.manifest import ItemOutcome, WindowManifest
 from cdml_edge.window.payloads import OutMessage, Sequencer
 
@@ -145,8 +145,6 @@ def iter_replay(
     records: list[WindowRecord] | None = None,
 ) -> Iterator[ReplayedWindow]:
     """Score every retained window (archive order) again; yields one result per window."""
-    from cdml_edge.window.score import process_window
-
     d = Path(directory)
     st = stats if stats is not None else ReplayStats()
     st.models = {m: f"{r.name}@{r.version}" for m, r in sorted(runners.items())}
@@ -159,19 +157,36 @@ def iter_replay(
             continue
         retained, archive = loaded
         t0 = time.perf_counter()
-        outcome = process_window(
-            archive,
-            runners,
-            device=retained.device,
-            segment_rows=rows.get(retained.source),
-            sequencer=seq,
-            archive_name=rec.file,
-            now=_fixed_clock(rec.closed_at),
+        outcome, recs = rescore_window(
+            archive, retained, runners, rows.get(retained.source), seq, rec.file
         )
         st.seconds += time.perf_counter() - t0
-        recs = result_records(outcome, retained)
-        _count(st, outcome, recs, len(archive))
+        count_window(st, outcome, recs, len(archive))
         yield ReplayedWindow(rec, retained, outcome, recs)
+
+
+def rescore_window(
+    archive: bytes,
+    retained: WindowManifest,
+    runners: Mapping[str, ModelRunner],
+    segment_rows: int | None,
+    sequencer: Sequencer,
+    archive_name: str,
+) -> tuple[WindowOutcome, list[dict[str, Any]]]:
+    """One retained window scored again (the clock pinned to its close time) and its
+    deterministic result records."""
+    from cdml_edge.window.score import process_window
+
+    outcome = process_window(
+        archive,
+        runners,
+        device=retained.device,
+        segment_rows=segment_rows,
+        sequencer=sequencer,
+        archive_name=archive_name,
+        now=_fixed_clock(retained.closed_at),
+    )
+    return outcome, result_records(outcome, retained)
 
 
 def _load_window(
@@ -186,12 +201,8 @@ def _load_window(
         log.info("replay: window %s skipped: %s", rec.window_id, exc)
         st.missing += 1
         return None
-    digest = hashlib.sha256(archive).hexdigest()
-    if digest != sidecar.archive.sha256:
-        msg = (
-            f"{sidecar.archive.file}: SHA-256 {digest} differs from the retained "
-            f"{sidecar.archive.sha256}; window {rec.window_id} skipped"
-        )
+    msg = archive_mismatch(sidecar.archive, archive, rec.window_id)
+    if msg is not None:
         log.warning("replay: %s", msg)
         st.corrupt += 1
         st.errors.append(msg)
@@ -199,9 +210,22 @@ def _load_window(
     return sidecar.manifest, archive
 
 
-def _count(
+def archive_mismatch(ref: ArchiveRef, archive: bytes, window_id: str) -> str | None:
+    """Why ``archive`` is not the retained archive ``ref`` names (its SHA-256 differs), or
+    None when it is."""
+    digest = hashlib.sha256(archive).hexdigest()
+    if digest == ref.sha256:
+        return None
+    return (
+        f"{ref.file}: SHA-256 {digest} differs from the retained "
+        f"{ref.sha256}; window {window_id} skipped"
+    )
+
+
+def count_window(
     st: ReplayStats, outcome: WindowOutcome, recs: list[dict[str, Any]], nbytes: int
 ) -> None:
+    """Add one re-scored window (``nbytes`` archive bytes) to ``st``."""
     st.windows += 1
     st.bytes_read += nbytes
     st.items += len(outcome.results)
@@ -209,14 +233,29 @@ def _count(
     for doc in recs:
         if "error" not in doc:
             st.by_modality[doc["modality"]] = st.by_modality.get(doc["modality"], 0) + 1
-        was = doc.get("was")
-        if was is None or "error" in doc:  # no earlier verdict, or a failure record
-            continue
-        if was["model"] is None:  # retained unscored: a first verdict, not a change
+        if first_verdict(doc):  # retained unscored: a first verdict, not a change
             st.first_verdicts += 1
             continue
-        st.changed_labels += int(doc.get("label") != was["label"])
-        st.changed_anomalies += int(bool(doc.get("anomaly")) != bool(was["anomaly"]))
+        label, anomaly = changes(doc)
+        st.changed_labels += label
+        st.changed_anomalies += anomaly
+
+
+def first_verdict(doc: Mapping[str, Any]) -> bool:
+    """Whether a result record scores an item that was retained without a model."""
+    was = doc.get("was")
+    return was is not None and "error" not in doc and was["model"] is None
+
+
+def changes(doc: Mapping[str, Any]) -> tuple[int, int]:
+    """Whether one result record changed its label and its anomaly flag against ``was``
+    (0/1 each; 0 for failures, items without an earlier verdict and first verdicts)."""
+    was = doc.get("was")
+    if was is None or "error" in doc or first_verdict(doc):
+        return 0, 0
+    return int(doc.get("label") != was["label"]), int(
+        bool(doc.get("anomaly")) != bool(was["anomaly"])
+    )
 
 
 def _fixed_clock(t: float) -> Callable[[], float]:

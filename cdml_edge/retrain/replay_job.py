@@ -24,7 +24,7 @@ from cdml_edge.store.sidecar import RetentionError, list_retained
 
 if TYPE_CHECKING:  # pragma: no cover
     from cdml_edge.config import AppConfig
-    from cdml_edge.model.runner import ModelRunner
+    from cdml_edge.model.runner import ModelOverrides, ModelRunner
 
 DEFAULT_REPLAY_OUT = "replay-results.jsonl"
 
@@ -45,11 +45,20 @@ class ReplayOptions:
 
 @dataclass(frozen=True)
 class ReplaySummary:
-    """What a replay run did, and where its results went."""
+    """What a replay run did, and where its results went. ``undelivered``: published
+    messages still in the replay spool when the run ended (the broker was away); the next
+    ``replay --publish`` sends them."""
 
     stats: ReplayStats
     out: Path | None
     unmatched: list[str] = field(default_factory=list)  # --model files that scored nothing
+    undelivered: int = 0
+    spool: Path | None = None
+
+    @property
+    def complete(self) -> bool:
+        """Every window was read and every message delivered (the exit status is 0)."""
+        return self.stats.corrupt == 0 and self.undelivered == 0
 
     def line(self) -> str:
         """The one-line summary the command prints."""
@@ -59,10 +68,15 @@ class ReplaySummary:
         unused = "".join(
             f"; --model {m} matched no item (the windows hold {_held(st)})" for m in self.unmatched
         )
+        left = (
+            f"; {self.undelivered} messages not delivered, left in {self.spool}"
+            if self.undelivered else ""
+        )
         return (
             f"replayed {st.windows} windows, {st.items} results ({st.items_per_s:.0f} items/s), "
             f"{st.changed_labels} labels and {st.changed_anomalies} anomaly flags changed{first}, "
-            f"{st.failures} failed, {st.missing} missing{where}{unused}"
+            f"{st.failures} failed, {st.missing} missing, {st.corrupt} corrupt windows "
+            f"skipped{where}{unused}{left}"
         )
 
 
@@ -88,7 +102,7 @@ def run_replay(options: ReplayOptions, progress: RunProgress | None = None) -> R
     if options.publish:
         from cdml_edge.agent.outputs.factory import make_output
 
-        output = make_output(plan.cfg)
+        output = make_output(plan.cfg, replay=True)
         output.start()
 
     def on_window(win: ReplayedWindow) -> None:
@@ -120,7 +134,11 @@ def run_replay(options: ReplayOptions, progress: RunProgress | None = None) -> R
         for modality, r in sorted(plan.runners.items())
         if str(r.path) in given and not st.by_modality.get(modality)
     ]
-    return ReplaySummary(st, plan.out, unmatched)
+    if output is None:
+        return ReplaySummary(st, plan.out, unmatched)
+    left = output.stats().get("spool_records", 0)
+    spool = plan.cfg.spool.dir / "replay" if left else None
+    return ReplaySummary(st, plan.out, unmatched, left, spool)
 
 
 def _plan(options: ReplayOptions) -> _Plan:
@@ -156,18 +174,12 @@ def _plan(options: ReplayOptions) -> _Plan:
 def load_replay_runners(
     cfg: AppConfig, models: Sequence[str | Path] = (), warm_up: bool = False
 ) -> dict[str, ModelRunner]:
-    """The configured models (with their overrides), each ``--model`` file replacing the
-    configured one of its modality (read from the file's metadata, no overrides)."""
-    from cdml_edge.model.runner import ModelOverrides, ModelRunner, load_runners
+    """The configured models (with their overrides and inference settings), each ``--model``
+    file replacing the configured one of its modality (see :func:`_load_extra`)."""
+    from cdml_edge.model.runner import load_runners
 
-    spec: dict[str, tuple[str | Path, ModelOverrides]] = {
-        modality: (
-            mc.path,
-            ModelOverrides(mc.labels, mc.input_size, mc.anomaly_threshold, mc.providers),
-        )
-        for modality, mc in cfg.models.items()
-    }
-    extra = [ModelRunner.load(p) for p in models]
+    spec = configured_models(cfg)
+    extra = [_load_extra(cfg, p) for p in models]
     for r in extra:
         spec.pop(r.spec.modality, None)
     runners = load_runners(spec, warm_up=warm_up)
@@ -176,6 +188,28 @@ def load_replay_runners(
             r.warm_up()
         runners[r.spec.modality] = r
     return runners
+
+
+def configured_models(cfg: AppConfig) -> dict[str, tuple[str | Path, ModelOverrides]]:
+    """``{modality: (model file, the configuration's overrides and inference settings)}``."""
+    from cdml_edge.model.runner import ModelOverrides
+
+    return {
+        modality: (mc.path, ModelOverrides.from_config(mc)) for modality, mc in cfg.models.items()
+    }
+
+
+def _load_extra(cfg: AppConfig, path: str | Path) -> ModelRunner:
+    """A ``--model`` file: its own metadata (no overrides), run with the inference settings
+    configured for its modality."""
+    from cdml_edge.model.runner import ModelOverrides, ModelRunner
+
+    runner = ModelRunner.load(path)
+    mc = cfg.models.get(runner.spec.modality)  # type: ignore[call-overload]
+    settings = ModelOverrides.from_config(mc).settings if mc is not None else runner.settings
+    return runner if settings == runner.settings else ModelRunner.load(
+        path, ModelOverrides(settings=settings)
+    )
 
 
 def segment_rows_of(cfg: AppConfig) -> dict[str, int | None]:
@@ -187,6 +221,7 @@ __all__ = [
     "DEFAULT_REPLAY_OUT",
     "ReplayOptions",
     "ReplaySummary",
+    "configured_models",
     "load_replay_runners",
     "run_replay",
     "segment_rows_of",

@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from cdml_edge.fsio import TMP_PREFIX, fsync_dir
+from cdml_edge.store.sidecar import ring_name
 
 
 def tmp_path(directory: Path, name: str) -> Path:
@@ -23,8 +24,9 @@ def tmp_path(directory: Path, name: str) -> Path:
 
 
 def is_tmp_name(name: str) -> bool:
-    """Whether ``name`` is debris of an interrupted write (removed when the ring opens)."""
-    return name.startswith(TMP_PREFIX)
+    """Whether ``name`` is the temporary name of one of the ring's own files (debris of an
+    interrupted write, removed when the ring opens)."""
+    return name.startswith(TMP_PREFIX) and ring_name(name[len(TMP_PREFIX):]) is not None
 
 
 def write_file(path: Path, data: bytes, *, fsync: bool) -> None:

@@ -20,6 +20,7 @@ from cdml_edge.fsio import fsync_dir
 from cdml_edge.store.files import commit, tmp_path, write_file
 from cdml_edge.store.sidecar import (
     ARCHIVE_SUFFIXES,
+    CORRUPT_DIR,
     SIDECAR_SUFFIX,
     ArchiveRef,
     RetainedWindow,
@@ -29,7 +30,6 @@ from cdml_edge.window.manifest import MANIFEST_NAME, WindowManifest
 
 log = logging.getLogger(__name__)
 
-CORRUPT_DIR = "corrupt"
 
 
 def salvage_sidecar(

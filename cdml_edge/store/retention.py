@@ -13,8 +13,15 @@ Bounds: ``max_bytes`` (archive + sidecar bytes of all windows, plus the files in
 ``corrupt/``) and ``max_age`` (since a window closed; a quarantined file's age is its
 mtime); the oldest windows and quarantined files are evicted first. Full policy: a
 window that alone is larger than ``max_bytes`` is not kept (``too_large``); a full disk
-(``ENOSPC``/``EDQUOT``) is counted, reported once per episode through ``on_event`` and
-the window is not kept (``disk_full``). :meth:`RetentionRing.store` never raises into the live path.
+(``ENOSPC``/``EDQUOT``, ``disk_full``) or an I/O error (``failed``) is a degraded state
+(:class:`~cdml_edge.fsio.DiskFaults`): counted, reported once per episode (``event`` on
+the result and ``on_event``), the window is not kept, and the disk is tried again at most
+every ``retry_s``. :meth:`RetentionRing.store` never raises into the live path.
+
+The ring owns only what it writes: files named ``<UTC close time>_<window id>`` +
+``.zip`` / ``.tar.zst`` / ``.window.json`` (:func:`~cdml_edge.store.sidecar.ring_name`),
+their temporary names, the catalog and ``corrupt/``. Anything else in the folder is left
+alone and reported (:attr:`RetentionRing.foreign`, one log line when the ring opens).
 """
 
 from __future__ import annotations
@@ -30,8 +37,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from cdml_edge.fsio import FULL_ERRNOS, DiskFaults, FaultHook
 from cdml_edge.store.catalog import CATALOG_NAME, Catalog, WindowRecord
 from cdml_edge.store.files import commit, is_tmp_name, tmp_path, write_file
 from cdml_edge.store.policy import KeepPolicy, eviction_order, keeps
@@ -43,8 +51,10 @@ from cdml_edge.store.sidecar import (
     RetainedWindow,
     RetentionError,
     archive_names,
+    foreign_names,
     is_plain_archive_name,
     read_sidecar,
+    ring_name,
     safe_record,
     window_record,
     window_stem,
@@ -56,9 +66,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
 log = logging.getLogger(__name__)
 
-_FULL_ERRNOS = {errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC)}
-
-EventHook = Callable[[str, dict[str, Any]], None]
+EventHook = FaultHook
 
 
 class StoreStatus(str, Enum):
@@ -68,7 +76,7 @@ class StoreStatus(str, Enum):
     SKIPPED = "skipped"  # the keep policy said no
     TOO_LARGE = "too_large"  # larger than max_bytes on its own
     DISK_FULL = "disk_full"  # ENOSPC / EDQUOT
-    FAILED = "failed"  # any other error (logged, counted)
+    FAILED = "failed"  # an I/O error or any other error (logged, counted)
 
 
 @dataclass(frozen=True)
@@ -78,13 +86,18 @@ class StoreResult:
     bytes_written: int = 0
     evicted: int = 0
     error: str | None = None
-    # "retention_disk_full" on the first failure of a full-disk episode,
+    # "retention_disk_full" / "retention_io_error" on the first failure of an episode,
     # "retention_disk_ok" on the first store after it; None otherwise
     event: str | None = None
 
     @property
     def stored(self) -> bool:
         return self.status is StoreStatus.STORED
+
+    @property
+    def lost(self) -> bool:
+        """The ring wanted the window but could not write it (full disk, I/O error)."""
+        return self.status in (StoreStatus.DISK_FULL, StoreStatus.FAILED)
 
 
 class RetentionRing:
@@ -100,6 +113,7 @@ class RetentionRing:
         on_event: EventHook | None = None,
         clock: Callable[[], float] = time.time,
         fsync: bool = True,
+        retry_s: float = 1.0,
     ) -> None:
         if max_bytes <= 0:
             raise ValueError(f"retention.max_bytes must be > 0 (got {max_bytes})")
@@ -109,11 +123,12 @@ class RetentionRing:
         self.max_age = max_age
         self.keep = keep
         self.sample_percent = sample_percent
-        self.on_event = on_event
         self.clock = clock
         self.fsync = fsync
         self._lock = threading.Lock()
-        self._full = False  # inside a disk-full episode (event sent once per episode)
+        self.faults = DiskFaults("retention", self.dir, retry_s=retry_s, on_event=on_event)
+        self._fault_status = StoreStatus.DISK_FULL  # what a paced (untried) store reports
+        self.foreign: list[str] = []  # entries the ring did not write (left alone)
         self.counters: dict[str, int] = {
             "stored": 0,
             "skipped": 0,
@@ -128,6 +143,11 @@ class RetentionRing:
         }
         self.catalog = Catalog(self.dir / CATALOG_NAME)
         self.reconcile(full=self.catalog.fresh)
+
+    @property
+    def degraded(self) -> str | None:
+        """Why the ring cannot write now (``None`` when it can)."""
+        return self.faults.degraded
 
     @classmethod
     def from_config(cls, cfg: RetentionConfig, on_event: EventHook | None = None) -> RetentionRing:
@@ -176,27 +196,23 @@ class RetentionRing:
         need = len(archive) + len(sidecar)
         if need > self.max_bytes:
             return StoreResult(StoreStatus.TOO_LARGE, error=f"{need} B > max_bytes")
+        if not self.faults.may_try("store"):  # degraded: the next attempt is not due yet
+            return StoreResult(self._fault_status, error=self.faults.degraded)
         evicted = self._evict_locked(need)
         try:
             self._write_pair(archive_name, archive, sidecar_name, sidecar)
         except OSError as exc:
-            if exc.errno in _FULL_ERRNOS:
-                return self._disk_full(manifest.window_id, exc, evicted)
-            raise
+            return self._fault(manifest.window_id, exc, evicted)
         record = window_record(manifest, ref, sidecar_name, need)
         try:
             self.catalog.add(record, manifest)
         except sqlite3.Error as exc:  # not catalogued = not kept: undo the files
             (self.dir / sidecar_name).unlink(missing_ok=True)
             (self.dir / archive_name).unlink(missing_ok=True)
-            if getattr(exc, "sqlite_errorcode", None) == sqlite3.SQLITE_FULL:
-                return self._disk_full(manifest.window_id, exc, evicted)
-            raise
-        event = None
-        if self._full:
-            self._full = False
-            event = "retention_disk_ok"
-            self._emit(event, {"dir": str(self.dir)})
+            full = getattr(exc, "sqlite_errorcode", None) == sqlite3.SQLITE_FULL
+            err = OSError(errno.ENOSPC if full else errno.EIO, f"catalog: {exc}")
+            return self._fault(manifest.window_id, err, evicted)
+        event = self.faults.ok("store")
         return StoreResult(
             StoreStatus.STORED,
             file=self.dir / archive_name,
@@ -225,22 +241,15 @@ class RetentionRing:
                 (self.dir / archive_name).unlink(missing_ok=True)
             raise
 
-    def _disk_full(self, window_id: str, exc: Exception, evicted: int) -> StoreResult:
-        log.warning("retention: disk full in %s, window %s not kept: %s", self.dir, window_id, exc)
-        event = None
-        if not self._full:
-            self._full = True
-            event = "retention_disk_full"
-            self._emit(event, {"dir": str(self.dir), "window_id": window_id, "error": str(exc)})
-        return StoreResult(StoreStatus.DISK_FULL, evicted=evicted, error=str(exc), event=event)
-
-    def _emit(self, kind: str, info: dict[str, Any]) -> None:
-        if self.on_event is None:
-            return
-        try:
-            self.on_event(kind, info)
-        except Exception:  # a broken hook must not break the live path
-            log.exception("retention: event hook failed for %s", kind)
+    def _fault(self, window_id: str, exc: OSError, evicted: int) -> StoreResult:
+        """A write failed: degraded (an event when the episode begins), window not kept."""
+        full = exc.errno in FULL_ERRNOS
+        self._fault_status = StoreStatus.DISK_FULL if full else StoreStatus.FAILED
+        log.warning("retention: %s in %s, window %s not kept: %s",
+                    "disk full" if full else "I/O error", self.dir, window_id, exc)
+        event = self.faults.failed("store", exc)
+        error = f"{type(exc).__name__}: {exc}"
+        return StoreResult(self._fault_status, evicted=evicted, error=error, event=event)
 
     def _count(self, result: StoreResult) -> StoreResult:
         self.counters[result.status.value] += 1
@@ -325,7 +334,8 @@ class RetentionRing:
         for name in names:
             if is_tmp_name(name):
                 (self.dir / name).unlink(missing_ok=True)
-        sidecars = {n for n in names if n.endswith(SIDECAR_SUFFIX) and not n.startswith(".")}
+        own = {n: parsed for n in names if (parsed := ring_name(n)) is not None}
+        sidecars = {n for n, (_stem, sfx) in own.items() if sfx == SIDECAR_SUFFIX}
         known = {} if full else {r.sidecar: r for r in self.catalog.windows()}
         for sidecar, r in known.items():
             if sidecar not in sidecars or r.file not in names:
@@ -349,17 +359,27 @@ class RetentionRing:
                 size = rw.archive.bytes
             nbytes = size + path.stat().st_size
             entries.append((window_record(rw.manifest, rw.archive, sidecar, nbytes), rw.manifest))
-        for name in names:  # archives whose sidecar never landed
-            is_archive = name.endswith(tuple(ARCHIVE_SUFFIXES.values()))
-            if is_archive and not name.startswith(".") and name not in referenced:
+        for name, (_stem, sfx) in own.items():  # our archives whose sidecar never landed
+            if sfx != SIDECAR_SUFFIX and name not in referenced:
                 log.warning("retention: removing uncommitted archive %s", name)
                 (self.dir / name).unlink(missing_ok=True)
+        self._note_foreign()
         if full:
             self.catalog.replace_all(entries)
         else:
             for record, manifest in entries:
                 self.catalog.add(record, manifest)
         return len(entries)
+
+    def _note_foreign(self) -> None:
+        """Entries the ring did not write: left alone, listed in :attr:`foreign`, one log
+        line (names shown escaped, at most five)."""
+        self.foreign = foreign_names(self.dir)
+        if self.foreign:
+            shown = ", ".join(ascii(n) for n in self.foreign[:5])
+            more = f" and {len(self.foreign) - 5} more" if len(self.foreign) > 5 else ""
+            log.warning("retention: %d entries in %s are not the ring's and are left alone: "
+                        "%s%s", len(self.foreign), self.dir, shown, more)
 
     def _salvage(self, sidecar: str, names: set[str], exc: Exception) -> RetainedWindow | None:
         """Rebuild a damaged sidecar from its archive's manifest, else quarantine the pair."""

@@ -23,6 +23,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from cdml_edge.errors import CdmlError
+from cdml_edge.fsio import TMP_PREFIX
 from cdml_edge.store.catalog import CATALOG_NAME, Catalog, WindowRecord
 from cdml_edge.window.manifest import ManifestError, WindowManifest
 
@@ -31,6 +32,10 @@ log = logging.getLogger(__name__)
 SIDECAR_SUFFIX = ".window.json"
 ARCHIVE_SUFFIXES = {"zip": ".zip", "tar.zst": ".tar.zst"}
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
+_RING_NAME = re.compile(
+    r"^(?P<stem>\d{8}T\d{6}\.\d{3}Z_[A-Za-z0-9._-]{1,120}?)"
+    r"(?P<suffix>\.window\.json|\.zip|\.tar\.zst)$"
+)
 
 
 class RetentionError(CdmlError):
@@ -104,6 +109,31 @@ def window_stem(manifest: WindowManifest) -> str:
     return f"{stamp}_{_UNSAFE.sub('_', manifest.window_id)[:120]}"
 
 
+def ring_name(name: str) -> tuple[str, str] | None:
+    """``(stem, suffix)`` when ``name`` is a file name the ring writes (``<UTC close time>_
+    <window id>`` + ``.zip`` / ``.tar.zst`` / ``.window.json``), else ``None``."""
+    m = _RING_NAME.match(name)
+    return (m["stem"], m["suffix"]) if m else None
+
+
+CORRUPT_DIR = "corrupt"
+"""The ring's folder for damaged windows (see :mod:`cdml_edge.store.repair`)."""
+
+_CATALOG_FILES = {CATALOG_NAME + sfx for sfx in ("", "-journal", "-wal", "-shm")}
+
+
+def foreign_names(directory: str | Path) -> list[str]:
+    """The entries of a retention folder that the ring did not write (sorted): anything but
+    its window files, their temporary names, the catalog and ``corrupt/``. The ring never
+    reads, moves or deletes them."""
+    out = []
+    for name in os.listdir(directory):
+        bare = name[len(TMP_PREFIX):] if name.startswith(TMP_PREFIX) else name
+        if ring_name(bare) is None and name not in _CATALOG_FILES and name != CORRUPT_DIR:
+            out.append(name)
+    return sorted(out)
+
+
 def archive_names(stem: str) -> set[str]:
     """The archive file names a sidecar of ``stem`` may name (one per format)."""
     return {stem + sfx for sfx in ARCHIVE_SUFFIXES.values()}
@@ -116,14 +146,21 @@ def read_sidecar(path: str | Path) -> RetainedWindow:
         data = p.read_bytes()
     except OSError as exc:
         raise RetentionError(p, f"cannot read sidecar: {exc.strerror or exc}") from exc
+    return parse_sidecar(data, str(p))
+
+
+def parse_sidecar(data: bytes, where: str) -> RetainedWindow:
+    """Parse sidecar bytes read from ``where`` (a path or URL ending in the sidecar's name)
+    and check that it names its own archive; :class:`RetentionError` names ``where``."""
     try:
-        rw = RetainedWindow.from_bytes(data, str(p))
+        rw = RetainedWindow.from_bytes(data, where)
     except ManifestError as exc:
-        raise RetentionError(p, str(exc)) from exc
-    stem = p.name[: -len(SIDECAR_SUFFIX)] if p.name.endswith(SIDECAR_SUFFIX) else p.stem
+        raise RetentionError(where, str(exc)) from exc
+    name = where.rsplit("/", 1)[-1]
+    stem = name[: -len(SIDECAR_SUFFIX)] if name.endswith(SIDECAR_SUFFIX) else Path(name).stem
     if rw.archive.file not in archive_names(stem):
         raise RetentionError(
-            p, f"invalid sidecar: archive.file {rw.archive.file!r} does not match {stem!r}"
+            where, f"invalid sidecar: archive.file {rw.archive.file!r} does not match {stem!r}"
         )
     return rw
 
@@ -186,7 +223,8 @@ def list_retained(
         log.info("retention: catalog of %s not usable (%s); reading the sidecars", d, exc)
     out = []
     for name in sorted(os.listdir(d)):
-        if not name.endswith(SIDECAR_SUFFIX) or name.startswith("."):
+        parsed = ring_name(name)
+        if parsed is None or parsed[1] != SIDECAR_SUFFIX:
             continue
         try:
             rw = read_sidecar(d / name)
@@ -211,10 +249,14 @@ __all__ = [
     "ArchiveRef",
     "RetainedWindow",
     "RetentionError",
+    "CORRUPT_DIR",
     "archive_names",
+    "foreign_names",
     "is_plain_archive_name",
     "list_retained",
+    "parse_sidecar",
     "read_sidecar",
+    "ring_name",
     "safe_record",
     "window_record",
     "window_stem",

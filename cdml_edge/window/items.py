@@ -1,7 +1,9 @@
 """The units a window is made of: :class:`Item` (a file or a frame) and :class:`Window`.
 
 Sources produce items, the agent's windowers group them into windows, and
-:func:`~cdml_edge.window.pack.pack_window` turns a closed window into an archive.
+:func:`~cdml_edge.window.pack.pack_window` turns a closed window into an archive. An item
+from a file remembers the :class:`FileIdentity` of what was read, so that what happens to
+the file afterwards (``on_done``) acts only on that version.
 """
 
 from __future__ import annotations
@@ -13,9 +15,27 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 
+@dataclass(frozen=True)
+class FileIdentity:
+    """Which version of a file was read: device, inode, size and mtime (ns)."""
+
+    dev: int
+    ino: int
+    size: int
+    mtime_ns: int
+
+    @classmethod
+    def of(cls, st: os.stat_result) -> FileIdentity:
+        return cls(st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+
+
 @dataclass
 class Item:
-    """One unit of input: a file from a folder or a frame from a camera."""
+    """One unit of input: a file from a folder or a frame from a camera.
+
+    ``name`` is valid UTF-8 (what payloads, the manifest and member names carry: raw bytes
+    that are not UTF-8 shown as ``%XX``); ``path`` is the file as it is on disk.
+    """
 
     source: str
     name: str
@@ -27,6 +47,7 @@ class Item:
     size: int = 0
     mtime_ns: int = 0
     charge: int = 0  # bytes of the budget this item holds (0: just its data)
+    identity: FileIdentity | None = None  # the version of ``path`` that was read
 
     @property
     def nbytes(self) -> int:
@@ -50,6 +71,11 @@ class Window:
     nbytes: int = 0
     charged: int = 0  # budget bytes its items hold (released when the window is done)
     reason: str = ""  # "seconds" | "max_items" | "max_bytes" | "stop"
+
+    def take_charge(self) -> int:
+        """The budget bytes to release for this window, once: later calls give 0."""
+        charged, self.charged = self.charged, 0
+        return charged
 
 
 _counter = itertools.count(1)

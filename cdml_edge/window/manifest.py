@@ -89,6 +89,13 @@ class WindowManifest(_Model):
     @classmethod
     def from_bytes(cls, data: bytes, where: str = MANIFEST_NAME) -> WindowManifest:
         """Parse and validate; raise :class:`ManifestError` naming ``where`` on failure."""
+        try:  # one pass in pydantic's JSON parser; the checks below only name a failure
+            fast = cls.model_validate_json(data)
+        except ValidationError:
+            pass
+        else:
+            if fast.format_version <= FORMAT_VERSION:
+                return fast
         try:
             doc = json.loads(data)
         except (UnicodeDecodeError, json.JSONDecodeError) as exc:

@@ -150,8 +150,15 @@ class HealthPayload(_Payload):
     bytes_written: int = 0
     dropped: int = 0
     broker_connected: bool = False
+    thread_deaths: int = Field(0, description="Supervised threads that died (restarted)")
+    dead_threads: list[str] = Field(
+        default_factory=list, description="Supervised threads dead now: not running again yet"
+    )
     uptime_s: float = 0.0
     cameras: dict[str, CameraHealth] = Field(default_factory=dict)
+    degraded: dict[str, str] = Field(
+        default_factory=dict, description="Parts not fully working now (spool, retention) and why."
+    )
     seq: int
     device: str
 
@@ -180,8 +187,9 @@ PAYLOAD_MODELS: dict[str, type[BaseModel]] = {
 
 
 def item_id(source: str, name: str, size: int, mtime_ns: int) -> str:
-    """Stable result id: the same file seen twice (after a restart) gets the same id."""
-    key = f"{source}\x00{name}\x00{size}\x00{mtime_ns}".encode()
+    """Stable result id: the same file seen twice (after a restart) gets the same id.
+    ``name`` may hold raw bytes that are not UTF-8 (``os.fsdecode``): they are hashed as such."""
+    key = f"{source}\x00{name}\x00{size}\x00{mtime_ns}".encode("utf-8", "surrogateescape")
     return hashlib.sha256(key).hexdigest()[:32]
 
 

@@ -7,7 +7,7 @@ in one process never collide). Names are prefixed ``cdml_edge_``.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from prometheus_client import (
@@ -22,6 +22,7 @@ from prometheus_client import (
 from cdml_edge.agent.health.server import (
     MAX_CONCURRENT_REQUESTS,
     REQUEST_TIMEOUT_S,
+    Degraded,
     MetricsServer,
 )
 from cdml_edge.agent.health.watchdog import ProgressWatchdog
@@ -97,6 +98,23 @@ class Metrics:
         self.published = Counter(
             f"{PREFIX}_mqtt_published", "MQTT messages acknowledged", ["kind"], registry=r
         )
+        self.thread_deaths = Counter(
+            f"{PREFIX}_thread_deaths",
+            "Unexpected deaths of supervised threads (each restarted with backoff)",
+            ["thread"],
+            registry=r,
+        )
+        self.on_done_skipped = Counter(
+            f"{PREFIX}_on_done_skipped",
+            "Source files on_done left: changed since scored, or gone",
+            ["reason"],
+            registry=r,
+        )
+        self.threads_dead = Gauge(
+            f"{PREFIX}_threads_dead", "Supervised threads dead now (not running again yet)",
+            registry=r,
+        )
+        self._dead_threads: Callable[[], Sequence[str]] = tuple
 
     def _add_latencies(self, r: CollectorRegistry) -> None:
         self.inference_latency = Histogram(
@@ -152,6 +170,11 @@ class Metrics:
         self.watchdog_stalled.set_function(lambda: float(watchdog.state().stalled))
         self.last_progress_age.set_function(_age)
 
+    def attach_supervisor(self, dead: Callable[[], Sequence[str]]) -> None:
+        """Export how many supervised threads are dead now (and name them in ``totals``)."""
+        self._dead_threads = dead
+        self.threads_dead.set_function(lambda: float(len(dead())))
+
     def _sum(self, name: str) -> float:
         total = 0.0
         for family in self.registry.collect():
@@ -182,6 +205,8 @@ class Metrics:
             "spool_bytes": int(self._sum(f"{PREFIX}_spool_bytes")),
             "spool_records": int(self._sum(f"{PREFIX}_spool_records")),
             "broker_connected": self._sum(f"{PREFIX}_broker_connected") > 0,
+            "thread_deaths": int(self._sum(f"{PREFIX}_thread_deaths_total")),
+            "dead_threads": list(self._dead_threads()),
             "uptime_s": round(time.time() - self.started_at, 3),
         }
 
@@ -195,6 +220,7 @@ class Metrics:
         port: int,
         *,
         watchdog: ProgressWatchdog | None = None,
+        degraded: Degraded | None = None,
         request_timeout_s: float = REQUEST_TIMEOUT_S,
         max_concurrent: int = MAX_CONCURRENT_REQUESTS,
     ) -> MetricsServer:
@@ -202,7 +228,8 @@ class Metrics:
 
         ``host`` may be an IPv4 or IPv6 address or a name (``::`` listens on both families).
         With a watchdog, ``/healthz`` answers 503 while it reports a stall, and the watchdog's
-        state is exported as metrics too.
+        state is exported as metrics too; ``degraded`` names parts that work but not fully
+        (503 ``degraded`` while it returns any).
         """
         if watchdog is not None:
             self.attach_watchdog(watchdog)
@@ -212,6 +239,7 @@ class Metrics:
             host,
             port,
             health=health,
+            degraded=degraded,
             request_timeout_s=request_timeout_s,
             max_concurrent=max_concurrent,
         )

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 from cdml_edge import __version__
 from cdml_edge.agent.health.cameras import CameraBoard
 from cdml_edge.agent.health.metrics import Metrics
 from cdml_edge.agent.outputs.base import Output
 from cdml_edge.agent.sources.factory import Source
+from cdml_edge.agent.supervisor import Spawn, Worker, plain_thread
 from cdml_edge.config import AppConfig
 from cdml_edge.window.payloads import HealthPayload, OutMessage, Sequencer, StatusPayload
 
@@ -32,20 +33,21 @@ class HealthReporter:
         self._output: Output | None = None
         self._sources: Mapping[str, Source] = {}
         self._skipped_seen: dict[str, int] = {}
-        self._thread: threading.Thread | None = None
+        self._thread: Worker | None = None
         self.cameras = CameraBoard(metrics)
+        self.degraded: Callable[[], Mapping[str, str]] = dict
+        """Parts not fully working (set by the agent); in every health message."""
 
     def attach(self, cfg: AppConfig, output: Output, sources: Mapping[str, Source]) -> None:
         self._cfg, self._output, self._sources = cfg, output, sources
         self._skipped_seen = {}
         self.cameras.attach(sources)
 
-    def start(self, stopped: threading.Event) -> None:
-        """Publish health every ``health.interval`` until ``stopped`` is set (once only)."""
+    def start(self, stopped: threading.Event, spawn: Spawn = plain_thread) -> None:
+        """Publish health every ``health.interval`` until ``stopped`` is set (once only), on
+        a thread from ``spawn`` (the agent's supervisor)."""
         if self._thread is None:
-            self._thread = threading.Thread(
-                target=self._loop, args=(stopped,), name="health", daemon=True
-            )
+            self._thread = spawn("health", lambda: self._loop(stopped))
             self._thread.start()
 
     def publish_status(self, state: str) -> None:
@@ -85,6 +87,7 @@ class HealthReporter:
             **totals,
             queue_depths=depths,
             cameras=self.cameras.report(),
+            degraded=dict(self.degraded()),
             seq=self.sequencer.next("health"),
             device=self._cfg.device.id,
         )

@@ -1,18 +1,25 @@
 """The HTTP endpoint of the agent's health: ``/metrics`` (Prometheus) and ``/healthz``.
 
-At most ``max_concurrent`` requests are handled at once, each connection with a socket
-timeout; further clients wait in the kernel's listen backlog (never a new thread).
+One asyncio event loop in one daemon thread serves every connection, so an idle or slow
+client costs a few hundred bytes, never a thread or a slot others wait for. Each connection
+has ``request_timeout_s`` in all to send its request head and read the answer (a client
+dripping one byte at a time is cut off at that deadline, not per read); heads over 8 KiB
+are refused. At most ``max_concurrent`` connections are open at once: one more closes the
+oldest, so a crowd of idle clients can delay ``/healthz`` by nothing but its own turn.
+One request per connection (``Connection: close``).
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import logging
 import socket
 import threading
 import time
-from collections.abc import Callable
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from collections import OrderedDict
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CONTENT_TYPE_LATEST
@@ -24,10 +31,14 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-# A scrape is one small response: a client silent for this long is cut off.
-REQUEST_TIMEOUT_S = 10.0
-# Requests handled at once; further connections wait in the listen backlog (never a new thread).
-MAX_CONCURRENT_REQUESTS = 4
+# A scrape is one small request and answer: a client that takes longer is cut off.
+REQUEST_TIMEOUT_S = 2.0
+# Connections open at once; one more closes the oldest.
+MAX_CONCURRENT_REQUESTS = 32
+MAX_HEAD_BYTES = 8192
+
+Degraded = Callable[[], Mapping[str, str]]
+"""Parts that work but not fully (a full disk under the spool, say): part -> why."""
 
 
 def address_family(host: str, port: int) -> socket.AddressFamily:
@@ -38,66 +49,24 @@ def address_family(host: str, port: int) -> socket.AddressFamily:
     return infos[0][0]
 
 
-class _BoundedHTTPServer(ThreadingHTTPServer):
-    """One daemon thread per request, at most ``max_concurrent`` at a time.
-
-    The accept loop waits for a free slot before it accepts the next connection, so a flood of
-    clients queues in the kernel's listen backlog instead of growing threads.
-    """
-
-    daemon_threads = True
-    block_on_close = False
-
-    def __init__(
-        self,
-        address: tuple[str, int],
-        handler: type[BaseHTTPRequestHandler],
-        family: socket.AddressFamily,
-        max_concurrent: int,
-    ) -> None:
-        self.address_family = family
-        self._slots = threading.BoundedSemaphore(max_concurrent)
-        self._count_lock = threading.Lock()
-        self.active = 0
-        self.peak_active = 0
-        self.served = 0
-        super().__init__(address, handler)
-
-    def server_bind(self) -> None:
-        if self.address_family == socket.AF_INET6:
-            # "::" serves IPv4 clients too, whatever net.ipv6.bindv6only says.
-            self.socket.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
-        super().server_bind()
-
-    def process_request(self, request: Any, client_address: Any) -> None:
-        self._slots.acquire()
-        with self._count_lock:
-            self.active += 1
-            self.peak_active = max(self.peak_active, self.active)
-        try:
-            super().process_request(request, client_address)
-        except BaseException:
-            self._release()
-            raise
-
-    def process_request_thread(self, request: Any, client_address: Any) -> None:
-        try:
-            super().process_request_thread(request, client_address)
-        finally:
-            self._release()
-
-    def _release(self) -> None:
-        with self._count_lock:
-            self.active -= 1
-            self.served += 1
-        self._slots.release()
+def _listen(host: str, port: int) -> socket.socket:
+    family = address_family(host, port)
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    if family == socket.AF_INET6:
+        # "::" serves IPv4 clients too, whatever net.ipv6.bindv6only says.
+        sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
+    sock.bind((host, port))
+    sock.listen(128)
+    sock.setblocking(False)
+    return sock
 
 
 class MetricsServer:
-    """A small HTTP server with bounded concurrency; ``close()`` stops it.
+    """``/metrics`` and ``/healthz`` on ``host:port`` until :meth:`close` (see the module).
 
-    ``port`` is the bound port. Each connection gets ``request_timeout_s`` per socket
-    operation; at most ``max_concurrent`` requests are handled at once.
+    ``port`` is the bound port; ``active``, ``peak_active`` and ``served`` count
+    connections (open now, most open at once, handled to the end).
     """
 
     def __init__(
@@ -107,6 +76,7 @@ class MetricsServer:
         port: int,
         *,
         health: Callable[[], HealthState] | None = None,
+        degraded: Degraded | None = None,
         request_timeout_s: float = REQUEST_TIMEOUT_S,
         max_concurrent: int = MAX_CONCURRENT_REQUESTS,
     ) -> None:
@@ -114,31 +84,83 @@ class MetricsServer:
             raise ValueError(f"request_timeout_s must be > 0, got {request_timeout_s}")
         if max_concurrent < 1:
             raise ValueError(f"max_concurrent must be >= 1, got {max_concurrent}")
-        handler = _make_handler(metrics, health, request_timeout_s)
-        family = address_family(host, port)
-        self._httpd = _BoundedHTTPServer((host, port), handler, family, max_concurrent)
+        self.metrics, self.health, self.degraded = metrics, health, degraded
+        self.timeout, self.max_open = request_timeout_s, max_concurrent
         self.host = host
-        self.port: int = self._httpd.server_address[1]
+        self.active = self.peak_active = self.served = 0
+        self._open: OrderedDict[int, asyncio.StreamWriter] = OrderedDict()
+        sock = _listen(host, port)
+        self.port: int = sock.getsockname()[1]
+        self._loop = asyncio.new_event_loop()
+        started = threading.Event()
         self._thread = threading.Thread(
-            target=self._httpd.serve_forever, name="cdml-metrics", daemon=True
+            target=self._run, args=(sock, started), name="cdml-metrics", daemon=True
         )
         self._thread.start()
+        started.wait()
         log.info("metrics on http://%s:%d/metrics", host, self.port)
 
-    @property
-    def active(self) -> int:
-        """Requests being handled now."""
-        return self._httpd.active
+    def _run(self, sock: socket.socket, started: threading.Event) -> None:
+        asyncio.set_event_loop(self._loop)
+        server = self._loop.run_until_complete(
+            asyncio.start_server(self._handle, sock=sock, limit=MAX_HEAD_BYTES)
+        )
+        started.set()
+        try:
+            self._loop.run_forever()
+        finally:
+            server.close()
+            for writer in list(self._open.values()):
+                writer.transport.abort()
+            self._loop.run_until_complete(server.wait_closed())
+            self._loop.close()
 
-    @property
-    def peak_active(self) -> int:
-        """The most requests ever handled at once."""
-        return self._httpd.peak_active
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        key = id(writer)
+        self._admit(key, writer)
+        try:
+            async with asyncio.timeout(self.timeout):
+                code, data, ctype = await self._answer(reader)
+                writer.write(_response(code, data, ctype))
+                await writer.drain()
+        except (TimeoutError, ConnectionError, asyncio.IncompleteReadError):
+            pass  # silent, slow or gone: cut off
+        except Exception:  # noqa: BLE001 - one bad request never stops the server
+            log.exception("metrics http: request failed")
+        finally:
+            self._open.pop(key, None)
+            self.active = len(self._open)
+            self.served += 1
+            writer.transport.abort()
 
-    @property
-    def served(self) -> int:
-        """Connections handled to the end (answered, timed out or failed)."""
-        return self._httpd.served
+    def _admit(self, key: int, writer: asyncio.StreamWriter) -> None:
+        """Count the connection in; over the bound, close the oldest one."""
+        if len(self._open) >= self.max_open:
+            _, oldest = self._open.popitem(last=False)
+            oldest.transport.abort()
+        self._open[key] = writer
+        self.active = len(self._open)
+        self.peak_active = max(self.peak_active, self.active)
+
+    async def _answer(self, reader: asyncio.StreamReader) -> tuple[int, bytes, str]:
+        try:
+            head = await reader.readuntil(b"\r\n\r\n")
+        except asyncio.LimitOverrunError:
+            return 431, b"request head too large\n", "text/plain"
+        parts = head.split(b"\r\n", 1)[0].split()
+        if len(parts) != 3 or not parts[2].startswith(b"HTTP/"):
+            return 400, b"bad request\n", "text/plain"
+        if parts[0] != b"GET":
+            return 405, b"only GET\n", "text/plain"
+        path = parts[1].split(b"?", 1)[0]
+        if path == b"/metrics":
+            return 200, self.metrics.exposition(), CONTENT_TYPE_LATEST
+        if path == b"/healthz":
+            state = self.health() if self.health else None
+            problems = dict(self.degraded()) if self.degraded else {}
+            code, body = healthz_body(self.metrics, state, problems)
+            return code, json.dumps(body).encode(), "application/json"
+        return 404, b"not found: try /metrics or /healthz\n", "text/plain"
 
     @property
     def url(self) -> str:
@@ -148,8 +170,10 @@ class MetricsServer:
         return f"http://{host}:{self.port}"
 
     def close(self) -> None:
-        self._httpd.shutdown()
-        self._httpd.server_close()
+        if self._loop.is_closed():
+            return
+        with contextlib.suppress(RuntimeError):
+            self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join()
 
     def __enter__(self) -> MetricsServer:
@@ -159,45 +183,38 @@ class MetricsServer:
         self.close()
 
 
-def healthz_body(metrics: Metrics, state: HealthState | None) -> tuple[int, dict[str, Any]]:
-    """HTTP status and JSON body of ``/healthz``: 200 ok, 503 stalled or a failed check."""
+_REASONS = {200: "OK", 400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed",
+            431: "Request Header Fields Too Large", 503: "Service Unavailable"}
+
+
+def _response(code: int, data: bytes, ctype: str) -> bytes:
+    head = (
+        f"HTTP/1.1 {code} {_REASONS.get(code, '')}\r\nServer: cdml-edge\r\n"
+        f"Content-Type: {ctype}\r\nContent-Length: {len(data)}\r\nConnection: close\r\n\r\n"
+    )
+    return head.encode() + data
+
+
+def healthz_body(
+    metrics: Metrics, state: HealthState | None, degraded: Mapping[str, str] | None = None
+) -> tuple[int, dict[str, Any]]:
+    """HTTP status and JSON body of ``/healthz``: 200 ok; 503 ``stalled`` (pending work makes
+    no progress), ``dead_threads`` (a supervised thread is dead), ``degraded`` (a part cannot do
+    its job fully, e.g. the spool on a full disk; ``degraded`` names each part and why) or a
+    failed check (e.g. ``camera_down``)."""
     body: dict[str, Any] = {"status": "ok", "uptime_s": round(time.time() - metrics.started_at, 3)}
     if state is not None:
         body.update(state.as_dict())
         if state.stalled:
             body["status"] = "stalled"
+        elif state.dead_threads:
+            body["status"] = "dead_threads"
+    if degraded:
+        body["degraded"] = dict(degraded)
+        if body["status"] == "ok":
+            body["status"] = "degraded"
     for name, check in metrics.health_checks.items():  # e.g. cameras down past their grace
         problem, body[name] = check()
         if problem and body["status"] == "ok":
             body["status"] = problem
     return (200 if body["status"] == "ok" else 503), body
-
-
-def _make_handler(
-    metrics: Metrics, health: Callable[[], HealthState] | None, timeout_s: float
-) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
-        server_version = "cdml-edge"
-        timeout = timeout_s  # socket timeout of every read and write on the connection
-
-        def do_GET(self) -> None:  # noqa: N802 (http.server naming)
-            path = self.path.split("?", 1)[0]
-            if path == "/metrics":
-                self._send(200, metrics.exposition(), CONTENT_TYPE_LATEST)
-            elif path == "/healthz":
-                code, body = healthz_body(metrics, health() if health else None)
-                self._send(code, json.dumps(body).encode(), "application/json")
-            else:
-                self._send(404, b"not found: try /metrics or /healthz\n", "text/plain")
-
-        def _send(self, code: int, data: bytes, ctype: str) -> None:
-            self.send_response(code)
-            self.send_header("Content-Type", ctype)
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
-
-        def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
-            log.debug("metrics http: " + format, *args)
-
-    return Handler

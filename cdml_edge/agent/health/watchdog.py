@@ -1,9 +1,11 @@
 """A systemd watchdog tied to pipeline progress, not to the process merely being alive.
 
 ``ProgressWatchdog`` pings ``WATCHDOG=1`` at half of ``WATCHDOG_USEC`` while the pipeline is
-healthy. Healthy means: nothing is pending (idle is fine), or a window completed within the
-last ``stall_after_s`` seconds. Work pending with no progress for ``stall_after_s`` is a stall:
-the pings stop, and systemd restarts the service once ``WatchdogSec`` runs out.
+healthy. Healthy means: no supervised thread is dead (``dead``, from the agent's
+:class:`~cdml_edge.agent.supervisor.Supervisor`), and nothing is pending (idle is fine) or a
+window completed within the last ``stall_after_s`` seconds. Work pending with no progress for
+``stall_after_s`` is a stall; a thread dead and not yet running again is a dead part. Either
+way the pings stop, and systemd restarts the service once ``WatchdogSec`` runs out.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -33,6 +35,8 @@ class HealthState:
     """How long pending work has waited without progress (0 when nothing is pending)."""
     progress_count: int
     pings_sent: int
+    dead_threads: tuple[str, ...] = ()
+    """Supervised threads dead now (died, not running again yet)."""
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -60,6 +64,7 @@ class ProgressWatchdog:
         *,
         interval_s: float | None = None,
         clock: Callable[[], float] = time.monotonic,
+        dead: Callable[[], Sequence[str]] | None = None,
     ) -> None:
         if stall_after_s <= 0:
             raise ValueError(f"stall_after_s must be > 0, got {stall_after_s}")
@@ -72,6 +77,7 @@ class ProgressWatchdog:
             raise ValueError(f"interval_s must be > 0, got {interval_s}")
         self._interval_s = interval_s
         self._clock = clock
+        self._dead = dead
         self._lock = threading.Lock()
         self._pending = 0
         self._last_progress: float | None = None
@@ -79,6 +85,7 @@ class ProgressWatchdog:
         self._progress_count = 0
         self._pings = 0
         self._was_stalled = False
+        self._was_dead: tuple[str, ...] = ()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -111,19 +118,21 @@ class ProgressWatchdog:
 
     def state(self) -> HealthState:
         """Current health; cheap, thread-safe."""
+        dead = tuple(self._dead()) if self._dead is not None else ()
         with self._lock:
             now = self._clock()
             age = None if self._last_progress is None else now - self._last_progress
             waited = now - self._waiting_since if self._pending > 0 else 0.0
             stalled = self._pending > 0 and waited >= self._stall_after_s
             return HealthState(
-                ok=not stalled,
+                ok=not stalled and not dead,
                 stalled=stalled,
                 pending=self._pending,
                 last_progress_age_s=age,
                 stalled_for_s=waited,
                 progress_count=self._progress_count,
                 pings_sent=self._pings,
+                dead_threads=dead,
             )
 
     def healthy(self) -> bool:
@@ -132,6 +141,8 @@ class ProgressWatchdog:
     def tick(self) -> bool:
         """One check: ping when healthy. Returns True when a ping was sent."""
         st = self.state()
+        if self._report_dead(st.dead_threads):
+            return False
         if st.stalled:
             if not self._was_stalled:
                 self._was_stalled = True
@@ -150,6 +161,20 @@ class ProgressWatchdog:
             with self._lock:
                 self._pings += 1
         return sent
+
+    def _report_dead(self, dead: tuple[str, ...]) -> bool:
+        """Whether a supervised thread is dead (no ping); the status line says which."""
+        if dead == self._was_dead:
+            return bool(dead)
+        self._was_dead = dead
+        if dead:
+            msg = f"dead: {', '.join(dead)}"
+            log.error("watchdog: %s; pings stop", msg)
+        else:
+            msg = "running"
+            log.warning("watchdog: every supervised thread runs again; pings restart")
+        self._notifier.status(msg)
+        return bool(dead)
 
     def start(self) -> None:
         """Start the ping thread (no-op without an interval or when already running)."""

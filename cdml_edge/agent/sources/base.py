@@ -1,4 +1,9 @@
-"""What every source shares: the sinks it feeds, its counters and its typed errors."""
+"""What every source shares: the sinks it feeds, its counters and its typed errors.
+
+Each typed error names the file (as :func:`~cdml_edge.fsio.display_name` shows it: valid
+UTF-8 whatever bytes the name holds), says which ``errors`` counter stage it counts under
+(``stage``) and whether the file goes to quarantine (``quarantine``) or is left where it is.
+"""
 
 from __future__ import annotations
 
@@ -7,28 +12,70 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from cdml_edge.errors import CdmlError
+from cdml_edge.fsio import display_name
 from cdml_edge.window.items import Item
 
 ItemSink = Callable[[Item], None]
 ErrorSink = Callable[[str, str | None, Exception, Path | None], None]
-"""``(source, item name, error, path)`` — called for an item that could not be taken."""
+"""``(source, item name, error, path)`` — called for an item that could not be taken; with a
+``path`` the caller quarantines the file, without one the file is left alone."""
 
 
 class SourceError(CdmlError):
     """An input that cannot be taken (vanished, unreadable); names the file."""
 
+    stage = "read"
+    quarantine = False
+
     def __init__(self, path: Path | str, message: str) -> None:
-        super().__init__(f"{path}: {message}")
+        super().__init__(f"{display_name(str(path))}: {message}")
         self.path = str(path)
 
 
 class FileTooLarge(SourceError):
     """A file bigger than one window or the in-flight budget may hold; never read."""
 
+    quarantine = True
+
     def __init__(self, path: Path | str, size: int, limit: int) -> None:
         super().__init__(path, f"too large: {size} bytes, limit {limit}")
         self.size = size
         self.limit = limit
+
+
+class NotRegularFile(SourceError):
+    """A FIFO, socket, device or folder where a file was expected: never opened, left."""
+
+    stage = "not_regular"
+
+    def __init__(self, path: Path | str, kind: str) -> None:
+        super().__init__(path, f"not a regular file ({kind}): left alone, never opened")
+        self.kind = kind
+
+
+class LinkRefused(SourceError):
+    """A symbolic link not followed: links are off, or it leads outside the allowed roots."""
+
+    stage = "symlink"
+
+    def __init__(self, path: Path | str, why: str) -> None:
+        super().__init__(path, f"symbolic link not followed: {why}")
+
+
+class IntakeFault(SourceError):
+    """An unexpected error while taking one file; the file is quarantined, the source goes on."""
+
+    stage = "intake"
+    quarantine = True
+
+    def __init__(self, path: Path | str, exc: BaseException) -> None:
+        super().__init__(path, f"could not be taken: {type(exc).__name__}: {exc}")
+
+
+class WatchLost(SourceError):
+    """The watch of a folder stopped (the folder was deleted, moved or unmounted)."""
+
+    stage = "watch"
 
 
 @dataclass
@@ -38,3 +85,4 @@ class SourceStats:
     skipped: int = 0  # camera frames refused by the budget
     paused: int = 0  # scans that left a complete file on disk because the budget was full
     errors: int = 0
+    refused: int = 0  # special files and links left alone (each reported once)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from cdml_edge.agent.sources.base import ErrorSink, ItemSink
 from cdml_edge.agent.sources.camera import CameraSource, CameraSpec, TransitionSink
 from cdml_edge.agent.sources.folder import FolderSource, FolderSpec
+from cdml_edge.agent.supervisor import Spawn, plain_thread
 from cdml_edge.agent.windows import ByteBudget
 from cdml_edge.config import SourceConfig
 from cdml_edge.modality import default_patterns
@@ -18,9 +19,11 @@ def make_source(
     sink: ItemSink,
     on_error: ErrorSink,
     on_camera: TransitionSink | None = None,
+    spawn: Spawn = plain_thread,
 ) -> Source:
     """The source of ``sc``, feeding ``sink`` within ``budget``; ``on_error`` for bad inputs,
-    ``on_camera`` for a camera's state changes."""
+    ``on_camera`` for a camera's state changes, ``spawn`` for a folder's long-lived thread
+    (see :mod:`cdml_edge.agent.supervisor`)."""
     if sc.kind == "camera":
         spec = CameraSpec(
             name=sc.name,
@@ -46,5 +49,7 @@ def make_source(
         stable_seconds=sc.stable_seconds,
         polling=sc.polling,
         max_file_bytes=sc.window.max_bytes,
+        follow_symlinks=sc.follow_symlinks,
+        link_roots=tuple(sc.link_roots),
     )
-    return FolderSource(fspec, budget, sink, on_error)
+    return FolderSource(fspec, budget, sink, on_error, spawn=spawn)

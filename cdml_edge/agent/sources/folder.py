@@ -2,11 +2,23 @@
 
 A :class:`FolderSource` turns file events into notices for its
 :class:`~cdml_edge.agent.sources.pending.PendingFiles`, which judges when a file is complete
-(close-write, rename, or stable size and mtime) and keeps the tracked metadata bounded
-(``max_pending``; a backlog beyond it stays on disk and is found by a rescan).
-``.tmp`` / ``.part`` files and dot files are ignored. A file is read only when the global
-:class:`~cdml_edge.agent.windows.ByteBudget` admits its size; otherwise it stays on disk and
-is retried, so intake pauses without losing anything.
+(close-write, rename, or an identity the agent saw stable for ``stable_seconds``) and keeps
+the tracked metadata bounded (``max_pending``; a backlog beyond it stays on disk and is found
+by a rescan). ``.tmp`` / ``.part`` files and dot files are ignored. A file is read only when
+the global :class:`~cdml_edge.agent.windows.ByteBudget` admits its size; otherwise it stays
+on disk and is retried, so intake pauses without losing anything.
+
+Only regular files are read (:mod:`~.regular`): FIFOs, sockets, devices and links (unless
+``follow_symlinks``, and then only into the folder or ``link_roots``) are reported once
+through the error sink and left where they are. A name that is not UTF-8 is kept as bytes
+for the file itself and shown as valid UTF-8 in the item (:func:`~cdml_edge.fsio.display_name`).
+Any other exception while taking one file is reported as :class:`~.base.IntakeFault` (the
+caller quarantines the file) and the source goes on.
+
+The scanner runs as one supervised part (``src-<name>``, see
+:mod:`cdml_edge.agent.supervisor`) that also watches the watch: when the folder is deleted,
+moved or unmounted the watch stops, the part dies with :class:`~.base.WatchLost` and its
+restart arms a new watch (making the folder again) and rescans.
 """
 
 from __future__ import annotations
@@ -14,9 +26,9 @@ from __future__ import annotations
 import fnmatch
 import logging
 import os
+import stat
 import threading
-import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -37,13 +49,20 @@ from watchdog.observers.polling import PollingObserver
 from cdml_edge.agent.sources.base import (
     ErrorSink,
     FileTooLarge,
+    IntakeFault,
     ItemSink,
+    LinkRefused,
+    NotRegularFile,
     SourceError,
     SourceStats,
+    WatchLost,
 )
-from cdml_edge.agent.sources.pending import PendingFiles
+from cdml_edge.agent.sources.pending import Pending, PendingFiles
+from cdml_edge.agent.sources.regular import LinkPolicy, admit, read_regular
+from cdml_edge.agent.supervisor import Spawn, Worker, plain_thread
 from cdml_edge.agent.windows import ByteBudget
-from cdml_edge.window.items import Item
+from cdml_edge.fsio import display_name, log_name
+from cdml_edge.window.items import FileIdentity, Item
 from cdml_edge.window.payloads import item_id
 
 log = logging.getLogger(__name__)
@@ -73,34 +92,44 @@ class FolderSpec:
     recursive: bool = False
     max_pending: int = 1024  # files tracked at once; more stay on disk and are rescanned
     max_file_bytes: int | None = None  # a window's max_bytes: a bigger file is never read
+    follow_symlinks: bool = False  # follow links, only to files inside path or link_roots
+    link_roots: tuple[Path, ...] = ()
 
 
 class _Handler(FileSystemEventHandler):
+    """Turns watchdog events into notices; never raises into the observer's thread."""
+
     def __init__(self, owner: FolderSource) -> None:
         self._owner = owner
 
     def on_any_event(self, event: FileSystemEvent) -> None:
         if event.is_directory:
             return
+        path = _as_str(event.dest_path if isinstance(event, FileMovedEvent) else event.src_path)
+        try:
+            self._dispatch(event)
+        except Exception as exc:  # a fault on one file must not stop the watch
+            self._owner._fault(path, exc)
+
+    def _dispatch(self, event: FileSystemEvent) -> None:
+        owner = self._owner
         if isinstance(event, FileMovedEvent):
-            self._owner._forget(_as_str(event.src_path))
-            self._owner._notice(_as_str(event.dest_path), closed=True)
+            owner._forget(_as_str(event.src_path))
+            owner._notice(_as_str(event.dest_path), closed=True)
         elif isinstance(event, FileClosedEvent):
-            self._owner._notice(_as_str(event.src_path), closed=True)
+            owner._notice(_as_str(event.src_path), closed=True)
         elif isinstance(event, FileModifiedEvent):  # written to: complete on its close-write
-            self._owner._notice(_as_str(event.src_path), closed=False, writing=True)
-        elif isinstance(event, FileCreatedEvent):
-            # created, or renamed in from outside the folder (no close-write will follow):
-            # complete once stable, unless a write marks it as being written
-            self._owner._notice(_as_str(event.src_path), closed=False)
-        elif isinstance(event, FileAttribEvent):  # e.g. utime: judged by stable size + mtime
-            self._owner._notice(_as_str(event.src_path), closed=False)
+            owner._notice(_as_str(event.src_path), closed=False, writing=True)
+        elif isinstance(event, FileCreatedEvent | FileAttribEvent):
+            # created, renamed in from outside the folder (no close-write will follow) or
+            # touched: complete once stable, unless a write marks it as being written
+            owner._notice(_as_str(event.src_path), closed=False)
         elif isinstance(event, FileDeletedEvent):
-            self._owner._forget(_as_str(event.src_path))
+            owner._forget(_as_str(event.src_path))
 
 
 def _as_str(p: str | bytes) -> str:
-    return p.decode() if isinstance(p, bytes) else p
+    return os.fsdecode(p)
 
 
 class FolderSource:
@@ -113,6 +142,7 @@ class FolderSource:
         sink: ItemSink,
         on_error: ErrorSink,
         scan_interval: float = 0.05,
+        spawn: Spawn = plain_thread,
     ) -> None:
         self.spec = spec
         self.stats = SourceStats()
@@ -120,36 +150,32 @@ class FolderSource:
         self._sink = sink
         self._on_error = on_error
         self._scan_interval = scan_interval
+        self._links = LinkPolicy.of(spec.follow_symlinks, spec.path, spec.link_roots)
         self.files = PendingFiles(spec.max_pending, spec.stable_seconds, spec.polling)
         self._stopped = threading.Event()
         self._paused = False
+        self._armed = False
         self.rescans = 0
         self._observer: Any = None
-        self._thread = threading.Thread(target=self._loop, name=f"src-{spec.name}", daemon=True)
+        self._thread: Worker = spawn(f"src-{spec.name}", self._run)
 
     # -- lifecycle -------------------------------------------------------------------------
     def start(self) -> None:
-        self.spec.path.mkdir(parents=True, exist_ok=True)
-        if self.spec.polling:
-            self._observer = PollingObserver(timeout=self.spec.poll_interval)
-        else:
-            self._observer = Observer()
-        self._observer.schedule(
-            _Handler(self), str(self.spec.path), recursive=self.spec.recursive
-        )
-        self._observer.start()
-        self._initial_scan()  # after the watch is armed: nothing written meanwhile is missed
+        """Arm the watch and start the scanner; a watch that cannot be armed now is armed
+        again by the supervised scanner (which counts it dead meanwhile)."""
+        try:
+            self._arm()
+        except Exception as exc:
+            log.error("%s: cannot watch %s yet: %s", self.spec.name,
+                      log_name(self.spec.path), exc)
         self._thread.start()
 
     def stop(self) -> None:
         """Stop watching and taking files (items already handed over are unaffected)."""
         self._stopped.set()
         self.files.wake()
-        if self._observer is not None:
-            self._observer.stop()
-            self._observer.join(timeout=2.0)
-        if self._thread.is_alive():
-            self._thread.join(timeout=2.0)
+        self._thread.join(timeout=2.0)
+        self._disarm()
 
     def pause(self, paused: bool) -> None:
         """Stop (or resume) taking new files; used while draining on shutdown."""
@@ -186,7 +212,36 @@ class FolderSource:
         cap = self.spec.max_file_bytes
         return max(0, fits if cap is None else min(fits, cap))
 
+    # -- the watch -------------------------------------------------------------------------
+    def _arm(self) -> None:
+        """(Re)start the watch on the folder (made if missing), then scan what is there."""
+        self._disarm()
+        self.spec.path.mkdir(parents=True, exist_ok=True)
+        if self.spec.polling:
+            observer: Any = PollingObserver(timeout=self.spec.poll_interval)
+        else:
+            observer = Observer()
+        observer.schedule(_Handler(self), str(self.spec.path), recursive=self.spec.recursive)
+        observer.start()
+        self._observer = observer
+        self._armed = True
+        self._initial_scan()  # after the watch is armed: nothing written meanwhile is missed
+
+    def _disarm(self) -> None:
+        observer, self._observer = self._observer, None
+        if observer is not None:
+            observer.stop()
+            observer.join(timeout=2.0)
+
+    def _watch_alive(self) -> bool:
+        obs = self._observer
+        return obs is not None and obs.is_alive() and all(e.is_alive() for e in obs.emitters)
+
     # -- events ----------------------------------------------------------------------------
+    def _name(self, path: str) -> str:
+        """The item name of ``path``: relative to the folder, valid UTF-8."""
+        return display_name(os.path.relpath(path, self.spec.path))
+
     def _notice(self, path: str, closed: bool, writing: bool = False) -> None:
         p = Path(path)
         if not is_candidate(p.name, self.spec.patterns):
@@ -194,10 +249,43 @@ class FolderSource:
         if not self.spec.recursive and p.parent != self.spec.path:
             return
         try:
-            st = os.stat(path)
+            lst = os.lstat(path)
         except OSError:
             return
+        if stat.S_ISDIR(lst.st_mode) or self.files.refused(path, _entry(lst)):
+            return
+        try:
+            _, st = admit(path, lst, self._links)
+        except SourceError as exc:  # a FIFO, socket, device or link: never opened
+            self._refuse(path, lst, exc)
+            return
+        except OSError:  # a followed link whose target is gone
+            return
         self.files.notice(path, st, closed, writing)
+
+    def _refuse(self, path: str, lst: os.stat_result | None, exc: SourceError) -> None:
+        """Leave ``path`` alone; reported once (until it changes)."""
+        self.files.forget(path)
+        if lst is not None and not self.files.refuse(path, _entry(lst)):
+            return
+        self.stats.refused += 1
+        log.warning("%s: %s", self.spec.name, log_name(exc))
+        self._on_error(self.spec.name, self._name(path), exc, None)
+
+    def _fault(self, path: str, exc: BaseException) -> None:
+        """An unexpected error while taking ``path``: reported once, quarantined by the
+        caller (``path`` given to the error sink); the source goes on."""
+        log.error("%s: %s: %s", self.spec.name, log_name(path), exc, exc_info=exc)
+        self.files.forget(path)
+        try:
+            lst: os.stat_result | None = os.lstat(path)
+        except OSError:
+            lst = None
+        if lst is not None and not self.files.refuse(path, _entry(lst)):
+            return
+        self.stats.errors += 1
+        fault = IntakeFault(path, exc)
+        self._on_error(self.spec.name, self._name(path), fault, Path(path) if lst else None)
 
     def _forget(self, path: str) -> None:
         self.files.forget(path)
@@ -207,82 +295,142 @@ class FolderSource:
             self.rescans += 1
             self._initial_scan()
 
+    def _entries(self) -> Iterator[str]:
+        if self.spec.recursive:
+            return (str(p) for p in self.spec.path.rglob("*"))
+        with os.scandir(self.spec.path) as it:
+            return iter([e.path for e in it])
+
     def _initial_scan(self) -> None:
-        walker = self.spec.path.rglob("*") if self.spec.recursive else self.spec.path.iterdir()
-        old = time.time() - self.spec.stable_seconds
-        for p in sorted(walker):
-            if not p.is_file() or not is_candidate(p.name, self.spec.patterns):
-                continue
-            try:
-                st = p.stat()
-            except OSError:
-                continue
-            # a file untouched for stable_seconds is complete (crash recovery); newer ones wait
-            self._notice(str(p), closed=st.st_mtime < old)
+        """Notice every candidate in the folder as not complete yet: files present at start
+        (or found by a rescan) are judged by an identity stable for ``stable_seconds``."""
+        for path in sorted(self._entries()):
+            if is_candidate(os.path.basename(path), self.spec.patterns):
+                try:
+                    self._notice(path, closed=False)
+                except Exception as exc:
+                    self._fault(path, exc)
 
     # -- the scanner -----------------------------------------------------------------------
+    def _run(self) -> None:
+        """The supervised part: (re)arm the watch unless :meth:`start` just did, then scan."""
+        if self._stopped.is_set():
+            return
+        if not self._armed:
+            self._arm()
+        self._armed = False  # a restart arms a new watch
+        try:
+            self._loop()
+        finally:
+            if self._stopped.is_set():
+                self._disarm()
+
     def _loop(self) -> None:
         while not self._stopped.is_set():
+            if not self._watch_alive():
+                raise WatchLost(self.spec.path, "the watch stopped (folder deleted, moved or "
+                                                "unmounted)")
             self._rescan_if_room()
             ready = [] if self._paused else self.files.ready()
             for path in ready:
                 if self._stopped.is_set() or self._paused:
                     break
-                if not self._take(path):
+                if not self._take_safely(path):
                     self.stats.paused += 1
                     break  # budget full: keep the rest on disk, retry next scan
             self.files.wait(self._scan_interval)
+
+    def _take_safely(self, path: str) -> bool:
+        try:
+            return self._take(path)
+        except Exception as exc:
+            self._fault(path, exc)
+            return True
 
     def _take(self, path: str) -> bool:
         """Read one complete file into an item; ``False`` when the budget is full."""
         pend = self.files.get(path)
         if pend is None:
             return True
-        name = os.path.relpath(path, self.spec.path)
         limit = self.max_file_bytes()
         if pend.size > limit:  # never read: the caller quarantines it (see ErrorSink)
             self._forget(path)
             self.stats.errors += 1
-            self._on_error(self.spec.name, name, FileTooLarge(path, pend.size, limit), Path(path))
+            self._on_error(self.spec.name, self._name(path),
+                           FileTooLarge(path, pend.size, limit), Path(path))
             return True
         charge = self._budget.cost(pend.size, self.spec.modality)
         if not self._budget.try_acquire(charge):
             return False
         try:
-            data, st = _read_whole(Path(path), pend.size + 1)
+            data, st = read_regular(path, pend.size + 1, self._links)
         except SourceError as exc:
             self._budget.release(charge)
-            self._forget(path)
-            self.stats.errors += 1
-            self._on_error(self.spec.name, name, exc, None)
+            self._read_failed(path, exc)
             return True
+        except BaseException:
+            self._budget.release(charge)
+            raise
+        ident = FileIdentity.of(st)
         if len(data) > pend.size:  # grew since it was judged complete: still being written
             self._budget.release(charge)
-            self.files.requeue(path, st.st_size, st.st_mtime_ns)  # judged again once stable
+            self.files.requeue(path, ident)  # judged again once stable
             return True
         if len(data) != pend.size:  # shrank since it was judged complete
             self._budget.release(charge)
             charge = self._budget.cost(len(data), self.spec.modality)
             if not self._budget.try_acquire(charge):
-                self.files.requeue(path, len(data), st.st_mtime_ns)
+                self.files.requeue(path, ident)
                 return False
-        self.files.taken(path, len(data), st.st_mtime_ns)
-        item = Item(
-            source=self.spec.name,
-            name=name,
-            modality=self.spec.modality,
-            ts=_arrival(st.st_mtime_ns / 1e9, pend.seen),
-            data=data,
-            item_id=item_id(self.spec.name, name, len(data), st.st_mtime_ns),
-            path=Path(path),
-            size=len(data),
-            mtime_ns=st.st_mtime_ns,
-            charge=charge,
-        )
+        try:
+            item = self._item(path, data, ident, pend, charge)
+        except BaseException:
+            self._budget.release(charge)
+            raise
+        self.files.taken(path, ident)
         self.stats.taken += 1
         self.stats.taken_bytes += len(data)
-        self._sink(item)
+        self._sink(item)  # from here the window holds the charge
         return True
+
+    def _read_failed(self, path: str, exc: SourceError) -> None:
+        if isinstance(exc, NotRegularFile | LinkRefused):  # not a regular file any more
+            try:
+                lst: os.stat_result | None = os.lstat(path)
+            except OSError:
+                lst = None
+            self._refuse(path, lst, exc)
+            return
+        self._forget(path)
+        self.stats.errors += 1
+        self._on_error(self.spec.name, self._name(path), exc, None)
+
+    def _item(
+        self, path: str, data: bytes, ident: FileIdentity, pend: Pending, charge: int
+    ) -> Item:
+        raw = os.path.relpath(path, self.spec.path)
+        return Item(
+            source=self.spec.name,
+            name=display_name(raw),
+            modality=self.spec.modality,
+            ts=_arrival(ident.mtime_ns / 1e9, pend.seen),
+            data=data,
+            item_id=item_id(self.spec.name, raw, len(data), ident.mtime_ns),
+            path=Path(path),
+            size=len(data),
+            mtime_ns=ident.mtime_ns,
+            charge=charge,
+            identity=ident,
+        )
+
+
+def _entry(lst: os.stat_result) -> FileIdentity:
+    """What a refused entry is remembered by: a regular file by its identity (a new version
+    is judged again), anything else by device, inode and type (a FIFO written to is the
+    same FIFO)."""
+    if stat.S_ISREG(lst.st_mode):
+        return FileIdentity.of(lst)
+    return FileIdentity(lst.st_dev, lst.st_ino, -stat.S_IFMT(lst.st_mode), 0)
 
 
 def _arrival(mtime: float, seen: float) -> float:
@@ -290,16 +438,3 @@ def _arrival(mtime: float, seen: float) -> float:
     if that mtime is older than the sighting by more than OLD_MTIME_S (a file renamed in, or
     waiting at start). Result latency is measured from here."""
     return seen if seen - mtime > OLD_MTIME_S else mtime
-
-
-def _read_whole(path: Path, at_most: int) -> tuple[bytes, os.stat_result]:
-    """Read at most ``at_most`` bytes (the expected size + 1, so growth shows)."""
-    try:
-        with open(path, "rb") as fh:
-            st = os.fstat(fh.fileno())
-            data = fh.read(at_most)
-    except FileNotFoundError as exc:
-        raise SourceError(path, "vanished before it could be read") from exc
-    except OSError as exc:
-        raise SourceError(path, f"unreadable: {exc.strerror or exc}") from exc
-    return data, st

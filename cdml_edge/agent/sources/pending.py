@@ -2,11 +2,15 @@
 
 A file is complete on its close-write or its rename within the folder (``closed``); a file
 seen being written (``writing``, inotify only) waits for its close-write; any other file
-(polling, the start-up scan, a file renamed in from another folder) once its size and mtime
-have been stable for ``stable_seconds``. At most ``max_pending`` files are tracked: a file
-noticed beyond that stays on disk untracked and :meth:`PendingFiles.rescan_due` asks for a
-rescan of the folder once the backlog halves. Files taken (in flight, or kept after their
-window) are remembered by size and mtime, so an unchanged one is not taken again.
+(polling, the start-up scan, a file renamed in from another folder) once the agent has seen
+its identity (device, inode, size, mtime) unchanged for ``stable_seconds`` — a file found at
+start is never judged by its mtime alone, it may still be written. At most ``max_pending``
+files are tracked: a file noticed beyond that stays on disk untracked and
+:meth:`PendingFiles.rescan_due` asks for a rescan of the folder once the backlog halves.
+Files taken (in flight, or kept after their window) are remembered by identity, so an
+unchanged one is not taken again; entries refused (special files, links, files that failed)
+are remembered by the identity of the entry, at most ``MAX_REFUSED``, so each is reported
+once (beyond the bound the oldest is forgotten and may be reported again).
 """
 
 from __future__ import annotations
@@ -16,22 +20,33 @@ import threading
 import time
 from dataclasses import dataclass, field
 
+from cdml_edge.window.items import FileIdentity
+
+MAX_REFUSED = 4096
+
 
 @dataclass
 class Pending:
     """A file noticed and not taken yet."""
 
-    size: int
-    mtime_ns: int
-    since: float  # monotonic time the (size, mtime) pair was first seen
+    ident: FileIdentity
+    since: float  # monotonic time this identity was first seen
     closed: bool = False  # close-write or moved-in seen: complete now
     writing: bool = False  # inotify saw it written to: wait for its close-write
     seen: float = field(default_factory=time.time)  # wall time the agent first saw this version
     not_before: float = 0.0  # monotonic time before which it is not taken (a retry's backoff)
 
+    @property
+    def size(self) -> int:
+        return self.ident.size
+
+    @property
+    def mtime_ns(self) -> int:
+        return self.ident.mtime_ns
+
 
 class PendingFiles:
-    """The pending and taken files of one folder source (thread-safe).
+    """The pending, taken and refused files of one folder source (thread-safe).
 
     The scanner thread sleeps in :meth:`wait` and is woken when a file becomes complete.
     """
@@ -41,7 +56,8 @@ class PendingFiles:
         self.stable_seconds = stable_seconds
         self.polling = polling
         self._pending: dict[str, Pending] = {}
-        self._taken: dict[str, tuple[int, int]] = {}  # path -> (size, mtime_ns) in flight/kept
+        self._taken: dict[str, FileIdentity] = {}  # in flight or kept
+        self._refused: dict[str, FileIdentity] = {}  # reported once, left alone
         self._cond = threading.Condition()
         self._overflow = False  # notices were not recorded: rescan the folder when room
 
@@ -56,22 +72,22 @@ class PendingFiles:
     def notice(self, path: str, st: os.stat_result, closed: bool, writing: bool) -> None:
         """An event (or a scan) saw ``path`` with ``st``; ``closed`` if it is complete now,
         ``writing`` if it is being written to."""
+        ident = FileIdentity.of(st)
         with self._cond:
-            if self._taken.get(path) == (st.st_size, st.st_mtime_ns):
+            if self._taken.get(path) == ident:
                 return
             # with inotify, a file seen being written is complete only on its close-write;
-            # polling observers and the start-up scan rely on stable size + mtime instead
+            # polling observers and the start-up scan rely on a stable identity instead
             writing = writing and not self.polling and not closed
             cur = self._pending.get(path)
             if cur is None and len(self._pending) >= self.max_pending:
                 # full policy: the file stays on disk untracked; a rescan finds it later
                 self._overflow = True
                 return
-            if cur is None or (cur.size, cur.mtime_ns) != (st.st_size, st.st_mtime_ns):
+            if cur is None or cur.ident != ident:
                 was_writing = cur.writing if cur is not None else False
                 self._pending[path] = Pending(
-                    st.st_size, st.st_mtime_ns, time.monotonic(), closed,
-                    (writing or was_writing) and not closed,
+                    ident, time.monotonic(), closed, (writing or was_writing) and not closed
                 )
             elif closed:
                 cur.closed = True
@@ -86,27 +102,46 @@ class PendingFiles:
         with self._cond:
             self._pending.pop(path, None)
             self._taken.pop(path, None)
+            self._refused.pop(path, None)
+
+    def refuse(self, path: str, entry: FileIdentity) -> bool:
+        """Leave ``path`` (its ``lstat`` identity ``entry``) alone until it changes; ``True``
+        the first time, when it is to be reported."""
+        with self._cond:
+            self._pending.pop(path, None)
+            if self._refused.get(path) == entry:
+                return False
+            self._refused.pop(path, None)
+            if len(self._refused) >= MAX_REFUSED:
+                self._refused.pop(next(iter(self._refused)))
+            self._refused[path] = entry
+            return True
+
+    def refused(self, path: str, entry: FileIdentity) -> bool:
+        """Whether ``path`` with this ``lstat`` identity was refused already."""
+        with self._cond:
+            return self._refused.get(path) == entry
 
     def retry(self, path: str, st: os.stat_result, delay: float) -> None:
         """Take ``path`` again, complete as it is, once ``delay`` seconds have passed."""
         with self._cond:
             self._taken.pop(path, None)
             self._pending[path] = Pending(
-                st.st_size, st.st_mtime_ns, time.monotonic(), closed=True,
+                FileIdentity.of(st), time.monotonic(), closed=True,
                 not_before=time.monotonic() + delay,
             )
             self._cond.notify_all()
 
-    def requeue(self, path: str, size: int, mtime_ns: int) -> None:
+    def requeue(self, path: str, ident: FileIdentity) -> None:
         """``path`` changed after it was judged complete: judge it again once stable."""
         with self._cond:
-            self._pending[path] = Pending(size, mtime_ns, time.monotonic())
+            self._pending[path] = Pending(ident, time.monotonic())
 
-    def taken(self, path: str, size: int, mtime_ns: int) -> None:
+    def taken(self, path: str, ident: FileIdentity) -> None:
         """``path`` was read into an item: no longer pending, not taken again unchanged."""
         with self._cond:
             self._pending.pop(path, None)
-            self._taken[path] = (size, mtime_ns)
+            self._taken[path] = ident
 
     def release(self, path: str) -> None:
         """``path`` was finished (deleted or moved): a new file of that name is new."""
@@ -132,7 +167,7 @@ class PendingFiles:
 
     def ready(self) -> list[str]:
         """The complete files, oldest mtime first (files not closed are re-stat'ed: stable
-        means the same size and mtime for ``stable_seconds``)."""
+        means the same identity for ``stable_seconds``)."""
         now = time.monotonic()
         ready: list[tuple[int, str]] = []
         with self._cond:
@@ -145,7 +180,7 @@ class PendingFiles:
                 continue
             if pend.writing:
                 continue
-            if self.polling or now - pend.since >= self.stable_seconds:
+            if now - pend.since >= self.stable_seconds:
                 mtime_ns = self._stable_mtime(path, now)
                 if mtime_ns is not None:
                     ready.append((mtime_ns, path))
@@ -155,7 +190,7 @@ class PendingFiles:
     def _stable_mtime(self, path: str, now: float) -> int | None:
         """The mtime of ``path`` if it has been stable for ``stable_seconds``, else ``None``."""
         try:
-            st = os.stat(path)
+            ident = FileIdentity.of(os.stat(path))
         except OSError:
             self.forget(path)
             return None
@@ -163,7 +198,7 @@ class PendingFiles:
             cur = self._pending.get(path)
             if cur is None:
                 return None
-            if (st.st_size, st.st_mtime_ns) != (cur.size, cur.mtime_ns):
-                cur.size, cur.mtime_ns, cur.since = st.st_size, st.st_mtime_ns, now
+            if ident != cur.ident:
+                cur.ident, cur.since = ident, now
                 return None
             return cur.mtime_ns if now - cur.since >= self.stable_seconds else None

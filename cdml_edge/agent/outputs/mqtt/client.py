@@ -71,10 +71,11 @@ def new_client(
     *,
     max_inflight: int,
     connect_timeout: float,
-    will: tuple[str, bytes],
+    will: tuple[str, bytes] | None,
 ) -> mqtt.Client:
     """A paho client for ``settings`` with a persistent session, a retained QoS 1 Last Will
-    ``will = (topic, payload)``, no paho-side queue and ``max_inflight`` message ids."""
+    ``will = (topic, payload)`` (none when ``None``), no paho-side queue and
+    ``max_inflight`` message ids."""
     v5 = settings.protocol == "5"
     kwargs: dict[str, Any] = {
         "callback_api_version": CallbackAPIVersion.VERSION2,
@@ -87,7 +88,8 @@ def new_client(
     client.max_inflight_messages_set(max_inflight)
     client.max_queued_messages_set(0)
     client.connect_timeout = connect_timeout
-    client.will_set(will[0], will[1], qos=1, retain=True)
+    if will is not None:
+        client.will_set(will[0], will[1], qos=1, retain=True)
     if settings.config.username is not None:
         client.username_pw_set(settings.config.username, settings.password)
     if settings.ssl is not None:

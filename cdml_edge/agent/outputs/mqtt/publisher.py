@@ -8,7 +8,14 @@ is away, or the outbox is full (a slow broker), they go to the disk :class:`~.sp
 ``on_durable`` fires when every message of a batch is PUBACKed or spooled. After a
 reconnect the spool drains oldest first, taking at most every other in-flight slot, so live
 results are never starved. On a lost connection every message in flight is spooled again
-(at-least-once: a duplicate carries the same result id).
+(at-least-once: a duplicate carries the same result id). The spool's cursor is written every
+``commit_every`` acknowledged records or ``commit_interval`` seconds: what a kill -9 sends again.
+
+A spool that cannot be written (full disk, I/O error; see :class:`~.spool.Spool`) leaves what
+it refused in the outbox, which the I/O thread spools once it can; what fits in neither
+raises :class:`OutputUnavailable` and its batch never becomes durable. ``stop(timeout)``
+delivers the outbox and the spool until both are acknowledged or the timeout runs out,
+waiting for a connection being set up; what is left stays in the spool.
 
 The retained ``status`` topic is ``online`` after every CONNACK and ``offline`` as the Last
 Will and on a clean stop.
@@ -41,15 +48,26 @@ from cdml_edge.agent.outputs.mqtt.embedded_broker import EmbeddedBroker
 from cdml_edge.agent.outputs.mqtt.outbox import Batch, Entry, Outbox
 from cdml_edge.agent.outputs.mqtt.spool import Spool, SpoolToken
 from cdml_edge.agent.outputs.mqtt.spool_format import SpoolRecord, record_size
+from cdml_edge.agent.supervisor import Spawn, Worker, plain_thread
 from cdml_edge.config import MqttConfig, OutboxConfig, SpoolConfig
 from cdml_edge.errors import CdmlError
+from cdml_edge.fsio import FaultHook
 from cdml_edge.window.payloads import OutMessage, StatusPayload
 
 log = logging.getLogger(__name__)
 
+COMMIT_EVERY = 256
+"""The spool cursor is written after this many acknowledged records, or ``commit_interval``
+seconds, whichever comes first: what a kill -9 in the middle of a drain sends again."""
+
 
 class PublisherClosed(CdmlError, RuntimeError):
     """``publish_batch`` after ``stop``."""
+
+
+class OutputUnavailable(CdmlError):
+    """Messages neither the spool (a full or failing disk) nor the outbox could take; names
+    the spool folder. Their batch never becomes durable: the caller keeps the sources."""
 
 
 class MqttPublisher:
@@ -68,6 +86,10 @@ class MqttPublisher:
         backoff_max: float = 30.0,
         connect_timeout: float = 5.0,
         commit_interval: float = 0.2,
+        commit_every: int = COMMIT_EVERY,
+        on_event: FaultHook | None = None,
+        announce_status: bool = True,
+        spawn: Spawn = plain_thread,
     ) -> None:
         self.config = config
         self.device_id = device_id
@@ -75,13 +97,16 @@ class MqttPublisher:
         self.max_inflight = max_inflight
         self.connect_timeout = connect_timeout
         self.commit_interval = commit_interval
+        self.commit_every = commit_every
+        self.announce_status = announce_status  # the retained status and the Last Will
         self.settings = BrokerSettings.from_config(config, device_id)
         self.protocol = self.settings.protocol
         self.client_id = self.settings.client_id
         self._base = f"{config.topic_prefix}/{device_id}"
         spool_cfg = spool or SpoolConfig()  # type: ignore[call-arg]
         self.spool = Spool(
-            Path(spool_cfg.dir), spool_cfg.max_bytes, spool_cfg.policy, spool_cfg.fsync
+            Path(spool_cfg.dir), spool_cfg.max_bytes, spool_cfg.policy, spool_cfg.fsync,
+            on_event=on_event,
         )
         self._block = spool_cfg.policy == "block"
         self.outbox = Outbox((outbox or OutboxConfig()).max_bytes)  # type: ignore[call-arg]
@@ -89,7 +114,8 @@ class MqttPublisher:
         self.broker: EmbeddedBroker | None = None
         self.started_at = time.time()
         self._client: mqtt.Client | None = None
-        self._thread: threading.Thread | None = None
+        self._spawn = spawn  # the I/O thread: supervised by the agent (restarted if it dies)
+        self._thread: Worker | None = None
         self._waker = Waker()
         self._init_io_state()
 
@@ -116,16 +142,24 @@ class MqttPublisher:
             "reconnects": 0,
             "connect_failures": 0,
             "too_large": 0,
+            "refused": 0,
         }
         self._next_attempt = 0.0  # monotonic time of the next connection attempt
         self._connect_started = 0.0  # monotonic time the pending CONNECT went out
         self._last_commit = 0.0  # monotonic time the spool cursor was last committed
+        self._drained_at_commit = 0  # counts["drained"] at that commit
         self._warned = False  # "broker unreachable" logged once per outage
+        self._attempted = False  # a connection attempt was made since start()
 
     # ------------------------------------------------------------------ Output API
     @property
     def connected(self) -> bool:
         return self._connected
+
+    @property
+    def io_stopped(self) -> bool:
+        """The I/O thread was started and is gone although :meth:`stop` was not called."""
+        return self._thread is not None and not self._thread.is_alive() and not self._closing
 
     @property
     def broker_url(self) -> str:
@@ -143,7 +177,7 @@ class MqttPublisher:
             self.broker = EmbeddedBroker().start()
         self.started_at = time.time()
         self._client = self._make_client()
-        self._thread = threading.Thread(target=self._run, name="mqtt-io", daemon=True)
+        self._thread = self._spawn("mqtt-io", self._run)
         self._thread.start()
 
     def publish_batch(
@@ -162,8 +196,31 @@ class MqttPublisher:
         else:
             overflow = entries
         if overflow:
-            self._spool_entries(overflow, wait=self._block)
+            left = self._spool_entries(overflow, wait=self._block)
+            if left:
+                self._hold(left)
         self._waker.wake()
+
+    def _hold(self, entries: list[Entry]) -> None:
+        """Entries the spool could not take (a full or failing disk): keep them in the
+        outbox, connected or not (the I/O thread spools them once it can); what does not
+        fit there either is refused, and so is its batch (:class:`OutputUnavailable`)."""
+        kept = 0
+        for entry in entries:
+            if not self.outbox.try_put(entry):
+                break
+            kept += 1
+        refused = entries[kept:]
+        if not refused:
+            return
+        for entry in refused:
+            entry.abandon()
+        self._counts["refused"] += len(refused)
+        self._waker.wake()
+        raise OutputUnavailable(
+            f"{self.spool.dir}: {len(refused)} messages refused: the spool cannot take them "
+            f"({self.spool.faults.degraded or 'full'}) and the outbox is full"
+        )
 
     def stats(self) -> dict[str, int]:
         out = dict(self._counts)
@@ -176,6 +233,7 @@ class MqttPublisher:
                 "dropped": self.spool.dropped,
                 "bytes_written": self.spool.bytes_written,
                 "broker_connected": int(self._connected),
+                "io_thread_alive": int(self._thread is not None and self._thread.is_alive()),
             }
         )
         return out
@@ -241,7 +299,7 @@ class MqttPublisher:
             self.settings,
             max_inflight=self.max_inflight + 2,
             connect_timeout=self.connect_timeout,
-            will=(self.topic("status"), self._status("offline")),
+            will=(self.topic("status"), self._status("offline")) if self.announce_status else None,
         )
         client.on_connect = self._on_connect
         client.on_disconnect = self._on_disconnect
@@ -294,9 +352,10 @@ class MqttPublisher:
                         return
                 else:
                     self._serve(client, now)
-        except Exception:  # noqa: BLE001 - log, then leave the rest to stop()
+        except Exception:
             log.exception("MQTT I/O thread failed")
             self._connected = False
+            raise  # a supervisor restarts the loop
 
     def _reconnect(self, client: mqtt.Client, now: float) -> bool:
         """No socket: take back what was in flight, spool the outbox and connect once the
@@ -304,12 +363,13 @@ class MqttPublisher:
         if self._connected or self._lost:
             self._handle_lost(client)
             self._next_attempt = now + self._backoff.next()
-        if self._closing:
+        if self._closing and self._attempted:
             return False
         self._flush_outbox_to_spool()
-        if now < self._next_attempt:
+        if now < self._next_attempt and not self._closing:
             self._waker.wait(self._next_attempt - now)
             return True
+        self._attempted = True
         try:
             client.reconnect()
             self._connect_started = time.monotonic()
@@ -342,9 +402,16 @@ class MqttPublisher:
         self._process_acks()
         if self._connected:
             self._pump(client)
-        if time.monotonic() - self._last_commit >= self.commit_interval:
+        self._maybe_commit()
+
+    def _maybe_commit(self) -> None:
+        """Persist the spool cursor every ``commit_every`` acknowledged records or
+        ``commit_interval`` seconds."""
+        due = self._counts["drained"] - self._drained_at_commit >= self.commit_every
+        if due or time.monotonic() - self._last_commit >= self.commit_interval:
             self.spool.commit()
             self._last_commit = time.monotonic()
+            self._drained_at_commit = self._counts["drained"]
 
     def _announce_online(self, client: mqtt.Client) -> None:
         self._just_connected = False
@@ -353,8 +420,9 @@ class MqttPublisher:
         self._counts["reconnects"] += 1
         log.info("connected to %s as %s (MQTT %s)", self.broker_url, self.client_id,
                  self.protocol)
-        info = client.publish(self.topic("status"), self._status("online"), 1, True)
-        self._status_mid = info.mid
+        if self.announce_status:
+            info = client.publish(self.topic("status"), self._status("online"), 1, True)
+            self._status_mid = info.mid
 
     def _process_acks(self) -> None:
         while self._acks:
@@ -381,11 +449,11 @@ class MqttPublisher:
         while len(self._pending) < self.max_inflight:
             entry: Entry | None = None
             spooled: tuple[SpoolToken, SpoolRecord] | None = None
-            if self._spool_turn and not self._closing:
+            if self._spool_turn:
                 spooled = self._next_spooled()
             if spooled is None:
                 entry = self.outbox.pop()
-            if entry is None and spooled is None and not self._closing:
+            if entry is None and spooled is None:
                 spooled = self._next_spooled()
             if entry is None and spooled is None:
                 return
@@ -444,24 +512,37 @@ class MqttPublisher:
                 self.outbox.put_front(left)
 
     def _finish_close(self, client: mqtt.Client) -> bool:
-        """While stopping: once live messages are out (or time is up), go ``offline``."""
-        live_pending = any(isinstance(e, Entry) for e in self._pending.values())
+        """While stopping: deliver the outbox and the spool until both are empty or time is
+        up (waiting for a connection being set up, or making one attempt when none was made
+        yet), then go ``offline``; ``False`` while there is more to do."""
         time_left = self._close_deadline - time.monotonic()
-        if self._connected and time_left > 0 and (len(self.outbox) or live_pending):
-            return False
+        if time_left > 0 and self._undelivered():
+            if self._connected or client.socket() is not None:
+                return False  # serving, or waiting for the CONNACK (bounded by connect_timeout)
+            if not self._attempted:
+                return False  # the first connection attempt has not been made yet
         if self._connected and client.socket() is not None:
-            self._status_acked.clear()
-            info = client.publish(self.topic("status"), self._status("offline"), 1, True)
-            self._status_mid = info.mid
-            end = time.monotonic() + max(0.2, min(1.0, time_left))
-            while not self._status_acked.is_set() and time.monotonic() < end:
-                poll(client, self._waker)
-                if client.socket() is None:
-                    break
-                self._process_acks()
+            if self.announce_status:
+                self._go_offline(client, time_left)
             client.disconnect()
             with contextlib.suppress(Exception):
                 client.loop_write()
         self._process_acks()
         self._connected = False
         return True
+
+    def _go_offline(self, client: mqtt.Client, time_left: float) -> None:
+        """Publish the retained ``offline`` and wait a moment for its PUBACK."""
+        self._status_acked.clear()
+        info = client.publish(self.topic("status"), self._status("offline"), 1, True)
+        self._status_mid = info.mid
+        end = time.monotonic() + max(0.2, min(1.0, time_left))
+        while not self._status_acked.is_set() and time.monotonic() < end:
+            poll(client, self._waker)
+            if client.socket() is None:
+                break
+            self._process_acks()
+
+    def _undelivered(self) -> bool:
+        """Messages not yet acknowledged: outbox, in flight, or in the spool."""
+        return bool(len(self.outbox) or self._pending or self._spool_buf or self.spool.pending)

@@ -11,6 +11,14 @@ Full policy (the sum of segment sizes never exceeds ``max_bytes``): ``drop_oldes
 the oldest segment (at most ``segment_bytes``, an eighth of ``max_bytes``) and counts the
 records in it that were never sent as ``dropped``; ``block`` makes :meth:`Spool.append`
 wait until acknowledged segments free the room.
+
+A full disk or an I/O error is a state, never an exception out of the spool: a failed
+append is undone (the segment is cut back to its last synced record and sealed) and
+returns how many records are safe, so the caller keeps the rest; a failed cursor write is
+tried again at the next commit; a segment that cannot be read three times in a row is set
+aside (its unsent records counted as dropped). :attr:`Spool.faults` (a
+:class:`~cdml_edge.fsio.DiskFaults`) says whether the spool is degraded, reports the
+episode once and paces the retries (``retry_s``).
 """
 
 from __future__ import annotations
@@ -37,13 +45,15 @@ from cdml_edge.agent.outputs.mqtt.spool_format import (
     parse_records,
     recover_folder,
     segment_path,
+    set_aside,
 )
 from cdml_edge.errors import CdmlError
-from cdml_edge.fsio import TMP_PREFIX, atomic_write, fsync_dir
+from cdml_edge.fsio import TMP_PREFIX, DiskFaults, FaultHook, atomic_write, fsync_dir
 
 log = logging.getLogger(__name__)
 
 CURSOR_NAME = "cursor"
+READ_ATTEMPTS = 3  # a segment that fails to read this often in a row is set aside
 
 FsyncPolicy = Literal["always", "batch", "never"]
 FullPolicy = Literal["drop_oldest", "block"]
@@ -51,6 +61,10 @@ FullPolicy = Literal["drop_oldest", "block"]
 
 class SpoolError(CdmlError):
     """A spool that cannot be used; names the spool folder or file."""
+
+
+class SpoolInUse(SpoolError):
+    """Another process holds the spool folder."""
 
 
 class SpoolClosed(SpoolError):
@@ -79,6 +93,9 @@ class Spool:
         policy: FullPolicy = "drop_oldest",
         fsync: FsyncPolicy = "batch",
         segment_bytes: int | None = None,
+        *,
+        on_event: FaultHook | None = None,
+        retry_s: float = 1.0,
     ) -> None:
         self.dir = Path(directory)
         self.max_bytes = int(max_bytes)
@@ -105,6 +122,10 @@ class Spool:
         self.bytes_written = 0
         self.appended = 0
         self.acked = 0
+        self.faults = DiskFaults("spool", self.dir, retry_s=retry_s, on_event=on_event)
+        self._mark = (0, 0, 0)  # (segment, size, count) of the last synced record
+        self._call_written = self._call_durable = 0  # records of the running append
+        self._read_failures: dict[int, int] = {}
         self._recover()
 
     def _take_lock(self) -> int:
@@ -115,7 +136,9 @@ class Spool:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as exc:
             os.close(fd)
-            raise SpoolError(f"{self.dir}: spool folder is in use by another process") from exc
+            raise SpoolInUse(
+                f"{self.dir}: spool folder is in use by another process (one agent per spool)"
+            ) from exc
         return fd
 
     def _abandon(self) -> None:
@@ -197,6 +220,8 @@ class Spool:
                 "spool_corrupt_skipped": self.corrupt_skipped,
                 "spool_segments_set_aside": self.set_aside,
                 "spool_bytes_written": self.bytes_written,
+                "spool_degraded": int(self.faults.degraded is not None),
+                "spool_io_errors": self.faults.errors,
             }
 
     # ---------------------------------------------------------------- append
@@ -206,36 +231,75 @@ class Spool:
         """Append records in order; returns how many were written (and synced per policy).
 
         With ``policy="block"`` a full spool makes this wait for room (``wait=True``) or
-        return early with fewer written (``wait=False`` or ``timeout`` elapsed).
+        return early with fewer written (``wait=False`` or ``timeout`` elapsed). On a disk
+        error the records not yet synced are undone and only the safe ones are counted;
+        while the spool is degraded an append touches the disk once per ``retry_s`` and
+        returns 0 in between.
         """
         encoded = [r.encode() for r in records]
-        written = 0
         deadline = None if timeout is None else time.monotonic() + timeout
+        failure: OSError | None = None
         with self._lock:
+            if not encoded or not self.faults.may_try("append"):
+                return 0
+            self._start_call_locked()
             try:
-                for blob in encoded:
-                    if self._closed:
-                        raise SpoolClosed(f"{self.dir}: spool is closed")
-                    if len(blob) > self.max_bytes:
-                        raise RecordTooLarge(
-                            f"{self.dir}: a record of {len(blob)} bytes exceeds "
-                            f"spool.max_bytes={self.max_bytes}"
-                        )
-                    if not self._make_room(len(blob), wait, deadline):
-                        break
-                    self._write_locked(blob)
-                    written += 1
-                    if self.fsync == "always":
-                        self._sync_locked()
-            finally:
-                if written:
-                    if self.fsync == "batch":
-                        self._sync_locked()
-                    elif self._writer is not None:
-                        self._writer.flush()
-                    self.appended += written
-                    self._lock.notify_all()
+                self._append_locked(encoded, wait, deadline)
+            except OSError as exc:
+                self._rollback_locked(exc)
+                failure = exc
+            written = self._call_durable
+            if written:
+                self.appended += written
+                self._lock.notify_all()
+        # outside the lock: the event hook may publish, and so append again
+        if failure is not None:
+            self.faults.failed("append", failure)
+        elif written:
+            self.faults.ok("append")
         return written
+
+    def _append_locked(self, encoded: list[bytes], wait: bool, deadline: float | None) -> None:
+        for blob in encoded:
+            if self._closed:
+                raise SpoolClosed(f"{self.dir}: spool is closed")
+            if len(blob) > self.max_bytes:
+                raise RecordTooLarge(
+                    f"{self.dir}: a record of {len(blob)} bytes exceeds "
+                    f"spool.max_bytes={self.max_bytes}"
+                )
+            if not self._make_room(len(blob), wait, deadline):
+                break
+            self._write_locked(blob)
+            self._call_written += 1
+            if self.fsync == "always":
+                self._sync_locked()
+        if self._call_written > self._call_durable:
+            self._sync_locked()
+
+    def _start_call_locked(self) -> None:
+        self._call_written = self._call_durable = 0
+        seg = self._segments[-1] if self._segments else None
+        self._mark = (seg.id, seg.size, seg.count) if seg is not None else (0, 0, 0)
+
+    def _rollback_locked(self, exc: OSError) -> None:
+        """An append failed: cut the segment being written back to its last synced record,
+        seal it, and count only the records synced before the failure."""
+        writer, self._writer = self._writer, None
+        if writer is not None:
+            with contextlib.suppress(OSError):
+                writer.close()  # what is still buffered is dropped with it
+        seg_id, size, count = self._mark
+        seg = self._segment_locked(seg_id)
+        if seg is not None and not seg.sealed:
+            cut = seg.size - size
+            seg.size, seg.count, seg.sealed = size, count, True
+            self._total -= cut
+            self.bytes_written -= cut
+            with contextlib.suppress(OSError):
+                os.truncate(seg.path, size)  # if this fails too, the reader stops at seg.size
+        log.warning("%s: %d of %d records of this batch not spooled: %s", self.dir,
+                    self._call_written - self._call_durable, self._call_written, exc)
 
     def _make_room(self, need: int, wait: bool, deadline: float | None) -> bool:
         while self._total + need > self.max_bytes:
@@ -254,7 +318,12 @@ class Spool:
 
     def _write_locked(self, blob: bytes) -> None:
         seg = self._segments[-1] if self._segments else None
-        if seg is None or seg.sealed or (seg.size and seg.size + len(blob) > self.segment_bytes):
+        if (
+            seg is None
+            or seg.sealed
+            or self._writer is None
+            or (seg.size and seg.size + len(blob) > self.segment_bytes)
+        ):
             seg = self._new_segment_locked()
             self._release_consumed_locked()
         assert self._writer is not None
@@ -265,31 +334,36 @@ class Spool:
         self.bytes_written += len(blob)
 
     def _new_segment_locked(self) -> Segment:
+        """Seal the active segment (synced: its records are safe) and open the next one;
+        an ``OSError`` leaves no writer open."""
         if self._writer is not None:
-            self._writer.flush()
-            if self.fsync != "never":
-                os.fsync(self._writer.fileno())
-            self._writer.close()
+            self._sync_locked()
+            writer, self._writer = self._writer, None
+            writer.close()
         if self._segments:
             self._segments[-1].sealed = True
         seg_id = self._next_id
         self._next_id += 1
         path = segment_path(self.dir, seg_id)
-        try:
-            self._writer = open(path, "ab")  # noqa: SIM115 - lives as long as the segment
-        except OSError as exc:
-            raise SpoolError(f"{path}: cannot create spool segment: {exc}") from exc
+        self._writer = open(path, "ab")  # noqa: SIM115 - lives as long as the segment
         if self.fsync != "never":
             self._sync_dir()
         seg = Segment(seg_id, path, sealed=False)
         self._segments.append(seg)
+        self._mark = (seg_id, 0, 0)
         return seg
 
     def _sync_locked(self) -> None:
+        """Flush the active segment (and fsync it unless ``fsync: never``): every record
+        written so far is safe."""
         if self._writer is None:
             return
         self._writer.flush()
-        os.fsync(self._writer.fileno())
+        if self.fsync != "never":
+            os.fsync(self._writer.fileno())
+        seg = self._segments[-1]
+        self._mark = (seg.id, seg.size, seg.count)
+        self._call_durable = self._call_written
 
     def _sync_dir(self) -> None:
         with contextlib.suppress(OSError):
@@ -329,14 +403,21 @@ class Spool:
         self._lock.notify_all()
 
     def _unlink(self, path: Path) -> None:
-        with contextlib.suppress(FileNotFoundError):
+        try:
             path.unlink()
+        except FileNotFoundError:
+            pass
+        except OSError as exc:  # left behind: recovery deletes it as acknowledged
+            log.warning("%s: cannot delete acknowledged segment: %s", path, exc)
 
     # ---------------------------------------------------------------- read / ack
     def read(self, max_records: int = 64) -> list[tuple[SpoolToken, SpoolRecord]]:
         """Up to ``max_records`` records not yet handed out, oldest first."""
         out: list[tuple[SpoolToken, SpoolRecord]] = []
+        failure: OSError | None = None
         with self._lock:
+            if not self.faults.may_try("read"):
+                return out
             while len(out) < max_records and not self._closed:
                 seg = self._segment_locked(self._read.seg)
                 if seg is None:
@@ -350,8 +431,41 @@ class Spool:
                         break
                     self._read = Position(seg.id + 1, 0, 0)
                     continue
-                self._read_segment_locked(seg, max_records - len(out), out)
+                try:
+                    self._read_segment_locked(seg, max_records - len(out), out)
+                except OSError as exc:
+                    if self._read_failed_locked(seg, exc):
+                        continue  # set aside: go on with the next segment
+                    failure = exc
+                    break
+                self._read_failures.pop(seg.id, None)
+        if failure is not None:
+            self.faults.failed("read", failure)
+        elif out:
+            self.faults.ok("read")
         return out
+
+    def _read_failed_locked(self, seg: Segment, exc: OSError) -> bool:
+        """A segment could not be read: try again later; after ``READ_ATTEMPTS`` failures
+        in a row set it aside (its unsent records count as dropped) and return ``True``."""
+        if self._reader is not None:
+            with contextlib.suppress(OSError):
+                self._reader.close()
+            self._reader, self._reader_seg = None, -1
+        n = self._read_failures[seg.id] = self._read_failures.get(seg.id, 0) + 1
+        if n < READ_ATTEMPTS or not seg.sealed:
+            return False
+        lost = max(seg.count - (self._read.index if self._read.seg == seg.id else 0), 0)
+        set_aside(seg.path, f"unreadable {n} times: {exc}")
+        self.dropped += lost
+        self._segments.remove(seg)
+        self._total -= seg.size
+        self._read_failures.pop(seg.id, None)
+        later = [s.id for s in self._segments if s.id > seg.id]
+        if self._read.seg <= seg.id:
+            self._read = Position(later[0] if later else self._next_id, 0, 0)
+        self._lock.notify_all()
+        return True
 
     def _segment_locked(self, seg_id: int) -> Segment | None:
         for seg in self._segments:
@@ -442,23 +556,36 @@ class Spool:
         """Persist the cursor (atomic replace; fsynced with ``fsync="always"`` only), so
         acknowledged records are not sent again."""
         with self._lock:
-            if not self._cursor_dirty:
+            if not self._cursor_dirty or not self.faults.may_try("commit"):
                 return
-            self._cursor_dirty = False
-            atomic_write(
-                self.dir / CURSOR_NAME, encode_cursor(self._cursor), fsync=self.fsync == "always"
-            )
+            try:
+                atomic_write(
+                    self.dir / CURSOR_NAME,
+                    encode_cursor(self._cursor),
+                    fsync=self.fsync == "always",
+                )
+                self._cursor_dirty = False
+                failure = None
+            except OSError as exc:  # still dirty: the next commit tries again
+                failure = exc
+        if failure is not None:
+            self.faults.failed("commit", failure)
+        else:
+            self.faults.ok("commit")
 
     def close(self) -> None:
         """Commit the cursor and close files; waiting appenders get :class:`SpoolClosed`."""
+        self.faults.retry_now()  # a last attempt now, whatever the pacing says
         self.commit()
         with self._lock:
             self._closed = True
             if self._writer is not None:
-                self._writer.flush()
-                if self.fsync != "never":
-                    os.fsync(self._writer.fileno())
-                self._writer.close()
+                try:
+                    self._sync_locked()
+                except OSError as exc:
+                    log.error("%s: last spool segment not synced at close: %s", self.dir, exc)
+                with contextlib.suppress(OSError):
+                    self._writer.close()
                 self._writer = None
             if self._reader is not None:
                 self._reader.close()

@@ -1,0 +1,101 @@
+"""Whether a valid configuration can run here: what ``config validate`` and ``run`` check
+beyond the syntax, so that a mistake is exit status 2 before start, not a crash after it.
+
+* the files it names exist and are readable (:func:`cdml_edge.config.checks.file_problems`);
+* each model fits the modality it is configured for (``models.image`` holding a CSV model
+  would score camera frames as tables);
+* ``limits.max_inflight_bytes`` holds one item of every configured model: an item is
+  charged ``DATA_COPIES`` copies of its bytes plus three model inputs and its records
+  (:func:`~cdml_edge.agent.models.window_charges`), so a budget below that admits no file
+  at all and every file would be refused as too large.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from cdml_edge.agent.models import DATA_COPIES, window_charges
+from cdml_edge.agent.windows import ByteBudget
+from cdml_edge.config import AppConfig, ConfigError, load_config
+from cdml_edge.config.checks import file_problems
+from cdml_edge.model.runner import InferenceError, ModelOverrides, ModelRunner
+from cdml_edge.model.spec import INPUT_KIND
+from cdml_edge.units import format_size
+
+
+def model_problems(cfg: AppConfig, runners: Mapping[str, ModelRunner]) -> list[tuple[str, str]]:
+    """Models configured for a modality they do not take, and a budget that holds no item
+    of a model (``runners``: loaded with the configuration's overrides)."""
+    out: list[tuple[str, str]] = []
+    for key, runner in runners.items():
+        got = runner.spec.modality
+        kinds = {str(k): v for k, v in INPUT_KIND.items()}
+        if kinds.get(key) != kinds[got]:
+            users = [s.name for s in cfg.sources if s.modality == key]
+            who = f" (sources {', '.join(users)})" if users else ""
+            name = cfg.models[key].path.name if key in cfg.models else runner.name
+            out.append((f"models.{key}.path", f"{name} is a {got} model; "
+                        f"{key} items{who} need a model of modality {key}"))
+    budget = ByteBudget(cfg.limits.max_inflight_bytes, data_factor=DATA_COPIES)
+    window_charges(budget, dict(runners))
+    for key, extra in sorted(budget.item_extra.items()):
+        if budget.max_bytes - extra < DATA_COPIES:
+            need = extra + DATA_COPIES * 64 * 1024
+            out.append(("limits.max_inflight_bytes", (
+                f"{format_size(budget.max_bytes)} holds no {key} item: each is charged "
+                f"{format_size(extra)} for its model input and records before its own bytes "
+                f"(x{DATA_COPIES}); give at least {format_size(need)} for 64 KiB files"
+            )))
+    return out
+
+
+def check_models(cfg: AppConfig, runners: Mapping[str, ModelRunner], file: str) -> None:
+    """Raise :class:`ConfigError` naming every problem of :func:`model_problems`."""
+    problems = model_problems(cfg, runners)
+    if problems:
+        raise ConfigError(file, problems)
+
+
+def check_files(cfg: AppConfig, file: str) -> None:
+    """Raise :class:`ConfigError` naming every file the configuration cannot use."""
+    problems = file_problems(cfg)
+    if problems:
+        raise ConfigError(file, problems)
+
+
+@dataclass(frozen=True)
+class Validated:
+    """A configuration that passed every check, and what the budget admits per modality."""
+
+    config: AppConfig
+    max_item_bytes: dict[str, int]
+
+
+def validate_runnable(path: str | Path) -> Validated:
+    """Load ``path`` and check everything ``run`` needs (models are loaded, not warmed up);
+    :class:`ConfigError` lists every problem."""
+    label = str(path)
+    cfg = load_config(path)
+    problems = file_problems(cfg)
+    runners: dict[str, ModelRunner] = {}
+    readable = {f for f, _ in problems}
+    for key, mc in cfg.models.items():
+        if f"models.{key}.path" in readable:
+            continue
+        ov = ModelOverrides.from_config(mc)
+        try:
+            runners[key] = ModelRunner.load(mc.path, ov)
+        except InferenceError as exc:
+            problems.append((f"models.{key}.path", f"cannot be loaded: {exc}"))
+    problems += model_problems(cfg, runners)
+    if problems:
+        raise ConfigError(label, problems)
+    budget = ByteBudget(cfg.limits.max_inflight_bytes, data_factor=DATA_COPIES)
+    window_charges(budget, runners)
+    sizes = {k: (budget.max_bytes - e) // DATA_COPIES for k, e in budget.item_extra.items()}
+    return Validated(cfg, sizes)
+
+
+__all__ = ["Validated", "check_files", "check_models", "model_problems", "validate_runnable"]

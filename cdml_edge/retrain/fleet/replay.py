@@ -1,0 +1,174 @@
+"""Fleet replay: every retained window under a root re-scored on Ray Data, results as Parquet.
+
+Steps: list the windows (:func:`~.locations.list_windows`), read each one whole in read
+tasks (:class:`~.rows.WindowRows`: its archive checked against its sidecar's SHA-256),
+score them in ``map_batches`` on a pool of :class:`~.scorer.ReplayScorer` actors with
+fractional CPUs, write the result rows as Parquet and add the ``window`` rows up into the
+local replay's :class:`~cdml_edge.retrain.replay.ReplayStats`, plus a breakdown per device
+and model. The ``record`` column holds the line the local replay writes for the same result,
+byte for byte.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from cdml_edge.retrain.errors import OptionError
+from cdml_edge.retrain.fleet.locations import S3Options, list_windows
+from cdml_edge.retrain.fleet.rows import Scope, WindowRows
+from cdml_edge.retrain.fleet.scorer import ModelShipment, ReplayScorer
+from cdml_edge.retrain.fleet.session import FleetTuning, cluster_cpus
+from cdml_edge.retrain.replay import ReplayStats
+from cdml_edge.retrain.replay_job import ReplaySummary
+
+DEFAULT_FLEET_REPLAY_OUT = "replay-results.parquet"
+
+
+@dataclass
+class FleetReplaySummary:
+    """A fleet replay: the local replay's counters, per device and model, S3 costs."""
+
+    stats: ReplayStats
+    out: str
+    by_device: dict[str, dict[str, dict[str, int]]] = field(default_factory=dict)
+    archives: int = 0
+    list_requests: int = 0
+    s3_requests: int = 0
+    s3_bytes: int = 0
+
+    @property
+    def complete(self) -> bool:
+        """Every window was read (the exit status is 0), as for the local replay."""
+        return self.stats.corrupt == 0
+
+    def line(self) -> str:
+        """The local replay's summary line, then the fleet's details as one JSON line."""
+        extra = {
+            "by_device": self.by_device,
+            "corrupt": self.stats.corrupt,
+            "errors": self.stats.errors,
+            "list_requests": self.list_requests,
+            "s3_requests": self.s3_requests,
+            "s3_requests_per_archive": round(self.s3_requests / self.archives, 2)
+            if self.archives
+            else 0.0,
+            "s3_bytes": self.s3_bytes,
+        }
+        head = ReplaySummary(self.stats, Path(self.out)).line()
+        return head + "\n" + json.dumps(extra, sort_keys=True)
+
+
+def fleet_replay(
+    root: str,
+    models: Sequence[ModelShipment],
+    model_names: Mapping[str, str],
+    out: str | os.PathLike[str],
+    *,
+    since: float | None = None,
+    until: float | None = None,
+    source: str | None = None,
+    segment_rows: Mapping[str, int | None] | None = None,
+    s3: S3Options | None = None,
+    tuning: FleetTuning | None = None,
+) -> FleetReplaySummary:
+    """Re-score the windows under ``root`` on the running Ray (see the module docstring);
+    ``out`` becomes a folder of Parquet files, replaced whole at the end."""
+    import ray.data
+
+    t0 = time.perf_counter()
+    tune = tuning or FleetTuning()
+    target = Path(out)
+    _check_out(target)
+    listing = list_windows(root, since, until, s3)
+    scope = Scope(s3 or S3Options(), since, until, source, listing.partition_keys)
+    builder = WindowRows(scope)
+    from cdml_edge.retrain.fleet.datasource import WindowDatasource
+
+    ds = ray.data.read_datasource(
+        WindowDatasource(listing.windows, builder, task_bytes=tune.task_bytes),
+        num_cpus=tune.read_cpus,
+    )
+    batches = -(-len(listing.windows) // tune.windows_per_batch)
+    actors = max(1, min(tune.actors or int(cluster_cpus()), batches))  # all start at once
+    scored = ds.map_batches(
+        ReplayScorer,
+        fn_constructor_kwargs={
+            "models": list(models),
+            "segment_rows": dict(segment_rows or {}),
+            "partition_columns": list(builder.part_cols.values()),
+        },
+        compute=ray.data.ActorPoolStrategy(size=actors),
+        num_cpus=tune.actor_cpus,
+        batch_size=tune.windows_per_batch,
+        batch_format="pyarrow",
+    ).materialize()
+    summary = _summarise(scored, str(target), listing.list_requests)
+    summary.stats.models = dict(model_names)
+    _write_parquet(scored, target)
+    summary.stats.seconds = time.perf_counter() - t0
+    return summary
+
+
+def _summarise(scored: Any, out: str, list_requests: int) -> FleetReplaySummary:
+    from ray.data.expressions import col
+
+    summary = FleetReplaySummary(ReplayStats(), out, list_requests=list_requests)
+    st = summary.stats
+    windows = scored.filter(expr=col("kind") == "window").select_columns(["device", "stats"])
+    for row in windows.iter_rows():
+        c = json.loads(row["stats"])
+        for k in ("windows", "items", "failures", "missing", "corrupt", "changed_labels",
+                  "changed_anomalies", "bytes_read"):
+            setattr(st, k, getattr(st, k) + c[k])
+        st.errors += c["errors"]
+        summary.archives += 1
+        summary.s3_requests += c["s3_requests"]
+        summary.s3_bytes += c["s3_bytes"]
+        per_model = summary.by_device.setdefault(row["device"] or "?", {})
+        for model, counts in c["by_model"].items():
+            acc = per_model.setdefault(model, dict.fromkeys(counts, 0))
+            for k, v in counts.items():
+                acc[k] += v
+    st.errors.sort()
+    return summary
+
+
+def _check_out(target: Path) -> None:
+    """``out`` may be replaced only when it is a folder of Parquet files (an earlier run)."""
+    if str(target).startswith("s3:"):
+        raise OptionError(f"{target}: --out is a local or shared folder, not s3://")
+    if not target.exists():
+        return
+    if not target.is_dir() or any(
+        not (n.endswith(".parquet") or n.startswith(".")) for n in os.listdir(target)
+    ):
+        raise OptionError(f"{target}: exists and is not a folder of Parquet results")
+
+
+def _write_parquet(scored: Any, target: Path) -> None:
+    """Write into a temporary folder beside ``target``, then put it in place."""
+    from ray.data.expressions import col
+
+    tmp = target.with_name(f".{target.name}.tmp-{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    results = scored.filter(expr=col("kind") != "window").drop_columns(["stats"])
+    tmp.mkdir(parents=True)
+    try:
+        results.write_parquet(str(tmp))
+        old = target.with_name(f".{target.name}.old-{os.getpid()}")
+        if target.exists():
+            target.rename(old)
+        tmp.rename(target)
+        shutil.rmtree(old, ignore_errors=True)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+__all__ = ["DEFAULT_FLEET_REPLAY_OUT", "FleetReplaySummary", "fleet_replay"]

@@ -1,0 +1,119 @@
+"""on_done acts only on the file that was scored; move_to and quarantine names never stick."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import stat
+from pathlib import Path
+
+import pytest
+
+from cdml_edge.agent.lifecycle import FileLifecycle
+from cdml_edge.fsio import NAME_MAX
+from cdml_edge.window.items import FileIdentity
+
+
+def _scored(p: Path) -> tuple[FileIdentity, str]:
+    """What an item remembers of the file it read: identity and content hash."""
+    return FileIdentity.of(os.stat(p)), hashlib.sha256(p.read_bytes()).hexdigest()
+
+
+@pytest.fixture
+def lc(tmp_path: Path) -> FileLifecycle:
+    return FileLifecycle(tmp_path / "quarantine", 10**6)
+
+
+@pytest.mark.parametrize("on_done", ["delete", "move"])
+def test_an_unchanged_file_is_finished(tmp_path: Path, lc: FileLifecycle, on_done: str) -> None:
+    p = tmp_path / "a.jpg"
+    p.write_bytes(b"scored")
+    ident, sha = _scored(p)
+    lc.finish(p, on_done, tmp_path / "done", identity=ident, sha256=sha)  # type: ignore[arg-type]
+    assert not p.exists() and lc.changed == 0
+    assert (tmp_path / "done/a.jpg").exists() == (on_done == "move")
+
+
+@pytest.mark.parametrize("on_done", ["delete", "move"])
+def test_a_replaced_file_is_left_and_counted(
+    tmp_path: Path, lc: FileLifecycle, on_done: str
+) -> None:
+    p = tmp_path / "a.jpg"
+    p.write_bytes(b"scored")
+    ident, sha = _scored(p)
+    tmp = tmp_path / "a.jpg.tmp"
+    tmp.write_bytes(b"newer!")  # same size
+    os.replace(tmp, p)  # an atomic replace: a new inode under the same name
+    assert lc.finish(p, on_done, tmp_path / "done", identity=ident,  # type: ignore[arg-type]
+                     sha256=sha) is None
+    assert p.read_bytes() == b"newer!" and lc.changed == 1
+    assert not (tmp_path / "done").exists()
+
+
+def test_a_file_rewritten_in_place_with_its_old_mtime_is_left(
+    tmp_path: Path, lc: FileLifecycle
+) -> None:
+    p = tmp_path / "a.jpg"
+    p.write_bytes(b"scored")
+    ident, sha = _scored(p)
+    st = p.stat()
+    with open(p, "r+b") as fh:
+        fh.write(b"SCORED")  # same inode, same size
+    os.utime(p, ns=(st.st_atime_ns, st.st_mtime_ns))  # and the same mtime: only content tells
+    assert FileIdentity.of(os.stat(p)) == ident
+    lc.finish(p, "delete", identity=ident, sha256=sha)
+    assert p.read_bytes() == b"SCORED" and lc.changed == 1
+
+
+def test_a_link_put_in_place_of_the_file_is_left(tmp_path: Path, lc: FileLifecycle) -> None:
+    p = tmp_path / "a.jpg"
+    p.write_bytes(b"scored")
+    ident, sha = _scored(p)
+    keep = tmp_path / "elsewhere"
+    os.replace(p, keep)
+    os.symlink(keep, p)  # the same inode, now behind a link
+    lc.finish(p, "delete", identity=ident, sha256=sha)
+    assert p.is_symlink() and keep.exists() and lc.changed == 1
+
+
+def test_a_file_gone_already_counts_as_done(tmp_path: Path, lc: FileLifecycle) -> None:
+    p = tmp_path / "a.jpg"
+    p.write_bytes(b"scored")
+    ident, sha = _scored(p)
+    p.unlink()
+    assert lc.finish(p, "move", tmp_path / "done", identity=ident, sha256=sha) is None
+    assert lc.changed == 0 and lc.gone == 1
+
+
+def test_a_255_byte_name_colliding_in_move_to_gets_a_unique_name(
+    tmp_path: Path, lc: FileLifecycle
+) -> None:
+    src, done = tmp_path / "in", tmp_path / "done"
+    src.mkdir()
+    done.mkdir()
+    for raw in (b"a" * 251 + b".csv", b"\xff" * 250 + b".csv", "é".encode() * 125 + b".csv"):
+        assert len(raw) <= NAME_MAX
+        name = os.fsdecode(raw)
+        (done / name).write_bytes(b"earlier")
+        (src / name).write_bytes(b"new")
+        ident, sha = _scored(src / name)
+        dest = lc.finish(src / name, "move", done, identity=ident, sha256=sha)
+        assert dest is not None and dest.read_bytes() == b"new" and not (src / name).exists()
+        assert len(os.fsencode(dest.name)) <= NAME_MAX
+        assert not dest.name.startswith("."), dest.name  # never a hidden name
+        assert dest.name.endswith(".1.csv")
+        assert (done / name).read_bytes() == b"earlier"
+
+
+def test_quarantine_names_the_file_as_the_event_does_and_is_owner_only(
+    tmp_path: Path, lc: FileLifecycle
+) -> None:
+    p = tmp_path / os.fsdecode(b"bad\xff.jpg")
+    p.write_bytes(b"x")
+    os.chmod(p, 0o644)
+    dest = lc.quarantine("cam", "bad%FF.jpg", p)
+    assert dest == tmp_path / "quarantine/cam/bad%FF.jpg" and dest.read_bytes() == b"x"
+    assert stat.S_IMODE(dest.stat().st_mode) == 0o600
+    frame = lc.quarantine("cam", "frame-1.jpg", None, b"frame bytes")
+    assert frame is not None and stat.S_IMODE(frame.stat().st_mode) == 0o600
+    assert stat.S_IMODE((tmp_path / "quarantine/cam").stat().st_mode) == 0o700

@@ -1,0 +1,83 @@
+"""The spool on a full disk: nothing half-written, a degraded state with one event per
+episode, paced retries, and recovery by itself once space returns."""
+
+from __future__ import annotations
+
+import time
+
+from _full_disk import FullDisk, full_disk_fixture  # noqa: F401 - the fixture
+
+import cdml_edge.agent.outputs.mqtt.spool as spool_mod
+from cdml_edge.agent.outputs.mqtt.spool import Spool
+from cdml_edge.agent.outputs.mqtt.spool_format import SpoolRecord
+
+
+def _recs(start: int, n: int, size: int = 200) -> list[SpoolRecord]:
+    return [
+        SpoolRecord("cam1/result", f"r{i:05d}".encode() + b"x" * size)
+        for i in range(start, start + n)
+    ]
+
+
+def _ids(sp: Spool) -> list[str]:
+    out = []
+    while True:
+        got = sp.read(64)
+        if not got:
+            return out
+        for token, rec in got:
+            out.append(rec.payload[:6].decode())
+            sp.ack(token)
+
+
+def test_full_disk_undoes_the_batch_reports_once_and_recovers(full_disk: FullDisk) -> None:
+    full_disk.inject_open(spool_mod)
+    full_disk.inject_call(spool_mod, "atomic_write")
+    events: list[str] = []
+    sp = Spool(full_disk.path / "spool", 1024**2, fsync="batch",
+               on_event=lambda kind, info: events.append(kind), retry_s=0.2)
+    assert sp.append(_recs(0, 10)) == 10
+    full_disk.fill()
+    assert sp.append(_recs(10, 50)) == 0  # not one of them is reported safe
+    assert sp.faults.degraded is not None and "append" in sp.faults.degraded
+    assert sp.stats()["spool_degraded"] == 1
+    errors = sp.faults.errors
+    assert sp.append(_recs(10, 50)) == 0  # within retry_s: not even tried
+    assert sp.faults.errors == errors
+    time.sleep(0.25)
+    assert sp.append(_recs(10, 50)) == 0  # tried again, still full
+    assert sp.faults.errors == errors + 1
+    assert events == ["spool_disk_full"]  # once per episode
+    full_disk.free()
+    time.sleep(0.25)
+    assert sp.append(_recs(10, 50)) == 50
+    assert events == ["spool_disk_full", "spool_disk_ok"]
+    assert sp.stats()["spool_degraded"] == 0
+    assert _ids(sp) == [f"r{i:05d}" for i in range(60)]  # in order, nothing twice
+    assert sp.corrupt_skipped == 0
+    sp.close()
+    again = Spool(full_disk.path / "spool", 1024**2)
+    assert again.pending == 0 and again.corrupt_skipped == 0
+    again.close()
+
+
+def test_records_written_before_the_disk_filled_survive_a_restart(full_disk: FullDisk) -> None:
+    full_disk.inject_open(spool_mod)
+    full_disk.inject_call(spool_mod, "atomic_write")
+    sp = Spool(full_disk.path / "spool", 1024**2, retry_s=0.05)
+    assert sp.append(_recs(0, 20)) == 20
+    token_batches = sp.read(5)
+    for token, _ in token_batches:
+        sp.ack(token)
+    full_disk.fill()
+    assert sp.append(_recs(20, 200)) == 0
+    sp.commit()  # the cursor cannot be written either: stays dirty, no exception
+    assert "commit" in (sp.faults.degraded or "")
+    sp._abandon()  # as a crash would
+    full_disk.free()
+    again = Spool(full_disk.path / "spool", 1024**2)
+    ids = _ids(again)
+    # the 15 not acknowledged come back (the 5 acknowledged too: the cursor never landed)
+    assert ids == [f"r{i:05d}" for i in range(20)]
+    assert again.corrupt_skipped == 0
+    again.close()
