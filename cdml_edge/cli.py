@@ -2,6 +2,7 @@
 
 Each area keeps its commands in ``cdml_edge/commands/<area>.py`` with a
 ``register(app)`` function; the logic lives in the packages those commands call.
+Exit codes and one-line user errors: :mod:`cdml_edge.commands.exits`.
 """
 
 from __future__ import annotations
@@ -11,13 +12,16 @@ import importlib
 import typer
 
 from cdml_edge import __version__
+from cdml_edge.commands.exits import OneLineErrorsGroup
 
 app = typer.Typer(
     name="cdml-edge",
     help="Stream ML data straight out of compressed archives; run the edge agent.",
+    cls=OneLineErrorsGroup,
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    rich_markup_mode=None,  # help texts are plain text: no markup, flags shown as flags
 )
 
 # Areas whose commands are registered on the root app, in help order.

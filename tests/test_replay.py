@@ -146,5 +146,8 @@ def test_run_replay_options_and_errors(tmp_path: Path, model: Path) -> None:
     assert summary.line().startswith("replayed 4 windows, 10 results (")
     with pytest.raises(OptionError, match="--until: filter 'soon'"):
         run_replay(ReplayOptions(cfg, until="soon"))
-    with pytest.raises(ReplayError, match="no such retention folder"):
+    with pytest.raises(OptionError, match="no such retention folder"):  # a usage error
         run_replay(ReplayOptions(cfg, directory=tmp_path / "gone"))
+    (tmp_path / "junk.onnx").write_bytes(b"not a model")
+    with pytest.raises(ReplayError, match="junk.onnx"):  # the run cannot start
+        run_replay(ReplayOptions(cfg, models=[tmp_path / "junk.onnx"]))

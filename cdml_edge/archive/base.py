@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from cdml_edge.archive.errors import ArchiveError, MemberTooLargeError
+from cdml_edge.archive.names import normalize_member_name
 from cdml_edge.archive.source import ByteSource
 
 DEFAULT_MAX_MEMBER_BYTES = 1 << 30
@@ -81,20 +82,26 @@ class Archive:
 
     # -- members ------------------------------------------------------------------------
     def names(self) -> list[str]:
-        """Member names in archive order; directories are left out."""
+        """Member names in archive order, in normal form (``./a//b`` is served as ``a/b``,
+        see :mod:`cdml_edge.archive.names`); directories are left out."""
         return list(self._names)
 
     def __len__(self) -> int:
         return len(self._names)
 
     def __contains__(self, name: object) -> bool:
-        return name in self._ids
+        return name in self._ids or (
+            isinstance(name, str) and normalize_member_name(name) in self._ids
+        )
 
     def _id(self, name: str) -> int:
-        try:
-            return self._ids[name]
-        except KeyError:
-            raise KeyError(f"{self.name}: no member named {name!r}") from None
+        """The row of a member, looked up by its name as served or as stored (``./a``)."""
+        i = self._ids.get(name)
+        if i is None:
+            i = self._ids.get(normalize_member_name(name))
+        if i is None:
+            raise KeyError(f"{self.name}: no member named {name!r}")
+        return i
 
     def info(self, name: str) -> MemberInfo:
         """Declared metadata of one member (nothing is decompressed)."""

@@ -8,7 +8,9 @@ after ``fork``.
 
 from __future__ import annotations
 
+import errno
 import os
+import stat
 import threading
 from collections.abc import Sequence
 from typing import Protocol, runtime_checkable
@@ -85,7 +87,10 @@ class FileSource:
         self._fd: int | None = None
         self._pid = -1
         self._lock = threading.Lock()
-        self._size = os.stat(self._path).st_size
+        st = os.stat(self._path)
+        if stat.S_ISDIR(st.st_mode):  # named, not a bare EISDIR from the first pread
+            raise IsADirectoryError(errno.EISDIR, "a folder, not an archive", self._path)
+        self._size = st.st_size
 
     @property
     def name(self) -> str:

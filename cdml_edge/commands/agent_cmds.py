@@ -7,10 +7,8 @@ from pathlib import Path
 
 import typer
 
+from cdml_edge.commands.exits import EXIT_START_FAILED, EXIT_USAGE, fail, user_errors
 from cdml_edge.config import ConfigError, load_config
-
-EXIT_CONFIG_ERROR = 2
-EXIT_START_FAILED = 3
 
 
 def run(
@@ -31,12 +29,9 @@ def run(
     )
     from cdml_edge.agent.preflight import check_files
 
-    try:
+    with user_errors("run"):
         cfg = load_config(config)
         check_files(cfg, str(config))  # a missing CA or password file: 2 now, not a crash
-    except ConfigError as exc:
-        typer.echo(str(exc), err=True)
-        raise typer.Exit(EXIT_CONFIG_ERROR) from None
     from cdml_edge.agent.app import Agent
     from cdml_edge.agent.outputs.mqtt.spool import SpoolInUse
     from cdml_edge.agent.state import StateUnusable
@@ -46,11 +41,9 @@ def run(
         agent = Agent(cfg, config, workers=workers, drain_timeout=drain_timeout)
         code = agent.run(duration)
     except (StateUnusable, SpoolInUse, ConfigError) as exc:  # same state; a model check
-        typer.echo(str(exc), err=True)
-        raise typer.Exit(EXIT_CONFIG_ERROR) from None
+        fail("run", str(exc), EXIT_USAGE)
     except InferenceError as exc:
-        typer.echo(f"cannot start: {exc}", err=True)
-        raise typer.Exit(EXIT_START_FAILED) from None
+        fail("run", f"cannot start: {exc}", EXIT_START_FAILED)
     raise typer.Exit(code)
 
 

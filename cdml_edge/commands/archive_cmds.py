@@ -7,21 +7,24 @@ from pathlib import Path
 import typer
 
 from cdml_edge.archive import ArchiveError
+from cdml_edge.archive.pack import format_for_path
 from cdml_edge.archive.scan import iter_dir, pack_dir, scan_archive
-
-EXIT_BAD = 1
+from cdml_edge.commands.exits import EXIT_FAILED, user_errors
+from cdml_edge.commands.progress import bytes_bar
 
 
 def scan(
-    archive: str = typer.Argument(..., help="Archive path or s3:// URL (ZIP, tar.zst, tar)."),
+    archive: str = typer.Argument(
+        ..., metavar="ARCHIVE", help="Archive path or s3:// URL (ZIP, tar.zst, tar)."
+    ),
     members: bool = typer.Option(True, "--members/--summary", help="List every member."),
 ) -> None:
-    """Read every member and check its checksum; exit 1 naming corrupt or unsafe members."""
-    try:
+    """Read every member and check its checksum; exit 1 naming corrupt or unsafe members.
+
+    Exit 2 when ARCHIVE is missing, 1 when it is not a readable archive.
+    """
+    with user_errors("scan", failed=(ArchiveError,)):
         report = scan_archive(archive)
-    except ArchiveError as exc:
-        typer.echo(f"error: {exc}", err=True)
-        raise typer.Exit(EXIT_BAD) from None
     if members:
         for m in report.members:
             flag = " UNSAFE" if m.name in report.unsafe else ""
@@ -40,26 +43,23 @@ def scan(
         typer.echo(f"unsafe name: {name}", err=True)
     if not report.ok:
         typer.echo(f"{len(report.bad)} corrupt, {len(report.unsafe)} unsafe members", err=True)
-        raise typer.Exit(EXIT_BAD)
+        raise typer.Exit(EXIT_FAILED)
     typer.echo("all checksums OK")
 
 
 def pack(
-    folder: Path = typer.Argument(..., exists=True, file_okay=False, help="Folder to pack."),
-    out: Path = typer.Argument(..., help="Output archive: .zip or .tar.zst."),
+    folder: Path = typer.Argument(
+        ..., metavar="DIR", exists=True, file_okay=False, help="Folder to pack."
+    ),
+    out: Path = typer.Argument(..., metavar="OUT", help="Output archive: .zip or .tar.zst."),
     level: int = typer.Option(3, help="Compression level (deflate 1-9, zstd 1-22)."),
 ) -> None:
-    """Pack every file under FOLDER into OUT (written atomically), with a progress bar."""
-    from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn
-
-    total = sum(p.stat().st_size for _, p in iter_dir(folder))
-    try:
-        with Progress(TextColumn("packing"), BarColumn(), DownloadColumn()) as bar:
-            task = bar.add_task("pack", total=total)
-            size = pack_dir(folder, out, level=level, on_file=lambda _n, sz: bar.advance(task, sz))
-    except ArchiveError as exc:
-        typer.echo(f"error: {exc}", err=True)
-        raise typer.Exit(EXIT_BAD) from None
+    """Pack every file under DIR into OUT (written atomically), with a progress bar."""
+    with user_errors("pack"):
+        format_for_path(out)  # an unknown suffix is refused before any work
+        total = sum(p.stat().st_size for _, p in iter_dir(folder))
+        with bytes_bar(total) as advance:
+            size = pack_dir(folder, out, level=level, on_file=lambda _n, sz: advance(sz))
     typer.echo(f"{out}: {size} bytes")
 
 

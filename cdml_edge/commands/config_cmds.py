@@ -7,26 +7,26 @@ from pathlib import Path
 
 import typer
 
-from cdml_edge.config import ConfigError, config_schema
+from cdml_edge.commands.exits import user_errors
+from cdml_edge.config import config_schema
 from cdml_edge.units import format_size
 
-EXIT_CONFIG_ERROR = 2
-
-config_app = typer.Typer(help="Validate a configuration file or print its JSON Schema.")
+config_app = typer.Typer(
+    help="Validate a configuration file or print its JSON Schema.", rich_markup_mode=None
+)
 
 
 @config_app.command("validate")
-def validate(file: Path = typer.Argument(..., help="The YAML configuration file.")) -> None:
+def validate(
+    file: Path = typer.Argument(..., metavar="FILE", help="The YAML configuration file."),
+) -> None:
     """Exit 0 when FILE can run here; exit 2 naming each problem otherwise: bad fields,
     files it names that cannot be read, a model of the wrong modality, a budget too small
     for one item."""
     from cdml_edge.agent.preflight import validate_runnable
 
-    try:
+    with user_errors("config validate"):
         checked = validate_runnable(file)
-    except ConfigError as exc:
-        typer.echo(str(exc), err=True)
-        raise typer.Exit(EXIT_CONFIG_ERROR) from None
     config = checked.config
     sizes = ", ".join(f"{k} {format_size(n)}" for k, n in sorted(checked.max_item_bytes.items()))
     typer.echo(

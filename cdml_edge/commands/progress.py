@@ -1,4 +1,5 @@
-"""Progress bars of the commands (rich, on stderr); nothing here runs without a command."""
+"""Progress bars of the commands (rich, on stderr, so stdout holds only results);
+nothing here runs without a command."""
 
 from __future__ import annotations
 
@@ -51,6 +52,12 @@ class RunBar:
         self._progress.stop()
 
 
+def _stderr() -> Any:
+    from rich.console import Console
+
+    return Console(stderr=True)
+
+
 def run_bar(description: str, quiet: bool) -> RunBar | None:
     """A bar for a replay or export run, or None with ``--quiet``."""
     return None if quiet else RunBar(description)
@@ -65,12 +72,15 @@ def epoch_bar(epochs: int) -> Iterator[Callable[[int, int, float], None]]:
     """
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
+    console = _stderr()
     with Progress(
         TextColumn("epoch {task.fields[epoch]}"),
         BarColumn(),
         MofNCompleteColumn(),
         TextColumn("loss {task.fields[loss]:.4f}"),
+        console=console,
         transient=True,
+        disable=not console.is_terminal,  # nothing to erase: not even a blank line in a log
     ) as progress:
         task = progress.add_task("train", total=None, epoch=f"1/{epochs}", loss=float("nan"))
         state: dict[str, int] = {"epoch": 0, "steps": 0}
@@ -83,3 +93,16 @@ def epoch_bar(epochs: int) -> Iterator[Callable[[int, int, float], None]]:
             progress.update(task, completed=step + 1, epoch=f"{epoch}/{epochs}", loss=loss)
 
         yield on_step
+
+
+@contextlib.contextmanager
+def bytes_bar(total: int) -> Iterator[Callable[[int], None]]:
+    """A bar for ``cdml-edge pack`` (on a terminal): bytes read so far; yields
+    ``advance(nbytes)``."""
+    from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn
+
+    console = _stderr()
+    columns = (TextColumn("packing"), BarColumn(), DownloadColumn())
+    with Progress(*columns, console=console, disable=not console.is_terminal) as progress:
+        task = progress.add_task("pack", total=total)
+        yield lambda n: progress.advance(task, n)

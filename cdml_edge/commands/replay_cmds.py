@@ -2,8 +2,8 @@
 
 The work is :func:`cdml_edge.retrain.replay_job.run_replay` and
 :func:`cdml_edge.retrain.export_job.run_export`; these commands map their errors to exit
-codes (2: a usage problem, 1: the run failed, or replay skipped a corrupt window or could
-not deliver what it published) and print their summaries.
+codes (:mod:`cdml_edge.commands.exits`: 2 a usage problem, 1 the run failed, or replay
+skipped a corrupt window or could not deliver what it published) and print their summaries.
 """
 
 from __future__ import annotations
@@ -12,15 +12,12 @@ from pathlib import Path
 
 import typer
 
+from cdml_edge.commands.exits import EXIT_FAILED, user_errors
 from cdml_edge.commands.progress import run_bar
-from cdml_edge.retrain.errors import ExportError, OptionError, ReplayError
+from cdml_edge.retrain.errors import ExportError, ReplayError
 from cdml_edge.retrain.export_job import ExportOptions
 from cdml_edge.retrain.fleet.jobs import EngineOptions, export_on, replay_on
 from cdml_edge.retrain.replay_job import DEFAULT_REPLAY_OUT, ReplayOptions
-
-EXIT_FAILED = 1
-EXIT_USAGE = 2
-
 
 ENGINE_HELP = "local (this process) or ray (Ray Data; pip install 'cdml-edge[ray]')."
 ADDRESS_HELP = "With --engine ray: an existing Ray cluster (default: a local Ray)."
@@ -29,6 +26,7 @@ ADDRESS_HELP = "With --engine ray: an existing Ray cluster (default: a local Ray
 def replay(
     directory: str | None = typer.Argument(
         None,
+        metavar="[DIR]",
         help="Retention folder (default: retention.dir of the configuration); with --engine "
         "ray a folder tree or s3:// prefix of many.",
     ),
@@ -56,17 +54,11 @@ def replay(
     """Re-score retained windows (archive order, full speed) with the current pipeline."""
     folder = Path(directory) if directory else None
     options = ReplayOptions(config, folder, model, since, until, source, publish, out)
-    try:
+    with user_errors("replay", failed=(ReplayError,)):
         summary = replay_on(
             EngineOptions(engine, ray_address, quiet), options, directory,
             run_bar("replay", quiet),
         )
-    except OptionError as exc:
-        typer.echo(str(exc), err=True)
-        raise typer.Exit(EXIT_USAGE) from None
-    except ReplayError as exc:
-        typer.echo(str(exc), err=True)
-        raise typer.Exit(EXIT_FAILED) from None
     typer.echo(summary.line())
     if not summary.complete:
         for line in summary.stats.errors:
@@ -76,9 +68,12 @@ def replay(
 
 def export(
     directory: str = typer.Argument(
-        ..., help="Retention folder; with --engine ray a folder tree or s3:// prefix of many."
+        ..., metavar="DIR",
+        help="Retention folder; with --engine ray a folder tree or s3:// prefix of many.",
     ),
-    out: Path = typer.Argument(..., help="Training archive to write (.zip or .tar.zst)."),
+    out: Path = typer.Argument(
+        ..., metavar="OUT", help="Training archive to write (.zip or .tar.zst)."
+    ),
     filters: list[str] = typer.Option(
         [], "--filter", help="FIELD OP VALUE, e.g. 'label=defect', 'anomaly>0.8' (all must hold)."
     ),
@@ -106,17 +101,11 @@ def export(
     options = ExportOptions(
         Path(directory), out, filters, since, until, source, labels, split, level, max_bytes
     )
-    try:
+    with user_errors("export", failed=(ExportError,)):
         summary = export_on(
             EngineOptions(engine, ray_address, quiet), options, directory,
             run_bar("export", quiet),
         )
-    except OptionError as exc:
-        typer.echo(str(exc), err=True)
-        raise typer.Exit(EXIT_USAGE) from None
-    except ExportError as exc:
-        typer.echo(str(exc), err=True)
-        raise typer.Exit(EXIT_FAILED) from None
     typer.echo(summary.text())
 
 

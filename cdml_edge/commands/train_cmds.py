@@ -13,22 +13,19 @@ from typing import Any
 
 import typer
 
+from cdml_edge.commands.exits import EXIT_USAGE, fail, user_errors
 from cdml_edge.commands.progress import epoch_bar
+from cdml_edge.modality import ModelModality
 
-EXIT_TRAIN_ERROR = 2
 
-
-def _need_torch() -> None:
+def _need_torch(command: str) -> None:
     if importlib.util.find_spec("torch") is None:
-        typer.echo("this command needs PyTorch: pip install 'cdml-edge[train]'", err=True)
-        raise typer.Exit(EXIT_TRAIN_ERROR) from None
+        fail(command, "this command needs PyTorch: pip install 'cdml-edge[train]'", EXIT_USAGE)
 
 
 def train(
     data: str = typer.Option(..., "--data", help="Archive (ZIP, tar.zst, s3://) of class folders."),
-    modality: str = typer.Option(
-        "image", "--modality", help="image | audio | timeseries | csv."
-    ),
+    modality: ModelModality = typer.Option("image", "--modality", help="What the archive holds."),
     epochs: int = typer.Option(10, "--epochs", min=0, help="Epochs to train."),
     out: Path = typer.Option(..., "--out", help="Run folder: metrics.jsonl and checkpoints/."),
     val_data: str | None = typer.Option(
@@ -45,44 +42,45 @@ def train(
     seed: int = typer.Option(0, "--seed"),
     device: str = typer.Option("auto", "--device", help="auto | cpu | cuda[:N]."),
 ) -> None:
-    """Train a model on an archive of class folders; prints one final metrics line."""
-    _need_torch()
+    """Train a model on an archive of class folders.
+
+    Prints the checkpoint to export, then one final metrics line (JSON).
+    """
+    _need_torch("train")
     from cdml_edge.nn.recipes import train_from_archive
 
-    try:
-        with epoch_bar(epochs) as on_step:
-            result = train_from_archive(
-                data, modality, epochs, out, val_data=val_data, name=name,
-                image_size=image_size, channels=channels, batch_size=batch_size, lr=lr,
-                normal_label=normal_label, seed=seed, device=device, on_step=on_step,
-            )
-    except (ValueError, KeyError, OSError) as exc:
-        typer.echo(f"train: {exc}", err=True)
-        raise typer.Exit(EXIT_TRAIN_ERROR) from None
+    with user_errors("train", usage=(ValueError, KeyError)), epoch_bar(epochs) as on_step:
+        result = train_from_archive(
+            data, modality, epochs, out, val_data=val_data, name=name,
+            image_size=image_size, channels=channels, batch_size=batch_size, lr=lr,
+            normal_label=normal_label, seed=seed, device=device, on_step=on_step,
+        )
     final: dict[str, Any] = dict(result.history[-1]) if result.history else {"epoch": 0}
     final["checkpoint"] = str(result.checkpoint)
     final["params"] = result.trainer.model.num_parameters()
     if result.spec.anomaly_threshold is not None:
         final["anomaly_threshold"] = result.spec.anomaly_threshold
+    typer.echo(
+        f"{result.spec.task} checkpoint: {result.checkpoint}\n"
+        f"  export it: cdml-edge export-onnx {result.checkpoint} {result.spec.name}.onnx"
+    )
     typer.echo(json.dumps(final, sort_keys=True))
 
 
 def export_onnx(
-    checkpoint: Path = typer.Argument(..., help="Checkpoint written by cdml-edge train."),
-    out: Path = typer.Argument(..., help="Output .onnx file."),
+    checkpoint: Path = typer.Argument(
+        ..., metavar="CHECKPOINT", help="Checkpoint written by cdml-edge train."
+    ),
+    out: Path = typer.Argument(..., metavar="OUT", help="Output .onnx file."),
     opset: int = typer.Option(17, "--opset", help="ONNX opset."),
     tolerance: float = typer.Option(1e-4, "--tolerance", help="Parity limit vs torch."),
 ) -> None:
     """Export a checkpoint to ONNX (metadata included) and check parity with torch."""
-    _need_torch()
-    from cdml_edge.nn.checkpoint import CheckpointError
-    from cdml_edge.nn.onnx_export import ExportError, export_checkpoint
+    _need_torch("export-onnx")
+    from cdml_edge.nn.onnx_export import export_checkpoint
 
-    try:
+    with user_errors("export-onnx"):
         report = export_checkpoint(checkpoint, out, opset=opset, tolerance=tolerance)
-    except (ExportError, CheckpointError) as exc:
-        typer.echo(f"export-onnx: {exc}", err=True)
-        raise typer.Exit(EXIT_TRAIN_ERROR) from None
     typer.echo(
         f"{report.path}: opset {report.opset}, outputs {report.outputs}, "
         f"{report.size_bytes} bytes, parity max abs diff {report.max_abs_diff:.3g}"

@@ -33,10 +33,17 @@ class ConfigError(CdmlError):
 _ENV_PATTERN = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 
 
-def substitute_env(value: Any, env: Mapping[str, str] | None = None, path: str = "") -> Any:
+def substitute_env(
+    value: Any,
+    env: Mapping[str, str] | None = None,
+    path: str = "",
+    unset: list[tuple[str, str]] | None = None,
+) -> Any:
     """Replace ``${VAR}`` / ``${VAR:-default}`` in every string of a parsed YAML tree.
 
-    Raises ``KeyError`` with the field path when a variable is unset and has no default.
+    A variable that is unset and has no default raises ``KeyError`` with the field path;
+    with ``unset`` given, it is recorded there as ``(field path, problem)`` instead, left
+    as written, and substitution goes on (so every other problem can be reported too).
     """
     env = os.environ if env is None else env
     if isinstance(value, str):
@@ -47,14 +54,18 @@ def substitute_env(value: Any, env: Mapping[str, str] | None = None, path: str =
                 return env[name]
             if default is not None:
                 return default
-            raise KeyError(f"{path}: environment variable {name} is not set")
+            if unset is None:
+                raise KeyError(f"{path}: environment variable {name} is not set")
+            unset.append((path, f"environment variable {name} is not set"))
+            return match.group(0)
 
         return _ENV_PATTERN.sub(repl, value)
     if isinstance(value, list):
-        return [substitute_env(v, env, f"{path}[{i}]") for i, v in enumerate(value)]
+        return [substitute_env(v, env, f"{path}[{i}]", unset) for i, v in enumerate(value)]
     if isinstance(value, dict):
         return {
-            k: substitute_env(v, env, f"{path}.{k}" if path else str(k)) for k, v in value.items()
+            k: substitute_env(v, env, f"{path}.{k}" if path else str(k), unset)
+            for k, v in value.items()
         }
     return value
 
@@ -147,25 +158,26 @@ def parse_config(
         data = {}
     if not isinstance(data, dict):
         raise ConfigError(file, [("", "the top level must be a mapping of sections")])
-    try:
-        data = substitute_env(data)
-    except KeyError as exc:
-        raise ConfigError(file, [("", str(exc.args[0]))]) from None
+    unset: list[tuple[str, str]] = []  # reported with every other problem, not alone
+    data = substitute_env(data, unset=unset)
     context: dict[str, Any] = {"state_directory": state_directory}
     if base_dir is not None:
         name = Path(file).name if file != "<config>" else None
         context.update(base_dir=base_dir, config_name=name)
     try:
-        return AppConfig.model_validate(data, context=context)
+        config = AppConfig.model_validate(data, context=context)
     except ValidationError as exc:
-        problems = []
-        seen = set()
+        problems = list(unset)
+        seen = set(problems) | {path for path, _ in unset}  # no second error at those fields
         for error in exc.errors():
             problem = _humanise(error)
-            if problem not in seen:
+            if problem not in seen and problem[0] not in seen:
                 seen.add(problem)
                 problems.append(problem)
         raise ConfigError(file, problems) from None
+    if unset:
+        raise ConfigError(file, unset)
+    return config
 
 
 def load_config(

@@ -13,6 +13,7 @@ _LAZY = {
     "ByteLRU": "cdml_edge.data.cache",
     "CacheInfo": "cdml_edge.data.cache",
     "LabelError": "cdml_edge.data.labels",
+    "DatasetError": "cdml_edge.data.dataset",
 }
 
 __all__ = list(_LAZY)

@@ -18,14 +18,20 @@ from typing import Any
 
 from torch.utils.data import Dataset
 
+from cdml_edge.archive.names import normalize_member_name
 from cdml_edge.data.cache import ByteLRU, CacheInfo
-from cdml_edge.data.labels import LabelSource, resolve_labels
+from cdml_edge.data.labels import LabelError, Labels, LabelSource, resolve_labels
 from cdml_edge.data.samples import SAMPLES, fit_length, pad_batch
 from cdml_edge.decode import DECODERS, check_modality, modality_for, normalize_size
 from cdml_edge.decode.image import TargetSize
+from cdml_edge.errors import CdmlError
 
 ArchivePath = str | os.PathLike[str] | bytes
 Include = str | Sequence[str] | Callable[[str], bool] | None
+
+
+class DatasetError(CdmlError, ValueError):
+    """A dataset that cannot be built: the archive holds no member to load; names the archive."""
 
 
 def _hidden(name: str) -> bool:
@@ -46,11 +52,15 @@ class CDMLStreamDataset(Dataset[Any]):
             (by extension) are kept unless ``include`` picks members explicitly.
         labels: ``"folder"``, a callable ``name -> label``, a mapping, or the name of a
             ``.csv``/``.json`` member holding ``name,label`` pairs. Items become ``(x, y)``.
-        include: glob pattern(s) or predicate selecting members.
+        include: glob pattern(s) or predicate selecting members (names in normal form:
+            ``cat/1.jpg`` also for a member stored as ``./cat/1.jpg``).
         fixed_length: pad/trim audio frames (or samples), CSV/time-series rows to this
             length. Without it, each DataLoader batch (``__getitems__``) of unequal clips or
             tables is zero-padded to its longest item, so the default collate stacks it;
             ``ds[i]`` is always the exact item.
+        classes: the class list that string labels index into, e.g. the training set's
+            ``classes`` for its validation set (default: the sorted labels found here);
+            a label outside it raises :class:`~cdml_edge.data.labels.LabelError`.
 
     JSON items are the JSON text (``str``, re-serialised) so batches of records with
     different keys collate as lists; ``transform`` receives the parsed value.
@@ -76,6 +86,7 @@ class CDMLStreamDataset(Dataset[Any]):
         hop_length: int = 512,
         n_fft: int = 2048,
         archive_options: dict[str, Any] | None = None,
+        classes: Sequence[str] | None = None,
     ) -> None:
         if is_image and modality not in (None, "image"):
             raise ValueError(f"is_image=True conflicts with modality={modality!r}")
@@ -99,23 +110,30 @@ class CDMLStreamDataset(Dataset[Any]):
         self._pid = -1
         self._cache = ByteLRU.from_mb(self.cache_size_mb)
 
+        resolved = self._members(include, labels, classes)
+        self.names: list[str] = resolved.names
+        self.targets: list[Any] | None = resolved.targets if labels is not None else None
+        self.classes: list[str] = resolved.classes
+        self.class_to_idx: dict[str, int] = resolved.class_to_idx
+
+    # -- members ----------------------------------------------------------------------
+    def _members(
+        self, include: Include, labels: LabelSource, classes: Sequence[str] | None
+    ) -> Labels:
+        """The items (chosen, then labelled); errors name the archive."""
         archive = self._get_archive()
         all_names = [n for n in archive.names() if not n.endswith("/")]
         names = self._select(all_names, include)
-        if isinstance(labels, (str, os.PathLike)) and os.fspath(labels) in all_names:
-            names = [n for n in names if n != os.fspath(labels)]
-        resolved = resolve_labels(labels, names, archive.read, all_names)
-        if resolved is not None:
-            names = resolved.names
+        if isinstance(labels, (str, os.PathLike)):
+            names = [n for n in names if n != normalize_member_name(os.fspath(labels))]
         if not names:
-            what = f"no {self.modality} members" if self.modality else "no members"
-            raise ValueError(f"{self.archive_name}: {what} to load")
-        self.names: list[str] = names
-        self.targets: list[Any] | None = resolved.targets if resolved else None
-        self.classes: list[str] = resolved.classes if resolved else []
-        self.class_to_idx: dict[str, int] = resolved.class_to_idx if resolved else {}
+            raise DatasetError(f"{self.archive_name}: {self._nothing_to_load(all_names)}")
+        try:
+            resolved = resolve_labels(labels, names, archive.read, all_names, classes)
+        except LabelError as exc:
+            raise LabelError(f"{self.archive_name}: {exc.where}", exc.reason) from None
+        return resolved if resolved is not None else Labels(names, [])
 
-    # -- members ----------------------------------------------------------------------
     def _select(self, names: list[str], include: Include) -> list[str]:
         """Members that are items: by modality (extension), then by ``include``.
 
@@ -131,6 +149,7 @@ class CDMLStreamDataset(Dataset[Any]):
             picked = [n for n in names if include(n)]
         else:
             patterns = [include] if isinstance(include, str) else list(include)
+            patterns = [normalize_member_name(p) for p in patterns]
             picked = [
                 n
                 for n in names
@@ -142,6 +161,17 @@ class CDMLStreamDataset(Dataset[Any]):
         if mod is None:
             return picked
         return [n for n in picked if modality_for(n) in (mod, "binary")]
+
+    def _nothing_to_load(self, all_names: list[str]) -> str:
+        """Why no member was chosen, with what the archive does hold."""
+        held: dict[str, int] = {}
+        for n in all_names:
+            if not _hidden(n):
+                held[modality_for(n)] = held.get(modality_for(n), 0) + 1
+        has = ", ".join(f"{k} {mod}" for mod, k in sorted(held.items()))
+        has = f"{has} members" if has else "no members"
+        what = f"no {self.modality} members" if self.modality else "no members"
+        return f"{what} to load (the archive holds {has})"
 
     @property
     def archive_name(self) -> str:

@@ -15,6 +15,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Union
 
+from cdml_edge.archive.names import normalize_member_name
 from cdml_edge.errors import CdmlError
 
 LabelSource = Union[str, "os.PathLike[str]", Callable[[str], Any], Mapping[str, Any], None]
@@ -56,12 +57,14 @@ def _common_dirs(names: Sequence[str]) -> int:
     return depth
 
 
-def folder_labels(names: Sequence[str]) -> Labels:
+def folder_labels(names: Sequence[str], classes: Sequence[str] | None = None) -> Labels:
     """ImageFolder semantics: the class is the first directory below the common root.
 
     ``cats/1.jpg`` and ``data/cats/1.jpg`` both give class ``cats`` (a single wrapping
     folder, as left by zipping a directory, is skipped); files directly in the root have no
     class and are left out, as ImageFolder does. Classes are sorted; indices follow that order.
+    ``classes``: use this class list instead (e.g. the training set's for a validation set);
+    a member in a folder not named in it raises :class:`LabelError`.
     """
     depth = _common_dirs(names)
     if names and all(n.count("/") == depth for n in names) and depth > 0:
@@ -75,9 +78,7 @@ def folder_labels(names: Sequence[str]) -> Labels:
             cls.append(parts[depth])
     if not kept:
         raise LabelError("labels='folder'", "no member sits in a class folder")
-    classes = sorted(set(cls))
-    class_to_idx = {c: i for i, c in enumerate(classes)}
-    return Labels(kept, [class_to_idx[c] for c in cls], classes, class_to_idx)
+    return _vocabulary(kept, cls, classes, "labels='folder'")
 
 
 def parse_mapping(data: bytes, where: str) -> dict[str, Any]:
@@ -130,35 +131,59 @@ def _scalar(s: str) -> Any:
         return s
 
 
-def mapping_labels(names: Sequence[str], mapping: Mapping[str, Any], where: str) -> Labels:
-    """Keep the members the mapping names (by full name, else by base name)."""
+def mapping_labels(
+    names: Sequence[str],
+    mapping: Mapping[str, Any],
+    where: str,
+    classes: Sequence[str] | None = None,
+) -> Labels:
+    """Keep the members the mapping names (by full name, else by base name).
+
+    Keys are matched in normal form (``./cat/1.jpg`` names member ``cat/1.jpg``).
+    """
     by_base: dict[str, str] = {}
     for n in names:
         by_base.setdefault(posixpath.basename(n), n)
     present = set(names)
     pairs: dict[str, Any] = {}
     for key, value in mapping.items():
-        member = key if key in present else by_base.get(posixpath.basename(key))
+        norm = normalize_member_name(key)
+        member = norm if norm in present else by_base.get(posixpath.basename(norm))
         if member is None:
             raise LabelError(where, f"labels member {key!r}, which is not in the archive")
         pairs[member] = value
     kept = [n for n in names if n in pairs]  # archive order
     if not kept:
         raise LabelError(where, "the mapping names no member of the dataset")
-    return _vocabulary(kept, [pairs[n] for n in kept])
+    return _vocabulary(kept, [pairs[n] for n in kept], classes, where)
 
 
-def callable_labels(names: Sequence[str], fn: Callable[[str], Any]) -> Labels:
-    return _vocabulary(list(names), [fn(n) for n in names])
+def callable_labels(
+    names: Sequence[str], fn: Callable[[str], Any], classes: Sequence[str] | None = None
+) -> Labels:
+    return _vocabulary(list(names), [fn(n) for n in names], classes, "labels callable")
 
 
-def _vocabulary(names: list[str], values: list[Any]) -> Labels:
-    """String labels become class indices (sorted classes); other labels stay as they are."""
-    if values and all(isinstance(v, str) for v in values):
-        classes = sorted(set(values))
-        idx = {c: i for i, c in enumerate(classes)}
-        return Labels(names, [idx[v] for v in values], classes, idx)
-    return Labels(names, values)
+def _vocabulary(
+    names: list[str], values: list[Any], classes: Sequence[str] | None, where: str
+) -> Labels:
+    """String labels become class indices; other labels stay as they are.
+
+    The classes are the sorted label values, or ``classes`` when given: then a label
+    outside it raises :class:`LabelError` naming the first such member.
+    """
+    if not (values and all(isinstance(v, str) for v in values)):
+        return Labels(names, values)
+    vocab = sorted(set(values)) if classes is None else list(classes)
+    idx = {c: i for i, c in enumerate(vocab)}
+    unknown = [(n, v) for n, v in zip(names, values, strict=True) if v not in idx]
+    if unknown:
+        (member, value), more = unknown[0], len(unknown) - 1
+        also = f" (and {more} more members)" if more else ""
+        raise LabelError(
+            where, f"{member!r} has class {value!r}, which is not in classes {vocab}{also}"
+        )
+    return Labels(names, [idx[v] for v in values], vocab, idx)
 
 
 def resolve_labels(
@@ -166,23 +191,26 @@ def resolve_labels(
     names: Sequence[str],
     read_member: Callable[[str], bytes],
     archive_names: Sequence[str],
+    classes: Sequence[str] | None = None,
 ) -> Labels | None:
     """Resolve ``labels=`` against the dataset's members.
 
     ``"folder"``; a callable ``name -> label``; a mapping; or the name of a ``.csv`` /
     ``.json`` member of the archive (or, failing that, a local file) holding the mapping.
+    ``classes``: the class list string labels index into (default: the sorted labels).
     """
     if labels is None:
         return None
     if callable(labels) and not isinstance(labels, (str, os.PathLike)):
-        return callable_labels(names, labels)
+        return callable_labels(names, labels, classes)
     if isinstance(labels, Mapping):
-        return mapping_labels(names, labels, "labels mapping")
+        return mapping_labels(names, labels, "labels mapping", classes)
     spec = os.fspath(labels)
     if spec == "folder":
-        return folder_labels(names)
-    if spec in archive_names:
-        data = read_member(spec)
+        return folder_labels(names, classes)
+    member = normalize_member_name(spec)
+    if member in archive_names:
+        data = read_member(member)
     elif os.path.isfile(spec):
         with open(spec, "rb") as fh:
             data = fh.read()
@@ -192,4 +220,5 @@ def resolve_labels(
             "labels must be 'folder', a callable, a mapping, or a .csv/.json "
             "member of the archive or local file",
         )
-    return mapping_labels([n for n in names if n != spec], parse_mapping(data, spec), spec)
+    kept = [n for n in names if n != member]
+    return mapping_labels(kept, parse_mapping(data, spec), spec, classes)

@@ -23,6 +23,13 @@ class CheckpointError(CdmlError, RuntimeError):
     """A checkpoint file is missing or unusable; the message names the file."""
 
 
+def stem_for(epoch: int, spec: ModelSpec | None) -> str:
+    """A checkpoint's name says what it holds: ``epoch-0006`` (a classifier, or a model
+    without a spec) or ``epoch-0006-anomaly`` (an anomaly model, scorer included)."""
+    task = spec.task if spec is not None else "classifier"
+    return f"epoch-{epoch:04d}" + ("" if task == "classifier" else f"-{task}")
+
+
 def write_new(directory: Path, stem: str, payload: dict[str, Any]) -> Path:
     """Save ``payload`` as ``stem.pt`` (``stem.1.pt``, ... if taken); never replaces a file.
 

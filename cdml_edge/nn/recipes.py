@@ -18,6 +18,7 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset, Subset, TensorDataset
 
+from cdml_edge.data.labels import LabelError
 from cdml_edge.model.spec import (
     AudioInput,
     ImageInput,
@@ -228,16 +229,27 @@ def _datasets(
     data: Any, val_data: Any, spec: ModelSpec, val_fraction: float, seed: int, in_memory: bool
 ) -> tuple[Dataset[Any], Dataset[Any]]:
     """Training and validation sets: ``val_data``, or a ``val_fraction`` split of ``data``."""
-    full = spec_dataset(data, spec)
+    full = spec_dataset(data, spec, classes=spec.labels)
     if val_data is not None:
         train_ds: Dataset[Any] = full
-        val_ds: Dataset[Any] = spec_dataset(val_data, spec)
+        val_ds: Dataset[Any] = _validation_set(val_data, spec)
     else:
         tr_idx, va_idx = _split(len(full), val_fraction, seed)
         train_ds, val_ds = Subset(full, tr_idx), Subset(full, va_idx)
     if in_memory:
         return materialize(train_ds), materialize(val_ds)
     return train_ds, val_ds
+
+
+def _validation_set(val_data: Any, spec: ModelSpec) -> Dataset[Any]:
+    """``val_data`` labelled with the training classes (``spec.labels``), so a class id
+    means the same class in both sets; a class the training data lacks is an error."""
+    try:
+        return spec_dataset(val_data, spec, classes=spec.labels)
+    except LabelError as exc:
+        raise LabelError(
+            exc.where, f"{exc.reason}: validation data may only hold the training classes"
+        ) from None
 
 
 def _fit_anomaly(

@@ -62,8 +62,8 @@ class CDMLTrainer:
 
     Batches are ``(x, y)``, ``x`` or ``{"input": x, "label": y}``. With ``out_dir``
     set, every epoch appends one JSON line to ``metrics.jsonl`` and writes a new
-    checkpoint ``checkpoints/epoch-NNNN.pt`` (never overwriting one); in a DDP run
-    only rank 0 writes.
+    checkpoint ``checkpoints/epoch-NNNN.pt`` (``epoch-NNNN-anomaly.pt`` once the spec is
+    an anomaly model; never overwriting one); in a DDP run only rank 0 writes.
     """
 
     def __init__(
@@ -230,8 +230,8 @@ class CDMLTrainer:
         base = Path(directory) if directory is not None else self.out_dir
         if base is None:
             raise ValueError("save_checkpoint: no directory and no out_dir")
-        path = checkpoint.write_new(base / "checkpoints", f"epoch-{self.epoch:04d}",
-                                    self.checkpoint_payload())
+        stem = checkpoint.stem_for(self.epoch, self.spec)
+        path = checkpoint.write_new(base / "checkpoints", stem, self.checkpoint_payload())
         self.last_checkpoint = path
         return path
 

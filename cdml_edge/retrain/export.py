@@ -246,7 +246,7 @@ def export_trainset(
 
 
 def output_format(target: Path) -> str:
-    """``zip`` or ``tar.zst`` from the output's suffix; :class:`ExportError` otherwise."""
+    """The archive format ``target``'s name asks for; :class:`ExportError` if none."""
     from cdml_edge.archive import ArchiveError
     from cdml_edge.archive.pack import format_for_path
 

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from cdml_edge.retrain.errors import ExportError, OptionError
-from cdml_edge.retrain.export import ExportStats, export_trainset
+from cdml_edge.retrain.export import ExportStats, export_trainset, output_format
 from cdml_edge.retrain.filters import FilterError, ItemFilter, parse_filters, parse_when
 from cdml_edge.retrain.layout import parse_split
 from cdml_edge.retrain.progress import NoProgress, RunProgress
@@ -93,7 +93,11 @@ class Selection:
 
 
 def run_export(options: ExportOptions, progress: RunProgress | None = None) -> ExportSummary:
-    """Build the training archive ``options.out`` from the retained windows selected."""
+    """Build the training archive ``options.out`` from the retained windows selected.
+
+    The folder and the options are checked before any work starts."""
+    if not options.directory.is_dir():
+        raise OptionError(f"{options.directory}: no such retention folder")
     sel = parse_selection(options)
     bar = progress if progress is not None else NoProgress()
     describe = sel.describe(options)
@@ -120,8 +124,11 @@ def run_export(options: ExportOptions, progress: RunProgress | None = None) -> E
 
 
 def parse_selection(options: ExportOptions) -> Selection:
-    """The parsed selection options, in the command's order; :class:`OptionError` if bad."""
+    """The parsed selection options, in the command's order; :class:`OptionError` if bad.
+
+    The output name is checked first, before any work starts."""
     try:
+        output_format(options.out)
         filters = parse_filters(options.filters)
         split = parse_split(options.split) if options.split else None
         relabels = load_relabels(options.labels) if options.labels else None

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
+from cdml_edge.archive.names import normalize_member_name
 from cdml_edge.errors import CdmlError
 from cdml_edge.retrain.errors import OptionError
 from cdml_edge.units import parse_duration
@@ -97,7 +98,7 @@ def parse_filter(expr: str) -> ItemFilter:
     else:
         if op not in ("=", "==", "!="):
             raise FilterError(expr, f"{field} is text: only = or != apply")
-        value = raw
+        value = normalize_member_name(raw) if field == "name" else raw
     return ItemFilter(field, op, value, expr)
 
 

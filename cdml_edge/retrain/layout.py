@@ -39,12 +39,13 @@ def parse_split(text: str) -> tuple[float, ...]:
     if not 2 <= len(parts) <= 3 or any(x < 0 for x in parts):
         raise ExportError(f"--split {text!r}: give 2 or 3 non-negative parts (train/val[/test])")
     total = sum(parts)
-    if total <= 0:
-        raise ExportError(f"--split {text!r}: the parts add up to 0")
-    if total > 1.0 + 1e-9:
-        parts = [x / total for x in parts]  # 80/10/10
+    if abs(total - 100.0) <= 1e-6:
+        parts = [x / 100.0 for x in parts]  # 80/10/10
     elif abs(total - 1.0) > 1e-6:
-        raise ExportError(f"--split {text!r}: fractions must add up to 1")
+        raise ExportError(
+            f"--split {text!r}: the parts add up to {total:g}; fractions must add up to 1 "
+            "(0.8/0.1/0.1) or percentages to 100 (80/10/10)"
+        )
     return tuple(parts)
 
 

@@ -12,6 +12,7 @@ import io
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from cdml_edge.archive.names import normalize_member_name
 from cdml_edge.retrain.errors import ExportError
 from cdml_edge.window.manifest import ManifestItem
 
@@ -51,7 +52,8 @@ def load_relabels(path: str | Path) -> Relabels:
     try:
         text = p.read_bytes().decode("utf-8-sig")
     except (OSError, UnicodeDecodeError) as exc:
-        raise ExportError(f"{p}: cannot read relabel CSV: {exc}") from exc
+        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
+        raise ExportError(f"{p}: cannot read relabel CSV: {why}") from exc
     reader = csv.DictReader(io.StringIO(text))
     cols = {c.strip().lower(): c for c in (reader.fieldnames or [])}
     if "label" not in cols:
@@ -63,7 +65,7 @@ def load_relabels(path: str | Path) -> Relabels:
     for i, row in enumerate(reader, start=2):
         label = (row.get(cols["label"]) or "").strip()
         rid = (row.get(cols["id"]) or "").strip() if "id" in cols else ""
-        name = (row.get(name_col) or "").strip() if name_col else ""
+        name = normalize_member_name((row.get(name_col) or "").strip()) if name_col else ""
         wid = (row.get(cols["window_id"]) or "").strip() if "window_id" in cols else ""
         if rid:
             out.by_id[rid] = label

@@ -51,6 +51,8 @@ class ReplayStats:
     errors: list[str] = field(default_factory=list)  # one line per corrupt window
     changed_labels: int = 0
     changed_anomalies: int = 0
+    first_verdicts: int = 0  # results of windows retained without a model (nothing to change)
+    by_modality: dict[str, int] = field(default_factory=dict)  # results per modality
     bytes_read: int = 0
     seconds: float = 0.0
     models: dict[str, str] = field(default_factory=dict)
@@ -69,6 +71,8 @@ class ReplayStats:
             "errors": list(self.errors),
             "changed_labels": self.changed_labels,
             "changed_anomalies": self.changed_anomalies,
+            "first_verdicts": self.first_verdicts,
+            "by_modality": dict(self.by_modality),
             "bytes_read": self.bytes_read,
             "seconds": round(self.seconds, 3),
             "items_per_s": round(self.items_per_s, 1),
@@ -227,16 +231,27 @@ def count_window(
     st.items += len(outcome.results)
     st.failures += len(outcome.failures)
     for doc in recs:
+        if "error" not in doc:
+            st.by_modality[doc["modality"]] = st.by_modality.get(doc["modality"], 0) + 1
+        if first_verdict(doc):  # retained unscored: a first verdict, not a change
+            st.first_verdicts += 1
+            continue
         label, anomaly = changes(doc)
         st.changed_labels += label
         st.changed_anomalies += anomaly
 
 
+def first_verdict(doc: Mapping[str, Any]) -> bool:
+    """Whether a result record scores an item that was retained without a model."""
+    was = doc.get("was")
+    return was is not None and "error" not in doc and was["model"] is None
+
+
 def changes(doc: Mapping[str, Any]) -> tuple[int, int]:
     """Whether one result record changed its label and its anomaly flag against ``was``
-    (0/1 each; 0 for failures and items without an earlier verdict)."""
+    (0/1 each; 0 for failures, items without an earlier verdict and first verdicts)."""
     was = doc.get("was")
-    if was is None or "error" in doc:  # no earlier verdict, or a failure record
+    if was is None or "error" in doc or first_verdict(doc):
         return 0, 0
     return int(doc.get("label") != was["label"]), int(
         bool(doc.get("anomaly")) != bool(was["anomaly"])

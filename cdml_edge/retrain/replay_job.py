@@ -10,7 +10,7 @@ configured output. Usage problems raise :class:`OptionError`, unreadable windows
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -51,6 +51,7 @@ class ReplaySummary:
 
     stats: ReplayStats
     out: Path | None
+    unmatched: list[str] = field(default_factory=list)  # --model files that scored nothing
     undelivered: int = 0
     spool: Path | None = None
 
@@ -63,16 +64,25 @@ class ReplaySummary:
         """The one-line summary the command prints."""
         st = self.stats
         where = f" -> {self.out}" if self.out is not None else ""
+        first = f", {st.first_verdicts} first verdicts" if st.first_verdicts else ""
+        unused = "".join(
+            f"; --model {m} matched no item (the windows hold {_held(st)})" for m in self.unmatched
+        )
         left = (
             f"; {self.undelivered} messages not delivered, left in {self.spool}"
             if self.undelivered else ""
         )
         return (
             f"replayed {st.windows} windows, {st.items} results ({st.items_per_s:.0f} items/s), "
-            f"{st.changed_labels} labels and {st.changed_anomalies} anomaly flags changed, "
+            f"{st.changed_labels} labels and {st.changed_anomalies} anomaly flags changed{first}, "
             f"{st.failures} failed, {st.missing} missing, {st.corrupt} corrupt windows "
-            f"skipped{where}{left}"
+            f"skipped{where}{unused}{left}"
         )
+
+
+def _held(st: ReplayStats) -> str:
+    """The modalities replayed, e.g. ``image`` or ``csv, image``; ``no item`` when none."""
+    return ", ".join(sorted(st.by_modality)) or "no item"
 
 
 @dataclass(frozen=True)
@@ -118,10 +128,17 @@ def run_replay(options: ReplayOptions, progress: RunProgress | None = None) -> R
         bar.stop()
         if output is not None:
             output.stop(timeout=30.0)
+    given = {str(p) for p in options.models}
+    unmatched = [
+        f"{r.path} ({modality})"
+        for modality, r in sorted(plan.runners.items())
+        if str(r.path) in given and not st.by_modality.get(modality)
+    ]
     if output is None:
-        return ReplaySummary(st, plan.out)
+        return ReplaySummary(st, plan.out, unmatched)
     left = output.stats().get("spool_records", 0)
-    return ReplaySummary(st, plan.out, left, plan.cfg.spool.dir / "replay" if left else None)
+    spool = plan.cfg.spool.dir / "replay" if left else None
+    return ReplaySummary(st, plan.out, unmatched, left, spool)
 
 
 def _plan(options: ReplayOptions) -> _Plan:
@@ -135,6 +152,11 @@ def _plan(options: ReplayOptions) -> _Plan:
     ring = options.directory or (cfg.retention.dir if cfg.retention else None)
     if ring is None:
         raise OptionError("no retention folder: give DIR or set retention.dir")
+    if not Path(ring).is_dir():  # what the user named is missing: a usage error
+        raise OptionError(f"{ring}: no such retention folder")
+    for model in options.models:
+        if not Path(model).is_file():
+            raise OptionError(f"{model}: no such model file (--model)")
     since, until = parse_when(options.since, "--since"), parse_when(options.until, "--until")
     try:
         records = list_retained(ring, since, until, options.source)

@@ -3,6 +3,7 @@ tar. tar.zst builds on it in :mod:`.zst`."""
 
 from __future__ import annotations
 
+import dataclasses
 import zlib
 from collections.abc import Callable
 from typing import Any
@@ -14,7 +15,7 @@ from cdml_edge.archive.errors import (
     CorruptArchiveError,
     TruncatedArchiveError,
 )
-from cdml_edge.archive.names import has_dir_names
+from cdml_edge.archive.names import has_dir_names, normalize_member_names
 from cdml_edge.archive.source import ByteSource
 from cdml_edge.archive.tar import format as tarfmt
 from cdml_edge.archive.tar.seekable import MemberIndex
@@ -68,6 +69,8 @@ class _TarBase(Archive):
         self._crcs: list[int | None] = []
 
     def _set_members(self, index: MemberIndex) -> None:
+        if (normal := normalize_member_names(index.names)) is not index.names:
+            index = dataclasses.replace(index, names=normal)  # ./a, a//b -> a, a/b
         self._members = _Members(index)
         self._crcs = index.crcs
         names = index.names

@@ -11,7 +11,7 @@ from typing import Any
 
 from cdml_edge.archive.base import Archive, MemberInfo
 from cdml_edge.archive.errors import CorruptArchiveError, UnsupportedArchiveError
-from cdml_edge.archive.names import has_dir_names
+from cdml_edge.archive.names import has_dir_names, normalize_member_names
 from cdml_edge.archive.native import module as native_module
 from cdml_edge.archive.source import ByteSource
 from cdml_edge.archive.zip import codecs
@@ -48,6 +48,9 @@ class ZipArchive(Archive):
             names = [e[0] for e in self._entries]
             spans = [(e[1], e[2]) for e in self._entries]
             dirs = None
+        if (normal := normalize_member_names(names)) is not names:  # ./a, a//b -> a, a/b
+            names = normal
+            self._entries = [(n, *e[1:]) for n, e in zip(names, self._entries, strict=False)]
         self._row_names = names
         check_overlap(spans, names, source.name)
         ids = dict(zip(names, range(len(names)), strict=True))
