@@ -6,7 +6,7 @@ PIP    := $(PY) -m pip
 STAMP  := $(VENV)/.installed
 TORCH  := torch==2.13.0
 
-.PHONY: install test test-fast lint bench fuzz demo clean
+.PHONY: install test test-fast lint docs bench fuzz demo clean
 
 NATIVE := $(wildcard cdml_edge/archive/_native/*.c cdml_edge/archive/_native/*.h \
             cdml_edge/archive/_native/cffi_build.py)
@@ -33,6 +33,11 @@ lint: $(STAMP)
 	$(VENV)/bin/mypy
 	$(PY) scripts/check_layers.py
 	$(PY) scripts/check_function_length.py
+	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict -q -d build/site
+
+# The documentation site on http://127.0.0.1:8000 (docs/ and mkdocs.yml).
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs serve
 
 bench: $(STAMP)
 	@set -e; for s in scripts/bench_*.py; do echo "== $$s"; $(PY) $$s; done

@@ -189,7 +189,7 @@ do_install() {
   fi
   if [[ "$board" == "jetson" && -z "$ORT_WHEEL" ]]; then
     echo "warning: Jetson without --ort-wheel: onnxruntime runs on the CPU only" \
-         "(get onnxruntime-gpu for your JetPack from NVIDIA, see README 'deploy')"
+         "(get onnxruntime-gpu for your JetPack from NVIDIA, see docs/deploy.md)"
   fi
   sdv="$(systemd_version)"
   if [[ -n "$sdv" && "$sdv" -lt 247 ]]; then

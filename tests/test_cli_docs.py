@@ -1,15 +1,13 @@
-"""The README's command table and the CLI agree."""
+"""The command table of docs/cli.md and the CLI agree."""
 
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 import typer.main
+from docs_pages import page
 
 from cdml_edge.cli import app
-
-README = Path(__file__).resolve().parents[1] / "README.md"
 
 
 def _cli_commands() -> set[str]:
@@ -25,8 +23,7 @@ def _cli_commands() -> set[str]:
 
 
 def test_every_command_is_documented_and_every_documented_command_exists() -> None:
-    text = README.read_text()
-    block = text.split("<!-- section:cli -->", 1)[1].split("<!-- /section:cli -->", 1)[0]
+    block = page("cli").read_text(encoding="utf-8")
     documented = set()
     for line in block.splitlines():
         match = re.match(r"^\| `cdml-edge ([a-z-]+(?: [a-z-]+)?)", line)

@@ -1,5 +1,5 @@
 """Guards over the whole command line: every ``--help`` works, and every user error of every
-command is one line on stderr, no traceback, and the exit code the README documents
+command is one line on stderr, no traceback, and the exit code docs/cli.md documents
 (0 success, 1 the work failed or found a problem, 2 a usage error, 3 ``run`` could not start)."""
 
 from __future__ import annotations
@@ -19,7 +19,6 @@ from cdml_edge import synth
 from cdml_edge.archive import write_archive
 from cdml_edge.cli import app
 
-README = Path(__file__).resolve().parents[1] / "README.md"
 EXIT_FAILED, EXIT_USAGE = 1, 2
 
 

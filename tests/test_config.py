@@ -376,12 +376,12 @@ def test_cli_schema_prints_json() -> None:
     assert schema["additionalProperties"] is False
 
 
-def test_readme_reference_matches_the_models() -> None:
+def test_documented_reference_matches_the_models() -> None:
     from cdml_edge.config.reference import config_reference_markdown
 
-    readme = (ROOT / "README.md").read_text()
+    readme = (ROOT / "docs" / "config.md").read_text()
     block = readme.split("<!-- config-reference -->\n", 1)[1].split("<!-- /config-reference -->")[0]
-    assert block == config_reference_markdown(), "run: python scripts/update_readme_config.py"
+    assert block == config_reference_markdown(), "run: python scripts/update_config_docs.py"
 
 
 def test_cli_schema_markdown_lists_every_section() -> None:

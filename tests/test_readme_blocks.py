@@ -1,4 +1,4 @@
-"""The README's code blocks marked ``<!-- runnable[: NAME] -->`` run as written.
+"""The code blocks of README.md and docs/ marked ``<!-- runnable[: NAME] -->`` run as written.
 
 Each block is copied into an empty folder where the setup ``NAME`` first writes the files
 the block reads (generated here, nothing downloaded); Python blocks run with this
@@ -27,17 +27,18 @@ import cv2
 import numpy as np
 import pytest
 
+from docs_pages import ROOT, doc_files, where
+
 from cdml_edge import synth
 from cdml_edge.archive import pack, write_archive
 
-ROOT = Path(__file__).resolve().parents[1]
-README = ROOT / "README.md"
 MARKER = re.compile(r"^(\s*)<!-- (runnable(?:: ([\w-]+))?|shown: [^>]+) -->\s*$")
 FENCE = re.compile(r"^(\s*)```(\w*)\s*$")
 
 
 @dataclass(frozen=True)
 class Block:
+    page: str  # README.md or docs/<page>.md
     line: int  # 1-based line of the opening fence
     lang: str
     code: str
@@ -46,7 +47,13 @@ class Block:
 
 
 def readme_blocks() -> list[Block]:
-    lines = README.read_text(encoding="utf-8").splitlines()
+    blocks: list[Block] = []
+    for path in doc_files():
+        blocks += _blocks(where(path), path.read_text(encoding="utf-8").splitlines())
+    return blocks
+
+
+def _blocks(page: str, lines: list[str]) -> list[Block]:
     blocks: list[Block] = []
     i = 0
     while i < len(lines):
@@ -62,7 +69,7 @@ def readme_blocks() -> list[Block]:
         prev = MARKER.match(lines[start - 1]) if start else None
         marker = prev.group(2) if prev else None
         setup = prev.group(3) if prev else None
-        blocks.append(Block(start + 1, lang, code, marker, setup))
+        blocks.append(Block(page, start + 1, lang, code, marker, setup))
         i += 1
     return blocks
 
@@ -144,6 +151,7 @@ SETUPS: dict[str | None, Callable[[Path], None]] = {
     None: lambda d: None,
     "frame": _frame,
     "pets": _pets,
+    "pets-readme": _pets,
     "window": _window,
     "train-data": _train_data,
     "models": _models,
@@ -175,7 +183,12 @@ def _check_trainset(d: Path, out: str) -> None:
     assert last["val_acc"] > 0.9  # ok/scratch keep their training ids in val/
 
 
+def _check_pets_readme(d: Path, out: str) -> None:
+    assert out.splitlines()[0].startswith("torch.Size([8, 3, 64, 64]) tensor([")
+
+
 CHECKS: dict[str, Callable[[Path, str], None]] = {
+    "pets-readme": _check_pets_readme,
     "pets": _check_pets,
     "train-data": _check_train_data,
     "trainset": _check_trainset,
@@ -183,8 +196,10 @@ CHECKS: dict[str, Callable[[Path, str], None]] = {
 
 
 def test_every_python_block_says_whether_it_runs() -> None:
-    unmarked = [b.line for b in readme_blocks() if b.lang == "python" and b.marker is None]
-    assert unmarked == [], f"README python blocks without a runnable/shown marker: {unmarked}"
+    unmarked = [
+        f"{b.page}:{b.line}" for b in readme_blocks() if b.lang == "python" and b.marker is None
+    ]
+    assert unmarked == [], f"python blocks without a runnable/shown marker: {unmarked}"
     assert {b.setup for b in RUNNABLE} <= set(SETUPS)
     assert len(RUNNABLE) >= 6
 
@@ -207,7 +222,7 @@ def _run_cli_lines(argvs: list[list[str]], block: Block) -> str:
     out = []
     for argv in argvs:
         res = CliRunner().invoke(app, argv)
-        assert res.exit_code == 0, f"README line {block.line}: cdml-edge {argv}\n{res.output}"
+        assert res.exit_code == 0, f"{block.page} line {block.line}: cdml-edge {argv}\n{res.output}"
         out.append(res.stdout)
     return "".join(out)
 
@@ -222,11 +237,11 @@ def _run_process(block: Block, cwd: Path) -> str:
         (cwd / "block.sh").write_text(block.code)
         cmd = ["bash", "-euo", "pipefail", "block.sh"]
     done = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=280)
-    assert done.returncode == 0, f"README line {block.line}:\n{done.stdout}\n{done.stderr}"
+    assert done.returncode == 0, f"{block.page} line {block.line}:\n{done.stdout}\n{done.stderr}"
     return done.stdout
 
 
-@pytest.mark.parametrize("block", RUNNABLE, ids=[f"line{b.line}-{b.setup}" for b in RUNNABLE])
+@pytest.mark.parametrize("block", RUNNABLE, ids=[f"{Path(b.page).stem}-line{b.line}-{b.setup}" for b in RUNNABLE])
 def test_runnable_block(block: Block, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     SETUPS[block.setup](tmp_path)
     argvs = _cli_lines(block.code) if block.lang == "bash" else None
@@ -243,8 +258,9 @@ def test_doctor_example_shows_the_shipped_model() -> None:
     from cdml_edge.config import parse_config
     from cdml_edge.doctor.models import check_model
 
-    shown = re.search(r"^(✓ model image: .*?) in [0-9.]+ ms(.*)$", README.read_text(), re.M)
-    assert shown, "no model line in the README's doctor example"
+    text = "\n".join(p.read_text(encoding="utf-8") for p in doc_files())
+    shown = re.search(r"^(✓ model image: .*?) in [0-9.]+ ms(.*)$", text, re.M)
+    assert shown, "no model line in the documentation's doctor example"
     cfg = parse_config({"models": {"image": {"path": str(ROOT / "models" / "digits.onnx")}}})
     real = check_model("image", cfg).line(False)
     assert re.sub(r" in [0-9.]+ ms", "", real, count=1) == shown.group(1) + shown.group(2)

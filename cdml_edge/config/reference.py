@@ -1,7 +1,8 @@
 """The configuration reference in Markdown, generated from the pydantic models.
 
-The README embeds the output of :func:`config_reference_markdown`; a test checks that the two
-agree, so the documentation cannot drift from the schema.
+The configuration page (``docs/config.md``) embeds the output of
+:func:`config_reference_markdown`; a test checks that the two agree, so the documentation
+cannot drift from the schema.
 """
 
 from __future__ import annotations

@@ -47,7 +47,7 @@ def open_capture(cv2: Any, target: Target, settings: CaptureSettings) -> Any:
     if target.api == "gstreamer" and "GStreamer:                   YES" not in (
         cv2.getBuildInformation()
     ):
-        raise CaptureFailed("this OpenCV build has no GStreamer backend (see README: cameras)")
+        raise CaptureFailed("this OpenCV build has no GStreamer backend (see the docs: cameras)")
     api = {"ffmpeg": cv2.CAP_FFMPEG, "v4l2": cv2.CAP_V4L2, "gstreamer": cv2.CAP_GSTREAMER}
     if target.api == "ffmpeg":  # FFmpeg honours both timeouts (interrupt callback)
         params = [

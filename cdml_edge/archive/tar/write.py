@@ -19,7 +19,7 @@ from cdml_edge.archive.spec import WriteOptions
 from cdml_edge.archive.tar import format as tarfmt
 from cdml_edge.archive.tar import seekable
 
-FRAME_BYTES = 16 << 10  # most tar stream in a frame (see the README: chosen by measurement)
+FRAME_BYTES = 16 << 10  # most tar stream in a frame (see docs/archive.md: chosen by measurement)
 MAX_FRAME_BYTES = 1 << 20  # large members are cut into frames of this size
 
 
