@@ -89,7 +89,7 @@ def test_shipped_models_run_without_torch() -> None:
     res = json.loads(proc.stdout.strip().splitlines()[-1])
     assert res["torch_loaded"] is False
     assert res["digits"]["input"] == [3, 32, 32] and res["digits"]["shape"] == [200, 10]
-    assert res["digits"]["acc"] >= 0.9  # glyphs here include training ones; docs/models.md has held-out
+    assert res["digits"]["acc"] >= 0.9  # glyphs include training ones (docs/models.md: held-out)
     for key in ("audio", "vibration"):
         assert res[key]["outputs"] == ["anomaly", "latent"]
         assert res[key]["fpr"] <= 0.15, res

@@ -26,7 +26,6 @@ from pathlib import Path
 import cv2
 import numpy as np
 import pytest
-
 from docs_pages import ROOT, doc_files, where
 
 from cdml_edge import synth
@@ -241,7 +240,9 @@ def _run_process(block: Block, cwd: Path) -> str:
     return done.stdout
 
 
-@pytest.mark.parametrize("block", RUNNABLE, ids=[f"{Path(b.page).stem}-line{b.line}-{b.setup}" for b in RUNNABLE])
+@pytest.mark.parametrize(
+    "block", RUNNABLE, ids=[f"{Path(b.page).stem}-line{b.line}-{b.setup}" for b in RUNNABLE]
+)
 def test_runnable_block(block: Block, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     SETUPS[block.setup](tmp_path)
     argvs = _cli_lines(block.code) if block.lang == "bash" else None
