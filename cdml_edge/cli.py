@@ -19,7 +19,7 @@ app = typer.Typer(
     help="Stream ML data straight out of compressed archives; run the edge agent.",
     cls=OneLineErrorsGroup,
     no_args_is_help=True,
-    add_completion=False,
+    add_completion=True,  # --install-completion / --show-completion: bash, zsh, fish
     pretty_exceptions_enable=False,
     rich_markup_mode=None,  # help texts are plain text: no markup, flags shown as flags
 )
