@@ -28,6 +28,7 @@ app = typer.Typer(
 COMMAND_MODULES = [
     "cdml_edge.commands.config_cmds",
     "cdml_edge.commands.agent_cmds",
+    "cdml_edge.commands.trial_cmds",
     "cdml_edge.commands.doctor_cmds",
     "cdml_edge.commands.train_cmds",
     "cdml_edge.commands.replay_cmds",
