@@ -24,6 +24,7 @@ from cdml_edge.agent.health.server import (
     REQUEST_TIMEOUT_S,
     Degraded,
     MetricsServer,
+    Page,
 )
 from cdml_edge.agent.health.watchdog import ProgressWatchdog
 
@@ -221,10 +222,12 @@ class Metrics:
         *,
         watchdog: ProgressWatchdog | None = None,
         degraded: Degraded | None = None,
+        page: Page | None = None,
         request_timeout_s: float = REQUEST_TIMEOUT_S,
         max_concurrent: int = MAX_CONCURRENT_REQUESTS,
     ) -> MetricsServer:
-        """Serve ``/metrics`` and ``/healthz`` on ``host:port`` (port 0 = pick a free one).
+        """Serve ``/metrics`` and ``/healthz`` on ``host:port`` (port 0 = pick a free one),
+        and with a ``page`` the status page on ``/`` and ``/status``.
 
         ``host`` may be an IPv4 or IPv6 address or a name (``::`` listens on both families).
         With a watchdog, ``/healthz`` answers 503 while it reports a stall, and the watchdog's
@@ -240,6 +243,7 @@ class Metrics:
             port,
             health=health,
             degraded=degraded,
+            page=page,
             request_timeout_s=request_timeout_s,
             max_concurrent=max_concurrent,
         )
