@@ -284,6 +284,7 @@ class Agent:
         drained = self.drain(timeout)
         self._stop.set()
         self.health.publish_health()
+        self.health.log_summary(final=True)
         self.health.publish_status("offline")
         self.output.stop(timeout=5.0)
         if self.retention is not None:

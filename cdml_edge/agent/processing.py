@@ -217,3 +217,5 @@ class WindowProcessor:
         now = time.time()
         for r in results:
             self.metrics.item_latency.labels(source=source).observe(max(0.0, now - r.ts))
+            if r.anomaly:
+                self.metrics.anomalies.labels(source=source).inc()

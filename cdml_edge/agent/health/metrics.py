@@ -86,6 +86,9 @@ class Metrics:
             f"{PREFIX}_items", "Items taken in", ["source", "modality"], registry=r
         )
         self.windows = Counter(f"{PREFIX}_windows", "Windows completed", ["source"], registry=r)
+        self.anomalies = Counter(
+            f"{PREFIX}_anomalies", "Results flagged anomalous", ["source"], registry=r
+        )
         self.errors = Counter(f"{PREFIX}_errors", "Errors by pipeline stage", ["stage"], registry=r)
         self.dropped = Counter(
             f"{PREFIX}_dropped", "Items or messages lost, by reason", ["reason"], registry=r
@@ -210,6 +213,10 @@ class Metrics:
             "dead_threads": list(self._dead_threads()),
             "uptime_s": round(time.time() - self.started_at, 3),
         }
+
+    def anomaly_count(self) -> int:
+        """Results flagged anomalous since the start (not a health payload field)."""
+        return int(self._sum(f"{PREFIX}_anomalies_total"))
 
     def exposition(self) -> bytes:
         """The Prometheus text format of every metric."""
