@@ -30,8 +30,8 @@ LAYERS: list[tuple[str, ...]] = [
     ("store",),
     ("window",),
     ("model", "decode", "archive", "synth"),
-    ("config",),
-    ("modality", "units", "errors", "fsio", "charts"),
+    ("config", "charts"),
+    ("modality", "units", "errors", "fsio"),
 ]
 TORCH_ALLOWED = ("data", "nn")
 TORCH_NAMES = ("torch", "torchvision", "torchaudio")
