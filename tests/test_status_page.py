@@ -17,11 +17,15 @@ from _browser import dump_dom, screenshot
 from agent_fixtures import brightness_classifier, level_anomaly, wait_for, write_atomic
 
 from cdml_edge.agent.app import Agent
+from cdml_edge.agent.outputs.factory import TeeOutput, leaves
+from cdml_edge.agent.outputs.jsonl import JsonlOutput
 from cdml_edge.agent.view import ActivityBoard
-from cdml_edge.agent.view.board import MAX_RESULTS, MAX_SCORES, MAX_THUMBS
+from cdml_edge.agent.view.board import MAX_IMAGE_BYTES, MAX_RESULTS, MAX_SCORES, MAX_THUMBS
+from cdml_edge.agent.view.observed import ObservedOutput
 from cdml_edge.agent.view.page import render_page, sparkline
 from cdml_edge.agent.view.thumbs import THUMB_SIDE, thumbnail
 from cdml_edge.config import ConfigError, load_config
+from cdml_edge.window.items import Item, Window
 
 
 def part_photo(value: int, seed: int, size: int = 320) -> bytes:
@@ -156,6 +160,30 @@ def test_the_board_is_bounded() -> None:
     assert board.thumbnail("cam", "huge.jpg") is None
     assert len(snap["errors"]) == 20 and snap["errors"][-1]["item"] == "99"
     assert len(snap["sources"]) == 64 and snap["ignored"] == 100 - 63
+
+
+def test_images_are_held_not_decoded_and_made_thumbnails_when_asked() -> None:
+    board = ActivityBoard("d")
+    w = Window("w", "cam", 0.0, [Item("cam", f"{i}.jpg", "image", 0.0, part_photo(100, i),
+                                      str(i)) for i in range(12)])
+    board.keep_images(w)
+    src = board.sources["cam"]
+    assert list(src.images) == [f"{i}.jpg" for i in range(4, 12)] and not src.thumbs
+    assert src.images["11.jpg"] is w.items[11].data  # a reference, not a copy
+    thumb = board.thumbnail("cam", "11.jpg")
+    assert thumb is not None and list(src.thumbs) == ["11.jpg"] and "11.jpg" not in src.images
+    assert board.thumbnail("cam", "11.jpg") is thumb  # cached
+    assert board.thumbnail("cam", "0.jpg") is None  # not among the last 8
+    big = Window("b", "cam", 0.0, [Item("cam", f"big{i}.jpg", "image", 0.0,
+                                        b"x" * (3 * 1024 * 1024), f"b{i}") for i in range(4)])
+    board.keep_images(big)
+    assert sum(len(v) for v in src.images.values()) <= MAX_IMAGE_BYTES
+    assert len(src.images) + len(src.thumbs) <= MAX_THUMBS
+
+
+def test_leaves_open_the_tees_the_status_page_adds() -> None:
+    a, b = JsonlOutput("-"), JsonlOutput("-")
+    assert leaves(ObservedOutput(TeeOutput([a, b]), ActivityBoard())) == [a, b]
 
 
 def test_the_page_escapes_what_payloads_say() -> None:

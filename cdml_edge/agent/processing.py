@@ -21,7 +21,6 @@ from cdml_edge.agent.outputs.base import Output
 from cdml_edge.agent.retry import Attempts, RetryPolicy
 from cdml_edge.agent.sources.factory import Source
 from cdml_edge.agent.view.board import ActivityBoard
-from cdml_edge.agent.view.thumbs import keep_thumbnails
 from cdml_edge.agent.windows import ByteBudget, PipelineGate
 from cdml_edge.config import AppConfig, SourceConfig
 from cdml_edge.errors import CdmlError
@@ -98,8 +97,8 @@ class WindowProcessor:
         on_durable = self._when_durable(window, sc, outcome, hold=unretained)
         msgs = outcome.messages() + errors
         self._observe_arrival(window.source, outcome.results)
-        if self.view is not None:  # the status page's thumbnails, from the bytes in memory
-            keep_thumbnails(self.view, window)
+        if self.view is not None:  # the status page's images: the bytes in memory, held
+            self.view.keep_images(window)
         try:
             self.output.publish_batch(msgs, on_durable)
         except Exception as exc:

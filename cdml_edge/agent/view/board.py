@@ -5,9 +5,15 @@ It reads the messages the agent publishes (``result``, ``window``, ``error``, ``
 ``output.jsonl`` (``cdml-edge tail``), and keeps per source the rate, latency, counters,
 the last results, the last anomaly scores, and the recent error events and last health.
 
+Images for thumbnails: the agent hands over the last ``MAX_RESULTS`` image items of each
+window (:meth:`ActivityBoard.keep_images`, a reference to the bytes already in memory, no
+copy, no decode); a thumbnail is made only when the page asks for it, then cached and the
+image let go. So the live path pays nothing for thumbnails nobody looks at.
+
 Bounds: ``MAX_RESULTS`` results and ``MAX_SCORES`` scores per source, ``MAX_ERRORS`` error
-events, ``MAX_SOURCES`` sources (a message of one more source is counted in ``ignored``),
-``MAX_THUMBS`` thumbnails of ``MAX_THUMB_BYTES`` each per source (older ones go first).
+events, ``MAX_SOURCES`` sources (a message of one more source is counted in ``ignored``);
+per source ``MAX_THUMBS`` images or thumbnails, the images at most ``MAX_IMAGE_BYTES`` in
+all and each thumbnail at most ``MAX_THUMB_BYTES`` (older ones go first).
 """
 
 from __future__ import annotations
@@ -17,7 +23,12 @@ import time
 from collections import OrderedDict, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+from cdml_edge.agent.view.thumbs import thumbnail
+
+if TYPE_CHECKING:
+    from cdml_edge.window.items import Window
 
 MAX_RESULTS = 8
 MAX_SCORES = 60
@@ -25,6 +36,7 @@ MAX_ERRORS = 20
 MAX_SOURCES = 64
 MAX_THUMBS = 2 * MAX_RESULTS
 MAX_THUMB_BYTES = 16 * 1024
+MAX_IMAGE_BYTES = 8 * 1024 * 1024
 RATE_WINDOW_S = 30.0
 
 RESULT_FIELDS = ("item", "label", "score", "anomaly", "anomaly_score", "latency_ms", "ts",
@@ -40,6 +52,7 @@ class SourceActivity:
     scores: deque[float] = field(default_factory=lambda: deque(maxlen=MAX_SCORES))
     arrivals: deque[tuple[float, int]] = field(default_factory=deque)
     thumbs: OrderedDict[str, bytes] = field(default_factory=OrderedDict)
+    images: OrderedDict[str, bytes] = field(default_factory=OrderedDict)
     items: int = 0
     anomalies: int = 0
     windows: int = 0
@@ -120,23 +133,53 @@ class ActivityBoard:
         elif kind == "camera":
             src.camera = p.get("state")
 
+    def keep_images(self, window: Window, count: int = MAX_RESULTS) -> None:
+        """Hold the last ``count`` image items of ``window`` for thumbnails (see module)."""
+        images = [(it.name, it.data) for it in window.items[-count:] if it.modality == "image"]
+        if not images:
+            return
+        with self._lock:
+            src = self._source(window.source)
+            if src is None:
+                return
+            for name, data in images:
+                src.thumbs.pop(name, None)
+                src.images[name] = data
+                src.images.move_to_end(name)
+            _trim(src)
+
     def add_thumbnail(self, source: str, item: str, jpeg: bytes) -> None:
-        """Keep a small JPEG of ``item`` (at most ``MAX_THUMB_BYTES``) for the status page."""
+        """Keep a ready thumbnail of ``item`` (at most ``MAX_THUMB_BYTES``)."""
         if len(jpeg) > MAX_THUMB_BYTES:
             return
         with self._lock:
             src = self._source(source)
             if src is None:
                 return
+            src.images.pop(item, None)
             src.thumbs[item] = jpeg
             src.thumbs.move_to_end(item)
-            while len(src.thumbs) > MAX_THUMBS:
-                src.thumbs.popitem(last=False)
+            _trim(src)
 
     def thumbnail(self, source: str, item: str) -> bytes | None:
+        """The thumbnail of ``item``: cached, or made now from its held image."""
         with self._lock:
             src = self.sources.get(source)
-            return None if src is None else src.thumbs.get(item)
+            if src is None:
+                return None
+            if item in src.thumbs:
+                return src.thumbs[item]
+            data = src.images.get(item)
+        if data is None:
+            return None
+        thumb = thumbnail(data)  # outside the lock: the pipeline never waits for a page
+        with self._lock:
+            if src.images.get(item) is data:
+                del src.images[item]
+                if thumb is not None and len(thumb) <= MAX_THUMB_BYTES:
+                    src.thumbs[item] = thumb
+                    _trim(src)
+        return thumb
 
     def snapshot(self) -> dict[str, Any]:
         """The board as JSON data (what ``tail --json`` prints and the page renders)."""
@@ -169,3 +212,12 @@ class ActivityBoard:
                 "sources": sources,
                 "errors": list(self.errors),
             }
+
+
+def _trim(src: SourceActivity) -> None:
+    """Keep ``MAX_THUMBS`` images and thumbnails, the images within ``MAX_IMAGE_BYTES``."""
+    while src.images and (len(src.images) + len(src.thumbs) > MAX_THUMBS
+                          or sum(len(v) for v in src.images.values()) > MAX_IMAGE_BYTES):
+        src.images.popitem(last=False)
+    while len(src.thumbs) + len(src.images) > MAX_THUMBS:
+        src.thumbs.popitem(last=False)

@@ -5,9 +5,6 @@ from __future__ import annotations
 import cv2
 import numpy as np
 
-from cdml_edge.agent.view.board import MAX_RESULTS, ActivityBoard
-from cdml_edge.window.items import Window
-
 THUMB_SIDE = 96
 JPEG_QUALITY = 70
 
@@ -36,9 +33,3 @@ def thumbnail(data: bytes, side: int = THUMB_SIDE) -> bytes | None:
     ok, out = cv2.imencode(".jpg", img, [cv2.IMWRITE_JPEG_QUALITY, JPEG_QUALITY])
     return out.tobytes() if ok else None
 
-
-def keep_thumbnails(board: ActivityBoard, window: Window, count: int = MAX_RESULTS) -> None:
-    """Thumbnails of the last ``count`` image items of ``window`` onto ``board``."""
-    for it in window.items[-count:]:
-        if it.modality == "image" and (thumb := thumbnail(it.data)) is not None:
-            board.add_thumbnail(window.source, it.name, thumb)
