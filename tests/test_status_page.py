@@ -118,7 +118,7 @@ def test_the_page_shows_what_the_running_agent_scored_in_a_real_browser(tmp_path
         Path(os.environ["CDML_STATUS_SCREENSHOT"]).write_bytes(shot.read_bytes())
 
 
-def test_the_page_is_off_by_default_and_needs_the_metrics_port(tmp_path: Path) -> None:
+def test_the_page_is_off_by_default_follows_reloads_and_needs_the_port(tmp_path: Path) -> None:
     cfg_path = _config(tmp_path, page=False)
     agent = Agent(load_config(cfg_path), cfg_path)
     agent.start()
@@ -127,6 +127,14 @@ def test_the_page_is_off_by_default_and_needs_the_metrics_port(tmp_path: Path) -
         code, _, _ = _get(agent._server.url + "/")
         assert code == 404 and agent.view is None
         assert _get(agent._server.url + "/healthz")[0] == 200
+        cfg_path.write_text(cfg_path.read_text().replace("status_page: false",
+                                                         "status_page: true"))
+        assert agent.reload()  # SIGHUP with the page turned on: served from now on
+        assert _get(agent._server.url + "/")[0] == 200 and agent.view is not None
+        cfg_path.write_text(cfg_path.read_text().replace("status_page: true",
+                                                         "status_page: false"))
+        assert agent.reload()
+        assert _get(agent._server.url + "/")[0] == 404 and agent.view is None
     finally:
         agent.stop()
     bad = tmp_path / "bad.yaml"

@@ -127,8 +127,8 @@ class Agent:
         )
         spawn = self.supervisor.spawn
         self.output: Output = self._fixed_output or make_output(cfg, spawn)
-        if cfg.health.status_page:
-            self.view = self.view or ActivityBoard(cfg.device.id)
+        self.view = (self.view or ActivityBoard(cfg.device.id)) if cfg.health.status_page else None
+        if self.view is not None:
             self.output = ObservedOutput(self.output, self.view)
         self.errors = ErrorReporter(
             self.output, cfg.device.id, self.sequencer, self.metrics, self.lifecycle,
@@ -240,8 +240,10 @@ class Agent:
         if cfg.health.metrics_port is not None and self._server is None:
             self._server = self.metrics.serve(
                 cfg.health.metrics_host, cfg.health.metrics_port, watchdog=self.watchdog,
-                degraded=self.degraded, page=self._page if self.view is not None else None,
+                degraded=self.degraded,
             )
+        if self._server is not None:  # a reload may have turned the page on or off
+            self._server.page = self._page if self.view is not None else None
         clock.mark("health endpoint")
         self.runners = runners if runners is not None else load_models(cfg)
         check_models(cfg, self.runners, str(self.config_path or "<config>"))  # exit 2

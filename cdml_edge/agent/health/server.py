@@ -1,4 +1,5 @@
-"""The HTTP endpoint of the agent's health: ``/metrics`` (Prometheus) and ``/healthz``.
+"""The HTTP endpoint of the agent's health: ``/metrics`` (Prometheus) and ``/healthz``, and
+with a page (``health.status_page``) the status page on ``/`` and ``/status``.
 
 One asyncio event loop in one daemon thread serves every connection, so an idle or slow
 client costs a few hundred bytes, never a thread or a slot others wait for. Each connection
@@ -38,6 +39,7 @@ MAX_CONCURRENT_REQUESTS = 32
 MAX_HEAD_BYTES = 8192
 
 Degraded = Callable[[], Mapping[str, str]]
+"""Parts that work but not fully (a full disk under the spool, say): part -> why."""
 Page = Callable[[dict[str, Any]], str]
 """The status page: HTML from the ``/healthz`` body."""
 PAGE_HEADERS = {
@@ -45,7 +47,7 @@ PAGE_HEADERS = {
     "Content-Security-Policy": "default-src 'none'; img-src data:; style-src 'unsafe-inline'",
     "X-Content-Type-Options": "nosniff",
 }
-"""Parts that work but not fully (a full disk under the spool, say): part -> why."""
+"""Headers of the status page: nothing but its own inline styles and data: images loads."""
 
 
 def address_family(host: str, port: int) -> socket.AddressFamily:
