@@ -86,9 +86,9 @@ def test_tail_json_follows_a_running_agent(tmp_path: Path, via: str) -> None:
             last = snaps[-1] if snaps else {"sources": {}}
             s = last["sources"]
             return (s.get("cam", {}).get("items") == 3 and s.get("vib", {}).get("items") == 2
-                    and s["cam"]["errors"] == 1 and last["health"] is not None)
+                    and s["cam"]["errors"] == 1 and (last["health"] or {}).get("items") == 6)
 
-        wait_for(seen, timeout=30, what="the view of 5 results, an error and health")
+        wait_for(seen, timeout=30, what="5 results, an error and health counting 6 items")
     finally:
         tail.terminate()
         tail.wait(timeout=10)
@@ -102,7 +102,7 @@ def test_tail_json_follows_a_running_agent(tmp_path: Path, via: str) -> None:
     assert [r["item"] for r in vib["last"] if r["anomaly"]] == ["loud.csv"]
     assert [e["item"] for e in last["errors"]] == ["cut.jpg"]
     assert cam["windows"] >= 1 and cam["rate_per_s"] > 0 and cam["latency_ms"] > 0
-    assert last["health"]["items"] >= 1
+    assert last["health"]["items"] == 6 and last["health"]["dropped"] == 0
 
 
 def test_the_file_follower_reads_appends_partial_lines_and_rotation(tmp_path: Path) -> None:
