@@ -26,7 +26,7 @@ from cdml_edge.nn.cda import nearest_prototype
 def test_tier2_defaults_fit_the_parameter_budget() -> None:
     model = CDMLTrainTier2()
     assert model.config == {"latent_dim": 64, "num_classes": 10, "in_channels": 3,
-                            "image_size": 64, "width": 32}
+                            "image_size": 32, "width": 32}
     assert model.num_parameters() <= 1_000_000
     assert model.num_parameters() == sum(p.numel() for p in model.parameters())
 
