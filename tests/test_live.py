@@ -64,7 +64,8 @@ def test_reads_the_archive_once_from_a_path(tmp_path: Path) -> None:
     assert live.get_images(by_member=True) is live.get_images(by_member=True)  # memoised
     # the same options spelled differently share the memo
     assert live.get_all(by_member=True)["audio"] is live.get_audio(20, by_member=True)
-    assert live.get_all(target_size=8, by_member=True)["image"] is live.get_images(8, by_member=True)
+    images = live.get_images(8, by_member=True)
+    assert live.get_all(target_size=8, by_member=True)["image"] is images
 
 
 def test_bad_member_raise_or_skip() -> None:
@@ -109,7 +110,9 @@ def test_seed_shapes_by_default() -> None:
     [audio] = live.get_audio(n_mfcc=13)
     assert audio["filename"] == "mic/a.wav" and audio["mfcc"].shape == (13, 1 + 8000 // 512)
     assert audio["mfcc_mean"].shape == (13,) and audio["sample_rate"] == 16000
-    assert live.get_csv() == [{"temp": 20.5, "ts": "2024-01-01"}, {"temp": 21.0, "ts": "2024-01-02"}]
+    assert live.get_csv() == [
+        {"temp": 20.5, "ts": "2024-01-01"}, {"temp": 21.0, "ts": "2024-01-02"},
+    ]
     assert live.get_tabular() == [*live.get_csv(), {"line": 3}]
     assert live.get_json() == [{"line": 3}]
     [text] = live.get_text()
