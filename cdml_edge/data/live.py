@@ -50,8 +50,9 @@ class LiveBatchLoader:
         self.errors: dict[str, DecodeError] = {}
         self._memo: dict[tuple[Any, ...], dict[str, Any]] = {}
         arc: Any
-        if isinstance(getattr(archive, "archive", None), bytes):  # a PackedBatch: no disk read
-            archive = archive.archive
+        packed = getattr(archive, "archive", None)
+        if isinstance(packed, bytes):  # a PackedBatch: its bytes, no disk read
+            archive = packed
         if hasattr(archive, "read_many") and hasattr(archive, "names"):
             arc, owned = archive, False
         else:

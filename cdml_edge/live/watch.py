@@ -147,8 +147,9 @@ class LiveWatch:
         self.stats.input_errors += 1
         self.stats.note(str(exc))
         log.warning("%s: %s", source, log_name(exc))
-        quarantine = path is not None and getattr(exc, "quarantine", False)
-        if quarantine and self.lifecycle.quarantine(source, name or path.name, path):
+        if path is None or not getattr(exc, "quarantine", False):
+            return
+        if self.lifecycle.quarantine(source, name or path.name, path) is not None:
             self.stats.quarantined += 1
 
     def _died(self, part: str, exc: BaseException, delay: float) -> None:
