@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -216,3 +217,21 @@ def test_ctrl_c_stops_and_handles_the_open_batch(tmp_path: Path) -> None:
     out, _ = proc.communicate(timeout=30)
     assert proc.returncode == 0
     assert out.splitlines() == ["batch ['a.txt']", "files 1 False"]
+
+
+def test_the_watch_survives_its_folder_being_removed(tmp_path: Path) -> None:
+    inp = tmp_path / "in"
+    inp.mkdir()
+    names: list[str] = []
+    watch = watch_in_memory(inp, lambda p, kind: names.append(Path(p).name), background=True)
+    try:
+        _drop(inp, "a.txt", b"1")
+        _until(lambda: names == ["a.txt"])
+        shutil.rmtree(inp)  # the watch is lost; the supervised source arms a new one
+        _until(lambda: inp.is_dir())  # made again by the restarted watch
+        time.sleep(0.5)
+        _drop(inp, "b.txt", b"2")
+        _until(lambda: names == ["a.txt", "b.txt"])
+    finally:
+        stats = watch.stop()
+    assert any("died" in e for e in stats.errors)

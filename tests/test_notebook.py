@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 import nbformat
+import pytest
 from nbclient import NotebookClient
 
 NOTEBOOK = Path(__file__).resolve().parent.parent / "notebooks" / "quickstart.ipynb"
@@ -19,6 +20,7 @@ def test_notebook_is_stored_without_outputs() -> None:
     assert code and all(c.outputs == [] and c.execution_count is None for c in code)
 
 
+@pytest.mark.slow
 def test_quickstart_runs_top_to_bottom(tmp_path: Path) -> None:
     nb = nbformat.read(NOTEBOOK, as_version=4)
     client = NotebookClient(nb, timeout=600, kernel_name="python3",
