@@ -110,6 +110,8 @@ def test_seed_shapes_by_default() -> None:
     [audio] = live.get_audio(n_mfcc=13)
     assert audio["filename"] == "mic/a.wav" and audio["mfcc"].shape == (13, 1 + 8000 // 512)
     assert audio["mfcc_mean"].shape == (13,) and audio["sample_rate"] == 16000
+    [wave] = live.get_audio(mode="waveform", sample_rate=8000)
+    assert wave["waveform"].shape == (4000,) and wave["duration_s"] == 0.5
     assert live.get_csv() == [
         {"temp": 20.5, "ts": "2024-01-01"}, {"temp": 21.0, "ts": "2024-01-02"},
     ]

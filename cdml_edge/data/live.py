@@ -164,8 +164,9 @@ class LiveBatchLoader:
         by_member: bool = False,
     ) -> Any:
         """float32 MFCCs ``(n_mfcc, frames)`` (or waveforms) per audio member: records
-        ``{"filename", "mfcc", "mfcc_mean", "sample_rate", "frames"}`` (MFCC mode), or
-        ``{member: array}`` (``by_member``, or ``mode="waveform"``)."""
+        ``{"filename", "mfcc", "mfcc_mean", "sample_rate", "frames"}`` (``{"filename",
+        "waveform", "sample_rate", "duration_s"}`` with ``mode="waveform"``), or
+        ``{member: array}`` with ``by_member``."""
         arrays: dict[str, np.ndarray] = self._decoded(
             "audio",
             sample_rate=sample_rate,
@@ -174,9 +175,7 @@ class LiveBatchLoader:
             hop_length=hop_length,
             n_fft=n_fft,
         )
-        if by_member or mode != "mfcc":
-            return arrays
-        return views.audio_records(arrays, sample_rate)
+        return arrays if by_member else views.audio_records(arrays, sample_rate, mode)
 
     def get_csv(self, *, by_member: bool = False) -> Any:
         """Rows of every CSV member as dicts, or ``{member: CsvTable}``."""

@@ -25,8 +25,17 @@ def pil_images(arrays: Mapping[str, np.ndarray]) -> list[Any]:
     return [Image.fromarray(a, mode="RGB") for a in arrays.values()]
 
 
-def audio_records(mfccs: Mapping[str, np.ndarray], sample_rate: int) -> list[Record]:
-    """One record per audio member: its MFCCs ``(n_mfcc, frames)`` and their mean over time."""
+def audio_records(
+    arrays: Mapping[str, np.ndarray], sample_rate: int, mode: str = "mfcc"
+) -> list[Record]:
+    """One record per audio member: its MFCCs ``(n_mfcc, frames)`` and their mean over time
+    (``mode="mfcc"``), or its samples and duration (``mode="waveform"``)."""
+    if mode != "mfcc":
+        return [
+            {"filename": name, "waveform": w, "sample_rate": sample_rate,
+             "duration_s": len(w) / sample_rate}
+            for name, w in arrays.items()
+        ]
     return [
         {
             "filename": name,
@@ -35,7 +44,7 @@ def audio_records(mfccs: Mapping[str, np.ndarray], sample_rate: int) -> list[Rec
             "sample_rate": sample_rate,
             "frames": int(m.shape[1]),
         }
-        for name, m in mfccs.items()
+        for name, m in arrays.items()
     ]
 
 
