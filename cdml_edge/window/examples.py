@@ -39,8 +39,8 @@ def example_files(folder: Path, modality: str) -> list[Path]:
     return files[:MAX_EXAMPLES]
 
 
-def example_vectors(runner: ModelRunner, files: list[Path]) -> np.ndarray:
-    """The model's output vector of each file ``(len(files), D)``."""
+def prepared_examples(runner: ModelRunner, files: list[Path]) -> list[np.ndarray]:
+    """Each file decoded and prepared for ``runner`` as a window member would be."""
     entry = MODEL_INPUTS[runner.modality]
     want = decode_input(runner)
     prepared = []
@@ -52,8 +52,15 @@ def example_vectors(runner: ModelRunner, files: list[Path]) -> np.ndarray:
             prepared.append(runner.prepare(decoded))
         except (OSError, ValueError) as exc:
             raise ExamplesError(f"{f}: example cannot be read: {exc}") from exc
+    return prepared
+
+
+def example_vectors(runner: ModelRunner, files: list[Path]) -> np.ndarray:
+    """The model's output vector of each file ``(len(files), D)``."""
     head = runner.head
-    assert isinstance(head, EmbeddingHead)
+    if not isinstance(head, EmbeddingHead):
+        raise ExamplesError(f"model {runner.name} is a {runner.kind} model, not an embedding")
+    prepared = prepared_examples(runner, files)
     parts = [
         head.vectors(runner.raw(np.stack(prepared[i : i + BATCH])), len(prepared[i : i + BATCH]))
         for i in range(0, len(prepared), BATCH)
@@ -74,4 +81,5 @@ def fit_examples(runners: Mapping[str, ModelRunner]) -> None:
         head.fit(vectors, head.percentile)
 
 
-__all__ = ["ExamplesError", "example_files", "example_vectors", "fit_examples"]
+__all__ = ["ExamplesError", "example_files", "example_vectors", "fit_examples",
+           "prepared_examples"]
