@@ -39,31 +39,55 @@ class ModelInputConfig(_Section):
     name: str | None = Field(
         default=None, description="Input tensor name; unset: the graph's first input."
     )
-    layout: Literal["NCHW", "NHWC"] | None = Field(default=None, description="Images: tensor layout; unset: from the graph's shape, else NCHW."
+    layout: Literal["NCHW", "NHWC"] | None = Field(
+        default=None, description="Images: tensor layout; unset: from the graph's shape, else NCHW."
     )
-    size: int | list[int] | None = Field(default=None, description="Images: side of a square input, or [width, height]; unset: the graph's."
+    size: int | list[int] | None = Field(
+        default=None,
+        description="Images: side of a square input, or [width, height]; unset: the graph's.",
     )
-    channel_order: Literal["RGB", "BGR", "gray"] | None = Field(default=None, description="Images: channel order the model was trained with (default RGB)."
+    channel_order: Literal["RGB", "BGR", "gray"] | None = Field(
+        default=None, description="Images: channel order the model was trained with (default RGB)."
     )
-    dtype: Literal["float32", "uint8", "float16"] | None = Field(default=None, description="Input element type; unset: the graph's. uint8 gets raw pixels."
+    dtype: Literal["float32", "uint8", "float16"] | None = Field(
+        default=None, description="Input element type; unset: the graph's. uint8 gets raw pixels."
     )
-    scale: float | None = Field(default=None, gt=0, description="Images: pixel values are multiplied by this first (default 1/255)."
+    scale: float | None = Field(
+        default=None,
+        gt=0,
+        description="Images: pixel values are multiplied by this first (default 1/255).",
     )
-    mean: list[float] | None = Field(default=None, description="Subtracted after scaling, per channel (images) or column (series)."
+    mean: list[float] | None = Field(
+        default=None,
+        description="Subtracted after scaling, per channel (images) or column (series).",
     )
-    std: list[float] | None = Field(default=None, description="Divided by after the mean, per channel.")
-    resize: Literal["stretch", "letterbox", "center_crop"] | None = Field(default=None, description="Images: how a frame meets the input size (default stretch)."
+    std: list[float] | None = Field(
+        default=None, description="Divided by after the mean, per channel."
     )
-    sample_rate: int | None = Field(default=None, gt=0, description="Audio: resample to this rate (Hz).")
-    n_mfcc: int | None = Field(default=None, gt=0, description="Audio: MFCC coefficients per frame.")
-    frames: int | None = Field(default=None, gt=0, description="Audio: MFCC frames (cropped or padded).")
+    resize: Literal["stretch", "letterbox", "center_crop"] | None = Field(
+        default=None, description="Images: how a frame meets the input size (default stretch)."
+    )
+    sample_rate: int | None = Field(
+        default=None, gt=0, description="Audio: resample to this rate (Hz)."
+    )
+    n_mfcc: int | None = Field(
+        default=None, gt=0, description="Audio: MFCC coefficients per frame."
+    )
+    frames: int | None = Field(
+        default=None, gt=0, description="Audio: MFCC frames (cropped or padded)."
+    )
     hop_length: int | None = Field(default=None, gt=0, description="Audio: MFCC hop in samples.")
     n_fft: int | None = Field(default=None, gt=0, description="Audio: FFT size of the MFCC.")
-    columns: list[str] | None = Field(default=None, description="csv/timeseries: the columns the model takes, in its order."
+    columns: list[str] | None = Field(
+        default=None, description="csv/timeseries: the columns the model takes, in its order."
     )
-    window: int | None = Field(default=None, gt=0, description="csv/timeseries: rows per input (1 for one row of features)."
+    window: int | None = Field(
+        default=None,
+        gt=0,
+        description="csv/timeseries: rows per input (1 for one row of features).",
     )
-    series_layout: Literal["channels_first", "flat"] | None = Field(default=None,
+    series_layout: Literal["channels_first", "flat"] | None = Field(
+        default=None,
         description="csv/timeseries: (N, columns, window) as our encoders, or flat "
         "(N, columns x window) as scikit-learn models; unset: from the graph's rank.",
     )
@@ -83,22 +107,29 @@ class ModelOutputConfig(_Section):
     """What the outputs are and how a verdict is read from them."""
 
     kind: OutputKind = Field(..., description=" | ".join(OutputKind.__args__))  # type: ignore[attr-defined]
-    name: str | None = Field(default=None, description="Output tensor read (classifier, anomaly, embedding, yolo detector); "
-        "unset: the graph's first output."
+    name: str | None = Field(
+        default=None,
+        description="Output tensor read (classifier, anomaly, embedding, yolo detector); "
+        "unset: the graph's first output.",
     )
-    probabilities: bool | None = Field(default=None, description="Classifier: the output is already probabilities (no softmax); "
-        "unset: detected (rows in [0, 1] summing to 1)."
+    probabilities: bool | None = Field(
+        default=None,
+        description="Classifier: the output is already probabilities (no softmax); "
+        "unset: detected (rows in [0, 1] summing to 1).",
     )
     top_k: int = Field(1, ge=1, le=100, description="Classifier: labels listed per result.")
     anomaly_when: Literal["above", "below"] = Field(
-        "above", description="Anomaly: which side of the threshold is an anomaly (below: "
+        "above",
+        description="Anomaly: which side of the threshold is an anomaly (below: "
         "scikit-learn's decision scores, lower is more abnormal).",
     )
     format: Literal["yolo", "ssd"] = Field(
         "yolo", description="Detector: one YOLOv5/v8 tensor (NMS here), or SSD-style outputs."
     )
-    objectness: bool | None = Field(default=None, description="Detector (yolo): rows carry an objectness score (YOLOv5) or not "
-        "(YOLOv8); unset: from the width and the label count."
+    objectness: bool | None = Field(
+        default=None,
+        description="Detector (yolo): rows carry an objectness score (YOLOv5) or not "
+        "(YOLOv8); unset: from the width and the label count.",
     )
     boxes: str = Field("boxes", description="Detector (ssd): the boxes output.")
     scores: str = Field("scores", description="Detector (ssd): the scores output.")
@@ -120,7 +151,10 @@ class ModelOutputConfig(_Section):
         "label's prototype.",
     )
     percentile: float = Field(
-        99.0, gt=0, le=100, description="Embedding: a label's threshold is this percentile of "
+        99.0,
+        gt=0,
+        le=100,
+        description="Embedding: a label's threshold is this percentile of "
         "its examples' distances to their prototype; farther is an anomaly.",
     )
 
@@ -141,18 +175,27 @@ class ModelConfig(_Section):
     ours, and how onnxruntime runs it."""
 
     path: Path = Field(..., description="The .onnx file.")
-    modality: SourceModality | None = Field(default=None, description="What the model scores; unset: the key, when the key is a modality."
+    modality: SourceModality | None = Field(
+        default=None,
+        description="What the model scores; unset: the key, when the key is a modality.",
     )
     labels: list[str] | None = Field(default=None, description="Class labels, in output order.")
-    labels_file: Path | None = Field(default=None, description="Or a text file: one label per line.")
+    labels_file: Path | None = Field(
+        default=None, description="Or a text file: one label per line."
+    )
     input_size: int | None = Field(default=None, gt=0, description="Override the image input size.")
-    anomaly_threshold: float | None = Field(default=None, description="Anomaly: scores above this are anomalies (`cdml-edge calibrate`)."
+    anomaly_threshold: float | None = Field(
+        default=None,
+        description="Anomaly: scores above this are anomalies (`cdml-edge calibrate`).",
     )
-    input: ModelInputConfig | None = Field(default=None, description="The input tensor, for a model without our metadata."
+    input: ModelInputConfig | None = Field(
+        default=None, description="The input tensor, for a model without our metadata."
     )
-    output: ModelOutputConfig | None = Field(default=None, description="What the outputs are; unset: the model's metadata says."
+    output: ModelOutputConfig | None = Field(
+        default=None, description="What the outputs are; unset: the model's metadata says."
     )
-    providers: list[str] | None = Field(default=None,
+    providers: list[str] | None = Field(
+        default=None,
         description="onnxruntime execution providers, in order; unset: CUDA then CPU when "
         "onnxruntime has CUDA, else CPU.",
     )
