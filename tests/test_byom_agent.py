@@ -18,6 +18,7 @@ from _byom_models import (
     torch_colour_classifier,
     yolo_v8_detector,
 )
+from _ray_fixtures import ray_cluster  # noqa: F401  (fixture)
 from agent_fixtures import wait_for, write_atomic
 from typer.testing import CliRunner
 
@@ -71,8 +72,7 @@ def _lines(path: Path) -> list[dict[str, Any]]:
     return [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
 
 
-@pytest.fixture
-def setup(tmp_path: Path) -> Path:
+def _make(tmp_path: Path) -> Path:
     yolo_v8_detector(tmp_path / "yolo.onnx")
     torch_colour_classifier(tmp_path / "colour.onnx")
     (tmp_path / "colours.txt").write_text("red\ngreen\nblue\n")
@@ -86,6 +86,33 @@ def setup(tmp_path: Path) -> Path:
     path = tmp_path / "factory.yaml"
     path.write_text(textwrap.dedent(CONFIG))
     return path
+
+
+@pytest.fixture
+def setup(tmp_path: Path) -> Path:
+    return _make(tmp_path)
+
+
+@pytest.fixture(scope="module")
+def live(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The configuration after the agent scored one input of each source (and kept them)."""
+    setup = _make(tmp_path_factory.mktemp("byom"))
+    d = setup.parent
+    r = CliRunner().invoke(app, ["config", "validate", str(setup)])
+    assert r.exit_code == 0, r.output
+    agent = Agent(load_config(setup), setup)
+    agent.start()
+    try:
+        _drop_inputs(d)
+        wait_for(lambda: sum(len(_results(_lines(d / "out.jsonl"), s))
+                             for s in ("cam", "line", "parts")) >= 5,
+                 timeout=60, what="results of every source")
+        wait_for(lambda: agent.retention is not None
+                 and sum(w.n_items for w in agent.retention.windows()) >= 5,
+                 timeout=30, what="the windows retained")
+    finally:
+        agent.stop()
+    return setup
 
 
 def _results(lines: list[dict[str, Any]], source: str) -> dict[str, dict[str, Any]]:
@@ -131,34 +158,37 @@ def _check_live(lines: list[dict[str, Any]]) -> None:
             jsonschema.validate(m["payload"], schemas[kind])
 
 
-def test_foreign_models_run_live_and_replay_the_same(setup: Path) -> None:
-    d = setup.parent
-    r = CliRunner().invoke(app, ["config", "validate", str(setup)])
-    assert r.exit_code == 0, r.output
-    agent = Agent(load_config(setup), setup)
-    agent.start()
-    try:
-        _drop_inputs(d)
-        wait_for(lambda: len(_results(_lines(d / "out.jsonl"), "cam"))
-                 + len(_results(_lines(d / "out.jsonl"), "line"))
-                 + len(_results(_lines(d / "out.jsonl"), "parts")) >= 5,
-                 timeout=60, what="results of every source")
-        wait_for(lambda: agent.retention is not None
-                 and sum(w.n_items for w in agent.retention.windows()) >= 5,
-                 timeout=30, what="the windows retained")
-    finally:
-        agent.stop()
-    lines = _lines(d / "out.jsonl")
-    _check_live(lines)
-    r = CliRunner().invoke(app, ["replay", "--config", str(setup), "--out",
+def test_foreign_models_run_live(live: Path) -> None:
+    _check_live(_lines(live.parent / "out.jsonl"))
+
+
+def test_replay_scores_them_as_live(live: Path) -> None:
+    d = live.parent
+    r = CliRunner().invoke(app, ["replay", "--config", str(live), "--out",
                                  str(d / "replay.jsonl"), "-q"])
     assert r.exit_code == 0, r.output
     assert "0 labels and 0 anomaly flags changed" in r.output
     replayed = {doc["item"]: doc for doc in _lines(d / "replay.jsonl")}
-    live = _results(lines, "cam")["wide.png"]
-    assert replayed["wide.png"]["detections"] == live["detections"]
-    assert replayed["wide.png"]["models"] == live["models"]
+    live_cam = _results(_lines(d / "out.jsonl"), "cam")["wide.png"]
+    assert replayed["wide.png"]["detections"] == live_cam["detections"]
+    assert replayed["wide.png"]["models"] == live_cam["models"]
     assert replayed["hot.csv"]["label"] == "hot" and replayed["green.png"]["anomaly"] is True
+
+
+@pytest.mark.usefixtures("ray_cluster")
+def test_fleet_replay_gives_the_local_lines(live: Path) -> None:
+    import pyarrow.parquet as pq
+
+    d = live.parent
+    r = CliRunner().invoke(app, ["replay", "--config", str(live), "--out",
+                                 str(d / "local.jsonl"), "-q"])
+    assert r.exit_code == 0, r.output
+    r = CliRunner().invoke(app, ["replay", "--config", str(live), "--engine", "ray", "--out",
+                                 str(d / "fleet.parquet"), "-q"])
+    assert r.exit_code == 0, r.output
+    table = pq.read_table(d / "fleet.parquet").to_pylist()
+    table.sort(key=lambda row: (row["closed_at"], row["window_id"], row["position"]))
+    assert "".join(row["record"] + "\n" for row in table) == (d / "local.jsonl").read_text()
 
 
 def test_payload_schema_documents_the_new_fields() -> None:
