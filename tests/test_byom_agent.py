@@ -218,3 +218,19 @@ def test_a_source_naming_a_model_of_another_modality_is_refused(setup: Path) -> 
     r = CliRunner().invoke(app, ["config", "validate", str(setup)])
     assert r.exit_code == 2
     assert "sources[2].models: 'csv' is a csv model; the source gives image" in r.output
+
+
+def test_doctor_runs_each_foreign_model_and_names_a_mismatch(setup: Path) -> None:
+    setup.write_text(setup.read_text() + "mqtt: {url: 'mqtt://127.0.0.1:1883'}\n")
+    r = CliRunner().invoke(app, ["doctor", "--config", str(setup), "--json", "--ascii"])
+    checks = {c["name"]: c for c in json.loads(r.output)}
+    assert checks["model det"]["ok"] and "(detector, yolo.onnx)" in checks["model det"]["detail"]
+    assert "ran a 1x32x32x3 uint8 zero input" in checks["model colour"]["detail"]
+    assert checks["model parts"]["ok"] and "embedding" in checks["model parts"]["detail"]
+    setup.write_text(setup.read_text().replace("input: {resize: letterbox}",
+                                               "input: {resize: letterbox, size: 320}"))
+    r = CliRunner().invoke(app, ["doctor", "--config", str(setup), "--json", "--ascii"])
+    assert r.exit_code == 1
+    det = {c["name"]: c for c in json.loads(r.output)}["model det"]
+    assert not det["ok"] and "the graph's 'images' is 1x3x64x64" in det["detail"]
+    assert "N x 3x320x320 NCHW" in det["detail"]

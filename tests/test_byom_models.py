@@ -185,3 +185,46 @@ def test_labels_and_size_alone_make_a_plain_classifier_run(tmp_path: Path) -> No
               labels_file=labels, input_size=32)
     assert r.kind == "classifier" and r.spec.labels == ["red", "green", "blue"]
     assert r.run(r.prepare(_solid((0, 200, 0), 20, 20))[None])[0].label == "green"
+
+
+def _mfcc_scorer(path: Path) -> Path:
+    """An audio anomaly scorer with its own input name: ``mfcc`` (N, 13, 40) -> ``level`` (N, 1),
+    the mean absolute coefficient."""
+    from onnx import TensorProto, helper
+
+    nodes = [helper.make_node("Abs", ["mfcc"], ["a"]),
+             helper.make_node("ReduceMean", ["a"], ["level"], axes=[1, 2], keepdims=0)]
+    graph = helper.make_graph(
+        nodes, "mfcc", [helper.make_tensor_value_info("mfcc", TensorProto.FLOAT, ["N", 13, 40])],
+        [helper.make_tensor_value_info("level", TensorProto.FLOAT, ["N"])],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    path.write_bytes(model.SerializeToString())
+    return path
+
+
+def test_audio_model_takes_the_mfccs_its_graph_says(tmp_path: Path) -> None:
+    import io
+
+    import soundfile as sf
+
+    from cdml_edge.window.manifest import ManifestItem
+    from cdml_edge.window.pieces import item_pieces
+
+    r = _load(_mfcc_scorer(tmp_path / "mfcc.onnx"), "hum", modality="audio",
+              input={"sample_rate": 8000}, anomaly_threshold=1e9,
+              output={"kind": "anomaly", "name": "level"})
+    inp = r.spec.input
+    assert (inp.n_mfcc, inp.frames, inp.sample_rate) == (13, 40, 8000)  # type: ignore[union-attr]
+    buf = io.BytesIO()
+    t = np.arange(8000, dtype=np.float32) / 8000
+    sf.write(buf, 0.3 * np.sin(2 * np.pi * 300 * t), 8000, format="WAV")
+    data = buf.getvalue()
+    item = ManifestItem(id="a", member="a.wav", name="a.wav", size=len(data), mtime_ns=0, ts=0.0,
+                        sha256="0" * 64)
+    [piece] = item_pieces(item, "audio", data, {"hum": r}, None)
+    x = piece.inputs["hum"]
+    assert x.shape == (13, 40)
+    [pred] = r.run(x[None])
+    assert pred.label == "normal" and pred.score == pytest.approx(float(np.abs(x).mean()), rel=1e-5)

@@ -70,7 +70,7 @@ def decode_yolo(
     keep = scores >= score_threshold
     cx, cy, w, h = (rows[keep, i] for i in range(4))
     boxes = np.stack([cx - w / 2, cy - h / 2, cx + w / 2, cy + h / 2], axis=1)
-    picked = nms(boxes, scores[keep], classes[keep], iou_threshold)[:max_detections]
+    picked = nms(boxes, scores[keep], classes[keep], iou_threshold, max_detections)
     return RawDetections(boxes[picked], scores[keep][picked], classes[keep][picked])
 
 
@@ -100,9 +100,16 @@ def decode_boxes(
     return RawDetections(b[order], s[order], c[order])
 
 
-def nms(boxes: np.ndarray, scores: np.ndarray, classes: np.ndarray, iou: float) -> np.ndarray:
+def nms(
+    boxes: np.ndarray,
+    scores: np.ndarray,
+    classes: np.ndarray,
+    iou: float,
+    max_keep: int | None = None,
+) -> np.ndarray:
     """Indices kept by greedy class-wise non-maximum suppression, best score first: a box is
-    dropped when it overlaps a better box of its class by more than ``iou``."""
+    dropped when it overlaps a better box of its class by more than ``iou``; it stops once
+    ``max_keep`` boxes are kept."""
     if len(boxes) == 0:
         return np.zeros(0, dtype=np.int64)
     b = np.asarray(boxes, dtype=np.float64)
@@ -112,7 +119,7 @@ def nms(boxes: np.ndarray, scores: np.ndarray, classes: np.ndarray, iou: float) 
     area = np.maximum(b[:, 2] - b[:, 0], 0) * np.maximum(b[:, 3] - b[:, 1], 0)
     order = np.argsort(-np.asarray(scores), kind="stable")
     keep: list[int] = []
-    while order.size:
+    while order.size and (max_keep is None or len(keep) < max_keep):
         i = int(order[0])
         keep.append(i)
         rest = order[1:]

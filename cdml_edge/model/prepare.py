@@ -99,13 +99,17 @@ def _unit(inp: ImageInput, a: np.ndarray) -> float:
 def _prepare_image(inp: ImageInput, img: np.ndarray) -> np.ndarray:
     a = _as_rgb(img)
     unit = _unit(inp, a)
+    pixels_first = a.dtype == np.uint8 and (inp.resize != "stretch" or inp.dtype == "uint8")
+    if pixels_first:  # fit the 8-bit pixels, then convert: a quarter of the bytes to move
+        a = _fit(inp, a, LETTERBOX_FILL)
     if a.dtype != np.uint8:
         x = a.astype(np.float32)
     elif inp.scale is None and inp.dtype != "uint8":
         x = a.astype(np.float32) / 255.0
     else:
         x = a.astype(np.float32) * np.float32(unit)
-    x = _fit(inp, x, LETTERBOX_FILL * unit)
+    if not pixels_first:  # the path of our own models: resize the scaled values
+        x = _fit(inp, x, LETTERBOX_FILL * unit)
     if inp.order == "BGR" and x.ndim == 3:
         x = x[:, :, ::-1]
     if inp.channels == 1 and x.ndim == 3:
@@ -134,7 +138,7 @@ def _fit(inp: ImageInput, x: np.ndarray, fill: float) -> np.ndarray:
     if inp.resize == "center_crop":
         ox, oy = int(-g.px), int(-g.py)
         return np.ascontiguousarray(r[oy : oy + th, ox : ox + tw])
-    canvas = np.full((th, tw, *r.shape[2:]), fill, dtype=np.float32)
+    canvas = np.full((th, tw, *r.shape[2:]), fill, dtype=r.dtype)
     px, py = int(g.px), int(g.py)
     canvas[py : py + nh, px : px + nw] = r
     return canvas
@@ -145,8 +149,7 @@ def _resize(x: np.ndarray, width: int, height: int) -> np.ndarray:
 
     shrinking = x.shape[0] > height or x.shape[1] > width
     interp = cv2.INTER_AREA if shrinking else cv2.INTER_LINEAR
-    out = cv2.resize(x, (width, height), interpolation=interp)
-    return np.asarray(out, dtype=np.float32)
+    return np.asarray(cv2.resize(x, (width, height), interpolation=interp))
 
 
 def _fit_length(x: np.ndarray, n: int) -> np.ndarray:
