@@ -1,6 +1,6 @@
 """Foreign models through the running agent (real folders, real onnxruntime), ``replay``,
 ``config validate`` and the payload schema: a detector and a classifier on one camera, a
-scikit-learn classifier on CSV rows, an embedding model with prototypes from two folders."""
+scikit-learn classifier and anomaly scorer on CSV rows, an embedding model with prototypes from two folders."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from _byom_models import (
     channel_embedder,
     image_png,
     sklearn_csv_classifier,
+    sklearn_isolation_forest,
     torch_colour_classifier,
     yolo_v8_detector,
 )
@@ -32,7 +33,9 @@ CONFIG = """\
     sources:
       - {name: cam, path: in/cam, modality: image, models: [det, colour], on_done: keep,
          window: {seconds: 100ms, max_items: 4}, stable_seconds: 0.1}
-      - {name: line, path: in/line, modality: csv, on_done: keep,
+      - {name: line, path: in/line, modality: csv, models: [csv], on_done: keep,
+         window: {seconds: 100ms, max_items: 4}, stable_seconds: 0.1}
+      - {name: motor, path: in/motor, modality: csv, models: [forest], on_done: keep,
          window: {seconds: 100ms, max_items: 4}, stable_seconds: 0.1}
       - {name: parts, path: in/parts, modality: image, models: [parts], on_done: keep,
          window: {seconds: 100ms, max_items: 4}, stable_seconds: 0.1}
@@ -53,6 +56,12 @@ CONFIG = """\
         labels: [cold, hot]
         input: {columns: [temp, vib]}
         output: {kind: classifier, name: probabilities}
+      forest:
+        path: forest.onnx
+        modality: csv
+        input: {columns: [temp, vib]}
+        output: {kind: anomaly, name: scores, anomaly_when: below}
+        anomaly_threshold: 0.0
       parts:
         path: emb.onnx
         modality: image
@@ -77,11 +86,12 @@ def _make(tmp_path: Path) -> Path:
     torch_colour_classifier(tmp_path / "colour.onnx")
     (tmp_path / "colours.txt").write_text("red\ngreen\nblue\n")
     sklearn_csv_classifier(tmp_path / "clf.onnx")
+    sklearn_isolation_forest(tmp_path / "forest.onnx")
     channel_embedder(tmp_path / "emb.onnx")
     for i, shade in enumerate((200, 220, 240)):
         image_png(tmp_path / f"examples/red/r{i}.png", (shade, 10, 10), 20, 20)
         image_png(tmp_path / f"examples/blue/b{i}.png", (10, 10, shade), 20, 20)
-    for name in ("cam", "line", "parts"):
+    for name in ("cam", "line", "motor", "parts"):
         (tmp_path / "in" / name).mkdir(parents=True)
     path = tmp_path / "factory.yaml"
     path.write_text(textwrap.dedent(CONFIG))
@@ -105,10 +115,10 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Path:
     try:
         _drop_inputs(d)
         wait_for(lambda: sum(len(_results(_lines(d / "out.jsonl"), s))
-                             for s in ("cam", "line", "parts")) >= 5,
+                             for s in ("cam", "line", "motor", "parts")) >= 7,
                  timeout=60, what="results of every source")
         wait_for(lambda: agent.retention is not None
-                 and sum(w.n_items for w in agent.retention.windows()) >= 5,
+                 and sum(w.n_items for w in agent.retention.windows()) >= 7,
                  timeout=30, what="the windows retained")
     finally:
         agent.stop()
@@ -125,6 +135,8 @@ def _drop_inputs(d: Path) -> None:
     (d / "in/cam/wide.png.tmp").rename(d / "in/cam/wide.png")
     write_atomic(d / "in/line/hot.csv", b"temp,vib\n91.5,0.4\n")
     write_atomic(d / "in/line/cold.csv", b"temp,vib\n4.0,0.6\n")
+    write_atomic(d / "in/motor/usual.csv", b"temp,vib\n20.1,0.51\n")
+    write_atomic(d / "in/motor/odd.csv", b"temp,vib\n95.0,4.0\n")
     image_png(d / "in/parts/red.png.tmp", (230, 10, 10), 20, 20)
     (d / "in/parts/red.png.tmp").rename(d / "in/parts/red.png")
     image_png(d / "in/parts/green.png.tmp", (10, 230, 10), 20, 20)
@@ -148,6 +160,10 @@ def _check_live(lines: list[dict[str, Any]]) -> None:
     line = _results(lines, "line")
     assert (line["hot.csv"]["label"], line["cold.csv"]["label"]) == ("hot", "cold")
     assert "models" not in line["hot.csv"] and "detections" not in line["hot.csv"]
+    motor = _results(lines, "motor")
+    assert (motor["usual.csv"]["label"], motor["usual.csv"]["anomaly"]) == ("normal", False)
+    assert (motor["odd.csv"]["label"], motor["odd.csv"]["anomaly"]) == ("anomaly", True)
+    assert motor["odd.csv"]["anomaly_score"] < 0 < motor["usual.csv"]["anomaly_score"]
     parts = _results(lines, "parts")
     assert (parts["red.png"]["label"], parts["red.png"]["anomaly"]) == ("red", False)
     assert parts["green.png"]["anomaly"] is True  # far from both prototypes
@@ -173,6 +189,7 @@ def test_replay_scores_them_as_live(live: Path) -> None:
     assert replayed["wide.png"]["detections"] == live_cam["detections"]
     assert replayed["wide.png"]["models"] == live_cam["models"]
     assert replayed["hot.csv"]["label"] == "hot" and replayed["green.png"]["anomaly"] is True
+    assert replayed["odd.csv"]["anomaly"] is True and replayed["usual.csv"]["anomaly"] is False
 
 
 @pytest.mark.usefixtures("ray_cluster")
@@ -217,7 +234,7 @@ def test_a_source_naming_a_model_of_another_modality_is_refused(setup: Path) -> 
     setup.write_text(setup.read_text().replace("models: [parts]", "models: [csv]"))
     r = CliRunner().invoke(app, ["config", "validate", str(setup)])
     assert r.exit_code == 2
-    assert "sources[2].models: 'csv' is a csv model; the source gives image" in r.output
+    assert "sources[3].models: 'csv' is a csv model; the source gives image" in r.output
 
 
 def test_doctor_runs_each_foreign_model_and_names_a_mismatch(setup: Path) -> None:
