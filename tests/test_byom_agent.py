@@ -230,6 +230,13 @@ def test_validate_names_what_does_not_fit(setup: Path) -> None:
     assert "models.parts.output.examples.blue:" in out and "example folder not found" in out
 
 
+def test_validate_names_a_missing_label_file(setup: Path) -> None:
+    (setup.parent / "colours.txt").unlink()
+    r = CliRunner().invoke(app, ["config", "validate", str(setup)])
+    assert r.exit_code == 2
+    assert "models.colour.labels_file: " in r.output and "colours.txt does not exist" in r.output
+
+
 def test_a_source_naming_a_model_of_another_modality_is_refused(setup: Path) -> None:
     setup.write_text(setup.read_text().replace("models: [parts]", "models: [csv]"))
     r = CliRunner().invoke(app, ["config", "validate", str(setup)])

@@ -100,8 +100,8 @@ def validate_runnable(path: str | Path) -> Validated:
     runners: dict[str, ModelRunner] = {}
     readable = {f for f, _ in problems}
     for key, mc in cfg.models.items():
-        if f"models.{key}.path" in readable:
-            continue
+        if {f"models.{key}.path", f"models.{key}.labels_file"} & readable:
+            continue  # named once, as a file problem
         ov = ModelOverrides.from_config(mc, key)
         try:
             runners[key] = ModelRunner.load(mc.path, ov)
