@@ -1,6 +1,7 @@
-"""Foreign models through the running agent (real folders, real onnxruntime), ``replay``,
-``config validate`` and the payload schema: a detector and a classifier on one camera, a
-scikit-learn classifier and anomaly scorer on CSV rows, an embedding model with prototypes from two folders."""
+"""Foreign models through the running agent (real folders, real onnxruntime), ``replay``
+(local and on Ray), ``config validate``, ``doctor`` and the payload schema: a detector and a
+classifier on one camera, a scikit-learn classifier and anomaly scorer on CSV rows, an
+embedding model with prototypes from two folders."""
 
 from __future__ import annotations
 
