@@ -21,14 +21,11 @@ from cdml_edge.decode import DecodeError
 from cdml_edge.model.runner import ModelRunner, Prediction
 from cdml_edge.model.spec import ModelSpecError
 from cdml_edge.window.inputs import MODEL_INPUTS
-from cdml_edge.window.manifest import MANIFEST_NAME, ItemOutcome, ManifestItem, WindowManifest
+from cdml_edge.window.manifest import MANIFEST_NAME, ManifestItem, WindowManifest
 from cdml_edge.window.payloads import (
     ArchiveInfo,
-    DetectionPayload,
     ErrorEvent,
     ItemResult,
-    LabelScore,
-    ModelVerdict,
     OutMessage,
     Sequencer,
     WindowResult,
@@ -36,15 +33,13 @@ from cdml_edge.window.payloads import (
     relative_topic,
 )
 from cdml_edge.window.pieces import Piece, as_runners, item_pieces
-
-
-@dataclass(frozen=True)
-class ItemFailure:
-    """An item that could not be read, decoded or prepared (a bad input)."""
-
-    item: ManifestItem
-    error_type: str
-    message: str
+from cdml_edge.window.verdicts import (
+    ItemFailure,
+    count_pieces,
+    item_outcomes,
+    item_results,
+    verdict,
+)
 
 
 @dataclass
@@ -98,12 +93,12 @@ def process_window(
     t_decode = time.perf_counter()
     preds = _infer(pieces, runners)
     t_infer = time.perf_counter()
-    verdicts = [_verdict(p, preds.get(i, {}), runners) for i, p in enumerate(pieces)]
-    results = _item_results(manifest, pieces, verdicts, seq, device, emitted=now())
-    counts, per_model = _counts(pieces, verdicts, failures)
+    verdicts = [verdict(p, preds.get(i, {}), runners) for i, p in enumerate(pieces)]
+    results = item_results(manifest, pieces, verdicts, seq, device, emitted=now())
+    counts, per_model = count_pieces(pieces, verdicts, failures)
     model = next((v.runner for v in verdicts if v.runner is not None), None)
     scored = manifest.with_results(
-        _item_outcomes(pieces, verdicts, failures),
+        item_outcomes(pieces, verdicts, failures),
         model=model.name if model else None,
         model_version=model.version if model else None,
     )
@@ -200,128 +195,6 @@ def _infer(
     return preds
 
 
-@dataclass(frozen=True)
-class _Verdict:
-    """A piece's predictions in its models' order; the first is the label."""
-
-    runner: ModelRunner | None
-    pred: Prediction | None
-    by_model: dict[str, tuple[ModelRunner, Prediction]]
-
-    @property
-    def anomaly(self) -> bool:
-        return any(p.anomaly for _, p in self.by_model.values())
-
-
-def _verdict(
-    piece: Piece, preds: dict[str, Prediction], runners: Mapping[str, ModelRunner]
-) -> _Verdict:
-    by_model = {k: (runners[k], preds[k]) for k in piece.inputs if k in preds}
-    first = next(iter(by_model.values()), None)
-    return _Verdict(first[0] if first else None, first[1] if first else None, by_model)
-
-
-def _item_results(
-    manifest: WindowManifest,
-    pieces: list[Piece],
-    verdicts: list[_Verdict],
-    seq: Sequencer,
-    device: str,
-    *,
-    emitted: float,
-) -> list[ItemResult]:
-    """One result per piece, numbered on the source's result topic."""
-    topic = relative_topic("result", manifest.source)
-    results: list[ItemResult] = []
-    for p, v in zip(pieces, verdicts, strict=True):
-        pred, runner = v.pred, v.runner
-        results.append(
-            ItemResult(
-                id=p.item.id + p.suffix,
-                window_id=manifest.window_id,
-                source=manifest.source,
-                item=p.item.name + p.suffix,
-                modality=p.modality,
-                ts=p.item.ts,
-                label=pred.label if pred else None,
-                score=pred.score if pred else None,
-                anomaly=v.anomaly,
-                anomaly_score=pred.anomaly_score if pred else None,
-                latency_ms=round(max(0.0, emitted - p.item.ts) * 1000.0, 3),
-                model=runner.name if runner else "none",
-                model_version=runner.version if runner else None,
-                seq=seq.next(topic),
-                device=device,
-                top_k=top_k_payload(pred),
-                detections=detections_payload(pred),
-                models=_model_verdicts(v) if len(v.by_model) > 1 else None,
-            )
-        )
-    return results
-
-
-def _model_verdicts(v: _Verdict) -> dict[str, ModelVerdict]:
-    return {
-        name: ModelVerdict(
-            model=r.name, model_version=r.version, kind=r.kind, label=p.label, score=p.score,
-            anomaly=p.anomaly, anomaly_score=p.anomaly_score, top_k=top_k_payload(p),
-            detections=detections_payload(p),
-        )
-        for name, (r, p) in v.by_model.items()
-    }
-
-
-def top_k_payload(pred: Prediction | None) -> list[LabelScore] | None:
-    if pred is None or pred.top_k is None:
-        return None
-    return [LabelScore(label=label, score=score) for label, score in pred.top_k]
-
-
-def detections_payload(pred: Prediction | None) -> list[DetectionPayload] | None:
-    if pred is None or pred.detections is None:
-        return None
-    return [DetectionPayload(label=d.label, score=d.score, box=d.box) for d in pred.detections]
-
-
-def _item_outcomes(
-    pieces: list[Piece], verdicts: list[_Verdict], failures: list[ItemFailure]
-) -> dict[str, ItemOutcome]:
-    """The manifest's per-item outcome: the most anomalous piece, or the error."""
-    outcomes: dict[str, ItemOutcome] = {}
-    for p, v in zip(pieces, verdicts, strict=True):
-        outcomes[p.item.id] = _worst(outcomes.get(p.item.id), v)
-    for f in failures:
-        outcomes[f.item.id] = ItemOutcome(error=f.error_type)
-    return outcomes
-
-
-def _count(counts: dict[str, int], pred: Prediction | None, modality: str) -> None:
-    """Add one piece: its detections per class (detectors), else its label (or modality)."""
-    if pred is not None and pred.detections is not None:
-        for d in pred.detections:
-            counts[d.label] = counts.get(d.label, 0) + 1
-        return
-    key = pred.label if pred and pred.label is not None else modality
-    counts[key] = counts.get(key, 0) + 1
-
-
-def _counts(
-    pieces: list[Piece], verdicts: list[_Verdict], failures: list[ItemFailure]
-) -> tuple[dict[str, int], dict[str, dict[str, int]] | None]:
-    """Pieces per label (per modality when unlabelled; detections per class for a detector),
-    then ``error``: failed items; and the counts of each model when a piece had several."""
-    counts: dict[str, int] = {}
-    per_model: dict[str, dict[str, int]] = {}
-    for p, v in zip(pieces, verdicts, strict=True):
-        _count(counts, v.pred, p.modality)
-        for name, (_, pred) in v.by_model.items():
-            _count(per_model.setdefault(name, {}), pred, p.modality)
-    if failures:
-        counts["error"] = len(failures)
-    several = any(len(v.by_model) > 1 for v in verdicts)
-    return counts, (per_model if several else None)
-
-
 def _window_result(
     manifest: WindowManifest,
     archive: bytes,
@@ -378,22 +251,6 @@ def error_event(
         device=device,
     )
     return OutMessage(topic, ev.model_dump_json().encode())
-
-
-def _worst(prev: ItemOutcome | None, v: _Verdict) -> ItemOutcome:
-    """Per-item outcome for the manifest; for segmented series keep the most anomalous."""
-    pred = v.pred
-    cur = ItemOutcome(
-        label=pred.label if pred else None,
-        score=pred.score if pred else None,
-        anomaly=v.anomaly,
-        anomaly_score=pred.anomaly_score if pred else None,
-    )
-    if prev is None:
-        return cur
-    if (cur.anomaly, cur.anomaly_score or 0.0) > (prev.anomaly, prev.anomaly_score or 0.0):
-        return cur
-    return prev
 
 
 def warm_up_decoder(
