@@ -228,3 +228,23 @@ def test_audio_model_takes_the_mfccs_its_graph_says(tmp_path: Path) -> None:
     assert x.shape == (13, 40)
     [pred] = r.run(x[None])
     assert pred.label == "normal" and pred.score == pytest.approx(float(np.abs(x).mean()), rel=1e-5)
+
+
+def test_float16_input_is_fed_as_float16(tmp_path: Path) -> None:
+    from onnx import TensorProto, helper
+
+    nodes = [helper.make_node("Cast", ["img"], ["f"], to=TensorProto.FLOAT),
+             helper.make_node("ReduceMean", ["f"], ["logits"], axes=[2, 3], keepdims=0)]
+    graph = helper.make_graph(
+        nodes, "half", [helper.make_tensor_value_info("img", TensorProto.FLOAT16, ["N", 3, 8, 8])],
+        [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["N", 3])],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    (tmp_path / "half.onnx").write_bytes(model.SerializeToString())
+    r = _load(tmp_path / "half.onnx", modality="image", labels=["r", "g", "b"],
+              input={"mean": [0.5, 0.5, 0.5], "std": [0.25, 0.25, 0.25]})
+    assert r.spec.input.dtype == "float16" and r.input_bytes == 3 * 8 * 8 * 2
+    [pred] = r.run(r.prepare(_solid((0, 0, 255), 8, 8))[None])
+    assert pred.label == "b" and r.kind == "classifier"  # logits (-2, -2, 2): (x - 0.5) / 0.25
+    assert pred.score == pytest.approx(np.exp(2) / (np.exp(2) + 2 * np.exp(-2)), rel=1e-3)
