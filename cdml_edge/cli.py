@@ -31,6 +31,7 @@ COMMAND_MODULES = [
     "cdml_edge.commands.trial_cmds",
     "cdml_edge.commands.tail_cmds",
     "cdml_edge.commands.doctor_cmds",
+    "cdml_edge.commands.calibrate_cmds",
     "cdml_edge.commands.train_cmds",
     "cdml_edge.commands.replay_cmds",
     "cdml_edge.commands.archive_cmds",
