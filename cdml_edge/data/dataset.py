@@ -13,6 +13,7 @@ import copy
 import fnmatch
 import os
 import posixpath
+import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -30,6 +31,11 @@ ArchivePath = str | os.PathLike[str] | bytes
 Include = str | Sequence[str] | Callable[[str], bool] | None
 
 
+ARENA_BYTES = 64 << 20
+"""Bound of each thread's batch arena (used when ``cache_size_mb=0``); a larger batch is read
+into fresh ``bytes``."""
+
+
 class DatasetError(CdmlError, ValueError):
     """A dataset that cannot be built: the archive holds no member to load; names the archive."""
 
@@ -45,7 +51,8 @@ class CDMLStreamDataset(Dataset[Any]):
         path: archive path (``str`` / ``PathLike``), ``s3://bucket/key``, or archive bytes.
         is_image: shorthand for ``modality="image"``.
         transform: applied to the decoded sample (images: uint8 ``H×W×3`` RGB ``ndarray``).
-        cache_size_mb: per-process LRU of raw member bytes, bounded by real bytes; 0 disables.
+        cache_size_mb: per-process LRU of raw member bytes, bounded by real bytes; 0 disables
+            it, and batches of decoded items are then read into a reused arena.
         target_size: images are resized to it (``int`` square or ``(width, height)``).
         modality: ``image`` | ``audio`` | ``csv`` | ``timeseries`` | ``json`` | ``text`` |
             ``binary``; ``None`` (default) yields raw bytes. Only members of that modality
@@ -109,6 +116,7 @@ class CDMLStreamDataset(Dataset[Any]):
         self._archive: Any = None
         self._pid = -1
         self._cache = ByteLRU.from_mb(self.cache_size_mb)
+        self._arenas = threading.local()
 
         resolved = self._members(include, labels, classes)
         self.names: list[str] = resolved.names
@@ -213,6 +221,20 @@ class CDMLStreamDataset(Dataset[Any]):
                     cache.put(names[i], data)
         return [v for v in out if v is not None]
 
+    def _read_batch(self, names: Sequence[str]) -> Sequence[bytes | memoryview]:
+        """A batch's raw members. Without a cache to fill, decoded items are read into this
+        thread's :class:`~cdml_edge.archive.Arena` (pages reused batch after batch, views
+        used before the next batch); raw-bytes items and cached reads get ``bytes``."""
+        if self._cache.capacity or self.modality is None:
+            return self._read_many(names)
+        archive = self._get_archive()
+        arena = getattr(self._arenas, "arena", None)
+        if arena is None:
+            from cdml_edge.archive import Arena
+
+            arena = self._arenas.arena = Arena(ARENA_BYTES)
+        return archive.read_many(names, arena=arena)  # type: ignore[no-any-return]
+
     def read(self, index: int) -> bytes:
         """The raw bytes of item ``index`` (through the cache)."""
         return self._read_many([self.names[index]])[0]
@@ -222,7 +244,7 @@ class CDMLStreamDataset(Dataset[Any]):
         return self._cache.info()
 
     # -- items --------------------------------------------------------------------------
-    def decode(self, name: str, data: bytes) -> Any:
+    def decode(self, name: str, data: bytes | memoryview) -> Any:
         """Raw member bytes -> the sample (before labels)."""
         mod = self.modality
         tf = self.transform
@@ -235,7 +257,7 @@ class CDMLStreamDataset(Dataset[Any]):
             value = fit_length(value, self.fixed_length, kind.length_axis)
         return tf(value) if tf else kind.default(value)
 
-    def _item(self, index: int, data: bytes) -> Any:
+    def _item(self, index: int, data: bytes | memoryview) -> Any:
         x = self.decode(self.names[index], data)
         if self.targets is None:
             return x
@@ -257,8 +279,9 @@ class CDMLStreamDataset(Dataset[Any]):
     def __getitems__(self, indices: Sequence[int]) -> list[Any]:
         """Batched fetch used by DataLoader: one ``read_many`` for all cache misses."""
         idx = [self._index(i) for i in indices]
-        datas = self._read_many([self.names[i] for i in idx])
+        datas = self._read_batch([self.names[i] for i in idx])
         items = [self._item(i, d) for i, d in zip(idx, datas, strict=True)]
+        del datas  # arena views: the next batch overwrites them
         axis = SAMPLES[self.modality].length_axis if self.modality else None
         if axis is None or self.fixed_length is not None or self.transform is not None:
             return items
@@ -288,11 +311,13 @@ class CDMLStreamDataset(Dataset[Any]):
         state["_archive"] = None
         state["_pid"] = -2  # reopen on first use in the receiving process
         state["_cache"] = None
+        state["_arenas"] = None
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
         self._cache = ByteLRU.from_mb(self.cache_size_mb)
+        self._arenas = threading.local()
 
     def __repr__(self) -> str:
         mod = self.modality or "bytes"

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
+from cdml_edge.archive.arena import Arena
 from cdml_edge.archive.base import Archive, MemberInfo
 from cdml_edge.archive.errors import CorruptArchiveError, UnsupportedArchiveError
 from cdml_edge.archive.names import has_dir_names, normalize_member_names
@@ -131,6 +132,13 @@ class ZipArchive(Archive):
         if i is None:
             i = self._id(name)  # raises KeyError naming the archive
         return index.read_one(self._source, i, self._row_names, self)  # type: ignore[no-any-return]
+
+    def _read_ids_into(self, ids: list[int], arena: Arena) -> list[memoryview]:
+        if self._native_index is not None:
+            return self._native_index.read_into(  # type: ignore[no-any-return]
+                self._source, ids, self._row_names, self, arena
+            )
+        return super()._read_ids_into(ids, arena)
 
     def _read_ids(self, ids: list[int]) -> list[bytes]:
         if self._native_index is not None:

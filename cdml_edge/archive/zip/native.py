@@ -1,4 +1,5 @@
-"""Python face of the C ZIP core: the index lives in C, batches are read with the GIL off."""
+"""Python face of the C ZIP core: the index lives in C, batches are read with the GIL off,
+into fresh ``bytes`` or into an :class:`~cdml_edge.archive.arena.Arena`."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from typing import Any
 
 from cdml_edge.archive._native._reader import ffi, lib  # type: ignore[import-not-found]
 from cdml_edge.archive._native.buffers import fresh_output as _output
+from cdml_edge.archive.arena import Arena
 from cdml_edge.archive.base import RATIO_FLOOR_BYTES
 from cdml_edge.archive.errors import (
     ArchiveError,
@@ -147,14 +149,45 @@ class ZipIndex:
         return out if type(out) is bytes else bytes(out[:size])
 
     def read(self, source: ByteSource, ids: list[int], names: list[str], owner: Any) -> list[bytes]:
-        n = len(ids)
+        """Members ``ids``, each into a fresh ``bytes`` the C core fills in place."""
         ents = self._ents
         for i in ids:
             self.check(i, names, owner)
         sizes = [ents[i].usize for i in ids]
         pairs = [_output(s) for s in sizes]  # one result object per member, filled by C
         result: list[Any] = [p[0] for p in pairs]
-        outs = ffi.new("uint8_t *[]", [p[1] for p in pairs])
+        bad, status, aux = self._run(source, ids, ffi.new("uint8_t *[]", [p[1] for p in pairs]))
+        for k in range(len(ids)):
+            if type(result[k]) is not bytes:
+                result[k] = bytes(result[k][: sizes[k]])
+        if bad:
+            for k, data in self._settle(source, ids, names, owner, status, aux):
+                result[k] = data
+        return result
+
+    def read_into(
+        self, source: ByteSource, ids: list[int], names: list[str], owner: Any, arena: Arena
+    ) -> list[memoryview]:
+        """Members ``ids`` decompressed by the C core straight into ``arena`` (GIL released):
+        views valid until the arena's next batch; CRC checked as by :meth:`read`."""
+        ents = self._ents
+        for i in ids:
+            self.check(i, names, owner)
+        sizes = [ents[i].usize for i in ids]
+        placed = arena.layout(sizes)
+        if placed is None:  # over the arena's bound: fresh bytes
+            return [memoryview(b) for b in self.read(source, ids, names, owner)]
+        buf, offs = placed
+        base = _from_buffer("uint8_t[]", buf, require_writable=True)
+        bad, status, aux = self._run(source, ids, ffi.new("uint8_t *[]", [base + o for o in offs]))
+        if bad:
+            for k, data in self._settle(source, ids, names, owner, status, aux):
+                buf[offs[k] : offs[k] + sizes[k]] = data
+        return arena.views(buf, offs, sizes)
+
+    def _run(self, source: ByteSource, ids: list[int], outs: Any) -> tuple[int, Any, Any]:
+        """One C call reading members ``ids`` into ``outs``: (failures, status, aux)."""
+        n = len(ids)
         c_ids = ffi.new("uint32_t[]", ids)
         status = ffi.new("int32_t[]", n)
         aux = ffi.new("uint64_t[]", n)
@@ -168,32 +201,43 @@ class ZipIndex:
             )
         else:
             bad = self._read_remote(source, ids, n, outs, c_ids, status, aux)
-        for k in range(n):
-            if type(result[k]) is not bytes:
-                result[k] = bytes(result[k][: sizes[k]])
-        if bad:
-            for k in range(n):
-                st = status[k]
-                if st == 0:
-                    continue
-                i = ids[k]
-                if st == 6:  # a method the C core does not do, or a long local extra
-                    result[k] = read_python(source, [self.entry(i, names[i])], owner.name)[0]
-                    continue
-                if st == 7:
-                    code = int(aux[k])
-                    raise ArchiveError(
-                        f"read error: {os.strerror(code) if code else errno.errorcode.get(code)}",
-                        archive=owner.name,
-                        member=names[i],
-                    )
-                cls, msg = _MESSAGES.get(st, (CorruptArchiveError, f"status {st}"))
-                if st == 5:
-                    msg = f"CRC-32 mismatch: stored {ents[i].crc:08x}, data {int(aux[k]):08x}"
-                if st == 3:
-                    msg = f"{codecs.method_name(ents[i].method)} data is corrupt"
-                raise cls(msg, archive=owner.name, member=names[i])
-        return result
+        return int(bad), status, aux
+
+    def _settle(
+        self,
+        source: ByteSource,
+        ids: list[int],
+        names: list[str],
+        owner: Any,
+        status: Any,
+        aux: Any,
+    ) -> list[tuple[int, bytes]]:
+        """After a call with failures: ``(position, bytes)`` of the members the Python path
+        reads (a method the C core does not do, a long local extra); raises for the first
+        member that is broken."""
+        ents = self._ents
+        redo: list[tuple[int, bytes]] = []
+        for k, i in enumerate(ids):
+            st = status[k]
+            if st == 0:
+                continue
+            if st == 6:
+                redo.append((k, read_python(source, [self.entry(i, names[i])], owner.name)[0]))
+                continue
+            if st == 7:
+                code = int(aux[k])
+                raise ArchiveError(
+                    f"read error: {os.strerror(code) if code else errno.errorcode.get(code)}",
+                    archive=owner.name,
+                    member=names[i],
+                )
+            cls, msg = _MESSAGES.get(st, (CorruptArchiveError, f"status {st}"))
+            if st == 5:
+                msg = f"CRC-32 mismatch: stored {ents[i].crc:08x}, data {int(aux[k]):08x}"
+            if st == 3:
+                msg = f"{codecs.method_name(ents[i].method)} data is corrupt"
+            raise cls(msg, archive=owner.name, member=names[i])
+        return redo
 
     def _read_remote(
         self,
