@@ -252,7 +252,7 @@ def bench_deflated(
             f"(e) raw zlib inflate, 1 core, {label}",
             f"{ceil_m:,.0f}/s",
             f"{ceil_mb:,.0f} MB/s",
-            f"read_many = {r['many'] / ceil_m:.2f} of it",
+            f"read_many = {r['many'] / ceil_m:.2f}, arena = {r['arena'] / ceil_m:.2f} of it",
         ),
     ]
     return rows, items
