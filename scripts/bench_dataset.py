@@ -156,10 +156,12 @@ def build(tmp: Path, items: list[tuple[str, bytes]], shards: int) -> dict[str, A
     }
 
 
-def loaders(paths: dict[str, Any], target: int) -> dict[str, Callable[[], DataLoader[Any]]]:
+def loaders(
+    paths: dict[str, Any], target: int, workers: int = WORKERS
+) -> dict[str, Callable[[], DataLoader[Any]]]:
     def shuffled(ds: Dataset[Any]) -> DataLoader[Any]:
         g = torch.Generator().manual_seed(0)
-        return DataLoader(ds, batch_size=BATCH, shuffle=True, num_workers=WORKERS, generator=g)
+        return DataLoader(ds, batch_size=BATCH, shuffle=True, num_workers=workers, generator=g)
 
     def ours(path: Path) -> Callable[[], DataLoader[Any]]:
         return lambda: shuffled(
@@ -177,7 +179,7 @@ def loaders(paths: dict[str, Any], target: int) -> dict[str, Callable[[], DataLo
             .to_tuple("jpg", "cls")
             .map_tuple(lambda b: opencv_decode(b, target), lambda b: int(b))
         )
-        return DataLoader(ds, batch_size=BATCH, num_workers=WORKERS)
+        return DataLoader(ds, batch_size=BATCH, num_workers=workers)
 
     return {
         "(i) ZIP (CDMLStreamDataset)": ours(paths["zip"]),
@@ -203,18 +205,47 @@ def run_once(make: Callable[[], DataLoader[Any]], n: int) -> tuple[float, float]
     return t_first, rate
 
 
+def cpu_per_image(make: Callable[[], DataLoader[Any]], n: int) -> float:
+    """µs of CPU per image over an epoch in this process (``num_workers=0``): the work
+    itself, which other load on the machine disturbs far less than wall time."""
+    loader = make()
+    c0 = time.process_time()
+    seen = sum(x.shape[0] for x, _ in loader)
+    assert seen == n, f"saw {seen} of {n} images"
+    return (time.process_time() - c0) / n * 1e6
+
+
+def print_table(title: str, best: dict[int, dict[str, float]], fmt: str, higher: bool) -> None:
+    print(title)
+    targets = list(best)
+    cols = " | ".join(f"{t} px {fmt} | vs (iii)" for t in targets)
+    print(f"| variant | {cols} |")
+    print("|---|" + "---:|---:|" * len(targets))
+    base = "(iii) class folders, file reads"
+    for name in best[targets[0]]:
+        cells = []
+        for t in targets:
+            v, b = best[t][name], best[t][base]
+            cells.append(f"{v:,.0f} | {(v / b if higher else b / v):.2f}x")
+        print(f"| {name} | {' | '.join(cells)} |")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--images", type=int, default=2048)
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--targets", type=int, nargs="+", default=list(TARGETS))
     ap.add_argument("--json", type=Path, help="also write the results here")
+    ap.add_argument(
+        "--cpu-reps", type=int, default=2, help="runs of the CPU-per-image table (0: skip it)"
+    )
     args = ap.parse_args()
     n = args.images - args.images % BATCH
     cv2.setNumThreads(1)
     torch.set_num_threads(1)
     t_start = time.perf_counter()
     best: dict[int, dict[str, float]] = {}
+    cpu: dict[int, dict[str, float]] = {}
     with tempfile.TemporaryDirectory(prefix="bench-dataset-") as tmp:
         items = make_images(n)
         paths = build(Path(tmp), items, shards=2 * WORKERS)
@@ -225,25 +256,32 @@ def main() -> int:
                 for name, make in makers.items():
                     rates[name].append(run_once(make, n)[1])
             best[target] = {k: max(v) for k, v in rates.items()}
+            inline = loaders(paths, target, workers=0)
+            costs: dict[str, list[float]] = {k: [] for k in inline}
+            for _ in range(args.cpu_reps):
+                for name, make in inline.items():
+                    costs[name].append(cpu_per_image(make, n))
+            if args.cpu_reps:
+                cpu[target] = {k: min(v) for k, v in costs.items()}
     jpeg_kb = sum(len(d) for _, d in items) / n / 1024
     print(
-        f"{n} JPEGs of {SIZE}x{SIZE} (mean {jpeg_kb:.1f} KB), DataLoader(num_workers={WORKERS}, "
-        f"batch_size={BATCH}), best of {args.reps}; torch and OpenCV threads 1, "
-        f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f} at the end; JPEG "
-        f"decoder {jpeg_backend.backend()}, area shrink {area_backend()}"
+        f"{n} JPEGs of {SIZE}x{SIZE} (mean {jpeg_kb:.1f} KB), batch_size={BATCH}, best of "
+        f"{args.reps}; torch and OpenCV threads 1, {os.cpu_count()} CPUs, load average "
+        f"{os.getloadavg()[0]:.1f} at the end; JPEG decoder {jpeg_backend.backend()}, area "
+        f"shrink {area_backend()}"
     )
-    cols = " | ".join(f"{t} px img/s | vs (iii)" for t in args.targets)
-    print(f"| variant | {cols} |")
-    print("|---|" + "---:|---:|" * len(args.targets))
-    base = "(iii) class folders, file reads"
-    for name in best[args.targets[0]]:
-        cells = " | ".join(
-            f"{best[t][name]:,.0f} | {best[t][name] / best[t][base]:.2f}x" for t in args.targets
+    print_table(f"images/s, DataLoader(num_workers={WORKERS}):", best, "img/s", higher=True)
+    if cpu:
+        print_table(
+            f"CPU µs per image, num_workers=0, best of {args.cpu_reps} (ratio: (iii) ÷ variant):",
+            cpu,
+            "µs",
+            higher=False,
         )
-        print(f"| {name} | {cells} |")
     print(f"total {time.perf_counter() - t_start:.0f} s")
     if args.json:
-        args.json.write_text(json.dumps({str(t): r for t, r in best.items()}, indent=2))
+        out = {"images_per_s": best, "cpu_us_per_image": cpu}
+        args.json.write_text(json.dumps(out, indent=2))
     return 0
 
 
