@@ -1,6 +1,6 @@
 """Image bytes to uint8 H×W×3 RGB arrays, with reduced-size JPEG decoding.
 
-JPEGs go through libjpeg-turbo at the smallest M/8 scale that covers the target
+JPEGs go through libjpeg-turbo at the smallest fast M/8 scale that covers the target
 (:mod:`.jpeg`), other formats (and JPEGs it refuses) through OpenCV; shrinking is area
 averaging (:mod:`.area`).
 """

@@ -84,5 +84,5 @@ def decode_scaled(
         return sj.decode_jpeg(  # type: ignore[no-any-return]
             data, colorspace="RGB", min_width=w, min_height=h, strict=True
         )
-    except (ValueError, RuntimeError, MemoryError):
+    except Exception:  # ValueError on bad data, MemoryError: OpenCV decides and words it
         return None
