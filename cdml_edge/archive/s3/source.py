@@ -346,8 +346,15 @@ class S3Source:
 
     # -- pickling ------------------------------------------------------------------------
     def __getstate__(self) -> dict[str, Any]:
+        # the tail travels (format detection is served from it); a central directory or
+        # member index does not: a pickled archive carries its parsed index instead
         with self._known_lock:
-            known = self._known.chunks()
+            floor = (self._size or 0) - self.tail_bytes
+            known = [
+                (max(off, floor), data[max(0, floor - off) :])
+                for off, data in self._known.chunks()
+                if off + len(data) > floor
+            ]
         return {
             "bucket": self.bucket,
             "key": self.key,

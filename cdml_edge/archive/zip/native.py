@@ -67,6 +67,8 @@ def inflate_backend() -> str:
 class ZipIndex:
     """The central directory parsed by C; names decoded in one pass on the Python side."""
 
+    _keep: Any = None  # an unpickled index: the entry array its cz_index points to
+
     def __init__(self, cd: CentralDirectory, archive: str) -> None:
         out = ffi.new("cz_index **")
         err = ffi.new("char[]", 256)
@@ -102,6 +104,12 @@ class ZipIndex:
         self.names = names
         self.ndirs = int(idx.ndirs)
         self.count = count
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        """Pickled as the entry array's bytes (the names travel with the archive's rows)."""
+        size = int(ffi.sizeof("cz_entry"))
+        raw = ffi.buffer(self._ents, size * self.count)[:] if self.count else b""
+        return (_load_index, (size, raw, self.count, self.ndirs))
 
     def spans(self) -> list[tuple[int, int]]:
         """``(local header offset, compressed size)`` of every entry, in directory order."""
@@ -223,3 +231,19 @@ class ZipIndex:
         ptrs = ffi.new("uint8_t *[]", keep)
         lens = ffi.new("uint64_t[]", [len(b) for b in bufs])
         return int(lib.cz_read_bufs(self._idx, ptrs, lens, c_ids, n, outs, status, aux))
+
+
+def _load_index(size: int, raw: bytes, count: int, ndirs: int) -> ZipIndex | None:
+    """A :class:`ZipIndex` over a pickled entry array (``None`` when this build's entry
+    layout differs: the archive is then opened from its source again)."""
+    if size != ffi.sizeof("cz_entry") or len(raw) != size * count:
+        return None
+    idx = ffi.new("cz_index *")
+    ents = ffi.new("cz_entry[]", max(count, 1))
+    ffi.memmove(ents, raw, len(raw))
+    idx.entries, idx.count, idx.ndirs = ents, count, ndirs
+    self = ZipIndex.__new__(ZipIndex)
+    self._keep = ents  # owns the entries idx points to
+    self._idx, self._ents = idx, ents
+    self.names, self.ndirs, self.count = [], ndirs, count
+    return self
