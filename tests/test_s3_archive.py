@@ -60,7 +60,7 @@ def uploaded(s3_server: S3Server) -> dict[str, tuple[bytes, dict[str, bytes]]]:
 @pytest.fixture
 def endpoint(s3_server: S3Server, monkeypatch: pytest.MonkeyPatch) -> str:
     monkeypatch.setenv(ENDPOINT_ENV, s3_server.proxy.url)
-    monkeypatch.delenv(INDEX_CACHE_ENV, raising=False)
+    monkeypatch.setenv(INDEX_CACHE_ENV, "off")
     s3_server.proxy.reset()
     return s3_server.proxy.url
 

@@ -50,6 +50,7 @@ def blob(s3_server: S3Server) -> bytes:
 def _open(server: S3Server, key: str = "data/blob.bin", **kw: object) -> S3Source:
     server.proxy.reset()
     kw.setdefault("retry", FAST)
+    kw.setdefault("index_cache", False)  # request counts here are those of a first open
     return open_s3_source(f"s3://{BUCKET}/{key}", endpoint_url=server.proxy.url, **kw)  # type: ignore[arg-type]
 
 

@@ -11,7 +11,8 @@ go through :func:`cdml_edge.fsio.atomic_writer`, so concurrent processes never s
 Full policy: the folder is bounded by ``max_bytes``. After each write the least recently
 used entries (oldest ``mtime``; a hit refreshes it) are deleted until the total fits. An
 entry larger than ``max_bytes`` on its own is not stored. A corrupt or unreadable entry
-counts as a miss and is deleted.
+counts as a miss and is deleted. A folder that cannot be written (read-only, full) only
+counts ``write_errors``: the archive is read all the same.
 """
 
 from __future__ import annotations
@@ -55,6 +56,8 @@ class S3IndexCache:
             raise ValueError("max_bytes must be positive")
         self.root = Path(root)
         self.max_bytes = int(max_bytes)
+        #: entries that could not be written (folder not writable, disk full)
+        self.write_errors = 0
 
     def __repr__(self) -> str:
         return f"S3IndexCache({str(self.root)!r}, max_bytes={self.max_bytes})"
@@ -65,6 +68,7 @@ class S3IndexCache:
     def __setstate__(self, state: dict[str, object]) -> None:
         self.root = Path(str(state["root"]))
         self.max_bytes = int(state["max_bytes"])  # type: ignore[call-overload]
+        self.write_errors = 0
 
     # -- keys ---------------------------------------------------------------------------
     @staticmethod
@@ -107,10 +111,14 @@ class S3IndexCache:
         raw = _encode(ident, etag, size, chunks)
         if len(raw) > self.max_bytes:
             return False
-        self.root.mkdir(parents=True, exist_ok=True)
         path = self.path_for(ident)
-        with atomic_writer(path, mode=0o600, tmp_suffix=_SUFFIX) as fh:
-            fh.write(raw)
+        try:
+            self.root.mkdir(parents=True, exist_ok=True)
+            with atomic_writer(path, mode=0o600, tmp_suffix=_SUFFIX) as fh:
+                fh.write(raw)
+        except OSError:  # a read-only or full cache folder costs speed, never the read
+            self.write_errors += 1
+            return False
         self._evict(keep=path)
         return True
 

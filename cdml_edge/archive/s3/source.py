@@ -3,7 +3,8 @@
 :func:`open_s3_source` returns an :class:`S3Source` (a :class:`~cdml_edge.archive.source.
 ByteSource`). Opening costs one suffix-range ``GET`` of the object's tail (which also yields
 its size and ETag); the archive reader's tail read is served from it and its central
-directory / member index read costs one more ranged ``GET`` at most. With an
+directory / member index read costs one more ranged ``GET`` at most (a long one is cut
+into ``part_bytes`` parts fetched in parallel). With an
 :class:`~cdml_edge.archive.s3.index_cache.S3IndexCache`, a second open costs one ``HEAD``
 (ETag check) and no ``GET``. Each ``pread`` is one ranged ``GET``; ``pread_many`` merges
 ranges whose gap is at most ``gap`` bytes into one ``GET`` and splits the answer.
@@ -46,14 +47,17 @@ from cdml_edge.archive.s3.ranges import Extents, coalesce, content_range
 from cdml_edge.archive.s3.settings import (
     ENDPOINT_ENV,
     INDEX_CACHE_BYTES_ENV,
-    INDEX_CACHE_ENV,
     REGION_ENV,
+    index_cache_dir,
 )
 
 # Ranges closer than this are fetched in one GET (the gap bytes are read and dropped).
 DEFAULT_GAP = 256 << 10
 # One coalesced GET never spans more than this.
 DEFAULT_MAX_REQUEST = 16 << 20
+# A single read longer than twice this (a central directory, a member index) is fetched as
+# parts of this size by parallel ranged GETs.
+DEFAULT_PART_BYTES = 4 << 20
 # Bytes read from the end of the object at open: a ZIP end record with the longest comment
 # (22 + 65535), the ZIP64 locator and record, and a tar.zst seek table of small archives.
 DEFAULT_TAIL_BYTES = 128 << 10
@@ -87,9 +91,10 @@ class S3Source:
         max_request: int = DEFAULT_MAX_REQUEST,
         tail_bytes: int = DEFAULT_TAIL_BYTES,
         retry: RetryPolicy | None = None,
+        part_bytes: int = DEFAULT_PART_BYTES,
     ) -> None:
-        if gap < 0 or max_request <= 0 or tail_bytes <= 0:
-            raise ValueError("gap must be >= 0, max_request and tail_bytes > 0")
+        if gap < 0 or max_request <= 0 or tail_bytes <= 0 or part_bytes <= 0:
+            raise ValueError("gap must be >= 0, max_request, tail_bytes and part_bytes > 0")
         self.bucket = bucket
         self.key = key
         self.endpoint_url = endpoint_url or None
@@ -98,6 +103,7 @@ class S3Source:
         self.gap = int(gap)
         self.max_request = int(max_request)
         self.tail_bytes = int(tail_bytes)
+        self.part_bytes = int(part_bytes)
         self.retry = retry or RetryPolicy()
         self.stats = S3Stats()
         self.index_source = "none"  # how the index was obtained: "network" or "cache"
@@ -154,7 +160,7 @@ class S3Source:
         if data is not None:
             self._count(served=1)
             return data
-        fetched = self._get_range(a, b)
+        fetched = self._get_parts(a, b)
         with self._known_lock:
             head = self._known.get(offset, a) if a > offset else b""
             tail = self._known.get(b, end) if end > b else b""
@@ -288,6 +294,19 @@ class S3Source:
         resp, _ = self._request("HEAD")
         return int(resp["ContentLength"]), str(resp.get("ETag") or "")
 
+    def _get_parts(self, start: int, end: int) -> bytes:
+        """Bytes ``[start, end)``; a long range as parallel ranged GETs of ``part_bytes``.
+
+        Only called from the reading thread (never from the pool: no nested waits)."""
+        part = self.part_bytes
+        if end - start <= 2 * part:
+            return self._get_range(start, end)
+        cuts = [*range(start, end, part), end]
+        if cuts[-1] - cuts[-2] < part // 2:  # no runt at the end
+            del cuts[-2]
+        spans = list(zip(cuts, cuts[1:], strict=False))
+        return b"".join(shared_pool().map(lambda g: self._get_range(g[0], g[1]), spans))
+
     def _get_range(self, start: int, end: int) -> bytes:
         kwargs: dict[str, Any] = {"Range": f"bytes={start}-{end - 1}"}
         if self._etag:
@@ -364,6 +383,7 @@ class S3Source:
             "gap": self.gap,
             "max_request": self.max_request,
             "tail_bytes": self.tail_bytes,
+            "part_bytes": self.part_bytes,
             "retry": self.retry,
             "size": self._size,
             "etag": self._etag,
@@ -382,6 +402,7 @@ class S3Source:
             max_request=state["max_request"],
             tail_bytes=state["tail_bytes"],
             retry=state["retry"],
+            part_bytes=state.get("part_bytes", DEFAULT_PART_BYTES),
         )
         self._size, self._etag = state["size"], state["etag"]
         self.index_source = state["index_source"]
@@ -397,7 +418,7 @@ def open_s3_source(
     *,
     endpoint_url: str | None = None,
     region: str | None = None,
-    index_cache: S3IndexCache | str | os.PathLike[str] | None = None,
+    index_cache: S3IndexCache | str | os.PathLike[str] | bool | None = None,
     gap: int = DEFAULT_GAP,
     max_request: int = DEFAULT_MAX_REQUEST,
     tail_bytes: int = DEFAULT_TAIL_BYTES,
@@ -408,14 +429,17 @@ def open_s3_source(
     ``endpoint_url`` defaults to ``$CDML_EDGE_S3_ENDPOINT`` (else boto3's own resolution),
     ``region`` to ``$CDML_EDGE_S3_REGION`` (else the boto3 chain, else ``us-east-1``);
     ``index_cache`` (a folder or an :class:`S3IndexCache`) defaults to
-    ``$CDML_EDGE_S3_INDEX_CACHE`` (bounded by ``$CDML_EDGE_S3_INDEX_CACHE_BYTES``) when set.
+    ``$CDML_EDGE_S3_INDEX_CACHE``, else the user's cache folder (``off``: no cache), bounded
+    by ``$CDML_EDGE_S3_INDEX_CACHE_BYTES`` (default 256 MiB); ``False`` opens without one.
     Raises :class:`S3NotFoundError` / :class:`S3AccessError` naming bucket and key on 404 / 403.
     """
     bucket, key = parse_s3_url(url)
     endpoint_url = endpoint_url or os.environ.get(ENDPOINT_ENV) or None
     region = region or os.environ.get(REGION_ENV) or None
-    if index_cache is None and os.environ.get(INDEX_CACHE_ENV):
-        index_cache = os.environ[INDEX_CACHE_ENV]
+    if index_cache is None or index_cache is True:
+        index_cache = index_cache_dir()
+    elif index_cache is False:
+        index_cache = None
     if index_cache is not None and not isinstance(index_cache, S3IndexCache):
         bound = os.environ.get(INDEX_CACHE_BYTES_ENV)
         index_cache = S3IndexCache(index_cache, int(bound) if bound else DEFAULT_INDEX_CACHE_BYTES)

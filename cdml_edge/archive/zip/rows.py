@@ -86,7 +86,13 @@ def _load_native(packed: Any, count: int, native: Any) -> ZipRows | None:
     return ZipRows.build(_names(packed, count), native, [], native.ndirs)
 
 
-def _load_python(packed: Any, count: int, cols: list[array[Any]]) -> ZipRows:
+def _load_python(packed: Any, count: int, cols: list[array[Any]]) -> ZipRows | None:
+    """Rows of the Python path (``None`` when the C core is on here: the receiving
+    process reads on its own engine, so the archive is opened from its source again)."""
+    from cdml_edge.archive.native import module
+
+    if module() is not None:
+        return None
     names = _names(packed, count)
     entries: list[Entry] = list(zip(names, *(c.tolist() for c in cols), strict=True))
     return ZipRows.build(names, None, entries, None)
