@@ -18,6 +18,7 @@ from cdml_edge.archive.s3 import (
     REGION_ENV,
     RetryPolicy,
     S3AccessError,
+    S3IndexCache,
     S3NotFoundError,
     S3ObjectChangedError,
     S3Source,
@@ -336,3 +337,30 @@ def test_configure_sets_process_defaults(
     again = open_s3_source(f"s3://{BUCKET}/data/blob.bin", retry=FAST)
     assert again.index_source == "cache"
     assert [s.method for s in s3_server.proxy.seen()] == ["GET", "HEAD"]
+
+
+def test_long_read_is_parallel_ranged_gets(s3_server: S3Server, blob: bytes) -> None:
+    """A read over twice ``part_bytes`` (a central directory) is cut into parts fetched
+    at once; a shorter one stays one GET."""
+    src = _open(s3_server, tail_bytes=4096, part_bytes=256 << 10)
+    s3_server.proxy.reset()
+    assert src.pread(100, 1_000_000) == blob[100:1_000_100]
+    ranges = sorted(
+        tuple(int(x) for x in s.range.removeprefix("bytes=").split("-"))  # type: ignore[union-attr]
+        for s in s3_server.proxy.seen("GET")
+    )
+    starts = [100 + k * (256 << 10) for k in range(4)]  # the last part is 213,568 bytes
+    assert ranges == [(a, b - 1) for a, b in zip(starts, [*starts[1:], 1_000_100], strict=True)]
+    s3_server.proxy.reset()
+    assert src.pread(2_000_000, 512 << 10) == blob[2_000_000 : 2_000_000 + (512 << 10)]
+    assert s3_server.proxy.count("GET") == 1
+
+
+def test_unwritable_index_cache_never_fails_a_read(
+    s3_server: S3Server, blob: bytes, tmp_path: Path
+) -> None:
+    (tmp_path / "file").write_bytes(b"")
+    cache = S3IndexCache(tmp_path / "file" / "cache")  # a folder below a file: cannot exist
+    src = _open(s3_server, index_cache=cache)
+    assert src.pread(len(blob) - 10, 10) == blob[-10:]
+    assert cache.write_errors >= 1 and cache.total_bytes() == 0

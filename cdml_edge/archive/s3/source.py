@@ -423,6 +423,7 @@ def open_s3_source(
     max_request: int = DEFAULT_MAX_REQUEST,
     tail_bytes: int = DEFAULT_TAIL_BYTES,
     retry: RetryPolicy | None = None,
+    part_bytes: int = DEFAULT_PART_BYTES,
 ) -> S3Source:
     """Open ``s3://bucket/key`` and read its tail (or its cached index).
 
@@ -453,6 +454,7 @@ def open_s3_source(
         max_request=max_request,
         tail_bytes=tail_bytes,
         retry=retry,
+        part_bytes=part_bytes,
     )
     source.open()
     return source
