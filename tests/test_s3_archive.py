@@ -130,8 +130,8 @@ def test_read_many_coalesces_neighbours(
     got = arc.read_many(names[::-1])
     assert got == [members[n] for n in names[::-1]]
     assert s3_server.proxy.count("GET") == 1
-    # spread-out members with a gap of 0: one GET per isolated member
-    tight = open_archive(open_s3_source(f"s3://{BUCKET}/{key}", gap=0))
+    # spread-out members with a fixed gap of 0: one GET per isolated member
+    tight = open_archive(open_s3_source(f"s3://{BUCKET}/{key}", gap=0, adaptive_gap=False))
     spread = tight.names()[0:600:100]
     s3_server.proxy.reset()
     assert tight.read_many(spread) == [members[n] for n in spread]

@@ -27,6 +27,7 @@ from cdml_edge.archive.s3 import (
     open_s3_source,
     parse_s3_url,
 )
+from cdml_edge.archive.s3.pace import ASSUMED_BANDWIDTH, RequestPace
 from cdml_edge.archive.s3.ranges import coalesce
 
 BUCKET = "src-bucket"
@@ -52,6 +53,7 @@ def _open(server: S3Server, key: str = "data/blob.bin", **kw: object) -> S3Sourc
     server.proxy.reset()
     kw.setdefault("retry", FAST)
     kw.setdefault("index_cache", False)  # request counts here are those of a first open
+    kw.setdefault("adaptive_gap", False)  # and coalescing follows ``gap`` alone
     return open_s3_source(f"s3://{BUCKET}/{key}", endpoint_url=server.proxy.url, **kw)  # type: ignore[arg-type]
 
 
@@ -364,3 +366,33 @@ def test_unwritable_index_cache_never_fails_a_read(
     src = _open(s3_server, index_cache=cache)
     assert src.pread(len(blob) - 10, 10) == blob[-10:]
     assert cache.write_errors >= 1 and cache.total_bytes() == 0
+
+
+def test_request_pace_gap_is_the_bandwidth_delay_product() -> None:
+    pace = RequestPace()
+    assert pace.gap(1000, 1 << 30) == 1000  # nothing measured: the configured gap
+    pace.observe(0, 0.02)  # a HEAD: 20 ms before any byte
+    assert pace.gap(1000, 1 << 30) == int(0.02 * ASSUMED_BANDWIDTH)
+    pace.observe(4 << 20, 0.02 + (4 << 20) / 50e6)  # 4 MiB at 50 MB/s after the latency
+    assert pace.gap(1000, 1 << 30) == pytest.approx(0.02 * 50e6, rel=1e-6)
+    assert pace.gap(1000, 500_000) == 500_000  # never past max_request
+    slow = pickle.loads(pickle.dumps(pace))  # workers inherit what the parent measured
+    assert slow.gap(1000, 1 << 30) == pace.gap(1000, 1 << 30)
+
+
+def test_adaptive_gap_coalesces_where_requests_cost_more_than_bytes(
+    s3_server: S3Server, blob: bytes
+) -> None:
+    """Ranges 100 KiB apart: separate GETs under a fixed 64 KiB gap; one GET once the
+    source has measured that a request costs more than 100 KiB of transfer."""
+    ranges = [(k * 200_000, 1000) for k in range(8)]
+    fixed = _open(s3_server, gap=64 << 10, tail_bytes=4096)
+    s3_server.proxy.reset()
+    assert fixed.pread_many(ranges) == [blob[o : o + n] for o, n in ranges]
+    assert s3_server.proxy.count("GET") == 8
+    learnt = _open(s3_server, gap=64 << 10, tail_bytes=4096, adaptive_gap=True)
+    learnt.pace.observe(0, 0.05)  # as a store 50 ms away would answer
+    learnt.pace.observe(8 << 20, 0.05 + (8 << 20) / 100e6)  # at 100 MB/s: gap 5 MB
+    s3_server.proxy.reset()
+    assert learnt.pread_many(ranges) == [blob[o : o + n] for o, n in ranges]
+    assert s3_server.proxy.count("GET") == 1

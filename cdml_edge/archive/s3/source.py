@@ -7,7 +7,9 @@ directory / member index read costs one more ranged ``GET`` at most (a long one 
 into ``part_bytes`` parts fetched in parallel). With an
 :class:`~cdml_edge.archive.s3.index_cache.S3IndexCache`, a second open costs one ``HEAD``
 (ETag check) and no ``GET``. Each ``pread`` is one ranged ``GET``; ``pread_many`` merges
-ranges whose gap is at most ``gap`` bytes into one ``GET`` and splits the answer.
+ranges whose gap is at most ``gap`` bytes into one ``GET`` and splits the answer; with
+``adaptive_gap`` (the default) the gap grows to what one request's latency is worth in bytes
+at the bandwidth measured on the source's own GETs (:mod:`.pace`), up to ``max_request``.
 
 Every ``GET`` after open carries ``If-Match: <ETag>``: an object replaced while open raises
 :class:`S3ObjectChangedError` instead of mixing bytes of two versions.
@@ -43,6 +45,7 @@ from cdml_edge.archive.s3.errors import (
     map_client_error,
 )
 from cdml_edge.archive.s3.index_cache import DEFAULT_INDEX_CACHE_BYTES, S3IndexCache
+from cdml_edge.archive.s3.pace import RequestPace
 from cdml_edge.archive.s3.ranges import Extents, coalesce, content_range
 from cdml_edge.archive.s3.settings import (
     ENDPOINT_ENV,
@@ -92,6 +95,7 @@ class S3Source:
         tail_bytes: int = DEFAULT_TAIL_BYTES,
         retry: RetryPolicy | None = None,
         part_bytes: int = DEFAULT_PART_BYTES,
+        adaptive_gap: bool = True,
     ) -> None:
         if gap < 0 or max_request <= 0 or tail_bytes <= 0 or part_bytes <= 0:
             raise ValueError("gap must be >= 0, max_request, tail_bytes and part_bytes > 0")
@@ -104,6 +108,9 @@ class S3Source:
         self.max_request = int(max_request)
         self.tail_bytes = int(tail_bytes)
         self.part_bytes = int(part_bytes)
+        self.adaptive_gap = bool(adaptive_gap)
+        #: latency and bandwidth measured on this source's GETs (see :mod:`.pace`)
+        self.pace = RequestPace()
         self.retry = retry or RetryPolicy()
         self.stats = S3Stats()
         self.index_source = "none"  # how the index was obtained: "network" or "cache"
@@ -199,7 +206,7 @@ class S3Source:
                     todo.append((off, end, i))
         if served:
             self._count(served=served)
-        groups = coalesce(todo, self.gap, self.max_request)
+        groups = coalesce(todo, self.coalesce_gap(), self.max_request)
         if len(groups) == 1:
             results = [self._get_range(groups[0][0], groups[0][1])]
         else:
@@ -294,6 +301,14 @@ class S3Source:
         resp, _ = self._request("HEAD")
         return int(resp["ContentLength"]), str(resp.get("ETag") or "")
 
+    def coalesce_gap(self) -> int:
+        """The gap ``pread_many`` bridges: ``gap``, or with ``adaptive_gap`` what one
+        request's latency is worth in bytes at the measured bandwidth (up to
+        ``max_request``)."""
+        if not self.adaptive_gap:
+            return self.gap
+        return self.pace.gap(self.gap, self.max_request)
+
     def _get_parts(self, start: int, end: int) -> bytes:
         """Bytes ``[start, end)``; a long range as parallel ranged GETs of ``part_bytes``.
 
@@ -324,11 +339,14 @@ class S3Source:
         for attempt in range(attempts):
             bind_stats(self.stats)
             try:
+                t0 = time.perf_counter()
                 resp = call(Bucket=self.bucket, Key=self.key, **kwargs)
                 body = resp["Body"].read() if method == "GET" else b""
                 if expect is not None and len(body) != expect:
                     raise _ShortBody(f"got {len(body)} of {expect} bytes")
                 self._count(nbytes=len(body), retried=max(0, sent_count() - 1))
+                if sent_count() == 1:  # a retried request measures the retries
+                    self.pace.observe(len(body), time.perf_counter() - t0)
                 return resp, body
             except NoCredentialsError as exc:
                 raise S3AccessError(
@@ -384,6 +402,8 @@ class S3Source:
             "max_request": self.max_request,
             "tail_bytes": self.tail_bytes,
             "part_bytes": self.part_bytes,
+            "adaptive_gap": self.adaptive_gap,
+            "pace": self.pace,
             "retry": self.retry,
             "size": self._size,
             "etag": self._etag,
@@ -403,7 +423,9 @@ class S3Source:
             tail_bytes=state["tail_bytes"],
             retry=state["retry"],
             part_bytes=state.get("part_bytes", DEFAULT_PART_BYTES),
+            adaptive_gap=state.get("adaptive_gap", True),
         )
+        self.pace = state.get("pace") or RequestPace()
         self._size, self._etag = state["size"], state["etag"]
         self.index_source = state["index_source"]
         self._known = Extents(state["known"])
@@ -424,6 +446,7 @@ def open_s3_source(
     tail_bytes: int = DEFAULT_TAIL_BYTES,
     retry: RetryPolicy | None = None,
     part_bytes: int = DEFAULT_PART_BYTES,
+    adaptive_gap: bool = True,
 ) -> S3Source:
     """Open ``s3://bucket/key`` and read its tail (or its cached index).
 
@@ -455,6 +478,7 @@ def open_s3_source(
         tail_bytes=tail_bytes,
         retry=retry,
         part_bytes=part_bytes,
+        adaptive_gap=adaptive_gap,
     )
     source.open()
     return source
