@@ -95,3 +95,39 @@ def test_receiver_without_the_c_core_reads_the_index_itself(
     clone = pickle.loads(state)
     assert clone.engine == "python"
     _same(arc, clone)
+
+
+def _reordered_zip(overlap: bool) -> bytes:
+    """A ZIP whose central directory lists members in reverse order (offsets unsorted);
+    with ``overlap``, the last record points 10 bytes into the first member."""
+    import io
+    import struct
+    import zipfile
+
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as zf:
+        for i in range(5):
+            zf.writestr(f"m{i}.bin", bytes([i]) * 100)
+    blob = buf.getvalue()
+    eocd = blob.rindex(b"PK\x05\x06")
+    cd_size, cd_off = struct.unpack_from("<LL", blob, eocd + 12)
+    records, pos = [], cd_off
+    while pos < cd_off + cd_size:
+        n, e, c = struct.unpack_from("<HHH", blob, pos + 28)
+        records.append(bytearray(blob[pos : pos + 46 + n + e + c]))
+        pos += 46 + n + e + c
+    if overlap:
+        struct.pack_into("<L", records[-1], 42, 10)
+    return blob[:cd_off] + b"".join(reversed(records)) + blob[cd_off + cd_size :]
+
+
+@pytest.mark.usefixtures("engine")
+def test_overlap_check_on_an_unsorted_central_directory(tmp_path: Path) -> None:
+    from cdml_edge.archive import UnsafeMemberError
+
+    ok = open_archive(_reordered_zip(False))
+    assert ok.names() == [f"m{i}.bin" for i in reversed(range(5))]
+    assert ok.read("m2.bin") == bytes([2]) * 100
+    with pytest.raises(UnsafeMemberError, match=r"overlaps member 'm0.bin' \(offset 10\)") as exc:
+        open_archive(_reordered_zip(True))
+    assert exc.value.member == "m4.bin"

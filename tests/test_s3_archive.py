@@ -244,3 +244,18 @@ def test_partial_cache_entry_is_completed(
     arc = open_archive(open_s3_source(url, index_cache=cache))
     assert [s.method for s in s3_server.proxy.seen()] == ["HEAD"]
     assert len(arc) == 100_000
+
+
+def test_cache_hit_starts_with_the_measured_pace(
+    s3_server: S3Server, uploaded: dict, endpoint: str, tmp_path: os.PathLike[str]
+) -> None:
+    """The latency and bandwidth measured while fetching the index are kept with it, so a
+    re-open (one HEAD, no GET) coalesces its first batch as the first open would."""
+    cache = S3IndexCache(tmp_path)
+    url = f"s3://{BUCKET}/set/big.zip"
+    first = open_s3_source(url, index_cache=cache)
+    open_archive(first)
+    lat, bw = first.pace.measured()
+    assert lat is not None and bw is not None  # the tail GET and the central directory GET
+    again = open_s3_source(url, index_cache=cache)
+    assert again.index_source == "cache" and again.pace.measured()[1] == bw

@@ -42,6 +42,8 @@ class CachedIndex:
     etag: str
     size: int
     chunks: tuple[tuple[int, bytes], ...]
+    #: ``(latency s, bandwidth B/s)`` measured on the store when stored (see :mod:`.pace`)
+    pace: tuple[float | None, float | None] = (None, None)
 
 
 class S3IndexCache:
@@ -103,12 +105,19 @@ class S3IndexCache:
             self.path_for(ident).unlink()
 
     # -- write --------------------------------------------------------------------------
-    def put(self, ident: str, etag: str, size: int, chunks: Sequence[tuple[int, bytes]]) -> bool:
+    def put(
+        self,
+        ident: str,
+        etag: str,
+        size: int,
+        chunks: Sequence[tuple[int, bytes]],
+        pace: tuple[float | None, float | None] = (None, None),
+    ) -> bool:
         """Store an entry atomically, then evict LRU entries over the bound.
 
         Returns ``False`` when the entry alone is over ``max_bytes`` (nothing is stored).
         """
-        raw = _encode(ident, etag, size, chunks)
+        raw = _encode(ident, etag, size, chunks, pace)
         if len(raw) > self.max_bytes:
             return False
         path = self.path_for(ident)
@@ -155,7 +164,13 @@ class S3IndexCache:
             total -= size
 
 
-def _encode(ident: str, etag: str, size: int, chunks: Sequence[tuple[int, bytes]]) -> bytes:
+def _encode(
+    ident: str,
+    etag: str,
+    size: int,
+    chunks: Sequence[tuple[int, bytes]],
+    pace: tuple[float | None, float | None],
+) -> bytes:
     payload = b"".join(data for _, data in chunks)
     header = json.dumps(
         {
@@ -164,6 +179,7 @@ def _encode(ident: str, etag: str, size: int, chunks: Sequence[tuple[int, bytes]
             "size": int(size),
             "ranges": [[int(off), len(data)] for off, data in chunks],
             "crc32": zlib.crc32(payload),
+            "pace": list(pace),
         },
         separators=(",", ":"),
     ).encode("utf-8")
@@ -180,6 +196,8 @@ def _decode(raw: bytes, ident: str) -> CachedIndex | None:
         header = json.loads(raw[_HEAD.size : _HEAD.size + hlen])
         ranges = [(int(o), int(n)) for o, n in header["ranges"]]
         etag, size, crc = str(header["etag"]), int(header["size"]), int(header["crc32"])
+        lat, bw = header.get("pace") or (None, None)
+        pace = (float(lat) if lat else None, float(bw) if bw else None)
         if header["ident"] != ident:
             return None
     except (ValueError, KeyError, TypeError):
@@ -192,4 +210,4 @@ def _decode(raw: bytes, ident: str) -> CachedIndex | None:
     for off, n in ranges:
         chunks.append((off, payload[pos : pos + n]))
         pos += n
-    return CachedIndex(etag=etag, size=size, chunks=tuple(chunks))
+    return CachedIndex(etag=etag, size=size, chunks=tuple(chunks), pace=pace)

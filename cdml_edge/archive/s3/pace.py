@@ -42,6 +42,18 @@ class RequestPace:
                 transfer = max(seconds - self.latency, seconds * 0.05, 1e-6)
                 self.bandwidth = _mix(self.bandwidth, nbytes / transfer)
 
+    def measured(self) -> tuple[float | None, float | None]:
+        """``(latency, bandwidth)`` as measured so far (kept with a cached index)."""
+        with self.lock:
+            return self.latency, self.bandwidth
+
+    def seed(self, latency: float | None, bandwidth: float | None) -> None:
+        """Start from earlier measurements (a cached index's); a value measured here wins."""
+        with self.lock:
+            if latency is not None and bandwidth is not None:
+                self.latency = _mix(latency, self.latency) if self.latency else latency
+                self.bandwidth = self.bandwidth or bandwidth
+
     def gap(self, floor: int, ceiling: int) -> int:
         """The gap worth one request: latency x bandwidth, within ``[floor, ceiling]``."""
         with self.lock:

@@ -238,6 +238,7 @@ class S3Source:
                 if etag == entry.etag and size == entry.size:
                     with self._known_lock:
                         self._known = Extents(entry.chunks)
+                    self.pace.seed(*entry.pace)
                     cache.touch(ident)
                     self._etag, self.index_source = etag, "cache"
                     self._recording = True  # an index read the entry lacks is added to it
@@ -289,7 +290,7 @@ class S3Source:
         with self._known_lock:
             chunks = self._known.chunks()
         ident = S3IndexCache.ident(self.endpoint_url, self.bucket, self.key)
-        cache.put(ident, self._etag, self._size, chunks)
+        cache.put(ident, self._etag, self._size, chunks, self.pace.measured())
 
     def memory_bytes(self) -> int:
         """Bytes of tail / index held in memory (served without requests)."""

@@ -130,16 +130,18 @@ def _parse(source: ByteSource, tail: tuple[int, bytes] | None, native: Any) -> Z
     entries: list[Entry] = []
     if native is not None:
         index = native.ZipIndex(cd, source.name)
-        names, spans, dirs = index.names, index.spans(), index.ndirs
+        names, dirs = index.names, index.ndirs
     else:
         index, dirs = None, None
         entries = parse_central_directory(cd, source.name)
         names = [e[0] for e in entries]
-        spans = [(e[1], e[2]) for e in entries]
     if (normal := normalize_member_names(names)) is not names:  # ./a, a//b -> a, a/b
         names = normal
         entries = [(n, *e[1:]) for n, e in zip(names, entries, strict=False)]
-    check_overlap(spans, names, source.name)
+    if index is not None:
+        index.check_overlap(names, source.name)
+    else:
+        check_overlap([(e[1], e[2]) for e in entries], names, source.name)
     return ZipRows.build(names, index, entries, dirs)
 
 

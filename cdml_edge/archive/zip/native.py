@@ -13,6 +13,7 @@ from cdml_edge.archive.errors import (
     ArchiveError,
     CorruptArchiveError,
     TruncatedArchiveError,
+    UnsafeMemberError,
 )
 from cdml_edge.archive.source import ByteSource, FileSource, MemorySource
 from cdml_edge.archive.zip import codecs
@@ -110,6 +111,20 @@ class ZipIndex:
         size = int(ffi.sizeof("cz_entry"))
         raw = ffi.buffer(self._ents, size * self.count)[:] if self.count else b""
         return (_load_index, (size, raw, self.count, self.ndirs))
+
+    def check_overlap(self, names: list[str], archive: str) -> None:
+        """:func:`~.read.check_overlap` in C: refuse members whose bytes overlap."""
+        pair = ffi.new("uint32_t[2]")
+        rc = lib.cz_find_overlap(self._idx, pair)
+        if rc < 0:
+            raise ArchiveError("out of memory checking member spans", archive=archive)
+        if rc:
+            prev, k = int(pair[0]), int(pair[1])
+            raise UnsafeMemberError(
+                f"member data overlaps member {names[prev]!r} (offset {self._ents[k].offset})",
+                archive=archive,
+                member=names[k],
+            )
 
     def spans(self) -> list[tuple[int, int]]:
         """``(local header offset, compressed size)`` of every entry, in directory order."""
