@@ -174,8 +174,9 @@ def read_rows(args: argparse.Namespace) -> None:
         ep = proxy.url
         rows: list[Row] = []
 
-        def ours_open() -> Any:
-            return open_archive(open_s3_source(url, endpoint_url=ep))
+        def ours_open(adaptive: bool = False) -> Any:
+            src = open_s3_source(url, endpoint_url=ep, index_cache=False, adaptive_gap=adaptive)
+            return open_archive(src)
 
         rows.append(
             measure(
@@ -190,7 +191,7 @@ def read_rows(args: argparse.Namespace) -> None:
         )
         rows.append(
             measure(
-                "ours: one read_many()",
+                "ours: one read_many() (gap 256 KiB)",
                 proxy,
                 needed,
                 len(names),
@@ -268,6 +269,17 @@ def read_rows(args: argparse.Namespace) -> None:
                 lambda: [s3fs_open(64 << 10)() for _ in parts],
                 lambda zs: _threaded(parts, lambda k: zs[k]),
                 expect_by(parts, members),
+            )
+        )
+        rows.append(
+            measure(
+                "ours: one read_many(), adaptive gap",
+                proxy,
+                needed,
+                len(names),
+                lambda: ours_open(adaptive=True),
+                lambda a: a.read_many(names),
+                expect,
             )
         )
         for f in cache_dir.glob("*"):
