@@ -250,11 +250,8 @@ class ZipIndex:
 
 def _load_index(size: int, raw: bytes, count: int, ndirs: int) -> ZipIndex | None:
     """A :class:`ZipIndex` over a pickled entry array (``None`` when this build's entry
-    layout differs or the C core is turned off here: the archive is then opened from its
-    source again, on this process's engine)."""
-    from cdml_edge.archive.native import module
-
-    if module() is None or size != ffi.sizeof("cz_entry") or len(raw) != size * count:
+    layout differs: the archive is then opened from its source again)."""
+    if size != ffi.sizeof("cz_entry") or len(raw) != size * count:
         return None
     idx = ffi.new("cz_index *")
     ents = ffi.new("cz_entry[]", max(count, 1))

@@ -80,8 +80,12 @@ def _names(packed: Any, count: int) -> list[str]:
 
 
 def _load_native(packed: Any, count: int, native: Any) -> ZipRows | None:
-    """Rows over an unpickled C index (``None`` when it could not be rebuilt here)."""
-    if native is None:
+    """Rows over an unpickled C index (``None`` when it could not be rebuilt here, or the
+    C core is turned off here: the archive is then opened from its source again, on this
+    process's engine)."""
+    from cdml_edge.archive.native import module
+
+    if native is None or module() is None:
         return None
     return ZipRows.build(_names(packed, count), native, [], native.ndirs)
 
