@@ -339,6 +339,16 @@ def test_configure_sets_process_defaults(
     again = open_s3_source(f"s3://{BUCKET}/data/blob.bin", retry=FAST)
     assert again.index_source == "cache"
     assert [s.method for s in s3_server.proxy.seen()] == ["GET", "HEAD"]
+    configure_s3(index_cache=False)  # off: every open reads the tail again
+    s3_server.proxy.reset()
+    off = open_s3_source(f"s3://{BUCKET}/data/blob.bin", retry=FAST)
+    assert off.index_cache is None and off.index_source == "network"
+    assert [s.method for s in s3_server.proxy.seen()] == ["GET"]
+    configure_s3(index_cache=True)  # on again, in the user's cache folder
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    on = open_s3_source(f"s3://{BUCKET}/data/blob.bin", retry=FAST)
+    assert on.index_cache is not None
+    assert on.index_cache.root == tmp_path / "xdg" / "cdml-edge" / "s3-index"
 
 
 def test_long_read_is_parallel_ranged_gets(s3_server: S3Server, blob: bytes) -> None:
