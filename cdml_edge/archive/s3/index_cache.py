@@ -5,7 +5,8 @@ those ranges in one file per object, so opening the same object again costs one 
 (to compare the ETag) and no ranged ``GET`` for the index.
 
 Layout: ``<root>/<sha256(endpoint|bucket|key)[:32]>.s3idx``, each file a small binary header
-(magic, JSON with ETag, size, ranges, CRC-32) followed by the range bytes, mode 0600. Writes
+(magic, JSON with ETag, size, ranges, CRC-32, and the latency and bandwidth measured
+while fetching them) followed by the range bytes, mode 0600. Writes
 go through :func:`cdml_edge.fsio.atomic_writer`, so concurrent processes never see half an entry.
 
 Full policy: the folder is bounded by ``max_bytes``. After each write the least recently
