@@ -43,8 +43,9 @@ class Archive:
     """A read-only archive: ``names()``, ``info()``, ``read()``, ``read_many()``, ``verify()``.
 
     Thread-safe (reads are positional and share no mutable state), fork-safe (file
-    handles are reopened when the process id changes) and picklable (the archive is
-    reopened from its source in the receiving process).
+    handles are reopened when the process id changes) and picklable (ZIP and tar
+    archives carry their parsed index as compact arrays, so the receiving process reads
+    no index bytes; :meth:`clone` is the same without pickling).
     """
 
     format: str = "?"
@@ -215,6 +216,12 @@ class Archive:
         """Open ``source`` as this format. ``tail`` is the ``(offset, bytes)`` read of the
         source's end that format detection made, for formats that can reuse it."""
         return cls(source, **limits)
+
+    def clone(self) -> Archive:
+        """An archive over the same source and the same parsed index, with its own reader
+        state: what unpickling gives, without the bytes (a forked worker's copy)."""
+        rebuild, args = self.__reduce__()[:2]
+        return rebuild(*args)  # type: ignore[no-any-return]
 
     def __reduce__(self) -> tuple[Any, ...]:
         # the receiving process opens the source again as the same format (no detection)

@@ -15,6 +15,7 @@ from cdml_edge.archive.errors import (
     ArchiveError,
     CorruptArchiveError,
     TruncatedArchiveError,
+    UnsafeMemberError,
 )
 from cdml_edge.archive.source import ByteSource, FileSource, MemorySource
 from cdml_edge.archive.zip import codecs
@@ -69,6 +70,8 @@ def inflate_backend() -> str:
 class ZipIndex:
     """The central directory parsed by C; names decoded in one pass on the Python side."""
 
+    _keep: Any = None  # an unpickled index: the entry array its cz_index points to
+
     def __init__(self, cd: CentralDirectory, archive: str) -> None:
         out = ffi.new("cz_index **")
         err = ffi.new("char[]", 256)
@@ -104,6 +107,26 @@ class ZipIndex:
         self.names = names
         self.ndirs = int(idx.ndirs)
         self.count = count
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        """Pickled as the entry array's bytes (the names travel with the archive's rows)."""
+        size = int(ffi.sizeof("cz_entry"))
+        raw = ffi.buffer(self._ents, size * self.count)[:] if self.count else b""
+        return (_load_index, (size, raw, self.count, self.ndirs))
+
+    def check_overlap(self, names: list[str], archive: str) -> None:
+        """:func:`~.read.check_overlap` in C: refuse members whose bytes overlap."""
+        pair = ffi.new("uint32_t[2]")
+        rc = lib.cz_find_overlap(self._idx, pair)
+        if rc < 0:
+            raise ArchiveError("out of memory checking member spans", archive=archive)
+        if rc:
+            prev, k = int(pair[0]), int(pair[1])
+            raise UnsafeMemberError(
+                f"member data overlaps member {names[prev]!r} (offset {self._ents[k].offset})",
+                archive=archive,
+                member=names[k],
+            )
 
     def spans(self) -> list[tuple[int, int]]:
         """``(local header offset, compressed size)`` of every entry, in directory order."""
@@ -267,3 +290,19 @@ class ZipIndex:
         ptrs = ffi.new("uint8_t *[]", keep)
         lens = ffi.new("uint64_t[]", [len(b) for b in bufs])
         return int(lib.cz_read_bufs(self._idx, ptrs, lens, c_ids, n, outs, status, aux))
+
+
+def _load_index(size: int, raw: bytes, count: int, ndirs: int) -> ZipIndex | None:
+    """A :class:`ZipIndex` over a pickled entry array (``None`` when this build's entry
+    layout differs: the archive is then opened from its source again)."""
+    if size != ffi.sizeof("cz_entry") or len(raw) != size * count:
+        return None
+    idx = ffi.new("cz_index *")
+    ents = ffi.new("cz_entry[]", max(count, 1))
+    ffi.memmove(ents, raw, len(raw))
+    idx.entries, idx.count, idx.ndirs = ents, count, ndirs
+    self = ZipIndex.__new__(ZipIndex)
+    self._keep = ents  # owns the entries idx points to
+    self._idx, self._ents = idx, ents
+    self.names, self.ndirs, self.count = [], ndirs, count
+    return self
