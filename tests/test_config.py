@@ -206,7 +206,8 @@ def test_state_dir_from_systemd_or_the_file(
         ({"retention": {"dir": "/r", "keep": "some"}}, "retention.keep", "must be"),
         ({"limits": {"max_inflight_bytes": 0}}, "limits.max_inflight_bytes", "greater than 0"),
         ({"health": {"metrics_port": 70000}}, "health.metrics_port", "less than or equal"),
-        ({"models": {"smell": {"path": "m.onnx"}}}, "models.smell", "not an allowed key"),
+        ({"models": {"smell": {"path": "m.onnx"}}}, "models.smell.modality", "not a modality"),
+        ({"sources": [_source(models=["nope"])]}, "sources[0].models", "not a model name"),
         ({"sources": [_source(kind="camera", path=None)]}, "sources[0]", "needs 'url'"),
         ({"sources": [_source(on_done="move")]}, "sources[0]", "move_to"),
     ],
@@ -422,3 +423,6 @@ def test_s3_section_becomes_process_defaults(
     assert os.environ[s3.REGION_ENV] == "eu-1"
     assert os.environ[s3.INDEX_CACHE_ENV] == str(tmp_path / "idx")
     assert os.environ[s3.INDEX_CACHE_BYTES_ENV] == str(8 * 1024**2)
+    path.write_text(yaml.safe_dump({"s3": {"use_index_cache": False}}))
+    s3.apply_s3_config(load_config(path).s3)  # type: ignore[arg-type]
+    assert os.environ[s3.INDEX_CACHE_ENV] == "off" and s3.settings.index_cache_dir() is None
