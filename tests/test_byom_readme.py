@@ -1,21 +1,18 @@
-"""Every configuration in the README's "Bring your own model" section is valid as written."""
+"""Every configuration on the "Bring your own model" page (docs/byom.md) is valid as written."""
 
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 import pytest
 import yaml
+from docs_pages import page
 
 from cdml_edge.config import parse_config
 
-README = Path(__file__).resolve().parents[1] / "README.md"
-
 
 def _blocks() -> list[str]:
-    text = README.read_text(encoding="utf-8")
-    section = text.split("<!-- section:byom -->", 1)[1].split("<!-- /section:byom -->", 1)[0]
+    section = page("byom").read_text(encoding="utf-8")
     return re.findall(r"```yaml\n(.*?)```", section, flags=re.S)
 
 
@@ -28,7 +25,7 @@ def test_the_section_shows_every_output_kind() -> None:
 @pytest.mark.parametrize("block", _blocks(), ids=lambda b: b.splitlines()[1].strip()[:40])
 def test_each_config_block_parses(block: str, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("CAM_PASSWORD", "secret")
-    cfg = parse_config(yaml.safe_load(block), "README")
+    cfg = parse_config(yaml.safe_load(block), "docs/byom.md")
     assert cfg.models
     for source in cfg.sources:
         assert cfg.models_of(source) == source.models

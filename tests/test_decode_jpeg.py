@@ -12,7 +12,7 @@ from cdml_edge.decode import jpeg as jpeg_mod
 from cdml_edge.decode.area import area_backend, shrink
 
 # The documented tolerance of a reduced-scale decode + area shrink against a full decode +
-# area shrink (README, "Image decoding"): mean absolute difference and its 99th percentile,
+# area shrink (docs/dataset.md, "Image decoding"): mean absolute difference and its 99th percentile,
 # in levels of 0-255 (single pixels on sharp edges differ by up to ~40).
 MEAN_TOL = 1.5
 P99_TOL = 8

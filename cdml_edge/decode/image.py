@@ -207,7 +207,7 @@ def decode_image(
     JPEG larger than the target is decoded at a reduced scale by libjpeg-turbo itself: the
     smallest of 1/8, 1/4, 3/8 and 1/2 that keeps it at least the target size (OpenCV without
     ``simplejpeg``: 1/2, 1/4 or 1/8), then resized to the exact target. The result differs
-    from a full decode + resize by a few levels (see the README's tolerance).
+    from a full decode + resize by a few levels (see the tolerance in docs/dataset.md).
     """
     buf = bytes(data) if not isinstance(data, bytes) else data
     if not buf:

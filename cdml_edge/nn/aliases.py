@@ -1,5 +1,5 @@
-"""Argument names of the cdmltrain 1.1.4 API accepted beside ours (see README, "Coming from
-cdmltrain"). A seed name is an alias: the model's ``config`` keeps our name only, so a
+"""Argument names of the cdmltrain 1.1.4 API accepted beside ours (see docs/cdmltrain.md).
+A seed name is an alias: the model's ``config`` keeps our name only, so a
 checkpoint rebuilds the same model whichever spelling built it."""
 
 from __future__ import annotations
