@@ -160,6 +160,24 @@ def _escape(c: str) -> str:
     return f"\\x{o:02x}" if o < 0x100 else f"\\u{o:04x}"
 
 
+def folder_mode(file_mode: int) -> int:
+    """The mode of a folder holding files of ``file_mode``: ``x`` wherever ``r`` is set."""
+    return file_mode | ((file_mode & 0o444) >> 2)
+
+
+def make_folder(folder: Path, mode: int) -> None:
+    """Make ``folder`` (and missing parents) with ``mode`` (not narrowed by the umask); an
+    existing one is left as it is."""
+    if folder.is_dir():
+        return
+    make_folder(folder.parent, mode)
+    try:
+        folder.mkdir(mode=mode)
+    except FileExistsError:
+        return
+    os.chmod(folder, mode)
+
+
 def unique_name(
     folder: str | os.PathLike[str],
     name: str,
@@ -295,7 +313,9 @@ __all__ = [
     "atomic_writer",
     "display_name",
     "fit_name",
+    "folder_mode",
     "fsync_dir",
     "log_name",
+    "make_folder",
     "unique_name",
 ]

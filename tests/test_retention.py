@@ -70,6 +70,37 @@ def test_store_keeps_the_very_bytes_and_results(tmp_path: Path) -> None:
     assert names == sorted([rec.file, rec.sidecar, CATALOG_NAME])
 
 
+def _mode(path: Path) -> int:
+    return os.stat(path).st_mode & 0o777
+
+
+def test_ring_files_are_owner_only_or_the_configured_mode(tmp_path: Path) -> None:
+    """Archives, sidecars and the catalog hold the factory's images and labels: 0600 by
+    default whatever the umask, the folder the ring makes 0700; ``retention.mode`` widens."""
+    old = os.umask(0o022)
+    try:
+        ring = RetentionRing(tmp_path / "ret", max_bytes=10**7)
+        archive, m = make_window("w1", T0, _files(2), labels=["ok", "ok"])
+        res = ring.store(archive, m)
+        [rec] = ring.windows()
+        assert res.file is not None and _mode(res.file) == 0o600
+        assert _mode(tmp_path / "ret" / rec.sidecar) == 0o600
+        assert _mode(tmp_path / "ret" / CATALOG_NAME) == 0o600
+        assert _mode(tmp_path / "ret") == 0o700
+        ring.close()
+        cfg = parse_config({"sources": [], "retention": {"dir": str(tmp_path / "shared"),
+                                                         "max_bytes": "1MiB", "mode": "0640"}})
+        assert cfg.retention is not None
+        shared = RetentionRing.from_config(cfg.retention)
+        res = shared.store(archive, m)
+        assert res.file is not None and _mode(res.file) == 0o640
+        assert _mode(tmp_path / "shared" / CATALOG_NAME) == 0o640
+        assert _mode(tmp_path / "shared") == 0o750
+        shared.close()
+    finally:
+        os.umask(old)
+
+
 def test_max_bytes_evicts_oldest_first(tmp_path: Path) -> None:
     archives = [make_window(f"w{i}", T0 + i, _files(2, 2000, i)) for i in range(6)]
     probe = RetentionRing(tmp_path / "probe", max_bytes=10**7)

@@ -341,6 +341,13 @@ class SpoolConfig(_Model):
     _resolve = field_validator("dir")(_resolve_path)
 
 
+def _quoted_mode(value: object) -> object:
+    """A file mode must be written as text: YAML reads 0640 as the number 416."""
+    if not isinstance(value, str):
+        raise ValueError("write the mode as a quoted octal string, such as '0640'")
+    return value
+
+
 class RetentionConfig(_Model):
     """Bounded on-disk ring of window archives, for replay and training export."""
 
@@ -359,7 +366,19 @@ class RetentionConfig(_Model):
         "ring could not write, e.g. on a full disk, releases its files anyway).",
     )
 
+    mode: str = Field(
+        "0600",
+        pattern=r"^0?[0-7]{3}$",
+        description="Octal permissions of archives, sidecars and catalog (folders: x where r).",
+    )
+
     _resolve = field_validator("dir")(_resolve_path)
+    _quoted = field_validator("mode", mode="before")(_quoted_mode)
+
+    @property
+    def file_mode(self) -> int:
+        """The mode of the ring's files as a number."""
+        return int(self.mode, 8)
 
 
 class QuarantineConfig(_Model):
@@ -380,13 +399,7 @@ class QuarantineConfig(_Model):
     )
 
     _resolve = field_validator("dir")(_resolve_path)
-
-    @field_validator("mode", mode="before")
-    @classmethod
-    def _quoted_mode(cls, value: object) -> object:
-        if not isinstance(value, str):  # YAML reads 0640 as a number: ask for the text
-            raise ValueError("write the mode as a quoted octal string, such as '0640'")
-        return value
+    _quoted = field_validator("mode", mode="before")(_quoted_mode)
 
     @property
     def file_mode(self) -> int:
