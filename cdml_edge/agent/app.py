@@ -128,6 +128,8 @@ class Agent:
             [sc.name for sc in cfg.sources],
         )
         on_disk_event(self.output, self.errors.disk_event)
+        self.lifecycle.faults.on_event = self.errors.disk_event
+        self.lifecycle.on_late = self.errors.quarantined_late
         self.runners: dict[str, ModelRunner] = {}
         self.retention: RetentionRing | None = None
         self.windowers: dict[str, Windower] = {}
@@ -204,6 +206,8 @@ class Agent:
         ring = self.retention
         if ring is not None and ring.degraded:
             out["retention"] = ring.degraded
+        if self.lifecycle.faults.degraded:
+            out["quarantine"] = self.lifecycle.faults.degraded
         return out
 
     def _busy(self, queued: int, inflight: int) -> None:
@@ -275,6 +279,7 @@ class Agent:
         self.output.stop(timeout=5.0)
         if self.retention is not None:
             self.retention.close()
+        self.lifecycle.close()
         self.watchdog.stop()
         if self._server is not None:
             self._server.close()
@@ -314,6 +319,7 @@ class Agent:
         self.output.stop(timeout=5.0)
         if self.retention is not None:
             self.retention.close()
+        self.lifecycle.close()  # files still waiting for quarantine stay in their folder
         if state is not None:
             if self._state is not None:
                 self._state.close()

@@ -80,6 +80,12 @@ class ErrorReporter:
             dest = self.lifecycle.quarantine(source, name, path, None)
         self.publish([self.event(source, name, type(exc).__name__, str(exc), dest)])
 
+    def quarantined_late(self, source: str, name: str, dest: Path) -> None:
+        """A file whose quarantine had failed (a full disk) was moved once it worked again:
+        an event naming where it now is."""
+        self.publish([self.event(source, name, "QuarantinedLate",
+                                 "moved to quarantine once its disk worked again", dest)])
+
     def camera_change(self, change: CameraTransition) -> None:
         """A camera's state change, retained on ``{source}/camera``; the start of an outage
         counts once in ``errors{stage="camera"}``."""
