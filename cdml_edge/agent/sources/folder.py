@@ -91,6 +91,7 @@ class FolderSpec:
     poll_interval: float = 1.0
     recursive: bool = False
     max_pending: int = 1024  # files tracked at once; more stay on disk and are rescanned
+    max_kept: int = 16384  # kept files remembered (not taken again); oldest forgotten first
     max_file_bytes: int | None = None  # a window's max_bytes: a bigger file is never read
     follow_symlinks: bool = False  # follow links, only to files inside path or link_roots
     link_roots: tuple[Path, ...] = ()
@@ -151,7 +152,9 @@ class FolderSource:
         self._on_error = on_error
         self._scan_interval = scan_interval
         self._links = LinkPolicy.of(spec.follow_symlinks, spec.path, spec.link_roots)
-        self.files = PendingFiles(spec.max_pending, spec.stable_seconds, spec.polling)
+        self.files = PendingFiles(
+            spec.max_pending, spec.stable_seconds, spec.polling, spec.max_kept
+        )
         self._stopped = threading.Event()
         self._paused = False
         self._armed = False
@@ -182,9 +185,9 @@ class FolderSource:
         self._paused = paused
 
     def release(self, path: Path, keep: bool) -> None:
-        """The item from ``path`` is finished; with ``keep`` it is not taken again unchanged."""
-        if not keep:
-            self.files.release(str(path))
+        """The item from ``path`` is finished; with ``keep`` it is not taken again unchanged
+        (remembered within ``max_kept``)."""
+        self.files.release(str(path), keep)
 
     def retry(self, path: Path, delay: float) -> None:
         """Take ``path`` again, complete as it is, once ``delay`` seconds have passed.
