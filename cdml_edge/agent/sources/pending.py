@@ -20,12 +20,15 @@ may be reported again).
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 import time
 from dataclasses import dataclass, field
 
 from cdml_edge.window.items import FileIdentity
+
+log = logging.getLogger(__name__)
 
 MAX_REFUSED = 4096
 MAX_KEPT = 16384
@@ -179,6 +182,9 @@ class PendingFiles:
             while len(self._kept) > self.max_kept:
                 self._kept.pop(next(iter(self._kept)))
                 self.forgotten += 1
+                if self.forgotten == 1:
+                    log.warning("more than %d files kept in place: the oldest are forgotten "
+                                "(a rescan scores them again, same result ids)", self.max_kept)
 
     def rescan_due(self) -> bool:
         """Whether notices were dropped and the backlog has halved since (asked once)."""
