@@ -83,3 +83,21 @@ def test_an_io_error_is_a_state_too_and_a_file_gone_meanwhile_is_forgotten(
     wait_for(lambda: lc.backlog == 0, timeout=10, what="the backlog retried")
     assert [x[1] for x in late] == ["a.jpg"] and events[-1] == "quarantine_disk_ok"
     lc.close()
+
+
+def test_a_frame_that_failed_leaves_no_backlog_and_the_state_still_ends(
+    full_disk: FullDisk,
+) -> None:
+    """Nothing is retried for a camera frame: the quarantine probes its disk instead."""
+    events: list[str] = []
+    lc = _lifecycle(full_disk, events, [])
+    full_disk.fill()
+    try:
+        assert lc.quarantine("cam", "frame-1.jpg", None, b"frame bytes") is None
+        assert lc.backlog == 0 and lc.faults.degraded is not None
+    finally:
+        full_disk.free()
+    wait_for(lambda: lc.faults.degraded is None, timeout=10, what="the state to end")
+    assert events == ["quarantine_disk_full", "quarantine_disk_ok"]
+    assert [p.name for p in (full_disk.path / "quarantine").rglob(".tmp-*")] == []
+    lc.close()

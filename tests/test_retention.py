@@ -8,6 +8,7 @@ import io
 import os
 import subprocess
 import threading
+import time
 import zipfile
 from pathlib import Path
 
@@ -292,6 +293,30 @@ def test_enospc_injected_gives_event_and_counter(
     assert r3.stored and r3.event == "retention_disk_ok"
     assert [k for k, _ in events] == ["retention_disk_full", "retention_disk_ok"]
     assert [r.window_id for r in ring.windows()] == ["w0", "w3"]
+
+
+def test_an_idle_ring_is_not_left_degraded_once_the_disk_has_room(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No window comes after the failed one (a quiet line): the ring probes its disk."""
+    events: list[str] = []
+    ring = RetentionRing(tmp_path, max_bytes=10**7, on_event=lambda k, i: events.append(k),
+                         retry_s=0.05)
+    real_write = os.write
+
+    def full(fd: int, data: object) -> int:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(os, "write", full)
+    assert ring.store(*make_window("w1", T0, _files(1))).status is StoreStatus.DISK_FULL
+    monkeypatch.setattr(os, "write", real_write)
+    deadline = time.monotonic() + 5
+    while ring.degraded is not None and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert ring.degraded is None and events == ["retention_disk_full", "retention_disk_ok"]
+    assert not any(p.name.startswith(".tmp-") for p in tmp_path.iterdir())
+    assert ring.foreign == [] and ring.faults.probes >= 1
+    ring.close()
 
 
 def test_other_errors_never_raise(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -40,6 +40,7 @@ from typing import Literal
 
 from cdml_edge.errors import CdmlError
 from cdml_edge.fsio import (
+    TMP_PREFIX,
     DiskFaults,
     FaultHook,
     atomic_write,
@@ -128,7 +129,8 @@ class FileLifecycle:
         self.on_skip = on_skip
         self.on_late = on_late
         self.faults = DiskFaults("quarantine", quarantine_dir, retry_s=retry_s,
-                                 on_event=on_event)
+                                 on_event=on_event, probe=self._probe_disk,
+                                 probe_ops=("quarantine",))
         self._lock = threading.Lock()
         self._backlog: dict[Path, tuple[str, str]] = {}  # path -> (source, name), in order
         self.unlisted = 0  # failed beyond BACKLOG_MAX: left on disk, not tried again
@@ -295,8 +297,16 @@ class FileLifecycle:
         except Exception:  # a broken hook must not stop the retries
             log.exception("quarantine: report of %s failed", log_name(dest))
 
+    def _probe_disk(self) -> None:
+        """A small write in the quarantine (a frame that failed leaves no backlog to retry)."""
+        make_folder(self.quarantine_dir, folder_mode(self.file_mode))
+        probe = self.quarantine_dir / f"{TMP_PREFIX}probe"
+        atomic_write(probe, b"probe", mode=self.file_mode, fsync=False)
+        probe.unlink()
+
     def close(self) -> None:
         """Stop retrying (the files of the backlog stay where they are)."""
+        self.faults.close()
         with self._lock:
             self._closed = True
             timer, self._timer = self._timer, None

@@ -132,7 +132,8 @@ class RetentionRing:
         self.clock = clock
         self.fsync = fsync
         self._lock = threading.Lock()
-        self.faults = DiskFaults("retention", self.dir, retry_s=retry_s, on_event=on_event)
+        self.faults = DiskFaults("retention", self.dir, retry_s=retry_s, on_event=on_event,
+                                 probe=self._probe_disk, probe_ops=("store",))
         self._fault_status = StoreStatus.DISK_FULL  # what a paced (untried) store reports
         self.foreign: list[str] = []  # entries the ring did not write (left alone)
         self.counters: dict[str, int] = {
@@ -331,7 +332,15 @@ class RetentionRing:
             "corrupt_bytes": sum(q[2] for q in quarantined_files(self.dir)),
         }
 
+    def _probe_disk(self) -> None:
+        """A small write where the windows go: an idle ring on a disk with room again is
+        not left degraded until the next window."""
+        probe = tmp_path(self.dir, "probe")
+        write_file(probe, b"probe", fsync=False, mode=self.mode)
+        probe.unlink()
+
     def close(self) -> None:
+        self.faults.close()
         self.catalog.close()
 
     # -- recovery ------------------------------------------------------------------
