@@ -211,6 +211,7 @@ FULL_ERRNOS = frozenset({errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC)})
 
 FaultHook = Callable[[str, dict[str, str]], None]
 PROBE_MIN_S = 1.0  # a disk probe runs at most this often
+PROBE_BYTES = b"\0" * 65536  # what a probe writes: room for more than a few bytes
 
 
 class DiskFaults:
@@ -357,6 +358,8 @@ class DiskFaults:
 
 __all__ = [
     "FULL_ERRNOS",
+    "PROBE_BYTES",
+    "PROBE_MIN_S",
     "DiskFaults",
     "FaultHook",
     "atomic_write",

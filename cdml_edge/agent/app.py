@@ -191,6 +191,14 @@ class Agent:
         )
         threading.Thread(target=self.errors.publish, args=([msg],), daemon=True).start()
 
+    def _ring_event(self, kind: str, info: dict[str, str]) -> None:
+        """The ring's disk fault began or ended (a store, or the ring's own disk probe): one
+        event on every source's error topic; at its end the files held for the ring are
+        taken again. Lost windows are counted by the processor, not here."""
+        self.errors.disk_event(kind, info, count=False)
+        if kind == "retention_disk_ok":
+            self.retry.retention_recovered()
+
     def _window_lost(self, window: Window) -> None:
         """A window whose handling raised (its worker died): its budget comes back and its
         files are taken again after ``RETRY_BACKOFF_S``."""
@@ -245,7 +253,7 @@ class Agent:
         if cfg.retention is not None:
             from cdml_edge.store.retention import RetentionRing
 
-            self.retention = RetentionRing.from_config(cfg.retention)
+            self.retention = RetentionRing.from_config(cfg.retention, on_event=self._ring_event)
             clock.mark("retention")
         self.output.start()
         clock.mark("output")

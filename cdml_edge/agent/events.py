@@ -58,11 +58,11 @@ class ErrorReporter:
         except Exception:
             log.exception("could not publish %d error events", len(msgs))
 
-    def disk_event(self, kind: str, info: dict[str, str]) -> None:
+    def disk_event(self, kind: str, info: dict[str, str], *, count: bool = True) -> None:
         """A store's disk fault began (``*_disk_full``, ``*_io_error``: counted in
-        ``errors{stage=kind}``) or ended (``*_disk_ok``): one event on every source's error
-        topic, as the fault is the device's, not one input's."""
-        if not kind.endswith("_disk_ok"):
+        ``errors{stage=kind}`` unless ``count`` is False) or ended (``*_disk_ok``): one event
+        on every source's error topic, as the fault is the device's, not one input's."""
+        if count and not kind.endswith("_disk_ok"):
             self.metrics.errors.labels(stage=kind).inc()
         where = info.get("dir", "")
         message = f"{where}: {info['op']}: {info['error']}" if "error" in info else f"{where}: ok"

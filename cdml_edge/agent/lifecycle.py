@@ -40,6 +40,7 @@ from typing import Literal
 
 from cdml_edge.errors import CdmlError
 from cdml_edge.fsio import (
+    PROBE_BYTES,
     TMP_PREFIX,
     DiskFaults,
     FaultHook,
@@ -301,7 +302,7 @@ class FileLifecycle:
         """A small write in the quarantine (a frame that failed leaves no backlog to retry)."""
         make_folder(self.quarantine_dir, folder_mode(self.file_mode))
         probe = self.quarantine_dir / f"{TMP_PREFIX}probe"
-        atomic_write(probe, b"probe", mode=self.file_mode, fsync=False)
+        atomic_write(probe, PROBE_BYTES, mode=self.file_mode, fsync=False)
         probe.unlink()
 
     def close(self) -> None:

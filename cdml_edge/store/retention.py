@@ -43,7 +43,14 @@ from enum import Enum
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from cdml_edge.fsio import FULL_ERRNOS, DiskFaults, FaultHook, folder_mode, make_folder
+from cdml_edge.fsio import (
+    FULL_ERRNOS,
+    PROBE_BYTES,
+    DiskFaults,
+    FaultHook,
+    folder_mode,
+    make_folder,
+)
 from cdml_edge.store.catalog import CATALOG_NAME, Catalog, WindowRecord
 from cdml_edge.store.files import commit, is_tmp_name, tmp_path, write_file
 from cdml_edge.store.policy import KeepPolicy, eviction_order, keeps
@@ -336,7 +343,7 @@ class RetentionRing:
         """A small write where the windows go: an idle ring on a disk with room again is
         not left degraded until the next window."""
         probe = tmp_path(self.dir, "probe")
-        write_file(probe, b"probe", fsync=False, mode=self.mode)
+        write_file(probe, PROBE_BYTES, fsync=False, mode=self.mode)
         probe.unlink()
 
     def close(self) -> None:

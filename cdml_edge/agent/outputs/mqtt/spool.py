@@ -48,7 +48,7 @@ from cdml_edge.agent.outputs.mqtt.spool_format import (
     set_aside,
 )
 from cdml_edge.errors import CdmlError
-from cdml_edge.fsio import TMP_PREFIX, DiskFaults, FaultHook, atomic_write, fsync_dir
+from cdml_edge.fsio import PROBE_BYTES, TMP_PREFIX, DiskFaults, FaultHook, atomic_write, fsync_dir
 
 log = logging.getLogger(__name__)
 
@@ -578,7 +578,7 @@ class Spool:
     def _probe_disk(self) -> None:
         """A small write where the segments go (the state ends only when one works)."""
         probe = self.dir / PROBE_NAME
-        atomic_write(probe, b"probe", fsync=False)
+        atomic_write(probe, PROBE_BYTES, fsync=False)
         os.unlink(probe)
 
     def close(self) -> None:
