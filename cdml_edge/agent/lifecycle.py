@@ -6,8 +6,11 @@ before that leaves the file in place (at-least-once delivery). It acts only on t
 that was scored: the file at the path must still have the :class:`FileIdentity` the item
 read (device, inode, size, mtime) and the content hash the manifest holds; a file replaced,
 rewritten or turned into a link meanwhile is left for the next window and counted
-(``changed``; ``on_skip("changed")``). A name taken in ``move_to`` or one too long gets a
-unique name (:func:`~cdml_edge.fsio.unique_name`), never a stuck file.
+(``changed``; ``on_skip("changed")``). As that check reads and hashes the file, a version
+may land after it: the file is then claimed by a rename aside and checked again, and only
+the scored version is deleted or moved (anything else is put back). A name taken in
+``move_to`` or one too long gets a unique name (:func:`~cdml_edge.fsio.unique_name`), never
+a stuck file.
 
 :meth:`FileLifecycle.quarantine` moves a bad input into ``quarantine/<source>/`` under the
 name its error event gives (for a camera frame, which has no file, its bytes are written
@@ -28,6 +31,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import hashlib
+import itertools
 import logging
 import os
 import shutil
@@ -56,6 +60,7 @@ log = logging.getLogger(__name__)
 
 OnDone = Literal["delete", "move", "keep"]
 HASH_CHUNK = 1 << 20
+_CLAIMS = itertools.count()
 BACKLOG_MAX = 1024  # files whose quarantine failed, tried again; more are left unlisted
 LateHook = Callable[[str, str, Path], None]
 
@@ -161,18 +166,25 @@ class FileLifecycle:
         """
         if on_done == "keep":
             return path
+        if on_done == "move" and move_to is None:
+            raise LifecycleError(f"{path}: on_done 'move' without move_to")
         try:
-            if identity is not None and not self._is_scored(path, identity, sha256):
-                return None
+            src = path
+            if identity is not None:
+                if not self._is_scored(path, identity, sha256):
+                    return None
+                claimed = self._claim(path, identity)
+                if claimed is None:
+                    return None
+                src = claimed
             if on_done == "delete":
-                path.unlink(missing_ok=True)
+                src.unlink(missing_ok=True)
                 self.deleted += 1
                 return None
-            if move_to is None:
-                raise LifecycleError(f"{path}: on_done 'move' without move_to")
-            if not os.path.lexists(path):
+            assert move_to is not None
+            if not os.path.lexists(src):
                 return None
-            dest = move_file(path, move_to)
+            dest = move_file(src, move_to, path.name)
             self.moved += 1
             return dest
         except OSError as exc:
@@ -193,6 +205,32 @@ class FileLifecycle:
                         log_name(path))
             return False
         return True
+
+    def _claim(self, path: Path, identity: FileIdentity) -> Path | None:
+        """Rename the file at ``path`` aside (a dot name the sources ignore) and check that
+        it is still the scored one: a version put there after the check is not deleted or
+        moved but put back (under a unique name if yet another took the name), counted as
+        changed. Returns the aside path of the scored file, or ``None``."""
+        aside = path.with_name(f".cdml-done-{os.getpid()}-{next(_CLAIMS)}")
+        try:
+            os.rename(path, aside)
+        except FileNotFoundError:
+            self.gone += 1
+            self._skipped("gone")
+            return None
+        lst = os.lstat(aside)
+        if stat.S_ISREG(lst.st_mode) and FileIdentity.of(lst) == identity:
+            return aside
+        try:
+            os.link(aside, path, follow_symlinks=False)  # back, unless a newer one is there
+            os.unlink(aside)
+        except FileExistsError:
+            os.rename(aside, unique_name(path.parent, path.name))
+        self.changed += 1
+        self._skipped("changed")
+        log.warning("%s: replaced while it was being finished; left for the next window",
+                    log_name(path))
+        return None
 
     def _skipped(self, reason: str) -> None:
         if self.on_skip is not None:
