@@ -19,7 +19,7 @@ app = typer.Typer(
     help="Stream ML data straight out of compressed archives; run the edge agent.",
     cls=OneLineErrorsGroup,
     no_args_is_help=True,
-    add_completion=False,
+    add_completion=True,  # --install-completion / --show-completion: bash, zsh, fish
     pretty_exceptions_enable=False,
     rich_markup_mode=None,  # help texts are plain text: no markup, flags shown as flags
 )
@@ -28,6 +28,8 @@ app = typer.Typer(
 COMMAND_MODULES = [
     "cdml_edge.commands.config_cmds",
     "cdml_edge.commands.agent_cmds",
+    "cdml_edge.commands.trial_cmds",
+    "cdml_edge.commands.tail_cmds",
     "cdml_edge.commands.doctor_cmds",
     "cdml_edge.commands.calibrate_cmds",
     "cdml_edge.commands.train_cmds",

@@ -30,7 +30,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("store",),
     ("window",),
     ("model", "decode", "archive", "synth"),
-    ("config",),
+    ("config", "charts"),
     ("modality", "units", "errors", "fsio"),
 ]
 TORCH_ALLOWED = ("data", "nn")

@@ -33,7 +33,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from cdml_edge import __version__
 from cdml_edge.agent.events import ErrorReporter
@@ -50,6 +50,9 @@ from cdml_edge.agent.sources.factory import Source, make_source
 from cdml_edge.agent.startup import StartupClock, limit_blas_threads
 from cdml_edge.agent.state import StateLock
 from cdml_edge.agent.supervisor import Supervisor
+from cdml_edge.agent.view import ActivityBoard
+from cdml_edge.agent.view.observed import ObservedOutput
+from cdml_edge.agent.view.page import render_page
 from cdml_edge.agent.windows import ByteBudget, PipelineGate, Windower, WindowPolicy
 from cdml_edge.agent.workers import WindowWorkers
 from cdml_edge.config import AppConfig, ConfigError, SourceConfig, load_config
@@ -107,6 +110,7 @@ class Agent:
         )
         self.attempts = Attempts()  # kept across reloads
         self._server: MetricsServer | None = None
+        self.view: ActivityBoard | None = None  # the status page's board (health.status_page)
         self._state: StateLock | None = None
         self._stop = threading.Event()
         self._reload = threading.Event()
@@ -123,6 +127,9 @@ class Agent:
         )
         spawn = self.supervisor.spawn
         self.output: Output = self._fixed_output or make_output(cfg, spawn)
+        self.view = (self.view or ActivityBoard(cfg.device.id)) if cfg.health.status_page else None
+        if self.view is not None:
+            self.output = ObservedOutput(self.output, self.view)
         self.errors = ErrorReporter(
             self.output, cfg.device.id, self.sequencer, self.metrics, self.lifecycle,
             [sc.name for sc in cfg.sources],
@@ -176,6 +183,7 @@ class Agent:
             done=self.pipeline.done,
             retention=self.retention,
             gate=self.gate,
+            view=self.view,
         )
 
     def _thread_died(self, thread: str, exc: BaseException, delay: float) -> None:
@@ -218,6 +226,11 @@ class Agent:
             out["quarantine"] = self.lifecycle.faults.degraded
         return out
 
+    def _page(self, healthz: dict[str, Any]) -> str:
+        """The status page (``health.status_page``) from the board and ``/healthz``."""
+        assert self.view is not None
+        return render_page(self.view.snapshot(), healthz, self.view.thumbnail, __version__)
+
     def _busy(self, queued: int, inflight: int) -> None:
         self.metrics.queue_depth.labels(queue="windows").set(queued)
         self.metrics.queue_bytes.labels(queue="inflight").set(self.budget.used)
@@ -241,6 +254,8 @@ class Agent:
                 cfg.health.metrics_host, cfg.health.metrics_port, watchdog=self.watchdog,
                 degraded=self.degraded,
             )
+        if self._server is not None:  # a reload may have turned the page on or off
+            self._server.page = self._page if self.view is not None else None
         clock.mark("health endpoint")
         self.runners = runners if runners is not None else load_models(cfg)
         check_models(cfg, self.runners, str(self.config_path or "<config>"))  # exit 2
@@ -283,6 +298,7 @@ class Agent:
         drained = self.drain(timeout)
         self._stop.set()
         self.health.publish_health()
+        self.health.log_summary(final=True)
         self.health.publish_status("offline")
         self.output.stop(timeout=5.0)
         if self.retention is not None:

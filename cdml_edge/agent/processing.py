@@ -20,6 +20,7 @@ from cdml_edge.agent.lifecycle import FileLifecycle
 from cdml_edge.agent.outputs.base import Output
 from cdml_edge.agent.retry import Attempts, RetryPolicy
 from cdml_edge.agent.sources.factory import Source
+from cdml_edge.agent.view.board import ActivityBoard
 from cdml_edge.agent.windows import ByteBudget, PipelineGate
 from cdml_edge.config import AppConfig, SourceConfig
 from cdml_edge.errors import CdmlError
@@ -59,6 +60,7 @@ class WindowProcessor:
     done: Callable[[], None]
     retention: RetentionRing | None = None
     gate: PipelineGate | None = None
+    view: ActivityBoard | None = None
 
     def handle(self, window: Window) -> None:
         """Process ``window``; a failure goes to the retry policy and is never raised. Once
@@ -95,6 +97,8 @@ class WindowProcessor:
         on_durable = self._when_durable(window, sc, outcome, hold=unretained)
         msgs = outcome.messages() + errors
         self._observe_arrival(window.source, outcome.results)
+        if self.view is not None:  # the status page's images: the bytes in memory, held
+            self.view.keep_images(window)
         try:
             self.output.publish_batch(msgs, on_durable)
         except Exception as exc:
@@ -203,3 +207,5 @@ class WindowProcessor:
         now = time.time()
         for r in results:
             self.metrics.item_latency.labels(source=source).observe(max(0.0, now - r.ts))
+            if r.anomaly:
+                self.metrics.anomalies.labels(source=source).inc()

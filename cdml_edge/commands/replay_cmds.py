@@ -60,6 +60,9 @@ def replay(
             run_bar("replay", quiet),
         )
     typer.echo(summary.line())
+    picture = getattr(summary, "comparison", None)  # the local engine draws one
+    if picture is not None:
+        typer.echo(f"before/after: {picture}")
     if not summary.complete:
         for line in summary.stats.errors:
             typer.echo(line, err=True)

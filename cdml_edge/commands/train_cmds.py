@@ -64,6 +64,8 @@ def train(
         f"{result.spec.task} checkpoint: {result.checkpoint}\n"
         f"  export it: cdml-edge export-onnx {result.checkpoint} {result.spec.name}.onnx"
     )
+    if result.plots:
+        typer.echo("  plots: " + ", ".join(str(p) for p in result.plots))
     typer.echo(json.dumps(final, sort_keys=True))
 
 

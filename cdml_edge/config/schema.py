@@ -401,10 +401,21 @@ class HealthConfig(_Model):
         None, ge=0, le=65535, description="Prometheus /metrics and /healthz port; unset = off."
     )
     metrics_host: str = Field("127.0.0.1", description="Address the metrics server binds.")
+    status_page: bool = Field(
+        False,
+        description="Also serve a read-only status page at / on metrics_port (last results "
+        "with thumbnails, scores, errors, health); bound to metrics_host (loopback).",
+    )
     watchdog: bool = Field(True, description="Send WATCHDOG=1 to systemd while making progress.")
     stall_after: Duration = Field(
         60.0, gt=0, description="Pending work with no progress for this long counts as stalled."
     )
+
+    @model_validator(mode="after")
+    def _page_needs_port(self) -> HealthConfig:
+        if self.status_page and self.metrics_port is None:
+            raise ValueError("status_page is served on metrics_port: set metrics_port")
+        return self
 
 
 class OutputConfig(_Model):
@@ -428,8 +439,13 @@ class S3Config(_Model):
         None, description="S3-compatible endpoint (MinIO, Ceph RGW); env CDML_EDGE_S3_ENDPOINT."
     )
     region: str | None = Field(None, description="Region name.")
+    use_index_cache: bool = Field(
+        True, description="Keep archive indexes on disk by ETag: a re-open costs one HEAD."
+    )
     index_cache: Path | None = Field(
-        None, description="Folder caching archive indexes by ETag (re-opens cost no GET)."
+        None,
+        description="Folder of the index cache; unset: the user's cache folder "
+        "($XDG_CACHE_HOME/cdml-edge/s3-index, by default ~/.cache/cdml-edge/s3-index).",
     )
     index_cache_bytes: Size = Field(256 * 1024**2, gt=0, description="Byte bound of index_cache.")
 

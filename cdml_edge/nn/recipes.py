@@ -32,6 +32,7 @@ from cdml_edge.nn.cda import AnomalyScorer, encode
 from cdml_edge.nn.data import spec_dataset
 from cdml_edge.nn.encoders import AudioEncoder, TimeSeriesEncoder
 from cdml_edge.nn.loss import CDMLLoss
+from cdml_edge.nn.plots import confusion_matrix, write_training_plots
 from cdml_edge.nn.tier2 import CDMLTrainTier2
 from cdml_edge.nn.train import CDMLTrainer, StepCallback
 
@@ -44,6 +45,7 @@ class TrainResult:
     classes: list[str]
     history: list[dict[str, Any]] = field(default_factory=list)
     scorer: AnomalyScorer | None = None
+    plots: list[Path] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -203,7 +205,9 @@ def train_from_archive(
     ckpt = trainer.last_checkpoint
     if ckpt is None:  # epochs == 0
         ckpt = trainer.save_checkpoint()
-    return TrainResult(trainer, spec, ckpt, classes, history, scorer)
+    confusion = confusion_matrix(trainer, val_loader, len(classes)) if history else None
+    plots = write_training_plots(Path(out_dir), history, classes, confusion)
+    return TrainResult(trainer, spec, ckpt, classes, history, scorer, plots)
 
 
 def _spec_from_data(

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from cdml_edge.config import ConfigError, load_config
+from cdml_edge.retrain.compare import Comparison, comparison_path
 from cdml_edge.retrain.errors import OptionError, ReplayError
 from cdml_edge.retrain.filters import parse_when
 from cdml_edge.retrain.progress import NoProgress, RunProgress
@@ -54,6 +55,7 @@ class ReplaySummary:
     unmatched: list[str] = field(default_factory=list)  # --model files that scored nothing
     undelivered: int = 0
     spool: Path | None = None
+    comparison: Path | None = None  # the before/after picture beside ``out``
 
     @property
     def complete(self) -> bool:
@@ -105,9 +107,13 @@ def run_replay(options: ReplayOptions, progress: RunProgress | None = None) -> R
         output = make_output(plan.cfg, replay=True)
         output.start()
 
+    compare = Comparison()
+
     def on_window(win: ReplayedWindow) -> None:
         if output is not None:
             output.publish_batch(win.messages())
+        for doc in win.records:
+            compare.add(doc)
         bar.advance(win.record.n_items)
 
     rows = segment_rows_of(plan.cfg)
@@ -136,11 +142,12 @@ def run_replay(options: ReplayOptions, progress: RunProgress | None = None) -> R
         for modality, r in sorted(plan.runners.items())
         if str(r.path) in given and not st.by_modality.get(modality)
     ]
+    picture = compare.write(comparison_path(plan.out)) if plan.out is not None else None
     if output is None:
-        return ReplaySummary(st, plan.out, unmatched)
+        return ReplaySummary(st, plan.out, unmatched, comparison=picture)
     left = output.stats().get("spool_records", 0)
     spool = plan.cfg.spool.dir / "replay" if left else None
-    return ReplaySummary(st, plan.out, unmatched, left, spool)
+    return ReplaySummary(st, plan.out, unmatched, left, spool, picture)
 
 
 def _plan(options: ReplayOptions) -> _Plan:

@@ -24,6 +24,7 @@ from cdml_edge.agent.health.server import (
     REQUEST_TIMEOUT_S,
     Degraded,
     MetricsServer,
+    Page,
 )
 from cdml_edge.agent.health.watchdog import ProgressWatchdog
 
@@ -85,6 +86,9 @@ class Metrics:
             f"{PREFIX}_items", "Items taken in", ["source", "modality"], registry=r
         )
         self.windows = Counter(f"{PREFIX}_windows", "Windows completed", ["source"], registry=r)
+        self.anomalies = Counter(
+            f"{PREFIX}_anomalies", "Results flagged anomalous", ["source"], registry=r
+        )
         self.errors = Counter(f"{PREFIX}_errors", "Errors by pipeline stage", ["stage"], registry=r)
         self.dropped = Counter(
             f"{PREFIX}_dropped", "Items or messages lost, by reason", ["reason"], registry=r
@@ -210,6 +214,10 @@ class Metrics:
             "uptime_s": round(time.time() - self.started_at, 3),
         }
 
+    def anomaly_count(self) -> int:
+        """Results flagged anomalous since the start (not a health payload field)."""
+        return int(self._sum(f"{PREFIX}_anomalies_total"))
+
     def exposition(self) -> bytes:
         """The Prometheus text format of every metric."""
         return generate_latest(self.registry)
@@ -221,10 +229,12 @@ class Metrics:
         *,
         watchdog: ProgressWatchdog | None = None,
         degraded: Degraded | None = None,
+        page: Page | None = None,
         request_timeout_s: float = REQUEST_TIMEOUT_S,
         max_concurrent: int = MAX_CONCURRENT_REQUESTS,
     ) -> MetricsServer:
-        """Serve ``/metrics`` and ``/healthz`` on ``host:port`` (port 0 = pick a free one).
+        """Serve ``/metrics`` and ``/healthz`` on ``host:port`` (port 0 = pick a free one),
+        and with a ``page`` the status page on ``/`` and ``/status``.
 
         ``host`` may be an IPv4 or IPv6 address or a name (``::`` listens on both families).
         With a watchdog, ``/healthz`` answers 503 while it reports a stall, and the watchdog's
@@ -240,6 +250,7 @@ class Metrics:
             port,
             health=health,
             degraded=degraded,
+            page=page,
             request_timeout_s=request_timeout_s,
             max_concurrent=max_concurrent,
         )

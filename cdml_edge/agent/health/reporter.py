@@ -9,6 +9,7 @@ from collections.abc import Callable, Mapping
 from cdml_edge import __version__
 from cdml_edge.agent.health.cameras import CameraBoard
 from cdml_edge.agent.health.metrics import Metrics
+from cdml_edge.agent.health.summary import RunSummary
 from cdml_edge.agent.outputs.base import Output
 from cdml_edge.agent.sources.factory import Source
 from cdml_edge.agent.supervisor import Spawn, Worker, plain_thread
@@ -35,6 +36,8 @@ class HealthReporter:
         self._skipped_seen: dict[str, int] = {}
         self._thread: Worker | None = None
         self.cameras = CameraBoard(metrics)
+        self.summary = RunSummary()
+        self.last: HealthPayload | None = None
         self.degraded: Callable[[], Mapping[str, str]] = dict
         """Parts not fully working (set by the agent); in every health message."""
 
@@ -68,7 +71,7 @@ class HealthReporter:
         except Exception:
             log.exception("could not publish status %s", state)
 
-    def publish_health(self) -> None:
+    def publish_health(self) -> HealthPayload:
         """One ``health`` message: the metrics' totals, the output's queues, pending files."""
         assert self._cfg is not None and self._output is not None
         self._count_skipped_frames()
@@ -99,6 +102,16 @@ class HealthReporter:
             )
         except Exception:
             log.exception("could not publish health")
+        self.last = payload
+        return payload
+
+    def log_summary(self, final: bool = False) -> None:
+        """Log the summary line of the last health message: since the line before, or with
+        ``final`` the whole run's."""
+        if self.last is None or self._cfg is None:
+            return
+        line = self.summary.final if final else self.summary.interval
+        log.info("%s", line(self.last, self.metrics.anomaly_count(), self._cfg.mqtt is not None))
 
     def _count_skipped_frames(self) -> None:
         """Camera frames the budget refused since the last report, as ``dropped``."""
@@ -115,3 +128,4 @@ class HealthReporter:
             if stopped.wait(self._cfg.health.interval):
                 return
             self.publish_health()
+            self.log_summary()

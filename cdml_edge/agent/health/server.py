@@ -1,4 +1,5 @@
-"""The HTTP endpoint of the agent's health: ``/metrics`` (Prometheus) and ``/healthz``.
+"""The HTTP endpoint of the agent's health: ``/metrics`` (Prometheus) and ``/healthz``, and
+with a page (``health.status_page``) the status page on ``/`` and ``/status``.
 
 One asyncio event loop in one daemon thread serves every connection, so an idle or slow
 client costs a few hundred bytes, never a thread or a slot others wait for. Each connection
@@ -39,6 +40,14 @@ MAX_HEAD_BYTES = 8192
 
 Degraded = Callable[[], Mapping[str, str]]
 """Parts that work but not fully (a full disk under the spool, say): part -> why."""
+Page = Callable[[dict[str, Any]], str]
+"""The status page: HTML from the ``/healthz`` body."""
+PAGE_HEADERS = {
+    "Cache-Control": "no-store",
+    "Content-Security-Policy": "default-src 'none'; img-src data:; style-src 'unsafe-inline'",
+    "X-Content-Type-Options": "nosniff",
+}
+"""Headers of the status page: nothing but its own inline styles and data: images loads."""
 
 
 def address_family(host: str, port: int) -> socket.AddressFamily:
@@ -77,6 +86,7 @@ class MetricsServer:
         *,
         health: Callable[[], HealthState] | None = None,
         degraded: Degraded | None = None,
+        page: Page | None = None,
         request_timeout_s: float = REQUEST_TIMEOUT_S,
         max_concurrent: int = MAX_CONCURRENT_REQUESTS,
     ) -> None:
@@ -85,6 +95,7 @@ class MetricsServer:
         if max_concurrent < 1:
             raise ValueError(f"max_concurrent must be >= 1, got {max_concurrent}")
         self.metrics, self.health, self.degraded = metrics, health, degraded
+        self.page = page
         self.timeout, self.max_open = request_timeout_s, max_concurrent
         self.host = host
         self.active = self.peak_active = self.served = 0
@@ -121,7 +132,8 @@ class MetricsServer:
         try:
             async with asyncio.timeout(self.timeout):
                 code, data, ctype = await self._answer(reader)
-                writer.write(_response(code, data, ctype))
+                extra = PAGE_HEADERS if ctype.startswith("text/html") else None
+                writer.write(_response(code, data, ctype, extra))
                 await writer.drain()
         except (TimeoutError, ConnectionError, asyncio.IncompleteReadError):
             pass  # silent, slow or gone: cut off
@@ -156,11 +168,17 @@ class MetricsServer:
         if path == b"/metrics":
             return 200, self.metrics.exposition(), CONTENT_TYPE_LATEST
         if path == b"/healthz":
-            state = self.health() if self.health else None
-            problems = dict(self.degraded()) if self.degraded else {}
-            code, body = healthz_body(self.metrics, state, problems)
+            code, body = self._healthz()
             return code, json.dumps(body).encode(), "application/json"
+        if path in (b"/", b"/status") and self.page is not None:
+            _, body = self._healthz()
+            return 200, self.page(body).encode(), "text/html; charset=utf-8"
         return 404, b"not found: try /metrics or /healthz\n", "text/plain"
+
+    def _healthz(self) -> tuple[int, dict[str, Any]]:
+        state = self.health() if self.health else None
+        problems = dict(self.degraded()) if self.degraded else {}
+        return healthz_body(self.metrics, state, problems)
 
     @property
     def url(self) -> str:
@@ -187,9 +205,12 @@ _REASONS = {200: "OK", 400: "Bad Request", 404: "Not Found", 405: "Method Not Al
             431: "Request Header Fields Too Large", 503: "Service Unavailable"}
 
 
-def _response(code: int, data: bytes, ctype: str) -> bytes:
+def _response(
+    code: int, data: bytes, ctype: str, extra: Mapping[str, str] | None = None
+) -> bytes:
+    more = "".join(f"{k}: {v}\r\n" for k, v in (extra or {}).items())
     head = (
-        f"HTTP/1.1 {code} {_REASONS.get(code, '')}\r\nServer: cdml-edge\r\n"
+        f"HTTP/1.1 {code} {_REASONS.get(code, '')}\r\nServer: cdml-edge\r\n{more}"
         f"Content-Type: {ctype}\r\nContent-Length: {len(data)}\r\nConnection: close\r\n\r\n"
     )
     return head.encode() + data

@@ -50,11 +50,18 @@ def make_output(cfg: AppConfig, spawn: Spawn = plain_thread, *, replay: bool = F
     return mqtt if jsonl is None else TeeOutput([mqtt, jsonl])
 
 
+def leaves(output: Output) -> list[Output]:
+    """The outputs inside ``output``: the tees (and tees in tees) opened."""
+    if isinstance(output, TeeOutput):
+        return [leaf for o in output.outputs for leaf in leaves(o)]
+    return [output]
+
+
 def on_disk_event(output: Output, hook: FaultHook) -> None:
     """Report the disk faults of ``output``'s stores (the MQTT spool) through ``hook``."""
     from cdml_edge.agent.outputs.mqtt.publisher import MqttPublisher
 
-    for o in output.outputs if isinstance(output, TeeOutput) else [output]:
+    for o in leaves(output):
         if isinstance(o, MqttPublisher):
             o.spool.faults.on_event = hook
 
@@ -65,7 +72,7 @@ def degraded_parts(output: Output) -> dict[str, str]:
     from cdml_edge.agent.outputs.mqtt.publisher import MqttPublisher
 
     out: dict[str, str] = {}
-    for o in output.outputs if isinstance(output, TeeOutput) else [output]:
+    for o in leaves(output):
         if isinstance(o, MqttPublisher):
             if o.spool.faults.degraded:
                 out["spool"] = o.spool.faults.degraded

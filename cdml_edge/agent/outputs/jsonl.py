@@ -20,6 +20,22 @@ from typing import IO
 from cdml_edge.window.payloads import OutMessage
 
 
+def topic_base(topic_prefix: str, device: str) -> str:
+    """``{prefix}/{device}/``, the start of every full topic."""
+    return f"{topic_prefix.strip('/')}/{device}/" if topic_prefix else f"{device}/"
+
+
+def _line(m: OutMessage, base: str) -> str:
+    payload = json.loads(m.payload) if m.payload else None
+    record = {"topic": base + m.topic, "retain": m.retain, "payload": payload}
+    return json.dumps(record, separators=(",", ":")) + "\n"
+
+
+def format_line(m: OutMessage, topic_prefix: str, device: str) -> str:
+    """One message as the JSON line this output writes (newline included)."""
+    return _line(m, topic_base(topic_prefix, device))
+
+
 class JsonlOutput:
     """JSON-lines output; ``path='-'`` writes to stdout."""
 
@@ -33,7 +49,7 @@ class JsonlOutput:
         max_bytes: int = 256 * 1024 * 1024,
     ) -> None:
         self.path = str(path)
-        self._prefix = f"{topic_prefix.strip('/')}/{device}/" if topic_prefix else f"{device}/"
+        self._prefix = topic_base(topic_prefix, device)
         self._fsync = fsync and self.path != "-"
         self._max_bytes = max_bytes
         self._fh: IO[str] | None = None
@@ -57,17 +73,7 @@ class JsonlOutput:
     def publish_batch(
         self, messages: Sequence[OutMessage], on_durable: Callable[[], None] | None = None
     ) -> None:
-        lines = []
-        for m in messages:
-            payload = json.loads(m.payload) if m.payload else None
-            lines.append(
-                json.dumps(
-                    {"topic": self._prefix + m.topic, "retain": m.retain, "payload": payload},
-                    separators=(",", ":"),
-                )
-                + "\n"
-            )
-        text = "".join(lines)
+        text = "".join(_line(m, self._prefix) for m in messages)
         with self._lock:
             if self._fh is None:
                 raise RuntimeError(f"{self.path}: output not started")

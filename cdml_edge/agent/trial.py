@@ -1,0 +1,139 @@
+"""A dry run of a configuration (``cdml-edge test``): given files go through the live
+pipeline with no side effects.
+
+Each file becomes an :class:`~cdml_edge.window.items.Item` as the folder source makes it
+(same name, id and timestamp), the items are grouped into windows of the source's
+``window.max_items``, packed with the configured format, read back, decoded and scored by
+the configured models (:func:`~cdml_edge.window.score.process_window`, the code the agent
+runs). The messages that would be published come back; nothing is published, no file is
+deleted, moved or quarantined, nothing is retained and the state folder is not touched.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from cdml_edge.agent.sources.folder import is_candidate
+from cdml_edge.config import AppConfig, ConfigError, SourceConfig
+from cdml_edge.fsio import display_name
+from cdml_edge.modality import default_patterns
+from cdml_edge.model.runner import ModelRunner
+from cdml_edge.window.items import Item, Window, new_window_id
+from cdml_edge.window.pack import pack_window
+from cdml_edge.window.payloads import OutMessage, Sequencer, item_id
+from cdml_edge.window.score import error_event, process_window
+
+DEFAULT_SAMPLE = 5
+"""Files ``--source NAME`` takes from the source's folder."""
+
+
+@dataclass
+class TrialReport:
+    """What a dry run would have published (topics relative to ``{prefix}/{device}``)."""
+
+    messages: list[OutMessage] = field(default_factory=list)
+    items: int = 0
+    failures: int = 0
+
+    @property
+    def ok(self) -> bool:
+        return self.failures == 0
+
+
+def _patterns(sc: SourceConfig) -> tuple[str, ...]:
+    return tuple(sc.patterns) or default_patterns(sc.modality)
+
+
+def source_named(cfg: AppConfig, name: str, where: str = "<config>") -> SourceConfig:
+    """The source called ``name`` (a :class:`ConfigError` lists the names there are)."""
+    for sc in cfg.sources:
+        if sc.name == name:
+            return sc
+    known = ", ".join(sc.name for sc in cfg.sources) or "none"
+    raise ConfigError(where, [("sources", f"no source named {name!r} (there are: {known})")])
+
+
+def sample_files(sc: SourceConfig, limit: int = DEFAULT_SAMPLE) -> list[Path]:
+    """The first ``limit`` files (by name) that the folder source ``sc`` would take; read
+    only, nothing on disk changes."""
+    if sc.kind != "folder" or sc.path is None:
+        raise ConfigError("<config>", [(f"sources.{sc.name}", "not a folder source")])
+    names = sorted(e.name for e in os.scandir(sc.path) if e.is_file(follow_symlinks=False))
+    return [sc.path / n for n in names if is_candidate(n, _patterns(sc))][:limit]
+
+
+def source_for(cfg: AppConfig, path: Path, where: str = "<config>") -> SourceConfig:
+    """The source a file belongs to: the folder source whose folder holds it, else the
+    only source, else the first whose patterns take its name."""
+    resolved = path.resolve()
+    for sc in cfg.sources:
+        if sc.path is not None and resolved.is_relative_to(sc.path.resolve()):
+            return sc
+    if len(cfg.sources) == 1:
+        return cfg.sources[0]
+    for sc in cfg.sources:
+        if is_candidate(path.name, _patterns(sc)):
+            return sc
+    raise ConfigError(where, [("sources", f"{path}: no source takes this file "
+                                               "(name one with --source)")])
+
+
+def file_item(sc: SourceConfig, path: Path) -> Item:
+    """``path`` as the folder source ``sc`` would read it (name, id, timestamp)."""
+    data = path.read_bytes()
+    st = path.stat()
+    inside = sc.path is not None and path.resolve().is_relative_to(sc.path.resolve())
+    raw = os.path.relpath(path.resolve(), sc.path.resolve()) if inside and sc.path else path.name
+    return Item(
+        source=sc.name, name=display_name(raw), modality=sc.modality, ts=st.st_mtime,
+        data=data, item_id=item_id(sc.name, raw, len(data), st.st_mtime_ns),
+        size=len(data), mtime_ns=st.st_mtime_ns,
+    )
+
+
+def run_trial(
+    cfg: AppConfig,
+    files: Sequence[tuple[SourceConfig, Path]],
+    runners: Mapping[str, ModelRunner],
+) -> TrialReport:
+    """Score ``files`` (each with its source) as the agent would; see the module."""
+    report = TrialReport()
+    seq = Sequencer()
+    by_source: dict[str, list[Item]] = {}
+    sources = {sc.name: sc for sc, _ in files}
+    for sc, path in files:
+        by_source.setdefault(sc.name, []).append(file_item(sc, path))
+    for name, items in by_source.items():
+        sc = sources[name]
+        step = sc.window.max_items
+        for start in range(0, len(items), step):
+            _score(cfg, sc, items[start:start + step], runners, seq, report)
+    return report
+
+
+def _score(
+    cfg: AppConfig,
+    sc: SourceConfig,
+    items: list[Item],
+    runners: Mapping[str, ModelRunner],
+    seq: Sequencer,
+    report: TrialReport,
+) -> None:
+    ts = min(it.ts for it in items)
+    window = Window(new_window_id(sc.name, ts), sc.name, ts, list(items),
+                    closed_ts=max(it.ts for it in items), reason="test")
+    packed = pack_window(window, device=cfg.device.id, modality=sc.modality,
+                         archive_format=cfg.pack.format, level=cfg.pack.level,
+                         site=cfg.device.site)
+    outcome = process_window(packed.archive, runners, device=cfg.device.id,
+                             segment_rows=sc.segment_rows, sequencer=seq,
+                             archive_name=packed.name, pack_ms=packed.pack_ms)
+    report.messages += outcome.messages()
+    report.items += len(items)
+    report.failures += len(outcome.failures)
+    for f in outcome.failures:
+        report.messages.append(error_event(sc.name, f.item.name, f.error_type, f.message,
+                                           device=cfg.device.id, sequencer=seq))

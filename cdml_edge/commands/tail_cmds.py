@@ -1,0 +1,59 @@
+"""``cdml-edge tail``: a live view of what an appliance publishes."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import typer
+
+from cdml_edge.commands.exits import user_errors
+from cdml_edge.config import load_config
+
+
+def tail(
+    config: Path = typer.Option(..., "--config", "-c", help="The appliance's YAML configuration."),
+    file: Path | None = typer.Option(
+        None, "--file", help="Follow this JSON-lines file (default: output.jsonl when the "
+        "config has no broker)."),
+    broker: str | None = typer.Option(
+        None, "--broker", help="mqtt[s]://host:port instead of the config's mqtt.url."),
+    json_out: bool = typer.Option(
+        False, "--json", help="Print the view as one JSON object per interval (for scripts)."),
+    interval: float = typer.Option(1.0, "--interval", min=0.05, help="Seconds between views."),
+    duration: float | None = typer.Option(
+        None, "--duration", min=0, help="Stop after this many seconds (default: Ctrl-C)."),
+) -> None:
+    """Show what an appliance publishes, live: per-source rates and latency, the last
+    results (anomalies in red), error events and health; from its broker (the same config
+    file) or from its output.jsonl."""
+    from cdml_edge.agent.view.tail import choose, run_tail
+
+    with user_errors("tail"):
+        cfg = load_config(config)
+        followed = choose(cfg, file, broker, str(config))
+        where = followed.describe(cfg)
+        if json_out:
+            run_tail(cfg, followed, lambda snap: typer.echo(json.dumps(snap)),
+                     interval=interval, duration=duration)
+            return
+        _live(cfg, followed, where, interval, duration)
+
+
+def _live(cfg: Any, followed: Any, where: str, interval: float, duration: float | None) -> None:
+    from rich.console import Console
+    from rich.live import Live
+
+    from cdml_edge.agent.view.board import ActivityBoard
+    from cdml_edge.agent.view.console import render
+    from cdml_edge.agent.view.tail import run_tail
+
+    empty = ActivityBoard(cfg.device.id).snapshot()
+    with Live(render(empty, where), console=Console(), auto_refresh=False) as live:
+        run_tail(cfg, followed, lambda snap: live.update(render(snap, where), refresh=True),
+                 interval=interval, duration=duration)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("tail")(tail)
