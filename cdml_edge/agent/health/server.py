@@ -119,11 +119,8 @@ class MetricsServer:
         key = id(writer)
         self._admit(key, writer)
         try:
-            async with asyncio.timeout(self.timeout):
-                code, data, ctype = await self._answer(reader)
-                writer.write(_response(code, data, ctype))
-                await writer.drain()
-        except (TimeoutError, ConnectionError, asyncio.IncompleteReadError):
+            await asyncio.wait_for(self._serve(reader, writer), self.timeout)
+        except (TimeoutError, asyncio.TimeoutError, ConnectionError, asyncio.IncompleteReadError):
             pass  # silent, slow or gone: cut off
         except Exception:  # noqa: BLE001 - one bad request never stops the server
             log.exception("metrics http: request failed")
@@ -132,6 +129,11 @@ class MetricsServer:
             self.active = len(self._open)
             self.served += 1
             writer.transport.abort()
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        code, data, ctype = await self._answer(reader)
+        writer.write(_response(code, data, ctype))
+        await writer.drain()
 
     def _admit(self, key: int, writer: asyncio.StreamWriter) -> None:
         """Count the connection in; over the bound, close the oldest one."""
