@@ -22,6 +22,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from _uv_tool import uv_command
 
 REPO = Path(__file__).resolve().parents[1]
 SCRIPT = REPO / "scripts" / "install.sh"
@@ -102,7 +103,7 @@ class Board:
             CDML_PREFIX=str(self.prefix), CDML_ETC=str(self.etc), CDML_STATE=str(self.state),
             CDML_DATA=str(self.data), CDML_UNIT_DIR=str(self.units),
             CDML_MODELS=str(self.prefix / "models"), SYSTEMCTL=str(self.bin / "systemctl"),
-            PYTHON=sys.executable, PIP_DISABLE_PIP_VERSION_CHECK="1", UV=_uv()[0],
+            PYTHON=sys.executable, PIP_DISABLE_PIP_VERSION_CHECK="1", UV=uv_command()[0],
         )
 
     def install(self, *args: str, installer: str = "uv") -> subprocess.CompletedProcess[str]:
@@ -132,19 +133,9 @@ class Board:
 
     def freeze(self) -> list[str]:
         py = self.prefix / "current/venv/bin/python"
-        res = subprocess.run([*_uv(), "pip", "freeze", "--python", str(py)],
+        res = subprocess.run([*uv_command(), "pip", "freeze", "--python", str(py)],
                              capture_output=True, text=True, check=True)
         return sorted(res.stdout.splitlines())
-
-
-def _uv() -> list[str]:
-    """uv, from the dev extra (the uv package puts its binary beside this Python)."""
-    exe = shutil.which("uv", path=str(Path(sys.executable).parent))
-    if exe is None:
-        from uv import find_uv_bin
-
-        exe = find_uv_bin()
-    return [exe]
 
 
 def _doctor_release(board: Board) -> str:

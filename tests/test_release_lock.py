@@ -102,3 +102,18 @@ def test_healthz_url_for_the_installer(tmp_path: Path, host: str, url: str) -> N
     assert res.stdout.strip() == url
     cfg.write_text(f"sources: [{{name: cam, path: {tmp_path}/in, modality: image}}]\n")
     assert main(["healthz", str(cfg)]) == 0
+
+
+@pytest.mark.slow
+def test_dist_is_a_release(tmp_path: Path) -> None:
+    """make dist's artifacts: the sdist carries the C sources and the lock, the wheel the
+    native reader, one version everywhere, described in CHANGELOG.md."""
+    import check_dist
+    from _uv_tool import uv_command
+
+    subprocess.run([*uv_command(), "build", "--quiet", "--sdist", "--wheel", "--out-dir",
+                    str(tmp_path), str(REPO)], check=True, timeout=600)
+    assert check_dist.problems(tmp_path, __version__) == []
+    other = check_dist.problems(tmp_path, "9.9.9")
+    assert "CHANGELOG.md has no '## 9.9.9' entry" in other
+    assert any(p.startswith("sdist:") for p in other)

@@ -290,3 +290,25 @@ def test_real_unprivileged_install(tmp_path: Path) -> None:
     lock = f"runtime-cp{sys.version_info[0]}{sys.version_info[1]}-{platform.machine()}.txt"
     assert (f"OK   release: cdml-edge {__version__}, release {__version__}, packages match "
             f"{lock}") in doctor.stdout.splitlines(), doctor.stdout
+
+
+def test_dry_run_upgrade_and_rollback(tmp_path: Path) -> None:
+    env, calls = stubbed_env(tmp_path, uid=1000)
+    wheel = tmp_path / "cdml_edge-0.2.0-cp311-cp311-linux_aarch64.whl"
+    wheel.write_bytes(b"PK")
+    res = run_script(env, "--dry-run", "--upgrade", str(wheel), "--ready-timeout", "30")
+    assert res.returncode == 0, res.stderr
+    assert not calls.exists(), calls.read_text()
+    cmds = commands(res.stdout)
+    rel = "/opt/cdml-edge/releases/0.2.0"
+    steps = [f"python3 -m venv {rel}/venv",
+             f"{rel}/venv/bin/pip install --quiet --require-hashes -r {LOCK}",
+             f"{rel}/venv/bin/pip install --quiet --no-deps {wheel}",
+             "ln -sfn releases/0.2.0 /opt/cdml-edge/.current.new",
+             "systemctl restart cdml-edge.service",
+             "wait up to 30s for READY=1 (systemctl is-active) and /healthz"]
+    assert [cmds.index(s) for s in steps] == sorted(cmds.index(s) for s in steps), cmds
+    # an upgrade touches neither the configuration, the state nor the units
+    assert not any("/etc/" in c or "/var/lib/" in c for c in cmds), cmds
+    res = run_script(env, "--dry-run", "--rollback")
+    assert res.returncode == 1 and "no previous release" in res.stderr
