@@ -199,7 +199,6 @@ do_uninstall() {
 
 do_install() {
   local board arch venv="$PREFIX/current/venv" memory sdv release
-  release="$(release_name "$SOURCE")"
   board="$(detect_board)"
   arch="$(uname -m)"
   memory="$(to_mib "${MEMORY_MAX:-$(default_memory_max)}")M"
@@ -207,6 +206,7 @@ do_install() {
   [[ "$arch" == "aarch64" || "$arch" == "x86_64" ]] || echo "warning: untested architecture $arch"
   [[ -f "$CONFIG" ]] || die "configuration not found: $CONFIG"
   [[ -e "$SOURCE" ]] || die "nothing to install at $SOURCE"
+  release="$(release_name "$SOURCE")"
   select_lock
   if [[ -n "$ORT_WHEEL" && ! -f "$ORT_WHEEL" ]]; then
     die "onnxruntime-gpu wheel not found: $ORT_WHEEL"
@@ -471,9 +471,11 @@ restart_and_wait() {
 }
 
 do_upgrade() {
-  local from to url
+  local from to url before
   from="$(current_release)"
+  before="$(basename "$(readlink "$PREFIX/previous" 2>/dev/null || true)")"
   [[ -n "$from" || $DRY_RUN -eq 1 ]] || die "no release installed in $PREFIX: install first"
+  [[ -e "$SOURCE" ]] || die "nothing to install at $SOURCE"
   to="$(release_name "$SOURCE")"
   [[ "$to" != "$from" ]] || die "release $to is the current one already"
   select_lock
@@ -488,6 +490,8 @@ do_upgrade() {
   echo "install.sh: release $to did not become ready within ${READY_TIMEOUT}s:" \
        "rolling back to $from" >&2
   switch_to "$from"
+  # `previous` goes back to what it was: --rollback must not land on the broken release
+  if [[ -n "$before" ]]; then set_link previous "$before"; else run rm -f "$PREFIX/previous"; fi
   restart_and_wait "$url" || echo "install.sh: $from is not ready either" >&2
   log "rolled back to $from; release $to is kept in $PREFIX/releases/$to"
   exit 1

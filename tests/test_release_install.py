@@ -206,6 +206,8 @@ def test_upgrade_rollback_and_automatic_rollback(tmp_path: Path) -> None:
         assert "release 0.1.2 did not become ready within 15s: rolling back to 0.1.0" in (
             res.stderr), _out(res)
         assert board.current() == "releases/0.1.0"
+        # `previous` is what it was before the failed upgrade, not the broken release
+        assert os.readlink(board.prefix / "previous") == "releases/0.1.1"
         assert time.monotonic() - t0 < 300
         assert board.healthz() == 200  # the old release serves again
         starts = [c for c in board.calls.read_text().splitlines() if c.startswith("start ")]
