@@ -1,7 +1,8 @@
 """cdml-edge: stream ML data straight out of compressed archives.
 
 Heavy parts (torch, onnxruntime) are imported lazily, so ``import cdml_edge`` works on
-an appliance without PyTorch.
+an appliance without PyTorch: the Tier 2 names (``CDMLTrainTier2``, ``CDMLTrainer``, ...)
+import torch when first used, the live API (``watch_and_pack``, ``watch_in_memory``) never.
 """
 
 from __future__ import annotations
@@ -23,6 +24,16 @@ _LAZY = {
     "CDMLStreamDataset": "cdml_edge.data.dataset",
     "LiveBatchLoader": "cdml_edge.data.live",
     "GPULoader": "cdml_edge.data.gpu",
+    "watch_and_pack": "cdml_edge.live",
+    "watch_in_memory": "cdml_edge.live",
+    "PackedBatch": "cdml_edge.live",
+    # Tier 2 (the ``train`` extra: torch)
+    "CDMLTrainTier2": "cdml_edge.nn",
+    "CDMLLoss": "cdml_edge.nn",
+    "CDMLTrainer": "cdml_edge.nn",
+    "AudioEncoder": "cdml_edge.nn",
+    "TabularEncoder": "cdml_edge.nn",
+    "TimeSeriesEncoder": "cdml_edge.nn",
 }
 
 __all__ = ["__version__", *_LAZY]

@@ -26,7 +26,7 @@ from cdml_edge.nn.cda import nearest_prototype
 def test_tier2_defaults_fit_the_parameter_budget() -> None:
     model = CDMLTrainTier2()
     assert model.config == {"latent_dim": 64, "num_classes": 10, "in_channels": 3,
-                            "image_size": 64, "width": 32}
+                            "image_size": 32, "width": 32}
     assert model.num_parameters() <= 1_000_000
     assert model.num_parameters() == sum(p.numel() for p in model.parameters())
 
@@ -149,3 +149,46 @@ def test_auroc_known_values() -> None:
     assert auroc(np.array([0.1, 0.5]), np.array([0.3])) == 0.5
     with pytest.raises(ValueError):
         auroc(np.array([]), np.array([1.0]))
+
+
+def test_seed_argument_names_are_aliases_kept_out_of_the_config() -> None:
+    tab = TabularEncoder(input_dim=20, latent_dim=8)
+    assert tab.config["in_features"] == 20 and "input_dim" not in tab.config
+    with pytest.raises(TypeError, match="disagree"):
+        TabularEncoder(in_features=4, input_dim=20)
+    with pytest.raises(TypeError, match="input_dim"):
+        TabularEncoder()
+    ts = TimeSeriesEncoder(input_features=8, hidden_size=16, latent_dim=8)
+    assert ts.config == {"channels": 8, "window": 256, "latent_dim": 8, "num_classes": 0,
+                         "width": 16, "layout": "channels_last"}
+    assert TimeSeriesEncoder(channels=8).config.get("layout") is None  # ours: channels first
+    for model in (tab, ts):
+        clone = build_model(type(model).__name__, model.config)
+        assert clone.config == model.config
+    with pytest.raises(ValueError, match="layout"):
+        TimeSeriesEncoder(layout="nhwc")
+
+
+def test_audio_encoder_input_follows_the_arguments() -> None:
+    assert AudioEncoder(latent_dim=8).config["input"] == "waveform"  # the seed's default
+    assert AudioEncoder(in_channels=1, input_length=16000).config["input"] == "waveform"
+    assert AudioEncoder(20, 32).config["input"] == "mfcc"  # MFCC sizes given: MFCC input
+    assert AudioEncoder(n_mfcc=13).config["input"] == "mfcc"
+    with pytest.raises(ValueError, match="mono"):
+        AudioEncoder(in_channels=2)
+    model = AudioEncoder(latent_dim=8).eval()
+    x = torch.randn(2, 16000)
+    torch.testing.assert_close(model.compress(x), model.compress(x[:, None, :]))
+
+
+def test_seed_loss_weights() -> None:
+    loss = CDMLLoss(alpha=2.0, beta=0.5, gamma=0.1)
+    assert (loss.ce_weight, loss.recon_weight, loss.sparsity_weight) == (2.0, 0.5, 0.1)
+    z = torch.tensor([[1.0, -3.0]])
+    out = {"latent": z, "logits": torch.tensor([[0.0, 0.0]]), "recon": torch.zeros(1, 2)}
+    total, parts = loss(out, torch.ones(1, 2), torch.tensor([0]))
+    assert parts["sparsity"] == pytest.approx(0.1 * 2.0)
+    assert parts["recon"] == pytest.approx(0.5) and parts["ce"] == pytest.approx(2 * np.log(2))
+    assert float(total) == pytest.approx(sum(parts.values()))
+    with pytest.raises(TypeError, match="disagree"):
+        CDMLLoss(recon_weight=1.0, beta=0.5)

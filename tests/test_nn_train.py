@@ -158,3 +158,16 @@ def test_write_new_claims_a_free_name_and_leaves_no_temporary(tmp_path: Path) ->
     assert (tmp_path / "c.pt").read_bytes() == b"someone else's"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["c.1.pt", "c.pt"]
     assert issubclass(CheckpointError, CdmlError)
+
+
+def test_seed_train_call_and_loss_weights() -> None:
+    """The seed's ``CDMLTrainer(model, lr=...).train(loader, epochs=N)``."""
+    torch.manual_seed(0)
+    trainer = CDMLTrainer(TabularEncoder(input_dim=4, latent_dim=8, num_classes=3), lr=1e-2,
+                          device="cpu", alpha=1.0, beta=0.5, gamma=0.01)
+    assert (trainer.loss.ce_weight, trainer.loss.sparsity_weight) == (1.0, 0.01)
+    train, val = loaders()
+    history = trainer.train(train, epochs=2, val_loader=val)
+    assert [r["epoch"] for r in history] == [1, 2] and history[-1]["val_acc"] > 0.9
+    with pytest.raises(TypeError, match="not both"):
+        CDMLTrainer(TabularEncoder(4), device="cpu", loss=trainer.loss, alpha=1.0)

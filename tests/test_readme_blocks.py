@@ -148,6 +148,7 @@ SETUPS: dict[str | None, Callable[[Path], None]] = {
     "train-data": _train_data,
     "models": _models,
     "trainset": _trainset,
+    "live": lambda d: None,
 }
 
 
@@ -175,10 +176,23 @@ def _check_trainset(d: Path, out: str) -> None:
     assert last["val_acc"] > 0.9  # ok/scratch keep their training ids in val/
 
 
+def _check_window(d: Path, out: str) -> None:
+    assert out.splitlines() == ["5 cam1-000001", f"1 (224, 224, 3) 20 {synth.VIBRATION_ROWS} 3"]
+
+
+def _check_live(d: Path, out: str) -> None:
+    first, stats = out.splitlines()
+    assert first == "True 3 [['belt 0 ok'], ['belt 1 ok'], ['belt 2 ok']]"
+    assert stats.startswith("WatchStats(files=3, batches=1,") and "deleted=3" in stats
+    assert os.listdir(d / "live_input") == [] and os.listdir(d / "live_batches") == []
+
+
 CHECKS: dict[str, Callable[[Path, str], None]] = {
     "pets": _check_pets,
     "train-data": _check_train_data,
     "trainset": _check_trainset,
+    "window": _check_window,
+    "live": _check_live,
 }
 
 

@@ -10,7 +10,10 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from cdml_edge.nn.aliases import pick, required
 from cdml_edge.nn.base import LatentModel
+
+LAYOUTS = ("channels_first", "channels_last")
 
 
 def _conv1d(cin: int, cout: int, kernel: int, stride: int = 1) -> nn.Sequential:
@@ -54,45 +57,83 @@ class _Conv1dEncoder(LatentModel):
 
 
 class TimeSeriesEncoder(_Conv1dEncoder):
-    """Multichannel windows ``(N, channels, window)`` -> code (1-D convolutions)."""
+    """Multichannel windows -> code (1-D convolutions).
 
-    def __init__(
-        self,
-        channels: int = 3,
-        window: int = 256,
-        latent_dim: int = 32,
-        num_classes: int = 0,
-        width: int = 32,
-    ) -> None:
-        super().__init__()
-        self.config = {
-            "channels": channels,
-            "window": window,
-            "latent_dim": latent_dim,
-            "num_classes": num_classes,
-            "width": width,
-        }
-        self._build(channels, latent_dim, num_classes, width)
-
-
-class AudioEncoder(_Conv1dEncoder):
-    """Audio -> code: MFCC frames ``(N, n_mfcc, frames)`` or raw waveforms ``(N, samples)``.
-
-    ``input="waveform"`` adds a learned strided filterbank in front of the conv stack.
+    ``layout="channels_first"`` takes ``(N, channels, window)``; ``"channels_last"`` takes
+    the seed's ``(N, timesteps, features)``. The seed's names ``input_features`` (for
+    ``channels``, and then ``channels_last`` unless ``layout`` says otherwise) and
+    ``hidden_size`` (for ``width``) are accepted.
     """
 
     def __init__(
         self,
-        n_mfcc: int = 20,
-        frames: int = 32,
+        channels: int | None = None,
+        window: int = 256,
+        latent_dim: int = 32,
+        num_classes: int = 0,
+        width: int | None = None,
+        layout: str | None = None,
+        *,
+        input_features: int | None = None,
+        hidden_size: int | None = None,
+    ) -> None:
+        super().__init__()
+        owner = type(self).__name__
+        chans = pick(owner, "channels", channels, "input_features", input_features) or 3
+        wide = pick(owner, "width", width, "hidden_size", hidden_size) or 32
+        layout = layout or ("channels_last" if input_features is not None else "channels_first")
+        if layout not in LAYOUTS:
+            raise ValueError(f"layout must be one of {LAYOUTS}, got {layout!r}")
+        self.channels_last = layout == "channels_last"
+        self.config = {
+            "channels": chans,
+            "window": window,
+            "latent_dim": latent_dim,
+            "num_classes": num_classes,
+            "width": wide,
+        }
+        if self.channels_last:
+            self.config["layout"] = layout
+        self._build(chans, latent_dim, num_classes, wide)
+
+    def frontend(self, x: torch.Tensor) -> torch.Tensor:
+        return x.transpose(1, 2) if self.channels_last else x
+
+
+class AudioEncoder(_Conv1dEncoder):
+    """Audio -> code: MFCC frames ``(N, n_mfcc, frames)`` or raw waveforms ``(N, samples)``
+    / ``(N, 1, samples)``.
+
+    ``input="waveform"`` adds a learned strided filterbank in front of the conv stack. When
+    ``input`` is not given, a model built with ``n_mfcc`` or ``frames`` takes MFCCs and one
+    built without them takes waveforms, as the seed's ``AudioEncoder(latent_dim=64)`` does;
+    the seed's ``in_channels`` (must be 1) and ``input_length`` (any length is taken) are
+    accepted.
+    """
+
+    def __init__(
+        self,
+        n_mfcc: int | None = None,
+        frames: int | None = None,
         latent_dim: int = 32,
         num_classes: int = 0,
         width: int = 32,
-        input: str = "mfcc",
+        input: str | None = None,
+        *,
+        in_channels: int | None = None,
+        input_length: int | None = None,
     ) -> None:
         super().__init__()
+        if input is None:
+            input = "mfcc" if n_mfcc is not None or frames is not None else "waveform"
         if input not in ("mfcc", "waveform"):
             raise ValueError(f"input must be 'mfcc' or 'waveform', got {input!r}")
+        if in_channels not in (None, 1) or (in_channels == 1 and input != "waveform"):
+            raise ValueError(f"in_channels={in_channels}: only mono waveforms (1) are taken")
+        if input_length is not None and input_length <= 0:
+            raise ValueError(f"input_length must be > 0, got {input_length}")
+        n_mfcc = 20 if n_mfcc is None else n_mfcc
+        frames = 32 if frames is None else frames
         self.config = {
             "n_mfcc": n_mfcc,
             "frames": frames,
@@ -121,16 +162,26 @@ class AudioEncoder(_Conv1dEncoder):
 
 
 class TabularEncoder(LatentModel):
-    """Feature rows ``(N, in_features)`` (anything past the batch dim is flattened) -> code."""
+    """Feature rows ``(N, in_features)`` (anything past the batch dim is flattened) -> code.
+
+    The seed's name ``input_dim`` is accepted for ``in_features``.
+    """
 
     def __init__(
         self,
-        in_features: int,
+        in_features: int | None = None,
         latent_dim: int = 16,
         num_classes: int = 0,
         hidden: int = 64,
+        *,
+        input_dim: int | None = None,
     ) -> None:
         super().__init__()
+        owner = type(self).__name__
+        in_features = required(
+            owner, "in_features", pick(owner, "in_features", in_features, "input_dim", input_dim),
+            "input_dim",
+        )
         self.config = {
             "in_features": in_features,
             "latent_dim": latent_dim,

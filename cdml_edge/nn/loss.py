@@ -6,22 +6,39 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from cdml_edge.nn.aliases import pick
+
 
 class CDMLLoss(nn.Module):
     """``recon_weight * MSE(recon, x) + ce_weight * CE(logits, y)``.
 
     Terms whose inputs are absent (no decoder, no head, no labels) are skipped; a
-    ``latent_weight`` adds an L2 penalty on the code (keeps distances meaningful).
-    Returns the total and a dict of the parts (floats) for logging.
+    ``latent_weight`` adds an L2 penalty on the code (keeps distances meaningful), a
+    ``sparsity_weight`` the seed's L1 bottleneck term ``mean(|z|)``. The seed's names are
+    accepted: ``alpha`` (``ce_weight``), ``beta`` (``recon_weight``), ``gamma``
+    (``sparsity_weight``). Returns the total and a dict of the parts (floats) for logging.
     """
 
     def __init__(
-        self, recon_weight: float = 1.0, ce_weight: float = 1.0, latent_weight: float = 0.0
+        self,
+        recon_weight: float | None = None,
+        ce_weight: float | None = None,
+        latent_weight: float = 0.0,
+        sparsity_weight: float | None = None,
+        *,
+        alpha: float | None = None,
+        beta: float | None = None,
+        gamma: float | None = None,
     ) -> None:
         super().__init__()
-        self.recon_weight = recon_weight
-        self.ce_weight = ce_weight
+        owner = type(self).__name__
+        recon = pick(owner, "recon_weight", recon_weight, "beta", beta)
+        ce = pick(owner, "ce_weight", ce_weight, "alpha", alpha)
+        sparse = pick(owner, "sparsity_weight", sparsity_weight, "gamma", gamma)
+        self.recon_weight = 1.0 if recon is None else recon
+        self.ce_weight = 1.0 if ce is None else ce
         self.latent_weight = latent_weight
+        self.sparsity_weight = 0.0 if sparse is None else sparse
 
     def forward(
         self, out: dict[str, torch.Tensor], x: torch.Tensor, y: torch.Tensor | None = None
@@ -33,6 +50,8 @@ class CDMLLoss(nn.Module):
             terms["ce"] = self.ce_weight * F.cross_entropy(out["logits"], y)
         if self.latent_weight:
             terms["latent"] = self.latent_weight * out["latent"].pow(2).sum(dim=1).mean()
+        if self.sparsity_weight:
+            terms["sparsity"] = self.sparsity_weight * out["latent"].abs().mean()
         if not terms:
             raise ValueError("CDMLLoss: no loss term applies (no recon, no logits/labels)")
         total = torch.stack(list(terms.values())).sum()

@@ -1,8 +1,9 @@
 """The Tier 2 image model: conv encoder -> latent code -> decoder, classifier on the code.
 
-Sized for a Raspberry Pi: 755,981 parameters at the defaults (``latent_dim=64``,
-``num_classes=10``, ``in_channels=3``, ``image_size=64``), 557,837 at ``image_size=32``;
-the exported encoder + classifier (no decoder) is about half of that.
+Sized for a Raspberry Pi: 557,837 parameters at the defaults (``latent_dim=64``,
+``num_classes=10``, ``in_channels=3``, ``image_size=32``: the seed's 3072-D input),
+755,981 at ``image_size=64``; the exported encoder + classifier (no decoder) is about half
+of that.
 """
 
 from __future__ import annotations
@@ -32,9 +33,11 @@ def _up(cin: int, cout: int) -> nn.Sequential:
 class CDMLTrainTier2(LatentModel):
     """Convolutional autoencoder with a classifier on its latent code.
 
-    ``compress(x)`` maps ``(N, in_channels, image_size, image_size)`` images to
-    ``(N, latent_dim)`` codes, ``decompress(z)`` reconstructs images from codes and
-    ``classifier(z)`` gives class logits (absent when ``num_classes=0``).
+    ``compress(x)`` maps ``(N, in_channels, image_size, image_size)`` images (or the same
+    flattened, ``(N, in_channels * image_size**2)``: 3072-D at the defaults) to
+    ``(N, latent_dim)`` codes, ``decompress(z)`` reconstructs images from codes,
+    ``classifier(z)`` gives class logits (absent when ``num_classes=0``) and ``predict(x)``
+    the class indices.
     """
 
     def __init__(
@@ -42,7 +45,7 @@ class CDMLTrainTier2(LatentModel):
         latent_dim: int = 64,
         num_classes: int = 10,
         in_channels: int = 3,
-        image_size: int = 64,
+        image_size: int = 32,
         width: int = 32,
     ) -> None:
         super().__init__()
@@ -59,6 +62,7 @@ class CDMLTrainTier2(LatentModel):
         self.num_classes = num_classes
         chans = [width, width * 2, width * 4, width * 4]
         self._feat = (chans[-1], image_size // 16, image_size // 16)
+        self._image = (in_channels, image_size, image_size)
         flat = chans[-1] * (image_size // 16) ** 2
         self.encoder = nn.Sequential(
             _down(in_channels, chans[0]),
@@ -87,7 +91,14 @@ class CDMLTrainTier2(LatentModel):
         )
 
     def compress(self, x: torch.Tensor) -> torch.Tensor:
+        if x.dim() == 2:  # the seed's flat vectors
+            x = x.view(x.shape[0], *self._image)
         return self.encoder(x)
+
+    @torch.no_grad()
+    def predict(self, x: torch.Tensor) -> torch.Tensor:
+        """Class indices ``(N,)`` of ``x`` (no gradient)."""
+        return self.classifier(self.compress(x)).argmax(dim=1)
 
     def decompress(self, z: torch.Tensor) -> torch.Tensor:
         h = self.expand(z).view(z.shape[0], *self._feat)

@@ -59,6 +59,8 @@ class CDMLTrainer:
     """Train any :class:`LatentModel` with :class:`CDMLLoss` and Adam.
 
     ``schedule="cosine"`` decays the learning rate per epoch from ``lr`` to ``lr / 20``.
+    The seed's loss weights ``alpha`` / ``beta`` / ``gamma`` build the :class:`CDMLLoss`
+    when no ``loss`` is given, and :meth:`train` is :meth:`fit` under the seed's name.
 
     Batches are ``(x, y)``, ``x`` or ``{"input": x, "label": y}``. With ``out_dir``
     set, every epoch appends one JSON line to ``metrics.jsonl`` and writes a new
@@ -76,7 +78,13 @@ class CDMLTrainer:
         spec: ModelSpec | None = None,
         weight_decay: float = 0.0,
         schedule: str = "constant",
+        *,
+        alpha: float | None = None,
+        beta: float | None = None,
+        gamma: float | None = None,
     ) -> None:
+        if loss is not None and (alpha, beta, gamma) != (None, None, None):
+            raise TypeError("CDMLTrainer: give loss or alpha/beta/gamma, not both")
         if schedule not in ("constant", "cosine"):
             raise ValueError(f"schedule must be 'constant' or 'cosine', got {schedule!r}")
         self.schedule = schedule
@@ -93,7 +101,7 @@ class CDMLTrainer:
             if self.distributed
             else self.model
         )
-        self.loss = loss or CDMLLoss()
+        self.loss = loss or CDMLLoss(alpha=alpha, beta=beta, gamma=gamma)
         self.optimizer = torch.optim.Adam(model.parameters(), lr=lr, weight_decay=weight_decay)
         self.out_dir = Path(out_dir) if out_dir is not None else None
         self.spec = spec
@@ -139,6 +147,16 @@ class CDMLTrainer:
                 self._log(record)
                 self.save_checkpoint()
         return self.history
+
+    def train(
+        self,
+        train_loader: Iterable[Any],
+        epochs: int = 1,
+        val_loader: Iterable[Any] | None = None,
+        **kwargs: Any,
+    ) -> list[dict[str, Any]]:
+        """The seed's ``trainer.train(loader, epochs=N)``: :meth:`fit` with ``epochs`` second."""
+        return self.fit(train_loader, val_loader, epochs, **kwargs)
 
     def _set_lr(self, epoch: int, epochs: int) -> None:
         """Per-epoch learning rate; derived from the epoch number, so resume keeps it."""

@@ -1,0 +1,123 @@
+"""The seed's live API: ``watch_and_pack`` and ``watch_in_memory`` over :class:`LiveWatch`.
+
+Both block until ``duration`` seconds passed, ``stop`` (a :class:`threading.Event`) is set,
+or Ctrl-C, and then return the finished watch (its ``stats``); with ``background=True``
+they return the running watch at once (call ``.stop()`` on it). Either way the callback
+runs on the watch's own thread, one batch (or file) at a time, in order.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from cdml_edge.agent.windows import WindowPolicy
+from cdml_edge.live.batch import PackedBatch, pack_batch
+from cdml_edge.live.settings import MiB, WatchSettings, data_type
+from cdml_edge.live.watch import LiveWatch
+from cdml_edge.window.items import Window
+
+log = logging.getLogger(__name__)
+
+BatchCallback = Callable[[PackedBatch], Any]
+FileCallback = Callable[..., Any]
+
+
+def _launch(watch: LiveWatch, duration: float | None, stop: threading.Event | None,
+            background: bool) -> LiveWatch:
+    if background:
+        return watch.start()
+    watch.run(duration, stop)
+    return watch
+
+
+def watch_and_pack(
+    input_folder: str | Path,
+    output_folder: str | Path | None = None,
+    on_batch_ready: BatchCallback | None = None,
+    interval_seconds: float = 10.0,
+    auto_delete: bool = False,
+    *,
+    archive_format: str = "zip",
+    max_files: int = 1000,
+    max_bytes: int = 64 * MiB,
+    patterns: Sequence[str] = ("*",),
+    stable_seconds: float = 0.5,
+    max_inflight_bytes: int = 256 * MiB,
+    quarantine_dir: str | Path | None = None,
+    device: str | None = None,
+    duration: float | None = None,
+    stop: threading.Event | None = None,
+    background: bool = False,
+) -> LiveWatch:
+    """Watch ``input_folder``; pack the files that arrive into one archive per batch and
+    call ``on_batch_ready(batch)`` with each (:class:`PackedBatch`: the archive in memory,
+    path-like to the file written in ``output_folder`` when one is given).
+
+    A batch closes ``interval_seconds`` after its first file, at ``max_files`` or at
+    ``max_bytes``. With ``auto_delete``, once the callback returned without error, the
+    batch's input files (the versions that were read) and its written archive are deleted;
+    when it raises, everything stays on disk. ``archive_format``: ``zip`` or ``tar.zst``.
+    """
+    out = Path(output_folder) if output_folder is not None else None
+    callback = on_batch_ready
+
+    def handle(window: Window) -> None:
+        batch = pack_batch(window, archive_format, out, device)
+        if callback is not None:
+            callback(batch)
+        if auto_delete and batch.path is not None:
+            batch.path.unlink(missing_ok=True)
+
+    settings = WatchSettings(
+        folder=Path(input_folder),
+        window=WindowPolicy(interval_seconds, max_files, max_bytes, close_when_idle=False),
+        auto_delete=auto_delete, patterns=tuple(patterns), stable_seconds=stable_seconds,
+        max_inflight_bytes=max_inflight_bytes,
+        quarantine_dir=Path(quarantine_dir) if quarantine_dir is not None else None,
+        name="batch",
+    )
+    return _launch(LiveWatch(settings, handle), duration, stop, background)
+
+
+def watch_in_memory(
+    folder: str | Path,
+    callback: FileCallback,
+    *,
+    auto_delete: bool = False,
+    with_data: bool = False,
+    patterns: Sequence[str] = ("*",),
+    stable_seconds: float = 0.5,
+    max_file_bytes: int = 64 * MiB,
+    max_inflight_bytes: int = 256 * MiB,
+    quarantine_dir: str | Path | None = None,
+    duration: float | None = None,
+    stop: threading.Event | None = None,
+    background: bool = False,
+) -> LiveWatch:
+    """Call ``callback(filepath, data_type)`` for each complete file as it arrives
+    (``callback(filepath, data_type, data)`` with ``with_data``: the bytes already read).
+
+    ``data_type`` is the seed's name (:func:`~cdml_edge.live.settings.data_type`). The file
+    stays on disk (and is not taken again unless it changes); with ``auto_delete`` it is
+    deleted once the callback returned without error.
+    """
+
+    def handle(window: Window) -> None:
+        for it in window.items:
+            args: tuple[Any, ...] = (str(it.path), data_type(it.name))
+            callback(*args, it.data) if with_data else callback(*args)
+
+    settings = WatchSettings(
+        folder=Path(folder),
+        window=WindowPolicy(seconds=1.0, max_items=1, max_bytes=max_file_bytes,
+                            close_when_idle=False),
+        auto_delete=auto_delete, patterns=tuple(patterns), stable_seconds=stable_seconds,
+        max_inflight_bytes=max_inflight_bytes,
+        quarantine_dir=Path(quarantine_dir) if quarantine_dir is not None else None,
+        name="file",
+    )
+    return _launch(LiveWatch(settings, handle), duration, stop, background)

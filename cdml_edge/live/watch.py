@@ -1,0 +1,193 @@
+"""``LiveWatch``: the agent's folder source and windower, with a Python callback at the end.
+
+Files are taken by :class:`~cdml_edge.agent.sources.folder.FolderSource` (stable-file
+detection, regular files only, the in-flight :class:`~cdml_edge.agent.windows.ByteBudget`,
+a byte-bounded quarantine for files that cannot be taken) and grouped by a
+:class:`~cdml_edge.agent.windows.Windower`. One worker thread hands each closed window to
+``handler``, in order. When the handler returns, the window's input files are deleted
+(``auto_delete``, only the version that was read) or left on disk and not taken again
+unless they change; when it raises, the error is logged and counted and the files stay.
+
+The queue between the windower and the worker is bounded by the budget: every item holds
+its bytes until its window is finished, so intake pauses (files wait on disk) while the
+handler is behind.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import TracebackType
+
+from cdml_edge.agent.lifecycle import FileLifecycle
+from cdml_edge.agent.sources.folder import FolderSource, FolderSpec
+from cdml_edge.agent.supervisor import Supervisor
+from cdml_edge.agent.windows import ByteBudget, Windower
+from cdml_edge.fsio import log_name
+from cdml_edge.live.settings import WatchSettings
+from cdml_edge.modality import modality_for
+from cdml_edge.window.items import Item, Window
+
+log = logging.getLogger(__name__)
+
+DATA_COPIES = 2  # an item's bytes, and the archive (or the handler's copy) made of them
+
+Handler = Callable[[Window], None]
+
+
+@dataclass
+class WatchStats:
+    """Counters of one watch (read them while it runs or after)."""
+
+    files: int = 0  # files handed to the callback that returned without error
+    batches: int = 0  # windows handled without error
+    bytes: int = 0  # bytes of those files
+    callback_errors: int = 0  # windows whose callback raised (their files stay on disk)
+    input_errors: int = 0  # files that could not be taken (see quarantined)
+    quarantined: int = 0
+    deleted: int = 0  # inputs deleted by auto_delete
+    errors: list[str] = field(default_factory=list)  # the last few error messages
+
+    def note(self, message: str, keep: int = 20) -> None:
+        self.errors = [*self.errors[-(keep - 1):], message]
+
+
+class LiveWatch:
+    """A running watch of one folder (see the module docstring); a context manager."""
+
+    def __init__(self, settings: WatchSettings, handler: Handler) -> None:
+        self.settings = settings
+        self.stats = WatchStats()
+        self._handler = handler
+        self._queue: queue.Queue[Window | None] = queue.Queue()
+        self._stopped = threading.Event()
+        self._closed = False
+        self.supervisor = Supervisor(on_death=self._died)
+        self.budget = ByteBudget(settings.max_inflight_bytes, data_factor=DATA_COPIES)
+        self.lifecycle = FileLifecycle(settings.quarantine, settings.quarantine_max_bytes)
+        self.windower = Windower(settings.name, settings.window, self._queue.put,
+                                 spawn=self.supervisor.spawn)
+        spec = FolderSpec(
+            name=settings.name, path=Path(settings.folder), modality="binary",
+            patterns=settings.patterns, stable_seconds=settings.stable_seconds,
+            polling=settings.polling, recursive=settings.recursive,
+            max_file_bytes=settings.window.max_bytes,
+        )
+        self.source = FolderSource(spec, self.budget, self._intake, self._input_error,
+                                   spawn=self.supervisor.spawn)
+        self._worker = threading.Thread(target=self._work, name=f"live-{settings.name}",
+                                        daemon=True)
+
+    # -- lifecycle -------------------------------------------------------------------------
+    def start(self) -> LiveWatch:
+        """Start watching (returns at once); :meth:`stop` ends it."""
+        self._worker.start()
+        self.windower.start()
+        self.source.start()
+        return self
+
+    def stop(self, timeout: float | None = None) -> WatchStats:
+        """Stop taking files, hand the open window to the callback, wait for it; idempotent."""
+        self._stopped.set()
+        if not self._closed:
+            self._closed = True
+            self.source.stop()
+            self.windower.stop()  # closes the open window: it goes to the queue
+            self._queue.put(None)
+        self._worker.join(timeout)
+        return self.stats
+
+    @property
+    def running(self) -> bool:
+        return self._worker.is_alive() and not self._stopped.is_set()
+
+    def wait(self, duration: float | None = None, stop: threading.Event | None = None) -> None:
+        """Block until ``duration`` seconds passed, ``stop`` is set or :meth:`stop` was called;
+        Ctrl-C (KeyboardInterrupt) ends the wait too."""
+        end = None if duration is None else time.monotonic() + duration
+        try:
+            while not self._stopped.is_set() and not (stop is not None and stop.is_set()):
+                left = 0.2 if end is None else min(0.2, end - time.monotonic())
+                if left <= 0:
+                    return
+                self._stopped.wait(left)
+        except KeyboardInterrupt:
+            log.info("%s: interrupted, stopping", self.settings.name)
+
+    def run(self, duration: float | None = None, stop: threading.Event | None = None) -> WatchStats:
+        """Start, block as :meth:`wait` does, then stop (the last batch is handled)."""
+        self.start()
+        try:
+            self.wait(duration, stop)
+        finally:
+            self.stop()
+        return self.stats
+
+    def __enter__(self) -> LiveWatch:
+        return self.start()
+
+    def __exit__(
+        self, t: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()
+
+    # -- intake ----------------------------------------------------------------------------
+    def _intake(self, item: Item) -> None:
+        item.modality = modality_for(item.name)
+        self.windower.add(item)
+
+    def _input_error(self, source: str, name: str | None, exc: Exception,
+                     path: Path | None) -> None:
+        """A file that could not be taken: counted, quarantined when the error says so."""
+        self.stats.input_errors += 1
+        self.stats.note(str(exc))
+        log.warning("%s: %s", source, log_name(exc))
+        if path is None or not getattr(exc, "quarantine", False):
+            return
+        if self.lifecycle.quarantine(source, name or path.name, path) is not None:
+            self.stats.quarantined += 1
+
+    def _died(self, part: str, exc: BaseException, delay: float) -> None:
+        self.stats.note(f"{part} died: {type(exc).__name__}: {exc}; restart in {delay:.1f} s")
+
+    # -- the worker ------------------------------------------------------------------------
+    def _work(self) -> None:
+        while True:
+            window = self._queue.get()
+            if window is None:
+                return
+            try:
+                self._handle(window)
+            finally:
+                self.budget.release(window.take_charge())
+
+    def _handle(self, window: Window) -> None:
+        try:
+            self._handler(window)
+        except Exception as exc:
+            self.stats.callback_errors += 1
+            self.stats.note(f"{window.window_id}: {type(exc).__name__}: {exc}")
+            log.exception("%s: callback failed for %s; its %d file(s) stay on disk",
+                          self.settings.name, window.window_id, len(window.items))
+            self._finish(window, delete=False)
+            return
+        self.stats.batches += 1
+        self.stats.files += len(window.items)
+        self.stats.bytes += window.nbytes
+        self._finish(window, delete=self.settings.auto_delete)
+
+    def _finish(self, window: Window, delete: bool) -> None:
+        """Delete the inputs that were read (only that version), or leave them untaken."""
+        for it in window.items:
+            if it.path is None:
+                continue
+            if delete:
+                before = self.lifecycle.deleted
+                self.lifecycle.finish(it.path, "delete", identity=it.identity)
+                self.stats.deleted += self.lifecycle.deleted - before
+            self.source.release(it.path, keep=not delete)
