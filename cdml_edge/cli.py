@@ -29,6 +29,7 @@ COMMAND_MODULES = [
     "cdml_edge.commands.config_cmds",
     "cdml_edge.commands.agent_cmds",
     "cdml_edge.commands.doctor_cmds",
+    "cdml_edge.commands.calibrate_cmds",
     "cdml_edge.commands.train_cmds",
     "cdml_edge.commands.replay_cmds",
     "cdml_edge.commands.archive_cmds",

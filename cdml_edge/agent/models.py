@@ -11,6 +11,7 @@ from cdml_edge.agent.windows import ByteBudget
 from cdml_edge.config import AppConfig
 from cdml_edge.decode import numba_cache
 from cdml_edge.model.runner import ModelOverrides, ModelRunner, load_runners
+from cdml_edge.window.examples import fit_examples
 from cdml_edge.window.score import warm_up_decoder
 
 log = logging.getLogger(__name__)
@@ -27,25 +28,29 @@ def load_models(cfg: AppConfig) -> dict[str, ModelRunner]:
     ``window.max_items``, at most ``MAX_WARMUP_BATCH``).
     """
     models: dict[str, tuple[str | Path, ModelOverrides]] = {
-        m: (mc.path, ModelOverrides.from_config(mc)) for m, mc in cfg.models.items()
+        k: (mc.path, ModelOverrides.from_config(mc, k)) for k, mc in cfg.models.items()
     }
     biggest: dict[str, int] = {}
     for sc in cfg.sources:
-        biggest[sc.modality] = max(
-            biggest.get(sc.modality, 1), min(sc.window.max_items, MAX_WARMUP_BATCH)
-        )
-    return load_runners(models, warm_up=True, batch=biggest)
+        for name in cfg.models_of(sc):
+            biggest[name] = max(biggest.get(name, 1), min(sc.window.max_items, MAX_WARMUP_BATCH))
+    runners = load_runners(models, warm_up=True, batch=biggest)
+    fit_examples(runners)
+    return runners
 
 
 def window_charges(budget: ByteBudget, runners: dict[str, ModelRunner]) -> None:
     """Set what one item costs the budget, per modality, from the loaded models.
 
-    Besides ``DATA_COPIES`` copies of its bytes an item holds its prepared model input
-    (float32), its row of the stacked batch and the intermediate float32 copies made while
-    preparing it (one more input's worth), plus ``RESULT_BYTES`` for its records.
+    Besides ``DATA_COPIES`` copies of its bytes an item holds, for each model of its
+    modality, its prepared input, its row of the stacked batch and the intermediate copies
+    made while preparing it (one more input's worth), plus ``RESULT_BYTES`` for its records.
     """
-    for modality, runner in runners.items():
-        budget.item_extra[modality] = 3 * runner.input_bytes + RESULT_BYTES
+    extra: dict[str, int] = {}
+    for runner in runners.values():
+        extra[runner.modality] = extra.get(runner.modality, 0) + 3 * runner.input_bytes
+    for modality, nbytes in extra.items():
+        budget.item_extra[modality] = nbytes + RESULT_BYTES
 
 
 def warm_up_decoders(
@@ -70,7 +75,7 @@ def warm_up_decoders(
             note = _numba_note(status, cache_dir)
         t0 = time.perf_counter()
         try:
-            warm_up_decoder(modality, runners.get(modality))
+            warm_up_decoder(modality, runners)
         except Exception as exc:
             log.warning("warm-up of the %s decoder failed: %s", modality, exc)
         took.append(f"{modality} {(time.perf_counter() - t0) * 1000:.0f} ms{note}")

@@ -23,6 +23,7 @@ from cdml_edge.config.checks import file_problems
 from cdml_edge.model.runner import InferenceError, ModelOverrides, ModelRunner
 from cdml_edge.model.spec import INPUT_KIND
 from cdml_edge.units import format_size
+from cdml_edge.window.examples import ExamplesError, example_files
 
 
 def model_problems(cfg: AppConfig, runners: Mapping[str, ModelRunner]) -> list[tuple[str, str]]:
@@ -32,12 +33,17 @@ def model_problems(cfg: AppConfig, runners: Mapping[str, ModelRunner]) -> list[t
     for key, runner in runners.items():
         got = runner.spec.modality
         kinds = {str(k): v for k, v in INPUT_KIND.items()}
-        if kinds.get(key) != kinds[got]:
-            users = [s.name for s in cfg.sources if s.modality == key]
+        mc = cfg.models.get(key)
+        want = str(mc.modality) if mc is not None and mc.modality else key
+        if kinds.get(want) != kinds[got]:
+            users = [s.name for s in cfg.sources if key in cfg.models_of(s)]
             who = f" (sources {', '.join(users)})" if users else ""
-            name = cfg.models[key].path.name if key in cfg.models else runner.name
+            name = mc.path.name if mc is not None else runner.name
             out.append((f"models.{key}.path", f"{name} is a {got} model; "
-                        f"{key} items{who} need a model of modality {key}"))
+                        f"{want} items{who} need a model of modality {want}"))
+        if runner.kind == "anomaly" and runner.spec.anomaly_threshold is None:
+            out.append((f"models.{key}.anomaly_threshold", "not set: give one, or fit it with "
+                        f"cdml-edge calibrate --model {key} FOLDER_OF_NORMAL_SAMPLES"))
     budget = ByteBudget(cfg.limits.max_inflight_bytes, data_factor=DATA_COPIES)
     window_charges(budget, dict(runners))
     for key, extra in sorted(budget.item_extra.items()):
@@ -48,6 +54,18 @@ def model_problems(cfg: AppConfig, runners: Mapping[str, ModelRunner]) -> list[t
                 f"{format_size(extra)} for its model input and records before its own bytes "
                 f"(x{DATA_COPIES}); give at least {format_size(need)} for 64 KiB files"
             )))
+    return out
+
+
+def example_problems(cfg: AppConfig) -> list[tuple[str, str]]:
+    """Example folders of embedding models that are missing or hold no file to learn from."""
+    out: list[tuple[str, str]] = []
+    for key, mc in cfg.models.items():
+        for label, folder in (mc.output.examples if mc.output is not None else {}).items():
+            try:
+                example_files(folder, str(mc.modality))
+            except ExamplesError as exc:
+                out.append((f"models.{key}.output.examples.{label}", str(exc)))
     return out
 
 
@@ -82,14 +100,16 @@ def validate_runnable(path: str | Path) -> Validated:
     runners: dict[str, ModelRunner] = {}
     readable = {f for f, _ in problems}
     for key, mc in cfg.models.items():
-        if f"models.{key}.path" in readable:
-            continue
-        ov = ModelOverrides.from_config(mc)
+        if {f"models.{key}.path", f"models.{key}.labels_file"} & readable:
+            continue  # named once, as a file problem
+        ov = ModelOverrides.from_config(mc, key)
         try:
             runners[key] = ModelRunner.load(mc.path, ov)
+            runners[key].modality = str(mc.modality)
         except InferenceError as exc:
             problems.append((f"models.{key}.path", f"cannot be loaded: {exc}"))
     problems += model_problems(cfg, runners)
+    problems += example_problems(cfg)
     if problems:
         raise ConfigError(label, problems)
     budget = ByteBudget(cfg.limits.max_inflight_bytes, data_factor=DATA_COPIES)
@@ -98,4 +118,5 @@ def validate_runnable(path: str | Path) -> Validated:
     return Validated(cfg, sizes)
 
 
-__all__ = ["Validated", "check_files", "check_models", "model_problems", "validate_runnable"]
+__all__ = ["Validated", "check_files", "check_models", "example_problems", "model_problems",
+           "validate_runnable"]

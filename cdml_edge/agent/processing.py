@@ -121,6 +121,7 @@ class WindowProcessor:
             packed.archive,
             self.runners,
             device=cfg.device.id,
+            models=cfg.models_of(sc),
             segment_rows=sc.segment_rows,
             sequencer=self.errors.sequencer,
             archive_name=packed.name,

@@ -1,7 +1,7 @@
 """What a configuration needs from the machine, beyond its own syntax: the files it names.
 
 :func:`file_problems` lists, as ``(field path, problem)``, every named file that does not
-exist, is not a regular file or cannot be read by this process (models, TLS CA /
+exist, is not a regular file or cannot be read by this process (models, label files, TLS CA /
 certificate / key, the password file) and a ``password_env`` that is not set. ``cdml-edge
 config validate`` and ``cdml-edge run`` both report them (exit status 2).
 """
@@ -18,6 +18,8 @@ from cdml_edge.config.schema import AppConfig
 def named_files(cfg: AppConfig) -> list[tuple[str, Path]]:
     """``(field path, file)`` for every file the configuration names."""
     out = [(f"models.{key}.path", mc.path) for key, mc in cfg.models.items()]
+    out += [(f"models.{key}.labels_file", mc.labels_file)
+            for key, mc in cfg.models.items() if mc.labels_file is not None]
     mq = cfg.mqtt
     if mq is not None:
         if mq.tls is not None:

@@ -130,7 +130,7 @@ def _humanise(error: Any) -> tuple[str, str]:
     if kind == "value_error":
         msg = msg.removeprefix("Value error, ")
         # model-level checks name their own field first: "level: zip levels go from 0 to 9"
-        match = re.match(r"^([a-z_]+): (.*)$", msg)
+        match = re.match(r"^([a-z_][a-z0-9_.\[\]-]*): (.*)$", msg)
         if match:
             base = _field_path(loc)
             return (f"{base}.{match.group(1)}" if base else match.group(1)), match.group(2)

@@ -25,6 +25,7 @@ from pydantic import (
     model_validator,
 )
 
+from cdml_edge.config.models import ModelConfig
 from cdml_edge.modality import SOURCE_MODALITIES, SourceModality
 from cdml_edge.units import parse_duration, parse_size
 
@@ -186,6 +187,11 @@ class SourceConfig(_Model):
     link_roots: list[Path] = Field(
         default_factory=list, description="Folders a followed link may lead into."
     )
+    models: list[str] | None = Field(
+        None,
+        description="Names of the models (keys of models) that score this source, the first "
+        "giving the result's label; unset: every model of the source's modality.",
+    )
 
     _resolve = field_validator("path", "move_to")(_resolve_path)
 
@@ -218,34 +224,6 @@ class PackConfig(_Model):
         if self.format == "tar.zst" and self.level < 1:
             raise ValueError("level: zstd levels go from 1 to 22")
         return self
-
-
-class ModelConfig(_Model):
-    """An ONNX model and optional overrides of what its metadata says."""
-
-    path: Path = Field(..., description="The .onnx file (its metadata describes the input).")
-    labels: list[str] | None = Field(None, description="Override the class labels.")
-    input_size: int | None = Field(None, gt=0, description="Override the image input size.")
-    anomaly_threshold: float | None = Field(None, description="Override the anomaly threshold.")
-    providers: list[str] | None = Field(
-        None,
-        description="onnxruntime execution providers, in order; unset: CUDA then CPU when "
-        "onnxruntime has CUDA, else CPU.",
-    )
-    intra_op_threads: int = Field(
-        1, ge=0, description="Threads inside one operator; 0 = one per core (onnxruntime)."
-    )
-    inter_op_threads: int = Field(
-        1, ge=0, description="Threads across operators; 0 = onnxruntime's choice."
-    )
-    spinning: bool = Field(
-        False, description="Let idle onnxruntime threads busy-wait (costs CPU between runs)."
-    )
-    graph_optimization: Literal["disable", "basic", "extended", "all"] = Field(
-        "all", description="onnxruntime graph optimisation level."
-    )
-
-    _resolve = field_validator("path")(_resolve_path)
 
 
 class TlsConfig(_Model):
@@ -457,8 +435,9 @@ class AppConfig(_Model):
     device: DeviceConfig = Field(default_factory=DeviceConfig)  # type: ignore[arg-type]
     sources: list[SourceConfig] = Field(default_factory=list)
     pack: PackConfig = Field(default_factory=PackConfig)  # type: ignore[arg-type]
-    models: dict[Modality, ModelConfig] = Field(
-        default_factory=dict, description="Model per modality."
+    models: dict[str, ModelConfig] = Field(
+        default_factory=dict,
+        description="Models by name; a name that is a modality also gives the model's modality.",
     )
     mqtt: MqttConfig | None = Field(None, description="Unset: results go to output.jsonl only.")
     outbox: OutboxConfig = Field(default_factory=OutboxConfig)  # type: ignore[arg-type]
@@ -494,6 +473,44 @@ class AppConfig(_Model):
                 raise ValueError(f"sources: the name {source.name!r} is used twice")
             seen.add(source.name)
         return self
+
+    @model_validator(mode="after")
+    def _check_models(self) -> AppConfig:
+        """Every model has a modality, and every model a source names exists and fits it."""
+        for key, mc in self.models.items():
+            if not re.match(_TOPIC_SAFE, key):
+                raise ValueError(f"models: the name {key!r} must match {_TOPIC_SAFE}")
+            if mc.modality is None:
+                if key not in MODALITIES:
+                    raise ValueError(
+                        f"models.{key}.modality: is required: the name {key!r} is not a "
+                        f"modality ({' | '.join(MODALITIES)})"
+                    )
+                mc.modality = key  # type: ignore[assignment]
+        for i, source in enumerate(self.sources):
+            for name in source.models or []:
+                used = self.models.get(name)
+                if used is None:
+                    raise ValueError(f"sources[{i}].models: {name!r} is not a model name "
+                                     f"(models: {', '.join(self.models) or 'none'})")
+                if not _fits(str(used.modality), source.modality):
+                    raise ValueError(f"sources[{i}].models: {name!r} is a {used.modality} "
+                                     f"model; the source gives {source.modality}")
+        return self
+
+    def models_of(self, source: SourceConfig) -> list[str]:
+        """The names of the models that score ``source``, the first giving its label."""
+        if source.models is not None:
+            return list(source.models)
+        return [k for k, mc in self.models.items() if mc.modality == source.modality]
+
+
+_SERIES = frozenset({"csv", "timeseries"})
+
+
+def _fits(model: str, source: str) -> bool:
+    """A model of modality ``model`` may score items of modality ``source``."""
+    return model == source or {model, source} <= _SERIES
 
 
 def is_model_class(obj: object) -> bool:

@@ -9,6 +9,7 @@ _SERIES = {"csv", "timeseries"}
 
 
 def check_model(modality: str, cfg: AppConfig) -> Check:
+    """Load ``models.<modality>`` (any model name) as ``run`` would and run a zero input."""
     name = f"model {modality}"
     return guard(name, lambda: _check_model(name, modality, cfg))
 
@@ -29,15 +30,16 @@ def _check_model(name: str, modality: str, cfg: AppConfig) -> Check:
             f"onnxruntime build (available: {', '.join(available)})"
         )
     try:
-        runner = ModelRunner.load(mc.path, ModelOverrides.from_config(mc))
+        runner = ModelRunner.load(mc.path, ModelOverrides.from_config(mc, modality))
     except InferenceError as exc:
         msg, dup = str(exc), f"{mc.path}: "
         while msg.startswith(dup + dup):
             msg = msg[len(dup):]
         return Check(name, False, msg)
     spec = runner.spec
-    if spec.modality != modality and not {spec.modality, modality} <= _SERIES:
-        return Check(name, False, f"{mc.path}: a {spec.modality} model configured for {modality}")
+    want = str(mc.modality or modality)
+    if spec.modality != want and not {spec.modality, want} <= _SERIES:
+        return Check(name, False, f"{mc.path}: a {spec.modality} model configured for {want}")
     active = runner.session.get_providers()
     if not active or active[0] != wanted[0]:
         return Check(
@@ -49,7 +51,10 @@ def _check_model(name: str, modality: str, cfg: AppConfig) -> Check:
     except InferenceError as exc:
         return Check(name, False, f"inference on a zero input failed: {exc}")
     shape = "x".join(str(d) for d in (1, *spec.input.shape()))
+    kind = "" if runner.kind == "spec" else f"{runner.kind}, "
+    dtype = "" if spec.input.dtype == "float32" else f" {spec.input.dtype}"
     return Check(
-        name, True, f"{spec.name} {spec.version} ({mc.path.name}) ran a {shape} zero input on "
-        f"{active[0]} in {ms:.1f} ms; {runner.settings.summary()}"
+        name, True, f"{spec.name} {spec.version} ({kind}{mc.path.name}) ran a {shape}{dtype} "
+        f"zero input on {active[0]} in {ms:.1f} ms; "
+        f"{runner.settings.summary()}"
     )

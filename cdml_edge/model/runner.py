@@ -1,10 +1,12 @@
 """ONNX models of the agent: one onnxruntime session per model, warmed up at start.
 
-A :class:`ModelRunner` wraps a session and its :class:`~cdml_edge.model.spec.ModelSpec`
-(read from the ``.onnx`` metadata, with the overrides of the config applied), runs one
-batch per window and turns the raw outputs into :class:`Prediction` records: a label and
-its softmax probability for classifiers, an anomaly score against the threshold stored
-in the model for anomaly models.
+A :class:`ModelRunner` wraps a session, its :class:`~cdml_edge.model.spec.ModelSpec` (read
+from the ``.onnx`` metadata, or built from the configuration's description of a model without
+it, see :mod:`cdml_edge.model.describe`) and the :class:`~cdml_edge.model.heads.Head` that
+reads its outputs. It runs one batch per window and returns one
+:class:`~cdml_edge.model.heads.Prediction` per item: a label and its probability for
+classifiers (top k on request), a score against a threshold for anomaly models, the nearest
+prototype for embeddings, boxes in source pixels for detectors.
 """
 
 from __future__ import annotations
@@ -19,14 +21,13 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from cdml_edge.errors import CdmlError
+from cdml_edge.modality import MODEL_MODALITIES
+from cdml_edge.model.describe import Description, describe_model
+from cdml_edge.model.graph_check import graph_problems
+from cdml_edge.model.heads import Geometries, Head, Prediction, SpecHead
+from cdml_edge.model.prepare import prepare_item
 from cdml_edge.model.session import InferenceSettings
-from cdml_edge.model.spec import (
-    ImageInput,
-    ModelSpec,
-    load_onnx_model,
-    prepare_item,
-    run_model,
-)
+from cdml_edge.model.spec import ModelSpec, ModelSpecError, has_spec, open_session, run_model
 
 if TYPE_CHECKING:  # pragma: no cover
     from cdml_edge.config import ModelConfig
@@ -39,42 +40,31 @@ class InferenceError(CdmlError, RuntimeError):
 
 
 @dataclass(frozen=True)
-class Prediction:
-    """What a model says about one item."""
-
-    label: str | None
-    score: float | None
-    anomaly: bool
-    anomaly_score: float | None
-
-
-@dataclass(frozen=True)
 class ModelOverrides:
-    """What the config adds to a model file: overrides of its metadata (all optional) and
-    how onnxruntime runs it (:class:`~cdml_edge.model.session.InferenceSettings`)."""
+    """What the config adds to a model file: overrides of its metadata (all optional), the
+    description of a model without metadata, and how onnxruntime runs it
+    (:class:`~cdml_edge.model.session.InferenceSettings`)."""
 
     labels: Sequence[str] | None = None
     input_size: int | None = None
     anomaly_threshold: float | None = None
     settings: InferenceSettings = field(default_factory=InferenceSettings)
+    description: Description | None = None
 
     @classmethod
-    def from_config(cls, mc: ModelConfig) -> ModelOverrides:
-        """The overrides and inference settings of one ``models.<modality>`` section."""
+    def from_config(cls, mc: ModelConfig, name: str | None = None) -> ModelOverrides:
+        """The overrides, description and inference settings of ``models.<name>``."""
         settings = InferenceSettings.from_config(mc)
-        return cls(mc.labels, mc.input_size, mc.anomaly_threshold, settings)
+        desc = Description.from_config(mc, name)
+        return cls(mc.labels, mc.input_size, mc.anomaly_threshold, settings, desc)
 
-
-def apply_overrides(spec: ModelSpec, ov: ModelOverrides) -> ModelSpec:
-    """``spec`` with the configured labels / input size / threshold in place of the metadata."""
-    update: dict[str, Any] = {}
-    if ov.labels is not None:
-        update["labels"] = list(ov.labels)
-    if ov.anomaly_threshold is not None:
-        update["anomaly_threshold"] = float(ov.anomaly_threshold)
-    if ov.input_size is not None and isinstance(spec.input, ImageInput):
-        update["input"] = spec.input.model_copy(update={"size": int(ov.input_size)})
-    return spec.model_copy(update=update) if update else spec
+    def describe(self) -> Description:
+        """The description (the bare overrides when none was given)."""
+        if self.description is not None:
+            return self.description
+        labels = list(self.labels) if self.labels is not None else None
+        return Description(labels=labels, input_size=self.input_size,
+                           anomaly_threshold=self.anomaly_threshold)
 
 
 class ModelRunner:
@@ -86,28 +76,37 @@ class ModelRunner:
         spec: ModelSpec,
         path: Path | None = None,
         settings: InferenceSettings | None = None,
+        head: Head | None = None,
+        modality: str | None = None,
     ) -> None:
         self.session = session
         self.spec = spec
         self.path = path
         self.settings = settings or InferenceSettings()
-        # the outputs a verdict is made of (the latent code is not fetched)
-        self._verdict_outputs: list[str] = [o for o in spec.outputs if o != "latent"] or [
-            *spec.outputs
-        ]
+        verdict = [o for o in spec.outputs if o != "latent"] or [*spec.outputs]
+        self.head = head or SpecHead(verdict, list(spec.labels), spec.anomaly_threshold)
+        self.modality = modality or spec.modality
+        self.one_at_a_time = _fixed_batch_of_one(session, spec.input_name)
         self.load_ms: float | None = None
         self.warmup_ms: float | None = None
 
     @classmethod
     def load(cls, path: str | Path, overrides: ModelOverrides | None = None) -> ModelRunner:
         ov = overrides or ModelOverrides()
+        desc = ov.describe()
+        p = Path(path)
         t0 = time.perf_counter()
         try:
-            session, spec = load_onnx_model(path, ov.settings)
+            session = open_session(p, ov.settings)
+            described = desc.output is not None or not has_spec(session)
+            spec, head = describe_model(session, p, desc)
+            problems = graph_problems(session, spec, head) if described else _missing(session, spec)
+            if problems:
+                raise ModelSpecError(f"{p}: " + "; ".join(problems))
         except Exception as exc:
             msg = str(exc)  # model_meta errors already start with the path: do not repeat it
             raise InferenceError(msg if msg.startswith(str(path)) else f"{path}: {msg}") from exc
-        runner = cls(session, apply_overrides(spec, ov), Path(path), ov.settings)
+        runner = cls(session, spec, p, ov.settings, head, desc.modality)
         runner.load_ms = (time.perf_counter() - t0) * 1000.0
         return runner
 
@@ -119,14 +118,20 @@ class ModelRunner:
     def version(self) -> str:
         return self.spec.version
 
+    @property
+    def kind(self) -> str:
+        """What the outputs are: ``spec`` (our metadata), ``classifier``, ``anomaly``,
+        ``embedding`` or ``detector``."""
+        return self.head.kind
+
     def describe(self) -> str:
         """The providers onnxruntime really uses and the session settings, in one line."""
         return self.settings.describe(self.session.get_providers())
 
     @property
     def input_bytes(self) -> int:
-        """Bytes of one prepared float32 model input."""
-        return int(np.prod(self.spec.input.shape())) * 4
+        """Bytes of one prepared model input."""
+        return int(np.prod(self.spec.input.shape())) * np.dtype(self.spec.input.dtype).itemsize
 
     def prepare(self, array: np.ndarray) -> np.ndarray:
         """One decoded array -> model input (raises on a shape the model cannot take)."""
@@ -139,44 +144,44 @@ class ModelRunner:
         arena before start-up completes instead of growing it under load.
         """
         t0 = time.perf_counter()
-        self.run(np.zeros((max(1, batch), *self.spec.input.shape()), dtype=np.float32))
+        zeros = np.zeros((max(1, batch), *self.spec.input.shape()), dtype=self.spec.input.dtype)
+        self.raw(zeros)
         self.warmup_ms = (time.perf_counter() - t0) * 1000.0
         return self.warmup_ms
 
-    def run(self, batch: np.ndarray) -> list[Prediction]:
-        """Run a prepared batch ``(N, *input_shape)``; one prediction per row."""
+    def raw(self, batch: np.ndarray) -> dict[str, np.ndarray]:
+        """The head's outputs for a prepared batch, as the graph gives them."""
         try:
-            out = run_model(self.session, self.spec, batch, self._verdict_outputs)
+            if self.one_at_a_time and batch.shape[0] > 1:  # an export fixed to batch 1
+                rows = [run_model(self.session, self.spec, batch[i : i + 1], self.head.outputs)
+                        for i in range(batch.shape[0])]
+                return {k: np.concatenate([r[k] for r in rows]) for k in rows[0]}
+            return run_model(self.session, self.spec, batch, self.head.outputs)
         except Exception as exc:  # onnxruntime raises its own exception types
             raise InferenceError(f"model {self.name} ({self.path}): {exc}") from exc
-        return self._interpret(out, batch.shape[0])
 
-    def _interpret(self, out: Mapping[str, np.ndarray], n: int) -> list[Prediction]:
-        labels: list[str | None] = [None] * n
-        scores: list[float | None] = [None] * n
-        if "logits" in out:
-            logits = np.asarray(out["logits"], dtype=np.float64).reshape(n, -1)
-            z = logits - logits.max(axis=1, keepdims=True)
-            p = np.exp(z)
-            p /= p.sum(axis=1, keepdims=True)
-            idx = p.argmax(axis=1)
-            names = self.spec.labels
-            for i in range(n):
-                k = int(idx[i])
-                labels[i] = names[k] if k < len(names) else str(k)
-                scores[i] = float(p[i, k])
-        anomaly = [False] * n
-        a_scores: list[float | None] = [None] * n
-        if "anomaly" in out and self.spec.anomaly_threshold is not None:
-            a = np.asarray(out["anomaly"], dtype=np.float64).reshape(n, -1)[:, 0]
-            flags = a > self.spec.anomaly_threshold
-            for i in range(n):
-                a_scores[i] = float(a[i])
-                anomaly[i] = bool(flags[i])
-                if "logits" not in out:
-                    labels[i] = "anomaly" if flags[i] else "normal"
-                    scores[i] = float(a[i])
-        return [Prediction(labels[i], scores[i], anomaly[i], a_scores[i]) for i in range(n)]
+    def run(self, batch: np.ndarray, geometry: Geometries = ()) -> list[Prediction]:
+        """Run a prepared batch ``(N, *input_shape)``; one prediction per row. ``geometry``:
+        per row, where the input's pixels came from (detectors map boxes back with it)."""
+        out = self.raw(batch)
+        try:
+            return self.head.interpret(out, batch.shape[0], geometry)
+        except (ValueError, IndexError, KeyError) as exc:
+            raise InferenceError(f"model {self.name} ({self.path}): outputs: {exc}") from exc
+
+
+def _fixed_batch_of_one(session: Any, input_name: str) -> bool:
+    """Whether the graph's input takes exactly one item (many exports fix the batch at 1)."""
+    for i in session.get_inputs():
+        if i.name == input_name:
+            return bool(i.shape) and i.shape[0] == 1
+    return False
+
+
+def _missing(session: Any, spec: ModelSpec) -> list[str]:
+    names = {o.name for o in session.get_outputs()}
+    missing = [o for o in spec.outputs if o not in names]
+    return [f"outputs {missing} named in metadata are not in the graph"] if missing else []
 
 
 def load_runners(
@@ -184,18 +189,24 @@ def load_runners(
     warm_up: bool = True,
     batch: Mapping[str, int] | None = None,
 ) -> dict[str, ModelRunner]:
-    """Load (and warm up) one runner per modality: ``{modality: (path, overrides)}``.
+    """Load (and warm up) one runner per model: ``{name: (path, overrides)}`` (the name is a
+    modality for a model keyed by its modality).
 
-    ``batch`` gives the warm-up batch per modality (the largest window expected).
+    ``batch`` gives the warm-up batch per name (the largest window expected).
     """
     runners: dict[str, ModelRunner] = {}
-    for modality, (path, ov) in models.items():
+    for key, (path, ov) in models.items():
         runner = ModelRunner.load(path, ov)
+        if key in MODEL_MODALITIES and ov.describe().modality is None:
+            runner.modality = key  # keyed by its modality: it scores that modality's items
         warm = ""
         if warm_up:
             runner.warm_up()  # first call: lazy initialisation
-            warm = f", warmed up in {runner.warm_up((batch or {}).get(modality, 1)):.1f} ms"
+            warm = f", warmed up in {runner.warm_up((batch or {}).get(key, 1)):.1f} ms"
         log.info("model %s %s (%s) for %s: %s; loaded in %.1f ms%s", runner.name,
-                 runner.version, path, modality, runner.describe(), runner.load_ms or 0.0, warm)
-        runners[modality] = runner
+                 runner.version, path, key, runner.describe(), runner.load_ms or 0.0, warm)
+        runners[key] = runner
     return runners
+
+
+__all__ = ["InferenceError", "ModelOverrides", "ModelRunner", "Prediction", "load_runners"]

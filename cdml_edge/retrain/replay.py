@@ -18,7 +18,7 @@ import hashlib
 import json
 import logging
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -143,8 +143,10 @@ def iter_replay(
     segment_rows: Mapping[str, int | None] | None = None,
     stats: ReplayStats | None = None,
     records: list[WindowRecord] | None = None,
+    models: Mapping[str, Sequence[str]] | None = None,
 ) -> Iterator[ReplayedWindow]:
-    """Score every retained window (archive order) again; yields one result per window."""
+    """Score every retained window (archive order) again; yields one result per window.
+    ``models``: per source, the names of the runners that score it (default: by modality)."""
     d = Path(directory)
     st = stats if stats is not None else ReplayStats()
     st.models = {m: f"{r.name}@{r.version}" for m, r in sorted(runners.items())}
@@ -158,7 +160,8 @@ def iter_replay(
         retained, archive = loaded
         t0 = time.perf_counter()
         outcome, recs = rescore_window(
-            archive, retained, runners, rows.get(retained.source), seq, rec.file
+            archive, retained, runners, rows.get(retained.source), seq, rec.file,
+            models=(models or {}).get(retained.source),
         )
         st.seconds += time.perf_counter() - t0
         count_window(st, outcome, recs, len(archive))
@@ -172,6 +175,7 @@ def rescore_window(
     segment_rows: int | None,
     sequencer: Sequencer,
     archive_name: str,
+    models: Sequence[str] | None = None,
 ) -> tuple[WindowOutcome, list[dict[str, Any]]]:
     """One retained window scored again (the clock pinned to its close time) and its
     deterministic result records."""
@@ -181,6 +185,7 @@ def rescore_window(
         archive,
         runners,
         device=retained.device,
+        models=models,
         segment_rows=segment_rows,
         sequencer=sequencer,
         archive_name=archive_name,
@@ -278,6 +283,7 @@ def replay_to_jsonl(
     segment_rows: Mapping[str, int | None] | None = None,
     on_window: Callable[[ReplayedWindow], None] | None = None,
     records: list[WindowRecord] | None = None,
+    models: Mapping[str, Sequence[str]] | None = None,
 ) -> ReplayStats:
     """Replay into a JSON-lines file, written atomically (whole or not at all)."""
     st = ReplayStats()
@@ -293,6 +299,7 @@ def replay_to_jsonl(
             segment_rows=segment_rows,
             stats=st,
             records=records,
+            models=models,
         ):
             fh.write("".join(dumps_record(doc) + "\n" for doc in win.records).encode("utf-8"))
             if on_window is not None:

@@ -9,7 +9,7 @@ configured output. Usage problems raise :class:`OptionError`, unreadable windows
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -111,17 +111,19 @@ def run_replay(options: ReplayOptions, progress: RunProgress | None = None) -> R
         bar.advance(win.record.n_items)
 
     rows = segment_rows_of(plan.cfg)
+    uses = source_models(plan.cfg, plan.runners)
     try:
         bar.start(sum(r.n_items for r in plan.records))
         if plan.out is not None:
             st = replay_to_jsonl(
                 plan.ring, plan.runners, plan.out,
-                segment_rows=rows, on_window=on_window, records=plan.records,
+                segment_rows=rows, on_window=on_window, records=plan.records, models=uses,
             )
         else:
             st = ReplayStats()
             for win in iter_replay(
-                plan.ring, plan.runners, segment_rows=rows, stats=st, records=plan.records
+                plan.ring, plan.runners, segment_rows=rows, stats=st, records=plan.records,
+                models=uses,
             ):
                 on_window(win)
     finally:
@@ -177,6 +179,7 @@ def load_replay_runners(
     """The configured models (with their overrides and inference settings), each ``--model``
     file replacing the configured one of its modality (see :func:`_load_extra`)."""
     from cdml_edge.model.runner import load_runners
+    from cdml_edge.window.examples import fit_examples
 
     spec = configured_models(cfg)
     extra = [_load_extra(cfg, p) for p in models]
@@ -187,16 +190,15 @@ def load_replay_runners(
         if warm_up:
             r.warm_up()
         runners[r.spec.modality] = r
+    fit_examples(runners)
     return runners
 
 
 def configured_models(cfg: AppConfig) -> dict[str, tuple[str | Path, ModelOverrides]]:
-    """``{modality: (model file, the configuration's overrides and inference settings)}``."""
+    """``{name: (model file, the configuration's description and inference settings)}``."""
     from cdml_edge.model.runner import ModelOverrides
 
-    return {
-        modality: (mc.path, ModelOverrides.from_config(mc)) for modality, mc in cfg.models.items()
-    }
+    return {key: (mc.path, ModelOverrides.from_config(mc, key)) for key, mc in cfg.models.items()}
 
 
 def _load_extra(cfg: AppConfig, path: str | Path) -> ModelRunner:
@@ -212,6 +214,15 @@ def _load_extra(cfg: AppConfig, path: str | Path) -> ModelRunner:
     )
 
 
+def source_models(cfg: AppConfig, runners: Mapping[str, object]) -> dict[str, list[str]]:
+    """Per configured source, the names of the loaded models that score it, in its order."""
+    return {
+        s.name: names
+        for s in cfg.sources
+        if (names := [n for n in cfg.models_of(s) if n in runners])
+    }
+
+
 def segment_rows_of(cfg: AppConfig) -> dict[str, int | None]:
     """Per-source ``segment_rows`` from the configuration."""
     return {s.name: s.segment_rows for s in cfg.sources}
@@ -225,4 +236,5 @@ __all__ = [
     "load_replay_runners",
     "run_replay",
     "segment_rows_of",
+    "source_models",
 ]

@@ -39,7 +39,7 @@ class ModalityInput:
 
 
 def _image(data: bytes, name: str, inp: ModelInput | None) -> np.ndarray:
-    size = inp.size if isinstance(inp, ImageInput) else None
+    size = (inp.width, inp.rows) if isinstance(inp, ImageInput) else None
     return DECODERS["image"](data, name, target_size=size)
 
 

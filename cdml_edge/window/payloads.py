@@ -13,7 +13,7 @@ import threading
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer
 
 from cdml_edge import release
 
@@ -53,7 +53,50 @@ class StatusPayload(_Payload):
     )
 
 
-class ItemResult(_Payload):
+class _Optional(_Payload):
+    """A payload whose optional extras (:attr:`_EXTRAS`) are left out of the JSON when unset,
+    so a message of a model without them reads as it always did."""
+
+    _EXTRAS: frozenset[str] = frozenset()
+
+    @model_serializer(mode="wrap")
+    def _drop_unset(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        doc: dict[str, Any] = handler(self)
+        return {k: v for k, v in doc.items() if not (k in self._EXTRAS and v is None)}
+
+
+class LabelScore(_Payload):
+    """One label of a classifier's top k."""
+
+    label: str
+    score: float = Field(description="Probability")
+
+
+class DetectionPayload(_Payload):
+    """One detected object; the box in the source image's pixels."""
+
+    label: str
+    score: float
+    box: tuple[float, float, float, float] = Field(description="x1, y1, x2, y2 in source pixels")
+
+
+class ModelVerdict(_Optional):
+    """What one model said about an item (``ItemResult.models``, keyed by model name)."""
+
+    _EXTRAS = frozenset({"top_k", "detections"})
+
+    model: str
+    model_version: str | None = None
+    kind: str = Field(description="spec | classifier | anomaly | embedding | detector")
+    label: str | None = None
+    score: float | None = None
+    anomaly: bool = False
+    anomaly_score: float | None = None
+    top_k: list[LabelScore] | None = None
+    detections: list[DetectionPayload] | None = None
+
+
+class ItemResult(_Optional):
     """One scored item on ``{prefix}/{device}/{source}/result``."""
 
     id: str = Field(description="Stable id for dedupe: item_id(source, name, size, mtime_ns)")
@@ -71,6 +114,18 @@ class ItemResult(_Payload):
     model_version: str | None = None
     seq: int
     device: str
+    top_k: list[LabelScore] | None = Field(
+        default=None, description="Classifier with top_k > 1: the best labels, best first"
+    )
+    detections: list[DetectionPayload] | None = Field(
+        default=None, description="Detector: the objects found, best first"
+    )
+    models: dict[str, ModelVerdict] | None = Field(
+        default=None, description="A source scored by several models: each one's verdict by name "
+        "(label/score above come from the first; anomaly is set when any model flags one)",
+    )
+
+    _EXTRAS = frozenset({"top_k", "detections", "models"})
 
 
 class WindowTimings(_Payload):
@@ -92,13 +147,20 @@ class ArchiveInfo(_Payload):
     sha256: str
 
 
-class WindowResult(_Payload):
+class WindowResult(_Optional):
     """One closed window on ``{prefix}/{device}/{source}/window``."""
+
+    _EXTRAS = frozenset({"models"})
 
     window_id: str
     source: str
     counts: dict[str, int] = Field(
-        default_factory=dict, description="Items per modality / label in the window"
+        default_factory=dict,
+        description="Items per label (modality when unlabelled), detections per class for a "
+        "detector; error: items that failed",
+    )
+    models: dict[str, dict[str, int]] | None = Field(
+        default=None, description="A source scored by several models: the counts of each, by name"
     )
     items: int = 0
     errors: int = 0

@@ -1,36 +1,58 @@
-"""Window members -> the pieces a model scores: a whole item, or one row range of a series."""
+"""Window members -> the pieces the models score: a whole item, or one row range of a series.
+
+A member is decoded once per distinct decoding its models ask for (one full-size decode
+serves every image model that letterboxes, crops or detects) and prepared once per model.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from dataclasses import dataclass
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from cdml_edge.decode import DecodeError
+from cdml_edge.model.inputs import ImageInput, ModelInput
+from cdml_edge.model.prepare import Geometry, image_geometry
 from cdml_edge.model.runner import ModelRunner
-from cdml_edge.window.inputs import MODEL_INPUTS
+from cdml_edge.window.inputs import MODEL_INPUTS, ModalityInput
 from cdml_edge.window.manifest import ManifestItem
 
 
 @dataclass
 class Piece:
-    """One unit the model scores: a whole item or one segment of a series."""
+    """One unit the models score: a whole item or one segment of a series."""
 
     item: ManifestItem
     modality: str
     suffix: str  # "" for a whole item, "#rows=0-255" for a segment
-    array: np.ndarray | None  # prepared model input; None when the modality has no model
+    inputs: dict[str, np.ndarray] = field(default_factory=dict)  # model name -> its input
+    geometry: dict[str, Geometry] = field(default_factory=dict)  # image models: pixel mapping
+
+    @property
+    def array(self) -> np.ndarray | None:
+        """The first model's input (``None`` when no model scores the modality)."""
+        return next(iter(self.inputs.values()), None)
+
+
+def decode_input(runner: ModelRunner) -> ModelInput | None:
+    """What the decoder is told of a model's input: images the model letterboxes, crops or
+    detects in are decoded at full size (``None``), others at the input size."""
+    inp = runner.spec.input
+    if isinstance(inp, ImageInput) and (inp.resize != "stretch" or runner.kind == "detector"):
+        return None
+    return inp
 
 
 def item_pieces(
     item: ManifestItem,
     modality: str,
     data: bytes,
-    runner: ModelRunner | None,
+    runners: Mapping[str, ModelRunner] | ModelRunner | None,
     segment_rows: int | None,
 ) -> list[Piece]:
-    """Decode one member for ``runner`` (``None``: no model) and prepare its model input(s).
+    """Decode one member for ``runners`` (by name; none: no model) and prepare each model's
+    input.
 
     A series longer than ``segment_rows`` rows becomes one piece per row range. Raises
     :class:`~cdml_edge.decode.DecodeError` (or ``ModelSpecError`` from preparing) on a bad
@@ -39,23 +61,77 @@ def item_pieces(
     entry = MODEL_INPUTS.get(modality)
     if entry is None:
         raise DecodeError(item.name, f"no decoder for modality {modality!r}")
-    decoded = entry.decode(data, item.name, runner.spec.input if runner is not None else None)
-    if decoded is None:  # checked only: no model takes this modality
-        return [Piece(item, modality, "", None)]
-    if not entry.segmented or segment_rows is None or decoded.shape[0] <= segment_rows:
-        return [Piece(item, modality, "", _prepare(runner, decoded))]
+    models = as_runners(runners)
+    decoded = _decode(entry, data, item.name, models)
+    base = next(iter(decoded.values()))
+    if base is None:  # checked only: no model takes this modality
+        return [Piece(item, modality, "")]
+    if not entry.segmented or segment_rows is None or base.shape[0] <= segment_rows:
+        return [_piece(item, modality, "", models, decoded, None)]
     return [
-        Piece(item, modality, suffix, _prepare(runner, seg))
-        for suffix, seg in _segments(decoded, segment_rows)
+        _piece(item, modality, suffix, models, decoded, rows)
+        for suffix, rows in _segments(base.shape[0], segment_rows)
     ]
 
 
-def _prepare(runner: ModelRunner | None, array: np.ndarray) -> np.ndarray | None:
-    return runner.prepare(array) if runner is not None else None
+def as_runners(
+    runners: Mapping[str, ModelRunner] | ModelRunner | None,
+) -> Mapping[str, ModelRunner]:
+    """Runners by name, from a mapping, one runner or none."""
+    if runners is None:
+        return {}
+    if isinstance(runners, ModelRunner):
+        return {runners.name: runners}
+    return runners
 
 
-def _segments(table: np.ndarray, rows: int) -> Iterator[tuple[str, np.ndarray]]:
-    """``("#rows=a-b", rows a..b)`` for consecutive ranges of ``rows`` rows."""
-    for start in range(0, table.shape[0], rows):
-        seg = table[start : start + rows]
-        yield f"#rows={start}-{start + seg.shape[0] - 1}", seg
+def _decode(
+    entry: ModalityInput, data: bytes, name: str, models: Mapping[str, ModelRunner]
+) -> dict[str, np.ndarray | None]:
+    """Each model's decoded array (``""``: the one decode when no model takes the member)."""
+    if not models:
+        return {"": entry.decode(data, name, None)}
+    wants = {k: decode_input(r) for k, r in models.items()}
+    images = [w for w in wants.values() if isinstance(w, ImageInput) or w is None]
+    if images and len({_key(w) for w in wants.values()}) > 1:  # one full-size image decode
+        wants = dict.fromkeys(wants)
+    cache: dict[str, np.ndarray | None] = {}
+    out: dict[str, np.ndarray | None] = {}
+    for k, want in wants.items():
+        key = _key(want)
+        if key not in cache:
+            cache[key] = entry.decode(data, name, want)
+        out[k] = cache[key]
+    return out
+
+
+def _key(inp: ModelInput | None) -> str:
+    return "" if inp is None else inp.model_dump_json()
+
+
+def _piece(
+    item: ManifestItem,
+    modality: str,
+    suffix: str,
+    models: Mapping[str, ModelRunner],
+    decoded: Mapping[str, np.ndarray | None],
+    rows: tuple[int, int] | None,
+) -> Piece:
+    piece = Piece(item, modality, suffix)
+    for k, runner in models.items():
+        array = decoded[k]
+        if array is None:
+            continue
+        part = array[rows[0] : rows[1]] if rows is not None else array
+        piece.inputs[k] = runner.prepare(part)
+        inp = runner.spec.input
+        if isinstance(inp, ImageInput):
+            piece.geometry[k] = image_geometry(inp, part.shape[0], part.shape[1])
+    return piece
+
+
+def _segments(n: int, rows: int) -> Iterator[tuple[str, tuple[int, int]]]:
+    """``("#rows=a-b", (a, b + 1))`` for consecutive ranges of ``rows`` rows."""
+    for start in range(0, n, rows):
+        end = min(n, start + rows)
+        yield f"#rows={start}-{end - 1}", (start, end)

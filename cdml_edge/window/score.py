@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -21,7 +21,7 @@ from cdml_edge.decode import DecodeError
 from cdml_edge.model.runner import ModelRunner, Prediction
 from cdml_edge.model.spec import ModelSpecError
 from cdml_edge.window.inputs import MODEL_INPUTS
-from cdml_edge.window.manifest import MANIFEST_NAME, ItemOutcome, ManifestItem, WindowManifest
+from cdml_edge.window.manifest import MANIFEST_NAME, ManifestItem, WindowManifest
 from cdml_edge.window.payloads import (
     ArchiveInfo,
     ErrorEvent,
@@ -32,16 +32,14 @@ from cdml_edge.window.payloads import (
     WindowTimings,
     relative_topic,
 )
-from cdml_edge.window.pieces import Piece, item_pieces
-
-
-@dataclass(frozen=True)
-class ItemFailure:
-    """An item that could not be read, decoded or prepared (a bad input)."""
-
-    item: ManifestItem
-    error_type: str
-    message: str
+from cdml_edge.window.pieces import Piece, as_runners, item_pieces
+from cdml_edge.window.verdicts import (
+    ItemFailure,
+    count_pieces,
+    item_outcomes,
+    item_results,
+    verdict,
+)
 
 
 @dataclass
@@ -70,6 +68,7 @@ def process_window(
     runners: Mapping[str, ModelRunner],
     *,
     device: str,
+    models: Sequence[str] | None = None,
     segment_rows: int | None = None,
     sequencer: Sequencer | None = None,
     archive_name: str | None = None,
@@ -79,23 +78,27 @@ def process_window(
     """Score one window archive (its ``manifest.json`` says what is inside).
 
     Steps: read the manifest and members, decode them into model pieces, run one batch per
-    modality, build the results. A member that cannot be read, decoded or prepared becomes
-    an :class:`ItemFailure`; the rest of the window is scored.
+    model, build the results. ``models`` names the runners that score the window's modality,
+    the first giving the label (default: every runner of that modality); items of another
+    modality go to every runner of theirs. A member that cannot be read, decoded or prepared
+    becomes an :class:`ItemFailure`; the rest of the window is scored.
     """
     seq = sequencer or Sequencer()
     t0 = time.perf_counter()
     manifest, members, failures = _read_members(archive, archive_name)
     t_read = time.perf_counter()
-    pieces, bad = _decode_members(manifest, members, runners, segment_rows)
+    pick = runners_for(runners, models, manifest.modality)
+    pieces, bad = _decode_members(manifest, members, pick, segment_rows)
     failures += bad
     t_decode = time.perf_counter()
-    preds, used = _infer(pieces, runners)
+    preds = _infer(pieces, runners)
     t_infer = time.perf_counter()
-    results = _item_results(manifest, pieces, preds, runners, seq, device, emitted=now())
-    counts = _counts(pieces, preds, failures)
-    model = next(iter(used.values()), None)
+    verdicts = [verdict(p, preds.get(i, {}), runners) for i, p in enumerate(pieces)]
+    results = item_results(manifest, pieces, verdicts, seq, device, emitted=now())
+    counts, per_model = count_pieces(pieces, verdicts, failures)
+    model = next((v.runner for v in verdicts if v.runner is not None), None)
     scored = manifest.with_results(
-        _item_outcomes(pieces, preds, failures),
+        item_outcomes(pieces, verdicts, failures),
         model=model.name if model else None,
         model_version=model.version if model else None,
     )
@@ -111,7 +114,26 @@ def process_window(
         manifest, archive, archive_name, counts, len(failures), timings,
         seq=seq.next(relative_topic("window", manifest.source)), device=device,
     )
+    if per_model is not None:
+        window = window.model_copy(update={"models": per_model})
     return WindowOutcome(scored, results, window, failures)
+
+
+Pick = Callable[[str], dict[str, ModelRunner]]
+
+
+def runners_for(
+    runners: Mapping[str, ModelRunner], models: Sequence[str] | None, modality: str
+) -> Pick:
+    """Per item modality, the runners that score it, by name and in order: ``models`` for
+    the window's own modality when given, else every runner of that modality."""
+
+    def pick(m: str) -> dict[str, ModelRunner]:
+        if models is not None and m == modality:
+            return {k: runners[k] for k in models if k in runners}
+        return {k: r for k, r in runners.items() if r.modality == m}
+
+    return pick
 
 
 def _read_members(
@@ -140,10 +162,10 @@ def _read_members(
 def _decode_members(
     manifest: WindowManifest,
     members: list[bytes | None],
-    runners: Mapping[str, ModelRunner],
+    pick: Pick,
     segment_rows: int | None,
 ) -> tuple[list[Piece], list[ItemFailure]]:
-    """Each read member decoded and prepared for its modality's model, in manifest order."""
+    """Each read member decoded and prepared for its models, in manifest order."""
     pieces: list[Piece] = []
     failures: list[ItemFailure] = []
     for it, data in zip(manifest.items, members, strict=True):
@@ -151,7 +173,7 @@ def _decode_members(
             continue
         modality = it.modality or manifest.modality
         try:
-            pieces.extend(item_pieces(it, modality, data, runners.get(modality), segment_rows))
+            pieces.extend(item_pieces(it, modality, data, pick(modality), segment_rows))
         except (DecodeError, ModelSpecError, ValueError) as exc:
             failures.append(ItemFailure(it, type(exc).__name__, str(exc)))
     return pieces, failures
@@ -159,84 +181,18 @@ def _decode_members(
 
 def _infer(
     pieces: list[Piece], runners: Mapping[str, ModelRunner]
-) -> tuple[dict[int, Prediction], dict[str, ModelRunner]]:
-    """One batch per modality: predictions by piece index, and the runners that ran."""
-    preds: dict[int, Prediction] = {}
-    used: dict[str, ModelRunner] = {}
-    for modality in sorted({p.modality for p in pieces}):
-        idx = [i for i, p in enumerate(pieces) if p.modality == modality and p.array is not None]
-        runner = runners.get(modality)
-        if not idx or runner is None:
+) -> dict[int, dict[str, Prediction]]:
+    """One batch per model: each piece's predictions by model name."""
+    preds: dict[int, dict[str, Prediction]] = {}
+    for name, runner in runners.items():
+        idx = [i for i, p in enumerate(pieces) if name in p.inputs]
+        if not idx:
             continue
-        batch = np.stack([pieces[i].array for i in idx])  # type: ignore[misc]
-        for i, one in zip(idx, runner.run(batch), strict=True):
-            preds[i] = one
-        used[modality] = runner
-    return preds, used
-
-
-def _item_results(
-    manifest: WindowManifest,
-    pieces: list[Piece],
-    preds: dict[int, Prediction],
-    runners: Mapping[str, ModelRunner],
-    seq: Sequencer,
-    device: str,
-    *,
-    emitted: float,
-) -> list[ItemResult]:
-    """One result per piece, numbered on the source's result topic."""
-    topic = relative_topic("result", manifest.source)
-    results: list[ItemResult] = []
-    for i, p in enumerate(pieces):
-        pred = preds.get(i)
-        runner = runners.get(p.modality) if pred is not None else None
-        results.append(
-            ItemResult(
-                id=p.item.id + p.suffix,
-                window_id=manifest.window_id,
-                source=manifest.source,
-                item=p.item.name + p.suffix,
-                modality=p.modality,
-                ts=p.item.ts,
-                label=pred.label if pred else None,
-                score=pred.score if pred else None,
-                anomaly=pred.anomaly if pred else False,
-                anomaly_score=pred.anomaly_score if pred else None,
-                latency_ms=round(max(0.0, emitted - p.item.ts) * 1000.0, 3),
-                model=runner.name if runner else "none",
-                model_version=runner.version if runner else None,
-                seq=seq.next(topic),
-                device=device,
-            )
-        )
-    return results
-
-
-def _item_outcomes(
-    pieces: list[Piece], preds: dict[int, Prediction], failures: list[ItemFailure]
-) -> dict[str, ItemOutcome]:
-    """The manifest's per-item outcome: the most anomalous piece, or the error."""
-    outcomes: dict[str, ItemOutcome] = {}
-    for i, p in enumerate(pieces):
-        outcomes[p.item.id] = _worst(outcomes.get(p.item.id), preds.get(i))
-    for f in failures:
-        outcomes[f.item.id] = ItemOutcome(error=f.error_type)
-    return outcomes
-
-
-def _counts(
-    pieces: list[Piece], preds: dict[int, Prediction], failures: list[ItemFailure]
-) -> dict[str, int]:
-    """Pieces per label (per modality when unlabelled), then ``error``: failed items."""
-    counts: dict[str, int] = {}
-    for i, p in enumerate(pieces):
-        pred = preds.get(i)
-        key = pred.label if pred and pred.label is not None else p.modality
-        counts[key] = counts.get(key, 0) + 1
-    if failures:
-        counts["error"] = len(failures)
-    return counts
+        batch = np.stack([pieces[i].inputs[name] for i in idx])
+        geometry = [pieces[i].geometry.get(name) for i in idx]
+        for i, one in zip(idx, runner.run(batch, geometry), strict=True):
+            preds.setdefault(i, {})[name] = one
+    return preds
 
 
 def _window_result(
@@ -297,30 +253,22 @@ def error_event(
     return OutMessage(topic, ev.model_dump_json().encode())
 
 
-def _worst(prev: ItemOutcome | None, pred: Prediction | None) -> ItemOutcome:
-    """Per-item outcome for the manifest; for segmented series keep the most anomalous."""
-    cur = ItemOutcome(
-        label=pred.label if pred else None,
-        score=pred.score if pred else None,
-        anomaly=pred.anomaly if pred else False,
-        anomaly_score=pred.anomaly_score if pred else None,
-    )
-    if prev is None:
-        return cur
-    if (cur.anomaly, cur.anomaly_score or 0.0) > (prev.anomaly, prev.anomaly_score or 0.0):
-        return cur
-    return prev
-
-
-def warm_up_decoder(modality: str, runner: ModelRunner | None) -> None:
-    """Decode one synthetic input of ``modality`` so lazy imports (librosa, numba JIT) and
-    first-call costs are paid at start-up, not by the first real window."""
+def warm_up_decoder(
+    modality: str, runners: Mapping[str, ModelRunner] | ModelRunner | None
+) -> None:
+    """Decode one synthetic input of ``modality`` and run it through each of ``runners`` of
+    that modality, so lazy imports (librosa, numba JIT) and first-call costs are paid at
+    start-up, not by the first real window."""
     entry = MODEL_INPUTS.get(modality)
     if entry is None or entry.warm_up_sample is None:
         return
-    name, data = entry.warm_up_sample(runner.spec.input if runner is not None else None)
+    models = {k: r for k, r in as_runners(runners).items() if r.modality == modality}
+    first = next(iter(models.values()), None)
+    name, data = entry.warm_up_sample(first.spec.input if first is not None else None)
     item = ManifestItem(id="warmup", member=name, name=name, size=len(data), mtime_ns=0, ts=0.0,
                         sha256=hashlib.sha256(data).hexdigest())
-    pieces = item_pieces(item, modality, data, runner, None)
-    if runner is not None and pieces and pieces[0].array is not None:
-        runner.run(np.stack([p.array for p in pieces if p.array is not None]))
+    pieces = item_pieces(item, modality, data, models, None)
+    for key, runner in models.items():
+        arrays = [p.inputs[key] for p in pieces if key in p.inputs]
+        if arrays:
+            runner.raw(np.stack(arrays))

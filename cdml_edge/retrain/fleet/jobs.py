@@ -28,6 +28,7 @@ from cdml_edge.retrain.replay_job import (
     load_replay_runners,
     run_replay,
     segment_rows_of,
+    source_models,
 )
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -89,6 +90,7 @@ def run_fleet_replay(
             return fleet_replay(
                 where, models, names, out, since=since, until=until, source=options.source,
                 segment_rows=segment_rows_of(cfg), s3=s3,
+                source_models=source_models(cfg, runners),
             )
     except OptionError:
         raise

@@ -77,6 +77,7 @@ def fleet_replay(
     segment_rows: Mapping[str, int | None] | None = None,
     s3: S3Options | None = None,
     tuning: FleetTuning | None = None,
+    source_models: Mapping[str, Sequence[str]] | None = None,
 ) -> FleetReplaySummary:
     """Re-score the windows under ``root`` on the running Ray (see the module docstring);
     ``out`` becomes a folder of Parquet files, replaced whole at the end."""
@@ -102,6 +103,7 @@ def fleet_replay(
         fn_constructor_kwargs={
             "models": list(models),
             "segment_rows": dict(segment_rows or {}),
+            "source_models": {k: list(v) for k, v in (source_models or {}).items()},
             "partition_columns": list(builder.part_cols.values()),
         },
         compute=ray.data.ActorPoolStrategy(size=actors),

@@ -29,6 +29,7 @@ from cdml_edge.retrain.replay import (
     rescore_window,
 )
 from cdml_edge.store.sidecar import parse_sidecar
+from cdml_edge.window.examples import fit_examples
 from cdml_edge.window.payloads import Sequencer
 
 RESULT_COLUMNS: Columns = (
@@ -88,6 +89,7 @@ class ReplayScorer:
         models: Sequence[ModelShipment],
         segment_rows: Mapping[str, int | None],
         partition_columns: Sequence[str] = (),
+        source_models: Mapping[str, Sequence[str]] | None = None,
     ) -> None:
         folder = tempfile.mkdtemp(prefix="cdml-models-")
         try:
@@ -98,9 +100,11 @@ class ReplayScorer:
                 path.write_bytes(m.data)
                 spec[m.modality] = (path, m.overrides)
             self.runners = load_runners(spec, warm_up=True)
+            fit_examples(self.runners)  # embedding examples: folders the workers can read
         finally:  # onnxruntime holds the model in memory once the session exists
             shutil.rmtree(folder, ignore_errors=True)
         self.segment_rows = dict(segment_rows)
+        self.source_models = {k: list(v) for k, v in (source_models or {}).items()}
         self.partition_columns = tuple(partition_columns)
 
     def __call__(self, batch: Any) -> Any:
@@ -127,6 +131,7 @@ class ReplayScorer:
             outcome, recs = rescore_window(
                 w["archive"], retained, self.runners,
                 self.segment_rows.get(retained.source), Sequencer(), w["archive_file"],
+                models=self.source_models.get(retained.source),
             )
         except Exception as exc:  # a window the pipeline cannot read: counted, not raised
             _count_bad(st, "corrupt", f"{w['location']}: {type(exc).__name__}: {exc}")
