@@ -1,7 +1,8 @@
-"""Build hook: the native archive reader (cffi, API mode) is compiled here.
+"""Build hook: the native archive reader and the area resize (cffi, API mode) are compiled here.
 
-The extension is optional: without a C compiler or zlib headers the install carries on
-and ``cdml_edge.archive`` uses its pure-Python path (``native_available()`` is False).
+The extensions are optional: without a C compiler or zlib headers the install carries on
+and ``cdml_edge.archive`` uses its pure-Python path (``native_available()`` is False),
+``cdml_edge.decode`` OpenCV's area resize.
 """
 
 from __future__ import annotations
@@ -37,20 +38,27 @@ class OptionalBuildExt(build_ext):
         )
 
 
+# (folder, build module): the archive core, then the area resize of image decoding
+NATIVE = (
+    (os.path.join("cdml_edge", "archive", "_native"), "cffi_build"),
+    (os.path.join("cdml_edge", "decode", "_native"), "cffi_area"),
+)
+
+
 def _extensions() -> list:
     if os.environ.get("CDML_EDGE_BUILD_NATIVE", "1") == "0":
         return []
-    try:
-        sys.path.insert(0, os.path.join(HERE, "cdml_edge", "archive", "_native"))
-        from cffi_build import make_builder  # type: ignore[import-not-found]
-
-        ffi = make_builder()
-        return [ffi.distutils_extension(tmpdir=os.path.join("build", "cffi"))]
-    except Exception as exc:  # noqa: BLE001 - no cffi, no compiler: pure Python
-        sys.stderr.write(f"warning: native archive core skipped ({exc})\n")
-        return []
-    finally:
-        sys.path.pop(0)
+    out = []
+    for folder, module in NATIVE:
+        sys.path.insert(0, os.path.join(HERE, folder))
+        try:
+            ffi = __import__(module).make_builder()
+            out.append(ffi.distutils_extension(tmpdir=os.path.join("build", "cffi")))
+        except Exception as exc:  # noqa: BLE001 - no cffi, no compiler: pure Python
+            sys.stderr.write(f"warning: native {module} skipped ({exc})\n")
+        finally:
+            sys.path.pop(0)
+    return out
 
 
 setup(ext_modules=_extensions(), cmdclass={"build_ext": OptionalBuildExt})

@@ -7,6 +7,9 @@ single-core raw zlib-inflate and zstd-decompress rates on the same data (the cei
 JPEG: random ``read()``, ``read_many``, sequential ``read()``, CPU per read, size), (g) the
 seed's case: open and read 200 x 10 KB members. ``--frame-sweep`` measures tar.zst frame
 sizes (compression against read speed), the figures the packer's default comes from.
+(a) and (b) also read batches into an :class:`~cdml_edge.archive.Arena` (one reused buffer),
+and (b) measures two floors: a bare ``os.pread`` of each member's data into fresh ``bytes``,
+and a bare ``os.preadv`` into one reused buffer (no header, no CRC).
 (a) runs on two kinds of member: JSON sensor records (deflate ~6x, the common case) and
 dense random-digit CSV (deflate ~2x, where inflate itself dominates). Every figure is the
 best of ``--repeat`` rounds, and the rounds interleave ours and the baseline so both see
@@ -29,7 +32,7 @@ from collections.abc import Callable
 
 import zstandard
 
-from cdml_edge.archive import open_archive, write_archive
+from cdml_edge.archive import Arena, open_archive, write_archive
 from cdml_edge.archive.native import describe
 
 SENSORS = [f"{kind}-{i:02d}" for kind in ("temp", "press", "flow", "vib") for i in range(8)]
@@ -148,18 +151,23 @@ def zip_reads(
     blobs: list[bytes] | None = None,
     floor: bool = False,
 ) -> dict[str, float]:
-    """Members/s of zipfile, our read(), read_many(64), 2 threads, and raw inflate.
+    """Members/s of zipfile, our read(), read_many(64) (fresh bytes, and into an arena),
+    2 threads, and raw inflate.
 
     The list rounds keep every result alive until the round ends (so each one lands on
-    fresh memory pages); the ``*_stream`` rounds drop each result as soon as it is used.
+    fresh memory pages); the ``*_stream`` rounds drop each result as soon as it is used;
+    the arena round reads each batch into the same reused buffer (a batch is used before
+    the next one is read, as a data loader does).
     """
     zf = zipfile.ZipFile(path)
     arc = open_archive(path)
+    arena = Arena()
     batches = [names[i : i + 64] for i in range(0, len(names), 64)]
     fns: dict[str, Callable[[], object]] = {
         "zipfile": lambda: [zf.read(n) for n in names],
         "read": lambda: [arc.read(n) for n in names],
         "many": lambda: [arc.read_many(b) for b in batches],
+        "arena": lambda: [arc.read_many(b, arena=arena) for b in batches],
         "two": lambda: two_threads(arc, batches),
         "zipfile_stream": lambda: streamed(zf.read, names),
         "read_stream": lambda: streamed(arc.read, names),
@@ -170,6 +178,9 @@ def zip_reads(
     if floor:  # one os.pread of the data into a fresh bytes object: no header, no CRC
         ranges = data_ranges(path, names)
         fns["floor"] = lambda: [os.pread(fd, n, o) for o, n in ranges]
+        # the same into one reused buffer (the arena's floor: no fresh pages, no CRC)
+        reused = memoryview(bytearray(max(n for _, n in ranges)))
+        fns["floor_reused"] = lambda: [os.preadv(fd, [reused[:n]], o) for o, n in ranges]
     times = race(fns, repeat)
     os.close(fd)
     arc.close()
@@ -224,6 +235,12 @@ def bench_deflated(
             f"{r['read'] / z:.1f}x",
         ),
         ("(a) same, read_many(64)", f"{r['many']:,.0f}/s", f"{z:,.0f}/s", f"{r['many'] / z:.1f}x"),
+        (
+            "(a) same, read_many(64) into an arena",
+            f"{r['arena']:,.0f}/s",
+            f"{z:,.0f}/s",
+            f"{r['arena'] / z:.1f}x",
+        ),
         stream_row("(a) same, read(), each result dropped after use", r),
         (
             "(a) same, read_many(64), 2 threads",
@@ -235,7 +252,7 @@ def bench_deflated(
             f"(e) raw zlib inflate, 1 core, {label}",
             f"{ceil_m:,.0f}/s",
             f"{ceil_mb:,.0f} MB/s",
-            f"read_many = {r['many'] / ceil_m:.2f} of it",
+            f"read_many = {r['many'] / ceil_m:.2f}, arena = {r['arena'] / ceil_m:.2f} of it",
         ),
     ]
     return rows, items
@@ -502,6 +519,14 @@ def main() -> None:
                 f"{rb['many'] / z:.1f}x",
             )
         )
+        rows.append(
+            (
+                "(b) same, read_many(64) into an arena",
+                f"{rb['arena']:,.0f}/s",
+                f"{z:,.0f}/s",
+                f"{rb['arena'] / z:.1f}x",
+            )
+        )
         rows.append(stream_row("(b) same, read(), each result dropped after use", rb))
         rows.append(
             (
@@ -509,6 +534,22 @@ def main() -> None:
                 f"{rb['floor']:,.0f}/s",
                 f"{z:,.0f}/s",
                 f"{rb['floor'] / z:.1f}x",
+            )
+        )
+        rows.append(
+            (
+                "(b) arena floor: bare os.preadv into one reused buffer, no CRC",
+                f"{rb['floor_reused']:,.0f}/s",
+                f"{z:,.0f}/s",
+                f"{rb['floor_reused'] / z:.1f}x",
+            )
+        )
+        rows.append(
+            (
+                "(b) read_many(64) into an arena vs the arena floor",
+                f"{rb['arena']:,.0f}/s",
+                f"{rb['floor_reused']:,.0f}/s",
+                f"{rb['arena'] / rb['floor_reused']:.2f} of it",
             )
         )
         if args.quick:

@@ -1,9 +1,16 @@
-"""S3 benchmark: random reads of 1% of a 20,000-member ZIP, ours against s3fs + zipfile.
+"""S3 benchmark: random reads of 1% of a 20,000-member ZIP, ours against s3fs + zipfile;
+then the time to the first training batch from a ZIP of 300,000 small PNGs.
 
-A loopback S3 server (moto) sits behind a counting proxy, so every figure is counted on the
-wire, the same way for both readers: HTTP requests, and body bytes fetched beyond the
+Part 1: a loopback S3 server (moto) sits behind a counting proxy, so every figure is counted
+on the wire, the same way for both readers: HTTP requests, and body bytes fetched beyond the
 bytes of the members asked for (the index included). Ratios are baseline / ours from the
 same run. Data is generated in memory.
+
+Part 2 (:mod:`_first_batch`): seconds from nothing open to the first shuffled batch of 64
+decoded images out of ``DataLoader(num_workers=2)``: ours cold (no index cache) and with the
+index cache, against s3fs + zipfile in one process (open + 64 random reads) and as a
+Dataset under the same DataLoader; the same locally. ``--million`` adds 1,000,000 members
+(about a minute more to generate and upload here).
 """
 
 from __future__ import annotations
@@ -21,6 +28,7 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT / "scripts"))
 
 from _s3_fixtures import REGION, CountingProxy, free_port  # noqa: E402
 
@@ -115,6 +123,10 @@ def main() -> None:
     ap.add_argument("--members", type=int, default=20_000)
     ap.add_argument("--fraction", type=float, default=0.01)
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--batch-members", type=int, nargs="*", default=[300_000])
+    ap.add_argument("--million", action="store_true", help="also 1,000,000 members")
+    ap.add_argument("--repeat", type=int, default=2, help="first-batch rows: best of N")
+    ap.add_argument("--skip-reads", action="store_true", help="only the first-batch rows")
     args = ap.parse_args()
 
     os.environ.update(
@@ -126,6 +138,21 @@ def main() -> None:
         }
     )
     logging.getLogger("werkzeug").setLevel(logging.ERROR)
+    if not args.skip_reads:
+        read_rows(args)
+    first_batch_rows(args)
+
+
+def first_batch_rows(args: argparse.Namespace) -> None:
+    import _first_batch as fb
+
+    sizes = list(args.batch_members) + ([1_000_000] if args.million else [])
+    with fb.moto_server() as endpoint:
+        for n in sizes:
+            fb.report(n, fb.rows_for(n, endpoint, args.repeat))
+
+
+def read_rows(args: argparse.Namespace) -> None:
     import boto3
     import s3fs
     from moto.server import ThreadedMotoServer
@@ -147,8 +174,9 @@ def main() -> None:
         ep = proxy.url
         rows: list[Row] = []
 
-        def ours_open() -> Any:
-            return open_archive(open_s3_source(url, endpoint_url=ep))
+        def ours_open(adaptive: bool = False) -> Any:
+            src = open_s3_source(url, endpoint_url=ep, index_cache=False, adaptive_gap=adaptive)
+            return open_archive(src)
 
         rows.append(
             measure(
@@ -163,7 +191,7 @@ def main() -> None:
         )
         rows.append(
             measure(
-                "ours: one read_many()",
+                "ours: one read_many() (gap 256 KiB)",
                 proxy,
                 needed,
                 len(names),
@@ -241,6 +269,17 @@ def main() -> None:
                 lambda: [s3fs_open(64 << 10)() for _ in parts],
                 lambda zs: _threaded(parts, lambda k: zs[k]),
                 expect_by(parts, members),
+            )
+        )
+        rows.append(
+            measure(
+                "ours: one read_many(), adaptive gap",
+                proxy,
+                needed,
+                len(names),
+                lambda: ours_open(adaptive=True),
+                lambda a: a.read_many(names),
+                expect,
             )
         )
         for f in cache_dir.glob("*"):

@@ -12,7 +12,9 @@ import contextlib
 import http.client
 import logging
 import os
+import shutil
 import socket
+import tempfile
 import threading
 import time
 from collections.abc import Iterator
@@ -231,11 +233,14 @@ def s3_server_fixture() -> Iterator[S3Server]:
 
     logging.getLogger("werkzeug").setLevel(logging.ERROR)
 
+    cache = tempfile.mkdtemp(prefix="cdml-s3-index-")
     env = {
         "AWS_ACCESS_KEY_ID": "testing",
         "AWS_SECRET_ACCESS_KEY": "testing",
         "AWS_DEFAULT_REGION": REGION,
         "AWS_REGION": REGION,
+        # the index cache is on by default: a folder of this module's own, not the user's
+        "CDML_EDGE_S3_INDEX_CACHE": cache,
     }
     saved = {k: os.environ.get(k) for k in [*env, "AWS_PROFILE", "AWS_CONFIG_FILE"]}
     os.environ.update(env)
@@ -254,3 +259,4 @@ def s3_server_fixture() -> Iterator[S3Server]:
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
+        shutil.rmtree(cache, ignore_errors=True)

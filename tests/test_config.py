@@ -423,3 +423,6 @@ def test_s3_section_becomes_process_defaults(
     assert os.environ[s3.REGION_ENV] == "eu-1"
     assert os.environ[s3.INDEX_CACHE_ENV] == str(tmp_path / "idx")
     assert os.environ[s3.INDEX_CACHE_BYTES_ENV] == str(8 * 1024**2)
+    path.write_text(yaml.safe_dump({"s3": {"use_index_cache": False}}))
+    s3.apply_s3_config(load_config(path).s3)  # type: ignore[arg-type]
+    assert os.environ[s3.INDEX_CACHE_ENV] == "off" and s3.settings.index_cache_dir() is None

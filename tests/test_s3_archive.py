@@ -60,7 +60,7 @@ def uploaded(s3_server: S3Server) -> dict[str, tuple[bytes, dict[str, bytes]]]:
 @pytest.fixture
 def endpoint(s3_server: S3Server, monkeypatch: pytest.MonkeyPatch) -> str:
     monkeypatch.setenv(ENDPOINT_ENV, s3_server.proxy.url)
-    monkeypatch.delenv(INDEX_CACHE_ENV, raising=False)
+    monkeypatch.setenv(INDEX_CACHE_ENV, "off")
     s3_server.proxy.reset()
     return s3_server.proxy.url
 
@@ -130,8 +130,8 @@ def test_read_many_coalesces_neighbours(
     got = arc.read_many(names[::-1])
     assert got == [members[n] for n in names[::-1]]
     assert s3_server.proxy.count("GET") == 1
-    # spread-out members with a gap of 0: one GET per isolated member
-    tight = open_archive(open_s3_source(f"s3://{BUCKET}/{key}", gap=0))
+    # spread-out members with a fixed gap of 0: one GET per isolated member
+    tight = open_archive(open_s3_source(f"s3://{BUCKET}/{key}", gap=0, adaptive_gap=False))
     spread = tight.names()[0:600:100]
     s3_server.proxy.reset()
     assert tight.read_many(spread) == [members[n] for n in spread]
@@ -244,3 +244,18 @@ def test_partial_cache_entry_is_completed(
     arc = open_archive(open_s3_source(url, index_cache=cache))
     assert [s.method for s in s3_server.proxy.seen()] == ["HEAD"]
     assert len(arc) == 100_000
+
+
+def test_cache_hit_starts_with_the_measured_pace(
+    s3_server: S3Server, uploaded: dict, endpoint: str, tmp_path: os.PathLike[str]
+) -> None:
+    """The latency and bandwidth measured while fetching the index are kept with it, so a
+    re-open (one HEAD, no GET) coalesces its first batch as the first open would."""
+    cache = S3IndexCache(tmp_path)
+    url = f"s3://{BUCKET}/set/big.zip"
+    first = open_s3_source(url, index_cache=cache)
+    open_archive(first)
+    lat, bw = first.pace.measured()
+    assert lat is not None and bw is not None  # the tail GET and the central directory GET
+    again = open_s3_source(url, index_cache=cache)
+    assert again.index_source == "cache" and again.pace.measured()[1] == bw

@@ -18,6 +18,7 @@ from cdml_edge.archive.s3 import (
     REGION_ENV,
     RetryPolicy,
     S3AccessError,
+    S3IndexCache,
     S3NotFoundError,
     S3ObjectChangedError,
     S3Source,
@@ -26,6 +27,7 @@ from cdml_edge.archive.s3 import (
     open_s3_source,
     parse_s3_url,
 )
+from cdml_edge.archive.s3.pace import ASSUMED_BANDWIDTH, RequestPace
 from cdml_edge.archive.s3.ranges import coalesce
 
 BUCKET = "src-bucket"
@@ -50,6 +52,8 @@ def blob(s3_server: S3Server) -> bytes:
 def _open(server: S3Server, key: str = "data/blob.bin", **kw: object) -> S3Source:
     server.proxy.reset()
     kw.setdefault("retry", FAST)
+    kw.setdefault("index_cache", False)  # request counts here are those of a first open
+    kw.setdefault("adaptive_gap", False)  # and coalescing follows ``gap`` alone
     return open_s3_source(f"s3://{BUCKET}/{key}", endpoint_url=server.proxy.url, **kw)  # type: ignore[arg-type]
 
 
@@ -335,3 +339,70 @@ def test_configure_sets_process_defaults(
     again = open_s3_source(f"s3://{BUCKET}/data/blob.bin", retry=FAST)
     assert again.index_source == "cache"
     assert [s.method for s in s3_server.proxy.seen()] == ["GET", "HEAD"]
+    configure_s3(index_cache=False)  # off: every open reads the tail again
+    s3_server.proxy.reset()
+    off = open_s3_source(f"s3://{BUCKET}/data/blob.bin", retry=FAST)
+    assert off.index_cache is None and off.index_source == "network"
+    assert [s.method for s in s3_server.proxy.seen()] == ["GET"]
+    configure_s3(index_cache=True)  # on again, in the user's cache folder
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    on = open_s3_source(f"s3://{BUCKET}/data/blob.bin", retry=FAST)
+    assert on.index_cache is not None
+    assert on.index_cache.root == tmp_path / "xdg" / "cdml-edge" / "s3-index"
+
+
+def test_long_read_is_parallel_ranged_gets(s3_server: S3Server, blob: bytes) -> None:
+    """A read over twice ``part_bytes`` (a central directory) is cut into parts fetched
+    at once; a shorter one stays one GET."""
+    src = _open(s3_server, tail_bytes=4096, part_bytes=256 << 10)
+    s3_server.proxy.reset()
+    assert src.pread(100, 1_000_000) == blob[100:1_000_100]
+    ranges = sorted(
+        tuple(int(x) for x in s.range.removeprefix("bytes=").split("-"))  # type: ignore[union-attr]
+        for s in s3_server.proxy.seen("GET")
+    )
+    starts = [100 + k * (256 << 10) for k in range(4)]  # the last part is 213,568 bytes
+    assert ranges == [(a, b - 1) for a, b in zip(starts, [*starts[1:], 1_000_100], strict=True)]
+    s3_server.proxy.reset()
+    assert src.pread(2_000_000, 512 << 10) == blob[2_000_000 : 2_000_000 + (512 << 10)]
+    assert s3_server.proxy.count("GET") == 1
+
+
+def test_unwritable_index_cache_never_fails_a_read(
+    s3_server: S3Server, blob: bytes, tmp_path: Path
+) -> None:
+    (tmp_path / "file").write_bytes(b"")
+    cache = S3IndexCache(tmp_path / "file" / "cache")  # a folder below a file: cannot exist
+    src = _open(s3_server, index_cache=cache)
+    assert src.pread(len(blob) - 10, 10) == blob[-10:]
+    assert cache.write_errors >= 1 and cache.total_bytes() == 0
+
+
+def test_request_pace_gap_is_the_bandwidth_delay_product() -> None:
+    pace = RequestPace()
+    assert pace.gap(1000, 1 << 30) == 1000  # nothing measured: the configured gap
+    pace.observe(0, 0.02)  # a HEAD: 20 ms before any byte
+    assert pace.gap(1000, 1 << 30) == int(0.02 * ASSUMED_BANDWIDTH)
+    pace.observe(4 << 20, 0.02 + (4 << 20) / 50e6)  # 4 MiB at 50 MB/s after the latency
+    assert pace.gap(1000, 1 << 30) == pytest.approx(0.02 * 50e6, rel=1e-6)
+    assert pace.gap(1000, 500_000) == 500_000  # never past max_request
+    slow = pickle.loads(pickle.dumps(pace))  # workers inherit what the parent measured
+    assert slow.gap(1000, 1 << 30) == pace.gap(1000, 1 << 30)
+
+
+def test_adaptive_gap_coalesces_where_requests_cost_more_than_bytes(
+    s3_server: S3Server, blob: bytes
+) -> None:
+    """Ranges 100 KiB apart: separate GETs under a fixed 64 KiB gap; one GET once the
+    source has measured that a request costs more than 100 KiB of transfer."""
+    ranges = [(k * 200_000, 1000) for k in range(8)]
+    fixed = _open(s3_server, gap=64 << 10, tail_bytes=4096)
+    s3_server.proxy.reset()
+    assert fixed.pread_many(ranges) == [blob[o : o + n] for o, n in ranges]
+    assert s3_server.proxy.count("GET") == 8
+    learnt = _open(s3_server, gap=64 << 10, tail_bytes=4096, adaptive_gap=True)
+    learnt.pace.observe(0, 0.05)  # as a store 50 ms away would answer
+    learnt.pace.observe(8 << 20, 0.05 + (8 << 20) / 100e6)  # at 100 MB/s: gap 5 MB
+    s3_server.proxy.reset()
+    assert learnt.pread_many(ranges) == [blob[o : o + n] for o, n in ranges]
+    assert s3_server.proxy.count("GET") == 1

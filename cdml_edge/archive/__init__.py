@@ -5,6 +5,7 @@ Each format is a folder (``zip/``, ``tar/``) listed in :mod:`.formats`; bytes co
 :class:`~cdml_edge.archive.source.ByteSource` (file, memory, ``s3/``).
 """
 
+from cdml_edge.archive.arena import Arena
 from cdml_edge.archive.base import Archive, MemberInfo
 from cdml_edge.archive.errors import (
     ArchiveError,
@@ -22,6 +23,7 @@ from cdml_edge.archive.reader import open_archive
 __all__ = [
     "Archive",
     "ArchiveError",
+    "Arena",
     "CorruptArchiveError",
     "MemberInfo",
     "MemberTooLargeError",

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, overload
 
+from cdml_edge.archive.arena import Arena
 from cdml_edge.archive.errors import ArchiveError, MemberTooLargeError
 from cdml_edge.archive.names import normalize_member_name
 from cdml_edge.archive.source import ByteSource
@@ -42,8 +43,9 @@ class Archive:
     """A read-only archive: ``names()``, ``info()``, ``read()``, ``read_many()``, ``verify()``.
 
     Thread-safe (reads are positional and share no mutable state), fork-safe (file
-    handles are reopened when the process id changes) and picklable (the archive is
-    reopened from its source in the receiving process).
+    handles are reopened when the process id changes) and picklable (ZIP and tar
+    archives carry their parsed index as compact arrays, so the receiving process reads
+    no index bytes; :meth:`clone` is the same without pickling).
     """
 
     format: str = "?"
@@ -116,11 +118,27 @@ class Archive:
         self._check_open()
         return self._read_ids([self._id(name)])[0]
 
-    def read_many(self, names: Sequence[str]) -> list[bytes]:
-        """Read a batch of members in one call (one ``pread_many`` on the source)."""
+    @overload
+    def read_many(self, names: Sequence[str], arena: None = None) -> list[bytes]: ...
+
+    @overload
+    def read_many(self, names: Sequence[str], arena: Arena) -> list[memoryview]: ...
+
+    def read_many(
+        self, names: Sequence[str], arena: Arena | None = None
+    ) -> list[bytes] | list[memoryview]:
+        """Read a batch of members in one call (one ``pread_many`` on the source).
+
+        With an :class:`~cdml_edge.archive.arena.Arena`, members are read into its reused
+        buffer (ZIP on the C core: decompressed there directly, GIL released) and come back
+        as read-only ``memoryview`` objects, valid until the next read into that arena; checksums
+        are checked as without it. Without, each member is a fresh ``bytes``.
+        """
         self._check_open()
         ids = [self._id(n) for n in names]
-        return self._read_ids(ids) if ids else []
+        if not ids:
+            return []
+        return self._read_ids(ids) if arena is None else self._read_ids_into(ids, arena)
 
     def __iter__(self) -> Iterator[tuple[str, bytes]]:
         for batch in self._batches(self._ids[n] for n in self._names):
@@ -199,6 +217,12 @@ class Archive:
         source's end that format detection made, for formats that can reuse it."""
         return cls(source, **limits)
 
+    def clone(self) -> Archive:
+        """An archive over the same source and the same parsed index, with its own reader
+        state: what unpickling gives, without the bytes (a forked worker's copy)."""
+        rebuild, args = self.__reduce__()[:2]
+        return rebuild(*args)  # type: ignore[no-any-return]
+
     def __reduce__(self) -> tuple[Any, ...]:
         # the receiving process opens the source again as the same format (no detection)
         opts = {"max_member_bytes": self.max_member_bytes, "max_ratio": self.max_ratio}
@@ -216,6 +240,11 @@ class Archive:
 
     def _read_ids(self, ids: list[int]) -> list[bytes]:
         raise NotImplementedError
+
+    def _read_ids_into(self, ids: list[int], arena: Arena) -> list[memoryview]:
+        """Members read as ``bytes``, then copied into ``arena`` (formats without an in-place
+        read override this)."""
+        return arena.fill(self._read_ids(ids))
 
 
 def _reopen(cls: type[Archive], source: ByteSource, opts: dict[str, Any]) -> Archive:

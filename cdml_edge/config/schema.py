@@ -415,8 +415,13 @@ class S3Config(_Model):
         None, description="S3-compatible endpoint (MinIO, Ceph RGW); env CDML_EDGE_S3_ENDPOINT."
     )
     region: str | None = Field(None, description="Region name.")
+    use_index_cache: bool = Field(
+        True, description="Keep archive indexes on disk by ETag: a re-open costs one HEAD."
+    )
     index_cache: Path | None = Field(
-        None, description="Folder caching archive indexes by ETag (re-opens cost no GET)."
+        None,
+        description="Folder of the index cache; unset: the user's cache folder "
+        "($XDG_CACHE_HOME/cdml-edge/s3-index, by default ~/.cache/cdml-edge/s3-index).",
     )
     index_cache_bytes: Size = Field(256 * 1024**2, gt=0, description="Byte bound of index_cache.")
 

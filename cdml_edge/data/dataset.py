@@ -1,10 +1,11 @@
 """``CDMLStreamDataset``: a map-style PyTorch dataset read straight out of an archive.
 
-The archive (ZIP, seekable tar.zst, ``s3://``) is opened lazily once per process: a
-DataLoader worker — forked after the parent read items, or spawned and unpickled —
-notices the process id changed and reopens it, so no file handle or decompressor state
-is ever shared between processes. Pickling carries the path and the resolved member
-list and labels, never the open archive or the cache.
+The archive (ZIP, seekable tar.zst, ``s3://``) is opened once, when the dataset is built.
+A DataLoader worker gets the parent's parsed index and no more: a forked worker notices
+the process id changed and takes a :meth:`~cdml_edge.archive.Archive.clone` (own file
+handle, own decompressor state), a spawned one unpickles the archive with its index as
+compact arrays. Neither fetches nor parses the index again. Pickling carries the resolved
+member list and labels too, never the cache.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import copy
 import fnmatch
 import os
 import posixpath
+import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -21,6 +23,7 @@ from torch.utils.data import Dataset
 from cdml_edge.archive.names import normalize_member_name
 from cdml_edge.data.cache import ByteLRU, CacheInfo
 from cdml_edge.data.labels import LabelError, Labels, LabelSource, resolve_labels
+from cdml_edge.data.members import is_hidden, visible, with_modality
 from cdml_edge.data.samples import SAMPLES, fit_length, pad_batch
 from cdml_edge.decode import DECODERS, check_modality, modality_for, normalize_size
 from cdml_edge.decode.image import TargetSize
@@ -30,12 +33,13 @@ ArchivePath = str | os.PathLike[str] | bytes
 Include = str | Sequence[str] | Callable[[str], bool] | None
 
 
+ARENA_BYTES = 64 << 20
+"""Bound of each thread's batch arena (used when ``cache_size_mb=0``); a larger batch is read
+into fresh ``bytes``."""
+
+
 class DatasetError(CdmlError, ValueError):
     """A dataset that cannot be built: the archive holds no member to load; names the archive."""
-
-
-def _hidden(name: str) -> bool:
-    return any(p.startswith(".") or p == "__MACOSX" for p in name.split("/"))
 
 
 class CDMLStreamDataset(Dataset[Any]):
@@ -45,7 +49,8 @@ class CDMLStreamDataset(Dataset[Any]):
         path: archive path (``str`` / ``PathLike``), ``s3://bucket/key``, or archive bytes.
         is_image: shorthand for ``modality="image"``.
         transform: applied to the decoded sample (images: uint8 ``H×W×3`` RGB ``ndarray``).
-        cache_size_mb: per-process LRU of raw member bytes, bounded by real bytes; 0 disables.
+        cache_size_mb: per-process LRU of raw member bytes, bounded by real bytes; 0 disables
+            it, and batches of decoded items are then read into a reused arena.
         target_size: images are resized to it (``int`` square or ``(width, height)``).
         modality: ``image`` | ``audio`` | ``csv`` | ``timeseries`` | ``json`` | ``text`` |
             ``binary``; ``None`` (default) yields raw bytes. Only members of that modality
@@ -109,6 +114,7 @@ class CDMLStreamDataset(Dataset[Any]):
         self._archive: Any = None
         self._pid = -1
         self._cache = ByteLRU.from_mb(self.cache_size_mb)
+        self._arenas = threading.local()
 
         resolved = self._members(include, labels, classes)
         self.names: list[str] = resolved.names
@@ -122,10 +128,12 @@ class CDMLStreamDataset(Dataset[Any]):
     ) -> Labels:
         """The items (chosen, then labelled); errors name the archive."""
         archive = self._get_archive()
-        all_names = [n for n in archive.names() if not n.endswith("/")]
+        all_names = archive.names()  # directories are left out
         names = self._select(all_names, include)
         if isinstance(labels, (str, os.PathLike)):
-            names = [n for n in names if n != normalize_member_name(os.fspath(labels))]
+            spec = normalize_member_name(os.fspath(labels))
+            if spec in archive:
+                names = [n for n in names if n != spec]
         if not names:
             raise DatasetError(f"{self.archive_name}: {self._nothing_to_load(all_names)}")
         try:
@@ -143,8 +151,8 @@ class CDMLStreamDataset(Dataset[Any]):
         """
         mod = self.modality
         if include is None:
-            picked = [n for n in names if not _hidden(n)]
-            return picked if mod is None else [n for n in picked if modality_for(n) == mod]
+            picked = visible(names)
+            return picked if mod is None else with_modality(picked, (mod,))
         if callable(include):
             picked = [n for n in names if include(n)]
         else:
@@ -160,13 +168,13 @@ class CDMLStreamDataset(Dataset[Any]):
             ]
         if mod is None:
             return picked
-        return [n for n in picked if modality_for(n) in (mod, "binary")]
+        return with_modality(picked, (mod, "binary"))
 
     def _nothing_to_load(self, all_names: list[str]) -> str:
         """Why no member was chosen, with what the archive does hold."""
         held: dict[str, int] = {}
         for n in all_names:
-            if not _hidden(n):
+            if not is_hidden(n):
                 held[modality_for(n)] = held.get(modality_for(n), 0) + 1
         has = ", ".join(f"{k} {mod}" for mod, k in sorted(held.items()))
         has = f"{has} members" if has else "no members"
@@ -193,7 +201,10 @@ class CDMLStreamDataset(Dataset[Any]):
             from cdml_edge.archive import open_archive
 
             first_open = self._pid == -1
-            self._archive = open_archive(self.path, **self.archive_options)
+            if self._archive is not None:  # forked: the parent's index, own reader state
+                self._archive = self._archive.clone()
+            else:
+                self._archive = open_archive(self.path, **self.archive_options)
             self._cache = ByteLRU.from_mb(self.cache_size_mb)  # each process starts empty
             self._pid = pid
             if not first_open:
@@ -213,6 +224,20 @@ class CDMLStreamDataset(Dataset[Any]):
                     cache.put(names[i], data)
         return [v for v in out if v is not None]
 
+    def _read_batch(self, names: Sequence[str]) -> Sequence[bytes | memoryview]:
+        """A batch's raw members. Without a cache to fill, decoded items are read into this
+        thread's :class:`~cdml_edge.archive.Arena` (pages reused batch after batch, views
+        used before the next batch); raw-bytes items and cached reads get ``bytes``."""
+        if self._cache.capacity or self.modality is None:
+            return self._read_many(names)
+        archive = self._get_archive()
+        arena = getattr(self._arenas, "arena", None)
+        if arena is None:
+            from cdml_edge.archive import Arena
+
+            arena = self._arenas.arena = Arena(ARENA_BYTES)
+        return archive.read_many(names, arena=arena)  # type: ignore[no-any-return]
+
     def read(self, index: int) -> bytes:
         """The raw bytes of item ``index`` (through the cache)."""
         return self._read_many([self.names[index]])[0]
@@ -222,7 +247,7 @@ class CDMLStreamDataset(Dataset[Any]):
         return self._cache.info()
 
     # -- items --------------------------------------------------------------------------
-    def decode(self, name: str, data: bytes) -> Any:
+    def decode(self, name: str, data: bytes | memoryview) -> Any:
         """Raw member bytes -> the sample (before labels)."""
         mod = self.modality
         tf = self.transform
@@ -235,7 +260,7 @@ class CDMLStreamDataset(Dataset[Any]):
             value = fit_length(value, self.fixed_length, kind.length_axis)
         return tf(value) if tf else kind.default(value)
 
-    def _item(self, index: int, data: bytes) -> Any:
+    def _item(self, index: int, data: bytes | memoryview) -> Any:
         x = self.decode(self.names[index], data)
         if self.targets is None:
             return x
@@ -257,8 +282,9 @@ class CDMLStreamDataset(Dataset[Any]):
     def __getitems__(self, indices: Sequence[int]) -> list[Any]:
         """Batched fetch used by DataLoader: one ``read_many`` for all cache misses."""
         idx = [self._index(i) for i in indices]
-        datas = self._read_many([self.names[i] for i in idx])
+        datas = self._read_batch([self.names[i] for i in idx])
         items = [self._item(i, d) for i, d in zip(idx, datas, strict=True)]
+        del datas  # arena views: the next batch overwrites them
         axis = SAMPLES[self.modality].length_axis if self.modality else None
         if axis is None or self.fixed_length is not None or self.transform is not None:
             return items
@@ -285,14 +311,19 @@ class CDMLStreamDataset(Dataset[Any]):
     # -- pickling -------------------------------------------------------------------------
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
-        state["_archive"] = None
-        state["_pid"] = -2  # reopen on first use in the receiving process
+        if isinstance(self.path, bytes):  # the bytes travel once, as the path
+            state["_archive"] = None
+        state["_pid"] = -2  # the receiving process starts its own archive
         state["_cache"] = None
+        state["_arenas"] = None
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
         self._cache = ByteLRU.from_mb(self.cache_size_mb)
+        self._arenas = threading.local()
+        if self._archive is not None:  # unpickled with its parsed index: ready to read
+            self._pid = os.getpid()
 
     def __repr__(self) -> str:
         mod = self.modality or "bytes"

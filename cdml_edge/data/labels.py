@@ -11,6 +11,7 @@ import io
 import json
 import os
 import posixpath
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Union
@@ -46,15 +47,8 @@ class Labels:
 
 def _common_dirs(names: Sequence[str]) -> int:
     """How many leading directory components every name shares."""
-    parts = [n.split("/")[:-1] for n in names]
-    if not parts:
-        return 0
-    depth = 0
-    for level in zip(*parts):  # noqa: B905 - stops at the shortest name
-        if len(set(level)) != 1:
-            break
-        depth += 1
-    return depth
+    prefix = posixpath.commonprefix(list(names)) if names else ""
+    return prefix[: prefix.rfind("/") + 1].count("/")
 
 
 def folder_labels(names: Sequence[str], classes: Sequence[str] | None = None) -> Labels:
@@ -66,19 +60,36 @@ def folder_labels(names: Sequence[str], classes: Sequence[str] | None = None) ->
     ``classes``: use this class list instead (e.g. the training set's for a validation set);
     a member in a folder not named in it raises :class:`LabelError`.
     """
+    names = list(names)
     depth = _common_dirs(names)
-    if names and all(n.count("/") == depth for n in names) and depth > 0:
+    blob = "\x00".join(names)
+    if names and blob.count("/") == depth * len(names) and depth > 0:
         depth -= 1  # everything sits in one folder: that folder is the one class
-    kept: list[str] = []
-    cls: list[str] = []
-    for n in names:
-        parts = n.split("/")
-        if len(parts) - 1 > depth:
-            kept.append(n)
-            cls.append(parts[depth])
+    found = _classes_at(names, blob, depth)
+    if found is not None:
+        kept, cls = names, found
+    else:
+        kept, cls = [], []
+        for n in names:
+            parts = n.split("/")
+            if len(parts) - 1 > depth:
+                kept.append(n)
+                cls.append(parts[depth])
     if not kept:
         raise LabelError("labels='folder'", "no member sits in a class folder")
     return _vocabulary(kept, cls, classes, "labels='folder'")
+
+
+def _classes_at(names: list[str], blob: str, depth: int) -> list[str] | None:
+    """The folder ``depth`` levels down of every name, in one pass in C; ``None`` when a
+    name sits above that level or holds a NUL (the caller goes name by name)."""
+    if not names or blob.count("\x00") != len(names) - 1:
+        return None
+    root = "".join(p + "/" for p in names[0].split("/")[:depth])  # every name starts so
+    # each match takes a whole name, so the next one starts at a name: no anchor needed
+    pattern = re.compile(rf"{re.escape(root)}([^\x00/]*)/[^\x00]*")
+    found = pattern.findall(blob)
+    return found if len(found) == len(names) else None
 
 
 def parse_mapping(data: bytes, where: str) -> dict[str, Any]:
@@ -172,18 +183,19 @@ def _vocabulary(
     The classes are the sorted label values, or ``classes`` when given: then a label
     outside it raises :class:`LabelError` naming the first such member.
     """
-    if not (values and all(isinstance(v, str) for v in values)):
+    if not values or not all(issubclass(t, str) for t in set(map(type, values))):
         return Labels(names, values)
-    vocab = sorted(set(values)) if classes is None else list(classes)
+    found = set(values)
+    vocab = sorted(found) if classes is None else list(classes)
     idx = {c: i for i, c in enumerate(vocab)}
-    unknown = [(n, v) for n, v in zip(names, values, strict=True) if v not in idx]
-    if unknown:
+    if not found.issubset(idx):
+        unknown = [(n, v) for n, v in zip(names, values, strict=True) if v not in idx]
         (member, value), more = unknown[0], len(unknown) - 1
         also = f" (and {more} more members)" if more else ""
         raise LabelError(
             where, f"{member!r} has class {value!r}, which is not in classes {vocab}{also}"
         )
-    return Labels(names, [idx[v] for v in values], vocab, idx)
+    return Labels(names, list(map(idx.__getitem__, values)), vocab, idx)
 
 
 def resolve_labels(

@@ -1,10 +1,17 @@
-"""Image bytes to uint8 H×W×3 RGB arrays (OpenCV), with reduced-size JPEG decoding."""
+"""Image bytes to uint8 H×W×3 RGB arrays, with reduced-size JPEG decoding.
+
+JPEGs go through libjpeg-turbo at the smallest fast M/8 scale that covers the target
+(:mod:`.jpeg`), other formats (and JPEGs it refuses) through OpenCV; shrinking is area
+averaging (:mod:`.area`).
+"""
 
 from __future__ import annotations
 
 import cv2
 import numpy as np
 
+from . import jpeg
+from .area import shrink
 from .errors import DecodeError
 
 TargetSize = int | tuple[int, int] | None
@@ -160,9 +167,26 @@ def resize(image: np.ndarray, target: tuple[int, int]) -> np.ndarray:
     h, w = image.shape[:2]
     if (w, h) == target:
         return image
-    shrink = target[0] < w and target[1] < h
-    interp = cv2.INTER_AREA if shrink else cv2.INTER_LINEAR
-    return cv2.resize(image, target, interpolation=interp)
+    if target[0] < w and target[1] < h:
+        return shrink(image, target)
+    return cv2.resize(image, target, interpolation=cv2.INTER_LINEAR)
+
+
+def _decode_opencv(
+    buf: bytes, member: str, target: tuple[int, int] | None, reduced: bool, is_jpeg: bool
+) -> np.ndarray:
+    flag = _reduced_flag(buf, target) if (reduced and is_jpeg) else cv2.IMREAD_COLOR
+    try:
+        bgr = cv2.imdecode(np.frombuffer(buf, dtype=np.uint8), flag)
+    except cv2.error as exc:
+        raise DecodeError(member, f"OpenCV could not decode the image: {exc}") from exc
+    except MemoryError as exc:
+        raise DecodeError(member, "out of memory decoding the image") from exc
+    if bgr is None or bgr.size == 0:
+        raise DecodeError(member, "not a decodable image (corrupt or unsupported format)")
+    if bgr.ndim == 2:
+        return cv2.cvtColor(bgr, cv2.COLOR_GRAY2RGB)
+    return cv2.cvtColor(bgr, cv2.COLOR_BGR2RGB)
 
 
 def decode_image(
@@ -180,8 +204,10 @@ def decode_image(
     formats (TIFF) right after it.
 
     ``target_size`` is an ``int`` (square) or ``(width, height)``. With ``reduced=True`` a
-    JPEG much larger than the target is decoded at 1/2, 1/4 or 1/8 scale by libjpeg itself
-    (``cv2.IMREAD_REDUCED_COLOR_*``), then resized to the exact target.
+    JPEG larger than the target is decoded at a reduced scale by libjpeg-turbo itself: the
+    smallest of 1/8, 1/4, 3/8 and 1/2 that keeps it at least the target size (OpenCV without
+    ``simplejpeg``: 1/2, 1/4 or 1/8), then resized to the exact target. The result differs
+    from a full decode + resize by a few levels (see the README's tolerance).
     """
     buf = bytes(data) if not isinstance(data, bytes) else data
     if not buf:
@@ -193,20 +219,13 @@ def decode_image(
     header = image_size(buf)
     if header is not None:
         _check_pixels(member, *header, max_pixels)
-    flag = _reduced_flag(buf, target) if (reduced and is_jpeg) else cv2.IMREAD_COLOR
-    try:
-        bgr = cv2.imdecode(np.frombuffer(buf, dtype=np.uint8), flag)
-    except cv2.error as exc:
-        raise DecodeError(member, f"OpenCV could not decode the image: {exc}") from exc
-    except MemoryError as exc:
-        raise DecodeError(member, "out of memory decoding the image") from exc
-    if bgr is None or bgr.size == 0:
-        raise DecodeError(member, "not a decodable image (corrupt or unsupported format)")
-    if header is None:
-        _check_pixels(member, bgr.shape[1], bgr.shape[0], max_pixels)
-    if bgr.ndim == 2:
-        bgr = cv2.cvtColor(bgr, cv2.COLOR_GRAY2BGR)
-    rgb = cv2.cvtColor(bgr, cv2.COLOR_BGR2RGB)
+    rgb = None
+    if is_jpeg and header is not None:
+        rgb = jpeg.decode_scaled(buf, header, target if reduced else None)
+    if rgb is None:
+        rgb = _decode_opencv(buf, member, target, reduced, is_jpeg)
+        if header is None:
+            _check_pixels(member, rgb.shape[1], rgb.shape[0], max_pixels)
     if target is not None:
         rgb = resize(rgb, target)
     return np.ascontiguousarray(rgb)

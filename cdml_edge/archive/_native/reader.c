@@ -195,6 +195,54 @@ int cz_parse(const uint8_t *cd, size_t len, int64_t delta, cz_index **out, char 
     return 0;
 }
 
+/* Overlapping members (local header on: 30 + csize bytes from the offset), in offset order
+ * with ties in directory order. Returns 1 with the earlier member in pair[0] and the one
+ * overlapping it in pair[1], 0 when none overlap, -1 out of memory. */
+typedef struct {
+    uint64_t off;
+    uint32_t i;
+} cz_span_key;
+
+static int by_offset(const void *a, const void *b) {
+    const cz_span_key *x = a, *y = b;
+    if (x->off != y->off) return x->off < y->off ? -1 : 1;
+    return x->i < y->i ? -1 : (x->i > y->i);
+}
+
+int cz_find_overlap(const cz_index *idx, uint32_t *pair) {
+    size_t n = idx->count, k;
+    const cz_entry *e = idx->entries;
+    int sorted = 1;
+    for (k = 1; k < n && sorted; k++) sorted = e[k - 1].offset <= e[k].offset;
+    cz_span_key *order = NULL;
+    if (!sorted) {
+        order = malloc(n * sizeof(cz_span_key));
+        if (!order) return -1;
+        for (k = 0; k < n; k++) {
+            order[k].off = e[k].offset;
+            order[k].i = (uint32_t)k;
+        }
+        qsort(order, n, sizeof(cz_span_key), by_offset);
+    }
+    uint64_t end = 0;
+    int have = 0;
+    uint32_t prev = 0;
+    for (k = 0; k < n; k++) {
+        uint32_t i = order ? order[k].i : (uint32_t)k;
+        if (have && e[i].offset < end) {
+            pair[0] = prev;
+            pair[1] = i;
+            free(order);
+            return 1;
+        }
+        end = e[i].offset + 30 + e[i].csize;
+        prev = i;
+        have = 1;
+    }
+    free(order);
+    return 0;
+}
+
 /* ---------------------------------------------------------------- member decoding */
 
 typedef struct {

@@ -51,6 +51,7 @@ int cz_inflate_backend(void); /* 1: libdeflate, 0: zlib */
 int cz_parse(const uint8_t *cd, size_t len, int64_t delta, cz_index **out,
              char *err, size_t errlen);
 void cz_free(cz_index *idx);
+int cz_find_overlap(const cz_index *idx, uint32_t *pair);
 int cz_read_fd(const cz_index *idx, int fd, uint64_t file_size, const uint32_t *ids,
                size_t n, uint8_t *const *outs,
                 int32_t *status, uint64_t *aux);

@@ -26,6 +26,7 @@ from cdml_edge.archive.s3.settings import (
 from cdml_edge.archive.s3.source import (
     DEFAULT_GAP,
     DEFAULT_MAX_REQUEST,
+    DEFAULT_PART_BYTES,
     DEFAULT_TAIL_BYTES,
     S3Source,
     open_s3_source,
@@ -36,6 +37,7 @@ __all__ = [
     "DEFAULT_GAP",
     "DEFAULT_INDEX_CACHE_BYTES",
     "DEFAULT_MAX_REQUEST",
+    "DEFAULT_PART_BYTES",
     "DEFAULT_TAIL_BYTES",
     "ENDPOINT_ENV",
     "INDEX_CACHE_BYTES_ENV",

@@ -5,13 +5,15 @@ those ranges in one file per object, so opening the same object again costs one 
 (to compare the ETag) and no ranged ``GET`` for the index.
 
 Layout: ``<root>/<sha256(endpoint|bucket|key)[:32]>.s3idx``, each file a small binary header
-(magic, JSON with ETag, size, ranges, CRC-32) followed by the range bytes, mode 0600. Writes
+(magic, JSON with ETag, size, ranges, CRC-32, and the latency and bandwidth measured
+while fetching them) followed by the range bytes, mode 0600. Writes
 go through :func:`cdml_edge.fsio.atomic_writer`, so concurrent processes never see half an entry.
 
 Full policy: the folder is bounded by ``max_bytes``. After each write the least recently
 used entries (oldest ``mtime``; a hit refreshes it) are deleted until the total fits. An
 entry larger than ``max_bytes`` on its own is not stored. A corrupt or unreadable entry
-counts as a miss and is deleted.
+counts as a miss and is deleted. A folder that cannot be written (read-only, full) only
+counts ``write_errors``: the archive is read all the same.
 """
 
 from __future__ import annotations
@@ -41,6 +43,8 @@ class CachedIndex:
     etag: str
     size: int
     chunks: tuple[tuple[int, bytes], ...]
+    #: ``(latency s, bandwidth B/s)`` measured on the store when stored (see :mod:`.pace`)
+    pace: tuple[float | None, float | None] = (None, None)
 
 
 class S3IndexCache:
@@ -55,6 +59,8 @@ class S3IndexCache:
             raise ValueError("max_bytes must be positive")
         self.root = Path(root)
         self.max_bytes = int(max_bytes)
+        #: entries that could not be written (folder not writable, disk full)
+        self.write_errors = 0
 
     def __repr__(self) -> str:
         return f"S3IndexCache({str(self.root)!r}, max_bytes={self.max_bytes})"
@@ -65,6 +71,7 @@ class S3IndexCache:
     def __setstate__(self, state: dict[str, object]) -> None:
         self.root = Path(str(state["root"]))
         self.max_bytes = int(state["max_bytes"])  # type: ignore[call-overload]
+        self.write_errors = 0
 
     # -- keys ---------------------------------------------------------------------------
     @staticmethod
@@ -99,18 +106,29 @@ class S3IndexCache:
             self.path_for(ident).unlink()
 
     # -- write --------------------------------------------------------------------------
-    def put(self, ident: str, etag: str, size: int, chunks: Sequence[tuple[int, bytes]]) -> bool:
+    def put(
+        self,
+        ident: str,
+        etag: str,
+        size: int,
+        chunks: Sequence[tuple[int, bytes]],
+        pace: tuple[float | None, float | None] = (None, None),
+    ) -> bool:
         """Store an entry atomically, then evict LRU entries over the bound.
 
         Returns ``False`` when the entry alone is over ``max_bytes`` (nothing is stored).
         """
-        raw = _encode(ident, etag, size, chunks)
+        raw = _encode(ident, etag, size, chunks, pace)
         if len(raw) > self.max_bytes:
             return False
-        self.root.mkdir(parents=True, exist_ok=True)
         path = self.path_for(ident)
-        with atomic_writer(path, mode=0o600, tmp_suffix=_SUFFIX) as fh:
-            fh.write(raw)
+        try:
+            self.root.mkdir(parents=True, exist_ok=True)
+            with atomic_writer(path, mode=0o600, tmp_suffix=_SUFFIX) as fh:
+                fh.write(raw)
+        except OSError:  # a read-only or full cache folder costs speed, never the read
+            self.write_errors += 1
+            return False
         self._evict(keep=path)
         return True
 
@@ -147,7 +165,13 @@ class S3IndexCache:
             total -= size
 
 
-def _encode(ident: str, etag: str, size: int, chunks: Sequence[tuple[int, bytes]]) -> bytes:
+def _encode(
+    ident: str,
+    etag: str,
+    size: int,
+    chunks: Sequence[tuple[int, bytes]],
+    pace: tuple[float | None, float | None],
+) -> bytes:
     payload = b"".join(data for _, data in chunks)
     header = json.dumps(
         {
@@ -156,6 +180,7 @@ def _encode(ident: str, etag: str, size: int, chunks: Sequence[tuple[int, bytes]
             "size": int(size),
             "ranges": [[int(off), len(data)] for off, data in chunks],
             "crc32": zlib.crc32(payload),
+            "pace": list(pace),
         },
         separators=(",", ":"),
     ).encode("utf-8")
@@ -172,6 +197,8 @@ def _decode(raw: bytes, ident: str) -> CachedIndex | None:
         header = json.loads(raw[_HEAD.size : _HEAD.size + hlen])
         ranges = [(int(o), int(n)) for o, n in header["ranges"]]
         etag, size, crc = str(header["etag"]), int(header["size"]), int(header["crc32"])
+        lat, bw = header.get("pace") or (None, None)
+        pace = (float(lat) if lat else None, float(bw) if bw else None)
         if header["ident"] != ident:
             return None
     except (ValueError, KeyError, TypeError):
@@ -184,4 +211,4 @@ def _decode(raw: bytes, ident: str) -> CachedIndex | None:
     for off, n in ranges:
         chunks.append((off, payload[pos : pos + n]))
         pos += n
-    return CachedIndex(etag=etag, size=size, chunks=tuple(chunks))
+    return CachedIndex(etag=etag, size=size, chunks=tuple(chunks), pace=pace)

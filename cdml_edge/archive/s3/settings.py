@@ -2,6 +2,10 @@
 
 :func:`~cdml_edge.archive.s3.source.open_s3_source` reads them; keeping them in the
 environment means DataLoader workers and subprocesses (forked or spawned) inherit them.
+
+The index cache is on by default, in the user's cache folder
+(``$XDG_CACHE_HOME/cdml-edge/s3-index``, by default ``~/.cache/cdml-edge/s3-index``);
+``CDML_EDGE_S3_INDEX_CACHE`` names another folder, or ``off`` turns it off.
 """
 
 from __future__ import annotations
@@ -16,21 +20,44 @@ ENDPOINT_ENV = "CDML_EDGE_S3_ENDPOINT"
 REGION_ENV = "CDML_EDGE_S3_REGION"
 INDEX_CACHE_ENV = "CDML_EDGE_S3_INDEX_CACHE"
 INDEX_CACHE_BYTES_ENV = "CDML_EDGE_S3_INDEX_CACHE_BYTES"
+#: values of ``CDML_EDGE_S3_INDEX_CACHE`` that turn the index cache off
+CACHE_OFF = frozenset({"off", "0", "none", "false", "no"})
+
+
+def default_index_cache_dir() -> str:
+    """The user's cache folder for S3 archive indexes (follows ``$XDG_CACHE_HOME``)."""
+    xdg = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(xdg, "cdml-edge", "s3-index")
+
+
+def index_cache_dir() -> str | None:
+    """The index cache folder in effect: the environment's, the default one, or ``None``
+    when ``CDML_EDGE_S3_INDEX_CACHE`` is ``off``."""
+    value = os.environ.get(INDEX_CACHE_ENV, "").strip()
+    if value.lower() in CACHE_OFF:
+        return None
+    return value or default_index_cache_dir()
 
 
 def configure_s3(
     *,
     endpoint_url: str | None = None,
     region: str | None = None,
-    index_cache: str | os.PathLike[str] | None = None,
+    index_cache: str | os.PathLike[str] | bool | None = None,
     index_cache_bytes: int | None = None,
 ) -> None:
     """Process-wide defaults for ``s3://`` (e.g. from the configuration file).
 
     They are kept in the environment variables :func:`.source.open_s3_source` reads, so DataLoader
     workers and subprocesses (forked or spawned) inherit them. ``None`` leaves a setting
-    as it is.
+    as it is; ``index_cache=False`` turns the index cache off, ``True`` back on in the
+    default folder.
     """
+    if index_cache is True:
+        os.environ.pop(INDEX_CACHE_ENV, None)
+        index_cache = None
+    elif index_cache is False:
+        index_cache = "off"
     values = {
         ENDPOINT_ENV: endpoint_url,
         REGION_ENV: region,
@@ -47,6 +74,6 @@ def apply_s3_config(cfg: S3Config) -> None:
     configure_s3(
         endpoint_url=cfg.endpoint,
         region=cfg.region,
-        index_cache=cfg.index_cache,
-        index_cache_bytes=cfg.index_cache_bytes if cfg.index_cache else None,
+        index_cache=cfg.index_cache if cfg.use_index_cache else False,
+        index_cache_bytes=cfg.index_cache_bytes,
     )

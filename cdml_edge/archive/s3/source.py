@@ -3,10 +3,13 @@
 :func:`open_s3_source` returns an :class:`S3Source` (a :class:`~cdml_edge.archive.source.
 ByteSource`). Opening costs one suffix-range ``GET`` of the object's tail (which also yields
 its size and ETag); the archive reader's tail read is served from it and its central
-directory / member index read costs one more ranged ``GET`` at most. With an
+directory / member index read costs one more ranged ``GET`` at most (a long one is cut
+into ``part_bytes`` parts fetched in parallel). With an
 :class:`~cdml_edge.archive.s3.index_cache.S3IndexCache`, a second open costs one ``HEAD``
 (ETag check) and no ``GET``. Each ``pread`` is one ranged ``GET``; ``pread_many`` merges
-ranges whose gap is at most ``gap`` bytes into one ``GET`` and splits the answer.
+ranges whose gap is at most ``gap`` bytes into one ``GET`` and splits the answer; with
+``adaptive_gap`` (the default) the gap grows to what one request's latency is worth in bytes
+at the bandwidth measured on the source's own GETs (:mod:`.pace`), up to ``max_request``.
 
 Every ``GET`` after open carries ``If-Match: <ETag>``: an object replaced while open raises
 :class:`S3ObjectChangedError` instead of mixing bytes of two versions.
@@ -42,18 +45,22 @@ from cdml_edge.archive.s3.errors import (
     map_client_error,
 )
 from cdml_edge.archive.s3.index_cache import DEFAULT_INDEX_CACHE_BYTES, S3IndexCache
+from cdml_edge.archive.s3.pace import RequestPace
 from cdml_edge.archive.s3.ranges import Extents, coalesce, content_range
 from cdml_edge.archive.s3.settings import (
     ENDPOINT_ENV,
     INDEX_CACHE_BYTES_ENV,
-    INDEX_CACHE_ENV,
     REGION_ENV,
+    index_cache_dir,
 )
 
 # Ranges closer than this are fetched in one GET (the gap bytes are read and dropped).
 DEFAULT_GAP = 256 << 10
 # One coalesced GET never spans more than this.
 DEFAULT_MAX_REQUEST = 16 << 20
+# A single read longer than twice this (a central directory, a member index) is fetched as
+# parts of this size by parallel ranged GETs.
+DEFAULT_PART_BYTES = 4 << 20
 # Bytes read from the end of the object at open: a ZIP end record with the longest comment
 # (22 + 65535), the ZIP64 locator and record, and a tar.zst seek table of small archives.
 DEFAULT_TAIL_BYTES = 128 << 10
@@ -87,9 +94,11 @@ class S3Source:
         max_request: int = DEFAULT_MAX_REQUEST,
         tail_bytes: int = DEFAULT_TAIL_BYTES,
         retry: RetryPolicy | None = None,
+        part_bytes: int = DEFAULT_PART_BYTES,
+        adaptive_gap: bool = True,
     ) -> None:
-        if gap < 0 or max_request <= 0 or tail_bytes <= 0:
-            raise ValueError("gap must be >= 0, max_request and tail_bytes > 0")
+        if gap < 0 or max_request <= 0 or tail_bytes <= 0 or part_bytes <= 0:
+            raise ValueError("gap must be >= 0, max_request, tail_bytes and part_bytes > 0")
         self.bucket = bucket
         self.key = key
         self.endpoint_url = endpoint_url or None
@@ -98,6 +107,10 @@ class S3Source:
         self.gap = int(gap)
         self.max_request = int(max_request)
         self.tail_bytes = int(tail_bytes)
+        self.part_bytes = int(part_bytes)
+        self.adaptive_gap = bool(adaptive_gap)
+        #: latency and bandwidth measured on this source's GETs (see :mod:`.pace`)
+        self.pace = RequestPace()
         self.retry = retry or RetryPolicy()
         self.stats = S3Stats()
         self.index_source = "none"  # how the index was obtained: "network" or "cache"
@@ -154,7 +167,7 @@ class S3Source:
         if data is not None:
             self._count(served=1)
             return data
-        fetched = self._get_range(a, b)
+        fetched = self._get_parts(a, b)
         with self._known_lock:
             head = self._known.get(offset, a) if a > offset else b""
             tail = self._known.get(b, end) if end > b else b""
@@ -193,7 +206,7 @@ class S3Source:
                     todo.append((off, end, i))
         if served:
             self._count(served=served)
-        groups = coalesce(todo, self.gap, self.max_request)
+        groups = coalesce(todo, self.coalesce_gap(), self.max_request)
         if len(groups) == 1:
             results = [self._get_range(groups[0][0], groups[0][1])]
         else:
@@ -225,6 +238,7 @@ class S3Source:
                 if etag == entry.etag and size == entry.size:
                     with self._known_lock:
                         self._known = Extents(entry.chunks)
+                    self.pace.seed(*entry.pace)
                     cache.touch(ident)
                     self._etag, self.index_source = etag, "cache"
                     self._recording = True  # an index read the entry lacks is added to it
@@ -276,7 +290,7 @@ class S3Source:
         with self._known_lock:
             chunks = self._known.chunks()
         ident = S3IndexCache.ident(self.endpoint_url, self.bucket, self.key)
-        cache.put(ident, self._etag, self._size, chunks)
+        cache.put(ident, self._etag, self._size, chunks, self.pace.measured())
 
     def memory_bytes(self) -> int:
         """Bytes of tail / index held in memory (served without requests)."""
@@ -287,6 +301,27 @@ class S3Source:
     def _head(self) -> tuple[int, str]:
         resp, _ = self._request("HEAD")
         return int(resp["ContentLength"]), str(resp.get("ETag") or "")
+
+    def coalesce_gap(self) -> int:
+        """The gap ``pread_many`` bridges: ``gap``, or with ``adaptive_gap`` what one
+        request's latency is worth in bytes at the measured bandwidth (up to
+        ``max_request``)."""
+        if not self.adaptive_gap:
+            return self.gap
+        return self.pace.gap(self.gap, self.max_request)
+
+    def _get_parts(self, start: int, end: int) -> bytes:
+        """Bytes ``[start, end)``; a long range as parallel ranged GETs of ``part_bytes``.
+
+        Only called from the reading thread (never from the pool: no nested waits)."""
+        part = self.part_bytes
+        if end - start <= 2 * part:
+            return self._get_range(start, end)
+        cuts = [*range(start, end, part), end]
+        if cuts[-1] - cuts[-2] < part // 2:  # no runt at the end
+            del cuts[-2]
+        spans = list(zip(cuts, cuts[1:], strict=False))
+        return b"".join(shared_pool().map(lambda g: self._get_range(g[0], g[1]), spans))
 
     def _get_range(self, start: int, end: int) -> bytes:
         kwargs: dict[str, Any] = {"Range": f"bytes={start}-{end - 1}"}
@@ -305,11 +340,14 @@ class S3Source:
         for attempt in range(attempts):
             bind_stats(self.stats)
             try:
+                t0 = time.perf_counter()
                 resp = call(Bucket=self.bucket, Key=self.key, **kwargs)
                 body = resp["Body"].read() if method == "GET" else b""
                 if expect is not None and len(body) != expect:
                     raise _ShortBody(f"got {len(body)} of {expect} bytes")
                 self._count(nbytes=len(body), retried=max(0, sent_count() - 1))
+                if sent_count() == 1:  # a retried request measures the retries
+                    self.pace.observe(len(body), time.perf_counter() - t0)
                 return resp, body
             except NoCredentialsError as exc:
                 raise S3AccessError(
@@ -346,8 +384,15 @@ class S3Source:
 
     # -- pickling ------------------------------------------------------------------------
     def __getstate__(self) -> dict[str, Any]:
+        # the tail travels (format detection is served from it); a central directory or
+        # member index does not: a pickled archive carries its parsed index instead
         with self._known_lock:
-            known = self._known.chunks()
+            floor = (self._size or 0) - self.tail_bytes
+            known = [
+                (max(off, floor), data[max(0, floor - off) :])
+                for off, data in self._known.chunks()
+                if off + len(data) > floor
+            ]
         return {
             "bucket": self.bucket,
             "key": self.key,
@@ -357,6 +402,9 @@ class S3Source:
             "gap": self.gap,
             "max_request": self.max_request,
             "tail_bytes": self.tail_bytes,
+            "part_bytes": self.part_bytes,
+            "adaptive_gap": self.adaptive_gap,
+            "pace": self.pace,
             "retry": self.retry,
             "size": self._size,
             "etag": self._etag,
@@ -375,7 +423,10 @@ class S3Source:
             max_request=state["max_request"],
             tail_bytes=state["tail_bytes"],
             retry=state["retry"],
+            part_bytes=state.get("part_bytes", DEFAULT_PART_BYTES),
+            adaptive_gap=state.get("adaptive_gap", True),
         )
+        self.pace = state.get("pace") or RequestPace()
         self._size, self._etag = state["size"], state["etag"]
         self.index_source = state["index_source"]
         self._known = Extents(state["known"])
@@ -390,25 +441,30 @@ def open_s3_source(
     *,
     endpoint_url: str | None = None,
     region: str | None = None,
-    index_cache: S3IndexCache | str | os.PathLike[str] | None = None,
+    index_cache: S3IndexCache | str | os.PathLike[str] | bool | None = None,
     gap: int = DEFAULT_GAP,
     max_request: int = DEFAULT_MAX_REQUEST,
     tail_bytes: int = DEFAULT_TAIL_BYTES,
     retry: RetryPolicy | None = None,
+    part_bytes: int = DEFAULT_PART_BYTES,
+    adaptive_gap: bool = True,
 ) -> S3Source:
     """Open ``s3://bucket/key`` and read its tail (or its cached index).
 
     ``endpoint_url`` defaults to ``$CDML_EDGE_S3_ENDPOINT`` (else boto3's own resolution),
     ``region`` to ``$CDML_EDGE_S3_REGION`` (else the boto3 chain, else ``us-east-1``);
     ``index_cache`` (a folder or an :class:`S3IndexCache`) defaults to
-    ``$CDML_EDGE_S3_INDEX_CACHE`` (bounded by ``$CDML_EDGE_S3_INDEX_CACHE_BYTES``) when set.
+    ``$CDML_EDGE_S3_INDEX_CACHE``, else the user's cache folder (``off``: no cache), bounded
+    by ``$CDML_EDGE_S3_INDEX_CACHE_BYTES`` (default 256 MiB); ``False`` opens without one.
     Raises :class:`S3NotFoundError` / :class:`S3AccessError` naming bucket and key on 404 / 403.
     """
     bucket, key = parse_s3_url(url)
     endpoint_url = endpoint_url or os.environ.get(ENDPOINT_ENV) or None
     region = region or os.environ.get(REGION_ENV) or None
-    if index_cache is None and os.environ.get(INDEX_CACHE_ENV):
-        index_cache = os.environ[INDEX_CACHE_ENV]
+    if index_cache is None or index_cache is True:
+        index_cache = index_cache_dir()
+    elif index_cache is False:
+        index_cache = None
     if index_cache is not None and not isinstance(index_cache, S3IndexCache):
         bound = os.environ.get(INDEX_CACHE_BYTES_ENV)
         index_cache = S3IndexCache(index_cache, int(bound) if bound else DEFAULT_INDEX_CACHE_BYTES)
@@ -422,6 +478,8 @@ def open_s3_source(
         max_request=max_request,
         tail_bytes=tail_bytes,
         retry=retry,
+        part_bytes=part_bytes,
+        adaptive_gap=adaptive_gap,
     )
     source.open()
     return source

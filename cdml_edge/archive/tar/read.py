@@ -3,7 +3,6 @@ tar. tar.zst builds on it in :mod:`.zst`."""
 
 from __future__ import annotations
 
-import dataclasses
 import zlib
 from collections.abc import Callable
 from typing import Any
@@ -15,9 +14,9 @@ from cdml_edge.archive.errors import (
     CorruptArchiveError,
     TruncatedArchiveError,
 )
-from cdml_edge.archive.names import has_dir_names, normalize_member_names
 from cdml_edge.archive.source import ByteSource
 from cdml_edge.archive.tar import format as tarfmt
+from cdml_edge.archive.tar.rows import TarRows
 from cdml_edge.archive.tar.seekable import MemberIndex
 from cdml_edge.archive.tar.stream import PreadScanner
 
@@ -69,19 +68,21 @@ class _TarBase(Archive):
         self._crcs: list[int | None] = []
 
     def _set_members(self, index: MemberIndex) -> None:
-        if (normal := normalize_member_names(index.names)) is not index.names:
-            index = dataclasses.replace(index, names=normal)  # ./a, a//b -> a, a/b
-        self._members = _Members(index)
-        self._crcs = index.crcs
-        names = index.names
-        ids = dict(zip(names, range(len(names)), strict=True))
-        if len(ids) == len(names) and not has_dir_names(names):
-            self._names, self._ids = names, ids
-            return
-        # a later copy of a name wins, as with tar -x; directories are left out
-        keep = {i for n, i in ids.items() if not n.endswith("/")}
-        self._names = [n for i, n in enumerate(names) if i in keep]
-        self._ids = {n: ids[n] for n in self._names}
+        self._use(TarRows.build(index))
+
+    def _use(self, rows: TarRows) -> None:
+        """Serve the members of ``rows`` (parsed here, or carried over by pickling)."""
+        self._rows = rows
+        self._members = _Members(rows.index)
+        self._crcs = rows.index.crcs
+        self._names, self._ids = rows.names, rows.ids
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # the member index travels along: the receiving process reads no index bytes
+        return (_restore, (type(self), self._source, self._options(), self._rows))
+
+    def _options(self) -> dict[str, Any]:
+        return {"max_member_bytes": self.max_member_bytes, "max_ratio": self.max_ratio}
 
     def _row_name(self, i: int) -> str:
         return self._members[i].name
@@ -130,8 +131,12 @@ class TarArchive(_TarBase):
 
     format = "tar"
 
-    def __init__(self, source: ByteSource, **limits: Any) -> None:
+    def __init__(self, source: ByteSource, *, rows: TarRows | None = None, **limits: Any) -> None:
+        """``rows``: the member index already read (a pickled archive's); no header walk."""
         super().__init__(source, **limits)
+        if rows is not None:
+            self._use(rows)
+            return
         scanner = PreadScanner(source)
         members, _ = _member_list(
             source.name, lambda cb: tarfmt.scan(scanner.read, scanner.skip, source.name, cb)
@@ -152,3 +157,7 @@ class TarArchive(_TarBase):
         for k, buf in zip(order, bufs, strict=False):
             out[k] = self._finish(ids[k], buf)
         return out
+
+
+def _restore(cls: type[_TarBase], source: ByteSource, opts: dict[str, Any], rows: TarRows) -> Any:
+    return cls(source, rows=rows, **opts)

@@ -15,6 +15,7 @@ from cdml_edge.archive.tar import format as tarfmt
 from cdml_edge.archive.tar.cache import FRAME_CACHE_BYTES, FrameCache
 from cdml_edge.archive.tar.frames import PythonFrames, check_frame, plan
 from cdml_edge.archive.tar.read import _columns, _member_list, _TarBase
+from cdml_edge.archive.tar.rows import TarRows
 from cdml_edge.archive.tar.seekable import FrameTable, MemberIndex, read_tail
 from cdml_edge.archive.tar.stream import ExactReader, FrameStream
 
@@ -40,15 +41,23 @@ class ZstdTarArchive(_TarBase):
         *,
         tail: tuple[int, bytes] | None = None,
         frame_cache_bytes: int = FRAME_CACHE_BYTES,
+        rows: TarRows | None = None,
         **limits: Any,
     ) -> None:
+        """``rows``: the member index and frames already read (a pickled archive's): the
+        source is not read at open."""
         super().__init__(source, **limits)
-        found = read_tail(source, tail)
-        self._frames: FrameTable | None = found.frames if found else None
-        self._data_end = found.data_end if found else source.size()
         self._cache = FrameCache(frame_cache_bytes)
         decoder = frame_decoder()
         self._decoder: Any = decoder.NativeFrames() if decoder is not None else PythonFrames()
+        if rows is not None:
+            self._frames: FrameTable | None = rows.frames
+            self._data_end = rows.data_end
+            self._use(rows)
+            return
+        found = read_tail(source, tail)
+        self._frames = found.frames if found else None
+        self._data_end = found.data_end if found else source.size()
         if found is not None and found.index is not None:
             self._index_members(found.index, found.frames)
         else:
@@ -64,6 +73,12 @@ class ZstdTarArchive(_TarBase):
     ) -> ZstdTarArchive:
         """Open ``source``; the seek table and member index come from ``tail`` if it holds them."""
         return cls(source, tail=tail, **limits)
+
+    def _set_members(self, index: MemberIndex) -> None:
+        self._use(TarRows.build(index, self._frames, self._data_end))
+
+    def _options(self) -> dict[str, Any]:
+        return {**super()._options(), "frame_cache_bytes": self._cache.max_bytes}
 
     @property
     def seekable(self) -> bool:

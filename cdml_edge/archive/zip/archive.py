@@ -6,17 +6,18 @@ The central directory is parsed by the C core when it is built and enabled
 
 from __future__ import annotations
 
-from collections import Counter
 from typing import Any
 
+from cdml_edge.archive.arena import Arena
 from cdml_edge.archive.base import Archive, MemberInfo
 from cdml_edge.archive.errors import CorruptArchiveError, UnsupportedArchiveError
-from cdml_edge.archive.names import has_dir_names, normalize_member_names
+from cdml_edge.archive.names import normalize_member_names
 from cdml_edge.archive.native import module as native_module
 from cdml_edge.archive.source import ByteSource
 from cdml_edge.archive.zip import codecs
 from cdml_edge.archive.zip.format import FLAG_ENCRYPTED, Entry, read_central_directory
 from cdml_edge.archive.zip.read import check_overlap, parse_central_directory, read_python
+from cdml_edge.archive.zip.rows import ZipRows
 
 
 class ZipArchive(Archive):
@@ -30,42 +31,18 @@ class ZipArchive(Archive):
         *,
         native: Any = None,
         tail: tuple[int, bytes] | None = None,
+        rows: ZipRows | None = None,
         **limits: Any,
     ) -> None:
         """``native``: the C core (:func:`cdml_edge.archive.native.module`), or ``None`` for
-        the Python path; ``tail``: a read of the source's end already made."""
+        the Python path; ``tail``: a read of the source's end already made; ``rows``: the
+        index already parsed (a pickled archive's), so the source is not read at all."""
         super().__init__(source, **limits)
-        cd = read_central_directory(source, tail)
-        self._native_index: Any = None
-        self._entries: list[Entry] = []
-        if native is not None:
-            self._native_index = native.ZipIndex(cd, source.name)
-            names = self._native_index.names
-            spans = self._native_index.spans()
-            dirs: int | None = self._native_index.ndirs
-        else:
-            self._entries = parse_central_directory(cd, source.name)
-            names = [e[0] for e in self._entries]
-            spans = [(e[1], e[2]) for e in self._entries]
-            dirs = None
-        if (normal := normalize_member_names(names)) is not names:  # ./a, a//b -> a, a/b
-            names = normal
-            self._entries = [(n, *e[1:]) for n, e in zip(names, self._entries, strict=False)]
-        self._row_names = names
-        check_overlap(spans, names, source.name)
-        ids = dict(zip(names, range(len(names)), strict=True))
-        if len(ids) == len(names) and (dirs == 0 or (dirs is None and not has_dir_names(names))):
-            self._names, self._ids = names, ids  # the common case: no directories, no repeats
-        else:
-            # a later entry of the same name wins (as with unzip); the first position is kept
-            self._names = [n for i, n in enumerate(names) if not n.endswith("/") and ids[n] == i]
-            first: dict[str, int] = {}
-            for i, n in enumerate(names):
-                first.setdefault(n, i)
-            order = sorted(self._names, key=first.__getitem__)
-            self._dups = [n for n, c in Counter(names).items() if c > 1 and not n.endswith("/")]
-            self._names = order
-            self._ids = {n: ids[n] for n in order}
+        self._rows = rows if rows is not None else _parse(source, tail, native)
+        self._native_index: Any = self._rows.native
+        self._entries: list[Entry] = self._rows.entries
+        self._row_names = self._rows.row_names
+        self._names, self._ids, self._dups = self._rows.names, self._rows.ids, self._rows.dups
 
     @classmethod
     def open(
@@ -73,6 +50,11 @@ class ZipArchive(Archive):
     ) -> ZipArchive:
         """Open ``source`` on the C core when it is built and enabled, else in Python."""
         return cls(source, native=native_module(), tail=tail, **limits)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # the parsed index travels along: the receiving process reads no index bytes
+        opts = {"max_member_bytes": self.max_member_bytes, "max_ratio": self.max_ratio}
+        return (_restore, (type(self), self._source, opts, self._rows))
 
     @property
     def native(self) -> bool:
@@ -132,6 +114,13 @@ class ZipArchive(Archive):
             i = self._id(name)  # raises KeyError naming the archive
         return index.read_one(self._source, i, self._row_names, self)  # type: ignore[no-any-return]
 
+    def _read_ids_into(self, ids: list[int], arena: Arena) -> list[memoryview]:
+        if self._native_index is not None:
+            return self._native_index.read_into(  # type: ignore[no-any-return]
+                self._source, ids, self._row_names, self, arena
+            )
+        return super()._read_ids_into(ids, arena)
+
     def _read_ids(self, ids: list[int]) -> list[bytes]:
         if self._native_index is not None:
             return self._native_index.read(  # type: ignore[no-any-return]
@@ -141,3 +130,32 @@ class ZipArchive(Archive):
         for i in ids:
             self.check_entry(i, entries[i])
         return read_python(self._source, [entries[i] for i in ids], self.name)
+
+
+def _parse(source: ByteSource, tail: tuple[int, bytes] | None, native: Any) -> ZipRows:
+    """Read and parse the central directory (in C when ``native`` is given)."""
+    cd = read_central_directory(source, tail)
+    entries: list[Entry] = []
+    if native is not None:
+        index = native.ZipIndex(cd, source.name)
+        names, dirs = index.names, index.ndirs
+    else:
+        index, dirs = None, None
+        entries = parse_central_directory(cd, source.name)
+        names = [e[0] for e in entries]
+    if (normal := normalize_member_names(names)) is not names:  # ./a, a//b -> a, a/b
+        names = normal
+        entries = [(n, *e[1:]) for n, e in zip(names, entries, strict=False)]
+    if index is not None:
+        index.check_overlap(names, source.name)
+    else:
+        check_overlap([(e[1], e[2]) for e in entries], names, source.name)
+    return ZipRows.build(names, index, entries, dirs)
+
+
+def _restore(
+    cls: type[ZipArchive], source: ByteSource, opts: dict[str, Any], rows: ZipRows | None
+) -> ZipArchive:
+    if rows is None:  # the index could not be carried over: read it from the source
+        return cls.open(source, **opts)
+    return cls(source, rows=rows, **opts)

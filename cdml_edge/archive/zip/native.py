@@ -1,4 +1,5 @@
-"""Python face of the C ZIP core: the index lives in C, batches are read with the GIL off."""
+"""Python face of the C ZIP core: the index lives in C, batches are read with the GIL off,
+into fresh ``bytes`` or into an :class:`~cdml_edge.archive.arena.Arena`."""
 
 from __future__ import annotations
 
@@ -8,11 +9,13 @@ from typing import Any
 
 from cdml_edge.archive._native._reader import ffi, lib  # type: ignore[import-not-found]
 from cdml_edge.archive._native.buffers import fresh_output as _output
+from cdml_edge.archive.arena import Arena
 from cdml_edge.archive.base import RATIO_FLOOR_BYTES
 from cdml_edge.archive.errors import (
     ArchiveError,
     CorruptArchiveError,
     TruncatedArchiveError,
+    UnsafeMemberError,
 )
 from cdml_edge.archive.source import ByteSource, FileSource, MemorySource
 from cdml_edge.archive.zip import codecs
@@ -67,6 +70,8 @@ def inflate_backend() -> str:
 class ZipIndex:
     """The central directory parsed by C; names decoded in one pass on the Python side."""
 
+    _keep: Any = None  # an unpickled index: the entry array its cz_index points to
+
     def __init__(self, cd: CentralDirectory, archive: str) -> None:
         out = ffi.new("cz_index **")
         err = ffi.new("char[]", 256)
@@ -102,6 +107,26 @@ class ZipIndex:
         self.names = names
         self.ndirs = int(idx.ndirs)
         self.count = count
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        """Pickled as the entry array's bytes (the names travel with the archive's rows)."""
+        size = int(ffi.sizeof("cz_entry"))
+        raw = ffi.buffer(self._ents, size * self.count)[:] if self.count else b""
+        return (_load_index, (size, raw, self.count, self.ndirs))
+
+    def check_overlap(self, names: list[str], archive: str) -> None:
+        """:func:`~.read.check_overlap` in C: refuse members whose bytes overlap."""
+        pair = ffi.new("uint32_t[2]")
+        rc = lib.cz_find_overlap(self._idx, pair)
+        if rc < 0:
+            raise ArchiveError("out of memory checking member spans", archive=archive)
+        if rc:
+            prev, k = int(pair[0]), int(pair[1])
+            raise UnsafeMemberError(
+                f"member data overlaps member {names[prev]!r} (offset {self._ents[k].offset})",
+                archive=archive,
+                member=names[k],
+            )
 
     def spans(self) -> list[tuple[int, int]]:
         """``(local header offset, compressed size)`` of every entry, in directory order."""
@@ -147,14 +172,45 @@ class ZipIndex:
         return out if type(out) is bytes else bytes(out[:size])
 
     def read(self, source: ByteSource, ids: list[int], names: list[str], owner: Any) -> list[bytes]:
-        n = len(ids)
+        """Members ``ids``, each into a fresh ``bytes`` the C core fills in place."""
         ents = self._ents
         for i in ids:
             self.check(i, names, owner)
         sizes = [ents[i].usize for i in ids]
         pairs = [_output(s) for s in sizes]  # one result object per member, filled by C
         result: list[Any] = [p[0] for p in pairs]
-        outs = ffi.new("uint8_t *[]", [p[1] for p in pairs])
+        bad, status, aux = self._run(source, ids, ffi.new("uint8_t *[]", [p[1] for p in pairs]))
+        for k in range(len(ids)):
+            if type(result[k]) is not bytes:
+                result[k] = bytes(result[k][: sizes[k]])
+        if bad:
+            for k, data in self._settle(source, ids, names, owner, status, aux):
+                result[k] = data
+        return result
+
+    def read_into(
+        self, source: ByteSource, ids: list[int], names: list[str], owner: Any, arena: Arena
+    ) -> list[memoryview]:
+        """Members ``ids`` decompressed by the C core straight into ``arena`` (GIL released):
+        views valid until the arena's next batch; CRC checked as by :meth:`read`."""
+        ents = self._ents
+        for i in ids:
+            self.check(i, names, owner)
+        sizes = [ents[i].usize for i in ids]
+        placed = arena.layout(sizes)
+        if placed is None:  # over the arena's bound: fresh bytes
+            return [memoryview(b) for b in self.read(source, ids, names, owner)]
+        buf, offs = placed
+        base = _from_buffer("uint8_t[]", buf, require_writable=True)
+        bad, status, aux = self._run(source, ids, ffi.new("uint8_t *[]", [base + o for o in offs]))
+        if bad:
+            for k, data in self._settle(source, ids, names, owner, status, aux):
+                buf[offs[k] : offs[k] + sizes[k]] = data
+        return arena.views(buf, offs, sizes)
+
+    def _run(self, source: ByteSource, ids: list[int], outs: Any) -> tuple[int, Any, Any]:
+        """One C call reading members ``ids`` into ``outs``: (failures, status, aux)."""
+        n = len(ids)
         c_ids = ffi.new("uint32_t[]", ids)
         status = ffi.new("int32_t[]", n)
         aux = ffi.new("uint64_t[]", n)
@@ -168,32 +224,43 @@ class ZipIndex:
             )
         else:
             bad = self._read_remote(source, ids, n, outs, c_ids, status, aux)
-        for k in range(n):
-            if type(result[k]) is not bytes:
-                result[k] = bytes(result[k][: sizes[k]])
-        if bad:
-            for k in range(n):
-                st = status[k]
-                if st == 0:
-                    continue
-                i = ids[k]
-                if st == 6:  # a method the C core does not do, or a long local extra
-                    result[k] = read_python(source, [self.entry(i, names[i])], owner.name)[0]
-                    continue
-                if st == 7:
-                    code = int(aux[k])
-                    raise ArchiveError(
-                        f"read error: {os.strerror(code) if code else errno.errorcode.get(code)}",
-                        archive=owner.name,
-                        member=names[i],
-                    )
-                cls, msg = _MESSAGES.get(st, (CorruptArchiveError, f"status {st}"))
-                if st == 5:
-                    msg = f"CRC-32 mismatch: stored {ents[i].crc:08x}, data {int(aux[k]):08x}"
-                if st == 3:
-                    msg = f"{codecs.method_name(ents[i].method)} data is corrupt"
-                raise cls(msg, archive=owner.name, member=names[i])
-        return result
+        return int(bad), status, aux
+
+    def _settle(
+        self,
+        source: ByteSource,
+        ids: list[int],
+        names: list[str],
+        owner: Any,
+        status: Any,
+        aux: Any,
+    ) -> list[tuple[int, bytes]]:
+        """After a call with failures: ``(position, bytes)`` of the members the Python path
+        reads (a method the C core does not do, a long local extra); raises for the first
+        member that is broken."""
+        ents = self._ents
+        redo: list[tuple[int, bytes]] = []
+        for k, i in enumerate(ids):
+            st = status[k]
+            if st == 0:
+                continue
+            if st == 6:
+                redo.append((k, read_python(source, [self.entry(i, names[i])], owner.name)[0]))
+                continue
+            if st == 7:
+                code = int(aux[k])
+                raise ArchiveError(
+                    f"read error: {os.strerror(code) if code else errno.errorcode.get(code)}",
+                    archive=owner.name,
+                    member=names[i],
+                )
+            cls, msg = _MESSAGES.get(st, (CorruptArchiveError, f"status {st}"))
+            if st == 5:
+                msg = f"CRC-32 mismatch: stored {ents[i].crc:08x}, data {int(aux[k]):08x}"
+            if st == 3:
+                msg = f"{codecs.method_name(ents[i].method)} data is corrupt"
+            raise cls(msg, archive=owner.name, member=names[i])
+        return redo
 
     def _read_remote(
         self,
@@ -223,3 +290,19 @@ class ZipIndex:
         ptrs = ffi.new("uint8_t *[]", keep)
         lens = ffi.new("uint64_t[]", [len(b) for b in bufs])
         return int(lib.cz_read_bufs(self._idx, ptrs, lens, c_ids, n, outs, status, aux))
+
+
+def _load_index(size: int, raw: bytes, count: int, ndirs: int) -> ZipIndex | None:
+    """A :class:`ZipIndex` over a pickled entry array (``None`` when this build's entry
+    layout differs: the archive is then opened from its source again)."""
+    if size != ffi.sizeof("cz_entry") or len(raw) != size * count:
+        return None
+    idx = ffi.new("cz_index *")
+    ents = ffi.new("cz_entry[]", max(count, 1))
+    ffi.memmove(ents, raw, len(raw))
+    idx.entries, idx.count, idx.ndirs = ents, count, ndirs
+    self = ZipIndex.__new__(ZipIndex)
+    self._keep = ents  # owns the entries idx points to
+    self._idx, self._ents = idx, ents
+    self.names, self.ndirs, self.count = [], ndirs, count
+    return self

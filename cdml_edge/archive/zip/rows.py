@@ -1,0 +1,102 @@
+"""A ZIP archive's parsed index, as the archive serves it and as it travels between processes.
+
+:class:`ZipRows` holds the central directory once parsed (the C core's entry array, or the
+Python path's entries) with the member names. A pickled :class:`~.archive.ZipArchive`
+carries it as compact arrays: the C entry array as one ``bytes`` (or, for the Python path,
+one array per column) and the names as one NUL-joined string, so a DataLoader worker reads
+members without fetching or parsing the central directory again.
+"""
+
+from __future__ import annotations
+
+from array import array
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+from cdml_edge.archive.names import has_dir_names
+from cdml_edge.archive.zip.format import Entry
+
+# Entry columns after the name: offset, csize, usize, crc, method, flags, mtime, hdr_extra
+_COLUMN_TYPES = ("Q", "Q", "Q", "L", "H", "H", "d", "L")
+
+
+@dataclass
+class ZipRows:
+    """Rows of the central directory and the member table built over them.
+
+    ``row_names[i]`` is the (normal-form) name of row ``i``; ``names`` the members served
+    (directories left out, a repeated name once, at its first position), ``ids`` name ->
+    row (the last row of a repeated name), ``dups`` the names more than one row carries.
+    Exactly one of ``native`` (a :class:`~.native.ZipIndex`) and ``entries`` is used.
+    """
+
+    row_names: list[str]
+    native: Any = None
+    entries: list[Entry] = field(default_factory=list)
+    names: list[str] = field(default_factory=list)
+    ids: dict[str, int] = field(default_factory=dict)
+    dups: list[str] = field(default_factory=list)
+
+    @classmethod
+    def build(
+        cls, row_names: list[str], native: Any, entries: list[Entry], ndirs: int | None
+    ) -> ZipRows:
+        """The member table over parsed rows (``ndirs``: directory rows, when known)."""
+        rows = cls(row_names, native, entries)
+        names = row_names
+        ids = dict(zip(names, range(len(names)), strict=True))
+        if len(ids) == len(names) and (ndirs == 0 or (ndirs is None and not has_dir_names(names))):
+            rows.names, rows.ids = names, ids  # the common case: no directories, no repeats
+            return rows
+        # a later entry of the same name wins (as with unzip); the first position is kept
+        served = [n for i, n in enumerate(names) if not n.endswith("/") and ids[n] == i]
+        first: dict[str, int] = {}
+        for i, n in enumerate(names):
+            first.setdefault(n, i)
+        rows.names = sorted(served, key=first.__getitem__)
+        rows.ids = {n: ids[n] for n in rows.names}
+        rows.dups = [n for n, c in Counter(names).items() if c > 1 and not n.endswith("/")]
+        return rows
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        names = self.row_names
+        blob = "\x00".join(names)
+        packed: Any = blob if blob.count("\x00") == max(len(names) - 1, 0) else list(names)
+        if self.native is not None:
+            return (_load_native, (packed, len(names), self.native))
+        cols = [array(t, _column(self.entries, k + 1)) for k, t in enumerate(_COLUMN_TYPES)]
+        return (_load_python, (packed, len(names), cols))
+
+
+def _column(entries: list[Entry], k: int) -> list[Any]:
+    return [e[k] for e in entries]
+
+
+def _names(packed: Any, count: int) -> list[str]:
+    if isinstance(packed, list):
+        return packed
+    return packed.split("\x00") if count else []
+
+
+def _load_native(packed: Any, count: int, native: Any) -> ZipRows | None:
+    """Rows over an unpickled C index (``None`` when it could not be rebuilt here, or the
+    C core is turned off here: the archive is then opened from its source again, on this
+    process's engine)."""
+    from cdml_edge.archive.native import module
+
+    if native is None or module() is None:
+        return None
+    return ZipRows.build(_names(packed, count), native, [], native.ndirs)
+
+
+def _load_python(packed: Any, count: int, cols: list[array[Any]]) -> ZipRows | None:
+    """Rows of the Python path (``None`` when the C core is on here: the receiving
+    process reads on its own engine, so the archive is opened from its source again)."""
+    from cdml_edge.archive.native import module
+
+    if module() is not None:
+        return None
+    names = _names(packed, count)
+    entries: list[Entry] = list(zip(names, *(c.tolist() for c in cols), strict=True))
+    return ZipRows.build(names, None, entries, None)
