@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, get_origin
 
 from pydantic import (
     BaseModel,
@@ -542,3 +542,8 @@ def _fits(model: str, source: str) -> bool:
     return model == source or {model, source} <= _SERIES
 
 
+def is_model_class(obj: object) -> bool:
+    """Whether ``obj`` is a pydantic model class (on Python 3.10 ``list[X]`` passes as a type,
+    and ``issubclass`` then raises)."""
+    return (isinstance(obj, type) and get_origin(obj) is None
+            and issubclass(obj, BaseModel))

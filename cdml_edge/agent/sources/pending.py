@@ -121,6 +121,12 @@ class PendingFiles:
             if closed:
                 self._cond.notify_all()
 
+    def known_identity(self, path: str) -> FileIdentity | None:
+        """The identity ``path`` had when last noticed or taken, or None if not tracked."""
+        with self._cond:
+            cur = self._pending.get(path)
+            return cur.ident if cur is not None else self._taken.get(path)
+
     def forget(self, path: str) -> None:
         """``path`` is gone (deleted, renamed away) or refused."""
         with self._cond:
