@@ -6,7 +6,7 @@ PIP    := $(PY) -m pip
 STAMP  := $(VENV)/.installed
 TORCH  := torch==2.13.0
 
-.PHONY: install test test-fast lint docs bench fuzz demo clean
+.PHONY: install test test-fast lint docs bench fuzz demo clean lock test-matrix test-lowest dist
 
 NATIVE := $(wildcard cdml_edge/archive/_native/*.c cdml_edge/archive/_native/*.h \
             cdml_edge/archive/_native/cffi_build.py)
@@ -46,7 +46,25 @@ fuzz: $(STAMP)
 	$(PY) scripts/fuzz_archive.py --seconds 300
 
 clean:
-	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) build dist *.egg-info .pytest_cache .mypy_cache .ruff_cache
+
+# The runtime lock, per board Python and architecture (uv pip compile --generate-hashes).
+lock: $(STAMP)
+	$(PY) scripts/lock.py
+
+# Each board Python found here: wheel, fresh venv from the lock (no torch), a real agent + scan.
+test-matrix: $(STAMP)
+	$(PY) scripts/test_matrix.py
+
+# The lowest direct versions pyproject.toml allows, on Python 3.10: the appliance tests.
+test-lowest: $(STAMP)
+	$(PY) scripts/check_lowest.py
+
+# The release: wheel + sdist (C sources, lock, units) in dist/, checked against CHANGELOG.md.
+dist: $(STAMP)
+	rm -rf dist
+	$(PY) -m uv build --sdist --wheel --out-dir dist
+	$(PY) scripts/check_dist.py dist
 
 demo: $(STAMP)
 	bash scripts/demo.sh

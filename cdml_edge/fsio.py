@@ -160,6 +160,24 @@ def _escape(c: str) -> str:
     return f"\\x{o:02x}" if o < 0x100 else f"\\u{o:04x}"
 
 
+def folder_mode(file_mode: int) -> int:
+    """The mode of a folder holding files of ``file_mode``: ``x`` wherever ``r`` is set."""
+    return file_mode | ((file_mode & 0o444) >> 2)
+
+
+def make_folder(folder: Path, mode: int) -> None:
+    """Make ``folder`` (and missing parents) with ``mode`` (not narrowed by the umask); an
+    existing one is left as it is."""
+    if folder.is_dir():
+        return
+    make_folder(folder.parent, mode)
+    try:
+        folder.mkdir(mode=mode)
+    except FileExistsError:
+        return
+    os.chmod(folder, mode)
+
+
 def unique_name(
     folder: str | os.PathLike[str],
     name: str,
@@ -192,6 +210,8 @@ FULL_ERRNOS = frozenset({errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC)})
 """The errors of a full disk (or quota); any other ``OSError`` is an I/O error."""
 
 FaultHook = Callable[[str, dict[str, str]], None]
+PROBE_MIN_S = 1.0  # a disk probe runs at most this often
+PROBE_BYTES = b"\0" * 65536  # what a probe writes: room for more than a few bytes
 
 
 class DiskFaults:
@@ -203,6 +223,13 @@ class DiskFaults:
     and the success that ends it ``on_event("{name}_disk_ok", info)``, each with one log
     line. :meth:`may_try` paces retries: after a failure an operation is tried again only
     every ``retry_s`` seconds, so a full disk costs no busy loop. Thread-safe.
+
+    An operation the store may not try again by itself (an append while the broker is back,
+    a ring write on an idle line) would keep the store degraded for good: for the ops in
+    ``probe_ops`` a timer calls ``probe()`` (a small write through the store's own write
+    path) every ``retry_s`` (``PROBE_MIN_S`` at least) while they fail, and ends their
+    failure when it succeeds. A probe that fails is quiet (no count, no event).
+    :meth:`close` stops it.
     """
 
     def __init__(
@@ -213,12 +240,19 @@ class DiskFaults:
         retry_s: float = 1.0,
         on_event: FaultHook | None = None,
         clock: Callable[[], float] = time.monotonic,
+        probe: Callable[[], None] | None = None,
+        probe_ops: tuple[str, ...] = (),
     ) -> None:
         self.name = name
         self.where = str(where)
         self.retry_s = retry_s
         self.on_event = on_event
         self.clock = clock
+        self.probe = probe
+        self.probe_ops = probe_ops
+        self.probes = 0  # probes run (each a small write)
+        self._timer: threading.Timer | None = None
+        self._closed = False
         self.errors = 0  # failed operations, all episodes together
         self.episodes = 0
         self._failing: dict[str, str] = {}  # operation -> what went wrong
@@ -254,6 +288,8 @@ class DiskFaults:
             self._failing[op] = why
             if first:
                 self.episodes += 1
+            if op in self.probe_ops:
+                self._arm_locked()
         if not first:
             return None
         kind = f"{self.name}_{'disk_full' if exc.errno in FULL_ERRNOS else 'io_error'}"
@@ -278,6 +314,39 @@ class DiskFaults:
         self._emit(kind, {"dir": self.where, "op": op})
         return kind
 
+    def _arm_locked(self) -> None:
+        if self.probe is None or self._timer is not None or self._closed:
+            return
+        self._timer = threading.Timer(max(self.retry_s, PROBE_MIN_S), self._probe)
+        self._timer.daemon = True
+        self._timer.start()
+
+    def _probe(self) -> None:
+        """Probe the disk for the failing ops in ``probe_ops``; heal them when it works."""
+        with self._lock:
+            self._timer = None
+            ops = [op for op in self.probe_ops if op in self._failing]
+            if not ops or self._closed or self.probe is None:
+                return
+            probe = self.probe
+            self.probes += 1
+        try:
+            probe()
+        except Exception:  # still failing (or the probe is broken): quietly again later
+            with self._lock:
+                self._arm_locked()
+            return
+        for op in ops:
+            self.ok(op)
+
+    def close(self) -> None:
+        """Stop probing (the store is closed)."""
+        with self._lock:
+            self._closed = True
+            timer, self._timer = self._timer, None
+        if timer is not None:
+            timer.cancel()
+
     def _emit(self, kind: str, info: dict[str, str]) -> None:
         if self.on_event is None:
             return
@@ -289,13 +358,17 @@ class DiskFaults:
 
 __all__ = [
     "FULL_ERRNOS",
+    "PROBE_BYTES",
+    "PROBE_MIN_S",
     "DiskFaults",
     "FaultHook",
     "atomic_write",
     "atomic_writer",
     "display_name",
     "fit_name",
+    "folder_mode",
     "fsync_dir",
     "log_name",
+    "make_folder",
     "unique_name",
 ]

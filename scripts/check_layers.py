@@ -31,7 +31,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("window",),
     ("model", "decode", "archive", "synth"),
     ("config", "charts"),
-    ("modality", "units", "errors", "fsio"),
+    ("modality", "units", "errors", "fsio", "release"),
 ]
 TORCH_ALLOWED = ("data", "nn")
 TORCH_NAMES = ("torch", "torchvision", "torchaudio")

@@ -4,16 +4,20 @@
 #   sudo scripts/install.sh                      # install, enable and start
 #   sudo scripts/install.sh --ort-wheel FILE     # Jetson: NVIDIA's onnxruntime-gpu wheel
 #   scripts/install.sh --dry-run                 # print every step, change nothing
+#   sudo scripts/install.sh --upgrade FROM       # FROM: a wheel or source tree of a new release
+#   sudo scripts/install.sh --rollback           # back to the release before
 #   sudo scripts/install.sh --uninstall [--purge]
 #
 # What it does: apt packages for building the C reader, a system user `cdml-edge`, the folders,
-# a venv in /opt/cdml-edge/venv with the runtime dependencies only (no PyTorch), the config in
-# /etc/cdml-edge (never overwritten), the systemd units with a memory limit sized to the board,
-# then `systemctl enable --now cdml-edge.service cdml-edge-replay.timer`.
+# a venv per release in /opt/cdml-edge/releases/VERSION/venv with the runtime dependencies only
+# (no PyTorch), installed from the lock with hash checking, the link /opt/cdml-edge/current the
+# units use, the config in /etc/cdml-edge (never overwritten), the systemd units with a memory
+# limit sized to the board, then `systemctl enable --now cdml-edge.service cdml-edge-replay.timer`.
 #
 # Environment overrides (a staged install, tests): CDML_PREFIX, CDML_ETC, CDML_STATE, CDML_DATA,
-# CDML_UNIT_DIR, CDML_USER, SYSTEMCTL (the systemctl command), PYTHON (makes the venv), and
-# CDML_UNPRIVILEGED=1 (no root needed: files keep the caller as owner).
+# CDML_UNIT_DIR, CDML_USER, SYSTEMCTL (the systemctl command), PYTHON (makes the venv),
+# CDML_INSTALLER=uv (install with uv, the command UV, instead of the venv's pip) and CDML_UNPRIVILEGED=1 (no root
+# needed: files keep the caller as owner).
 set -euo pipefail
 
 PREFIX="${CDML_PREFIX:-/opt/cdml-edge}"
@@ -24,6 +28,8 @@ UNIT_DIR="${CDML_UNIT_DIR:-/etc/systemd/system}"
 USER_NAME="${CDML_USER:-cdml-edge}"
 SYSTEMCTL="${SYSTEMCTL:-systemctl}"
 PYTHON="${PYTHON:-python3}"
+INSTALLER="${CDML_INSTALLER:-pip}"
+UV="${UV:-uv}"          # the uv command, with CDML_INSTALLER=uv
 UNPRIV="${CDML_UNPRIVILEGED:-0}"
 UNITS=(cdml-edge.service cdml-edge-replay.service cdml-edge-replay.timer)
 
@@ -38,6 +44,10 @@ UNINSTALL=0
 PURGE=0
 START=1
 APT=1
+MODE=install            # install | upgrade | rollback | uninstall
+LOCK=""                 # the lock file; default: lock/runtime-cpXY-ARCH.txt for PYTHON
+NO_LOCK=0
+READY_TIMEOUT=180
 
 usage() {
   sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'
@@ -48,6 +58,13 @@ Options:
   --uninstall          stop and remove the units and the venv; keep config, state and data
   --purge              with --uninstall: also remove /etc/cdml-edge, /var/lib/cdml-edge, the user
   --from PATH          install this wheel or source tree instead of the checkout
+  --upgrade FROM       install the release FROM (wheel or source tree) beside the current one,
+                       switch to it, restart, and switch back by itself unless the agent is
+                       ready (READY=1 and /healthz) within --ready-timeout
+  --rollback           switch back to the release before the current one and restart
+  --ready-timeout S    seconds an upgrade waits for the agent to be ready (default 180)
+  --lock FILE          install the runtime from this lock (default: lock/ for this Python)
+  --no-lock            resolve the runtime afresh instead (not reproducible; a warning)
   --config FILE        configuration to install as /etc/cdml-edge/factory.yaml (if absent)
   --ort-wheel FILE     onnxruntime-gpu wheel (Jetson: from NVIDIA's JetPack index)
   --board pi|jetson|generic   override the board detection
@@ -65,6 +82,11 @@ while [[ $# -gt 0 ]]; do
   case "$1" in
     --dry-run) DRY_RUN=1 ;;
     --uninstall) UNINSTALL=1 ;;
+    --upgrade) MODE=upgrade; SOURCE="${2:?--upgrade needs a wheel or source tree}"; shift ;;
+    --rollback) MODE=rollback ;;
+    --ready-timeout) READY_TIMEOUT="${2:?--ready-timeout needs seconds}"; shift ;;
+    --lock) LOCK="${2:?--lock needs a file}"; shift ;;
+    --no-lock) NO_LOCK=1 ;;
     --purge) PURGE=1 ;;
     --from) SOURCE="${2:?--from needs a path}"; shift ;;
     --config) CONFIG="${2:?--config needs a file}"; shift ;;
@@ -176,7 +198,7 @@ do_uninstall() {
 }
 
 do_install() {
-  local board arch venv="$PREFIX/venv" memory sdv
+  local board arch venv="$PREFIX/current/venv" memory sdv release
   board="$(detect_board)"
   arch="$(uname -m)"
   memory="$(to_mib "${MEMORY_MAX:-$(default_memory_max)}")M"
@@ -184,6 +206,8 @@ do_install() {
   [[ "$arch" == "aarch64" || "$arch" == "x86_64" ]] || echo "warning: untested architecture $arch"
   [[ -f "$CONFIG" ]] || die "configuration not found: $CONFIG"
   [[ -e "$SOURCE" ]] || die "nothing to install at $SOURCE"
+  release="$(release_name "$SOURCE")"
+  select_lock
   if [[ -n "$ORT_WHEEL" && ! -f "$ORT_WHEEL" ]]; then
     die "onnxruntime-gpu wheel not found: $ORT_WHEEL"
   fi
@@ -215,28 +239,21 @@ do_install() {
   fi
 
   log "folders"
-  run install -d -m 0755 "${OWN_ROOT[@]}" "$PREFIX" "$PREFIX/models"
+  run install -d -m 0755 "${OWN_ROOT[@]}" "$PREFIX" "$PREFIX/models" "$PREFIX/releases"
   run install -d -m 0750 "${OWN_ETC[@]}" "$ETC"
   run install -d -m 0750 "${OWN_USER[@]}" "$STATE"
   # Source folders: cameras and gateways drop files here (add their user to group cdml-edge).
   run install -d -m 2770 "${OWN_USER[@]}" "$DATA"
 
-  log "venv $venv with the runtime dependencies (no PyTorch)"
-  run "$PYTHON" -m venv "$venv"
-  run "$venv/bin/pip" install --quiet --upgrade pip setuptools wheel cffi
-  run "$venv/bin/pip" install --quiet "$SOURCE"
-  if [[ -n "$ORT_WHEEL" ]]; then
-    log "onnxruntime-gpu from $ORT_WHEEL in place of the CPU build"
-    run "$venv/bin/pip" uninstall --yes onnxruntime
-    run "$venv/bin/pip" install --quiet --force-reinstall --no-deps "$ORT_WHEEL"
-  fi
-  run "$venv/bin/python" -c \
-    'import importlib.util as u, sys; sys.exit("torch must not be installed" if u.find_spec("torch") else 0)'
-  run "$venv/bin/python" -c \
-    'import onnxruntime as o; from cdml_edge.archive import native_available as n; print("onnxruntime", o.__version__, o.get_available_providers(), "native reader:", n())'
+  build_release "$release"
+  switch_to "$release"
 
-  log "models and the README (the units' Documentation=)"
+  log "models, the README and docs/ (the units' Documentation=)"
   run install -m 0644 "${OWN_ROOT[@]}" "$REPO/README.md" "$PREFIX/README.md"
+  if compgen -G "$REPO/docs/*.md" >/dev/null; then
+    run install -d -m 0755 "${OWN_ROOT[@]}" "$PREFIX/docs"
+    run install -m 0644 "${OWN_ROOT[@]}" "$REPO"/docs/*.md "$PREFIX/docs/"
+  fi
   if compgen -G "$REPO/models/*.onnx" >/dev/null; then
     run install -m 0644 "${OWN_ROOT[@]}" "$REPO"/models/*.onnx "$PREFIX/models/"
   else
@@ -317,6 +334,187 @@ CREDENTIALS_DIRECTORY; the default serves the doctor), then: systemctl restart c
 EOF
 }
 
+# -- releases: one venv per release under $PREFIX/releases, $PREFIX/current the units use ----
+
+# release_name SOURCE: the version of a wheel (from its name) or a source tree (__version__).
+release_name() {
+  local src="$1" name=""
+  if [[ "$src" == *.whl ]]; then
+    name="$(basename "$src")"; name="${name#*-}"; name="${name%%-*}"
+  elif [[ -f "$src/cdml_edge/__init__.py" ]]; then
+    name="$(sed -n 's/^__version__ = "\(.*\)"$/\1/p' "$src/cdml_edge/__init__.py")"
+  fi
+  [[ -n "$name" ]] || die "no version found in $src (a cdml_edge wheel or source tree)"
+  echo "$name"
+}
+
+# The lock for PYTHON on this machine: lock/runtime-cpXY-ARCH.txt (--lock, --no-lock).
+select_lock() {
+  [[ $NO_LOCK -eq 1 ]] && { LOCK=""; echo "warning: --no-lock: dependencies resolved afresh" \
+    "(not reproducible; doctor reports no lock)"; return 0; }
+  if [[ -z "$LOCK" ]]; then
+    local pyver
+    pyver="$("$PYTHON" -c 'import sys; print("%d%d" % sys.version_info[:2])')" ||
+      die "cannot run $PYTHON"
+    LOCK="$REPO/lock/runtime-cp$pyver-$(uname -m).txt"
+  fi
+  [[ -f "$LOCK" ]] || die "no lock for this Python and machine: $LOCK (the boards' Pythons" \
+    "3.10, 3.11 and 3.13 on aarch64 and x86_64 are locked; PYTHON=python3.X, or --no-lock)"
+  log "lock: $LOCK"
+}
+
+# pip_venv VENV ARGS...: the installer (the venv's pip, or uv with CDML_INSTALLER=uv) in VENV.
+pip_venv() {
+  local venv="$1" cmd="$2"; shift 2
+  if [[ $INSTALLER == uv ]]; then
+    [[ "$cmd" == uninstall ]] && { run "$UV" pip uninstall --python "$venv/bin/python" "$@"; return; }
+    run "$UV" pip "$cmd" --quiet --python "$venv/bin/python" "$@"
+  else
+    [[ "$cmd" == uninstall ]] && { run "$venv/bin/pip" uninstall --yes "$@"; return; }
+    run "$venv/bin/pip" "$cmd" --quiet "$@"
+  fi
+}
+
+# build_release NAME: the venv of release NAME from the lock (kept if already complete).
+build_release() {
+  local name="$1" rel="$PREFIX/releases/$1" venv="$PREFIX/releases/$1/venv" replaced=""
+  if [[ -f "$venv/cdml-edge-release.json" && $DRY_RUN -eq 0 ]]; then
+    log "release $name is installed already: $rel"
+    return 0
+  fi
+  log "release $name: venv $venv with the runtime dependencies (no PyTorch)"
+  run rm -rf "$rel"
+  run install -d -m 0755 "${OWN_ROOT[@]}" "$rel"
+  run "$PYTHON" -m venv "$venv"
+  if [[ -n "$LOCK" ]]; then
+    pip_venv "$venv" install --require-hashes -r "$LOCK"
+    pip_venv "$venv" install --no-deps "$SOURCE"
+  else
+    pip_venv "$venv" install "$SOURCE"
+  fi
+  if [[ -n "$ORT_WHEEL" ]]; then
+    log "onnxruntime-gpu from $ORT_WHEEL in place of the CPU build"
+    pip_venv "$venv" uninstall onnxruntime
+    pip_venv "$venv" install --force-reinstall --no-deps "$ORT_WHEEL"
+    replaced='"onnxruntime", "onnxruntime-gpu"'
+  fi
+  run "$venv/bin/python" -c \
+    'import importlib.util as u, sys; sys.exit("torch must not be installed" if u.find_spec("torch") else 0)'
+  run "$venv/bin/python" -c \
+    'import onnxruntime as o; from cdml_edge.archive import native_available as n; print("onnxruntime", o.__version__, o.get_available_providers(), "native reader:", n())'
+  if [[ -n "$LOCK" ]]; then
+    run install -m 0644 "$LOCK" "$venv/cdml-edge.lock"
+  fi
+  # Last: its presence marks the release complete (doctor and the status payload read it).
+  printf '{"release": "%s", "lock": "%s", "replaced": [%s]}\n' "$name" \
+    "$(basename "${LOCK:-none}")" "$replaced" | put_file 0644 root:root "$venv/cdml-edge-release.json"
+}
+
+current_release() {
+  local target
+  target="$(readlink "$PREFIX/current" 2>/dev/null)" || return 0
+  basename "$target"
+}
+
+# set_link NAME RELEASE: $PREFIX/NAME -> releases/RELEASE, replaced atomically.
+set_link() {
+  run ln -sfn "releases/$2" "$PREFIX/.$1.new"
+  run mv -T "$PREFIX/.$1.new" "$PREFIX/$1"
+}
+
+# switch_to NAME: current -> NAME; the release it replaces becomes `previous`.
+switch_to() {
+  local was
+  was="$(current_release)"
+  if [[ -n "$was" && "$was" != "$1" ]]; then
+    set_link previous "$was"
+  fi
+  set_link current "$1"
+  log "current release: $1${was:+ (was $was)}"
+}
+
+# The agent's /healthz URL from the configuration (empty: no metrics port), asked of PY.
+healthz_url() {
+  local py="$1" conf="$ETC/factory.yaml"
+  [[ -x "$py" && -f "$conf" ]] || return 0
+  env CDML_DATA="$DATA" CDML_STATE="$STATE" CDML_MODELS="$PREFIX/models" \
+    CREDENTIALS_DIRECTORY="$ETC" STATE_DIRECTORY="$STATE" \
+    "$py" -m cdml_edge.doctor.unit healthz "$conf" 2>/dev/null || true
+}
+
+http_ok() {
+  "$PYTHON" -c 'import sys, urllib.request; urllib.request.urlopen(sys.argv[1], timeout=2)' \
+    "$1" >/dev/null 2>&1
+}
+
+# wait_ready URL: the unit active (Type=notify: after READY=1) and /healthz 200, twice in a row.
+wait_ready() {
+  local url="$1" deadline=$((SECONDS + READY_TIMEOUT)) good=0
+  while (( SECONDS < deadline )); do
+    if "$SYSTEMCTL" is-active --quiet cdml-edge.service && { [[ -z "$url" ]] || http_ok "$url"; }
+    then
+      good=$((good + 1))
+      (( good >= 2 )) && return 0
+    else
+      good=0
+    fi
+    sleep 1
+  done
+  return 1
+}
+
+# restart_and_wait: restart the agent on the current release; 0 once it is ready.
+restart_and_wait() {
+  local url="$1"
+  run "$SYSTEMCTL" restart cdml-edge.service || true
+  if [[ $DRY_RUN -eq 1 ]]; then
+    echo "+ wait up to ${READY_TIMEOUT}s for READY=1 (systemctl is-active) and ${url:-/healthz}"
+    return 0
+  fi
+  wait_ready "$url"
+}
+
+do_upgrade() {
+  local from to url before
+  from="$(current_release)"
+  before="$(basename "$(readlink "$PREFIX/previous" 2>/dev/null || true)")"
+  [[ -n "$from" || $DRY_RUN -eq 1 ]] || die "no release installed in $PREFIX: install first"
+  [[ -e "$SOURCE" ]] || die "nothing to install at $SOURCE"
+  to="$(release_name "$SOURCE")"
+  [[ "$to" != "$from" ]] || die "release $to is the current one already"
+  select_lock
+  # the known-good release reads the configuration (a broken new one may not)
+  url="$(healthz_url "$PREFIX/current/venv/bin/python")"
+  build_release "$to"
+  switch_to "$to"
+  if restart_and_wait "$url"; then
+    log "upgraded ${from:-?} -> $to; back with: $0 --rollback"
+    return 0
+  fi
+  echo "install.sh: release $to did not become ready within ${READY_TIMEOUT}s:" \
+       "rolling back to $from" >&2
+  switch_to "$from"
+  # `previous` goes back to what it was: --rollback must not land on the broken release
+  if [[ -n "$before" ]]; then set_link previous "$before"; else run rm -f "$PREFIX/previous"; fi
+  restart_and_wait "$url" || echo "install.sh: $from is not ready either" >&2
+  log "rolled back to $from; release $to is kept in $PREFIX/releases/$to"
+  exit 1
+}
+
+do_rollback() {
+  local from to url
+  from="$(current_release)"
+  to="$(basename "$(readlink "$PREFIX/previous" 2>/dev/null || true)")"
+  [[ -n "$to" && -d "$PREFIX/releases/$to" ]] || die "no previous release in $PREFIX"
+  url="$(healthz_url "$PREFIX/releases/$to/venv/bin/python")"
+  switch_to "$to"
+  if restart_and_wait "$url"; then
+    log "rolled back $from -> $to"
+  else
+    die "release $to did not become ready within ${READY_TIMEOUT}s (now current; see journalctl -u cdml-edge)"
+  fi
+}
+
 # Owner and group of what install(1) creates; none in an unprivileged (staged) install.
 if [[ $UNPRIV == 1 ]]; then
   OWN_ROOT=() OWN_ETC=() OWN_USER=()
@@ -328,6 +526,10 @@ if [[ $DRY_RUN -eq 1 ]]; then
 fi
 if [[ $UNINSTALL -eq 1 ]]; then
   do_uninstall
+elif [[ $MODE == upgrade ]]; then
+  do_upgrade
+elif [[ $MODE == rollback ]]; then
+  do_rollback
 else
   do_install
 fi

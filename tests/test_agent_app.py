@@ -25,10 +25,14 @@ def _csv(rows: np.ndarray) -> bytes:
 
 
 def read_jsonl(path: Path) -> list[dict[str, Any]]:
+    """The complete lines of a JSON-lines file the agent may be writing: a last line without
+    its newline is still being written and is not read yet."""
     if not path.exists():
         return []
+    text = path.read_text()
+    lines = text.split("\n")
     out = []
-    for line in path.read_text().splitlines():
+    for line in lines[:-1]:  # the part after the last newline is not a line yet
         if line.strip():
             out.append(json.loads(line))
     return out

@@ -318,3 +318,38 @@ def test_file_grown_after_stable_check_waits_until_stable_again(tmp_path: Path) 
     src._notice(str(p), closed=True)
     assert src._take(str(p)) is True
     assert [i.size for i in sink.items] == [6000] and len(sink.items[0].data) == 6000
+
+
+def test_watchdog_6_reports_a_touch_as_modified_and_it_is_no_write(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """watchdog 6 (the last for Python 3.10) has no FileAttribEvent: a touch arrives as a
+    modification. There a change of mtime alone is a touch (complete once stable); the
+    modification of a write (new size, or the identity already noticed) waits for close-write."""
+    from watchdog.events import FileCreatedEvent, FileModifiedEvent
+
+    from cdml_edge.agent.sources import folder
+    from cdml_edge.window.items import FileIdentity
+
+    monkeypatch.setattr(folder, "_ATTRIB_EVENT", None)
+    inbox = tmp_path / "in"
+    inbox.mkdir()
+    src = _source(tmp_path, Sink(), patterns=("*.jpg",), stable_seconds=0.1)
+    handler = folder._Handler(src)
+    p = inbox / "a.jpg"
+    p.write_bytes(b"x" * 10)
+    handler.on_any_event(FileCreatedEvent(str(p)))
+    handler.on_any_event(FileModifiedEvent(str(p)))  # the IN_MODIFY of that same write
+    pend = src.files.get(str(p))
+    assert pend is not None and pend.writing
+    src.files.taken(str(p), FileIdentity.of(p.stat()))
+    st = p.stat()
+    os.utime(p, ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))  # touched
+    handler.on_any_event(FileModifiedEvent(str(p)))
+    pend = src.files.get(str(p))
+    assert pend is not None and not pend.writing
+    with open(p, "ab") as fh:  # appended to: a write
+        fh.write(b"y")
+    handler.on_any_event(FileModifiedEvent(str(p)))
+    pend = src.files.get(str(p))
+    assert pend is not None and pend.writing

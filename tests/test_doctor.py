@@ -258,9 +258,12 @@ def test_good_setup_plain_broker(tmp_path: Path) -> None:
     assert not failures(list(checks.values())), failures(list(checks.values()))
     checks.pop("privileges", None)  # the root caveat, when the tests run as root
     assert set(checks) == {
-        "native reader", "model image", "model timeseries", "source cam", "source vib",
-        "state folder", "spool folder", "retention folder", "quarantine folder", "broker",
+        "native reader", "release", "model image", "model timeseries", "source cam",
+        "source vib", "state folder", "spool folder", "retention folder", "quarantine folder",
+        "broker",
     }
+    # a development venv: no release of install.sh, no lock beside it
+    assert checks["release"].detail.endswith("not an installed release, no lock")
     assert "1x1x8x8 zero input on CPUExecutionProvider" in checks["model image"].detail
     assert "1x2x16 zero input" in checks["model timeseries"].detail
     assert "1 entries" in checks["source cam"].detail
@@ -295,7 +298,7 @@ def test_good_setup_tls_broker(tmp_path: Path, tls_broker: tuple[int, Path, Path
                for ln in lines), res.output
     assert any(ln.startswith("OK   broker: ") and "CONNACK" in ln for ln in lines), res.output
     # Run as root, the caveat about folder checks is a warning, not a check.
-    assert lines[-1] in ("12/12 checks passed", "12/12 checks passed, 1 warning"), res.output
+    assert lines[-1] in ("13/13 checks passed", "13/13 checks passed, 1 warning"), res.output
 
 
 def test_broken_setup(tmp_path: Path, tls_broker: tuple[int, Path, Path]) -> None:
@@ -422,7 +425,7 @@ def test_root_is_warned_that_folder_checks_prove_nothing(
     assert res.exit_code == 0, res.output  # a warning does not fail the doctor
     lines = res.output.splitlines()
     assert lines[1].startswith("WARN privileges: running as root"), res.output
-    assert lines[-1] == "11/11 checks passed, 1 warning"
+    assert lines[-1] == "12/12 checks passed, 1 warning"
 
 
 def test_user_option_judges_folders_for_the_service_account() -> None:

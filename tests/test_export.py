@@ -216,6 +216,26 @@ def test_corrupt_member_is_not_exported(tmp_path: Path) -> None:
     assert st.corrupt == 1 and st.exported == 2
 
 
+def test_an_item_kept_in_two_windows_is_exported_once(tmp_path: Path) -> None:
+    """A window packed again after a crash holds the same item (same id) as the first one:
+    one member, the other counted as a duplicate, in the summary and the manifest."""
+    ring = RetentionRing(tmp_path / "ring", max_bytes=10**8)
+    files = [(f"f{i}.jpg", jpeg(40 * i)) for i in range(3)]
+    for wid in ("w-1", "w-2"):  # archive order: close time, then window id
+        archive, m = make_window(wid, T0, files, labels=["a", "b", "a"])
+        assert ring.store(archive, m).stored
+    ring.close()
+    for fmt in ("zip", "tar.zst"):
+        out = tmp_path / f"o.{fmt}"
+        st = export_trainset(tmp_path / "ring", out)
+        assert st.exported == 3 and st.duplicates == 3 and st.items_seen == 6
+        prov = _manifest(out)
+        assert {p["window_id"] for p in prov["items"]} == {"w-1"}
+        assert prov["duplicates"] == 3
+        with open_archive(out) as arc:
+            assert len([n for n in arc.names() if n != "manifest.json"]) == 3
+
+
 def test_bound_and_output_name(ring: Path, tmp_path: Path) -> None:
     with pytest.raises(ExportError, match="export bound"):
         export_trainset(ring, tmp_path / "big.zip", max_bytes=100)

@@ -11,6 +11,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 
 import cv2
@@ -53,6 +54,28 @@ def _has_result(obj: object, item: str) -> bool:
     return False
 
 
+def _jsonl(path: Path) -> list[object]:
+    """The complete lines of a JSON-lines file being written (a last partial line is not
+    one yet)."""
+    text = path.read_text() if path.exists() else ""
+    out = []
+    for ln in text.splitlines():
+        try:
+            out.append(json.loads(ln))
+        except ValueError:
+            continue
+    return out
+
+
+def _until(cond: Callable[[], bool], what: str, timeout: float = 60.0) -> None:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if cond():
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"no {what} within {timeout} s")
+
+
 def _get(url: str) -> bytes:
     with urllib.request.urlopen(url, timeout=5) as resp:
         return bytes(resp.read())
@@ -93,14 +116,11 @@ def test_ready_watchdog_reload_stop(tmp_path: Path) -> None:
         assert ok
         (tmp_path / "cam" / "part-1.png").write_bytes(img.tobytes())
         out = tmp_path / "out.jsonl"
-        end = time.monotonic() + 60
-        while time.monotonic() < end:
-            lines = out.read_text().splitlines() if out.exists() else []
-            if any(_has_result(json.loads(ln), "part-1.png") for ln in lines if ln.strip()):
-                break
-            time.sleep(0.1)
-        else:
-            raise AssertionError("no result for part-1.png")
+        _until(lambda: any(_has_result(d, "part-1.png") for d in _jsonl(out)), "a result")
+        # The result line is written before the window counts as done (its on_durable runs
+        # once the output took the batch): wait for the counters, do not race them.
+        _until(lambda: json.loads(_get(f"http://127.0.0.1:{port}/healthz"))["progress_count"]
+               >= 1, "progress on /healthz")
         health = json.loads(_get(f"http://127.0.0.1:{port}/healthz"))
         assert health["status"] == "ok" and health["progress_count"] >= 1
         metrics = _get(f"http://127.0.0.1:{port}/metrics").decode()

@@ -117,3 +117,32 @@ def test_quarantine_names_the_file_as_the_event_does_and_is_owner_only(
     frame = lc.quarantine("cam", "frame-1.jpg", None, b"frame bytes")
     assert frame is not None and stat.S_IMODE(frame.stat().st_mode) == 0o600
     assert stat.S_IMODE((tmp_path / "quarantine/cam").stat().st_mode) == 0o700
+
+
+@pytest.mark.parametrize("on_done", ["delete", "move"])
+def test_a_file_replaced_right_after_the_check_is_not_the_one_deleted(
+    tmp_path: Path, lc: FileLifecycle, on_done: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The new version lands between the check and the unlink (found by the soak test: the
+    check reads and hashes the file, a wide window under load). The scored file is claimed
+    by a rename first and checked again; a newer one is put back, never deleted or moved."""
+    from cdml_edge.agent import lifecycle
+
+    p = tmp_path / "a.jpg"
+    p.write_bytes(b"scored")
+    ident, sha = _scored(p)
+    real = lifecycle.still_scored
+
+    def check_then_replace(*args: object, **kw: object) -> bool | None:
+        same = real(*args, **kw)  # type: ignore[arg-type]
+        newer = tmp_path / "a.jpg.tmp"
+        newer.write_bytes(b"newer version")
+        os.replace(newer, p)
+        return same
+
+    monkeypatch.setattr(lifecycle, "still_scored", check_then_replace)
+    assert lc.finish(p, on_done, tmp_path / "done", identity=ident,  # type: ignore[arg-type]
+                     sha256=sha) is None
+    assert p.read_bytes() == b"newer version" and lc.changed == 1
+    assert not (tmp_path / "done").exists() or not any((tmp_path / "done").iterdir())
+    assert sorted(x.name for x in tmp_path.iterdir() if x.name.startswith(".")) == []

@@ -8,6 +8,7 @@ import io
 import os
 import subprocess
 import threading
+import time
 import zipfile
 from pathlib import Path
 
@@ -68,6 +69,37 @@ def test_store_keeps_the_very_bytes_and_results(tmp_path: Path) -> None:
     assert ring.stats()["stored"] == 1 and ring.stats()["bytes"] == rec.bytes
     names = sorted(p.name for p in (tmp_path / "ret").iterdir())
     assert names == sorted([rec.file, rec.sidecar, CATALOG_NAME])
+
+
+def _mode(path: Path) -> int:
+    return os.stat(path).st_mode & 0o777
+
+
+def test_ring_files_are_owner_only_or_the_configured_mode(tmp_path: Path) -> None:
+    """Archives, sidecars and the catalog hold the factory's images and labels: 0600 by
+    default whatever the umask, the folder the ring makes 0700; ``retention.mode`` widens."""
+    old = os.umask(0o022)
+    try:
+        ring = RetentionRing(tmp_path / "ret", max_bytes=10**7)
+        archive, m = make_window("w1", T0, _files(2), labels=["ok", "ok"])
+        res = ring.store(archive, m)
+        [rec] = ring.windows()
+        assert res.file is not None and _mode(res.file) == 0o600
+        assert _mode(tmp_path / "ret" / rec.sidecar) == 0o600
+        assert _mode(tmp_path / "ret" / CATALOG_NAME) == 0o600
+        assert _mode(tmp_path / "ret") == 0o700
+        ring.close()
+        cfg = parse_config({"sources": [], "retention": {"dir": str(tmp_path / "shared"),
+                                                         "max_bytes": "1MiB", "mode": "0640"}})
+        assert cfg.retention is not None
+        shared = RetentionRing.from_config(cfg.retention)
+        res = shared.store(archive, m)
+        assert res.file is not None and _mode(res.file) == 0o640
+        assert _mode(tmp_path / "shared" / CATALOG_NAME) == 0o640
+        assert _mode(tmp_path / "shared") == 0o750
+        shared.close()
+    finally:
+        os.umask(old)
 
 
 def test_max_bytes_evicts_oldest_first(tmp_path: Path) -> None:
@@ -261,6 +293,30 @@ def test_enospc_injected_gives_event_and_counter(
     assert r3.stored and r3.event == "retention_disk_ok"
     assert [k for k, _ in events] == ["retention_disk_full", "retention_disk_ok"]
     assert [r.window_id for r in ring.windows()] == ["w0", "w3"]
+
+
+def test_an_idle_ring_is_not_left_degraded_once_the_disk_has_room(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No window comes after the failed one (a quiet line): the ring probes its disk."""
+    events: list[str] = []
+    ring = RetentionRing(tmp_path, max_bytes=10**7, on_event=lambda k, i: events.append(k),
+                         retry_s=0.05)
+    real_write = os.write
+
+    def full(fd: int, data: object) -> int:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(os, "write", full)
+    assert ring.store(*make_window("w1", T0, _files(1))).status is StoreStatus.DISK_FULL
+    monkeypatch.setattr(os, "write", real_write)
+    deadline = time.monotonic() + 5
+    while ring.degraded is not None and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert ring.degraded is None and events == ["retention_disk_full", "retention_disk_ok"]
+    assert not any(p.name.startswith(".tmp-") for p in tmp_path.iterdir())
+    assert ring.foreign == [] and ring.faults.probes >= 1
+    ring.close()
 
 
 def test_other_errors_never_raise(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

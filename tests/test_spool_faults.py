@@ -81,3 +81,27 @@ def test_records_written_before_the_disk_filled_survive_a_restart(full_disk: Ful
     assert ids == [f"r{i:05d}" for i in range(20)]
     assert again.corrupt_skipped == 0
     again.close()
+
+
+def test_an_append_that_is_not_tried_again_does_not_leave_the_spool_degraded(
+    full_disk: FullDisk,
+) -> None:
+    """The broker came back before the spool was written again: no append heals the state,
+    so the spool probes its disk (a small write) every retry_s until it works."""
+    full_disk.inject_open(spool_mod)
+    full_disk.inject_call(spool_mod, "atomic_write")
+    events: list[str] = []
+    sp = Spool(full_disk.path / "spool", 1024**2, retry_s=0.05,
+               on_event=lambda kind, info: events.append(kind))
+    full_disk.fill()
+    assert sp.append(_recs(0, 5)) == 0
+    time.sleep(0.3)  # probes while full fail quietly: still one event, still degraded
+    assert events == ["spool_disk_full"] and sp.faults.degraded is not None
+    full_disk.free()
+    deadline = time.monotonic() + 5
+    while sp.faults.degraded is not None and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert sp.faults.degraded is None and events == ["spool_disk_full", "spool_disk_ok"]
+    assert sorted(p.name for p in (full_disk.path / "spool").iterdir()
+                  if p.name.startswith(".")) == []  # the probe leaves nothing behind
+    sp.close()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import platform
 import shutil
 import subprocess
 import sys
@@ -11,11 +12,17 @@ from pathlib import Path
 import pytest
 import yaml
 
+from cdml_edge import __version__
+
 SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "install.sh"
+REPO = SCRIPT.parents[1]
+RELEASE = f"/opt/cdml-edge/releases/{__version__}"
+# what the stubbed python3 answers to `python3 -c ...` (the version query picks the lock)
+LOCK = REPO / "lock" / f"runtime-cp311-{platform.machine()}.txt"
 # Commands that change the system: in a dry run none of them may be executed.
 MUTATING = (
     "apt-get", "useradd", "usermod", "userdel", "systemctl", "install", "python3", "chown",
-    "chmod", "mv", "rm", "mktemp", "pip",
+    "chmod", "mv", "rm", "mktemp", "pip", "ln",
 )
 
 
@@ -26,10 +33,14 @@ def stubbed_env(tmp_path: Path, uid: int = 0) -> tuple[dict[str, str], Path]:
     calls = tmp_path / "calls.log"
     for name in MUTATING:
         stub = bin_dir / name
-        # `systemctl --version` only reads; everything else is recorded.
-        read_only = 'if [ "$1" = "--version" ]; then echo "systemd 252"; exit 0; fi\n'
+        # `systemctl --version` and `python3 -c` (the version query) only read; everything
+        # else is recorded.
+        read_only = {
+            "systemctl": 'if [ "$1" = "--version" ]; then echo "systemd 252"; exit 0; fi\n',
+            "python3": 'if [ "$1" = "-c" ]; then echo 311; exit 0; fi\n',
+        }
         stub.write_text(
-            f'#!/bin/sh\n{read_only if name == "systemctl" else ""}'
+            f'#!/bin/sh\n{read_only.get(name, "")}'
             f'echo "{name} $*" >> "{calls}"\n'
         )
         stub.chmod(0o755)
@@ -85,8 +96,13 @@ def test_dry_run_install_on_a_pi(tmp_path: Path) -> None:
         "apt-get install -y --no-install-recommends python3 python3-venv",
         "useradd --system --user-group",
         "install -d -m 0750 -o root -g cdml-edge /etc/cdml-edge",
-        "python3 -m venv /opt/cdml-edge/venv",
-        "/opt/cdml-edge/venv/bin/pip install --quiet " + str(SCRIPT.parents[1]),
+        f"python3 -m venv {RELEASE}/venv",
+        f"{RELEASE}/venv/bin/pip install --quiet --require-hashes -r {LOCK}",
+        f"{RELEASE}/venv/bin/pip install --quiet --no-deps {REPO}",
+        f"install -m 0644 {LOCK} {RELEASE}/venv/cdml-edge.lock",
+        f"write {RELEASE}/venv/cdml-edge-release.json",
+        f"ln -sfn releases/{__version__} /opt/cdml-edge/.current.new",
+        "mv -T /opt/cdml-edge/.current.new /opt/cdml-edge/current",
         "/etc/cdml-edge/factory.yaml",
         "write /etc/cdml-edge/mqtt-password (mode 0600, owner root:root",
         "write /etc/systemd/system/cdml-edge.service (mode 0644",
@@ -105,8 +121,9 @@ def test_dry_run_install_on_a_pi(tmp_path: Path) -> None:
     assert "MemoryHigh=1228M" in out
     # The doctor hint: root (reads the root-only password from the folder LoadCredential= uses)
     # judging folders for the service's user.
-    assert ("sudo env CREDENTIALS_DIRECTORY=/etc/cdml-edge /opt/cdml-edge/venv/bin/cdml-edge "
-            "doctor --config /etc/cdml-edge/factory.yaml --user cdml-edge") in out
+    assert ("sudo env CREDENTIALS_DIRECTORY=/etc/cdml-edge "
+            "/opt/cdml-edge/current/venv/bin/cdml-edge doctor --config "
+            "/etc/cdml-edge/factory.yaml --user cdml-edge") in out
     assert "${CREDENTIALS_DIRECTORY:-/etc/cdml-edge}/mqtt-password" in out
     assert "sudo /opt" not in out
 
@@ -121,9 +138,8 @@ def test_dry_run_jetson_swaps_in_the_gpu_wheel(tmp_path: Path) -> None:
     assert not calls.exists(), calls.read_text()
     cmds = commands(res.stdout)
     assert not any(c.startswith("apt-get") for c in cmds)
-    i_pkg = next(i for i, c in enumerate(cmds) if c.endswith("pip install --quiet "
-                                                             + str(SCRIPT.parents[1])))
-    i_rm = cmds.index("/opt/cdml-edge/venv/bin/pip uninstall --yes onnxruntime")
+    i_pkg = next(i for i, c in enumerate(cmds) if c.endswith(f"--no-deps {REPO}"))
+    i_rm = cmds.index(f"{RELEASE}/venv/bin/pip uninstall --yes onnxruntime")
     i_gpu = next(i for i, c in enumerate(cmds) if c.endswith(f"--no-deps {wheel}"))
     assert i_pkg < i_rm < i_gpu
     assert "systemctl enable cdml-edge.service cdml-edge-replay.timer" in cmds
@@ -172,8 +188,8 @@ def test_stubs_do_catch_a_real_run(tmp_path: Path) -> None:
     recorded = calls.read_text().splitlines()
     assert any(c.startswith("install -d -m 0750 -o root -g cdml-edge /etc/cdml-edge")
                for c in recorded), recorded
-    assert "python3 -m venv /opt/cdml-edge/venv" in recorded
-    assert not Path("/opt/cdml-edge/venv/bin/pip").exists()
+    assert f"python3 -m venv {RELEASE}/venv" in recorded
+    assert not Path(f"{RELEASE}/venv/bin/pip").exists()
 
 
 def _checkout_copy(dest: Path) -> Path:
@@ -233,7 +249,8 @@ def test_real_unprivileged_install(tmp_path: Path) -> None:
         capture_output=True, text=True, env=env, timeout=600,
     )
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
-    venv = prefix / "venv"
+    venv = prefix / "current/venv"
+    assert (prefix / "current").resolve() == prefix / "releases" / __version__
     # Runtime dependencies only: no PyTorch in the venv, and the command works from it.
     probe = subprocess.run(
         [str(venv / "bin/python"), "-c",
@@ -269,3 +286,29 @@ def test_real_unprivileged_install(tmp_path: Path) -> None:
     )
     assert any(ln.startswith("OK   unit paths:") for ln in doctor.stdout.splitlines()), (
         doctor.stdout + doctor.stderr)
+    # the release, installed from the lock with every package as pinned
+    lock = f"runtime-cp{sys.version_info[0]}{sys.version_info[1]}-{platform.machine()}.txt"
+    assert (f"OK   release: cdml-edge {__version__}, release {__version__}, packages match "
+            f"{lock}") in doctor.stdout.splitlines(), doctor.stdout
+
+
+def test_dry_run_upgrade_and_rollback(tmp_path: Path) -> None:
+    env, calls = stubbed_env(tmp_path, uid=1000)
+    wheel = tmp_path / "cdml_edge-0.2.0-cp311-cp311-linux_aarch64.whl"
+    wheel.write_bytes(b"PK")
+    res = run_script(env, "--dry-run", "--upgrade", str(wheel), "--ready-timeout", "30")
+    assert res.returncode == 0, res.stderr
+    assert not calls.exists(), calls.read_text()
+    cmds = commands(res.stdout)
+    rel = "/opt/cdml-edge/releases/0.2.0"
+    steps = [f"python3 -m venv {rel}/venv",
+             f"{rel}/venv/bin/pip install --quiet --require-hashes -r {LOCK}",
+             f"{rel}/venv/bin/pip install --quiet --no-deps {wheel}",
+             "ln -sfn releases/0.2.0 /opt/cdml-edge/.current.new",
+             "systemctl restart cdml-edge.service",
+             "wait up to 30s for READY=1 (systemctl is-active) and /healthz"]
+    assert [cmds.index(s) for s in steps] == sorted(cmds.index(s) for s in steps), cmds
+    # an upgrade touches neither the configuration, the state nor the units
+    assert not any("/etc/" in c or "/var/lib/" in c for c in cmds), cmds
+    res = run_script(env, "--dry-run", "--rollback")
+    assert res.returncode == 1 and "no previous release" in res.stderr

@@ -11,7 +11,7 @@ import pytest
 
 UNITS = Path(__file__).resolve().parents[1] / "systemd"
 UNIT_NAMES = ("cdml-edge.service", "cdml-edge-replay.service", "cdml-edge-replay.timer")
-INSTALLED_PREFIX = "/opt/cdml-edge/venv"
+INSTALLED_PREFIX = "/opt/cdml-edge/current/venv"
 
 
 def systemd_analyze() -> str:
@@ -141,6 +141,6 @@ def test_replay_timer_is_nightly() -> None:
     replay = parse_unit(UNITS / "cdml-edge-replay.service")["Service"]
     assert replay["Type"] == ["oneshot"]
     assert replay["ExecStart"][0].startswith(
-        "/opt/cdml-edge/venv/bin/cdml-edge replay --config /etc/cdml-edge/factory.yaml"
+        "/opt/cdml-edge/current/venv/bin/cdml-edge replay --config /etc/cdml-edge/factory.yaml"
     )
     assert "--since 1d" in replay["ExecStart"][0]

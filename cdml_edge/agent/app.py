@@ -135,6 +135,8 @@ class Agent:
             [sc.name for sc in cfg.sources],
         )
         on_disk_event(self.output, self.errors.disk_event)
+        self.lifecycle.faults.on_event = self.errors.disk_event
+        self.lifecycle.on_late = self.errors.quarantined_late
         self.runners: dict[str, ModelRunner] = {}
         self.retention: RetentionRing | None = None
         self.windowers: dict[str, Windower] = {}
@@ -197,6 +199,14 @@ class Agent:
         )
         threading.Thread(target=self.errors.publish, args=([msg],), daemon=True).start()
 
+    def _ring_event(self, kind: str, info: dict[str, str]) -> None:
+        """The ring's disk fault began or ended (a store, or the ring's own disk probe): one
+        event on every source's error topic; at its end the files held for the ring are
+        taken again. Lost windows are counted by the processor, not here."""
+        self.errors.disk_event(kind, info, count=False)
+        if kind == "retention_disk_ok":
+            self.retry.retention_recovered()
+
     def _window_lost(self, window: Window) -> None:
         """A window whose handling raised (its worker died): its budget comes back and its
         files are taken again after ``RETRY_BACKOFF_S``."""
@@ -212,6 +222,8 @@ class Agent:
         ring = self.retention
         if ring is not None and ring.degraded:
             out["retention"] = ring.degraded
+        if self.lifecycle.faults.degraded:
+            out["quarantine"] = self.lifecycle.faults.degraded
         return out
 
     def _page(self, healthz: dict[str, Any]) -> str:
@@ -256,7 +268,7 @@ class Agent:
         if cfg.retention is not None:
             from cdml_edge.store.retention import RetentionRing
 
-            self.retention = RetentionRing.from_config(cfg.retention)
+            self.retention = RetentionRing.from_config(cfg.retention, on_event=self._ring_event)
             clock.mark("retention")
         self.output.start()
         clock.mark("output")
@@ -291,6 +303,7 @@ class Agent:
         self.output.stop(timeout=5.0)
         if self.retention is not None:
             self.retention.close()
+        self.lifecycle.close()
         self.watchdog.stop()
         if self._server is not None:
             self._server.close()
@@ -330,6 +343,7 @@ class Agent:
         self.output.stop(timeout=5.0)
         if self.retention is not None:
             self.retention.close()
+        self.lifecycle.close()  # files still waiting for quarantine stay in their folder
         if state is not None:
             if self._state is not None:
                 self._state.close()

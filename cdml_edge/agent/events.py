@@ -58,11 +58,11 @@ class ErrorReporter:
         except Exception:
             log.exception("could not publish %d error events", len(msgs))
 
-    def disk_event(self, kind: str, info: dict[str, str]) -> None:
+    def disk_event(self, kind: str, info: dict[str, str], *, count: bool = True) -> None:
         """A store's disk fault began (``*_disk_full``, ``*_io_error``: counted in
-        ``errors{stage=kind}``) or ended (``*_disk_ok``): one event on every source's error
-        topic, as the fault is the device's, not one input's."""
-        if not kind.endswith("_disk_ok"):
+        ``errors{stage=kind}`` unless ``count`` is False) or ended (``*_disk_ok``): one event
+        on every source's error topic, as the fault is the device's, not one input's."""
+        if count and not kind.endswith("_disk_ok"):
             self.metrics.errors.labels(stage=kind).inc()
         where = info.get("dir", "")
         message = f"{where}: {info['op']}: {info['error']}" if "error" in info else f"{where}: ok"
@@ -79,6 +79,12 @@ class ErrorReporter:
         if getattr(exc, "quarantine", False) and path is not None and name is not None:
             dest = self.lifecycle.quarantine(source, name, path, None)
         self.publish([self.event(source, name, type(exc).__name__, str(exc), dest)])
+
+    def quarantined_late(self, source: str, name: str, dest: Path) -> None:
+        """A file whose quarantine had failed (a full disk) was moved once it worked again:
+        an event naming where it now is."""
+        self.publish([self.event(source, name, "QuarantinedLate",
+                                 "moved to quarantine once its disk worked again", dest)])
 
     def camera_change(self, change: CameraTransition) -> None:
         """A camera's state change, retained on ``{source}/camera``; the start of an outage

@@ -6,20 +6,32 @@ before that leaves the file in place (at-least-once delivery). It acts only on t
 that was scored: the file at the path must still have the :class:`FileIdentity` the item
 read (device, inode, size, mtime) and the content hash the manifest holds; a file replaced,
 rewritten or turned into a link meanwhile is left for the next window and counted
-(``changed``; ``on_skip("changed")``). A name taken in ``move_to`` or one too long gets a
-unique name (:func:`~cdml_edge.fsio.unique_name`), never a stuck file.
+(``changed``; ``on_skip("changed")``). As that check reads and hashes the file, a version
+may land after it: the file is then claimed by a rename aside and checked again, and only
+the scored version is deleted or moved (anything else is put back). A name taken in
+``move_to`` or one too long gets a unique name (:func:`~cdml_edge.fsio.unique_name`), never
+a stuck file.
 
 :meth:`FileLifecycle.quarantine` moves a bad input into ``quarantine/<source>/`` under the
 name its error event gives (for a camera frame, which has no file, its bytes are written
 there). Quarantined files get ``file_mode`` (owner-only 0600 by default), the folders the
 agent makes for them the same with ``x`` where ``r`` is set (0700). The quarantine folder
 is byte-bounded: above ``max_bytes`` the oldest quarantined files are deleted.
+
+A quarantine that fails (a full disk, an I/O error) is a state, as for the spool and the
+ring (:class:`~cdml_edge.fsio.DiskFaults` ``quarantine``): degraded, counted, one
+``on_event`` per episode. The file stays where it is and is listed in a backlog (at most
+``BACKLOG_MAX`` files; beyond it a file is left on disk unlisted, counted) that is tried
+again every ``retry_s``; each file moved late is reported through ``on_late``. A camera
+frame that cannot be written is not kept (counted in ``failures``).
 """
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import hashlib
+import itertools
 import logging
 import os
 import shutil
@@ -31,34 +43,30 @@ from pathlib import Path
 from typing import Literal
 
 from cdml_edge.errors import CdmlError
-from cdml_edge.fsio import atomic_write, log_name, unique_name
+from cdml_edge.fsio import (
+    PROBE_BYTES,
+    TMP_PREFIX,
+    DiskFaults,
+    FaultHook,
+    atomic_write,
+    folder_mode,
+    log_name,
+    make_folder,
+    unique_name,
+)
 from cdml_edge.window.items import FileIdentity
 
 log = logging.getLogger(__name__)
 
 OnDone = Literal["delete", "move", "keep"]
 HASH_CHUNK = 1 << 20
+_CLAIMS = itertools.count()
+BACKLOG_MAX = 1024  # files whose quarantine failed, tried again; more are left unlisted
+LateHook = Callable[[str, str, Path], None]
 
 
 class LifecycleError(CdmlError, OSError):
     """A source file that could not be deleted, moved or quarantined; names the file."""
-
-
-def folder_mode(file_mode: int) -> int:
-    """The mode of a folder holding files of ``file_mode``: ``x`` wherever ``r`` is set."""
-    return file_mode | ((file_mode & 0o444) >> 2)
-
-
-def make_folder(folder: Path, mode: int) -> None:
-    """Make ``folder`` (and missing parents) with ``mode``; an existing one is left as it is."""
-    if folder.is_dir():
-        return
-    make_folder(folder.parent, mode)
-    try:
-        folder.mkdir(mode=mode)
-    except FileExistsError:
-        return
-    os.chmod(folder, mode)  # not narrowed by the umask
 
 
 def move_file(src: Path, folder: Path, name: str | None = None) -> Path:
@@ -70,7 +78,13 @@ def move_file(src: Path, folder: Path, name: str | None = None) -> Path:
     except OSError as exc:
         if exc.errno != errno.EXDEV:  # other file system: copy then delete
             raise
-        shutil.move(str(src), str(dest))
+        try:
+            shutil.move(str(src), str(dest))
+        except BaseException:  # a copy cut short (a full disk) leaves no half file
+            if os.path.lexists(src):
+                with contextlib.suppress(OSError):
+                    os.unlink(dest)
+            raise
     return dest
 
 
@@ -111,12 +125,23 @@ class FileLifecycle:
         *,
         file_mode: int = 0o600,
         on_skip: Callable[[str], None] | None = None,
+        retry_s: float = 1.0,
+        on_event: FaultHook | None = None,
+        on_late: LateHook | None = None,
     ) -> None:
         self.quarantine_dir = quarantine_dir
         self.quarantine_max_bytes = quarantine_max_bytes
         self.file_mode = file_mode
         self.on_skip = on_skip
+        self.on_late = on_late
+        self.faults = DiskFaults("quarantine", quarantine_dir, retry_s=retry_s,
+                                 on_event=on_event, probe=self._probe_disk,
+                                 probe_ops=("quarantine",))
         self._lock = threading.Lock()
+        self._backlog: dict[Path, tuple[str, str]] = {}  # path -> (source, name), in order
+        self.unlisted = 0  # failed beyond BACKLOG_MAX: left on disk, not tried again
+        self._timer: threading.Timer | None = None
+        self._closed = False
         self.deleted = 0
         self.moved = 0
         self.changed = 0  # on_done left a file that was not the scored version any more
@@ -141,18 +166,25 @@ class FileLifecycle:
         """
         if on_done == "keep":
             return path
+        if on_done == "move" and move_to is None:
+            raise LifecycleError(f"{path}: on_done 'move' without move_to")
         try:
-            if identity is not None and not self._is_scored(path, identity, sha256):
-                return None
+            src = path
+            if identity is not None:
+                if not self._is_scored(path, identity, sha256):
+                    return None
+                claimed = self._claim(path, identity)
+                if claimed is None:
+                    return None
+                src = claimed
             if on_done == "delete":
-                path.unlink(missing_ok=True)
+                src.unlink(missing_ok=True)
                 self.deleted += 1
                 return None
-            if move_to is None:
-                raise LifecycleError(f"{path}: on_done 'move' without move_to")
-            if not os.path.lexists(path):
+            assert move_to is not None
+            if not os.path.lexists(src):
                 return None
-            dest = move_file(path, move_to)
+            dest = move_file(src, move_to, path.name)
             self.moved += 1
             return dest
         except OSError as exc:
@@ -174,6 +206,32 @@ class FileLifecycle:
             return False
         return True
 
+    def _claim(self, path: Path, identity: FileIdentity) -> Path | None:
+        """Rename the file at ``path`` aside (a dot name the sources ignore) and check that
+        it is still the scored one: a version put there after the check is not deleted or
+        moved but put back (under a unique name if yet another took the name), counted as
+        changed. Returns the aside path of the scored file, or ``None``."""
+        aside = path.with_name(f".cdml-done-{os.getpid()}-{next(_CLAIMS)}")
+        try:
+            os.rename(path, aside)
+        except FileNotFoundError:
+            self.gone += 1
+            self._skipped("gone")
+            return None
+        lst = os.lstat(aside)
+        if stat.S_ISREG(lst.st_mode) and FileIdentity.of(lst) == identity:
+            return aside
+        try:
+            os.link(aside, path, follow_symlinks=False)  # back, unless a newer one is there
+            os.unlink(aside)
+        except FileExistsError:
+            os.rename(aside, unique_name(path.parent, path.name))
+        self.changed += 1
+        self._skipped("changed")
+        log.warning("%s: replaced while it was being finished; left for the next window",
+                    log_name(path))
+        return None
+
     def _skipped(self, reason: str) -> None:
         if self.on_skip is not None:
             self.on_skip(reason)
@@ -181,35 +239,118 @@ class FileLifecycle:
     def quarantine(
         self, source: str, name: str, path: Path | None, data: bytes | None = None
     ) -> Path | None:
-        """Move a bad input (or write a frame's bytes) to ``quarantine/<source>/<name>``."""
-        folder = self.quarantine_dir / source
-        flat = name.replace(os.sep, "_")
+        """Move a bad input (or write a frame's bytes) to ``quarantine/<source>/<name>``;
+        ``None`` when there was nothing to move or the disk failed (then retried later)."""
         try:
-            with self._lock:
-                make_folder(folder, folder_mode(self.file_mode))
-                if path is not None:
-                    if not os.path.lexists(path):
-                        return None
-                    size = os.lstat(path).st_size
-                    dest = move_file(path, folder, flat)
-                    if not dest.is_symlink():  # a link's own mode means nothing on Linux
-                        os.chmod(dest, self.file_mode)
-                elif data is not None:
-                    dest = unique_name(folder, flat)
-                    atomic_write(dest, data, mode=self.file_mode)
-                    size = len(data)
-                    self.quarantine_bytes_written += size
-                else:
-                    return None
-                self.quarantined += 1
-                self._enforce_bound()
-            log.warning("quarantined %s/%s -> %s (%d bytes)", source, log_name(name),
-                        log_name(dest), size)
-            return dest
+            dest, size = self._quarantine(source, name, path, data)
         except OSError as exc:
             self.failures += 1
             log.warning("%s/%s: quarantine failed: %s", source, log_name(name), log_name(exc))
+            self.faults.failed("quarantine", exc)
+            if path is not None:
+                self._list(path, source, name)
             return None
+        if dest is None:
+            return None
+        self.faults.ok("quarantine")
+        log.warning("quarantined %s/%s -> %s (%d bytes)", source, log_name(name),
+                    log_name(dest), size)
+        return dest
+
+    def _quarantine(
+        self, source: str, name: str, path: Path | None, data: bytes | None
+    ) -> tuple[Path | None, int]:
+        folder = self.quarantine_dir / source
+        flat = name.replace(os.sep, "_")
+        with self._lock:
+            make_folder(folder, folder_mode(self.file_mode))
+            if path is not None:
+                if not os.path.lexists(path):
+                    return None, 0
+                size = os.lstat(path).st_size
+                dest = move_file(path, folder, flat)
+                if not dest.is_symlink():  # a link's own mode means nothing on Linux
+                    os.chmod(dest, self.file_mode)
+            elif data is not None:
+                dest = unique_name(folder, flat)
+                atomic_write(dest, data, mode=self.file_mode)
+                size = len(data)
+                self.quarantine_bytes_written += size
+            else:
+                return None, 0
+            self.quarantined += 1
+            self._enforce_bound()
+        return dest, size
+
+    # -- the backlog of files whose quarantine failed ---------------------------------------
+    @property
+    def backlog(self) -> int:
+        """Files whose quarantine failed and that are tried again."""
+        with self._lock:
+            return len(self._backlog)
+
+    def _list(self, path: Path, source: str, name: str) -> None:
+        with self._lock:
+            if path not in self._backlog and len(self._backlog) >= BACKLOG_MAX:
+                self.unlisted += 1
+                return
+            self._backlog[path] = (source, name)
+            self._arm_locked()
+
+    def _arm_locked(self) -> None:
+        if self._timer is None and self._backlog and not self._closed:
+            self._timer = threading.Timer(self.faults.retry_s, self.retry_backlog)
+            self._timer.daemon = True
+            self._timer.start()
+
+    def retry_backlog(self) -> int:
+        """Try the backlog again, oldest first, until one fails; the number moved. Each file
+        moved is reported through ``on_late``; a file gone meanwhile is dropped."""
+        with self._lock:
+            self._timer = None
+            todo = list(self._backlog.items())
+        moved = 0
+        for path, (source, name) in todo:
+            try:
+                dest, _ = self._quarantine(source, name, path, None)
+            except OSError as exc:
+                self.faults.failed("quarantine", exc)
+                break
+            with self._lock:
+                self._backlog.pop(path, None)
+            if dest is not None:
+                moved += 1
+                self.faults.ok("quarantine")
+                log.warning("quarantined %s/%s late -> %s", source, log_name(name),
+                            log_name(dest))
+                self._report_late(source, name, dest)
+        with self._lock:
+            self._arm_locked()
+        return moved
+
+    def _report_late(self, source: str, name: str, dest: Path) -> None:
+        if self.on_late is None:
+            return
+        try:
+            self.on_late(source, name, dest)
+        except Exception:  # a broken hook must not stop the retries
+            log.exception("quarantine: report of %s failed", log_name(dest))
+
+    def _probe_disk(self) -> None:
+        """A small write in the quarantine (a frame that failed leaves no backlog to retry)."""
+        make_folder(self.quarantine_dir, folder_mode(self.file_mode))
+        probe = self.quarantine_dir / f"{TMP_PREFIX}probe"
+        atomic_write(probe, PROBE_BYTES, mode=self.file_mode, fsync=False)
+        probe.unlink()
+
+    def close(self) -> None:
+        """Stop retrying (the files of the backlog stay where they are)."""
+        self.faults.close()
+        with self._lock:
+            self._closed = True
+            timer, self._timer = self._timer, None
+        if timer is not None:
+            timer.cancel()
 
     def _enforce_bound(self) -> None:
         """Full policy: delete the oldest quarantined files above ``max_bytes``."""

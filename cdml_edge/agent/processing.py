@@ -137,10 +137,7 @@ class WindowProcessor:
                     outcome.window.timings.infer_ms / 1000.0
                 )
         errors = self._quarantine_failures(window, outcome)
-        unretained = False
-        if self.retention is not None:
-            events, unretained = self._retain(window.source, packed.archive, outcome)
-            errors += events
+        unretained = self.retention is not None and self._retain(packed.archive, outcome)
         return outcome, errors, unretained
 
     def _quarantine_failures(self, window: Window, outcome: WindowOutcome) -> list[OutMessage]:
@@ -160,25 +157,18 @@ class WindowProcessor:
             errors.append(self.errors.event(window.source, it.name, f.error_type, f.message, dest))
         return errors
 
-    def _retain(
-        self, source: str, archive: bytes, outcome: WindowOutcome
-    ) -> tuple[list[OutMessage], bool]:
-        """Keep the scored window in the retention ring; an event when a full disk or an
-        I/O error begins (once per episode) and on recovery, when held files are taken
-        again. The live path goes on; ``True`` when the files must wait for the ring
-        (``retention.required`` and the window was not written)."""
+    def _retain(self, archive: bytes, outcome: WindowOutcome) -> bool:
+        """Keep the scored window in the retention ring (its disk events, and taking held
+        files again when the disk works again, are the agent's ring hook). The live path
+        goes on; ``True`` when the files must wait for the ring (``retention.required``
+        and the window was not written)."""
         assert self.retention is not None and self.cfg.retention is not None
         res = self.retention.store(archive, outcome.manifest)
         if res.bytes_written:
             self.metrics.bytes_written.labels(kind="retention").inc(res.bytes_written)
         if res.lost:
             self.metrics.errors.labels(stage=f"retention_{res.status.value}").inc()
-        if res.event == "retention_disk_ok":
-            self.retry.retention_recovered()
-        hold = res.lost and self.cfg.retention.required
-        if res.event is None:
-            return [], hold
-        return [self.errors.event(source, None, res.event, res.error or "ok")], hold
+        return res.lost and self.cfg.retention.required
 
     def _when_durable(
         self, window: Window, sc: SourceConfig, outcome: WindowOutcome, hold: bool = False

@@ -16,7 +16,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from cdml_edge.config.schema import AppConfig
+from cdml_edge.config.schema import AppConfig, is_model_class
 from cdml_edge.errors import CdmlError
 
 
@@ -95,12 +95,12 @@ def _model_at(loc: tuple[int | str, ...]) -> type[BaseModel] | None:
             return None
         map_key_next = getattr(field.annotation, "__origin__", None) is dict
         model = _inner_model(field.annotation)
-    return model if isinstance(model, type) and issubclass(model, BaseModel) else None
+    return model if is_model_class(model) else None
 
 
 def _inner_model(annotation: Any) -> Any:
     args = getattr(annotation, "__args__", None)
-    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+    if is_model_class(annotation):
         return annotation
     if args:
         for arg in args:

@@ -15,7 +15,7 @@ from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
 
-from cdml_edge.config.schema import AppConfig
+from cdml_edge.config.schema import AppConfig, is_model_class
 from cdml_edge.units import format_size, parse_duration, parse_size
 
 
@@ -87,7 +87,7 @@ def _default(field: FieldInfo) -> str:
 
 
 def _section_model(annotation: Any) -> type[BaseModel] | None:
-    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+    if is_model_class(annotation):
         return annotation
     for arg in typing.get_args(annotation):
         found = _section_model(arg)

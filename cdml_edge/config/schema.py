@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, get_origin
 
 from pydantic import (
     BaseModel,
@@ -319,6 +319,13 @@ class SpoolConfig(_Model):
     _resolve = field_validator("dir")(_resolve_path)
 
 
+def _quoted_mode(value: object) -> object:
+    """A file mode must be written as text: YAML reads 0640 as the number 416."""
+    if not isinstance(value, str):
+        raise ValueError("write the mode as a quoted octal string, such as '0640'")
+    return value
+
+
 class RetentionConfig(_Model):
     """Bounded on-disk ring of window archives, for replay and training export."""
 
@@ -337,7 +344,19 @@ class RetentionConfig(_Model):
         "ring could not write, e.g. on a full disk, releases its files anyway).",
     )
 
+    mode: str = Field(
+        "0600",
+        pattern=r"^0?[0-7]{3}$",
+        description="Octal permissions of archives, sidecars and catalog (folders: x where r).",
+    )
+
     _resolve = field_validator("dir")(_resolve_path)
+    _quoted = field_validator("mode", mode="before")(_quoted_mode)
+
+    @property
+    def file_mode(self) -> int:
+        """The mode of the ring's files as a number."""
+        return int(self.mode, 8)
 
 
 class QuarantineConfig(_Model):
@@ -358,13 +377,7 @@ class QuarantineConfig(_Model):
     )
 
     _resolve = field_validator("dir")(_resolve_path)
-
-    @field_validator("mode", mode="before")
-    @classmethod
-    def _quoted_mode(cls, value: object) -> object:
-        if not isinstance(value, str):  # YAML reads 0640 as a number: ask for the text
-            raise ValueError("write the mode as a quoted octal string, such as '0640'")
-        return value
+    _quoted = field_validator("mode", mode="before")(_quoted_mode)
 
     @property
     def file_mode(self) -> int:
@@ -529,3 +542,8 @@ def _fits(model: str, source: str) -> bool:
     return model == source or {model, source} <= _SERIES
 
 
+def is_model_class(obj: object) -> bool:
+    """Whether ``obj`` is a pydantic model class (on Python 3.10 ``list[X]`` passes as a type,
+    and ``issubclass`` then raises)."""
+    return (isinstance(obj, type) and get_origin(obj) is None
+            and issubclass(obj, BaseModel))

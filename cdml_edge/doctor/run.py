@@ -15,6 +15,7 @@ from cdml_edge.doctor.sources import check_source
 from cdml_edge.doctor.system import (
     check_account,
     check_native_reader,
+    check_release,
     check_unit_paths,
     default_unit,
 )
@@ -66,6 +67,7 @@ def run_checks(
     """
     checks, account = check_account(user, euid)
     checks.append(check_native_reader())
+    checks.append(check_release())
     checks += [check_model(modality, cfg) for modality in cfg.models]
     checks += [check_source(src, timeout_s, account) for src in cfg.sources]
     checks += check_state_dir(cfg, account)

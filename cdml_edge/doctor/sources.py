@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 import os
-import socket
-from pathlib import Path
-from urllib.parse import urlsplit
 
 from cdml_edge.config import SourceConfig
 from cdml_edge.doctor.access import Account, R, W, X
+from cdml_edge.doctor.cameras import check_camera
 from cdml_edge.doctor.check import DEFAULT_TIMEOUT_S, Check, guard
 from cdml_edge.doctor.folders import dir_problem
 
@@ -18,7 +16,7 @@ def check_source(
 ) -> Check:
     name = f"source {src.name}"
     if src.kind == "camera":
-        return guard(name, lambda: _check_camera(name, src, timeout_s))
+        return guard(name, lambda: check_camera(name, src, timeout_s, account))
     return guard(name, lambda: _check_folder(name, src, account))
 
 
@@ -52,29 +50,3 @@ def _check_folder(name: str, src: SourceConfig, account: Account | None = None) 
         if problem:
             return Check(name, False, f"move_to {problem}")
     return Check(name, True, f"{path} readable, {n} entries")
-
-
-def _check_camera(name: str, src: SourceConfig, timeout_s: float) -> Check:
-    url = src.url
-    if isinstance(url, int) or (isinstance(url, str) and url.isdigit()):
-        dev = Path(f"/dev/video{int(url)}")
-        if not dev.exists():
-            return Check(name, False, f"camera device {dev} does not exist")
-        if not os.access(dev, os.R_OK | os.W_OK):
-            return Check(name, False, f"{dev} is not accessible (add the user to 'video')")
-        return Check(name, True, f"camera device {dev} accessible")
-    assert isinstance(url, str)
-    parts = urlsplit(url)
-    if parts.scheme in ("rtsp", "http", "https"):
-        default = {"rtsp": 554, "http": 80, "https": 443}[parts.scheme]
-        host, port = parts.hostname or "", parts.port or default
-        try:
-            with socket.create_connection((host, port), timeout=timeout_s):
-                pass
-        except OSError as exc:
-            return Check(name, False, f"{parts.scheme}://{host}:{port} unreachable: {exc}")
-        return Check(name, True, f"{parts.scheme}://{host}:{port} reachable")
-    path = Path(url)
-    if not path.is_file():
-        return Check(name, False, f"video file {path} does not exist")
-    return Check(name, True, f"video file {path} readable")

@@ -32,6 +32,14 @@ def check_account(user: str | None, euid: int | None = None) -> tuple[list[Check
     return [], None
 
 
+def check_release() -> Check:
+    """The release this venv is, and whether its packages match the lock it came from."""
+    from cdml_edge.release import current
+
+    rel = current()
+    return Check("release", True, rel.describe(), warn=rel.lock_state == "differs")
+
+
 def check_native_reader() -> Check:
     """The C reader (cffi) is built and loads: no silent slow Python fallback."""
     name = "native reader"

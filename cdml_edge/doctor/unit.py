@@ -148,16 +148,30 @@ def uncovered(cfg: AppConfig, unit: Path) -> list[tuple[str, Path]]:
     return [(label, p) for label, p in write_paths(cfg) if not _covered(p, roots)]
 
 
+def healthz_url(cfg: AppConfig) -> str | None:
+    """The local URL of the agent's ``/healthz`` (None when ``health.metrics_port`` is unset)."""
+    port = cfg.health.metrics_port
+    if not port:
+        return None
+    host = cfg.health.metrics_host
+    host = "127.0.0.1" if host in ("0.0.0.0", "") else "[::1]" if host == "::" else host
+    return f"http://{host}:{port}/healthz"
+
+
 def main(argv: list[str] | None = None) -> int:
-    """``dirs FILE``: the folders to create, one a line; ``dropin FILE``: the drop-in text."""
+    """``dirs FILE``: the folders to create, one a line; ``dropin FILE``: the drop-in text;
+    ``healthz FILE``: the agent's /healthz URL (nothing when the metrics port is off)."""
     args = sys.argv[1:] if argv is None else argv
-    if len(args) != 2 or args[0] not in ("dirs", "dropin"):
-        print("usage: python -m cdml_edge.doctor.unit dirs|dropin CONFIG", file=sys.stderr)
+    if len(args) != 2 or args[0] not in ("dirs", "dropin", "healthz"):
+        print("usage: python -m cdml_edge.doctor.unit dirs|dropin|healthz CONFIG",
+              file=sys.stderr)
         return 2
     cfg = load_config(args[1])
     if args[0] == "dirs":
         for p in minimal(source_dirs(cfg)) + [p for _, p in write_paths(cfg)]:
             print(p)
+    elif args[0] == "healthz":
+        print(healthz_url(cfg) or "")
     else:
         sys.stdout.write(render_dropin(cfg, args[1]))
     return 0

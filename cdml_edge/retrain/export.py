@@ -51,6 +51,7 @@ class ExportStats:
     dropped: int = 0  # relabelled with an empty label
     unsafe: int = 0  # would have made an unsafe member name
     corrupt: int = 0  # unreadable, or bytes that do not match the manifest SHA-256
+    duplicates: int = 0  # an item (same id) an earlier window already gave
     missing_windows: int = 0  # evicted / unreadable between listing and reading
     relabelled: int = 0
     relabels_unused: int = 0
@@ -111,15 +112,23 @@ def select_items(
     split: Sequence[float] | None,
     stats: ExportStats,
 ) -> list[Pick]:
-    """Pass 1 (sidecars only): which items go where."""
+    """Pass 1 (sidecars only): which items go where. An item kept in two windows (the same
+    id: a window packed again after a crash) is taken from the first, in archive order, and
+    counted once in ``duplicates``."""
     picks: list[Pick] = []
+    seen: set[str] = set()
     for rec in records:
         try:
             manifest = read_sidecar(directory / rec.sidecar).manifest
         except RetentionError:
             stats.missing_windows += 1
             continue
-        picks += select_window(rec, manifest, filters, relabels, split, stats)
+        for p in select_window(rec, manifest, filters, relabels, split, stats):
+            if p.item.id in seen:
+                stats.duplicates += 1
+                continue
+            seen.add(p.item.id)
+            picks.append(p)
     return picks
 
 
@@ -341,6 +350,7 @@ def export_manifest(
         "classes": stats.classes,
         "splits": stats.splits,
         "windows": sorted({p["window_id"] for p in prov}),
+        "duplicates": stats.duplicates,
         "items": [dict(p) for p in prov],
     }
 
@@ -358,4 +368,5 @@ def why_empty(s: ExportStats) -> str:
     return (
         f"{s.windows} windows, {s.items_seen} items: {s.filtered} filtered out, "
         f"{s.unlabelled} unlabelled, {s.dropped} dropped, {s.unsafe} unsafe, {s.corrupt} corrupt"
+        f", {s.duplicates} duplicates"
     )

@@ -2,8 +2,8 @@
 
 The ring commits a window as two files (archive, then sidecar) renamed into place only once
 both are written, so :func:`cdml_edge.fsio.atomic_write` (one file, renamed at once) does
-not fit; :func:`write_file` also creates the file under the process umask (the units set
-``UMask=0027``) where ``atomic_write`` sets an explicit mode. The folder fsync and the
+not fit; :func:`write_file` gives the file its mode exactly (owner-only 0600 unless the
+configuration says otherwise), whatever the umask. The folder fsync and the
 temporary-name prefix are :mod:`cdml_edge.fsio`'s, so the ring's debris sweep and every
 other atomic writer agree on what a temporary file is.
 """
@@ -29,10 +29,12 @@ def is_tmp_name(name: str) -> bool:
     return name.startswith(TMP_PREFIX) and ring_name(name[len(TMP_PREFIX):]) is not None
 
 
-def write_file(path: Path, data: bytes, *, fsync: bool) -> None:
-    """Create (or truncate) ``path`` with ``data``; fsync it unless ``fsync`` is False."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_CLOEXEC", 0), 0o644)
+def write_file(path: Path, data: bytes, *, fsync: bool, mode: int = 0o600) -> None:
+    """Create (or truncate) ``path`` with ``data`` and ``mode``; fsync it unless ``fsync``
+    is False."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_CLOEXEC", 0), mode)
     try:
+        os.fchmod(fd, mode)  # not narrowed (nor widened) by the umask
         view = memoryview(data)
         while view:
             n = os.write(fd, view)

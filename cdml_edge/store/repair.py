@@ -33,7 +33,8 @@ log = logging.getLogger(__name__)
 
 
 def salvage_sidecar(
-    directory: Path, sidecar: str, names: set[str], damage: Exception, *, fsync: bool
+    directory: Path, sidecar: str, names: set[str], damage: Exception, *, fsync: bool,
+    mode: int = 0o600,
 ) -> RetainedWindow | None:
     """Rebuild the damaged ``sidecar`` from its archive's manifest, else quarantine the pair.
 
@@ -52,7 +53,7 @@ def salvage_sidecar(
         quarantine(directory, [sidecar], fsync=fsync)  # the damaged original, for inspection
         tmp = tmp_path(directory, sidecar)
         try:
-            write_file(tmp, rebuilt.to_bytes(), fsync=fsync)
+            write_file(tmp, rebuilt.to_bytes(), fsync=fsync, mode=mode)
             commit(directory, [(tmp, directory / sidecar)], fsync=fsync)
         except OSError:
             tmp.unlink(missing_ok=True)

@@ -18,6 +18,10 @@ window that alone is larger than ``max_bytes`` is not kept (``too_large``); a fu
 the result and ``on_event``), the window is not kept, and the disk is tried again at most
 every ``retry_s``. :meth:`RetentionRing.store` never raises into the live path.
 
+Files (archives, sidecars, the catalog) are created with ``mode`` (``retention.mode``,
+owner-only ``0600`` by default, whatever the umask); a folder the ring makes gets ``x`` where
+``r`` is set (``0700``).
+
 The ring owns only what it writes: files named ``<UTC close time>_<window id>`` +
 ``.zip`` / ``.tar.zst`` / ``.window.json`` (:func:`~cdml_edge.store.sidecar.ring_name`),
 their temporary names, the catalog and ``corrupt/``. Anything else in the folder is left
@@ -39,7 +43,14 @@ from enum import Enum
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from cdml_edge.fsio import FULL_ERRNOS, DiskFaults, FaultHook
+from cdml_edge.fsio import (
+    FULL_ERRNOS,
+    PROBE_BYTES,
+    DiskFaults,
+    FaultHook,
+    folder_mode,
+    make_folder,
+)
 from cdml_edge.store.catalog import CATALOG_NAME, Catalog, WindowRecord
 from cdml_edge.store.files import commit, is_tmp_name, tmp_path, write_file
 from cdml_edge.store.policy import KeepPolicy, eviction_order, keeps
@@ -114,11 +125,13 @@ class RetentionRing:
         clock: Callable[[], float] = time.time,
         fsync: bool = True,
         retry_s: float = 1.0,
+        mode: int = 0o600,
     ) -> None:
         if max_bytes <= 0:
             raise ValueError(f"retention.max_bytes must be > 0 (got {max_bytes})")
         self.dir = Path(directory)
-        self.dir.mkdir(parents=True, exist_ok=True)
+        self.mode = mode
+        make_folder(self.dir, folder_mode(mode))
         self.max_bytes = max_bytes
         self.max_age = max_age
         self.keep = keep
@@ -126,7 +139,8 @@ class RetentionRing:
         self.clock = clock
         self.fsync = fsync
         self._lock = threading.Lock()
-        self.faults = DiskFaults("retention", self.dir, retry_s=retry_s, on_event=on_event)
+        self.faults = DiskFaults("retention", self.dir, retry_s=retry_s, on_event=on_event,
+                                 probe=self._probe_disk, probe_ops=("store",))
         self._fault_status = StoreStatus.DISK_FULL  # what a paced (untried) store reports
         self.foreign: list[str] = []  # entries the ring did not write (left alone)
         self.counters: dict[str, int] = {
@@ -141,8 +155,16 @@ class RetentionRing:
             "corrupt": 0,  # damaged windows moved to corrupt/
             "corrupt_evicted": 0,  # quarantined files removed by the bounds
         }
-        self.catalog = Catalog(self.dir / CATALOG_NAME)
+        self.catalog = self._open_catalog()
         self.reconcile(full=self.catalog.fresh)
+
+    def _open_catalog(self) -> Catalog:
+        """The catalog, its file given the ring's mode (SQLite's journals follow it)."""
+        catalog = Catalog(self.dir / CATALOG_NAME)
+        path = self.dir / CATALOG_NAME
+        if path.exists() and os.stat(path).st_mode & 0o777 != self.mode:
+            os.chmod(path, self.mode)
+        return catalog
 
     @property
     def degraded(self) -> str | None:
@@ -158,6 +180,7 @@ class RetentionRing:
             keep=cfg.keep,
             sample_percent=cfg.sample_percent,
             on_event=on_event,
+            mode=cfg.file_mode,
         )
 
     # -- the live path -------------------------------------------------------------
@@ -227,8 +250,8 @@ class RetentionRing:
         """Both files to temporary names (fsynced), then archive and sidecar renamed in."""
         tmp_a, tmp_s = tmp_path(self.dir, archive_name), tmp_path(self.dir, sidecar_name)
         try:
-            write_file(tmp_a, archive, fsync=self.fsync)
-            write_file(tmp_s, sidecar, fsync=self.fsync)
+            write_file(tmp_a, archive, fsync=self.fsync, mode=self.mode)
+            write_file(tmp_s, sidecar, fsync=self.fsync, mode=self.mode)
             commit(
                 self.dir,
                 [(tmp_a, self.dir / archive_name), (tmp_s, self.dir / sidecar_name)],
@@ -316,7 +339,15 @@ class RetentionRing:
             "corrupt_bytes": sum(q[2] for q in quarantined_files(self.dir)),
         }
 
+    def _probe_disk(self) -> None:
+        """A small write where the windows go: an idle ring on a disk with room again is
+        not left degraded until the next window."""
+        probe = tmp_path(self.dir, "probe")
+        write_file(probe, PROBE_BYTES, fsync=False, mode=self.mode)
+        probe.unlink()
+
     def close(self) -> None:
+        self.faults.close()
         self.catalog.close()
 
     # -- recovery ------------------------------------------------------------------
@@ -383,7 +414,7 @@ class RetentionRing:
 
     def _salvage(self, sidecar: str, names: set[str], exc: Exception) -> RetainedWindow | None:
         """Rebuild a damaged sidecar from its archive's manifest, else quarantine the pair."""
-        rw = salvage_sidecar(self.dir, sidecar, names, exc, fsync=self.fsync)
+        rw = salvage_sidecar(self.dir, sidecar, names, exc, fsync=self.fsync, mode=self.mode)
         self.counters["rebuilt" if rw is not None else "corrupt"] += 1
         return rw
 
@@ -393,7 +424,7 @@ class RetentionRing:
             self.catalog.close()
             for suffix in ("", "-wal", "-shm"):
                 Path(str(self.dir / CATALOG_NAME) + suffix).unlink(missing_ok=True)
-            self.catalog = Catalog(self.dir / CATALOG_NAME)
+            self.catalog = self._open_catalog()
             return self._reconcile_locked(full=True)
 
 

@@ -15,6 +15,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer
 
+from cdml_edge import release
+
 TopicKind = Literal["status", "health", "error", "result", "window", "camera"]
 PER_SOURCE_KINDS: frozenset[str] = frozenset({"result", "window", "error", "camera"})
 CameraStateName = Literal["connecting", "streaming", "reconnecting", "failed", "ended", "stopped"]
@@ -41,6 +43,14 @@ class StatusPayload(_Payload):
     version: str
     started_at: float = Field(description="Unix time the agent started (s)")
     device: str
+    release: str | None = Field(
+        default_factory=lambda: release.current().release,
+        description="Release installed by install.sh (None outside an installed release)",
+    )
+    lock: Literal["match", "differs", "none"] = Field(
+        default_factory=lambda: release.current().lock_state,  # type: ignore[arg-type]
+        description="Whether the venv's packages match the lock it was installed from",
+    )
 
 
 class _Optional(_Payload):

@@ -86,6 +86,8 @@ class HealthReporter:
         totals["bytes_written"] += out.get("bytes_written", 0)
         depths = dict(totals.pop("queue_depths", {}))
         depths.update({f"pending:{n}": s.pending_count for n, s in self._sources.items()})
+        depths.update({f"kept:{n}": f.kept for n, s in self._sources.items()
+                       if (f := getattr(s, "files", None)) is not None})  # folder sources
         payload = HealthPayload(
             **totals,
             queue_depths=depths,

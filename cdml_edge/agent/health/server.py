@@ -130,12 +130,8 @@ class MetricsServer:
         key = id(writer)
         self._admit(key, writer)
         try:
-            async with asyncio.timeout(self.timeout):
-                code, data, ctype = await self._answer(reader)
-                extra = PAGE_HEADERS if ctype.startswith("text/html") else None
-                writer.write(_response(code, data, ctype, extra))
-                await writer.drain()
-        except (TimeoutError, ConnectionError, asyncio.IncompleteReadError):
+            await asyncio.wait_for(self._serve(reader, writer), self.timeout)
+        except (TimeoutError, asyncio.TimeoutError, ConnectionError, asyncio.IncompleteReadError):
             pass  # silent, slow or gone: cut off
         except Exception:  # noqa: BLE001 - one bad request never stops the server
             log.exception("metrics http: request failed")
@@ -144,6 +140,12 @@ class MetricsServer:
             self.active = len(self._open)
             self.served += 1
             writer.transport.abort()
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        code, data, ctype = await self._answer(reader)
+        extra = PAGE_HEADERS if ctype.startswith("text/html") else None
+        writer.write(_response(code, data, ctype, extra))
+        await writer.drain()
 
     def _admit(self, key: int, writer: asyncio.StreamWriter) -> None:
         """Count the connection in; over the bound, close the oldest one."""

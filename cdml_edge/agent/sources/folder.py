@@ -33,8 +33,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from watchdog import events as _events
 from watchdog.events import (
-    FileAttribEvent,
     FileClosedEvent,
     FileCreatedEvent,
     FileDeletedEvent,
@@ -65,6 +65,13 @@ from cdml_edge.fsio import display_name, log_name
 from cdml_edge.window.items import FileIdentity, Item
 from cdml_edge.window.payloads import item_id
 
+# watchdog 7 reports a touch (inotify IN_ATTRIB) as its own event; watchdog 6 (the last release
+# for Python 3.10) reports it as a modification: there a change of mtime alone is a touch.
+_ATTRIB_EVENT: type[FileSystemEvent] | None = getattr(_events, "FileAttribEvent", None)
+_TOUCH_EVENTS: tuple[type[FileSystemEvent], ...] = (
+    (FileCreatedEvent,) if _ATTRIB_EVENT is None else (FileCreatedEvent, _ATTRIB_EVENT)
+)
+
 log = logging.getLogger(__name__)
 
 OLD_MTIME_S = 2.0
@@ -91,6 +98,7 @@ class FolderSpec:
     poll_interval: float = 1.0
     recursive: bool = False
     max_pending: int = 1024  # files tracked at once; more stay on disk and are rescanned
+    max_kept: int = 16384  # kept files remembered (not taken again); oldest forgotten first
     max_file_bytes: int | None = None  # a window's max_bytes: a bigger file is never read
     follow_symlinks: bool = False  # follow links, only to files inside path or link_roots
     link_roots: tuple[Path, ...] = ()
@@ -119,8 +127,10 @@ class _Handler(FileSystemEventHandler):
         elif isinstance(event, FileClosedEvent):
             owner._notice(_as_str(event.src_path), closed=True)
         elif isinstance(event, FileModifiedEvent):  # written to: complete on its close-write
-            owner._notice(_as_str(event.src_path), closed=False, writing=True)
-        elif isinstance(event, FileCreatedEvent | FileAttribEvent):
+            path = _as_str(event.src_path)
+            writing = _ATTRIB_EVENT is not None or not owner._touched(path)
+            owner._notice(path, closed=False, writing=writing)
+        elif isinstance(event, _TOUCH_EVENTS):
             # created, renamed in from outside the folder (no close-write will follow) or
             # touched: complete once stable, unless a write marks it as being written
             owner._notice(_as_str(event.src_path), closed=False)
@@ -151,7 +161,9 @@ class FolderSource:
         self._on_error = on_error
         self._scan_interval = scan_interval
         self._links = LinkPolicy.of(spec.follow_symlinks, spec.path, spec.link_roots)
-        self.files = PendingFiles(spec.max_pending, spec.stable_seconds, spec.polling)
+        self.files = PendingFiles(
+            spec.max_pending, spec.stable_seconds, spec.polling, spec.max_kept
+        )
         self._stopped = threading.Event()
         self._paused = False
         self._armed = False
@@ -182,9 +194,9 @@ class FolderSource:
         self._paused = paused
 
     def release(self, path: Path, keep: bool) -> None:
-        """The item from ``path`` is finished; with ``keep`` it is not taken again unchanged."""
-        if not keep:
-            self.files.release(str(path))
+        """The item from ``path`` is finished; with ``keep`` it is not taken again unchanged
+        (remembered within ``max_kept``)."""
+        self.files.release(str(path), keep)
 
     def retry(self, path: Path, delay: float) -> None:
         """Take ``path`` again, complete as it is, once ``delay`` seconds have passed.
@@ -262,6 +274,17 @@ class FolderSource:
         except OSError:  # a followed link whose target is gone
             return
         self.files.notice(path, st, closed, writing)
+
+    def _touched(self, path: str) -> bool:
+        """Whether ``path`` changed only its mtime since last noticed or taken (a touch)."""
+        known = self.files.known_identity(path)
+        try:
+            st = os.stat(path)
+        except OSError:
+            return False
+        return known is not None and (st.st_size, st.st_ino) == (known.size, known.ino) and (
+            st.st_mtime_ns != known.mtime_ns
+        )
 
     def _refuse(self, path: str, lst: os.stat_result | None, exc: SourceError) -> None:
         """Leave ``path`` alone; reported once (until it changes)."""

@@ -7,14 +7,20 @@ its identity (device, inode, size, mtime) unchanged for ``stable_seconds`` — a
 start is never judged by its mtime alone, it may still be written. At most ``max_pending``
 files are tracked: a file noticed beyond that stays on disk untracked and
 :meth:`PendingFiles.rescan_due` asks for a rescan of the folder once the backlog halves.
-Files taken (in flight, or kept after their window) are remembered by identity, so an
-unchanged one is not taken again; entries refused (special files, links, files that failed)
-are remembered by the identity of the entry, at most ``MAX_REFUSED``, so each is reported
-once (beyond the bound the oldest is forgotten and may be reported again).
+Files taken are remembered by identity, so an unchanged one is not taken again: those in
+flight always (they are bounded by the in-flight byte budget), those kept after their window
+(``on_done: keep``, or held until the ring writes again) at most ``max_kept``, oldest
+forgotten first (counted in ``forgotten``): a forgotten file is new to a later rescan (a
+restart, a lost watch, a backlog over ``max_pending``) and scored again, under the same
+result id — as every file of a kept folder is after a restart. Entries refused (special
+files, links, files that failed) are remembered by the identity of the entry, at most
+``MAX_REFUSED``, so each is reported once (beyond the bound the oldest is forgotten and
+may be reported again).
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 import time
@@ -22,7 +28,10 @@ from dataclasses import dataclass, field
 
 from cdml_edge.window.items import FileIdentity
 
+log = logging.getLogger(__name__)
+
 MAX_REFUSED = 4096
+MAX_KEPT = 16384
 
 
 @dataclass
@@ -51,12 +60,17 @@ class PendingFiles:
     The scanner thread sleeps in :meth:`wait` and is woken when a file becomes complete.
     """
 
-    def __init__(self, max_pending: int, stable_seconds: float, polling: bool) -> None:
+    def __init__(
+        self, max_pending: int, stable_seconds: float, polling: bool, max_kept: int = MAX_KEPT
+    ) -> None:
         self.max_pending = max_pending
+        self.max_kept = max_kept
         self.stable_seconds = stable_seconds
         self.polling = polling
+        self.forgotten = 0  # kept files forgotten over max_kept
         self._pending: dict[str, Pending] = {}
-        self._taken: dict[str, FileIdentity] = {}  # in flight or kept
+        self._taken: dict[str, FileIdentity] = {}  # in flight
+        self._kept: dict[str, FileIdentity] = {}  # finished and left in place, oldest first
         self._refused: dict[str, FileIdentity] = {}  # reported once, left alone
         self._cond = threading.Condition()
         self._overflow = False  # notices were not recorded: rescan the folder when room
@@ -64,6 +78,16 @@ class PendingFiles:
     def __len__(self) -> int:
         with self._cond:
             return len(self._pending)
+
+    @property
+    def in_flight(self) -> int:
+        with self._cond:
+            return len(self._taken)
+
+    @property
+    def kept(self) -> int:
+        with self._cond:
+            return len(self._kept)
 
     def get(self, path: str) -> Pending | None:
         with self._cond:
@@ -74,7 +98,7 @@ class PendingFiles:
         ``writing`` if it is being written to."""
         ident = FileIdentity.of(st)
         with self._cond:
-            if self._taken.get(path) == ident:
+            if self._taken.get(path) == ident or self._kept.get(path) == ident:
                 return
             # with inotify, a file seen being written is complete only on its close-write;
             # polling observers and the start-up scan rely on a stable identity instead
@@ -97,11 +121,18 @@ class PendingFiles:
             if closed:
                 self._cond.notify_all()
 
+    def known_identity(self, path: str) -> FileIdentity | None:
+        """The identity ``path`` had when last noticed or taken, or None if not tracked."""
+        with self._cond:
+            cur = self._pending.get(path)
+            return cur.ident if cur is not None else self._taken.get(path)
+
     def forget(self, path: str) -> None:
         """``path`` is gone (deleted, renamed away) or refused."""
         with self._cond:
             self._pending.pop(path, None)
             self._taken.pop(path, None)
+            self._kept.pop(path, None)
             self._refused.pop(path, None)
 
     def refuse(self, path: str, entry: FileIdentity) -> bool:
@@ -126,6 +157,7 @@ class PendingFiles:
         """Take ``path`` again, complete as it is, once ``delay`` seconds have passed."""
         with self._cond:
             self._taken.pop(path, None)
+            self._kept.pop(path, None)
             self._pending[path] = Pending(
                 FileIdentity.of(st), time.monotonic(), closed=True,
                 not_before=time.monotonic() + delay,
@@ -141,12 +173,24 @@ class PendingFiles:
         """``path`` was read into an item: no longer pending, not taken again unchanged."""
         with self._cond:
             self._pending.pop(path, None)
+            self._kept.pop(path, None)
             self._taken[path] = ident
 
-    def release(self, path: str) -> None:
-        """``path`` was finished (deleted or moved): a new file of that name is new."""
+    def release(self, path: str, keep: bool = False) -> None:
+        """``path`` was finished: deleted or moved (a new file of that name is new), or with
+        ``keep`` left in place (remembered, within ``max_kept``, so it is not taken again)."""
         with self._cond:
-            self._taken.pop(path, None)
+            ident = self._taken.pop(path, None)
+            if not keep or ident is None:
+                return
+            self._kept.pop(path, None)
+            self._kept[path] = ident
+            while len(self._kept) > self.max_kept:
+                self._kept.pop(next(iter(self._kept)))
+                self.forgotten += 1
+                if self.forgotten == 1:
+                    log.warning("more than %d files kept in place: the oldest are forgotten "
+                                "(a rescan scores them again, same result ids)", self.max_kept)
 
     def rescan_due(self) -> bool:
         """Whether notices were dropped and the backlog has halved since (asked once)."""

@@ -193,6 +193,7 @@ def _drop_duplicates(plan: _Plan) -> None:
             continue
         kept.append(p)
     plan.picks = kept
+    plan.stats.duplicates = plan.duplicates  # the manifest says so, as a local export does
 
 
 def cut_shards(picks: Sequence[tuple[str, int, str]], bound: int) -> list[list[Any]]:

@@ -48,11 +48,12 @@ from cdml_edge.agent.outputs.mqtt.spool_format import (
     set_aside,
 )
 from cdml_edge.errors import CdmlError
-from cdml_edge.fsio import TMP_PREFIX, DiskFaults, FaultHook, atomic_write, fsync_dir
+from cdml_edge.fsio import PROBE_BYTES, TMP_PREFIX, DiskFaults, FaultHook, atomic_write, fsync_dir
 
 log = logging.getLogger(__name__)
 
 CURSOR_NAME = "cursor"
+PROBE_NAME = TMP_PREFIX + "probe"  # a disk probe's file; swept at start like any temporary
 READ_ATTEMPTS = 3  # a segment that fails to read this often in a row is set aside
 
 FsyncPolicy = Literal["always", "batch", "never"]
@@ -122,7 +123,8 @@ class Spool:
         self.bytes_written = 0
         self.appended = 0
         self.acked = 0
-        self.faults = DiskFaults("spool", self.dir, retry_s=retry_s, on_event=on_event)
+        self.faults = DiskFaults("spool", self.dir, retry_s=retry_s, on_event=on_event,
+                                 probe=self._probe_disk, probe_ops=("append",))
         self._mark = (0, 0, 0)  # (segment, size, count) of the last synced record
         self._call_written = self._call_durable = 0  # records of the running append
         self._read_failures: dict[int, int] = {}
@@ -573,8 +575,15 @@ class Spool:
         else:
             self.faults.ok("commit")
 
+    def _probe_disk(self) -> None:
+        """A small write where the segments go (the state ends only when one works)."""
+        probe = self.dir / PROBE_NAME
+        atomic_write(probe, PROBE_BYTES, fsync=False)
+        os.unlink(probe)
+
     def close(self) -> None:
         """Commit the cursor and close files; waiting appenders get :class:`SpoolClosed`."""
+        self.faults.close()
         self.faults.retry_now()  # a last attempt now, whatever the pacing says
         self.commit()
         with self._lock:

@@ -1,0 +1,57 @@
+"""The folder source's memory of files is bounded: pending by ``max_pending``, files kept
+after their window (``on_done: keep``, or held for the ring) by ``max_kept``."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from cdml_edge.agent.sources.pending import PendingFiles
+
+
+def _kept(pf: PendingFiles, path: Path) -> None:
+    st = os.stat(path)
+    pf.notice(str(path), st, closed=True, writing=False)
+    pf.taken(str(path), _ident(st))
+    pf.release(str(path), keep=True)
+
+
+def _ident(st: os.stat_result):  # type: ignore[no-untyped-def]
+    from cdml_edge.window.items import FileIdentity
+
+    return FileIdentity.of(st)
+
+
+def test_kept_files_are_remembered_up_to_the_bound_oldest_forgotten_first(
+    tmp_path: Path,
+) -> None:
+    pf = PendingFiles(max_pending=64, stable_seconds=0.1, polling=False, max_kept=4)
+    paths = []
+    for i in range(10):
+        p = tmp_path / f"f{i}.jpg"
+        p.write_bytes(b"x" * i)
+        paths.append(p)
+        _kept(pf, p)
+    assert pf.kept == 4 and pf.forgotten == 6
+    for p in paths[6:]:  # remembered: an event for the unchanged file does not take it again
+        pf.notice(str(p), os.stat(p), closed=True, writing=False)
+    assert len(pf) == 0
+    pf.notice(str(paths[0]), os.stat(paths[0]), closed=True, writing=False)
+    assert len(pf) == 1  # forgotten: noticed again it is new (scored again, same result id)
+
+
+def test_files_in_flight_are_never_forgotten(tmp_path: Path) -> None:
+    pf = PendingFiles(max_pending=64, stable_seconds=0.1, polling=False, max_kept=2)
+    flying = tmp_path / "flying.jpg"
+    flying.write_bytes(b"in flight")
+    st = os.stat(flying)
+    pf.notice(str(flying), st, closed=True, writing=False)
+    pf.taken(str(flying), _ident(st))
+    for i in range(5):
+        p = tmp_path / f"k{i}.jpg"
+        p.write_bytes(b"k")
+        _kept(pf, p)
+    pf.notice(str(flying), st, closed=True, writing=False)
+    assert len(pf) == 0 and pf.kept == 2 and pf.in_flight == 1
+    pf.release(str(flying), keep=False)
+    assert pf.in_flight == 0
