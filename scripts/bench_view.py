@@ -29,6 +29,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 from agent_fixtures import brightness_classifier  # noqa: E402
+from bench_names import best  # noqa: E402  (scripts/ is on the path when run as a script)
 
 from cdml_edge.agent.view import ActivityBoard  # noqa: E402
 from cdml_edge.agent.view.observed import ObservedOutput  # noqa: E402
@@ -63,17 +64,6 @@ def _window(n: int, side: int) -> Window:
         w.items.append(Item("cam", f"{i:04d}.jpg", "image", time.time(), data,
                             item_id("cam", f"{i:04d}.jpg", len(data), i), size=len(data)))
     return w
-
-
-def best(fns: dict[str, Callable[[], object]], repeat: int) -> dict[str, tuple[float, float]]:
-    out = {k: (float("inf"), float("inf")) for k in fns}
-    for _ in range(repeat):
-        for k, fn in fns.items():
-            w0, c0 = time.perf_counter(), time.process_time()
-            fn()
-            w, c = time.perf_counter() - w0, time.process_time() - c0
-            out[k] = (min(out[k][0], w), min(out[k][1], c))
-    return out
 
 
 def main() -> None:
