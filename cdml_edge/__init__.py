@@ -22,7 +22,7 @@ _LAZY = {
     "load_config": "cdml_edge.config",
     "ConfigError": "cdml_edge.config",
     "CDMLStreamDataset": "cdml_edge.data.dataset",
-    "LiveBatchLoader": "cdml_edge.data.live",
+    "LiveBatchLoader": "cdml_edge.data.live_loader",
     "GPULoader": "cdml_edge.data.gpu",
     "watch_and_pack": "cdml_edge.live",
     "watch_in_memory": "cdml_edge.live",

@@ -56,6 +56,27 @@ def check_modality(modality: str) -> str:
     return modality
 
 
+SERIES_MODALITIES: Final[frozenset[str]] = frozenset({"csv", "timeseries"})
+"""Modalities that are both a series of numbers: a model of one scores items of the other."""
+
+
+def model_fits(model: str, items: str) -> bool:
+    """Whether a model of modality ``model`` may score items of modality ``items``.
+
+    The one rule ``config validate``, ``doctor``, ``run`` and the calibration examples apply:
+    the same modality, or ``csv`` and ``timeseries`` for each other.
+
+    >>> model_fits("timeseries", "csv"), model_fits("image", "audio")
+    (True, False)
+    """
+    return model == items or {model, items} <= SERIES_MODALITIES
+
+
+def items_for(model: str) -> frozenset[str]:
+    """The item modalities a model of modality ``model`` scores (see :func:`model_fits`)."""
+    return frozenset(m for m in MODALITIES if model_fits(model, m))
+
+
 def default_patterns(modality: str) -> tuple[str, ...]:
     """Glob patterns a folder source of ``modality`` takes when none are configured.
 
@@ -70,11 +91,14 @@ __all__ = [
     "EXTENSIONS",
     "MODALITIES",
     "MODEL_MODALITIES",
+    "SERIES_MODALITIES",
     "SOURCE_MODALITIES",
     "Modality",
     "ModelModality",
     "SourceModality",
     "check_modality",
     "default_patterns",
+    "items_for",
+    "model_fits",
     "modality_for",
 ]

@@ -24,7 +24,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from cdml_edge.archive import pack
-from cdml_edge.config.models import ModelConfig
+from cdml_edge.config.model_section import ModelConfig
 from cdml_edge.model.heads import ClassifierHead, DetectorHead
 from cdml_edge.model.inputs import ImageInput
 from cdml_edge.model.prepare import prepare_item

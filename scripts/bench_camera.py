@@ -129,13 +129,13 @@ def cpu_s(procs: list[psutil.Process]) -> float:
 def capture_children() -> list[psutil.Process]:
     return [
         c for c in psutil.Process().children()
-        if "cdml_edge.agent.capture.worker" in " ".join(c.cmdline())
+        if "cdml_edge.intake.camera.worker" in " ".join(c.cmdline())
     ]
 
 
 def run_ours(url: str, fps: float, seconds: float) -> dict[str, Any]:
-    from cdml_edge.agent.sources.camera import CameraSource, CameraSpec
-    from cdml_edge.agent.windows import ByteBudget
+    from cdml_edge.intake.budget import ByteBudget
+    from cdml_edge.intake.camera.source import CameraSource, CameraSpec
 
     sink = Sink()
     spec = CameraSpec("bench", url, fps=fps, read_timeout_s=2.0, reconnect_first_s=0.2)
@@ -204,8 +204,8 @@ def stall_recovery(url: str, fps: float) -> float:
     """Seconds from a stall mid-stream to the first frame of the new capture."""
     import urllib.request
 
-    from cdml_edge.agent.sources.camera import CameraSource, CameraSpec
-    from cdml_edge.agent.windows import ByteBudget
+    from cdml_edge.intake.budget import ByteBudget
+    from cdml_edge.intake.camera.source import CameraSource, CameraSpec
 
     sink = Sink()
     spec = CameraSpec("bench", url, fps=fps, read_timeout_s=2.0, reconnect_first_s=0.2)
@@ -229,8 +229,8 @@ def failed_attempt_cpu(n: int = 5) -> tuple[float, float]:
     process that starts, imports OpenCV and cannot open its camera."""
     import os
 
-    from cdml_edge.agent.capture.link import EXITED, CaptureProcess
-    from cdml_edge.agent.capture.settings import CaptureSettings
+    from cdml_edge.intake.camera.link import EXITED, CaptureProcess
+    from cdml_edge.intake.camera.settings import CaptureSettings
 
     t0, w0 = os.times(), time.monotonic()
     for _ in range(n):

@@ -24,8 +24,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from cdml_edge.agent.lifecycle import FileLifecycle
-from cdml_edge.agent.sources.regular import LinkPolicy, read_regular
+from cdml_edge.intake.finishing import FileLifecycle
+from cdml_edge.intake.regular import LinkPolicy, read_regular
 from cdml_edge.window.items import FileIdentity
 
 

@@ -38,8 +38,8 @@ from _mqtt_brokers import (  # noqa: E402
     wait_until,
 )
 
-from cdml_edge.agent.outputs.mqtt.publisher import MqttPublisher  # noqa: E402
 from cdml_edge.config import MqttConfig, OutboxConfig, SpoolConfig  # noqa: E402
+from cdml_edge.outputs.mqtt.publisher import MqttPublisher  # noqa: E402
 from cdml_edge.window.payloads import OutMessage  # noqa: E402
 
 INFLIGHT = 64

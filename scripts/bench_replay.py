@@ -18,9 +18,9 @@ from pathlib import Path
 
 import numpy as np
 
-from cdml_edge.agent.outputs.jsonl import JsonlOutput
 from cdml_edge.model.runner import ModelOverrides, load_runners
 from cdml_edge.model.spec import ImageInput, ModelSpec
+from cdml_edge.outputs.jsonl import JsonlOutput
 from cdml_edge.retrain import export_trainset
 from cdml_edge.retrain.replay import replay_to_jsonl
 from cdml_edge.store.retention import RetentionRing

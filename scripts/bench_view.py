@@ -31,10 +31,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 from agent_fixtures import brightness_classifier  # noqa: E402
 from bench_names import best  # noqa: E402  (scripts/ is on the path when run as a script)
 
-from cdml_edge.agent.view import ActivityBoard  # noqa: E402
-from cdml_edge.agent.view.observed import ObservedOutput  # noqa: E402
-from cdml_edge.agent.view.page import render_page  # noqa: E402
-from cdml_edge.agent.view.thumbs import thumbnail  # noqa: E402
+from cdml_edge.health import ActivityBoard  # noqa: E402
+from cdml_edge.health.observed import ObservedOutput  # noqa: E402
+from cdml_edge.health.page import render_page  # noqa: E402
+from cdml_edge.health.thumbs import thumbnail  # noqa: E402
 from cdml_edge.model.runner import ModelRunner  # noqa: E402
 from cdml_edge.window.items import Item, Window  # noqa: E402
 from cdml_edge.window.pack import pack_window  # noqa: E402

@@ -25,13 +25,17 @@ ROOT = Path(__file__).resolve().parent.parent / "cdml_edge"
 LAYERS: list[tuple[str, ...]] = [
     ("cli",),
     ("commands",),
-    ("doctor", "retrain", "nn", "live"),
-    ("agent", "data"),
+    # the users of the components below; as peers none of them reaches into another (so
+    # nothing beside agent/ imports it)
+    ("agent", "doctor", "retrain", "nn", "live", "tail"),
+    ("data", "health"),
+    ("intake", "outputs"),
     ("store",),
     ("window",),
     ("model", "decode", "archive", "synth"),
     ("config", "charts"),
-    ("modality", "units", "errors", "fsio", "release"),
+    ("supervisor",),
+    ("modality", "units", "errors", "fsio", "release", "backoff"),
 ]
 TORCH_ALLOWED = ("data", "nn")
 TORCH_NAMES = ("torch", "torchvision", "torchaudio")

@@ -28,7 +28,7 @@ from paho.mqtt.enums import CallbackAPIVersion
 from rich.console import Console
 from rich.table import Table
 
-from cdml_edge.agent.outputs.mqtt.embedded_broker import EmbeddedBroker
+from cdml_edge.outputs.mqtt.embedded_broker import EmbeddedBroker
 
 ROOT = Path(__file__).resolve().parent.parent
 MODELS = ("digits.onnx", "audio_anomaly.onnx", "vibration_anomaly.onnx")

@@ -217,7 +217,7 @@ class BrokerProcess:
                 ]
             conf.write_text("\n".join(lines) + "\n")
             return [self.binary, "-c", str(conf)]
-        cmd = [sys.executable, "-m", "cdml_edge.agent.outputs.mqtt.embedded_broker", str(self.port)]
+        cmd = [sys.executable, "-m", "cdml_edge.outputs.mqtt.embedded_broker", str(self.port)]
         if self.tls is not None:
             cmd += ["--tls", str(self.tls.server_cert), str(self.tls.server_key), str(self.tls.ca)]
         return cmd

@@ -14,8 +14,8 @@ import threading
 import time
 from pathlib import Path
 
-from cdml_edge.agent.outputs.mqtt.publisher import MqttPublisher
 from cdml_edge.config import MqttConfig, SpoolConfig
+from cdml_edge.outputs.mqtt.publisher import MqttPublisher
 from cdml_edge.window.payloads import OutMessage
 
 

@@ -416,7 +416,7 @@ def test_output_failure_keeps_files_and_releases_the_budget_once(
     tmp_path: Path, models: Path
 ) -> None:
     from cdml_edge.agent.app import WINDOW_ATTEMPTS
-    from cdml_edge.agent.outputs.factory import make_output
+    from cdml_edge.outputs.factory import make_output
 
     cfg_path = write_config(tmp_path)
     cfg = load_config(cfg_path)

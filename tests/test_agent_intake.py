@@ -19,8 +19,8 @@ from agent_fixtures import jpeg, wait_for, write_atomic
 from test_agent_app import models, of_kind, read_jsonl, write_config  # noqa: F401
 
 from cdml_edge.agent.app import Agent
-from cdml_edge.agent.outputs.factory import make_output
 from cdml_edge.config import load_config
+from cdml_edge.outputs.factory import make_output
 from cdml_edge.window.payloads import OutMessage, item_id
 
 

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from agent_fixtures import jpeg, wait_for, write_atomic
 
-from cdml_edge.agent.sources import (
+from cdml_edge.intake import (
     CameraSource,
     CameraSpec,
     CameraTransition,
@@ -21,7 +21,7 @@ from cdml_edge.agent.sources import (
     SourceError,
     is_candidate,
 )
-from cdml_edge.agent.windows import ByteBudget
+from cdml_edge.intake.budget import ByteBudget
 from cdml_edge.window.items import Item
 from cdml_edge.window.payloads import item_id
 
@@ -228,7 +228,7 @@ def test_camera_that_cannot_open_keeps_retrying_and_reports_once(tmp_path: Path)
 
 
 def test_read_error_names_the_file(tmp_path: Path) -> None:
-    from cdml_edge.agent.sources.regular import LinkPolicy, read_regular
+    from cdml_edge.intake.regular import LinkPolicy, read_regular
 
     with pytest.raises(SourceError, match="nothere.jpg"):
         read_regular(str(tmp_path / "nothere.jpg"), 1, LinkPolicy())
@@ -328,7 +328,7 @@ def test_watchdog_6_reports_a_touch_as_modified_and_it_is_no_write(
     modification of a write (new size, or the identity already noticed) waits for close-write."""
     from watchdog.events import FileCreatedEvent, FileModifiedEvent
 
-    from cdml_edge.agent.sources import folder
+    from cdml_edge.intake import folder
     from cdml_edge.window.items import FileIdentity
 
     monkeypatch.setattr(folder, "_ATTRIB_EVENT", None)

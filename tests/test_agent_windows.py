@@ -7,7 +7,8 @@ from pathlib import Path
 
 from agent_fixtures import wait_for
 
-from cdml_edge.agent.windows import ByteBudget, PipelineGate, Windower, WindowPolicy
+from cdml_edge.intake.budget import ByteBudget
+from cdml_edge.intake.windower import PipelineGate, Windower, WindowPolicy
 from cdml_edge.window.items import Item, Window
 
 

@@ -17,7 +17,7 @@ from _byom_models import (
     yolo_v8_detector,
 )
 
-from cdml_edge.config.models import ModelConfig
+from cdml_edge.config.model_section import ModelConfig
 from cdml_edge.model.detect import decode_yolo, nms
 from cdml_edge.model.prepare import image_geometry
 from cdml_edge.model.runner import InferenceError, ModelOverrides, ModelRunner

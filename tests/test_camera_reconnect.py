@@ -26,9 +26,9 @@ import pytest
 from _camera_servers import FifoCamera, MjpegServer, RtspServer
 from agent_fixtures import wait_for
 
-from cdml_edge.agent.sources.camera import CameraSource, CameraSpec
-from cdml_edge.agent.sources.camera_status import CameraTransition
-from cdml_edge.agent.windows import ByteBudget
+from cdml_edge.intake.budget import ByteBudget
+from cdml_edge.intake.camera.source import CameraSource, CameraSpec
+from cdml_edge.intake.camera.status import CameraTransition
 from cdml_edge.window.items import Item
 
 

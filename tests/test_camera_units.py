@@ -7,18 +7,18 @@ from pathlib import Path
 
 import pytest
 
-from cdml_edge.agent.capture import protocol
-from cdml_edge.agent.capture.link import EXITED, CaptureProcess
-from cdml_edge.agent.capture.settings import (
+from cdml_edge.config import ConfigError
+from cdml_edge.config.schema import AppConfig
+from cdml_edge.health.cameras import _Rates
+from cdml_edge.intake.camera import protocol
+from cdml_edge.intake.camera.link import EXITED, CaptureProcess
+from cdml_edge.intake.camera.settings import (
     CaptureSettings,
     ffmpeg_options,
     redact_url,
     resolve_target,
 )
-from cdml_edge.agent.health.cameras import _Rates
-from cdml_edge.agent.sources.camera_status import Backoff, CameraStatus, CameraTransition
-from cdml_edge.config import ConfigError
-from cdml_edge.config.schema import AppConfig
+from cdml_edge.intake.camera.status import CameraStatus, CameraTransition
 
 
 class Clock:
@@ -91,31 +91,20 @@ def test_finish_ends_an_outage() -> None:
     assert st.snapshot().down_for_s is None and not st.snapshot().unhealthy
 
 
-def test_backoff_doubles_to_its_cap_and_resets() -> None:
-    b = Backoff(0.5, 4.0, jitter=0.0)
-    assert [b.next() for _ in range(6)] == [0.5, 1.0, 2.0, 4.0, 4.0, 4.0]
-    b.reset()
-    assert b.next() == 0.5
-    jittered = Backoff(1.0, 30.0, jitter=0.2, rand=lambda: 1.0)
-    assert jittered.next() == pytest.approx(1.2)
-    capped = Backoff(1.0, 2.0, jitter=0.5, rand=lambda: 1.0)
-    assert max(capped.next() for _ in range(5)) == 2.0
-
-
 def test_protocol_splits_messages_across_reads_and_refuses_garbage() -> None:
     stream = protocol.encode(protocol.FRAME, b"\xff\xd8jpeg", 123) + protocol.encode(
         protocol.HEARTBEAT, b"{}"
     )
-    dec = protocol.Decoder()
+    dec = protocol.MessageDecoder()
     got = [m for i in range(len(stream)) for m in dec.feed(stream[i : i + 1])]
     assert [(m.kind, m.ts_ns, m.payload) for m in got] == [
         (protocol.FRAME, 123, b"\xff\xd8jpeg"), (protocol.HEARTBEAT, 0, b"{}"),
     ]
     assert dec.buffered == 0
     with pytest.raises(protocol.ProtocolError):
-        protocol.Decoder().feed(b"Z" + bytes(12))
+        protocol.MessageDecoder().feed(b"Z" + bytes(12))
     with pytest.raises(protocol.ProtocolError):
-        protocol.Decoder().feed(protocol.HEADER.pack(protocol.FRAME, protocol.MAX_PAYLOAD + 1, 0))
+        protocol.MessageDecoder().feed(protocol.HEADER.pack(protocol.FRAME, protocol.MAX_PAYLOAD + 1, 0))
 
 
 def test_passwords_never_leave_the_url() -> None:

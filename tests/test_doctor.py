@@ -394,8 +394,8 @@ def test_broker_settings_resolved_like_the_agent(tmp_path: Path) -> None:
 
 
 def test_password_file_is_read_the_agent_way(tmp_path: Path) -> None:
-    from cdml_edge.agent.outputs.mqtt.tls import resolve_password
     from cdml_edge.doctor.broker import check_broker
+    from cdml_edge.outputs.mqtt.tls import resolve_password
 
     secret = tmp_path / "mqtt-password"
     secret.write_text("s3cret\n")

@@ -10,7 +10,7 @@ import urllib.request
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from cdml_edge.agent.health import Metrics, ProgressWatchdog, SdNotifier
+from cdml_edge.health import Metrics, ProgressWatchdog, SdNotifier
 from cdml_edge.window.payloads import HealthPayload
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from cdml_edge.agent.health import ProgressWatchdog, SdNotifier
+from cdml_edge.health import ProgressWatchdog, SdNotifier
 
 
 class FakeClock:

@@ -10,7 +10,7 @@ import threading
 import time
 import urllib.request
 
-from cdml_edge.agent.health import Metrics
+from cdml_edge.health import Metrics
 
 
 def _probe(url: str) -> float:

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 from agent_fixtures import jpeg, wait_for
 
-from cdml_edge.agent.sources import FolderSource, FolderSpec, NotRegularFile, SourceError
-from cdml_edge.agent.windows import ByteBudget
+from cdml_edge.intake import FolderSource, FolderSpec, NotRegularFile, SourceError
+from cdml_edge.intake.budget import ByteBudget
 from cdml_edge.window.items import Item
 from cdml_edge.window.payloads import item_id
 
@@ -218,7 +218,7 @@ def test_start_up_files_wait_stable_seconds_as_seen_by_the_agent(
 def test_an_unexpected_error_on_one_file_does_not_stop_the_source(
     tmp_path: Path, inbox: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import cdml_edge.agent.sources.folder as folder
+    import cdml_edge.intake.folder as folder
 
     real = folder.read_regular
 
@@ -252,7 +252,7 @@ def jpeg_size(value: int) -> int:
 def test_a_folder_deleted_and_made_again_is_watched_again(
     tmp_path: Path, inbox: Path, polling: bool
 ) -> None:
-    from cdml_edge.agent.supervisor import Supervisor
+    from cdml_edge.supervisor import Supervisor
 
     sup = Supervisor(backoff_min=0.05, backoff_max=0.2)
     sink = Sink()

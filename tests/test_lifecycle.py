@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from cdml_edge.agent.lifecycle import FileLifecycle
 from cdml_edge.fsio import NAME_MAX
+from cdml_edge.intake.finishing import FileLifecycle
 from cdml_edge.window.items import FileIdentity
 
 
@@ -126,7 +126,7 @@ def test_a_file_replaced_right_after_the_check_is_not_the_one_deleted(
     """The new version lands between the check and the unlink (found by the soak test: the
     check reads and hashes the file, a wide window under load). The scored file is claimed
     by a rename first and checked again; a newer one is put back, never deleted or moved."""
-    from cdml_edge.agent import lifecycle
+    from cdml_edge.intake import finishing as lifecycle
 
     p = tmp_path / "a.jpg"
     p.write_bytes(b"scored")

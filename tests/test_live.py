@@ -13,7 +13,7 @@ import pytest
 from _dataset_data import class_images, wav
 
 from cdml_edge.archive import pack
-from cdml_edge.data.live import LiveBatchLoader
+from cdml_edge.data.live_loader import LiveBatchLoader
 from cdml_edge.decode import CsvTable, DecodeError, TextData
 
 
@@ -91,7 +91,7 @@ def test_modality_override() -> None:
 
 def test_live_and_decode_do_not_import_torch() -> None:
     code = (
-        "import sys, cdml_edge.data.live, cdml_edge.decode, cdml_edge.data.cache\n"
+        "import sys, cdml_edge.data.live_loader, cdml_edge.decode, cdml_edge.data.cache\n"
         "from cdml_edge import LiveBatchLoader\n"
         "assert 'torch' not in sys.modules, 'torch was imported'\n"
     )

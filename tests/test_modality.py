@@ -153,3 +153,47 @@ def test_typed_errors_derive_from_the_root_and_pickle(error: Exception) -> None:
     back = pickle.loads(pickle.dumps(error))
     assert type(back) is type(error)
     assert str(back) == str(error) and vars(back) == vars(error)
+
+
+def test_model_fits_is_the_one_rule_of_which_model_scores_which_items() -> None:
+    from cdml_edge.modality import MODEL_MODALITIES, SOURCE_MODALITIES, items_for, model_fits
+
+    table = {(m, s) for m in MODEL_MODALITIES for s in SOURCE_MODALITIES if model_fits(m, s)}
+    assert table == {
+        ("image", "image"), ("audio", "audio"), ("csv", "csv"), ("timeseries", "timeseries"),
+        ("csv", "timeseries"), ("timeseries", "csv"),
+    }
+    assert items_for("timeseries") == {"csv", "timeseries"}
+    assert items_for("image") == {"image"}
+
+
+def test_validate_and_examples_apply_the_same_rule(tmp_path) -> None:
+    """``config validate`` (the schema) and the calibration examples agree with model_fits."""
+    import yaml
+
+    from cdml_edge.config import ConfigError, load_config
+    from cdml_edge.modality import model_fits
+    from cdml_edge.window.examples import ExamplesError, example_files
+
+    (tmp_path / "a.csv").write_text("1,2\n")
+    (tmp_path / "b.wav").write_bytes(b"")
+    model = tmp_path / "m.onnx"
+    model.write_bytes(b"")
+    for model_mod, source_mod in [("timeseries", "csv"), ("image", "audio")]:
+        cfg = tmp_path / f"{model_mod}-{source_mod}.yaml"
+        cfg.write_text(yaml.safe_dump({
+            "sources": [{"name": "s", "path": str(tmp_path), "modality": source_mod,
+                         "models": ["m"]}],
+            "models": {"m": {"path": str(model), "modality": model_mod}},
+            "output": {"jsonl": "out.jsonl"},
+        }))
+        try:
+            load_config(cfg)
+            validated = True
+        except ConfigError:
+            validated = False
+        assert validated == model_fits(model_mod, source_mod)
+    assert [p.name for p in example_files(tmp_path, "timeseries")] == ["a.csv"]
+    with pytest.raises(ExamplesError, match="no image file"):
+        example_files(tmp_path, "image")
+

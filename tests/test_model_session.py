@@ -77,7 +77,7 @@ def test_start_up_log_names_the_settings(model: Path, caplog: pytest.LogCaptureF
 
 
 def test_doctor_and_replay_use_the_configured_settings(model: Path, tmp_path: Path) -> None:
-    from cdml_edge.doctor.models import check_model
+    from cdml_edge.doctor.model_checks import check_model
     from cdml_edge.retrain.replay_job import load_replay_runners
 
     cfg = parse_config(

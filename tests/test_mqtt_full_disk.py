@@ -16,10 +16,10 @@ from _full_disk import FullDisk, full_disk_fixture  # noqa: F401 - the fixture
 from _mqtt_brokers import BrokerProcess, Subscriber, broker_protocol, free_port, wait_until
 from agent_fixtures import cam_config, jpeg, wait_for, write_atomic
 
-import cdml_edge.agent.outputs.mqtt.spool as spool_mod
+import cdml_edge.outputs.mqtt.spool as spool_mod
 from cdml_edge.agent.app import Agent
-from cdml_edge.agent.outputs.mqtt.publisher import MqttPublisher, OutputUnavailable
 from cdml_edge.config import MqttConfig, OutboxConfig, SpoolConfig, load_config
+from cdml_edge.outputs.mqtt.publisher import MqttPublisher, OutputUnavailable
 from cdml_edge.window.payloads import OutMessage
 
 

@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 from _mqtt_brokers import BrokerProcess, Subscriber, wait_until
 
-from cdml_edge.agent.outputs.mqtt.publisher import MqttPublisher
 from cdml_edge.config import MqttConfig, SpoolConfig
+from cdml_edge.outputs.mqtt.publisher import MqttPublisher
 from cdml_edge.window.payloads import OutMessage
 
 TESTS = Path(__file__).parent

@@ -26,9 +26,9 @@ from _mqtt_brokers import (
     wait_until,
 )
 
-from cdml_edge.agent.outputs.mqtt.publisher import MqttPublisher
-from cdml_edge.agent.outputs.mqtt.tls import MqttSetupError, resolve_password
 from cdml_edge.config import MqttConfig, SpoolConfig, TlsConfig
+from cdml_edge.outputs.mqtt.publisher import MqttPublisher
+from cdml_edge.outputs.mqtt.tls import MqttSetupError, resolve_password
 from cdml_edge.window.payloads import (
     ErrorEvent,
     HealthPayload,

@@ -18,8 +18,8 @@ from _mqtt_brokers import (
     wait_until,
 )
 
-from cdml_edge.agent.outputs.mqtt.publisher import MqttPublisher
 from cdml_edge.config import MqttConfig, SpoolConfig
+from cdml_edge.outputs.mqtt.publisher import MqttPublisher
 from cdml_edge.window.payloads import OutMessage
 
 

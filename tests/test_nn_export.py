@@ -24,7 +24,7 @@ from cdml_edge.model.spec import (
     run_model,
 )
 from cdml_edge.nn import AnomalyScorer, CDMLTrainTier2, TimeSeriesEncoder
-from cdml_edge.nn.onnx_export import OPSET, ExportError, export_onnx
+from cdml_edge.nn.onnx_export import OPSET, OnnxExportError, export_onnx
 
 
 def digits_spec() -> ModelSpec:
@@ -77,14 +77,14 @@ def test_anomaly_export_carries_scorer_and_threshold(tmp_path: Path) -> None:
         want = scorer.score(model.compress(x[:7])).numpy()
     assert got["anomaly"].shape == (7,)
     assert np.abs(got["anomaly"] - want).max() <= 1e-4
-    with pytest.raises(ExportError, match="AnomalyScorer"):
+    with pytest.raises(OnnxExportError, match="AnomalyScorer"):
         export_onnx(model, spec, tmp_path / "w.onnx")
 
 
 def test_parity_failure_leaves_no_file(tmp_path: Path) -> None:
     model = CDMLTrainTier2(image_size=32).eval()
     target = tmp_path / "bad.onnx"
-    with pytest.raises(ExportError, match="differs from torch"):
+    with pytest.raises(OnnxExportError, match="differs from torch"):
         export_onnx(model, digits_spec(), target, tolerance=-1.0)
     assert list(tmp_path.iterdir()) == []
 

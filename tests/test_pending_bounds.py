@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from cdml_edge.agent.sources.pending import PendingFiles
+from cdml_edge.intake.pending import PendingFiles
 
 
 def _kept(pf: PendingFiles, path: Path) -> None:

@@ -12,8 +12,8 @@ from typing import Any
 from _full_disk import FullDisk, full_disk_fixture  # noqa: F401 - the fixture
 from agent_fixtures import wait_for
 
-from cdml_edge.agent import lifecycle
-from cdml_edge.agent.lifecycle import FileLifecycle
+from cdml_edge.intake import finishing as lifecycle
+from cdml_edge.intake.finishing import FileLifecycle
 
 
 def _lifecycle(disk: FullDisk, events: list[Any], late: list[Any]) -> FileLifecycle:

@@ -271,7 +271,7 @@ def test_runnable_block(block: Block, tmp_path: Path, monkeypatch: pytest.Monkey
 
 def test_doctor_example_shows_the_shipped_model() -> None:
     from cdml_edge.config import parse_config
-    from cdml_edge.doctor.models import check_model
+    from cdml_edge.doctor.model_checks import check_model
 
     text = "\n".join(p.read_text(encoding="utf-8") for p in doc_files())
     shown = re.search(r"^(✓ model image: .*?) in [0-9.]+ ms(.*)$", text, re.M)

@@ -206,8 +206,8 @@ def test_replay_publish_beside_the_live_agent(setup: dict[str, Path]) -> None:
     """replay --publish with the agent's configuration while the agent is connected: its
     own client id (one id would make the broker drop the agent), its own spool (the
     agent's is locked), and the agent's retained status stays 'online'."""
-    from cdml_edge.agent.outputs.factory import make_output
     from cdml_edge.config import load_config
+    from cdml_edge.outputs.factory import make_output
 
     cfg = load_config(setup["config"])
     agent_out = make_output(cfg)

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from agent_fixtures import brightness_classifier, jpeg, level_anomaly
 
-from cdml_edge.agent.health.summary import RunSummary
+from cdml_edge.health.summary import RunSummary
 from cdml_edge.window.payloads import HealthPayload
 
 EXE = shutil.which("cdml-edge", path=str(Path(sys.executable).parent))

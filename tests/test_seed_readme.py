@@ -210,7 +210,7 @@ def model(x):
 
 WATCH_AND_PACK = """
 from cdml_edge.live import watch_and_pack
-from cdml_edge.data.live import LiveBatchLoader
+from cdml_edge.data.live_loader import LiveBatchLoader
 
 # 1. Your callback processes each batch
 def on_new_batch(zip_path):

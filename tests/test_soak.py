@@ -78,8 +78,8 @@ class Disk:
 
 def _inject_enospc(disk: Disk, mp: pytest.MonkeyPatch) -> None:
     """Where no tmpfs can be mounted: the stores' writes fail with ENOSPC while "full"."""
-    from cdml_edge.agent import lifecycle
-    from cdml_edge.agent.outputs.mqtt import spool
+    from cdml_edge.intake import finishing as lifecycle
+    from cdml_edge.outputs.mqtt import spool
     from cdml_edge.store import files
 
     def failing(module: Any, name: str) -> None:

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from cdml_edge.agent.outputs.mqtt.spool import RecordTooLarge, Spool, SpoolError
-from cdml_edge.agent.outputs.mqtt.spool_format import HEADER_SIZE, SpoolRecord, parse_records
+from cdml_edge.outputs.mqtt.spool import RecordTooLarge, Spool, SpoolError
+from cdml_edge.outputs.mqtt.spool_format import HEADER_SIZE, SpoolRecord, parse_records
 
 
 def _recs(start: int, n: int, size: int = 40) -> list[SpoolRecord]:

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from _mqtt_brokers import BrokerProcess, Subscriber, free_port, wait_until
 
-from cdml_edge.agent.outputs.mqtt.publisher import COMMIT_EVERY
+from cdml_edge.outputs.mqtt.publisher import COMMIT_EVERY
 
 TESTS = Path(__file__).parent
 IN_FLIGHT = 64

@@ -7,9 +7,9 @@ import time
 
 from _full_disk import FullDisk, full_disk_fixture  # noqa: F401 - the fixture
 
-import cdml_edge.agent.outputs.mqtt.spool as spool_mod
-from cdml_edge.agent.outputs.mqtt.spool import Spool
-from cdml_edge.agent.outputs.mqtt.spool_format import SpoolRecord
+import cdml_edge.outputs.mqtt.spool as spool_mod
+from cdml_edge.outputs.mqtt.spool import Spool
+from cdml_edge.outputs.mqtt.spool_format import SpoolRecord
 
 
 def _recs(start: int, n: int, size: int = 200) -> list[SpoolRecord]:

@@ -17,14 +17,14 @@ from _browser import dump_dom, screenshot
 from agent_fixtures import brightness_classifier, level_anomaly, wait_for, write_atomic
 
 from cdml_edge.agent.app import Agent
-from cdml_edge.agent.outputs.factory import TeeOutput, leaves
-from cdml_edge.agent.outputs.jsonl import JsonlOutput
-from cdml_edge.agent.view import ActivityBoard
-from cdml_edge.agent.view.board import MAX_IMAGE_BYTES, MAX_RESULTS, MAX_SCORES, MAX_THUMBS
-from cdml_edge.agent.view.observed import ObservedOutput
-from cdml_edge.agent.view.page import render_page, sparkline
-from cdml_edge.agent.view.thumbs import THUMB_SIDE, thumbnail
 from cdml_edge.config import ConfigError, load_config
+from cdml_edge.health import ActivityBoard
+from cdml_edge.health.board import MAX_IMAGE_BYTES, MAX_RESULTS, MAX_SCORES, MAX_THUMBS
+from cdml_edge.health.observed import ObservedOutput
+from cdml_edge.health.page import render_page, sparkline
+from cdml_edge.health.thumbs import THUMB_SIDE, thumbnail
+from cdml_edge.outputs.factory import TeeOutput, leaves
+from cdml_edge.outputs.jsonl import JsonlOutput
 from cdml_edge.window.items import Item, Window
 
 

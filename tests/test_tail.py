@@ -22,10 +22,10 @@ from agent_fixtures import brightness_classifier, jpeg, level_anomaly, wait_for,
 from rich.console import Console
 
 from cdml_edge.agent.app import Agent
-from cdml_edge.agent.view import ActivityBoard
-from cdml_edge.agent.view.console import render
-from cdml_edge.agent.view.follow import follow_jsonl
 from cdml_edge.config import load_config
+from cdml_edge.health import ActivityBoard
+from cdml_edge.tail.console import render
+from cdml_edge.tail.follow import follow_jsonl
 
 EXE = shutil.which("cdml-edge", path=str(Path(sys.executable).parent))
 

@@ -1,16 +1,11 @@
-"""The live appliance (``cdml-edge run``), folders in the order data flows through them.
+"""The live appliance (``cdml-edge run``): the wiring and the per-window pipeline only.
 
-- intake: ``sources/`` (``folder`` watch with ``pending`` completeness, ``camera`` with its
-  ``camera_status``, ``factory`` from the config; a camera's OpenCV runs in the process of
-  ``capture/``) feeding ``windows`` (``Windower``, the global ``ByteBudget``);
-- windows in flight: ``workers`` (queue, threads, drain) handing each window to
-  ``processing`` (``WindowProcessor``: pack -> score -> quarantine -> retain -> output ->
-  ``on_done`` through ``lifecycle``), with ``retry`` for failed windows, ``events`` for
-  error events and ``models`` for loading, warm-up and budget charges;
-- outputs: ``outputs/`` (``base`` contract, ``factory`` and tee, ``jsonl``, ``mqtt/``:
-  publisher, client, outbox, spool and its format, TLS, embedded broker);
-- health: ``health/`` (sd_notify, progress watchdog, Prometheus metrics and their HTTP
-  server, the status / health reporter);
-- ``app``: :class:`~cdml_edge.agent.app.Agent`, which builds, starts, stops, drains and
-  reloads all of the above.
+The components it wires live beside it (``intake/``, ``outputs/``, ``health/``, ``store/``)
+and serve ``live/``, ``retrain/``, ``doctor/`` and ``tail/`` alike; nothing beside this
+package imports it. Here: ``app`` (:class:`~cdml_edge.agent.app.Agent`, started as named
+steps), ``workers`` (queue, threads, drain) handing each window to ``pipeline``
+(pack -> score -> quarantine -> retain -> output -> finish), ``retry`` for failed windows,
+``error_events`` for the ``{source}/error`` and ``{source}/camera`` events, ``runners`` for
+the models (loading, warm-up, budget charges), ``preflight``, ``state``, ``startup`` and
+``trial`` (``cdml-edge test``).
 """

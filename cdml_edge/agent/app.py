@@ -2,7 +2,7 @@
 
 :class:`Agent` builds and owns every moving part and keeps the wiring: build, start, stop,
 drain, reload, run and the signals. The policies are small objects beside it:
-``processing.WindowProcessor`` (the work on one window), ``retry.RetryPolicy`` (failed
+``processing.WindowProcessor`` (the work on one window), ``retry.WindowRetryPolicy`` (failed
 windows), ``models`` (loading, warm-up, budget charges), ``health.reporter.HealthReporter``
 (status and health messages), ``events.ErrorReporter`` (error events) and
 ``sources.factory.make_source``. Every long-lived thread (folder watches, windowers,
@@ -17,10 +17,10 @@ reloads the configuration if it validates and its models load and warm up, which
 before anything stops (else the old one stays and "reload refused: ..." is logged).
 
 Bounds: every item read or captured holds bytes of the global
-:class:`~cdml_edge.agent.windows.ByteBudget` (``limits.max_inflight_bytes``) until its window
+:class:`~cdml_edge.intake.budget.ByteBudget` (``limits.max_inflight_bytes``) until its window
 has been handed to the output, so the window queue is bounded by bytes; above the budget
 intake pauses (files stay on disk, camera frames are skipped and counted). An item is
-charged what its window holds for it (:func:`~cdml_edge.agent.models.window_charges`), not
+charged what its window holds for it (:func:`~cdml_edge.agent.runners.window_charges`), not
 just its own bytes.
 """
 
@@ -36,27 +36,27 @@ from types import FrameType
 from typing import TYPE_CHECKING, Any
 
 from cdml_edge import __version__
-from cdml_edge.agent.events import ErrorReporter
-from cdml_edge.agent.health import Metrics, MetricsServer, ProgressWatchdog, SdNotifier
-from cdml_edge.agent.health.reporter import HealthReporter
-from cdml_edge.agent.lifecycle import FileLifecycle
-from cdml_edge.agent.models import DATA_COPIES, load_models, warm_up_decoders, window_charges
-from cdml_edge.agent.outputs.base import Output
-from cdml_edge.agent.outputs.factory import degraded_parts, make_output, on_disk_event
+from cdml_edge.agent.error_events import ErrorReporter
+from cdml_edge.agent.pipeline import OutputFailed, WindowProcessor
 from cdml_edge.agent.preflight import check_files, check_models
-from cdml_edge.agent.processing import OutputFailed, WindowProcessor
-from cdml_edge.agent.retry import RETRY_BACKOFF_S, WINDOW_ATTEMPTS, Attempts, RetryPolicy
-from cdml_edge.agent.sources.factory import Source, make_source
+from cdml_edge.agent.retry import RETRY_BACKOFF_S, WINDOW_ATTEMPTS, Attempts, WindowRetryPolicy
+from cdml_edge.agent.runners import DATA_COPIES, load_models, warm_up_decoders, window_charges
 from cdml_edge.agent.startup import StartupClock, limit_blas_threads
 from cdml_edge.agent.state import StateLock
-from cdml_edge.agent.supervisor import Supervisor
-from cdml_edge.agent.view import ActivityBoard
-from cdml_edge.agent.view.observed import ObservedOutput
-from cdml_edge.agent.view.page import render_page
-from cdml_edge.agent.windows import ByteBudget, PipelineGate, Windower, WindowPolicy
 from cdml_edge.agent.workers import WindowWorkers
 from cdml_edge.config import AppConfig, ConfigError, SourceConfig, load_config
+from cdml_edge.health import ActivityBoard, Metrics, MetricsServer, ProgressWatchdog, SdNotifier
+from cdml_edge.health.observed import ObservedOutput
+from cdml_edge.health.page import render_page
+from cdml_edge.health.reporter import HealthReporter
+from cdml_edge.intake.budget import ByteBudget
+from cdml_edge.intake.factory import Source, make_source
+from cdml_edge.intake.finishing import FileLifecycle
+from cdml_edge.intake.windower import PipelineGate, Windower, WindowPolicy
 from cdml_edge.model.runner import ModelRunner
+from cdml_edge.outputs.base import Output
+from cdml_edge.outputs.factory import degraded_parts, make_output, on_disk_event
+from cdml_edge.supervisor import Supervisor
 from cdml_edge.window.items import Item, Window
 from cdml_edge.window.payloads import Sequencer
 
@@ -156,7 +156,7 @@ class Agent:
                 sc, self.budget, self._intake(sc, windower), self.errors.source_error,
                 self.errors.camera_change, spawn,
             )
-        self.retry = RetryPolicy(
+        self.retry = WindowRetryPolicy(
             self.sources, self.lifecycle, self.errors, self.metrics, self.attempts, self._stop
         )
         self.health.attach(cfg, self.output, self.sources)

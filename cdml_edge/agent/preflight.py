@@ -6,7 +6,7 @@ beyond the syntax, so that a mistake is exit status 2 before start, not a crash 
   would score camera frames as tables);
 * ``limits.max_inflight_bytes`` holds one item of every configured model: an item is
   charged ``DATA_COPIES`` copies of its bytes plus three model inputs and its records
-  (:func:`~cdml_edge.agent.models.window_charges`), so a budget below that admits no file
+  (:func:`~cdml_edge.agent.runners.window_charges`), so a budget below that admits no file
   at all and every file would be refused as too large.
 """
 
@@ -16,12 +16,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from cdml_edge.agent.models import DATA_COPIES, window_charges
-from cdml_edge.agent.windows import ByteBudget
+from cdml_edge.agent.runners import DATA_COPIES, window_charges
 from cdml_edge.config import AppConfig, ConfigError, load_config
 from cdml_edge.config.checks import file_problems
+from cdml_edge.intake.budget import ByteBudget
+from cdml_edge.modality import model_fits
 from cdml_edge.model.runner import InferenceError, ModelOverrides, ModelRunner
-from cdml_edge.model.spec import INPUT_KIND
 from cdml_edge.units import format_size
 from cdml_edge.window.examples import ExamplesError, example_files
 
@@ -32,10 +32,9 @@ def model_problems(cfg: AppConfig, runners: Mapping[str, ModelRunner]) -> list[t
     out: list[tuple[str, str]] = []
     for key, runner in runners.items():
         got = runner.spec.modality
-        kinds = {str(k): v for k, v in INPUT_KIND.items()}
         mc = cfg.models.get(key)
         want = str(mc.modality) if mc is not None and mc.modality else key
-        if kinds.get(want) != kinds[got]:
+        if not model_fits(got, want):
             users = [s.name for s in cfg.sources if key in cfg.models_of(s)]
             who = f" (sources {', '.join(users)})" if users else ""
             name = mc.path.name if mc is not None else runner.name

@@ -20,10 +20,10 @@ import threading
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 
-from cdml_edge.agent.events import ErrorReporter
-from cdml_edge.agent.health import Metrics
-from cdml_edge.agent.lifecycle import FileLifecycle
-from cdml_edge.agent.sources.factory import Source
+from cdml_edge.agent.error_events import ErrorReporter
+from cdml_edge.health import Metrics
+from cdml_edge.intake.factory import Source
+from cdml_edge.intake.finishing import FileLifecycle
 from cdml_edge.window.items import Window
 from cdml_edge.window.payloads import OutMessage
 
@@ -58,7 +58,7 @@ class Attempts:
                 self._counts.pop(i, None)
 
 
-class RetryPolicy:
+class WindowRetryPolicy:
     """Applies the module's policy to the windows of the running sources."""
 
     def __init__(

@@ -16,9 +16,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from cdml_edge.agent.sources.folder import is_candidate
 from cdml_edge.config import AppConfig, ConfigError, SourceConfig
 from cdml_edge.fsio import display_name
+from cdml_edge.intake.folder import is_candidate
 from cdml_edge.modality import default_patterns
 from cdml_edge.model.runner import ModelRunner
 from cdml_edge.window.items import Item, Window, new_window_id

@@ -1,7 +1,7 @@
 """The windows in flight: a queue of closed windows, the worker threads that take them, and
 the count of windows not yet durable that a drain waits for.
 
-The workers are supervised parts (``pipeline-<n>``, see :mod:`cdml_edge.agent.supervisor`):
+The workers are supervised parts (``pipeline-<n>``, see :mod:`cdml_edge.supervisor`):
 a window whose handling raises is handed to ``on_lost`` (the agent gives its budget back and
 puts its files back for a retry) and counted done, then the worker dies and is restarted.
 """
@@ -14,7 +14,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from cdml_edge.agent.supervisor import Spawn, Worker, plain_thread
+from cdml_edge.supervisor import Spawn, Worker, plain_thread
 from cdml_edge.window.items import Window
 
 log = logging.getLogger(__name__)

@@ -33,9 +33,9 @@ def run(
         cfg = load_config(config)
         check_files(cfg, str(config))  # a missing CA or password file: 2 now, not a crash
     from cdml_edge.agent.app import Agent
-    from cdml_edge.agent.outputs.mqtt.spool import SpoolInUse
     from cdml_edge.agent.state import StateUnusable
     from cdml_edge.model.runner import InferenceError
+    from cdml_edge.outputs.mqtt.spool import SpoolInUse
 
     try:
         agent = Agent(cfg, config, workers=workers, drain_timeout=drain_timeout)

@@ -28,7 +28,7 @@ def tail(
     """Show what an appliance publishes, live: per-source rates and latency, the last
     results (anomalies in red), error events and health; from its broker (the same config
     file) or from its output.jsonl."""
-    from cdml_edge.agent.view.tail import choose, run_tail
+    from cdml_edge.tail.follower import choose, run_tail
 
     with user_errors("tail"):
         cfg = load_config(config)
@@ -45,9 +45,9 @@ def _live(cfg: Any, followed: Any, where: str, interval: float, duration: float 
     from rich.console import Console
     from rich.live import Live
 
-    from cdml_edge.agent.view.board import ActivityBoard
-    from cdml_edge.agent.view.console import render
-    from cdml_edge.agent.view.tail import run_tail
+    from cdml_edge.health.board import ActivityBoard
+    from cdml_edge.tail.console import render
+    from cdml_edge.tail.follower import run_tail
 
     empty = ActivityBoard(cfg.device.id).snapshot()
     with Live(render(empty, where), console=Console(), auto_refresh=False) as live:

@@ -21,10 +21,10 @@ def test(
     """Score FILES through the exact live pipeline (decoders, models, payloads) and print
     the messages it would publish, one JSON line each; nothing is published, moved or
     kept. Exit 1 if any file fails."""
-    from cdml_edge.agent.models import load_models
-    from cdml_edge.agent.outputs.jsonl import format_line
     from cdml_edge.agent.preflight import check_files, check_models
+    from cdml_edge.agent.runners import load_models
     from cdml_edge.agent.trial import run_trial, sample_files, source_for, source_named
+    from cdml_edge.outputs.jsonl import format_line
 
     with user_errors("test"):
         cfg = load_config(config)

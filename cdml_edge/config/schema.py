@@ -25,8 +25,8 @@ from pydantic import (
     model_validator,
 )
 
-from cdml_edge.config.models import ModelConfig
-from cdml_edge.modality import SOURCE_MODALITIES, SourceModality
+from cdml_edge.config.model_section import ModelConfig
+from cdml_edge.modality import SOURCE_MODALITIES, SourceModality, model_fits
 from cdml_edge.units import parse_duration, parse_size
 
 Modality = SourceModality  # what a source produces, a model is configured for
@@ -97,11 +97,11 @@ def _resolve_path(value: Path | None, info: ValidationInfo) -> Path | None:
     return value
 
 
-class _Model(BaseModel):
+class _ConfigSection(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_default=True)
 
 
-class DeviceConfig(_Model):
+class DeviceConfig(_ConfigSection):
     """Who this appliance is: the id appears in every MQTT topic."""
 
     id: str = Field(
@@ -110,7 +110,7 @@ class DeviceConfig(_Model):
     site: str | None = Field(None, description="Site / line name, copied into payloads.")
 
 
-class WindowConfig(_Model):
+class WindowConfig(_ConfigSection):
     """When a window closes: whichever limit is reached first."""
 
     seconds: Duration = Field(1.0, gt=0, description="Close a window this long after it opened.")
@@ -123,7 +123,7 @@ class WindowConfig(_Model):
     )
 
 
-class SourceConfig(_Model):
+class SourceConfig(_ConfigSection):
     """One input: a watched folder or a camera."""
 
     name: str = Field(..., pattern=_TOPIC_SAFE, description="Source name; used in topics.")
@@ -211,7 +211,7 @@ class SourceConfig(_Model):
         return self
 
 
-class PackConfig(_Model):
+class PackConfig(_ConfigSection):
     """How windows are packed in memory."""
 
     format: Literal["zip", "tar.zst"] = Field("zip", description="zip | tar.zst (seekable)")
@@ -226,7 +226,7 @@ class PackConfig(_Model):
         return self
 
 
-class TlsConfig(_Model):
+class TlsConfig(_ConfigSection):
     """TLS to the broker; mutual TLS when cert and key are given."""
 
     ca: Path | None = Field(None, description="CA bundle that signed the broker certificate.")
@@ -243,7 +243,7 @@ class TlsConfig(_Model):
         return self
 
 
-class MqttConfig(_Model):
+class MqttConfig(_ConfigSection):
     """The broker results are published to."""
 
     url: str = Field(
@@ -296,13 +296,13 @@ class MqttConfig(_Model):
         return self
 
 
-class OutboxConfig(_Model):
+class OutboxConfig(_ConfigSection):
     """In-memory queue between the pipeline and the MQTT client."""
 
     max_bytes: Size = Field(8 * 1024**2, gt=0, description="Above this, messages go to the spool.")
 
 
-class SpoolConfig(_Model):
+class SpoolConfig(_ConfigSection):
     """On-disk spool used while the broker is away."""
 
     dir: Path = Field(
@@ -326,7 +326,7 @@ def _quoted_mode(value: object) -> object:
     return value
 
 
-class RetentionConfig(_Model):
+class RetentionConfig(_ConfigSection):
     """Bounded on-disk ring of window archives, for replay and training export."""
 
     dir: Path = Field(
@@ -359,7 +359,7 @@ class RetentionConfig(_Model):
         return int(self.mode, 8)
 
 
-class QuarantineConfig(_Model):
+class QuarantineConfig(_ConfigSection):
     """Where bad inputs are moved."""
 
     dir: Path = Field(
@@ -385,7 +385,7 @@ class QuarantineConfig(_Model):
         return int(self.mode, 8)
 
 
-class LimitsConfig(_Model):
+class LimitsConfig(_ConfigSection):
     """Global bounds."""
 
     max_inflight_bytes: Size = Field(
@@ -393,7 +393,7 @@ class LimitsConfig(_Model):
     )
 
 
-class HealthConfig(_Model):
+class HealthConfig(_ConfigSection):
     """Health topic, Prometheus endpoint and systemd watchdog."""
 
     interval: Duration = Field(10.0, gt=0, description="Period of the health topic.")
@@ -418,7 +418,7 @@ class HealthConfig(_Model):
         return self
 
 
-class OutputConfig(_Model):
+class OutputConfig(_ConfigSection):
     """Local JSON-lines output of every message (used when no broker is configured)."""
 
     jsonl: str | None = Field(None, description="File path, or '-' for stdout.")
@@ -432,7 +432,7 @@ class OutputConfig(_Model):
         return str(resolved)
 
 
-class S3Config(_Model):
+class S3Config(_ConfigSection):
     """Defaults for ``s3://`` archives; credentials come from the standard boto3 chain."""
 
     endpoint: str | None = Field(
@@ -452,7 +452,7 @@ class S3Config(_Model):
     _resolve = field_validator("index_cache")(_resolve_path)
 
 
-class AppConfig(_Model):
+class AppConfig(_ConfigSection):
     """The whole ``factory.yaml``."""
 
     state_dir: Path | None = Field(
@@ -522,7 +522,7 @@ class AppConfig(_Model):
                 if used is None:
                     raise ValueError(f"sources[{i}].models: {name!r} is not a model name "
                                      f"(models: {', '.join(self.models) or 'none'})")
-                if not _fits(str(used.modality), source.modality):
+                if not model_fits(str(used.modality), source.modality):
                     raise ValueError(f"sources[{i}].models: {name!r} is a {used.modality} "
                                      f"model; the source gives {source.modality}")
         return self
@@ -532,14 +532,6 @@ class AppConfig(_Model):
         if source.models is not None:
             return list(source.models)
         return [k for k, mc in self.models.items() if mc.modality == source.modality]
-
-
-_SERIES = frozenset({"csv", "timeseries"})
-
-
-def _fits(model: str, source: str) -> bool:
-    """A model of modality ``model`` may score items of modality ``source``."""
-    return model == source or {model, source} <= _SERIES
 
 
 def is_model_class(obj: object) -> bool:

@@ -1,5 +1,5 @@
 """The training side: ``CDMLStreamDataset``, ``GPULoader`` (torch) and ``LiveBatchLoader``
-(numpy only). Names are imported lazily so ``cdml_edge.data.live`` never pulls in torch."""
+(numpy only). Names are imported lazily so ``cdml_edge.data.live_loader`` never pulls in torch."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import Any
 _LAZY = {
     "CDMLStreamDataset": "cdml_edge.data.dataset",
     "GPULoader": "cdml_edge.data.gpu",
-    "LiveBatchLoader": "cdml_edge.data.live",
+    "LiveBatchLoader": "cdml_edge.data.live_loader",
     "ByteLRU": "cdml_edge.data.cache",
     "CacheInfo": "cdml_edge.data.cache",
     "LabelError": "cdml_edge.data.labels",

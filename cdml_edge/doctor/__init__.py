@@ -6,7 +6,7 @@ Each check gives one :class:`Check` (a name, ok or not, a one-line detail, maybe
 * :mod:`~cdml_edge.doctor.system` — the native archive reader is built (no silent
   pure-Python fallback on a slow board); whose folder access is judged (``--user``, or a
   warning when run as root); the systemd unit lets the agent write its folders;
-* :mod:`~cdml_edge.doctor.models` — onnxruntime loads every configured model with the chosen
+* :mod:`~cdml_edge.doctor.model_checks` — onnxruntime loads every configured model with the chosen
   execution provider and runs one inference on an all-zero input shaped from its ``ModelSpec``;
 * :mod:`~cdml_edge.doctor.sources` — source folders exist and are readable (writable when
   files are deleted or moved), cameras are there or reachable;

@@ -8,14 +8,14 @@ import ssl
 import threading
 import time
 
-from cdml_edge.agent.outputs.mqtt.tls import (
+from cdml_edge.config import MqttConfig
+from cdml_edge.doctor.check import DEFAULT_TIMEOUT_S, Check, guard
+from cdml_edge.outputs.mqtt.tls import (
     MqttSetupError,
     parse_broker_url,
     resolve_password,
     tls_context,
 )
-from cdml_edge.config import MqttConfig
-from cdml_edge.doctor.check import DEFAULT_TIMEOUT_S, Check, guard
 
 
 def check_broker(mqtt: MqttConfig | None, timeout_s: float = DEFAULT_TIMEOUT_S) -> list[Check]:

@@ -1,4 +1,4 @@
-"""Camera sources as the agent would open them (:func:`~cdml_edge.agent.capture.settings.
+"""Camera sources as the agent would open them (:func:`~cdml_edge.intake.camera.settings.
 resolve_target`): a device exists, is a device and can be opened by the account; a stream
 server answers on TCP (UDP and SRT are connectionless: a caveat, not probed); a video file
 or FIFO is there and readable; a GStreamer pipeline needs an OpenCV built with GStreamer.
@@ -12,10 +12,10 @@ import stat
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from cdml_edge.agent.capture.settings import CaptureSettings, redact_url, resolve_target
 from cdml_edge.config import SourceConfig
 from cdml_edge.doctor.access import Account, R, W
 from cdml_edge.doctor.check import Check
+from cdml_edge.intake.camera.settings import CaptureSettings, redact_url, resolve_target
 
 TCP_PORTS = {"rtsp": 554, "rtsps": 322, "rtmp": 1935, "http": 80, "https": 443, "tcp": 0}
 CONNECTIONLESS = ("udp", "srt")

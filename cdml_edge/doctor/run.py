@@ -9,7 +9,7 @@ from cdml_edge.config import AppConfig, ConfigError, load_config
 from cdml_edge.doctor.broker import check_broker
 from cdml_edge.doctor.check import DEFAULT_TIMEOUT_S, Check
 from cdml_edge.doctor.folders import check_state_dir, check_writable_dirs
-from cdml_edge.doctor.models import check_model
+from cdml_edge.doctor.model_checks import check_model
 from cdml_edge.doctor.report import DoctorReport
 from cdml_edge.doctor.sources import check_source
 from cdml_edge.doctor.system import (

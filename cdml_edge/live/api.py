@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from cdml_edge.agent.windows import WindowPolicy
+from cdml_edge.intake.windower import WindowPolicy
 from cdml_edge.live.batch import PackedBatch, pack_batch
 from cdml_edge.live.settings import MiB, WatchSettings, data_type
 from cdml_edge.live.watch import LiveWatch

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from cdml_edge.agent.windows import WindowPolicy
+from cdml_edge.intake.windower import WindowPolicy
 from cdml_edge.modality import modality_for
 
 MiB = 1024 * 1024

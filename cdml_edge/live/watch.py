@@ -1,9 +1,9 @@
 """``LiveWatch``: the agent's folder source and windower, with a Python callback at the end.
 
-Files are taken by :class:`~cdml_edge.agent.sources.folder.FolderSource` (stable-file
-detection, regular files only, the in-flight :class:`~cdml_edge.agent.windows.ByteBudget`,
+Files are taken by :class:`~cdml_edge.intake.folder.FolderSource` (stable-file
+detection, regular files only, the in-flight :class:`~cdml_edge.intake.budget.ByteBudget`,
 a byte-bounded quarantine for files that cannot be taken) and grouped by a
-:class:`~cdml_edge.agent.windows.Windower`. One worker thread hands each closed window to
+:class:`~cdml_edge.intake.windower.Windower`. One worker thread hands each closed window to
 ``handler``, in order. When the handler returns, the window's input files are deleted
 (``auto_delete``, only the version that was read) or left on disk and not taken again
 unless they change; when it raises, the error is logged and counted and the files stay.
@@ -24,13 +24,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
 
-from cdml_edge.agent.lifecycle import FileLifecycle
-from cdml_edge.agent.sources.folder import FolderSource, FolderSpec
-from cdml_edge.agent.supervisor import Supervisor
-from cdml_edge.agent.windows import ByteBudget, Windower
 from cdml_edge.fsio import log_name
+from cdml_edge.intake.budget import ByteBudget
+from cdml_edge.intake.finishing import FileLifecycle
+from cdml_edge.intake.folder import FolderSource, FolderSpec
+from cdml_edge.intake.windower import Windower
 from cdml_edge.live.settings import WatchSettings
 from cdml_edge.modality import modality_for
+from cdml_edge.supervisor import Supervisor
 from cdml_edge.window.items import Item, Window
 
 log = logging.getLogger(__name__)

@@ -14,9 +14,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from cdml_edge.config.models import ModelConfig, ModelInputConfig, ModelOutputConfig
+from cdml_edge.config.model_section import ModelConfig, ModelInputConfig, ModelOutputConfig
 from cdml_edge.model.heads import (
-    AnomalyHead,
+    AnomalyScoreHead,
     ClassifierHead,
     DetectorHead,
     EmbeddingHead,
@@ -278,7 +278,7 @@ def build_head(out: ModelOutputConfig, spec: ModelSpec, session: Any, labels: li
     if out.kind == "classifier":
         return ClassifierHead(name, labels, out.probabilities, out.top_k)
     if out.kind == "anomaly":
-        return AnomalyHead(name, spec.anomaly_threshold, out.anomaly_when == "below")
+        return AnomalyScoreHead(name, spec.anomaly_threshold, out.anomaly_when == "below")
     if out.kind == "embedding":
         return EmbeddingHead(name, dict(out.examples), out.percentile)
     inp = spec.input

@@ -1,7 +1,7 @@
 """How a model's outputs become a verdict per item: one head per kind of output.
 
 :class:`SpecHead` reads our own models (``logits`` / ``anomaly`` outputs, as their metadata
-says); :class:`ClassifierHead`, :class:`AnomalyHead`, :class:`EmbeddingHead` and
+says); :class:`ClassifierHead`, :class:`AnomalyScoreHead`, :class:`EmbeddingHead` and
 :class:`DetectorHead` read any model described in the configuration (``models.<name>.output``).
 """
 
@@ -125,7 +125,7 @@ class ClassifierHead(Head):
 
 
 @dataclass
-class AnomalyHead(Head):
+class AnomalyScoreHead(Head):
     """One score per item (the first value of its row) against the threshold: above it is an
     anomaly (below it, with ``below``: scikit-learn's outlier scores)."""
 
@@ -257,5 +257,5 @@ class DetectorHead(Head):
         return preds
 
 
-__all__ = ["AnomalyHead", "ClassifierHead", "DetectorHead", "EmbeddingHead", "Head",
+__all__ = ["AnomalyScoreHead", "ClassifierHead", "DetectorHead", "EmbeddingHead", "Head",
            "Prediction", "SpecHead", "softmax"]

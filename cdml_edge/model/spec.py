@@ -56,11 +56,11 @@ Task = Literal["classifier", "anomaly", "embedding", "detector"]
 OutputName = Literal["latent", "logits", "anomaly"]  # the outputs of our own models
 
 
-class _Strict(BaseModel):
+class _StrictSpec(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
-class ModelSpec(_Strict):
+class ModelSpec(_StrictSpec):
     """Everything the appliance needs to run a model file."""
 
     name: str = Field(min_length=1)

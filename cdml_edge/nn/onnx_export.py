@@ -28,7 +28,7 @@ OPSET = 17
 PARITY_TOLERANCE = 1e-4
 
 
-class ExportError(CdmlError, RuntimeError):
+class OnnxExportError(CdmlError, RuntimeError):
     """Export failed or the exported graph disagrees with torch; names the file."""
 
 
@@ -66,7 +66,7 @@ def export_graph(
     """The module that is exported and its output names, as the spec asks."""
     if spec.task == "anomaly":
         if scorer is None:
-            raise ExportError(f"{spec.name}: an anomaly model needs a fitted AnomalyScorer")
+            raise OnnxExportError(f"{spec.name}: an anomaly model needs a fitted AnomalyScorer")
         return AnomalyHead(model, scorer), ["anomaly", "latent"]
     if model.head is None:
         return _LatentGraph(model), ["latent"]
@@ -90,7 +90,7 @@ def export_onnx(
     graph, names = export_graph(copy.deepcopy(model).cpu(), spec, scorer)
     graph = graph.cpu().eval()  # a copy: the caller's model keeps its device and mode
     if spec.task == "anomaly" and spec.anomaly_threshold is None:
-        raise ExportError(f"{out}: spec has no anomaly_threshold")
+        raise OnnxExportError(f"{out}: spec has no anomaly_threshold")
     spec = spec.model_copy(update={"outputs": names})
     example = torch.randn(2, *spec.input.shape())
     tmp = out.with_name(out.name + ".tmp")
@@ -118,7 +118,7 @@ def export_onnx(
         onnx.save(proto, str(tmp))
         diff = parity(graph, tmp, spec, check_inputs)
         if not diff <= tolerance:
-            raise ExportError(f"{out}: onnxruntime differs from torch by {diff:.3g} > {tolerance}")
+            raise OnnxExportError(f"{out}: onnxruntime differs from torch by {diff:.3g} > {tolerance}")
         tmp.replace(out)
     finally:
         tmp.unlink(missing_ok=True)
@@ -160,12 +160,12 @@ def export_checkpoint(
     """Export a trainer checkpoint (it must carry a spec; anomaly ones a fitted scorer)."""
     model, spec, ckpt = checkpoint.load_model(ckpt_path)
     if spec is None:
-        raise ExportError(f"{ckpt_path}: checkpoint has no ModelSpec; train with spec=...")
+        raise OnnxExportError(f"{ckpt_path}: checkpoint has no ModelSpec; train with spec=...")
     scorer = None
     if spec.task == "anomaly":
         state = ckpt.get("extra", {}).get("anomaly")
         if state is None:
-            raise ExportError(f"{ckpt_path}: anomaly checkpoint has no fitted scorer")
+            raise OnnxExportError(f"{ckpt_path}: anomaly checkpoint has no fitted scorer")
         scorer = AnomalyScorer.from_state(state)
         spec = spec.model_copy(update={"anomaly_threshold": scorer.threshold})
     return export_onnx(model, spec, out_path, scorer=scorer, **kwargs)

@@ -88,7 +88,7 @@ def _held(st: ReplayStats) -> str:
 
 
 @dataclass(frozen=True)
-class _Plan:
+class _ReplayPlan:
     cfg: AppConfig
     ring: Path
     records: list[WindowRecord]
@@ -102,7 +102,7 @@ def run_replay(options: ReplayOptions, progress: RunProgress | None = None) -> R
     bar = progress if progress is not None else NoProgress()
     output = None
     if options.publish:
-        from cdml_edge.agent.outputs.factory import make_output
+        from cdml_edge.outputs.factory import make_output
 
         output = make_output(plan.cfg, replay=True)
         output.start()
@@ -150,7 +150,7 @@ def run_replay(options: ReplayOptions, progress: RunProgress | None = None) -> R
     return ReplaySummary(st, plan.out, unmatched, left, spool, picture)
 
 
-def _plan(options: ReplayOptions) -> _Plan:
+def _plan(options: ReplayOptions) -> _ReplayPlan:
     """The configuration, windows and models of a run, checked in the command's order."""
     from cdml_edge.model.runner import InferenceError
 
@@ -177,7 +177,7 @@ def _plan(options: ReplayOptions) -> _Plan:
     out = options.out
     if out is None and not options.publish:
         out = Path(DEFAULT_REPLAY_OUT)
-    return _Plan(cfg, Path(ring), records, runners, out)
+    return _ReplayPlan(cfg, Path(ring), records, runners, out)
 
 
 def load_replay_runners(

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
-from cdml_edge.model.heads import AnomalyHead, SpecHead
+from cdml_edge.model.heads import AnomalyScoreHead, SpecHead
 from cdml_edge.model.runner import ModelRunner
 from cdml_edge.window.examples import BATCH, ExamplesError, example_files, prepared_examples
 
@@ -39,7 +39,7 @@ def anomaly_scores(runner: ModelRunner, files: list[Path]) -> np.ndarray:
     head = runner.head
     if isinstance(head, SpecHead) and "anomaly" in head.outputs:
         output = "anomaly"
-    elif isinstance(head, AnomalyHead):
+    elif isinstance(head, AnomalyScoreHead):
         output = head.output
     else:
         raise ExamplesError(f"model {runner.name} is a {runner.kind} model, not an anomaly scorer")
@@ -55,7 +55,7 @@ def anomaly_scores(runner: ModelRunner, files: list[Path]) -> np.ndarray:
 def calibrate(runner: ModelRunner, folder: Path, percentile: float = 99.0) -> Calibration:
     """The threshold at ``percentile`` of the scores of the normal samples in ``folder``."""
     scores = anomaly_scores(runner, example_files(folder, runner.modality))
-    below = isinstance(runner.head, AnomalyHead) and runner.head.below
+    below = isinstance(runner.head, AnomalyScoreHead) and runner.head.below
     q = 100.0 - percentile if below else percentile
     return Calibration(
         threshold=float(np.percentile(scores, q)), samples=int(scores.size),

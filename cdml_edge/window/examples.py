@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from cdml_edge.errors import CdmlError
-from cdml_edge.modality import modality_for
+from cdml_edge.modality import items_for, modality_for
 from cdml_edge.model.heads import EmbeddingHead
 from cdml_edge.model.runner import ModelRunner
 from cdml_edge.window.inputs import MODEL_INPUTS
@@ -32,7 +32,7 @@ def example_files(folder: Path, modality: str) -> list[Path]:
     """The files of ``folder`` of ``modality`` (csv and timeseries take each other), by name."""
     if not folder.is_dir():
         raise ExamplesError(f"{folder}: example folder not found")
-    kinds = {modality} | ({"csv", "timeseries"} if modality in ("csv", "timeseries") else set())
+    kinds = items_for(modality)
     files = sorted(p for p in folder.iterdir() if p.is_file() and modality_for(p.name) in kinds)
     if not files:
         raise ExamplesError(f"{folder}: no {modality} file among the examples")

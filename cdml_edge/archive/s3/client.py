@@ -8,11 +8,12 @@ included, against the source whose request the current thread is sending.
 from __future__ import annotations
 
 import os
-import random
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
+
+from cdml_edge.backoff import backoff_delay
 
 DEFAULT_CONCURRENCY = 8
 
@@ -31,7 +32,7 @@ class RetryPolicy:
     read_timeout: float = 30.0
 
     def delay(self, attempt: int) -> float:
-        return float(random.uniform(0, min(self.max_delay, self.base_delay * (2**attempt))))
+        return backoff_delay(attempt, self.base_delay, self.max_delay, jitter="full")
 
 
 @dataclass

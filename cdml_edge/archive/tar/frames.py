@@ -36,7 +36,7 @@ SPARE_BYTES = 4096
 
 
 @dataclass(frozen=True)
-class Batch:
+class FrameBatch:
     """Distinct members as columns, and the frames they need, ascending.
 
     Member ``j`` is ``members[j]``: its data at ``offs[j]`` in the tar stream, ``sizes[j]``
@@ -92,7 +92,7 @@ class Reading(Protocol):
     def member_name(self, i: int) -> str: ...
 
 
-def plan(table: FrameTable, index: MemberIndex, ids: Sequence[int], arc: Reading) -> Batch:
+def plan(table: FrameTable, index: MemberIndex, ids: Sequence[int], arc: Reading) -> FrameBatch:
     """The distinct members of ``ids`` and the frames they need; frame limits checked.
 
     :class:`CorruptArchiveError` names a member that lies past the frames.
@@ -114,7 +114,7 @@ def plan(table: FrameTable, index: MemberIndex, ids: Sequence[int], arc: Reading
     f0 = [bisect_right(doff, o) - 1 if s else 1 for o, s in zip(offs, sizes, strict=True)]
     f1 = [bisect_left(doff, e) - 1 if s else 0 for e, s in zip(ends, sizes, strict=True)]
     needed = set(f0) if f0 == f1 else _frames(f0, f1)
-    batch = Batch(members, offs, sizes, [index.crcs[i] for i in members], f0, f1, sorted(needed))
+    batch = FrameBatch(members, offs, sizes, [index.crcs[i] for i in members], f0, f1, sorted(needed))
     small = min(RATIO_FLOOR_BYTES, arc.max_member_bytes)  # frames up to this size pass
     for k in batch.frames:
         if doff[k + 1] - doff[k] > small:
@@ -185,7 +185,7 @@ class PythonFrames:
         return dctx
 
     def read(
-        self, arc: Reading, table: FrameTable, batch: Batch, cache: FrameCache
+        self, arc: Reading, table: FrameTable, batch: FrameBatch, cache: FrameCache
     ) -> dict[int, bytes]:
         """The bytes of every member of ``batch``, by member id."""
         plain: dict[int, bytes] = {}
@@ -212,7 +212,7 @@ class PythonFrames:
 
     @staticmethod
     def _cut(
-        batch: Batch, j: int, plain: dict[int, bytes], table: FrameTable, arc: Reading
+        batch: FrameBatch, j: int, plain: dict[int, bytes], table: FrameTable, arc: Reading
     ) -> bytes:
         size, f0, f1 = batch.sizes[j], batch.f0[j], batch.f1[j]
         if size == 0:

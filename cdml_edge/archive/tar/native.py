@@ -21,7 +21,7 @@ from cdml_edge.archive.source import FileSource, MemorySource
 from cdml_edge.archive.tar.cache import FrameCache
 from cdml_edge.archive.tar.frames import (
     SPARE_BYTES,
-    Batch,
+    FrameBatch,
     PythonFrames,
     Reading,
     crc_error,
@@ -92,7 +92,7 @@ class NativeFrames:
         return out if type(out) is bytes else bytes(out[:size])
 
     def read(
-        self, arc: Reading, table: FrameTable, batch: Batch, cache: FrameCache
+        self, arc: Reading, table: FrameTable, batch: FrameBatch, cache: FrameCache
     ) -> dict[int, bytes]:
         """The bytes of every member of ``batch``, by member id."""
         frames = batch.frames
@@ -138,7 +138,7 @@ class NativeFrames:
 
     @staticmethod
     def _frames(
-        arc: Reading, table: FrameTable, batch: Batch, cache: FrameCache
+        arc: Reading, table: FrameTable, batch: FrameBatch, cache: FrameCache
     ) -> tuple[tuple[Any, Any, Any, Any], list[Any], dict[int, bytes]]:
         """The frame arrays of ``cz_zstd_read`` (rows, src, dst, plain): cached frames as
         they are, a buffer to decode into for those worth keeping, and the compressed bytes
@@ -180,7 +180,7 @@ class NativeFrames:
 
     @staticmethod
     def _raise(
-        arc: Reading, table: FrameTable, batch: Batch, j: int, st: int, x: int, ferr: Any
+        arc: Reading, table: FrameTable, batch: FrameBatch, j: int, st: int, x: int, ferr: Any
     ) -> None:
         """Raise for member ``j`` of ``batch`` (status ``st``, aux ``x``) as the Python
         path words it."""

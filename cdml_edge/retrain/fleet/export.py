@@ -97,7 +97,7 @@ class ShardJob:
 
 
 @dataclass
-class _Plan:
+class _ExportPlan:
     stats: ExportStats
     picks: list[tuple[str, int, str]]  # member, size, sidecar location
     errors: list[str]
@@ -153,7 +153,7 @@ def fleet_export(
     return summary
 
 
-def _plan(listing: Listing, scope: Scope, chooser: ItemSelection, tune: FleetTuning) -> _Plan:
+def _plan(listing: Listing, scope: Scope, chooser: ItemSelection, tune: FleetTuning) -> _ExportPlan:
     """Pass 1 on Ray: the picks, sorted by member name, and the selection's counters."""
     import ray.data
 
@@ -165,7 +165,7 @@ def _plan(listing: Listing, scope: Scope, chooser: ItemSelection, tune: FleetTun
         num_cpus=tune.read_cpus,
     )
     cols = ["location", "status", "error", "member", "size", "stats", "s3_requests", "s3_bytes"]
-    plan = _Plan(ExportStats(), [], [], set())
+    plan = _ExportPlan(ExportStats(), [], [], set())
     for row in ds.select_columns(cols).iter_rows():
         plan.s3_requests += row["s3_requests"] or 0
         plan.s3_bytes += row["s3_bytes"] or 0
@@ -181,7 +181,7 @@ def _plan(listing: Listing, scope: Scope, chooser: ItemSelection, tune: FleetTun
     return plan
 
 
-def _drop_duplicates(plan: _Plan) -> None:
+def _drop_duplicates(plan: _ExportPlan) -> None:
     """One pick per member name: the same item retained twice (a window packed again after a
     crash, the same window uploaded twice) is exported once, from the first location."""
     plan.picks.sort()

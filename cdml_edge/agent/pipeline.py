@@ -1,0 +1,212 @@
+"""The work done on one closed window: pack -> score -> quarantine bad items -> retain ->
+output -> once durable, finish the source files (``on_done``).
+
+A window's budget bytes are released once it has been handed to the output (or has failed);
+its files are deleted, moved or kept only when the output calls back that the results are
+durable, so a crash before then leaves them on disk (at-least-once).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from cdml_edge.agent.error_events import ErrorReporter
+from cdml_edge.agent.retry import Attempts, WindowRetryPolicy
+from cdml_edge.config import AppConfig, SourceConfig
+from cdml_edge.errors import CdmlError
+from cdml_edge.health import Metrics
+from cdml_edge.health.board import ActivityBoard
+from cdml_edge.intake.budget import ByteBudget
+from cdml_edge.intake.factory import Source
+from cdml_edge.intake.finishing import FileLifecycle
+from cdml_edge.intake.windower import PipelineGate
+from cdml_edge.model.runner import ModelRunner
+from cdml_edge.outputs.base import Output
+from cdml_edge.window.items import Window
+from cdml_edge.window.pack import pack_window
+from cdml_edge.window.payloads import ItemResult, OutMessage
+from cdml_edge.window.score import WindowOutcome, process_window
+
+if TYPE_CHECKING:
+    from cdml_edge.store.retention import RetentionRing
+
+log = logging.getLogger(__name__)
+
+
+class OutputFailed(CdmlError):
+    """The output refused a window's messages (disk full, publisher closed): not the files'
+    fault. They stay on disk and are taken again; their budget bytes are already released."""
+
+
+@dataclass
+class WindowProcessor:
+    """Processes windows with the running configuration, models and output (thread-safe:
+    every worker thread calls :meth:`handle`). ``done`` is called once per window, when it
+    is durable or has failed."""
+
+    cfg: AppConfig
+    runners: Mapping[str, ModelRunner]
+    output: Output
+    budget: ByteBudget
+    sources: Mapping[str, Source]
+    lifecycle: FileLifecycle
+    metrics: Metrics
+    errors: ErrorReporter
+    attempts: Attempts
+    retry: WindowRetryPolicy
+    done: Callable[[], None]
+    retention: RetentionRing | None = None
+    gate: PipelineGate | None = None
+    view: ActivityBoard | None = None
+
+    def handle(self, window: Window) -> None:
+        """Process ``window``; a failure goes to the retry policy and is never raised. Once
+        it is scored (or failed) the ``gate`` learns that a worker is free."""
+        try:
+            self._handle(window)
+        finally:
+            if self.gate is not None:
+                self.gate.leave()
+
+    def _handle(self, window: Window) -> None:
+        try:
+            self.process(window)
+        except OutputFailed as exc:
+            log.error("output failed for window %s, files kept for a retry: %s",
+                      window.window_id, exc)
+            self.metrics.errors.labels(stage="output").inc()
+            self.retry.output_failed(window)
+            self.done()
+        except Exception as exc:
+            log.exception("window %s failed", window.window_id)
+            self.metrics.errors.labels(stage="pipeline").inc()
+            self.errors.publish([self.errors.event(window.source, None, type(exc).__name__,
+                                                   str(exc))])
+            self.retry.window_failed(window, exc)
+            self.budget.release(window.take_charge())
+            self.done()
+
+    def process(self, window: Window) -> None:
+        """Score ``window`` and hand its messages to the output; raises on a failure
+        (:class:`OutputFailed` when the output refused them)."""
+        sc = next(s for s in self.cfg.sources if s.name == window.source)
+        outcome, errors, unretained = self._score(window, sc)
+        on_durable = self._when_durable(window, sc, outcome, hold=unretained)
+        msgs = outcome.messages() + errors
+        self._observe_arrival(window.source, outcome.results)
+        if self.view is not None:  # the status page's images: the bytes in memory, held
+            self.view.keep_images(window)
+        try:
+            self.output.publish_batch(msgs, on_durable)
+        except Exception as exc:
+            raise OutputFailed(f"{type(exc).__name__}: {exc}") from exc
+        finally:
+            self.budget.release(window.take_charge())  # the one release once this far
+
+    def _score(
+        self, window: Window, sc: SourceConfig
+    ) -> tuple[WindowOutcome, list[OutMessage], bool]:
+        """Pack, score, quarantine the bad items and retain the window; the outcome, the
+        error events and whether the files must wait for the ring (it could not keep the
+        window). The packed archive lives only here, not while the output works."""
+        cfg = self.cfg
+        packed = pack_window(
+            window,
+            device=cfg.device.id,
+            modality=sc.modality,
+            archive_format=cfg.pack.format,
+            level=cfg.pack.level,
+            site=cfg.device.site,
+        )
+        outcome = process_window(
+            packed.archive,
+            self.runners,
+            device=cfg.device.id,
+            models=cfg.models_of(sc),
+            segment_rows=sc.segment_rows,
+            sequencer=self.errors.sequencer,
+            archive_name=packed.name,
+            pack_ms=packed.pack_ms,
+        )
+        for model in {r.model for r in outcome.results}:
+            if model != "none":
+                self.metrics.inference_latency.labels(model=model).observe(
+                    outcome.window.timings.infer_ms / 1000.0
+                )
+        errors = self._quarantine_failures(window, outcome)
+        unretained = self.retention is not None and self._retain(packed.archive, outcome)
+        return outcome, errors, unretained
+
+    def _quarantine_failures(self, window: Window, outcome: WindowOutcome) -> list[OutMessage]:
+        """Quarantine each item that could not be decoded; one error event each."""
+        by_id = {it.item_id: it for it in window.items}
+        errors: list[OutMessage] = []
+        for f in outcome.failures:
+            it = by_id[f.item.id]
+            self.metrics.errors.labels(stage="decode").inc()
+            dest = self.lifecycle.quarantine(
+                window.source, it.name, it.path, None if it.path else it.data
+            )
+            if dest is not None and it.path is None:
+                self.metrics.bytes_written.labels(kind="quarantine").inc(len(it.data))
+            if it.path is not None:
+                self.sources[window.source].release(it.path, keep=False)
+            errors.append(self.errors.event(window.source, it.name, f.error_type, f.message, dest))
+        return errors
+
+    def _retain(self, archive: bytes, outcome: WindowOutcome) -> bool:
+        """Keep the scored window in the retention ring (its disk events, and taking held
+        files again when the disk works again, are the agent's ring hook). The live path
+        goes on; ``True`` when the files must wait for the ring (``retention.required``
+        and the window was not written)."""
+        assert self.retention is not None and self.cfg.retention is not None
+        res = self.retention.store(archive, outcome.manifest)
+        if res.bytes_written:
+            self.metrics.bytes_written.labels(kind="retention").inc(res.bytes_written)
+        if res.lost:
+            self.metrics.errors.labels(stage=f"retention_{res.status.value}").inc()
+        return res.lost and self.cfg.retention.required
+
+    def _when_durable(
+        self, window: Window, sc: SourceConfig, outcome: WindowOutcome, hold: bool = False
+    ) -> Callable[[], None]:
+        """The ``on_durable`` callback: finish the scored files (only the versions scored:
+        identity and the manifest's SHA-256) or, with ``hold``, keep them until the ring
+        writes again; count the window, ``done``. Only paths and identities travel into it,
+        not the window's bytes."""
+        failed_ids = {f.item.id for f in outcome.failures}
+        sha = {mi.id: mi.sha256 for mi in outcome.manifest.items}
+        done_files = [(it.path, it.identity, sha.get(it.item_id)) for it in window.items
+                      if it.path and it.item_id not in failed_ids]
+        done_ids = [it.item_id for it in window.items if it.path]
+        closed_ts, source = window.closed_ts, window.source
+
+        def on_durable() -> None:
+            self.attempts.clear(done_ids)
+            for p, ident, digest in done_files:
+                if hold:
+                    self.retry.hold_for_retention(source, p, self._ring_failing)
+                    continue
+                self.lifecycle.finish(p, sc.on_done, sc.move_to, identity=ident, sha256=digest)
+                src = self.sources.get(source)
+                if src is not None:
+                    src.release(p, keep=sc.on_done == "keep")
+            self.metrics.windows.labels(source=source).inc()
+            self.metrics.window_latency.labels(source=source).observe(time.time() - closed_ts)
+            self.done()
+
+        return on_durable
+
+    def _ring_failing(self) -> bool:
+        return self.retention is not None and self.retention.degraded is not None
+
+    def _observe_arrival(self, source: str, results: Sequence[ItemResult]) -> None:
+        now = time.time()
+        for r in results:
+            self.metrics.item_latency.labels(source=source).observe(max(0.0, now - r.ts))
+            if r.anomaly:
+                self.metrics.anomalies.labels(source=source).inc()

@@ -1,0 +1,94 @@
+"""The configured models, loaded and warmed up, and what they make one item cost the budget."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterable
+from pathlib import Path
+
+from cdml_edge.config import AppConfig
+from cdml_edge.decode import numba_cache
+from cdml_edge.intake.budget import ByteBudget
+from cdml_edge.model.runner import ModelOverrides, ModelRunner, load_runners
+from cdml_edge.window.examples import fit_examples
+from cdml_edge.window.score import warm_up_decoder
+
+log = logging.getLogger(__name__)
+
+DATA_COPIES = 4  # the item, the packed archive, the member read back, one decoded copy
+RESULT_BYTES = 4096  # per item: manifest entry, result record and its JSON message
+MAX_WARMUP_BATCH = 256  # the warm-up batch follows max_items up to this many rows
+
+
+def load_models(cfg: AppConfig) -> dict[str, ModelRunner]:
+    """Load and warm up the configured models (raises if one cannot be loaded).
+
+    Each model is warmed up with the biggest batch its sources can send (their
+    ``window.max_items``, at most ``MAX_WARMUP_BATCH``).
+    """
+    models: dict[str, tuple[str | Path, ModelOverrides]] = {
+        k: (mc.path, ModelOverrides.from_config(mc, k)) for k, mc in cfg.models.items()
+    }
+    biggest: dict[str, int] = {}
+    for sc in cfg.sources:
+        for name in cfg.models_of(sc):
+            biggest[name] = max(biggest.get(name, 1), min(sc.window.max_items, MAX_WARMUP_BATCH))
+    runners = load_runners(models, warm_up=True, batch=biggest)
+    fit_examples(runners)
+    return runners
+
+
+def window_charges(budget: ByteBudget, runners: dict[str, ModelRunner]) -> None:
+    """Set what one item costs the budget, per modality, from the loaded models.
+
+    Besides ``DATA_COPIES`` copies of its bytes an item holds, for each model of its
+    modality, its prepared input, its row of the stacked batch and the intermediate copies
+    made while preparing it (one more input's worth), plus ``RESULT_BYTES`` for its records.
+    """
+    extra: dict[str, int] = {}
+    for runner in runners.values():
+        extra[runner.modality] = extra.get(runner.modality, 0) + 3 * runner.input_bytes
+    for modality, nbytes in extra.items():
+        budget.item_extra[modality] = nbytes + RESULT_BYTES
+
+
+def warm_up_decoders(
+    modalities: Iterable[str],
+    runners: dict[str, ModelRunner],
+    status: Callable[[str], object] | None = None,
+    cache_dir: Path | None = None,
+) -> str:
+    """Decode one sample per modality so the first real window pays no import or JIT cost;
+    what each took, for the start-up log.
+
+    Audio's first start compiles librosa's numba kernels into the cache folder
+    (:mod:`cdml_edge.decode.numba_cache`; ``cache_dir``, the state folder's ``numba/``, unless
+    ``$NUMBA_CACHE_DIR`` is set): a warning says so beforehand, and ``status``
+    (systemd's STATUS=) shows it while it lasts. A failed warm-up is logged, never raised: it
+    is an optimisation, not a reason to stop.
+    """
+    took: list[str] = []
+    for modality in sorted(set(modalities)):
+        note = ""
+        if modality == "audio":
+            note = _numba_note(status, cache_dir)
+        t0 = time.perf_counter()
+        try:
+            warm_up_decoder(modality, runners)
+        except Exception as exc:
+            log.warning("warm-up of the %s decoder failed: %s", modality, exc)
+        took.append(f"{modality} {(time.perf_counter() - t0) * 1000:.0f} ms{note}")
+    return ", ".join(took)
+
+
+def _numba_note(status: Callable[[str], object] | None, cache_dir: Path | None) -> str:
+    """Where numba caches, and a warning when its kernels are about to be compiled."""
+    folder = numba_cache.configure(cache_dir)
+    if numba_cache.is_warm(folder):
+        return f", numba cache {folder} warm"
+    log.warning("first start: compiling librosa's numba kernels once (tens of seconds on a "
+                "small board), cached in %s", folder)
+    if status is not None:
+        status(f"first start: compiling the audio decoder's kernels into {folder}")
+    return f", numba kernels compiled into {folder}"

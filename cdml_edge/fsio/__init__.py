@@ -1,0 +1,32 @@
+"""File-system I/O the appliance trusts: durable writes (``atomic``), names as the file
+system takes them (``names``), and the state of a store whose disk fails (``faults``)."""
+
+from cdml_edge.fsio.atomic import (
+    TMP_PREFIX,
+    atomic_write,
+    atomic_writer,
+    folder_mode,
+    fsync_dir,
+    make_folder,
+)
+from cdml_edge.fsio.faults import FULL_ERRNOS, PROBE_BYTES, PROBE_MIN_S, DiskFaults, FaultHook
+from cdml_edge.fsio.names import NAME_MAX, display_name, fit_name, log_name, unique_name
+
+__all__ = [
+    "FULL_ERRNOS",
+    "NAME_MAX",
+    "PROBE_BYTES",
+    "PROBE_MIN_S",
+    "TMP_PREFIX",
+    "DiskFaults",
+    "FaultHook",
+    "atomic_write",
+    "atomic_writer",
+    "display_name",
+    "fit_name",
+    "folder_mode",
+    "fsync_dir",
+    "log_name",
+    "make_folder",
+    "unique_name",
+]

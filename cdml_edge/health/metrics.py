@@ -1,0 +1,256 @@
+"""Prometheus metrics of the agent (served over HTTP by :mod:`~cdml_edge.health.server`).
+
+Everything lives on a private ``CollectorRegistry`` (no global state: two agents, or many tests,
+in one process never collide). Names are prefixed ``cdml_edge_``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    Info,
+    generate_latest,
+)
+
+from cdml_edge.health.server import (
+    MAX_CONCURRENT_REQUESTS,
+    REQUEST_TIMEOUT_S,
+    Degraded,
+    MetricsServer,
+    Page,
+)
+from cdml_edge.health.watchdog import ProgressWatchdog
+
+PREFIX = "cdml_edge"
+INFERENCE_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+WINDOW_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0)
+
+
+class Metrics:
+    """The agent's counters, gauges and histograms.
+
+    Use the attributes directly (standard prometheus-client objects), e.g.::
+
+        m = Metrics(version="0.1.0", device="line3-pi")
+        m.items.labels(source="cam1", modality="image").inc()
+        m.windows.labels(source="cam1").inc()
+        m.errors.labels(stage="decode").inc()           # stage: read|decode|infer|publish|...
+        m.dropped.labels(reason="spool_full").inc()     # anything lost, with why
+        m.bytes_written.labels(kind="retention").inc(n) # every byte put on the SD card
+        m.inference_latency.labels(model="ae").observe(seconds)
+        m.window_latency.labels(source="cam1").observe(seconds)   # window closed -> acked
+        m.queue_depth.labels(queue="windows").set(n); m.queue_bytes.labels(queue="windows").set(b)
+        m.spool_bytes.set(b); m.spool_records.set(n)
+        m.outbox_messages.set(n); m.outbox_bytes.set(b)
+        m.broker_connected.set(1)
+        server = m.serve("0.0.0.0", 9108, watchdog=wd)   # /metrics and /healthz
+        ...
+        server.close()
+
+    ``totals()`` sums the counters into the fields of the MQTT health payload.
+    """
+
+    def __init__(self, *, version: str = "", device: str = "") -> None:
+        r = self.registry = CollectorRegistry(auto_describe=True)
+        self.started_at = time.time()
+        self.info = Info(f"{PREFIX}_build", "Agent version and device name", registry=r)
+        self.info.info({"version": version, "device": device})
+        self.start_time = Gauge(
+            f"{PREFIX}_start_time_seconds", "Unix time the agent started", registry=r
+        )
+        self.start_time.set(self.started_at)
+        self._add_counters(r)
+        self._add_latencies(r)
+        self._add_queue_gauges(r)
+        self.watchdog_stalled = Gauge(
+            f"{PREFIX}_watchdog_stalled", "1 while pending work makes no progress", registry=r
+        )
+        self.last_progress_age = Gauge(
+            f"{PREFIX}_last_progress_age_seconds",
+            "Seconds since a window last completed (-1 before the first)",
+            registry=r,
+        )
+        self.last_progress_age.set(-1)
+        self.health_checks: dict[str, Callable[[], tuple[str | None, Any]]] = {}
+        """Extra ``/healthz`` checks by name: each returns (problem or None, detail)."""
+
+    def _add_counters(self, r: CollectorRegistry) -> None:
+        self.items = Counter(
+            f"{PREFIX}_items", "Items taken in", ["source", "modality"], registry=r
+        )
+        self.windows = Counter(f"{PREFIX}_windows", "Windows completed", ["source"], registry=r)
+        self.anomalies = Counter(
+            f"{PREFIX}_anomalies", "Results flagged anomalous", ["source"], registry=r
+        )
+        self.errors = Counter(f"{PREFIX}_errors", "Errors by pipeline stage", ["stage"], registry=r)
+        self.dropped = Counter(
+            f"{PREFIX}_dropped", "Items or messages lost, by reason", ["reason"], registry=r
+        )
+        self.bytes_written = Counter(
+            f"{PREFIX}_disk_bytes_written",
+            "Bytes written to local disk (retention ring, spool, quarantine)",
+            ["kind"],
+            registry=r,
+        )
+        self.published = Counter(
+            f"{PREFIX}_mqtt_published", "MQTT messages acknowledged", ["kind"], registry=r
+        )
+        self.thread_deaths = Counter(
+            f"{PREFIX}_thread_deaths",
+            "Unexpected deaths of supervised threads (each restarted with backoff)",
+            ["thread"],
+            registry=r,
+        )
+        self.on_done_skipped = Counter(
+            f"{PREFIX}_on_done_skipped",
+            "Source files on_done left: changed since scored, or gone",
+            ["reason"],
+            registry=r,
+        )
+        self.threads_dead = Gauge(
+            f"{PREFIX}_threads_dead", "Supervised threads dead now (not running again yet)",
+            registry=r,
+        )
+        self._dead_threads: Callable[[], Sequence[str]] = tuple
+
+    def _add_latencies(self, r: CollectorRegistry) -> None:
+        self.inference_latency = Histogram(
+            f"{PREFIX}_inference_latency_seconds",
+            "onnxruntime run time per batch",
+            ["model"],
+            buckets=INFERENCE_BUCKETS,
+            registry=r,
+        )
+        self.window_latency = Histogram(
+            f"{PREFIX}_window_latency_seconds",
+            "Window close to results acknowledged",
+            ["source"],
+            buckets=WINDOW_BUCKETS,
+            registry=r,
+        )
+        self.item_latency = Histogram(
+            f"{PREFIX}_item_latency_seconds",
+            "Item arrival to its result published",
+            ["source"],
+            buckets=WINDOW_BUCKETS,
+            registry=r,
+        )
+
+    def _add_queue_gauges(self, r: CollectorRegistry) -> None:
+        self.queue_depth = Gauge(
+            f"{PREFIX}_queue_depth", "Entries waiting in a pipeline queue", ["queue"], registry=r
+        )
+        self.queue_bytes = Gauge(
+            f"{PREFIX}_queue_bytes", "Bytes held by a pipeline queue", ["queue"], registry=r
+        )
+        self.spool_bytes = Gauge(f"{PREFIX}_spool_bytes", "Bytes in the disk spool", registry=r)
+        self.spool_records = Gauge(
+            f"{PREFIX}_spool_records", "Messages in the disk spool", registry=r
+        )
+        self.outbox_messages = Gauge(
+            f"{PREFIX}_outbox_messages", "Messages in the in-memory outbox", registry=r
+        )
+        self.outbox_bytes = Gauge(
+            f"{PREFIX}_outbox_bytes", "Bytes in the in-memory outbox", registry=r
+        )
+        self.broker_connected = Gauge(
+            f"{PREFIX}_broker_connected", "1 while connected to the MQTT broker", registry=r
+        )
+
+    def attach_watchdog(self, watchdog: ProgressWatchdog) -> None:
+        """Export the watchdog's view as ``watchdog_stalled`` / ``last_progress_age_seconds``."""
+
+        def _age() -> float:
+            age = watchdog.state().last_progress_age_s
+            return -1.0 if age is None else age
+
+        self.watchdog_stalled.set_function(lambda: float(watchdog.state().stalled))
+        self.last_progress_age.set_function(_age)
+
+    def attach_supervisor(self, dead: Callable[[], Sequence[str]]) -> None:
+        """Export how many supervised threads are dead now (and name them in ``totals``)."""
+        self._dead_threads = dead
+        self.threads_dead.set_function(lambda: float(len(dead())))
+
+    def _sum(self, name: str) -> float:
+        total = 0.0
+        for family in self.registry.collect():
+            for sample in family.samples:
+                if sample.name == name:
+                    total += sample.value
+        return total
+
+    def _by_label(self, name: str, label: str) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for family in self.registry.collect():
+            for sample in family.samples:
+                if sample.name == name:
+                    out[sample.labels[label]] = int(sample.value)
+        return out
+
+    def totals(self) -> dict[str, Any]:
+        """Counter sums keyed like ``HealthPayload`` fields (items, windows, errors, ...)."""
+        return {
+            "items": int(self._sum(f"{PREFIX}_items_total")),
+            "windows": int(self._sum(f"{PREFIX}_windows_total")),
+            "errors": int(self._sum(f"{PREFIX}_errors_total")),
+            "dropped": int(self._sum(f"{PREFIX}_dropped_total")),
+            "bytes_written": int(self._sum(f"{PREFIX}_disk_bytes_written_total")),
+            "queue_depths": self._by_label(f"{PREFIX}_queue_depth", "queue"),
+            "outbox_depth": int(self._sum(f"{PREFIX}_outbox_messages")),
+            "outbox_bytes": int(self._sum(f"{PREFIX}_outbox_bytes")),
+            "spool_bytes": int(self._sum(f"{PREFIX}_spool_bytes")),
+            "spool_records": int(self._sum(f"{PREFIX}_spool_records")),
+            "broker_connected": self._sum(f"{PREFIX}_broker_connected") > 0,
+            "thread_deaths": int(self._sum(f"{PREFIX}_thread_deaths_total")),
+            "dead_threads": list(self._dead_threads()),
+            "uptime_s": round(time.time() - self.started_at, 3),
+        }
+
+    def anomaly_count(self) -> int:
+        """Results flagged anomalous since the start (not a health payload field)."""
+        return int(self._sum(f"{PREFIX}_anomalies_total"))
+
+    def exposition(self) -> bytes:
+        """The Prometheus text format of every metric."""
+        return generate_latest(self.registry)
+
+    def serve(
+        self,
+        host: str,
+        port: int,
+        *,
+        watchdog: ProgressWatchdog | None = None,
+        degraded: Degraded | None = None,
+        page: Page | None = None,
+        request_timeout_s: float = REQUEST_TIMEOUT_S,
+        max_concurrent: int = MAX_CONCURRENT_REQUESTS,
+    ) -> MetricsServer:
+        """Serve ``/metrics`` and ``/healthz`` on ``host:port`` (port 0 = pick a free one),
+        and with a ``page`` the status page on ``/`` and ``/status``.
+
+        ``host`` may be an IPv4 or IPv6 address or a name (``::`` listens on both families).
+        With a watchdog, ``/healthz`` answers 503 while it reports a stall, and the watchdog's
+        state is exported as metrics too; ``degraded`` names parts that work but not fully
+        (503 ``degraded`` while it returns any).
+        """
+        if watchdog is not None:
+            self.attach_watchdog(watchdog)
+        health = watchdog.state if watchdog is not None else None
+        return MetricsServer(
+            self,
+            host,
+            port,
+            health=health,
+            degraded=degraded,
+            page=page,
+            request_timeout_s=request_timeout_s,
+            max_concurrent=max_concurrent,
+        )

@@ -1,0 +1,40 @@
+"""The agent's output, watched by the activity board (the status page's source)."""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable, Sequence
+
+from cdml_edge.health.board import ActivityBoard
+from cdml_edge.outputs.base import Output
+from cdml_edge.outputs.factory import TeeOutput
+from cdml_edge.window.payloads import OutMessage
+
+log = logging.getLogger(__name__)
+
+
+def split_topic(relative: str) -> tuple[str, str | None]:
+    """``cam/result`` -> ``("result", "cam")``; ``health`` -> ``("health", None)``."""
+    source, _, kind = relative.rpartition("/")
+    return kind, source or None
+
+
+class ObservedOutput(TeeOutput):
+    """``output`` unchanged, each message also shown to ``board`` (a copy parsed from its
+    JSON; a message the board cannot read is skipped, never refused)."""
+
+    def __init__(self, output: Output, board: ActivityBoard) -> None:
+        super().__init__([output])
+        self.board = board
+
+    def publish_batch(
+        self, messages: Sequence[OutMessage], on_durable: Callable[[], None] | None = None
+    ) -> None:
+        self.outputs[0].publish_batch(messages, on_durable)
+        for m in messages:
+            try:
+                kind, source = split_topic(m.topic)
+                self.board.observe(kind, source, json.loads(m.payload))
+            except Exception:  # noqa: BLE001 - the board is a view, never a failure
+                log.debug("board skipped a message on %s", m.topic, exc_info=True)

@@ -1,0 +1,131 @@
+"""The agent's ``status`` and periodic ``health`` messages, published through its output."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Mapping
+
+from cdml_edge import __version__
+from cdml_edge.config import AppConfig
+from cdml_edge.health.cameras import CameraBoard
+from cdml_edge.health.metrics import Metrics
+from cdml_edge.health.summary import RunSummary
+from cdml_edge.intake.factory import Source
+from cdml_edge.outputs.base import Output
+from cdml_edge.supervisor import Spawn, Worker, plain_thread
+from cdml_edge.window.payloads import HealthPayload, OutMessage, Sequencer, StatusPayload
+
+log = logging.getLogger(__name__)
+
+OUTPUT_KEYS = ("outbox_depth", "outbox_bytes", "spool_bytes", "spool_records")
+"""Output counters that replace the metrics' own values in the health payload."""
+
+
+class HealthReporter:
+    """Publishes status and health for the agent's lifetime; :meth:`attach` after every
+    (re)build points it at the running configuration, output and sources."""
+
+    def __init__(self, metrics: Metrics, sequencer: Sequencer, started_at: float) -> None:
+        self.metrics = metrics
+        self.sequencer = sequencer
+        self.started_at = started_at
+        self._cfg: AppConfig | None = None
+        self._output: Output | None = None
+        self._sources: Mapping[str, Source] = {}
+        self._skipped_seen: dict[str, int] = {}
+        self._thread: Worker | None = None
+        self.cameras = CameraBoard(metrics)
+        self.summary = RunSummary()
+        self.last: HealthPayload | None = None
+        self.degraded: Callable[[], Mapping[str, str]] = dict
+        """Parts not fully working (set by the agent); in every health message."""
+
+    def attach(self, cfg: AppConfig, output: Output, sources: Mapping[str, Source]) -> None:
+        self._cfg, self._output, self._sources = cfg, output, sources
+        self._skipped_seen = {}
+        self.cameras.attach(sources)
+
+    def start(self, stopped: threading.Event, spawn: Spawn = plain_thread) -> None:
+        """Publish health every ``health.interval`` until ``stopped`` is set (once only), on
+        a thread from ``spawn`` (the agent's supervisor)."""
+        if self._thread is None:
+            self._thread = spawn("health", lambda: self._loop(stopped))
+            self._thread.start()
+
+    def publish_status(self, state: str) -> None:
+        """The retained ``status``, unless the MQTT publisher owns it (and its Last Will)."""
+        assert self._cfg is not None and self._output is not None
+        if self._cfg.mqtt is not None:
+            return
+        payload = StatusPayload(
+            state=state,  # type: ignore[arg-type]
+            version=__version__,
+            started_at=self.started_at,
+            device=self._cfg.device.id,
+        )
+        try:
+            self._output.publish_batch(
+                [OutMessage("status", payload.model_dump_json().encode(), retain=True)]
+            )
+        except Exception:
+            log.exception("could not publish status %s", state)
+
+    def publish_health(self) -> HealthPayload:
+        """One ``health`` message: the metrics' totals, the output's queues, pending files."""
+        assert self._cfg is not None and self._output is not None
+        self._count_skipped_frames()
+        totals = self.metrics.totals()
+        out = self._output.stats()
+        for key in OUTPUT_KEYS:
+            if key in out:
+                totals[key] = out[key]
+        if "broker_connected" in out:
+            totals["broker_connected"] = bool(out["broker_connected"])
+        totals["dropped"] += out.get("dropped", 0)
+        totals["bytes_written"] += out.get("bytes_written", 0)
+        depths = dict(totals.pop("queue_depths", {}))
+        depths.update({f"pending:{n}": s.pending_count for n, s in self._sources.items()})
+        depths.update({f"kept:{n}": f.kept for n, s in self._sources.items()
+                       if (f := getattr(s, "files", None)) is not None})  # folder sources
+        payload = HealthPayload(
+            **totals,
+            queue_depths=depths,
+            cameras=self.cameras.report(),
+            degraded=dict(self.degraded()),
+            seq=self.sequencer.next("health"),
+            device=self._cfg.device.id,
+        )
+        try:
+            self._output.publish_batch(
+                [OutMessage("health", payload.model_dump_json().encode())]
+            )
+        except Exception:
+            log.exception("could not publish health")
+        self.last = payload
+        return payload
+
+    def log_summary(self, final: bool = False) -> None:
+        """Log the summary line of the last health message: since the line before, or with
+        ``final`` the whole run's."""
+        if self.last is None or self._cfg is None:
+            return
+        line = self.summary.final if final else self.summary.interval
+        log.info("%s", line(self.last, self.metrics.anomaly_count(), self._cfg.mqtt is not None))
+
+    def _count_skipped_frames(self) -> None:
+        """Camera frames the budget refused since the last report, as ``dropped``."""
+        for name, src in self._sources.items():
+            skipped = src.stats.skipped
+            delta = skipped - self._skipped_seen.get(name, 0)
+            if delta > 0:
+                self.metrics.dropped.labels(reason="camera_budget_full").inc(delta)
+            self._skipped_seen[name] = skipped
+
+    def _loop(self, stopped: threading.Event) -> None:
+        while True:
+            assert self._cfg is not None
+            if stopped.wait(self._cfg.health.interval):
+                return
+            self.publish_health()
+            self.log_summary()

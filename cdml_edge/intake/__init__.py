@@ -1,0 +1,35 @@
+"""Where items come from: watched folders and cameras (which survive their camera)."""
+
+from cdml_edge.intake.base import (
+    ErrorSink,
+    FileTooLarge,
+    IntakeFault,
+    ItemSink,
+    LinkRefused,
+    NotRegularFile,
+    SourceError,
+    SourceStats,
+    WatchLost,
+)
+from cdml_edge.intake.camera.source import CameraSource, CameraSpec
+from cdml_edge.intake.camera.status import CameraSnapshot, CameraTransition
+from cdml_edge.intake.folder import FolderSource, FolderSpec, is_candidate
+
+__all__ = [
+    "CameraSnapshot",
+    "CameraSource",
+    "CameraSpec",
+    "CameraTransition",
+    "ErrorSink",
+    "FileTooLarge",
+    "FolderSource",
+    "FolderSpec",
+    "IntakeFault",
+    "ItemSink",
+    "LinkRefused",
+    "NotRegularFile",
+    "SourceError",
+    "SourceStats",
+    "WatchLost",
+    "is_candidate",
+]

@@ -1,0 +1,246 @@
+"""A :class:`CameraSource` takes frames from a camera that may go away and come back.
+
+The frames come from a capture process (:mod:`cdml_edge.intake.camera`): OpenCV runs there,
+so a driver or stream that hangs can stall only that process, which is killed. The source's
+thread supervises it: a failed open, a failed read, a process that dies, or no frame for
+``read_timeout_s`` ends the capture; the source waits (capped exponential backoff) and starts
+a new one, forever. :class:`~cdml_edge.intake.camera.status.CameraStatus` turns this
+into one state change per outage and one on recovery. Frames arrive JPEG-encoded; those the
+budget refuses are skipped and counted. A video file that ends (``loop`` off) ends the source.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Literal
+
+from cdml_edge.backoff import Backoff
+from cdml_edge.intake.base import ErrorSink, ItemSink, SourceStats
+from cdml_edge.intake.budget import ByteBudget
+from cdml_edge.intake.camera import protocol
+from cdml_edge.intake.camera.link import EXITED, CaptureProcess
+from cdml_edge.intake.camera.settings import Backend, CaptureSettings, redact_url
+from cdml_edge.intake.camera.status import CameraSnapshot, CameraStatus, CameraTransition
+from cdml_edge.window.items import Item
+from cdml_edge.window.payloads import item_id
+
+log = logging.getLogger(__name__)
+
+START_TIMEOUT_S = 30.0
+"""Longest wait for a new capture process to import OpenCV (a cold SD card is slow)."""
+SLACK_S = 2.0
+"""Added to the camera's own open / read timeouts before the process is killed: the child
+normally reports the timeout itself, this is the guard for when it cannot."""
+POLL_S = 0.25
+"""Longest the supervising thread waits without looking at ``stop()`` and the grace."""
+
+TransitionSink = Callable[[CameraTransition], None]
+
+
+@dataclass(frozen=True)
+class CameraSpec:
+    """A camera source: device index or path, stream URL, GStreamer pipeline or video file."""
+
+    name: str
+    url: str  # "0" (device index), "/dev/video0", "rtsp://...", "http://...", a file, a pipeline
+    fps: float = 5.0
+    jpeg_quality: int = 90
+    loop: bool = False  # for video files: start again at the end
+    modality: str = "image"
+    max_frames: int | None = None
+    backend: Backend = "auto"
+    rtsp_transport: Literal["tcp", "udp"] = "tcp"
+    open_timeout_s: float = 10.0
+    read_timeout_s: float = 5.0
+    reconnect_first_s: float = 0.5
+    reconnect_max_s: float = 30.0
+    unhealthy_after_s: float = 60.0
+
+    def capture_settings(self) -> CaptureSettings:
+        """What the capture process is told: the fields this spec shares with it."""
+        return CaptureSettings(**{f.name: getattr(self, f.name) for f in fields(CaptureSettings)})
+
+
+@dataclass(frozen=True)
+class _Outcome:
+    """How one capture process ended: ``reason`` is None when the video file ended."""
+
+    reason: str | None
+
+
+class CameraSource:
+    """Frames of one camera, JPEG-encoded in memory (nothing touches the disk); survives its
+    camera (see the module docstring). ``on_change`` gets every state change."""
+
+    def __init__(
+        self,
+        spec: CameraSpec,
+        budget: ByteBudget,
+        sink: ItemSink,
+        on_error: ErrorSink,
+        on_change: TransitionSink | None = None,
+    ) -> None:
+        self.spec = spec
+        self.url = redact_url(spec.url)
+        self.stats = SourceStats()
+        self._on_change = on_change
+        self.status = CameraStatus(spec.name, self.url, spec.unhealthy_after_s, self._changed)
+        self._budget = budget
+        self._sink = sink
+        self._on_error = on_error  # frames are never bad inputs: kept for the source contract
+        self._stopped = threading.Event()
+        self._paused = False
+        self._emitted = 0
+        self._backoff = Backoff(spec.reconnect_first_s, spec.reconnect_max_s, jitter="spread")
+        self._thread = threading.Thread(target=self._loop, name=f"cam-{spec.name}", daemon=True)
+        self.finished = threading.Event()  # set when a video file ran out (loop off) or stopped
+
+    def start(self) -> None:
+        self.status.begin()
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stopped.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout=10.0)
+
+    def pause(self, paused: bool) -> None:
+        self._paused = paused
+
+    def retry(self, path: Path, delay: float) -> None:  # frames have no file to retake
+        pass
+
+    def release(self, path: Path, keep: bool) -> None:  # frames have no file
+        return None
+
+    @property
+    def pending_count(self) -> int:
+        return 0
+
+    def health(self) -> CameraSnapshot:
+        return self.status.snapshot()
+
+    # -- supervision -------------------------------------------------------------------------
+    def _loop(self) -> None:
+        try:
+            while not self._stopped.is_set():
+                try:
+                    outcome = self._capture_once()
+                except Exception as exc:  # a bug here must not end the camera for good
+                    log.exception("camera %s: capture failed", self.spec.name)
+                    outcome = _Outcome(f"internal error: {type(exc).__name__}: {exc}")
+                if self._stopped.is_set():
+                    break
+                if outcome.reason is None:
+                    self.status.finish("ended")
+                    return
+                self.stats.errors += 1
+                log.debug("camera %s (%s): %s", self.spec.name, self.url, outcome.reason)
+                self.status.lost(outcome.reason)
+                self._wait(self._backoff.next())
+            self.status.finish("stopped")
+        finally:
+            self.finished.set()
+
+    def _changed(self, change: CameraTransition) -> None:
+        """Log a state change and pass it on; a failing receiver never stops the camera."""
+        log.log(
+            logging.INFO if change.state in ("streaming", "stopped") else logging.WARNING,
+            "camera %s (%s): %s -> %s%s", change.source, self.url, change.previous,
+            change.state, f" ({change.reason})" if change.reason else "",
+        )
+        if self._on_change is None:
+            return
+        try:
+            self._on_change(change)
+        except Exception:
+            log.exception("camera %s: reporting the state change failed", change.source)
+
+    def _wait(self, seconds: float) -> None:
+        end = time.monotonic() + seconds
+        while (left := end - time.monotonic()) > 0 and not self._stopped.is_set():
+            self.status.check_grace()
+            self._stopped.wait(min(left, POLL_S))
+
+    def _capture_once(self) -> _Outcome:
+        """Run one capture process until it fails, stalls, ends, or ``stop()``."""
+        try:
+            proc = CaptureProcess(self.spec.capture_settings())
+        except OSError as exc:
+            return _Outcome(f"cannot start the capture process: {exc}")
+        try:
+            return self._pump(proc)
+        except protocol.ProtocolError as exc:
+            return _Outcome(f"capture process: {exc}")
+        finally:
+            proc.close()
+
+    def _pump(self, proc: CaptureProcess) -> _Outcome:
+        """Read messages until the capture ends; each phase (start, open, read) has its
+        deadline, and any message from the child restarts it."""
+        spec = self.spec
+        phase, limit = "start", START_TIMEOUT_S
+        deadline = time.monotonic() + limit
+        while not self._stopped.is_set():
+            self.status.check_grace()
+            msg = proc.next_message(min(POLL_S, max(0.0, deadline - time.monotonic())))
+            if msg is None:
+                if time.monotonic() < deadline:
+                    continue
+                what = {"start": "did not start", "open": "open did not finish"}.get(
+                    phase, "no frame"
+                )
+                return _Outcome(f"{what} within {limit:g} s (stalled; capture process killed)")
+            if msg.kind == protocol.STARTED:
+                phase, limit = "open", spec.open_timeout_s + SLACK_S
+            elif msg.kind == protocol.OPENED:
+                phase, limit = "read", spec.read_timeout_s + SLACK_S
+                log.info("camera %s (%s) opened: %s", spec.name, self.url, msg.payload.decode())
+            elif msg.kind == protocol.FRAME:
+                self._backoff.reset()
+                self.status.frame()
+                self._emit(msg.payload, msg.ts_ns)
+                if spec.max_frames is not None and self._emitted >= spec.max_frames:
+                    return _Outcome(None)
+            elif msg.kind == protocol.ENDED:
+                return _Outcome(None)
+            elif msg.kind == protocol.FAILED:
+                return _Outcome(msg.payload.decode("utf-8", "replace"))
+            elif msg.kind == EXITED:
+                tail = proc.stderr_tail()
+                detail = f": {tail[-1]}" if tail else ""
+                return _Outcome(f"capture process exited ({msg.payload.decode()}){detail}")
+            deadline = time.monotonic() + limit  # any message shows the capture is alive
+        return _Outcome("stopped")
+
+    # -- frames ------------------------------------------------------------------------------
+    def _emit(self, data: bytes, ts_ns: int) -> None:
+        if self._paused:
+            self.stats.skipped += 1
+            return
+        charge = self._budget.cost(len(data), self.spec.modality)
+        if not self._budget.try_acquire(charge):
+            self.stats.skipped += 1
+            return
+        name = f"frame-{ts_ns}.jpg"
+        self._emitted += 1
+        self.stats.taken += 1
+        self.stats.taken_bytes += len(data)
+        self._sink(
+            Item(
+                source=self.spec.name,
+                name=name,
+                modality=self.spec.modality,
+                ts=ts_ns / 1e9,
+                data=data,
+                item_id=item_id(self.spec.name, name, len(data), ts_ns),
+                size=len(data),
+                mtime_ns=ts_ns,
+                charge=charge,
+            )
+        )

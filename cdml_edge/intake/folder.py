@@ -1,0 +1,463 @@
+"""A watched folder (watchdog) as a source of items.
+
+A :class:`FolderSource` turns file events into notices for its
+:class:`~cdml_edge.intake.pending.PendingFiles`, which judges when a file is complete
+(close-write, rename, or an identity the agent saw stable for ``stable_seconds``) and keeps
+the tracked metadata bounded (``max_pending``; a backlog beyond it stays on disk and is found
+by a rescan). ``.tmp`` / ``.part`` files and dot files are ignored. A file is read only when
+the global :class:`~cdml_edge.intake.budget.ByteBudget` admits its size; otherwise it stays
+on disk and is retried, so intake pauses without losing anything.
+
+Only regular files are read (:mod:`~.regular`): FIFOs, sockets, devices and links (unless
+``follow_symlinks``, and then only into the folder or ``link_roots``) are reported once
+through the error sink and left where they are. A name that is not UTF-8 is kept as bytes
+for the file itself and shown as valid UTF-8 in the item (:func:`~cdml_edge.fsio.display_name`).
+Any other exception while taking one file is reported as :class:`~.base.IntakeFault` (the
+caller quarantines the file) and the source goes on.
+
+The scanner runs as one supervised part (``src-<name>``, see
+:mod:`cdml_edge.supervisor`) that also watches the watch: when the folder is deleted,
+moved or unmounted the watch stops, the part dies with :class:`~.base.WatchLost` and its
+restart arms a new watch (making the folder again) and rescans.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import logging
+import os
+import stat
+import threading
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from watchdog import events as _events
+from watchdog.events import (
+    FileClosedEvent,
+    FileCreatedEvent,
+    FileDeletedEvent,
+    FileModifiedEvent,
+    FileMovedEvent,
+    FileSystemEvent,
+    FileSystemEventHandler,
+)
+from watchdog.observers import Observer
+from watchdog.observers.polling import PollingObserver
+
+from cdml_edge.fsio import display_name, log_name
+from cdml_edge.intake.base import (
+    ErrorSink,
+    FileTooLarge,
+    IntakeFault,
+    ItemSink,
+    LinkRefused,
+    NotRegularFile,
+    SourceError,
+    SourceStats,
+    WatchLost,
+)
+from cdml_edge.intake.budget import ByteBudget
+from cdml_edge.intake.pending import Pending, PendingFiles
+from cdml_edge.intake.regular import LinkPolicy, admit, read_regular
+from cdml_edge.supervisor import Spawn, Worker, plain_thread
+from cdml_edge.window.items import FileIdentity, Item
+from cdml_edge.window.payloads import item_id
+
+# watchdog 7 reports a touch (inotify IN_ATTRIB) as its own event; watchdog 6 (the last release
+# for Python 3.10) reports it as a modification: there a change of mtime alone is a touch.
+_ATTRIB_EVENT: type[FileSystemEvent] | None = getattr(_events, "FileAttribEvent", None)
+_TOUCH_EVENTS: tuple[type[FileSystemEvent], ...] = (
+    (FileCreatedEvent,) if _ATTRIB_EVENT is None else (FileCreatedEvent, _ATTRIB_EVENT)
+)
+
+log = logging.getLogger(__name__)
+
+OLD_MTIME_S = 2.0
+IGNORED_SUFFIXES = (".tmp", ".part", ".partial", ".crdownload", ".swp")
+
+
+def is_candidate(name: str, patterns: Sequence[str]) -> bool:
+    """Whether a file name is one the folder source takes."""
+    if name.startswith(".") or name.lower().endswith(IGNORED_SUFFIXES):
+        return False
+    return any(fnmatch.fnmatch(name, p) for p in patterns) if patterns else True
+
+
+@dataclass(frozen=True)
+class FolderSpec:
+    """What a folder source needs to know (mapped from the config)."""
+
+    name: str
+    path: Path
+    modality: str
+    patterns: tuple[str, ...] = ("*",)
+    stable_seconds: float = 0.5
+    polling: bool = False
+    poll_interval: float = 1.0
+    recursive: bool = False
+    max_pending: int = 1024  # files tracked at once; more stay on disk and are rescanned
+    max_kept: int = 16384  # kept files remembered (not taken again); oldest forgotten first
+    max_file_bytes: int | None = None  # a window's max_bytes: a bigger file is never read
+    follow_symlinks: bool = False  # follow links, only to files inside path or link_roots
+    link_roots: tuple[Path, ...] = ()
+
+
+class _Handler(FileSystemEventHandler):
+    """Turns watchdog events into notices; never raises into the observer's thread."""
+
+    def __init__(self, owner: FolderSource) -> None:
+        self._owner = owner
+
+    def on_any_event(self, event: FileSystemEvent) -> None:
+        if event.is_directory:
+            return
+        path = _as_str(event.dest_path if isinstance(event, FileMovedEvent) else event.src_path)
+        try:
+            self._dispatch(event)
+        except Exception as exc:  # a fault on one file must not stop the watch
+            self._owner._fault(path, exc)
+
+    def _dispatch(self, event: FileSystemEvent) -> None:
+        owner = self._owner
+        if isinstance(event, FileMovedEvent):
+            owner._forget(_as_str(event.src_path))
+            owner._notice(_as_str(event.dest_path), closed=True)
+        elif isinstance(event, FileClosedEvent):
+            owner._notice(_as_str(event.src_path), closed=True)
+        elif isinstance(event, FileModifiedEvent):  # written to: complete on its close-write
+            path = _as_str(event.src_path)
+            writing = _ATTRIB_EVENT is not None or not owner._touched(path)
+            owner._notice(path, closed=False, writing=writing)
+        elif isinstance(event, _TOUCH_EVENTS):
+            # created, renamed in from outside the folder (no close-write will follow) or
+            # touched: complete once stable, unless a write marks it as being written
+            owner._notice(_as_str(event.src_path), closed=False)
+        elif isinstance(event, FileDeletedEvent):
+            owner._forget(_as_str(event.src_path))
+
+
+def _as_str(p: str | bytes) -> str:
+    return os.fsdecode(p)
+
+
+class FolderSource:
+    """Watches one folder and feeds complete files to ``sink`` as :class:`Item`."""
+
+    def __init__(
+        self,
+        spec: FolderSpec,
+        budget: ByteBudget,
+        sink: ItemSink,
+        on_error: ErrorSink,
+        scan_interval: float = 0.05,
+        spawn: Spawn = plain_thread,
+    ) -> None:
+        self.spec = spec
+        self.stats = SourceStats()
+        self._budget = budget
+        self._sink = sink
+        self._on_error = on_error
+        self._scan_interval = scan_interval
+        self._links = LinkPolicy.of(spec.follow_symlinks, spec.path, spec.link_roots)
+        self.files = PendingFiles(
+            spec.max_pending, spec.stable_seconds, spec.polling, spec.max_kept
+        )
+        self._stopped = threading.Event()
+        self._paused = False
+        self._armed = False
+        self.rescans = 0
+        self._observer: Any = None
+        self._thread: Worker = spawn(f"src-{spec.name}", self._run)
+
+    # -- lifecycle -------------------------------------------------------------------------
+    def start(self) -> None:
+        """Arm the watch and start the scanner; a watch that cannot be armed now is armed
+        again by the supervised scanner (which counts it dead meanwhile)."""
+        try:
+            self._arm()
+        except Exception as exc:
+            log.error("%s: cannot watch %s yet: %s", self.spec.name,
+                      log_name(self.spec.path), exc)
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Stop watching and taking files (items already handed over are unaffected)."""
+        self._stopped.set()
+        self.files.wake()
+        self._thread.join(timeout=2.0)
+        self._disarm()
+
+    def pause(self, paused: bool) -> None:
+        """Stop (or resume) taking new files; used while draining on shutdown."""
+        self._paused = paused
+
+    def release(self, path: Path, keep: bool) -> None:
+        """The item from ``path`` is finished; with ``keep`` it is not taken again unchanged
+        (remembered within ``max_kept``)."""
+        self.files.release(str(path), keep)
+
+    def retry(self, path: Path, delay: float) -> None:
+        """Take ``path`` again, complete as it is, once ``delay`` seconds have passed.
+
+        Used when its whole window failed: the file is still on disk, but no new event will
+        announce it, so it goes straight back into the pending set with a backoff.
+        """
+        key = str(path)
+        try:
+            st = os.stat(key)
+        except OSError:
+            self.files.forget(key)
+            return
+        self.files.retry(key, st, delay)
+
+    @property
+    def pending_count(self) -> int:
+        return len(self.files)
+
+    def max_file_bytes(self) -> int:
+        """The largest file taken: what one window holds (``max_file_bytes``) and what the
+        whole budget can be charged for it (its charge is a multiple of its size)."""
+        b = self._budget
+        fits = (b.max_bytes - b.item_extra.get(self.spec.modality, 0)) // b.data_factor
+        cap = self.spec.max_file_bytes
+        return max(0, fits if cap is None else min(fits, cap))
+
+    # -- the watch -------------------------------------------------------------------------
+    def _arm(self) -> None:
+        """(Re)start the watch on the folder (made if missing), then scan what is there."""
+        self._disarm()
+        self.spec.path.mkdir(parents=True, exist_ok=True)
+        if self.spec.polling:
+            observer: Any = PollingObserver(timeout=self.spec.poll_interval)
+        else:
+            observer = Observer()
+        observer.schedule(_Handler(self), str(self.spec.path), recursive=self.spec.recursive)
+        observer.start()
+        self._observer = observer
+        self._armed = True
+        self._initial_scan()  # after the watch is armed: nothing written meanwhile is missed
+
+    def _disarm(self) -> None:
+        observer, self._observer = self._observer, None
+        if observer is not None:
+            observer.stop()
+            observer.join(timeout=2.0)
+
+    def _watch_alive(self) -> bool:
+        obs = self._observer
+        return obs is not None and obs.is_alive() and all(e.is_alive() for e in obs.emitters)
+
+    # -- events ----------------------------------------------------------------------------
+    def _name(self, path: str) -> str:
+        """The item name of ``path``: relative to the folder, valid UTF-8."""
+        return display_name(os.path.relpath(path, self.spec.path))
+
+    def _notice(self, path: str, closed: bool, writing: bool = False) -> None:
+        p = Path(path)
+        if not is_candidate(p.name, self.spec.patterns):
+            return
+        if not self.spec.recursive and p.parent != self.spec.path:
+            return
+        try:
+            lst = os.lstat(path)
+        except OSError:
+            return
+        if stat.S_ISDIR(lst.st_mode) or self.files.refused(path, _entry(lst)):
+            return
+        try:
+            _, st = admit(path, lst, self._links)
+        except SourceError as exc:  # a FIFO, socket, device or link: never opened
+            self._refuse(path, lst, exc)
+            return
+        except OSError:  # a followed link whose target is gone
+            return
+        self.files.notice(path, st, closed, writing)
+
+    def _touched(self, path: str) -> bool:
+        """Whether ``path`` changed only its mtime since last noticed or taken (a touch)."""
+        known = self.files.known_identity(path)
+        try:
+            st = os.stat(path)
+        except OSError:
+            return False
+        return known is not None and (st.st_size, st.st_ino) == (known.size, known.ino) and (
+            st.st_mtime_ns != known.mtime_ns
+        )
+
+    def _refuse(self, path: str, lst: os.stat_result | None, exc: SourceError) -> None:
+        """Leave ``path`` alone; reported once (until it changes)."""
+        self.files.forget(path)
+        if lst is not None and not self.files.refuse(path, _entry(lst)):
+            return
+        self.stats.refused += 1
+        log.warning("%s: %s", self.spec.name, log_name(exc))
+        self._on_error(self.spec.name, self._name(path), exc, None)
+
+    def _fault(self, path: str, exc: BaseException) -> None:
+        """An unexpected error while taking ``path``: reported once, quarantined by the
+        caller (``path`` given to the error sink); the source goes on."""
+        log.error("%s: %s: %s", self.spec.name, log_name(path), exc, exc_info=exc)
+        self.files.forget(path)
+        try:
+            lst: os.stat_result | None = os.lstat(path)
+        except OSError:
+            lst = None
+        if lst is not None and not self.files.refuse(path, _entry(lst)):
+            return
+        self.stats.errors += 1
+        fault = IntakeFault(path, exc)
+        self._on_error(self.spec.name, self._name(path), fault, Path(path) if lst else None)
+
+    def _forget(self, path: str) -> None:
+        self.files.forget(path)
+
+    def _rescan_if_room(self) -> None:
+        if self.files.rescan_due():
+            self.rescans += 1
+            self._initial_scan()
+
+    def _entries(self) -> Iterator[str]:
+        if self.spec.recursive:
+            return (str(p) for p in self.spec.path.rglob("*"))
+        with os.scandir(self.spec.path) as it:
+            return iter([e.path for e in it])
+
+    def _initial_scan(self) -> None:
+        """Notice every candidate in the folder as not complete yet: files present at start
+        (or found by a rescan) are judged by an identity stable for ``stable_seconds``."""
+        for path in sorted(self._entries()):
+            if is_candidate(os.path.basename(path), self.spec.patterns):
+                try:
+                    self._notice(path, closed=False)
+                except Exception as exc:
+                    self._fault(path, exc)
+
+    # -- the scanner -----------------------------------------------------------------------
+    def _run(self) -> None:
+        """The supervised part: (re)arm the watch unless :meth:`start` just did, then scan."""
+        if self._stopped.is_set():
+            return
+        if not self._armed:
+            self._arm()
+        self._armed = False  # a restart arms a new watch
+        try:
+            self._loop()
+        finally:
+            if self._stopped.is_set():
+                self._disarm()
+
+    def _loop(self) -> None:
+        while not self._stopped.is_set():
+            if not self._watch_alive():
+                raise WatchLost(self.spec.path, "the watch stopped (folder deleted, moved or "
+                                                "unmounted)")
+            self._rescan_if_room()
+            ready = [] if self._paused else self.files.ready()
+            for path in ready:
+                if self._stopped.is_set() or self._paused:
+                    break
+                if not self._take_safely(path):
+                    self.stats.paused += 1
+                    break  # budget full: keep the rest on disk, retry next scan
+            self.files.wait(self._scan_interval)
+
+    def _take_safely(self, path: str) -> bool:
+        try:
+            return self._take(path)
+        except Exception as exc:
+            self._fault(path, exc)
+            return True
+
+    def _take(self, path: str) -> bool:
+        """Read one complete file into an item; ``False`` when the budget is full."""
+        pend = self.files.get(path)
+        if pend is None:
+            return True
+        limit = self.max_file_bytes()
+        if pend.size > limit:  # never read: the caller quarantines it (see ErrorSink)
+            self._forget(path)
+            self.stats.errors += 1
+            self._on_error(self.spec.name, self._name(path),
+                           FileTooLarge(path, pend.size, limit), Path(path))
+            return True
+        charge = self._budget.cost(pend.size, self.spec.modality)
+        if not self._budget.try_acquire(charge):
+            return False
+        try:
+            data, st = read_regular(path, pend.size + 1, self._links)
+        except SourceError as exc:
+            self._budget.release(charge)
+            self._read_failed(path, exc)
+            return True
+        except BaseException:
+            self._budget.release(charge)
+            raise
+        ident = FileIdentity.of(st)
+        if len(data) > pend.size:  # grew since it was judged complete: still being written
+            self._budget.release(charge)
+            self.files.requeue(path, ident)  # judged again once stable
+            return True
+        if len(data) != pend.size:  # shrank since it was judged complete
+            self._budget.release(charge)
+            charge = self._budget.cost(len(data), self.spec.modality)
+            if not self._budget.try_acquire(charge):
+                self.files.requeue(path, ident)
+                return False
+        try:
+            item = self._item(path, data, ident, pend, charge)
+        except BaseException:
+            self._budget.release(charge)
+            raise
+        self.files.taken(path, ident)
+        self.stats.taken += 1
+        self.stats.taken_bytes += len(data)
+        self._sink(item)  # from here the window holds the charge
+        return True
+
+    def _read_failed(self, path: str, exc: SourceError) -> None:
+        if isinstance(exc, NotRegularFile | LinkRefused):  # not a regular file any more
+            try:
+                lst: os.stat_result | None = os.lstat(path)
+            except OSError:
+                lst = None
+            self._refuse(path, lst, exc)
+            return
+        self._forget(path)
+        self.stats.errors += 1
+        self._on_error(self.spec.name, self._name(path), exc, None)
+
+    def _item(
+        self, path: str, data: bytes, ident: FileIdentity, pend: Pending, charge: int
+    ) -> Item:
+        raw = os.path.relpath(path, self.spec.path)
+        return Item(
+            source=self.spec.name,
+            name=display_name(raw),
+            modality=self.spec.modality,
+            ts=_arrival(ident.mtime_ns / 1e9, pend.seen),
+            data=data,
+            item_id=item_id(self.spec.name, raw, len(data), ident.mtime_ns),
+            path=Path(path),
+            size=len(data),
+            mtime_ns=ident.mtime_ns,
+            charge=charge,
+            identity=ident,
+        )
+
+
+def _entry(lst: os.stat_result) -> FileIdentity:
+    """What a refused entry is remembered by: a regular file by its identity (a new version
+    is judged again), anything else by device, inode and type (a FIFO written to is the
+    same FIFO)."""
+    if stat.S_ISREG(lst.st_mode):
+        return FileIdentity.of(lst)
+    return FileIdentity(lst.st_dev, lst.st_ino, -stat.S_IFMT(lst.st_mode), 0)
+
+
+def _arrival(mtime: float, seen: float) -> float:
+    """When an item arrived: its mtime (the writer's close), or when the agent first saw it
+    if that mtime is older than the sighting by more than OLD_MTIME_S (a file renamed in, or
+    waiting at start). Result latency is measured from here."""
+    return seen if seen - mtime > OLD_MTIME_S else mtime

@@ -1,0 +1,103 @@
+"""Reading only regular files inside the watched folder.
+
+:func:`admit` judges a folder entry from its ``lstat``: a FIFO, socket, device (or a link
+to one) is :class:`~.base.NotRegularFile`; a symbolic link is
+:class:`~.base.LinkRefused` unless the :class:`LinkPolicy` follows links, and then only to
+a target inside the folder or one of its ``link_roots`` (after resolving every link and
+``..``). :func:`read_regular` opens with ``O_NOFOLLOW | O_NONBLOCK`` (a FIFO swapped in at
+the last moment neither blocks nor is read) and checks with ``fstat`` that what it opened
+is a regular file.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import stat
+from dataclasses import dataclass
+from pathlib import Path
+
+from cdml_edge.fsio import display_name
+from cdml_edge.intake.base import LinkRefused, NotRegularFile, SourceError
+
+_OPEN_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
+
+
+def kind_of(mode: int) -> str:
+    """What a file mode is, in words."""
+    for test, kind in (
+        (stat.S_ISFIFO, "FIFO"),
+        (stat.S_ISSOCK, "socket"),
+        (stat.S_ISCHR, "character device"),
+        (stat.S_ISBLK, "block device"),
+        (stat.S_ISDIR, "directory"),
+        (stat.S_ISLNK, "symbolic link"),
+    ):
+        if test(mode):
+            return kind
+    return "regular file" if stat.S_ISREG(mode) else "unknown file type"
+
+
+@dataclass(frozen=True)
+class LinkPolicy:
+    """Whether links are followed, and into which folders (real paths, links resolved)."""
+
+    follow: bool = False
+    roots: tuple[str, ...] = ()
+
+    @classmethod
+    def of(cls, follow: bool, folder: Path, roots: tuple[Path, ...] = ()) -> LinkPolicy:
+        if not follow:
+            return cls()
+        return cls(True, tuple(os.path.realpath(r) for r in (folder, *roots)))
+
+    def target(self, path: str) -> str:
+        """The real file a link at ``path`` leads to; :class:`LinkRefused` when not allowed."""
+        if not self.follow:
+            raise LinkRefused(path, "links are not followed (follow_symlinks is off)")
+        real = os.path.realpath(path)
+        if not any(os.path.commonpath([real, root]) == root for root in self.roots):
+            raise LinkRefused(path, f"its target {display_name(real)} is outside the folder "
+                                    "and link_roots")
+        return real
+
+
+def admit(path: str, lst: os.stat_result, links: LinkPolicy) -> tuple[str, os.stat_result]:
+    """What to open for the entry ``path`` (with ``lst``, its ``lstat``) and that file's stat.
+
+    Raises :class:`NotRegularFile` or :class:`LinkRefused` for an entry never to open, and
+    ``OSError`` when a followed link's target is gone.
+    """
+    if stat.S_ISLNK(lst.st_mode):
+        real = links.target(path)
+        st = os.lstat(real)  # every link on the way is resolved: this is the file itself
+        if not stat.S_ISREG(st.st_mode):
+            raise NotRegularFile(path, f"a link to a {kind_of(st.st_mode)}")
+        return real, st
+    if not stat.S_ISREG(lst.st_mode):
+        raise NotRegularFile(path, kind_of(lst.st_mode))
+    return path, lst
+
+
+def read_regular(path: str, at_most: int, links: LinkPolicy) -> tuple[bytes, os.stat_result]:
+    """Read at most ``at_most`` bytes of the regular file at ``path`` (the expected size + 1,
+    so growth shows) and the ``fstat`` of what was read."""
+    try:
+        target, _ = admit(path, os.lstat(path), links)
+        fd = os.open(target, _OPEN_FLAGS)
+    except FileNotFoundError as exc:
+        raise SourceError(path, "vanished before it could be read") from exc
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:  # became a link since it was judged
+            raise LinkRefused(path, "it became a link") from exc
+        raise SourceError(path, f"unreadable: {exc.strerror or exc}") from exc
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise NotRegularFile(path, kind_of(st.st_mode))
+        with os.fdopen(fd, "rb", closefd=False) as fh:
+            return fh.read(at_most), st
+    except OSError as exc:
+        raise SourceError(path, f"unreadable: {exc.strerror or exc}") from exc
+    finally:
+        os.close(fd)

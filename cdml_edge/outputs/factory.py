@@ -1,0 +1,119 @@
+"""Choosing the output: MQTT when configured (optionally beside JSON lines), else JSON lines."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Sequence
+
+from cdml_edge.config import AppConfig
+from cdml_edge.fsio import FaultHook
+from cdml_edge.outputs.base import Output
+from cdml_edge.outputs.jsonl import JsonlOutput
+from cdml_edge.supervisor import Spawn, plain_thread
+from cdml_edge.window.payloads import OutMessage
+
+REPLAY = "replay"
+"""The replay's MQTT client id suffix and spool subfolder."""
+
+
+def make_output(cfg: AppConfig, spawn: Spawn = plain_thread, *, replay: bool = False) -> Output:
+    """The output of ``cfg``: ``MqttPublisher``, ``JsonlOutput``, or both through a tee.
+
+    Without ``mqtt`` the JSON lines go to ``output.jsonl`` (stdout when unset or ``-``).
+    ``spawn`` starts the publisher's I/O thread (the agent's supervisor).
+    ``replay``: the output of ``cdml-edge replay --publish``, which may run beside the
+    live agent: its own client id (``<client id>-replay``; one id would make the broker
+    drop the agent's connection) and spool (``<spool.dir>/replay``), and it leaves the
+    agent's retained ``status`` and Last Will alone.
+    """
+    prefix = cfg.mqtt.topic_prefix if cfg.mqtt else "cdml"
+    jsonl: JsonlOutput | None = None
+    if cfg.output.jsonl is not None or cfg.mqtt is None:
+        jsonl = JsonlOutput(cfg.output.jsonl or "-", topic_prefix=prefix, device=cfg.device.id)
+    if cfg.mqtt is None:
+        assert jsonl is not None
+        return jsonl
+    from cdml_edge.outputs.mqtt.publisher import MqttPublisher
+
+    if replay:
+        client_id = f"{cfg.mqtt.client_id or f'cdml-edge-{cfg.device.id}'}-{REPLAY}"
+        mqtt = MqttPublisher(
+            cfg.mqtt.model_copy(update={"client_id": client_id}),
+            cfg.device.id,
+            cfg.spool.model_copy(update={"dir": cfg.spool.dir / REPLAY}),
+            cfg.outbox,
+            announce_status=False,
+            spawn=spawn,
+        )
+    else:
+        mqtt = MqttPublisher(cfg.mqtt, cfg.device.id, cfg.spool, cfg.outbox, spawn=spawn)
+    return mqtt if jsonl is None else TeeOutput([mqtt, jsonl])
+
+
+def leaves(output: Output) -> list[Output]:
+    """The outputs inside ``output``: the tees (and tees in tees) opened."""
+    if isinstance(output, TeeOutput):
+        return [leaf for o in output.outputs for leaf in leaves(o)]
+    return [output]
+
+
+def on_disk_event(output: Output, hook: FaultHook) -> None:
+    """Report the disk faults of ``output``'s stores (the MQTT spool) through ``hook``."""
+    from cdml_edge.outputs.mqtt.publisher import MqttPublisher
+
+    for o in leaves(output):
+        if isinstance(o, MqttPublisher):
+            o.spool.faults.on_event = hook
+
+
+def degraded_parts(output: Output) -> dict[str, str]:
+    """What of ``output`` does not fully work now: the spool (a full or failing disk) and
+    the MQTT I/O thread, part -> why."""
+    from cdml_edge.outputs.mqtt.publisher import MqttPublisher
+
+    out: dict[str, str] = {}
+    for o in leaves(output):
+        if isinstance(o, MqttPublisher):
+            if o.spool.faults.degraded:
+                out["spool"] = o.spool.faults.degraded
+            if o.io_stopped:
+                out["mqtt"] = "the MQTT I/O thread is not running"
+    return out
+
+
+class TeeOutput:
+    """Several outputs; ``on_durable`` fires once every one of them made the batch durable."""
+
+    def __init__(self, outputs: Sequence[Output]) -> None:
+        self.outputs = list(outputs)
+
+    def start(self) -> None:
+        for o in self.outputs:
+            o.start()
+
+    def publish_batch(
+        self, messages: Sequence[OutMessage], on_durable: Callable[[], None] | None = None
+    ) -> None:
+        left = [len(self.outputs)]
+        lock = threading.Lock()
+
+        def one_done() -> None:
+            with lock:
+                left[0] -= 1
+                done = left[0] == 0
+            if done and on_durable is not None:
+                on_durable()
+
+        for o in self.outputs:
+            o.publish_batch(messages, one_done)
+
+    def stats(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for o in self.outputs:
+            for k, v in o.stats().items():
+                out[k] = out.get(k, 0) + v
+        return out
+
+    def stop(self, timeout: float = 5.0) -> None:
+        for o in self.outputs:
+            o.stop(timeout)

@@ -1,0 +1,172 @@
+"""The publisher's paho client: how to reach the broker, the client built for it, one turn of
+its network loop driven by ``select`` (interruptible by a :class:`Waker`), and the reconnect
+backoff."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import select
+import socket
+import ssl
+from dataclasses import dataclass
+from typing import Any
+
+import paho.mqtt.client as mqtt
+from paho.mqtt.enums import CallbackAPIVersion
+from paho.mqtt.packettypes import PacketTypes
+from paho.mqtt.properties import Properties
+
+from cdml_edge.config import MqttConfig
+from cdml_edge.outputs.mqtt.tls import (
+    BrokerAddress,
+    MqttSetupError,
+    parse_broker_url,
+    resolve_password,
+    tls_context,
+)
+
+
+@dataclass(frozen=True)
+class BrokerSettings:
+    """The ``mqtt`` section resolved once: address (``None`` for the embedded broker),
+    protocol, credentials, TLS context and client id."""
+
+    config: MqttConfig
+    embedded: bool
+    protocol: str  # "5" or "3.1.1"
+    address: BrokerAddress | None
+    password: str | None
+    ssl: ssl.SSLContext | None
+    client_id: str
+
+    @classmethod
+    def from_config(cls, config: MqttConfig, device_id: str) -> BrokerSettings:
+        """Resolve ``config``; raises :class:`MqttSetupError` naming the field at fault."""
+        embedded = config.url == "embedded"
+        if embedded and config.protocol == "5":
+            raise MqttSetupError("mqtt.protocol: the embedded broker speaks MQTT 3.1.1 only")
+        address = None if embedded else parse_broker_url(config.url)
+        use_tls = config.tls is not None or (address is not None and address.tls)
+        return cls(
+            config=config,
+            embedded=embedded,
+            protocol="3.1.1" if embedded else (config.protocol or "5"),
+            address=address,
+            password=resolve_password(config),
+            ssl=tls_context(config.tls) if use_tls and not embedded else None,
+            client_id=config.client_id or f"cdml-edge-{device_id}",
+        )
+
+    def url(self) -> str:
+        """``mqtt[s]://host:port`` of an external broker."""
+        assert self.address is not None
+        scheme = "mqtts" if self.ssl is not None else "mqtt"
+        return f"{scheme}://{self.address.host}:{self.address.port}"
+
+
+def new_client(
+    settings: BrokerSettings,
+    *,
+    max_inflight: int,
+    connect_timeout: float,
+    will: tuple[str, bytes] | None,
+) -> mqtt.Client:
+    """A paho client for ``settings`` with a persistent session, a retained QoS 1 Last Will
+    ``will = (topic, payload)`` (none when ``None``), no paho-side queue and
+    ``max_inflight`` message ids."""
+    v5 = settings.protocol == "5"
+    kwargs: dict[str, Any] = {
+        "callback_api_version": CallbackAPIVersion.VERSION2,
+        "client_id": settings.client_id,
+        "protocol": mqtt.MQTTv5 if v5 else mqtt.MQTTv311,
+    }
+    if not v5:
+        kwargs["clean_session"] = False
+    client = mqtt.Client(**kwargs)
+    client.max_inflight_messages_set(max_inflight)
+    client.max_queued_messages_set(0)
+    client.connect_timeout = connect_timeout
+    if will is not None:
+        client.will_set(will[0], will[1], qos=1, retain=True)
+    if settings.config.username is not None:
+        client.username_pw_set(settings.config.username, settings.password)
+    if settings.ssl is not None:
+        client.tls_set_context(settings.ssl)
+    client.on_socket_open = no_delay
+    return client
+
+
+def connect_later(client: mqtt.Client, settings: BrokerSettings, host: str, port: int) -> None:
+    """Set where ``client.reconnect()`` connects (MQTT 5: a session that outlives the
+    connection for ``session_expiry`` seconds); nothing is sent yet."""
+    keepalive = max(1, int(settings.config.keepalive))
+    if settings.protocol == "5":
+        props = Properties(PacketTypes.CONNECT)
+        props.SessionExpiryInterval = int(settings.config.session_expiry)
+        client.connect_async(host, port, keepalive, clean_start=False, properties=props)
+    else:
+        client.connect_async(host, port, keepalive)
+
+
+def no_delay(client: Any, userdata: Any, sock: Any) -> None:
+    """Small PUBLISH packets go out at once (no Nagle delay behind unacknowledged data)."""
+    with contextlib.suppress(OSError, AttributeError):
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+
+class Waker:
+    """A self-pipe that interrupts the I/O thread's ``select`` (new messages, stop)."""
+
+    def __init__(self) -> None:
+        self._r, self._w = os.pipe()
+        os.set_blocking(self._r, False)
+        os.set_blocking(self._w, False)
+
+    def fileno(self) -> int:
+        return self._r
+
+    def wake(self) -> None:
+        with contextlib.suppress(OSError):
+            os.write(self._w, b"x")
+
+    def clear(self) -> None:
+        with contextlib.suppress(OSError):
+            while os.read(self._r, 4096):
+                pass
+
+    def wait(self, seconds: float) -> None:
+        """Sleep up to ``seconds``; return early when woken."""
+        with contextlib.suppress(OSError, ValueError):
+            ready, _, _ = select.select([self._r], [], [], max(0.0, seconds))
+            if ready:
+                self.clear()
+
+    def close(self) -> None:
+        for fd in (self._r, self._w):
+            with contextlib.suppress(OSError):
+                os.close(fd)
+
+
+def poll(client: mqtt.Client, waker: Waker) -> None:
+    """One turn of ``client``'s network loop: wait (at most 0.25 s, or not at all while TLS
+    holds decrypted bytes) for its socket or ``waker``, then read, write and keep alive."""
+    sock = client.socket()
+    if sock is None:
+        return
+    pending_tls = getattr(sock, "pending", None)
+    timeout = 0.0 if (pending_tls is not None and pending_tls() > 0) else 0.25
+    fileno = sock.fileno()
+    wlist = [fileno] if client.want_write() else []
+    try:
+        readable, _, _ = select.select([fileno, waker.fileno()], wlist, [], timeout)
+    except (OSError, ValueError):
+        readable = [fileno]
+    if waker.fileno() in readable:
+        waker.clear()
+    if fileno in readable or timeout == 0.0:
+        client.loop_read()
+    if client.socket() is not None and client.want_write():
+        client.loop_write()
+    if client.socket() is not None:
+        client.loop_misc()

@@ -1,0 +1,127 @@
+"""The bounded in-memory outbox between the pipeline and the MQTT client.
+
+The outbox holds messages waiting for an in-flight slot while the broker is connected. It is
+bounded by bytes (``outbox.max_bytes``); what does not fit goes to the disk spool, so the
+pipeline never waits on a slow broker unless the spool itself is full with ``policy: block``.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections import deque
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+from cdml_edge.window.payloads import OutMessage
+
+log = logging.getLogger(__name__)
+
+
+class PublishBatch:
+    """Counts the messages of one ``publish_batch`` call; fires ``on_durable`` at zero."""
+
+    __slots__ = ("_lock", "_remaining", "_callback")
+
+    def __init__(self, size: int, callback: Callable[[], None] | None) -> None:
+        self._lock = threading.Lock()
+        self._remaining = size
+        self._callback = callback
+        if size == 0:
+            self._fire()
+
+    def done(self, n: int = 1) -> None:
+        """``n`` more messages are acknowledged or spooled."""
+        with self._lock:
+            if self._remaining <= 0:
+                return
+            self._remaining -= n
+            fire = self._remaining <= 0
+        if fire:
+            self._fire()
+
+    @property
+    def remaining(self) -> int:
+        with self._lock:
+            return self._remaining
+
+    def _fire(self) -> None:
+        callback, self._callback = self._callback, None
+        if callback is not None:
+            try:
+                callback()
+            except Exception:  # noqa: BLE001 - a bad callback must not stop publishing
+                log.exception("on_durable callback failed")
+
+
+@dataclass
+class Entry:
+    """One message on its way: ``done`` is set once it counted toward its batch."""
+
+    message: OutMessage
+    batch: PublishBatch
+    done: bool = field(default=False)
+
+    @property
+    def size(self) -> int:
+        return len(self.message.payload) + len(self.message.topic) + 32
+
+    def complete(self) -> None:
+        if not self.done:
+            self.done = True
+            self.batch.done()
+
+    def abandon(self) -> None:
+        """Give up on this message without counting it: its batch never fires."""
+        self.done = True
+
+
+class Outbox:
+    """A FIFO of :class:`Entry` bounded by ``max_bytes`` (thread-safe)."""
+
+    def __init__(self, max_bytes: int) -> None:
+        self.max_bytes = int(max_bytes)
+        self._lock = threading.Lock()
+        self._queue: deque[Entry] = deque()
+        self._bytes = 0
+
+    def try_put(self, entry: Entry) -> bool:
+        """Append unless it would exceed the byte bound."""
+        with self._lock:
+            if self._bytes + entry.size > self.max_bytes:
+                return False
+            self._queue.append(entry)
+            self._bytes += entry.size
+            return True
+
+    def put_front(self, entries: Iterable[Entry]) -> None:
+        """Give entries back at the head, in order (ignores the bound: they were inside it)."""
+        items = list(entries)
+        with self._lock:
+            for entry in reversed(items):
+                self._queue.appendleft(entry)
+                self._bytes += entry.size
+
+    def pop(self) -> Entry | None:
+        with self._lock:
+            if not self._queue:
+                return None
+            entry = self._queue.popleft()
+            self._bytes -= entry.size
+            return entry
+
+    def take_all(self) -> list[Entry]:
+        with self._lock:
+            items = list(self._queue)
+            self._queue.clear()
+            self._bytes = 0
+            return items
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._queue)
+
+    @property
+    def bytes(self) -> int:
+        with self._lock:
+            return self._bytes

@@ -1,0 +1,542 @@
+"""MQTT publisher: paho-mqtt 2.x behind the :class:`~cdml_edge.outputs.base.Output` contract.
+
+One I/O thread owns the paho client (:mod:`~.client`: connect with capped exponential
+backoff and jitter, ``select`` on the socket, reads, writes, keepalive), so there are no
+races between ``publish()`` and PUBACKs. ``publish_batch`` never talks to the network: while
+the broker is connected messages go to the byte-bounded :class:`~.outbox.Outbox`; when it
+is away, or the outbox is full (a slow broker), they go to the disk :class:`~.spool.Spool`.
+``on_durable`` fires when every message of a batch is PUBACKed or spooled. After a
+reconnect the spool drains oldest first, taking at most every other in-flight slot, so live
+results are never starved. On a lost connection every message in flight is spooled again
+(at-least-once: a duplicate carries the same result id). The spool's cursor is written every
+``commit_every`` acknowledged records or ``commit_interval`` seconds: what a kill -9 sends again.
+
+A spool that cannot be written (full disk, I/O error; see :class:`~.spool.Spool`) leaves what
+it refused in the outbox, which the I/O thread spools once it can; what fits in neither
+raises :class:`OutputUnavailable` and its batch never becomes durable. ``stop(timeout)``
+delivers the outbox and the spool until both are acknowledged or the timeout runs out,
+waiting for a connection being set up; what is left stays in the spool.
+
+The retained ``status`` topic is ``online`` after every CONNACK and ``offline`` as the Last
+Will and on a clean stop.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import paho.mqtt.client as mqtt
+from paho.mqtt.enums import MQTTErrorCode
+
+from cdml_edge import __version__
+from cdml_edge.backoff import Backoff
+from cdml_edge.config import MqttConfig, OutboxConfig, SpoolConfig
+from cdml_edge.errors import CdmlError
+from cdml_edge.fsio import FaultHook
+from cdml_edge.outputs.mqtt.client import BrokerSettings, Waker, connect_later, new_client, poll
+from cdml_edge.outputs.mqtt.embedded_broker import EmbeddedBroker
+from cdml_edge.outputs.mqtt.outbox import Entry, Outbox, PublishBatch
+from cdml_edge.outputs.mqtt.spool import Spool, SpoolToken
+from cdml_edge.outputs.mqtt.spool_format import SpoolRecord, record_size
+from cdml_edge.supervisor import Spawn, Worker, plain_thread
+from cdml_edge.window.payloads import OutMessage, StatusPayload
+
+log = logging.getLogger(__name__)
+
+COMMIT_EVERY = 256
+"""The spool cursor is written after this many acknowledged records, or ``commit_interval``
+seconds, whichever comes first: what a kill -9 in the middle of a drain sends again."""
+
+
+class PublisherClosed(CdmlError, RuntimeError):
+    """``publish_batch`` after ``stop``."""
+
+
+class OutputUnavailable(CdmlError):
+    """Messages neither the spool (a full or failing disk) nor the outbox could take; names
+    the spool folder. Their batch never becomes durable: the caller keeps the sources."""
+
+
+class MqttPublisher:
+    """Publish results over MQTT; see the module docstring for the delivery guarantees."""
+
+    def __init__(
+        self,
+        config: MqttConfig,
+        device_id: str,
+        spool: SpoolConfig | None = None,
+        outbox: OutboxConfig | None = None,
+        *,
+        version: str = __version__,
+        max_inflight: int = 64,
+        backoff_min: float = 0.5,
+        backoff_max: float = 30.0,
+        connect_timeout: float = 5.0,
+        commit_interval: float = 0.2,
+        commit_every: int = COMMIT_EVERY,
+        on_event: FaultHook | None = None,
+        announce_status: bool = True,
+        spawn: Spawn = plain_thread,
+    ) -> None:
+        self.config = config
+        self.device_id = device_id
+        self.version = version
+        self.max_inflight = max_inflight
+        self.connect_timeout = connect_timeout
+        self.commit_interval = commit_interval
+        self.commit_every = commit_every
+        self.announce_status = announce_status  # the retained status and the Last Will
+        self.settings = BrokerSettings.from_config(config, device_id)
+        self.protocol = self.settings.protocol
+        self.client_id = self.settings.client_id
+        self._base = f"{config.topic_prefix}/{device_id}"
+        spool_cfg = spool or SpoolConfig()  # type: ignore[call-arg]
+        self.spool = Spool(
+            Path(spool_cfg.dir), spool_cfg.max_bytes, spool_cfg.policy, spool_cfg.fsync,
+            on_event=on_event,
+        )
+        self._block = spool_cfg.policy == "block"
+        self.outbox = Outbox((outbox or OutboxConfig()).max_bytes)  # type: ignore[call-arg]
+        self._backoff = Backoff(backoff_min, backoff_max, jitter="equal")
+        self.broker: EmbeddedBroker | None = None
+        self.started_at = time.time()
+        self._client: mqtt.Client | None = None
+        self._spawn = spawn  # the I/O thread: supervised by the agent (restarted if it dies)
+        self._thread: Worker | None = None
+        self._waker = Waker()
+        self._init_io_state()
+
+    def _init_io_state(self) -> None:
+        """What the I/O thread keeps between loop turns (it alone touches most of it)."""
+        self._connected = False
+        self._lost = False
+        self._just_connected = False
+        self._closing = False
+        self._closed = False
+        self._close_deadline = 0.0
+        self._pending: dict[int, Entry | SpoolToken] = {}
+        self._acks: deque[tuple[int, bool]] = deque()
+        self._spool_buf: deque[tuple[SpoolToken, SpoolRecord]] = deque()
+        self._spool_turn = False
+        self._status_mid: int | None = None
+        self._status_acked = threading.Event()
+        self._counts = {
+            "published": 0,
+            "acked": 0,
+            "spooled": 0,
+            "drained": 0,
+            "rejected": 0,
+            "reconnects": 0,
+            "connect_failures": 0,
+            "too_large": 0,
+            "refused": 0,
+        }
+        self._next_attempt = 0.0  # monotonic time of the next connection attempt
+        self._connect_started = 0.0  # monotonic time the pending CONNECT went out
+        self._last_commit = 0.0  # monotonic time the spool cursor was last committed
+        self._drained_at_commit = 0  # counts["drained"] at that commit
+        self._warned = False  # "broker unreachable" logged once per outage
+        self._attempted = False  # a connection attempt was made since start()
+
+    # ------------------------------------------------------------------ Output API
+    @property
+    def connected(self) -> bool:
+        return self._connected
+
+    @property
+    def io_stopped(self) -> bool:
+        """The I/O thread was started and is gone although :meth:`stop` was not called."""
+        return self._thread is not None and not self._thread.is_alive() and not self._closing
+
+    @property
+    def broker_url(self) -> str:
+        return self.broker.url if self.broker is not None else self.settings.url()
+
+    def topic(self, relative: str) -> str:
+        """Full topic of a message topic relative to ``{prefix}/{device}``."""
+        return f"{self._base}/{relative}"
+
+    def start(self) -> None:
+        """Start the I/O thread; returns at once, broker or not."""
+        if self._thread is not None:
+            return
+        if self.settings.embedded:
+            self.broker = EmbeddedBroker().start()
+        self.started_at = time.time()
+        self._client = self._make_client()
+        self._thread = self._spawn("mqtt-io", self._run)
+        self._thread.start()
+
+    def publish_batch(
+        self, messages: Sequence[OutMessage], on_durable: Callable[[], None] | None = None
+    ) -> None:
+        """Queue messages; ``on_durable`` fires once each is PUBACKed or spooled."""
+        if self._closing or self._closed:
+            raise PublisherClosed("publish_batch after stop()")
+        batch = PublishBatch(len(messages), on_durable)
+        entries = [Entry(m, batch) for m in messages]
+        overflow: list[Entry] = []
+        if self._connected:
+            for entry in entries:
+                if overflow or not self.outbox.try_put(entry):
+                    overflow.append(entry)
+        else:
+            overflow = entries
+        if overflow:
+            left = self._spool_entries(overflow, wait=self._block)
+            if left:
+                self._hold(left)
+        self._waker.wake()
+
+    def _hold(self, entries: list[Entry]) -> None:
+        """Entries the spool could not take (a full or failing disk): keep them in the
+        outbox, connected or not (the I/O thread spools them once it can); what does not
+        fit there either is refused, and so is its batch (:class:`OutputUnavailable`)."""
+        kept = 0
+        for entry in entries:
+            if not self.outbox.try_put(entry):
+                break
+            kept += 1
+        refused = entries[kept:]
+        if not refused:
+            return
+        for entry in refused:
+            entry.abandon()
+        self._counts["refused"] += len(refused)
+        self._waker.wake()
+        raise OutputUnavailable(
+            f"{self.spool.dir}: {len(refused)} messages refused: the spool cannot take them "
+            f"({self.spool.faults.degraded or 'full'}) and the outbox is full"
+        )
+
+    def stats(self) -> dict[str, int]:
+        out = dict(self._counts)
+        out.update(self.spool.stats())
+        out.update(
+            {
+                "outbox_depth": len(self.outbox),
+                "outbox_bytes": self.outbox.bytes,
+                "inflight": len(self._pending),
+                "dropped": self.spool.dropped,
+                "bytes_written": self.spool.bytes_written,
+                "broker_connected": int(self._connected),
+                "io_thread_alive": int(self._thread is not None and self._thread.is_alive()),
+            }
+        )
+        return out
+
+    def stop(self, timeout: float = 5.0) -> None:
+        """Deliver what is queued within ``timeout``, spool the rest, publish ``offline``."""
+        if self._closed:
+            return
+        self._close_deadline = time.monotonic() + timeout
+        self._closing = True
+        self._waker.wake()
+        if self._thread is not None:
+            self._thread.join(timeout + self.connect_timeout + 1.0)
+        self._spool_leftovers()
+        self.spool.close()
+        self._closed = True
+        self._waker.close()
+        if self.broker is not None:
+            self.broker.stop()
+
+    # ------------------------------------------------------------------ spooling
+    def _spool_entries(self, entries: list[Entry], wait: bool) -> list[Entry]:
+        """Write entries to the spool and complete them; returns those that did not fit."""
+        fits: list[Entry] = []
+        for entry in entries:
+            blob = record_size(entry.message.topic, entry.message.payload)
+            if blob > self.spool.max_bytes:
+                # Never spoolable: its batch is left incomplete so on_durable does not fire
+                # and the caller keeps the source for a retry; counted as ``too_large``.
+                log.error("%s: %d-byte message is larger than spool.max_bytes=%d; not "
+                          "delivered, its batch stays incomplete",
+                          entry.message.topic, blob, self.spool.max_bytes)
+                self._counts["too_large"] += 1
+                entry.abandon()
+            else:
+                fits.append(entry)
+        records = [
+            SpoolRecord(e.message.topic, e.message.payload, self._qos(e.message), e.message.retain)
+            for e in fits
+        ]
+        written = self.spool.append(records, wait=wait) if records else 0
+        for entry in fits[:written]:
+            entry.complete()
+        self._counts["spooled"] += written
+        return fits[written:]
+
+    def _spool_leftovers(self) -> None:
+        live = [e for e in self._pending.values() if isinstance(e, Entry) and not e.done]
+        self._pending.clear()
+        left = [e for e in live + self.outbox.take_all() if not e.done]
+        if left:
+            with contextlib.suppress(Exception):
+                rest = self._spool_entries(left, wait=False)
+                if rest:
+                    log.error("spool full at stop: %d messages not delivered", len(rest))
+
+    def _qos(self, message: OutMessage) -> int:
+        return self.config.qos if message.qos is None else message.qos
+
+    # ------------------------------------------------------------------ client setup
+    def _make_client(self) -> mqtt.Client:
+        client = new_client(
+            self.settings,
+            max_inflight=self.max_inflight + 2,
+            connect_timeout=self.connect_timeout,
+            will=(self.topic("status"), self._status("offline")) if self.announce_status else None,
+        )
+        client.on_connect = self._on_connect
+        client.on_disconnect = self._on_disconnect
+        client.on_publish = self._on_publish
+        if self.broker is not None:
+            host, port = self.broker.host, self.broker.port
+        else:
+            assert self.settings.address is not None
+            host, port = self.settings.address.host, self.settings.address.port
+        connect_later(client, self.settings, host, port)
+        return client
+
+    def _status(self, state: str) -> bytes:
+        payload = StatusPayload(
+            state=state,  # type: ignore[arg-type]
+            version=self.version,
+            started_at=self.started_at,
+            device=self.device_id,
+        )
+        return payload.model_dump_json().encode()
+
+    # ------------------------------------------------------------------ paho callbacks
+    # They run inside paho calls made by the I/O thread; they only record what happened.
+    def _on_connect(self, client: Any, userdata: Any, flags: Any, rc: Any, props: Any) -> None:
+        if rc.is_failure:
+            log.error("broker %s refused the connection: %s", self.broker_url, rc)
+            self._counts["connect_failures"] += 1
+            return
+        self._connected = True
+        self._just_connected = True
+
+    def _on_disconnect(self, client: Any, userdata: Any, flags: Any, rc: Any, props: Any) -> None:
+        self._lost = True
+
+    def _on_publish(self, client: Any, userdata: Any, mid: int, rc: Any, props: Any) -> None:
+        self._acks.append((mid, bool(getattr(rc, "is_failure", False))))
+
+    # ------------------------------------------------------------------ I/O thread
+    def _run(self) -> None:
+        client = self._client
+        assert client is not None
+        self._last_commit = time.monotonic()
+        try:
+            while True:
+                now = time.monotonic()
+                if self._closing and self._finish_close(client):
+                    return
+                if client.socket() is None:
+                    if not self._reconnect(client, now):
+                        return
+                else:
+                    self._serve(client, now)
+        except Exception:
+            log.exception("MQTT I/O thread failed")
+            self._connected = False
+            raise  # a supervisor restarts the loop
+
+    def _reconnect(self, client: mqtt.Client, now: float) -> bool:
+        """No socket: take back what was in flight, spool the outbox and connect once the
+        backoff allows; ``False`` when stopping."""
+        if self._connected or self._lost:
+            self._handle_lost(client)
+            self._next_attempt = now + self._backoff.next()
+        if self._closing and self._attempted:
+            return False
+        self._flush_outbox_to_spool()
+        if now < self._next_attempt and not self._closing:
+            self._waker.wait(self._next_attempt - now)
+            return True
+        self._attempted = True
+        try:
+            client.reconnect()
+            self._connect_started = time.monotonic()
+        except (OSError, ValueError) as exc:
+            self._counts["connect_failures"] += 1
+            delay = self._backoff.next()
+            self._next_attempt = time.monotonic() + delay
+            level = logging.DEBUG if self._warned else logging.WARNING
+            log.log(level, "broker %s unreachable (%s); retry in %.1fs, spooling to %s",
+                    self.broker_url, exc, delay, self.spool.dir)
+            self._warned = True
+        return True
+
+    def _serve(self, client: mqtt.Client, now: float) -> None:
+        """A socket: read and write it, give up on a missing CONNACK, announce ``online``,
+        complete acknowledged messages, publish more and commit the spool cursor."""
+        poll(client, self._waker)
+        if self._lost and client.socket() is None:
+            return
+        if not self._connected and now - self._connect_started > self.connect_timeout:
+            log.warning("broker %s: no CONNACK within %.1fs", self.broker_url,
+                        self.connect_timeout)
+            client.disconnect()
+            with contextlib.suppress(Exception):
+                client.loop_write()
+            self._next_attempt = time.monotonic() + self._backoff.next()
+            return
+        if self._just_connected:
+            self._announce_online(client)
+        self._process_acks()
+        if self._connected:
+            self._pump(client)
+        self._maybe_commit()
+
+    def _maybe_commit(self) -> None:
+        """Persist the spool cursor every ``commit_every`` acknowledged records or
+        ``commit_interval`` seconds."""
+        due = self._counts["drained"] - self._drained_at_commit >= self.commit_every
+        if due or time.monotonic() - self._last_commit >= self.commit_interval:
+            self.spool.commit()
+            self._last_commit = time.monotonic()
+            self._drained_at_commit = self._counts["drained"]
+
+    def _announce_online(self, client: mqtt.Client) -> None:
+        self._just_connected = False
+        self._warned = False
+        self._backoff.reset()
+        self._counts["reconnects"] += 1
+        log.info("connected to %s as %s (MQTT %s)", self.broker_url, self.client_id,
+                 self.protocol)
+        if self.announce_status:
+            info = client.publish(self.topic("status"), self._status("online"), 1, True)
+            self._status_mid = info.mid
+
+    def _process_acks(self) -> None:
+        while self._acks:
+            mid, failed = self._acks.popleft()
+            if mid == self._status_mid:
+                self._status_mid = None
+                self._status_acked.set()
+                continue
+            item = self._pending.pop(mid, None)
+            if item is None:
+                continue
+            if failed:
+                self._counts["rejected"] += 1
+                log.error("broker rejected a message (mid %d)", mid)
+            else:
+                self._counts["acked"] += 1
+            if isinstance(item, Entry):
+                item.complete()
+            else:
+                self.spool.ack(item)
+                self._counts["drained"] += 1
+
+    def _pump(self, client: mqtt.Client) -> None:
+        while len(self._pending) < self.max_inflight:
+            entry: Entry | None = None
+            spooled: tuple[SpoolToken, SpoolRecord] | None = None
+            if self._spool_turn:
+                spooled = self._next_spooled()
+            if spooled is None:
+                entry = self.outbox.pop()
+            if entry is None and spooled is None:
+                spooled = self._next_spooled()
+            if entry is None and spooled is None:
+                return
+            self._spool_turn = not self._spool_turn
+            if entry is not None:
+                msg = entry.message
+                info = client.publish(self.topic(msg.topic), msg.payload, self._qos(msg),
+                                      msg.retain)
+                item: Entry | SpoolToken = entry
+            else:
+                assert spooled is not None
+                token, rec = spooled
+                info = client.publish(self.topic(rec.topic), rec.payload, rec.qos, rec.retain)
+                item = token
+            if info.rc == MQTTErrorCode.MQTT_ERR_QUEUE_SIZE:  # no free message id: retry later
+                if entry is not None:
+                    self.outbox.put_front([entry])
+                elif spooled is not None:
+                    self._spool_buf.appendleft(spooled)
+                return
+            self._counts["published"] += 1
+            self._pending[info.mid] = item
+            if client.socket() is None:
+                return  # the write failed: _handle_lost will spool / rewind
+
+    def _next_spooled(self) -> tuple[SpoolToken, SpoolRecord] | None:
+        if not self._spool_buf:
+            self._spool_buf.extend(self.spool.read(64))
+        return self._spool_buf.popleft() if self._spool_buf else None
+
+    def _handle_lost(self, client: mqtt.Client) -> None:
+        """Connection gone: take back everything in flight (we redeliver it ourselves)."""
+        was_connected = self._connected
+        self._connected = False
+        self._lost = False
+        self._just_connected = False
+        client.drop_out_messages()
+        self._process_acks()
+        live = [e for e in self._pending.values() if isinstance(e, Entry) and not e.done]
+        self._pending.clear()
+        self._acks.clear()
+        self._status_mid = None
+        self._spool_buf.clear()
+        self.spool.rewind()
+        left = self._spool_entries(live + self.outbox.take_all(), wait=False)
+        if left:
+            self.outbox.put_front(left)
+        if was_connected:
+            log.warning("lost the connection to %s; spooling to %s", self.broker_url,
+                        self.spool.dir)
+
+    def _flush_outbox_to_spool(self) -> None:
+        if len(self.outbox):
+            left = self._spool_entries(self.outbox.take_all(), wait=False)
+            if left:
+                self.outbox.put_front(left)
+
+    def _finish_close(self, client: mqtt.Client) -> bool:
+        """While stopping: deliver the outbox and the spool until both are empty or time is
+        up (waiting for a connection being set up, or making one attempt when none was made
+        yet), then go ``offline``; ``False`` while there is more to do."""
+        time_left = self._close_deadline - time.monotonic()
+        if time_left > 0 and self._undelivered():
+            if self._connected or client.socket() is not None:
+                return False  # serving, or waiting for the CONNACK (bounded by connect_timeout)
+            if not self._attempted:
+                return False  # the first connection attempt has not been made yet
+        if self._connected and client.socket() is not None:
+            if self.announce_status:
+                self._go_offline(client, time_left)
+            client.disconnect()
+            with contextlib.suppress(Exception):
+                client.loop_write()
+        self._process_acks()
+        self._connected = False
+        return True
+
+    def _go_offline(self, client: mqtt.Client, time_left: float) -> None:
+        """Publish the retained ``offline`` and wait a moment for its PUBACK."""
+        self._status_acked.clear()
+        info = client.publish(self.topic("status"), self._status("offline"), 1, True)
+        self._status_mid = info.mid
+        end = time.monotonic() + max(0.2, min(1.0, time_left))
+        while not self._status_acked.is_set() and time.monotonic() < end:
+            poll(client, self._waker)
+            if client.socket() is None:
+                break
+            self._process_acks()
+
+    def _undelivered(self) -> bool:
+        """Messages not yet acknowledged: outbox, in flight, or in the spool."""
+        return bool(len(self.outbox) or self._pending or self._spool_buf or self.spool.pending)

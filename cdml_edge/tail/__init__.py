@@ -1,0 +1,1 @@
+"""``cdml-edge tail``: follow an appliance from outside it."""
