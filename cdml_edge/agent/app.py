@@ -95,15 +95,15 @@ class Agent:
         self.drain_timeout = drain_timeout
         self.started_at = time.time()
         self.notifier = SdNotifier()
-        self.metrics = Metrics(version=__version__, device=cfg.device.id)
         self.supervisor = Supervisor(on_death=self._thread_died)
-        self.metrics.attach_supervisor(self.supervisor.dead)
+        self.metrics = Metrics(version=__version__, device=cfg.device.id,
+                               dead=self.supervisor.dead)
         self.watchdog = ProgressWatchdog(
             self.notifier, cfg.health.stall_after, dead=self.supervisor.dead
         )
         self.sequencer = Sequencer()
-        self.health = HealthReporter(self.metrics, self.sequencer, self.started_at)
-        self.health.degraded = self.degraded
+        self.health = HealthReporter(self.metrics, self.sequencer, self.started_at,
+                                     degraded=self.degraded)
         self.pipeline = WindowWorkers(
             self._busy, self.watchdog.progress, spawn=self.supervisor.spawn,
             on_lost=self._window_lost,
@@ -124,6 +124,9 @@ class Agent:
         self.lifecycle = FileLifecycle(
             cfg.quarantine.dir, cfg.quarantine.max_bytes, file_mode=cfg.quarantine.file_mode,
             on_skip=lambda reason: self.metrics.on_done_skipped.labels(reason=reason).inc(),
+            # the error reporter is built from the output below; these reach it when called
+            on_event=lambda kind, info: self.errors.disk_event(kind, info),
+            on_late=lambda source, name, dest: self.errors.quarantined_late(source, name, dest),
         )
         spawn = self.supervisor.spawn
         self.output: Output = self._fixed_output or make_output(cfg, spawn)
@@ -135,8 +138,6 @@ class Agent:
             [sc.name for sc in cfg.sources],
         )
         on_disk_event(self.output, self.errors.disk_event)
-        self.lifecycle.faults.on_event = self.errors.disk_event
-        self.lifecycle.on_late = self.errors.quarantined_late
         self.runners: dict[str, ModelRunner] = {}
         self.retention: RetentionRing | None = None
         self.windowers: dict[str, Windower] = {}
@@ -238,14 +239,37 @@ class Agent:
 
     # -- start / stop ----------------------------------------------------------------------
     def start(self, runners: dict[str, ModelRunner] | None = None) -> None:
-        """Load + warm up models (unless ``runners`` are given, already loaded), start output,
-        workers and sources; then READY=1."""
-        cfg = self.cfg
+        """Start in named steps, each timed in the ready log line: lock the state folder,
+        the health endpoint, the models (loaded and warmed up, unless ``runners`` are given
+        already loaded), the decoders, the retention ring, the output, the pipeline and the
+        sources; then READY=1."""
         clock = StartupClock()
-        if self._state is None:  # one agent per state folder (StateInUse: exit 2)
-            assert cfg.state_dir is not None
-            self._state = StateLock(cfg.state_dir)
-        if cfg.health.watchdog:  # WATCHDOG=1 pings; READY/STOPPING are sent either way
+        self.init_state_lock()
+        self.start_health_endpoint()
+        clock.mark("health endpoint")
+        self.init_models(runners)
+        clock.mark("models", ", ".join(sorted(self.runners)))
+        clock.mark("decoders", self.init_decoders())
+        if self.init_retention():
+            clock.mark("retention")
+        self.output.start()
+        clock.mark("output")
+        self.start_pipeline()
+        self.start_sources()
+        clock.mark("sources")
+        self.announce_ready(clock)
+
+    def init_state_lock(self) -> None:
+        """One agent per state folder (``StateInUse``: exit 2)."""
+        if self._state is None:
+            assert self.cfg.state_dir is not None
+            self._state = StateLock(self.cfg.state_dir)
+
+    def start_health_endpoint(self) -> None:
+        """The systemd watchdog (``WATCHDOG=1`` pings when on; READY/STOPPING are sent either
+        way), ``/metrics`` + ``/healthz`` and the status page."""
+        cfg = self.cfg
+        if cfg.health.watchdog:
             self.watchdog.start()
         else:
             self.watchdog.stop()  # a reload may have turned it off
@@ -256,30 +280,48 @@ class Agent:
             )
         if self._server is not None:  # a reload may have turned the page on or off
             self._server.page = self._page if self.view is not None else None
-        clock.mark("health endpoint")
-        self.runners = runners if runners is not None else load_models(cfg)
-        check_models(cfg, self.runners, str(self.config_path or "<config>"))  # exit 2
-        window_charges(self.budget, self.runners)
-        clock.mark("models", ", ".join(sorted(self.runners)))
-        log.info("%s", limit_blas_threads())
-        clock.mark("decoders", warm_up_decoders(
-            (sc.modality for sc in cfg.sources), self.runners, self.notifier.status,
-            cache_dir=cfg.state_dir / "numba" if cfg.state_dir is not None else None))
-        if cfg.retention is not None:
-            from cdml_edge.store.retention import RetentionRing
 
-            self.retention = RetentionRing.from_config(cfg.retention, on_event=self._ring_event)
-            clock.mark("retention")
-        self.output.start()
-        clock.mark("output")
+    def init_models(self, runners: dict[str, ModelRunner] | None = None) -> None:
+        """Load and warm up the models (or take ``runners``), check they fit their sources
+        (exit 2) and charge the budget what their windows hold."""
+        self.runners = runners if runners is not None else load_models(self.cfg)
+        check_models(self.cfg, self.runners, str(self.config_path or "<config>"))
+        window_charges(self.budget, self.runners)
+
+    def init_decoders(self) -> str:
+        """BLAS on one thread; the sources' decoders warmed up (numba's cache in the state
+        folder); what was done, for the start-up log."""
+        log.info("%s", limit_blas_threads())
+        cfg = self.cfg
+        return warm_up_decoders(
+            (sc.modality for sc in cfg.sources), self.runners, self.notifier.status,
+            cache_dir=cfg.state_dir / "numba" if cfg.state_dir is not None else None)
+
+    def init_retention(self) -> bool:
+        """Open the retention ring when one is configured; whether one is."""
+        if self.cfg.retention is None:
+            return False
+        from cdml_edge.store.retention import RetentionRing
+
+        self.retention = RetentionRing.from_config(self.cfg.retention, on_event=self._ring_event)
+        return True
+
+    def start_pipeline(self) -> None:
+        """The pipeline workers, then the windowers that feed them."""
         self.pipeline.start(self._processor().handle, self.workers)
         for w in self.windowers.values():
             w.start()
+
+    def start_sources(self) -> None:
+        """The sources, last: from now on files are taken."""
         for s in self.sources.values():
             s.start()
-        clock.mark("sources")
+
+    def announce_ready(self, clock: StartupClock) -> None:
+        """The health loop, ``online`` on the status topic (the sources are armed: online
+        means ready) and READY=1 to systemd."""
         self.health.start(self._stop, self.supervisor.spawn)
-        self.health.publish_status("online")  # after the sources are armed: online means ready
+        self.health.publish_status("online")
         self.notifier.ready(f"running {len(self.sources)} sources, {len(self.runners)} models")
         log.info("agent ready: %d sources, models %s; %s", len(self.sources),
                  sorted(self.runners), clock.summary())
@@ -353,22 +395,28 @@ class Agent:
         return True
 
     def run(self, duration: float | None = None, install_signals: bool = True) -> int:
-        """Start, serve until ``duration`` or SIGTERM/SIGINT, stop; the exit code."""
-        if install_signals:
-            self._install_signals()
-        self.start()
-        end = None if duration is None else time.monotonic() + duration
-        while not self._stop.is_set():
-            wait = 0.5 if end is None else max(0.0, min(0.5, end - time.monotonic()))
-            if self._reload.wait(wait):
-                self._reload.clear()
-                self.reload()
-            if end is not None and time.monotonic() >= end:
-                break
-        self.stop()  # windows still in flight after the deadline stay on disk: retaken next run
-        return 0
+        """Start, serve until ``duration`` or SIGTERM/SIGINT, stop; the exit code. The signal
+        handlers it installs are put back as they were when it returns or raises."""
+        previous = self._install_signals() if install_signals else {}
+        try:
+            self.start()
+            end = None if duration is None else time.monotonic() + duration
+            while not self._stop.is_set():
+                wait = 0.5 if end is None else max(0.0, min(0.5, end - time.monotonic()))
+                if self._reload.wait(wait):
+                    self._reload.clear()
+                    self.reload()
+                if end is not None and time.monotonic() >= end:
+                    break
+            self.stop()  # windows in flight after the deadline stay on disk: retaken next run
+            return 0
+        finally:
+            for signum, handler in previous.items():
+                signal.signal(signum, handler)
 
-    def _install_signals(self) -> None:
+    def _install_signals(self) -> dict[int, Any]:
+        """SIGTERM/SIGINT drain and stop, SIGHUP reloads; the handlers they replace."""
+
         def on_term(signum: int, frame: FrameType | None) -> None:
             log.info("signal %d: draining", signum)
             self._stop.set()
@@ -376,9 +424,11 @@ class Agent:
         def on_hup(signum: int, frame: FrameType | None) -> None:
             self._reload.set()
 
-        signal.signal(signal.SIGTERM, on_term)
-        signal.signal(signal.SIGINT, on_term)
-        signal.signal(signal.SIGHUP, on_hup)
+        handlers = {signal.SIGTERM: on_term, signal.SIGINT: on_term, signal.SIGHUP: on_hup}
+        previous = {int(sig): signal.getsignal(sig) for sig in handlers}
+        for sig, handler in handlers.items():
+            signal.signal(sig, handler)
+        return previous
 
 
 def run_agent(config_path: str | Path, duration: float | None = None) -> int:

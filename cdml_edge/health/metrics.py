@@ -57,7 +57,13 @@ class Metrics:
     ``totals()`` sums the counters into the fields of the MQTT health payload.
     """
 
-    def __init__(self, *, version: str = "", device: str = "") -> None:
+    def __init__(
+        self,
+        *,
+        version: str = "",
+        device: str = "",
+        dead: Callable[[], Sequence[str]] | None = None,
+    ) -> None:
         r = self.registry = CollectorRegistry(auto_describe=True)
         self.started_at = time.time()
         self.info = Info(f"{PREFIX}_build", "Agent version and device name", registry=r)
@@ -80,6 +86,8 @@ class Metrics:
         self.last_progress_age.set(-1)
         self.health_checks: dict[str, Callable[[], tuple[str | None, Any]]] = {}
         """Extra ``/healthz`` checks by name: each returns (problem or None, detail)."""
+        if dead is not None:
+            self.attach_supervisor(dead)
 
     def _add_counters(self, r: CollectorRegistry) -> None:
         self.items = Counter(

@@ -26,7 +26,13 @@ class HealthReporter:
     """Publishes status and health for the agent's lifetime; :meth:`attach` after every
     (re)build points it at the running configuration, output and sources."""
 
-    def __init__(self, metrics: Metrics, sequencer: Sequencer, started_at: float) -> None:
+    def __init__(
+        self,
+        metrics: Metrics,
+        sequencer: Sequencer,
+        started_at: float,
+        degraded: Callable[[], Mapping[str, str]] = dict,
+    ) -> None:
         self.metrics = metrics
         self.sequencer = sequencer
         self.started_at = started_at
@@ -38,8 +44,8 @@ class HealthReporter:
         self.cameras = CameraBoard(metrics)
         self.summary = RunSummary()
         self.last: HealthPayload | None = None
-        self.degraded: Callable[[], Mapping[str, str]] = dict
-        """Parts not fully working (set by the agent); in every health message."""
+        self.degraded = degraded
+        """Parts not fully working (the agent's view); in every health message."""
 
     def attach(self, cfg: AppConfig, output: Output, sources: Mapping[str, Source]) -> None:
         self._cfg, self._output, self._sources = cfg, output, sources
