@@ -221,7 +221,7 @@ class Archive:
         """An archive over the same source and the same parsed index, with its own reader
         state: what unpickling gives, without the bytes (a forked worker's copy)."""
         rebuild, args = self.__reduce__()[:2]
-        return rebuild(*args)  # type: ignore[no-any-return]
+        return rebuild(*args)
 
     def __reduce__(self) -> tuple[Any, ...]:
         # the receiving process opens the source again as the same format (no detection)

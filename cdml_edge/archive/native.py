@@ -23,7 +23,7 @@ def module() -> Any:
         try:
             from cdml_edge.archive.zip import native as _zipnative
 
-            _loaded = _zipnative if _zipnative.available() else None  # type: ignore[attr-defined]
+            _loaded = _zipnative if _zipnative.available() else None
         except ImportError:
             _loaded = None
     return _loaded

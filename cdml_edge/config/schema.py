@@ -139,7 +139,7 @@ class SourceConfig(_ConfigSection):
         default_factory=list,
         description="Glob patterns of files to take; empty = by the modality's extensions.",
     )
-    window: WindowConfig = Field(default_factory=WindowConfig)  # type: ignore[arg-type]
+    window: WindowConfig = Field(default_factory=WindowConfig)
     on_done: Literal["delete", "move", "keep"] = Field(
         "keep", description="What happens to a source file once its results are safe."
     )
@@ -461,21 +461,21 @@ class AppConfig(_ConfigSection):
         "unless their dir is set; one agent per state folder. Default: $STATE_DIRECTORY "
         "(systemd's StateDirectory=), else '<config name>.state' beside the config file.",
     )
-    device: DeviceConfig = Field(default_factory=DeviceConfig)  # type: ignore[arg-type]
+    device: DeviceConfig = Field(default_factory=DeviceConfig)
     sources: list[SourceConfig] = Field(default_factory=list)
-    pack: PackConfig = Field(default_factory=PackConfig)  # type: ignore[arg-type]
+    pack: PackConfig = Field(default_factory=PackConfig)
     models: dict[str, ModelConfig] = Field(
         default_factory=dict,
         description="Models by name; a name that is a modality also gives the model's modality.",
     )
     mqtt: MqttConfig | None = Field(None, description="Unset: results go to output.jsonl only.")
-    outbox: OutboxConfig = Field(default_factory=OutboxConfig)  # type: ignore[arg-type]
-    spool: SpoolConfig = Field(default_factory=SpoolConfig)  # type: ignore[arg-type]
+    outbox: OutboxConfig = Field(default_factory=OutboxConfig)
+    spool: SpoolConfig = Field(default_factory=SpoolConfig)
     retention: RetentionConfig | None = Field(None, description="Unset: nothing is retained.")
-    quarantine: QuarantineConfig = Field(default_factory=QuarantineConfig)  # type: ignore[arg-type]
-    limits: LimitsConfig = Field(default_factory=LimitsConfig)  # type: ignore[arg-type]
-    health: HealthConfig = Field(default_factory=HealthConfig)  # type: ignore[arg-type]
-    output: OutputConfig = Field(default_factory=OutputConfig)  # type: ignore[arg-type]
+    quarantine: QuarantineConfig = Field(default_factory=QuarantineConfig)
+    limits: LimitsConfig = Field(default_factory=LimitsConfig)
+    health: HealthConfig = Field(default_factory=HealthConfig)
+    output: OutputConfig = Field(default_factory=OutputConfig)
     s3: S3Config | None = Field(None, description="Unset: boto3 defaults and CDML_EDGE_S3_*.")
 
     _resolve = field_validator("state_dir")(_resolve_path)

@@ -236,7 +236,7 @@ class CDMLStreamDataset(Dataset[Any]):
             from cdml_edge.archive import Arena
 
             arena = self._arenas.arena = Arena(ARENA_BYTES)
-        return archive.read_many(names, arena=arena)  # type: ignore[no-any-return]
+        return archive.read_many(names, arena=arena)
 
     def read(self, index: int) -> bytes:
         """The raw bytes of item ``index`` (through the cache)."""

@@ -27,7 +27,7 @@ def _native() -> Any:
     if not _tried:
         _tried = True
         try:
-            from cdml_edge.decode._native._area import ffi, lib  # type: ignore[import-not-found]
+            from cdml_edge.decode._native._area import ffi, lib
 
             _ffi, _lib = ffi, lib
         except ImportError:

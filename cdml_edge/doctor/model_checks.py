@@ -19,7 +19,7 @@ def _check_model(name: str, modality: str, cfg: AppConfig) -> Check:
     from cdml_edge.model.runner import InferenceError, ModelOverrides, ModelRunner
     from cdml_edge.model.session import resolve_providers
 
-    mc = cfg.models[modality]  # type: ignore[index]
+    mc = cfg.models[modality]
     wanted = resolve_providers(mc.providers)
     available = ort.get_available_providers()
     missing = [p for p in wanted if p not in available]

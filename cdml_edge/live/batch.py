@@ -17,7 +17,7 @@ from cdml_edge.window.pack import pack_window
 
 
 @dataclass(frozen=True)
-class PackedBatch(os.PathLike):  # type: ignore[type-arg]
+class PackedBatch(os.PathLike):
     """One packed window: ``archive`` (ZIP or tar.zst bytes with ``manifest.json``), its
     ``name``, ``manifest``, the input ``files`` it holds and, when written, its ``path``.
 

@@ -214,7 +214,7 @@ def _load_extra(cfg: AppConfig, path: str | Path) -> ModelRunner:
     from cdml_edge.model.runner import ModelOverrides, ModelRunner
 
     runner = ModelRunner.load(path)
-    mc = cfg.models.get(runner.spec.modality)  # type: ignore[call-overload]
+    mc = cfg.models.get(runner.spec.modality)
     settings = ModelOverrides.from_config(mc).settings if mc is not None else runner.settings
     return runner if settings == runner.settings else ModelRunner.load(
         path, ModelOverrides(settings=settings)

@@ -67,7 +67,7 @@ class Follower:
             if followed.file is not None:
                 follow_jsonl(followed.file, base, self.board.observe, self.stop)
             else:
-                mqtt = cfg.mqtt or MqttConfig()  # type: ignore[call-arg]
+                mqtt = cfg.mqtt or MqttConfig()
                 subscribe_broker(mqtt, base, self.board.observe, self.stop, url=followed.broker)
         except Exception as exc:  # raised again by run_tail
             self.error = exc

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from cdml_edge.archive._native._reader import ffi  # type: ignore[import-not-found]
+from cdml_edge.archive._native._reader import ffi
 
 _from_buffer = ffi.from_buffer
 

@@ -14,7 +14,7 @@ import errno
 import os
 from typing import Any
 
-from cdml_edge.archive._native._reader import ffi, lib  # type: ignore[import-not-found]
+from cdml_edge.archive._native._reader import ffi, lib
 from cdml_edge.archive._native.buffers import fresh_output
 from cdml_edge.archive.errors import ArchiveError, CorruptArchiveError, TruncatedArchiveError
 from cdml_edge.archive.source import FileSource, MemorySource

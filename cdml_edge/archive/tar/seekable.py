@@ -119,7 +119,7 @@ class MemberIndex:
     def __len__(self) -> int:
         return len(self.names)
 
-    def __iter__(self):  # type: ignore[no-untyped-def]
+    def __iter__(self):
         for k in range(len(self.names)):
             yield IndexRecord(
                 self.names[k],

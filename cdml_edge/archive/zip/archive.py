@@ -66,7 +66,7 @@ class ZipArchive(Archive):
 
     def _row(self, i: int) -> Entry:
         if self._native_index is not None:
-            return self._native_index.entry(i, self._row_names[i])  # type: ignore[no-any-return]
+            return self._native_index.entry(i, self._row_names[i])
         return self._entries[i]
 
     def _row_name(self, i: int) -> str:
@@ -112,18 +112,18 @@ class ZipArchive(Archive):
         i = self._ids.get(name)
         if i is None:
             i = self._id(name)  # raises KeyError naming the archive
-        return index.read_one(self._source, i, self._row_names, self)  # type: ignore[no-any-return]
+        return index.read_one(self._source, i, self._row_names, self)
 
     def _read_ids_into(self, ids: list[int], arena: Arena) -> list[memoryview]:
         if self._native_index is not None:
-            return self._native_index.read_into(  # type: ignore[no-any-return]
+            return self._native_index.read_into(
                 self._source, ids, self._row_names, self, arena
             )
         return super()._read_ids_into(ids, arena)
 
     def _read_ids(self, ids: list[int]) -> list[bytes]:
         if self._native_index is not None:
-            return self._native_index.read(  # type: ignore[no-any-return]
+            return self._native_index.read(
                 self._source, ids, self._row_names, self
             )
         entries = self._entries

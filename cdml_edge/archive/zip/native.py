@@ -7,7 +7,7 @@ import errno
 import os
 from typing import Any
 
-from cdml_edge.archive._native._reader import ffi, lib  # type: ignore[import-not-found]
+from cdml_edge.archive._native._reader import ffi, lib
 from cdml_edge.archive._native.buffers import fresh_output as _output
 from cdml_edge.archive.arena import Arena
 from cdml_edge.archive.base import RATIO_FLOOR_BYTES

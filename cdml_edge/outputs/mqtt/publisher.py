@@ -97,13 +97,13 @@ class MqttPublisher:
         self.protocol = self.settings.protocol
         self.client_id = self.settings.client_id
         self._base = f"{config.topic_prefix}/{device_id}"
-        spool_cfg = spool or SpoolConfig()  # type: ignore[call-arg]
+        spool_cfg = spool or SpoolConfig()
         self.spool = Spool(
             Path(spool_cfg.dir), spool_cfg.max_bytes, spool_cfg.policy, spool_cfg.fsync,
             on_event=on_event,
         )
         self._block = spool_cfg.policy == "block"
-        self.outbox = Outbox((outbox or OutboxConfig()).max_bytes)  # type: ignore[call-arg]
+        self.outbox = Outbox((outbox or OutboxConfig()).max_bytes)
         self._backoff = Backoff(backoff_min, backoff_max, jitter="equal")
         self.broker: EmbeddedBroker | None = None
         self.started_at = time.time()

@@ -39,7 +39,7 @@ def _weight(ref: WindowRef) -> int:
     return ref.archive_bytes + ref.sidecar_bytes
 
 
-class WindowDatasource(Datasource):  # type: ignore[misc]
+class WindowDatasource(Datasource):
     """Rows built by ``builder`` (``rows(ref) -> list[dict]``, ``columns``) for each window."""
 
     def __init__(
