@@ -15,8 +15,9 @@ from cdml_edge.model.runner import ModelOverrides, ModelRunner
 from cdml_edge.window.items import Item, Window
 from cdml_edge.window.manifest import WindowManifest
 from cdml_edge.window.pack import build_manifest, member_names, pack_window
-from cdml_edge.window.payloads import ItemResult, Sequencer, WindowResult, item_id
+from cdml_edge.window.payloads import ItemResult, WindowResult, item_id
 from cdml_edge.window.score import process_window
+from cdml_edge.window.topics import Sequencer
 
 
 @pytest.fixture(scope="module")

@@ -58,7 +58,7 @@ from cdml_edge.outputs.base import Output
 from cdml_edge.outputs.factory import degraded_parts, make_output, on_disk_event
 from cdml_edge.supervisor import Supervisor
 from cdml_edge.window.items import Item, Window
-from cdml_edge.window.payloads import Sequencer
+from cdml_edge.window.topics import Sequencer
 
 if TYPE_CHECKING:
     from cdml_edge.store.retention import RetentionRing

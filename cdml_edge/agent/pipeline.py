@@ -28,8 +28,9 @@ from cdml_edge.model.runner import ModelRunner
 from cdml_edge.outputs.base import Output
 from cdml_edge.window.items import Window
 from cdml_edge.window.pack import pack_window
-from cdml_edge.window.payloads import ItemResult, OutMessage
+from cdml_edge.window.payloads import ItemResult
 from cdml_edge.window.score import WindowOutcome, process_window
+from cdml_edge.window.topics import OutMessage
 
 if TYPE_CHECKING:
     from cdml_edge.store.retention import RetentionRing

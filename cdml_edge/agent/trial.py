@@ -23,8 +23,9 @@ from cdml_edge.modality import default_patterns
 from cdml_edge.model.runner import ModelRunner
 from cdml_edge.window.items import Item, Window, new_window_id
 from cdml_edge.window.pack import pack_window
-from cdml_edge.window.payloads import OutMessage, Sequencer, item_id
+from cdml_edge.window.payloads import item_id
 from cdml_edge.window.score import error_event, process_window
+from cdml_edge.window.topics import OutMessage, Sequencer
 
 DEFAULT_SAMPLE = 5
 """Files ``--source NAME`` takes from the source's folder."""

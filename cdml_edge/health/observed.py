@@ -9,7 +9,7 @@ from collections.abc import Callable, Sequence
 from cdml_edge.health.board import ActivityBoard
 from cdml_edge.outputs.base import Output
 from cdml_edge.outputs.factory import TeeOutput
-from cdml_edge.window.payloads import OutMessage
+from cdml_edge.window.topics import OutMessage
 
 log = logging.getLogger(__name__)
 

@@ -27,7 +27,7 @@ from cdml_edge.fsio import atomic_writer
 from cdml_edge.store.catalog import WindowRecord
 from cdml_edge.store.sidecar import ArchiveRef, RetentionError, list_retained, read_sidecar
 from cdml_edge.window.manifest import ItemOutcome, WindowManifest
-from cdml_edge.window.payloads import OutMessage, Sequencer
+from cdml_edge.window.topics import OutMessage, Sequencer
 
 if TYPE_CHECKING:  # pragma: no cover
     from cdml_edge.model.runner import ModelRunner

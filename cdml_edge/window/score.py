@@ -26,13 +26,11 @@ from cdml_edge.window.payloads import (
     ArchiveInfo,
     ErrorEvent,
     ItemResult,
-    OutMessage,
-    Sequencer,
     WindowResult,
     WindowTimings,
-    relative_topic,
 )
 from cdml_edge.window.pieces import Piece, as_runners, item_pieces
+from cdml_edge.window.topics import OutMessage, Sequencer, relative_topic
 from cdml_edge.window.verdicts import (
     ItemFailure,
     count_pieces,

@@ -46,7 +46,8 @@ from cdml_edge.outputs.mqtt.outbox import Entry, Outbox, PublishBatch
 from cdml_edge.outputs.mqtt.spool import Spool, SpoolToken
 from cdml_edge.outputs.mqtt.spool_format import SpoolRecord, record_size
 from cdml_edge.supervisor import Spawn, Worker, plain_thread
-from cdml_edge.window.payloads import OutMessage, StatusPayload
+from cdml_edge.window.payloads import StatusPayload
+from cdml_edge.window.topics import OutMessage
 
 log = logging.getLogger(__name__)
 
