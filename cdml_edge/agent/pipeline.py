@@ -29,7 +29,7 @@ from cdml_edge.outputs.base import Output
 from cdml_edge.window.items import Window
 from cdml_edge.window.pack import pack_window
 from cdml_edge.window.payloads import ItemResult
-from cdml_edge.window.score import WindowOutcome, process_window
+from cdml_edge.window.score import WindowOutcome, score_window
 from cdml_edge.window.topics import OutMessage
 
 if TYPE_CHECKING:
@@ -123,7 +123,7 @@ class WindowProcessor:
             level=cfg.pack.level,
             site=cfg.device.site,
         )
-        outcome = process_window(
+        outcome = score_window(
             packed.archive,
             self.runners,
             device=cfg.device.id,

@@ -1,7 +1,7 @@
 """Offline replay: re-score retained windows with the current pipeline and models.
 
 Windows are read from the retention folder in archive order (close time, then window id)
-and each archive's bytes go through :func:`cdml_edge.window.score.process_window` — the
+and each archive's bytes go through :func:`cdml_edge.window.score.score_window` — the
 very function the live agent uses — as fast as the machine allows. Replay never writes
 into the retention folder, so it can run beside a live agent.
 
@@ -179,9 +179,9 @@ def rescore_window(
 ) -> tuple[WindowOutcome, list[dict[str, Any]]]:
     """One retained window scored again (the clock pinned to its close time) and its
     deterministic result records."""
-    from cdml_edge.window.score import process_window
+    from cdml_edge.window.score import score_window
 
-    outcome = process_window(
+    outcome = score_window(
         archive,
         runners,
         device=retained.device,
