@@ -1,8 +1,8 @@
 """MQTT topics, the message an output publishes and the per-topic sequence numbers.
 
-A message's topic is relative to ``{prefix}/{device}`` (:func:`relative_topic`); the output
-puts the prefix and the device in front. Subscribers detect gaps with the per-topic ``seq``
-a :class:`Sequencer` hands out.
+A message's topic is relative to ``{prefix}/{device}`` (:func:`relative_topic`, read back by
+:func:`split_topic`); the output puts :func:`topic_base` in front. Subscribers detect gaps with
+the per-topic ``seq`` a :class:`Sequencer` hands out.
 """
 
 from __future__ import annotations
@@ -43,6 +43,18 @@ def topic_for(prefix: str, device: str, kind: TopicKind, source: str | None = No
     rel = relative_topic(kind, source)
     prefix = prefix.strip("/")
     return f"{prefix}/{device}/{rel}" if prefix else f"{device}/{rel}"
+
+
+def topic_base(topic_prefix: str, device: str) -> str:
+    """``{prefix}/{device}/``, the start of every full topic."""
+    return f"{topic_prefix.strip('/')}/{device}/" if topic_prefix else f"{device}/"
+
+
+def split_topic(relative: str) -> tuple[str, str | None]:
+    """``cam/result`` -> ``("result", "cam")``; ``health`` -> ``("health", None)``: the kind
+    and source of a topic relative to ``{prefix}/{device}``."""
+    source, _, kind = relative.rpartition("/")
+    return kind, source or None
 
 
 def _check_level(value: str, what: str) -> None:
