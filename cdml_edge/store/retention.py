@@ -41,7 +41,7 @@ from cdml_edge.fsio import (
 from cdml_edge.store.catalog import CATALOG_NAME, Catalog, WindowRecord
 from cdml_edge.store.files import commit, is_tmp_name, tmp_path, write_file
 from cdml_edge.store.policy import KeepPolicy, eviction_order, keeps
-from cdml_edge.store.repair import quarantined_files, salvage_sidecar
+from cdml_edge.store.repair import corrupt_files, salvage_sidecar
 from cdml_edge.store.sidecar import (
     ARCHIVE_SUFFIXES,
     SIDECAR_SUFFIX,
@@ -279,7 +279,7 @@ class RetentionRing:
         cutoff = self.clock() - self.max_age if self.max_age is not None else None
         victims = eviction_order(
             self.catalog.windows(),
-            quarantined_files(self.dir),
+            corrupt_files(self.dir),
             incoming=incoming,
             max_bytes=self.max_bytes,
             cutoff=cutoff,
@@ -323,7 +323,7 @@ class RetentionRing:
             **self.counters,
             "windows": self.catalog.count(),
             "bytes": self.catalog.total_bytes(),
-            "corrupt_bytes": sum(q[2] for q in quarantined_files(self.dir)),
+            "corrupt_bytes": sum(q[2] for q in corrupt_files(self.dir)),
         }
 
     def _probe_disk(self) -> None:
