@@ -238,7 +238,7 @@ def count_window(
     for doc in recs:
         if "error" not in doc:
             st.by_modality[doc["modality"]] = st.by_modality.get(doc["modality"], 0) + 1
-        if first_verdict(doc):  # retained unscored: a first verdict, not a change
+        if is_first_verdict(doc):  # retained unscored: a first verdict, not a change
             st.first_verdicts += 1
             continue
         label, anomaly = changes(doc)
@@ -246,7 +246,7 @@ def count_window(
         st.changed_anomalies += anomaly
 
 
-def first_verdict(doc: Mapping[str, Any]) -> bool:
+def is_first_verdict(doc: Mapping[str, Any]) -> bool:
     """Whether a result record scores an item that was retained without a model."""
     was = doc.get("was")
     return was is not None and "error" not in doc and was["model"] is None
@@ -256,7 +256,7 @@ def changes(doc: Mapping[str, Any]) -> tuple[int, int]:
     """Whether one result record changed its label and its anomaly flag against ``was``
     (0/1 each; 0 for failures, items without an earlier verdict and first verdicts)."""
     was = doc.get("was")
-    if was is None or "error" in doc or first_verdict(doc):
+    if was is None or "error" in doc or is_first_verdict(doc):
         return 0, 0
     return int(doc.get("label") != was["label"]), int(
         bool(doc.get("anomaly")) != bool(was["anomaly"])
