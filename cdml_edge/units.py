@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 import re
 
-_SIZE_UNITS = {
+_SIZE_UNITS: dict[str, float] = {
     "": 1,
     "b": 1,
     "k": 1000,
@@ -22,7 +22,7 @@ _SIZE_UNITS = {
     "tib": 1024**4,
 }
 
-_DURATION_UNITS = {
+_DURATION_UNITS: dict[str, float] = {
     "": 1.0,
     "us": 1e-6,
     "ms": 1e-3,
@@ -35,6 +35,21 @@ _DURATION_UNITS = {
 }
 
 _NUMBER_UNIT = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*([A-Za-z]*)\s*$")
+
+
+def _scaled(
+    value: str, units: dict[str, float], what: str, examples: str, known: str
+) -> float:
+    """``value``, a number and one of ``units``, in the base unit (``what`` names the
+    quantity in errors, with ``examples`` of it and the ``known`` units)."""
+    match = _NUMBER_UNIT.match(value)
+    if not match:
+        raise ValueError(f"not a {what}: {value!r} (examples: {examples})")
+    number, unit = match.groups()
+    factor = units.get(unit.lower())
+    if factor is None:
+        raise ValueError(f"unknown {what} unit {unit!r} in {value!r} (use {known})")
+    return float(number) * factor
 
 
 def parse_size(value: object) -> int:
@@ -52,16 +67,8 @@ def parse_size(value: object) -> int:
         return int(value)
     if not isinstance(value, str):
         raise ValueError("a size must be a number of bytes or a string like '64MiB'")
-    match = _NUMBER_UNIT.match(value)
-    if not match:
-        raise ValueError(f"not a size: {value!r} (examples: 4096, '512KiB', '64MiB', '2GB')")
-    number, unit = match.groups()
-    factor = _SIZE_UNITS.get(unit.lower())
-    if factor is None:
-        raise ValueError(
-            f"unknown size unit {unit!r} in {value!r} (use B, kB, MB, GB, KiB, MiB, GiB)"
-        )
-    size = float(number) * factor
+    size = _scaled(value, _SIZE_UNITS, "size", "4096, '512KiB', '64MiB', '2GB'",
+                   "B, kB, MB, GB, KiB, MiB, GiB")
     if not math.isfinite(size) or size > 2**63 - 1:
         raise ValueError(f"size out of range: {value!r}")
     return int(round(size))
@@ -78,14 +85,8 @@ def parse_duration(value: object) -> float:
         return seconds
     if not isinstance(value, str):
         raise ValueError("a duration must be a number of seconds or a string like '500ms'")
-    match = _NUMBER_UNIT.match(value)
-    if not match:
-        raise ValueError(f"not a duration: {value!r} (examples: 2, '2s', '500ms', '5min', '7d')")
-    number, unit = match.groups()
-    factor = _DURATION_UNITS.get(unit.lower())
-    if factor is None:
-        raise ValueError(f"unknown duration unit {unit!r} in {value!r} (use ms, s, min, h, d)")
-    seconds = float(number) * factor
+    seconds = _scaled(value, _DURATION_UNITS, "duration", "2, '2s', '500ms', '5min', '7d'",
+                      "ms, s, min, h, d")
     if not math.isfinite(seconds):
         raise ValueError(f"duration out of range: {value!r}")
     return seconds

@@ -31,7 +31,7 @@ from cdml_edge.model.prepare import prepare_item
 from cdml_edge.model.runner import ModelOverrides, ModelRunner
 from cdml_edge.model.spec import ModelSpec
 from cdml_edge.window.manifest import ManifestItem, WindowManifest
-from cdml_edge.window.score import process_window
+from cdml_edge.window.score import score_window
 
 
 def median_ms(fn: Callable[[], object], seconds: float) -> float:
@@ -120,9 +120,9 @@ def bench_window(frame: np.ndarray, seconds: float) -> None:
         runners = {k: ModelRunner.load(mc.path, ModelOverrides.from_config(mc, k))
                    for k, mc in (("det", det), ("cls", cls))}
     archive = _window(frame, 16)
-    one = median_ms(lambda: process_window(archive, runners, device="d", models=["det"]),
+    one = median_ms(lambda: score_window(archive, runners, device="d", models=["det"]),
                     seconds)
-    two = median_ms(lambda: process_window(archive, runners, device="d",
+    two = median_ms(lambda: score_window(archive, runners, device="d",
                                            models=["det", "cls"]), seconds)
     print(f"window of 16 1280x720 JPEGs, detector only: {one:.1f} ms (baseline)")
     print(f"  detector + classifier on the same source: {two:.1f} ms  x{two / one:.2f}")

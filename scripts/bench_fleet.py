@@ -42,7 +42,7 @@ from cdml_edge.store.retention import RetentionRing
 from cdml_edge.window.items import Window
 from cdml_edge.window.pack import pack_window
 from cdml_edge.window.payloads import item_id
-from cdml_edge.window.score import process_window
+from cdml_edge.window.score import score_window
 
 
 @dataclass
@@ -110,7 +110,7 @@ def build_fleet(root: Path, model: Path, devices: int, windows: int, per_window:
         for win in make_windows(windows, per_window, size):
             _rename_source(win, f"cam{d}")  # each device its own camera, own item ids
             packed = pack_window(win, device=f"edge-{d}", modality="image")
-            outcome = process_window(packed.archive, runners, device=f"edge-{d}",
+            outcome = score_window(packed.archive, runners, device=f"edge-{d}",
                                      archive_name=packed.name)
             ring.store(packed.archive, outcome.manifest)
             nbytes += len(packed.archive)

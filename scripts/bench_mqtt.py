@@ -40,7 +40,7 @@ from _mqtt_brokers import (  # noqa: E402
 
 from cdml_edge.config import MqttConfig, OutboxConfig, SpoolConfig  # noqa: E402
 from cdml_edge.outputs.mqtt.publisher import MqttPublisher  # noqa: E402
-from cdml_edge.window.payloads import OutMessage  # noqa: E402
+from cdml_edge.window.topics import OutMessage  # noqa: E402
 
 INFLIGHT = 64
 

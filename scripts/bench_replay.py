@@ -1,9 +1,9 @@
 """Replay and export benchmark: figures from one run, on the same windows.
 
-(a) live path: per window, pack in memory (ZIP) -> ``process_window`` (reader, decode,
+(a) live path: per window, pack in memory (ZIP) -> ``score_window`` (reader, decode,
 ONNX) -> JSON-lines output -> retention ring (fsync), as the agent does after intake;
 (b) replay: the same retained windows read back from the ring and scored again by
-``process_window`` into a results file; (c) training export of the ring to ZIP and
+``score_window`` into a results file; (c) training export of the ring to ZIP and
 tar.zst (MB of member bytes per second). Every figure is the best of ``--repeat`` runs;
 the model is a small ONNX image classifier built here, the frames are seeded PNG digits.
 """
@@ -28,7 +28,7 @@ from cdml_edge.synth import digit_images, encode_png
 from cdml_edge.window.items import Item, Window
 from cdml_edge.window.pack import pack_window
 from cdml_edge.window.payloads import item_id
-from cdml_edge.window.score import process_window
+from cdml_edge.window.score import score_window
 
 
 def build_model(path: Path, size: int) -> Path:
@@ -112,7 +112,7 @@ def live_path(
     t0 = time.perf_counter()
     for win in windows:
         packed = pack_window(win, device="edge-1", modality="image")
-        outcome = process_window(
+        outcome = score_window(
             packed.archive,
             runners,
             device="edge-1",

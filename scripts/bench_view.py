@@ -6,7 +6,7 @@ shows each published message to the board (a JSON parse per message). This measu
 a window of ``--items``
 camera-sized JPEGs (``--side`` px) scored by a small real ONNX classifier:
 
-* the baseline: pack + read back + decode + infer + payloads (``process_window``), the
+* the baseline: pack + read back + decode + infer + payloads (``score_window``), the
   work every window does;
 * the same plus the board's share (thumbnails and observing every message), as a ratio;
 * a full decode of one image beside one thumbnail (what libjpeg's reduced decode saves),
@@ -39,7 +39,7 @@ from cdml_edge.model.runner import ModelRunner  # noqa: E402
 from cdml_edge.window.items import Item, Window  # noqa: E402
 from cdml_edge.window.pack import pack_window  # noqa: E402
 from cdml_edge.window.payloads import item_id  # noqa: E402
-from cdml_edge.window.score import process_window  # noqa: E402
+from cdml_edge.window.score import score_window  # noqa: E402
 
 
 class _Null:
@@ -82,7 +82,7 @@ def main() -> None:
 
     def score(output: object, board: ActivityBoard | None) -> None:
         packed = pack_window(window, device="bench", modality="image")
-        outcome = process_window(packed.archive, runners, device="bench")
+        outcome = score_window(packed.archive, runners, device="bench")
         if board is not None:
             board.keep_images(window)
         output.publish_batch(outcome.messages())  # type: ignore[attr-defined]

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from cdml_edge.config import MqttConfig, SpoolConfig
 from cdml_edge.outputs.mqtt.publisher import MqttPublisher
-from cdml_edge.window.payloads import OutMessage
+from cdml_edge.window.topics import OutMessage
 
 
 def main() -> None:

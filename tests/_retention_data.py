@@ -80,7 +80,7 @@ def scored_ring(
     archive_format: str = "zip",
     device: str = "edge-1",
 ) -> list[object]:
-    """Run real windows through the live pipeline (packer + process_window) into a ring.
+    """Run real windows through the live pipeline (packer + score_window) into a ring.
 
     Each window holds flat grey JPEGs of the given values; returns the live outcomes.
     """
@@ -92,7 +92,7 @@ def scored_ring(
     from cdml_edge.store.retention import RetentionRing
     from cdml_edge.window.items import Item, Window
     from cdml_edge.window.pack import pack_window
-    from cdml_edge.window.score import process_window
+    from cdml_edge.window.score import score_window
 
     runners = load_runners({"image": (Path(str(model_path)), ModelOverrides())}, warm_up=False)
     ring = RetentionRing(Path(str(ring_dir)), max_bytes=10**9, fsync=False)
@@ -121,7 +121,7 @@ def scored_ring(
         packed = pack_window(
             win, device=device, modality="image", archive_format=archive_format, site="line-3"
         )
-        outcome = process_window(packed.archive, runners, device=device, archive_name=packed.name)
+        outcome = score_window(packed.archive, runners, device=device, archive_name=packed.name)
         res = ring.store(packed.archive, outcome.manifest)
         assert res.stored, res
         outcomes.append(outcome)

@@ -21,7 +21,8 @@ from test_agent_app import models, of_kind, read_jsonl, write_config  # noqa: F4
 from cdml_edge.agent.app import Agent
 from cdml_edge.config import load_config
 from cdml_edge.outputs.factory import make_output
-from cdml_edge.window.payloads import OutMessage, item_id
+from cdml_edge.window.payloads import item_id
+from cdml_edge.window.topics import OutMessage
 
 
 def _mode(p: Path) -> int:

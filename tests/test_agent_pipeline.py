@@ -15,8 +15,9 @@ from cdml_edge.model.runner import ModelOverrides, ModelRunner
 from cdml_edge.window.items import Item, Window
 from cdml_edge.window.manifest import WindowManifest
 from cdml_edge.window.pack import build_manifest, member_names, pack_window
-from cdml_edge.window.payloads import ItemResult, Sequencer, WindowResult, item_id
-from cdml_edge.window.score import process_window
+from cdml_edge.window.payloads import ItemResult, WindowResult, item_id
+from cdml_edge.window.score import score_window
+from cdml_edge.window.topics import Sequencer
 
 
 @pytest.fixture(scope="module")
@@ -56,7 +57,7 @@ def test_images_are_classified_through_the_archive(
     packed = pack_window(w, device="dev", modality="image", archive_format=fmt)
     arc = open_archive(packed.archive)
     assert sorted(arc.names()) == ["a.jpg", "b.jpg", "c.jpg", "manifest.json"]
-    out = process_window(packed.archive, runners, device="dev", archive_name=packed.name)
+    out = score_window(packed.archive, runners, device="dev", archive_name=packed.name)
     assert [(r.item, r.label) for r in out.results] == [
         ("a.jpg", "dark"), ("b.jpg", "bright"), ("c.jpg", "dark")
     ]
@@ -81,7 +82,7 @@ def test_bad_inputs_fail_alone(runners: dict[str, ModelRunner]) -> None:
     w = _window("cam", "image", [("ok.jpg", good), ("cut.jpg", good[: len(good) // 2]),
                                  ("junk.jpg", b"not an image at all")])
     packed = pack_window(w, device="dev", modality="image")
-    out = process_window(packed.archive, runners, device="dev")
+    out = score_window(packed.archive, runners, device="dev")
     assert [r.item for r in out.results] == ["ok.jpg"]
     assert {f.item.name: f.error_type for f in out.failures} == {
         "cut.jpg": "DecodeError", "junk.jpg": "DecodeError"
@@ -97,7 +98,7 @@ def test_csv_anomaly_per_file_and_per_segment(runners: dict[str, ModelRunner]) -
     w = _window("vib", "csv", [("quiet.csv", quiet), ("loud.csv", loud),
                                ("bad.csv", b"ax,ay\n1,2\n3\n")])
     packed = pack_window(w, device="dev", modality="csv")
-    per_file = process_window(packed.archive, runners, device="dev")
+    per_file = score_window(packed.archive, runners, device="dev")
     assert [(r.item, r.anomaly) for r in per_file.results] == [
         ("quiet.csv", False), ("loud.csv", True)
     ]
@@ -105,7 +106,7 @@ def test_csv_anomaly_per_file_and_per_segment(runners: dict[str, ModelRunner]) -
     assert loud_r.label == "anomaly" and loud_r.anomaly_score == pytest.approx(3.0, abs=1e-3)
     assert [f.item.name for f in per_file.failures] == ["bad.csv"]
 
-    seg = process_window(packed.archive, runners, device="dev", segment_rows=8)
+    seg = score_window(packed.archive, runners, device="dev", segment_rows=8)
     assert [(r.item, r.anomaly) for r in seg.results] == [
         ("quiet.csv#rows=0-7", False), ("quiet.csv#rows=8-15", False),
         ("loud.csv#rows=0-7", False), ("loud.csv#rows=8-15", True),
@@ -118,7 +119,7 @@ def test_csv_anomaly_per_file_and_per_segment(runners: dict[str, ModelRunner]) -
 
 def test_modalities_without_a_model_are_validated(runners: dict[str, ModelRunner]) -> None:
     w = _window("logs", "json", [("a.json", b'{"t": 1}'), ("b.json", b"{broken")])
-    out = process_window(pack_window(w, device="d", modality="json").archive, runners, device="d")
+    out = score_window(pack_window(w, device="d", modality="json").archive, runners, device="d")
     assert [(r.item, r.model, r.label) for r in out.results] == [("a.json", "none", None)]
     assert [f.item.name for f in out.failures] == ["b.json"]
 
@@ -128,7 +129,7 @@ def test_audio_that_is_not_audio_is_a_failure(runners: dict[str, ModelRunner]) -
 
     clip = machine_audio(1, seed=0)[0]
     w = _window("mic", "audio", [("motor.wav", clip), ("noise.wav", b"RIFF....WAVEfmt garbage")])
-    out = process_window(pack_window(w, device="d", modality="audio").archive, runners, device="d")
+    out = score_window(pack_window(w, device="d", modality="audio").archive, runners, device="d")
     assert [f.item.name for f in out.failures] == ["noise.wav"]
     assert [(r.item, r.model) for r in out.results] == [("motor.wav", "none")]
 
@@ -136,8 +137,8 @@ def test_audio_that_is_not_audio_is_a_failure(runners: dict[str, ModelRunner]) -
 def test_replay_scores_the_same_bytes_the_same_way(runners: dict[str, ModelRunner]) -> None:
     w = _window("cam", "image", [("a.jpg", jpeg(15)), ("b.jpg", jpeg(240))])
     packed = pack_window(w, device="dev", modality="image", archive_format="tar.zst")
-    live = process_window(packed.archive, runners, device="dev", sequencer=Sequencer())
-    again = process_window(packed.archive, runners, device="dev", sequencer=Sequencer())
+    live = score_window(packed.archive, runners, device="dev", sequencer=Sequencer())
+    again = score_window(packed.archive, runners, device="dev", sequencer=Sequencer())
     strip = {"latency_ms", "seq"}
     assert [r.model_dump(exclude=strip) for r in live.results] == [
         r.model_dump(exclude=strip) for r in again.results

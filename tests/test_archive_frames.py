@@ -25,7 +25,7 @@ from cdml_edge.archive.source import MemorySource
 from cdml_edge.archive.tar import format as tarfmt
 from cdml_edge.archive.tar import seekable
 from cdml_edge.archive.tar.cache import FrameCache
-from cdml_edge.archive.tar.seekable import read_tail
+from cdml_edge.archive.tar.seekable import read_seekable_tail
 
 
 def _sized(n: int, seed: int = 4, low: int = 50, high: int = 20_000) -> list[tuple[str, bytes]]:
@@ -42,7 +42,7 @@ def test_a_member_that_fits_a_frame_is_never_cut() -> None:
     items = _sized(400)
     frame = 16 << 10
     data = pack(items, format="tar.zst", frame_bytes=frame)
-    tail = read_tail(MemorySource(data))
+    tail = read_seekable_tail(MemorySource(data))
     assert tail is not None and tail.index is not None
     f, x = tail.frames, tail.index
     for i in range(len(x)):
@@ -62,7 +62,7 @@ def test_a_member_that_fits_a_frame_is_never_cut() -> None:
 def test_read_many_fetches_each_frame_once() -> None:
     items = [(f"s/{i:03d}.txt", b"row %d\n" % i * 30) for i in range(300)]  # ~200 B each
     data = pack(items, format="tar.zst", frame_bytes=16 << 10)
-    tail = read_tail(MemorySource(data))
+    tail = read_seekable_tail(MemorySource(data))
     assert tail is not None and tail.index is not None
     f, x = tail.frames, tail.index
     src = CountingSource(MemorySource(data))
@@ -84,7 +84,7 @@ def test_neighbouring_reads_come_from_the_frame_cache() -> None:
     data = pack(items, format="tar.zst", frame_bytes=16 << 10)  # 16 members a frame
     src = CountingSource(MemorySource(data))
     arc = open_archive(src)
-    frames = read_tail(MemorySource(data)).frames.count  # type: ignore[union-attr]
+    frames = read_seekable_tail(MemorySource(data)).frames.count  # type: ignore[union-attr]
     src.calls.clear()
     for n, d in items:  # in archive order: each frame is fetched and decoded once
         assert arc.read(n) == d
@@ -124,7 +124,7 @@ def test_frame_cache_policy() -> None:
 def _damaged(seed: int) -> bytes:
     rng = random.Random(seed)
     data = bytearray(pack(_sized(60, seed=seed, high=6000), format="tar.zst", frame_bytes=8192))
-    tail = read_tail(MemorySource(bytes(data)))
+    tail = read_seekable_tail(MemorySource(bytes(data)))
     assert tail is not None
     k = rng.randrange(tail.frames.count)
     lo, hi = tail.frames.coff[k], tail.frames.coff[k + 1]

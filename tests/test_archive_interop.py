@@ -24,7 +24,7 @@ from _archive_helpers import CountingSource, engine, write_tar  # noqa: F401
 
 from cdml_edge.archive import open_archive, write_archive
 from cdml_edge.archive.source import FileSource, MemorySource
-from cdml_edge.archive.tar.seekable import read_tail
+from cdml_edge.archive.tar.seekable import read_seekable_tail
 
 pyzstd = pytest.importorskip("pyzstd", reason="pyzstd is a dev extra: pip install -e '.[dev]'")
 
@@ -181,7 +181,7 @@ def test_ratarmount_opens_ours_without_a_full_scan(tmp_path: Path) -> None:
     ours.parent.mkdir()
     write_archive(ours, items)
     data = bytearray(ours.read_bytes())
-    tail = read_tail(MemorySource(bytes(data)))
+    tail = read_seekable_tail(MemorySource(bytes(data)))
     assert tail is not None and tail.index is not None
     f, idx = tail.frames, tail.index
     inside = [

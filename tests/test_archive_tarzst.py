@@ -23,7 +23,7 @@ from cdml_edge.archive import (
 )
 from cdml_edge.archive.source import FileSource, MemorySource
 from cdml_edge.archive.tar import seekable
-from cdml_edge.archive.tar.seekable import read_tail
+from cdml_edge.archive.tar.seekable import read_seekable_tail
 
 pytestmark = pytest.mark.usefixtures("engine")
 
@@ -91,7 +91,7 @@ def test_open_reads_only_the_tail_and_reads_only_needed_frames(tmp_path: Path) -
 
 def test_tail_index_frames_are_consistent() -> None:
     data = pack(_items(30), format="tar.zst")
-    tail = read_tail(MemorySource(data))
+    tail = read_seekable_tail(MemorySource(data))
     assert tail is not None and tail.index is not None
     frames = tail.frames
     assert frames.coff[-1] < len(data) and frames.count >= 2
@@ -163,7 +163,7 @@ def test_tarfile_written_archives() -> None:
 def test_corrupt_frame_is_detected() -> None:
     items = _items(40)
     data = bytearray(pack(items, format="tar.zst"))
-    tail = read_tail(MemorySource(bytes(data)))
+    tail = read_seekable_tail(MemorySource(bytes(data)))
     assert tail is not None
     victim = data[tail.frames.coff[1] : tail.frames.coff[2]]
     data[tail.frames.coff[1] + len(victim) // 2] ^= 0x04
@@ -179,7 +179,7 @@ def test_crc_catches_wrong_bytes() -> None:
     # frames that decode fine but to other bytes than the index's CRC-32 says
     items = [("a.txt", b"A" * 1000), ("b.txt", b"B" * 1000)]
     data = pack(items, format="tar.zst")
-    tail = read_tail(MemorySource(data))
+    tail = read_seekable_tail(MemorySource(data))
     assert tail is not None and tail.index is not None
     stream = zstandard.ZstdDecompressor().stream_reader(io.BytesIO(data), read_across_frames=True)
     plain = stream.read().replace(b"A" * 10, b"Z" * 10, 1)
@@ -296,7 +296,7 @@ def test_archive_of_the_earlier_layout_stays_readable() -> None:
     path = Path(__file__).parent / "data" / "tarzst_layout_v1.tar.zst"
     data = path.read_bytes()
     count = int.from_bytes(data[-9:-5], "little")
-    tail = read_tail(MemorySource(data))
+    tail = read_seekable_tail(MemorySource(data))
     assert tail is not None and tail.index is not None
     assert count == tail.frames.count  # no entry for the index: the earlier layout
     src = CountingSource(FileSource(path))
@@ -319,7 +319,7 @@ def test_member_index_is_an_entry_of_the_seek_table() -> None:
         for k in range(count)
     ]
     assert sum(c for c, _ in entries) == len(data) - len(table) - 9  # every byte accounted for
-    tail = read_tail(MemorySource(data))
+    tail = read_seekable_tail(MemorySource(data))
     assert tail is not None and tail.index is not None
     index_frame = len(data) - (8 + count * 8 + 9) - tail.data_end
     assert tail.frames.count == count - 1 and entries[-1] == (index_frame, 0)
@@ -328,7 +328,7 @@ def test_member_index_is_an_entry_of_the_seek_table() -> None:
 def test_seek_table_over_the_tail_read_still_opens_in_two_requests() -> None:
     items = [(f"f/{i:05d}", b"%05d" % i) for i in range(20_000)]
     data = pack(items, format="tar.zst", frame_bytes=512)  # one frame per member
-    tail = read_tail(MemorySource(data))
+    tail = read_seekable_tail(MemorySource(data))
     assert tail is not None and tail.frames.count * 8 > (1 << 17)
     src = CountingSource(MemorySource(data))
     arc = open_archive(src)

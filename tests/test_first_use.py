@@ -60,7 +60,7 @@ def _ring(ring: Path, runners: dict[str, Any], values: list[list[int]]) -> None:
     from cdml_edge.window.items import Item, Window
     from cdml_edge.window.pack import pack_window
     from cdml_edge.window.payloads import item_id
-    from cdml_edge.window.score import process_window
+    from cdml_edge.window.score import score_window
 
     store = RetentionRing(ring, max_bytes=10**9, fsync=False)
     for w, vals in enumerate(values):
@@ -72,7 +72,7 @@ def _ring(ring: Path, runners: dict[str, Any], values: list[list[int]]) -> None:
                                   item_id("cam1", name, len(data), ns), None, len(data), ns))
         win.closed_ts = opened + 5
         packed = pack_window(win, device="edge-1", modality="image", archive_format="zip")
-        outcome = process_window(packed.archive, runners, device="edge-1",
+        outcome = score_window(packed.archive, runners, device="edge-1",
                                  archive_name=packed.name)
         assert store.store(packed.archive, outcome.manifest).stored
     store.close()

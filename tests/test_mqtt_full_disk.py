@@ -20,7 +20,7 @@ import cdml_edge.outputs.mqtt.spool as spool_mod
 from cdml_edge.agent.app import Agent
 from cdml_edge.config import MqttConfig, OutboxConfig, SpoolConfig, load_config
 from cdml_edge.outputs.mqtt.publisher import MqttPublisher, OutputUnavailable
-from cdml_edge.window.payloads import OutMessage
+from cdml_edge.window.topics import OutMessage
 
 
 def _healthz(url: str) -> tuple[int, dict]:  # type: ignore[type-arg]

@@ -19,7 +19,7 @@ from _mqtt_brokers import BrokerProcess, Subscriber, wait_until
 
 from cdml_edge.config import MqttConfig, SpoolConfig
 from cdml_edge.outputs.mqtt.publisher import MqttPublisher
-from cdml_edge.window.payloads import OutMessage
+from cdml_edge.window.topics import OutMessage
 
 TESTS = Path(__file__).parent
 

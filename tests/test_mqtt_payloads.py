@@ -11,14 +11,12 @@ from cdml_edge.window.payloads import (
     ErrorEvent,
     HealthPayload,
     ItemResult,
-    Sequencer,
     StatusPayload,
     WindowResult,
     item_id,
     payload_schemas,
-    relative_topic,
-    topic_for,
 )
+from cdml_edge.window.topics import Sequencer, relative_topic, topic_for
 
 
 def test_topics() -> None:

@@ -33,14 +33,11 @@ from cdml_edge.window.payloads import (
     ErrorEvent,
     HealthPayload,
     ItemResult,
-    OutMessage,
-    Sequencer,
     StatusPayload,
     WindowResult,
     item_id,
-    relative_topic,
-    topic_for,
 )
+from cdml_edge.window.topics import OutMessage, Sequencer, relative_topic, topic_for
 
 TESTS = Path(__file__).parent
 

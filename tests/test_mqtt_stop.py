@@ -20,7 +20,7 @@ from _mqtt_brokers import (
 
 from cdml_edge.config import MqttConfig, SpoolConfig
 from cdml_edge.outputs.mqtt.publisher import MqttPublisher
-from cdml_edge.window.payloads import OutMessage
+from cdml_edge.window.topics import OutMessage
 
 
 def _results(start: int, n: int) -> list[OutMessage]:

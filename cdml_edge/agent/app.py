@@ -1,27 +1,22 @@
 """The agent: sources -> windowers -> workers -> output, wired from the config.
 
-:class:`Agent` builds and owns every moving part and keeps the wiring: build, start, stop,
-drain, reload, run and the signals. The policies are small objects beside it:
-``processing.WindowProcessor`` (the work on one window), ``retry.WindowRetryPolicy`` (failed
-windows), ``models`` (loading, warm-up, budget charges), ``health.reporter.HealthReporter``
-(status and health messages), ``events.ErrorReporter`` (error events) and
-``sources.factory.make_source``. Every long-lived thread (folder watches, windowers,
-pipeline workers, the MQTT I/O loop, the health loop) is started by ``supervisor``: a death
-is counted (``thread_deaths``), published as a ``ThreadDied`` error event, makes ``/healthz``
-answer 503 and stops the systemd watchdog pings until the thread runs again.
+:class:`Agent` builds and owns every moving part and keeps the wiring: build, start (named
+steps), stop, drain, reload, run and the signals. The policies are small objects beside it:
+``pipeline.WindowPipeline`` (the work on one window), ``retry.WindowRetryPolicy`` (failed
+windows), ``runners`` (loading, warm-up, budget charges), ``health.reporter.HealthReporter``
+(status and health messages), ``error_events.ErrorReporter`` (error events) and
+``intake.factory.make_source``. Every long-lived thread is started by the ``supervisor``: a
+death is counted (``thread_deaths``), published as a ``ThreadDied`` error event, makes
+``/healthz`` answer 503 and stops the systemd watchdog pings until the thread runs again.
 
-``start()`` loads and warms up the models, starts the output, the workers and the sources,
-then tells systemd it is ready. ``run()`` blocks until ``--duration`` elapses or a signal
-arrives: SIGTERM/SIGINT drain the windows in flight within a deadline and return 0; SIGHUP
-reloads the configuration if it validates and its models load and warm up, which is checked
-before anything stops (else the old one stays and "reload refused: ..." is logged).
+``run()`` blocks until ``--duration`` elapses or a signal arrives: SIGTERM/SIGINT drain the
+windows in flight within a deadline and return 0; SIGHUP reloads the configuration if it
+validates and its models load and warm up, which is checked before anything stops (else the
+old one stays and "reload refused: ..." is logged). The handlers are put back on return.
 
-Bounds: every item read or captured holds bytes of the global
-:class:`~cdml_edge.intake.budget.ByteBudget` (``limits.max_inflight_bytes``) until its window
-has been handed to the output, so the window queue is bounded by bytes; above the budget
-intake pauses (files stay on disk, camera frames are skipped and counted). An item is
-charged what its window holds for it (:func:`~cdml_edge.agent.runners.window_charges`), not
-just its own bytes.
+Bounds: every item holds bytes of the global :class:`~cdml_edge.intake.budget.ByteBudget`
+(``limits.max_inflight_bytes``) until its window has been handed to the output, charged what
+its window holds for it (:func:`~cdml_edge.agent.runners.window_charges`).
 """
 
 from __future__ import annotations
@@ -37,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 from cdml_edge import __version__
 from cdml_edge.agent.error_events import ErrorReporter
-from cdml_edge.agent.pipeline import OutputFailed, WindowProcessor
+from cdml_edge.agent.pipeline import OutputFailed, WindowPipeline
 from cdml_edge.agent.preflight import check_files, check_models
 from cdml_edge.agent.retry import RETRY_BACKOFF_S, WINDOW_ATTEMPTS, Attempts, WindowRetryPolicy
 from cdml_edge.agent.runners import DATA_COPIES, load_models, warm_up_decoders, window_charges
@@ -58,7 +53,7 @@ from cdml_edge.outputs.base import Output
 from cdml_edge.outputs.factory import degraded_parts, make_output, on_disk_event
 from cdml_edge.supervisor import Supervisor
 from cdml_edge.window.items import Item, Window
-from cdml_edge.window.payloads import Sequencer
+from cdml_edge.window.topics import Sequencer
 
 if TYPE_CHECKING:
     from cdml_edge.store.retention import RetentionRing
@@ -169,8 +164,8 @@ class Agent:
 
         return sink
 
-    def _processor(self) -> WindowProcessor:
-        return WindowProcessor(
+    def _processor(self) -> WindowPipeline:
+        return WindowPipeline(
             cfg=self.cfg,
             runners=self.runners,
             output=self.output,

@@ -11,8 +11,9 @@ from cdml_edge.health import Metrics
 from cdml_edge.intake.camera.status import CameraTransition
 from cdml_edge.intake.finishing import FileLifecycle
 from cdml_edge.outputs.base import Output
-from cdml_edge.window.payloads import CameraEvent, OutMessage, Sequencer, relative_topic
+from cdml_edge.window.payloads import CameraEvent
 from cdml_edge.window.score import error_event
+from cdml_edge.window.topics import OutMessage, Sequencer, relative_topic
 
 log = logging.getLogger(__name__)
 

@@ -28,8 +28,9 @@ from cdml_edge.model.runner import ModelRunner
 from cdml_edge.outputs.base import Output
 from cdml_edge.window.items import Window
 from cdml_edge.window.pack import pack_window
-from cdml_edge.window.payloads import ItemResult, OutMessage
-from cdml_edge.window.score import WindowOutcome, process_window
+from cdml_edge.window.payloads import ItemResult
+from cdml_edge.window.score import WindowOutcome, score_window
+from cdml_edge.window.topics import OutMessage
 
 if TYPE_CHECKING:
     from cdml_edge.store.retention import RetentionRing
@@ -43,7 +44,7 @@ class OutputFailed(CdmlError):
 
 
 @dataclass
-class WindowProcessor:
+class WindowPipeline:
     """Processes windows with the running configuration, models and output (thread-safe:
     every worker thread calls :meth:`handle`). ``done`` is called once per window, when it
     is durable or has failed."""
@@ -122,7 +123,7 @@ class WindowProcessor:
             level=cfg.pack.level,
             site=cfg.device.site,
         )
-        outcome = process_window(
+        outcome = score_window(
             packed.archive,
             self.runners,
             device=cfg.device.id,

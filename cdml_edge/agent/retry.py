@@ -25,7 +25,7 @@ from cdml_edge.health import Metrics
 from cdml_edge.intake.factory import Source
 from cdml_edge.intake.finishing import FileLifecycle
 from cdml_edge.window.items import Window
-from cdml_edge.window.payloads import OutMessage
+from cdml_edge.window.topics import OutMessage
 
 WINDOW_ATTEMPTS = 3  # a file whose whole window failed this often is quarantined
 RETRY_BACKOFF_S = 0.5  # first retry after 0.5 s, then 1 s, 2 s ...

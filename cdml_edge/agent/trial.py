@@ -4,7 +4,7 @@ pipeline with no side effects.
 Each file becomes an :class:`~cdml_edge.window.items.Item` as the folder source makes it
 (same name, id and timestamp), the items are grouped into windows of the source's
 ``window.max_items``, packed with the configured format, read back, decoded and scored by
-the configured models (:func:`~cdml_edge.window.score.process_window`, the code the agent
+the configured models (:func:`~cdml_edge.window.score.score_window`, the code the agent
 runs). The messages that would be published come back; nothing is published, no file is
 deleted, moved or quarantined, nothing is retained and the state folder is not touched.
 """
@@ -23,8 +23,9 @@ from cdml_edge.modality import default_patterns
 from cdml_edge.model.runner import ModelRunner
 from cdml_edge.window.items import Item, Window, new_window_id
 from cdml_edge.window.pack import pack_window
-from cdml_edge.window.payloads import OutMessage, Sequencer, item_id
-from cdml_edge.window.score import error_event, process_window
+from cdml_edge.window.payloads import item_id
+from cdml_edge.window.score import error_event, score_window
+from cdml_edge.window.topics import OutMessage, Sequencer
 
 DEFAULT_SAMPLE = 5
 """Files ``--source NAME`` takes from the source's folder."""
@@ -128,7 +129,7 @@ def _score(
     packed = pack_window(window, device=cfg.device.id, modality=sc.modality,
                          archive_format=cfg.pack.format, level=cfg.pack.level,
                          site=cfg.device.site)
-    outcome = process_window(packed.archive, runners, device=cfg.device.id,
+    outcome = score_window(packed.archive, runners, device=cfg.device.id,
                              segment_rows=sc.segment_rows, sequencer=seq,
                              archive_name=packed.name, pack_ms=packed.pack_ms)
     report.messages += outcome.messages()

@@ -1,10 +1,15 @@
-"""``cdml-edge calibrate``: fit an anomaly model's threshold on a folder of normal samples."""
+"""``cdml-edge calibrate``: fit an anomaly model's threshold on a folder of normal samples and
+write it into the configuration (:func:`cdml_edge.window.calibrate.calibrate` fits it)."""
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
+
+if TYPE_CHECKING:
+    from cdml_edge.window.calibrate import Calibration
 
 
 def calibrate(
@@ -19,14 +24,36 @@ def calibrate(
 ) -> None:
     """Score FOLDER with models.MODEL and write the threshold into the configuration."""
     from cdml_edge.commands.exits import user_errors
-    from cdml_edge.window.calibrate import calibrate_config
 
     with user_errors("calibrate"):
-        result, kept = calibrate_config(config, model, folder, percentile, write=not dry_run)
+        result, kept = calibrate_in_config(config, model, folder, percentile, write=not dry_run)
     typer.echo(result.line(model))
     if kept is not None:
         note = "" if kept else " (rewritten: its comments could not be kept)"
         typer.echo(f"written to {config}{note}")
+
+
+def calibrate_in_config(
+    config: Path, name: str, folder: Path, percentile: float = 99.0, write: bool = True
+) -> tuple[Calibration, bool | None]:
+    """Calibrate ``models.<name>`` of the configuration file on ``folder`` and (``write``)
+    set its ``anomaly_threshold`` there; the calibration and whether the file kept its
+    comments (``None`` when not written)."""
+    from cdml_edge.config import ConfigError, load_config
+    from cdml_edge.config.edit import set_model_key
+    from cdml_edge.model.runner import ModelOverrides, ModelRunner
+    from cdml_edge.window import calibrate as calibration
+
+    cfg = load_config(config)
+    mc = cfg.models.get(name)
+    if mc is None:
+        raise ConfigError(str(config), [(f"models.{name}", f"no such model "
+                                         f"(models: {', '.join(cfg.models) or 'none'})")])
+    runner = ModelRunner.load(mc.path, ModelOverrides.from_config(mc, name))
+    runner.modality = str(mc.modality)
+    result = calibration.calibrate(runner, folder, percentile)
+    kept = set_model_key(config, name, "anomaly_threshold", result.threshold) if write else None
+    return result, kept
 
 
 def register(app: typer.Typer) -> None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
-from typing import Annotated, Any, Literal, get_origin
+from typing import TYPE_CHECKING, Annotated, Any, Literal, get_origin
 
 from pydantic import (
     BaseModel,
@@ -32,31 +32,29 @@ from cdml_edge.units import parse_duration, parse_size
 Modality = SourceModality  # what a source produces, a model is configured for
 MODALITIES: tuple[str, ...] = SOURCE_MODALITIES
 
+
+def _number_or_text(json_type: str, description: str) -> WithJsonSchema:
+    """The JSON Schema of a quantity given as a number or as text with a unit."""
+    return WithJsonSchema(
+        {
+            "anyOf": [
+                {"type": json_type, "minimum": 0},
+                {"type": "string", "pattern": r"^\s*[0-9.]+\s*[A-Za-z]*\s*$"},
+            ],
+            "description": description,
+        }
+    )
+
+
 Size = Annotated[
     int,
     BeforeValidator(parse_size),
-    WithJsonSchema(
-        {
-            "anyOf": [
-                {"type": "integer", "minimum": 0},
-                {"type": "string", "pattern": r"^\s*[0-9.]+\s*[A-Za-z]*\s*$"},
-            ],
-            "description": "bytes, or a string such as '512KiB', '64MiB', '2GB'",
-        }
-    ),
+    _number_or_text("integer", "bytes, or a string such as '512KiB', '64MiB', '2GB'"),
 ]
 Duration = Annotated[
     float,
     BeforeValidator(parse_duration),
-    WithJsonSchema(
-        {
-            "anyOf": [
-                {"type": "number", "minimum": 0},
-                {"type": "string", "pattern": r"^\s*[0-9.]+\s*[A-Za-z]*\s*$"},
-            ],
-            "description": "seconds, or a string such as '500ms', '2s', '5min', '7d'",
-        }
-    ),
+    _number_or_text("number", "seconds, or a string such as '500ms', '2s', '5min', '7d'"),
 ]
 
 _TOPIC_SAFE = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
@@ -326,7 +324,27 @@ def _quoted_mode(value: object) -> object:
     return value
 
 
-class RetentionConfig(_ConfigSection):
+def _mode_field(description: str) -> Any:
+    """The ``mode`` field of a section that writes files: octal text, owner-only by default."""
+    return Field("0600", pattern=r"^0?[0-7]{3}$", description=description)
+
+
+class _WritesFiles(_ConfigSection):
+    """A section whose files get its ``mode`` (each section declares the field, with its own
+    description, where it stands in the section)."""
+
+    if TYPE_CHECKING:
+        mode: str
+
+    _quoted = field_validator("mode", mode="before", check_fields=False)(_quoted_mode)
+
+    @property
+    def file_mode(self) -> int:
+        """The mode of the section's files as a number."""
+        return int(self.mode, 8)
+
+
+class RetentionConfig(_WritesFiles):
     """Bounded on-disk ring of window archives, for replay and training export."""
 
     dir: Path = Field(
@@ -344,22 +362,14 @@ class RetentionConfig(_ConfigSection):
         "ring could not write, e.g. on a full disk, releases its files anyway).",
     )
 
-    mode: str = Field(
-        "0600",
-        pattern=r"^0?[0-7]{3}$",
-        description="Octal permissions of archives, sidecars and catalog (folders: x where r).",
+    mode: str = _mode_field(
+        "Octal permissions of archives, sidecars and catalog (folders: x where r)."
     )
 
     _resolve = field_validator("dir")(_resolve_path)
-    _quoted = field_validator("mode", mode="before")(_quoted_mode)
-
-    @property
-    def file_mode(self) -> int:
-        """The mode of the ring's files as a number."""
-        return int(self.mode, 8)
 
 
-class QuarantineConfig(_ConfigSection):
+class QuarantineConfig(_WritesFiles):
     """Where bad inputs are moved."""
 
     dir: Path = Field(
@@ -370,19 +380,11 @@ class QuarantineConfig(_ConfigSection):
     max_bytes: Size = Field(
         256 * 1024**2, gt=0, description="Above this, the oldest quarantined files are deleted."
     )
-    mode: str = Field(
-        "0600",
-        pattern=r"^0?[0-7]{3}$",
-        description="Octal permissions of quarantined files (folders get x where r is set).",
+    mode: str = _mode_field(
+        "Octal permissions of quarantined files (folders get x where r is set)."
     )
 
     _resolve = field_validator("dir")(_resolve_path)
-    _quoted = field_validator("mode", mode="before")(_quoted_mode)
-
-    @property
-    def file_mode(self) -> int:
-        """The mode of quarantined files as a number."""
-        return int(self.mode, 8)
 
 
 class LimitsConfig(_ConfigSection):

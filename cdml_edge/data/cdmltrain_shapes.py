@@ -1,7 +1,7 @@
-"""The seed's (cdmltrain 1.1.4) shapes of :class:`~cdml_edge.data.live_loader.LiveBatchLoader`'s
-decoded members: lists in archive order, rows and records as plain dicts (numpy, no torch).
+"""cdmltrain 1.1.4's shapes of :class:`~cdml_edge.data.live_loader.LiveBatchLoader`'s decoded
+members: lists in archive order, rows and records as plain dicts (numpy, no torch).
 
-Each function takes the ``{member: value}`` form the decoders give and returns the seed's.
+Each function takes the ``{member: value}`` form the decoders give and returns cdmltrain's.
 """
 
 from __future__ import annotations
@@ -107,7 +107,7 @@ def text_records(texts: Mapping[str, TextData], clean: bool = True) -> list[Reco
 
 
 def tabular_rows(tables: Mapping[str, CsvTable], values: Mapping[str, Any]) -> list[Record]:
-    """CSV rows, then every JSON record that is a dict, flattened (the seed's ``get_tabular``)."""
+    """CSV rows, then every JSON record that is a dict, flattened (cdmltrain's ``get_tabular``)."""
     rows = csv_rows(tables)
     rows += [r for r in json_records(values, flat=True) if isinstance(r, dict)]
     return rows

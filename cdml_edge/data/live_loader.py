@@ -4,7 +4,7 @@ The agent side hands it a freshly packed window (bytes, a :class:`~cdml_edge.liv
 or a retained archive (path). The archive is read exactly once, in one ``read_many`` call,
 when the loader is built; the getters decode from those bytes and memoise their results.
 
-The getters the seed (cdmltrain 1.1.4) has return its shapes by default (lists in archive
+The getters cdmltrain 1.1.4 has return its shapes by default (lists in archive
 order, see :mod:`~cdml_edge.data.cdmltrain_shapes`); ``by_member=True`` gives
 ``{member name: value}`` instead. A window's ``manifest.json`` is not a member: it is
 :attr:`LiveBatchLoader.manifest`.
@@ -31,7 +31,7 @@ OnError = Literal["raise", "skip"]
 class LiveBatchLoader:
     """Decoded views of an archive's members, grouped by modality.
 
-    Each getter returns the seed's list form, or ``{member name: value}`` in archive order
+    Each getter returns cdmltrain 1.1.4's list form, or ``{member name: value}`` in archive order
     with ``by_member=True``. With ``on_error="skip"`` a member that fails to decode is left
     out and its :class:`DecodeError` kept in :attr:`errors`; with ``"raise"`` (default) it
     is raised.
@@ -110,7 +110,7 @@ class LiveBatchLoader:
             "bytes": sum(len(v) for v in self._data.values()),
             "modalities": per,
             "errors": sorted(self.errors),
-            # the seed's keys
+            # cdmltrain 1.1.4's keys
             "zip_path": self.name,
             "total_files": len(self._data),
             "images": count("image", 0),
@@ -183,7 +183,7 @@ class LiveBatchLoader:
         return tables if by_member else views.csv_rows(tables)
 
     def get_tabular(self, *, by_member: bool = False) -> Any:
-        """CSV rows then flattened JSON records as dicts (the seed's form), or float32 2-D
+        """CSV rows then flattened JSON records as dicts (cdmltrain's form), or float32 2-D
         arrays of every CSV and time-series member (``by_member``)."""
         if not by_member:
             return views.tabular_rows(self._decoded("csv"), self._decoded("json"))
@@ -210,7 +210,7 @@ class LiveBatchLoader:
     def get_all(
         self, target_size: TargetSize = None, n_mfcc: int = 20, *, by_member: bool = False
     ) -> dict[str, Any]:
-        """The seed's ``{"images", "audio", "csv", "json", "text"}`` lists, or with
+        """cdmltrain 1.1.4's ``{"images", "audio", "csv", "json", "text"}`` lists, or with
         ``by_member`` every modality present as ``{modality: {member: value}}``."""
         if not by_member:
             return {

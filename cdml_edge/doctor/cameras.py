@@ -58,32 +58,42 @@ def _stream(name: str, url: str, scheme: str, timeout_s: float) -> Check:
 
 
 def _device(name: str, dev: Path, account: Account | None) -> Check:
-    try:
-        st = os.stat(dev)
-    except FileNotFoundError:
+    mode = _mode(dev)
+    if mode is None:
         return Check(name, False, f"camera device {dev} does not exist (not plugged in?)")
-    if not stat.S_ISCHR(st.st_mode):
+    if not stat.S_ISCHR(mode):
         return Check(name, False, f"{dev} is not a device")
-    problem = _access(dev, R | W, account)
-    if problem:
-        return Check(name, False, f"{problem} (the 'video' group gives it)")
-    return Check(name, True, f"camera device {dev} accessible")
+    return _opens(name, dev, "camera device", R | W, account, " (the 'video' group gives it)")
 
 
 def _file(name: str, path: Path, account: Account | None) -> Check:
-    try:
-        st = os.stat(path)
-    except FileNotFoundError:
+    mode = _mode(path)
+    if mode is None:
         return Check(name, False, f"video file {path} does not exist")
-    kind = ("FIFO" if stat.S_ISFIFO(st.st_mode)
-            else "device" if stat.S_ISCHR(st.st_mode)
-            else "video file" if stat.S_ISREG(st.st_mode) else "")
+    kind = ("FIFO" if stat.S_ISFIFO(mode)
+            else "device" if stat.S_ISCHR(mode)
+            else "video file" if stat.S_ISREG(mode) else "")
     if not kind:
         return Check(name, False, f"{path} is neither a video file, a FIFO nor a device")
-    problem = _access(path, R, account)
+    return _opens(name, path, kind, R, account)
+
+
+def _mode(path: Path) -> int | None:
+    """The ``st_mode`` of ``path`` (links followed), ``None`` when there is nothing."""
+    try:
+        return os.stat(path).st_mode
+    except FileNotFoundError:
+        return None
+
+
+def _opens(
+    name: str, path: Path, kind: str, want: int, account: Account | None, hint: str = ""
+) -> Check:
+    """The check of a camera input ``path`` of ``kind`` that must open for ``want``."""
+    problem = _access(path, want, account)
     if problem:
-        return Check(name, False, problem)
-    return Check(name, True, f"{kind} {path} readable")
+        return Check(name, False, problem + hint)
+    return Check(name, True, f"{kind} {path} {'accessible' if want & W else 'readable'}")
 
 
 def _access(path: Path, want: int, account: Account | None) -> str | None:

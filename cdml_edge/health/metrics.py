@@ -64,24 +64,21 @@ class Metrics:
         device: str = "",
         dead: Callable[[], Sequence[str]] | None = None,
     ) -> None:
-        r = self.registry = CollectorRegistry(auto_describe=True)
+        self.registry = CollectorRegistry(auto_describe=True)
         self.started_at = time.time()
-        self.info = Info(f"{PREFIX}_build", "Agent version and device name", registry=r)
+        self.info = Info(f"{PREFIX}_build", "Agent version and device name", registry=self.registry)
         self.info.info({"version": version, "device": device})
-        self.start_time = Gauge(
-            f"{PREFIX}_start_time_seconds", "Unix time the agent started", registry=r
-        )
+        self.start_time = self._gauge("start_time_seconds", "Unix time the agent started")
         self.start_time.set(self.started_at)
-        self._add_counters(r)
-        self._add_latencies(r)
-        self._add_queue_gauges(r)
-        self.watchdog_stalled = Gauge(
-            f"{PREFIX}_watchdog_stalled", "1 while pending work makes no progress", registry=r
+        self._add_counters()
+        self._add_latencies()
+        self._add_queue_gauges()
+        self.watchdog_stalled = self._gauge(
+            "watchdog_stalled", "1 while pending work makes no progress"
         )
-        self.last_progress_age = Gauge(
-            f"{PREFIX}_last_progress_age_seconds",
+        self.last_progress_age = self._gauge(
+            "last_progress_age_seconds",
             "Seconds since a window last completed (-1 before the first)",
-            registry=r,
         )
         self.last_progress_age.set(-1)
         self.health_checks: dict[str, Callable[[], tuple[str | None, Any]]] = {}
@@ -89,87 +86,65 @@ class Metrics:
         if dead is not None:
             self.attach_supervisor(dead)
 
-    def _add_counters(self, r: CollectorRegistry) -> None:
-        self.items = Counter(
-            f"{PREFIX}_items", "Items taken in", ["source", "modality"], registry=r
-        )
-        self.windows = Counter(f"{PREFIX}_windows", "Windows completed", ["source"], registry=r)
-        self.anomalies = Counter(
-            f"{PREFIX}_anomalies", "Results flagged anomalous", ["source"], registry=r
-        )
-        self.errors = Counter(f"{PREFIX}_errors", "Errors by pipeline stage", ["stage"], registry=r)
-        self.dropped = Counter(
-            f"{PREFIX}_dropped", "Items or messages lost, by reason", ["reason"], registry=r
-        )
-        self.bytes_written = Counter(
-            f"{PREFIX}_disk_bytes_written",
+    def _counter(self, name: str, doc: str, *labels: str) -> Counter:
+        return Counter(f"{PREFIX}_{name}", doc, labels, registry=self.registry)
+
+    def _gauge(self, name: str, doc: str, *labels: str) -> Gauge:
+        return Gauge(f"{PREFIX}_{name}", doc, labels, registry=self.registry)
+
+    def _histogram(self, name: str, doc: str, label: str, buckets: Sequence[float]) -> Histogram:
+        return Histogram(f"{PREFIX}_{name}", doc, [label], buckets=buckets, registry=self.registry)
+
+    def _add_counters(self) -> None:
+        self.items = self._counter("items", "Items taken in", "source", "modality")
+        self.windows = self._counter("windows", "Windows completed", "source")
+        self.anomalies = self._counter("anomalies", "Results flagged anomalous", "source")
+        self.errors = self._counter("errors", "Errors by pipeline stage", "stage")
+        self.dropped = self._counter("dropped", "Items or messages lost, by reason", "reason")
+        self.bytes_written = self._counter(
+            "disk_bytes_written",
             "Bytes written to local disk (retention ring, spool, quarantine)",
-            ["kind"],
-            registry=r,
+            "kind",
         )
-        self.published = Counter(
-            f"{PREFIX}_mqtt_published", "MQTT messages acknowledged", ["kind"], registry=r
-        )
-        self.thread_deaths = Counter(
-            f"{PREFIX}_thread_deaths",
+        self.published = self._counter("mqtt_published", "MQTT messages acknowledged", "kind")
+        self.thread_deaths = self._counter(
+            "thread_deaths",
             "Unexpected deaths of supervised threads (each restarted with backoff)",
-            ["thread"],
-            registry=r,
+            "thread",
         )
-        self.on_done_skipped = Counter(
-            f"{PREFIX}_on_done_skipped",
-            "Source files on_done left: changed since scored, or gone",
-            ["reason"],
-            registry=r,
+        self.on_done_skipped = self._counter(
+            "on_done_skipped", "Source files on_done left: changed since scored, or gone", "reason"
         )
-        self.threads_dead = Gauge(
-            f"{PREFIX}_threads_dead", "Supervised threads dead now (not running again yet)",
-            registry=r,
+        self.threads_dead = self._gauge(
+            "threads_dead", "Supervised threads dead now (not running again yet)"
         )
         self._dead_threads: Callable[[], Sequence[str]] = tuple
 
-    def _add_latencies(self, r: CollectorRegistry) -> None:
-        self.inference_latency = Histogram(
-            f"{PREFIX}_inference_latency_seconds",
-            "onnxruntime run time per batch",
-            ["model"],
-            buckets=INFERENCE_BUCKETS,
-            registry=r,
+    def _add_latencies(self) -> None:
+        self.inference_latency = self._histogram(
+            "inference_latency_seconds", "onnxruntime run time per batch", "model",
+            INFERENCE_BUCKETS,
         )
-        self.window_latency = Histogram(
-            f"{PREFIX}_window_latency_seconds",
-            "Window close to results acknowledged",
-            ["source"],
-            buckets=WINDOW_BUCKETS,
-            registry=r,
+        self.window_latency = self._histogram(
+            "window_latency_seconds", "Window close to results acknowledged", "source",
+            WINDOW_BUCKETS,
         )
-        self.item_latency = Histogram(
-            f"{PREFIX}_item_latency_seconds",
-            "Item arrival to its result published",
-            ["source"],
-            buckets=WINDOW_BUCKETS,
-            registry=r,
+        self.item_latency = self._histogram(
+            "item_latency_seconds", "Item arrival to its result published", "source",
+            WINDOW_BUCKETS,
         )
 
-    def _add_queue_gauges(self, r: CollectorRegistry) -> None:
-        self.queue_depth = Gauge(
-            f"{PREFIX}_queue_depth", "Entries waiting in a pipeline queue", ["queue"], registry=r
+    def _add_queue_gauges(self) -> None:
+        self.queue_depth = self._gauge(
+            "queue_depth", "Entries waiting in a pipeline queue", "queue"
         )
-        self.queue_bytes = Gauge(
-            f"{PREFIX}_queue_bytes", "Bytes held by a pipeline queue", ["queue"], registry=r
-        )
-        self.spool_bytes = Gauge(f"{PREFIX}_spool_bytes", "Bytes in the disk spool", registry=r)
-        self.spool_records = Gauge(
-            f"{PREFIX}_spool_records", "Messages in the disk spool", registry=r
-        )
-        self.outbox_messages = Gauge(
-            f"{PREFIX}_outbox_messages", "Messages in the in-memory outbox", registry=r
-        )
-        self.outbox_bytes = Gauge(
-            f"{PREFIX}_outbox_bytes", "Bytes in the in-memory outbox", registry=r
-        )
-        self.broker_connected = Gauge(
-            f"{PREFIX}_broker_connected", "1 while connected to the MQTT broker", registry=r
+        self.queue_bytes = self._gauge("queue_bytes", "Bytes held by a pipeline queue", "queue")
+        self.spool_bytes = self._gauge("spool_bytes", "Bytes in the disk spool")
+        self.spool_records = self._gauge("spool_records", "Messages in the disk spool")
+        self.outbox_messages = self._gauge("outbox_messages", "Messages in the in-memory outbox")
+        self.outbox_bytes = self._gauge("outbox_bytes", "Bytes in the in-memory outbox")
+        self.broker_connected = self._gauge(
+            "broker_connected", "1 while connected to the MQTT broker"
         )
 
     def attach_watchdog(self, watchdog: ProgressWatchdog) -> None:

@@ -9,15 +9,9 @@ from collections.abc import Callable, Sequence
 from cdml_edge.health.board import ActivityBoard
 from cdml_edge.outputs.base import Output
 from cdml_edge.outputs.factory import TeeOutput
-from cdml_edge.window.payloads import OutMessage
+from cdml_edge.window.topics import OutMessage, split_topic
 
 log = logging.getLogger(__name__)
-
-
-def split_topic(relative: str) -> tuple[str, str | None]:
-    """``cam/result`` -> ``("result", "cam")``; ``health`` -> ``("health", None)``."""
-    source, _, kind = relative.rpartition("/")
-    return kind, source or None
 
 
 class ObservedOutput(TeeOutput):

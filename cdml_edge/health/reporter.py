@@ -14,7 +14,8 @@ from cdml_edge.health.summary import RunSummary
 from cdml_edge.intake.factory import Source
 from cdml_edge.outputs.base import Output
 from cdml_edge.supervisor import Spawn, Worker, plain_thread
-from cdml_edge.window.payloads import HealthPayload, OutMessage, Sequencer, StatusPayload
+from cdml_edge.window.payloads import HealthPayload, StatusPayload
+from cdml_edge.window.topics import OutMessage, Sequencer
 
 log = logging.getLogger(__name__)
 

@@ -1,29 +1,13 @@
 """What happens to a source file after its window: ``delete | move | keep``, or quarantine.
 
-:meth:`FileLifecycle.finish` is called only once the output has accepted the window's
-results (``on_durable``) and retention has kept the window where it is on, so a crash
-before that leaves the file in place (at-least-once delivery). It acts only on the version
-that was scored: the file at the path must still have the :class:`FileIdentity` the item
-read (device, inode, size, mtime) and the content hash the manifest holds; a file replaced,
-rewritten or turned into a link meanwhile is left for the next window and counted
-(``changed``; ``on_skip("changed")``). As that check reads and hashes the file, a version
-may land after it: the file is then claimed by a rename aside and checked again, and only
-the scored version is deleted or moved (anything else is put back). A name taken in
-``move_to`` or one too long gets a unique name (:func:`~cdml_edge.fsio.unique_name`), never
-a stuck file.
-
-:meth:`FileLifecycle.quarantine` moves a bad input into ``quarantine/<source>/`` under the
-name its error event gives (for a camera frame, which has no file, its bytes are written
-there). Quarantined files get ``file_mode`` (owner-only 0600 by default), the folders the
-agent makes for them the same with ``x`` where ``r`` is set (0700). The quarantine folder
-is byte-bounded: above ``max_bytes`` the oldest quarantined files are deleted.
-
-A quarantine that fails (a full disk, an I/O error) is a state, as for the spool and the
-ring (:class:`~cdml_edge.fsio.DiskFaults` ``quarantine``): degraded, counted, one
-``on_event`` per episode. The file stays where it is and is listed in a backlog (at most
-``BACKLOG_MAX`` files; beyond it a file is left on disk unlisted, counted) that is tried
-again every ``retry_s``; each file moved late is reported through ``on_late``. A camera
-frame that cannot be written is not kept (counted in ``failures``).
+:meth:`FileLifecycle.finish` is called once the window is durable (``on_durable``), so a crash
+before then leaves the file in place, and it acts only on the version that was scored
+(:func:`still_scored`, checked again once the file is renamed aside): anything else at the
+path is left for the next window and counted (``changed``). :meth:`FileLifecycle.quarantine`
+moves a bad input to ``quarantine/<source>/``, a folder bounded by ``max_bytes`` (the oldest
+deleted first). A quarantine that fails is a degraded state
+(:class:`~cdml_edge.fsio.DiskFaults`): the file stays where it is, in a backlog of at most
+``BACKLOG_MAX`` files tried again every ``retry_s``.
 """
 
 from __future__ import annotations

@@ -1,23 +1,15 @@
 """A watched folder (watchdog) as a source of items.
 
 A :class:`FolderSource` turns file events into notices for its
-:class:`~cdml_edge.intake.pending.PendingFiles`, which judges when a file is complete
-(close-write, rename, or an identity the agent saw stable for ``stable_seconds``) and keeps
-the tracked metadata bounded (``max_pending``; a backlog beyond it stays on disk and is found
-by a rescan). ``.tmp`` / ``.part`` files and dot files are ignored. A file is read only when
-the global :class:`~cdml_edge.intake.budget.ByteBudget` admits its size; otherwise it stays
-on disk and is retried, so intake pauses without losing anything.
+:class:`~cdml_edge.intake.pending.PendingFiles` (which judges when a file is complete) and
+reads a complete file once the :class:`~cdml_edge.intake.budget.ByteBudget` admits its size;
+otherwise it stays on disk and is retried. ``.tmp`` / ``.part`` files and dot files are
+ignored; what :mod:`~.regular` refuses (not a regular file, a link not followed) is reported
+once through the error sink and left where it is, and any other exception while taking one
+file becomes an :class:`~.base.IntakeFault` (the caller quarantines the file).
 
-Only regular files are read (:mod:`~.regular`): FIFOs, sockets, devices and links (unless
-``follow_symlinks``, and then only into the folder or ``link_roots``) are reported once
-through the error sink and left where they are. A name that is not UTF-8 is kept as bytes
-for the file itself and shown as valid UTF-8 in the item (:func:`~cdml_edge.fsio.display_name`).
-Any other exception while taking one file is reported as :class:`~.base.IntakeFault` (the
-caller quarantines the file) and the source goes on.
-
-The scanner runs as one supervised part (``src-<name>``, see
-:mod:`cdml_edge.supervisor`) that also watches the watch: when the folder is deleted,
-moved or unmounted the watch stops, the part dies with :class:`~.base.WatchLost` and its
+The scanner runs as one supervised part (``src-<name>``) that also watches the watch: when
+the folder is deleted, moved or unmounted it dies with :class:`~.base.WatchLost`, and its
 restart arms a new watch (making the folder again) and rescans.
 """
 

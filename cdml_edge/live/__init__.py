@@ -1,4 +1,4 @@
-"""The seed's Python live API, built on the agent's folder source and windower.
+"""cdmltrain 1.x's Python live API, built on the agent's folder source and windower.
 
 ``watch_and_pack`` hands a callback each packed batch of files; ``watch_in_memory`` each
 file as it arrives. See :mod:`cdml_edge.live.api`.

@@ -1,4 +1,4 @@
-"""The seed's live API: ``watch_and_pack`` and ``watch_in_memory`` over :class:`LiveWatch`.
+"""cdmltrain 1.x's live API: ``watch_and_pack`` and ``watch_in_memory`` over :class:`LiveWatch`.
 
 Both block until ``duration`` seconds passed, ``stop`` (a :class:`threading.Event`) is set,
 or Ctrl-C, and then return the finished watch (its ``stats``); with ``background=True``
@@ -101,7 +101,7 @@ def watch_in_memory(
     """Call ``callback(filepath, data_type)`` for each complete file as it arrives
     (``callback(filepath, data_type, data)`` with ``with_data``: the bytes already read).
 
-    ``data_type`` is the seed's name (:func:`~cdml_edge.live.settings.data_type`). The file
+    ``data_type`` is cdmltrain 1.x's name (:func:`~cdml_edge.live.settings.data_type`). The file
     stays on disk (and is not taken again unless it changes); with ``auto_delete`` it is
     deleted once the callback returned without error.
     """

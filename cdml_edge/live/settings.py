@@ -1,4 +1,4 @@
-"""What a live watch is set to do, and the seed's ``data_type`` names for modalities."""
+"""What a live watch is set to do, and cdmltrain 1.x's ``data_type`` names for modalities."""
 
 from __future__ import annotations
 
@@ -10,16 +10,16 @@ from cdml_edge.modality import modality_for
 
 MiB = 1024 * 1024
 
-SEED_DATA_TYPES = {"binary": "unknown"}
-"""Our modality -> the seed's ``data_type`` where the names differ (the others are equal:
+CDMLTRAIN_DATA_TYPES = {"binary": "unknown"}
+"""Our modality -> cdmltrain 1.x's ``data_type`` where the names differ (the others are equal:
 ``image``, ``audio``, ``csv``, ``json``, ``text``; ``timeseries`` is ours alone)."""
 
 
 def data_type(name: str) -> str:
-    """The seed's ``data_type`` of a file name: ``image`` | ``audio`` | ``csv`` | ``json`` |
+    """cdmltrain 1.x's ``data_type`` of a file name: ``image`` | ``audio`` | ``csv`` | ``json`` |
     ``text`` | ``timeseries`` | ``unknown``."""
     modality = modality_for(name)
-    return SEED_DATA_TYPES.get(modality, modality)
+    return CDMLTRAIN_DATA_TYPES.get(modality, modality)
 
 
 @dataclass(frozen=True)

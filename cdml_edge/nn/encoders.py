@@ -60,7 +60,7 @@ class TimeSeriesEncoder(_Conv1dEncoder):
     """Multichannel windows -> code (1-D convolutions).
 
     ``layout="channels_first"`` takes ``(N, channels, window)``; ``"channels_last"`` takes
-    the seed's ``(N, timesteps, features)``. The seed's names ``input_features`` (for
+    cdmltrain 1.x's ``(N, timesteps, features)``. Its names ``input_features`` (for
     ``channels``, and then ``channels_last`` unless ``layout`` says otherwise) and
     ``hidden_size`` (for ``width``) are accepted.
     """
@@ -106,8 +106,8 @@ class AudioEncoder(_Conv1dEncoder):
 
     ``input="waveform"`` adds a learned strided filterbank in front of the conv stack. When
     ``input`` is not given, a model built with ``n_mfcc`` or ``frames`` takes MFCCs and one
-    built without them takes waveforms, as the seed's ``AudioEncoder(latent_dim=64)`` does;
-    the seed's ``in_channels`` (must be 1) and ``input_length`` (any length is taken) are
+    built without them takes waveforms, as cdmltrain 1.x's ``AudioEncoder(latent_dim=64)``
+    does; its ``in_channels`` (must be 1) and ``input_length`` (any length is taken) are
     accepted.
     """
 
@@ -164,7 +164,7 @@ class AudioEncoder(_Conv1dEncoder):
 class TabularEncoder(LatentModel):
     """Feature rows ``(N, in_features)`` (anything past the batch dim is flattened) -> code.
 
-    The seed's name ``input_dim`` is accepted for ``in_features``.
+    cdmltrain 1.x's name ``input_dim`` is accepted for ``in_features``.
     """
 
     def __init__(

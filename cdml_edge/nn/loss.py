@@ -14,7 +14,7 @@ class CDMLLoss(nn.Module):
 
     Terms whose inputs are absent (no decoder, no head, no labels) are skipped; a
     ``latent_weight`` adds an L2 penalty on the code (keeps distances meaningful), a
-    ``sparsity_weight`` the seed's L1 bottleneck term ``mean(|z|)``. The seed's names are
+    ``sparsity_weight`` cdmltrain 1.x's L1 bottleneck term ``mean(|z|)``. Its names are
     accepted: ``alpha`` (``ce_weight``), ``beta`` (``recon_weight``), ``gamma``
     (``sparsity_weight``). Returns the total and a dict of the parts (floats) for logging.
     """

@@ -118,7 +118,9 @@ def export_onnx(
         onnx.save(proto, str(tmp))
         diff = parity(graph, tmp, spec, check_inputs)
         if not diff <= tolerance:
-            raise OnnxExportError(f"{out}: onnxruntime differs from torch by {diff:.3g} > {tolerance}")
+            raise OnnxExportError(
+                f"{out}: onnxruntime differs from torch by {diff:.3g} > {tolerance}"
+            )
         tmp.replace(out)
     finally:
         tmp.unlink(missing_ok=True)

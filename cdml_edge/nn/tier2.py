@@ -1,7 +1,7 @@
 """The Tier 2 image model: conv encoder -> latent code -> decoder, classifier on the code.
 
 Sized for a Raspberry Pi: 557,837 parameters at the defaults (``latent_dim=64``,
-``num_classes=10``, ``in_channels=3``, ``image_size=32``: the seed's 3072-D input),
+``num_classes=10``, ``in_channels=3``, ``image_size=32``: cdmltrain 1.x's 3072-D input),
 755,981 at ``image_size=64``; the exported encoder + classifier (no decoder) is about half
 of that.
 """
@@ -91,7 +91,7 @@ class CDMLTrainTier2(LatentModel):
         )
 
     def compress(self, x: torch.Tensor) -> torch.Tensor:
-        if x.dim() == 2:  # the seed's flat vectors
+        if x.dim() == 2:  # cdmltrain 1.x's flat vectors
             x = x.view(x.shape[0], *self._image)
         return self.encoder(x)
 

@@ -59,8 +59,8 @@ class CDMLTrainer:
     """Train any :class:`LatentModel` with :class:`CDMLLoss` and Adam.
 
     ``schedule="cosine"`` decays the learning rate per epoch from ``lr`` to ``lr / 20``.
-    The seed's loss weights ``alpha`` / ``beta`` / ``gamma`` build the :class:`CDMLLoss`
-    when no ``loss`` is given, and :meth:`train` is :meth:`fit` under the seed's name.
+    cdmltrain 1.x's loss weights ``alpha`` / ``beta`` / ``gamma`` build the :class:`CDMLLoss`
+    when no ``loss`` is given, and :meth:`train` is :meth:`fit` under cdmltrain's name.
 
     Batches are ``(x, y)``, ``x`` or ``{"input": x, "label": y}``. With ``out_dir``
     set, every epoch appends one JSON line to ``metrics.jsonl`` and writes a new
@@ -155,7 +155,7 @@ class CDMLTrainer:
         val_loader: Iterable[Any] | None = None,
         **kwargs: Any,
     ) -> list[dict[str, Any]]:
-        """The seed's ``trainer.train(loader, epochs=N)``: :meth:`fit` with ``epochs`` second."""
+        """cdmltrain 1.x's ``trainer.train(loader, epochs=N)``: :meth:`fit`, ``epochs`` second."""
         return self.fit(train_loader, val_loader, epochs, **kwargs)
 
     def _set_lr(self, epoch: int, epochs: int) -> None:

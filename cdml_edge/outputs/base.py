@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Protocol
 
-from cdml_edge.window.payloads import OutMessage
+from cdml_edge.window.topics import OutMessage
 
 __all__ = ["OutMessage", "Output"]
 

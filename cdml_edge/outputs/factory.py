@@ -10,7 +10,7 @@ from cdml_edge.fsio import FaultHook
 from cdml_edge.outputs.base import Output
 from cdml_edge.outputs.jsonl import JsonlOutput
 from cdml_edge.supervisor import Spawn, plain_thread
-from cdml_edge.window.payloads import OutMessage
+from cdml_edge.window.topics import OutMessage
 
 REPLAY = "replay"
 """The replay's MQTT client id suffix and spool subfolder."""

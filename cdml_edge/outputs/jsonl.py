@@ -17,12 +17,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import IO
 
-from cdml_edge.window.payloads import OutMessage
-
-
-def topic_base(topic_prefix: str, device: str) -> str:
-    """``{prefix}/{device}/``, the start of every full topic."""
-    return f"{topic_prefix.strip('/')}/{device}/" if topic_prefix else f"{device}/"
+from cdml_edge.window.topics import OutMessage, topic_base
 
 
 def _line(m: OutMessage, base: str) -> str:

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from cdml_edge import charts
-from cdml_edge.retrain.replay import first_verdict
+from cdml_edge.retrain.replay import is_first_verdict
 
 MAX_POINTS = 20_000
 
@@ -34,7 +34,7 @@ class Comparison:
     def add(self, doc: Mapping[str, Any]) -> None:
         """One record; failures, first verdicts and items never scored are left out."""
         was = doc.get("was")
-        if was is None or "error" in doc or first_verdict(doc):
+        if was is None or "error" in doc or is_first_verdict(doc):
             return
         if self.models is None:
             self.models = (_model(was), _model(doc))

@@ -1,7 +1,7 @@
 """Offline replay: re-score retained windows with the current pipeline and models.
 
 Windows are read from the retention folder in archive order (close time, then window id)
-and each archive's bytes go through :func:`cdml_edge.window.score.process_window` — the
+and each archive's bytes go through :func:`cdml_edge.window.score.score_window` — the
 very function the live agent uses — as fast as the machine allows. Replay never writes
 into the retention folder, so it can run beside a live agent.
 
@@ -27,7 +27,7 @@ from cdml_edge.fsio import atomic_writer
 from cdml_edge.store.catalog import WindowRecord
 from cdml_edge.store.sidecar import ArchiveRef, RetentionError, list_retained, read_sidecar
 from cdml_edge.window.manifest import ItemOutcome, WindowManifest
-from cdml_edge.window.payloads import OutMessage, Sequencer
+from cdml_edge.window.topics import OutMessage, Sequencer
 
 if TYPE_CHECKING:  # pragma: no cover
     from cdml_edge.model.runner import ModelRunner
@@ -179,9 +179,9 @@ def rescore_window(
 ) -> tuple[WindowOutcome, list[dict[str, Any]]]:
     """One retained window scored again (the clock pinned to its close time) and its
     deterministic result records."""
-    from cdml_edge.window.score import process_window
+    from cdml_edge.window.score import score_window
 
-    outcome = process_window(
+    outcome = score_window(
         archive,
         runners,
         device=retained.device,
@@ -238,7 +238,7 @@ def count_window(
     for doc in recs:
         if "error" not in doc:
             st.by_modality[doc["modality"]] = st.by_modality.get(doc["modality"], 0) + 1
-        if first_verdict(doc):  # retained unscored: a first verdict, not a change
+        if is_first_verdict(doc):  # retained unscored: a first verdict, not a change
             st.first_verdicts += 1
             continue
         label, anomaly = changes(doc)
@@ -246,7 +246,7 @@ def count_window(
         st.changed_anomalies += anomaly
 
 
-def first_verdict(doc: Mapping[str, Any]) -> bool:
+def is_first_verdict(doc: Mapping[str, Any]) -> bool:
     """Whether a result record scores an item that was retained without a model."""
     was = doc.get("was")
     return was is not None and "error" not in doc and was["model"] is None
@@ -256,7 +256,7 @@ def changes(doc: Mapping[str, Any]) -> tuple[int, int]:
     """Whether one result record changed its label and its anomaly flag against ``was``
     (0/1 each; 0 for failures, items without an earlier verdict and first verdicts)."""
     was = doc.get("was")
-    if was is None or "error" in doc or first_verdict(doc):
+    if was is None or "error" in doc or is_first_verdict(doc):
         return 0, 0
     return int(doc.get("label") != was["label"]), int(
         bool(doc.get("anomaly")) != bool(was["anomaly"])

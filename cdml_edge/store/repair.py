@@ -4,8 +4,8 @@ A damaged sidecar (unparsable, or naming an archive other than its own) never ca
 deletion. :func:`salvage_sidecar` rebuilds it from the ``manifest.json`` inside its archive
 (the results are then lost and the sidecar says so: ``results_lost``), moving the damaged
 original to ``corrupt/``; if the archive cannot give its manifest either, the pair is moved
-to ``corrupt/``. Quarantined files count towards the ring's bounds and are evicted by age
-like windows (:func:`quarantined_files`).
+to ``corrupt/``. Files in ``corrupt/`` count towards the ring's bounds and are evicted by age
+like windows (:func:`corrupt_files`).
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ def salvage_sidecar(
     directory: Path, sidecar: str, names: set[str], damage: Exception, *, fsync: bool,
     mode: int = 0o600,
 ) -> RetainedWindow | None:
-    """Rebuild the damaged ``sidecar`` from its archive's manifest, else quarantine the pair.
+    """Rebuild the damaged ``sidecar`` from its archive's manifest, else move the pair away.
 
     ``names``: the files in ``directory``; ``damage``: why the sidecar could not be used.
     Returns the rebuilt sidecar, or None when the window was moved to ``corrupt/``.
@@ -50,7 +50,7 @@ def salvage_sidecar(
         rebuilt = _rebuild(directory, name, fmt, stem)
         if rebuilt is None:
             continue
-        quarantine(directory, [sidecar], fsync=fsync)  # the damaged original, for inspection
+        move_to_corrupt(directory, [sidecar], fsync=fsync)  # the damaged original, for inspection
         tmp = tmp_path(directory, sidecar)
         try:
             write_file(tmp, rebuilt.to_bytes(), fsync=fsync, mode=mode)
@@ -63,7 +63,7 @@ def salvage_sidecar(
         )
         return rebuilt
     log.warning("retention: window %s is damaged, moved to %s/: %s", stem, CORRUPT_DIR, damage)
-    quarantine(directory, [sidecar, *archives], fsync=fsync)
+    move_to_corrupt(directory, [sidecar, *archives], fsync=fsync)
     return None
 
 
@@ -75,7 +75,7 @@ def _rebuild(directory: Path, name: str, fmt: str, stem: str) -> RetainedWindow 
         data = (directory / name).read_bytes()
         with open_archive(data) as arc:
             m = WindowManifest.from_bytes(arc.read(MANIFEST_NAME), where=name)
-    except Exception as err:  # any damage: fall through to quarantine
+    except Exception as err:  # any damage: fall through to corrupt/
         log.warning("retention: %s gives no manifest: %s", name, err)
         return None
     if window_stem(m) != stem or m.archive_format != fmt:
@@ -85,7 +85,7 @@ def _rebuild(directory: Path, name: str, fmt: str, stem: str) -> RetainedWindow 
     return RetainedWindow(archive=ref, manifest=m, results_lost=True)
 
 
-def quarantine(directory: Path, names: Iterable[str], *, fsync: bool) -> None:
+def move_to_corrupt(directory: Path, names: Iterable[str], *, fsync: bool) -> None:
     """Move ``names`` (those that exist) into ``corrupt/``, never over an earlier file."""
     qdir = directory / CORRUPT_DIR
     qdir.mkdir(exist_ok=True)
@@ -102,7 +102,7 @@ def quarantine(directory: Path, names: Iterable[str], *, fsync: bool) -> None:
         fsync_dir(directory)
 
 
-def quarantined_files(directory: Path) -> list[tuple[float, Path, int]]:
+def corrupt_files(directory: Path) -> list[tuple[float, Path, int]]:
     """Files in ``corrupt/``: ``(mtime, path, size)``."""
     qdir = directory / CORRUPT_DIR
     out = []

@@ -1,31 +1,18 @@
 """The retention ring: a bounded on-disk store of window archives and their results.
 
-Every kept window becomes two files in ``retention.dir`` (see :mod:`cdml_edge.store.sidecar`):
-the archive bytes exactly as inference read them, and the ``.window.json`` sidecar with the
-window's manifest and results. Both are written to temporary files and fsynced, then the
-archive is renamed into place and the sidecar last: the sidecar is the commit marker. A crash
-leaves at worst an archive without a sidecar or a temporary file; both are removed when the
-ring opens. The SQLite :class:`~cdml_edge.store.catalog.Catalog` indexes the sidecars and is
-rebuilt from them when it is missing or unreadable; damaged sidecars are rebuilt or
-quarantined by :mod:`cdml_edge.store.repair` (counters ``rebuilt`` / ``corrupt``).
+:meth:`RetentionRing.store` keeps a window as its archive and its sidecar
+(:mod:`~cdml_edge.store.sidecar`), written to temporary files (:mod:`~cdml_edge.store.files`)
+and renamed into place archive first, sidecar last; what a crash leaves (an archive without a
+sidecar, a temporary file) is removed when the ring opens, and damaged sidecars go to
+:mod:`~cdml_edge.store.repair`. The bounds (:mod:`~cdml_edge.store.policy`) evict the oldest
+first; a window alone larger than ``max_bytes`` is not kept (``too_large``). A full disk or an
+I/O error is a degraded state (:class:`~cdml_edge.fsio.DiskFaults`): the window is not kept,
+the episode is reported once and the disk tried again at most every ``retry_s``;
+:meth:`RetentionRing.store` never raises into the live path.
 
-Bounds: ``max_bytes`` (archive + sidecar bytes of all windows, plus the files in
-``corrupt/``) and ``max_age`` (since a window closed; a quarantined file's age is its
-mtime); the oldest windows and quarantined files are evicted first. Full policy: a
-window that alone is larger than ``max_bytes`` is not kept (``too_large``); a full disk
-(``ENOSPC``/``EDQUOT``, ``disk_full``) or an I/O error (``failed``) is a degraded state
-(:class:`~cdml_edge.fsio.DiskFaults`): counted, reported once per episode (``event`` on
-the result and ``on_event``), the window is not kept, and the disk is tried again at most
-every ``retry_s``. :meth:`RetentionRing.store` never raises into the live path.
-
-Files (archives, sidecars, the catalog) are created with ``mode`` (``retention.mode``,
-owner-only ``0600`` by default, whatever the umask); a folder the ring makes gets ``x`` where
-``r`` is set (``0700``).
-
-The ring owns only what it writes: files named ``<UTC close time>_<window id>`` +
-``.zip`` / ``.tar.zst`` / ``.window.json`` (:func:`~cdml_edge.store.sidecar.ring_name`),
-their temporary names, the catalog and ``corrupt/``. Anything else in the folder is left
-alone and reported (:attr:`RetentionRing.foreign`, one log line when the ring opens).
+The ring owns only what it writes (:func:`~cdml_edge.store.sidecar.ring_name` names, their
+temporary names, the catalog and ``corrupt/``); anything else in the folder is left alone and
+listed in :attr:`RetentionRing.foreign`.
 """
 
 from __future__ import annotations
@@ -54,7 +41,7 @@ from cdml_edge.fsio import (
 from cdml_edge.store.catalog import CATALOG_NAME, Catalog, WindowRecord
 from cdml_edge.store.files import commit, is_tmp_name, tmp_path, write_file
 from cdml_edge.store.policy import KeepPolicy, eviction_order, keeps
-from cdml_edge.store.repair import quarantined_files, salvage_sidecar
+from cdml_edge.store.repair import corrupt_files, salvage_sidecar
 from cdml_edge.store.sidecar import (
     ARCHIVE_SUFFIXES,
     SIDECAR_SUFFIX,
@@ -292,7 +279,7 @@ class RetentionRing:
         cutoff = self.clock() - self.max_age if self.max_age is not None else None
         victims = eviction_order(
             self.catalog.windows(),
-            quarantined_files(self.dir),
+            corrupt_files(self.dir),
             incoming=incoming,
             max_bytes=self.max_bytes,
             cutoff=cutoff,
@@ -336,7 +323,7 @@ class RetentionRing:
             **self.counters,
             "windows": self.catalog.count(),
             "bytes": self.catalog.total_bytes(),
-            "corrupt_bytes": sum(q[2] for q in quarantined_files(self.dir)),
+            "corrupt_bytes": sum(q[2] for q in corrupt_files(self.dir)),
         }
 
     def _probe_disk(self) -> None:

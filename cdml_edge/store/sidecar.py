@@ -25,7 +25,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from cdml_edge.errors import CdmlError
 from cdml_edge.fsio import TMP_PREFIX
 from cdml_edge.store.catalog import CATALOG_NAME, Catalog, WindowRecord
-from cdml_edge.window.manifest import ManifestError, WindowManifest
+from cdml_edge.window.manifest import ManifestError, WindowManifest, first_invalid
 
 log = logging.getLogger(__name__)
 
@@ -97,9 +97,8 @@ class RetainedWindow(BaseModel):
         try:
             return cls.model_validate_json(data)
         except ValidationError as exc:
-            first = exc.errors()[0]
-            field = ".".join(str(p) for p in first["loc"])
-            raise RetentionError(where, f"invalid sidecar: {field}: {first['msg']}") from exc
+            field, msg = first_invalid(exc)
+            raise RetentionError(where, f"invalid sidecar: {field}: {msg}") from exc
 
 
 def window_stem(manifest: WindowManifest) -> str:

@@ -20,6 +20,7 @@ from typing import Any
 from cdml_edge.config import MqttConfig
 from cdml_edge.outputs.mqtt.client import BrokerSettings
 from cdml_edge.outputs.mqtt.tls import parse_broker_url
+from cdml_edge.window.topics import split_topic
 
 log = logging.getLogger(__name__)
 
@@ -35,8 +36,7 @@ def parse_topic(topic: str, base: str) -> tuple[str, str | None] | None:
     ``None``."""
     if not topic.startswith(base):
         return None
-    source, _, kind = topic[len(base):].rpartition("/")
-    return kind, source or None
+    return split_topic(topic[len(base):])
 
 
 def _feed_line(line: bytes, base: str, sink: Sink) -> bool:

@@ -12,8 +12,8 @@ from typing import Any
 
 from cdml_edge.config import AppConfig, ConfigError, MqttConfig
 from cdml_edge.health.board import ActivityBoard
-from cdml_edge.outputs.jsonl import topic_base
 from cdml_edge.tail.follow import follow_jsonl, subscribe_broker
+from cdml_edge.window.topics import topic_base
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,5 @@
-"""``cdml-edge calibrate``: an anomaly model's threshold from a folder of normal samples.
+"""An anomaly model's threshold from a folder of normal samples (``cdml-edge calibrate``
+writes it into the configuration).
 
 Each sample is decoded and prepared as a window member would be, the model scores it, and
 the threshold is the chosen percentile of the scores (the mirror percentile for a model whose
@@ -64,26 +65,4 @@ def calibrate(runner: ModelRunner, folder: Path, percentile: float = 99.0) -> Ca
     )
 
 
-def calibrate_config(
-    config: Path, name: str, folder: Path, percentile: float = 99.0, write: bool = True
-) -> tuple[Calibration, bool | None]:
-    """Calibrate ``models.<name>`` of the configuration file on ``folder`` and (``write``)
-    set its ``anomaly_threshold`` there; the calibration and whether the file kept its
-    comments (``None`` when not written)."""
-    from cdml_edge.config import ConfigError, load_config
-    from cdml_edge.config.edit import set_model_key
-    from cdml_edge.model.runner import ModelOverrides
-
-    cfg = load_config(config)
-    mc = cfg.models.get(name)
-    if mc is None:
-        raise ConfigError(str(config), [(f"models.{name}", f"no such model "
-                                         f"(models: {', '.join(cfg.models) or 'none'})")])
-    runner = ModelRunner.load(mc.path, ModelOverrides.from_config(mc, name))
-    runner.modality = str(mc.modality)
-    result = calibrate(runner, folder, percentile)
-    kept = set_model_key(config, name, "anomaly_threshold", result.threshold) if write else None
-    return result, kept
-
-
-__all__ = ["Calibration", "anomaly_scores", "calibrate", "calibrate_config"]
+__all__ = ["Calibration", "anomaly_scores", "calibrate"]

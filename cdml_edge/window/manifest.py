@@ -33,6 +33,12 @@ class ManifestError(CdmlError, ValueError):
         return (type(self), (self.where, self.reason))
 
 
+def first_invalid(exc: ValidationError) -> tuple[str, str]:
+    """The dotted field and the message of the first problem a validation found."""
+    first = exc.errors()[0]
+    return ".".join(str(p) for p in first["loc"]), first["msg"]
+
+
 class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -108,9 +114,8 @@ class WindowManifest(_Model):
         try:
             return cls.model_validate(doc)
         except ValidationError as exc:
-            first = exc.errors()[0]
-            field = ".".join(str(p) for p in first["loc"])
-            raise ManifestError(where, f"field {field!r}: {first['msg']}") from exc
+            field, msg = first_invalid(exc)
+            raise ManifestError(where, f"field {field!r}: {msg}") from exc
 
     def with_results(
         self,

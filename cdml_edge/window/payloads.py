@@ -1,35 +1,20 @@
-"""MQTT payload models, topics and per-topic sequence numbers.
+"""The MQTT payload models and the stable result id.
 
 Every message the agent publishes is one of the pydantic models below, serialised with
-``model_dump_json()`` into an :class:`OutMessage` whose topic is
-relative to ``{prefix}/{device}`` (see :func:`relative_topic`). Subscribers dedupe results
-on ``ItemResult.id`` and detect gaps with the per-topic ``seq``.
+``model_dump_json()`` into a :class:`~cdml_edge.window.topics.OutMessage`. Subscribers dedupe
+results on ``ItemResult.id`` (:func:`item_id`).
 """
 
 from __future__ import annotations
 
 import hashlib
-import threading
-from dataclasses import dataclass
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer
 
 from cdml_edge import release
 
-TopicKind = Literal["status", "health", "error", "result", "window", "camera"]
-PER_SOURCE_KINDS: frozenset[str] = frozenset({"result", "window", "error", "camera"})
 CameraStateName = Literal["connecting", "streaming", "reconnecting", "failed", "ended", "stopped"]
-
-
-@dataclass(frozen=True)
-class OutMessage:
-    """One message to publish: topic relative to ``{prefix}/{device}``, JSON payload bytes."""
-
-    topic: str
-    payload: bytes
-    retain: bool = False
-    qos: int | None = None  # None: the configured default
 
 
 class _Payload(BaseModel):
@@ -263,50 +248,6 @@ def item_id(source: str, name: str, size: int, mtime_ns: int) -> str:
     ``name`` may hold raw bytes that are not UTF-8 (``os.fsdecode``): they are hashed as such."""
     key = f"{source}\x00{name}\x00{size}\x00{mtime_ns}".encode("utf-8", "surrogateescape")
     return hashlib.sha256(key).hexdigest()[:32]
-
-
-def relative_topic(kind: TopicKind, source: str | None = None) -> str:
-    """Topic below ``{prefix}/{device}``: ``status``, ``health``, ``cam1/result``, ..."""
-    if kind in PER_SOURCE_KINDS:
-        if not source:
-            raise ValueError(f"topic kind {kind!r} needs a source")
-        _check_level(source, "source")
-        return f"{source}/{kind}"
-    if source is not None:
-        raise ValueError(f"topic kind {kind!r} takes no source (got {source!r})")
-    return kind
-
-
-def topic_for(prefix: str, device: str, kind: TopicKind, source: str | None = None) -> str:
-    """Full topic: ``{prefix}/{device}/{kind}`` or ``{prefix}/{device}/{source}/{kind}``."""
-    _check_level(device, "device")
-    rel = relative_topic(kind, source)
-    prefix = prefix.strip("/")
-    return f"{prefix}/{device}/{rel}" if prefix else f"{device}/{rel}"
-
-
-def _check_level(value: str, what: str) -> None:
-    if not value or any(c in value for c in "/+#\x00"):
-        raise ValueError(f"{what} {value!r} is not a valid single MQTT topic level")
-
-
-class Sequencer:
-    """Per-topic monotonically increasing sequence numbers (thread-safe, starts at 1)."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._last: dict[str, int] = {}
-
-    def next(self, topic: str) -> int:
-        with self._lock:
-            n = self._last.get(topic, 0) + 1
-            self._last[topic] = n
-            return n
-
-    def peek(self, topic: str) -> int:
-        """Last number handed out for ``topic`` (0 if none)."""
-        with self._lock:
-            return self._last.get(topic, 0)
 
 
 def payload_schemas() -> dict[str, dict[str, Any]]:

@@ -1,6 +1,6 @@
 """One window, start to finish: archive bytes -> reader -> decoders -> model -> payloads.
 
-:func:`process_window` is a pure step — no watchers, threads or output — so the live agent
+:func:`score_window` is a pure step — no watchers, threads or output — so the live agent
 and offline replay score a window with exactly the same code. It opens the archive from
 memory through the archive reader, reads ``manifest.json`` and the members, decodes each
 member by its modality, runs one batch per modality and returns an :class:`WindowOutcome`
@@ -26,13 +26,11 @@ from cdml_edge.window.payloads import (
     ArchiveInfo,
     ErrorEvent,
     ItemResult,
-    OutMessage,
-    Sequencer,
     WindowResult,
     WindowTimings,
-    relative_topic,
 )
 from cdml_edge.window.pieces import Piece, as_runners, item_pieces
+from cdml_edge.window.topics import OutMessage, Sequencer, relative_topic
 from cdml_edge.window.verdicts import (
     ItemFailure,
     count_pieces,
@@ -63,7 +61,7 @@ class WindowOutcome:
         return out
 
 
-def process_window(
+def score_window(
     archive: bytes,
     runners: Mapping[str, ModelRunner],
     *,

@@ -8,15 +8,9 @@ from dataclasses import dataclass
 
 from cdml_edge.model.runner import ModelRunner, Prediction
 from cdml_edge.window.manifest import ItemOutcome, ManifestItem, WindowManifest
-from cdml_edge.window.payloads import (
-    DetectionPayload,
-    ItemResult,
-    LabelScore,
-    ModelVerdict,
-    Sequencer,
-    relative_topic,
-)
+from cdml_edge.window.payloads import DetectionPayload, ItemResult, LabelScore, ModelVerdict
 from cdml_edge.window.pieces import Piece
+from cdml_edge.window.topics import Sequencer, relative_topic
 
 
 @dataclass(frozen=True)

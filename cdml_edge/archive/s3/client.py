@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from cdml_edge.backoff import backoff_delay
@@ -48,15 +48,9 @@ class S3Stats:
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
     def snapshot(self) -> dict[str, int]:
+        """Every counter by name, read under the lock."""
         with self.lock:
-            return {
-                "requests": self.requests,
-                "get_requests": self.get_requests,
-                "head_requests": self.head_requests,
-                "bytes_fetched": self.bytes_fetched,
-                "retries": self.retries,
-                "served_from_memory": self.served_from_memory,
-            }
+            return {f.name: getattr(self, f.name) for f in fields(self) if f.name != "lock"}
 
 
 # -- per-process clients and thread pool --------------------------------------------------

@@ -1,23 +1,16 @@
 """``s3://`` byte source: archives read by HTTP byte ranges, never downloaded whole.
 
-:func:`open_s3_source` returns an :class:`S3Source` (a :class:`~cdml_edge.archive.source.
-ByteSource`). Opening costs one suffix-range ``GET`` of the object's tail (which also yields
-its size and ETag); the archive reader's tail read is served from it and its central
-directory / member index read costs one more ranged ``GET`` at most (a long one is cut
-into ``part_bytes`` parts fetched in parallel). With an
-:class:`~cdml_edge.archive.s3.index_cache.S3IndexCache`, a second open costs one ``HEAD``
-(ETag check) and no ``GET``. Each ``pread`` is one ranged ``GET``; ``pread_many`` merges
-ranges whose gap is at most ``gap`` bytes into one ``GET`` and splits the answer; with
-``adaptive_gap`` (the default) the gap grows to what one request's latency is worth in bytes
-at the bandwidth measured on the source's own GETs (:mod:`.pace`), up to ``max_request``.
-
-Every ``GET`` after open carries ``If-Match: <ETag>``: an object replaced while open raises
-:class:`S3ObjectChangedError` instead of mixing bytes of two versions.
-
-Credentials, region and endpoint come from the standard boto3 chain; ``endpoint_url`` or the
-``CDML_EDGE_S3_ENDPOINT`` environment variable point at S3-compatible stores (MinIO, Ceph
-RGW), addressed path-style. Clients are created lazily, one per process and settings, and
-re-created after ``fork``; the source pickles without its client.
+:func:`open_s3_source` returns an :class:`S3Source` (a
+:class:`~cdml_edge.archive.source.ByteSource`). Opening costs one suffix-range ``GET`` of the
+object's tail (which also gives its size and ETag); the reader's tail read is served from it
+and its member index costs one more ranged ``GET`` at most (a long one fetched in parallel
+``part_bytes`` parts), or none with an
+:class:`~cdml_edge.archive.s3.index_cache.S3IndexCache`. Each ``pread`` is one ranged
+``GET``; ``pread_many`` merges ranges at most ``gap`` bytes apart into one ``GET`` (with
+``adaptive_gap``, the gap :mod:`.pace` learns). Every ``GET`` after open carries
+``If-Match: <ETag>``: an object replaced while open raises :class:`S3ObjectChangedError`
+instead of mixing bytes of two versions. The source pickles without its client
+(:mod:`.client`).
 """
 
 from __future__ import annotations

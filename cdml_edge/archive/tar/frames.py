@@ -114,7 +114,8 @@ def plan(table: FrameTable, index: MemberIndex, ids: Sequence[int], arc: Reading
     f0 = [bisect_right(doff, o) - 1 if s else 1 for o, s in zip(offs, sizes, strict=True)]
     f1 = [bisect_left(doff, e) - 1 if s else 0 for e, s in zip(ends, sizes, strict=True)]
     needed = set(f0) if f0 == f1 else _frames(f0, f1)
-    batch = FrameBatch(members, offs, sizes, [index.crcs[i] for i in members], f0, f1, sorted(needed))
+    crcs = [index.crcs[i] for i in members]
+    batch = FrameBatch(members, offs, sizes, crcs, f0, f1, sorted(needed))
     small = min(RATIO_FLOOR_BYTES, arc.max_member_bytes)  # frames up to this size pass
     for k in batch.frames:
         if doff[k + 1] - doff[k] > small:

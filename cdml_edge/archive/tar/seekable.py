@@ -173,7 +173,7 @@ class _Tail:
         return self.data[rel : rel + length]
 
 
-def read_tail(
+def read_seekable_tail(
     source: ByteSource, tail_read: tuple[int, bytes] | None = None
 ) -> SeekableTail | None:
     """Seek table and member index from the tail (≤2 requests), or ``None`` if absent.

@@ -16,7 +16,7 @@ from cdml_edge.archive.tar.cache import FRAME_CACHE_BYTES, FrameCache
 from cdml_edge.archive.tar.frames import PythonFrames, check_frame, plan
 from cdml_edge.archive.tar.read import _columns, _member_list, _TarBase
 from cdml_edge.archive.tar.rows import TarRows
-from cdml_edge.archive.tar.seekable import FrameTable, MemberIndex, read_tail
+from cdml_edge.archive.tar.seekable import FrameTable, MemberIndex, read_seekable_tail
 from cdml_edge.archive.tar.stream import ExactReader, FrameStream
 
 
@@ -55,7 +55,7 @@ class ZstdTarArchive(_TarBase):
             self._data_end = rows.data_end
             self._use(rows)
             return
-        found = read_tail(source, tail)
+        found = read_seekable_tail(source, tail)
         self._frames = found.frames if found else None
         self._data_end = found.data_end if found else source.size()
         if found is not None and found.index is not None:

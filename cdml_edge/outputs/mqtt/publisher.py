@@ -1,24 +1,14 @@
 """MQTT publisher: paho-mqtt 2.x behind the :class:`~cdml_edge.outputs.base.Output` contract.
 
-One I/O thread owns the paho client (:mod:`~.client`: connect with capped exponential
-backoff and jitter, ``select`` on the socket, reads, writes, keepalive), so there are no
-races between ``publish()`` and PUBACKs. ``publish_batch`` never talks to the network: while
-the broker is connected messages go to the byte-bounded :class:`~.outbox.Outbox`; when it
-is away, or the outbox is full (a slow broker), they go to the disk :class:`~.spool.Spool`.
-``on_durable`` fires when every message of a batch is PUBACKed or spooled. After a
-reconnect the spool drains oldest first, taking at most every other in-flight slot, so live
-results are never starved. On a lost connection every message in flight is spooled again
-(at-least-once: a duplicate carries the same result id). The spool's cursor is written every
-``commit_every`` acknowledged records or ``commit_interval`` seconds: what a kill -9 sends again.
-
-A spool that cannot be written (full disk, I/O error; see :class:`~.spool.Spool`) leaves what
-it refused in the outbox, which the I/O thread spools once it can; what fits in neither
-raises :class:`OutputUnavailable` and its batch never becomes durable. ``stop(timeout)``
-delivers the outbox and the spool until both are acknowledged or the timeout runs out,
-waiting for a connection being set up; what is left stays in the spool.
-
-The retained ``status`` topic is ``online`` after every CONNACK and ``offline`` as the Last
-Will and on a clean stop.
+One I/O thread owns the paho client (:mod:`~.client`), so ``publish()`` and PUBACKs never
+race. ``publish_batch`` never talks to the network: messages go to the :class:`~.outbox.Outbox`
+while the broker is connected and the outbox has room, otherwise to the disk
+:class:`~.spool.Spool`; what fits in neither raises :class:`OutputUnavailable`. After a
+reconnect the spool drains oldest first on at most every other in-flight slot, so live
+results are never starved; what was in flight on a lost connection is spooled again
+(at-least-once). ``stop(timeout)`` delivers what it can in the time and leaves the rest in
+the spool. The retained ``status`` topic is ``online`` after every CONNACK, ``offline`` as the
+Last Will and on a clean stop.
 """
 
 from __future__ import annotations
@@ -46,7 +36,8 @@ from cdml_edge.outputs.mqtt.outbox import Entry, Outbox, PublishBatch
 from cdml_edge.outputs.mqtt.spool import Spool, SpoolToken
 from cdml_edge.outputs.mqtt.spool_format import SpoolRecord, record_size
 from cdml_edge.supervisor import Spawn, Worker, plain_thread
-from cdml_edge.window.payloads import OutMessage, StatusPayload
+from cdml_edge.window.payloads import StatusPayload
+from cdml_edge.window.topics import OutMessage
 
 log = logging.getLogger(__name__)
 

@@ -4,8 +4,8 @@ The files and their formats are described in :mod:`~.spool_format`. Records are 
 first and acknowledged (:meth:`Spool.ack`) once the broker has them; the cursor (the first
 record not yet acknowledged) is persisted by :meth:`Spool.commit`, and fully acknowledged
 segments are deleted. After a crash everything after the persisted cursor is sent again
-(at-least-once: duplicates carry the same result id). A torn or corrupt record is skipped,
-never raised; a new process always appends to a fresh segment.
+(at-least-once: duplicates carry the same result id); a new process always appends to a
+fresh segment.
 
 Full policy (the sum of segment sizes never exceeds ``max_bytes``): ``drop_oldest`` deletes
 the oldest segment (at most ``segment_bytes``, an eighth of ``max_bytes``) and counts the

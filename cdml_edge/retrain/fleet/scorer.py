@@ -30,7 +30,7 @@ from cdml_edge.retrain.replay import (
 )
 from cdml_edge.store.sidecar import parse_sidecar
 from cdml_edge.window.examples import fit_examples
-from cdml_edge.window.payloads import Sequencer
+from cdml_edge.window.topics import Sequencer
 
 RESULT_COLUMNS: Columns = (
     ("kind", "string"),  # result | failure | window
