@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # Install cdml-edge as a systemd service on Raspberry Pi OS or NVIDIA JetPack (Debian based).
 #
-#   sudo scripts/install.sh                      # install, enable and start
-#   sudo scripts/install.sh --ort-wheel FILE     # Jetson: NVIDIA's onnxruntime-gpu wheel
-#   scripts/install.sh --dry-run                 # print every step, change nothing
-#   sudo scripts/install.sh --upgrade FROM       # FROM: a wheel or source tree of a new release
-#   sudo scripts/install.sh --rollback           # back to the release before
-#   sudo scripts/install.sh --uninstall [--purge]
+#   sudo scripts/release/install.sh                   # install, enable and start
+#   sudo scripts/release/install.sh --ort-wheel FILE  # Jetson: NVIDIA's onnxruntime-gpu wheel
+#   scripts/release/install.sh --dry-run              # print every step, change nothing
+#   sudo scripts/release/install.sh --upgrade FROM    # FROM: a wheel or source tree of a new release
+#   sudo scripts/release/install.sh --rollback        # back to the release before
+#   sudo scripts/release/install.sh --uninstall [--purge]
 #
 # What it does: apt packages for building the C reader, a system user `cdml-edge`, the folders,
 # a venv per release in /opt/cdml-edge/releases/VERSION/venv with the runtime dependencies only
@@ -33,7 +33,7 @@ UV="${UV:-uv}"          # the uv command, with CDML_INSTALLER=uv
 UNPRIV="${CDML_UNPRIVILEGED:-0}"
 UNITS=(cdml-edge.service cdml-edge-replay.service cdml-edge-replay.timer)
 
-REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"  # the checkout, two folders up
 SOURCE="$REPO"          # what pip installs: this checkout, or a wheel (--from)
 CONFIG="$REPO/configs/factory.yaml"
 ORT_WHEEL=""

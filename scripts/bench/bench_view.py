@@ -18,7 +18,6 @@ Every figure is the best of ``--repeat`` rounds, rounds interleaved (CPU time be
 from __future__ import annotations
 
 import argparse
-import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -26,10 +25,11 @@ from pathlib import Path
 
 import cv2
 import numpy as np
+from _test_helpers import borrow
+from bench_names import best  # (scripts/bench/ is on the path when run as a script)
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+borrow("agent_fixtures")
 from agent_fixtures import brightness_classifier  # noqa: E402
-from bench_names import best  # noqa: E402  (scripts/ is on the path when run as a script)
 
 from cdml_edge.health import ActivityBoard  # noqa: E402
 from cdml_edge.health.observed import ObservedOutput  # noqa: E402

@@ -17,17 +17,15 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import tempfile
 import threading
 import time
 from pathlib import Path
 
 import paho.mqtt.client as mqtt
+from _test_helpers import borrow
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "tests"))
-
+borrow("_mqtt_brokers")
 from _mqtt_brokers import (  # noqa: E402
     SHARED_PORT,
     BrokerProcess,

@@ -30,7 +30,7 @@ from rich.table import Table
 
 from cdml_edge.outputs.mqtt.embedded_broker import EmbeddedBroker
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 MODELS = ("digits.onnx", "audio_anomaly.onnx", "vibration_anomaly.onnx")
 
 
@@ -163,7 +163,8 @@ def main() -> int:
     missing = [m for m in MODELS if not (args.models / m).is_file()]
     if missing:
         console.print(f"[red]missing models in {args.models}: {', '.join(missing)}[/red] — "
-                      "they ship with the repository (scripts/train_demo_models.py rebuilds them)")
+                      "they ship with the repository (scripts/demo/train_demo_models.py rebuilds "
+                      "them)")
         return 2
     demo = args.demo_dir.resolve()
     truth = json.loads((demo / "truth.json").read_text())

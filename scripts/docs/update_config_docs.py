@@ -8,7 +8,7 @@ from pathlib import Path
 
 from cdml_edge.config.reference import config_reference_markdown
 
-PAGE = Path(__file__).resolve().parents[1] / "docs" / "config.md"
+PAGE = Path(__file__).resolve().parents[2] / "docs" / "config.md"
 BLOCK = re.compile(r"(<!-- config-reference -->\n)(.*?)(<!-- /config-reference -->)", re.S)
 
 

@@ -1,8 +1,8 @@
 """The appliance on each board's Python: for 3.10 (JetPack 6), 3.11 (Pi OS Bookworm) and 3.13
 (Pi OS Trixie / Debian 13), build the wheel with that Python, install it into a fresh venv from
-the lock (hash-checked, no torch) and run scripts/board_smoke.py with it.
+the lock (hash-checked, no torch) and run scripts/release/board_smoke.py with it.
 
-    python scripts/test_matrix.py [--pythons 3.10,3.13] [--keep DIR]     (make test-matrix)
+    python scripts/release/test_matrix.py [--pythons 3.10,3.13] [--keep DIR]   (make test-matrix)
 
 A Python not found on this machine is reported as SKIPPED with the reason, never as passed.
 Exit 1 when a Python found fails any step.
@@ -23,6 +23,7 @@ import _venvs
 
 from lock import lock_path
 
+BOARD_SMOKE = Path(__file__).resolve().parent / "board_smoke.py"
 NO_TORCH = ("import importlib.util as u, sys; "
             "sys.exit('torch is installed' if u.find_spec('torch') else 0)")
 
@@ -45,9 +46,8 @@ def check_python(minor: str, work: Path) -> tuple[str, str]:
     except RuntimeError as exc:
         return "FAIL", str(exc)
     setup = time.monotonic() - t0
-    res = subprocess.run([str(py), str(_venvs.REPO / "scripts/board_smoke.py"), "--models",
-                          str(_venvs.REPO / "models")], capture_output=True, text=True,
-                         cwd=work)
+    res = subprocess.run([str(py), str(BOARD_SMOKE), "--models", str(_venvs.REPO / "models")],
+                         capture_output=True, text=True, cwd=work)
     detail = f"{wheel.name}; install {setup:.0f} s, run {time.monotonic() - t0 - setup:.0f} s\n"
     detail += (res.stdout + (res.stderr[-3000:] if res.returncode else "")).rstrip()
     return ("PASS" if res.returncode == 0 else "FAIL"), detail

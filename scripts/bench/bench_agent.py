@@ -44,7 +44,7 @@ import psutil
 
 from cdml_edge import synth
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 MODELS = ROOT / "models"
 INFLIGHT_MIB = 8  # limits.max_inflight_bytes, MiB (--inflight-mib)
 

@@ -1,8 +1,8 @@
 """The lock of the runtime dependencies: ``lock/runtime-cpXY-ARCH.txt``, one per board Python
 and architecture, every pin with its hashes (``uv pip compile --generate-hashes``).
 
-    python scripts/lock.py            # (re)write every lock file (make lock)
-    python scripts/lock.py --check    # the locks match pyproject.toml (no network)
+    python scripts/release/lock.py            # (re)write every lock file (make lock)
+    python scripts/release/lock.py --check    # the locks match pyproject.toml (no network)
 
 A lock file's first line records a digest of the dependencies it was compiled from; ``--check``
 fails when pyproject.toml changed since, or when a declared dependency is missing or pinned
@@ -22,7 +22,7 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import Version
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 LOCK_DIR = REPO / "lock"
 PYTHONS = ("3.10", "3.11", "3.13")  # JetPack 6, Pi OS Bookworm, Pi OS Trixie / Debian 13
 ARCHES = ("x86_64", "aarch64")

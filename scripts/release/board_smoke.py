@@ -1,6 +1,6 @@
 """A short real run of an installed cdml-edge, with the Python of the venv it is run by.
 
-    VENV/bin/python scripts/board_smoke.py --models models/
+    VENV/bin/python scripts/release/board_smoke.py --models models/
 
 The agent (``VENV/bin/cdml-edge run``) watches a folder, scores JPEGs with the shipped
 ``digits.onnx``, writes JSON lines, quarantines a truncated JPEG and exits 0 on SIGTERM; then

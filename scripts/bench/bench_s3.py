@@ -19,17 +19,15 @@ import argparse
 import logging
 import os
 import random
-import sys
 import time
 import zipfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "tests"))
-sys.path.insert(0, str(ROOT / "scripts"))
+from _test_helpers import borrow
 
+borrow("_s3_fixtures")
 from _s3_fixtures import REGION, CountingProxy, free_port  # noqa: E402
 
 from cdml_edge.archive import open_archive, pack  # noqa: E402

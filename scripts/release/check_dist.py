@@ -1,7 +1,7 @@
 """The release artifacts of ``make dist``: one version everywhere, a CHANGELOG entry for it,
 the C sources and the lock in the sdist, the native reader in the wheel.
 
-    python scripts/check_dist.py dist/
+    python scripts/release/check_dist.py dist/
 
 Exit 0 when the artifacts are a release; one line per problem otherwise.
 """
@@ -14,9 +14,10 @@ import tarfile
 import zipfile
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 SDIST_NEEDS = ("cdml_edge/archive/_native/cffi_build.py", "setup.py", "CHANGELOG.md",
-               "scripts/install.sh", "systemd/cdml-edge.service", "lock/runtime-cp310-aarch64.txt")
+               "scripts/release/install.sh", "systemd/cdml-edge.service",
+               "lock/runtime-cp310-aarch64.txt")
 
 
 def version() -> str:

@@ -35,7 +35,7 @@ from cdml_edge.nn.cda import auroc
 from cdml_edge.nn.onnx_export import export_checkpoint
 from cdml_edge.nn.recipes import train_from_archive
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def digits_archives(seed: int, renders: int) -> tuple[bytes, bytes, list[bytes], np.ndarray]:

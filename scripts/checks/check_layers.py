@@ -18,7 +18,7 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent / "cdml_edge"
+ROOT = Path(__file__).resolve().parents[2] / "cdml_edge"
 
 # Top to bottom. A name is a top-level module or package of cdml_edge; names on one line are
 # peers and must not import each other.

@@ -14,7 +14,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 # JetPack 6, Raspberry Pi OS 12 (Bookworm), Raspberry Pi OS 13 / Debian 13 (Trixie).
 BOARD_PYTHONS = {"3.10": "JetPack 6", "3.11": "Pi OS Bookworm", "3.13": "Pi OS Trixie / Debian 13"}
 # What tests beside the runtime need (the dev extra without the tools of other extras).

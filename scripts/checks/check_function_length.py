@@ -11,7 +11,7 @@ import ast
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent / "cdml_edge"
+ROOT = Path(__file__).resolve().parents[2] / "cdml_edge"
 LIMIT = 60
 
 

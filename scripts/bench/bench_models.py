@@ -23,7 +23,7 @@ from cdml_edge.model.spec import ImageInput, ModelSpec
 from cdml_edge.nn import CDMLTrainTier2
 from cdml_edge.nn.onnx_export import _ClassifierGraph, export_onnx
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def per_item_us(fn: Callable[[], object], batch: int, seconds: float) -> float:

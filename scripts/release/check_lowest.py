@@ -2,7 +2,7 @@
 versions allowed (``uv pip compile --resolution lowest-direct``) on the lowest supported
 Python, the wheel installed into a fresh venv without torch, and the appliance tests run.
 
-    python scripts/check_lowest.py [--python 3.10] [--keep DIR] [pytest args...]
+    python scripts/release/check_lowest.py [--python 3.10] [--keep DIR] [pytest args...]
 
 Exit 0 when the tests pass; the resolved pins are printed first (``--show`` only prints them).
 """
@@ -21,13 +21,25 @@ import tomllib
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
-# The appliance's own tests: sources, windows, the pipeline, archives, decoders, outputs.
+# The appliance's own tests: sources, windows, the pipeline, archives, decoders, outputs. Found
+# by file name anywhere below tests/ (appliance_tests), so a move into subfolders keeps them.
 APPLIANCE_TESTS = [
-    "tests/test_agent_sources.py", "tests/test_agent_watchdog.py", "tests/test_agent_pipeline.py",
-    "tests/test_agent_app.py", "tests/test_agent_windows.py", "tests/test_archive_zip.py",
-    "tests/test_archive_tarzst.py", "tests/test_decode.py", "tests/test_mqtt_publish.py",
-    "tests/test_health_metrics.py", "tests/test_spool.py", "tests/test_config.py",
+    "test_agent_sources.py", "test_agent_watchdog.py", "test_agent_pipeline.py",
+    "test_agent_app.py", "test_agent_windows.py", "test_archive_zip.py",
+    "test_archive_tarzst.py", "test_decode.py", "test_mqtt_publish.py",
+    "test_health_metrics.py", "test_spool.py", "test_config.py",
 ]
+
+
+def appliance_tests(tests: Path = _venvs.REPO / "tests") -> list[Path]:
+    """The files of APPLIANCE_TESTS below ``tests``; a name found nowhere (or twice) raises."""
+    found = []
+    for name in APPLIANCE_TESTS:
+        paths = sorted(tests.rglob(name))
+        if len(paths) != 1:
+            raise SystemExit(f"{name}: {len(paths)} files of that name below {tests}")
+        found.append(paths[0])
+    return found
 
 
 def lowest_pins(python: str, out: Path) -> Path:
@@ -54,6 +66,7 @@ def main() -> int:
     ap.add_argument("--keep", type=Path, help="build here and keep it (default: a temp dir)")
     ap.add_argument("--show", action="store_true", help="print the lowest pins and stop")
     args, pytest_args = ap.parse_known_args()
+    tests = appliance_tests()  # before minutes of building: a missing test fails at once
     exe, why = _venvs.find_python(args.python)
     if exe is None:
         print(f"lowest-direct: SKIPPED: {why}")
@@ -76,7 +89,7 @@ def main() -> int:
         repo = _venvs.REPO
         cmd = [str(py.parent / "pytest"), "-q", "-p", "no:cacheprovider", "-m", "not slow",
                "-c", str(repo / "pyproject.toml"), "--rootdir", str(repo),
-               f"--basetemp={work / 'pytest'}", *[str(repo / t) for t in APPLIANCE_TESTS],
+               f"--basetemp={work / 'pytest'}", *map(str, tests),
                *pytest_args]
         return subprocess.call(cmd, cwd=work)
 
