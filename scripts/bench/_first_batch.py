@@ -25,11 +25,14 @@ from typing import Any, BinaryIO
 import cv2
 import numpy as np
 import torch
+from bench_dataset import ZipfileDataset
+from timing import best_of, clocked, rounds, timed
 from torch.utils.data import DataLoader, Dataset
 
 from cdml_edge.archive import pack
 from cdml_edge.archive.s3 import ENDPOINT_ENV, INDEX_CACHE_ENV
 from cdml_edge.data.dataset import CDMLStreamDataset
+from cdml_edge.data.samples import image_to_tensor
 
 BATCH = 64
 WORKERS = 2
@@ -46,29 +49,15 @@ def make_zip(n: int) -> bytes:
     return pack(((f"class{i % 10}/{i:07d}.png", pngs[i % 64]) for i in range(n)), "zip", mtime=0)
 
 
-class ZipfileDataset(Dataset[Any]):
+def full_decode(data: bytes) -> torch.Tensor:
+    """The baseline's decode: OpenCV at full size, RGB, float32 C×H×W in [0, 1]."""
+    bgr = cv2.imdecode(np.frombuffer(data, np.uint8), cv2.IMREAD_COLOR)
+    return image_to_tensor(cv2.cvtColor(bgr, cv2.COLOR_BGR2RGB))
+
+
+def zipfile_dataset(opener: Callable[[], BinaryIO]) -> ZipfileDataset:
     """What a user writes without us: zipfile in each worker, labels from the folder."""
-
-    def __init__(self, opener: Callable[[], BinaryIO]) -> None:
-        self.opener = opener
-        names = [n for n in zipfile.ZipFile(opener()).namelist() if not n.endswith("/")]
-        classes = sorted({n.split("/")[0] for n in names})
-        idx = {c: i for i, c in enumerate(classes)}
-        self.names = names
-        self.targets = [idx[n.split("/")[0]] for n in names]
-        self._zf: zipfile.ZipFile | None = None
-        self._pid = -1
-
-    def __len__(self) -> int:
-        return len(self.names)
-
-    def __getitem__(self, i: int) -> tuple[torch.Tensor, int]:
-        if self._zf is None or self._pid != os.getpid():
-            self._zf, self._pid = zipfile.ZipFile(self.opener()), os.getpid()
-        data = self._zf.read(self.names[i])
-        bgr = cv2.imdecode(np.frombuffer(data, np.uint8), cv2.IMREAD_COLOR)
-        rgb = cv2.cvtColor(bgr, cv2.COLOR_BGR2RGB).transpose(2, 0, 1).astype(np.float32)
-        return torch.from_numpy(rgb / 255.0), self.targets[i]
+    return ZipfileDataset(opener, full_decode)
 
 
 def first_batch(ds: Dataset[Any]) -> torch.Tensor:
@@ -98,31 +87,28 @@ def open_s3fs(endpoint: str, path: str) -> BinaryIO:
 
 
 @dataclass
-class Timing:
+class Row:
     label: str
     seconds: float
     build: float | None = None  # of which building the dataset
 
 
-def timed(label: str, fn: Callable[[], Any], repeat: int) -> Timing:
-    best = float("inf")
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - t0)
-    return Timing(label, best)
+def timed_row(label: str, fn: Callable[[], Any], repeat: int) -> Row:
+    """The best of ``repeat`` runs of ``fn``."""
+    return Row(label, best_of(fn, repeat).wall)
 
 
-def timed_ours(label: str, path: str, repeat: int) -> Timing:
-    best, build = float("inf"), 0.0
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        ds = CDMLStreamDataset(path, is_image=True, labels="folder", cache_size_mb=0)
-        t1 = time.perf_counter()
-        first_batch(ds)
-        if time.perf_counter() - t0 < best:
-            best, build = time.perf_counter() - t0, t1 - t0
-    return Timing(label, best, build)
+def ours_row(label: str, path: str, repeat: int) -> Row:
+    """The best of ``repeat`` runs of ours, with its share of building the dataset."""
+
+    def once() -> tuple[float, float]:
+        ds, build = clocked(
+            lambda: CDMLStreamDataset(path, is_image=True, labels="folder", cache_size_mb=0)
+        )
+        return build.wall + timed(lambda: first_batch(ds)).wall, build.wall
+
+    seconds, build = min(rounds({"ours": once}, repeat)["ours"])
+    return Row(label, seconds, build)
 
 
 @contextlib.contextmanager
@@ -147,7 +133,7 @@ def moto_server() -> Iterator[str]:
         proc.wait(10)
 
 
-def rows_for(n: int, endpoint: str, repeat: int) -> list[Timing]:
+def rows_for(n: int, endpoint: str, repeat: int) -> list[Row]:
     """Every row for an archive of ``n`` members, locally and on S3."""
     import boto3
 
@@ -159,7 +145,7 @@ def rows_for(n: int, endpoint: str, repeat: int) -> list[Timing]:
         s3.create_bucket(Bucket="bench")
     s3.put_object(Bucket="bench", Key=key, Body=blob)
     url, s3path = f"s3://bench/{key}", f"bench/{key}"
-    rows: list[Timing] = []
+    rows: list[Row] = []
     with tempfile.TemporaryDirectory() as tmp:
         local = os.path.join(tmp, key)
         with open(local, "wb") as fh:
@@ -167,27 +153,26 @@ def rows_for(n: int, endpoint: str, repeat: int) -> list[Timing]:
         rows += local_rows(local, names, repeat)
         os.environ[ENDPOINT_ENV] = endpoint
         os.environ[INDEX_CACHE_ENV] = "off"
-        rows.append(timed_ours("S3, ours, cold (no index cache)", url, repeat))
+        rows.append(ours_row("S3, ours, cold (no index cache)", url, repeat))
         os.environ[INDEX_CACHE_ENV] = os.path.join(tmp, "s3-index")
         CDMLStreamDataset(url, labels="folder")  # fills the cache
-        rows.append(timed_ours("S3, ours, index cache hit", url, repeat))
+        rows.append(ours_row("S3, ours, index cache hit", url, repeat))
         opener = functools.partial(open_s3fs, endpoint, s3path)
         rows.append(
-            timed("S3, s3fs + zipfile, one process", lambda: one_process(opener, names), repeat)
+            timed_row("S3, s3fs + zipfile, one process", lambda: one_process(opener, names), repeat)
         )
-        rows.append(
-            timed("S3, s3fs + zipfile Dataset", lambda: first_batch(ZipfileDataset(opener)), repeat)
-        )
+        rows.append(timed_row("S3, s3fs + zipfile Dataset",
+                              lambda: first_batch(zipfile_dataset(opener)), repeat))
     s3.delete_object(Bucket="bench", Key=key)
     return rows
 
 
-def local_rows(path: str, names: list[str], repeat: int) -> list[Timing]:
+def local_rows(path: str, names: list[str], repeat: int) -> list[Row]:
     opener = functools.partial(open_local, path)
     return [
-        timed_ours("local, ours", path, repeat),
-        timed("local, zipfile, one process", lambda: one_process(opener, names), repeat),
-        timed("local, zipfile Dataset", lambda: first_batch(ZipfileDataset(opener)), repeat),
+        ours_row("local, ours", path, repeat),
+        timed_row("local, zipfile, one process", lambda: one_process(opener, names), repeat),
+        timed_row("local, zipfile Dataset", lambda: first_batch(zipfile_dataset(opener)), repeat),
     ]
 
 
@@ -197,7 +182,7 @@ def _memory(blob: bytes) -> BinaryIO:
     return io.BytesIO(blob)
 
 
-def report(n: int, rows: list[Timing]) -> None:
+def report(n: int, rows: list[Row]) -> None:
     by = {r.label: r for r in rows}
     print(f"\n{n:,} members: seconds to the first shuffled batch of {BATCH} ({WORKERS} workers)")
     print(f"{'reader':42} {'seconds':>8} {'of which build':>15}")

@@ -41,6 +41,7 @@ from typing import Any
 
 import numpy as np
 import psutil
+from timing import cpu_per_item, load_average, percentile
 
 from cdml_edge import synth
 
@@ -225,10 +226,6 @@ def feed(inbox: Path, prefix: str, data: list[bytes], ext: str, rate: float, sec
     return closed
 
 
-def pct(xs: list[float], q: float) -> float:
-    return float(np.percentile(np.asarray(xs), q)) if xs else float("nan")
-
-
 def rate_phase(agent: Agent, tail: Tail, inbox: Path, kind: Kind, data: list[bytes],
                rate: float, seconds: float) -> dict[str, Any]:
     cpu0, w0 = agent.cpu(), time.perf_counter()
@@ -242,9 +239,9 @@ def rate_phase(agent: Agent, tail: Tail, inbox: Path, kind: Kind, data: list[byt
     return {
         "rate": rate, "files": len(closed), "results": len(got),
         "cpu_pct": 100 * cpu / wall, "cpu_ms": 1000 * cpu / max(1, len(got)),
-        "p50": pct([(tail.seen[k] - closed[k]) * 1000 for k in got], 50),
-        "p99": pct([(tail.seen[k] - closed[k]) * 1000 for k in got], 99),
-        "agent_p99": pct([tail.agent_latency[k] for k in got], 99),
+        "p50": percentile([(tail.seen[k] - closed[k]) * 1000 for k in got], 50),
+        "p99": percentile([(tail.seen[k] - closed[k]) * 1000 for k in got], 99),
+        "agent_p99": percentile([tail.agent_latency[k] for k in got], 99),
         "per_window": float(np.mean(sizes)) if sizes else 0.0,
         "peak_rss": agent.peak_rss,
     }
@@ -284,18 +281,17 @@ def baseline(kind: Kind, data: list[bytes], batch: int, seconds: float = 1.5) ->
     decode = MODEL_INPUTS[kind.modality].decode
     name = f"x{kind.ext}"
 
-    def one_batch(k: int) -> int:
-        rows = [runner.prepare(decode(data[(k + i) % len(data)], name, runner.spec.input))
+    done = 0  # items so far: each batch starts where the last one ended
+
+    def one_batch() -> int:
+        nonlocal done
+        rows = [runner.prepare(decode(data[(done + i) % len(data)], name, runner.spec.input))
                 for i in range(batch)]
         runner.run(np.stack(rows))
+        done += batch
         return batch
 
-    for k in range(3):
-        one_batch(k)
-    n, c0, t0 = 0, time.process_time(), time.perf_counter()
-    while time.perf_counter() - t0 < seconds:
-        n += one_batch(n)
-    return 1000 * (time.process_time() - c0) / n
+    return 1000 * cpu_per_item(one_batch, seconds, warmup=3)
 
 
 def run_kind(key: str, args: argparse.Namespace) -> dict[str, Any]:
@@ -366,12 +362,12 @@ def main() -> int:
                     help="windows close on their limits only (close_when_idle: false)")
     args = ap.parse_args()
     args.rate_list = [float(x) for x in args.rates.split(",") if x]
-    print(f"machine: {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f} at start; "
+    print(f"machine: {os.cpu_count()} CPUs, load average {load_average():.1f} at start; "
           f"windows 50 ms / 32 items, {'fixed' if args.fixed_windows else 'close when idle'}")
     ok = True
     for key in [k for k in args.kinds.split(",") if k]:
         ok = report(run_kind(key, args), args.inflight_mib) and ok
-    print(f"\nload average {os.getloadavg()[0]:.1f} at the end")
+    print(f"\nload average {load_average():.1f} at the end")
     return 0 if ok else 1
 
 

@@ -25,12 +25,12 @@ import random
 import tarfile
 import tempfile
 import threading
-import time
 import zipfile
 import zlib
 from collections.abc import Callable
 
 import zstandard
+from timing import best_of, interleaved, load_average, ratio
 
 from cdml_edge.archive import Arena, open_archive, write_archive
 from cdml_edge.archive.native import describe
@@ -82,33 +82,6 @@ def jpeg_blobs(rng: random.Random, n: int) -> list[bytes]:
     return out
 
 
-def race_cpu(fns: dict[str, Callable[[], object]], repeat: int) -> dict[str, tuple[float, float]]:
-    """Like :func:`race`: the best wall time and the best CPU time (all threads) of each."""
-    out = {k: (float("inf"), float("inf")) for k in fns}
-    for _ in range(repeat):
-        for k, fn in fns.items():
-            c0, t0 = time.process_time(), time.perf_counter()
-            fn()
-            wall, cpu = time.perf_counter() - t0, time.process_time() - c0
-            out[k] = (min(out[k][0], wall), min(out[k][1], cpu))
-    return out
-
-
-def best(fn: Callable[[], object], repeat: int) -> float:
-    return race({"x": fn}, repeat)["x"]
-
-
-def race(fns: dict[str, Callable[[], object]], repeat: int) -> dict[str, float]:
-    """Best time of each function; rounds interleave them so all see the same machine load."""
-    out = {k: float("inf") for k in fns}
-    for _ in range(repeat):
-        for k, fn in fns.items():
-            t0 = time.perf_counter()
-            fn()
-            out[k] = min(out[k], time.perf_counter() - t0)
-    return out
-
-
 def two_threads(arc: object, batches: list[list[str]]) -> None:
     halves = [batches[0::2], batches[1::2]]
 
@@ -131,7 +104,7 @@ def streamed(read: Callable[[str], bytes], names: list[str]) -> None:
 
 
 def data_ranges(path: str, names: list[str]) -> list[tuple[int, int]]:
-    """(offset, length) of each member's data in the file."""
+    """(offset, length) of each member's (compressed) data in the file."""
     out = []
     with zipfile.ZipFile(path) as zf, open(path, "rb") as f:
         for n in names:
@@ -181,7 +154,7 @@ def zip_reads(
         # the same into one reused buffer (the arena's floor: no fresh pages, no CRC)
         reused = memoryview(bytearray(max(n for _, n in ranges)))
         fns["floor_reused"] = lambda: [os.preadv(fd, [reused[:n]], o) for o, n in ranges]
-    times = race(fns, repeat)
+    times = {k: t.wall for k, t in interleaved(fns, repeat).items()}
     os.close(fd)
     arc.close()
     zf.close()
@@ -190,16 +163,8 @@ def zip_reads(
 
 def compressed_blobs(path: str, names: list[str]) -> tuple[list[bytes], float]:
     """The members' raw deflate streams (for the inflate ceiling) and the mean ratio."""
-    blobs = []
-    with zipfile.ZipFile(path) as zf, open(path, "rb") as f:
-        for n in names:
-            info = zf.getinfo(n)
-            f.seek(info.header_offset)
-            head = f.read(30)
-            skip = 30 + int.from_bytes(head[26:28], "little")
-            skip += int.from_bytes(head[28:30], "little")
-            f.seek(info.header_offset + skip)
-            blobs.append(f.read(info.compress_size))
+    with open(path, "rb") as f:
+        blobs = [os.pread(f.fileno(), n, o) for o, n in data_ranges(path, names)]
     out_bytes = sum(len(zlib.decompress(b, -15)) for b in blobs)
     return blobs, out_bytes / sum(len(b) for b in blobs)
 
@@ -207,9 +172,19 @@ def compressed_blobs(path: str, names: list[str]) -> tuple[list[bytes], float]:
 Row = tuple[str, str, str, str]
 
 
+def rate_row(label: str, ours: float, base: float) -> Row:
+    """Members/s of ours against a baseline from the same race."""
+    return (label, f"{ours:,.0f}/s", f"{base:,.0f}/s", ratio(ours, base, 1))
+
+
+def time_row(label: str, ours: float, base: float, digits: int = 1) -> Row:
+    """Seconds (shown in ms) of ours against a baseline; the ratio is the speed-up."""
+    return (label, f"{ours * 1e3:.{digits}f} ms", f"{base * 1e3:.{digits}f} ms",
+            ratio(base, ours, digits))
+
+
 def stream_row(label: str, r: dict[str, float]) -> Row:
-    z = r["zipfile_stream"]
-    return (label, f"{r['read_stream']:,.0f}/s", f"{z:,.0f}/s", f"{r['read_stream'] / z:.1f}x")
+    return rate_row(label, r["read_stream"], r["zipfile_stream"])
 
 
 def bench_deflated(
@@ -222,32 +197,17 @@ def bench_deflated(
     with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as zf:
         for n, d in items:
             zf.writestr(n, d)
-    blobs, ratio = compressed_blobs(path, order)
+    blobs, factor = compressed_blobs(path, order)
     r = zip_reads(path, order, args.repeat, blobs)
     ceil_m = r["raw"]
     ceil_mb = ceil_m * 10_000 / 1e6
     z = r["zipfile"]
     rows: list[Row] = [
-        (
-            f"(a) 10 KB deflated {label} ({ratio:.1f}x), read()",
-            f"{r['read']:,.0f}/s",
-            f"{z:,.0f}/s",
-            f"{r['read'] / z:.1f}x",
-        ),
-        ("(a) same, read_many(64)", f"{r['many']:,.0f}/s", f"{z:,.0f}/s", f"{r['many'] / z:.1f}x"),
-        (
-            "(a) same, read_many(64) into an arena",
-            f"{r['arena']:,.0f}/s",
-            f"{z:,.0f}/s",
-            f"{r['arena'] / z:.1f}x",
-        ),
+        rate_row(f"(a) 10 KB deflated {label} ({factor:.1f}x), read()", r["read"], z),
+        rate_row("(a) same, read_many(64)", r["many"], z),
+        rate_row("(a) same, read_many(64) into an arena", r["arena"], z),
         stream_row("(a) same, read(), each result dropped after use", r),
-        (
-            "(a) same, read_many(64), 2 threads",
-            f"{r['two']:,.0f}/s",
-            f"{z:,.0f}/s",
-            f"{r['two'] / z:.1f}x",
-        ),
+        rate_row("(a) same, read_many(64), 2 threads", r["two"], z),
         (
             f"(e) raw zlib inflate, 1 core, {label}",
             f"{ceil_m:,.0f}/s",
@@ -285,8 +245,8 @@ def c_core_us(z: object, t: object, order: list[str], repeat: int) -> tuple[floa
         for i, out in zip(zids, outs, strict=True):
             lib.cz_read_one_fd(zidx, zfd, zsize, i, out)
 
-    r = race_cpu({"t": tzst, "z": zip_}, repeat)
-    return r["t"][1] / len(order) * 1e6, r["z"][1] / len(order) * 1e6
+    r = interleaved({"t": tzst, "z": zip_}, repeat)
+    return r["t"].cpu / len(order) * 1e6, r["z"].cpu / len(order) * 1e6
 
 
 def tarzst_rows(
@@ -316,10 +276,10 @@ def tarzst_rows(
             "tzst_seq": lambda: [t.read(n) for n in names],
             "zipfile_seq": lambda: [zf.read(n) for n in names],
         }
-    r = race_cpu(fns, args.repeat)
+    r = interleaved(fns, args.repeat)
     n = len(names)
-    rate = {k: n / v[0] for k, v in r.items()}
-    cpu = {k: v[1] / n * 1e6 for k, v in r.items()}
+    rate = {k: n / v.wall for k, v in r.items()}
+    cpu = {k: v.cpu / n * 1e6 for k, v in r.items()}
     c_t, c_z = c_core_us(z, t, order, args.repeat) if level == 3 else (0.0, 0.0)
     zsize, tsize = os.path.getsize(zpath), os.path.getsize(tpath)
     for a in (z, t):
@@ -327,10 +287,10 @@ def tarzst_rows(
     zf.close()
 
     def vs(what: str, a: str, b: str) -> Row:
-        return (what, f"{rate[a]:,.0f}/s", f"{rate[b]:,.0f}/s", f"{rate[a] / rate[b]:.2f}x")
+        return (what, f"{rate[a]:,.0f}/s", f"{rate[b]:,.0f}/s", ratio(rate[a], rate[b]))
 
     def us(what: str, a: float, b: float) -> Row:
-        return (what, f"{a:.1f} µs", f"{b:.1f} µs", f"{b / a:.2f}x")
+        return (what, f"{a:.1f} µs", f"{b:.1f} µs", ratio(b, a))
 
     if level != 3:
         return [
@@ -375,7 +335,7 @@ def seed_rows(tmp: str, repeat: int) -> list[Row]:
         with open_archive(paths[fmt]) as a:
             a.read_many(names)
 
-    r = race(
+    t = interleaved(
         {
             "zip": lambda: read_each("zip"),
             "tzst": lambda: read_each("tar.zst"),
@@ -384,19 +344,11 @@ def seed_rows(tmp: str, repeat: int) -> list[Row]:
         },
         repeat * 4,
     )
+    r = {k: v.wall for k, v in t.items()}
     return [
-        (
-            "(g) seed: open + read() 200 x 10 KB CSV, tar.zst vs our ZIP",
-            f"{r['tzst'] * 1e3:.2f} ms",
-            f"{r['zip'] * 1e3:.2f} ms",
-            f"{r['zip'] / r['tzst']:.2f}x",
-        ),
-        (
-            "(g) same, open + one read_many(200)",
-            f"{r['tzst_many'] * 1e3:.2f} ms",
-            f"{r['zip_many'] * 1e3:.2f} ms",
-            f"{r['zip_many'] / r['tzst_many']:.2f}x",
-        ),
+        time_row("(g) seed: open + read() 200 x 10 KB CSV, tar.zst vs our ZIP", r["tzst"],
+                 r["zip"], digits=2),
+        time_row("(g) same, open + one read_many(200)", r["tzst_many"], r["zip_many"], digits=2),
     ]
 
 
@@ -418,7 +370,7 @@ def sweep_race(
     """CPU times of our ZIP and tar.zst: random read(), read_many(64), sequential; frames."""
     batches = [order[i : i + 64] for i in range(0, len(order), 64)]
     z, t = open_archive(zpath), open_archive(tpath)
-    r = race_cpu(
+    r = interleaved(
         {
             "zr": lambda: [z.read(x) for x in order],
             "tr": lambda: [t.read(x) for x in order],
@@ -432,7 +384,7 @@ def sweep_race(
     frames = int(t._frames.count)  # type: ignore[attr-defined]
     z.close()
     t.close()
-    return {k: cpu for k, (_, cpu) in r.items()}, frames
+    return {k: t.cpu for k, t in r.items()}, frames
 
 
 SWEEP = (4 << 10, 8 << 10, 16 << 10, 32 << 10, 64 << 10, 128 << 10)
@@ -484,7 +436,7 @@ def main() -> None:
     args = ap.parse_args()
     rng = random.Random(7)
     rows: list[Row] = []
-    print(f"reader: {describe()}, {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}")
+    print(f"reader: {describe()}, {os.cpu_count()} CPUs, load average {load_average():.1f}")
     with tempfile.TemporaryDirectory() as tmp:
         if args.frame_sweep:
             frame_sweep(tmp, args)
@@ -503,47 +455,15 @@ def main() -> None:
         bnames = rng.sample([f"img/{i:06d}.jpg" for i in range(args.members)], args.reads)
         rb = zip_reads(zb, bnames, args.repeat, floor=True)
         z = rb["zipfile"]
-        rows.append(
-            (
-                "(b) 20 KB stored, read()",
-                f"{rb['read']:,.0f}/s",
-                f"{z:,.0f}/s",
-                f"{rb['read'] / z:.1f}x",
-            )
-        )
-        rows.append(
-            (
-                "(b) same, read_many(64)",
-                f"{rb['many']:,.0f}/s",
-                f"{z:,.0f}/s",
-                f"{rb['many'] / z:.1f}x",
-            )
-        )
-        rows.append(
-            (
-                "(b) same, read_many(64) into an arena",
-                f"{rb['arena']:,.0f}/s",
-                f"{z:,.0f}/s",
-                f"{rb['arena'] / z:.1f}x",
-            )
-        )
-        rows.append(stream_row("(b) same, read(), each result dropped after use", rb))
-        rows.append(
-            (
-                "(b) floor: bare os.pread of the data, no CRC",
-                f"{rb['floor']:,.0f}/s",
-                f"{z:,.0f}/s",
-                f"{rb['floor'] / z:.1f}x",
-            )
-        )
-        rows.append(
-            (
-                "(b) arena floor: bare os.preadv into one reused buffer, no CRC",
-                f"{rb['floor_reused']:,.0f}/s",
-                f"{z:,.0f}/s",
-                f"{rb['floor_reused'] / z:.1f}x",
-            )
-        )
+        rows += [
+            rate_row("(b) 20 KB stored, read()", rb["read"], z),
+            rate_row("(b) same, read_many(64)", rb["many"], z),
+            rate_row("(b) same, read_many(64) into an arena", rb["arena"], z),
+            stream_row("(b) same, read(), each result dropped after use", rb),
+            rate_row("(b) floor: bare os.pread of the data, no CRC", rb["floor"], z),
+            rate_row("(b) arena floor: bare os.preadv into one reused buffer, no CRC",
+                     rb["floor_reused"], z),
+        ]
         rows.append(
             (
                 "(b) read_many(64) into an arena vs the arena floor",
@@ -567,16 +487,9 @@ def main() -> None:
             with open_archive(zc) as a:
                 a.names()
 
-        tc = race({"zipfile": open_zipfile, "ours": open_ours}, args.repeat)
-        tc_zip, tc_ours = tc["zipfile"], tc["ours"]
-        rows.append(
-            (
-                f"(c) open {args.big:,}-member ZIP",
-                f"{tc_ours * 1e3:.1f} ms",
-                f"{tc_zip * 1e3:.1f} ms",
-                f"{tc_zip / tc_ours:.1f}x",
-            )
-        )
+        tc = interleaved({"zipfile": open_zipfile, "ours": open_ours}, args.repeat)
+        tc_zip, tc_ours = tc["zipfile"].wall, tc["ours"].wall
+        rows.append(time_row(f"(c) open {args.big:,}-member ZIP", tc_ours, tc_zip))
         # (d) 1% random reads from a 20,000-member tar.zst (the JSON members of (a))
         zd = os.path.join(tmp, "d.tar.zst")
         write_archive(zd, items)
@@ -600,16 +513,10 @@ def main() -> None:
                 for n in sample:
                     a.read(n)
 
-        td = race({"tarfile": tar_baseline, "ours": ours_tar}, args.repeat)
-        td_tar, td_ours = td["tarfile"], td["ours"]
-        rows.append(
-            (
-                f"(d) open + read 1% of {len(names):,}-member tar.zst",
-                f"{td_ours * 1e3:.1f} ms",
-                f"{td_tar * 1e3:.1f} ms",
-                f"{td_tar / td_ours:.1f}x",
-            )
-        )
+        td = interleaved({"tarfile": tar_baseline, "ours": ours_tar}, args.repeat)
+        td_tar, td_ours = td["tarfile"].wall, td["ours"].wall
+        rows.append(time_row(f"(d) open + read 1% of {len(names):,}-member tar.zst", td_ours,
+                             td_tar))
         # (e) zstd on the same data, one frame, one core
         with open(zd, "rb") as f:
             raw = f.read()
@@ -618,7 +525,7 @@ def main() -> None:
         )
         plain = reader.read()
         whole = zstandard.ZstdCompressor(level=3).compress(plain)
-        t_z = best(lambda: zstandard.ZstdDecompressor().decompress(whole), args.repeat)
+        t_z = best_of(lambda: zstandard.ZstdDecompressor().decompress(whole), args.repeat).wall
         rows.append(
             ("(e) raw zstd decompress, 1 core, JSON", f"{len(plain) / t_z / 1e6:,.0f} MB/s", "", "")
         )

@@ -12,9 +12,7 @@
 from __future__ import annotations
 
 import argparse
-import statistics
 import tempfile
-import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -22,6 +20,7 @@ import cv2
 import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
+from timing import median_time
 
 from cdml_edge.archive import pack
 from cdml_edge.config.model_section import ModelConfig
@@ -35,15 +34,8 @@ from cdml_edge.window.score import process_window
 
 
 def median_ms(fn: Callable[[], object], seconds: float) -> float:
-    for _ in range(3):
-        fn()
-    times: list[float] = []
-    end = time.perf_counter() + seconds
-    while time.perf_counter() < end or len(times) < 10:
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times) * 1000.0
+    """Milliseconds: the median call over ``seconds`` (3 calls of warm-up)."""
+    return median_time(fn, seconds, warmup=3, min_runs=10) * 1000.0
 
 
 def _spec(resize: str) -> ModelSpec:

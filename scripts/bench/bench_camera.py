@@ -31,6 +31,7 @@ from typing import Any
 
 import numpy as np
 import psutil
+from timing import cpu_seconds, load_average, percentile, ratio
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
@@ -115,17 +116,6 @@ class Sink:
         self.take(item.ts)
 
 
-def cpu_s(procs: list[psutil.Process]) -> float:
-    total = 0.0
-    for p in procs:
-        try:
-            t = p.cpu_times()
-            total += t.user + t.system
-        except psutil.NoSuchProcess:
-            pass
-    return total
-
-
 def capture_children() -> list[psutil.Process]:
     return [
         c for c in psutil.Process().children()
@@ -149,9 +139,9 @@ def run_ours(url: str, fps: float, seconds: float) -> dict[str, Any]:
     me, (child,) = psutil.Process(), capture_children()
     with sink.lock:
         sink.latencies.clear()
-    c0 = cpu_s([me, child])
+    c0 = cpu_seconds([me, child])
     time.sleep(seconds)
-    c1 = cpu_s([me, child])
+    c1 = cpu_seconds([me, child])
     with sink.lock:
         lat = list(sink.latencies)
     uss = child.memory_full_info().uss
@@ -190,9 +180,9 @@ def run_baseline(url: str, fps: float, seconds: float) -> dict[str, Any]:
     me = psutil.Process()
     with sink.lock:
         sink.latencies.clear()
-    c0 = cpu_s([me])
+    c0 = cpu_seconds([me])
     time.sleep(seconds)
-    c1 = cpu_s([me])
+    c1 = cpu_seconds([me])
     with sink.lock:
         lat = list(sink.latencies)
     stop.set()
@@ -244,7 +234,8 @@ def failed_attempt_cpu(n: int = 5) -> tuple[float, float]:
 
 
 def _pct(values: list[float], q: float) -> float:
-    return float(np.percentile(values, q)) * 1000 if values else float("nan")
+    """The ``q``-th percentile in milliseconds."""
+    return percentile(values, q) * 1000
 
 
 def main() -> None:
@@ -267,15 +258,15 @@ def main() -> None:
     finally:
         server.kill()
     print(f"camera: 640x480 MJPEG over HTTP at {args.camera_fps:g} fps, taken at {args.fps:g} fps,"
-          f" {args.seconds:g} s per mode; load average {psutil.getloadavg()[0]:.1f}")
+          f" {args.seconds:g} s per mode; load average {load_average():.1f}")
     print(f"{'mode':28} {'frames':>6} {'CPU ms/frame':>12} {'p50 ms':>7} {'p99 ms':>7}"
           f" {'first frame s':>13} {'extra USS MiB':>13}")
     for name, r in (("in-thread (baseline)", base), ("capture process (ours)", ours)):
         per = r["cpu"] / max(1, r["frames"]) * 1000
         print(f"{name:28} {r['frames']:6d} {per:12.2f} {_pct(r['lat'], 50):7.2f}"
               f" {_pct(r['lat'], 99):7.2f} {r['first']:13.2f} {r['uss'] / 2**20:13.1f}")
-    ratio = (ours["cpu"] / max(1, ours["frames"])) / (base["cpu"] / max(1, base["frames"]))
-    print(f"CPU per frame, ours / baseline: {ratio:.2f}x;"
+    ours_cpu, base_cpu = (r["cpu"] / max(1, r["frames"]) for r in (ours, base))
+    print(f"CPU per frame, ours / baseline: {ratio(ours_cpu, base_cpu)};"
           f" p50 latency ours - baseline: {_pct(ours['lat'], 50) - _pct(base['lat'], 50):+.2f} ms")
     print(f"stall mid-stream (read_timeout 2 s) -> frames again: {stall:.2f} s")
     print(f"one failed reconnect attempt (process start, OpenCV import, open fails):"

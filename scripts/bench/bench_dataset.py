@@ -14,6 +14,7 @@ variant alike; ratios are against (iii) at the same target.
 from __future__ import annotations
 
 import argparse
+import functools
 import io
 import json
 import os
@@ -24,11 +25,12 @@ import time
 import zipfile
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import cv2
 import numpy as np
 import torch
+from timing import load_average, ratio, rounds
 from torch.utils.data import DataLoader, Dataset
 
 from cdml_edge import CDMLStreamDataset
@@ -106,14 +108,18 @@ class FolderDataset(Dataset[tuple[torch.Tensor, int]]):
 
 
 class ZipfileDataset(Dataset[tuple[torch.Tensor, int]]):
-    """stdlib ``zipfile``, one ``ZipFile`` per worker process (opened on first use)."""
+    """What a user writes without us: stdlib ``zipfile``, one ``ZipFile`` per worker process
+    (opened on first use, from what ``opener`` returns: a path or a file object), labels
+    from the folder. Also the baseline of ``_first_batch.py`` (local and on S3)."""
 
-    def __init__(self, path: str, target: int) -> None:
-        with zipfile.ZipFile(path) as zf:
+    def __init__(self, opener: Callable[[], str | BinaryIO],
+                 decode: Callable[[bytes], torch.Tensor]) -> None:
+        with zipfile.ZipFile(opener()) as zf:
             self.names = [n for n in zf.namelist() if not n.endswith("/")]
         classes = sorted({n.split("/")[0] for n in self.names})
-        self.labels = [classes.index(n.split("/")[0]) for n in self.names]
-        self.path, self.target = path, target
+        idx = {c: i for i, c in enumerate(classes)}
+        self.labels = [idx[n.split("/")[0]] for n in self.names]
+        self.opener, self.decode = opener, decode
         self._zf: zipfile.ZipFile | None = None
         self._pid = -1
 
@@ -122,8 +128,8 @@ class ZipfileDataset(Dataset[tuple[torch.Tensor, int]]):
 
     def __getitem__(self, i: int) -> tuple[torch.Tensor, int]:
         if self._zf is None or self._pid != os.getpid():
-            self._zf, self._pid = zipfile.ZipFile(self.path), os.getpid()
-        return opencv_decode(self._zf.read(self.names[i]), self.target), self.labels[i]
+            self._zf, self._pid = zipfile.ZipFile(self.opener()), os.getpid()
+        return self.decode(self._zf.read(self.names[i])), self.labels[i]
 
 
 def build(tmp: Path, items: list[tuple[str, bytes]], shards: int) -> dict[str, Any]:
@@ -185,7 +191,9 @@ def loaders(
         "(i) ZIP (CDMLStreamDataset)": ours(paths["zip"]),
         "(ii) tar.zst (CDMLStreamDataset)": ours(paths["tar.zst"]),
         "(iii) class folders, file reads": folders(opencv_decode),
-        "(iv) stdlib zipfile": lambda: shuffled(ZipfileDataset(str(paths["zip"]), target)),
+        "(iv) stdlib zipfile": lambda: shuffled(ZipfileDataset(
+            functools.partial(str, paths["zip"]), functools.partial(opencv_decode, target=target)
+        )),
         "(v) WebDataset tar shards": wds,
         "(vi) class folders, our decoder": folders(our_decode),
     }
@@ -203,6 +211,11 @@ def run_once(make: Callable[[], DataLoader[Any]], n: int) -> tuple[float, float]
     rate = seen / (time.perf_counter() - t1)
     assert seen + BATCH == n, f"saw {seen + BATCH} of {n} images"
     return t_first, rate
+
+
+def images_per_s(make: Callable[[], DataLoader[Any]], n: int) -> float:
+    """Steady images/s of one epoch (after its first batch)."""
+    return run_once(make, n)[1]
 
 
 def cpu_per_image(make: Callable[[], DataLoader[Any]], n: int) -> float:
@@ -235,7 +248,7 @@ def print_table(title: str, best: dict[int, dict[str, float]], fmt: str, higher:
         cells = []
         for t in targets:
             v, b = best[t][name], best[t][base]
-            cells.append(f"{v:,.0f} | {(v / b if higher else b / v):.2f}x")
+            cells.append(f"{v:,.0f} | {ratio(v, b) if higher else ratio(b, v)}")
         print(f"| {name} | {' | '.join(cells)} |")
 
 
@@ -260,24 +273,20 @@ def main() -> int:
         paths = build(Path(tmp), items, shards=2 * WORKERS)
         for target in args.targets:
             makers = loaders(paths, target)
-            rates: dict[str, list[float]] = {k: [] for k in makers}
-            for _ in range(args.reps):
-                for name, make in makers.items():
-                    rates[name].append(run_once(make, n)[1])
+            rates = rounds({k: functools.partial(images_per_s, make, n)
+                            for k, make in makers.items()}, args.reps)
             if args.reps:
                 best[target] = {k: max(v) for k, v in rates.items()}
             inline = loaders(paths, target, workers=0)
-            costs: dict[str, list[float]] = {k: [] for k in inline}
-            for _ in range(args.cpu_reps):
-                for name, make in inline.items():
-                    costs[name].append(cpu_per_image(make, n))
+            costs = rounds({k: functools.partial(cpu_per_image, make, n)
+                            for k, make in inline.items()}, args.cpu_reps)
             if args.cpu_reps:
                 cpu[target] = {k: min(v) for k, v in costs.items()}
     jpeg_kb = sum(len(d) for _, d in items) / n / 1024
     print(
         f"{n} JPEGs of {SIZE}x{SIZE} (mean {jpeg_kb:.1f} KB), batch_size={BATCH}, best of "
         f"{args.reps}; torch and OpenCV threads 1, {os.cpu_count()} CPUs, load average "
-        f"{os.getloadavg()[0]:.1f} at the end; JPEG decoder {jpeg_backend.backend()}, area "
+        f"{load_average():.1f} at the end; JPEG decoder {jpeg_backend.backend()}, area "
         f"shrink {area_backend()}"
     )
     if best:

@@ -22,15 +22,10 @@ import dataclasses
 import os
 import shutil
 import tempfile
-import threading
-import time
-from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-import psutil
 from bench_replay import build_model, make_windows
+from timing import Timing, load_average, measure_tree, ratio
 
 from cdml_edge.model.runner import ModelOverrides, load_runners
 from cdml_edge.retrain import export_trainset
@@ -43,60 +38,6 @@ from cdml_edge.window.items import Window
 from cdml_edge.window.pack import pack_window
 from cdml_edge.window.payloads import item_id
 from cdml_edge.window.score import process_window
-
-
-@dataclass
-class Run:
-    wall: float
-    cpu: float  # seconds, this process and its descendants
-
-
-class CpuMeter:
-    """CPU seconds of this process and every process below it (Ray's raylet, GCS, workers),
-    sampled every 50 ms so that workers which exit before the end still count (up to the
-    last sample before they exit)."""
-
-    def __init__(self) -> None:
-        self.first: dict[int, float] = {}
-        self.last: dict[int, float] = {}
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def _sample(self, baseline: bool = False) -> None:
-        me = psutil.Process()
-        for p in [me, *me.children(recursive=True)]:
-            try:
-                t = p.cpu_times()
-            except psutil.Error:
-                continue
-            used = t.user + t.system
-            self.first.setdefault(p.pid, used if baseline else 0.0)  # new: all of it counts
-            self.last[p.pid] = used
-
-    def _run(self) -> None:
-        while not self._stop.wait(0.05):
-            self._sample()
-
-    def __enter__(self) -> CpuMeter:
-        self._sample(baseline=True)
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join()
-        self._sample()
-
-    @property
-    def seconds(self) -> float:
-        return sum(self.last[p] - self.first[p] for p in self.last)
-
-
-def measure(fn: Callable[[], Any]) -> Run:
-    t0 = time.perf_counter()
-    with CpuMeter() as meter:
-        fn()
-    return Run(time.perf_counter() - t0, meter.seconds)
 
 
 def build_fleet(root: Path, model: Path, devices: int, windows: int, per_window: int,
@@ -152,11 +93,11 @@ def main() -> None:
             d / "fleet", model, args.devices, args.windows, args.per_window, args.size
         )
         runners = load_runners({"image": (model, ModelOverrides())}, warm_up=True)
-        local = measure(lambda: [replay_to_jsonl(r, runners, d / "l.jsonl") for r in rings])
+        local = measure_tree(lambda: [replay_to_jsonl(r, runners, d / "l.jsonl") for r in rings])
         member_bytes = sum(
             export_trainset(r, d / f"l{i}.zip").bytes_in for i, r in enumerate(rings)
         )
-        local_export = measure(
+        local_export = measure_tree(
             lambda: [export_trainset(r, d / f"l{i}.zip") for i, r in enumerate(rings)]
         )
         models = ship_models(runners, {}, [model])
@@ -169,20 +110,21 @@ def main() -> None:
                 assert st.corrupt == 0 and st.missing == 0, st
 
             fleet(d / "fleet")  # warm: worker processes imported, not timed
-            ray_all = measure(lambda: fleet(d / "fleet"))
-            ray_one = measure(lambda: fleet(rings[0].parent))
-            ray_export = measure(lambda: fleet_export(str(d / "fleet"), d / "f.zip", sel))
+            ray_all = measure_tree(lambda: fleet(d / "fleet"))
+            ray_one = measure_tree(lambda: fleet(rings[0].parent))
+            ray_export = measure_tree(lambda: fleet_export(str(d / "fleet"), d / "f.zip", sel))
     report(args, n_items, archive_bytes, member_bytes, local, local_export, ray_all, ray_one,
            ray_export)
 
 
 def report(args: argparse.Namespace, n_items: int, archive_bytes: int, member_bytes: int,
-           local: Run, local_export: Run, ray_all: Run, ray_one: Run, ray_export: Run) -> None:
+           local: Timing, local_export: Timing, ray_all: Timing, ray_one: Timing,
+           ray_export: Timing) -> None:
     """Long: one table of measured figures, then the plan derived from them."""
     n_one = n_items // args.devices
     print(f"fleet: {args.devices} devices x {args.windows} windows x {args.per_window} PNG "
           f"{args.size}x{args.size} = {n_items} items, {archive_bytes / 1e6:.1f} MB of "
-          f"archives; Ray on {args.cpus} CPUs; load average {os.getloadavg()[0]:.1f}")
+          f"archives; Ray on {args.cpus} CPUs; load average {load_average():.1f}")
     print(f"{'replay':<34}{'items/s':>9}{'vs local':>10}{'wall s':>8}{'CPU ms/item':>13}")
     base = n_items / local.wall
     for name, run, n in (
@@ -191,7 +133,8 @@ def report(args: argparse.Namespace, n_items: int, archive_bytes: int, member_by
         (f"Ray, one device ({n_one} items)", ray_one, n_one),
     ):
         ips = n / run.wall
-        print(f"{name:<34}{ips:>9.0f}{ips / base:>9.2f}x{run.wall:>8.2f}{run.cpu / n * 1e3:>13.2f}")
+        print(f"{name:<34}{ips:>9.0f}{ratio(ips, base):>10}{run.wall:>8.2f}"
+              f"{run.cpu / n * 1e3:>13.2f}")
     slope = (ray_all.wall - ray_one.wall) / max(1, n_items - n_one)
     fixed = max(0.0, ray_one.wall - slope * n_one)
     cpu_item = (ray_all.cpu - ray_one.cpu) / max(1, n_items - n_one)
@@ -200,10 +143,10 @@ def report(args: argparse.Namespace, n_items: int, archive_bytes: int, member_by
     print(f"{'export':<34}{'MB/s':>9}{'vs local':>10}{'wall s':>8}{'CPU ms/item':>13}")
     le = member_bytes / 1e6 / local_export.wall
     re_ = member_bytes / 1e6 / ray_export.wall
-    print(f"{'local (ring by ring)':<34}{le:>9.1f}{1.0:>9.2f}x{local_export.wall:>8.2f}"
+    print(f"{'local (ring by ring)':<34}{le:>9.1f}{ratio(le, le):>10}{local_export.wall:>8.2f}"
           f"{local_export.cpu / n_items * 1e3:>13.2f}")
-    print(f"{'Ray (whole fleet, one shard)':<34}{re_:>9.1f}{re_ / le:>9.2f}x{ray_export.wall:>8.2f}"
-          f"{ray_export.cpu / n_items * 1e3:>13.2f}")
+    print(f"{'Ray (whole fleet, one shard)':<34}{re_:>9.1f}{ratio(re_, le):>10}"
+          f"{ray_export.wall:>8.2f}{ray_export.cpu / n_items * 1e3:>13.2f}")
     per_archive = archive_bytes / (args.devices * args.windows)
     archives = args.plan_devices * args.plan_days * args.plan_windows_per_day
     items = archives * args.per_window

@@ -10,20 +10,17 @@ from __future__ import annotations
 
 import argparse
 import sys
-import time
 from collections.abc import Callable
 
 import torch
+from timing import timed
 
 from cdml_edge.data.gpu import GPULoader
 
 
-def _timed(fn: Callable[[], None]) -> float:
-    torch.cuda.synchronize()
-    t0 = time.perf_counter()
-    fn()
-    torch.cuda.synchronize()
-    return time.perf_counter() - t0
+def _timed(fn: Callable[[], object]) -> float:
+    """Wall seconds of ``fn`` with the work it queued on the GPU."""
+    return timed(fn, sync=torch.cuda.synchronize).wall
 
 
 def main() -> int:

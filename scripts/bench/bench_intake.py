@@ -18,11 +18,10 @@ import argparse
 import hashlib
 import os
 import shutil
-import statistics
 import tempfile
-import time
-from collections.abc import Callable
 from pathlib import Path
+
+from timing import PerItem, each_item, per_item, rounds
 
 from cdml_edge.intake.finishing import FileLifecycle
 from cdml_edge.intake.regular import LinkPolicy, read_regular
@@ -40,17 +39,6 @@ def _files(folder: Path, n: int, size: int) -> list[Path]:
     return paths
 
 
-def _timed(paths: list[Path], one: Callable[[Path], object]) -> tuple[float, list[float]]:
-    """CPU seconds for all files, and each file's wall-clock seconds."""
-    walls = []
-    cpu0 = time.process_time()
-    for p in paths:
-        t0 = time.perf_counter()
-        one(p)
-        walls.append(time.perf_counter() - t0)
-    return time.process_time() - cpu0, walls
-
-
 def _plain_read(p: Path) -> object:
     size = os.stat(p).st_size
     with open(p, "rb") as fh:
@@ -62,47 +50,45 @@ def _safe_read(p: Path) -> object:
     return read_regular(str(p), os.stat(p).st_size + 1, LinkPolicy())  # as the agent asks
 
 
-def _figures(cpu: float, walls: list[float], n: int) -> tuple[float, float, float]:
-    walls = sorted(walls)
-    p99 = walls[min(len(walls) - 1, int(len(walls) * 0.99))]
-    return cpu / n * 1e6, statistics.median(walls) * 1e6, p99 * 1e6
+def _least_cpu(runs: dict[str, list[PerItem]]) -> dict[str, PerItem]:
+    """Each variant's round of least CPU per file (the one the machine's load hit least)."""
+    return {k: min(v, key=lambda f: f.cpu) for k, v in runs.items()}
 
 
-def bench_take(root: Path, n: int, size: int, repeat: int) -> dict[str, tuple[float, ...]]:
+def bench_take(root: Path, n: int, size: int, repeat: int) -> dict[str, PerItem]:
     paths = _files(root / f"take-{size}", n, size)
-    best: dict[str, tuple[float, ...]] = {}
-    for _ in range(repeat):
-        for name, fn in (("plain", _plain_read), ("safe", _safe_read)):
-            fig = _figures(*_timed(paths, fn), n)
-            if name not in best or fig[0] < best[name][0]:
-                best[name] = fig
-    return best
+    return _least_cpu(rounds({
+        "plain": lambda: per_item(*each_item(_plain_read, paths), n),
+        "safe": lambda: per_item(*each_item(_safe_read, paths), n),
+    }, repeat))
 
 
-def bench_done(root: Path, n: int, size: int, repeat: int) -> dict[str, tuple[float, ...]]:
+def bench_done(root: Path, n: int, size: int, repeat: int) -> dict[str, PerItem]:
     lc = FileLifecycle(root / "quarantine", 1 << 30)
-    best: dict[str, tuple[float, ...]] = {}
-    for r in range(repeat):
-        for name in ("plain", "checked"):
-            paths = _files(root / f"done-{size}-{name}-{r}", n, size)
-            known = {p: (FileIdentity.of(os.stat(p)),
-                         hashlib.sha256(p.read_bytes()).hexdigest()) for p in paths}
-            if name == "plain":
-                fig = _figures(*_timed(paths, lambda p: p.unlink()), n)
-            else:
-                def checked(p: Path, known: dict[Path, tuple[FileIdentity, str]] = known) -> object:
-                    return lc.finish(p, "delete", identity=known[p][0], sha256=known[p][1])
 
-                fig = _figures(*_timed(paths, checked), n)
-            if name not in best or fig[0] < best[name][0]:
-                best[name] = fig
-    return best
+    def fresh(name: str) -> tuple[list[Path], dict[Path, tuple[FileIdentity, str]]]:
+        """New files to finish (the last round's are gone), their identity and digest."""
+        paths = _files(root / f"done-{size}-{name}", n, size)
+        return paths, {p: (FileIdentity.of(os.stat(p)),
+                           hashlib.sha256(p.read_bytes()).hexdigest()) for p in paths}
+
+    def plain() -> PerItem:
+        paths, _ = fresh("plain")
+        return per_item(*each_item(lambda p: p.unlink(), paths), n)
+
+    def checked() -> PerItem:
+        paths, known = fresh("checked")
+        return per_item(*each_item(
+            lambda p: lc.finish(p, "delete", identity=known[p][0], sha256=known[p][1]), paths), n)
+
+    return _least_cpu(rounds({"plain": plain, "checked": checked}, repeat))
 
 
-def _row(what: str, size: int, ours: tuple[float, ...], base: tuple[float, ...]) -> str:
-    return (f"| {what} | {size // 1024} KiB | {ours[0]:.1f} | {base[0]:.1f} | "
-            f"{ours[0] / base[0]:.2f} | {ours[1]:.1f} / {ours[2]:.1f} | "
-            f"{base[1]:.1f} / {base[2]:.1f} |")
+def _row(what: str, size: int, ours: PerItem, base: PerItem) -> str:
+    us = 1e6
+    return (f"| {what} | {size // 1024} KiB | {ours.cpu * us:.1f} | {base.cpu * us:.1f} | "
+            f"{ours.cpu / base.cpu:.2f} | {ours.p50 * us:.1f} / {ours.p99 * us:.1f} | "
+            f"{base.p50 * us:.1f} / {base.p99 * us:.1f} |")
 
 
 def main() -> None:

@@ -22,7 +22,6 @@ import argparse
 import io
 import os
 import shutil
-import statistics
 import tempfile
 import threading
 import time
@@ -30,10 +29,14 @@ import zipfile
 from collections.abc import Callable
 from pathlib import Path
 
+from timing import PerItem, per_item, rounds
 from watchdog.events import FileMovedEvent, FileSystemEventHandler
 from watchdog.observers import Observer
 
 from cdml_edge.live import PackedBatch, watch_and_pack, watch_in_memory
+
+# A row's variant: folder -> start(done) -> stop.
+Starter = Callable[[Path], Callable[[Callable[[str], None]], Callable[[], None]]]
 
 
 class _Bare(FileSystemEventHandler):
@@ -143,11 +146,6 @@ def _bare_zip(folder: Path) -> Callable[[Callable[[str], None]], Callable[[], No
     return start
 
 
-def _fig(cpu: float, lat: list[float], n: int) -> tuple[float, float, float]:
-    s = sorted(lat)
-    return cpu / n * 1e6, statistics.median(s) * 1e3, s[min(len(s) - 1, int(len(s) * .99))] * 1e3
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--files", type=int, default=400)
@@ -164,17 +162,19 @@ def main() -> None:
         print("| row | ours CPU µs/file | baseline CPU µs/file | ratio | ours p50 / p99 ms | "
               "baseline p50 / p99 ms |")
         print("|---|---:|---:|---:|---|---|")
+        def one(name: str, fn: Starter) -> Callable[[], PerItem]:
+            folder = root / name
+            return lambda: per_item(*_run(folder, args.files, args.size, args.rate, fn(folder)),
+                                    args.files)
+
         for what, ours_fn, base_fn in rows:
-            best: dict[str, tuple[float, float, float]] = {}
-            for _ in range(args.repeat):
-                for name, fn in (("ours", ours_fn), ("base", base_fn)):
-                    fig = _fig(*_run(root / name, args.files, args.size, args.rate,
-                                     fn(root / name)), args.files)
-                    if name not in best or fig[0] < best[name][0]:
-                        best[name] = fig
-            o, b = best["ours"], best["base"]
-            print(f"| {what} | {o[0]:.0f} | {b[0]:.0f} | {o[0] / b[0]:.2f} | "
-                  f"{o[1]:.1f} / {o[2]:.1f} | {b[1]:.1f} / {b[2]:.1f} |")
+            runs = rounds({"ours": one("ours", ours_fn), "base": one("base", base_fn)},
+                          args.repeat)
+            # each side's round of least CPU per file
+            o, b = (min(runs[k], key=lambda f: f.cpu) for k in ("ours", "base"))
+            print(f"| {what} | {o.cpu * 1e6:.0f} | {b.cpu * 1e6:.0f} | {o.cpu / b.cpu:.2f} | "
+                  f"{o.p50 * 1e3:.1f} / {o.p99 * 1e3:.1f} | "
+                  f"{b.p50 * 1e3:.1f} / {b.p99 * 1e3:.1f} |")
     finally:
         shutil.rmtree(root, ignore_errors=True)
 

@@ -9,33 +9,23 @@ Prints a table and the ORT speed-up per batch size (target: ≥ 3× at batch 1).
 from __future__ import annotations
 
 import argparse
-import statistics
 import tempfile
-import time
 from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 import onnxruntime as ort
 import torch
+from timing import median_time, ratio
 
 from cdml_edge.model.spec import ImageInput, ModelSpec
 from cdml_edge.nn import CDMLTrainTier2
 from cdml_edge.nn.onnx_export import _ClassifierGraph, export_onnx
 
-ROOT = Path(__file__).resolve().parents[2]
-
 
 def per_item_us(fn: Callable[[], object], batch: int, seconds: float) -> float:
-    for _ in range(10):
-        fn()
-    times: list[float] = []
-    end = time.perf_counter() + seconds
-    while time.perf_counter() < end or len(times) < 20:
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times) / batch * 1e6
+    """Microseconds per item: the median call over ``seconds`` (10 calls of warm-up)."""
+    return median_time(fn, seconds, warmup=10, min_runs=20) / batch * 1e6
 
 
 def main() -> None:
@@ -74,12 +64,13 @@ def main() -> None:
 
         t_torch = per_item_us(run_torch, batch, args.seconds)
         t_ort = per_item_us(run_ort, batch, args.seconds)
-        rows.append((batch, t_torch, t_ort, t_torch / t_ort))
+        rows.append((batch, t_torch, t_ort))
     print(f"{'batch':>5}  {'torch eager us/item':>20}  {'onnxruntime us/item':>20}  speed-up")
-    for batch, t_torch, t_ort, ratio in rows:
-        print(f"{batch:>5}  {t_torch:>20.1f}  {t_ort:>20.1f}  {ratio:>7.2f}x")
-    verdict = "meets" if rows[0][3] >= 3.0 else "misses"
-    print(f"batch 1: onnxruntime {rows[0][3]:.2f}x torch eager ({verdict} the 3x target)")
+    for batch, t_torch, t_ort in rows:
+        print(f"{batch:>5}  {t_torch:>20.1f}  {t_ort:>20.1f}  {ratio(t_torch, t_ort):>8}")
+    speedup = rows[0][1] / rows[0][2]
+    verdict = "meets" if speedup >= 3.0 else "misses"
+    print(f"batch 1: onnxruntime {speedup:.2f}x torch eager ({verdict} the 3x target)")
 
 
 if __name__ == "__main__":

@@ -16,6 +16,7 @@
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import tempfile
 import threading
@@ -24,6 +25,7 @@ from pathlib import Path
 
 import paho.mqtt.client as mqtt
 from _test_helpers import borrow
+from timing import rounds
 
 borrow("_mqtt_brokers")
 from _mqtt_brokers import (  # noqa: E402
@@ -160,12 +162,15 @@ def main() -> None:
             port, kind, protocol = own.port, own.kind, own.protocol
         data = payloads(args.results, "l")
         tag = f"bench{int(time.time())}"
-        raw_ack = raw_sub = pub_ack = pub_sub = 0.0
-        for r in range(args.repeat):  # alternate, so both see the same machine load
-            a, b = bench_paho(port, protocol, f"{tag}r{r}", data)
-            raw_ack, raw_sub = max(raw_ack, a), max(raw_sub, b)
-            a, b = bench_publisher(port, protocol, f"{tag}p{r}", data, work / f"spool-live{r}")
-            pub_ack, pub_sub = max(pub_ack, a), max(pub_sub, b)
+        run = itertools.count()  # each run its own topics (and spool)
+        runs = rounds({  # alternate, so both see the same machine load
+            "paho": lambda: bench_paho(port, protocol, f"{tag}r{next(run)}", data),
+            "pub": lambda: bench_publisher(port, protocol, f"{tag}p{next(run)}", data,
+                                           work / f"spool-live{next(run)}"),
+        }, args.repeat)
+        # the best rate of each (acked, received) over the runs
+        raw_ack, raw_sub = (max(r[i] for r in runs["paho"]) for i in (0, 1))
+        pub_ack, pub_sub = (max(r[i] for r in runs["pub"]) for i in (0, 1))
         if own is not None:
             own.stop()
         print(f"(a) QoS 1, {args.results} results of ~{len(data[0])} B, broker: {kind}, "

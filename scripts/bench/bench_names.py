@@ -19,9 +19,10 @@ import argparse
 import io
 import os
 import tarfile
-import time
 import zipfile
 from collections.abc import Callable
+
+from timing import interleaved, load_average
 
 from cdml_edge.archive import open_archive, pack
 from cdml_edge.archive.names import normalize_member_names
@@ -42,21 +43,9 @@ def _tarfile_open(data: bytes) -> int:
         return len(tf.getmembers())
 
 
-def best(fns: dict[str, Callable[[], object]], repeat: int) -> dict[str, tuple[float, float]]:
-    """Best (wall, cpu) seconds of each function, rounds interleaved."""
-    out = {k: (float("inf"), float("inf")) for k in fns}
-    for _ in range(repeat):
-        for k, fn in fns.items():
-            w0, c0 = time.perf_counter(), time.process_time()
-            fn()
-            w, c = time.perf_counter() - w0, time.process_time() - c0
-            out[k] = (min(out[k][0], w), min(out[k][1], c))
-    return out
-
-
 def run(label: str, normal: bytes, dotted: bytes, baseline: Callable[[bytes], object],
         names: list[str], repeat: int) -> None:
-    t = best({
+    t = interleaved({
         "normal": lambda: open_archive(normal),
         "dotted": lambda: open_archive(dotted),
         "check": lambda: normalize_member_names(names),
@@ -76,7 +65,7 @@ def main() -> None:
     args = ap.parse_args()
     names = [f"cam{i % 7}/frame_{i:06d}.jpg" for i in range(args.members)]
     dotted = [f"./{n}" for n in names]
-    print(f"load average {os.getloadavg()[0]:.1f}; {args.members} members; best of {args.repeat}")
+    print(f"load average {load_average():.1f}; {args.members} members; best of {args.repeat}")
     zips = (pack([(n, b"x") for n in names], level=1),
             pack([(n, b"x") for n in dotted], level=1))
     for engine in ("native", "python"):

@@ -13,15 +13,16 @@ from __future__ import annotations
 import argparse
 import shutil
 import tempfile
-import time
 from pathlib import Path
 
 import numpy as np
+from timing import best_of, clocked, ratio, rounds, timed
 
 from cdml_edge.model.runner import ModelOverrides, load_runners
 from cdml_edge.model.spec import ImageInput, ModelSpec
 from cdml_edge.outputs.jsonl import JsonlOutput
 from cdml_edge.retrain import export_trainset
+from cdml_edge.retrain.export import ExportStats
 from cdml_edge.retrain.replay import replay_to_jsonl
 from cdml_edge.store.retention import RetentionRing
 from cdml_edge.synth import digit_images, encode_png
@@ -109,20 +110,22 @@ def live_path(
     ring = RetentionRing(ring_dir, max_bytes=8 * 1024**3) if retain else None
     output = JsonlOutput(out, device="edge-1")
     output.start()
-    t0 = time.perf_counter()
-    for win in windows:
-        packed = pack_window(win, device="edge-1", modality="image")
-        outcome = process_window(
-            packed.archive,
-            runners,
-            device="edge-1",
-            archive_name=packed.name,
-            pack_ms=packed.pack_ms,
-        )
-        output.publish_batch(outcome.messages())
-        if ring is not None:
-            ring.store(packed.archive, outcome.manifest)
-    dt = time.perf_counter() - t0
+
+    def windows_through() -> None:
+        for win in windows:
+            packed = pack_window(win, device="edge-1", modality="image")
+            outcome = process_window(
+                packed.archive,
+                runners,
+                device="edge-1",
+                archive_name=packed.name,
+                pack_ms=packed.pack_ms,
+            )
+            output.publish_batch(outcome.messages())
+            if ring is not None:
+                ring.store(packed.archive, outcome.manifest)
+
+    dt = timed(windows_through).wall
     output.stop()
     if ring is not None:
         ring.close()
@@ -146,27 +149,30 @@ def main() -> None:
         n_items = args.windows * args.per_window
         item_bytes = sum(w.nbytes for w in windows)
 
-        t_bare = min(
-            live_path(windows, runners, d / "bare", d / "live.jsonl", retain=False)
-            for _ in range(args.repeat)
-        )
-        t_live = min(
-            live_path(windows, runners, d / "ring", d / "live.jsonl") for _ in range(args.repeat)
-        )
-        t_replay = float("inf")
-        for _ in range(args.repeat):
-            t0 = time.perf_counter()
+        # rounds interleave the two, so both see the same machine load
+        live = rounds({
+            "bare": lambda: live_path(windows, runners, d / "bare", d / "live.jsonl",
+                                      retain=False),
+            "live": lambda: live_path(windows, runners, d / "ring", d / "live.jsonl"),
+        }, args.repeat)
+        t_bare, t_live = min(live["bare"]), min(live["live"])
+
+        def replay() -> None:
             st = replay_to_jsonl(d / "ring", runners, d / "replay.jsonl")
-            t_replay = min(t_replay, time.perf_counter() - t0)
             assert st.items == n_items, st
+
+        t_replay = best_of(replay, args.repeat).wall
+
+        def export(suffix: str) -> tuple[float, ExportStats]:
+            es, t = clocked(
+                lambda: export_trainset(d / "ring", d / f"train.{suffix}", split=(0.8, 0.1, 0.1))
+            )
+            assert es.exported == n_items, es
+            return t.wall, es
+
         exports = {}
         for suffix in ("zip", "tar.zst"):
-            best = float("inf")
-            for _ in range(args.repeat):
-                t0 = time.perf_counter()
-                es = export_trainset(d / "ring", d / f"train.{suffix}", split=(0.8, 0.1, 0.1))
-                best = min(best, time.perf_counter() - t0)
-                assert es.exported == n_items, es
+            best, es = min((export(suffix) for _ in range(args.repeat)), key=lambda r: r[0])
             exports[suffix] = (es.bytes_in / 1e6 / best, es.bytes_out)
 
     live_ips, replay_ips = n_items / t_live, n_items / t_replay
@@ -175,12 +181,12 @@ def main() -> None:
         f"({item_bytes / 1e6:.1f} MB), best of {args.repeat}"
     )
     print(f"{'path':<34}{'items/s':>10}{'vs live':>10}")
-    print(f"{'live (pack+score+output+retain)':<34}{live_ips:>10.0f}{1.0:>9.2f}x")
+    print(f"{'live (pack+score+output+retain)':<34}{live_ips:>10.0f}"
+          f"{ratio(live_ips, live_ips):>10}")
     bare_ips = n_items / t_bare
-    print(f"{'live without retention':<34}{bare_ips:>10.0f}{bare_ips / live_ips:>9.2f}x")
-    print(
-        f"{'replay (ring -> results.jsonl)':<34}{replay_ips:>10.0f}{replay_ips / live_ips:>9.2f}x"
-    )
+    print(f"{'live without retention':<34}{bare_ips:>10.0f}{ratio(bare_ips, live_ips):>10}")
+    print(f"{'replay (ring -> results.jsonl)':<34}{replay_ips:>10.0f}"
+          f"{ratio(replay_ips, live_ips):>10}")
     print(f"{'export':<34}{'MB/s':>10}{'out MB':>10}")
     for suffix, (mbps, size) in exports.items():
         print(f"{'export -> ' + suffix:<34}{mbps:>10.1f}{size / 1e6:>10.2f}")

@@ -19,13 +19,13 @@ import argparse
 import logging
 import os
 import random
-import time
 import zipfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from _test_helpers import borrow
+from timing import clocked
 
 borrow("_s3_fixtures")
 from _s3_fixtures import REGION, CountingProxy, free_port  # noqa: E402
@@ -89,11 +89,10 @@ def measure(
     expect: list[bytes],
 ) -> Row:
     proxy.reset()
-    t0 = time.perf_counter()
-    handle = open_fn()
+    handle, t_open = clocked(open_fn)
     index_req, index_bytes = proxy.count(), proxy.body_bytes()
-    got = read_fn(handle)
-    seconds = time.perf_counter() - t0
+    got, t_read = clocked(lambda: read_fn(handle))
+    seconds = t_open.wall + t_read.wall
     if got != expect:
         raise SystemExit(f"{label}: bytes differ from the local archive")
     return Row(

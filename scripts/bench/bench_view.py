@@ -26,7 +26,7 @@ from pathlib import Path
 import cv2
 import numpy as np
 from _test_helpers import borrow
-from bench_names import best  # (scripts/bench/ is on the path when run as a script)
+from timing import interleaved, rounds, timed
 
 borrow("agent_fixtures")
 from agent_fixtures import brightness_classifier  # noqa: E402
@@ -66,6 +66,19 @@ def _window(n: int, side: int) -> Window:
     return w
 
 
+def _first_and_cached_view(window: Window) -> tuple[float, float]:
+    """Seconds to render the page with 8 thumbnails to make (the first view), then cached."""
+    board = ActivityBoard("bench")
+    board.keep_images(window)
+    for it in window.items[-8:]:
+        board.observe("result", "cam", {"item": it.name, "score": 0.5})
+
+    def render() -> None:
+        render_page(board.snapshot(), {"status": "ok"}, board.thumbnail)
+
+    return timed(render).wall, timed(render).wall
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--items", type=int, default=32)
@@ -87,10 +100,10 @@ def main() -> None:
             board.keep_images(window)
         output.publish_batch(outcome.messages())  # type: ignore[attr-defined]
 
-    t = best({"baseline": lambda: score(plain, None),
+    t = interleaved({"baseline": lambda: score(plain, None),
               "with board": lambda: score(observed, observed.board)}, args.repeat)
     one = window.items[0].data
-    d1 = best({"full decode": lambda: cv2.imdecode(np.frombuffer(one, np.uint8),
+    d1 = interleaved({"full decode": lambda: cv2.imdecode(np.frombuffer(one, np.uint8),
                                                    cv2.IMREAD_COLOR),
                "thumbnail": lambda: thumbnail(one)}, args.repeat * 5)
     print(f"window of {args.items} JPEGs {args.side}x{args.side * 3 // 4}, "
@@ -103,18 +116,10 @@ def main() -> None:
     tw, _ = d1["thumbnail"]
     print(f"  one image: full decode {fw * 1000:.2f} ms, thumbnail {tw * 1000:.2f} ms "
           f"(ratio {tw / fw:.2f})")
-    first, cached = [], []
-    for _ in range(args.repeat):
-        board = ActivityBoard("bench")
-        board.keep_images(window)
-        for it in window.items[-8:]:
-            board.observe("result", "cam", {"item": it.name, "score": 0.5})
-        for out in (first, cached):
-            t0 = time.perf_counter()
-            render_page(board.snapshot(), {"status": "ok"}, board.thumbnail)
-            out.append(time.perf_counter() - t0)
-    print(f"  status page with 8 thumbnails: first view {min(first) * 1000:.1f} ms, "
-          f"then {min(cached) * 1000:.2f} ms")
+    views = rounds({"page": lambda: _first_and_cached_view(window)}, args.repeat)["page"]
+    first, cached = min(v[0] for v in views), min(v[1] for v in views)
+    print(f"  status page with 8 thumbnails: first view {first * 1000:.1f} ms, "
+          f"then {cached * 1000:.2f} ms")
 
 
 if __name__ == "__main__":
