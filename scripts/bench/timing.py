@@ -9,13 +9,13 @@ take a figure, from the one most used:
   :func:`clocked` for one call and what it returns);
 * :func:`rounds` - the same interleaving for functions that measure themselves (a rate, a
   per-item figure): every result of each, for the caller to take the best of;
-* :func:`median_time` - the median wall time of one call over a time budget (calls too short
-  to time one by one against the machine's noise);
+* :func:`median_time` - the median wall time of one call over a time budget (calls of
+  microseconds to milliseconds, many of them, so the median is robust to the machine's noise);
 * :func:`cpu_per_item` - CPU seconds per item of a function run for a time budget;
 * :func:`each_item` and :func:`per_item` - CPU per item and the wall-time p50 / p99 of a
   function called on each item; :func:`percentile` for any list of times;
-* :func:`cpu_seconds` and :func:`measure_tree` - CPU of other processes: a given set, or
-  this process and every process below it (Ray's workers, a capture process);
+* :func:`cpu_seconds` and :func:`measure_tree` - CPU of other processes: a given set (a
+  capture process), or this process and every process below it (Ray's workers);
 * :func:`load_average` for the heading, :func:`ratio` for a ratio as the tables print it.
 
 CPU time is ``time.process_time`` (all threads of this process) unless said otherwise; a
