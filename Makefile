@@ -31,8 +31,8 @@ test-fast: $(STAMP)
 lint: $(STAMP)
 	$(VENV)/bin/ruff check cdml_edge tests scripts
 	$(VENV)/bin/mypy
-	$(PY) scripts/check_layers.py
-	$(PY) scripts/check_function_length.py
+	$(PY) scripts/checks/check_layers.py
+	$(PY) scripts/checks/check_function_length.py
 	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict -q -d build/site
 
 # The documentation site on http://127.0.0.1:8000 (docs/ and mkdocs.yml).
@@ -40,31 +40,31 @@ docs: $(STAMP)
 	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs serve
 
 bench: $(STAMP)
-	@set -e; for s in scripts/bench_*.py; do echo "== $$s"; $(PY) $$s; done
+	@set -e; for s in scripts/bench/bench_*.py; do echo "== $$s"; $(PY) $$s; done
 
 fuzz: $(STAMP)
-	$(PY) scripts/fuzz_archive.py --seconds 300
+	$(PY) scripts/checks/fuzz_archive.py --seconds 300
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info .pytest_cache .mypy_cache .ruff_cache
 
 # The runtime lock, per board Python and architecture (uv pip compile --generate-hashes).
 lock: $(STAMP)
-	$(PY) scripts/lock.py
+	$(PY) scripts/release/lock.py
 
 # Each board Python found here: wheel, fresh venv from the lock (no torch), a real agent + scan.
 test-matrix: $(STAMP)
-	$(PY) scripts/test_matrix.py
+	$(PY) scripts/release/test_matrix.py
 
 # The lowest direct versions pyproject.toml allows, on Python 3.10: the appliance tests.
 test-lowest: $(STAMP)
-	$(PY) scripts/check_lowest.py
+	$(PY) scripts/release/check_lowest.py
 
 # The release: wheel + sdist (C sources, lock, units) in dist/, checked against CHANGELOG.md.
 dist: $(STAMP)
 	rm -rf dist
 	$(PY) -m uv build --sdist --wheel --out-dir dist
-	$(PY) scripts/check_dist.py dist
+	$(PY) scripts/release/check_dist.py dist
 
 demo: $(STAMP)
-	bash scripts/demo.sh
+	bash scripts/demo/demo.sh

@@ -1,6 +1,6 @@
 """Which release this process runs, and whether its venv holds what the lock pins.
 
-``scripts/install.sh`` installs each release into its own venv and leaves two files there:
+``scripts/release/install.sh`` installs each release into its own venv and leaves two files there:
 ``cdml-edge.lock`` (the hash-checked lock it installed from) and ``cdml-edge-release.json``
 (``{"release": ..., "lock": ..., "replaced": [...]}``; ``replaced`` names packages swapped on
 purpose, such as ``onnxruntime`` for NVIDIA's ``onnxruntime-gpu`` on a Jetson). Outside such a

@@ -382,7 +382,7 @@ def test_documented_reference_matches_the_models() -> None:
 
     readme = (ROOT / "docs" / "config.md").read_text()
     block = readme.split("<!-- config-reference -->\n", 1)[1].split("<!-- /config-reference -->")[0]
-    assert block == config_reference_markdown(), "run: python scripts/update_config_docs.py"
+    assert block == config_reference_markdown(), "run: python scripts/docs/update_config_docs.py"
 
 
 def test_cli_schema_markdown_lists_every_section() -> None:

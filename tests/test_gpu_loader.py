@@ -1,7 +1,7 @@
 """GPULoader on the CPU: batches pass through unchanged; the tensor walk keeps structure.
 
 The CUDA path (pinned memory, side stream, prefetch) is exercised by
-``scripts/check_gpu_loader.py`` on a machine with CUDA, and by the last test here when
+``scripts/bench/bench_gpu_loader.py`` on a machine with CUDA, and by the last test here when
 CUDA is present.
 """
 

@@ -1,4 +1,4 @@
-"""The house rules of the package: the layer contract and function length (see scripts/)."""
+"""The house rules of the package: the layer contract and function length (scripts/checks/)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 from types import ModuleType
 
-SCRIPTS = Path(__file__).resolve().parent.parent / "scripts"
+SCRIPTS = Path(__file__).resolve().parent.parent / "scripts" / "checks"
 
 
 def _load(name: str) -> ModuleType:

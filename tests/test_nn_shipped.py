@@ -77,7 +77,7 @@ CHECK = textwrap.dedent(
 @pytest.mark.parametrize("name", SHIPPED)
 def test_shipped_model_is_small(name: str) -> None:
     path = MODELS / name
-    assert path.is_file(), f"{path} missing: run scripts/train_demo_models.py"
+    assert path.is_file(), f"{path} missing: run scripts/demo/train_demo_models.py"
     assert path.stat().st_size <= 2 * 1024 * 1024
 
 

@@ -1,6 +1,6 @@
-"""scripts/install.sh releases, for real and unprivileged in a temporary prefix: two installs of
-one release hold the same packages; upgrade, rollback, and the automatic rollback when the new
-release never becomes ready (a deliberately broken build).
+"""scripts/release/install.sh releases, for real and unprivileged in a temporary prefix: two
+installs of one release hold the same packages; upgrade, rollback, and the automatic rollback
+when the new release never becomes ready (a deliberately broken build).
 
 Only systemctl and the account commands are stubs; the stub's ``restart`` really starts the
 installed agent (``current/venv/bin/cdml-edge run``) and its ``is-active`` says whether it runs,
@@ -25,7 +25,7 @@ import yaml
 from _uv_tool import uv_command
 
 REPO = Path(__file__).resolve().parents[1]
-SCRIPT = REPO / "scripts" / "install.sh"
+SCRIPT = REPO / "scripts" / "release" / "install.sh"
 
 SYSTEMCTL = """#!/bin/bash
 echo "systemctl $*" >> "{calls}"

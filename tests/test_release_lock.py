@@ -15,12 +15,12 @@ from cdml_edge.release import LOCK_FILE, RELEASE_FILE, compare, inspect, read_pi
 from cdml_edge.window.payloads import StatusPayload
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "scripts"))
+sys.path.insert(0, str(REPO / "scripts" / "release"))
 import lock  # noqa: E402
 
 
 def test_every_lock_file_matches_pyproject() -> None:
-    res = subprocess.run([sys.executable, str(REPO / "scripts/lock.py"), "--check"],
+    res = subprocess.run([sys.executable, str(REPO / "scripts/release/lock.py"), "--check"],
                          capture_output=True, text=True)
     assert res.returncode == 0, res.stdout
     expected = {f"runtime-cp{p.replace('.', '')}-{a}.txt" for p in lock.PYTHONS

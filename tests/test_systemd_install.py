@@ -1,4 +1,4 @@
-"""scripts/install.sh: lint, and dry runs that must print every step and change nothing."""
+"""scripts/release/install.sh: lint, and dry runs that must print every step and change nothing."""
 
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ import yaml
 
 from cdml_edge import __version__
 
-SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "install.sh"
-REPO = SCRIPT.parents[1]
+SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "release" / "install.sh"
+REPO = SCRIPT.parents[2]
 RELEASE = f"/opt/cdml-edge/releases/{__version__}"
 # what the stubbed python3 answers to `python3 -c ...` (the version query picks the lock)
 LOCK = REPO / "lock" / f"runtime-cp311-{platform.machine()}.txt"
@@ -194,7 +194,7 @@ def test_stubs_do_catch_a_real_run(tmp_path: Path) -> None:
 
 def _checkout_copy(dest: Path) -> Path:
     """The project's tracked files (what a user clones), without build outputs or venvs."""
-    repo = SCRIPT.parents[1]
+    repo = SCRIPT.parents[2]
     files = subprocess.run(["git", "ls-files", "-z"], cwd=repo, capture_output=True,
                            check=True).stdout.decode().split("\0")
     for name in filter(None, files):

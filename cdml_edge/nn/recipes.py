@@ -1,6 +1,6 @@
 """Training recipes: an archive of class folders in, a checkpoint with its ModelSpec out.
 
-Used by ``cdml-edge train`` and ``scripts/train_demo_models.py``. Items are decoded by
+Used by ``cdml-edge train`` and ``scripts/demo/train_demo_models.py``. Items are decoded by
 :mod:`cdml_edge.decode` and prepared by :func:`cdml_edge.model.spec.prepare_item`, the
 same code the appliance runs, so training and serving see identical inputs.
 :data:`RECIPES` holds, per modality, how the classifier's input is specified and fed.

@@ -1,0 +1,375 @@
+#!/usr/bin/env python3
+"""Agent benchmark: what ``cdml-edge run`` costs per item, against decode + infer alone.
+
+For each input kind - 64-px and 224-px JPEG digits (``digits.onnx``), 1-s motor clips
+(``audio_anomaly.onnx``), 256x3 vibration CSV (``vibration_anomaly.onnx``) - one agent
+process watches a folder (windows of at most 50 ms / 32 items, closing when a worker is
+free unless ``--fixed-windows``; ``on_done: delete``; JSON-lines output;
+``max_inflight_bytes`` 8 MiB unless ``--inflight-mib``) and is measured:
+
+* start: seconds from launching the process to its ``online`` status (READY);
+* idle: CPU % of one core over 3 s with nothing to do, and RSS;
+* at 10, 30 and 100 files/s written by a Python writer: CPU % of one core, CPU-ms per item
+  and its ratio to the baseline, latency from the writer's ``close()`` to the result line
+  in the output (p50 / p99, tail polled every 1 ms) and as the agent reports it, the mean
+  items per window, and peak RSS;
+* sustained maximum: a backlog of files renamed into the folder at once, items/s from the
+  first rename to the last result; every file must be scored exactly once and leave the
+  folder; peak RSS against idle RSS + ``max_inflight_bytes``.
+
+Baseline, in this process and in the same run: the agent's own decode + prepare + one
+onnxruntime run (same session settings) on the same files, without watching, packing,
+reading back or output, with the agent's BLAS thread limit - CPU-ms per item at batch 1
+(what a window of one item costs) and batch 32. Ratios are against batch 1. CPU is the
+time the agent's threads spent on a CPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import psutil
+from timing import cpu_per_item, load_average, percentile
+
+from cdml_edge import synth
+
+ROOT = Path(__file__).resolve().parents[2]
+MODELS = ROOT / "models"
+INFLIGHT_MIB = 8  # limits.max_inflight_bytes, MiB (--inflight-mib)
+
+
+def jpegs(size: int, n: int = 64) -> list[bytes]:
+    import cv2
+
+    imgs, _ = synth.digit_images(n, seed=3, size=size)
+    return [cv2.imencode(".jpg", im[:, :, ::-1])[1].tobytes() for im in imgs]
+
+
+@dataclass(frozen=True)
+class Kind:
+    """One input kind: its files, model and the backlog size of the sustained phase."""
+
+    label: str
+    modality: str
+    model: str
+    ext: str
+    make: Callable[[], list[bytes]]
+    backlog: int
+
+
+KINDS: dict[str, Kind] = {
+    "64px": Kind("64-px JPEG", "image", "digits.onnx", ".jpg", lambda: jpegs(64), 4000),
+    "224px": Kind("224-px JPEG", "image", "digits.onnx", ".jpg", lambda: jpegs(224), 2000),
+    "audio": Kind("1-s WAV, 16 kHz", "audio", "audio_anomaly.onnx", ".wav",
+                  lambda: synth.machine_audio(16, seed=3), 600),
+    "vibration": Kind("256x3 CSV", "timeseries", "vibration_anomaly.onnx", ".csv",
+                      lambda: synth.vibration_csv(16, seed=5), 2000),
+}
+
+
+def config(tmp: Path, kind: Kind, fixed: bool, inflight_mib: int) -> Path:
+    idle = "false" if fixed else "true"
+    text = f"""
+device: {{id: bench}}
+sources:
+  - name: src
+    kind: folder
+    path: {tmp}/in
+    modality: {kind.modality}
+    patterns: ["*{kind.ext}"]
+    window: {{seconds: 50ms, max_items: 32, close_when_idle: {idle}}}
+    stable_seconds: 50ms
+    on_done: delete
+models:
+  {kind.modality}: {{path: {MODELS / kind.model}}}
+pack: {{format: zip, level: 1}}
+quarantine: {{dir: {tmp}/quarantine}}
+limits: {{max_inflight_bytes: {inflight_mib}MiB}}
+health: {{interval: 1s}}
+output: {{jsonl: {tmp}/out.jsonl}}
+"""
+    p = tmp / "bench.yaml"
+    p.write_text(text)
+    return p
+
+
+class Tail:
+    """Follows the JSON-lines output: when each result appeared, the agent's own latency,
+    the window of each result and the items per window."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.seen: dict[str, float] = {}
+        self.agent_latency: dict[str, float] = {}
+        self.window_of: dict[str, str] = {}
+        self.window_items: dict[str, int] = {}
+        self.online: float | None = None
+        self.duplicates = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self.path.exists() and not self._stop.is_set():
+            time.sleep(0.001)
+        with open(self.path, encoding="utf-8") as fh:
+            buf = ""
+            while not self._stop.is_set():
+                chunk = fh.read()
+                if not chunk:
+                    time.sleep(0.001)
+                    continue
+                now = time.time()
+                *lines, buf = (buf + chunk).split("\n")
+                for line in lines:
+                    self._line(json.loads(line), now)
+
+    def _line(self, msg: dict[str, Any], now: float) -> None:
+        topic, p = msg["topic"], msg["payload"]
+        if topic.endswith("/result"):
+            if p["item"] in self.seen:
+                self.duplicates += 1
+            self.seen.setdefault(p["item"], now)
+            self.agent_latency[p["item"]] = p["latency_ms"]
+            self.window_of[p["item"]] = p["window_id"]
+        elif topic.endswith("/window"):
+            self.window_items[p["window_id"]] = p["items"]
+        elif topic.endswith("/status") and p["state"] == "online" and self.online is None:
+            self.online = now
+
+    def wait(self, names: dict[str, float], timeout: float) -> None:
+        end = time.monotonic() + timeout
+        while time.monotonic() < end and not all(k in self.seen for k in names):
+            time.sleep(0.01)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(2)
+
+
+class Agent:
+    """``cdml-edge run`` in a subprocess, with its CPU time and RSS sampled."""
+
+    def __init__(self, cfg: Path) -> None:
+        self.launched = time.time()
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "cdml_edge.cli", "run", "--config", str(cfg),
+             "--log-level", "ERROR"],
+            cwd=ROOT,
+        )
+        self.ps = psutil.Process(self.proc.pid)
+        self.peak_rss = 0
+        self._stop = threading.Event()
+        threading.Thread(target=self._sample, daemon=True).start()
+
+    def _sample(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self.peak_rss = max(self.peak_rss, self.ps.memory_info().rss)
+            except psutil.Error:
+                return
+            time.sleep(0.01)
+
+    def rss(self) -> int:
+        return int(self.ps.memory_info().rss)
+
+    def cpu(self) -> float:
+        """CPU seconds of the agent: its threads' time on a CPU (``schedstat``, nanoseconds;
+        ``cpu_times`` counts in 10-ms ticks, too coarse for 40 items at 10/s)."""
+        task = f"/proc/{self.proc.pid}/task"
+        try:
+            tids = os.listdir(task)
+        except OSError:
+            t = self.ps.cpu_times()
+            return float(t.user + t.system)
+        total = 0
+        for tid in tids:
+            try:
+                with open(f"{task}/{tid}/schedstat", encoding="ascii") as fh:
+                    total += int(fh.read().split()[0])
+            except OSError:  # the thread ended meanwhile
+                continue
+        return total / 1e9
+
+    def stop(self) -> int:
+        self.proc.terminate()
+        code = self.proc.wait(60)
+        self._stop.set()
+        return code
+
+
+def feed(inbox: Path, prefix: str, data: list[bytes], ext: str, rate: float, seconds: float
+         ) -> dict[str, float]:
+    """Write ``rate`` files/s for ``seconds``; file name -> wall time of its ``close()``."""
+    closed: dict[str, float] = {}
+    t0 = time.perf_counter()
+    for n in range(int(rate * seconds)):
+        delay = t0 + n / rate - time.perf_counter()
+        if delay > 0.001:  # below a millisecond, write on: sleep() overshoots
+            time.sleep(delay)
+        name = f"{prefix}-{n:06d}{ext}"
+        with open(inbox / name, "wb") as fh:
+            fh.write(data[n % len(data)])
+        closed[name] = time.time()
+    return closed
+
+
+def rate_phase(agent: Agent, tail: Tail, inbox: Path, kind: Kind, data: list[bytes],
+               rate: float, seconds: float) -> dict[str, Any]:
+    cpu0, w0 = agent.cpu(), time.perf_counter()
+    agent.peak_rss = agent.rss()
+    closed = feed(inbox, f"r{rate:g}", data, kind.ext, rate, seconds)
+    tail.wait(closed, timeout=60)
+    wall, cpu = time.perf_counter() - w0, agent.cpu() - cpu0
+    got = [k for k in closed if k in tail.seen]
+    windows = {tail.window_of[k] for k in got}
+    sizes = [tail.window_items.get(w, 0) for w in windows]
+    return {
+        "rate": rate, "files": len(closed), "results": len(got),
+        "cpu_pct": 100 * cpu / wall, "cpu_ms": 1000 * cpu / max(1, len(got)),
+        "p50": percentile([(tail.seen[k] - closed[k]) * 1000 for k in got], 50),
+        "p99": percentile([(tail.seen[k] - closed[k]) * 1000 for k in got], 99),
+        "agent_p99": percentile([tail.agent_latency[k] for k in got], 99),
+        "per_window": float(np.mean(sizes)) if sizes else 0.0,
+        "peak_rss": agent.peak_rss,
+    }
+
+
+def sustained_phase(agent: Agent, tail: Tail, tmp: Path, kind: Kind, data: list[bytes],
+                    count: int) -> dict[str, Any]:
+    """Stage ``count`` files, rename them all into the folder, wait for every result."""
+    stage = tmp / "stage"
+    stage.mkdir()
+    names = [f"s-{n:06d}{kind.ext}" for n in range(count)]
+    for n, name in enumerate(names):
+        (stage / name).write_bytes(data[n % len(data)])
+    agent.peak_rss = agent.rss()
+    cpu0, t0 = agent.cpu(), time.time()
+    for name in names:
+        os.replace(stage / name, tmp / "in" / name)
+    tail.wait(dict.fromkeys(names, t0), timeout=300)
+    got = [tail.seen[k] for k in names if k in tail.seen]
+    last = max(got) if got else time.time()
+    return {
+        "files": count, "results": len(got), "items_s": len(got) / max(1e-9, last - t0),
+        "cpu_ms": 1000 * (agent.cpu() - cpu0) / max(1, len(got)), "peak_rss": agent.peak_rss,
+    }
+
+
+def baseline(kind: Kind, data: list[bytes], batch: int, seconds: float = 1.5) -> float:
+    """CPU-ms per item of decode + prepare + onnxruntime in this process, one thread, with
+    the agent's session settings and BLAS thread limit."""
+    from cdml_edge.agent.startup import limit_blas_threads
+    from cdml_edge.model.runner import ModelRunner
+    from cdml_edge.window.inputs import MODEL_INPUTS
+
+    limit_blas_threads()
+
+    runner = ModelRunner.load(MODELS / kind.model)
+    decode = MODEL_INPUTS[kind.modality].decode
+    name = f"x{kind.ext}"
+
+    done = 0  # items so far: each batch starts where the last one ended
+
+    def one_batch() -> int:
+        nonlocal done
+        rows = [runner.prepare(decode(data[(done + i) % len(data)], name, runner.spec.input))
+                for i in range(batch)]
+        runner.run(np.stack(rows))
+        done += batch
+        return batch
+
+    return 1000 * cpu_per_item(one_batch, seconds, warmup=3)
+
+
+def run_kind(key: str, args: argparse.Namespace) -> dict[str, Any]:
+    kind = KINDS[key]
+    data = kind.make()
+    with tempfile.TemporaryDirectory(prefix="cdml-bench-") as d:
+        tmp = Path(d)
+        (tmp / "in").mkdir()
+        agent = Agent(config(tmp, kind, args.fixed_windows, args.inflight_mib))
+        tail = Tail(tmp / "out.jsonl")
+        try:
+            warm = feed(tmp / "in", "warm", data, kind.ext, 20, 1.0)
+            tail.wait(warm, timeout=180)
+            ready_s = (tail.online or time.time()) - agent.launched
+            time.sleep(1.0)
+            idle_rss, c0 = agent.rss(), agent.cpu()
+            time.sleep(3.0)
+            idle_pct = 100 * (agent.cpu() - c0) / 3.0
+            rows = [rate_phase(agent, tail, tmp / "in", kind, data, r, args.seconds)
+                    for r in args.rate_list]
+            backlog = max(1, int(kind.backlog * args.backlog_scale))
+            sus = sustained_phase(agent, tail, tmp, kind, data, backlog)
+        finally:
+            tail.stop()
+            code = agent.stop()
+        left = len(list((tmp / "in").iterdir()))
+    return {
+        "kind": kind, "ready_s": ready_s, "idle_pct": idle_pct, "idle_rss": idle_rss,
+        "rows": rows, "sustained": sus, "left": left, "duplicates": tail.duplicates,
+        "exit": code, "base1": baseline(kind, data, 1), "base32": baseline(kind, data, 32),
+    }
+
+
+def report(r: dict[str, Any], inflight_mib: int) -> bool:
+    kind, mib = r["kind"], 2**20
+    b1 = r["base1"]
+    print(f"\n== {kind.label} ({kind.model}): READY {r['ready_s']:.1f} s after launch; idle CPU "
+          f"{r['idle_pct']:.2f} % of a core, idle RSS {r['idle_rss'] / mib:.0f} MiB")
+    print(f"baseline in-process decode + infer: {b1:.3f} CPU-ms/item at batch 1, "
+          f"{r['base32']:.3f} at batch 32")
+    print(f"{'files/s':>8}{'CPU %':>7}{'CPU-ms/item':>12}{'x base':>8}{'p50 ms':>8}"
+          f"{'p99 ms':>8}{'agent p99':>10}{'items/win':>10}{'peak RSS':>9}{'lost':>5}")
+    for x in r["rows"]:
+        print(f"{x['rate']:>8g}{x['cpu_pct']:>7.1f}{x['cpu_ms']:>12.3f}{x['cpu_ms'] / b1:>8.1f}"
+              f"{x['p50']:>8.1f}{x['p99']:>8.1f}{x['agent_p99']:>10.1f}{x['per_window']:>10.1f}"
+              f"{x['peak_rss'] / mib:>9.0f}{x['files'] - x['results']:>5}")
+    s = r["sustained"]
+    bound = r["idle_rss"] + inflight_mib * mib
+    once = s["results"] == s["files"] and r["duplicates"] == 0 and r["left"] == 0
+    print(f"sustained: {s['items_s']:.0f} items/s over a backlog of {s['files']} files "
+          f"({s['cpu_ms']:.3f} CPU-ms/item, {s['cpu_ms'] / b1:.1f}x base); every file scored "
+          f"once: {'yes' if once else 'NO'} ({s['results']} results, {r['duplicates']} "
+          f"duplicates, {r['left']} left); peak RSS {s['peak_rss'] / mib:.0f} MiB = "
+          f"{s['peak_rss'] / bound:.2f}x of idle + {inflight_mib} MiB (peak - idle "
+          f"{(s['peak_rss'] - r['idle_rss']) / mib:.1f} MiB); exit {r['exit']}")
+    return once and r["exit"] == 0
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--kinds", default=",".join(KINDS), help=f"of {', '.join(KINDS)}")
+    ap.add_argument("--seconds", type=float, default=4.0, help="seconds per rate")
+    ap.add_argument("--rates", default="10,30,100")
+    ap.add_argument("--backlog-scale", type=float, default=1.0, help="scales each backlog")
+    ap.add_argument("--inflight-mib", type=int, default=INFLIGHT_MIB,
+                    help="limits.max_inflight_bytes in MiB")
+    ap.add_argument("--fixed-windows", action="store_true",
+                    help="windows close on their limits only (close_when_idle: false)")
+    args = ap.parse_args()
+    args.rate_list = [float(x) for x in args.rates.split(",") if x]
+    print(f"machine: {os.cpu_count()} CPUs, load average {load_average():.1f} at start; "
+          f"windows 50 ms / 32 items, {'fixed' if args.fixed_windows else 'close when idle'}")
+    ok = True
+    for key in [k for k in args.kinds.split(",") if k]:
+        ok = report(run_kind(key, args), args.inflight_mib) and ok
+    print(f"\nload average {load_average():.1f} at the end")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

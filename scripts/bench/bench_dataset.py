@@ -1,0 +1,310 @@
+"""Images/s into PyTorch at 224, 128 and 64 px targets: our ZIP and tar.zst against class
+folders (ImageFolder's way), stdlib ``zipfile`` and WebDataset, all in one run.
+
+Every variant feeds ``DataLoader(num_workers=2, batch_size=64)`` with the same 224-px JPEGs
+and yields float32 C×H×W at the target. ``CDMLStreamDataset`` decodes with
+``cdml_edge.decode.decode_image`` (libjpeg-turbo at a reduced scale, area shrink in C); the
+baselines decode with OpenCV as this project did before it (``cv2.imdecode``, at 1/2, 1/4 or
+1/8 when that still covers the target, then ``INTER_AREA``). (vi) is the class folders with
+our decoder, separating the decoder's gain from the reader's. Steady images/s over an epoch
+from fresh workers, best of ``--reps`` runs, interleaved so background load hits every
+variant alike; ratios are against (iii) at the same target.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import io
+import json
+import os
+import sys
+import tarfile
+import tempfile
+import time
+import zipfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, BinaryIO
+
+import cv2
+import numpy as np
+import torch
+from timing import load_average, ratio, rounds
+from torch.utils.data import DataLoader, Dataset
+
+from cdml_edge import CDMLStreamDataset
+from cdml_edge.archive import write_archive
+from cdml_edge.data.samples import image_to_tensor
+from cdml_edge.decode import decode_image
+from cdml_edge.decode import jpeg as jpeg_backend
+from cdml_edge.decode.area import area_backend
+
+SIZE = 224
+TARGETS = (224, 128, 64)
+BATCH = 64
+WORKERS = 2
+CLASSES = ("bolt", "gear", "nut", "shaft")
+
+
+def make_images(n: int, seed: int = 0) -> list[tuple[str, bytes]]:
+    """``<class>/<i>.jpg``: smooth colour fields with noise, about 15-25 KB at quality 90."""
+    rng = np.random.default_rng(seed)
+    yy, xx = np.mgrid[0:SIZE, 0:SIZE].astype(np.float32) / SIZE
+    out = []
+    for i in range(n):
+        a, b, c = rng.uniform(0, 255, 3)
+        img = np.stack([a * xx + (255 - a) * yy, b * yy, c * (1 - xx)], axis=-1)
+        img += rng.normal(0, 12, img.shape)
+        ok, buf = cv2.imencode(
+            ".jpg", np.clip(img, 0, 255).astype(np.uint8), [cv2.IMWRITE_JPEG_QUALITY, 90]
+        )
+        assert ok
+        out.append((f"{CLASSES[i % len(CLASSES)]}/{i:06d}.jpg", buf.tobytes()))
+    return out
+
+
+_REDUCED = ((8, cv2.IMREAD_REDUCED_COLOR_8), (4, cv2.IMREAD_REDUCED_COLOR_4),
+            (2, cv2.IMREAD_REDUCED_COLOR_2))  # fmt: skip
+
+
+def opencv_decode(data: bytes, target: int) -> torch.Tensor:
+    """The baselines' decode: OpenCV at the largest of 1/8, 1/4, 1/2 that still covers the
+    target (else full size), RGB, ``INTER_AREA`` to the target, float32 C×H×W."""
+    flag = cv2.IMREAD_COLOR
+    for factor, reduced in _REDUCED:
+        if SIZE // factor >= target:
+            flag = reduced
+            break
+    rgb = cv2.cvtColor(cv2.imdecode(np.frombuffer(data, np.uint8), flag), cv2.COLOR_BGR2RGB)
+    if rgb.shape[0] != target:
+        rgb = cv2.resize(rgb, (target, target), interpolation=cv2.INTER_AREA)
+    return image_to_tensor(rgb)
+
+
+def our_decode(data: bytes, target: int) -> torch.Tensor:
+    return image_to_tensor(decode_image(data, target_size=target))
+
+
+class FolderDataset(Dataset[tuple[torch.Tensor, int]]):
+    """ImageFolder's way: scan class folders, one ``open().read()`` per item."""
+
+    def __init__(self, root: str, target: int, decode: Callable[[bytes, int], Any]) -> None:
+        classes = sorted(e.name for e in os.scandir(root) if e.is_dir())
+        self.samples = [
+            (os.path.join(root, c, f), i)
+            for i, c in enumerate(classes)
+            for f in sorted(os.listdir(os.path.join(root, c)))
+        ]
+        self.target, self.decode = target, decode
+
+    def __len__(self) -> int:
+        return len(self.samples)
+
+    def __getitem__(self, i: int) -> tuple[torch.Tensor, int]:
+        path, y = self.samples[i]
+        with open(path, "rb") as fh:
+            return self.decode(fh.read(), self.target), y
+
+
+class ZipfileDataset(Dataset[tuple[torch.Tensor, int]]):
+    """What a user writes without us: stdlib ``zipfile``, one ``ZipFile`` per worker process
+    (opened on first use, from what ``opener`` returns: a path or a file object), labels
+    from the folder. Also the baseline of ``_first_batch.py`` (local and on S3)."""
+
+    def __init__(self, opener: Callable[[], str | BinaryIO],
+                 decode: Callable[[bytes], torch.Tensor]) -> None:
+        with zipfile.ZipFile(opener()) as zf:
+            self.names = [n for n in zf.namelist() if not n.endswith("/")]
+        classes = sorted({n.split("/")[0] for n in self.names})
+        idx = {c: i for i, c in enumerate(classes)}
+        self.labels = [idx[n.split("/")[0]] for n in self.names]
+        self.opener, self.decode = opener, decode
+        self._zf: zipfile.ZipFile | None = None
+        self._pid = -1
+
+    def __len__(self) -> int:
+        return len(self.names)
+
+    def __getitem__(self, i: int) -> tuple[torch.Tensor, int]:
+        if self._zf is None or self._pid != os.getpid():
+            self._zf, self._pid = zipfile.ZipFile(self.opener()), os.getpid()
+        return self.decode(self._zf.read(self.names[i])), self.labels[i]
+
+
+def build(tmp: Path, items: list[tuple[str, bytes]], shards: int) -> dict[str, Any]:
+    zip_path, tzst_path = tmp / "images.zip", tmp / "images.tar.zst"
+    write_archive(zip_path, items)
+    write_archive(tzst_path, items)
+    root = tmp / "folders"
+    for name, data in items:
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_bytes(data)
+    urls = []
+    per = -(-len(items) // shards)
+    for s in range(shards):
+        url = tmp / f"shard-{s:04d}.tar"
+        with tarfile.open(url, "w") as tar:
+            for name, data in items[s * per : (s + 1) * per]:
+                key = name.rsplit(".", 1)[0]
+                label = str(CLASSES.index(name.split("/")[0])).encode()
+                for ext, payload in (("jpg", data), ("cls", label)):
+                    info = tarfile.TarInfo(f"{key}.{ext}")
+                    info.size = len(payload)
+                    tar.addfile(info, io.BytesIO(payload))
+        urls.append(str(url))
+    return {
+        "zip": zip_path,
+        "tar.zst": tzst_path,
+        "folders": root,
+        "wds": urls,
+        "bytes": {"zip": zip_path.stat().st_size, "tar.zst": tzst_path.stat().st_size},
+    }
+
+
+def loaders(
+    paths: dict[str, Any], target: int, workers: int = WORKERS
+) -> dict[str, Callable[[], DataLoader[Any]]]:
+    def shuffled(ds: Dataset[Any]) -> DataLoader[Any]:
+        g = torch.Generator().manual_seed(0)
+        return DataLoader(ds, batch_size=BATCH, shuffle=True, num_workers=workers, generator=g)
+
+    def ours(path: Path) -> Callable[[], DataLoader[Any]]:
+        return lambda: shuffled(
+            CDMLStreamDataset(path, is_image=True, target_size=target, labels="folder")
+        )
+
+    def folders(decode: Callable[[bytes, int], Any]) -> Callable[[], DataLoader[Any]]:
+        return lambda: shuffled(FolderDataset(str(paths["folders"]), target, decode))
+
+    def wds() -> DataLoader[Any]:
+        import webdataset
+
+        ds = (
+            webdataset.WebDataset(paths["wds"], shardshuffle=False, empty_check=False)
+            .to_tuple("jpg", "cls")
+            .map_tuple(lambda b: opencv_decode(b, target), lambda b: int(b))
+        )
+        return DataLoader(ds, batch_size=BATCH, num_workers=workers)
+
+    return {
+        "(i) ZIP (CDMLStreamDataset)": ours(paths["zip"]),
+        "(ii) tar.zst (CDMLStreamDataset)": ours(paths["tar.zst"]),
+        "(iii) class folders, file reads": folders(opencv_decode),
+        "(iv) stdlib zipfile": lambda: shuffled(ZipfileDataset(
+            functools.partial(str, paths["zip"]), functools.partial(opencv_decode, target=target)
+        )),
+        "(v) WebDataset tar shards": wds,
+        "(vi) class folders, our decoder": folders(our_decode),
+    }
+
+
+def run_once(make: Callable[[], DataLoader[Any]], n: int) -> tuple[float, float]:
+    t0 = time.perf_counter()
+    it = iter(make())
+    x, y = next(it)
+    t_first = time.perf_counter() - t0
+    seen = 0
+    t1 = time.perf_counter()
+    for x, _ in it:
+        seen += x.shape[0]
+    rate = seen / (time.perf_counter() - t1)
+    assert seen + BATCH == n, f"saw {seen + BATCH} of {n} images"
+    return t_first, rate
+
+
+def images_per_s(make: Callable[[], DataLoader[Any]], n: int) -> float:
+    """Steady images/s of one epoch (after its first batch)."""
+    return run_once(make, n)[1]
+
+
+def cpu_per_image(make: Callable[[], DataLoader[Any]], n: int) -> float:
+    """µs of CPU per image in this process (``num_workers=0``), from the cheapest batch of
+    the epoch: the work itself, which other load on the machine disturbs far less than wall
+    time (bursts of contention only make some batches dearer)."""
+    it = iter(make())
+    per_batch = []
+    seen = 0
+    while True:
+        c0 = time.process_time()
+        try:
+            x, _ = next(it)
+        except StopIteration:
+            break
+        per_batch.append((time.process_time() - c0) / x.shape[0])
+        seen += x.shape[0]
+    assert seen == n, f"saw {seen} of {n} images"
+    return min(per_batch) * 1e6
+
+
+def print_table(title: str, best: dict[int, dict[str, float]], fmt: str, higher: bool) -> None:
+    print(title)
+    targets = list(best)
+    cols = " | ".join(f"{t} px {fmt} | vs (iii)" for t in targets)
+    print(f"| variant | {cols} |")
+    print("|---|" + "---:|---:|" * len(targets))
+    base = "(iii) class folders, file reads"
+    for name in best[targets[0]]:
+        cells = []
+        for t in targets:
+            v, b = best[t][name], best[t][base]
+            cells.append(f"{v:,.0f} | {ratio(v, b) if higher else ratio(b, v)}")
+        print(f"| {name} | {' | '.join(cells)} |")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--images", type=int, default=2048)
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--targets", type=int, nargs="+", default=list(TARGETS))
+    ap.add_argument("--json", type=Path, help="also write the results here")
+    ap.add_argument(
+        "--cpu-reps", type=int, default=2, help="runs of the CPU-per-image table (0: skip it)"
+    )
+    args = ap.parse_args()
+    n = args.images - args.images % BATCH
+    cv2.setNumThreads(1)
+    torch.set_num_threads(1)
+    t_start = time.perf_counter()
+    best: dict[int, dict[str, float]] = {}
+    cpu: dict[int, dict[str, float]] = {}
+    with tempfile.TemporaryDirectory(prefix="bench-dataset-") as tmp:
+        items = make_images(n)
+        paths = build(Path(tmp), items, shards=2 * WORKERS)
+        for target in args.targets:
+            makers = loaders(paths, target)
+            rates = rounds({k: functools.partial(images_per_s, make, n)
+                            for k, make in makers.items()}, args.reps)
+            if args.reps:
+                best[target] = {k: max(v) for k, v in rates.items()}
+            inline = loaders(paths, target, workers=0)
+            costs = rounds({k: functools.partial(cpu_per_image, make, n)
+                            for k, make in inline.items()}, args.cpu_reps)
+            if args.cpu_reps:
+                cpu[target] = {k: min(v) for k, v in costs.items()}
+    jpeg_kb = sum(len(d) for _, d in items) / n / 1024
+    print(
+        f"{n} JPEGs of {SIZE}x{SIZE} (mean {jpeg_kb:.1f} KB), batch_size={BATCH}, best of "
+        f"{args.reps}; torch and OpenCV threads 1, {os.cpu_count()} CPUs, load average "
+        f"{load_average():.1f} at the end; JPEG decoder {jpeg_backend.backend()}, area "
+        f"shrink {area_backend()}"
+    )
+    if best:
+        print_table(f"images/s, DataLoader(num_workers={WORKERS}):", best, "img/s", higher=True)
+    if cpu:
+        print_table(
+            f"CPU µs per image, num_workers=0, cheapest batch of {args.cpu_reps} epochs "
+            "(ratio: (iii) ÷ variant):",
+            cpu,
+            "µs",
+            higher=False,
+        )
+    print(f"total {time.perf_counter() - t_start:.0f} s")
+    if args.json:
+        out = {"images_per_s": best, "cpu_us_per_image": cpu}
+        args.json.write_text(json.dumps(out, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
