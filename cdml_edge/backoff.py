@@ -55,8 +55,9 @@ class Backoff:
 
     def next(self) -> float:
         """The delay before the next try; counts one more failure."""
-        delay = backoff_delay(self.attempt, self.first, self.cap, self.jitter, self.spread,
-                              self._rand)
+        delay = backoff_delay(
+            self.attempt, self.first, self.cap, self.jitter, self.spread, self._rand
+        )
         self.attempt += 1
         return delay
 

@@ -46,8 +46,9 @@ def save(fig: Any, path: Path) -> Path:
     return path
 
 
-def curves(ax: Any, x: Sequence[float], series: dict[str, Sequence[float | None]],
-           title: str, ylabel: str) -> None:
+def curves(
+    ax: Any, x: Sequence[float], series: dict[str, Sequence[float | None]], title: str, ylabel: str
+) -> None:
     """Lines of ``series`` over ``x`` (``None`` values left out), with a legend."""
     for name, ys in series.items():
         pts = [(a, b) for a, b in zip(x, ys, strict=True) if b is not None]
@@ -64,8 +65,15 @@ def curves(ax: Any, x: Sequence[float], series: dict[str, Sequence[float | None]
         ax.legend()
 
 
-def matrix(ax: Any, counts: np.ndarray, rows: Sequence[str], cols: Sequence[str],
-           title: str, ylabel: str, xlabel: str) -> None:
+def matrix(
+    ax: Any,
+    counts: np.ndarray,
+    rows: Sequence[str],
+    cols: Sequence[str],
+    title: str,
+    ylabel: str,
+    xlabel: str,
+) -> None:
     """A count matrix as a heat map, each cell annotated with its count."""
     ax.imshow(counts, cmap="Blues", vmin=0, vmax=max(1, int(counts.max())))
     ax.set_xticks(range(len(cols)), [str(c) for c in cols], rotation=45, ha="right")
@@ -75,5 +83,12 @@ def matrix(ax: Any, counts: np.ndarray, rows: Sequence[str], cols: Sequence[str]
     ax.set_ylabel(ylabel)
     top = counts.max() or 1
     for (i, j), v in np.ndenumerate(counts):
-        ax.text(j, i, str(int(v)), ha="center", va="center",
-                color="white" if v > top / 2 else "black", fontsize=9)
+        ax.text(
+            j,
+            i,
+            str(int(v)),
+            ha="center",
+            va="center",
+            color="white" if v > top / 2 else "black",
+            fontsize=9,
+        )

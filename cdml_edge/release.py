@@ -80,8 +80,11 @@ def compare(pins: dict[str, str], installed: dict[str, str], replaced: set[str])
 
 
 def _installed() -> dict[str, str]:
-    return {_canon(d.metadata["Name"]): d.version for d in metadata.distributions()
-            if d.metadata["Name"]}
+    return {
+        _canon(d.metadata["Name"]): d.version
+        for d in metadata.distributions()
+        if d.metadata["Name"]
+    }
 
 
 def inspect(prefix: Path) -> Release:

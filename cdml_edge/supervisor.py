@@ -115,13 +115,15 @@ class Supervisor:
     # -- called by the threads -------------------------------------------------------------
     def _died(self, name: str, exc: BaseException, delay: float, cancelled: bool) -> None:
         if cancelled or self._closed:
-            log.error("%s failed while stopping: %s: %s", name, type(exc).__name__, exc,
-                      exc_info=exc)
+            log.error(
+                "%s failed while stopping: %s: %s", name, type(exc).__name__, exc, exc_info=exc
+            )
             return
         with self._lock:
             self._dead[name] = None
-        log.error("%s died: %s: %s; restart in %.1f s", name, type(exc).__name__, exc, delay,
-                  exc_info=exc)
+        log.error(
+            "%s died: %s: %s; restart in %.1f s", name, type(exc).__name__, exc, delay, exc_info=exc
+        )
         self._call(self.on_death, name, exc, delay)
 
     def _restarting(self, name: str) -> None:

@@ -106,9 +106,7 @@ def digit_images(
     glyphs, labels, _ = load_digit_glyphs(seed)
     rng = np.random.default_rng(seed)
     if indices is None:
-        indices = (
-            np.arange(len(glyphs)) if n is None else rng.integers(0, len(glyphs), size=n)
-        )
+        indices = np.arange(len(glyphs)) if n is None else rng.integers(0, len(glyphs), size=n)
     images = np.stack([render_digit(glyphs[i], rng, size) for i in indices])
     return images, labels[indices]
 

@@ -37,9 +37,7 @@ _DURATION_UNITS: dict[str, float] = {
 _NUMBER_UNIT = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*([A-Za-z]*)\s*$")
 
 
-def _scaled(
-    value: str, units: dict[str, float], what: str, examples: str, known: str
-) -> float:
+def _scaled(value: str, units: dict[str, float], what: str, examples: str, known: str) -> float:
     """``value``, a number and one of ``units``, in the base unit (``what`` names the
     quantity in errors, with ``examples`` of it and the ``known`` units)."""
     match = _NUMBER_UNIT.match(value)
@@ -67,8 +65,9 @@ def parse_size(value: object) -> int:
         return int(value)
     if not isinstance(value, str):
         raise ValueError("a size must be a number of bytes or a string like '64MiB'")
-    size = _scaled(value, _SIZE_UNITS, "size", "4096, '512KiB', '64MiB', '2GB'",
-                   "B, kB, MB, GB, KiB, MiB, GiB")
+    size = _scaled(
+        value, _SIZE_UNITS, "size", "4096, '512KiB', '64MiB', '2GB'", "B, kB, MB, GB, KiB, MiB, GiB"
+    )
     if not math.isfinite(size) or size > 2**63 - 1:
         raise ValueError(f"size out of range: {value!r}")
     return int(round(size))
@@ -85,8 +84,9 @@ def parse_duration(value: object) -> float:
         return seconds
     if not isinstance(value, str):
         raise ValueError("a duration must be a number of seconds or a string like '500ms'")
-    seconds = _scaled(value, _DURATION_UNITS, "duration", "2, '2s', '500ms', '5min', '7d'",
-                      "ms, s, min, h, d")
+    seconds = _scaled(
+        value, _DURATION_UNITS, "duration", "2, '2s', '500ms', '5min', '7d'", "ms, s, min, h, d"
+    )
     if not math.isfinite(seconds):
         raise ValueError(f"duration out of range: {value!r}")
     return seconds

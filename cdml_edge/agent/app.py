@@ -91,16 +91,18 @@ class Agent:
         self.started_at = time.time()
         self.notifier = SdNotifier()
         self.supervisor = Supervisor(on_death=self._thread_died)
-        self.metrics = Metrics(version=__version__, device=cfg.device.id,
-                               dead=self.supervisor.dead)
+        self.metrics = Metrics(version=__version__, device=cfg.device.id, dead=self.supervisor.dead)
         self.watchdog = ProgressWatchdog(
             self.notifier, cfg.health.stall_after, dead=self.supervisor.dead
         )
         self.sequencer = Sequencer()
-        self.health = HealthReporter(self.metrics, self.sequencer, self.started_at,
-                                     degraded=self.degraded)
+        self.health = HealthReporter(
+            self.metrics, self.sequencer, self.started_at, degraded=self.degraded
+        )
         self.pipeline = WindowWorkers(
-            self._busy, self.watchdog.progress, spawn=self.supervisor.spawn,
+            self._busy,
+            self.watchdog.progress,
+            spawn=self.supervisor.spawn,
             on_lost=self._window_lost,
         )
         self.attempts = Attempts()  # kept across reloads
@@ -117,7 +119,9 @@ class Agent:
         self.cfg = cfg
         self.budget = ByteBudget(cfg.limits.max_inflight_bytes, data_factor=DATA_COPIES)
         self.lifecycle = FileLifecycle(
-            cfg.quarantine.dir, cfg.quarantine.max_bytes, file_mode=cfg.quarantine.file_mode,
+            cfg.quarantine.dir,
+            cfg.quarantine.max_bytes,
+            file_mode=cfg.quarantine.file_mode,
             on_skip=lambda reason: self.metrics.on_done_skipped.labels(reason=reason).inc(),
             # the error reporter is built from the output below; these reach it when called
             on_event=lambda kind, info: self.errors.disk_event(kind, info),
@@ -129,7 +133,11 @@ class Agent:
         if self.view is not None:
             self.output = ObservedOutput(self.output, self.view)
         self.errors = ErrorReporter(
-            self.output, cfg.device.id, self.sequencer, self.metrics, self.lifecycle,
+            self.output,
+            cfg.device.id,
+            self.sequencer,
+            self.metrics,
+            self.lifecycle,
             [sc.name for sc in cfg.sources],
         )
         on_disk_event(self.output, self.errors.disk_event)
@@ -149,8 +157,12 @@ class Agent:
             )
             self.windowers[sc.name] = windower
             self.sources[sc.name] = make_source(
-                sc, self.budget, self._intake(sc, windower), self.errors.source_error,
-                self.errors.camera_change, spawn,
+                sc,
+                self.budget,
+                self._intake(sc, windower),
+                self.errors.source_error,
+                self.errors.camera_change,
+                spawn,
             )
         self.retry = WindowRetryPolicy(
             self.sources, self.lifecycle, self.errors, self.metrics, self.attempts, self._stop
@@ -190,7 +202,9 @@ class Agent:
         kind, _, rest = thread.partition("-")
         source = rest if kind in ("src", "windower") and rest in self.sources else "agent"
         msg = self.errors.event(
-            source, None, "ThreadDied",
+            source,
+            None,
+            "ThreadDied",
             f"{thread} died: {type(exc).__name__}: {exc}; restart in {delay:.1f} s",
         )
         threading.Thread(target=self.errors.publish, args=([msg],), daemon=True).start()
@@ -270,7 +284,9 @@ class Agent:
             self.watchdog.stop()  # a reload may have turned it off
         if cfg.health.metrics_port is not None and self._server is None:
             self._server = self.metrics.serve(
-                cfg.health.metrics_host, cfg.health.metrics_port, watchdog=self.watchdog,
+                cfg.health.metrics_host,
+                cfg.health.metrics_port,
+                watchdog=self.watchdog,
                 degraded=self.degraded,
             )
         if self._server is not None:  # a reload may have turned the page on or off
@@ -289,8 +305,11 @@ class Agent:
         log.info("%s", limit_blas_threads())
         cfg = self.cfg
         return warm_up_decoders(
-            (sc.modality for sc in cfg.sources), self.runners, self.notifier.status,
-            cache_dir=cfg.state_dir / "numba" if cfg.state_dir is not None else None)
+            (sc.modality for sc in cfg.sources),
+            self.runners,
+            self.notifier.status,
+            cache_dir=cfg.state_dir / "numba" if cfg.state_dir is not None else None,
+        )
 
     def init_retention(self) -> bool:
         """Open the retention ring when one is configured; whether one is."""
@@ -318,8 +337,12 @@ class Agent:
         self.health.start(self._stop, self.supervisor.spawn)
         self.health.publish_status("online")
         self.notifier.ready(f"running {len(self.sources)} sources, {len(self.runners)} models")
-        log.info("agent ready: %d sources, models %s; %s", len(self.sources),
-                 sorted(self.runners), clock.summary())
+        log.info(
+            "agent ready: %d sources, models %s; %s",
+            len(self.sources),
+            sorted(self.runners),
+            clock.summary(),
+        )
 
     def drain(self, timeout: float | None = None) -> bool:
         """Stop intake, close open windows and wait for windows in flight; ``True`` if all."""

@@ -47,8 +47,12 @@ class ErrorReporter:
     ) -> OutMessage:
         """One error event; ``quarantined`` is where the bad input was moved, if anywhere."""
         return error_event(
-            source, item, error_type, message,
-            device=self.device, sequencer=self.sequencer,
+            source,
+            item,
+            error_type,
+            message,
+            device=self.device,
+            sequencer=self.sequencer,
             quarantined_path=str(quarantined) if quarantined else None,
         )
 
@@ -84,8 +88,17 @@ class ErrorReporter:
     def quarantined_late(self, source: str, name: str, dest: Path) -> None:
         """A file whose quarantine had failed (a full disk) was moved once it worked again:
         an event naming where it now is."""
-        self.publish([self.event(source, name, "QuarantinedLate",
-                                 "moved to quarantine once its disk worked again", dest)])
+        self.publish(
+            [
+                self.event(
+                    source,
+                    name,
+                    "QuarantinedLate",
+                    "moved to quarantine once its disk worked again",
+                    dest,
+                )
+            ]
+        )
 
     def camera_change(self, change: CameraTransition) -> None:
         """A camera's state change, retained on ``{source}/camera``; the start of an outage

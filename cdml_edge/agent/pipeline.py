@@ -77,16 +77,18 @@ class WindowPipeline:
         try:
             self.process(window)
         except OutputFailed as exc:
-            log.error("output failed for window %s, files kept for a retry: %s",
-                      window.window_id, exc)
+            log.error(
+                "output failed for window %s, files kept for a retry: %s", window.window_id, exc
+            )
             self.metrics.errors.labels(stage="output").inc()
             self.retry.output_failed(window)
             self.done()
         except Exception as exc:
             log.exception("window %s failed", window.window_id)
             self.metrics.errors.labels(stage="pipeline").inc()
-            self.errors.publish([self.errors.event(window.source, None, type(exc).__name__,
-                                                   str(exc))])
+            self.errors.publish(
+                [self.errors.event(window.source, None, type(exc).__name__, str(exc))]
+            )
             self.retry.window_failed(window, exc)
             self.budget.release(window.take_charge())
             self.done()
@@ -181,8 +183,11 @@ class WindowPipeline:
         not the window's bytes."""
         failed_ids = {f.item.id for f in outcome.failures}
         sha = {mi.id: mi.sha256 for mi in outcome.manifest.items}
-        done_files = [(it.path, it.identity, sha.get(it.item_id)) for it in window.items
-                      if it.path and it.item_id not in failed_ids]
+        done_files = [
+            (it.path, it.identity, sha.get(it.item_id))
+            for it in window.items
+            if it.path and it.item_id not in failed_ids
+        ]
         done_ids = [it.item_id for it in window.items if it.path]
         closed_ts, source = window.closed_ts, window.source
 

@@ -38,21 +38,35 @@ def model_problems(cfg: AppConfig, runners: Mapping[str, ModelRunner]) -> list[t
             users = [s.name for s in cfg.sources if key in cfg.models_of(s)]
             who = f" (sources {', '.join(users)})" if users else ""
             name = mc.path.name if mc is not None else runner.name
-            out.append((f"models.{key}.path", f"{name} is a {got} model; "
-                        f"{want} items{who} need a model of modality {want}"))
+            out.append(
+                (
+                    f"models.{key}.path",
+                    f"{name} is a {got} model; {want} items{who} need a model of modality {want}",
+                )
+            )
         if runner.kind == "anomaly" and runner.spec.anomaly_threshold is None:
-            out.append((f"models.{key}.anomaly_threshold", "not set: give one, or fit it with "
-                        f"cdml-edge calibrate --model {key} FOLDER_OF_NORMAL_SAMPLES"))
+            out.append(
+                (
+                    f"models.{key}.anomaly_threshold",
+                    "not set: give one, or fit it with "
+                    f"cdml-edge calibrate --model {key} FOLDER_OF_NORMAL_SAMPLES",
+                )
+            )
     budget = ByteBudget(cfg.limits.max_inflight_bytes, data_factor=DATA_COPIES)
     window_charges(budget, dict(runners))
     for key, extra in sorted(budget.item_extra.items()):
         if budget.max_bytes - extra < DATA_COPIES:
             need = extra + DATA_COPIES * 64 * 1024
-            out.append(("limits.max_inflight_bytes", (
-                f"{format_size(budget.max_bytes)} holds no {key} item: each is charged "
-                f"{format_size(extra)} for its model input and records before its own bytes "
-                f"(x{DATA_COPIES}); give at least {format_size(need)} for 64 KiB files"
-            )))
+            out.append(
+                (
+                    "limits.max_inflight_bytes",
+                    (
+                        f"{format_size(budget.max_bytes)} holds no {key} item: each is charged "
+                        f"{format_size(extra)} for its model input and records before its own "
+                        f"bytes (x{DATA_COPIES}); give at least {format_size(need)} for 64 KiB files"
+                    ),
+                )
+            )
     return out
 
 
@@ -117,5 +131,11 @@ def validate_runnable(path: str | Path) -> Validated:
     return Validated(cfg, sizes)
 
 
-__all__ = ["Validated", "check_files", "check_models", "example_problems", "model_problems",
-           "validate_runnable"]
+__all__ = [
+    "Validated",
+    "check_files",
+    "check_models",
+    "example_problems",
+    "model_problems",
+    "validate_runnable",
+]

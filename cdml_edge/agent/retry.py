@@ -82,9 +82,7 @@ class WindowRetryPolicy:
         self.held_unlisted = 0  # held beyond HELD_MAX: taken again only at the next start
         self._probe: threading.Timer | None = None
 
-    def hold_for_retention(
-        self, source: str, path: Path, ring_failing: Callable[[], bool]
-    ) -> None:
+    def hold_for_retention(self, source: str, path: Path, ring_failing: Callable[[], bool]) -> None:
         """Keep a scored file on disk, not taken again, until :meth:`retention_recovered`
         (taken again at once if the ring already writes again: ``ring_failing()`` false)."""
         src = self.sources.get(source)
@@ -162,10 +160,15 @@ class WindowRetryPolicy:
             dest = self.lifecycle.quarantine(window.source, it.name, it.path, None)
             if src is not None:
                 src.release(it.path, keep=False)
-            errors.append(self.errors.event(
-                window.source, it.name, type(exc).__name__,
-                f"failed in {n} windows, quarantined: {exc}", dest,
-            ))
+            errors.append(
+                self.errors.event(
+                    window.source,
+                    it.name,
+                    type(exc).__name__,
+                    f"failed in {n} windows, quarantined: {exc}",
+                    dest,
+                )
+            )
         if errors:
             self.errors.publish(errors)
 

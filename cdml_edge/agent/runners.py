@@ -87,8 +87,11 @@ def _numba_note(status: Callable[[str], object] | None, cache_dir: Path | None) 
     folder = numba_cache.configure(cache_dir)
     if numba_cache.is_warm(folder):
         return f", numba cache {folder} warm"
-    log.warning("first start: compiling librosa's numba kernels once (tens of seconds on a "
-                "small board), cached in %s", folder)
+    log.warning(
+        "first start: compiling librosa's numba kernels once (tens of seconds on a "
+        "small board), cached in %s",
+        folder,
+    )
     if status is not None:
         status(f"first start: compiling the audio decoder's kernels into {folder}")
     return f", numba kernels compiled into {folder}"

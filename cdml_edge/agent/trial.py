@@ -78,8 +78,9 @@ def source_for(cfg: AppConfig, path: Path, where: str = "<config>") -> SourceCon
     for sc in cfg.sources:
         if is_candidate(path.name, _patterns(sc)):
             return sc
-    raise ConfigError(where, [("sources", f"{path}: no source takes this file "
-                                               "(name one with --source)")])
+    raise ConfigError(
+        where, [("sources", f"{path}: no source takes this file (name one with --source)")]
+    )
 
 
 def file_item(sc: SourceConfig, path: Path) -> Item:
@@ -89,9 +90,14 @@ def file_item(sc: SourceConfig, path: Path) -> Item:
     inside = sc.path is not None and path.resolve().is_relative_to(sc.path.resolve())
     raw = os.path.relpath(path.resolve(), sc.path.resolve()) if inside and sc.path else path.name
     return Item(
-        source=sc.name, name=display_name(raw), modality=sc.modality, ts=st.st_mtime,
-        data=data, item_id=item_id(sc.name, raw, len(data), st.st_mtime_ns),
-        size=len(data), mtime_ns=st.st_mtime_ns,
+        source=sc.name,
+        name=display_name(raw),
+        modality=sc.modality,
+        ts=st.st_mtime,
+        data=data,
+        item_id=item_id(sc.name, raw, len(data), st.st_mtime_ns),
+        size=len(data),
+        mtime_ns=st.st_mtime_ns,
     )
 
 
@@ -111,7 +117,7 @@ def run_trial(
         sc = sources[name]
         step = sc.window.max_items
         for start in range(0, len(items), step):
-            _score(cfg, sc, items[start:start + step], runners, seq, report)
+            _score(cfg, sc, items[start : start + step], runners, seq, report)
     return report
 
 
@@ -124,17 +130,37 @@ def _score(
     report: TrialReport,
 ) -> None:
     ts = min(it.ts for it in items)
-    window = Window(new_window_id(sc.name, ts), sc.name, ts, list(items),
-                    closed_ts=max(it.ts for it in items), reason="test")
-    packed = pack_window(window, device=cfg.device.id, modality=sc.modality,
-                         archive_format=cfg.pack.format, level=cfg.pack.level,
-                         site=cfg.device.site)
-    outcome = score_window(packed.archive, runners, device=cfg.device.id,
-                             segment_rows=sc.segment_rows, sequencer=seq,
-                             archive_name=packed.name, pack_ms=packed.pack_ms)
+    window = Window(
+        new_window_id(sc.name, ts),
+        sc.name,
+        ts,
+        list(items),
+        closed_ts=max(it.ts for it in items),
+        reason="test",
+    )
+    packed = pack_window(
+        window,
+        device=cfg.device.id,
+        modality=sc.modality,
+        archive_format=cfg.pack.format,
+        level=cfg.pack.level,
+        site=cfg.device.site,
+    )
+    outcome = score_window(
+        packed.archive,
+        runners,
+        device=cfg.device.id,
+        segment_rows=sc.segment_rows,
+        sequencer=seq,
+        archive_name=packed.name,
+        pack_ms=packed.pack_ms,
+    )
     report.messages += outcome.messages()
     report.items += len(items)
     report.failures += len(outcome.failures)
     for f in outcome.failures:
-        report.messages.append(error_event(sc.name, f.item.name, f.error_type, f.message,
-                                           device=cfg.device.id, sequencer=seq))
+        report.messages.append(
+            error_event(
+                sc.name, f.item.name, f.error_type, f.message, device=cfg.device.id, sequencer=seq
+            )
+        )

@@ -58,8 +58,8 @@ def normalize_member_names(names: list[str]) -> list[str]:
     with them. Only an archive that needs it pays for the per-name pass.
     """
     joined = "/" + "\x00/".join(names) + "\x00"
-    if "//" not in joined and ("/." not in joined or (
-        "/./" not in joined and "/.\x00" not in joined
-    )):
+    if "//" not in joined and (
+        "/." not in joined or ("/./" not in joined and "/.\x00" not in joined)
+    ):
         return names
     return [normalize_member_name(n) for n in names]

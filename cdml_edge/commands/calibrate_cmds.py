@@ -17,7 +17,11 @@ def calibrate(
     config: Path = typer.Option(..., "--config", "-c", help="The YAML configuration file."),
     model: str = typer.Option(..., "--model", "-m", help="Name of the model (key of models)."),
     percentile: float = typer.Option(
-        99.0, "--percentile", "-p", min=50.0, max=100.0,
+        99.0,
+        "--percentile",
+        "-p",
+        min=50.0,
+        max=100.0,
         help="Share of normal samples that must pass (99: about 1 in 100 flagged).",
     ),
     dry_run: bool = typer.Option(False, "--dry-run", help="Print the threshold, write nothing."),
@@ -47,8 +51,10 @@ def calibrate_in_config(
     cfg = load_config(config)
     mc = cfg.models.get(name)
     if mc is None:
-        raise ConfigError(str(config), [(f"models.{name}", f"no such model "
-                                         f"(models: {', '.join(cfg.models) or 'none'})")])
+        raise ConfigError(
+            str(config),
+            [(f"models.{name}", f"no such model (models: {', '.join(cfg.models) or 'none'})")],
+        )
     runner = ModelRunner.load(mc.path, ModelOverrides.from_config(mc, name))
     runner.modality = str(mc.modality)
     result = calibration.calibrate(runner, folder, percentile)

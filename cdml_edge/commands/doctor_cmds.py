@@ -22,11 +22,14 @@ def doctor(
     ascii_only: bool = typer.Option(False, "--ascii", help="OK/FAIL instead of ✓/✗."),
     as_json: bool = typer.Option(False, "--json", help="Print the checks as a JSON list."),
     user: str | None = typer.Option(
-        None, "--user", "-u",
+        None,
+        "--user",
+        "-u",
         help="Judge folder access for this account (the unit's User=, e.g. cdml-edge).",
     ),
     unit: Path | None = typer.Option(
-        None, "--unit",
+        None,
+        "--unit",
         help="Service file whose ReadWritePaths= must cover the folders "
         "(default: /etc/systemd/system/cdml-edge.service when installed).",
     ),

@@ -62,9 +62,7 @@ def describe(exc: BaseException) -> str:
 
 
 @contextlib.contextmanager
-def user_errors(
-    command: str, *, failed: ErrorTypes = (), usage: ErrorTypes = ()
-) -> Iterator[None]:
+def user_errors(command: str, *, failed: ErrorTypes = (), usage: ErrorTypes = ()) -> Iterator[None]:
     """Turn the errors a command expects into one line on stderr and its exit code.
 
     ``failed`` (checked first) exit 1; ``usage``, every :class:`~cdml_edge.errors.CdmlError`
@@ -98,9 +96,7 @@ class OneLineErrorsGroup(TyperGroup):
         **extra: Any,
     ) -> Any:
         if not standalone_mode:
-            return super().main(
-                args, prog_name, complete_var, False, windows_expand_args, **extra
-            )
+            return super().main(args, prog_name, complete_var, False, windows_expand_args, **extra)
         try:
             code = super().main(args, prog_name, complete_var, False, windows_expand_args, **extra)
         except TyperException as exc:

@@ -56,7 +56,9 @@ def replay(
     options = ReplayOptions(config, folder, model, since, until, source, publish, out)
     with user_errors("replay", failed=(ReplayError,)):
         summary = replay_on(
-            EngineOptions(engine, ray_address, quiet), options, directory,
+            EngineOptions(engine, ray_address, quiet),
+            options,
+            directory,
             run_bar("replay", quiet),
         )
     typer.echo(summary.line())
@@ -71,7 +73,8 @@ def replay(
 
 def export(
     directory: str = typer.Argument(
-        ..., metavar="DIR",
+        ...,
+        metavar="DIR",
         help="Retention folder; with --engine ray a folder tree or s3:// prefix of many.",
     ),
     out: Path = typer.Argument(
@@ -106,7 +109,9 @@ def export(
     )
     with user_errors("export", failed=(ExportError,)):
         summary = export_on(
-            EngineOptions(engine, ray_address, quiet), options, directory,
+            EngineOptions(engine, ray_address, quiet),
+            options,
+            directory,
             run_bar("export", quiet),
         )
     typer.echo(summary.text())

@@ -15,15 +15,20 @@ from cdml_edge.config import load_config
 def tail(
     config: Path = typer.Option(..., "--config", "-c", help="The appliance's YAML configuration."),
     file: Path | None = typer.Option(
-        None, "--file", help="Follow this JSON-lines file (default: output.jsonl when the "
-        "config has no broker)."),
+        None,
+        "--file",
+        help="Follow this JSON-lines file (default: output.jsonl when the config has no broker).",
+    ),
     broker: str | None = typer.Option(
-        None, "--broker", help="mqtt[s]://host:port instead of the config's mqtt.url."),
+        None, "--broker", help="mqtt[s]://host:port instead of the config's mqtt.url."
+    ),
     json_out: bool = typer.Option(
-        False, "--json", help="Print the view as one JSON object per interval (for scripts)."),
+        False, "--json", help="Print the view as one JSON object per interval (for scripts)."
+    ),
     interval: float = typer.Option(1.0, "--interval", min=0.05, help="Seconds between views."),
     duration: float | None = typer.Option(
-        None, "--duration", min=0, help="Stop after this many seconds (default: Ctrl-C)."),
+        None, "--duration", min=0, help="Stop after this many seconds (default: Ctrl-C)."
+    ),
 ) -> None:
     """Show what an appliance publishes, live: per-source rates and latency, the last
     results (anomalies in red), error events and health; from its broker (the same config
@@ -35,8 +40,13 @@ def tail(
         followed = choose(cfg, file, broker, str(config))
         where = followed.describe(cfg)
         if json_out:
-            run_tail(cfg, followed, lambda snap: typer.echo(json.dumps(snap)),
-                     interval=interval, duration=duration)
+            run_tail(
+                cfg,
+                followed,
+                lambda snap: typer.echo(json.dumps(snap)),
+                interval=interval,
+                duration=duration,
+            )
             return
         _live(cfg, followed, where, interval, duration)
 
@@ -51,8 +61,13 @@ def _live(cfg: Any, followed: Any, where: str, interval: float, duration: float 
 
     empty = ActivityBoard(cfg.device.id).snapshot()
     with Live(render(empty, where), console=Console(), auto_refresh=False) as live:
-        run_tail(cfg, followed, lambda snap: live.update(render(snap, where), refresh=True),
-                 interval=interval, duration=duration)
+        run_tail(
+            cfg,
+            followed,
+            lambda snap: live.update(render(snap, where), refresh=True),
+            interval=interval,
+            duration=duration,
+        )
 
 
 def register(app: typer.Typer) -> None:

@@ -51,9 +51,20 @@ def train(
 
     with user_errors("train", usage=(ValueError, KeyError)), epoch_bar(epochs) as on_step:
         result = train_from_archive(
-            data, modality, epochs, out, val_data=val_data, name=name,
-            image_size=image_size, channels=channels, batch_size=batch_size, lr=lr,
-            normal_label=normal_label, seed=seed, device=device, on_step=on_step,
+            data,
+            modality,
+            epochs,
+            out,
+            val_data=val_data,
+            name=name,
+            image_size=image_size,
+            channels=channels,
+            batch_size=batch_size,
+            lr=lr,
+            normal_label=normal_label,
+            seed=seed,
+            device=device,
+            on_step=on_step,
         )
     final: dict[str, Any] = dict(result.history[-1]) if result.history else {"epoch": 0}
     final["checkpoint"] = str(result.checkpoint)

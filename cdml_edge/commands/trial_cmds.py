@@ -14,8 +14,11 @@ def test(
     files: list[Path] = typer.Argument(None, help="Files to score (each by its source)."),
     config: Path = typer.Option(..., "--config", "-c", help="The YAML configuration file."),
     source: str | None = typer.Option(
-        None, "--source", help="Score FILES as this source's, or without FILES a few files "
-        "from its folder (read only)."),
+        None,
+        "--source",
+        help="Score FILES as this source's, or without FILES a few files "
+        "from its folder (read only).",
+    ),
     count: int = typer.Option(5, "--count", min=1, help="Files --source takes from its folder."),
 ) -> None:
     """Score FILES through the exact live pipeline (decoders, models, payloads) and print

@@ -18,8 +18,11 @@ from cdml_edge.config.schema import AppConfig
 def named_files(cfg: AppConfig) -> list[tuple[str, Path]]:
     """``(field path, file)`` for every file the configuration names."""
     out = [(f"models.{key}.path", mc.path) for key, mc in cfg.models.items()]
-    out += [(f"models.{key}.labels_file", mc.labels_file)
-            for key, mc in cfg.models.items() if mc.labels_file is not None]
+    out += [
+        (f"models.{key}.labels_file", mc.labels_file)
+        for key, mc in cfg.models.items()
+        if mc.labels_file is not None
+    ]
     mq = cfg.mqtt
     if mq is not None:
         if mq.tls is not None:

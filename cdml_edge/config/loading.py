@@ -180,9 +180,7 @@ def parse_config(
     return config
 
 
-def load_config(
-    path: str | os.PathLike[str], *, state_directory: str | None = None
-) -> AppConfig:
+def load_config(path: str | os.PathLike[str], *, state_directory: str | None = None) -> AppConfig:
     """Read and validate a YAML configuration file; relative paths resolve against its folder
     (``state_directory``: see :func:`parse_config`)."""
     file = Path(path)

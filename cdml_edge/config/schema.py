@@ -522,11 +522,15 @@ class AppConfig(_ConfigSection):
             for name in source.models or []:
                 used = self.models.get(name)
                 if used is None:
-                    raise ValueError(f"sources[{i}].models: {name!r} is not a model name "
-                                     f"(models: {', '.join(self.models) or 'none'})")
+                    raise ValueError(
+                        f"sources[{i}].models: {name!r} is not a model name "
+                        f"(models: {', '.join(self.models) or 'none'})"
+                    )
                 if not model_fits(str(used.modality), source.modality):
-                    raise ValueError(f"sources[{i}].models: {name!r} is a {used.modality} "
-                                     f"model; the source gives {source.modality}")
+                    raise ValueError(
+                        f"sources[{i}].models: {name!r} is a {used.modality} "
+                        f"model; the source gives {source.modality}"
+                    )
         return self
 
     def models_of(self, source: SourceConfig) -> list[str]:
@@ -539,5 +543,4 @@ class AppConfig(_ConfigSection):
 def is_model_class(obj: object) -> bool:
     """Whether ``obj`` is a pydantic model class (on Python 3.10 ``list[X]`` passes as a type,
     and ``issubclass`` then raises)."""
-    return (isinstance(obj, type) and get_origin(obj) is None
-            and issubclass(obj, BaseModel))
+    return isinstance(obj, type) and get_origin(obj) is None and issubclass(obj, BaseModel)

@@ -32,8 +32,12 @@ def audio_records(
     (``mode="mfcc"``), or its samples and duration (``mode="waveform"``)."""
     if mode != "mfcc":
         return [
-            {"filename": name, "waveform": w, "sample_rate": sample_rate,
-             "duration_s": len(w) / sample_rate}
+            {
+                "filename": name,
+                "waveform": w,
+                "sample_rate": sample_rate,
+                "duration_s": len(w) / sample_rate,
+            }
             for name, w in arrays.items()
         ]
     return [
@@ -96,13 +100,15 @@ def text_records(texts: Mapping[str, TextData], clean: bool = True) -> list[Reco
     out: list[Record] = []
     for name, t in texts.items():
         lines = [ln.strip() for ln in t.lines if ln.strip()] if clean else list(t.lines)
-        out.append({
-            "filename": name,
-            "lines": lines,
-            "line_count": len(lines),
-            "word_count": t.word_count,
-            "raw_text": t.text,
-        })
+        out.append(
+            {
+                "filename": name,
+                "lines": lines,
+                "line_count": len(lines),
+                "word_count": t.word_count,
+                "raw_text": t.text,
+            }
+        )
     return out
 
 
@@ -111,4 +117,3 @@ def tabular_rows(tables: Mapping[str, CsvTable], values: Mapping[str, Any]) -> l
     rows = csv_rows(tables)
     rows += [r for r in json_records(values, flat=True) if isinstance(r, dict)]
     return rows
-

@@ -81,8 +81,6 @@ def decode_scaled(
     if (w, h) == size:
         w = h = 0  # the full decode
     try:
-        return sj.decode_jpeg(
-            data, colorspace="RGB", min_width=w, min_height=h, strict=True
-        )
+        return sj.decode_jpeg(data, colorspace="RGB", min_width=w, min_height=h, strict=True)
     except Exception:  # ValueError on bad data, MemoryError: OpenCV decides and words it
         return None

@@ -153,9 +153,9 @@ def _mixed_table(
         else:
             numeric.append(j)
     try:
-        values = np.array(
-            [[row[j] for j in numeric] for row in parsed], dtype=np.float32
-        ).reshape(len(parsed), len(numeric))
+        values = np.array([[row[j] for j in numeric] for row in parsed], dtype=np.float32).reshape(
+            len(parsed), len(numeric)
+        )
     except MemoryError as exc:
         raise DecodeError(member, "out of memory building the CSV array") from exc
     return CsvTable(values, [columns[j] for j in numeric], has_header, text_cols)

@@ -70,9 +70,15 @@ def _file(name: str, path: Path, account: Account | None) -> Check:
     mode = _mode(path)
     if mode is None:
         return Check(name, False, f"video file {path} does not exist")
-    kind = ("FIFO" if stat.S_ISFIFO(mode)
-            else "device" if stat.S_ISCHR(mode)
-            else "video file" if stat.S_ISREG(mode) else "")
+    kind = (
+        "FIFO"
+        if stat.S_ISFIFO(mode)
+        else "device"
+        if stat.S_ISCHR(mode)
+        else "video file"
+        if stat.S_ISREG(mode)
+        else ""
+    )
     if not kind:
         return Check(name, False, f"{path} is neither a video file, a FIFO nor a device")
     return _opens(name, path, kind, R, account)
@@ -113,6 +119,7 @@ def _gstreamer(name: str) -> Check:
     import cv2
 
     if "GStreamer:                   YES" not in cv2.getBuildInformation():
-        return Check(name, False, "this OpenCV build has no GStreamer backend (see "
-                                  "docs/cameras.md)")
+        return Check(
+            name, False, "this OpenCV build has no GStreamer backend (see docs/cameras.md)"
+        )
     return Check(name, True, "GStreamer pipeline: OpenCV has GStreamer (not started here)")

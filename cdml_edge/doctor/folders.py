@@ -85,10 +85,15 @@ def check_state_dir(cfg: AppConfig, account: Account | None = None) -> list[Chec
         if foreign:
             shown = ", ".join(ascii(n) for n in foreign[:5])
             more = f" and {len(foreign) - 5} more" if len(foreign) > 5 else ""
-            out.append(Check(
-                "retention foreign", True, f"{cfg.retention.dir}: {len(foreign)} entries the "
-                f"ring did not write, left alone: {shown}{more}", warn=True,
-            ))
+            out.append(
+                Check(
+                    "retention foreign",
+                    True,
+                    f"{cfg.retention.dir}: {len(foreign)} entries the "
+                    f"ring did not write, left alone: {shown}{more}",
+                    warn=True,
+                )
+            )
     return out
 
 
@@ -117,9 +122,11 @@ def check_writable_dirs(cfg: AppConfig, account: Account | None = None) -> list[
             if free < total:
                 others = " + ".join(lbl for lbl, _ in needs)
                 checks[label] = Check(
-                    c.name, False, f"{c.detail.split(' writable')[0]}: only {format_size(free)} "
+                    c.name,
+                    False,
+                    f"{c.detail.split(' writable')[0]}: only {format_size(free)} "
                     f"free, {others} may still grow by {format_size(total - RESERVE_BYTES)} "
-                    f"(+{format_size(RESERVE_BYTES)} reserve)"
+                    f"(+{format_size(RESERVE_BYTES)} reserve)",
                 )
             else:
                 checks[label] = Check(c.name, True, f"{c.detail}, {format_size(free)} free")

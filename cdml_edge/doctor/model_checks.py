@@ -25,15 +25,17 @@ def _check_model(name: str, modality: str, cfg: AppConfig) -> Check:
     missing = [p for p in wanted if p not in available]
     if missing:
         return Check(
-            name, False, f"{mc.path.name}: provider {', '.join(missing)} not available in this "
-            f"onnxruntime build (available: {', '.join(available)})"
+            name,
+            False,
+            f"{mc.path.name}: provider {', '.join(missing)} not available in this "
+            f"onnxruntime build (available: {', '.join(available)})",
         )
     try:
         runner = ModelRunner.load(mc.path, ModelOverrides.from_config(mc, modality))
     except InferenceError as exc:
         msg, dup = str(exc), f"{mc.path}: "
         while msg.startswith(dup + dup):
-            msg = msg[len(dup):]
+            msg = msg[len(dup) :]
         return Check(name, False, msg)
     spec = runner.spec
     want = str(mc.modality or modality)
@@ -42,8 +44,9 @@ def _check_model(name: str, modality: str, cfg: AppConfig) -> Check:
     active = runner.session.get_providers()
     if not active or active[0] != wanted[0]:
         return Check(
-            name, False, f"{mc.path.name}: asked for {wanted[0]} but onnxruntime runs it on "
-            f"{', '.join(active)}"
+            name,
+            False,
+            f"{mc.path.name}: asked for {wanted[0]} but onnxruntime runs it on {', '.join(active)}",
         )
     try:
         ms = runner.warm_up()
@@ -53,7 +56,9 @@ def _check_model(name: str, modality: str, cfg: AppConfig) -> Check:
     kind = "" if runner.kind == "spec" else f"{runner.kind}, "
     dtype = "" if spec.input.dtype == "float32" else f" {spec.input.dtype}"
     return Check(
-        name, True, f"{spec.name} {spec.version} ({kind}{mc.path.name}) ran a {shape}{dtype} "
+        name,
+        True,
+        f"{spec.name} {spec.version} ({kind}{mc.path.name}) ran a {shape}{dtype} "
         f"zero input on {active[0]} in {ms:.1f} ms; "
-        f"{runner.settings.summary()}"
+        f"{runner.settings.summary()}",
     )

@@ -21,14 +21,24 @@ def check_account(user: str | None, euid: int | None = None) -> tuple[list[Check
             account = Account.lookup(user, UNIT_GROUPS)
         except AccountError as exc:
             return [Check("user", False, str(exc))], None
-        return [Check("user", True, f"folder access judged for {user} "
-                      f"(uid {account.uid}, {len(account.gids)} groups)")], account
+        return [
+            Check(
+                "user",
+                True,
+                f"folder access judged for {user} (uid {account.uid}, {len(account.gids)} groups)",
+            )
+        ], account
     if (os.geteuid() if euid is None else euid) == 0:
-        return [Check(
-            "privileges", True, "running as root: every folder is writable for root, so the "
-            "folder checks say nothing about the service; pass --user cdml-edge (or run "
-            "sudo -u cdml-edge ...)", warn=True,
-        )], None
+        return [
+            Check(
+                "privileges",
+                True,
+                "running as root: every folder is writable for root, so the "
+                "folder checks say nothing about the service; pass --user cdml-edge (or run "
+                "sudo -u cdml-edge ...)",
+                warn=True,
+            )
+        ], None
     return [], None
 
 
@@ -57,8 +67,10 @@ def check_native_reader() -> Check:
     if built:
         return Check(name, True, "C reader (cffi) is built and loads")
     return Check(
-        name, False, "C reader not built: the slow Python fallback would be used "
-        "(reinstall with a C compiler: pip install --force-reinstall --no-deps cdml-edge)"
+        name,
+        False,
+        "C reader not built: the slow Python fallback would be used "
+        "(reinstall with a C compiler: pip install --force-reinstall --no-deps cdml-edge)",
     )
 
 
@@ -72,8 +84,12 @@ def check_unit_paths(cfg: AppConfig, unit: Path) -> Check:
         missing = uncovered(cfg, unit)
         if missing:
             listed = ", ".join(f"{label} {path}" for label, path in missing)
-            return Check(name, False, f"{unit} keeps read-only (ProtectSystem=strict): {listed}; "
-                         "rerun install.sh or add ReadWritePaths= (systemctl edit cdml-edge)")
+            return Check(
+                name,
+                False,
+                f"{unit} keeps read-only (ProtectSystem=strict): {listed}; "
+                "rerun install.sh or add ReadWritePaths= (systemctl edit cdml-edge)",
+            )
         return Check(name, True, f"{unit}: every folder of the configuration is writable")
 
     return guard(name, run)

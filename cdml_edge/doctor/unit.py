@@ -87,8 +87,10 @@ def render_dropin(cfg: AppConfig, source: str = "") -> str:
     ]
     lines += [f"ReadWritePaths={_unit_word(p)}" for p in folders]
     if not cfg.health.watchdog:
-        lines += ["# health.watchdog: false: no WATCHDOG=1 pings, so no watchdog timeout.",
-                  "WatchdogSec=0"]
+        lines += [
+            "# health.watchdog: false: no WATCHDOG=1 pings, so no watchdog timeout.",
+            "WatchdogSec=0",
+        ]
     return "\n".join(lines) + "\n"
 
 
@@ -135,8 +137,9 @@ def writable_roots(unit: Path) -> list[Path] | None:
 def unit_state_directory(unit: Path) -> str | None:
     """The ``$STATE_DIRECTORY`` systemd gives the service (``/var/lib/<StateDirectory=>``,
     its folders joined by ``:``), or None without ``StateDirectory=``."""
-    words = [w.split(":", 1)[0] for v in unit_settings(unit).get("StateDirectory", [])
-             for w in v.split()]
+    words = [
+        w.split(":", 1)[0] for v in unit_settings(unit).get("StateDirectory", []) for w in v.split()
+    ]
     return ":".join(str(Path("/var/lib") / w) for w in words) or None
 
 
@@ -163,8 +166,7 @@ def main(argv: list[str] | None = None) -> int:
     ``healthz FILE``: the agent's /healthz URL (nothing when the metrics port is off)."""
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 2 or args[0] not in ("dirs", "dropin", "healthz"):
-        print("usage: python -m cdml_edge.doctor.unit dirs|dropin|healthz CONFIG",
-              file=sys.stderr)
+        print("usage: python -m cdml_edge.doctor.unit dirs|dropin|healthz CONFIG", file=sys.stderr)
         return 2
     cfg = load_config(args[1])
     if args[0] == "dirs":

@@ -92,4 +92,3 @@ def make_folder(folder: Path, mode: int) -> None:
     except FileExistsError:
         return
     os.chmod(folder, mode)
-

@@ -99,8 +99,14 @@ class DiskFaults:
         if not first:
             return None
         kind = f"{self.name}_{'disk_full' if exc.errno in FULL_ERRNOS else 'io_error'}"
-        log.error("%s %s: %s failed: %s; degraded, retrying every %.1fs",
-                  self.name, self.where, op, why, self.retry_s)
+        log.error(
+            "%s %s: %s failed: %s; degraded, retrying every %.1fs",
+            self.name,
+            self.where,
+            op,
+            why,
+            self.retry_s,
+        )
         self._emit(kind, {"dir": self.where, "op": op, "error": why})
         return kind
 
@@ -160,4 +166,3 @@ class DiskFaults:
             self.on_event(kind, info)
         except Exception:  # a broken hook must not break the store
             log.exception("%s: event hook failed for %s", self.name, kind)
-

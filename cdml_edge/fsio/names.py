@@ -77,8 +77,12 @@ def log_name(name: object) -> str:
 
 def _unsafe(c: str) -> bool:
     o = ord(c)
-    return o < 0x20 or 0x7F <= o < 0xA0 or o in (0x2028, 0x2029) or 0x202A <= o <= 0x202E or (
-        0x2066 <= o <= 0x2069
+    return (
+        o < 0x20
+        or 0x7F <= o < 0xA0
+        or o in (0x2028, 0x2029)
+        or 0x202A <= o <= 0x202E
+        or (0x2066 <= o <= 0x2069)
     )
 
 
@@ -113,4 +117,3 @@ def unique_name(
         if not taken(base / cand):
             return base / cand
     raise FileExistsError(f"{base / name}: no free name for it")
-

@@ -39,8 +39,17 @@ MAX_THUMB_BYTES = 16 * 1024
 MAX_IMAGE_BYTES = 8 * 1024 * 1024
 RATE_WINDOW_S = 30.0
 
-RESULT_FIELDS = ("item", "label", "score", "anomaly", "anomaly_score", "latency_ms", "ts",
-                 "model", "modality")
+RESULT_FIELDS = (
+    "item",
+    "label",
+    "score",
+    "anomaly",
+    "anomaly_score",
+    "latency_ms",
+    "ts",
+    "model",
+    "modality",
+)
 
 
 @dataclass
@@ -128,8 +137,9 @@ class ActivityBoard:
             src.window_ms = (p.get("timings") or {}).get("total_ms")
         elif kind == "error":
             src.errors += 1
-            self.errors.append({k: p.get(k) for k in
-                                ("source", "item", "error_type", "message", "ts")})
+            self.errors.append(
+                {k: p.get(k) for k in ("source", "item", "error_type", "message", "ts")}
+            )
         elif kind == "camera":
             src.camera = p.get("state")
 
@@ -205,7 +215,8 @@ class ActivityBoard:
                 "ts": now,
                 "messages": self.messages,
                 "ignored": self.ignored,
-                "last_message_age_s": None if self.last_message is None
+                "last_message_age_s": None
+                if self.last_message is None
                 else round(now - self.last_message, 3),
                 "status": self.status,
                 "health": self.health,
@@ -216,8 +227,10 @@ class ActivityBoard:
 
 def _trim(src: SourceActivity) -> None:
     """Keep ``MAX_THUMBS`` images and thumbnails, the images within ``MAX_IMAGE_BYTES``."""
-    while src.images and (len(src.images) + len(src.thumbs) > MAX_THUMBS
-                          or sum(len(v) for v in src.images.values()) > MAX_IMAGE_BYTES):
+    while src.images and (
+        len(src.images) + len(src.thumbs) > MAX_THUMBS
+        or sum(len(v) for v in src.images.values()) > MAX_IMAGE_BYTES
+    ):
         src.images.popitem(last=False)
     while len(src.thumbs) + len(src.images) > MAX_THUMBS:
         src.thumbs.popitem(last=False)

@@ -29,9 +29,7 @@ class _Rates:
     """Cumulative (captured, scored) counts sampled over time -> frames/s of each."""
 
     def __init__(self) -> None:
-        self._samples: collections.deque[tuple[float, int, int]] = collections.deque(
-            maxlen=SAMPLES
-        )
+        self._samples: collections.deque[tuple[float, int, int]] = collections.deque(maxlen=SAMPLES)
 
     def add(self, now: float, captured: int, scored: int) -> tuple[float, float]:
         if not self._samples or now - self._samples[-1][0] >= 1.0:
@@ -154,18 +152,25 @@ def _families() -> dict[str, GaugeMetricFamily | CounterMetricFamily]:
     p, src = f"{PREFIX}_camera", ["source"]
     gauge, counter = GaugeMetricFamily, CounterMetricFamily
     return {
-        "state": gauge(f"{p}_state", "1 for the camera's current state",
-                       labels=["source", "state"]),
-        "unhealthy": gauge(f"{p}_unhealthy", "1 while down longer than unhealthy_after",
-                           labels=src),
-        "fps": gauge(f"{p}_fps", "Frames/s captured and scored (last >= 5 s)",
-                     labels=["source", "stage"]),
-        "age": gauge(f"{p}_last_frame_age_seconds",
-                     "Seconds since the last frame (-1 before the first)", labels=src),
+        "state": gauge(
+            f"{p}_state", "1 for the camera's current state", labels=["source", "state"]
+        ),
+        "unhealthy": gauge(
+            f"{p}_unhealthy", "1 while down longer than unhealthy_after", labels=src
+        ),
+        "fps": gauge(
+            f"{p}_fps", "Frames/s captured and scored (last >= 5 s)", labels=["source", "stage"]
+        ),
+        "age": gauge(
+            f"{p}_last_frame_age_seconds",
+            "Seconds since the last frame (-1 before the first)",
+            labels=src,
+        ),
         "down": gauge(f"{p}_down_seconds", "Seconds without frames while down", labels=src),
         "frames": counter(f"{p}_frames", "Frames received", labels=src),
         "outages": counter(f"{p}_outages", "Times the camera went down", labels=src),
-        "reconnects": counter(f"{p}_reconnects", "Outages ended by frames flowing again",
-                              labels=src),
+        "reconnects": counter(
+            f"{p}_reconnects", "Outages ended by frames flowing again", labels=src
+        ),
         "failed": counter(f"{p}_failed_attempts", "Opens or reads that failed", labels=src),
     }

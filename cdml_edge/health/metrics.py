@@ -122,15 +122,21 @@ class Metrics:
 
     def _add_latencies(self) -> None:
         self.inference_latency = self._histogram(
-            "inference_latency_seconds", "onnxruntime run time per batch", "model",
+            "inference_latency_seconds",
+            "onnxruntime run time per batch",
+            "model",
             INFERENCE_BUCKETS,
         )
         self.window_latency = self._histogram(
-            "window_latency_seconds", "Window close to results acknowledged", "source",
+            "window_latency_seconds",
+            "Window close to results acknowledged",
+            "source",
             WINDOW_BUCKETS,
         )
         self.item_latency = self._histogram(
-            "item_latency_seconds", "Item arrival to its result published", "source",
+            "item_latency_seconds",
+            "Item arrival to its result published",
+            "source",
             WINDOW_BUCKETS,
         )
 

@@ -81,9 +81,11 @@ def _results(source: str, last: list[dict[str, Any]], thumbs: Thumbnail) -> str:
             f"<td>{'anomaly' if r.get('anomaly') else ''}</td>"
             f"<td>{_num(r.get('latency_ms'))} ms</td></tr>"
         )
-    head = ("<tr><th></th><th>item</th><th>label</th><th>score</th><th>anomaly score</th>"
-            "<th></th><th>latency</th></tr>")
-    return f"<table class=\"results\">{head}{''.join(rows)}</table>"
+    head = (
+        "<tr><th></th><th>item</th><th>label</th><th>score</th><th>anomaly score</th>"
+        "<th></th><th>latency</th></tr>"
+    )
+    return f'<table class="results">{head}{"".join(rows)}</table>'
 
 
 def _source_card(name: str, s: dict[str, Any], thumbs: Thumbnail) -> str:
@@ -109,23 +111,36 @@ def _errors(errors: list[dict[str, Any]]) -> str:
         f"<td>{_e(e.get('error_type'))}</td><td>{_e(e.get('message'))}</td></tr>"
         for e in reversed(errors)
     )
-    return ("<table class=\"errors\"><tr><th>time</th><th>source</th><th>item</th>"
-            f"<th>error</th><th>message</th></tr>{rows}</table>")
+    return (
+        '<table class="errors"><tr><th>time</th><th>source</th><th>item</th>'
+        f"<th>error</th><th>message</th></tr>{rows}</table>"
+    )
 
 
-HEALTH_KEYS = ("uptime_s", "broker_connected", "outbox_depth", "spool_bytes", "spool_records",
-               "dropped", "bytes_written", "thread_deaths")
+HEALTH_KEYS = (
+    "uptime_s",
+    "broker_connected",
+    "outbox_depth",
+    "spool_bytes",
+    "spool_records",
+    "dropped",
+    "bytes_written",
+    "thread_deaths",
+)
 
 
 def _health(healthz: dict[str, Any], last: dict[str, Any] | None) -> str:
-    cells = [f"<tr><th>{_e(k)}</th><td>{_e(v)}</td></tr>" for k, v in healthz.items()
-             if k != "status" and not isinstance(v, dict | list)]
+    cells = [
+        f"<tr><th>{_e(k)}</th><td>{_e(v)}</td></tr>"
+        for k, v in healthz.items()
+        if k != "status" and not isinstance(v, dict | list)
+    ]
     for k in HEALTH_KEYS:
         if last is not None and k in last and k not in healthz:
             cells.append(f"<tr><th>{_e(k)}</th><td>{_e(last[k])}</td></tr>")
     for part, why in (healthz.get("degraded") or {}).items():
         cells.append(f"<tr><th>degraded: {_e(part)}</th><td>{_e(why)}</td></tr>")
-    return f"<table class=\"health\">{''.join(cells)}</table>"
+    return f'<table class="health">{"".join(cells)}</table>'
 
 
 def render_page(
@@ -138,15 +153,15 @@ def render_page(
     cards = cards or '<p class="muted">no results yet</p>'
 
     return (
-        "<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\">"
-        f"<meta http-equiv=\"refresh\" content=\"{REFRESH_S}\">"
+        '<!doctype html><html lang="en"><head><meta charset="utf-8">'
+        f'<meta http-equiv="refresh" content="{REFRESH_S}">'
         f"<title>cdml-edge {_e(snapshot['device'])}</title><style>{STYLE}</style></head><body>"
-        f"<h1>cdml-edge <span class=\"muted\">{_e(snapshot['device'])}</span> "
-        f"<span class=\"badge {badge}\" id=\"status\">{_e(status)}</span></h1>"
-        f"<p class=\"muted\">version {_e(version)} · {snapshot['messages']} messages · "
+        f'<h1>cdml-edge <span class="muted">{_e(snapshot["device"])}</span> '
+        f'<span class="badge {badge}" id="status">{_e(status)}</span></h1>'
+        f'<p class="muted">version {_e(version)} · {snapshot["messages"]} messages · '
         f"read-only, refreshes every {REFRESH_S} s</p>"
         f"{cards}"
-        f"<div class=\"card\"><h2>Recent errors</h2>{_errors(snapshot['errors'])}</div>"
-        f"<div class=\"card\"><h2>Health</h2>{_health(healthz, snapshot['health'])}</div>"
+        f'<div class="card"><h2>Recent errors</h2>{_errors(snapshot["errors"])}</div>'
+        f'<div class="card"><h2>Health</h2>{_health(healthz, snapshot["health"])}</div>'
         "</body></html>"
     )

@@ -93,8 +93,13 @@ class HealthReporter:
         totals["bytes_written"] += out.get("bytes_written", 0)
         depths = dict(totals.pop("queue_depths", {}))
         depths.update({f"pending:{n}": s.pending_count for n, s in self._sources.items()})
-        depths.update({f"kept:{n}": f.kept for n, s in self._sources.items()
-                       if (f := getattr(s, "files", None)) is not None})  # folder sources
+        depths.update(
+            {
+                f"kept:{n}": f.kept
+                for n, s in self._sources.items()
+                if (f := getattr(s, "files", None)) is not None
+            }
+        )  # folder sources
         payload = HealthPayload(
             **totals,
             queue_depths=depths,
@@ -104,9 +109,7 @@ class HealthReporter:
             device=self._cfg.device.id,
         )
         try:
-            self._output.publish_batch(
-                [OutMessage("health", payload.model_dump_json().encode())]
-            )
+            self._output.publish_batch([OutMessage("health", payload.model_dump_json().encode())])
         except Exception:
             log.exception("could not publish health")
         self.last = payload

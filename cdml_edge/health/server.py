@@ -203,13 +203,17 @@ class MetricsServer:
         self.close()
 
 
-_REASONS = {200: "OK", 400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed",
-            431: "Request Header Fields Too Large", 503: "Service Unavailable"}
+_REASONS = {
+    200: "OK",
+    400: "Bad Request",
+    404: "Not Found",
+    405: "Method Not Allowed",
+    431: "Request Header Fields Too Large",
+    503: "Service Unavailable",
+}
 
 
-def _response(
-    code: int, data: bytes, ctype: str, extra: Mapping[str, str] | None = None
-) -> bytes:
+def _response(code: int, data: bytes, ctype: str, extra: Mapping[str, str] | None = None) -> bytes:
     more = "".join(f"{k}: {v}\r\n" for k, v in (extra or {}).items())
     head = (
         f"HTTP/1.1 {code} {_REASONS.get(code, '')}\r\nServer: cdml-edge\r\n{more}"

@@ -25,22 +25,29 @@ class RunSummary:
         d = [a - b for a, b in zip(counts, self._last, strict=True)]
         rate = d[0] / max(1e-9, now - self._last_t)
         self._last, self._last_t = counts, now
-        return (f"summary: +{d[0]} items ({rate:.1f}/s), +{d[1]} windows, +{d[2]} anomalies, "
-                f"+{d[3]} errors, +{d[4]} dropped; {_state(h, mqtt)}")
+        return (
+            f"summary: +{d[0]} items ({rate:.1f}/s), +{d[1]} windows, +{d[2]} anomalies, "
+            f"+{d[3]} errors, +{d[4]} dropped; {_state(h, mqtt)}"
+        )
 
     def final(self, h: HealthPayload, anomalies: int, mqtt: bool = True) -> str:
         """``stopped after T s: N items (R/s), W windows, A anomalies, E errors, ...``"""
         took = self.clock() - self.started
         rate = h.items / max(1e-9, took)
-        return (f"stopped after {took:.1f} s: {h.items} items ({rate:.1f}/s), {h.windows} "
-                f"windows, {anomalies} anomalies, {h.errors} errors, {h.dropped} dropped; "
-                f"{_state(h, mqtt)}")
+        return (
+            f"stopped after {took:.1f} s: {h.items} items ({rate:.1f}/s), {h.windows} "
+            f"windows, {anomalies} anomalies, {h.errors} errors, {h.dropped} dropped; "
+            f"{_state(h, mqtt)}"
+        )
 
 
 def _state(h: HealthPayload, mqtt: bool) -> str:
     """Queues and the broker (``mqtt``: one is configured)."""
-    parts = [f"outbox {h.outbox_depth}", f"spool {format_size(h.spool_bytes)} "
-             f"({h.spool_records} records)", f"written {format_size(h.bytes_written)}"]
+    parts = [
+        f"outbox {h.outbox_depth}",
+        f"spool {format_size(h.spool_bytes)} ({h.spool_records} records)",
+        f"written {format_size(h.bytes_written)}",
+    ]
     if h.degraded:
         parts.append("degraded: " + ", ".join(sorted(h.degraded)))
     if mqtt:

@@ -28,8 +28,8 @@ def thumbnail(data: bytes, side: int = THUMB_SIDE) -> bytes | None:
     h, w = img.shape[:2]
     scale = side / max(h, w)
     if scale < 1:
-        img = cv2.resize(img, (max(1, round(w * scale)), max(1, round(h * scale))),
-                         interpolation=cv2.INTER_AREA)
+        img = cv2.resize(
+            img, (max(1, round(w * scale)), max(1, round(h * scale))), interpolation=cv2.INTER_AREA
+        )
     ok, out = cv2.imencode(".jpg", img, [cv2.IMWRITE_JPEG_QUALITY, JPEG_QUALITY])
     return out.tobytes() if ok else None
-

@@ -146,9 +146,7 @@ class ProgressWatchdog:
         if st.stalled:
             if not self._was_stalled:
                 self._was_stalled = True
-                msg = (
-                    f"stalled: {st.pending} pending, no progress for {st.stalled_for_s:.0f} s"
-                )
+                msg = f"stalled: {st.pending} pending, no progress for {st.stalled_for_s:.0f} s"
                 log.error("watchdog: %s; pings stop", msg)
                 self._notifier.status(msg)
             return False

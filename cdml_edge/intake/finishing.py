@@ -118,9 +118,14 @@ class FileLifecycle:
         self.file_mode = file_mode
         self.on_skip = on_skip
         self.on_late = on_late
-        self.faults = DiskFaults("quarantine", quarantine_dir, retry_s=retry_s,
-                                 on_event=on_event, probe=self._probe_disk,
-                                 probe_ops=("quarantine",))
+        self.faults = DiskFaults(
+            "quarantine",
+            quarantine_dir,
+            retry_s=retry_s,
+            on_event=on_event,
+            probe=self._probe_disk,
+            probe_ops=("quarantine",),
+        )
         self._lock = threading.Lock()
         self._backlog: dict[Path, tuple[str, str]] = {}  # path -> (source, name), in order
         self.unlisted = 0  # failed beyond BACKLOG_MAX: left on disk, not tried again
@@ -185,8 +190,7 @@ class FileLifecycle:
         if not same:
             self.changed += 1
             self._skipped("changed")
-            log.warning("%s: changed since it was scored; left for the next window",
-                        log_name(path))
+            log.warning("%s: changed since it was scored; left for the next window", log_name(path))
             return False
         return True
 
@@ -212,8 +216,9 @@ class FileLifecycle:
             os.rename(aside, unique_name(path.parent, path.name))
         self.changed += 1
         self._skipped("changed")
-        log.warning("%s: replaced while it was being finished; left for the next window",
-                    log_name(path))
+        log.warning(
+            "%s: replaced while it was being finished; left for the next window", log_name(path)
+        )
         return None
 
     def _skipped(self, reason: str) -> None:
@@ -237,8 +242,9 @@ class FileLifecycle:
         if dest is None:
             return None
         self.faults.ok("quarantine")
-        log.warning("quarantined %s/%s -> %s (%d bytes)", source, log_name(name),
-                    log_name(dest), size)
+        log.warning(
+            "quarantined %s/%s -> %s (%d bytes)", source, log_name(name), log_name(dest), size
+        )
         return dest
 
     def _quarantine(
@@ -305,8 +311,7 @@ class FileLifecycle:
             if dest is not None:
                 moved += 1
                 self.faults.ok("quarantine")
-                log.warning("quarantined %s/%s late -> %s", source, log_name(name),
-                            log_name(dest))
+                log.warning("quarantined %s/%s late -> %s", source, log_name(name), log_name(dest))
                 self._report_late(source, name, dest)
         with self._lock:
             self._arm_locked()
@@ -356,8 +361,7 @@ class FileLifecycle:
                 break
             p.unlink(missing_ok=True)
             total -= size
-            log.info("quarantine over %d bytes: removed %s", self.quarantine_max_bytes,
-                     log_name(p))
+            log.info("quarantine over %d bytes: removed %s", self.quarantine_max_bytes, log_name(p))
 
 
 def age_s(path: Path) -> float:

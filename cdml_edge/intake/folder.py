@@ -170,8 +170,7 @@ class FolderSource:
         try:
             self._arm()
         except Exception as exc:
-            log.error("%s: cannot watch %s yet: %s", self.spec.name,
-                      log_name(self.spec.path), exc)
+            log.error("%s: cannot watch %s yet: %s", self.spec.name, log_name(self.spec.path), exc)
         self._thread.start()
 
     def stop(self) -> None:
@@ -274,8 +273,10 @@ class FolderSource:
             st = os.stat(path)
         except OSError:
             return False
-        return known is not None and (st.st_size, st.st_ino) == (known.size, known.ino) and (
-            st.st_mtime_ns != known.mtime_ns
+        return (
+            known is not None
+            and (st.st_size, st.st_ino) == (known.size, known.ino)
+            and (st.st_mtime_ns != known.mtime_ns)
         )
 
     def _refuse(self, path: str, lst: os.stat_result | None, exc: SourceError) -> None:
@@ -343,8 +344,9 @@ class FolderSource:
     def _loop(self) -> None:
         while not self._stopped.is_set():
             if not self._watch_alive():
-                raise WatchLost(self.spec.path, "the watch stopped (folder deleted, moved or "
-                                                "unmounted)")
+                raise WatchLost(
+                    self.spec.path, "the watch stopped (folder deleted, moved or unmounted)"
+                )
             self._rescan_if_room()
             ready = [] if self._paused else self.files.ready()
             for path in ready:
@@ -371,8 +373,9 @@ class FolderSource:
         if pend.size > limit:  # never read: the caller quarantines it (see ErrorSink)
             self._forget(path)
             self.stats.errors += 1
-            self._on_error(self.spec.name, self._name(path),
-                           FileTooLarge(path, pend.size, limit), Path(path))
+            self._on_error(
+                self.spec.name, self._name(path), FileTooLarge(path, pend.size, limit), Path(path)
+            )
             return True
         charge = self._budget.cost(pend.size, self.spec.modality)
         if not self._budget.try_acquire(charge):

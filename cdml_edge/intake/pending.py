@@ -159,7 +159,9 @@ class PendingFiles:
             self._taken.pop(path, None)
             self._kept.pop(path, None)
             self._pending[path] = Pending(
-                FileIdentity.of(st), time.monotonic(), closed=True,
+                FileIdentity.of(st),
+                time.monotonic(),
+                closed=True,
                 not_before=time.monotonic() + delay,
             )
             self._cond.notify_all()
@@ -189,8 +191,11 @@ class PendingFiles:
                 self._kept.pop(next(iter(self._kept)))
                 self.forgotten += 1
                 if self.forgotten == 1:
-                    log.warning("more than %d files kept in place: the oldest are forgotten "
-                                "(a rescan scores them again, same result ids)", self.max_kept)
+                    log.warning(
+                        "more than %d files kept in place: the oldest are forgotten "
+                        "(a rescan scores them again, same result ids)",
+                        self.max_kept,
+                    )
 
     def rescan_due(self) -> bool:
         """Whether notices were dropped and the backlog has halved since (asked once)."""

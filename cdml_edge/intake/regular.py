@@ -57,8 +57,9 @@ class LinkPolicy:
             raise LinkRefused(path, "links are not followed (follow_symlinks is off)")
         real = os.path.realpath(path)
         if not any(os.path.commonpath([real, root]) == root for root in self.roots):
-            raise LinkRefused(path, f"its target {display_name(real)} is outside the folder "
-                                    "and link_roots")
+            raise LinkRefused(
+                path, f"its target {display_name(real)} is outside the folder and link_roots"
+            )
         return real
 
 

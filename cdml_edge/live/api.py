@@ -26,8 +26,9 @@ BatchCallback = Callable[[PackedBatch], Any]
 FileCallback = Callable[..., Any]
 
 
-def _launch(watch: LiveWatch, duration: float | None, stop: threading.Event | None,
-            background: bool) -> LiveWatch:
+def _launch(
+    watch: LiveWatch, duration: float | None, stop: threading.Event | None, background: bool
+) -> LiveWatch:
     if background:
         return watch.start()
     watch.run(duration, stop)
@@ -75,7 +76,9 @@ def watch_and_pack(
     settings = WatchSettings(
         folder=Path(input_folder),
         window=WindowPolicy(interval_seconds, max_files, max_bytes, close_when_idle=False),
-        auto_delete=auto_delete, patterns=tuple(patterns), stable_seconds=stable_seconds,
+        auto_delete=auto_delete,
+        patterns=tuple(patterns),
+        stable_seconds=stable_seconds,
         max_inflight_bytes=max_inflight_bytes,
         quarantine_dir=Path(quarantine_dir) if quarantine_dir is not None else None,
         name="batch",
@@ -113,9 +116,12 @@ def watch_in_memory(
 
     settings = WatchSettings(
         folder=Path(folder),
-        window=WindowPolicy(seconds=1.0, max_items=1, max_bytes=max_file_bytes,
-                            close_when_idle=False),
-        auto_delete=auto_delete, patterns=tuple(patterns), stable_seconds=stable_seconds,
+        window=WindowPolicy(
+            seconds=1.0, max_items=1, max_bytes=max_file_bytes, close_when_idle=False
+        ),
+        auto_delete=auto_delete,
+        patterns=tuple(patterns),
+        stable_seconds=stable_seconds,
         max_inflight_bytes=max_inflight_bytes,
         quarantine_dir=Path(quarantine_dir) if quarantine_dir is not None else None,
         name="file",

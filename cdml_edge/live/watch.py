@@ -55,7 +55,7 @@ class WatchStats:
     errors: list[str] = field(default_factory=list)  # the last few error messages
 
     def note(self, message: str, keep: int = 20) -> None:
-        self.errors = [*self.errors[-(keep - 1):], message]
+        self.errors = [*self.errors[-(keep - 1) :], message]
 
 
 class LiveWatch:
@@ -71,18 +71,25 @@ class LiveWatch:
         self.supervisor = Supervisor(on_death=self._died)
         self.budget = ByteBudget(settings.max_inflight_bytes, data_factor=DATA_COPIES)
         self.lifecycle = FileLifecycle(settings.quarantine, settings.quarantine_max_bytes)
-        self.windower = Windower(settings.name, settings.window, self._queue.put,
-                                 spawn=self.supervisor.spawn)
+        self.windower = Windower(
+            settings.name, settings.window, self._queue.put, spawn=self.supervisor.spawn
+        )
         spec = FolderSpec(
-            name=settings.name, path=Path(settings.folder), modality="binary",
-            patterns=settings.patterns, stable_seconds=settings.stable_seconds,
-            polling=settings.polling, recursive=settings.recursive,
+            name=settings.name,
+            path=Path(settings.folder),
+            modality="binary",
+            patterns=settings.patterns,
+            stable_seconds=settings.stable_seconds,
+            polling=settings.polling,
+            recursive=settings.recursive,
             max_file_bytes=settings.window.max_bytes,
         )
-        self.source = FolderSource(spec, self.budget, self._intake, self._input_error,
-                                   spawn=self.supervisor.spawn)
-        self._worker = threading.Thread(target=self._work, name=f"live-{settings.name}",
-                                        daemon=True)
+        self.source = FolderSource(
+            spec, self.budget, self._intake, self._input_error, spawn=self.supervisor.spawn
+        )
+        self._worker = threading.Thread(
+            target=self._work, name=f"live-{settings.name}", daemon=True
+        )
 
     # -- lifecycle -------------------------------------------------------------------------
     def start(self) -> LiveWatch:
@@ -142,8 +149,9 @@ class LiveWatch:
         item.modality = modality_for(item.name)
         self.windower.add(item)
 
-    def _input_error(self, source: str, name: str | None, exc: Exception,
-                     path: Path | None) -> None:
+    def _input_error(
+        self, source: str, name: str | None, exc: Exception, path: Path | None
+    ) -> None:
         """A file that could not be taken: counted, quarantined when the error says so."""
         self.stats.input_errors += 1
         self.stats.note(str(exc))
@@ -173,8 +181,12 @@ class LiveWatch:
         except Exception as exc:
             self.stats.callback_errors += 1
             self.stats.note(f"{window.window_id}: {type(exc).__name__}: {exc}")
-            log.exception("%s: callback failed for %s; its %d file(s) stay on disk",
-                          self.settings.name, window.window_id, len(window.items))
+            log.exception(
+                "%s: callback failed for %s; its %d file(s) stay on disk",
+                self.settings.name,
+                window.window_id,
+                len(window.items),
+            )
             self._finish(window, delete=False)
             return
         self.stats.batches += 1

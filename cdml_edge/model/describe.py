@@ -35,7 +35,9 @@ from cdml_edge.model.inputs import (
 from cdml_edge.model.spec import ModelSpec, has_spec, read_spec
 
 _DTYPES: dict[str, DType] = {
-    "tensor(float)": "float32", "tensor(uint8)": "uint8", "tensor(float16)": "float16",
+    "tensor(float)": "float32",
+    "tensor(uint8)": "uint8",
+    "tensor(float16)": "float16",
 }
 
 
@@ -54,8 +56,16 @@ class Description:
 
     @classmethod
     def from_config(cls, mc: ModelConfig, name: str | None = None) -> Description:
-        return cls(name, mc.modality, mc.labels, mc.labels_file, mc.input_size,
-                   mc.anomaly_threshold, mc.input, mc.output)
+        return cls(
+            name,
+            mc.modality,
+            mc.labels,
+            mc.labels_file,
+            mc.input_size,
+            mc.anomaly_threshold,
+            mc.input,
+            mc.output,
+        )
 
     def read_labels(self) -> list[str] | None:
         """The labels given inline or in ``labels_file`` (one per line, blank lines skipped)."""
@@ -125,8 +135,16 @@ def _input_update(inp: ModelInput, d: ModelInputConfig) -> ModelInput:
     if isinstance(inp, ImageInput):
         update = _image_keys(given)
     elif isinstance(inp, AudioInput):
-        keys: tuple[str, ...] = ("sample_rate", "n_mfcc", "frames", "hop_length", "n_fft",
-                                 "mean", "std", "dtype")
+        keys: tuple[str, ...] = (
+            "sample_rate",
+            "n_mfcc",
+            "frames",
+            "hop_length",
+            "n_fft",
+            "mean",
+            "std",
+            "dtype",
+        )
         update = {k: given[k] for k in keys if k in given}
     else:
         keys = ("columns", "window", "mean", "std", "dtype")
@@ -174,8 +192,9 @@ def _foreign_spec(
     gi = _graph_input(session, d.name, path)
     dtype = d.dtype or _DTYPES.get(gi.type)
     if dtype is None:
-        raise ModelSpecError(f"{path}: input {gi.name!r} is {gi.type}; supported: float32, "
-                             "uint8, float16")
+        raise ModelSpecError(
+            f"{path}: input {gi.name!r} is {gi.type}; supported: float32, uint8, float16"
+        )
     modality = str(desc.modality)
     kind = INPUT_KIND[modality]  # type: ignore[index]
     dims = [_static(v) for v in gi.shape]
@@ -189,9 +208,15 @@ def _foreign_spec(
         labels = list(output.examples)
     try:
         return ModelSpec(
-            name=desc.name or path.stem, version="external", modality=modality,  # type: ignore[arg-type]
-            task=output.kind, input=inp, labels=labels, outputs=["described"],
-            anomaly_threshold=desc.anomaly_threshold, input_name=gi.name,
+            name=desc.name or path.stem,
+            version="external",
+            modality=modality,  # type: ignore[arg-type]
+            task=output.kind,
+            input=inp,
+            labels=labels,
+            outputs=["described"],
+            anomaly_threshold=desc.anomaly_threshold,
+            input_name=gi.name,
         )
     except ValueError as exc:
         raise ModelSpecError(f"{path}: {exc}") from exc
@@ -207,8 +232,9 @@ def _image_input(
     d: ModelInputConfig, dims: list[int | None], dtype: DType, size: int | None, path: Path
 ) -> ImageInput:
     if len(dims) != 4:
-        raise ModelSpecError(f"{path}: an image input has 4 dimensions, the graph's has "
-                             f"{len(dims)}")
+        raise ModelSpecError(
+            f"{path}: an image input has 4 dimensions, the graph's has {len(dims)}"
+        )
     layout = d.layout or ("NHWC" if dims[3] in (1, 3) and dims[1] not in (1, 3) else "NCHW")
     c, h, w = (dims[1], dims[2], dims[3]) if layout == "NCHW" else (dims[3], dims[1], dims[2])
     order = d.channel_order or ("gray" if c == 1 else "RGB")
@@ -220,9 +246,15 @@ def _image_input(
     w, h = _need(w, "input.size", path), _need(h, "input.size", path)
     try:
         return ImageInput(
-            channels=1 if channels == 1 else 3, size=w, height=h if h != w else None, layout=layout,
-            order="BGR" if order == "BGR" else "RGB", dtype=dtype, scale=d.scale,
-            mean=d.mean or [0.0] * channels, std=d.std or [1.0] * channels,
+            channels=1 if channels == 1 else 3,
+            size=w,
+            height=h if h != w else None,
+            layout=layout,
+            order="BGR" if order == "BGR" else "RGB",
+            dtype=dtype,
+            scale=d.scale,
+            mean=d.mean or [0.0] * channels,
+            std=d.std or [1.0] * channels,
             resize=d.resize or "stretch",
         )
     except ValueError as exc:
@@ -235,10 +267,16 @@ def _audio_input(
     n_mfcc = d.n_mfcc or (dims[1] if len(dims) == 3 else None)
     frames = d.frames or (dims[2] if len(dims) == 3 else None)
     try:
-        return AudioInput(n_mfcc=_need(n_mfcc, "input.n_mfcc", path),
-                          frames=_need(frames, "input.frames", path), mean=d.mean, std=d.std,
-                          dtype=dtype, sample_rate=d.sample_rate or 16000,
-                          hop_length=d.hop_length or 512, n_fft=d.n_fft or 2048)
+        return AudioInput(
+            n_mfcc=_need(n_mfcc, "input.n_mfcc", path),
+            frames=_need(frames, "input.frames", path),
+            mean=d.mean,
+            std=d.std,
+            dtype=dtype,
+            sample_rate=d.sample_rate or 16000,
+            hop_length=d.hop_length or 512,
+            n_fft=d.n_fft or 2048,
+        )
     except ValueError as exc:
         raise ModelSpecError(f"{path}: input: {exc}") from exc
 
@@ -257,9 +295,15 @@ def _series_input(
         channels = channels or (dims[1] if len(dims) == 3 else None)
         window = d.window or (dims[2] if len(dims) == 3 else None)
     try:
-        return SeriesInput(channels=_need(channels, "input.columns", path),
-                           window=_need(window, "input.window", path), columns=d.columns,
-                           mean=d.mean, std=d.std, dtype=dtype, flat=flat)
+        return SeriesInput(
+            channels=_need(channels, "input.columns", path),
+            window=_need(window, "input.window", path),
+            columns=d.columns,
+            mean=d.mean,
+            std=d.std,
+            dtype=dtype,
+            flat=flat,
+        )
     except ValueError as exc:
         raise ModelSpecError(f"{path}: input: {exc}") from exc
 
@@ -284,9 +328,17 @@ def build_head(out: ModelOutputConfig, spec: ModelSpec, session: Any, labels: li
     inp = spec.input
     size = (inp.width, inp.rows) if isinstance(inp, ImageInput) else (1, 1)
     return DetectorHead(
-        labels, out.format, name, (out.boxes, out.scores, out.classes), out.score_threshold,
-        out.iou_threshold, out.max_detections, out.objectness, out.box_order == "yxyx",
-        out.normalized, size,
+        labels,
+        out.format,
+        name,
+        (out.boxes, out.scores, out.classes),
+        out.score_threshold,
+        out.iou_threshold,
+        out.max_detections,
+        out.objectness,
+        out.box_order == "yxyx",
+        out.normalized,
+        size,
     )
 
 

@@ -25,15 +25,18 @@ def graph_problems(session: Any, spec: ModelSpec, head: Head) -> list[str]:
     inputs = {i.name: i for i in session.get_inputs()}
     gi = inputs.get(spec.input_name)
     if gi is None:
-        return [f"input.name: {spec.input_name!r} is not an input of the graph "
-                f"({', '.join(inputs)})"]
+        return [
+            f"input.name: {spec.input_name!r} is not an input of the graph ({', '.join(inputs)})"
+        ]
     out = _input_problems(gi, spec)
     outputs = {o.name: o for o in session.get_outputs()}
     missing = [o for o in head.outputs if o not in outputs]
     if missing:
         have = ", ".join(outputs)
-        return [*out, f"output: {', '.join(map(repr, missing))} not among the graph's outputs "
-                      f"({have})"]
+        return [
+            *out,
+            f"output: {', '.join(map(repr, missing))} not among the graph's outputs ({have})",
+        ]
     return out + _output_problems(outputs, spec, head)
 
 
@@ -43,17 +46,26 @@ def _input_problems(gi: Any, spec: ModelSpec) -> list[str]:
     have = list(gi.shape)
     layout = getattr(spec.input, "layout", "")
     if len(have) != len(want):
-        out.append(f"input: the graph's {gi.name!r} is {_shape(have)} ({len(have)} dimensions); "
-                   f"the description gives N x {_shape(want[1:])} {layout}".rstrip())
+        out.append(
+            f"input: the graph's {gi.name!r} is {_shape(have)} ({len(have)} dimensions); "
+            f"the description gives N x {_shape(want[1:])} {layout}".rstrip()
+        )
     else:
-        bad = [i for i, (h, w) in enumerate(zip(have, want, strict=True))
-               if w is not None and isinstance(h, int) and h > 0 and h != w]
+        bad = [
+            i
+            for i, (h, w) in enumerate(zip(have, want, strict=True))
+            if w is not None and isinstance(h, int) and h > 0 and h != w
+        ]
         if bad:
-            out.append(f"input: the graph's {gi.name!r} is {_shape(have)}; the description "
-                       f"gives N x {_shape(want[1:])} {layout} (size, layout or channels)".rstrip())
+            out.append(
+                f"input: the graph's {gi.name!r} is {_shape(have)}; the description "
+                f"gives N x {_shape(want[1:])} {layout} (size, layout or channels)".rstrip()
+            )
     if gi.type != _TYPES[spec.input.dtype]:
-        out.append(f"input.dtype: the graph's {gi.name!r} is {gi.type}, the description says "
-                   f"{spec.input.dtype}")
+        out.append(
+            f"input.dtype: the graph's {gi.name!r} is {gi.type}, the description says "
+            f"{spec.input.dtype}"
+        )
     return out
 
 
@@ -62,14 +74,18 @@ def _output_problems(outputs: dict[str, Any], spec: ModelSpec, head: Head) -> li
         dims = list(outputs[head.output].shape)
         width = dims[-1] if dims and isinstance(dims[-1], int) and dims[-1] > 0 else None
         if width is not None and width != len(head.labels):
-            return [f"labels: {len(head.labels)} labels for the {width} classes of output "
-                    f"{head.output!r}"]
+            return [
+                f"labels: {len(head.labels)} labels for the {width} classes of output "
+                f"{head.output!r}"
+            ]
     if isinstance(head, DetectorHead) and head.format == "yolo":
         dims = [d for d in outputs[head.output].shape[-2:] if isinstance(d, int) and d > 0]
         n = len(head.labels)
         if dims and not {4 + n, 5 + n} & set(dims):
-            return [f"labels: a YOLO row of output {head.output!r} holds 4 (+1) + one score per "
-                    f"label = {4 + n} or {5 + n} values; the graph gives {_shape(dims)}"]
+            return [
+                f"labels: a YOLO row of output {head.output!r} holds 4 (+1) + one score per "
+                f"label = {4 + n} or {5 + n} values; the graph gives {_shape(dims)}"
+            ]
     return []
 
 

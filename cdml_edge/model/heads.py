@@ -181,10 +181,12 @@ class EmbeddingHead(Head):
         """Prototypes and thresholds from example vectors per label."""
         self.labels = list(vectors)
         self.prototypes = np.stack([np.asarray(v).mean(axis=0) for v in vectors.values()])
-        self.thresholds = np.array([
-            float(np.percentile(_distances(np.asarray(v), p[None, :])[:, 0], percentile))
-            for v, p in zip(vectors.values(), self.prototypes, strict=True)
-        ])
+        self.thresholds = np.array(
+            [
+                float(np.percentile(_distances(np.asarray(v), p[None, :])[:, 0], percentile))
+                for v, p in zip(vectors.values(), self.prototypes, strict=True)
+            ]
+        )
 
     def interpret(
         self, out: Mapping[str, np.ndarray], n: int, geometry: Geometries
@@ -231,12 +233,25 @@ class DetectorHead(Head):
     def raw(self, out: Mapping[str, np.ndarray], i: int) -> RawDetections:
         """Item ``i``'s detections in input pixels."""
         if self.format == "yolo":
-            return decode_yolo(out[self.output][i], len(self.labels), self.score_threshold,
-                               self.iou_threshold, self.max_detections, self.objectness)
+            return decode_yolo(
+                out[self.output][i],
+                len(self.labels),
+                self.score_threshold,
+                self.iou_threshold,
+                self.max_detections,
+                self.objectness,
+            )
         b, s, c = (out[name][i] for name in self.ssd)
         scale = self.input_size if self.normalized else (1.0, 1.0)
-        return decode_boxes(b, s, c, self.score_threshold, self.max_detections,
-                            yxyx=self.yxyx, scale=(float(scale[0]), float(scale[1])))
+        return decode_boxes(
+            b,
+            s,
+            c,
+            self.score_threshold,
+            self.max_detections,
+            yxyx=self.yxyx,
+            scale=(float(scale[0]), float(scale[1])),
+        )
 
     def interpret(
         self, out: Mapping[str, np.ndarray], n: int, geometry: Geometries
@@ -247,15 +262,33 @@ class DetectorHead(Head):
             g = geometry[i] if i < len(geometry) else None
             boxes = g.to_source(raw.boxes) if g is not None else raw.boxes.reshape(-1, 4)
             dets = tuple(
-                Detection(_name(self.labels, int(c)), round(float(s), 6),
-                          tuple(round(float(v), 2) for v in box))  # type: ignore[arg-type]
+                Detection(
+                    _name(self.labels, int(c)),
+                    round(float(s), 6),
+                    tuple(round(float(v), 2) for v in box),  # type: ignore[arg-type]
+                )
                 for box, s, c in zip(boxes, raw.scores, raw.classes, strict=True)
             )
             best = dets[0] if dets else None
-            preds.append(Prediction(best.label if best else None, best.score if best else None,
-                                    False, None, detections=dets))
+            preds.append(
+                Prediction(
+                    best.label if best else None,
+                    best.score if best else None,
+                    False,
+                    None,
+                    detections=dets,
+                )
+            )
         return preds
 
 
-__all__ = ["AnomalyScoreHead", "ClassifierHead", "DetectorHead", "EmbeddingHead", "Head",
-           "Prediction", "SpecHead", "softmax"]
+__all__ = [
+    "AnomalyScoreHead",
+    "ClassifierHead",
+    "DetectorHead",
+    "EmbeddingHead",
+    "Head",
+    "Prediction",
+    "SpecHead",
+    "softmax",
+]

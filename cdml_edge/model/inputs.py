@@ -144,5 +144,13 @@ def _check_stats(mean: list[float] | None, std: list[float] | None, n: int, what
         raise ValueError(f"{what}: std values must be > 0")
 
 
-__all__ = ["INPUT_KIND", "AudioInput", "DType", "ImageInput", "InputSpec", "ModelInput",
-           "ModelSpecError", "SeriesInput"]
+__all__ = [
+    "INPUT_KIND",
+    "AudioInput",
+    "DType",
+    "ImageInput",
+    "InputSpec",
+    "ModelInput",
+    "ModelSpecError",
+    "SeriesInput",
+]

@@ -223,5 +223,11 @@ def fit_input_stats(spec: ModelSpec, decoded: Iterable[np.ndarray]) -> ModelSpec
     return spec.model_copy(update={"input": new_input})
 
 
-__all__ = ["LETTERBOX_FILL", "Geometry", "fit_input_stats", "image_geometry", "prepare_batch",
-           "prepare_item"]
+__all__ = [
+    "LETTERBOX_FILL",
+    "Geometry",
+    "fit_input_stats",
+    "image_geometry",
+    "prepare_batch",
+    "prepare_item",
+]

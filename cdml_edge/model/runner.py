@@ -63,8 +63,9 @@ class ModelOverrides:
         if self.description is not None:
             return self.description
         labels = list(self.labels) if self.labels is not None else None
-        return Description(labels=labels, input_size=self.input_size,
-                           anomaly_threshold=self.anomaly_threshold)
+        return Description(
+            labels=labels, input_size=self.input_size, anomaly_threshold=self.anomaly_threshold
+        )
 
 
 class ModelRunner:
@@ -153,8 +154,10 @@ class ModelRunner:
         """The head's outputs for a prepared batch, as the graph gives them."""
         try:
             if self.one_at_a_time and batch.shape[0] > 1:  # an export fixed to batch 1
-                rows = [run_model(self.session, self.spec, batch[i : i + 1], self.head.outputs)
-                        for i in range(batch.shape[0])]
+                rows = [
+                    run_model(self.session, self.spec, batch[i : i + 1], self.head.outputs)
+                    for i in range(batch.shape[0])
+                ]
                 return {k: np.concatenate([r[k] for r in rows]) for k in rows[0]}
             return run_model(self.session, self.spec, batch, self.head.outputs)
         except Exception as exc:  # onnxruntime raises its own exception types
@@ -203,8 +206,16 @@ def load_runners(
         if warm_up:
             runner.warm_up()  # first call: lazy initialisation
             warm = f", warmed up in {runner.warm_up((batch or {}).get(key, 1)):.1f} ms"
-        log.info("model %s %s (%s) for %s: %s; loaded in %.1f ms%s", runner.name,
-                 runner.version, path, key, runner.describe(), runner.load_ms or 0.0, warm)
+        log.info(
+            "model %s %s (%s) for %s: %s; loaded in %.1f ms%s",
+            runner.name,
+            runner.version,
+            path,
+            key,
+            runner.describe(),
+            runner.load_ms or 0.0,
+            warm,
+        )
         runners[key] = runner
     return runners
 

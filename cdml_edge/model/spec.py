@@ -44,9 +44,24 @@ if TYPE_CHECKING:  # pragma: no cover
     import onnxruntime
 
 __all__ = [
-    "INPUT_KIND", "INPUT_NAME", "META_KEY", "AudioInput", "ImageInput", "InputSpec", "ModelInput",
-    "ModelSpec", "ModelSpecError", "SeriesInput", "fit_input_stats", "has_spec",
-    "load_onnx_model", "open_session", "prepare_batch", "prepare_item", "read_spec", "run_model",
+    "INPUT_KIND",
+    "INPUT_NAME",
+    "META_KEY",
+    "AudioInput",
+    "ImageInput",
+    "InputSpec",
+    "ModelInput",
+    "ModelSpec",
+    "ModelSpecError",
+    "SeriesInput",
+    "fit_input_stats",
+    "has_spec",
+    "load_onnx_model",
+    "open_session",
+    "prepare_batch",
+    "prepare_item",
+    "read_spec",
+    "run_model",
 ]
 
 META_KEY = "cdml.spec"

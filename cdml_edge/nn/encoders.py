@@ -179,7 +179,9 @@ class TabularEncoder(LatentModel):
         super().__init__()
         owner = type(self).__name__
         in_features = required(
-            owner, "in_features", pick(owner, "in_features", in_features, "input_dim", input_dim),
+            owner,
+            "in_features",
+            pick(owner, "in_features", in_features, "input_dim", input_dim),
             "input_dim",
         )
         self.config = {

@@ -142,10 +142,14 @@ def parity(
 ) -> float:
     """Max abs difference between torch and onnxruntime over all outputs (batches 1 and 7)."""
     session, file_spec = load_onnx_model(onnx_path)
-    batches = [inputs] if inputs is not None else [
-        torch.randn(1, *spec.input.shape(), generator=torch.Generator().manual_seed(0)),
-        torch.randn(7, *spec.input.shape(), generator=torch.Generator().manual_seed(1)),
-    ]
+    batches = (
+        [inputs]
+        if inputs is not None
+        else [
+            torch.randn(1, *spec.input.shape(), generator=torch.Generator().manual_seed(0)),
+            torch.randn(7, *spec.input.shape(), generator=torch.Generator().manual_seed(1)),
+        ]
+    )
     worst = 0.0
     for x in batches:
         ref = graph(x)
@@ -156,9 +160,7 @@ def parity(
     return worst
 
 
-def export_checkpoint(
-    ckpt_path: str | Path, out_path: str | Path, **kwargs: Any
-) -> ExportReport:
+def export_checkpoint(ckpt_path: str | Path, out_path: str | Path, **kwargs: Any) -> ExportReport:
     """Export a trainer checkpoint (it must carry a spec; anomaly ones a fitted scorer)."""
     model, spec, ckpt = checkpoint.load_model(ckpt_path)
     if spec is None:

@@ -42,7 +42,9 @@ def confusion_matrix(trainer: CDMLTrainer, loader: Iterable[Any], n_classes: int
 
 
 def write_training_plots(
-    out_dir: Path, history: Sequence[dict[str, Any]], classes: Sequence[str],
+    out_dir: Path,
+    history: Sequence[dict[str, Any]],
+    classes: Sequence[str],
     confusion: np.ndarray | None,
 ) -> list[Path]:
     """The run's pictures (see the module); the paths written. Nothing without matplotlib
@@ -54,22 +56,47 @@ def write_training_plots(
     if history:
         epochs = [float(r["epoch"]) for r in history]
         fig, (loss_ax, acc_ax) = charts.figure(2)
-        charts.curves(loss_ax, epochs, {"train": [r.get("train_loss") for r in history],
-                                        "validation": [r.get("val_loss") for r in history]},
-                      "loss", "loss")
-        charts.curves(acc_ax, epochs, {"train": [r.get("train_acc") for r in history],
-                                       "validation": [r.get("val_acc") for r in history]},
-                      "accuracy", "accuracy")
+        charts.curves(
+            loss_ax,
+            epochs,
+            {
+                "train": [r.get("train_loss") for r in history],
+                "validation": [r.get("val_loss") for r in history],
+            },
+            "loss",
+            "loss",
+        )
+        charts.curves(
+            acc_ax,
+            epochs,
+            {
+                "train": [r.get("train_acc") for r in history],
+                "validation": [r.get("val_acc") for r in history],
+            },
+            "accuracy",
+            "accuracy",
+        )
         written.append(charts.save(fig, out_dir / CURVES_PNG))
     if confusion is not None and confusion.sum() > 0:
         total = int(confusion.sum())
         acc = float(np.trace(confusion)) / total
         side = max(4.0, 0.6 * len(classes) + 2)
         fig, (ax,) = charts.figure(1, width=side, height=side)
-        charts.matrix(ax, confusion, classes, classes,
-                      f"validation: {total} items, accuracy {acc:.1%}", "true", "predicted")
+        charts.matrix(
+            ax,
+            confusion,
+            classes,
+            classes,
+            f"validation: {total} items, accuracy {acc:.1%}",
+            "true",
+            "predicted",
+        )
         written.append(charts.save(fig, out_dir / CONFUSION_PNG))
-        doc = {"labels": list(classes), "matrix": confusion.tolist(), "rows": "true",
-               "columns": "predicted"}
+        doc = {
+            "labels": list(classes),
+            "matrix": confusion.tolist(),
+            "rows": "true",
+            "columns": "predicted",
+        }
         atomic_write(out_dir / CONFUSION_JSON, (json.dumps(doc) + "\n").encode())
     return written

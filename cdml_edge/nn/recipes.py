@@ -96,9 +96,7 @@ RECIPES: Mapping[str, InputRecipe] = MappingProxyType(
         "image": InputRecipe(_image_input),
         "audio": InputRecipe(_audio_input, probe=AudioInput(), in_memory=True),
         "csv": InputRecipe(_series_input, SeriesInput(channels=1, window=1), in_memory=True),
-        "timeseries": InputRecipe(
-            _series_input, SeriesInput(channels=1, window=1), in_memory=True
-        ),
+        "timeseries": InputRecipe(_series_input, SeriesInput(channels=1, window=1), in_memory=True),
     }
 )
 """Modality -> :class:`InputRecipe`, for every modality a model scores."""
@@ -180,10 +178,13 @@ def train_from_archive(
     Anomaly models are trained as classifiers first; then codes of the ``normal_label``
     class fit an :class:`AnomalyScorer` whose threshold is the ``quantile`` of the
     scores of held-out normal items.
+
+    Long: cdmltrain 1.x's keyword arguments, one a line, then the few steps of a recipe.
     """
     torch.manual_seed(seed)
-    spec, classes = _spec_from_data(data, modality, name or f"{modality}-model", version,
-                                    InputShape(image_size, channels))
+    spec, classes = _spec_from_data(
+        data, modality, name or f"{modality}-model", version, InputShape(image_size, channels)
+    )
     in_memory = _recipe(modality).in_memory if in_memory is None else in_memory
     train_ds, val_ds = _datasets(data, val_data, spec, val_fraction, seed, in_memory)
     gen = torch.Generator().manual_seed(seed)
@@ -191,14 +192,20 @@ def train_from_archive(
     val_loader = DataLoader(val_ds, batch_size=256)
     model = build_for(spec, len(classes), latent_dim)
     trainer = CDMLTrainer(
-        model, lr=lr, device=device, loss=CDMLLoss(recon_weight=recon_weight),
-        out_dir=out_dir, spec=spec, schedule="cosine",
+        model,
+        lr=lr,
+        device=device,
+        loss=CDMLLoss(recon_weight=recon_weight),
+        out_dir=out_dir,
+        spec=spec,
+        schedule="cosine",
     )
     history = trainer.fit(train_loader, val_loader, epochs, on_step=on_step)
     scorer = None
     if normal_label is not None:
-        scorer, spec = _fit_anomaly(trainer, spec, classes, normal_label, train_ds, val_ds,
-                                    quantile)
+        scorer, spec = _fit_anomaly(
+            trainer, spec, classes, normal_label, train_ds, val_ds, quantile
+        )
         trainer.spec = spec
         trainer.extra["anomaly"] = scorer.state()
         trainer.save_checkpoint()
@@ -276,7 +283,10 @@ def _fit_anomaly(
         z_tr[y_tr == normal], quantile, calibration=calib if len(calib) >= 10 else None
     )
     spec = spec.model_copy(
-        update={"task": "anomaly", "anomaly_threshold": scorer.threshold,
-                "outputs": ["anomaly", "latent"]}
+        update={
+            "task": "anomaly",
+            "anomaly_threshold": scorer.threshold,
+            "outputs": ["anomaly", "latent"],
+        }
     )
     return scorer, ModelSpec.model_validate(spec.model_dump())

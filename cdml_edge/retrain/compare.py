@@ -71,8 +71,15 @@ class Comparison:
         for (b, a), n in self.labels.items():
             counts[rows.index(b), cols.index(a)] = n
         changed = sum(n for (b, a), n in self.labels.items() if a != b)
-        charts.matrix(ax, counts, rows, cols, f"labels: {changed} of {counts.sum()} changed",
-                      f"before ({before})", f"after ({after})")
+        charts.matrix(
+            ax,
+            counts,
+            rows,
+            cols,
+            f"labels: {changed} of {counts.sum()} changed",
+            f"before ({before})",
+            f"after ({after})",
+        )
 
     def _scores(self, ax: Any, before: str, after: str) -> None:
         pts = np.array([(b, a) for b, a, _ in self.points])
@@ -81,8 +88,13 @@ class Comparison:
         ax.plot([lo, hi], [lo, hi], color="#999", linewidth=1)
         ax.scatter(pts[~flipped, 0], pts[~flipped, 1], s=8, color="#3563c9", label="same flag")
         if flipped.any():
-            ax.scatter(pts[flipped, 0], pts[flipped, 1], s=14, color="#c62828",
-                       label="anomaly flag changed")
+            ax.scatter(
+                pts[flipped, 0],
+                pts[flipped, 1],
+                s=14,
+                color="#c62828",
+                label="anomaly flag changed",
+            )
         ax.set_title(f"anomaly scores: {int(flipped.sum())} of {len(pts)} flags changed")
         ax.set_xlabel(f"before ({before})")
         ax.set_ylabel(f"after ({after})")

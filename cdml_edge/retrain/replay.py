@@ -160,7 +160,12 @@ def iter_replay(
         retained, archive = loaded
         t0 = time.perf_counter()
         outcome, recs = rescore_window(
-            archive, retained, runners, rows.get(retained.source), seq, rec.file,
+            archive,
+            retained,
+            runners,
+            rows.get(retained.source),
+            seq,
+            rec.file,
             models=(models or {}).get(retained.source),
         )
         st.seconds += time.perf_counter() - t0

@@ -26,6 +26,7 @@ from cdml_edge.store.sidecar import RetentionError, list_retained
 if TYPE_CHECKING:  # pragma: no cover
     from cdml_edge.config import AppConfig
     from cdml_edge.model.runner import ModelOverrides, ModelRunner
+    from cdml_edge.outputs.base import Output
 
 DEFAULT_REPLAY_OUT = "replay-results.jsonl"
 
@@ -72,7 +73,8 @@ class ReplaySummary:
         )
         left = (
             f"; {self.undelivered} messages not delivered, left in {self.spool}"
-            if self.undelivered else ""
+            if self.undelivered
+            else ""
         )
         return (
             f"replayed {st.windows} windows, {st.items} results ({st.items_per_s:.0f} items/s), "
@@ -96,17 +98,20 @@ class _ReplayPlan:
     out: Path | None
 
 
+def _started_output(cfg: AppConfig) -> Output:
+    """The configuration's output, started, for publishing replayed results."""
+    from cdml_edge.outputs.factory import make_output
+
+    output = make_output(cfg, replay=True)
+    output.start()
+    return output
+
+
 def run_replay(options: ReplayOptions, progress: RunProgress | None = None) -> ReplaySummary:
     """Re-score the retained windows ``options`` select (archive order, full speed)."""
     plan = _plan(options)
     bar = progress if progress is not None else NoProgress()
-    output = None
-    if options.publish:
-        from cdml_edge.outputs.factory import make_output
-
-        output = make_output(plan.cfg, replay=True)
-        output.start()
-
+    output = _started_output(plan.cfg) if options.publish else None
     compare = Comparison()
 
     def on_window(win: ReplayedWindow) -> None:
@@ -122,13 +127,22 @@ def run_replay(options: ReplayOptions, progress: RunProgress | None = None) -> R
         bar.start(sum(r.n_items for r in plan.records))
         if plan.out is not None:
             st = replay_to_jsonl(
-                plan.ring, plan.runners, plan.out,
-                segment_rows=rows, on_window=on_window, records=plan.records, models=uses,
+                plan.ring,
+                plan.runners,
+                plan.out,
+                segment_rows=rows,
+                on_window=on_window,
+                records=plan.records,
+                models=uses,
             )
         else:
             st = ReplayStats()
             for win in iter_replay(
-                plan.ring, plan.runners, segment_rows=rows, stats=st, records=plan.records,
+                plan.ring,
+                plan.runners,
+                segment_rows=rows,
+                stats=st,
+                records=plan.records,
                 models=uses,
             ):
                 on_window(win)
@@ -216,8 +230,10 @@ def _load_extra(cfg: AppConfig, path: str | Path) -> ModelRunner:
     runner = ModelRunner.load(path)
     mc = cfg.models.get(runner.spec.modality)
     settings = ModelOverrides.from_config(mc).settings if mc is not None else runner.settings
-    return runner if settings == runner.settings else ModelRunner.load(
-        path, ModelOverrides(settings=settings)
+    return (
+        runner
+        if settings == runner.settings
+        else ModelRunner.load(path, ModelOverrides(settings=settings))
     )
 
 

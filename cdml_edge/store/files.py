@@ -26,7 +26,7 @@ def tmp_path(directory: Path, name: str) -> Path:
 def is_tmp_name(name: str) -> bool:
     """Whether ``name`` is the temporary name of one of the ring's own files (debris of an
     interrupted write, removed when the ring opens)."""
-    return name.startswith(TMP_PREFIX) and ring_name(name[len(TMP_PREFIX):]) is not None
+    return name.startswith(TMP_PREFIX) and ring_name(name[len(TMP_PREFIX) :]) is not None
 
 
 def write_file(path: Path, data: bytes, *, fsync: bool, mode: int = 0o600) -> None:

@@ -31,9 +31,13 @@ from cdml_edge.window.manifest import MANIFEST_NAME, WindowManifest
 log = logging.getLogger(__name__)
 
 
-
 def salvage_sidecar(
-    directory: Path, sidecar: str, names: set[str], damage: Exception, *, fsync: bool,
+    directory: Path,
+    sidecar: str,
+    names: set[str],
+    damage: Exception,
+    *,
+    fsync: bool,
     mode: int = 0o600,
 ) -> RetainedWindow | None:
     """Rebuild the damaged ``sidecar`` from its archive's manifest, else move the pair away.

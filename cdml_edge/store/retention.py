@@ -126,8 +126,14 @@ class RetentionRing:
         self.clock = clock
         self.fsync = fsync
         self._lock = threading.Lock()
-        self.faults = DiskFaults("retention", self.dir, retry_s=retry_s, on_event=on_event,
-                                 probe=self._probe_disk, probe_ops=("store",))
+        self.faults = DiskFaults(
+            "retention",
+            self.dir,
+            retry_s=retry_s,
+            on_event=on_event,
+            probe=self._probe_disk,
+            probe_ops=("store",),
+        )
         self._fault_status = StoreStatus.DISK_FULL  # what a paced (untried) store reports
         self.foreign: list[str] = []  # entries the ring did not write (left alone)
         self.counters: dict[str, int] = {
@@ -255,8 +261,13 @@ class RetentionRing:
         """A write failed: degraded (an event when the episode begins), window not kept."""
         full = exc.errno in FULL_ERRNOS
         self._fault_status = StoreStatus.DISK_FULL if full else StoreStatus.FAILED
-        log.warning("retention: %s in %s, window %s not kept: %s",
-                    "disk full" if full else "I/O error", self.dir, window_id, exc)
+        log.warning(
+            "retention: %s in %s, window %s not kept: %s",
+            "disk full" if full else "I/O error",
+            self.dir,
+            window_id,
+            exc,
+        )
         event = self.faults.failed("store", exc)
         error = f"{type(exc).__name__}: {exc}"
         return StoreResult(self._fault_status, evicted=evicted, error=error, event=event)
@@ -396,8 +407,13 @@ class RetentionRing:
         if self.foreign:
             shown = ", ".join(ascii(n) for n in self.foreign[:5])
             more = f" and {len(self.foreign) - 5} more" if len(self.foreign) > 5 else ""
-            log.warning("retention: %d entries in %s are not the ring's and are left alone: "
-                        "%s%s", len(self.foreign), self.dir, shown, more)
+            log.warning(
+                "retention: %d entries in %s are not the ring's and are left alone: %s%s",
+                len(self.foreign),
+                self.dir,
+                shown,
+                more,
+            )
 
     def _salvage(self, sidecar: str, names: set[str], exc: Exception) -> RetainedWindow | None:
         """Rebuild a damaged sidecar from its archive's manifest, else quarantine the pair."""

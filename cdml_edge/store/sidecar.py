@@ -127,7 +127,7 @@ def foreign_names(directory: str | Path) -> list[str]:
     reads, moves or deletes them."""
     out = []
     for name in os.listdir(directory):
-        bare = name[len(TMP_PREFIX):] if name.startswith(TMP_PREFIX) else name
+        bare = name[len(TMP_PREFIX) :] if name.startswith(TMP_PREFIX) else name
         if ring_name(bare) is None and name not in _CATALOG_FILES and name != CORRUPT_DIR:
             out.append(name)
     return sorted(out)

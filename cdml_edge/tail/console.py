@@ -21,8 +21,12 @@ def _n(value: Any, digits: int = 1) -> str:
 def _header(snap: dict[str, Any], where: str) -> Text:
     status = (snap.get("status") or {}).get("state")
     age = snap.get("last_message_age_s")
-    text = Text.assemble(("cdml-edge tail ", "bold"), (snap["device"], "bold cyan"),
-                         f"  {where}  ", f"{snap['messages']} messages")
+    text = Text.assemble(
+        ("cdml-edge tail ", "bold"),
+        (snap["device"], "bold cyan"),
+        f"  {where}  ",
+        f"{snap['messages']} messages",
+    )
     if status:
         text.append(f"  {status}", style="green" if status == "online" else "red")
     if age is not None:
@@ -32,29 +36,54 @@ def _header(snap: dict[str, Any], where: str) -> Text:
 
 def _sources(snap: dict[str, Any]) -> Table:
     t = Table(title="sources", title_justify="left", expand=False)
-    for col in ("source", "rate/s", "latency ms", "window ms", "items", "windows",
-                "anomalies", "errors", "last result"):
+    for col in (
+        "source",
+        "rate/s",
+        "latency ms",
+        "window ms",
+        "items",
+        "windows",
+        "anomalies",
+        "errors",
+        "last result",
+    ):
         t.add_column(col, justify="left" if col in ("source", "last result") else "right")
     for name, s in snap["sources"].items():
         last = s["last"][-1] if s["last"] else None
         shown = "" if last is None else f"{last['item']} {last.get('label') or ''}"
-        t.add_row(name, f"{s['rate_per_s']:.2f}", _n(s["latency_ms"]), _n(s["window_ms"]),
-                  str(s["items"]), str(s["windows"]),
-                  Text(str(s["anomalies"]), style="bold red" if s["anomalies"] else ""),
-                  Text(str(s["errors"]), style="bold red" if s["errors"] else ""), shown)
+        t.add_row(
+            name,
+            f"{s['rate_per_s']:.2f}",
+            _n(s["latency_ms"]),
+            _n(s["window_ms"]),
+            str(s["items"]),
+            str(s["windows"]),
+            Text(str(s["anomalies"]), style="bold red" if s["anomalies"] else ""),
+            Text(str(s["errors"]), style="bold red" if s["errors"] else ""),
+            shown,
+        )
     return t
 
 
 def _recent(snap: dict[str, Any]) -> Table:
-    rows = sorted(((r.get("ts") or 0.0, name, r) for name, s in snap["sources"].items()
-                   for r in s["last"]), key=lambda x: x[0])[-RECENT_ROWS:]
+    rows = sorted(
+        ((r.get("ts") or 0.0, name, r) for name, s in snap["sources"].items() for r in s["last"]),
+        key=lambda x: x[0],
+    )[-RECENT_ROWS:]
     t = Table(title="last results", title_justify="left")
     for col in ("source", "item", "label", "score", "anomaly score", "latency ms"):
         t.add_column(col, justify="right" if "score" in col or "ms" in col else "left")
     for _, name, r in reversed(rows):
         style = "bold red" if r.get("anomaly") else ""
-        t.add_row(name, r.get("item") or "", r.get("label") or "", _n(r.get("score"), 3),
-                  _n(r.get("anomaly_score"), 3), _n(r.get("latency_ms")), style=style)
+        t.add_row(
+            name,
+            r.get("item") or "",
+            r.get("label") or "",
+            _n(r.get("score"), 3),
+            _n(r.get("anomaly_score"), 3),
+            _n(r.get("latency_ms")),
+            style=style,
+        )
     return t
 
 
@@ -63,9 +92,14 @@ def _errors(snap: dict[str, Any]) -> Table:
     for col in ("time", "source", "item", "error", "message"):
         t.add_column(col, overflow="fold")
     for e in reversed(snap["errors"][-5:]):
-        t.add_row(time.strftime("%H:%M:%S", time.localtime(e.get("ts") or 0)),
-                  e.get("source") or "", e.get("item") or "", e.get("error_type") or "",
-                  (e.get("message") or "")[:120], style="red")
+        t.add_row(
+            time.strftime("%H:%M:%S", time.localtime(e.get("ts") or 0)),
+            e.get("source") or "",
+            e.get("item") or "",
+            e.get("error_type") or "",
+            (e.get("message") or "")[:120],
+            style="red",
+        )
     return t
 
 
@@ -75,7 +109,8 @@ def _health(snap: dict[str, Any]) -> Text:
         return Text("health: none yet", style="dim")
     broker = "connected" if h.get("broker_connected") else "not connected"
     text = Text.assemble(
-        ("health ", "bold"), f"uptime {h.get('uptime_s', 0):.0f} s · broker {broker} · ",
+        ("health ", "bold"),
+        f"uptime {h.get('uptime_s', 0):.0f} s · broker {broker} · ",
         f"outbox {h.get('outbox_depth', 0)} · spool {format_size(h.get('spool_bytes', 0))} "
         f"({h.get('spool_records', 0)} records) · ",
         (f"dropped {h.get('dropped', 0)}", "bold red" if h.get("dropped") else ""),
@@ -87,8 +122,12 @@ def _health(snap: dict[str, Any]) -> Text:
 
 def render(snap: dict[str, Any], where: str) -> RenderableType:
     """The whole view of a board snapshot; ``where`` says what is followed."""
-    parts: list[RenderableType] = [_header(snap, where), _health(snap), _sources(snap),
-                                   _recent(snap)]
+    parts: list[RenderableType] = [
+        _header(snap, where),
+        _health(snap),
+        _sources(snap),
+        _recent(snap),
+    ]
     if snap["errors"]:
         parts.append(_errors(snap))
     return Group(*parts)

@@ -36,7 +36,7 @@ def parse_topic(topic: str, base: str) -> tuple[str, str | None] | None:
     ``None``."""
     if not topic.startswith(base):
         return None
-    return split_topic(topic[len(base):])
+    return split_topic(topic[len(base) :])
 
 
 def _feed_line(line: bytes, base: str, sink: Sink) -> bool:
@@ -96,27 +96,42 @@ def _rotated(path: Path, ident: tuple[int, int] | None, pos: int) -> bool:
     return (st.st_dev, st.st_ino) != ident or st.st_size < pos
 
 
+def _followed_broker(mqtt_cfg: MqttConfig, url: str | None) -> MqttConfig:
+    """``mqtt_cfg`` pointed at ``url`` when one is given; an embedded broker cannot be followed
+    from outside the agent without one."""
+    cfg = mqtt_cfg.model_copy(update={"url": url}) if url else mqtt_cfg
+    if cfg.url == "embedded":
+        from cdml_edge.outputs.mqtt.tls import MqttSetupError
+
+        raise MqttSetupError(
+            "mqtt.url is 'embedded' (in the agent, on a port of its own): "
+            "give --broker URL or follow the output file with --file"
+        )
+    return cfg
+
+
 def subscribe_broker(
-    mqtt_cfg: MqttConfig, base: str, sink: Sink, stop: threading.Event,
-    url: str | None = None, on_state: Callable[[str], None] | None = None,
+    mqtt_cfg: MqttConfig,
+    base: str,
+    sink: Sink,
+    stop: threading.Event,
+    url: str | None = None,
+    on_state: Callable[[str], None] | None = None,
 ) -> None:
     """Feed the messages under ``base`` from the broker of ``mqtt_cfg`` (or ``url``) until
     ``stop``. Raises :class:`~cdml_edge.outputs.mqtt.tls.MqttSetupError` for a
     configuration it cannot use (the embedded broker without ``url``)."""
     import paho.mqtt.client as paho
 
-    cfg = mqtt_cfg.model_copy(update={"url": url}) if url else mqtt_cfg
-    if cfg.url == "embedded":
-        from cdml_edge.outputs.mqtt.tls import MqttSetupError
-
-        raise MqttSetupError("mqtt.url is 'embedded' (in the agent, on a port of its own): "
-                             "give --broker URL or follow the output file with --file")
+    cfg = _followed_broker(mqtt_cfg, url)
     settings = BrokerSettings.from_config(cfg, "tail")
     address = parse_broker_url(cfg.url)
     v5 = settings.protocol == "5"
-    client = paho.Client(paho.CallbackAPIVersion.VERSION2,
-                         client_id=f"cdml-edge-tail-{os.getpid()}",
-                         protocol=paho.MQTTv5 if v5 else paho.MQTTv311)
+    client = paho.Client(
+        paho.CallbackAPIVersion.VERSION2,
+        client_id=f"cdml-edge-tail-{os.getpid()}",
+        protocol=paho.MQTTv5 if v5 else paho.MQTTv311,
+    )
     if cfg.username is not None:
         client.username_pw_set(cfg.username, settings.password)
     if settings.ssl is not None:

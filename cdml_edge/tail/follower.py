@@ -37,8 +37,15 @@ def choose(cfg: AppConfig, file: Path | None, broker: str | None, where: str) ->
     if cfg.mqtt is not None or broker is not None:
         return Followed(broker=broker)
     if cfg.output.jsonl in (None, "-"):
-        raise ConfigError(where, [("output.jsonl", "no broker and no output file to follow "
-                                                   "(the agent prints to stdout)")])
+        raise ConfigError(
+            where,
+            [
+                (
+                    "output.jsonl",
+                    "no broker and no output file to follow (the agent prints to stdout)",
+                )
+            ],
+        )
     return Followed(file=Path(cfg.output.jsonl))
 
 

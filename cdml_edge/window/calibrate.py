@@ -30,9 +30,11 @@ class Calibration:
     high: float
 
     def line(self, name: str) -> str:
-        return (f"models.{name}.anomaly_threshold = {self.threshold:.6g}: percentile "
-                f"{self.percentile:g} of {self.samples} normal samples (scores {self.low:.6g} "
-                f"... median {self.median:.6g} ... {self.high:.6g})")
+        return (
+            f"models.{name}.anomaly_threshold = {self.threshold:.6g}: percentile "
+            f"{self.percentile:g} of {self.samples} normal samples (scores {self.low:.6g} "
+            f"... median {self.median:.6g} ... {self.high:.6g})"
+        )
 
 
 def anomaly_scores(runner: ModelRunner, files: list[Path]) -> np.ndarray:
@@ -59,8 +61,11 @@ def calibrate(runner: ModelRunner, folder: Path, percentile: float = 99.0) -> Ca
     below = isinstance(runner.head, AnomalyScoreHead) and runner.head.below
     q = 100.0 - percentile if below else percentile
     return Calibration(
-        threshold=float(np.percentile(scores, q)), samples=int(scores.size),
-        percentile=percentile, low=float(scores.min()), median=float(np.median(scores)),
+        threshold=float(np.percentile(scores, q)),
+        samples=int(scores.size),
+        percentile=percentile,
+        low=float(scores.min()),
+        median=float(np.median(scores)),
         high=float(scores.max()),
     )
 

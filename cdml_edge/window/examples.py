@@ -81,5 +81,4 @@ def fit_examples(runners: Mapping[str, ModelRunner]) -> None:
         head.fit(vectors, head.percentile)
 
 
-__all__ = ["ExamplesError", "example_files", "example_vectors", "fit_examples",
-           "prepared_examples"]
+__all__ = ["ExamplesError", "example_files", "example_vectors", "fit_examples", "prepared_examples"]

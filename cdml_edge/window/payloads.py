@@ -106,7 +106,8 @@ class ItemResult(_Optional):
         default=None, description="Detector: the objects found, best first"
     )
     models: dict[str, ModelVerdict] | None = Field(
-        default=None, description="A source scored by several models: each one's verdict by name "
+        default=None,
+        description="A source scored by several models: each one's verdict by name "
         "(label/score above come from the first; anomaly is set when any model flags one)",
     )
 

@@ -109,8 +109,14 @@ def score_window(
         total_ms=round(pack_ms + (t_end - t0) * 1000, 3),
     )
     window = _window_result(
-        manifest, archive, archive_name, counts, len(failures), timings,
-        seq=seq.next(relative_topic("window", manifest.source)), device=device,
+        manifest,
+        archive,
+        archive_name,
+        counts,
+        len(failures),
+        timings,
+        seq=seq.next(relative_topic("window", manifest.source)),
+        device=device,
     )
     if per_model is not None:
         window = window.model_copy(update={"models": per_model})
@@ -251,9 +257,7 @@ def error_event(
     return OutMessage(topic, ev.model_dump_json().encode())
 
 
-def warm_up_decoder(
-    modality: str, runners: Mapping[str, ModelRunner] | ModelRunner | None
-) -> None:
+def warm_up_decoder(modality: str, runners: Mapping[str, ModelRunner] | ModelRunner | None) -> None:
     """Decode one synthetic input of ``modality`` and run it through each of ``runners`` of
     that modality, so lazy imports (librosa, numba JIT) and first-call costs are paid at
     start-up, not by the first real window."""
@@ -263,8 +267,15 @@ def warm_up_decoder(
     models = {k: r for k, r in as_runners(runners).items() if r.modality == modality}
     first = next(iter(models.values()), None)
     name, data = entry.warm_up_sample(first.spec.input if first is not None else None)
-    item = ManifestItem(id="warmup", member=name, name=name, size=len(data), mtime_ns=0, ts=0.0,
-                        sha256=hashlib.sha256(data).hexdigest())
+    item = ManifestItem(
+        id="warmup",
+        member=name,
+        name=name,
+        size=len(data),
+        mtime_ns=0,
+        ts=0.0,
+        sha256=hashlib.sha256(data).hexdigest(),
+    )
     pieces = item_pieces(item, modality, data, models, None)
     for key, runner in models.items():
         arrays = [p.inputs[key] for p in pieces if key in p.inputs]

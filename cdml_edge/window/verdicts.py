@@ -85,8 +85,14 @@ def item_results(
 def model_verdicts(v: Verdict) -> dict[str, ModelVerdict]:
     return {
         name: ModelVerdict(
-            model=r.name, model_version=r.version, kind=r.kind, label=p.label, score=p.score,
-            anomaly=p.anomaly, anomaly_score=p.anomaly_score, top_k=top_k_payload(p),
+            model=r.name,
+            model_version=r.version,
+            kind=r.kind,
+            label=p.label,
+            score=p.score,
+            anomaly=p.anomaly,
+            anomaly_score=p.anomaly_score,
+            top_k=top_k_payload(p),
             detections=detections_payload(p),
         )
         for name, (r, p) in v.by_model.items()
@@ -160,5 +166,14 @@ def _worst(prev: ItemOutcome | None, v: Verdict) -> ItemOutcome:
     return prev
 
 
-__all__ = ["ItemFailure", "Verdict", "count_pieces", "detections_payload", "item_outcomes",
-           "item_results", "model_verdicts", "top_k_payload", "verdict"]
+__all__ = [
+    "ItemFailure",
+    "Verdict",
+    "count_pieces",
+    "detections_payload",
+    "item_outcomes",
+    "item_results",
+    "model_verdicts",
+    "top_k_payload",
+    "verdict",
+]

@@ -161,8 +161,11 @@ def rows_for(n: int, endpoint: str, repeat: int) -> list[Row]:
         rows.append(
             timed_row("S3, s3fs + zipfile, one process", lambda: one_process(opener, names), repeat)
         )
-        rows.append(timed_row("S3, s3fs + zipfile Dataset",
-                              lambda: first_batch(zipfile_dataset(opener)), repeat))
+        rows.append(
+            timed_row(
+                "S3, s3fs + zipfile Dataset", lambda: first_batch(zipfile_dataset(opener)), repeat
+            )
+        )
     s3.delete_object(Bucket="bench", Key=key)
     return rows
 
@@ -196,5 +199,7 @@ def report(n: int, rows: list[Row]) -> None:
     print(f"S3 cache hit / s3fs one process: {hit / base:.2f} (target <= 0.5)")
     print(f"S3 cold / s3fs Dataset: {cold / by['S3, s3fs + zipfile Dataset'].seconds:.2f}")
     local = by["local, ours"].seconds
-    print(f"local / zipfile Dataset: {local / by['local, zipfile Dataset'].seconds:.2f}; "
-          f"local first batch {local:.2f} s (target < 0.4 s)")
+    print(
+        f"local / zipfile Dataset: {local / by['local, zipfile Dataset'].seconds:.2f}; "
+        f"local first batch {local:.2f} s (target < 0.4 s)"
+    )

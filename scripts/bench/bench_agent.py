@@ -72,10 +72,22 @@ class Kind:
 KINDS: dict[str, Kind] = {
     "64px": Kind("64-px JPEG", "image", "digits.onnx", ".jpg", lambda: jpegs(64), 4000),
     "224px": Kind("224-px JPEG", "image", "digits.onnx", ".jpg", lambda: jpegs(224), 2000),
-    "audio": Kind("1-s WAV, 16 kHz", "audio", "audio_anomaly.onnx", ".wav",
-                  lambda: synth.machine_audio(16, seed=3), 600),
-    "vibration": Kind("256x3 CSV", "timeseries", "vibration_anomaly.onnx", ".csv",
-                      lambda: synth.vibration_csv(16, seed=5), 2000),
+    "audio": Kind(
+        "1-s WAV, 16 kHz",
+        "audio",
+        "audio_anomaly.onnx",
+        ".wav",
+        lambda: synth.machine_audio(16, seed=3),
+        600,
+    ),
+    "vibration": Kind(
+        "256x3 CSV",
+        "timeseries",
+        "vibration_anomaly.onnx",
+        ".csv",
+        lambda: synth.vibration_csv(16, seed=5),
+        2000,
+    ),
 }
 
 
@@ -165,8 +177,16 @@ class Agent:
     def __init__(self, cfg: Path) -> None:
         self.launched = time.time()
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "cdml_edge.cli", "run", "--config", str(cfg),
-             "--log-level", "ERROR"],
+            [
+                sys.executable,
+                "-m",
+                "cdml_edge.cli",
+                "run",
+                "--config",
+                str(cfg),
+                "--log-level",
+                "ERROR",
+            ],
             cwd=ROOT,
         )
         self.ps = psutil.Process(self.proc.pid)
@@ -210,8 +230,9 @@ class Agent:
         return code
 
 
-def feed(inbox: Path, prefix: str, data: list[bytes], ext: str, rate: float, seconds: float
-         ) -> dict[str, float]:
+def feed(
+    inbox: Path, prefix: str, data: list[bytes], ext: str, rate: float, seconds: float
+) -> dict[str, float]:
     """Write ``rate`` files/s for ``seconds``; file name -> wall time of its ``close()``."""
     closed: dict[str, float] = {}
     t0 = time.perf_counter()
@@ -226,8 +247,15 @@ def feed(inbox: Path, prefix: str, data: list[bytes], ext: str, rate: float, sec
     return closed
 
 
-def rate_phase(agent: Agent, tail: Tail, inbox: Path, kind: Kind, data: list[bytes],
-               rate: float, seconds: float) -> dict[str, Any]:
+def rate_phase(
+    agent: Agent,
+    tail: Tail,
+    inbox: Path,
+    kind: Kind,
+    data: list[bytes],
+    rate: float,
+    seconds: float,
+) -> dict[str, Any]:
     cpu0, w0 = agent.cpu(), time.perf_counter()
     agent.peak_rss = agent.rss()
     closed = feed(inbox, f"r{rate:g}", data, kind.ext, rate, seconds)
@@ -237,8 +265,11 @@ def rate_phase(agent: Agent, tail: Tail, inbox: Path, kind: Kind, data: list[byt
     windows = {tail.window_of[k] for k in got}
     sizes = [tail.window_items.get(w, 0) for w in windows]
     return {
-        "rate": rate, "files": len(closed), "results": len(got),
-        "cpu_pct": 100 * cpu / wall, "cpu_ms": 1000 * cpu / max(1, len(got)),
+        "rate": rate,
+        "files": len(closed),
+        "results": len(got),
+        "cpu_pct": 100 * cpu / wall,
+        "cpu_ms": 1000 * cpu / max(1, len(got)),
         "p50": percentile([(tail.seen[k] - closed[k]) * 1000 for k in got], 50),
         "p99": percentile([(tail.seen[k] - closed[k]) * 1000 for k in got], 99),
         "agent_p99": percentile([tail.agent_latency[k] for k in got], 99),
@@ -247,8 +278,9 @@ def rate_phase(agent: Agent, tail: Tail, inbox: Path, kind: Kind, data: list[byt
     }
 
 
-def sustained_phase(agent: Agent, tail: Tail, tmp: Path, kind: Kind, data: list[bytes],
-                    count: int) -> dict[str, Any]:
+def sustained_phase(
+    agent: Agent, tail: Tail, tmp: Path, kind: Kind, data: list[bytes], count: int
+) -> dict[str, Any]:
     """Stage ``count`` files, rename them all into the folder, wait for every result."""
     stage = tmp / "stage"
     stage.mkdir()
@@ -263,8 +295,11 @@ def sustained_phase(agent: Agent, tail: Tail, tmp: Path, kind: Kind, data: list[
     got = [tail.seen[k] for k in names if k in tail.seen]
     last = max(got) if got else time.time()
     return {
-        "files": count, "results": len(got), "items_s": len(got) / max(1e-9, last - t0),
-        "cpu_ms": 1000 * (agent.cpu() - cpu0) / max(1, len(got)), "peak_rss": agent.peak_rss,
+        "files": count,
+        "results": len(got),
+        "items_s": len(got) / max(1e-9, last - t0),
+        "cpu_ms": 1000 * (agent.cpu() - cpu0) / max(1, len(got)),
+        "peak_rss": agent.peak_rss,
     }
 
 
@@ -285,8 +320,10 @@ def baseline(kind: Kind, data: list[bytes], batch: int, seconds: float = 1.5) ->
 
     def one_batch() -> int:
         nonlocal done
-        rows = [runner.prepare(decode(data[(done + i) % len(data)], name, runner.spec.input))
-                for i in range(batch)]
+        rows = [
+            runner.prepare(decode(data[(done + i) % len(data)], name, runner.spec.input))
+            for i in range(batch)
+        ]
         runner.run(np.stack(rows))
         done += batch
         return batch
@@ -310,8 +347,10 @@ def run_kind(key: str, args: argparse.Namespace) -> dict[str, Any]:
             idle_rss, c0 = agent.rss(), agent.cpu()
             time.sleep(3.0)
             idle_pct = 100 * (agent.cpu() - c0) / 3.0
-            rows = [rate_phase(agent, tail, tmp / "in", kind, data, r, args.seconds)
-                    for r in args.rate_list]
+            rows = [
+                rate_phase(agent, tail, tmp / "in", kind, data, r, args.seconds)
+                for r in args.rate_list
+            ]
             backlog = max(1, int(kind.backlog * args.backlog_scale))
             sus = sustained_phase(agent, tail, tmp, kind, data, backlog)
         finally:
@@ -319,34 +358,52 @@ def run_kind(key: str, args: argparse.Namespace) -> dict[str, Any]:
             code = agent.stop()
         left = len(list((tmp / "in").iterdir()))
     return {
-        "kind": kind, "ready_s": ready_s, "idle_pct": idle_pct, "idle_rss": idle_rss,
-        "rows": rows, "sustained": sus, "left": left, "duplicates": tail.duplicates,
-        "exit": code, "base1": baseline(kind, data, 1), "base32": baseline(kind, data, 32),
+        "kind": kind,
+        "ready_s": ready_s,
+        "idle_pct": idle_pct,
+        "idle_rss": idle_rss,
+        "rows": rows,
+        "sustained": sus,
+        "left": left,
+        "duplicates": tail.duplicates,
+        "exit": code,
+        "base1": baseline(kind, data, 1),
+        "base32": baseline(kind, data, 32),
     }
 
 
 def report(r: dict[str, Any], inflight_mib: int) -> bool:
     kind, mib = r["kind"], 2**20
     b1 = r["base1"]
-    print(f"\n== {kind.label} ({kind.model}): READY {r['ready_s']:.1f} s after launch; idle CPU "
-          f"{r['idle_pct']:.2f} % of a core, idle RSS {r['idle_rss'] / mib:.0f} MiB")
-    print(f"baseline in-process decode + infer: {b1:.3f} CPU-ms/item at batch 1, "
-          f"{r['base32']:.3f} at batch 32")
-    print(f"{'files/s':>8}{'CPU %':>7}{'CPU-ms/item':>12}{'x base':>8}{'p50 ms':>8}"
-          f"{'p99 ms':>8}{'agent p99':>10}{'items/win':>10}{'peak RSS':>9}{'lost':>5}")
+    print(
+        f"\n== {kind.label} ({kind.model}): READY {r['ready_s']:.1f} s after launch; idle CPU "
+        f"{r['idle_pct']:.2f} % of a core, idle RSS {r['idle_rss'] / mib:.0f} MiB"
+    )
+    print(
+        f"baseline in-process decode + infer: {b1:.3f} CPU-ms/item at batch 1, "
+        f"{r['base32']:.3f} at batch 32"
+    )
+    print(
+        f"{'files/s':>8}{'CPU %':>7}{'CPU-ms/item':>12}{'x base':>8}{'p50 ms':>8}"
+        f"{'p99 ms':>8}{'agent p99':>10}{'items/win':>10}{'peak RSS':>9}{'lost':>5}"
+    )
     for x in r["rows"]:
-        print(f"{x['rate']:>8g}{x['cpu_pct']:>7.1f}{x['cpu_ms']:>12.3f}{x['cpu_ms'] / b1:>8.1f}"
-              f"{x['p50']:>8.1f}{x['p99']:>8.1f}{x['agent_p99']:>10.1f}{x['per_window']:>10.1f}"
-              f"{x['peak_rss'] / mib:>9.0f}{x['files'] - x['results']:>5}")
+        print(
+            f"{x['rate']:>8g}{x['cpu_pct']:>7.1f}{x['cpu_ms']:>12.3f}{x['cpu_ms'] / b1:>8.1f}"
+            f"{x['p50']:>8.1f}{x['p99']:>8.1f}{x['agent_p99']:>10.1f}{x['per_window']:>10.1f}"
+            f"{x['peak_rss'] / mib:>9.0f}{x['files'] - x['results']:>5}"
+        )
     s = r["sustained"]
     bound = r["idle_rss"] + inflight_mib * mib
     once = s["results"] == s["files"] and r["duplicates"] == 0 and r["left"] == 0
-    print(f"sustained: {s['items_s']:.0f} items/s over a backlog of {s['files']} files "
-          f"({s['cpu_ms']:.3f} CPU-ms/item, {s['cpu_ms'] / b1:.1f}x base); every file scored "
-          f"once: {'yes' if once else 'NO'} ({s['results']} results, {r['duplicates']} "
-          f"duplicates, {r['left']} left); peak RSS {s['peak_rss'] / mib:.0f} MiB = "
-          f"{s['peak_rss'] / bound:.2f}x of idle + {inflight_mib} MiB (peak - idle "
-          f"{(s['peak_rss'] - r['idle_rss']) / mib:.1f} MiB); exit {r['exit']}")
+    print(
+        f"sustained: {s['items_s']:.0f} items/s over a backlog of {s['files']} files "
+        f"({s['cpu_ms']:.3f} CPU-ms/item, {s['cpu_ms'] / b1:.1f}x base); every file scored "
+        f"once: {'yes' if once else 'NO'} ({s['results']} results, {r['duplicates']} "
+        f"duplicates, {r['left']} left); peak RSS {s['peak_rss'] / mib:.0f} MiB = "
+        f"{s['peak_rss'] / bound:.2f}x of idle + {inflight_mib} MiB (peak - idle "
+        f"{(s['peak_rss'] - r['idle_rss']) / mib:.1f} MiB); exit {r['exit']}"
+    )
     return once and r["exit"] == 0
 
 
@@ -356,14 +413,20 @@ def main() -> int:
     ap.add_argument("--seconds", type=float, default=4.0, help="seconds per rate")
     ap.add_argument("--rates", default="10,30,100")
     ap.add_argument("--backlog-scale", type=float, default=1.0, help="scales each backlog")
-    ap.add_argument("--inflight-mib", type=int, default=INFLIGHT_MIB,
-                    help="limits.max_inflight_bytes in MiB")
-    ap.add_argument("--fixed-windows", action="store_true",
-                    help="windows close on their limits only (close_when_idle: false)")
+    ap.add_argument(
+        "--inflight-mib", type=int, default=INFLIGHT_MIB, help="limits.max_inflight_bytes in MiB"
+    )
+    ap.add_argument(
+        "--fixed-windows",
+        action="store_true",
+        help="windows close on their limits only (close_when_idle: false)",
+    )
     args = ap.parse_args()
     args.rate_list = [float(x) for x in args.rates.split(",") if x]
-    print(f"machine: {os.cpu_count()} CPUs, load average {load_average():.1f} at start; "
-          f"windows 50 ms / 32 items, {'fixed' if args.fixed_windows else 'close when idle'}")
+    print(
+        f"machine: {os.cpu_count()} CPUs, load average {load_average():.1f} at start; "
+        f"windows 50 ms / 32 items, {'fixed' if args.fixed_windows else 'close when idle'}"
+    )
     ok = True
     for key in [k for k in args.kinds.split(",") if k]:
         ok = report(run_kind(key, args), args.inflight_mib) and ok

@@ -179,8 +179,12 @@ def rate_row(label: str, ours: float, base: float) -> Row:
 
 def time_row(label: str, ours: float, base: float, digits: int = 1) -> Row:
     """Seconds (shown in ms) of ours against a baseline; the ratio is the speed-up."""
-    return (label, f"{ours * 1e3:.{digits}f} ms", f"{base * 1e3:.{digits}f} ms",
-            ratio(base, ours, digits))
+    return (
+        label,
+        f"{ours * 1e3:.{digits}f} ms",
+        f"{base * 1e3:.{digits}f} ms",
+        ratio(base, ours, digits),
+    )
 
 
 def stream_row(label: str, r: dict[str, float]) -> Row:
@@ -301,8 +305,11 @@ def tarzst_rows(
         ]  # fmt: skip
     mean = sum(len(d) for _, d in items) // n
     return [
-        vs(f"(f) {n:,} x {mean / 1000:.0f} KB {label}: random read(), tar.zst vs our ZIP",
-           "tzst", "zip"),  # fmt: skip
+        vs(
+            f"(f) {n:,} x {mean / 1000:.0f} KB {label}: random read(), tar.zst vs our ZIP",
+            "tzst",
+            "zip",
+        ),  # fmt: skip
         vs("(f) same, random read(), tar.zst vs zipfile", "tzst", "zipfile"),
         vs("(f) same, read_many(64), tar.zst vs our ZIP", "tzst_many", "zip_many"),
         vs("(f) same, read_many(64), 2 threads, tar.zst vs our ZIP", "tzst_two", "zip_two"),
@@ -311,8 +318,12 @@ def tarzst_rows(
         us("(f) same, CPU per random read(), tar.zst vs our ZIP", cpu["tzst"], cpu["zip"]),
         us("(f) same, CPU per member in read_many(64)", cpu["tzst_many"], cpu["zip_many"]),
         us("(f) same, C core alone per member (decode vs inflate)", c_t, c_z),
-        ("(f) same, archive size, tar.zst vs our ZIP", f"{tsize / 1e6:.2f} MB",
-         f"{zsize / 1e6:.2f} MB", f"{tsize / zsize:.2f} of it"),  # fmt: skip
+        (
+            "(f) same, archive size, tar.zst vs our ZIP",
+            f"{tsize / 1e6:.2f} MB",
+            f"{zsize / 1e6:.2f} MB",
+            f"{tsize / zsize:.2f} of it",
+        ),  # fmt: skip
     ]
 
 
@@ -346,8 +357,12 @@ def seed_rows(tmp: str, repeat: int) -> list[Row]:
     )
     r = {k: v.wall for k, v in t.items()}
     return [
-        time_row("(g) seed: open + read() 200 x 10 KB CSV, tar.zst vs our ZIP", r["tzst"],
-                 r["zip"], digits=2),
+        time_row(
+            "(g) seed: open + read() 200 x 10 KB CSV, tar.zst vs our ZIP",
+            r["tzst"],
+            r["zip"],
+            digits=2,
+        ),
         time_row("(g) same, open + one read_many(200)", r["tzst_many"], r["zip_many"], digits=2),
     ]
 
@@ -403,8 +418,10 @@ def frame_sweep(tmp: str, args: argparse.Namespace) -> None:
         "20 KB JPEG": [(f"cam/{i:05d}.jpg", b) for i, b in enumerate(jpeg_blobs(rng, n))],
         "1 KB JSON": [(f"j/{i:05d}.json", json_blob(rng, 1_000)) for i in range(5 * n)],
     }
-    print("| members | frame | frames | size vs ZIP | read() vs ZIP | read_many vs ZIP | "
-          "sequential vs ZIP |")
+    print(
+        "| members | frame | frames | size vs ZIP | read() vs ZIP | read_many vs ZIP | "
+        "sequential vs ZIP |"
+    )
     print("|---|---|---|---|---|---|---|")
     for label, items in sets.items():
         names = [nm for nm, _ in items]
@@ -461,8 +478,11 @@ def main() -> None:
             rate_row("(b) same, read_many(64) into an arena", rb["arena"], z),
             stream_row("(b) same, read(), each result dropped after use", rb),
             rate_row("(b) floor: bare os.pread of the data, no CRC", rb["floor"], z),
-            rate_row("(b) arena floor: bare os.preadv into one reused buffer, no CRC",
-                     rb["floor_reused"], z),
+            rate_row(
+                "(b) arena floor: bare os.preadv into one reused buffer, no CRC",
+                rb["floor_reused"],
+                z,
+            ),
         ]
         rows.append(
             (
@@ -515,8 +535,9 @@ def main() -> None:
 
         td = interleaved({"tarfile": tar_baseline, "ours": ours_tar}, args.repeat)
         td_tar, td_ours = td["tarfile"].wall, td["ours"].wall
-        rows.append(time_row(f"(d) open + read 1% of {len(names):,}-member tar.zst", td_ours,
-                             td_tar))
+        rows.append(
+            time_row(f"(d) open + read 1% of {len(names):,}-member tar.zst", td_ours, td_tar)
+        )
         # (e) zstd on the same data, one frame, one core
         with open(zd, "rb") as f:
             raw = f.read()

@@ -40,8 +40,9 @@ def median_ms(fn: Callable[[], object], seconds: float) -> float:
 
 def _spec(resize: str) -> ModelSpec:
     inp = ImageInput(size=640, mean=[0, 0, 0], std=[1, 1, 1], resize=resize)  # type: ignore[arg-type]
-    return ModelSpec(name="b", modality="image", task="detector", input=inp, labels=["a"],
-                     outputs=["o"])
+    return ModelSpec(
+        name="b", modality="image", task="detector", input=inp, labels=["a"], outputs=["o"]
+    )
 
 
 def bench_prepare(frame: np.ndarray, seconds: float) -> None:
@@ -73,17 +74,25 @@ def _models(folder: Path) -> tuple[Path, Path]:
     zero = numpy_helper.from_array(np.array(0.0, np.float32), "zero")
     const = numpy_helper.from_array(np.zeros((1, 6, 100), np.float32), "c")
     yolo = helper.make_graph(
-        [helper.make_node("ReduceSum", ["images"], ["t"], keepdims=0),
-         helper.make_node("Mul", ["t", "zero"], ["z"]),
-         helper.make_node("Add", ["c", "z"], ["output0"])],
-        "yolo", [helper.make_tensor_value_info("images", TensorProto.FLOAT, [1, 3, 640, 640])],
+        [
+            helper.make_node("ReduceSum", ["images"], ["t"], keepdims=0),
+            helper.make_node("Mul", ["t", "zero"], ["z"]),
+            helper.make_node("Add", ["c", "z"], ["output0"]),
+        ],
+        "yolo",
+        [helper.make_tensor_value_info("images", TensorProto.FLOAT, [1, 3, 640, 640])],
         [helper.make_tensor_value_info("output0", TensorProto.FLOAT, [1, 6, 100])],
-        initializer=[zero, const])
+        initializer=[zero, const],
+    )
     clf = helper.make_graph(
-        [helper.make_node("Cast", ["pixels"], ["f"], to=TensorProto.FLOAT),
-         helper.make_node("ReduceMean", ["f"], ["scores"], axes=[1, 2], keepdims=0)],
-        "clf", [helper.make_tensor_value_info("pixels", TensorProto.UINT8, ["N", 224, 224, 3])],
-        [helper.make_tensor_value_info("scores", TensorProto.FLOAT, ["N", 3])])
+        [
+            helper.make_node("Cast", ["pixels"], ["f"], to=TensorProto.FLOAT),
+            helper.make_node("ReduceMean", ["f"], ["scores"], axes=[1, 2], keepdims=0),
+        ],
+        "clf",
+        [helper.make_tensor_value_info("pixels", TensorProto.UINT8, ["N", 224, 224, 3])],
+        [helper.make_tensor_value_info("scores", TensorProto.FLOAT, ["N", 3])],
+    )
     paths = (folder / "yolo.onnx", folder / "clf.onnx")
     for graph, path in zip((yolo, clf), paths, strict=True):
         m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
@@ -94,28 +103,60 @@ def _models(folder: Path) -> tuple[Path, Path]:
 
 def _window(frame: np.ndarray, n: int) -> bytes:
     jpg = cv2.imencode(".jpg", frame)[1].tobytes()
-    items = tuple(ManifestItem(id=f"i{i}", member=f"f{i}.jpg", name=f"f{i}.jpg", size=len(jpg),
-                               mtime_ns=0, ts=0.0, sha256="0" * 64) for i in range(n))
-    manifest = WindowManifest(window_id="w", device="d", source="cam", modality="image",
-                              opened_at=0.0, closed_at=0.0, items=items)
-    return pack([(it.member, jpg) for it in items], format="zip", level=0,
-                manifest=manifest.model_dump(mode="json"))
+    items = tuple(
+        ManifestItem(
+            id=f"i{i}",
+            member=f"f{i}.jpg",
+            name=f"f{i}.jpg",
+            size=len(jpg),
+            mtime_ns=0,
+            ts=0.0,
+            sha256="0" * 64,
+        )
+        for i in range(n)
+    )
+    manifest = WindowManifest(
+        window_id="w",
+        device="d",
+        source="cam",
+        modality="image",
+        opened_at=0.0,
+        closed_at=0.0,
+        items=items,
+    )
+    return pack(
+        [(it.member, jpg) for it in items],
+        format="zip",
+        level=0,
+        manifest=manifest.model_dump(mode="json"),
+    )
 
 
 def bench_window(frame: np.ndarray, seconds: float) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         yolo, clf = _models(Path(tmp))
-        det = ModelConfig(path=yolo, modality="image", labels=["a", "b"],  # type: ignore[call-arg]
-                          input={"resize": "letterbox"}, output={"kind": "detector"})
-        cls = ModelConfig(path=clf, modality="image", labels=["r", "g", "b"],  # type: ignore[call-arg]
-                          output={"kind": "classifier"})
-        runners = {k: ModelRunner.load(mc.path, ModelOverrides.from_config(mc, k))
-                   for k, mc in (("det", det), ("cls", cls))}
+        det = ModelConfig(
+            path=yolo,
+            modality="image",
+            labels=["a", "b"],  # type: ignore[call-arg]
+            input={"resize": "letterbox"},
+            output={"kind": "detector"},
+        )
+        cls = ModelConfig(
+            path=clf,
+            modality="image",
+            labels=["r", "g", "b"],  # type: ignore[call-arg]
+            output={"kind": "classifier"},
+        )
+        runners = {
+            k: ModelRunner.load(mc.path, ModelOverrides.from_config(mc, k))
+            for k, mc in (("det", det), ("cls", cls))
+        }
     archive = _window(frame, 16)
-    one = median_ms(lambda: score_window(archive, runners, device="d", models=["det"]),
-                    seconds)
-    two = median_ms(lambda: score_window(archive, runners, device="d",
-                                           models=["det", "cls"]), seconds)
+    one = median_ms(lambda: score_window(archive, runners, device="d", models=["det"]), seconds)
+    two = median_ms(
+        lambda: score_window(archive, runners, device="d", models=["det", "cls"]), seconds
+    )
     print(f"window of 16 1280x720 JPEGs, detector only: {one:.1f} ms (baseline)")
     print(f"  detector + classifier on the same source: {two:.1f} ms  x{two / one:.2f}")
 

@@ -118,7 +118,8 @@ class Sink:
 
 def capture_children() -> list[psutil.Process]:
     return [
-        c for c in psutil.Process().children()
+        c
+        for c in psutil.Process().children()
         if "cdml_edge.intake.camera.worker" in " ".join(c.cmdline())
     ]
 
@@ -257,20 +258,30 @@ def main() -> None:
         attempt_cpu, attempt_wall = failed_attempt_cpu()
     finally:
         server.kill()
-    print(f"camera: 640x480 MJPEG over HTTP at {args.camera_fps:g} fps, taken at {args.fps:g} fps,"
-          f" {args.seconds:g} s per mode; load average {load_average():.1f}")
-    print(f"{'mode':28} {'frames':>6} {'CPU ms/frame':>12} {'p50 ms':>7} {'p99 ms':>7}"
-          f" {'first frame s':>13} {'extra USS MiB':>13}")
+    print(
+        f"camera: 640x480 MJPEG over HTTP at {args.camera_fps:g} fps, taken at {args.fps:g} fps,"
+        f" {args.seconds:g} s per mode; load average {load_average():.1f}"
+    )
+    print(
+        f"{'mode':28} {'frames':>6} {'CPU ms/frame':>12} {'p50 ms':>7} {'p99 ms':>7}"
+        f" {'first frame s':>13} {'extra USS MiB':>13}"
+    )
     for name, r in (("in-thread (baseline)", base), ("capture process (ours)", ours)):
         per = r["cpu"] / max(1, r["frames"]) * 1000
-        print(f"{name:28} {r['frames']:6d} {per:12.2f} {_pct(r['lat'], 50):7.2f}"
-              f" {_pct(r['lat'], 99):7.2f} {r['first']:13.2f} {r['uss'] / 2**20:13.1f}")
+        print(
+            f"{name:28} {r['frames']:6d} {per:12.2f} {_pct(r['lat'], 50):7.2f}"
+            f" {_pct(r['lat'], 99):7.2f} {r['first']:13.2f} {r['uss'] / 2**20:13.1f}"
+        )
     ours_cpu, base_cpu = (r["cpu"] / max(1, r["frames"]) for r in (ours, base))
-    print(f"CPU per frame, ours / baseline: {ratio(ours_cpu, base_cpu)};"
-          f" p50 latency ours - baseline: {_pct(ours['lat'], 50) - _pct(base['lat'], 50):+.2f} ms")
+    print(
+        f"CPU per frame, ours / baseline: {ratio(ours_cpu, base_cpu)};"
+        f" p50 latency ours - baseline: {_pct(ours['lat'], 50) - _pct(base['lat'], 50):+.2f} ms"
+    )
     print(f"stall mid-stream (read_timeout 2 s) -> frames again: {stall:.2f} s")
-    print(f"one failed reconnect attempt (process start, OpenCV import, open fails):"
-          f" {attempt_cpu * 1000:.0f} ms CPU, {attempt_wall:.2f} s")
+    print(
+        f"one failed reconnect attempt (process start, OpenCV import, open fails):"
+        f" {attempt_cpu * 1000:.0f} ms CPU, {attempt_wall:.2f} s"
+    )
 
 
 if __name__ == "__main__":

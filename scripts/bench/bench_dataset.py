@@ -112,8 +112,9 @@ class ZipfileDataset(Dataset[tuple[torch.Tensor, int]]):
     (opened on first use, from what ``opener`` returns: a path or a file object), labels
     from the folder. Also the baseline of ``_first_batch.py`` (local and on S3)."""
 
-    def __init__(self, opener: Callable[[], str | BinaryIO],
-                 decode: Callable[[bytes], torch.Tensor]) -> None:
+    def __init__(
+        self, opener: Callable[[], str | BinaryIO], decode: Callable[[bytes], torch.Tensor]
+    ) -> None:
         with zipfile.ZipFile(opener()) as zf:
             self.names = [n for n in zf.namelist() if not n.endswith("/")]
         classes = sorted({n.split("/")[0] for n in self.names})
@@ -191,9 +192,12 @@ def loaders(
         "(i) ZIP (CDMLStreamDataset)": ours(paths["zip"]),
         "(ii) tar.zst (CDMLStreamDataset)": ours(paths["tar.zst"]),
         "(iii) class folders, file reads": folders(opencv_decode),
-        "(iv) stdlib zipfile": lambda: shuffled(ZipfileDataset(
-            functools.partial(str, paths["zip"]), functools.partial(opencv_decode, target=target)
-        )),
+        "(iv) stdlib zipfile": lambda: shuffled(
+            ZipfileDataset(
+                functools.partial(str, paths["zip"]),
+                functools.partial(opencv_decode, target=target),
+            )
+        ),
         "(v) WebDataset tar shards": wds,
         "(vi) class folders, our decoder": folders(our_decode),
     }
@@ -273,13 +277,17 @@ def main() -> int:
         paths = build(Path(tmp), items, shards=2 * WORKERS)
         for target in args.targets:
             makers = loaders(paths, target)
-            rates = rounds({k: functools.partial(images_per_s, make, n)
-                            for k, make in makers.items()}, args.reps)
+            rates = rounds(
+                {k: functools.partial(images_per_s, make, n) for k, make in makers.items()},
+                args.reps,
+            )
             if args.reps:
                 best[target] = {k: max(v) for k, v in rates.items()}
             inline = loaders(paths, target, workers=0)
-            costs = rounds({k: functools.partial(cpu_per_image, make, n)
-                            for k, make in inline.items()}, args.cpu_reps)
+            costs = rounds(
+                {k: functools.partial(cpu_per_image, make, n) for k, make in inline.items()},
+                args.cpu_reps,
+            )
             if args.cpu_reps:
                 cpu[target] = {k: min(v) for k, v in costs.items()}
     jpeg_kb = sum(len(d) for _, d in items) / n / 1024

@@ -40,8 +40,9 @@ from cdml_edge.window.payloads import item_id
 from cdml_edge.window.score import score_window
 
 
-def build_fleet(root: Path, model: Path, devices: int, windows: int, per_window: int,
-                size: int) -> tuple[list[Path], int, int]:
+def build_fleet(
+    root: Path, model: Path, devices: int, windows: int, per_window: int, size: int
+) -> tuple[list[Path], int, int]:
     """Rings scored by the live pipeline; returns the ring folders, items and archive bytes."""
     runners = load_runners({"image": (model, ModelOverrides())}, warm_up=True)
     rings, nbytes = [], 0
@@ -51,8 +52,9 @@ def build_fleet(root: Path, model: Path, devices: int, windows: int, per_window:
         for win in make_windows(windows, per_window, size):
             _rename_source(win, f"cam{d}")  # each device its own camera, own item ids
             packed = pack_window(win, device=f"edge-{d}", modality="image")
-            outcome = score_window(packed.archive, runners, device=f"edge-{d}",
-                                     archive_name=packed.name)
+            outcome = score_window(
+                packed.archive, runners, device=f"edge-{d}", archive_name=packed.name
+            )
             ring.store(packed.archive, outcome.manifest)
             nbytes += len(packed.archive)
         ring.close()
@@ -80,8 +82,12 @@ def main() -> None:
     ap.add_argument("--cpus", type=int, default=os.cpu_count() or 2)
     ap.add_argument("--plan-devices", type=int, default=100)
     ap.add_argument("--plan-days", type=int, default=90)
-    ap.add_argument("--plan-windows-per-day", type=int, default=2880,
-                    help="retained windows per device and day (2880: one every 30 s)")
+    ap.add_argument(
+        "--plan-windows-per-day",
+        type=int,
+        default=2880,
+        help="retained windows per device and day (2880: one every 30 s)",
+    )
     ap.add_argument("--plan-node-cpus", type=int, default=16)
     ap.add_argument("--plan-hours", type=float, default=8.0, help="wall time to aim for")
     args = ap.parse_args()
@@ -104,6 +110,7 @@ def main() -> None:
         names = {"image": "bench-brightness@1.0.0"}
         sel = parse_selection(ExportOptions(d, d / "x.zip"))
         with ray_session(RaySettings(num_cpus=args.cpus, temp_dir=str(d / "ray"))):
+
             def fleet(root: Path) -> None:
                 shutil.rmtree(d / "r.parquet", ignore_errors=True)
                 st = fleet_replay(str(root), models, names, d / "r.parquet").stats
@@ -113,18 +120,37 @@ def main() -> None:
             ray_all = measure_tree(lambda: fleet(d / "fleet"))
             ray_one = measure_tree(lambda: fleet(rings[0].parent))
             ray_export = measure_tree(lambda: fleet_export(str(d / "fleet"), d / "f.zip", sel))
-    report(args, n_items, archive_bytes, member_bytes, local, local_export, ray_all, ray_one,
-           ray_export)
+    report(
+        args,
+        n_items,
+        archive_bytes,
+        member_bytes,
+        local,
+        local_export,
+        ray_all,
+        ray_one,
+        ray_export,
+    )
 
 
-def report(args: argparse.Namespace, n_items: int, archive_bytes: int, member_bytes: int,
-           local: Timing, local_export: Timing, ray_all: Timing, ray_one: Timing,
-           ray_export: Timing) -> None:
+def report(
+    args: argparse.Namespace,
+    n_items: int,
+    archive_bytes: int,
+    member_bytes: int,
+    local: Timing,
+    local_export: Timing,
+    ray_all: Timing,
+    ray_one: Timing,
+    ray_export: Timing,
+) -> None:
     """Long: one table of measured figures, then the plan derived from them."""
     n_one = n_items // args.devices
-    print(f"fleet: {args.devices} devices x {args.windows} windows x {args.per_window} PNG "
-          f"{args.size}x{args.size} = {n_items} items, {archive_bytes / 1e6:.1f} MB of "
-          f"archives; Ray on {args.cpus} CPUs; load average {load_average():.1f}")
+    print(
+        f"fleet: {args.devices} devices x {args.windows} windows x {args.per_window} PNG "
+        f"{args.size}x{args.size} = {n_items} items, {archive_bytes / 1e6:.1f} MB of "
+        f"archives; Ray on {args.cpus} CPUs; load average {load_average():.1f}"
+    )
     print(f"{'replay':<34}{'items/s':>9}{'vs local':>10}{'wall s':>8}{'CPU ms/item':>13}")
     base = n_items / local.wall
     for name, run, n in (
@@ -133,32 +159,41 @@ def report(args: argparse.Namespace, n_items: int, archive_bytes: int, member_by
         (f"Ray, one device ({n_one} items)", ray_one, n_one),
     ):
         ips = n / run.wall
-        print(f"{name:<34}{ips:>9.0f}{ratio(ips, base):>10}{run.wall:>8.2f}"
-              f"{run.cpu / n * 1e3:>13.2f}")
+        print(
+            f"{name:<34}{ips:>9.0f}{ratio(ips, base):>10}{run.wall:>8.2f}{run.cpu / n * 1e3:>13.2f}"
+        )
     slope = (ray_all.wall - ray_one.wall) / max(1, n_items - n_one)
     fixed = max(0.0, ray_one.wall - slope * n_one)
     cpu_item = (ray_all.cpu - ray_one.cpu) / max(1, n_items - n_one)
-    print(f"Ray replay: fixed cost per job {fixed:.2f} s, then {slope * 1e3:.2f} ms wall and "
-          f"{cpu_item * 1e3:.2f} ms CPU per item")
+    print(
+        f"Ray replay: fixed cost per job {fixed:.2f} s, then {slope * 1e3:.2f} ms wall and "
+        f"{cpu_item * 1e3:.2f} ms CPU per item"
+    )
     print(f"{'export':<34}{'MB/s':>9}{'vs local':>10}{'wall s':>8}{'CPU ms/item':>13}")
     le = member_bytes / 1e6 / local_export.wall
     re_ = member_bytes / 1e6 / ray_export.wall
-    print(f"{'local (ring by ring)':<34}{le:>9.1f}{ratio(le, le):>10}{local_export.wall:>8.2f}"
-          f"{local_export.cpu / n_items * 1e3:>13.2f}")
-    print(f"{'Ray (whole fleet, one shard)':<34}{re_:>9.1f}{ratio(re_, le):>10}"
-          f"{ray_export.wall:>8.2f}{ray_export.cpu / n_items * 1e3:>13.2f}")
+    print(
+        f"{'local (ring by ring)':<34}{le:>9.1f}{ratio(le, le):>10}{local_export.wall:>8.2f}"
+        f"{local_export.cpu / n_items * 1e3:>13.2f}"
+    )
+    print(
+        f"{'Ray (whole fleet, one shard)':<34}{re_:>9.1f}{ratio(re_, le):>10}"
+        f"{ray_export.wall:>8.2f}{ray_export.cpu / n_items * 1e3:>13.2f}"
+    )
     per_archive = archive_bytes / (args.devices * args.windows)
     archives = args.plan_devices * args.plan_days * args.plan_windows_per_day
     items = archives * args.per_window
     total = archives * per_archive
     cpu_h = items * max(cpu_item, 1e-9) / 3600
     nodes = cpu_h / (args.plan_hours * args.plan_node_cpus)
-    print(f"plan: {args.plan_devices} devices x {args.plan_days} days x "
-          f"{args.plan_windows_per_day} windows/day = {archives:,} archives, {items:,} items, "
-          f"{total / 1e12:.2f} TB at {per_archive / 1e3:.0f} kB per archive; "
-          f"{total / (256 << 20):,.0f} read tasks of 256 MiB; {2 * archives:,} GETs (replay); "
-          f"{cpu_h:,.0f} CPU-hours at the measured cost = {nodes:.1f} nodes of "
-          f"{args.plan_node_cpus} CPUs for {args.plan_hours:g} h")
+    print(
+        f"plan: {args.plan_devices} devices x {args.plan_days} days x "
+        f"{args.plan_windows_per_day} windows/day = {archives:,} archives, {items:,} items, "
+        f"{total / 1e12:.2f} TB at {per_archive / 1e3:.0f} kB per archive; "
+        f"{total / (256 << 20):,.0f} read tasks of 256 MiB; {2 * archives:,} GETs (replay); "
+        f"{cpu_h:,.0f} CPU-hours at the measured cost = {nodes:.1f} nodes of "
+        f"{args.plan_node_cpus} CPUs for {args.plan_hours:g} h"
+    )
 
 
 if __name__ == "__main__":

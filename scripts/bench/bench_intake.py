@@ -57,10 +57,15 @@ def _least_cpu(runs: dict[str, list[PerItem]]) -> dict[str, PerItem]:
 
 def bench_take(root: Path, n: int, size: int, repeat: int) -> dict[str, PerItem]:
     paths = _files(root / f"take-{size}", n, size)
-    return _least_cpu(rounds({
-        "plain": lambda: per_item(*each_item(_plain_read, paths), n),
-        "safe": lambda: per_item(*each_item(_safe_read, paths), n),
-    }, repeat))
+    return _least_cpu(
+        rounds(
+            {
+                "plain": lambda: per_item(*each_item(_plain_read, paths), n),
+                "safe": lambda: per_item(*each_item(_safe_read, paths), n),
+            },
+            repeat,
+        )
+    )
 
 
 def bench_done(root: Path, n: int, size: int, repeat: int) -> dict[str, PerItem]:
@@ -69,8 +74,10 @@ def bench_done(root: Path, n: int, size: int, repeat: int) -> dict[str, PerItem]
     def fresh(name: str) -> tuple[list[Path], dict[Path, tuple[FileIdentity, str]]]:
         """New files to finish (the last round's are gone), their identity and digest."""
         paths = _files(root / f"done-{size}-{name}", n, size)
-        return paths, {p: (FileIdentity.of(os.stat(p)),
-                           hashlib.sha256(p.read_bytes()).hexdigest()) for p in paths}
+        return paths, {
+            p: (FileIdentity.of(os.stat(p)), hashlib.sha256(p.read_bytes()).hexdigest())
+            for p in paths
+        }
 
     def plain() -> PerItem:
         paths, _ = fresh("plain")
@@ -78,17 +85,23 @@ def bench_done(root: Path, n: int, size: int, repeat: int) -> dict[str, PerItem]
 
     def checked() -> PerItem:
         paths, known = fresh("checked")
-        return per_item(*each_item(
-            lambda p: lc.finish(p, "delete", identity=known[p][0], sha256=known[p][1]), paths), n)
+        return per_item(
+            *each_item(
+                lambda p: lc.finish(p, "delete", identity=known[p][0], sha256=known[p][1]), paths
+            ),
+            n,
+        )
 
     return _least_cpu(rounds({"plain": plain, "checked": checked}, repeat))
 
 
 def _row(what: str, size: int, ours: PerItem, base: PerItem) -> str:
     us = 1e6
-    return (f"| {what} | {size // 1024} KiB | {ours.cpu * us:.1f} | {base.cpu * us:.1f} | "
-            f"{ours.cpu / base.cpu:.2f} | {ours.p50 * us:.1f} / {ours.p99 * us:.1f} | "
-            f"{base.p50 * us:.1f} / {base.p99 * us:.1f} |")
+    return (
+        f"| {what} | {size // 1024} KiB | {ours.cpu * us:.1f} | {base.cpu * us:.1f} | "
+        f"{ours.cpu / base.cpu:.2f} | {ours.p50 * us:.1f} / {ours.p99 * us:.1f} | "
+        f"{base.p50 * us:.1f} / {base.p99 * us:.1f} |"
+    )
 
 
 def main() -> None:
@@ -100,16 +113,17 @@ def main() -> None:
     sizes = [int(s) for s in args.sizes.split(",")]
     root = Path(tempfile.mkdtemp(prefix="bench-intake-"))
     try:
-        print("| step | file | ours CPU µs/file | baseline CPU µs/file | ratio | "
-              "ours p50 / p99 µs | baseline p50 / p99 µs |")
+        print(
+            "| step | file | ours CPU µs/file | baseline CPU µs/file | ratio | "
+            "ours p50 / p99 µs | baseline p50 / p99 µs |"
+        )
         print("|---|---|---:|---:|---:|---|---|")
         for size in sizes:
             n = max(50, min(args.files, (256 << 20) // size))
             take = bench_take(root, n, size, args.repeat)
             print(_row("take (read_regular vs open+read)", size, take["safe"], take["plain"]))
             done = bench_done(root, n, size, args.repeat)
-            print(_row("on_done delete (checked vs unlink)", size, done["checked"],
-                       done["plain"]))
+            print(_row("on_done delete (checked vs unlink)", size, done["checked"], done["plain"]))
     finally:
         shutil.rmtree(root, ignore_errors=True)
 

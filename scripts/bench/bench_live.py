@@ -60,8 +60,13 @@ def _drop(folder: Path, n: int, size: int, rate: float, sent: dict[str, float]) 
         time.sleep(1.0 / rate)
 
 
-def _run(folder: Path, n: int, size: int, rate: float, start: Callable[[Callable[[str], None]],
-         Callable[[], None]]) -> tuple[float, list[float]]:
+def _run(
+    folder: Path,
+    n: int,
+    size: int,
+    rate: float,
+    start: Callable[[Callable[[str], None]], Callable[[], None]],
+) -> tuple[float, list[float]]:
     """Start a watcher (``start(done) -> stop``), drop the files, wait for every ``done``."""
     shutil.rmtree(folder, ignore_errors=True)
     folder.mkdir(parents=True)
@@ -86,9 +91,11 @@ def _run(folder: Path, n: int, size: int, rate: float, start: Callable[[Callable
 
 def _in_memory(folder: Path) -> Callable[[Callable[[str], None]], Callable[[], None]]:
     def start(done: Callable[[str], None]) -> Callable[[], None]:
-        w = watch_in_memory(folder, lambda p, kind, data: done(p), with_data=True,
-                            auto_delete=True, background=True)
+        w = watch_in_memory(
+            folder, lambda p, kind, data: done(p), with_data=True, auto_delete=True, background=True
+        )
         return lambda: w.stop()
+
     return start
 
 
@@ -97,10 +104,12 @@ def _bare_file(folder: Path) -> Callable[[Callable[[str], None]], Callable[[], N
         def on_file(path: str, data: bytes) -> None:
             done(path)
             os.unlink(path)
+
         obs = Observer()
         obs.schedule(_Bare(on_file), str(folder))
         obs.start()
         return lambda: (obs.stop(), obs.join())
+
     return start
 
 
@@ -109,9 +118,12 @@ def _packed(folder: Path) -> Callable[[Callable[[str], None]], Callable[[], None
         def on_batch(batch: PackedBatch) -> None:
             for p in batch.files:
                 done(str(p))
-        w = watch_and_pack(folder, None, on_batch, interval_seconds=0.5, auto_delete=True,
-                           background=True)
+
+        w = watch_and_pack(
+            folder, None, on_batch, interval_seconds=0.5, auto_delete=True, background=True
+        )
         return lambda: w.stop()
+
     return start
 
 
@@ -137,12 +149,14 @@ def _bare_zip(folder: Path) -> Callable[[Callable[[str], None]], Callable[[], No
         def on_file(path: str, data: bytes) -> None:
             with lock:
                 pending.append((path, data))
+
         obs = Observer()
         obs.schedule(_Bare(on_file), str(folder))
         obs.start()
         t = threading.Thread(target=packer, daemon=True)
         t.start()
         return lambda: (stopped.set(), t.join(), obs.stop(), obs.join())
+
     return start
 
 
@@ -154,27 +168,36 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=2)
     args = ap.parse_args()
     root = Path(tempfile.mkdtemp(prefix="bench-live-"))
-    rows = (("(a) per file: watch_in_memory vs watchdog + read", _in_memory, _bare_file),
-            ("(b) per batch: watch_and_pack vs watchdog + zipfile", _packed, _bare_zip))
+    rows = (
+        ("(a) per file: watch_in_memory vs watchdog + read", _in_memory, _bare_file),
+        ("(b) per batch: watch_and_pack vs watchdog + zipfile", _packed, _bare_zip),
+    )
     try:
-        print(f"{args.files} files of {args.size // 1024} KiB at {args.rate:g}/s, best of "
-              f"{args.repeat}")
-        print("| row | ours CPU µs/file | baseline CPU µs/file | ratio | ours p50 / p99 ms | "
-              "baseline p50 / p99 ms |")
+        print(
+            f"{args.files} files of {args.size // 1024} KiB at {args.rate:g}/s, best of "
+            f"{args.repeat}"
+        )
+        print(
+            "| row | ours CPU µs/file | baseline CPU µs/file | ratio | ours p50 / p99 ms | "
+            "baseline p50 / p99 ms |"
+        )
         print("|---|---:|---:|---:|---|---|")
+
         def one(name: str, fn: Starter) -> Callable[[], PerItem]:
             folder = root / name
-            return lambda: per_item(*_run(folder, args.files, args.size, args.rate, fn(folder)),
-                                    args.files)
+            return lambda: per_item(
+                *_run(folder, args.files, args.size, args.rate, fn(folder)), args.files
+            )
 
         for what, ours_fn, base_fn in rows:
-            runs = rounds({"ours": one("ours", ours_fn), "base": one("base", base_fn)},
-                          args.repeat)
+            runs = rounds({"ours": one("ours", ours_fn), "base": one("base", base_fn)}, args.repeat)
             # each side's round of least CPU per file
             o, b = (min(runs[k], key=lambda f: f.cpu) for k in ("ours", "base"))
-            print(f"| {what} | {o.cpu * 1e6:.0f} | {b.cpu * 1e6:.0f} | {o.cpu / b.cpu:.2f} | "
-                  f"{o.p50 * 1e3:.1f} / {o.p99 * 1e3:.1f} | "
-                  f"{b.p50 * 1e3:.1f} / {b.p99 * 1e3:.1f} |")
+            print(
+                f"| {what} | {o.cpu * 1e6:.0f} | {b.cpu * 1e6:.0f} | {o.cpu / b.cpu:.2f} | "
+                f"{o.p50 * 1e3:.1f} / {o.p99 * 1e3:.1f} | "
+                f"{b.p50 * 1e3:.1f} / {b.p99 * 1e3:.1f} |"
+            )
     finally:
         shutil.rmtree(root, ignore_errors=True)
 

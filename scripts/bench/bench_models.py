@@ -37,8 +37,13 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     model = CDMLTrainTier2(latent_dim=64, num_classes=10, in_channels=3, image_size=32).eval()
     graph = _ClassifierGraph(model).eval()
-    spec = ModelSpec(name="bench", modality="image", task="classifier",
-                     input=ImageInput(size=32), labels=[str(i) for i in range(10)])
+    spec = ModelSpec(
+        name="bench",
+        modality="image",
+        task="classifier",
+        input=ImageInput(size=32),
+        labels=[str(i) for i in range(10)],
+    )
     opts = ort.SessionOptions()
     opts.intra_op_num_threads = args.threads
     opts.inter_op_num_threads = 1
@@ -47,9 +52,11 @@ def main() -> None:
         session = ort.InferenceSession(str(report.path), opts, providers=["CPUExecutionProvider"])
     assert model.head is not None
     used = sum(p.numel() for m in (model.encoder, model.head) for p in m.parameters())
-    print(f"model: CDMLTrainTier2 encoder+classifier, 3x32x32, "
-          f"{used:,} params in the graph, "
-          f"parity {report.max_abs_diff:.2g}, threads {args.threads}")
+    print(
+        f"model: CDMLTrainTier2 encoder+classifier, 3x32x32, "
+        f"{used:,} params in the graph, "
+        f"parity {report.max_abs_diff:.2g}, threads {args.threads}"
+    )
     rows = []
     for batch in (1, 8, 32):
         x = np.random.default_rng(batch).standard_normal((batch, 3, 32, 32)).astype(np.float32)

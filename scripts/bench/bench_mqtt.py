@@ -49,10 +49,22 @@ def payloads(n: int, tag: str) -> list[bytes]:
     out = []
     for i in range(n):
         body = {
-            "id": f"{tag}{i:07d}", "window_id": "w-1", "source": "cam1", "item": f"{i}.jpg",
-            "modality": "image", "ts": 1.7e9 + i, "label": "ok", "score": 0.97,
-            "anomaly": False, "anomaly_score": 0.02, "latency_ms": 4.5, "model": "tier2",
-            "model_version": "3", "seq": i + 1, "device": "edge-1", "pad": "x" * 120,
+            "id": f"{tag}{i:07d}",
+            "window_id": "w-1",
+            "source": "cam1",
+            "item": f"{i}.jpg",
+            "modality": "image",
+            "ts": 1.7e9 + i,
+            "label": "ok",
+            "score": 0.97,
+            "anomaly": False,
+            "anomaly_score": 0.02,
+            "latency_ms": 4.5,
+            "model": "tier2",
+            "model_version": "3",
+            "seq": i + 1,
+            "device": "edge-1",
+            "pad": "x" * 120,
         }
         out.append(json.dumps(body).encode())
     return out
@@ -60,8 +72,11 @@ def payloads(n: int, tag: str) -> list[bytes]:
 
 def bench_paho(port: int, protocol: str, prefix: str, data: list[bytes]) -> tuple[float, float]:
     sub = Subscriber(port, f"{prefix}/#", persistent=False)
-    client = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id=f"{prefix}-raw",
-                         protocol=mqtt.MQTTv5 if protocol == "5" else mqtt.MQTTv311)
+    client = mqtt.Client(
+        mqtt.CallbackAPIVersion.VERSION2,
+        client_id=f"{prefix}-raw",
+        protocol=mqtt.MQTTv5 if protocol == "5" else mqtt.MQTTv311,
+    )
     client.max_inflight_messages_set(INFLIGHT)
     acked = [0]
     client.on_publish = lambda *a: acked.__setitem__(0, acked[0] + 1)
@@ -85,9 +100,13 @@ def bench_publisher(
     port: int, protocol: str, prefix: str, data: list[bytes], spool: Path
 ) -> tuple[float, float]:
     sub = Subscriber(port, f"{prefix}/#", persistent=False)
-    pub = MqttPublisher(MqttConfig(url=f"mqtt://127.0.0.1:{port}", topic_prefix=prefix,
-                                   protocol=protocol), "edge-1", SpoolConfig(dir=spool),
-                        OutboxConfig(max_bytes=64 * 1024**2), max_inflight=INFLIGHT)
+    pub = MqttPublisher(
+        MqttConfig(url=f"mqtt://127.0.0.1:{port}", topic_prefix=prefix, protocol=protocol),
+        "edge-1",
+        SpoolConfig(dir=spool),
+        OutboxConfig(max_bytes=64 * 1024**2),
+        max_inflight=INFLIGHT,
+    )
     pub.start()
     wait_until(lambda: pub.connected, 10)
     sem = threading.Semaphore(0)
@@ -117,8 +136,10 @@ def bench_drain(n: int, workdir: Path) -> dict[str, float]:
     broker.stop()
     data = payloads(n, "d")
     pub = MqttPublisher(
-        MqttConfig(url=broker.url, topic_prefix=prefix, protocol=broker.protocol), "edge-1",
-        SpoolConfig(dir=workdir / "spool", max_bytes=512 * 1024**2), max_inflight=INFLIGHT,
+        MqttConfig(url=broker.url, topic_prefix=prefix, protocol=broker.protocol),
+        "edge-1",
+        SpoolConfig(dir=workdir / "spool", max_bytes=512 * 1024**2),
+        max_inflight=INFLIGHT,
         backoff_max=0.5,
     )
     pub.start()
@@ -140,8 +161,11 @@ def bench_drain(n: int, workdir: Path) -> dict[str, float]:
     sub.close()
     broker.stop()
     return {
-        "append_per_s": n / t_spool, "spool_mib": stats["spool_bytes"] / 1024**2,
-        "drain_per_s": n / t_drain, "recv_per_s": n / t_recv, "unique": got,
+        "append_per_s": n / t_spool,
+        "spool_mib": stats["spool_bytes"] / 1024**2,
+        "drain_per_s": n / t_drain,
+        "recv_per_s": n / t_recv,
+        "unique": got,
         "broker": broker.kind,
     }
 
@@ -163,31 +187,44 @@ def main() -> None:
         data = payloads(args.results, "l")
         tag = f"bench{int(time.time())}"
         run = itertools.count()  # each run its own topics (and spool)
-        runs = rounds({  # alternate, so both see the same machine load
-            "paho": lambda: bench_paho(port, protocol, f"{tag}r{next(run)}", data),
-            "pub": lambda: bench_publisher(port, protocol, f"{tag}p{next(run)}", data,
-                                           work / f"spool-live{next(run)}"),
-        }, args.repeat)
+        runs = rounds(
+            {  # alternate, so both see the same machine load
+                "paho": lambda: bench_paho(port, protocol, f"{tag}r{next(run)}", data),
+                "pub": lambda: bench_publisher(
+                    port, protocol, f"{tag}p{next(run)}", data, work / f"spool-live{next(run)}"
+                ),
+            },
+            args.repeat,
+        )
         # the best rate of each (acked, received) over the runs
         raw_ack, raw_sub = (max(r[i] for r in runs["paho"]) for i in (0, 1))
         pub_ack, pub_sub = (max(r[i] for r in runs["pub"]) for i in (0, 1))
         if own is not None:
             own.stop()
-        print(f"(a) QoS 1, {args.results} results of ~{len(data[0])} B, broker: {kind}, "
-              f"MQTT {protocol}, in-flight {INFLIGHT}, best of {args.repeat}")
+        print(
+            f"(a) QoS 1, {args.results} results of ~{len(data[0])} B, broker: {kind}, "
+            f"MQTT {protocol}, in-flight {INFLIGHT}, best of {args.repeat}"
+        )
         print(f"    {'':24}{'PUBACKed/s':>12}{'received/s':>12}")
         print(f"    {'bare paho (baseline)':24}{raw_ack:12,.0f}{raw_sub:12,.0f}")
         print(f"    {'MqttPublisher':24}{pub_ack:12,.0f}{pub_sub:12,.0f}")
-        print(f"    ratio publisher / paho: {pub_ack / raw_ack:.2f} (acked), "
-              f"{pub_sub / raw_sub:.2f} (received)")
+        print(
+            f"    ratio publisher / paho: {pub_ack / raw_ack:.2f} (acked), "
+            f"{pub_sub / raw_sub:.2f} (received)"
+        )
         d = bench_drain(args.spool, work)
-        print(f"(b) spool of {args.spool:,} results ({d['spool_mib']:.1f} MiB), broker: "
-              f"{d['broker']}")
-        print(f"    spool append (broker down, fsync per batch of 100): "
-              f"{d['append_per_s']:,.0f} results/s")
-        print(f"    drain after reconnect: {d['drain_per_s']:,.0f} results/s PUBACKed, "
-              f"{d['recv_per_s']:,.0f} results/s received; unique ids received "
-              f"{d['unique']:,} of {args.spool:,}")
+        print(
+            f"(b) spool of {args.spool:,} results ({d['spool_mib']:.1f} MiB), broker: {d['broker']}"
+        )
+        print(
+            f"    spool append (broker down, fsync per batch of 100): "
+            f"{d['append_per_s']:,.0f} results/s"
+        )
+        print(
+            f"    drain after reconnect: {d['drain_per_s']:,.0f} results/s PUBACKed, "
+            f"{d['recv_per_s']:,.0f} results/s received; unique ids received "
+            f"{d['unique']:,} of {args.spool:,}"
+        )
         print(f"    drain / live publisher rate: {d['drain_per_s'] / pub_ack:.2f}")
 
 

@@ -43,19 +43,30 @@ def _tarfile_open(data: bytes) -> int:
         return len(tf.getmembers())
 
 
-def run(label: str, normal: bytes, dotted: bytes, baseline: Callable[[bytes], object],
-        names: list[str], repeat: int) -> None:
-    t = interleaved({
-        "normal": lambda: open_archive(normal),
-        "dotted": lambda: open_archive(dotted),
-        "check": lambda: normalize_member_names(names),
-        "baseline": lambda: baseline(normal),
-    }, repeat)
+def run(
+    label: str,
+    normal: bytes,
+    dotted: bytes,
+    baseline: Callable[[bytes], object],
+    names: list[str],
+    repeat: int,
+) -> None:
+    t = interleaved(
+        {
+            "normal": lambda: open_archive(normal),
+            "dotted": lambda: open_archive(dotted),
+            "check": lambda: normalize_member_names(names),
+            "baseline": lambda: baseline(normal),
+        },
+        repeat,
+    )
     (nw, nc), (dw, dc), (cw, cc), (bw, bc) = t["normal"], t["dotted"], t["check"], t["baseline"]
-    print(f"{label:<13} open normal {nw * 1e3:7.1f} ms (cpu {nc * 1e3:6.1f})  "
-          f"check {cw * 1e3:5.2f} ms (cpu {cc * 1e3:5.2f} = {cc / nc:5.1%} of open)  "
-          f"'./' names {dw * 1e3:8.1f} ms (cpu {dc * 1e3:7.1f}) = {dw / nw:4.2f}x normal  "
-          f"baseline {bw * 1e3:8.1f} ms (cpu {bc * 1e3:7.1f}) = {bw / nw:5.1f}x ours")
+    print(
+        f"{label:<13} open normal {nw * 1e3:7.1f} ms (cpu {nc * 1e3:6.1f})  "
+        f"check {cw * 1e3:5.2f} ms (cpu {cc * 1e3:5.2f} = {cc / nc:5.1%} of open)  "
+        f"'./' names {dw * 1e3:8.1f} ms (cpu {dc * 1e3:7.1f}) = {dw / nw:4.2f}x normal  "
+        f"baseline {bw * 1e3:8.1f} ms (cpu {bc * 1e3:7.1f}) = {bw / nw:5.1f}x ours"
+    )
 
 
 def main() -> None:
@@ -66,12 +77,10 @@ def main() -> None:
     names = [f"cam{i % 7}/frame_{i:06d}.jpg" for i in range(args.members)]
     dotted = [f"./{n}" for n in names]
     print(f"load average {load_average():.1f}; {args.members} members; best of {args.repeat}")
-    zips = (pack([(n, b"x") for n in names], level=1),
-            pack([(n, b"x") for n in dotted], level=1))
+    zips = (pack([(n, b"x") for n in names], level=1), pack([(n, b"x") for n in dotted], level=1))
     for engine in ("native", "python"):
         os.environ["CDML_EDGE_NATIVE"] = "1" if engine == "native" else "0"
-        run(f"zip ({engine})", *zips, lambda b: zipfile.ZipFile(io.BytesIO(b)), names,
-            args.repeat)
+        run(f"zip ({engine})", *zips, lambda b: zipfile.ZipFile(io.BytesIO(b)), names, args.repeat)
     os.environ.pop("CDML_EDGE_NATIVE")
     run("tar", _tar(names), _tar(dotted), _tarfile_open, names, args.repeat)
 

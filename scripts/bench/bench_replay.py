@@ -150,11 +150,15 @@ def main() -> None:
         item_bytes = sum(w.nbytes for w in windows)
 
         # rounds interleave the two, so both see the same machine load
-        live = rounds({
-            "bare": lambda: live_path(windows, runners, d / "bare", d / "live.jsonl",
-                                      retain=False),
-            "live": lambda: live_path(windows, runners, d / "ring", d / "live.jsonl"),
-        }, args.repeat)
+        live = rounds(
+            {
+                "bare": lambda: live_path(
+                    windows, runners, d / "bare", d / "live.jsonl", retain=False
+                ),
+                "live": lambda: live_path(windows, runners, d / "ring", d / "live.jsonl"),
+            },
+            args.repeat,
+        )
         t_bare, t_live = min(live["bare"]), min(live["live"])
 
         def replay() -> None:
@@ -181,12 +185,15 @@ def main() -> None:
         f"({item_bytes / 1e6:.1f} MB), best of {args.repeat}"
     )
     print(f"{'path':<34}{'items/s':>10}{'vs live':>10}")
-    print(f"{'live (pack+score+output+retain)':<34}{live_ips:>10.0f}"
-          f"{ratio(live_ips, live_ips):>10}")
+    print(
+        f"{'live (pack+score+output+retain)':<34}{live_ips:>10.0f}{ratio(live_ips, live_ips):>10}"
+    )
     bare_ips = n_items / t_bare
     print(f"{'live without retention':<34}{bare_ips:>10.0f}{ratio(bare_ips, live_ips):>10}")
-    print(f"{'replay (ring -> results.jsonl)':<34}{replay_ips:>10.0f}"
-          f"{ratio(replay_ips, live_ips):>10}")
+    print(
+        f"{'replay (ring -> results.jsonl)':<34}{replay_ips:>10.0f}"
+        f"{ratio(replay_ips, live_ips):>10}"
+    )
     print(f"{'export':<34}{'MB/s':>10}{'out MB':>10}")
     for suffix, (mbps, size) in exports.items():
         print(f"{'export -> ' + suffix:<34}{mbps:>10.1f}{size / 1e6:>10.2f}")

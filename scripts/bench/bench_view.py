@@ -44,12 +44,13 @@ from cdml_edge.window.score import score_window  # noqa: E402
 
 class _Null:
     def start(self) -> None: ...
-    def publish_batch(self, messages: object, on_durable: Callable[[], None] | None = None
-                      ) -> None:
+    def publish_batch(self, messages: object, on_durable: Callable[[], None] | None = None) -> None:
         if on_durable is not None:
             on_durable()
+
     def stats(self) -> dict[str, int]:
         return {}
+
     def stop(self, timeout: float = 5.0) -> None: ...
 
 
@@ -61,8 +62,17 @@ def _window(n: int, side: int) -> Window:
         img = cv2.GaussianBlur(img, (0, 0), 6)  # photo-like, compresses like one
         ok, buf = cv2.imencode(".jpg", img, [cv2.IMWRITE_JPEG_QUALITY, 90])
         data = buf.tobytes()
-        w.items.append(Item("cam", f"{i:04d}.jpg", "image", time.time(), data,
-                            item_id("cam", f"{i:04d}.jpg", len(data), i), size=len(data)))
+        w.items.append(
+            Item(
+                "cam",
+                f"{i:04d}.jpg",
+                "image",
+                time.time(),
+                data,
+                item_id("cam", f"{i:04d}.jpg", len(data), i),
+                size=len(data),
+            )
+        )
     return w
 
 
@@ -100,26 +110,43 @@ def main() -> None:
             board.keep_images(window)
         output.publish_batch(outcome.messages())  # type: ignore[attr-defined]
 
-    t = interleaved({"baseline": lambda: score(plain, None),
-              "with board": lambda: score(observed, observed.board)}, args.repeat)
+    t = interleaved(
+        {
+            "baseline": lambda: score(plain, None),
+            "with board": lambda: score(observed, observed.board),
+        },
+        args.repeat,
+    )
     one = window.items[0].data
-    d1 = interleaved({"full decode": lambda: cv2.imdecode(np.frombuffer(one, np.uint8),
-                                                   cv2.IMREAD_COLOR),
-               "thumbnail": lambda: thumbnail(one)}, args.repeat * 5)
-    print(f"window of {args.items} JPEGs {args.side}x{args.side * 3 // 4}, "
-          f"{sum(len(i.data) for i in window.items) / 1024:.0f} KiB, best of {args.repeat}")
+    d1 = interleaved(
+        {
+            "full decode": lambda: cv2.imdecode(np.frombuffer(one, np.uint8), cv2.IMREAD_COLOR),
+            "thumbnail": lambda: thumbnail(one),
+        },
+        args.repeat * 5,
+    )
+    print(
+        f"window of {args.items} JPEGs {args.side}x{args.side * 3 // 4}, "
+        f"{sum(len(i.data) for i in window.items) / 1024:.0f} KiB, best of {args.repeat}"
+    )
     base_w, base_c = t["baseline"]
     for k, (w, c) in t.items():
-        print(f"  {k:<12} {w * 1000:8.1f} ms wall {c * 1000:8.1f} ms cpu  "
-              f"ratio {w / base_w:5.3f} wall {c / base_c:5.3f} cpu")
+        print(
+            f"  {k:<12} {w * 1000:8.1f} ms wall {c * 1000:8.1f} ms cpu  "
+            f"ratio {w / base_w:5.3f} wall {c / base_c:5.3f} cpu"
+        )
     fw, _ = d1["full decode"]
     tw, _ = d1["thumbnail"]
-    print(f"  one image: full decode {fw * 1000:.2f} ms, thumbnail {tw * 1000:.2f} ms "
-          f"(ratio {tw / fw:.2f})")
+    print(
+        f"  one image: full decode {fw * 1000:.2f} ms, thumbnail {tw * 1000:.2f} ms "
+        f"(ratio {tw / fw:.2f})"
+    )
     views = rounds({"page": lambda: _first_and_cached_view(window)}, args.repeat)["page"]
     first, cached = min(v[0] for v in views), min(v[1] for v in views)
-    print(f"  status page with 8 thumbnails: first view {first * 1000:.1f} ms, "
-          f"then {cached * 1000:.2f} ms")
+    print(
+        f"  status page with 8 thumbnails: first view {first * 1000:.1f} ms, "
+        f"then {cached * 1000:.2f} ms"
+    )
 
 
 if __name__ == "__main__":

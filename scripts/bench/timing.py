@@ -75,8 +75,9 @@ def rounds(fns: Mapping[str, Callable[[], T]], repeat: int) -> dict[str, list[T]
 def fastest(timings: Iterable[Timing]) -> Timing:
     """The best wall time and the best CPU time (of any of the runs; inf when none)."""
     ts = list(timings)
-    return Timing(min((t.wall for t in ts), default=math.inf),
-                  min((t.cpu for t in ts), default=math.inf))
+    return Timing(
+        min((t.wall for t in ts), default=math.inf), min((t.cpu for t in ts), default=math.inf)
+    )
 
 
 def interleaved(fns: Mapping[str, Callable[[], object]], repeat: int) -> dict[str, Timing]:
@@ -90,8 +91,9 @@ def best_of(fn: Callable[[], object], repeat: int) -> Timing:
     return interleaved({"fn": fn}, repeat)["fn"]
 
 
-def median_time(fn: Callable[[], object], seconds: float, warmup: int = 3,
-                min_runs: int = 10) -> float:
+def median_time(
+    fn: Callable[[], object], seconds: float, warmup: int = 3, min_runs: int = 10
+) -> float:
     """Median wall seconds of one call: ``warmup`` calls untimed, then calls for ``seconds``
     (at least ``min_runs`` of them). Wall time only: the CPU clock costs a system call, which
     would weigh on calls of a few microseconds."""

@@ -125,9 +125,7 @@ def check(root: Path = ROOT) -> list[str]:
                 continue
             if theirs[0] <= mine[0]:
                 kind = "a peer" if theirs[0] == mine[0] else "a higher layer"
-                problems.append(
-                    f"{where}:{line}: {mine[1]} imports {target} ({kind}: {theirs[1]})"
-                )
+                problems.append(f"{where}:{line}: {mine[1]} imports {target} ({kind}: {theirs[1]})")
     problems += [f"import cycle: {' -> '.join(c)}" for c in cycles(graph)]
     return problems
 
@@ -176,7 +174,7 @@ def _a_cycle(graph: dict[str, set[str]], comp: set[str]) -> list[str]:
     while True:
         nxt = min(w for w in graph[node] if w in comp)
         if nxt in seen:
-            return path[path.index(nxt):] + [nxt]
+            return path[path.index(nxt) :] + [nxt]
         path.append(nxt)
         seen.add(nxt)
         node = nxt

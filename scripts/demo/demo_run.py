@@ -100,9 +100,14 @@ def report(sub: Subscriber, truth: dict[str, dict[str, str]], console: Console) 
             rs = [dict(r, item=f"#{n}") for n, r in enumerate(rs)]
         judged = [r for r in rs if r["item"] in known]
         agree = sum(
-            1 for r in judged
-            if known[r["item"]] == (r["label"] if source.startswith("cam") else
-                                    ("anomaly" if r["anomaly"] else "normal"))
+            1
+            for r in judged
+            if known[r["item"]]
+            == (
+                r["label"]
+                if source.startswith("cam")
+                else ("anomaly" if r["anomaly"] else "normal")
+            )
         )
         table.add_row(
             source,
@@ -122,8 +127,15 @@ def report(sub: Subscriber, truth: dict[str, dict[str, str]], console: Console) 
             continue
         shown.add(p["source"])
         score = p["anomaly_score"] if p["anomaly_score"] is not None else p["score"]
-        sample.add_row(topic, p["item"], str(p["label"]), f"{score:.3f}" if score is not None
-                       else "-", str(p["anomaly"]), f"{p['latency_ms']:.1f}", p["model"])
+        sample.add_row(
+            topic,
+            p["item"],
+            str(p["label"]),
+            f"{score:.3f}" if score is not None else "-",
+            str(p["anomaly"]),
+            f"{p['latency_ms']:.1f}",
+            p["model"],
+        )
     console.print(sample)
 
     errors = sub.of("error")
@@ -162,9 +174,11 @@ def main() -> int:
     console = Console()
     missing = [m for m in MODELS if not (args.models / m).is_file()]
     if missing:
-        console.print(f"[red]missing models in {args.models}: {', '.join(missing)}[/red] — "
-                      "they ship with the repository (scripts/demo/train_demo_models.py rebuilds "
-                      "them)")
+        console.print(
+            f"[red]missing models in {args.models}: {', '.join(missing)}[/red] — "
+            "they ship with the repository (scripts/demo/train_demo_models.py rebuilds "
+            "them)"
+        )
         return 2
     demo = args.demo_dir.resolve()
     truth = json.loads((demo / "truth.json").read_text())
@@ -180,11 +194,23 @@ def main() -> int:
         DEMO_VIDEO=str(demo / "camera.avi"),
         DEMO_MODELS=str(args.models.resolve()),
     )
-    cmd = [sys.executable, "-m", "cdml_edge.cli", "run", "--config", str(args.config),
-           "--duration", str(args.duration), "--log-level", "WARNING"]
-    console.print("$ cdml-edge run --config " + str(args.config.relative_to(ROOT)
-                  if args.config.is_relative_to(ROOT) else args.config)
-                  + f" --duration {args.duration:g}")
+    cmd = [
+        sys.executable,
+        "-m",
+        "cdml_edge.cli",
+        "run",
+        "--config",
+        str(args.config),
+        "--duration",
+        str(args.duration),
+        "--log-level",
+        "WARNING",
+    ]
+    console.print(
+        "$ cdml-edge run --config "
+        + str(args.config.relative_to(ROOT) if args.config.is_relative_to(ROOT) else args.config)
+        + f" --duration {args.duration:g}"
+    )
     t0 = time.monotonic()
     agent = subprocess.Popen(cmd, env=env, cwd=ROOT)
     try:
@@ -207,9 +233,11 @@ def main() -> int:
     left = sorted(p.name for p in (demo / "in").glob("*/*"))
     if left:
         console.print(f"[yellow]files still waiting in {demo / 'in'}: {left[:5]}[/yellow]")
-    console.print(f"local copy of every message: {demo / 'out.jsonl'}; retained windows: "
-                  f"{len(list((demo / 'state' / 'retention').glob('*.window.json')))} in "
-                  f"{demo / 'state' / 'retention'}")
+    console.print(
+        f"local copy of every message: {demo / 'out.jsonl'}; retained windows: "
+        f"{len(list((demo / 'state' / 'retention').glob('*.window.json')))} in "
+        f"{demo / 'state' / 'retention'}"
+    )
     return 0 if code == 0 and got > 0 else 1
 
 

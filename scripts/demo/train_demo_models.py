@@ -47,8 +47,10 @@ def digits_archives(seed: int, renders: int) -> tuple[bytes, bytes, list[bytes],
     train_items = []
     for r in range(renders):
         imgs, ys = synth.digit_images(seed=seed * 100 + r, indices=tr)
-        train_items += [(f"{y}/{r}-{i:05d}.png", synth.encode_png(im))
-                        for i, (im, y) in zip(tr, zip(imgs, ys, strict=True), strict=True)]
+        train_items += [
+            (f"{y}/{r}-{i:05d}.png", synth.encode_png(im))
+            for i, (im, y) in zip(tr, zip(imgs, ys, strict=True), strict=True)
+        ]
     test_png = [synth.encode_png(im) for im in test_imgs]
     test_items = [(f"{y}/{i:05d}.png", b) for i, y, b in zip(te, test_y, test_png, strict=True)]
     return pack(train_items), pack(test_items), test_png, test_y
@@ -62,20 +64,39 @@ def class_zip(normal: list[bytes], fault: list[bytes], ext: str) -> bytes:
 
 def onnx_scores(path: Path, decoded: list[np.ndarray], output: str) -> np.ndarray:
     session, spec = load_onnx_model(path)
-    out = [run_model(session, spec, prepare_batch(spec, decoded[i : i + 64]))[output]
-           for i in range(0, len(decoded), 64)]
+    out = [
+        run_model(session, spec, prepare_batch(spec, decoded[i : i + 64]))[output]
+        for i in range(0, len(decoded), 64)
+    ]
     return np.concatenate(out)
 
 
 def train_anomaly(
-    name: str, modality: str, ext: str, make: Callable[[int, int, bool], list[bytes]],
-    decode: Callable[[bytes], np.ndarray], n_train: int, n_test: int, epochs: int,
-    seed: int, work: Path, out: Path,
+    name: str,
+    modality: str,
+    ext: str,
+    make: Callable[[int, int, bool], list[bytes]],
+    decode: Callable[[bytes], np.ndarray],
+    n_train: int,
+    n_test: int,
+    epochs: int,
+    seed: int,
+    work: Path,
+    out: Path,
 ) -> dict[str, Any]:
     data = class_zip(make(n_train, seed, False), make(n_train // 2, seed, True), ext)
     t0 = time.perf_counter()
-    res = train_from_archive(data, modality, epochs, work / name, name=name, batch_size=32,
-                             lr=2e-3, normal_label="normal", seed=seed)
+    res = train_from_archive(
+        data,
+        modality,
+        epochs,
+        work / name,
+        name=name,
+        batch_size=32,
+        lr=2e-3,
+        normal_label="normal",
+        seed=seed,
+    )
     train_s = time.perf_counter() - t0
     report = export_checkpoint(res.checkpoint, out / f"{name}.onnx")
     normal_b, fault_b = synth.anomaly_heldout(make, seed, n_test)  # fresh, unseen clips
@@ -85,34 +106,58 @@ def train_anomaly(
     s_f = onnx_scores(report.path, fault, "anomaly")
     thr = float(res.spec.anomaly_threshold or 0.0)
     return {
-        "file": report.path.name, "task": "anomaly", "modality": modality,
-        "params": res.trainer.model.num_parameters(), "size_bytes": report.size_bytes,
-        "parity_max_abs_diff": report.max_abs_diff, "auroc": auroc(s_n, s_f),
-        "threshold": thr, "false_positive_rate": float((s_n > thr).mean()),
-        "detection_rate": float((s_f > thr).mean()), "test_items": 2 * n_test,
-        "epochs": epochs, "train_seconds": round(train_s, 1),
+        "file": report.path.name,
+        "task": "anomaly",
+        "modality": modality,
+        "params": res.trainer.model.num_parameters(),
+        "size_bytes": report.size_bytes,
+        "parity_max_abs_diff": report.max_abs_diff,
+        "auroc": auroc(s_n, s_f),
+        "threshold": thr,
+        "false_positive_rate": float((s_n > thr).mean()),
+        "detection_rate": float((s_f > thr).mean()),
+        "test_items": 2 * n_test,
+        "epochs": epochs,
+        "train_seconds": round(train_s, 1),
     }
 
 
 def train_digits(epochs: int, renders: int, seed: int, work: Path, out: Path) -> dict[str, Any]:
     train_zip, test_zip, test_png, test_y = digits_archives(seed, renders)
     t0 = time.perf_counter()
-    res = train_from_archive(train_zip, "image", epochs, work / "digits", val_data=test_zip,
-                             name="digits", image_size=32, channels=3, batch_size=64,
-                             lr=2e-3, recon_weight=0.5, seed=seed, in_memory=False)
+    res = train_from_archive(
+        train_zip,
+        "image",
+        epochs,
+        work / "digits",
+        val_data=test_zip,
+        name="digits",
+        image_size=32,
+        channels=3,
+        batch_size=64,
+        lr=2e-3,
+        recon_weight=0.5,
+        seed=seed,
+        in_memory=False,
+    )
     train_s = time.perf_counter() - t0
     report = export_checkpoint(res.checkpoint, out / "digits.onnx")
     decoded = [decode_image(b) for b in test_png]
     logits = onnx_scores(report.path, decoded, "logits")
     pred = np.array([int(res.classes[i]) for i in logits.argmax(1)])
     return {
-        "file": report.path.name, "task": "classifier", "modality": "image",
-        "params": res.trainer.model.num_parameters(), "size_bytes": report.size_bytes,
+        "file": report.path.name,
+        "task": "classifier",
+        "modality": "image",
+        "params": res.trainer.model.num_parameters(),
+        "size_bytes": report.size_bytes,
         "parity_max_abs_diff": report.max_abs_diff,
-        "heldout_accuracy": float((pred == test_y).mean()), "test_items": len(test_y),
+        "heldout_accuracy": float((pred == test_y).mean()),
+        "test_items": len(test_y),
         "train_items": renders * (1797 - len(test_y)),
         "torch_val_accuracy": res.history[-1].get("val_acc"),
-        "epochs": epochs, "train_seconds": round(train_s, 1),
+        "epochs": epochs,
+        "train_seconds": round(train_s, 1),
     }
 
 
@@ -129,30 +174,51 @@ def main() -> None:
     args.out.mkdir(parents=True, exist_ok=True)
     wanted = set(args.only or ["digits", "audio", "vibration"])
     metrics_path = args.out / "metrics.json"
-    metrics: dict[str, Any] = (
-        json.loads(metrics_path.read_text()) if metrics_path.exists() else {}
-    )
+    metrics: dict[str, Any] = json.loads(metrics_path.read_text()) if metrics_path.exists() else {}
     with tempfile.TemporaryDirectory(prefix="cdml-train-") as tmp:
         work = Path(tmp)
         if "digits" in wanted:
-            metrics["digits"] = train_digits(args.digits_epochs, args.digits_renders, args.seed,
-                                             work, args.out)
+            metrics["digits"] = train_digits(
+                args.digits_epochs, args.digits_renders, args.seed, work, args.out
+            )
             print(json.dumps({"digits": metrics["digits"]}))
         if "audio" in wanted:
+
             def wav(b: bytes) -> np.ndarray:
                 return decode_audio(b, mode="mfcc")
+
             metrics["audio_anomaly"] = train_anomaly(
-                "audio_anomaly", "audio", "wav",
-                lambda n, s, f: synth.machine_audio(n, s, f), wav,
-                400, synth.ANOMALY_HELDOUT_ITEMS, args.anomaly_epochs, args.seed, work, args.out)
+                "audio_anomaly",
+                "audio",
+                "wav",
+                lambda n, s, f: synth.machine_audio(n, s, f),
+                wav,
+                400,
+                synth.ANOMALY_HELDOUT_ITEMS,
+                args.anomaly_epochs,
+                args.seed,
+                work,
+                args.out,
+            )
             print(json.dumps({"audio_anomaly": metrics["audio_anomaly"]}))
         if "vibration" in wanted:
+
             def table(b: bytes) -> np.ndarray:
                 return decode_csv(b).values
+
             metrics["vibration_anomaly"] = train_anomaly(
-                "vibration_anomaly", "csv", "csv",
-                lambda n, s, f: synth.vibration_csv(n, s, f), table,
-                400, synth.ANOMALY_HELDOUT_ITEMS, args.anomaly_epochs, args.seed, work, args.out)
+                "vibration_anomaly",
+                "csv",
+                "csv",
+                lambda n, s, f: synth.vibration_csv(n, s, f),
+                table,
+                400,
+                synth.ANOMALY_HELDOUT_ITEMS,
+                args.anomaly_epochs,
+                args.seed,
+                work,
+                args.out,
+            )
             print(json.dumps({"vibration_anomaly": metrics["vibration_anomaly"]}))
     metrics["seed"] = args.seed
     metrics_path.write_text(json.dumps(metrics, indent=2, sort_keys=True) + "\n")

@@ -18,8 +18,15 @@ REPO = Path(__file__).resolve().parents[2]
 # JetPack 6, Raspberry Pi OS 12 (Bookworm), Raspberry Pi OS 13 / Debian 13 (Trixie).
 BOARD_PYTHONS = {"3.10": "JetPack 6", "3.11": "Pi OS Bookworm", "3.13": "Pi OS Trixie / Debian 13"}
 # What tests beside the runtime need (the dev extra without the tools of other extras).
-TEST_TOOLS = ["pytest>=8", "pytest-timeout>=2.2", "psutil>=5.9", "hypothesis>=6",
-              "jsonschema>=4", "onnx>=1.15", "cryptography>=41"]
+TEST_TOOLS = [
+    "pytest>=8",
+    "pytest-timeout>=2.2",
+    "psutil>=5.9",
+    "hypothesis>=6",
+    "jsonschema>=4",
+    "onnx>=1.15",
+    "cryptography>=41",
+]
 
 
 def uv() -> list[str]:
@@ -30,8 +37,12 @@ def uv() -> list[str]:
 
 def _version_of(exe: str) -> str | None:
     try:
-        res = subprocess.run([exe, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
-                             capture_output=True, text=True, timeout=30)
+        res = subprocess.run(
+            [exe, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
     except OSError:
         return None
     return res.stdout.strip() if res.returncode == 0 else None
@@ -56,8 +67,10 @@ def find_python(minor: str) -> tuple[str | None, str]:
     for exe in candidates:
         if exe and _version_of(exe) == minor:
             return exe, ""
-    return None, f"no Python {minor} (python{minor} on PATH, pyenv, CDML_PYTHON_{minor[0]}_" \
-                 f"{minor[2:]})"
+    return (
+        None,
+        f"no Python {minor} (python{minor} on PATH, pyenv, CDML_PYTHON_{minor[0]}_{minor[2:]})",
+    )
 
 
 def run(cmd: list[str], **kw: object) -> subprocess.CompletedProcess[str]:
@@ -73,8 +86,7 @@ def build_wheel(python: str, out: Path, src: Path = REPO) -> Path:
     """Build the wheel of ``src`` for ``python`` (native reader included) into ``out``."""
     out.mkdir(parents=True, exist_ok=True)
     before = set(out.glob("*.whl"))
-    run([*uv(), "build", "--quiet", "--wheel", "--python", python, "--out-dir", str(out),
-         str(src)])
+    run([*uv(), "build", "--quiet", "--wheel", "--python", python, "--out-dir", str(out), str(src)])
     new = sorted(set(out.glob("*.whl")) - before) or sorted(out.glob("*.whl"))
     tag = "cp" + _version_of(python).replace(".", "")  # type: ignore[union-attr]
     wheels = [w for w in new if f"-{tag}-" in w.name]

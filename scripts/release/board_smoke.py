@@ -80,8 +80,9 @@ def check_agent(work: Path, models: Path, exe: Path) -> str:
     (work / "cfg.yaml").write_text(CONFIG.format(model=models / "digits.onnx"))
     out = work / "out.jsonl"
     log = open(work / "agent.log", "w")  # noqa: SIM115 - closed below
-    proc = subprocess.Popen([str(exe), "run", "--config", "cfg.yaml"], cwd=work, stdout=log,
-                            stderr=subprocess.STDOUT)
+    proc = subprocess.Popen(
+        [str(exe), "run", "--config", "cfg.yaml"], cwd=work, stdout=log, stderr=subprocess.STDOUT
+    )
     try:
         _wait(lambda: bool(_of(_lines(out), "/status")), "the agent to come online", 300)
         cam = work / "in/cam"
@@ -139,8 +140,10 @@ def main() -> int:
     exe = Path(sys.executable).parent / "cdml-edge"
     work = Path(tempfile.mkdtemp(prefix="cdml-smoke-"))
     failed = 0
-    for check in (lambda: check_agent(work / "agent", args.models.resolve(), exe),
-                  lambda: check_scan(work, exe)):
+    for check in (
+        lambda: check_agent(work / "agent", args.models.resolve(), exe),
+        lambda: check_scan(work, exe),
+    ):
         (work / "agent").mkdir(exist_ok=True)
         try:
             print("ok  ", check())

@@ -15,9 +15,14 @@ import zipfile
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
-SDIST_NEEDS = ("cdml_edge/archive/_native/cffi_build.py", "setup.py", "CHANGELOG.md",
-               "scripts/release/install.sh", "systemd/cdml-edge.service",
-               "lock/runtime-cp310-aarch64.txt")
+SDIST_NEEDS = (
+    "cdml_edge/archive/_native/cffi_build.py",
+    "setup.py",
+    "CHANGELOG.md",
+    "scripts/release/install.sh",
+    "systemd/cdml-edge.service",
+    "lock/runtime-cp310-aarch64.txt",
+)
 
 
 def version() -> str:
@@ -38,15 +43,16 @@ def problems(dist: Path, ver: str) -> list[str]:
         with tarfile.open(sdists[0]) as tf:
             names = {n.split("/", 1)[1] for n in tf.getnames() if "/" in n}
         found += [f"sdist lacks {n}" for n in SDIST_NEEDS if n not in names]
-        if not any(n.startswith("cdml_edge/archive/_native/") and n.endswith(".c")
-                   for n in names):
+        if not any(n.startswith("cdml_edge/archive/_native/") and n.endswith(".c") for n in names):
             found.append("sdist lacks the C sources of the native reader")
     if len(wheels) != 1 or not wheels[0].name.startswith(f"cdml_edge-{ver}-"):
         found.append(f"wheel: {[p.name for p in wheels]}, expected one of version {ver}")
     else:
         with zipfile.ZipFile(wheels[0]) as zf:
-            if not any(n.startswith("cdml_edge/archive/_native/") and n.endswith(".so")
-                       for n in zf.namelist()):
+            if not any(
+                n.startswith("cdml_edge/archive/_native/") and n.endswith(".so")
+                for n in zf.namelist()
+            ):
                 found.append(f"{wheels[0].name}: no native reader (.so): a C compiler is needed")
     return found
 
@@ -55,8 +61,9 @@ def main() -> int:
     dist = Path(sys.argv[1] if len(sys.argv) > 1 else "dist")
     ver = version()
     found = problems(dist, ver)
-    print("\n".join(found) or f"release {ver}: " + ", ".join(sorted(p.name for p in
-                                                                      dist.iterdir())))
+    print(
+        "\n".join(found) or f"release {ver}: " + ", ".join(sorted(p.name for p in dist.iterdir()))
+    )
     return 1 if found else 0
 
 

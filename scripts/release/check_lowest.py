@@ -24,10 +24,18 @@ from packaging.utils import canonicalize_name
 # The appliance's own tests: sources, windows, the pipeline, archives, decoders, outputs. Found
 # by file name anywhere below tests/ (appliance_tests), so a move into subfolders keeps them.
 APPLIANCE_TESTS = [
-    "test_agent_sources.py", "test_agent_watchdog.py", "test_agent_pipeline.py",
-    "test_agent_app.py", "test_agent_windows.py", "test_archive_zip.py",
-    "test_archive_tarzst.py", "test_decode.py", "test_mqtt_publish.py",
-    "test_health_metrics.py", "test_spool.py", "test_config.py",
+    "test_agent_sources.py",
+    "test_agent_watchdog.py",
+    "test_agent_pipeline.py",
+    "test_agent_app.py",
+    "test_agent_windows.py",
+    "test_archive_zip.py",
+    "test_archive_tarzst.py",
+    "test_decode.py",
+    "test_mqtt_publish.py",
+    "test_health_metrics.py",
+    "test_spool.py",
+    "test_config.py",
 ]
 
 
@@ -45,17 +53,32 @@ def appliance_tests(tests: Path = _venvs.REPO / "tests") -> list[Path]:
 def lowest_pins(python: str, out: Path) -> Path:
     """Compile the runtime dependencies at their lowest direct versions for ``python``."""
     pins = out / "lowest.txt"
-    _venvs.run([*_venvs.uv(), "pip", "compile", "--quiet", "--resolution", "lowest-direct",
-                "--python", python, "--no-header", "-o", str(pins),
-                str(_venvs.REPO / "pyproject.toml")])
+    _venvs.run(
+        [
+            *_venvs.uv(),
+            "pip",
+            "compile",
+            "--quiet",
+            "--resolution",
+            "lowest-direct",
+            "--python",
+            python,
+            "--no-header",
+            "-o",
+            str(pins),
+            str(_venvs.REPO / "pyproject.toml"),
+        ]
+    )
     return pins
 
 
 def direct_pins(pins: Path) -> list[str]:
     """The pins of the dependencies pyproject.toml declares."""
     with open(_venvs.REPO / "pyproject.toml", "rb") as fh:
-        declared = {canonicalize_name(Requirement(d).name)
-                    for d in tomllib.load(fh)["project"]["dependencies"]}
+        declared = {
+            canonicalize_name(Requirement(d).name)
+            for d in tomllib.load(fh)["project"]["dependencies"]
+        }
     pinned = [ln.split(";")[0].strip() for ln in pins.read_text().splitlines() if "==" in ln]
     return [p for p in pinned if canonicalize_name(p.split("==")[0]) in declared]
 
@@ -87,10 +110,21 @@ def main() -> int:
         # run outside the checkout, so that neither pytest nor a test's `python -c` imports
         # the checkout's cdml_edge in place of the installed wheel
         repo = _venvs.REPO
-        cmd = [str(py.parent / "pytest"), "-q", "-p", "no:cacheprovider", "-m", "not slow",
-               "-c", str(repo / "pyproject.toml"), "--rootdir", str(repo),
-               f"--basetemp={work / 'pytest'}", *map(str, tests),
-               *pytest_args]
+        cmd = [
+            str(py.parent / "pytest"),
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "-m",
+            "not slow",
+            "-c",
+            str(repo / "pyproject.toml"),
+            "--rootdir",
+            str(repo),
+            f"--basetemp={work / 'pytest'}",
+            *map(str, tests),
+            *pytest_args,
+        ]
         return subprocess.call(cmd, cwd=work)
 
 

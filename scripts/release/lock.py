@@ -49,14 +49,28 @@ def lock_path(python: str, arch: str) -> Path:
 def compile_lock(python: str, arch: str, uv: list[str]) -> Path:
     out = lock_path(python, arch)
     subprocess.run(
-        [*uv, "pip", "compile", "--quiet", "--generate-hashes", "--no-header",
-         "--python-version", python, "--python-platform", f"{arch}-{GLIBC}",
-         "--output-file", str(out), "pyproject.toml"],
-        cwd=REPO, check=True,
+        [
+            *uv,
+            "pip",
+            "compile",
+            "--quiet",
+            "--generate-hashes",
+            "--no-header",
+            "--python-version",
+            python,
+            "--python-platform",
+            f"{arch}-{GLIBC}",
+            "--output-file",
+            str(out),
+            "pyproject.toml",
+        ],
+        cwd=REPO,
+        check=True,
     )
     text = out.read_text()
-    out.write_text(f"{HEADER}{digest()}\n# python {python}, {arch} ({GLIBC}); "
-                   f"refresh: make lock\n{text}")
+    out.write_text(
+        f"{HEADER}{digest()}\n# python {python}, {arch} ({GLIBC}); refresh: make lock\n{text}"
+    )
     return out
 
 
@@ -85,8 +99,14 @@ def problems(path: Path, proj: dict | None = None) -> list[str]:
             found.append(f"{path.name}: {dep.name} is not pinned")
         elif got not in dep.specifier:
             found.append(f"{path.name}: {dep.name}=={got} is outside {dep.specifier}")
-    unhashed = [ln for ln in text.split("\n") if "==" in ln and not ln.startswith((" ", "#"))
-                and "--hash" not in ln and not ln.rstrip().endswith("\\")]
+    unhashed = [
+        ln
+        for ln in text.split("\n")
+        if "==" in ln
+        and not ln.startswith((" ", "#"))
+        and "--hash" not in ln
+        and not ln.rstrip().endswith("\\")
+    ]
     found += [f"{path.name}: no hash for {ln.split()[0]}" for ln in unhashed]
     return found
 
@@ -97,10 +117,12 @@ def main() -> int:
     args = ap.parse_args()
     targets = [(p, a) for p in PYTHONS for a in ARCHES]
     if args.check:
-        found = [f"{lock_path(p, a).name}: missing" for p, a in targets
-                 if not lock_path(p, a).exists()]
-        found += [x for p, a in targets if lock_path(p, a).exists()
-                  for x in problems(lock_path(p, a))]
+        found = [
+            f"{lock_path(p, a).name}: missing" for p, a in targets if not lock_path(p, a).exists()
+        ]
+        found += [
+            x for p, a in targets if lock_path(p, a).exists() for x in problems(lock_path(p, a))
+        ]
         print("\n".join(found) or f"{len(targets)} lock files match pyproject.toml")
         return 1 if found else 0
     LOCK_DIR.mkdir(exist_ok=True)

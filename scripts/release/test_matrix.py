@@ -24,8 +24,9 @@ import _venvs
 from lock import lock_path
 
 BOARD_SMOKE = Path(__file__).resolve().parent / "board_smoke.py"
-NO_TORCH = ("import importlib.util as u, sys; "
-            "sys.exit('torch is installed' if u.find_spec('torch') else 0)")
+NO_TORCH = (
+    "import importlib.util as u, sys; sys.exit('torch is installed' if u.find_spec('torch') else 0)"
+)
 
 
 def check_python(minor: str, work: Path) -> tuple[str, str]:
@@ -46,8 +47,12 @@ def check_python(minor: str, work: Path) -> tuple[str, str]:
     except RuntimeError as exc:
         return "FAIL", str(exc)
     setup = time.monotonic() - t0
-    res = subprocess.run([str(py), str(BOARD_SMOKE), "--models", str(_venvs.REPO / "models")],
-                         capture_output=True, text=True, cwd=work)
+    res = subprocess.run(
+        [str(py), str(BOARD_SMOKE), "--models", str(_venvs.REPO / "models")],
+        capture_output=True,
+        text=True,
+        cwd=work,
+    )
     detail = f"{wheel.name}; install {setup:.0f} s, run {time.monotonic() - t0 - setup:.0f} s\n"
     detail += (res.stdout + (res.stderr[-3000:] if res.returncode else "")).rstrip()
     return ("PASS" if res.returncode == 0 else "FAIL"), detail
@@ -55,8 +60,11 @@ def check_python(minor: str, work: Path) -> tuple[str, str]:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--pythons", default=",".join(_venvs.BOARD_PYTHONS),
-                    help="comma-separated minors (default: the boards' Pythons)")
+    ap.add_argument(
+        "--pythons",
+        default=",".join(_venvs.BOARD_PYTHONS),
+        help="comma-separated minors (default: the boards' Pythons)",
+    )
     ap.add_argument("--keep", type=Path, help="work here and keep it (default: a temp dir)")
     args = ap.parse_args()
     work = args.keep or Path(tempfile.mkdtemp(prefix="cdml-matrix-"))

@@ -15,6 +15,7 @@ from cffi import FFI
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
+
 def _cdef() -> str:
     """The declarations cffi needs, taken from ``reader.h`` so the two cannot drift apart."""
     with open(os.path.join(HERE, "reader.h"), encoding="utf-8") as fh:

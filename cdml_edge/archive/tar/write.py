@@ -59,9 +59,7 @@ class FrameWriter:
         self._buf, self._buffered = [], 0
 
 
-def write_tar_zst(
-    out: BinaryIO, items: Sequence[tuple[str, bytes]], options: WriteOptions
-) -> None:
+def write_tar_zst(out: BinaryIO, items: Sequence[tuple[str, bytes]], options: WriteOptions) -> None:
     """Write ``items`` as a seekable tar.zst to ``out``: zstd at ``options.level``, frames of
     about ``options.frame_bytes``, a CRC-32 per member in the index."""
     mtime, frame_bytes = options.mtime, options.frame_bytes

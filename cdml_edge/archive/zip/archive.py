@@ -116,16 +116,12 @@ class ZipArchive(Archive):
 
     def _read_ids_into(self, ids: list[int], arena: Arena) -> list[memoryview]:
         if self._native_index is not None:
-            return self._native_index.read_into(
-                self._source, ids, self._row_names, self, arena
-            )
+            return self._native_index.read_into(self._source, ids, self._row_names, self, arena)
         return super()._read_ids_into(ids, arena)
 
     def _read_ids(self, ids: list[int]) -> list[bytes]:
         if self._native_index is not None:
-            return self._native_index.read(
-                self._source, ids, self._row_names, self
-            )
+            return self._native_index.read(self._source, ids, self._row_names, self)
         entries = self._entries
         for i in ids:
             self.check_entry(i, entries[i])

@@ -111,9 +111,7 @@ def read_central_directory(
     return CentralDirectory(data=data, count=count, delta=delta)
 
 
-def _zip64_record(
-    source: ByteSource, tail_start: int, tail: bytes, loc: int
-) -> tuple[bytes, int]:
+def _zip64_record(source: ByteSource, tail_start: int, tail: bytes, loc: int) -> tuple[bytes, int]:
     """The ZIP64 end record the locator at ``loc`` points to, and where it starts."""
     _, _, z64_off, _ = Z64_LOC.unpack_from(tail, loc)
     rec_abs = tail_start + loc - Z64_EOCD.size  # where the record is if nothing is prepended
@@ -124,9 +122,7 @@ def _zip64_record(
         rec_abs = z64_off
         rec = source.pread(z64_off, Z64_EOCD.size)
     if len(rec) < Z64_EOCD.size or rec[:4] != Z64_EOCD_SIG:
-        raise CorruptArchiveError(
-            "bad ZIP64 end-of-central-directory record", archive=source.name
-        )
+        raise CorruptArchiveError("bad ZIP64 end-of-central-directory record", archive=source.name)
     return rec, rec_abs
 
 

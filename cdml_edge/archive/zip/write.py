@@ -133,7 +133,16 @@ def _local_header(m: _Member, dates: tuple[int, int], ut: bytes) -> bytes:
     extra = ut + (struct.pack("<HHQQ", EXTRA_ZIP64, 16, m.size, len(m.body)) if m.big else b"")
     csize, usize = (U32, U32) if m.big else (len(m.body), m.size)
     head = LFH.pack(
-        LFH_SIG, m.version, 0, m.flags, m.method, *dates, m.crc, csize, usize, len(m.raw),
+        LFH_SIG,
+        m.version,
+        0,
+        m.flags,
+        m.method,
+        *dates,
+        m.crc,
+        csize,
+        usize,
+        len(m.raw),
         len(extra),
     )
     return head + m.raw + extra

@@ -151,8 +151,12 @@ class CameraSource:
         """Log a state change and pass it on; a failing receiver never stops the camera."""
         log.log(
             logging.INFO if change.state in ("streaming", "stopped") else logging.WARNING,
-            "camera %s (%s): %s -> %s%s", change.source, self.url, change.previous,
-            change.state, f" ({change.reason})" if change.reason else "",
+            "camera %s (%s): %s -> %s%s",
+            change.source,
+            self.url,
+            change.previous,
+            change.state,
+            f" ({change.reason})" if change.reason else "",
         )
         if self._on_change is None:
             return

@@ -51,8 +51,10 @@ def open_capture(cv2: Any, target: Target, settings: CaptureSettings) -> Any:
     api = {"ffmpeg": cv2.CAP_FFMPEG, "v4l2": cv2.CAP_V4L2, "gstreamer": cv2.CAP_GSTREAMER}
     if target.api == "ffmpeg":  # FFmpeg honours both timeouts (interrupt callback)
         params = [
-            cv2.CAP_PROP_OPEN_TIMEOUT_MSEC, int(settings.open_timeout_s * 1000),
-            cv2.CAP_PROP_READ_TIMEOUT_MSEC, int(settings.read_timeout_s * 1000),
+            cv2.CAP_PROP_OPEN_TIMEOUT_MSEC,
+            int(settings.open_timeout_s * 1000),
+            cv2.CAP_PROP_READ_TIMEOUT_MSEC,
+            int(settings.read_timeout_s * 1000),
         ]
         cap = cv2.VideoCapture(target.source, api["ffmpeg"], params)
     else:

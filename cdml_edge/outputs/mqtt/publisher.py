@@ -90,7 +90,10 @@ class MqttPublisher:
         self._base = f"{config.topic_prefix}/{device_id}"
         spool_cfg = spool or SpoolConfig()
         self.spool = Spool(
-            Path(spool_cfg.dir), spool_cfg.max_bytes, spool_cfg.policy, spool_cfg.fsync,
+            Path(spool_cfg.dir),
+            spool_cfg.max_bytes,
+            spool_cfg.policy,
+            spool_cfg.fsync,
             on_event=on_event,
         )
         self._block = spool_cfg.policy == "block"
@@ -248,9 +251,13 @@ class MqttPublisher:
             if blob > self.spool.max_bytes:
                 # Never spoolable: its batch is left incomplete so on_durable does not fire
                 # and the caller keeps the source for a retry; counted as ``too_large``.
-                log.error("%s: %d-byte message is larger than spool.max_bytes=%d; not "
-                          "delivered, its batch stays incomplete",
-                          entry.message.topic, blob, self.spool.max_bytes)
+                log.error(
+                    "%s: %d-byte message is larger than spool.max_bytes=%d; not "
+                    "delivered, its batch stays incomplete",
+                    entry.message.topic,
+                    blob,
+                    self.spool.max_bytes,
+                )
                 self._counts["too_large"] += 1
                 entry.abandon()
             else:
@@ -363,8 +370,14 @@ class MqttPublisher:
             delay = self._backoff.next()
             self._next_attempt = time.monotonic() + delay
             level = logging.DEBUG if self._warned else logging.WARNING
-            log.log(level, "broker %s unreachable (%s); retry in %.1fs, spooling to %s",
-                    self.broker_url, exc, delay, self.spool.dir)
+            log.log(
+                level,
+                "broker %s unreachable (%s); retry in %.1fs, spooling to %s",
+                self.broker_url,
+                exc,
+                delay,
+                self.spool.dir,
+            )
             self._warned = True
         return True
 
@@ -375,8 +388,7 @@ class MqttPublisher:
         if self._lost and client.socket() is None:
             return
         if not self._connected and now - self._connect_started > self.connect_timeout:
-            log.warning("broker %s: no CONNACK within %.1fs", self.broker_url,
-                        self.connect_timeout)
+            log.warning("broker %s: no CONNACK within %.1fs", self.broker_url, self.connect_timeout)
             client.disconnect()
             with contextlib.suppress(Exception):
                 client.loop_write()
@@ -403,8 +415,7 @@ class MqttPublisher:
         self._warned = False
         self._backoff.reset()
         self._counts["reconnects"] += 1
-        log.info("connected to %s as %s (MQTT %s)", self.broker_url, self.client_id,
-                 self.protocol)
+        log.info("connected to %s as %s (MQTT %s)", self.broker_url, self.client_id, self.protocol)
         if self.announce_status:
             info = client.publish(self.topic("status"), self._status("online"), 1, True)
             self._status_mid = info.mid
@@ -445,8 +456,9 @@ class MqttPublisher:
             self._spool_turn = not self._spool_turn
             if entry is not None:
                 msg = entry.message
-                info = client.publish(self.topic(msg.topic), msg.payload, self._qos(msg),
-                                      msg.retain)
+                info = client.publish(
+                    self.topic(msg.topic), msg.payload, self._qos(msg), msg.retain
+                )
                 item: Entry | SpoolToken = entry
             else:
                 assert spooled is not None
@@ -487,8 +499,9 @@ class MqttPublisher:
         if left:
             self.outbox.put_front(left)
         if was_connected:
-            log.warning("lost the connection to %s; spooling to %s", self.broker_url,
-                        self.spool.dir)
+            log.warning(
+                "lost the connection to %s; spooling to %s", self.broker_url, self.spool.dir
+            )
 
     def _flush_outbox_to_spool(self) -> None:
         if len(self.outbox):

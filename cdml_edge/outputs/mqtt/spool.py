@@ -123,8 +123,14 @@ class Spool:
         self.bytes_written = 0
         self.appended = 0
         self.acked = 0
-        self.faults = DiskFaults("spool", self.dir, retry_s=retry_s, on_event=on_event,
-                                 probe=self._probe_disk, probe_ops=("append",))
+        self.faults = DiskFaults(
+            "spool",
+            self.dir,
+            retry_s=retry_s,
+            on_event=on_event,
+            probe=self._probe_disk,
+            probe_ops=("append",),
+        )
         self._mark = (0, 0, 0)  # (segment, size, count) of the last synced record
         self._call_written = self._call_durable = 0  # records of the running append
         self._read_failures: dict[int, int] = {}
@@ -300,8 +306,13 @@ class Spool:
             self.bytes_written -= cut
             with contextlib.suppress(OSError):
                 os.truncate(seg.path, size)  # if this fails too, the reader stops at seg.size
-        log.warning("%s: %d of %d records of this batch not spooled: %s", self.dir,
-                    self._call_written - self._call_durable, self._call_written, exc)
+        log.warning(
+            "%s: %d of %d records of this batch not spooled: %s",
+            self.dir,
+            self._call_written - self._call_durable,
+            self._call_written,
+            exc,
+        )
 
     def _make_room(self, need: int, wait: bool, deadline: float | None) -> bool:
         while self._total + need > self.max_bytes:

@@ -129,8 +129,9 @@ def scan_segment(path: Path) -> int:
                 consumed = end
                 if body is None:  # counted in corrupt_skipped when the reader passes it
                     if not skipped:
-                        log.warning("%s: a torn or corrupt record at byte %d is skipped",
-                                    path, offset + off)
+                        log.warning(
+                            "%s: a torn or corrupt record at byte %d is skipped", path, offset + off
+                        )
                     skipped += 1
                 else:
                     count += 1

@@ -128,8 +128,14 @@ def fleet_export(
     fmt = output_format(target)
     tune = tuning or FleetTuning()
     listing = list_windows(root, selection.since, selection.until, s3)
-    scope = Scope(s3 or S3Options(), selection.since, selection.until, source,
-                  listing.partition_keys, whole_limit)
+    scope = Scope(
+        s3 or S3Options(),
+        selection.since,
+        selection.until,
+        source,
+        listing.partition_keys,
+        whole_limit,
+    )
     chooser = ItemSelection(selection.filters, selection.relabels, selection.split)
     plan = _plan(listing, scope, chooser, tune)
     st = plan.stats
@@ -141,8 +147,13 @@ def fleet_export(
     specs = _specs(shards, listing, target)
     job = ShardJob(scope, chooser, fmt, level, dict(describe or {}), len(specs))
     results = _write_shards(specs, job, tune)
-    summary = FleetExportSummary(st, str(target), errors=plan.errors,
-                                 duplicates=plan.duplicates, list_requests=listing.list_requests)
+    summary = FleetExportSummary(
+        st,
+        str(target),
+        errors=plan.errors,
+        duplicates=plan.duplicates,
+        list_requests=listing.list_requests,
+    )
     summary.s3_requests, summary.s3_bytes = plan.s3_requests, plan.s3_bytes
     _merge(summary, results)
     if st.exported == 0:
@@ -224,12 +235,14 @@ def _specs(shards: list[list[Any]], listing: Listing, target: Path) -> list[dict
     specs = []
     for i, shard in enumerate(shards):
         locations = sorted({p[2] for p in shard})
-        specs.append({
-            "index": i,
-            "path": str(shard_path(target, i, len(shards))),
-            "members": [[p[0], p[2]] for p in shard],
-            "windows": [dataclasses.asdict(by_location[loc]) for loc in locations],
-        })
+        specs.append(
+            {
+                "index": i,
+                "path": str(shard_path(target, i, len(shards))),
+                "members": [[p[0], p[2]] for p in shard],
+                "windows": [dataclasses.asdict(by_location[loc]) for loc in locations],
+            }
+        )
     return specs
 
 
@@ -265,9 +278,17 @@ def write_shard(row: Mapping[str, Any], job: ShardJob) -> dict[str, Any]:
     members.sort(key=lambda m: m[0])
     prov.sort(key=lambda p: p["member"])
     tally(stats, prov)
-    out = {"index": spec["index"], "file": spec["path"], "bytes": 0, "sha256": None,
-           "members": len(members), "errors": errors, "stats": json.dumps(stats.as_dict()),
-           "s3_requests": count.requests, "s3_bytes": count.bytes}
+    out = {
+        "index": spec["index"],
+        "file": spec["path"],
+        "bytes": 0,
+        "sha256": None,
+        "members": len(members),
+        "errors": errors,
+        "stats": json.dumps(stats.as_dict()),
+        "s3_requests": count.requests,
+        "s3_bytes": count.bytes,
+    }
     if members:
         out["bytes"], out["sha256"] = _write(spec, job, members, prov, stats)
     return out
@@ -319,8 +340,9 @@ def _write(
     path = Path(spec["path"])
     path.parent.mkdir(parents=True, exist_ok=True)
     mtime = max(p["window_closed_at"] for p in prov)
-    size = write_archive(path, members, format=job.fmt, level=job.level, manifest=manifest,
-                         mtime=mtime)
+    size = write_archive(
+        path, members, format=job.fmt, level=job.level, manifest=manifest, mtime=mtime
+    )
     digest = hashlib.sha256()
     with open(path, "rb") as fh:
         for chunk in iter(lambda: fh.read(1 << 20), b""):

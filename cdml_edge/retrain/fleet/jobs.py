@@ -88,8 +88,15 @@ def run_fleet_replay(
     try:
         with ray_session(RaySettings(engine.ray_address), quiet=engine.quiet):
             return fleet_replay(
-                where, models, names, out, since=since, until=until, source=options.source,
-                segment_rows=segment_rows_of(cfg), s3=s3,
+                where,
+                models,
+                names,
+                out,
+                since=since,
+                until=until,
+                source=options.source,
+                segment_rows=segment_rows_of(cfg),
+                s3=s3,
                 source_models=source_models(cfg, runners),
             )
     except OptionError:
@@ -111,8 +118,13 @@ def run_fleet_export(
     try:
         with ray_session(RaySettings(engine.ray_address), quiet=engine.quiet):
             return fleet_export(
-                root, options.out, sel, source=options.source, level=options.level,
-                describe=sel.describe(options), s3=S3Options.from_env(),
+                root,
+                options.out,
+                sel,
+                source=options.source,
+                level=options.level,
+                describe=sel.describe(options),
+                s3=S3Options.from_env(),
             )
     except (OptionError, ExportError):
         raise

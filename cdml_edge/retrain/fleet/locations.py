@@ -113,7 +113,7 @@ def _pair(files: dict[str, int], prefix: str) -> Iterator[WindowRef]:
             sidecar_bytes=files[name],
             archive=archive,
             archive_bytes=files[archive] if archive else 0,
-            partitions=partitions_of(name[len(prefix):]),
+            partitions=partitions_of(name[len(prefix) :]),
         )
 
 

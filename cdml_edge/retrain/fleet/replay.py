@@ -126,8 +126,16 @@ def _summarise(scored: Any, out: str, list_requests: int) -> FleetReplaySummary:
     windows = scored.filter(expr=col("kind") == "window").select_columns(["device", "stats"])
     for row in windows.iter_rows():
         c = json.loads(row["stats"])
-        for k in ("windows", "items", "failures", "missing", "corrupt", "changed_labels",
-                  "changed_anomalies", "bytes_read"):
+        for k in (
+            "windows",
+            "items",
+            "failures",
+            "missing",
+            "corrupt",
+            "changed_labels",
+            "changed_anomalies",
+            "bytes_read",
+        ):
             setattr(st, k, getattr(st, k) + c[k])
         st.errors += c["errors"]
         summary.archives += 1

@@ -226,22 +226,30 @@ class ItemRows(_Builder):
             res = m.results.get(it.id)
             ok = data is not None and hashlib.sha256(data).hexdigest() == it.sha256
             row.update(
-                item_id=it.id, name=it.name, member=it.member, ts=it.ts, size=it.size,
-                modality=it.modality or m.modality, sha256=it.sha256,
-                data=data if ok else None, status="ok" if ok else "corrupt",
-                error=None if ok else f"{ref.archive_at(rw.archive.file)}: member "
+                item_id=it.id,
+                name=it.name,
+                member=it.member,
+                ts=it.ts,
+                size=it.size,
+                modality=it.modality or m.modality,
+                sha256=it.sha256,
+                data=data if ok else None,
+                status="ok" if ok else "corrupt",
+                error=None
+                if ok
+                else f"{ref.archive_at(rw.archive.file)}: member "
                 f"{it.member!r} is unreadable or differs from its SHA-256",
-                label=res.label if res else None, score=res.score if res else None,
+                label=res.label if res else None,
+                score=res.score if res else None,
                 anomaly=bool(res and res.anomaly),
                 anomaly_score=res.anomaly_score if res else None,
-                model=m.model, model_version=m.model_version,
+                model=m.model,
+                model_version=m.model_version,
             )
             out.append(row)
         return out
 
-    def _source(
-        self, ref: WindowRef, rw: RetainedWindow, count: FetchCount
-    ) -> tuple[Any, Any]:
+    def _source(self, ref: WindowRef, rw: RetainedWindow, count: FetchCount) -> tuple[Any, Any]:
         """The archive to read members from, or a ``corrupt`` row when it is fetched
         whole and its SHA-256 differs from the sidecar's."""
         where = ref.archive_at(rw.archive.file)

@@ -129,8 +129,12 @@ class ReplayScorer:
         try:
             retained = parse_sidecar(w["sidecar"], w["location"]).manifest
             outcome, recs = rescore_window(
-                w["archive"], retained, self.runners,
-                self.segment_rows.get(retained.source), Sequencer(), w["archive_file"],
+                w["archive"],
+                retained,
+                self.runners,
+                self.segment_rows.get(retained.source),
+                Sequencer(),
+                w["archive_file"],
                 models=self.source_models.get(retained.source),
             )
         except Exception as exc:  # a window the pipeline cannot read: counted, not raised
@@ -164,8 +168,19 @@ def _result_row(base: Row, position: int, doc: Mapping[str, Any]) -> Row:
     was = doc.get("was") or {}
     row: Row = {**base, "kind": "failure" if "error" in doc else "result"}
     row.update(position=position, record=dumps_record(doc))
-    for k in ("id", "item", "modality", "ts", "label", "score", "anomaly_score", "model",
-              "model_version", "error", "message"):
+    for k in (
+        "id",
+        "item",
+        "modality",
+        "ts",
+        "label",
+        "score",
+        "anomaly_score",
+        "model",
+        "model_version",
+        "error",
+        "message",
+    ):
         row[k] = doc.get(k)
     row["anomaly"] = bool(doc.get("anomaly"))
     for k in _WAS:
@@ -178,8 +193,9 @@ def _by_model(recs: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, int]]:
     out: dict[str, dict[str, int]] = {}
     for doc in recs:
         key = f"{doc.get('model') or 'none'}@{doc.get('model_version') or ''}".rstrip("@")
-        d = out.setdefault(key, {"items": 0, "failures": 0, "changed_labels": 0,
-                                 "changed_anomalies": 0})
+        d = out.setdefault(
+            key, {"items": 0, "failures": 0, "changed_labels": 0, "changed_anomalies": 0}
+        )
         if "error" in doc:
             d["failures"] += 1
             continue
