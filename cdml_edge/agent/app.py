@@ -197,7 +197,8 @@ class Agent:
     def _thread_died(self, thread: str, exc: BaseException, delay: float) -> None:
         """A supervised thread died: counted, and an error event on ``{source}/error`` for a
         source's thread (``src-<source>``, ``windower-<source>``), else on ``agent/error``.
-        Published from a short-lived thread: the output may be what died, or be blocked."""
+        Published from a short-lived thread: the output may be what died, or be blocked.
+        """
         self.metrics.thread_deaths.labels(thread=thread).inc()
         kind, _, rest = thread.partition("-")
         source = rest if kind in ("src", "windower") and rest in self.sources else "agent"
@@ -212,14 +213,16 @@ class Agent:
     def _ring_event(self, kind: str, info: dict[str, str]) -> None:
         """The ring's disk fault began or ended (a store, or the ring's own disk probe): one
         event on every source's error topic; at its end the files held for the ring are
-        taken again. Lost windows are counted by the processor, not here."""
+        taken again. Lost windows are counted by the processor, not here.
+        """
         self.errors.disk_event(kind, info, count=False)
         if kind == "retention_disk_ok":
             self.retry.retention_recovered()
 
     def _window_lost(self, window: Window) -> None:
         """A window whose handling raised (its worker died): its budget comes back and its
-        files are taken again after ``RETRY_BACKOFF_S``."""
+        files are taken again after ``RETRY_BACKOFF_S``.
+        """
         self.budget.release(window.take_charge())
         src = self.sources.get(window.source)
         for it in window.items:
@@ -251,7 +254,8 @@ class Agent:
         """Start in named steps, each timed in the ready log line: lock the state folder,
         the health endpoint, the models (loaded and warmed up, unless ``runners`` are given
         already loaded), the decoders, the retention ring, the output, the pipeline and the
-        sources; then READY=1."""
+        sources; then READY=1.
+        """
         clock = StartupClock()
         self.init_state_lock()
         self.start_health_endpoint()
@@ -276,7 +280,8 @@ class Agent:
 
     def start_health_endpoint(self) -> None:
         """The systemd watchdog (``WATCHDOG=1`` pings when on; READY/STOPPING are sent either
-        way), ``/metrics`` + ``/healthz`` and the status page."""
+        way), ``/metrics`` + ``/healthz`` and the status page.
+        """
         cfg = self.cfg
         if cfg.health.watchdog:
             self.watchdog.start()
@@ -294,14 +299,16 @@ class Agent:
 
     def init_models(self, runners: dict[str, ModelRunner] | None = None) -> None:
         """Load and warm up the models (or take ``runners``), check they fit their sources
-        (exit 2) and charge the budget what their windows hold."""
+        (exit 2) and charge the budget what their windows hold.
+        """
         self.runners = runners if runners is not None else load_models(self.cfg)
         check_models(self.cfg, self.runners, str(self.config_path or "<config>"))
         window_charges(self.budget, self.runners)
 
     def init_decoders(self) -> str:
         """BLAS on one thread; the sources' decoders warmed up (numba's cache in the state
-        folder); what was done, for the start-up log."""
+        folder); what was done, for the start-up log.
+        """
         log.info("%s", limit_blas_threads())
         cfg = self.cfg
         return warm_up_decoders(
@@ -333,7 +340,8 @@ class Agent:
 
     def announce_ready(self, clock: StartupClock) -> None:
         """The health loop, ``online`` on the status topic (the sources are armed: online
-        means ready) and READY=1 to systemd."""
+        means ready) and READY=1 to systemd.
+        """
         self.health.start(self._stop, self.supervisor.spawn)
         self.health.publish_status("online")
         self.notifier.ready(f"running {len(self.sources)} sources, {len(self.runners)} models")
@@ -414,7 +422,8 @@ class Agent:
 
     def run(self, duration: float | None = None, install_signals: bool = True) -> int:
         """Start, serve until ``duration`` or SIGTERM/SIGINT, stop; the exit code. The signal
-        handlers it installs are put back as they were when it returns or raises."""
+        handlers it installs are put back as they were when it returns or raises.
+        """
         previous = self._install_signals() if install_signals else {}
         try:
             self.start()

@@ -1,5 +1,6 @@
 """Events: what the agent reports on ``{source}/error`` when an input or a window fails, and
-on ``{source}/camera`` when a camera changes state."""
+on ``{source}/camera`` when a camera changes state.
+"""
 
 from __future__ import annotations
 
@@ -66,7 +67,8 @@ class ErrorReporter:
     def disk_event(self, kind: str, info: dict[str, str], *, count: bool = True) -> None:
         """A store's disk fault began (``*_disk_full``, ``*_io_error``: counted in
         ``errors{stage=kind}`` unless ``count`` is False) or ended (``*_disk_ok``): one event
-        on every source's error topic, as the fault is the device's, not one input's."""
+        on every source's error topic, as the fault is the device's, not one input's.
+        """
         if count and not kind.endswith("_disk_ok"):
             self.metrics.errors.labels(stage=kind).inc()
         where = info.get("dir", "")
@@ -78,7 +80,8 @@ class ErrorReporter:
     ) -> None:
         """The sources' error sink: counted under the error's stage (``read``,
         ``not_regular``, ``symlink``, ``intake``, ...) and reported; with a ``path``, a file
-        the error says to quarantine (too large for any window, failed to be taken) is."""
+        the error says to quarantine (too large for any window, failed to be taken) is.
+        """
         self.metrics.errors.labels(stage=getattr(exc, "stage", "read")).inc()
         dest = None
         if getattr(exc, "quarantine", False) and path is not None and name is not None:
@@ -87,7 +90,8 @@ class ErrorReporter:
 
     def quarantined_late(self, source: str, name: str, dest: Path) -> None:
         """A file whose quarantine had failed (a full disk) was moved once it worked again:
-        an event naming where it now is."""
+        an event naming where it now is.
+        """
         self.publish(
             [
                 self.event(
@@ -102,7 +106,8 @@ class ErrorReporter:
 
     def camera_change(self, change: CameraTransition) -> None:
         """A camera's state change, retained on ``{source}/camera``; the start of an outage
-        counts once in ``errors{stage="camera"}``."""
+        counts once in ``errors{stage="camera"}``.
+        """
         if change.state == "reconnecting" or (
             change.state == "failed" and change.previous == "connecting"
         ):

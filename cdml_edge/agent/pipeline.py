@@ -40,14 +40,16 @@ log = logging.getLogger(__name__)
 
 class OutputFailed(CdmlError):
     """The output refused a window's messages (disk full, publisher closed): not the files'
-    fault. They stay on disk and are taken again; their budget bytes are already released."""
+    fault. They stay on disk and are taken again; their budget bytes are already released.
+    """
 
 
 @dataclass
 class WindowPipeline:
     """Processes windows with the running configuration, models and output (thread-safe:
     every worker thread calls :meth:`handle`). ``done`` is called once per window, when it
-    is durable or has failed."""
+    is durable or has failed.
+    """
 
     cfg: AppConfig
     runners: Mapping[str, ModelRunner]
@@ -66,7 +68,8 @@ class WindowPipeline:
 
     def handle(self, window: Window) -> None:
         """Process ``window``; a failure goes to the retry policy and is never raised. Once
-        it is scored (or failed) the ``gate`` learns that a worker is free."""
+        it is scored (or failed) the ``gate`` learns that a worker is free.
+        """
         try:
             self._handle(window)
         finally:
@@ -95,7 +98,8 @@ class WindowPipeline:
 
     def process(self, window: Window) -> None:
         """Score ``window`` and hand its messages to the output; raises on a failure
-        (:class:`OutputFailed` when the output refused them)."""
+        (:class:`OutputFailed` when the output refused them).
+        """
         sc = next(s for s in self.cfg.sources if s.name == window.source)
         outcome, errors, unretained = self._score(window, sc)
         on_durable = self._when_durable(window, sc, outcome, hold=unretained)
@@ -115,7 +119,8 @@ class WindowPipeline:
     ) -> tuple[WindowOutcome, list[OutMessage], bool]:
         """Pack, score, quarantine the bad items and retain the window; the outcome, the
         error events and whether the files must wait for the ring (it could not keep the
-        window). The packed archive lives only here, not while the output works."""
+        window). The packed archive lives only here, not while the output works.
+        """
         cfg = self.cfg
         packed = pack_window(
             window,
@@ -165,7 +170,8 @@ class WindowPipeline:
         """Keep the scored window in the retention ring (its disk events, and taking held
         files again when the disk works again, are the agent's ring hook). The live path
         goes on; ``True`` when the files must wait for the ring (``retention.required``
-        and the window was not written)."""
+        and the window was not written).
+        """
         assert self.retention is not None and self.cfg.retention is not None
         res = self.retention.store(archive, outcome.manifest)
         if res.bytes_written:
@@ -180,7 +186,8 @@ class WindowPipeline:
         """The ``on_durable`` callback: finish the scored files (only the versions scored:
         identity and the manifest's SHA-256) or, with ``hold``, keep them until the ring
         writes again; count the window, ``done``. Only paths and identities travel into it,
-        not the window's bytes."""
+        not the window's bytes.
+        """
         failed_ids = {f.item.id for f in outcome.failures}
         sha = {mi.id: mi.sha256 for mi in outcome.manifest.items}
         done_files = [

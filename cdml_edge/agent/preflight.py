@@ -28,7 +28,8 @@ from cdml_edge.window.examples import ExamplesError, example_files
 
 def model_problems(cfg: AppConfig, runners: Mapping[str, ModelRunner]) -> list[tuple[str, str]]:
     """Models configured for a modality they do not take, and a budget that holds no item
-    of a model (``runners``: loaded with the configuration's overrides)."""
+    of a model (``runners``: loaded with the configuration's overrides).
+    """
     out: list[tuple[str, str]] = []
     for key, runner in runners.items():
         got = runner.spec.modality
@@ -106,7 +107,8 @@ class Validated:
 
 def validate_runnable(path: str | Path) -> Validated:
     """Load ``path`` and check everything ``run`` needs (models are loaded, not warmed up);
-    :class:`ConfigError` lists every problem."""
+    :class:`ConfigError` lists every problem.
+    """
     label = str(path)
     cfg = load_config(path)
     problems = file_problems(cfg)

@@ -43,7 +43,8 @@ class Attempts:
 
     def fail(self, item_id: str) -> int:
         """Count one more failed window for ``item_id``; the count so far. An item that
-        reaches ``WINDOW_ATTEMPTS`` is forgotten (it is quarantined)."""
+        reaches ``WINDOW_ATTEMPTS`` is forgotten (it is quarantined).
+        """
         with self._lock:
             n = self._counts.get(item_id, 0) + 1
             self._counts[item_id] = n
@@ -84,7 +85,8 @@ class WindowRetryPolicy:
 
     def hold_for_retention(self, source: str, path: Path, ring_failing: Callable[[], bool]) -> None:
         """Keep a scored file on disk, not taken again, until :meth:`retention_recovered`
-        (taken again at once if the ring already writes again: ``ring_failing()`` false)."""
+        (taken again at once if the ring already writes again: ``ring_failing()`` false).
+        """
         src = self.sources.get(source)
         if src is None:
             return
@@ -130,7 +132,8 @@ class WindowRetryPolicy:
 
     def output_failed(self, window: Window) -> None:
         """Put the window's files back, pause intake for ``OUTPUT_PAUSE_S``; no attempt is
-        counted against the files (camera frames are lost, counted by the error metric)."""
+        counted against the files (camera frames are lost, counted by the error metric).
+        """
         src = self.sources.get(window.source)
         if src is None:
             return

@@ -1,5 +1,6 @@
 """Start-up: the time each step takes, in the log; the time from process start to READY; the
-BLAS thread limit of the appliance."""
+BLAS thread limit of the appliance.
+"""
 
 from __future__ import annotations
 

@@ -59,7 +59,8 @@ def source_named(cfg: AppConfig, name: str, where: str = "<config>") -> SourceCo
 
 def sample_files(sc: SourceConfig, limit: int = DEFAULT_SAMPLE) -> list[Path]:
     """The first ``limit`` files (by name) that the folder source ``sc`` would take; read
-    only, nothing on disk changes."""
+    only, nothing on disk changes.
+    """
     if sc.kind != "folder" or sc.path is None:
         raise ConfigError("<config>", [(f"sources.{sc.name}", "not a folder source")])
     names = sorted(e.name for e in os.scandir(sc.path) if e.is_file(follow_symlinks=False))
@@ -68,7 +69,8 @@ def sample_files(sc: SourceConfig, limit: int = DEFAULT_SAMPLE) -> list[Path]:
 
 def source_for(cfg: AppConfig, path: Path, where: str = "<config>") -> SourceConfig:
     """The source a file belongs to: the folder source whose folder holds it, else the
-    only source, else the first whose patterns take its name."""
+    only source, else the first whose patterns take its name.
+    """
     resolved = path.resolve()
     for sc in cfg.sources:
         if sc.path is not None and resolved.is_relative_to(sc.path.resolve()):

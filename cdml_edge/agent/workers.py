@@ -78,7 +78,8 @@ class WindowWorkers:
     def drain(self, timeout: float) -> bool:
         """Wait up to ``timeout`` for the windows in flight, then stop the threads; ``True``
         if none was left in flight. A thread still busy keeps its queue; the next
-        :meth:`start` gets a fresh one."""
+        :meth:`start` gets a fresh one.
+        """
         deadline = time.monotonic() + timeout
         with self._idle:
             while self._inflight > 0:
@@ -113,7 +114,8 @@ class WindowWorkers:
 
     def _lost(self, window: Window) -> None:
         """A window whose handling raised: ``on_lost`` gets it back, it is no longer in
-        flight (a drain does not wait for it)."""
+        flight (a drain does not wait for it).
+        """
         try:
             if self._on_lost is not None:
                 self._on_lost(window)

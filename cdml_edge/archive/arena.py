@@ -40,7 +40,8 @@ class Arena:
     def layout(self, sizes: Sequence[int]) -> tuple[bytearray, list[int]] | None:
         """The buffer to fill and each member's offset in it (8-byte aligned), grown when
         needed; ``None`` when the batch is over ``max_bytes`` (the caller reads it fresh).
-        Views handed out before this call may now be overwritten."""
+        Views handed out before this call may now be overwritten.
+        """
         offsets = []
         total = 0
         for size in sizes:
@@ -65,7 +66,8 @@ class Arena:
 
     def fill(self, datas: Sequence[bytes]) -> list[memoryview]:
         """Copy ``datas`` into the arena (the path of readers without an in-place read);
-        views of ``datas`` themselves when the batch is over ``max_bytes``."""
+        views of ``datas`` themselves when the batch is over ``max_bytes``.
+        """
         sizes = [len(d) for d in datas]
         placed = self.layout(sizes)
         if placed is None:

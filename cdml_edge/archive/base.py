@@ -85,7 +85,8 @@ class Archive:
     # -- members ------------------------------------------------------------------------
     def names(self) -> list[str]:
         """Member names in archive order, in normal form (``./a//b`` is served as ``a/b``,
-        see :mod:`cdml_edge.archive.names`); directories are left out."""
+        see :mod:`cdml_edge.archive.names`); directories are left out.
+        """
         return list(self._names)
 
     def __len__(self) -> int:
@@ -214,12 +215,14 @@ class Archive:
         cls, source: ByteSource, *, tail: tuple[int, bytes] | None = None, **limits: Any
     ) -> Archive:
         """Open ``source`` as this format. ``tail`` is the ``(offset, bytes)`` read of the
-        source's end that format detection made, for formats that can reuse it."""
+        source's end that format detection made, for formats that can reuse it.
+        """
         return cls(source, **limits)
 
     def clone(self) -> Archive:
         """An archive over the same source and the same parsed index, with its own reader
-        state: what unpickling gives, without the bytes (a forked worker's copy)."""
+        state: what unpickling gives, without the bytes (a forked worker's copy).
+        """
         rebuild, args = self.__reduce__()[:2]
         return rebuild(*args)
 
@@ -243,7 +246,8 @@ class Archive:
 
     def _read_ids_into(self, ids: list[int], arena: Arena) -> list[memoryview]:
         """Members read as ``bytes``, then copied into ``arena`` (formats without an in-place
-        read override this)."""
+        read override this).
+        """
         return arena.fill(self._read_ids(ids))
 
 

@@ -31,7 +31,8 @@ def module() -> Any:
 
 def frame_decoder() -> Any:
     """The C core's tar.zst frame decoder (:mod:`cdml_edge.archive.tar.native`), or ``None``
-    when the core is not built, is disabled, or was built without libzstd."""
+    when the core is not built, is disabled, or was built without libzstd.
+    """
     if module() is None:
         return None
     from cdml_edge.archive.tar import native as _tarnative

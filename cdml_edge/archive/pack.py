@@ -90,7 +90,8 @@ def pack(
 
 def format_for_path(path: str | os.PathLike[str]) -> str:
     """The format :func:`write_archive` writes for a file name (``.zip``, ``.tar.zst``, ...);
-    :class:`UnsupportedArchiveError` for other names."""
+    :class:`UnsupportedArchiveError` for other names.
+    """
     return formats.for_path(path).name
 
 
@@ -106,7 +107,8 @@ def write_archive(
 ) -> int:
     """Write an archive atomically (temporary file in the same folder, fsync, mode 0644,
     rename, fsync of the folder) and return its size. ``format`` defaults to the path's
-    suffix; other arguments as for :func:`pack`."""
+    suffix; other arguments as for :func:`pack`.
+    """
     fmt = format or format_for_path(path)
     with atomic_writer(path) as f:
         _write(f, items, fmt, level, manifest, mtime, frame_bytes)

@@ -61,6 +61,7 @@ def open_archive(
 
 def _release(src: ByteSource, given: SourceLike) -> None:
     """Close a source opened here for an archive that was refused: a long-running process
-    that meets many bad files must not keep a descriptor for each."""
+    that meets many bad files must not keep a descriptor for each.
+    """
     if src is not given:
         src.close()

@@ -1,5 +1,6 @@
 """``cdml-edge calibrate``: fit an anomaly model's threshold on a folder of normal samples and
-write it into the configuration (:func:`cdml_edge.window.calibrate.calibrate` fits it)."""
+write it into the configuration (:func:`cdml_edge.window.calibrate.calibrate` fits it).
+"""
 
 from __future__ import annotations
 
@@ -42,7 +43,8 @@ def calibrate_in_config(
 ) -> tuple[Calibration, bool | None]:
     """Calibrate ``models.<name>`` of the configuration file on ``folder`` and (``write``)
     set its ``anomaly_threshold`` there; the calibration and whether the file kept its
-    comments (``None`` when not written)."""
+    comments (``None`` when not written).
+    """
     from cdml_edge.config import ConfigError, load_config
     from cdml_edge.config.edit import set_model_key
     from cdml_edge.model.runner import ModelOverrides, ModelRunner

@@ -22,7 +22,8 @@ def validate(
 ) -> None:
     """Exit 0 when FILE can run here; exit 2 naming each problem otherwise: bad fields,
     files it names that cannot be read, a model of the wrong modality, a budget too small
-    for one item."""
+    for one item.
+    """
     from cdml_edge.agent.preflight import validate_runnable
 
     with user_errors("config validate"):

@@ -84,7 +84,8 @@ def user_errors(command: str, *, failed: ErrorTypes = (), usage: ErrorTypes = ()
 
 class OneLineErrorsGroup(TyperGroup):
     """The root command group: the parser's errors (unknown option, bad value, missing
-    argument) print as one line, ``cdml-edge COMMAND: problem (try ... --help)``, exit 2."""
+    argument) print as one line, ``cdml-edge COMMAND: problem (try ... --help)``, exit 2.
+    """
 
     def main(
         self,

@@ -1,5 +1,6 @@
 """Progress bars of the commands (rich, on stderr, so stdout holds only results);
-nothing here runs without a command."""
+nothing here runs without a command.
+"""
 
 from __future__ import annotations
 
@@ -98,7 +99,8 @@ def epoch_bar(epochs: int) -> Iterator[Callable[[int, int, float], None]]:
 @contextlib.contextmanager
 def bytes_bar(total: int) -> Iterator[Callable[[int], None]]:
     """A bar for ``cdml-edge pack`` (on a terminal): bytes read so far; yields
-    ``advance(nbytes)``."""
+    ``advance(nbytes)``.
+    """
     from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn
 
     console = _stderr()

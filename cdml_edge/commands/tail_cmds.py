@@ -32,7 +32,8 @@ def tail(
 ) -> None:
     """Show what an appliance publishes, live: per-source rates and latency, the last
     results (anomalies in red), error events and health; from its broker (the same config
-    file) or from its output.jsonl."""
+    file) or from its output.jsonl.
+    """
     from cdml_edge.tail.follower import choose, run_tail
 
     with user_errors("tail"):

@@ -23,7 +23,8 @@ def test(
 ) -> None:
     """Score FILES through the exact live pipeline (decoders, models, payloads) and print
     the messages it would publish, one JSON line each; nothing is published, moved or
-    kept. Exit 1 if any file fails."""
+    kept. Exit 1 if any file fails.
+    """
     from cdml_edge.agent.preflight import check_files, check_models
     from cdml_edge.agent.runners import load_models
     from cdml_edge.agent.trial import run_trial, sample_files, source_for, source_named

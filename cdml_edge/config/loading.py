@@ -153,7 +153,8 @@ def parse_config(
 
     ``base_dir``: the folder relative paths resolve against (the config file's; without
     it they stay relative to the working directory). ``state_directory``: what
-    ``$STATE_DIRECTORY`` would say (the doctor reads it from the unit)."""
+    ``$STATE_DIRECTORY`` would say (the doctor reads it from the unit).
+    """
     if data is None:
         data = {}
     if not isinstance(data, dict):
@@ -182,7 +183,8 @@ def parse_config(
 
 def load_config(path: str | os.PathLike[str], *, state_directory: str | None = None) -> AppConfig:
     """Read and validate a YAML configuration file; relative paths resolve against its folder
-    (``state_directory``: see :func:`parse_config`)."""
+    (``state_directory``: see :func:`parse_config`).
+    """
     file = Path(path)
     label = str(path)
     try:

@@ -34,7 +34,8 @@ def _resolve(value: Path | None, info: ValidationInfo) -> Path | None:
 
 class ModelInputConfig(_Section):
     """What the model's input tensor wants; unset keys come from the graph (name, dtype, size,
-    layout when the shape says it) or the model's metadata."""
+    layout when the shape says it) or the model's metadata.
+    """
 
     name: str | None = Field(
         default=None, description="Input tensor name; unset: the graph's first input."
@@ -172,7 +173,8 @@ class ModelOutputConfig(_Section):
 
 class ModelConfig(_Section):
     """An ONNX model: its file, what it scores, a description when it carries no metadata of
-    ours, and how onnxruntime runs it."""
+    ours, and how onnxruntime runs it.
+    """
 
     path: Path = Field(..., description="The .onnx file.")
     modality: SourceModality | None = Field(

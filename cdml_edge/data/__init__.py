@@ -1,5 +1,6 @@
 """The training side: ``CDMLStreamDataset``, ``GPULoader`` (torch) and ``LiveBatchLoader``
-(numpy only). Names are imported lazily so ``cdml_edge.data.live_loader`` never pulls in torch."""
+(numpy only). Names are imported lazily so ``cdml_edge.data.live_loader`` never pulls in torch.
+"""
 
 from __future__ import annotations
 

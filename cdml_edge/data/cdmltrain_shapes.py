@@ -29,7 +29,8 @@ def audio_records(
     arrays: Mapping[str, np.ndarray], sample_rate: int, mode: str = "mfcc"
 ) -> list[Record]:
     """One record per audio member: its MFCCs ``(n_mfcc, frames)`` and their mean over time
-    (``mode="mfcc"``), or its samples and duration (``mode="waveform"``)."""
+    (``mode="mfcc"``), or its samples and duration (``mode="waveform"``).
+    """
     if mode != "mfcc":
         return [
             {
@@ -54,7 +55,8 @@ def audio_records(
 
 def csv_rows(tables: Mapping[str, CsvTable]) -> list[Record]:
     """Every row of every CSV member as ``{column: value}``: numbers as ``float`` (an empty
-    cell is NaN), all-text columns as ``str``."""
+    cell is NaN), all-text columns as ``str``.
+    """
     rows: list[Record] = []
     for table in tables.values():
         values = table.values.tolist()
@@ -82,7 +84,8 @@ def flatten(obj: Any, prefix: str = "", sep: str = ".") -> Record:
 
 def json_records(values: Mapping[str, Any], flat: bool = False) -> list[Any]:
     """One entry per JSON value: a top-level array gives one entry per element, a scalar
-    ``{"value": x}``; with ``flat`` every dict or array entry is flattened."""
+    ``{"value": x}``; with ``flat`` every dict or array entry is flattened.
+    """
     out: list[Any] = []
     for value in values.values():
         entries = value if isinstance(value, list) else [value]
@@ -96,7 +99,8 @@ def json_records(values: Mapping[str, Any], flat: bool = False) -> list[Any]:
 
 def text_records(texts: Mapping[str, TextData], clean: bool = True) -> list[Record]:
     """One record per text member: its lines (stripped, blank ones dropped with ``clean``),
-    line and word counts, and the whole text."""
+    line and word counts, and the whole text.
+    """
     out: list[Record] = []
     for name, t in texts.items():
         lines = [ln.strip() for ln in t.lines if ln.strip()] if clean else list(t.lines)

@@ -82,7 +82,8 @@ def folder_labels(names: Sequence[str], classes: Sequence[str] | None = None) ->
 
 def _classes_at(names: list[str], blob: str, depth: int) -> list[str] | None:
     """The folder ``depth`` levels down of every name, in one pass in C; ``None`` when a
-    name sits above that level or holds a NUL (the caller goes name by name)."""
+    name sits above that level or holds a NUL (the caller goes name by name).
+    """
     if not names or blob.count("\x00") != len(names) - 1:
         return None
     root = "".join(p + "/" for p in names[0].split("/")[:depth])  # every name starts so
@@ -94,7 +95,8 @@ def _classes_at(names: list[str], blob: str, depth: int) -> list[str] | None:
 
 def parse_mapping(data: bytes, where: str) -> dict[str, Any]:
     """A ``name -> label`` mapping from JSON (an object, or a list of ``[name, label]``)
-    or from a CSV of two columns ``name,label`` (header optional)."""
+    or from a CSV of two columns ``name,label`` (header optional).
+    """
     try:
         text = data.decode("utf-8-sig")
     except UnicodeDecodeError as exc:

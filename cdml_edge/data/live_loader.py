@@ -125,7 +125,8 @@ class LiveBatchLoader:
     # -- decoded --------------------------------------------------------------------------
     def _decoded(self, modality: str, **opts: Any) -> dict[str, Any]:
         """Every member of ``modality`` decoded by its decoder with ``opts`` (those that
-        apply to it), in archive order; memoised per modality and options."""
+        apply to it), in archive order; memoised per modality and options.
+        """
         decoder = DECODERS[modality]
         kw = decoder.pick(opts)
         key = (modality, *((k, kw.get(k, v)) for k, v in decoder.options.items()))
@@ -147,7 +148,8 @@ class LiveBatchLoader:
         self, target_size: TargetSize = None, *, as_pil: bool = False, by_member: bool = False
     ) -> Any:
         """uint8 ``H×W×3`` RGB arrays per image member (resized when ``target_size`` is
-        given): a list, ``PIL.Image`` objects with ``as_pil``, or ``{member: array}``."""
+        given): a list, ``PIL.Image`` objects with ``as_pil``, or ``{member: array}``.
+        """
         arrays: dict[str, np.ndarray] = self._decoded("image", target_size=target_size)
         if by_member:
             return arrays
@@ -166,7 +168,8 @@ class LiveBatchLoader:
         """float32 MFCCs ``(n_mfcc, frames)`` (or waveforms) per audio member: records
         ``{"filename", "mfcc", "mfcc_mean", "sample_rate", "frames"}`` (``{"filename",
         "waveform", "sample_rate", "duration_s"}`` with ``mode="waveform"``), or
-        ``{member: array}`` with ``by_member``."""
+        ``{member: array}`` with ``by_member``.
+        """
         arrays: dict[str, np.ndarray] = self._decoded(
             "audio",
             sample_rate=sample_rate,
@@ -184,7 +187,8 @@ class LiveBatchLoader:
 
     def get_tabular(self, *, by_member: bool = False) -> Any:
         """CSV rows then flattened JSON records as dicts (cdmltrain's form), or float32 2-D
-        arrays of every CSV and time-series member (``by_member``)."""
+        arrays of every CSV and time-series member (``by_member``).
+        """
         if not by_member:
             return views.tabular_rows(self._decoded("csv"), self._decoded("json"))
         out: dict[str, np.ndarray] = {n: t.values for n, t in self._decoded("csv").items()}
@@ -193,13 +197,15 @@ class LiveBatchLoader:
 
     def get_json(self, flatten: bool = False, *, by_member: bool = False) -> Any:
         """Parsed JSON: a list (a top-level array gives its elements; ``flatten`` makes
-        nested dicts flat), or ``{member: value}``."""
+        nested dicts flat), or ``{member: value}``.
+        """
         values: dict[str, Any] = self._decoded("json")
         return values if by_member else views.json_records(values, flatten)
 
     def get_text(self, clean: bool = True, *, by_member: bool = False) -> Any:
         """Records ``{"filename", "lines", "line_count", "word_count", "raw_text"}`` (blank
-        lines dropped with ``clean``), or ``{member: TextData}``."""
+        lines dropped with ``clean``), or ``{member: TextData}``.
+        """
         texts: dict[str, TextData] = self._decoded("text")
         return texts if by_member else views.text_records(texts, clean)
 
@@ -211,7 +217,8 @@ class LiveBatchLoader:
         self, target_size: TargetSize = None, n_mfcc: int = 20, *, by_member: bool = False
     ) -> dict[str, Any]:
         """cdmltrain 1.1.4's ``{"images", "audio", "csv", "json", "text"}`` lists, or with
-        ``by_member`` every modality present as ``{modality: {member: value}}``."""
+        ``by_member`` every modality present as ``{modality: {member: value}}``.
+        """
         if not by_member:
             return {
                 "images": self.get_images(target_size),

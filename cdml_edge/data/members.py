@@ -42,7 +42,8 @@ def visible(names: list[str]) -> list[str]:
 @functools.lru_cache(maxsize=32)
 def _extension_pattern(exts: tuple[str, ...]) -> re.Pattern[str]:
     """Whole names (between NULs) whose extension, as ``posixpath.splitext`` finds it after
-    lower-casing, is one of ``exts``. A base name's leading dots start no extension."""
+    lower-casing, is one of ``exts``. A base name's leading dots start no extension.
+    """
     alts = "|".join(re.escape(e[1:]) for e in sorted(exts, key=len, reverse=True))
     return re.compile(
         rf"(?:(?<=\x00)|^)((?:[^\x00]*/)?\.*[^\x00/.][^\x00/]*\.(?:{alts}))(?=\x00|$)",
@@ -53,7 +54,8 @@ def _extension_pattern(exts: tuple[str, ...]) -> re.Pattern[str]:
 def _ending_count(blob: str, exts: tuple[str, ...]) -> int | None:
     """How many names end in one of ``exts`` (ASCII case folded, as ``str.lower`` folds
     extensions); ``None`` when a base name may be only dots and an extension (then it has
-    no extension) and the caller must look closer."""
+    no extension) and the caller must look closer.
+    """
     low = (_SEP + blob + _SEP).encode("utf-8", "surrogateescape").lower()
     total = 0
     for e in exts:
@@ -67,7 +69,8 @@ def _ending_count(blob: str, exts: tuple[str, ...]) -> int | None:
 
 def with_modality(names: list[str], keep: Collection[str]) -> list[str]:
     """The names whose :func:`~cdml_edge.modality.modality_for` is in ``keep``, in order
-    (``names`` itself when all of them are)."""
+    (``names`` itself when all of them are).
+    """
     blob = _joined(names)
     if blob is None:
         return [n for n in names if modality_for(n) in keep]

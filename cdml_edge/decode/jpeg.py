@@ -57,7 +57,8 @@ def backend() -> str:
 def scaled_size(width: int, height: int, target: tuple[int, int] | None) -> tuple[int, int]:
     """The size a JPEG of ``width × height`` decodes to for ``target`` ``(w, h)``: the
     smallest scale of :data:`SCALES` keeping both axes at least the target (libjpeg rounds
-    up)."""
+    up).
+    """
     if target is None:
         return width, height
     tw, th = target
@@ -73,7 +74,8 @@ def decode_scaled(
 ) -> np.ndarray | None:
     """RGB uint8 ``H×W×3`` of a JPEG of ``size`` ``(w, h)`` at :func:`scaled_size` for
     ``target`` (full size for ``None``); ``None`` when libjpeg-turbo is absent or refuses the
-    data."""
+    data.
+    """
     sj = _module()
     if sj is None:
         return None

@@ -41,7 +41,8 @@ def default_dir() -> Path:
 def configure(folder: str | Path | None = None) -> Path:
     """Point numba's cache at ``$NUMBA_CACHE_DIR``, else ``folder``, else :func:`default_dir`
     (created if missing); the folder in use. Takes effect for kernels compiled afterwards,
-    also when numba is already imported."""
+    also when numba is already imported.
+    """
     global _configured
     chosen = _USER_DIR or folder
     path = Path(chosen) if chosen is not None else default_dir()

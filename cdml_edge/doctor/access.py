@@ -36,7 +36,8 @@ class Account:
     @classmethod
     def lookup(cls, name: str, extra_groups: tuple[str, ...] = ()) -> Account:
         """``name``'s uid and groups (plus ``extra_groups``, e.g. the unit's
-        ``SupplementaryGroups=``, where they exist)."""
+        ``SupplementaryGroups=``, where they exist).
+        """
         try:
             pw = pwd.getpwnam(name)
         except KeyError:

@@ -2,7 +2,8 @@
 resolve_target`): a device exists, is a device and can be opened by the account; a stream
 server answers on TCP (UDP and SRT are connectionless: a caveat, not probed); a video file
 or FIFO is there and readable; a GStreamer pipeline needs an OpenCV built with GStreamer.
-Lines show the URL without its password."""
+Lines show the URL without its password.
+"""
 
 from __future__ import annotations
 

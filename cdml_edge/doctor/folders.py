@@ -1,5 +1,6 @@
 """The folders the agent fills (state, spool, retention, quarantine): writable, with room
-to grow; entries in the retention folder that are not the ring's are reported (a warning)."""
+to grow; entries in the retention folder that are not the ring's are reported (a warning).
+"""
 
 from __future__ import annotations
 
@@ -73,7 +74,8 @@ def _bounded_dirs(cfg: AppConfig) -> Iterator[tuple[str, Path, int]]:
 
 def check_state_dir(cfg: AppConfig, account: Account | None = None) -> list[Check]:
     """The state folder is writable (the agent's lock lives there); the retention folder's
-    foreign entries, if any, as a warning."""
+    foreign entries, if any, as a warning.
+    """
     out = []
     if cfg.state_dir is not None:
         problem = dir_problem(cfg.state_dir, account)

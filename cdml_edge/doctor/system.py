@@ -15,7 +15,8 @@ UNIT_GROUPS = ("video",)
 
 def check_account(user: str | None, euid: int | None = None) -> tuple[list[Check], Account | None]:
     """Whose folder access the checks judge: ``user``'s by permission bits, else this
-    process's (with a warning when that is root: every probe passes for root)."""
+    process's (with a warning when that is root: every probe passes for root).
+    """
     if user is not None:
         try:
             account = Account.lookup(user, UNIT_GROUPS)

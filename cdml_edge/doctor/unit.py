@@ -136,7 +136,8 @@ def writable_roots(unit: Path) -> list[Path] | None:
 
 def unit_state_directory(unit: Path) -> str | None:
     """The ``$STATE_DIRECTORY`` systemd gives the service (``/var/lib/<StateDirectory=>``,
-    its folders joined by ``:``), or None without ``StateDirectory=``."""
+    its folders joined by ``:``), or None without ``StateDirectory=``.
+    """
     words = [
         w.split(":", 1)[0] for v in unit_settings(unit).get("StateDirectory", []) for w in v.split()
     ]
@@ -163,7 +164,8 @@ def healthz_url(cfg: AppConfig) -> str | None:
 
 def main(argv: list[str] | None = None) -> int:
     """``dirs FILE``: the folders to create, one a line; ``dropin FILE``: the drop-in text;
-    ``healthz FILE``: the agent's /healthz URL (nothing when the metrics port is off)."""
+    ``healthz FILE``: the agent's /healthz URL (nothing when the metrics port is off).
+    """
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 2 or args[0] not in ("dirs", "dropin", "healthz"):
         print("usage: python -m cdml_edge.doctor.unit dirs|dropin|healthz CONFIG", file=sys.stderr)

@@ -1,5 +1,6 @@
 """File-system I/O the appliance trusts: durable writes (``atomic``), names as the file
-system takes them (``names``), and the state of a store whose disk fails (``faults``)."""
+system takes them (``names``), and the state of a store whose disk fails (``faults``).
+"""
 
 from cdml_edge.fsio.atomic import (
     TMP_PREFIX,

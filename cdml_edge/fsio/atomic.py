@@ -83,7 +83,8 @@ def folder_mode(file_mode: int) -> int:
 
 def make_folder(folder: Path, mode: int) -> None:
     """Make ``folder`` (and missing parents) with ``mode`` (not narrowed by the umask); an
-    existing one is left as it is."""
+    existing one is left as it is.
+    """
     if folder.is_dir():
         return
     make_folder(folder.parent, mode)

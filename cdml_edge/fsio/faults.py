@@ -1,5 +1,6 @@
 """The state of a store whose writes fail (a full disk, an I/O error): which operations
-fail, when to try again, one event per episode (:class:`DiskFaults`)."""
+fail, when to try again, one event per episode (:class:`DiskFaults`).
+"""
 
 from __future__ import annotations
 
@@ -85,7 +86,8 @@ class DiskFaults:
 
     def failed(self, op: str, exc: OSError) -> str | None:
         """``op`` failed with ``exc``: degraded until it succeeds again. Returns the event
-        kind when this failure began an episode."""
+        kind when this failure began an episode.
+        """
         why = f"{exc.strerror or exc} [{errno.errorcode.get(exc.errno or 0, exc.errno)}]"
         with self._lock:
             self.errors += 1
@@ -112,7 +114,8 @@ class DiskFaults:
 
     def ok(self, op: str) -> str | None:
         """``op`` succeeded; the episode ends once no operation fails. Returns the event
-        kind when this success ended an episode."""
+        kind when this success ended an episode.
+        """
         with self._lock:
             self._next_try.pop(op, None)
             if op not in self._failing:

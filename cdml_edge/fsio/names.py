@@ -70,7 +70,8 @@ _LOG_ESCAPES = {ord("\n"): "\\n", ord("\r"): "\\r", ord("\t"): "\\t"}
 
 def log_name(name: object) -> str:
     """``name`` (a path or a name) safe for one log line: as :func:`display_name`, with
-    control characters, line separators and bidirectional overrides escaped."""
+    control characters, line separators and bidirectional overrides escaped.
+    """
     text = display_name(str(name))
     return "".join(_LOG_ESCAPES.get(ord(c)) or (_escape(c) if _unsafe(c) else c) for c in text)
 

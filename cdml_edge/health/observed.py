@@ -16,7 +16,8 @@ log = logging.getLogger(__name__)
 
 class ObservedOutput(TeeOutput):
     """``output`` unchanged, each message also shown to ``board`` (a copy parsed from its
-    JSON; a message the board cannot read is skipped, never refused)."""
+    JSON; a message the board cannot read is skipped, never refused).
+    """
 
     def __init__(self, output: Output, board: ActivityBoard) -> None:
         super().__init__([output])

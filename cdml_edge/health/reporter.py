@@ -25,7 +25,8 @@ OUTPUT_KEYS = ("outbox_depth", "outbox_bytes", "spool_bytes", "spool_records")
 
 class HealthReporter:
     """Publishes status and health for the agent's lifetime; :meth:`attach` after every
-    (re)build points it at the running configuration, output and sources."""
+    (re)build points it at the running configuration, output and sources.
+    """
 
     def __init__(
         self,
@@ -55,7 +56,8 @@ class HealthReporter:
 
     def start(self, stopped: threading.Event, spawn: Spawn = plain_thread) -> None:
         """Publish health every ``health.interval`` until ``stopped`` is set (once only), on
-        a thread from ``spawn`` (the agent's supervisor)."""
+        a thread from ``spawn`` (the agent's supervisor).
+        """
         if self._thread is None:
             self._thread = spawn("health", lambda: self._loop(stopped))
             self._thread.start()
@@ -117,7 +119,8 @@ class HealthReporter:
 
     def log_summary(self, final: bool = False) -> None:
         """Log the summary line of the last health message: since the line before, or with
-        ``final`` the whole run's."""
+        ``final`` the whole run's.
+        """
         if self.last is None or self._cfg is None:
             return
         line = self.summary.final if final else self.summary.interval

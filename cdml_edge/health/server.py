@@ -228,7 +228,8 @@ def healthz_body(
     """HTTP status and JSON body of ``/healthz``: 200 ok; 503 ``stalled`` (pending work makes
     no progress), ``dead_threads`` (a supervised thread is dead), ``degraded`` (a part cannot do
     its job fully, e.g. the spool on a full disk; ``degraded`` names each part and why) or a
-    failed check (e.g. ``camera_down``)."""
+    failed check (e.g. ``camera_down``).
+    """
     body: dict[str, Any] = {"status": "ok", "uptime_s": round(time.time() - metrics.started_at, 3)}
     if state is not None:
         body.update(state.as_dict())

@@ -13,7 +13,8 @@ def thumbnail(data: bytes, side: int = THUMB_SIDE) -> bytes | None:
     """A JPEG of the image in ``data``, its longer side at most ``side`` pixels; ``None``
     when ``data`` is not an image OpenCV can decode. Big images are decoded at 1/4 or 1/8
     of their size (libjpeg scales while decoding), so a thumbnail costs a fraction of a
-    full decode."""
+    full decode.
+    """
     buf = np.frombuffer(data, dtype=np.uint8)
     img = None
     for flag in (cv2.IMREAD_REDUCED_COLOR_8, cv2.IMREAD_REDUCED_COLOR_4):

@@ -23,7 +23,8 @@ def make_source(
 ) -> Source:
     """The source of ``sc``, feeding ``sink`` within ``budget``; ``on_error`` for bad inputs,
     ``on_camera`` for a camera's state changes, ``spawn`` for a folder's long-lived thread
-    (see :mod:`cdml_edge.supervisor`)."""
+    (see :mod:`cdml_edge.supervisor`).
+    """
     if sc.kind == "camera":
         spec = CameraSpec(
             name=sc.name,

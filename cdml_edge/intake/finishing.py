@@ -198,7 +198,8 @@ class FileLifecycle:
         """Rename the file at ``path`` aside (a dot name the sources ignore) and check that
         it is still the scored one: a version put there after the check is not deleted or
         moved but put back (under a unique name if yet another took the name), counted as
-        changed. Returns the aside path of the scored file, or ``None``."""
+        changed. Returns the aside path of the scored file, or ``None``.
+        """
         aside = path.with_name(f".cdml-done-{os.getpid()}-{next(_CLAIMS)}")
         try:
             os.rename(path, aside)
@@ -229,7 +230,8 @@ class FileLifecycle:
         self, source: str, name: str, path: Path | None, data: bytes | None = None
     ) -> Path | None:
         """Move a bad input (or write a frame's bytes) to ``quarantine/<source>/<name>``;
-        ``None`` when there was nothing to move or the disk failed (then retried later)."""
+        ``None`` when there was nothing to move or the disk failed (then retried later).
+        """
         try:
             dest, size = self._quarantine(source, name, path, data)
         except OSError as exc:
@@ -295,7 +297,8 @@ class FileLifecycle:
 
     def retry_backlog(self) -> int:
         """Try the backlog again, oldest first, until one fails; the number moved. Each file
-        moved is reported through ``on_late``; a file gone meanwhile is dropped."""
+        moved is reported through ``on_late``; a file gone meanwhile is dropped.
+        """
         with self._lock:
             self._timer = None
             todo = list(self._backlog.items())

@@ -166,7 +166,8 @@ class FolderSource:
     # -- lifecycle -------------------------------------------------------------------------
     def start(self) -> None:
         """Arm the watch and start the scanner; a watch that cannot be armed now is armed
-        again by the supervised scanner (which counts it dead meanwhile)."""
+        again by the supervised scanner (which counts it dead meanwhile).
+        """
         try:
             self._arm()
         except Exception as exc:
@@ -186,7 +187,8 @@ class FolderSource:
 
     def release(self, path: Path, keep: bool) -> None:
         """The item from ``path`` is finished; with ``keep`` it is not taken again unchanged
-        (remembered within ``max_kept``)."""
+        (remembered within ``max_kept``).
+        """
         self.files.release(str(path), keep)
 
     def retry(self, path: Path, delay: float) -> None:
@@ -209,7 +211,8 @@ class FolderSource:
 
     def max_file_bytes(self) -> int:
         """The largest file taken: what one window holds (``max_file_bytes``) and what the
-        whole budget can be charged for it (its charge is a multiple of its size)."""
+        whole budget can be charged for it (its charge is a multiple of its size).
+        """
         b = self._budget
         fits = (b.max_bytes - b.item_extra.get(self.spec.modality, 0)) // b.data_factor
         cap = self.spec.max_file_bytes
@@ -290,7 +293,8 @@ class FolderSource:
 
     def _fault(self, path: str, exc: BaseException) -> None:
         """An unexpected error while taking ``path``: reported once, quarantined by the
-        caller (``path`` given to the error sink); the source goes on."""
+        caller (``path`` given to the error sink); the source goes on.
+        """
         log.error("%s: %s: %s", self.spec.name, log_name(path), exc, exc_info=exc)
         self.files.forget(path)
         try:
@@ -319,7 +323,8 @@ class FolderSource:
 
     def _initial_scan(self) -> None:
         """Notice every candidate in the folder as not complete yet: files present at start
-        (or found by a rescan) are judged by an identity stable for ``stable_seconds``."""
+        (or found by a rescan) are judged by an identity stable for ``stable_seconds``.
+        """
         for path in sorted(self._entries()):
             if is_candidate(os.path.basename(path), self.spec.patterns):
                 try:
@@ -445,7 +450,8 @@ class FolderSource:
 def _entry(lst: os.stat_result) -> FileIdentity:
     """What a refused entry is remembered by: a regular file by its identity (a new version
     is judged again), anything else by device, inode and type (a FIFO written to is the
-    same FIFO)."""
+    same FIFO).
+    """
     if stat.S_ISREG(lst.st_mode):
         return FileIdentity.of(lst)
     return FileIdentity(lst.st_dev, lst.st_ino, -stat.S_IFMT(lst.st_mode), 0)
@@ -454,5 +460,6 @@ def _entry(lst: os.stat_result) -> FileIdentity:
 def _arrival(mtime: float, seen: float) -> float:
     """When an item arrived: its mtime (the writer's close), or when the agent first saw it
     if that mtime is older than the sighting by more than OLD_MTIME_S (a file renamed in, or
-    waiting at start). Result latency is measured from here."""
+    waiting at start). Result latency is measured from here.
+    """
     return seen if seen - mtime > OLD_MTIME_S else mtime

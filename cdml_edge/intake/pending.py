@@ -95,7 +95,8 @@ class PendingFiles:
 
     def notice(self, path: str, st: os.stat_result, closed: bool, writing: bool) -> None:
         """An event (or a scan) saw ``path`` with ``st``; ``closed`` if it is complete now,
-        ``writing`` if it is being written to."""
+        ``writing`` if it is being written to.
+        """
         ident = FileIdentity.of(st)
         with self._cond:
             if self._taken.get(path) == ident or self._kept.get(path) == ident:
@@ -137,7 +138,8 @@ class PendingFiles:
 
     def refuse(self, path: str, entry: FileIdentity) -> bool:
         """Leave ``path`` (its ``lstat`` identity ``entry``) alone until it changes; ``True``
-        the first time, when it is to be reported."""
+        the first time, when it is to be reported.
+        """
         with self._cond:
             self._pending.pop(path, None)
             if self._refused.get(path) == entry:
@@ -180,7 +182,8 @@ class PendingFiles:
 
     def release(self, path: str, keep: bool = False) -> None:
         """``path`` was finished: deleted or moved (a new file of that name is new), or with
-        ``keep`` left in place (remembered, within ``max_kept``, so it is not taken again)."""
+        ``keep`` left in place (remembered, within ``max_kept``, so it is not taken again).
+        """
         with self._cond:
             ident = self._taken.pop(path, None)
             if not keep or ident is None:
@@ -216,7 +219,8 @@ class PendingFiles:
 
     def ready(self) -> list[str]:
         """The complete files, oldest mtime first (files not closed are re-stat'ed: stable
-        means the same identity for ``stable_seconds``)."""
+        means the same identity for ``stable_seconds``).
+        """
         now = time.monotonic()
         ready: list[tuple[int, str]] = []
         with self._cond:

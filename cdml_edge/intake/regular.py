@@ -82,7 +82,8 @@ def admit(path: str, lst: os.stat_result, links: LinkPolicy) -> tuple[str, os.st
 
 def read_regular(path: str, at_most: int, links: LinkPolicy) -> tuple[bytes, os.stat_result]:
     """Read at most ``at_most`` bytes of the regular file at ``path`` (the expected size + 1,
-    so growth shows) and the ``fstat`` of what was read."""
+    so growth shows) and the ``fstat`` of what was read.
+    """
     try:
         target, _ = admit(path, os.lstat(path), links)
         fd = os.open(target, _OPEN_FLAGS)

@@ -78,7 +78,8 @@ class PipelineGate:
 @dataclass(frozen=True)
 class WindowPolicy:
     """When a window closes: after ``seconds``, at ``max_items`` or at ``max_bytes``, and
-    (``close_when_idle``, with a :class:`PipelineGate`) as soon as the pipeline is idle."""
+    (``close_when_idle``, with a :class:`PipelineGate`) as soon as the pipeline is idle.
+    """
 
     seconds: float = 1.0
     max_items: int = 64

@@ -1,5 +1,6 @@
 """A closed window packed for a ``watch_and_pack`` callback: archive bytes, and the file
-when an output folder is given."""
+when an output folder is given.
+"""
 
 from __future__ import annotations
 

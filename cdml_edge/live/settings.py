@@ -17,7 +17,8 @@ CDMLTRAIN_DATA_TYPES = {"binary": "unknown"}
 
 def data_type(name: str) -> str:
     """cdmltrain 1.x's ``data_type`` of a file name: ``image`` | ``audio`` | ``csv`` | ``json`` |
-    ``text`` | ``timeseries`` | ``unknown``."""
+    ``text`` | ``timeseries`` | ``unknown``.
+    """
     modality = modality_for(name)
     return CDMLTRAIN_DATA_TYPES.get(modality, modality)
 

@@ -116,7 +116,8 @@ class LiveWatch:
 
     def wait(self, duration: float | None = None, stop: threading.Event | None = None) -> None:
         """Block until ``duration`` seconds passed, ``stop`` is set or :meth:`stop` was called;
-        Ctrl-C (KeyboardInterrupt) ends the wait too."""
+        Ctrl-C (KeyboardInterrupt) ends the wait too.
+        """
         end = None if duration is None else time.monotonic() + duration
         try:
             while not self._stopped.is_set() and not (stop is not None and stop.is_set()):

@@ -98,7 +98,8 @@ def describe_model(session: Any, path: Path, desc: Description) -> tuple[ModelSp
 
 def _implied_output(desc: Description, labels: list[str] | None, path: Path) -> ModelOutputConfig:
     """A model without metadata or ``output``: a classifier when labels are given, an
-    anomaly scorer when a threshold is."""
+    anomaly scorer when a threshold is.
+    """
     if labels:
         return ModelOutputConfig.model_validate({"kind": "classifier"})
     if desc.anomaly_threshold is not None:

@@ -24,7 +24,8 @@ class Detection:
 @dataclass(frozen=True)
 class RawDetections:
     """One item's detections before labels and source coordinates: ``(K, 4)`` boxes in input
-    pixels, ``(K,)`` scores and class indices."""
+    pixels, ``(K,)`` scores and class indices.
+    """
 
     boxes: np.ndarray
     scores: np.ndarray
@@ -33,7 +34,8 @@ class RawDetections:
 
 def yolo_rows(out: np.ndarray, n_classes: int) -> np.ndarray:
     """One item's YOLO output as ``(boxes, 4 [+1] + classes)`` rows (YOLOv8 exports it
-    transposed, ``(4 + classes, boxes)``)."""
+    transposed, ``(4 + classes, boxes)``).
+    """
     a = np.asarray(out, dtype=np.float32)
     if a.ndim == 3 and a.shape[0] == 1:
         a = a[0]
@@ -61,7 +63,8 @@ def decode_yolo(
     """One item's YOLO tensor -> detections after the score threshold and class-wise NMS.
 
     Rows are ``cx, cy, w, h`` then, for YOLOv5, an objectness score (the class scores are
-    multiplied by it), then one score per class."""
+    multiplied by it), then one score per class.
+    """
     rows = yolo_rows(out, n_classes)
     has_obj = rows.shape[1] == 5 + n_classes if objectness is None else objectness
     cls_scores = rows[:, 5:] * rows[:, 4:5] if has_obj else rows[:, 4:]
@@ -86,7 +89,8 @@ def decode_boxes(
 ) -> RawDetections:
     """One item's SSD-style outputs (already suppressed by the model) -> detections above the
     score threshold; ``yxyx`` corner order and ``scale`` (input width, height for
-    normalised boxes) as the export has them."""
+    normalised boxes) as the export has them.
+    """
     b = np.asarray(boxes, dtype=np.float64).reshape(-1, 4)
     if yxyx:
         b = b[:, [1, 0, 3, 2]]
@@ -109,7 +113,8 @@ def nms(
 ) -> np.ndarray:
     """Indices kept by greedy class-wise non-maximum suppression, best score first: a box is
     dropped when it overlaps a better box of its class by more than ``iou``; it stops once
-    ``max_keep`` boxes are kept."""
+    ``max_keep`` boxes are kept.
+    """
     if len(boxes) == 0:
         return np.zeros(0, dtype=np.int64)
     b = np.asarray(boxes, dtype=np.float64)

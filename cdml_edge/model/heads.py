@@ -127,7 +127,8 @@ class ClassifierHead(Head):
 @dataclass
 class AnomalyScoreHead(Head):
     """One score per item (the first value of its row) against the threshold: above it is an
-    anomaly (below it, with ``below``: scikit-learn's outlier scores)."""
+    anomaly (below it, with ``below``: scikit-learn's outlier scores).
+    """
 
     output: str
     threshold: float | None
@@ -160,7 +161,8 @@ class AnomalyScoreHead(Head):
 class EmbeddingHead(Head):
     """A vector per item, scored against one prototype per label (the mean vector of its
     examples): the nearest label, the distance to it, and an anomaly when the distance is
-    beyond that label's threshold."""
+    beyond that label's threshold.
+    """
 
     output: str
     examples: dict[str, Path] = field(default_factory=dict)  # label -> folder of examples

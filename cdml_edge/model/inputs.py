@@ -27,7 +27,8 @@ class _Strict(BaseModel):
 
 class ImageInput(_Strict):
     """Images: resized to ``size`` × ``height`` (``resize``), multiplied by ``scale`` (unset:
-    divided by 255), then ``(x - mean) / std`` per channel; ``uint8`` inputs get raw pixels."""
+    divided by 255), then ``(x - mean) / std`` per channel; ``uint8`` inputs get raw pixels.
+    """
 
     kind: Literal["image"] = "image"
     channels: Literal[1, 3] = 3

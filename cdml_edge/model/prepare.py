@@ -25,7 +25,8 @@ LETTERBOX_FILL = 114  # grey of the letterbox bars, in 0-255 pixel values (as Ul
 @dataclass(frozen=True)
 class Geometry:
     """Input pixel ``(x, y)`` = source pixel ``(x * sx + px, y * sy + py)`` of a source
-    image of ``width`` × ``height`` pixels."""
+    image of ``width`` × ``height`` pixels.
+    """
 
     sx: float
     sy: float

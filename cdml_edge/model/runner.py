@@ -43,7 +43,8 @@ class InferenceError(CdmlError, RuntimeError):
 class ModelOverrides:
     """What the config adds to a model file: overrides of its metadata (all optional), the
     description of a model without metadata, and how onnxruntime runs it
-    (:class:`~cdml_edge.model.session.InferenceSettings`)."""
+    (:class:`~cdml_edge.model.session.InferenceSettings`).
+    """
 
     labels: Sequence[str] | None = None
     input_size: int | None = None
@@ -122,7 +123,8 @@ class ModelRunner:
     @property
     def kind(self) -> str:
         """What the outputs are: ``spec`` (our metadata), ``classifier``, ``anomaly``,
-        ``embedding`` or ``detector``."""
+        ``embedding`` or ``detector``.
+        """
         return self.head.kind
 
     def describe(self) -> str:
@@ -165,7 +167,8 @@ class ModelRunner:
 
     def run(self, batch: np.ndarray, geometry: Geometries = ()) -> list[Prediction]:
         """Run a prepared batch ``(N, *input_shape)``; one prediction per row. ``geometry``:
-        per row, where the input's pixels came from (detectors map boxes back with it)."""
+        per row, where the input's pixels came from (detectors map boxes back with it).
+        """
         out = self.raw(batch)
         try:
             return self.head.interpret(out, batch.shape[0], geometry)

@@ -177,7 +177,8 @@ def open_session(
     path: str | Path, settings: InferenceSettings | None = None
 ) -> onnxruntime.InferenceSession:
     """An onnxruntime session of the ``.onnx`` file (:class:`ModelSpecError` naming it when
-    it is missing or onnxruntime refuses it)."""
+    it is missing or onnxruntime refuses it).
+    """
     import onnxruntime as ort
 
     p = Path(path)
@@ -204,7 +205,8 @@ def run_model(
     outputs: Sequence[str] | None = None,
 ) -> dict[str, np.ndarray]:
     """Run a prepared batch; returns output name -> array for ``outputs`` (default: all of
-    ``spec.outputs``)."""
+    ``spec.outputs``).
+    """
     names = list(spec.outputs if outputs is None else outputs)
     feed = batch.astype(np.dtype(spec.input.dtype), copy=False)
     results = session.run(names, {spec.input_name: feed})

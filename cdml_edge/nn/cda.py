@@ -85,7 +85,8 @@ class AnomalyScorer:
         cls, normal: torch.Tensor, quantile: float = 0.99, calibration: torch.Tensor | None = None
     ) -> AnomalyScorer:
         """Fit on normal codes; the threshold comes from ``calibration`` codes when given
-        (held-out normal data), else from ``normal`` itself."""
+        (held-out normal data), else from ``normal`` itself.
+        """
         if normal.shape[0] < 2:
             raise ValueError("AnomalyScorer.fit needs at least two normal codes")
         proto = normal.mean(dim=0)

@@ -25,7 +25,8 @@ class CheckpointError(CdmlError, RuntimeError):
 
 def stem_for(epoch: int, spec: ModelSpec | None) -> str:
     """A checkpoint's name says what it holds: ``epoch-0006`` (a classifier, or a model
-    without a spec) or ``epoch-0006-anomaly`` (an anomaly model, scorer included)."""
+    without a spec) or ``epoch-0006-anomaly`` (an anomaly model, scorer included).
+    """
     task = spec.task if spec is not None else "classifier"
     return f"epoch-{epoch:04d}" + ("" if task == "classifier" else f"-{task}")
 
@@ -59,7 +60,8 @@ def write_new(directory: Path, stem: str, payload: dict[str, Any]) -> Path:
 
 def _claim_by_link(tmp: Path) -> Callable[[Path], bool]:
     """An ``exists`` test for :func:`unique_name` that claims a free name by linking ``tmp``
-    to it: True (taken) when the name exists, False once ``tmp`` is linked there."""
+    to it: True (taken) when the name exists, False once ``tmp`` is linked there.
+    """
 
     def taken(path: Path) -> bool:
         try:

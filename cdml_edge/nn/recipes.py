@@ -254,7 +254,8 @@ def _datasets(
 
 def _validation_set(val_data: Any, spec: ModelSpec) -> Dataset[Any]:
     """``val_data`` labelled with the training classes (``spec.labels``), so a class id
-    means the same class in both sets; a class the training data lacks is an error."""
+    means the same class in both sets; a class the training data lacks is an error.
+    """
     try:
         return spec_dataset(val_data, spec, classes=spec.labels)
     except LabelError as exc:

@@ -68,7 +68,8 @@ def on_disk_event(output: Output, hook: FaultHook) -> None:
 
 def degraded_parts(output: Output) -> dict[str, str]:
     """What of ``output`` does not fully work now: the spool (a full or failing disk) and
-    the MQTT I/O thread, part -> why."""
+    the MQTT I/O thread, part -> why.
+    """
     from cdml_edge.outputs.mqtt.publisher import MqttPublisher
 
     out: dict[str, str] = {}

@@ -51,7 +51,8 @@ class Comparison:
 
     def write(self, path: Path) -> Path | None:
         """The picture at ``path`` (PNG); ``None`` when there is nothing to compare or no
-        matplotlib."""
+        matplotlib.
+        """
         if self.empty or not charts.available():
             return None
         panels = int(bool(self.labels)) + int(bool(self.points))

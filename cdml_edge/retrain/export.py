@@ -114,7 +114,8 @@ def select_items(
 ) -> list[Pick]:
     """Pass 1 (sidecars only): which items go where. An item kept in two windows (the same
     id: a window packed again after a crash) is taken from the first, in archive order, and
-    counted once in ``duplicates``."""
+    counted once in ``duplicates``.
+    """
     picks: list[Pick] = []
     seen: set[str] = set()
     for rec in records:
@@ -273,7 +274,8 @@ def read_members(
     progress: Progress | None = None,
 ) -> tuple[list[tuple[str, bytes]], list[Pick]]:
     """Pass 2: the picked items' bytes (archive order), sorted by member name, and the
-    picks that gave them; unreadable or mismatching items count as ``corrupt``."""
+    picks that gave them; unreadable or mismatching items count as ``corrupt``.
+    """
     members: list[tuple[str, bytes]] = []
     kept: list[Pick] = []
     by_window: dict[str, list[Pick]] = {}
@@ -298,7 +300,8 @@ def read_members(
 
 def keep_member(p: Pick, data: bytes | None, stats: ExportStats) -> bool:
     """Whether ``data`` are the bytes the window manifest recorded for ``p`` (else counted
-    ``corrupt``)."""
+    ``corrupt``).
+    """
     if data is None or hashlib.sha256(data).hexdigest() != p.item.sha256:
         stats.corrupt += 1
         return False
@@ -309,7 +312,8 @@ def keep_member(p: Pick, data: bytes | None, stats: ExportStats) -> bool:
 def read_group(source: Any, members: Sequence[str]) -> Sequence[bytes | None]:
     """Members of one window archive (a path, bytes or a ByteSource such as an ``s3://``
     source), ``None`` for each that cannot be read; one by one when reading them together
-    fails."""
+    fails.
+    """
     from cdml_edge.archive import ArchiveError, open_archive
 
     try:

@@ -95,7 +95,8 @@ class Selection:
 def run_export(options: ExportOptions, progress: RunProgress | None = None) -> ExportSummary:
     """Build the training archive ``options.out`` from the retained windows selected.
 
-    The folder and the options are checked before any work starts."""
+    The folder and the options are checked before any work starts.
+    """
     if not options.directory.is_dir():
         raise OptionError(f"{options.directory}: no such retention folder")
     sel = parse_selection(options)
@@ -126,7 +127,8 @@ def run_export(options: ExportOptions, progress: RunProgress | None = None) -> E
 def parse_selection(options: ExportOptions) -> Selection:
     """The parsed selection options, in the command's order; :class:`OptionError` if bad.
 
-    The output name is checked first, before any work starts."""
+    The output name is checked first, before any work starts.
+    """
     try:
         output_format(options.out)
         filters = parse_filters(options.filters)

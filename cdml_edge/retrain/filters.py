@@ -108,7 +108,8 @@ def parse_filters(exprs: Sequence[str]) -> list[ItemFilter]:
 
 def parse_time(text: str, now: float | None = None) -> float:
     """Unix seconds from ``1790000000``, ISO 8601 (``2026-12-01``, ``…T10:00:00Z``; naive
-    times are UTC) or an age such as ``7d`` / ``12h`` (that long before ``now``)."""
+    times are UTC) or an age such as ``7d`` / ``12h`` (that long before ``now``).
+    """
     s = text.strip()
     try:
         return float(s)
@@ -132,7 +133,8 @@ def parse_time(text: str, now: float | None = None) -> float:
 
 def parse_when(text: str | None, option: str) -> float | None:
     """``--since``/``--until`` as unix seconds (None when not given); a bad time raises
-    :class:`~cdml_edge.retrain.errors.OptionError` naming ``option``."""
+    :class:`~cdml_edge.retrain.errors.OptionError` naming ``option``.
+    """
     if text is None:
         return None
     try:

@@ -146,7 +146,8 @@ def iter_replay(
     models: Mapping[str, Sequence[str]] | None = None,
 ) -> Iterator[ReplayedWindow]:
     """Score every retained window (archive order) again; yields one result per window.
-    ``models``: per source, the names of the runners that score it (default: by modality)."""
+    ``models``: per source, the names of the runners that score it (default: by modality).
+    """
     d = Path(directory)
     st = stats if stats is not None else ReplayStats()
     st.models = {m: f"{r.name}@{r.version}" for m, r in sorted(runners.items())}
@@ -183,7 +184,8 @@ def rescore_window(
     models: Sequence[str] | None = None,
 ) -> tuple[WindowOutcome, list[dict[str, Any]]]:
     """One retained window scored again (the clock pinned to its close time) and its
-    deterministic result records."""
+    deterministic result records.
+    """
     from cdml_edge.window.score import score_window
 
     outcome = score_window(
@@ -203,7 +205,8 @@ def _load_window(
     directory: Path, rec: WindowRecord, st: ReplayStats
 ) -> tuple[WindowManifest, bytes] | None:
     """A retained window's manifest and archive bytes; None (counted) when it is gone or
-    its bytes differ from the SHA-256 its sidecar recorded."""
+    its bytes differ from the SHA-256 its sidecar recorded.
+    """
     try:
         sidecar = read_sidecar(directory / rec.sidecar)
         archive = (directory / sidecar.archive.file).read_bytes()
@@ -222,7 +225,8 @@ def _load_window(
 
 def archive_mismatch(ref: ArchiveRef, archive: bytes, window_id: str) -> str | None:
     """Why ``archive`` is not the retained archive ``ref`` names (its SHA-256 differs), or
-    None when it is."""
+    None when it is.
+    """
     digest = hashlib.sha256(archive).hexdigest()
     if digest == ref.sha256:
         return None
@@ -259,7 +263,8 @@ def is_first_verdict(doc: Mapping[str, Any]) -> bool:
 
 def changes(doc: Mapping[str, Any]) -> tuple[int, int]:
     """Whether one result record changed its label and its anomaly flag against ``was``
-    (0/1 each; 0 for failures, items without an earlier verdict and first verdicts)."""
+    (0/1 each; 0 for failures, items without an earlier verdict and first verdicts).
+    """
     was = doc.get("was")
     if was is None or "error" in doc or is_first_verdict(doc):
         return 0, 0

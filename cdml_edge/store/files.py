@@ -25,13 +25,15 @@ def tmp_path(directory: Path, name: str) -> Path:
 
 def is_tmp_name(name: str) -> bool:
     """Whether ``name`` is the temporary name of one of the ring's own files (debris of an
-    interrupted write, removed when the ring opens)."""
+    interrupted write, removed when the ring opens).
+    """
     return name.startswith(TMP_PREFIX) and ring_name(name[len(TMP_PREFIX) :]) is not None
 
 
 def write_file(path: Path, data: bytes, *, fsync: bool, mode: int = 0o600) -> None:
     """Create (or truncate) ``path`` with ``data`` and ``mode``; fsync it unless ``fsync``
-    is False."""
+    is False.
+    """
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_CLOEXEC", 0), mode)
     try:
         os.fchmod(fd, mode)  # not narrowed (nor widened) by the umask

@@ -339,7 +339,8 @@ class RetentionRing:
 
     def _probe_disk(self) -> None:
         """A small write where the windows go: an idle ring on a disk with room again is
-        not left degraded until the next window."""
+        not left degraded until the next window.
+        """
         probe = tmp_path(self.dir, "probe")
         write_file(probe, PROBE_BYTES, fsync=False, mode=self.mode)
         probe.unlink()
@@ -402,7 +403,8 @@ class RetentionRing:
 
     def _note_foreign(self) -> None:
         """Entries the ring did not write: left alone, listed in :attr:`foreign`, one log
-        line (names shown escaped, at most five)."""
+        line (names shown escaped, at most five).
+        """
         self.foreign = foreign_names(self.dir)
         if self.foreign:
             shown = ", ".join(ascii(n) for n in self.foreign[:5])

@@ -110,7 +110,8 @@ def window_stem(manifest: WindowManifest) -> str:
 
 def ring_name(name: str) -> tuple[str, str] | None:
     """``(stem, suffix)`` when ``name`` is a file name the ring writes (``<UTC close time>_
-    <window id>`` + ``.zip`` / ``.tar.zst`` / ``.window.json``), else ``None``."""
+    <window id>`` + ``.zip`` / ``.tar.zst`` / ``.window.json``), else ``None``.
+    """
     m = _RING_NAME.match(name)
     return (m["stem"], m["suffix"]) if m else None
 
@@ -124,7 +125,8 @@ _CATALOG_FILES = {CATALOG_NAME + sfx for sfx in ("", "-journal", "-wal", "-shm")
 def foreign_names(directory: str | Path) -> list[str]:
     """The entries of a retention folder that the ring did not write (sorted): anything but
     its window files, their temporary names, the catalog and ``corrupt/``. The ring never
-    reads, moves or deletes them."""
+    reads, moves or deletes them.
+    """
     out = []
     for name in os.listdir(directory):
         bare = name[len(TMP_PREFIX) :] if name.startswith(TMP_PREFIX) else name
@@ -150,7 +152,8 @@ def read_sidecar(path: str | Path) -> RetainedWindow:
 
 def parse_sidecar(data: bytes, where: str) -> RetainedWindow:
     """Parse sidecar bytes read from ``where`` (a path or URL ending in the sidecar's name)
-    and check that it names its own archive; :class:`RetentionError` names ``where``."""
+    and check that it names its own archive; :class:`RetentionError` names ``where``.
+    """
     try:
         rw = RetainedWindow.from_bytes(data, where)
     except ManifestError as exc:

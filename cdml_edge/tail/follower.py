@@ -1,5 +1,6 @@
 """``cdml-edge tail``: follow an appliance (its broker or its ``output.jsonl``) onto the
-activity board, and show the board every interval."""
+activity board, and show the board every interval.
+"""
 
 from __future__ import annotations
 
@@ -51,7 +52,8 @@ def choose(cfg: AppConfig, file: Path | None, broker: str | None, where: str) ->
 
 class Follower:
     """A daemon thread feeding ``board`` from ``followed`` until :attr:`stop` is set; an
-    error that ends it is kept in :attr:`error`."""
+    error that ends it is kept in :attr:`error`.
+    """
 
     def __init__(self, cfg: AppConfig, followed: Followed, board: ActivityBoard) -> None:
         self.cfg, self.followed, self.board = cfg, followed, board
@@ -90,7 +92,8 @@ def run_tail(
     duration: float | None = None,
 ) -> dict[str, Any]:
     """Follow until ``duration`` (or Ctrl-C), calling ``show(snapshot)`` every ``interval``;
-    the last snapshot. A follow error (a refused broker setting) is raised."""
+    the last snapshot. A follow error (a refused broker setting) is raised.
+    """
     board = ActivityBoard(cfg.device.id)
     follower = Follower(cfg, followed, board).start()
     stop = follower.stop

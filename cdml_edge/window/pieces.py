@@ -37,7 +37,8 @@ class Piece:
 
 def decode_input(runner: ModelRunner) -> ModelInput | None:
     """What the decoder is told of a model's input: images the model letterboxes, crops or
-    detects in are decoded at full size (``None``), others at the input size."""
+    detects in are decoded at full size (``None``), others at the input size.
+    """
     inp = runner.spec.input
     if isinstance(inp, ImageInput) and (inp.resize != "stretch" or runner.kind == "detector"):
         return None

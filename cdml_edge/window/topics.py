@@ -52,7 +52,8 @@ def topic_base(topic_prefix: str, device: str) -> str:
 
 def split_topic(relative: str) -> tuple[str, str | None]:
     """``cam/result`` -> ``("result", "cam")``; ``health`` -> ``("health", None)``: the kind
-    and source of a topic relative to ``{prefix}/{device}``."""
+    and source of a topic relative to ``{prefix}/{device}``.
+    """
     source, _, kind = relative.rpartition("/")
     return kind, source or None
 

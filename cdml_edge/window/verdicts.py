@@ -1,5 +1,6 @@
 """What a window's models said, per piece: the verdict (the first model's label, an anomaly
-when any model flags one), the result payloads, the manifest outcomes and the counts."""
+when any model flags one), the result payloads, the manifest outcomes and the counts.
+"""
 
 from __future__ import annotations
 
@@ -137,7 +138,8 @@ def count_pieces(
     pieces: list[Piece], verdicts: list[Verdict], failures: list[ItemFailure]
 ) -> tuple[dict[str, int], dict[str, dict[str, int]] | None]:
     """Pieces per label (per modality when unlabelled; detections per class for a detector),
-    then ``error``: failed items; and the counts of each model when a piece had several."""
+    then ``error``: failed items; and the counts of each model when a piece had several.
+    """
     counts: dict[str, int] = {}
     per_model: dict[str, dict[str, int]] = {}
     for p, v in zip(pieces, verdicts, strict=True):

@@ -119,7 +119,8 @@ output: {{jsonl: {tmp}/out.jsonl}}
 
 class Tail:
     """Follows the JSON-lines output: when each result appeared, the agent's own latency,
-    the window of each result and the items per window."""
+    the window of each result and the items per window.
+    """
 
     def __init__(self, path: Path) -> None:
         self.path = path
@@ -207,7 +208,8 @@ class Agent:
 
     def cpu(self) -> float:
         """CPU seconds of the agent: its threads' time on a CPU (``schedstat``, nanoseconds;
-        ``cpu_times`` counts in 10-ms ticks, too coarse for 40 items at 10/s)."""
+        ``cpu_times`` counts in 10-ms ticks, too coarse for 40 items at 10/s).
+        """
         task = f"/proc/{self.proc.pid}/task"
         try:
             tids = os.listdir(task)
@@ -305,7 +307,8 @@ def sustained_phase(
 
 def baseline(kind: Kind, data: list[bytes], batch: int, seconds: float = 1.5) -> float:
     """CPU-ms per item of decode + prepare + onnxruntime in this process, one thread, with
-    the agent's session settings and BLAS thread limit."""
+    the agent's session settings and BLAS thread limit.
+    """
     from cdml_edge.agent.startup import limit_blas_threads
     from cdml_edge.model.runner import ModelRunner
     from cdml_edge.window.inputs import MODEL_INPUTS

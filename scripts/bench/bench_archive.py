@@ -224,7 +224,8 @@ def bench_deflated(
 
 def c_core_us(z: object, t: object, order: list[str], repeat: int) -> tuple[float, float]:
     """µs of CPU per member in the C core alone (outputs reused, no Python around each call):
-    a tar.zst member's frame read and decoded, a ZIP member read and inflated."""
+    a tar.zst member's frame read and decoded, a ZIP member read and inflated.
+    """
     from bisect import bisect_right
 
     from cdml_edge.archive._native._reader import ffi, lib

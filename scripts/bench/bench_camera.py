@@ -217,7 +217,8 @@ def stall_recovery(url: str, fps: float) -> float:
 
 def failed_attempt_cpu(n: int = 5) -> tuple[float, float]:
     """CPU seconds (user + system) and wall seconds of one failed reconnect attempt: a capture
-    process that starts, imports OpenCV and cannot open its camera."""
+    process that starts, imports OpenCV and cannot open its camera.
+    """
     import os
 
     from cdml_edge.intake.camera.link import EXITED, CaptureProcess

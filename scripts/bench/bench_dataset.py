@@ -70,7 +70,8 @@ _REDUCED = ((8, cv2.IMREAD_REDUCED_COLOR_8), (4, cv2.IMREAD_REDUCED_COLOR_4),
 
 def opencv_decode(data: bytes, target: int) -> torch.Tensor:
     """The baselines' decode: OpenCV at the largest of 1/8, 1/4, 1/2 that still covers the
-    target (else full size), RGB, ``INTER_AREA`` to the target, float32 C×H×W."""
+    target (else full size), RGB, ``INTER_AREA`` to the target, float32 C×H×W.
+    """
     flag = cv2.IMREAD_COLOR
     for factor, reduced in _REDUCED:
         if SIZE // factor >= target:
@@ -110,7 +111,8 @@ class FolderDataset(Dataset[tuple[torch.Tensor, int]]):
 class ZipfileDataset(Dataset[tuple[torch.Tensor, int]]):
     """What a user writes without us: stdlib ``zipfile``, one ``ZipFile`` per worker process
     (opened on first use, from what ``opener`` returns: a path or a file object), labels
-    from the folder. Also the baseline of ``_first_batch.py`` (local and on S3)."""
+    from the folder. Also the baseline of ``_first_batch.py`` (local and on S3).
+    """
 
     def __init__(
         self, opener: Callable[[], str | BinaryIO], decode: Callable[[bytes], torch.Tensor]
@@ -225,7 +227,8 @@ def images_per_s(make: Callable[[], DataLoader[Any]], n: int) -> float:
 def cpu_per_image(make: Callable[[], DataLoader[Any]], n: int) -> float:
     """µs of CPU per image in this process (``num_workers=0``), from the cheapest batch of
     the epoch: the work itself, which other load on the machine disturbs far less than wall
-    time (bursts of contention only make some batches dearer)."""
+    time (bursts of contention only make some batches dearer).
+    """
     it = iter(make())
     per_batch = []
     seen = 0

@@ -47,7 +47,8 @@ class Timing(NamedTuple):
 def clocked(fn: Callable[[], T], sync: Callable[[], object] | None = None) -> tuple[T, Timing]:
     """What one call of ``fn`` returns, and its wall and CPU seconds. ``sync``
     (``torch.cuda.synchronize``, say) is called before the clocks start and before they stop,
-    so work queued on a device counts."""
+    so work queued on a device counts.
+    """
     if sync is not None:
         sync()
     w0, c0 = time.perf_counter(), time.process_time()
@@ -64,7 +65,8 @@ def timed(fn: Callable[[], object], sync: Callable[[], object] | None = None) ->
 
 def rounds(fns: Mapping[str, Callable[[], T]], repeat: int) -> dict[str, list[T]]:
     """Every result of each function over ``repeat`` rounds; a round calls each one in turn,
-    so all of them see the same machine load."""
+    so all of them see the same machine load.
+    """
     out: dict[str, list[T]] = {k: [] for k in fns}
     for _ in range(repeat):
         for k, fn in fns.items():
@@ -96,7 +98,8 @@ def median_time(
 ) -> float:
     """Median wall seconds of one call: ``warmup`` calls untimed, then calls for ``seconds``
     (at least ``min_runs`` of them). Wall time only: the CPU clock costs a system call, which
-    would weigh on calls of a few microseconds."""
+    would weigh on calls of a few microseconds.
+    """
     for _ in range(warmup):
         fn()
     times: list[float] = []
@@ -110,7 +113,8 @@ def median_time(
 
 def cpu_per_item(fn: Callable[[], int], seconds: float, warmup: int = 3) -> float:
     """CPU seconds per item of ``fn`` (which returns how many items one call did): ``warmup``
-    calls untimed, then calls for ``seconds`` of wall time."""
+    calls untimed, then calls for ``seconds`` of wall time.
+    """
     for _ in range(warmup):
         fn()
     n, c0, t0 = 0, time.process_time(), time.perf_counter()
@@ -132,7 +136,8 @@ def each_item(fn: Callable[[Item], object], items: Iterable[Item]) -> tuple[floa
 
 def percentile(values: Sequence[float], q: float) -> float:
     """The ``q``-th percentile (0-100), linear between the closest ranks (numpy's default);
-    nan for no values."""
+    nan for no values.
+    """
     s = sorted(values)
     if not s:
         return math.nan
@@ -172,7 +177,8 @@ def cpu_seconds(procs: Iterable[Any]) -> float:
 class TreeCpu:
     """CPU seconds of this process and every process below it while the block runs, sampled
     every 50 ms so that children which exit before the end still count (up to the last
-    sample before they exit)."""
+    sample before they exit).
+    """
 
     def __init__(self) -> None:
         self.first: dict[int, float] = {}

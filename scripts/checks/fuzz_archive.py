@@ -195,7 +195,8 @@ class Fetched:
 
 def exercise(data: bytes | str | Fetched) -> None:
     """Open from bytes, a file path (the C core's descriptor path) or a fetched source and
-    read everything: one by one, as a batch, as a batch with repeats."""
+    read everything: one by one, as a batch, as a batch with repeats.
+    """
     from cdml_edge.archive import ArchiveError, open_archive
 
     try:

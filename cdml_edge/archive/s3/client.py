@@ -22,7 +22,8 @@ DEFAULT_CONCURRENCY = 8
 class RetryPolicy:
     """Retries of one request: botocore's own (``botocore_attempts``, standard mode, covers
     5xx, throttling, timeouts) inside ours (``attempts``, also covers errors while reading
-    the body and short bodies), with exponential backoff and full jitter between ours."""
+    the body and short bodies), with exponential backoff and full jitter between ours.
+    """
 
     attempts: int = 4
     base_delay: float = 0.1

@@ -32,7 +32,8 @@ class RequestPace:
 
     def observe(self, nbytes: int, seconds: float) -> None:
         """Account one successful ``GET`` of ``nbytes`` body bytes (a ``HEAD``: 0) that
-        took ``seconds``."""
+        took ``seconds``.
+        """
         with self.lock:
             if nbytes <= SMALL_BODY:
                 self.latency = _mix(self.latency, seconds)

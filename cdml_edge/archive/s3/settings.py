@@ -32,7 +32,8 @@ def default_index_cache_dir() -> str:
 
 def index_cache_dir() -> str | None:
     """The index cache folder in effect: the environment's, the default one, or ``None``
-    when ``CDML_EDGE_S3_INDEX_CACHE`` is ``off``."""
+    when ``CDML_EDGE_S3_INDEX_CACHE`` is ``off``.
+    """
     value = os.environ.get(INDEX_CACHE_ENV, "").strip()
     if value.lower() in CACHE_OFF:
         return None

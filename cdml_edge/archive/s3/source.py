@@ -272,7 +272,8 @@ class S3Source:
         """End the index phase: later reads are members and are not kept in memory.
 
         Readers may call it after parsing their index; otherwise the first ``pread_many``
-        or the first fetched ``pread`` that does not extend the held bytes ends it."""
+        or the first fetched ``pread`` that does not extend the held bytes ends it.
+        """
         self._recording = False
 
     def _store_index(self) -> None:
@@ -298,7 +299,8 @@ class S3Source:
     def coalesce_gap(self) -> int:
         """The gap ``pread_many`` bridges: ``gap``, or with ``adaptive_gap`` what one
         request's latency is worth in bytes at the measured bandwidth (up to
-        ``max_request``)."""
+        ``max_request``).
+        """
         if not self.adaptive_gap:
             return self.gap
         return self.pace.gap(self.gap, self.max_request)
@@ -306,7 +308,8 @@ class S3Source:
     def _get_parts(self, start: int, end: int) -> bytes:
         """Bytes ``[start, end)``; a long range as parallel ranged GETs of ``part_bytes``.
 
-        Only called from the reading thread (never from the pool: no nested waits)."""
+        Only called from the reading thread (never from the pool: no nested waits).
+        """
         part = self.part_bytes
         if end - start <= 2 * part:
             return self._get_range(start, end)

@@ -58,7 +58,8 @@ class FrameBatch:
 
     def keep(self, table: FrameTable, cache: FrameCache) -> set[int]:
         """The frames worth keeping in ``cache`` once decoded (see :data:`SPARE_BYTES`);
-        never those a member of the batch spans beyond (they hold a big member)."""
+        never those a member of the batch spans beyond (they hold a big member).
+        """
         if cache.max_bytes <= 4 * SPARE_BYTES:
             return set()
         used: dict[int, int] = {}
@@ -133,7 +134,8 @@ def _frames(f0: list[int], f1: list[int]) -> set[int]:
 def check_frame(table: FrameTable, k: int, arc: Reading, member: int) -> None:
     """Refuse a frame that declares more than ``max_member_bytes``, or that expands more than
     ``max_ratio`` times (above 1 MiB): the limits members have, before memory is taken.
-    The error names ``member``, which needs the frame."""
+    The error names ``member``, which needs the frame.
+    """
     dsize = table.doff[k + 1] - table.doff[k]
     csize = table.coff[k + 1] - table.coff[k]
     if dsize > arc.max_member_bytes:

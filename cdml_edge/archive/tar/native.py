@@ -70,7 +70,8 @@ class NativeFrames:
     ) -> bytes | None:
         """The member of ``size`` bytes at ``off`` in frame ``k`` (not in the cache), read
         from a file or memory; ``None`` when :meth:`read` must serve it (other sources, or
-        an error it words)."""
+        an error it words).
+        """
         fd, mem, mem_len = _where(arc.source)
         if fd < 0 and mem is _NULL:
             return None
@@ -142,7 +143,8 @@ class NativeFrames:
     ) -> tuple[tuple[Any, Any, Any, Any], list[Any], dict[int, bytes]]:
         """The frame arrays of ``cz_zstd_read`` (rows, src, dst, plain): cached frames as
         they are, a buffer to decode into for those worth keeping, and the compressed bytes
-        of the rest when the source is neither a file nor memory."""
+        of the rest when the source is neither a file nor memory.
+        """
         coff, doff = table.coff, table.doff
         n = len(batch.frames)
         rows: list[int] = []
@@ -183,7 +185,8 @@ class NativeFrames:
         arc: Reading, table: FrameTable, batch: FrameBatch, j: int, st: int, x: int, ferr: Any
     ) -> None:
         """Raise for member ``j`` of ``batch`` (status ``st``, aux ``x``) as the Python
-        path words it."""
+        path words it.
+        """
         i = batch.members[j]
         member = arc.member_name(i)
         if st == CRC:

@@ -1,5 +1,6 @@
 """Reading tar archives: what every tar shares (members as columns, limits, CRC-32) and plain
-tar. tar.zst builds on it in :mod:`.zst`."""
+tar. tar.zst builds on it in :mod:`.zst`.
+"""
 
 from __future__ import annotations
 

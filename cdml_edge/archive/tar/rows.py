@@ -32,7 +32,8 @@ class TarRows:
         cls, index: MemberIndex, frames: FrameTable | None = None, data_end: int = 0
     ) -> TarRows:
         """Names in normal form; a later copy of a name wins, as with ``tar -x``;
-        directories are left out."""
+        directories are left out.
+        """
         if (normal := normalize_member_names(index.names)) is not index.names:
             index = dataclasses.replace(index, names=normal)  # ./a, a//b -> a, a/b
         names = index.names

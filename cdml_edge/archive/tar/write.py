@@ -61,7 +61,8 @@ class FrameWriter:
 
 def write_tar_zst(out: BinaryIO, items: Sequence[tuple[str, bytes]], options: WriteOptions) -> None:
     """Write ``items`` as a seekable tar.zst to ``out``: zstd at ``options.level``, frames of
-    about ``options.frame_bytes``, a CRC-32 per member in the index."""
+    about ``options.frame_bytes``, a CRC-32 per member in the index.
+    """
     mtime, frame_bytes = options.mtime, options.frame_bytes
     w = FrameWriter(out, options.level)
     records: list[tuple[str, int, int, int, float, int, int, int]] = []

@@ -45,7 +45,8 @@ class ZstdTarArchive(_TarBase):
         **limits: Any,
     ) -> None:
         """``rows``: the member index and frames already read (a pickled archive's): the
-        source is not read at open."""
+        source is not read at open.
+        """
         super().__init__(source, **limits)
         self._cache = FrameCache(frame_cache_bytes)
         decoder = frame_decoder()
@@ -148,7 +149,8 @@ class ZstdTarArchive(_TarBase):
 
     def _read_one(self, i: int, f: FrameTable) -> bytes | None:
         """A member in one frame, under the limits that need no check: from the cache, or
-        one call of the C core. ``None``: :meth:`_read_ids` serves it (and words errors)."""
+        one call of the C core. ``None``: :meth:`_read_ids` serves it (and words errors).
+        """
         x = self._members.index
         off, size = x.data_offsets[i], x.sizes[i]
         if not 0 < size <= self.fast_limit:

@@ -36,7 +36,8 @@ class ZipArchive(Archive):
     ) -> None:
         """``native``: the C core (:func:`cdml_edge.archive.native.module`), or ``None`` for
         the Python path; ``tail``: a read of the source's end already made; ``rows``: the
-        index already parsed (a pickled archive's), so the source is not read at all."""
+        index already parsed (a pickled archive's), so the source is not read at all.
+        """
         super().__init__(source, **limits)
         self._rows = rows if rows is not None else _parse(source, tail, native)
         self._native_index: Any = self._rows.native

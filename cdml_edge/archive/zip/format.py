@@ -64,7 +64,8 @@ class CentralDirectory:
 def find_eocd(tail: bytes, strict: bool = False) -> int:
     """Position of the end record in ``tail``; the one whose comment ends the file wins.
 
-    Unless ``strict``, an end record followed by trailing bytes is accepted too."""
+    Unless ``strict``, an end record followed by trailing bytes is accepted too.
+    """
     best = -1
     pos = tail.rfind(EOCD_SIG)
     while pos >= 0:

@@ -1,5 +1,6 @@
 """Python face of the C ZIP core: the index lives in C, batches are read with the GIL off,
-into fresh ``bytes`` or into an :class:`~cdml_edge.archive.arena.Arena`."""
+into fresh ``bytes`` or into an :class:`~cdml_edge.archive.arena.Arena`.
+"""
 
 from __future__ import annotations
 
@@ -192,7 +193,8 @@ class ZipIndex:
         self, source: ByteSource, ids: list[int], names: list[str], owner: Any, arena: Arena
     ) -> list[memoryview]:
         """Members ``ids`` decompressed by the C core straight into ``arena`` (GIL released):
-        views valid until the arena's next batch; CRC checked as by :meth:`read`."""
+        views valid until the arena's next batch; CRC checked as by :meth:`read`.
+        """
         ents = self._ents
         for i in ids:
             self.check(i, names, owner)
@@ -237,7 +239,8 @@ class ZipIndex:
     ) -> list[tuple[int, bytes]]:
         """After a call with failures: ``(position, bytes)`` of the members the Python path
         reads (a method the C core does not do, a long local extra); raises for the first
-        member that is broken."""
+        member that is broken.
+        """
         ents = self._ents
         redo: list[tuple[int, bytes]] = []
         for k, i in enumerate(ids):
@@ -294,7 +297,8 @@ class ZipIndex:
 
 def _load_index(size: int, raw: bytes, count: int, ndirs: int) -> ZipIndex | None:
     """A :class:`ZipIndex` over a pickled entry array (``None`` when this build's entry
-    layout differs: the archive is then opened from its source again)."""
+    layout differs: the archive is then opened from its source again).
+    """
     if size != ffi.sizeof("cz_entry") or len(raw) != size * count:
         return None
     idx = ffi.new("cz_index *")

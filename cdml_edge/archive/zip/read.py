@@ -109,7 +109,8 @@ def check_overlap(spans: Sequence[tuple[int, int]], names: Sequence[str], archiv
 
     Each span is ``(local header offset, compressed size)``; a member covers at least
     ``30 + csize`` bytes from its offset. Members sharing bytes are how a small ZIP
-    declares far more output than its size (the overlapping-member bomb)."""
+    declares far more output than its size (the overlapping-member bomb).
+    """
     order = sorted(range(len(spans)), key=lambda k: spans[k][0])
     end = -1
     prev = -1

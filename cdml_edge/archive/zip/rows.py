@@ -82,7 +82,8 @@ def _names(packed: Any, count: int) -> list[str]:
 def _load_native(packed: Any, count: int, native: Any) -> ZipRows | None:
     """Rows over an unpickled C index (``None`` when it could not be rebuilt here, or the
     C core is turned off here: the archive is then opened from its source again, on this
-    process's engine)."""
+    process's engine).
+    """
     from cdml_edge.archive.native import module
 
     if native is None or module() is None:
@@ -92,7 +93,8 @@ def _load_native(packed: Any, count: int, native: Any) -> ZipRows | None:
 
 def _load_python(packed: Any, count: int, cols: list[array[Any]]) -> ZipRows | None:
     """Rows of the Python path (``None`` when the C core is on here: the receiving
-    process reads on its own engine, so the archive is opened from its source again)."""
+    process reads on its own engine, so the archive is opened from its source again).
+    """
     from cdml_edge.archive.native import module
 
     if module() is not None:

@@ -75,7 +75,8 @@ class _Outcome:
 
 class CameraSource:
     """Frames of one camera, JPEG-encoded in memory (nothing touches the disk); survives its
-    camera (see the module docstring). ``on_change`` gets every state change."""
+    camera (see the module docstring). ``on_change`` gets every state change.
+    """
 
     def __init__(
         self,
@@ -186,7 +187,8 @@ class CameraSource:
 
     def _pump(self, proc: CaptureProcess) -> _Outcome:
         """Read messages until the capture ends; each phase (start, open, read) has its
-        deadline, and any message from the child restarts it."""
+        deadline, and any message from the child restarts it.
+        """
         spec = self.spec
         phase, limit = "start", START_TIMEOUT_S
         deadline = time.monotonic() + limit

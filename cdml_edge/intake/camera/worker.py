@@ -73,7 +73,8 @@ def _encode(cv2: Any, frame: Any, quality: int) -> bytes:
 
 def stream_live(cv2: Any, cap: Any, settings: CaptureSettings, out: _Writer) -> None:
     """Grab every frame the camera sends (its buffer never fills with stale frames), keep one
-    per ``1/fps``; raise :class:`CaptureFailed` when a grab fails or times out."""
+    per ``1/fps``; raise :class:`CaptureFailed` when a grab fails or times out.
+    """
     period = 1.0 / settings.fps
     next_t = time.monotonic()
     grabbed = 0

@@ -1,6 +1,7 @@
 """The publisher's paho client: how to reach the broker, the client built for it, one turn of
 its network loop driven by ``select`` (interruptible by a :class:`Waker`), and the reconnect
-backoff."""
+backoff.
+"""
 
 from __future__ import annotations
 
@@ -30,7 +31,8 @@ from cdml_edge.outputs.mqtt.tls import (
 @dataclass(frozen=True)
 class BrokerSettings:
     """The ``mqtt`` section resolved once: address (``None`` for the embedded broker),
-    protocol, credentials, TLS context and client id."""
+    protocol, credentials, TLS context and client id.
+    """
 
     config: MqttConfig
     embedded: bool
@@ -74,7 +76,8 @@ def new_client(
 ) -> mqtt.Client:
     """A paho client for ``settings`` with a persistent session, a retained QoS 1 Last Will
     ``will = (topic, payload)`` (none when ``None``), no paho-side queue and
-    ``max_inflight`` message ids."""
+    ``max_inflight`` message ids.
+    """
     v5 = settings.protocol == "5"
     kwargs: dict[str, Any] = {
         "callback_api_version": CallbackAPIVersion.VERSION2,
@@ -99,7 +102,8 @@ def new_client(
 
 def connect_later(client: mqtt.Client, settings: BrokerSettings, host: str, port: int) -> None:
     """Set where ``client.reconnect()`` connects (MQTT 5: a session that outlives the
-    connection for ``session_expiry`` seconds); nothing is sent yet."""
+    connection for ``session_expiry`` seconds); nothing is sent yet.
+    """
     keepalive = max(1, int(settings.config.keepalive))
     if settings.protocol == "5":
         props = Properties(PacketTypes.CONNECT)
@@ -150,7 +154,8 @@ class Waker:
 
 def poll(client: mqtt.Client, waker: Waker) -> None:
     """One turn of ``client``'s network loop: wait (at most 0.25 s, or not at all while TLS
-    holds decrypted bytes) for its socket or ``waker``, then read, write and keep alive."""
+    holds decrypted bytes) for its socket or ``waker``, then read, write and keep alive.
+    """
     sock = client.socket()
     if sock is None:
         return

@@ -144,7 +144,8 @@ class EmbeddedBroker:
 
 def main(argv: list[str] | None = None) -> None:
     """Run until killed:
-    ``python -m cdml_edge.outputs.mqtt.embedded_broker [PORT] [--tls CERT KEY [CA]]``."""
+    ``python -m cdml_edge.outputs.mqtt.embedded_broker [PORT] [--tls CERT KEY [CA]]``.
+    """
     import argparse
     import time
 

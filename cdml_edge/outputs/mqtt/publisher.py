@@ -52,7 +52,8 @@ class PublisherClosed(CdmlError, RuntimeError):
 
 class OutputUnavailable(CdmlError):
     """Messages neither the spool (a full or failing disk) nor the outbox could take; names
-    the spool folder. Their batch never becomes durable: the caller keeps the sources."""
+    the spool folder. Their batch never becomes durable: the caller keeps the sources.
+    """
 
 
 class MqttPublisher:
@@ -192,7 +193,8 @@ class MqttPublisher:
     def _hold(self, entries: list[Entry]) -> None:
         """Entries the spool could not take (a full or failing disk): keep them in the
         outbox, connected or not (the I/O thread spools them once it can); what does not
-        fit there either is refused, and so is its batch (:class:`OutputUnavailable`)."""
+        fit there either is refused, and so is its batch (:class:`OutputUnavailable`).
+        """
         kept = 0
         for entry in entries:
             if not self.outbox.try_put(entry):
@@ -351,7 +353,8 @@ class MqttPublisher:
 
     def _reconnect(self, client: mqtt.Client, now: float) -> bool:
         """No socket: take back what was in flight, spool the outbox and connect once the
-        backoff allows; ``False`` when stopping."""
+        backoff allows; ``False`` when stopping.
+        """
         if self._connected or self._lost:
             self._handle_lost(client)
             self._next_attempt = now + self._backoff.next()
@@ -383,7 +386,8 @@ class MqttPublisher:
 
     def _serve(self, client: mqtt.Client, now: float) -> None:
         """A socket: read and write it, give up on a missing CONNACK, announce ``online``,
-        complete acknowledged messages, publish more and commit the spool cursor."""
+        complete acknowledged messages, publish more and commit the spool cursor.
+        """
         poll(client, self._waker)
         if self._lost and client.socket() is None:
             return
@@ -403,7 +407,8 @@ class MqttPublisher:
 
     def _maybe_commit(self) -> None:
         """Persist the spool cursor every ``commit_every`` acknowledged records or
-        ``commit_interval`` seconds."""
+        ``commit_interval`` seconds.
+        """
         due = self._counts["drained"] - self._drained_at_commit >= self.commit_every
         if due or time.monotonic() - self._last_commit >= self.commit_interval:
             self.spool.commit()
@@ -512,7 +517,8 @@ class MqttPublisher:
     def _finish_close(self, client: mqtt.Client) -> bool:
         """While stopping: deliver the outbox and the spool until both are empty or time is
         up (waiting for a connection being set up, or making one attempt when none was made
-        yet), then go ``offline``; ``False`` while there is more to do."""
+        yet), then go ``offline``; ``False`` while there is more to do.
+        """
         time_left = self._close_deadline - time.monotonic()
         if time_left > 0 and self._undelivered():
             if self._connected or client.socket() is not None:

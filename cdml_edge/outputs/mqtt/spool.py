@@ -292,7 +292,8 @@ class Spool:
 
     def _rollback_locked(self, exc: OSError) -> None:
         """An append failed: cut the segment being written back to its last synced record,
-        seal it, and count only the records synced before the failure."""
+        seal it, and count only the records synced before the failure.
+        """
         writer, self._writer = self._writer, None
         if writer is not None:
             with contextlib.suppress(OSError):
@@ -348,7 +349,8 @@ class Spool:
 
     def _new_segment_locked(self) -> Segment:
         """Seal the active segment (synced: its records are safe) and open the next one;
-        an ``OSError`` leaves no writer open."""
+        an ``OSError`` leaves no writer open.
+        """
         if self._writer is not None:
             self._sync_locked()
             writer, self._writer = self._writer, None
@@ -368,7 +370,8 @@ class Spool:
 
     def _sync_locked(self) -> None:
         """Flush the active segment (and fsync it unless ``fsync: never``): every record
-        written so far is safe."""
+        written so far is safe.
+        """
         if self._writer is None:
             return
         self._writer.flush()
@@ -460,7 +463,8 @@ class Spool:
 
     def _read_failed_locked(self, seg: Segment, exc: OSError) -> bool:
         """A segment could not be read: try again later; after ``READ_ATTEMPTS`` failures
-        in a row set it aside (its unsent records count as dropped) and return ``True``."""
+        in a row set it aside (its unsent records count as dropped) and return ``True``.
+        """
         if self._reader is not None:
             with contextlib.suppress(OSError):
                 self._reader.close()
@@ -567,7 +571,8 @@ class Spool:
 
     def commit(self) -> None:
         """Persist the cursor (atomic replace; fsynced with ``fsync="always"`` only), so
-        acknowledged records are not sent again."""
+        acknowledged records are not sent again.
+        """
         with self._lock:
             if not self._cursor_dirty or not self.faults.may_try("commit"):
                 return

@@ -71,7 +71,8 @@ class WindowDatasource(Datasource):
         data_context: Any = None,
     ) -> list[ReadTask]:
         """At least ``parallelism`` tasks when there are that many windows, and enough that
-        none reads much more than ``task_bytes``."""
+        none reads much more than ``task_bytes``.
+        """
         total = sum(_weight(r) for r in self.refs)
         n = max(parallelism, math.ceil(total / max(1, self.task_bytes)))
         schema = arrow_schema(self.builder.columns)

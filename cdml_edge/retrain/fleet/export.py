@@ -120,7 +120,8 @@ def fleet_export(
     tuning: FleetTuning | None = None,
 ) -> FleetExportSummary:
     """Export the windows under ``root`` into ``out`` (see the module docstring); archives
-    up to ``whole_limit`` bytes are fetched whole, larger ones by ranges."""
+    up to ``whole_limit`` bytes are fetched whole, larger ones by ranges.
+    """
     t0 = time.perf_counter()
     if str(out).startswith("s3:"):
         raise ExportError(f"{out}: OUT is a local or shared folder, not s3://")
@@ -194,7 +195,8 @@ def _plan(listing: Listing, scope: Scope, chooser: ItemSelection, tune: FleetTun
 
 def _drop_duplicates(plan: _ExportPlan) -> None:
     """One pick per member name: the same item retained twice (a window packed again after a
-    crash, the same window uploaded twice) is exported once, from the first location."""
+    crash, the same window uploaded twice) is exported once, from the first location.
+    """
     plan.picks.sort()
     kept: list[tuple[str, int, str]] = []
     for p in plan.picks:
@@ -209,7 +211,8 @@ def _drop_duplicates(plan: _ExportPlan) -> None:
 
 def cut_shards(picks: Sequence[tuple[str, int, str]], bound: int) -> list[list[Any]]:
     """Consecutive picks (sorted by member name) in shards of at most ``bound`` member
-    bytes; a member larger than ``bound`` is a shard of its own."""
+    bytes; a member larger than ``bound`` is a shard of its own.
+    """
     shards: list[list[Any]] = [[]]
     held = 0
     for p in picks:

@@ -136,7 +136,8 @@ def run_fleet_export(
 
 def ray_failure(exc: BaseException) -> str:
     """A job Ray could not finish (a task that failed past its retries: a full disk, a
-    worker killed for memory), in one line; anything else is raised as it is."""
+    worker killed for memory), in one line; anything else is raised as it is.
+    """
     from ray.exceptions import RayError
 
     if not isinstance(exc, RayError):

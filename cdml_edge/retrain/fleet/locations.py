@@ -34,7 +34,8 @@ LIST_THREADS = 8
 @dataclass(frozen=True)
 class S3Options:
     """How read tasks reach ``s3://`` (picklable; sent to every worker, so a cluster does
-    not depend on the driver's environment)."""
+    not depend on the driver's environment).
+    """
 
     endpoint_url: str | None = None
     region: str | None = None
@@ -50,7 +51,8 @@ class S3Options:
 @dataclass(frozen=True)
 class WindowRef:
     """One retained window in the fleet: its sidecar, the archive listed beside it (None
-    when there is none) and the partition values of its folder."""
+    when there is none) and the partition values of its folder.
+    """
 
     sidecar: str  # path or s3:// URL
     sidecar_bytes: int

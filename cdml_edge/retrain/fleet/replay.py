@@ -80,7 +80,8 @@ def fleet_replay(
     source_models: Mapping[str, Sequence[str]] | None = None,
 ) -> FleetReplaySummary:
     """Re-score the windows under ``root`` on the running Ray (see the module docstring);
-    ``out`` becomes a folder of Parquet files, replaced whole at the end."""
+    ``out`` becomes a folder of Parquet files, replaced whole at the end.
+    """
     import ray.data
 
     t0 = time.perf_counter()

@@ -81,7 +81,8 @@ def fetch_sidecar(ref: WindowRef, s3: S3Options, count: FetchCount) -> RetainedW
 
 def partition_columns(keys: Iterable[str], taken: Iterable[str]) -> dict[str, str]:
     """Partition key -> column name: the key itself, ``partition_<key>`` when a column of
-    the row already has that name (``device``: the manifest's value stays in ``device``)."""
+    the row already has that name (``device``: the manifest's value stays in ``device``).
+    """
     used = set(taken)
     return {k: f"partition_{k}" if k in used else k for k in keys}
 
@@ -151,7 +152,8 @@ def _msg(exc: BaseException) -> str:
 
 def _status(exc: BaseException) -> str:
     """``missing`` when the bytes could not be fetched (gone, S3 unreachable), else
-    ``corrupt`` (they came but cannot be read)."""
+    ``corrupt`` (they came but cannot be read).
+    """
     from cdml_edge.archive.s3.errors import S3Error
 
     return "missing" if isinstance(exc, (OSError, S3Error)) else "corrupt"
@@ -204,7 +206,8 @@ _ITEM_COLUMNS: Columns = (
 
 class ItemRows(_Builder):
     """One row per item: its bytes (checked against the manifest's SHA-256) and the
-    results the device published for it."""
+    results the device published for it.
+    """
 
     columns_own = (*_WINDOW_COLUMNS, *_ITEM_COLUMNS)
 
@@ -251,7 +254,8 @@ class ItemRows(_Builder):
 
     def _source(self, ref: WindowRef, rw: RetainedWindow, count: FetchCount) -> tuple[Any, Any]:
         """The archive to read members from, or a ``corrupt`` row when it is fetched
-        whole and its SHA-256 differs from the sidecar's."""
+        whole and its SHA-256 differs from the sidecar's.
+        """
         where = ref.archive_at(rw.archive.file)
         size = ref.archive_bytes if ref.archive == where else rw.archive.bytes
         src, counted = archive_source(where, size, self.scope.s3, self.scope.whole_limit, count)
@@ -284,7 +288,8 @@ class ItemSelection:
 
 class PlanRows(_Builder):
     """Export pass 1: a ``pick`` row per chosen item (its member name and size), then one
-    ``window`` row whose ``stats`` are the selection's counters as JSON."""
+    ``window`` row whose ``stats`` are the selection's counters as JSON.
+    """
 
     columns_own = (
         *_WINDOW_COLUMNS,

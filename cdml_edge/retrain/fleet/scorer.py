@@ -69,7 +69,8 @@ def ship_models(
     extra: Sequence[str | Path],
 ) -> list[ModelShipment]:
     """The models the driver loaded, as bytes: a ``--model`` file without overrides (as the
-    local replay loads it), a configured one with the configuration's."""
+    local replay loads it), a configured one with the configuration's.
+    """
     extra_paths = {Path(p) for p in extra}
     out = []
     for modality, r in sorted(runners.items()):
