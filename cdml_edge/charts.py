@@ -1,5 +1,6 @@
-"""PNG charts for people (training curves, confusion matrices, replay comparisons), drawn
-with matplotlib's Agg canvas: no display, no pyplot global state, safe in any thread.
+"""PNG charts for people: training curves, confusion matrices, replay comparisons.
+
+Drawn with matplotlib's Agg canvas: no display, no pyplot global state, safe in any thread.
 
 matplotlib comes with the ``plots`` extra (``train`` includes it); :func:`available` says
 whether it is installed.

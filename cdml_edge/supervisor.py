@@ -37,11 +37,17 @@ class Worker(Protocol):
 
     name: str
 
-    def start(self) -> None: ...
+    def start(self) -> None:
+        """Start the thread."""
+        ...
 
-    def is_alive(self) -> bool: ...
+    def is_alive(self) -> bool:
+        """Whether the thread runs now."""
+        ...
 
-    def join(self, timeout: float | None = None) -> None: ...
+    def join(self, timeout: float | None = None) -> None:
+        """Wait up to ``timeout`` seconds (None: for ever) for the thread to end."""
+        ...
 
 
 Spawn = Callable[[str, Callable[[], None]], Worker]
@@ -102,6 +108,7 @@ class Supervisor:
             return sorted(self._dead)
 
     def healthy(self) -> bool:
+        """No part is dead."""
         return not self.dead()
 
     def close(self) -> None:
@@ -160,12 +167,15 @@ class SupervisedThread:
 
     @property
     def started(self) -> bool:
+        """:meth:`start` was called."""
         return self._thread.ident is not None
 
     def start(self) -> None:
+        """Start the thread (once only, as ``Thread.start``)."""
         self._thread.start()
 
     def is_alive(self) -> bool:
+        """Whether the thread runs now, including while it waits to restart its target."""
         return self._thread.is_alive()
 
     def cancel(self) -> None:

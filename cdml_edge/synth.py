@@ -144,8 +144,9 @@ ANOMALY_HELDOUT_ITEMS = 200  # per class
 def anomaly_heldout(
     make: Callable[[int, int, bool], list[bytes]], seed: int = 0, n: int = ANOMALY_HELDOUT_ITEMS
 ) -> tuple[list[bytes], list[bytes]]:
-    """Held-out ``(normal, fault)`` members of an anomaly model trained with ``seed``
-    (``make`` is :func:`machine_audio` or :func:`vibration_csv`): fresh, unseen clips.
+    """Held-out ``(normal, fault)`` members of an anomaly model trained with ``seed``.
+
+    ``make`` is :func:`machine_audio` or :func:`vibration_csv`: fresh, unseen clips.
     """
     test_seed = seed + ANOMALY_HELDOUT_SEED_OFFSET
     return make(n, test_seed, False), make(n, test_seed, True)

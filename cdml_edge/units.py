@@ -38,8 +38,9 @@ _NUMBER_UNIT = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*([A-Za-z
 
 
 def _scaled(value: str, units: dict[str, float], what: str, examples: str, known: str) -> float:
-    """``value``, a number and one of ``units``, in the base unit (``what`` names the
-    quantity in errors, with ``examples`` of it and the ``known`` units).
+    """``value``, a number and one of ``units``, in the base unit.
+
+    ``what`` names the quantity in errors, with ``examples`` of it and the ``known`` units.
     """
     match = _NUMBER_UNIT.match(value)
     if not match:

@@ -195,9 +195,11 @@ class Agent:
         )
 
     def _thread_died(self, thread: str, exc: BaseException, delay: float) -> None:
-        """A supervised thread died: counted, and an error event on ``{source}/error`` for a
-        source's thread (``src-<source>``, ``windower-<source>``), else on ``agent/error``.
-        Published from a short-lived thread: the output may be what died, or be blocked.
+        """A supervised thread died: counted, and an error event published.
+
+        The event goes on ``{source}/error`` for a source's thread (``src-<source>``,
+        ``windower-<source>``), else on ``agent/error``. Published from a short-lived thread:
+        the output may be what died, or be blocked.
         """
         self.metrics.thread_deaths.labels(thread=thread).inc()
         kind, _, rest = thread.partition("-")
@@ -211,17 +213,19 @@ class Agent:
         threading.Thread(target=self.errors.publish, args=([msg],), daemon=True).start()
 
     def _ring_event(self, kind: str, info: dict[str, str]) -> None:
-        """The ring's disk fault began or ended (a store, or the ring's own disk probe): one
-        event on every source's error topic; at its end the files held for the ring are
-        taken again. Lost windows are counted by the processor, not here.
+        """The ring's disk fault began or ended: one event on every source's error topic.
+
+        The fault is a store's, or the ring's own disk probe's. At its end the files held for
+        the ring are taken again. Lost windows are counted by the processor, not here.
         """
         self.errors.disk_event(kind, info, count=False)
         if kind == "retention_disk_ok":
             self.retry.retention_recovered()
 
     def _window_lost(self, window: Window) -> None:
-        """A window whose handling raised (its worker died): its budget comes back and its
-        files are taken again after ``RETRY_BACKOFF_S``.
+        """A window whose handling raised (its worker died): its budget comes back.
+
+        Its files are taken again after ``RETRY_BACKOFF_S``.
         """
         self.budget.release(window.take_charge())
         src = self.sources.get(window.source)
@@ -251,10 +255,11 @@ class Agent:
 
     # -- start / stop ----------------------------------------------------------------------
     def start(self, runners: dict[str, ModelRunner] | None = None) -> None:
-        """Start in named steps, each timed in the ready log line: lock the state folder,
-        the health endpoint, the models (loaded and warmed up, unless ``runners`` are given
-        already loaded), the decoders, the retention ring, the output, the pipeline and the
-        sources; then READY=1.
+        """Start in named steps, each timed in the ready log line; then READY=1.
+
+        The steps: lock the state folder, the health endpoint, the models (loaded and warmed
+        up, unless ``runners`` are given already loaded), the decoders, the retention ring,
+        the output, the pipeline and the sources.
         """
         clock = StartupClock()
         self.init_state_lock()
@@ -279,8 +284,9 @@ class Agent:
             self._state = StateLock(self.cfg.state_dir)
 
     def start_health_endpoint(self) -> None:
-        """The systemd watchdog (``WATCHDOG=1`` pings when on; READY/STOPPING are sent either
-        way), ``/metrics`` + ``/healthz`` and the status page.
+        """The systemd watchdog, ``/metrics`` + ``/healthz`` and the status page.
+
+        The watchdog sends ``WATCHDOG=1`` pings when on; READY/STOPPING are sent either way.
         """
         cfg = self.cfg
         if cfg.health.watchdog:
@@ -298,16 +304,18 @@ class Agent:
             self._server.page = self._page if self.view is not None else None
 
     def init_models(self, runners: dict[str, ModelRunner] | None = None) -> None:
-        """Load and warm up the models (or take ``runners``), check they fit their sources
-        (exit 2) and charge the budget what their windows hold.
+        """Load and warm up the models (or take ``runners``) and check they fit their sources.
+
+        A model that does not fit is exit 2. The budget is charged what their windows hold.
         """
         self.runners = runners if runners is not None else load_models(self.cfg)
         check_models(self.cfg, self.runners, str(self.config_path or "<config>"))
         window_charges(self.budget, self.runners)
 
     def init_decoders(self) -> str:
-        """BLAS on one thread; the sources' decoders warmed up (numba's cache in the state
-        folder); what was done, for the start-up log.
+        """BLAS on one thread and the sources' decoders warmed up; what was done, for the log.
+
+        numba's cache is kept in the state folder. The text returned goes in the start-up log.
         """
         log.info("%s", limit_blas_threads())
         cfg = self.cfg
@@ -339,8 +347,9 @@ class Agent:
             s.start()
 
     def announce_ready(self, clock: StartupClock) -> None:
-        """The health loop, ``online`` on the status topic (the sources are armed: online
-        means ready) and READY=1 to systemd.
+        """The health loop, ``online`` on the status topic and READY=1 to systemd.
+
+        The sources are armed by now: online means ready.
         """
         self.health.start(self._stop, self.supervisor.spawn)
         self.health.publish_status("online")
@@ -421,8 +430,9 @@ class Agent:
         return True
 
     def run(self, duration: float | None = None, install_signals: bool = True) -> int:
-        """Start, serve until ``duration`` or SIGTERM/SIGINT, stop; the exit code. The signal
-        handlers it installs are put back as they were when it returns or raises.
+        """Start, serve until ``duration`` or SIGTERM/SIGINT, stop; the exit code.
+
+        The signal handlers it installs are put back as they were when it returns or raises.
         """
         previous = self._install_signals() if install_signals else {}
         try:

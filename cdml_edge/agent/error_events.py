@@ -1,5 +1,6 @@
-"""Events: what the agent reports on ``{source}/error`` when an input or a window fails, and
-on ``{source}/camera`` when a camera changes state.
+"""Events: what the agent reports when an input or a window fails, or a camera changes state.
+
+Failures go on ``{source}/error``, camera state changes on ``{source}/camera``.
 """
 
 from __future__ import annotations
@@ -65,9 +66,11 @@ class ErrorReporter:
             log.exception("could not publish %d error events", len(msgs))
 
     def disk_event(self, kind: str, info: dict[str, str], *, count: bool = True) -> None:
-        """A store's disk fault began (``*_disk_full``, ``*_io_error``: counted in
-        ``errors{stage=kind}`` unless ``count`` is False) or ended (``*_disk_ok``): one event
-        on every source's error topic, as the fault is the device's, not one input's.
+        """A store's disk fault began or ended: one event on every source's error topic.
+
+        Every source's, as the fault is the device's, not one input's. A start
+        (``*_disk_full``, ``*_io_error``) is counted in ``errors{stage=kind}`` unless
+        ``count`` is False; an end is ``*_disk_ok``.
         """
         if count and not kind.endswith("_disk_ok"):
             self.metrics.errors.labels(stage=kind).inc()
@@ -78,9 +81,10 @@ class ErrorReporter:
     def source_error(
         self, source: str, name: str | None, exc: Exception, path: Path | None
     ) -> None:
-        """The sources' error sink: counted under the error's stage (``read``,
-        ``not_regular``, ``symlink``, ``intake``, ...) and reported; with a ``path``, a file
-        the error says to quarantine (too large for any window, failed to be taken) is.
+        """The sources' error sink: counted under the error's stage and reported.
+
+        Stages: ``read``, ``not_regular``, ``symlink``, ``intake``, ... With a ``path``, a
+        file the error says to quarantine (too large for any window, failed to be taken) is.
         """
         self.metrics.errors.labels(stage=getattr(exc, "stage", "read")).inc()
         dest = None
@@ -89,8 +93,9 @@ class ErrorReporter:
         self.publish([self.event(source, name, type(exc).__name__, str(exc), dest)])
 
     def quarantined_late(self, source: str, name: str, dest: Path) -> None:
-        """A file whose quarantine had failed (a full disk) was moved once it worked again:
-        an event naming where it now is.
+        """A late quarantine: an event naming where the file now is.
+
+        The file's quarantine had failed (a full disk); it was moved once it worked again.
         """
         self.publish(
             [
@@ -105,8 +110,9 @@ class ErrorReporter:
         )
 
     def camera_change(self, change: CameraTransition) -> None:
-        """A camera's state change, retained on ``{source}/camera``; the start of an outage
-        counts once in ``errors{stage="camera"}``.
+        """A camera's state change, retained on ``{source}/camera``.
+
+        The start of an outage counts once in ``errors{stage="camera"}``.
         """
         if change.state == "reconnecting" or (
             change.state == "failed" and change.previous == "connecting"

@@ -1,5 +1,7 @@
-"""The work done on one closed window: pack -> score -> quarantine bad items -> retain ->
-output -> once durable, finish the source files (``on_done``).
+"""The work done on one closed window, from packing it to finishing its source files.
+
+pack -> score -> quarantine bad items -> retain -> output -> once durable, finish the
+source files (``on_done``).
 
 A window's budget bytes are released once it has been handed to the output (or has failed);
 its files are deleted, moved or kept only when the output calls back that the results are
@@ -39,16 +41,19 @@ log = logging.getLogger(__name__)
 
 
 class OutputFailed(CdmlError):
-    """The output refused a window's messages (disk full, publisher closed): not the files'
-    fault. They stay on disk and are taken again; their budget bytes are already released.
+    """The output refused a window's messages (disk full, publisher closed).
+
+    Not the files' fault: they stay on disk and are taken again; their budget bytes are
+    already released.
     """
 
 
 @dataclass
 class WindowPipeline:
-    """Processes windows with the running configuration, models and output (thread-safe:
-    every worker thread calls :meth:`handle`). ``done`` is called once per window, when it
-    is durable or has failed.
+    """Processes windows with the running configuration, models and output.
+
+    Thread-safe: every worker thread calls :meth:`handle`. ``done`` is called once per
+    window, when it is durable or has failed.
     """
 
     cfg: AppConfig
@@ -67,8 +72,9 @@ class WindowPipeline:
     view: ActivityBoard | None = None
 
     def handle(self, window: Window) -> None:
-        """Process ``window``; a failure goes to the retry policy and is never raised. Once
-        it is scored (or failed) the ``gate`` learns that a worker is free.
+        """Process ``window``; a failure goes to the retry policy and is never raised.
+
+        Once it is scored (or failed) the ``gate`` learns that a worker is free.
         """
         try:
             self._handle(window)
@@ -97,8 +103,9 @@ class WindowPipeline:
             self.done()
 
     def process(self, window: Window) -> None:
-        """Score ``window`` and hand its messages to the output; raises on a failure
-        (:class:`OutputFailed` when the output refused them).
+        """Score ``window`` and hand its messages to the output; raises on a failure.
+
+        :class:`OutputFailed` when the output refused them.
         """
         sc = next(s for s in self.cfg.sources if s.name == window.source)
         outcome, errors, unretained = self._score(window, sc)
@@ -117,9 +124,11 @@ class WindowPipeline:
     def _score(
         self, window: Window, sc: SourceConfig
     ) -> tuple[WindowOutcome, list[OutMessage], bool]:
-        """Pack, score, quarantine the bad items and retain the window; the outcome, the
-        error events and whether the files must wait for the ring (it could not keep the
-        window). The packed archive lives only here, not while the output works.
+        """Pack, score, quarantine the bad items and retain the window.
+
+        The outcome, the error events and whether the files must wait for the ring (it
+        could not keep the window). The packed archive lives only here, not while the
+        output works.
         """
         cfg = self.cfg
         packed = pack_window(
@@ -167,10 +176,11 @@ class WindowPipeline:
         return errors
 
     def _retain(self, archive: bytes, outcome: WindowOutcome) -> bool:
-        """Keep the scored window in the retention ring (its disk events, and taking held
-        files again when the disk works again, are the agent's ring hook). The live path
-        goes on; ``True`` when the files must wait for the ring (``retention.required``
-        and the window was not written).
+        """Keep the scored window in the retention ring; ``True`` when the files must wait.
+
+        They wait for the ring when ``retention.required`` and the window was not written.
+        The live path goes on. Its disk events, and taking held files again when the disk
+        works again, are the agent's ring hook.
         """
         assert self.retention is not None and self.cfg.retention is not None
         res = self.retention.store(archive, outcome.manifest)
@@ -183,10 +193,11 @@ class WindowPipeline:
     def _when_durable(
         self, window: Window, sc: SourceConfig, outcome: WindowOutcome, hold: bool = False
     ) -> Callable[[], None]:
-        """The ``on_durable`` callback: finish the scored files (only the versions scored:
-        identity and the manifest's SHA-256) or, with ``hold``, keep them until the ring
-        writes again; count the window, ``done``. Only paths and identities travel into it,
-        not the window's bytes.
+        """The ``on_durable`` callback: finish (or hold) the scored files, count, ``done``.
+
+        Only the versions scored are finished (identity and the manifest's SHA-256); with
+        ``hold`` they are kept until the ring writes again. Then the window is counted and
+        ``done`` called. Only paths and identities travel into it, not the window's bytes.
         """
         failed_ids = {f.item.id for f in outcome.failures}
         sha = {mi.id: mi.sha256 for mi in outcome.manifest.items}

@@ -1,5 +1,7 @@
-"""Whether a valid configuration can run here: what ``config validate`` and ``run`` check
-beyond the syntax, so that a mistake is exit status 2 before start, not a crash after it.
+"""Whether a valid configuration can run here: the checks beyond the syntax.
+
+What ``config validate`` and ``run`` check beyond the syntax, so that a mistake is exit
+status 2 before start, not a crash after it.
 
 * the files it names exist and are readable (:func:`cdml_edge.config.checks.file_problems`);
 * each model fits the modality it is configured for (``models.image`` holding a CSV model
@@ -27,8 +29,10 @@ from cdml_edge.window.examples import ExamplesError, example_files
 
 
 def model_problems(cfg: AppConfig, runners: Mapping[str, ModelRunner]) -> list[tuple[str, str]]:
-    """Models configured for a modality they do not take, and a budget that holds no item
-    of a model (``runners``: loaded with the configuration's overrides).
+    """Models configured for a modality they do not take, and a budget too small for a model.
+
+    Too small: it holds no item of the model. ``runners``: loaded with the configuration's
+    overrides.
     """
     out: list[tuple[str, str]] = []
     for key, runner in runners.items():
@@ -64,7 +68,8 @@ def model_problems(cfg: AppConfig, runners: Mapping[str, ModelRunner]) -> list[t
                     (
                         f"{format_size(budget.max_bytes)} holds no {key} item: each is charged "
                         f"{format_size(extra)} for its model input and records before its own "
-                        f"bytes (x{DATA_COPIES}); give at least {format_size(need)} for 64 KiB files"
+                        f"bytes (x{DATA_COPIES}); give at least {format_size(need)} "
+                        "for 64 KiB files"
                     ),
                 )
             )
@@ -106,7 +111,8 @@ class Validated:
 
 
 def validate_runnable(path: str | Path) -> Validated:
-    """Load ``path`` and check everything ``run`` needs (models are loaded, not warmed up);
+    """Load ``path`` and check everything ``run`` needs (models are loaded, not warmed up).
+
     :class:`ConfigError` lists every problem.
     """
     label = str(path)

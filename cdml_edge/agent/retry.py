@@ -42,8 +42,9 @@ class Attempts:
         self._lock = threading.Lock()
 
     def fail(self, item_id: str) -> int:
-        """Count one more failed window for ``item_id``; the count so far. An item that
-        reaches ``WINDOW_ATTEMPTS`` is forgotten (it is quarantined).
+        """Count one more failed window for ``item_id``; the count so far.
+
+        An item that reaches ``WINDOW_ATTEMPTS`` is forgotten (it is quarantined).
         """
         with self._lock:
             n = self._counts.get(item_id, 0) + 1
@@ -84,8 +85,9 @@ class WindowRetryPolicy:
         self._probe: threading.Timer | None = None
 
     def hold_for_retention(self, source: str, path: Path, ring_failing: Callable[[], bool]) -> None:
-        """Keep a scored file on disk, not taken again, until :meth:`retention_recovered`
-        (taken again at once if the ring already writes again: ``ring_failing()`` false).
+        """Keep a scored file on disk, not taken again, until :meth:`retention_recovered`.
+
+        It is taken again at once if the ring already writes again (``ring_failing()`` false).
         """
         src = self.sources.get(source)
         if src is None:
@@ -131,8 +133,10 @@ class WindowRetryPolicy:
             return len(self._held)
 
     def output_failed(self, window: Window) -> None:
-        """Put the window's files back, pause intake for ``OUTPUT_PAUSE_S``; no attempt is
-        counted against the files (camera frames are lost, counted by the error metric).
+        """Put the window's files back, pause intake for ``OUTPUT_PAUSE_S``.
+
+        No attempt is counted against the files (camera frames are lost, counted by the
+        error metric).
         """
         src = self.sources.get(window.source)
         if src is None:

@@ -59,8 +59,9 @@ def warm_up_decoders(
     status: Callable[[str], object] | None = None,
     cache_dir: Path | None = None,
 ) -> str:
-    """Decode one sample per modality so the first real window pays no import or JIT cost;
-    what each took, for the start-up log.
+    """Decode one sample per modality so the first real window pays no import or JIT cost.
+
+    What each took comes back, for the start-up log.
 
     Audio's first start compiles librosa's numba kernels into the cache folder
     (:mod:`cdml_edge.decode.numba_cache`; ``cache_dir``, the state folder's ``numba/``, unless

@@ -1,5 +1,6 @@
-"""Start-up: the time each step takes, in the log; the time from process start to READY; the
-BLAS thread limit of the appliance.
+"""Start-up: step times, the time to READY, and the BLAS thread limit of the appliance.
+
+The time each step takes goes in the log, as does the time from process start to READY.
 """
 
 from __future__ import annotations

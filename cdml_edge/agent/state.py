@@ -60,6 +60,7 @@ class StateLock:
         self._fd = fd
 
     def close(self) -> None:
+        """Release the lock (close its file); a second call does nothing."""
         fd, self._fd = self._fd, -1
         if fd >= 0:
             os.close(fd)

@@ -1,7 +1,7 @@
-"""A dry run of a configuration (``cdml-edge test``): given files go through the live
-pipeline with no side effects.
+"""A dry run of a configuration (``cdml-edge test``), with no side effects.
 
-Each file becomes an :class:`~cdml_edge.window.items.Item` as the folder source makes it
+Given files go through the live pipeline. Each file becomes an
+:class:`~cdml_edge.window.items.Item` as the folder source makes it
 (same name, id and timestamp), the items are grouped into windows of the source's
 ``window.max_items``, packed with the configured format, read back, decoded and scored by
 the configured models (:func:`~cdml_edge.window.score.score_window`, the code the agent
@@ -41,6 +41,7 @@ class TrialReport:
 
     @property
     def ok(self) -> bool:
+        """No item failed."""
         return self.failures == 0
 
 
@@ -58,8 +59,9 @@ def source_named(cfg: AppConfig, name: str, where: str = "<config>") -> SourceCo
 
 
 def sample_files(sc: SourceConfig, limit: int = DEFAULT_SAMPLE) -> list[Path]:
-    """The first ``limit`` files (by name) that the folder source ``sc`` would take; read
-    only, nothing on disk changes.
+    """The first ``limit`` files (by name) that the folder source ``sc`` would take.
+
+    Read only: nothing on disk changes.
     """
     if sc.kind != "folder" or sc.path is None:
         raise ConfigError("<config>", [(f"sources.{sc.name}", "not a folder source")])
@@ -68,8 +70,10 @@ def sample_files(sc: SourceConfig, limit: int = DEFAULT_SAMPLE) -> list[Path]:
 
 
 def source_for(cfg: AppConfig, path: Path, where: str = "<config>") -> SourceConfig:
-    """The source a file belongs to: the folder source whose folder holds it, else the
-    only source, else the first whose patterns take its name.
+    """The source a file belongs to.
+
+    The folder source whose folder holds it, else the only source, else the first whose
+    patterns take its name.
     """
     resolved = path.resolve()
     for sc in cfg.sources:

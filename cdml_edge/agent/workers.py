@@ -1,5 +1,7 @@
-"""The windows in flight: a queue of closed windows, the worker threads that take them, and
-the count of windows not yet durable that a drain waits for.
+"""The windows in flight: their queue, the worker threads and the count a drain waits for.
+
+The queue holds closed windows, the threads take them, and the count is of the windows not
+yet durable.
 
 The workers are supervised parts (``pipeline-<n>``, see :mod:`cdml_edge.supervisor`):
 a window whose handling raises is handed to ``on_lost`` (the agent gives its budget back and
@@ -76,8 +78,9 @@ class WindowWorkers:
         self._report()
 
     def drain(self, timeout: float) -> bool:
-        """Wait up to ``timeout`` for the windows in flight, then stop the threads; ``True``
-        if none was left in flight. A thread still busy keeps its queue; the next
+        """Wait up to ``timeout`` for the windows in flight, then stop the threads.
+
+        ``True`` if none was left in flight. A thread still busy keeps its queue; the next
         :meth:`start` gets a fresh one.
         """
         deadline = time.monotonic() + timeout
@@ -113,8 +116,9 @@ class WindowWorkers:
                 raise  # the supervisor counts the death and restarts this worker
 
     def _lost(self, window: Window) -> None:
-        """A window whose handling raised: ``on_lost`` gets it back, it is no longer in
-        flight (a drain does not wait for it).
+        """A window whose handling raised: ``on_lost`` gets it back.
+
+        It is no longer in flight (a drain does not wait for it).
         """
         try:
             if self._on_lost is not None:

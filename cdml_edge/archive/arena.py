@@ -38,9 +38,10 @@ class Arena:
         return len(self._buf)
 
     def layout(self, sizes: Sequence[int]) -> tuple[bytearray, list[int]] | None:
-        """The buffer to fill and each member's offset in it (8-byte aligned), grown when
-        needed; ``None`` when the batch is over ``max_bytes`` (the caller reads it fresh).
-        Views handed out before this call may now be overwritten.
+        """The buffer to fill and each member's offset in it (8-byte aligned).
+
+        The buffer grows when needed; ``None`` when the batch is over ``max_bytes`` (the
+        caller reads it fresh). Views handed out before this call may now be overwritten.
         """
         offsets = []
         total = 0
@@ -65,8 +66,9 @@ class Arena:
         return [mv[o : o + n] for o, n in zip(offsets, sizes, strict=True)]
 
     def fill(self, datas: Sequence[bytes]) -> list[memoryview]:
-        """Copy ``datas`` into the arena (the path of readers without an in-place read);
-        views of ``datas`` themselves when the batch is over ``max_bytes``.
+        """Copy ``datas`` into the arena (the path of readers without an in-place read).
+
+        Views of ``datas`` themselves when the batch is over ``max_bytes``.
         """
         sizes = [len(d) for d in datas]
         placed = self.layout(sizes)

@@ -77,6 +77,7 @@ class Archive:
 
     @property
     def source(self) -> ByteSource:
+        """The byte source the archive is read from."""
         return self._source
 
     def __repr__(self) -> str:
@@ -84,8 +85,9 @@ class Archive:
 
     # -- members ------------------------------------------------------------------------
     def names(self) -> list[str]:
-        """Member names in archive order, in normal form (``./a//b`` is served as ``a/b``,
-        see :mod:`cdml_edge.archive.names`); directories are left out.
+        """Member names in archive order, in normal form; directories are left out.
+
+        ``./a//b`` is served as ``a/b``, see :mod:`cdml_edge.archive.names`.
         """
         return list(self._names)
 
@@ -214,14 +216,17 @@ class Archive:
     def open(
         cls, source: ByteSource, *, tail: tuple[int, bytes] | None = None, **limits: Any
     ) -> Archive:
-        """Open ``source`` as this format. ``tail`` is the ``(offset, bytes)`` read of the
-        source's end that format detection made, for formats that can reuse it.
+        """Open ``source`` as this format.
+
+        ``tail`` is the ``(offset, bytes)`` read of the source's end that format detection
+        made, for formats that can reuse it.
         """
         return cls(source, **limits)
 
     def clone(self) -> Archive:
-        """An archive over the same source and the same parsed index, with its own reader
-        state: what unpickling gives, without the bytes (a forked worker's copy).
+        """An archive over the same source and parsed index, with its own reader state.
+
+        What unpickling gives, without the bytes (a forked worker's copy).
         """
         rebuild, args = self.__reduce__()[:2]
         return rebuild(*args)
@@ -245,8 +250,9 @@ class Archive:
         raise NotImplementedError
 
     def _read_ids_into(self, ids: list[int], arena: Arena) -> list[memoryview]:
-        """Members read as ``bytes``, then copied into ``arena`` (formats without an in-place
-        read override this).
+        """Members read as ``bytes``, then copied into ``arena``.
+
+        Formats with an in-place read override this.
         """
         return arena.fill(self._read_ids(ids))
 

@@ -50,9 +50,9 @@ def normalize_member_name(name: str) -> str:
 
 
 def normalize_member_names(names: list[str]) -> list[str]:
-    """Every name in normal form; ``names`` itself (no copy) when all already are.
+    r"""Every name in normal form; ``names`` itself (no copy) when all already are.
 
-    The check runs in C over the names joined as ``/name1\\0/name2\\0``, where a name
+    The check runs in C over the names joined as ``/name1\0/name2\0``, where a name
     in need of it shows ``//`` or ``/./`` or ends in ``/.``: two scans for archives
     without dot files (every archive :func:`~cdml_edge.archive.pack` writes), two more
     with them. Only an archive that needs it pays for the per-name pass.

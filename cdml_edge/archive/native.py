@@ -30,8 +30,9 @@ def module() -> Any:
 
 
 def frame_decoder() -> Any:
-    """The C core's tar.zst frame decoder (:mod:`cdml_edge.archive.tar.native`), or ``None``
-    when the core is not built, is disabled, or was built without libzstd.
+    """The C core's tar.zst frame decoder (:mod:`cdml_edge.archive.tar.native`), or ``None``.
+
+    ``None`` when the core is not built, is disabled, or was built without libzstd.
     """
     if module() is None:
         return None

@@ -89,7 +89,8 @@ def pack(
 
 
 def format_for_path(path: str | os.PathLike[str]) -> str:
-    """The format :func:`write_archive` writes for a file name (``.zip``, ``.tar.zst``, ...);
+    """The format :func:`write_archive` writes for a file name (``.zip``, ``.tar.zst``, ...).
+
     :class:`UnsupportedArchiveError` for other names.
     """
     return formats.for_path(path).name
@@ -105,9 +106,10 @@ def write_archive(
     mtime: float | None = None,
     frame_bytes: int = FRAME_BYTES,
 ) -> int:
-    """Write an archive atomically (temporary file in the same folder, fsync, mode 0644,
-    rename, fsync of the folder) and return its size. ``format`` defaults to the path's
-    suffix; other arguments as for :func:`pack`.
+    """Write an archive atomically and return its size.
+
+    Atomically: temporary file in the same folder, fsync, mode 0644, rename, fsync of the
+    folder. ``format`` defaults to the path's suffix; other arguments as for :func:`pack`.
     """
     fmt = format or format_for_path(path)
     with atomic_writer(path) as f:

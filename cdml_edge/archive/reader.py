@@ -60,8 +60,9 @@ def open_archive(
 
 
 def _release(src: ByteSource, given: SourceLike) -> None:
-    """Close a source opened here for an archive that was refused: a long-running process
-    that meets many bad files must not keep a descriptor for each.
+    """Close a source opened here for an archive that was refused.
+
+    A long-running process that meets many bad files must not keep a descriptor for each.
     """
     if src is not given:
         src.close()

@@ -28,18 +28,22 @@ class ScanReport:
 
     @property
     def size(self) -> int:
+        """Uncompressed bytes of all members."""
         return sum(m.size for m in self.members)
 
     @property
     def compressed_size(self) -> int:
+        """Compressed bytes of all members."""
         return sum(m.compressed_size for m in self.members)
 
     @property
     def ratio(self) -> float:
+        """Uncompressed over compressed size."""
         return self.size / max(self.compressed_size, 1)
 
     @property
     def ok(self) -> bool:
+        """No bad and no unsafe members."""
         return not self.bad and not self.unsafe
 
 

@@ -55,28 +55,34 @@ class MemorySource:
 
     @property
     def name(self) -> str:
+        """The name given at construction (``<memory>`` by default)."""
         return self._name
 
     @property
     def data(self) -> bytes:
+        """The bytes held."""
         return self._data
 
     def size(self) -> int:
+        """Length of the data in bytes."""
         return len(self._data)
 
     def pread(self, offset: int, length: int) -> bytes:
+        """Bytes ``[offset, offset + length)`` of the data (short at the end)."""
         if offset < 0 or length < 0:
             raise ValueError("negative offset or length")
         return self._data[offset : offset + length]
 
     def pread_many(self, ranges: Sequence[tuple[int, int]]) -> list[bytes]:
+        """One :meth:`pread` per ``(offset, length)`` range."""
         return [self.pread(o, n) for o, n in ranges]
 
     def fileno(self) -> int | None:
+        """Always ``None``: memory has no descriptor."""
         return None
 
     def close(self) -> None:
-        pass
+        """Nothing to release."""
 
 
 class FileSource:
@@ -94,10 +100,12 @@ class FileSource:
 
     @property
     def name(self) -> str:
+        """The file's path."""
         return self._path
 
     @property
     def path(self) -> str:
+        """The file's path."""
         return self._path
 
     def _descriptor(self) -> int:
@@ -112,9 +120,11 @@ class FileSource:
             return self._fd
 
     def size(self) -> int:
+        """File size in bytes, taken at construction."""
         return self._size
 
     def pread(self, offset: int, length: int) -> bytes:
+        """Read up to ``length`` bytes at ``offset`` with ``os.pread`` (short only at the end)."""
         if offset < 0 or length < 0:
             raise ValueError("negative offset or length")
         fd = self._descriptor()
@@ -132,12 +142,15 @@ class FileSource:
         return b"".join(parts)
 
     def pread_many(self, ranges: Sequence[tuple[int, int]]) -> list[bytes]:
+        """One :meth:`pread` per ``(offset, length)`` range."""
         return [self.pread(o, n) for o, n in ranges]
 
     def fileno(self) -> int | None:
+        """The descriptor, opened on first use and again in a forked child."""
         return self._descriptor()
 
     def close(self) -> None:
+        """Close this process's descriptor; the next read reopens it."""
         with self._lock:
             if self._fd is not None and self._pid == os.getpid():
                 os.close(self._fd)
@@ -176,12 +189,15 @@ class FileObjectSource:
 
     @property
     def name(self) -> str:
+        """The file's path, or ``<file NAME>`` when the object names no file."""
         return self._path or f"<file {getattr(self._f, 'name', '?')}>"
 
     def size(self) -> int:
+        """Size in bytes, taken at construction."""
         return self._size
 
     def pread(self, offset: int, length: int) -> bytes:
+        """Read up to ``length`` bytes at ``offset``; the object's own offset is kept."""
         if offset < 0 or length < 0:
             raise ValueError("negative offset or length")
         if self._fd is not None:
@@ -204,13 +220,15 @@ class FileObjectSource:
                 f.seek(pos)  # type: ignore[attr-defined]
 
     def pread_many(self, ranges: Sequence[tuple[int, int]]) -> list[bytes]:
+        """One :meth:`pread` per ``(offset, length)`` range."""
         return [self.pread(o, n) for o, n in ranges]
 
     def fileno(self) -> int | None:
+        """The object's descriptor, or ``None`` when it has none usable with ``os.pread``."""
         return self._fd
 
     def close(self) -> None:
-        pass  # the caller owns the file object
+        """Nothing to release: the caller owns the file object."""
 
     def __reduce__(self) -> tuple[object, ...]:
         if self._path is None:

@@ -48,6 +48,7 @@ class Probe:
 
     @property
     def tail(self) -> bytes:
+        """The bytes of the tail read."""
         return self.tail_read[1]
 
     @cached_property
@@ -67,6 +68,8 @@ class WriteOptions:
 
 
 class Writer(Protocol):
+    """A format's writer: ``items`` to a binary file."""
+
     def __call__(
         self, out: BinaryIO, items: Sequence[tuple[str, bytes]], options: WriteOptions
     ) -> None:
@@ -89,4 +92,5 @@ class ArchiveFormat:
     aliases: tuple[str, ...] = ()  # other names :func:`pack` accepts
 
     def called(self, name: str) -> bool:
+        """Whether ``name`` is this format's name or one of its aliases."""
         return name == self.name or name in self.aliases

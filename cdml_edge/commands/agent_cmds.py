@@ -48,4 +48,5 @@ def run(
 
 
 def register(app: typer.Typer) -> None:
+    """Attach ``run`` to the root app."""
     app.command("run")(run)

@@ -1,5 +1,6 @@
-"""``cdml-edge calibrate``: fit an anomaly model's threshold on a folder of normal samples and
-write it into the configuration (:func:`cdml_edge.window.calibrate.calibrate` fits it).
+"""``cdml-edge calibrate``: fit an anomaly model's threshold and write it into the configuration.
+
+The threshold is fit on a folder of normal samples by :func:`cdml_edge.window.calibrate.calibrate`.
 """
 
 from __future__ import annotations
@@ -41,9 +42,10 @@ def calibrate(
 def calibrate_in_config(
     config: Path, name: str, folder: Path, percentile: float = 99.0, write: bool = True
 ) -> tuple[Calibration, bool | None]:
-    """Calibrate ``models.<name>`` of the configuration file on ``folder`` and (``write``)
-    set its ``anomaly_threshold`` there; the calibration and whether the file kept its
-    comments (``None`` when not written).
+    """Calibrate ``models.<name>`` of the configuration file on ``folder``.
+
+    With ``write``, set its ``anomaly_threshold`` there. Returns the calibration and whether
+    the file kept its comments (``None`` when not written).
     """
     from cdml_edge.config import ConfigError, load_config
     from cdml_edge.config.edit import set_model_key

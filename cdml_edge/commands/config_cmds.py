@@ -20,9 +20,10 @@ config_app = typer.Typer(
 def validate(
     file: Path = typer.Argument(..., metavar="FILE", help="The YAML configuration file."),
 ) -> None:
-    """Exit 0 when FILE can run here; exit 2 naming each problem otherwise: bad fields,
-    files it names that cannot be read, a model of the wrong modality, a budget too small
-    for one item.
+    """Exit 0 when FILE can run here; exit 2 naming each problem otherwise.
+
+    The problems: bad fields, files it names that cannot be read, a model of the wrong
+    modality, a budget too small for one item.
     """
     from cdml_edge.agent.preflight import validate_runnable
 

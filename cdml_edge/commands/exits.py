@@ -83,8 +83,10 @@ def user_errors(command: str, *, failed: ErrorTypes = (), usage: ErrorTypes = ()
 
 
 class OneLineErrorsGroup(TyperGroup):
-    """The root command group: the parser's errors (unknown option, bad value, missing
-    argument) print as one line, ``cdml-edge COMMAND: problem (try ... --help)``, exit 2.
+    """The root command group: the parser's errors print as one line and exit 2.
+
+    An unknown option, a bad value or a missing argument prints
+    ``cdml-edge COMMAND: problem (try ... --help)``.
     """
 
     def main(
@@ -96,6 +98,10 @@ class OneLineErrorsGroup(TyperGroup):
         windows_expand_args: bool = True,
         **extra: Any,
     ) -> Any:
+        """Run the command line and exit with its code; a parser error exits as one line.
+
+        An abort exits 1. Without ``standalone_mode`` this is click's own ``main``.
+        """
         if not standalone_mode:
             return super().main(args, prog_name, complete_var, False, windows_expand_args, **extra)
         try:

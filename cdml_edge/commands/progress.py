@@ -1,5 +1,6 @@
-"""Progress bars of the commands (rich, on stderr, so stdout holds only results);
-nothing here runs without a command.
+"""Progress bars of the commands (rich, on stderr, so stdout holds only results).
+
+Nothing here runs without a command.
 """
 
 from __future__ import annotations
@@ -38,18 +39,22 @@ class RunBar:
         self._task: Any = None
 
     def start(self, total: int | None) -> None:
+        """Add the bar (``total`` None: not known yet) and start drawing it."""
         self._task = self._progress.add_task(self.description, total=total)
         self._progress.start()
 
     def set_total(self, total: int) -> None:
+        """Set the bar's total, once known."""
         if self._task is not None:
             self._progress.update(self._task, total=total)
 
     def advance(self, n: int) -> None:
+        """Advance the bar by ``n`` units."""
         if self._task is not None:
             self._progress.advance(self._task, n)
 
     def stop(self) -> None:
+        """Stop drawing; the bar stays on screen."""
         self._progress.stop()
 
 
@@ -98,8 +103,9 @@ def epoch_bar(epochs: int) -> Iterator[Callable[[int, int, float], None]]:
 
 @contextlib.contextmanager
 def bytes_bar(total: int) -> Iterator[Callable[[int], None]]:
-    """A bar for ``cdml-edge pack`` (on a terminal): bytes read so far; yields
-    ``advance(nbytes)``.
+    """A bar for ``cdml-edge pack`` (on a terminal): bytes read so far.
+
+    Yields ``advance(nbytes)``.
     """
     from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn
 

@@ -30,9 +30,10 @@ def tail(
         None, "--duration", min=0, help="Stop after this many seconds (default: Ctrl-C)."
     ),
 ) -> None:
-    """Show what an appliance publishes, live: per-source rates and latency, the last
-    results (anomalies in red), error events and health; from its broker (the same config
-    file) or from its output.jsonl.
+    """Show what an appliance publishes, live.
+
+    Per-source rates and latency, the last results (anomalies in red), error events and
+    health; from its broker (the same config file) or from its output.jsonl.
     """
     from cdml_edge.tail.follower import choose, run_tail
 
@@ -72,4 +73,5 @@ def _live(cfg: Any, followed: Any, where: str, interval: float, duration: float 
 
 
 def register(app: typer.Typer) -> None:
+    """Attach ``tail`` to the root app."""
     app.command("tail")(tail)

@@ -101,5 +101,6 @@ def export_onnx(
 
 
 def register(app: typer.Typer) -> None:
+    """Attach ``train`` and ``export-onnx`` to the root app."""
     app.command("train")(train)
     app.command("export-onnx")(export_onnx)

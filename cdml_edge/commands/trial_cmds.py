@@ -21,9 +21,10 @@ def test(
     ),
     count: int = typer.Option(5, "--count", min=1, help="Files --source takes from its folder."),
 ) -> None:
-    """Score FILES through the exact live pipeline (decoders, models, payloads) and print
-    the messages it would publish, one JSON line each; nothing is published, moved or
-    kept. Exit 1 if any file fails.
+    """Score FILES through the exact live pipeline and print the messages it would publish.
+
+    The live decoders, models and payloads; one JSON line per message; nothing is published,
+    moved or kept. Exit 1 if any file fails.
     """
     from cdml_edge.agent.preflight import check_files, check_models
     from cdml_edge.agent.runners import load_models
@@ -53,4 +54,5 @@ def test(
 
 
 def register(app: typer.Typer) -> None:
+    """Attach ``test`` to the root app."""
     app.command("test")(test)

@@ -36,8 +36,9 @@ def named_files(cfg: AppConfig) -> list[tuple[str, Path]]:
 
 
 def file_problem(path: Path) -> str | None:
-    """Why ``path`` cannot be read as a file by this process, or ``None`` (a FIFO or a
-    device is never opened).
+    """Why ``path`` cannot be read as a file by this process, or ``None``.
+
+    A FIFO or a device is never opened.
     """
     try:
         st = os.stat(path)

@@ -19,8 +19,9 @@ from cdml_edge.fsio import atomic_write
 
 
 def _edited_text(text: str, name: str, key: str, value: str) -> str | None:
-    """``text`` with ``models.<name>.<key>`` set, or ``None`` when its block is not found in
-    block style.
+    """``text`` with ``models.<name>.<key>`` set.
+
+    ``None`` when its block is not found in block style.
     """
     lines = text.splitlines(keepends=True)
     top = next((i for i, ln in enumerate(lines) if re.match(r"^models:\s*(#.*)?$", ln)), None)
@@ -56,8 +57,10 @@ def _edited_text(text: str, name: str, key: str, value: str) -> str | None:
 
 
 def set_model_key(path: Path, name: str, key: str, value: float) -> bool:
-    """Set ``models.<name>.<key>`` in the YAML file ``path``; ``True`` when comments and layout
-    were kept, ``False`` when the document had to be written anew.
+    """Set ``models.<name>.<key>`` in the YAML file ``path``.
+
+    ``True`` when comments and layout were kept, ``False`` when the document had to be
+    written anew.
     """
     text = path.read_text(encoding="utf-8")
     doc: Any = yaml.safe_load(text) or {}

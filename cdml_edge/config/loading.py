@@ -182,8 +182,9 @@ def parse_config(
 
 
 def load_config(path: str | os.PathLike[str], *, state_directory: str | None = None) -> AppConfig:
-    """Read and validate a YAML configuration file; relative paths resolve against its folder
-    (``state_directory``: see :func:`parse_config`).
+    """Read and validate a YAML configuration file.
+
+    Relative paths resolve against its folder (``state_directory``: see :func:`parse_config`).
     """
     file = Path(path)
     label = str(path)

@@ -1,5 +1,6 @@
-"""``models.<name>`` of ``factory.yaml``: an ONNX file and, for a model without our metadata,
-a description of its input and outputs (schema only).
+"""``models.<name>`` of ``factory.yaml``: an ONNX file and maybe a description (schema only).
+
+The description, for a model without our metadata, is of its input and outputs.
 
 A model exported by cdml-edge carries its description in the ``.onnx`` metadata; any other
 model (torchvision, timm, Ultralytics, skl2onnx, ...) is described here. Where both exist the
@@ -33,8 +34,10 @@ def _resolve(value: Path | None, info: ValidationInfo) -> Path | None:
 
 
 class ModelInputConfig(_Section):
-    """What the model's input tensor wants; unset keys come from the graph (name, dtype, size,
-    layout when the shape says it) or the model's metadata.
+    """What the model's input tensor wants.
+
+    Unset keys come from the graph (name, dtype, size, layout when the shape says it) or the
+    model's metadata.
     """
 
     name: str | None = Field(
@@ -172,8 +175,9 @@ class ModelOutputConfig(_Section):
 
 
 class ModelConfig(_Section):
-    """An ONNX model: its file, what it scores, a description when it carries no metadata of
-    ours, and how onnxruntime runs it.
+    """An ONNX model: its file, what it scores, a description, and how onnxruntime runs it.
+
+    The description is for a model that carries no metadata of ours.
     """
 
     path: Path = Field(..., description="The .onnx file.")

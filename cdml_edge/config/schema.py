@@ -72,10 +72,11 @@ def _in_state(name: str) -> dict[str, Any]:
 def default_state_dir(
     base_dir: Path | None, config_name: str | None, state_directory: str | None = None
 ) -> Path:
-    """Where the agent keeps its state when ``state_dir`` is not set: systemd's
-    ``$STATE_DIRECTORY`` (its first folder; ``state_directory`` stands in for it), else
-    ``<config name>.state`` beside the configuration file, else ``cdml-edge.state`` in the
-    working directory (a configuration parsed without a file).
+    """Where the agent keeps its state when ``state_dir`` is not set.
+
+    Systemd's ``$STATE_DIRECTORY`` (its first folder; ``state_directory`` stands in for it),
+    else ``<config name>.state`` beside the configuration file, else ``cdml-edge.state`` in
+    the working directory (a configuration parsed without a file).
     """
     given = state_directory or os.environ.get("STATE_DIRECTORY", "")
     env = [p for p in given.split(":") if p]
@@ -331,8 +332,9 @@ def _mode_field(description: str) -> Any:
 
 
 class _WritesFiles(_ConfigSection):
-    """A section whose files get its ``mode`` (each section declares the field, with its own
-    description, where it stands in the section).
+    """A section whose files get its ``mode``.
+
+    Each section declares the field, with its own description, where it stands in the section.
     """
 
     if TYPE_CHECKING:
@@ -543,7 +545,8 @@ class AppConfig(_ConfigSection):
 
 
 def is_model_class(obj: object) -> bool:
-    """Whether ``obj`` is a pydantic model class (on Python 3.10 ``list[X]`` passes as a type,
-    and ``issubclass`` then raises).
+    """Whether ``obj`` is a pydantic model class.
+
+    On Python 3.10 ``list[X]`` passes as a type, and ``issubclass`` then raises.
     """
     return isinstance(obj, type) and get_origin(obj) is None and issubclass(obj, BaseModel)

@@ -1,5 +1,7 @@
-"""The training side: ``CDMLStreamDataset``, ``GPULoader`` (torch) and ``LiveBatchLoader``
-(numpy only). Names are imported lazily so ``cdml_edge.data.live_loader`` never pulls in torch.
+"""The training side: ``CDMLStreamDataset``, ``GPULoader`` and ``LiveBatchLoader``.
+
+``CDMLStreamDataset`` and ``GPULoader`` need torch, ``LiveBatchLoader`` numpy only. Names are
+imported lazily so ``cdml_edge.data.live_loader`` never pulls in torch.
 """
 
 from __future__ import annotations

@@ -39,6 +39,7 @@ class ByteLRU:
 
     @classmethod
     def from_mb(cls, size_mb: float) -> ByteLRU:
+        """A cache of ``size_mb`` MiB."""
         return cls(int(size_mb * 1024 * 1024))
 
     def get(self, key: str) -> bytes | None:
@@ -77,14 +78,17 @@ class ByteLRU:
 
     @property
     def nbytes(self) -> int:
+        """Bytes cached (the sum of the values' lengths)."""
         return self._bytes
 
     def clear(self) -> None:
+        """Drop every member (the counters stay)."""
         with self._lock:
             self._data.clear()
             self._bytes = 0
 
     def info(self) -> CacheInfo:
+        """The counters, taken together under the lock."""
         with self._lock:
             return CacheInfo(
                 self.hits, self.misses, self.evictions, len(self._data), self._bytes, self.capacity

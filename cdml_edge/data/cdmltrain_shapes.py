@@ -1,5 +1,7 @@
-"""cdmltrain 1.1.4's shapes of :class:`~cdml_edge.data.live_loader.LiveBatchLoader`'s decoded
-members: lists in archive order, rows and records as plain dicts (numpy, no torch).
+"""cdmltrain 1.1.4's shapes of decoded members, for the live loader (numpy, no torch).
+
+The members are those of :class:`~cdml_edge.data.live_loader.LiveBatchLoader`; the shapes are
+lists in archive order, rows and records as plain dicts.
 
 Each function takes the ``{member: value}`` form the decoders give and returns cdmltrain's.
 """
@@ -28,8 +30,10 @@ def pil_images(arrays: Mapping[str, np.ndarray]) -> list[Any]:
 def audio_records(
     arrays: Mapping[str, np.ndarray], sample_rate: int, mode: str = "mfcc"
 ) -> list[Record]:
-    """One record per audio member: its MFCCs ``(n_mfcc, frames)`` and their mean over time
-    (``mode="mfcc"``), or its samples and duration (``mode="waveform"``).
+    """One record per audio member.
+
+    Its MFCCs ``(n_mfcc, frames)`` and their mean over time (``mode="mfcc"``), or its samples
+    and duration (``mode="waveform"``).
     """
     if mode != "mfcc":
         return [
@@ -54,8 +58,9 @@ def audio_records(
 
 
 def csv_rows(tables: Mapping[str, CsvTable]) -> list[Record]:
-    """Every row of every CSV member as ``{column: value}``: numbers as ``float`` (an empty
-    cell is NaN), all-text columns as ``str``.
+    """Every row of every CSV member as ``{column: value}``.
+
+    Numbers as ``float`` (an empty cell is NaN), all-text columns as ``str``.
     """
     rows: list[Record] = []
     for table in tables.values():
@@ -83,8 +88,10 @@ def flatten(obj: Any, prefix: str = "", sep: str = ".") -> Record:
 
 
 def json_records(values: Mapping[str, Any], flat: bool = False) -> list[Any]:
-    """One entry per JSON value: a top-level array gives one entry per element, a scalar
-    ``{"value": x}``; with ``flat`` every dict or array entry is flattened.
+    """One entry per JSON value.
+
+    A top-level array gives one entry per element, a scalar ``{"value": x}``; with ``flat``
+    every dict or array entry is flattened.
     """
     out: list[Any] = []
     for value in values.values():
@@ -98,8 +105,10 @@ def json_records(values: Mapping[str, Any], flat: bool = False) -> list[Any]:
 
 
 def text_records(texts: Mapping[str, TextData], clean: bool = True) -> list[Record]:
-    """One record per text member: its lines (stripped, blank ones dropped with ``clean``),
-    line and word counts, and the whole text.
+    """One record per text member.
+
+    Its lines (stripped, blank ones dropped with ``clean``), line and word counts, and the
+    whole text.
     """
     out: list[Record] = []
     for name, t in texts.items():

@@ -183,6 +183,7 @@ class CDMLStreamDataset(Dataset[Any]):
 
     @property
     def archive_name(self) -> str:
+        """The archive's path, or ``<memory>`` for one given as bytes."""
         return "<memory>" if isinstance(self.path, bytes) else str(self.path)
 
     @property
@@ -225,9 +226,11 @@ class CDMLStreamDataset(Dataset[Any]):
         return [v for v in out if v is not None]
 
     def _read_batch(self, names: Sequence[str]) -> Sequence[bytes | memoryview]:
-        """A batch's raw members. Without a cache to fill, decoded items are read into this
-        thread's :class:`~cdml_edge.archive.Arena` (pages reused batch after batch, views
-        used before the next batch); raw-bytes items and cached reads get ``bytes``.
+        """A batch's raw members.
+
+        Without a cache to fill, decoded items are read into this thread's
+        :class:`~cdml_edge.archive.Arena` (pages reused batch after batch, views used before
+        the next batch); raw-bytes items and cached reads get ``bytes``.
         """
         if self._cache.capacity or self.modality is None:
             return self._read_many(names)
@@ -293,8 +296,10 @@ class CDMLStreamDataset(Dataset[Any]):
 
     # -- distributed ----------------------------------------------------------------------
     def shard(self, rank: int, world_size: int, *, drop_last: bool = False) -> CDMLStreamDataset:
-        """The ``rank``-th of ``world_size`` interleaved shards, as DistributedSampler splits
-        without shuffling: padded by wrapping around to equal length (or ``drop_last``).
+        """The ``rank``-th of ``world_size`` interleaved shards.
+
+        As DistributedSampler splits without shuffling: padded by wrapping around to equal
+        length (or ``drop_last``).
         """
         if world_size < 1 or not 0 <= rank < world_size:
             raise ValueError(f"need 0 <= rank < world_size, got rank={rank}, world={world_size}")

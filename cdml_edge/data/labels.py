@@ -81,8 +81,9 @@ def folder_labels(names: Sequence[str], classes: Sequence[str] | None = None) ->
 
 
 def _classes_at(names: list[str], blob: str, depth: int) -> list[str] | None:
-    """The folder ``depth`` levels down of every name, in one pass in C; ``None`` when a
-    name sits above that level or holds a NUL (the caller goes name by name).
+    """The folder ``depth`` levels down of every name, in one pass in C.
+
+    ``None`` when a name sits above that level or holds a NUL (the caller goes name by name).
     """
     if not names or blob.count("\x00") != len(names) - 1:
         return None
@@ -94,8 +95,10 @@ def _classes_at(names: list[str], blob: str, depth: int) -> list[str] | None:
 
 
 def parse_mapping(data: bytes, where: str) -> dict[str, Any]:
-    """A ``name -> label`` mapping from JSON (an object, or a list of ``[name, label]``)
-    or from a CSV of two columns ``name,label`` (header optional).
+    """A ``name -> label`` mapping from JSON or a CSV.
+
+    JSON: an object, or a list of ``[name, label]``; CSV: two columns ``name,label`` (header
+    optional).
     """
     try:
         text = data.decode("utf-8-sig")
@@ -174,6 +177,10 @@ def mapping_labels(
 def callable_labels(
     names: Sequence[str], fn: Callable[[str], Any], classes: Sequence[str] | None = None
 ) -> Labels:
+    """Label every member with ``fn(name)``; string labels become class indices.
+
+    With ``classes``, a label outside them raises :class:`LabelError`.
+    """
     return _vocabulary(list(names), [fn(n) for n in names], classes, "labels callable")
 
 

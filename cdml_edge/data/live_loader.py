@@ -88,12 +88,15 @@ class LiveBatchLoader:
     # -- raw ------------------------------------------------------------------------------
     @property
     def names(self) -> list[str]:
+        """Member names in archive order (directories and the manifest left out)."""
         return list(self._data)
 
     def read(self, name: str) -> bytes:
+        """A member's raw bytes (held in memory since the archive was read)."""
         return self._data[name]
 
     def members(self, modality: str) -> list[str]:
+        """Names of the members of ``modality``, in archive order."""
         return [n for n, m in self.modality.items() if m == modality]
 
     def summary(self) -> dict[str, Any]:
@@ -124,8 +127,10 @@ class LiveBatchLoader:
 
     # -- decoded --------------------------------------------------------------------------
     def _decoded(self, modality: str, **opts: Any) -> dict[str, Any]:
-        """Every member of ``modality`` decoded by its decoder with ``opts`` (those that
-        apply to it), in archive order; memoised per modality and options.
+        """Every member of ``modality`` decoded with ``opts``, in archive order.
+
+        Only the options that apply to the modality's decoder are passed; memoised per
+        modality and options.
         """
         decoder = DECODERS[modality]
         kw = decoder.pick(opts)
@@ -147,8 +152,9 @@ class LiveBatchLoader:
     def get_images(
         self, target_size: TargetSize = None, *, as_pil: bool = False, by_member: bool = False
     ) -> Any:
-        """uint8 ``H×W×3`` RGB arrays per image member (resized when ``target_size`` is
-        given): a list, ``PIL.Image`` objects with ``as_pil``, or ``{member: array}``.
+        """uint8 ``H×W×3`` RGB arrays per image member (resized when ``target_size`` is given).
+
+        A list, ``PIL.Image`` objects with ``as_pil``, or ``{member: array}``.
         """
         arrays: dict[str, np.ndarray] = self._decoded("image", target_size=target_size)
         if by_member:
@@ -165,8 +171,9 @@ class LiveBatchLoader:
         n_fft: int = 2048,
         by_member: bool = False,
     ) -> Any:
-        """float32 MFCCs ``(n_mfcc, frames)`` (or waveforms) per audio member: records
-        ``{"filename", "mfcc", "mfcc_mean", "sample_rate", "frames"}`` (``{"filename",
+        """float32 MFCCs ``(n_mfcc, frames)`` (or waveforms) per audio member.
+
+        Records ``{"filename", "mfcc", "mfcc_mean", "sample_rate", "frames"}`` (``{"filename",
         "waveform", "sample_rate", "duration_s"}`` with ``mode="waveform"``), or
         ``{member: array}`` with ``by_member``.
         """
@@ -186,8 +193,9 @@ class LiveBatchLoader:
         return tables if by_member else views.csv_rows(tables)
 
     def get_tabular(self, *, by_member: bool = False) -> Any:
-        """CSV rows then flattened JSON records as dicts (cdmltrain's form), or float32 2-D
-        arrays of every CSV and time-series member (``by_member``).
+        """CSV rows then flattened JSON records as dicts (cdmltrain's form).
+
+        With ``by_member``: float32 2-D arrays of every CSV and time-series member.
         """
         if not by_member:
             return views.tabular_rows(self._decoded("csv"), self._decoded("json"))
@@ -196,15 +204,17 @@ class LiveBatchLoader:
         return {n: out[n] for n in self._data if n in out}
 
     def get_json(self, flatten: bool = False, *, by_member: bool = False) -> Any:
-        """Parsed JSON: a list (a top-level array gives its elements; ``flatten`` makes
-        nested dicts flat), or ``{member: value}``.
+        """Parsed JSON: a list, or ``{member: value}``.
+
+        In the list, a top-level array gives its elements; ``flatten`` makes nested dicts flat.
         """
         values: dict[str, Any] = self._decoded("json")
         return values if by_member else views.json_records(values, flatten)
 
     def get_text(self, clean: bool = True, *, by_member: bool = False) -> Any:
-        """Records ``{"filename", "lines", "line_count", "word_count", "raw_text"}`` (blank
-        lines dropped with ``clean``), or ``{member: TextData}``.
+        """Records ``{"filename", "lines", "line_count", "word_count", "raw_text"}``.
+
+        Blank lines dropped with ``clean``; ``{member: TextData}`` with ``by_member``.
         """
         texts: dict[str, TextData] = self._decoded("text")
         return texts if by_member else views.text_records(texts, clean)
@@ -216,8 +226,9 @@ class LiveBatchLoader:
     def get_all(
         self, target_size: TargetSize = None, n_mfcc: int = 20, *, by_member: bool = False
     ) -> dict[str, Any]:
-        """cdmltrain 1.1.4's ``{"images", "audio", "csv", "json", "text"}`` lists, or with
-        ``by_member`` every modality present as ``{modality: {member: value}}``.
+        """cdmltrain 1.1.4's ``{"images", "audio", "csv", "json", "text"}`` lists.
+
+        With ``by_member``, every modality present as ``{modality: {member: value}}``.
         """
         if not by_member:
             return {

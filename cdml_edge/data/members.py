@@ -41,8 +41,10 @@ def visible(names: list[str]) -> list[str]:
 
 @functools.lru_cache(maxsize=32)
 def _extension_pattern(exts: tuple[str, ...]) -> re.Pattern[str]:
-    """Whole names (between NULs) whose extension, as ``posixpath.splitext`` finds it after
-    lower-casing, is one of ``exts``. A base name's leading dots start no extension.
+    """Whole names (between NULs) whose extension is one of ``exts``.
+
+    The extension as ``posixpath.splitext`` finds it after lower-casing: a base name's leading
+    dots start no extension.
     """
     alts = "|".join(re.escape(e[1:]) for e in sorted(exts, key=len, reverse=True))
     return re.compile(
@@ -52,9 +54,10 @@ def _extension_pattern(exts: tuple[str, ...]) -> re.Pattern[str]:
 
 
 def _ending_count(blob: str, exts: tuple[str, ...]) -> int | None:
-    """How many names end in one of ``exts`` (ASCII case folded, as ``str.lower`` folds
-    extensions); ``None`` when a base name may be only dots and an extension (then it has
-    no extension) and the caller must look closer.
+    """How many names end in one of ``exts`` (ASCII case folded, as ``str.lower`` folds them).
+
+    ``None`` when a base name may be only dots and an extension (then it has no extension)
+    and the caller must look closer.
     """
     low = (_SEP + blob + _SEP).encode("utf-8", "surrogateescape").lower()
     total = 0
@@ -68,8 +71,9 @@ def _ending_count(blob: str, exts: tuple[str, ...]) -> int | None:
 
 
 def with_modality(names: list[str], keep: Collection[str]) -> list[str]:
-    """The names whose :func:`~cdml_edge.modality.modality_for` is in ``keep``, in order
-    (``names`` itself when all of them are).
+    """The names whose :func:`~cdml_edge.modality.modality_for` is in ``keep``, in order.
+
+    ``names`` itself when all of them are.
     """
     blob = _joined(names)
     if blob is None:

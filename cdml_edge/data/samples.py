@@ -43,8 +43,10 @@ def array_to_tensor(arr: np.ndarray) -> torch.Tensor:
 
 
 def json_text(value: Any) -> str:
-    """Parsed JSON re-serialised: records of different keys or shapes cannot be collated
-    key by key, strings collate as a list.
+    """Parsed JSON re-serialised.
+
+    Records of different keys or shapes cannot be collated key by key; strings collate as a
+    list.
     """
     return json.dumps(value, ensure_ascii=False)
 

@@ -41,8 +41,9 @@ def area_backend() -> str:
 
 
 def shrink(image: np.ndarray, target: tuple[int, int]) -> np.ndarray:
-    """``image`` (uint8 ``H×W×C`` or ``H×W``) shrunk to ``(width, height)`` by area averaging;
-    the target must not be larger than the image on either axis.
+    """``image`` (uint8 ``H×W×C`` or ``H×W``) shrunk to ``(width, height)`` by area averaging.
+
+    The target must not be larger than the image on either axis.
     """
     h, w = image.shape[:2]
     tw, th = target

@@ -119,8 +119,9 @@ def _pnm_size(data: bytes) -> tuple[int, int] | None:
 
 
 def image_size(data: bytes) -> tuple[int, int] | None:
-    """``(width, height)`` from the header of a PNG, JPEG, BMP, WebP or PNM image, read
-    without decoding; ``None`` for other formats or an unreadable header.
+    """``(width, height)`` from the header of a PNG, JPEG, BMP, WebP or PNM image, no decoding.
+
+    ``None`` for other formats or an unreadable header.
     """
     if data.startswith(_PNG_SIG):
         return _png_size(data)

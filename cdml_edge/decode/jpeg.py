@@ -55,9 +55,10 @@ def backend() -> str:
 
 
 def scaled_size(width: int, height: int, target: tuple[int, int] | None) -> tuple[int, int]:
-    """The size a JPEG of ``width × height`` decodes to for ``target`` ``(w, h)``: the
-    smallest scale of :data:`SCALES` keeping both axes at least the target (libjpeg rounds
-    up).
+    """The size a JPEG of ``width × height`` decodes to for ``target`` ``(w, h)``.
+
+    The smallest scale of :data:`SCALES` keeping both axes at least the target (libjpeg
+    rounds up).
     """
     if target is None:
         return width, height
@@ -72,9 +73,10 @@ def scaled_size(width: int, height: int, target: tuple[int, int] | None) -> tupl
 def decode_scaled(
     data: bytes, size: tuple[int, int], target: tuple[int, int] | None
 ) -> np.ndarray | None:
-    """RGB uint8 ``H×W×3`` of a JPEG of ``size`` ``(w, h)`` at :func:`scaled_size` for
-    ``target`` (full size for ``None``); ``None`` when libjpeg-turbo is absent or refuses the
-    data.
+    """RGB uint8 ``H×W×3`` of a JPEG of ``size`` ``(w, h)``, decoded by libjpeg-turbo.
+
+    At :func:`scaled_size` for ``target`` (full size for ``None``); ``None`` when
+    libjpeg-turbo is absent or refuses the data.
     """
     sj = _module()
     if sj is None:

@@ -39,9 +39,10 @@ def default_dir() -> Path:
 
 
 def configure(folder: str | Path | None = None) -> Path:
-    """Point numba's cache at ``$NUMBA_CACHE_DIR``, else ``folder``, else :func:`default_dir`
-    (created if missing); the folder in use. Takes effect for kernels compiled afterwards,
-    also when numba is already imported.
+    """Point numba's cache at a folder (created if missing) and return the folder in use.
+
+    ``$NUMBA_CACHE_DIR``, else ``folder``, else :func:`default_dir`. Takes effect for
+    kernels compiled afterwards, also when numba is already imported.
     """
     global _configured
     chosen = _USER_DIR or folder

@@ -1,6 +1,6 @@
-"""The decoder table: one :class:`Decoder` per modality, and :func:`decode` dispatching through it.
+r"""The decoder table: one :class:`Decoder` per modality, and :func:`decode` dispatching on it.
 
->>> DECODERS["csv"](b"a,b\\n1,2\\n", "t.csv", target_size=32).values.tolist()
+>>> DECODERS["csv"](b"a,b\n1,2\n", "t.csv", target_size=32).values.tolist()
 [[1.0, 2.0]]
 """
 
@@ -34,6 +34,7 @@ class Decoder:
 
     @classmethod
     def of(cls, fn: Callable[..., Any]) -> Decoder:
+        """The decoder of ``fn``; its options are ``fn``'s keyword-only ones but ``member``."""
         params = inspect.signature(fn).parameters.values()
         opts = {p.name: p.default for p in params if p.kind is p.KEYWORD_ONLY}
         opts.pop("member", None)

@@ -66,9 +66,10 @@ def _delimiter(text: str, name: str) -> str:
 
 
 def _plain_delimiter(sample: str, truncated: bool, lines: int = 10) -> str | None:
-    """The delimiter of a plain CSV without the sniffer (a few ms per file): the one
-    candidate that every one of the first ``lines`` lines holds equally often, when nothing
-    is quoted; ``None`` (ask the sniffer) otherwise.
+    """The delimiter of a plain CSV without the sniffer (a few ms per file).
+
+    The one candidate that every one of the first ``lines`` lines holds equally often, when
+    nothing is quoted; ``None`` (ask the sniffer) otherwise.
     """
     if '"' in sample or "'" in sample:
         return None
@@ -122,8 +123,9 @@ def decode_csv(
 
 
 def _all_numbers(body: list[list[str]], member: str) -> np.ndarray | None:
-    """The body as float32 when every cell is a number (NumPy parses text as ``float()``
-    does); ``None`` when a cell is empty or text, for :func:`_mixed_table` to sort out.
+    """The body as float32 when every cell is a number (NumPy parses text as ``float()`` does).
+
+    ``None`` when a cell is empty or text, for :func:`_mixed_table` to sort out.
     """
     if not body:
         return None
@@ -138,8 +140,9 @@ def _all_numbers(body: list[list[str]], member: str) -> np.ndarray | None:
 def _mixed_table(
     body: list[list[str]], columns: list[str], has_header: bool, member: str
 ) -> CsvTable:
-    """Cell by cell: empty cells are NaN, all-text columns are kept apart, a column mixing
-    numbers and text raises.
+    """Cell by cell: empty cells are NaN, all-text columns are kept apart.
+
+    A column mixing numbers and text raises.
     """
     numeric: list[int] = []
     text_cols: dict[str, list[str]] = {}
@@ -171,8 +174,9 @@ def _is_nan(v: float | None) -> bool:
 def decode_timeseries(
     data: bytes | bytearray | memoryview, *, member: str = "", key: str | None = None
 ) -> np.ndarray:
-    """A float32 array ``(steps, channels)`` from ``.npy`` / ``.npz`` (first or ``key`` array)
-    or from a numeric CSV; 1-D series become one channel.
+    """A float32 array ``(steps, channels)`` from ``.npy`` / ``.npz`` or a numeric CSV.
+
+    From ``.npz``, the first array or ``key``; 1-D series become one channel.
     """
     buf = bytes(data)
     if buf.startswith(b"\x93NUMPY") or buf.startswith(b"PK\x03\x04"):

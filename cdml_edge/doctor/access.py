@@ -35,8 +35,9 @@ class Account:
 
     @classmethod
     def lookup(cls, name: str, extra_groups: tuple[str, ...] = ()) -> Account:
-        """``name``'s uid and groups (plus ``extra_groups``, e.g. the unit's
-        ``SupplementaryGroups=``, where they exist).
+        """``name``'s uid and groups, plus those of ``extra_groups`` that exist.
+
+        ``extra_groups`` are e.g. the unit's ``SupplementaryGroups=``.
         """
         try:
             pw = pwd.getpwnam(name)

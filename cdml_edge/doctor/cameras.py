@@ -1,8 +1,10 @@
-"""Camera sources as the agent would open them (:func:`~cdml_edge.intake.camera.settings.
-resolve_target`): a device exists, is a device and can be opened by the account; a stream
-server answers on TCP (UDP and SRT are connectionless: a caveat, not probed); a video file
-or FIFO is there and readable; a GStreamer pipeline needs an OpenCV built with GStreamer.
-Lines show the URL without its password.
+"""Camera sources, checked as the agent would open them.
+
+Each URL is resolved by :func:`~cdml_edge.intake.camera.settings.resolve_target`, as the agent
+does. Then a device exists, is a device and can be opened by the account; a stream server
+answers on TCP (UDP and SRT are connectionless: a caveat, not probed); a video file or FIFO is
+there and readable; a GStreamer pipeline needs an OpenCV built with GStreamer. Lines show the
+URL without its password.
 """
 
 from __future__ import annotations

@@ -1,5 +1,6 @@
-"""The folders the agent fills (state, spool, retention, quarantine): writable, with room
-to grow; entries in the retention folder that are not the ring's are reported (a warning).
+"""The folders the agent fills (state, spool, retention, quarantine): writable, room to grow.
+
+Entries in the retention folder that are not the ring's are reported (a warning).
 """
 
 from __future__ import annotations
@@ -73,8 +74,9 @@ def _bounded_dirs(cfg: AppConfig) -> Iterator[tuple[str, Path, int]]:
 
 
 def check_state_dir(cfg: AppConfig, account: Account | None = None) -> list[Check]:
-    """The state folder is writable (the agent's lock lives there); the retention folder's
-    foreign entries, if any, as a warning.
+    """The state folder is writable (the agent's lock lives there).
+
+    The retention folder's foreign entries, if any, come as a warning.
     """
     out = []
     if cfg.state_dir is not None:

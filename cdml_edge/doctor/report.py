@@ -10,8 +10,10 @@ from cdml_edge.doctor.check import Check
 
 @dataclass(frozen=True)
 class DoctorReport:
-    """The checks of one doctor run; ``config_error``: the configuration did not load
-    (then ``checks`` is the one failed ``config`` check).
+    """The checks of one doctor run.
+
+    ``config_error``: the configuration did not load (then ``checks`` is the one failed
+    ``config`` check).
     """
 
     checks: list[Check]

@@ -14,6 +14,10 @@ from cdml_edge.doctor.folders import dir_problem
 def check_source(
     src: SourceConfig, timeout_s: float = DEFAULT_TIMEOUT_S, account: Account | None = None
 ) -> Check:
+    """One source's check: a folder readable (writable for ``on_done``), a camera reachable.
+
+    A check that raises is a failed check naming the exception.
+    """
     name = f"source {src.name}"
     if src.kind == "camera":
         return guard(name, lambda: check_camera(name, src, timeout_s, account))

@@ -14,8 +14,9 @@ UNIT_GROUPS = ("video",)
 
 
 def check_account(user: str | None, euid: int | None = None) -> tuple[list[Check], Account | None]:
-    """Whose folder access the checks judge: ``user``'s by permission bits, else this
-    process's (with a warning when that is root: every probe passes for root).
+    """Whose folder access the checks judge: ``user``'s by permission bits, else this process's.
+
+    This process's comes with a warning when that is root: every probe passes for root.
     """
     if user is not None:
         try:

@@ -135,8 +135,9 @@ def writable_roots(unit: Path) -> list[Path] | None:
 
 
 def unit_state_directory(unit: Path) -> str | None:
-    """The ``$STATE_DIRECTORY`` systemd gives the service (``/var/lib/<StateDirectory=>``,
-    its folders joined by ``:``), or None without ``StateDirectory=``.
+    """The ``$STATE_DIRECTORY`` systemd gives the service, or None without ``StateDirectory=``.
+
+    That is ``/var/lib/<StateDirectory=>``, its folders joined by ``:``.
     """
     words = [
         w.split(":", 1)[0] for v in unit_settings(unit).get("StateDirectory", []) for w in v.split()
@@ -163,7 +164,9 @@ def healthz_url(cfg: AppConfig) -> str | None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``dirs FILE``: the folders to create, one a line; ``dropin FILE``: the drop-in text;
+    """Print, for install.sh, what the unit needs of configuration FILE; 2 on bad usage, else 0.
+
+    ``dirs FILE``: the folders to create, one a line; ``dropin FILE``: the drop-in text;
     ``healthz FILE``: the agent's /healthz URL (nothing when the metrics port is off).
     """
     args = sys.argv[1:] if argv is None else argv

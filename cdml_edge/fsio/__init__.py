@@ -1,5 +1,7 @@
-"""File-system I/O the appliance trusts: durable writes (``atomic``), names as the file
-system takes them (``names``), and the state of a store whose disk fails (``faults``).
+"""File-system I/O the appliance trusts: durable writes, safe names, failing disks.
+
+Durable writes (``atomic``), names as the file system takes them (``names``), and the state
+of a store whose disk fails (``faults``).
 """
 
 from cdml_edge.fsio.atomic import (

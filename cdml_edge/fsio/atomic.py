@@ -82,8 +82,9 @@ def folder_mode(file_mode: int) -> int:
 
 
 def make_folder(folder: Path, mode: int) -> None:
-    """Make ``folder`` (and missing parents) with ``mode`` (not narrowed by the umask); an
-    existing one is left as it is.
+    """Make ``folder`` (and missing parents) with ``mode`` (not narrowed by the umask).
+
+    An existing one is left as it is.
     """
     if folder.is_dir():
         return

@@ -1,5 +1,6 @@
-"""The state of a store whose writes fail (a full disk, an I/O error): which operations
-fail, when to try again, one event per episode (:class:`DiskFaults`).
+"""The state of a store whose writes fail (a full disk, an I/O error): :class:`DiskFaults`.
+
+Which operations fail, when to try again, one event per episode.
 """
 
 from __future__ import annotations
@@ -85,8 +86,9 @@ class DiskFaults:
             self._next_try.clear()
 
     def failed(self, op: str, exc: OSError) -> str | None:
-        """``op`` failed with ``exc``: degraded until it succeeds again. Returns the event
-        kind when this failure began an episode.
+        """``op`` failed with ``exc``: degraded until it succeeds again.
+
+        Returns the event kind when this failure began an episode.
         """
         why = f"{exc.strerror or exc} [{errno.errorcode.get(exc.errno or 0, exc.errno)}]"
         with self._lock:
@@ -113,8 +115,9 @@ class DiskFaults:
         return kind
 
     def ok(self, op: str) -> str | None:
-        """``op`` succeeded; the episode ends once no operation fails. Returns the event
-        kind when this success ended an episode.
+        """``op`` succeeded; the episode ends once no operation fails.
+
+        Returns the event kind when this success ended an episode.
         """
         with self._lock:
             self._next_try.pop(op, None)

@@ -48,10 +48,12 @@ def fit_name(name: str, limit: int = NAME_MAX) -> str:
 
 
 def display_name(name: str) -> str:
-    """``name`` as valid UTF-8 text: each raw byte that is not UTF-8 (kept by ``os.fsdecode``
-    as a lone surrogate) shown as ``%XX``, everything else unchanged (a literal ``%`` too).
+    r"""``name`` as valid UTF-8 text: each raw byte that is not UTF-8 shown as ``%XX``.
 
-    ``%`` and not ``\\xNN``: a backslash would read as a path separator in archive member
+    Such a byte is kept by ``os.fsdecode`` as a lone surrogate. Everything else is unchanged
+    (a literal ``%`` too).
+
+    ``%`` and not ``\xNN``: a backslash would read as a path separator in archive member
     names.
     """
     if not any("\ud800" <= c <= "\udfff" for c in name):
@@ -69,8 +71,10 @@ _LOG_ESCAPES = {ord("\n"): "\\n", ord("\r"): "\\r", ord("\t"): "\\t"}
 
 
 def log_name(name: object) -> str:
-    """``name`` (a path or a name) safe for one log line: as :func:`display_name`, with
-    control characters, line separators and bidirectional overrides escaped.
+    """``name`` (a path or a name) safe for one log line.
+
+    As :func:`display_name`, with control characters, line separators and bidirectional
+    overrides escaped.
     """
     text = display_name(str(name))
     return "".join(_LOG_ESCAPES.get(ord(c)) or (_escape(c) if _unsafe(c) else c) for c in text)
@@ -99,8 +103,10 @@ def unique_name(
     exists: Callable[[Path], bool] | None = None,
     attempts: int = 100_000,
 ) -> Path:
-    """A path in ``folder`` for ``name`` that does not exist yet: ``name``, then
-    ``stem.1.ext``, ``stem.2.ext``, ...; names too long for the file system are shortened.
+    """A path in ``folder`` for ``name`` that does not exist yet.
+
+    ``name``, then ``stem.1.ext``, ``stem.2.ext``, ...; names too long for the file system
+    are shortened.
 
     Raises ``FileExistsError`` when no free name is found within ``attempts``.
     """

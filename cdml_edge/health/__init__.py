@@ -1,5 +1,7 @@
-"""Health of the agent: sd_notify, a progress-tied watchdog, Prometheus metrics and /healthz
-(``server``); the ``status`` / ``health`` messages are published by ``reporter.HealthReporter``.
+"""Health of the agent: sd_notify, a progress-tied watchdog, Prometheus metrics and /healthz.
+
+Metrics and /healthz are served by ``server``; the ``status`` / ``health`` messages are
+published by ``reporter.HealthReporter``.
 
 Wiring in the agent::
 

@@ -60,6 +60,7 @@ class CameraBoard:
         metrics.health_checks["cameras"] = self.check
 
     def attach(self, sources: Mapping[str, object]) -> None:
+        """Watch the camera sources among ``sources``; a camera kept keeps its rates."""
         with self._lock:
             self._cameras = {n: s for n, s in sources.items() if isinstance(s, CameraSource)}
             self._rates = {n: self._rates.get(n, _Rates()) for n in self._cameras}

@@ -222,8 +222,9 @@ class Metrics:
         request_timeout_s: float = REQUEST_TIMEOUT_S,
         max_concurrent: int = MAX_CONCURRENT_REQUESTS,
     ) -> MetricsServer:
-        """Serve ``/metrics`` and ``/healthz`` on ``host:port`` (port 0 = pick a free one),
-        and with a ``page`` the status page on ``/`` and ``/status``.
+        """Serve ``/metrics`` and ``/healthz`` on ``host:port`` (port 0 = pick a free one).
+
+        With a ``page``, the status page too, on ``/`` and ``/status``.
 
         ``host`` may be an IPv4 or IPv6 address or a name (``::`` listens on both families).
         With a watchdog, ``/healthz`` answers 503 while it reports a stall, and the watchdog's

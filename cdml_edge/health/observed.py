@@ -15,8 +15,10 @@ log = logging.getLogger(__name__)
 
 
 class ObservedOutput(TeeOutput):
-    """``output`` unchanged, each message also shown to ``board`` (a copy parsed from its
-    JSON; a message the board cannot read is skipped, never refused).
+    """``output`` unchanged, each message also shown to ``board``.
+
+    The board gets a copy parsed from its JSON; a message the board cannot read is skipped,
+    never refused.
     """
 
     def __init__(self, output: Output, board: ActivityBoard) -> None:
@@ -26,6 +28,7 @@ class ObservedOutput(TeeOutput):
     def publish_batch(
         self, messages: Sequence[OutMessage], on_durable: Callable[[], None] | None = None
     ) -> None:
+        """Publish ``messages`` on the output, then show each to the board."""
         self.outputs[0].publish_batch(messages, on_durable)
         for m in messages:
             try:

@@ -24,8 +24,10 @@ OUTPUT_KEYS = ("outbox_depth", "outbox_bytes", "spool_bytes", "spool_records")
 
 
 class HealthReporter:
-    """Publishes status and health for the agent's lifetime; :meth:`attach` after every
-    (re)build points it at the running configuration, output and sources.
+    """Publishes status and health for the agent's lifetime.
+
+    :meth:`attach` after every (re)build points it at the running configuration, output and
+    sources.
     """
 
     def __init__(
@@ -50,13 +52,15 @@ class HealthReporter:
         """Parts not fully working (the agent's view); in every health message."""
 
     def attach(self, cfg: AppConfig, output: Output, sources: Mapping[str, Source]) -> None:
+        """Report on this configuration, output and sources from now on."""
         self._cfg, self._output, self._sources = cfg, output, sources
         self._skipped_seen = {}
         self.cameras.attach(sources)
 
     def start(self, stopped: threading.Event, spawn: Spawn = plain_thread) -> None:
-        """Publish health every ``health.interval`` until ``stopped`` is set (once only), on
-        a thread from ``spawn`` (the agent's supervisor).
+        """Publish health every ``health.interval`` until ``stopped`` is set (once only).
+
+        The loop runs on a thread from ``spawn`` (the agent's supervisor).
         """
         if self._thread is None:
             self._thread = spawn("health", lambda: self._loop(stopped))
@@ -118,8 +122,9 @@ class HealthReporter:
         return payload
 
     def log_summary(self, final: bool = False) -> None:
-        """Log the summary line of the last health message: since the line before, or with
-        ``final`` the whole run's.
+        """Log the summary line of the last health message.
+
+        It counts since the line before, or with ``final`` the whole run.
         """
         if self.last is None or self._cfg is None:
             return

@@ -1,5 +1,6 @@
-"""The HTTP endpoint of the agent's health: ``/metrics`` (Prometheus) and ``/healthz``, and
-with a page (``health.status_page``) the status page on ``/`` and ``/status``.
+"""The HTTP endpoint of the agent's health: ``/metrics`` (Prometheus) and ``/healthz``.
+
+With a page (``health.status_page``), the status page too, on ``/`` and ``/status``.
 
 One asyncio event loop in one daemon thread serves every connection, so an idle or slow
 client costs a few hundred bytes, never a thread or a slot others wait for. Each connection
@@ -184,12 +185,14 @@ class MetricsServer:
 
     @property
     def url(self) -> str:
+        """``http://host:port`` to reach the server (loopback when it listens on any)."""
         host = {"": "127.0.0.1", "0.0.0.0": "127.0.0.1", "::": "::1"}.get(self.host, self.host)
         if ":" in host:
             host = f"[{host}]"
         return f"http://{host}:{self.port}"
 
     def close(self) -> None:
+        """Stop serving and wait for the server's thread; a second call does nothing."""
         if self._loop.is_closed():
             return
         with contextlib.suppress(RuntimeError):
@@ -225,10 +228,11 @@ def _response(code: int, data: bytes, ctype: str, extra: Mapping[str, str] | Non
 def healthz_body(
     metrics: Metrics, state: HealthState | None, degraded: Mapping[str, str] | None = None
 ) -> tuple[int, dict[str, Any]]:
-    """HTTP status and JSON body of ``/healthz``: 200 ok; 503 ``stalled`` (pending work makes
-    no progress), ``dead_threads`` (a supervised thread is dead), ``degraded`` (a part cannot do
-    its job fully, e.g. the spool on a full disk; ``degraded`` names each part and why) or a
-    failed check (e.g. ``camera_down``).
+    """HTTP status and JSON body of ``/healthz``.
+
+    200 ok; 503 ``stalled`` (pending work makes no progress), ``dead_threads`` (a supervised
+    thread is dead), ``degraded`` (a part cannot do its job fully, e.g. the spool on a full
+    disk; ``degraded`` names each part and why) or a failed check (e.g. ``camera_down``).
     """
     body: dict[str, Any] = {"status": "ok", "uptime_s": round(time.time() - metrics.started_at, 3)}
     if state is not None:

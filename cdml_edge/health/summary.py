@@ -19,7 +19,10 @@ class RunSummary:
         self._last: tuple[int, int, int, int, int] = (0, 0, 0, 0, 0)
 
     def interval(self, h: HealthPayload, anomalies: int, mqtt: bool = True) -> str:
-        """``summary: +N items (R/s), +W windows, +A anomalies, +E errors, +D dropped; ...``"""
+        """The line for one interval, counted since the last call.
+
+        ``summary: +N items (R/s), +W windows, +A anomalies, +E errors, +D dropped; ...``
+        """
         now = self.clock()
         counts = (h.items, h.windows, anomalies, h.errors, h.dropped)
         d = [a - b for a, b in zip(counts, self._last, strict=True)]
@@ -31,7 +34,10 @@ class RunSummary:
         )
 
     def final(self, h: HealthPayload, anomalies: int, mqtt: bool = True) -> str:
-        """``stopped after T s: N items (R/s), W windows, A anomalies, E errors, ...``"""
+        """The line at exit, for the whole run.
+
+        ``stopped after T s: N items (R/s), W windows, A anomalies, E errors, ...``
+        """
         took = self.clock() - self.started
         rate = h.items / max(1e-9, took)
         return (

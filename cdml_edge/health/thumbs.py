@@ -10,8 +10,9 @@ JPEG_QUALITY = 70
 
 
 def thumbnail(data: bytes, side: int = THUMB_SIDE) -> bytes | None:
-    """A JPEG of the image in ``data``, its longer side at most ``side`` pixels; ``None``
-    when ``data`` is not an image OpenCV can decode. Big images are decoded at 1/4 or 1/8
+    """A JPEG of the image in ``data``, its longer side at most ``side`` pixels.
+
+    ``None`` when ``data`` is not an image OpenCV can decode. Big images are decoded at 1/4 or 1/8
     of their size (libjpeg scales while decoding), so a thumbnail costs a fraction of a
     full decode.
     """

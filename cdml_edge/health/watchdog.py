@@ -39,6 +39,7 @@ class HealthState:
     """Supervised threads dead now (died, not running again yet)."""
 
     def as_dict(self) -> dict[str, Any]:
+        """The fields as a dict (JSON-ready)."""
         return asdict(self)
 
 
@@ -96,6 +97,7 @@ class ProgressWatchdog:
 
     @property
     def stall_after_s(self) -> float:
+        """Seconds pending work may wait without progress before it counts as a stall."""
         return self._stall_after_s
 
     def progress(self) -> None:
@@ -136,6 +138,7 @@ class ProgressWatchdog:
             )
 
     def healthy(self) -> bool:
+        """Not stalled and no supervised thread dead."""
         return self.state().ok
 
     def tick(self) -> bool:

@@ -80,6 +80,8 @@ class WatchLost(SourceError):
 
 @dataclass
 class SourceStats:
+    """A source's counters since it started (read by the metrics)."""
+
     taken: int = 0
     taken_bytes: int = 0
     skipped: int = 0  # camera frames refused by the budget

@@ -41,6 +41,7 @@ class ByteBudget:
         return nbytes * self.data_factor + self.item_extra.get(modality, 0)
 
     def try_acquire(self, n: int) -> bool:
+        """Take ``n`` bytes; ``False`` (counted in :attr:`refused`) when over the cap."""
         with self._lock:
             if self._used + n > self.max_bytes and self._used > 0:
                 self._refused += 1
@@ -50,17 +51,21 @@ class ByteBudget:
             return True
 
     def release(self, n: int) -> None:
+        """Give ``n`` bytes back (never below 0)."""
         with self._lock:
             self._used = max(0, self._used - n)
 
     @property
     def used(self) -> int:
+        """Bytes in flight now."""
         return self._used
 
     @property
     def peak(self) -> int:
+        """Most bytes ever in flight at once."""
         return self._peak
 
     @property
     def refused(self) -> int:
+        """How many :meth:`try_acquire` calls were refused."""
         return self._refused

@@ -21,9 +21,10 @@ def make_source(
     on_camera: TransitionSink | None = None,
     spawn: Spawn = plain_thread,
 ) -> Source:
-    """The source of ``sc``, feeding ``sink`` within ``budget``; ``on_error`` for bad inputs,
-    ``on_camera`` for a camera's state changes, ``spawn`` for a folder's long-lived thread
-    (see :mod:`cdml_edge.supervisor`).
+    """The source of ``sc``, feeding ``sink`` within ``budget``.
+
+    ``on_error`` for bad inputs, ``on_camera`` for a camera's state changes, ``spawn`` for a
+    folder's long-lived thread (see :mod:`cdml_edge.supervisor`).
     """
     if sc.kind == "camera":
         spec = CameraSpec(

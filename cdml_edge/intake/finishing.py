@@ -195,10 +195,11 @@ class FileLifecycle:
         return True
 
     def _claim(self, path: Path, identity: FileIdentity) -> Path | None:
-        """Rename the file at ``path`` aside (a dot name the sources ignore) and check that
-        it is still the scored one: a version put there after the check is not deleted or
-        moved but put back (under a unique name if yet another took the name), counted as
-        changed. Returns the aside path of the scored file, or ``None``.
+        """Rename the file at ``path`` aside and check that it is still the scored one.
+
+        The aside name is a dot name the sources ignore. A version put there after the check
+        is not deleted or moved but put back (under a unique name if yet another took the
+        name), counted as changed. Returns the aside path of the scored file, or ``None``.
         """
         aside = path.with_name(f".cdml-done-{os.getpid()}-{next(_CLAIMS)}")
         try:
@@ -229,7 +230,8 @@ class FileLifecycle:
     def quarantine(
         self, source: str, name: str, path: Path | None, data: bytes | None = None
     ) -> Path | None:
-        """Move a bad input (or write a frame's bytes) to ``quarantine/<source>/<name>``;
+        """Move a bad input (or write a frame's bytes) to ``quarantine/<source>/<name>``.
+
         ``None`` when there was nothing to move or the disk failed (then retried later).
         """
         try:
@@ -296,8 +298,9 @@ class FileLifecycle:
             self._timer.start()
 
     def retry_backlog(self) -> int:
-        """Try the backlog again, oldest first, until one fails; the number moved. Each file
-        moved is reported through ``on_late``; a file gone meanwhile is dropped.
+        """Try the backlog again, oldest first, until one fails; the number moved.
+
+        Each file moved is reported through ``on_late``; a file gone meanwhile is dropped.
         """
         with self._lock:
             self._timer = None

@@ -165,8 +165,10 @@ class FolderSource:
 
     # -- lifecycle -------------------------------------------------------------------------
     def start(self) -> None:
-        """Arm the watch and start the scanner; a watch that cannot be armed now is armed
-        again by the supervised scanner (which counts it dead meanwhile).
+        """Arm the watch and start the scanner.
+
+        A watch that cannot be armed now is armed again by the supervised scanner (which
+        counts it dead meanwhile).
         """
         try:
             self._arm()
@@ -186,8 +188,9 @@ class FolderSource:
         self._paused = paused
 
     def release(self, path: Path, keep: bool) -> None:
-        """The item from ``path`` is finished; with ``keep`` it is not taken again unchanged
-        (remembered within ``max_kept``).
+        """The item from ``path`` is finished.
+
+        With ``keep`` it is not taken again unchanged (remembered within ``max_kept``).
         """
         self.files.release(str(path), keep)
 
@@ -207,11 +210,14 @@ class FolderSource:
 
     @property
     def pending_count(self) -> int:
+        """Files noticed and not taken yet."""
         return len(self.files)
 
     def max_file_bytes(self) -> int:
-        """The largest file taken: what one window holds (``max_file_bytes``) and what the
-        whole budget can be charged for it (its charge is a multiple of its size).
+        """The largest file taken.
+
+        What one window holds (``max_file_bytes``) and what the whole budget can be charged
+        for it (its charge is a multiple of its size).
         """
         b = self._budget
         fits = (b.max_bytes - b.item_extra.get(self.spec.modality, 0)) // b.data_factor
@@ -292,8 +298,9 @@ class FolderSource:
         self._on_error(self.spec.name, self._name(path), exc, None)
 
     def _fault(self, path: str, exc: BaseException) -> None:
-        """An unexpected error while taking ``path``: reported once, quarantined by the
-        caller (``path`` given to the error sink); the source goes on.
+        """An unexpected error while taking ``path``: reported once; the source goes on.
+
+        The file is quarantined by the caller (``path`` given to the error sink).
         """
         log.error("%s: %s: %s", self.spec.name, log_name(path), exc, exc_info=exc)
         self.files.forget(path)
@@ -322,8 +329,10 @@ class FolderSource:
             return iter([e.path for e in it])
 
     def _initial_scan(self) -> None:
-        """Notice every candidate in the folder as not complete yet: files present at start
-        (or found by a rescan) are judged by an identity stable for ``stable_seconds``.
+        """Notice every candidate in the folder as not complete yet.
+
+        Files present at start (or found by a rescan) are judged by an identity stable for
+        ``stable_seconds``.
         """
         for path in sorted(self._entries()):
             if is_candidate(os.path.basename(path), self.spec.patterns):
@@ -448,9 +457,10 @@ class FolderSource:
 
 
 def _entry(lst: os.stat_result) -> FileIdentity:
-    """What a refused entry is remembered by: a regular file by its identity (a new version
-    is judged again), anything else by device, inode and type (a FIFO written to is the
-    same FIFO).
+    """What a refused entry is remembered by.
+
+    A regular file by its identity (a new version is judged again), anything else by device,
+    inode and type (a FIFO written to is the same FIFO).
     """
     if stat.S_ISREG(lst.st_mode):
         return FileIdentity.of(lst)
@@ -458,8 +468,9 @@ def _entry(lst: os.stat_result) -> FileIdentity:
 
 
 def _arrival(mtime: float, seen: float) -> float:
-    """When an item arrived: its mtime (the writer's close), or when the agent first saw it
-    if that mtime is older than the sighting by more than OLD_MTIME_S (a file renamed in, or
-    waiting at start). Result latency is measured from here.
+    """When an item arrived; result latency is measured from here.
+
+    Its mtime (the writer's close), or when the agent first saw it if that mtime is older
+    than the sighting by more than OLD_MTIME_S (a file renamed in, or waiting at start).
     """
     return seen if seen - mtime > OLD_MTIME_S else mtime

@@ -47,10 +47,12 @@ class Pending:
 
     @property
     def size(self) -> int:
+        """The file's size in bytes, as noticed."""
         return self.ident.size
 
     @property
     def mtime_ns(self) -> int:
+        """The file's mtime in ns, as noticed."""
         return self.ident.mtime_ns
 
 
@@ -81,21 +83,25 @@ class PendingFiles:
 
     @property
     def in_flight(self) -> int:
+        """Files taken and not finished yet."""
         with self._cond:
             return len(self._taken)
 
     @property
     def kept(self) -> int:
+        """Files finished and left in place, remembered so they are not taken again."""
         with self._cond:
             return len(self._kept)
 
     def get(self, path: str) -> Pending | None:
+        """The pending file at ``path``, or ``None``."""
         with self._cond:
             return self._pending.get(path)
 
     def notice(self, path: str, st: os.stat_result, closed: bool, writing: bool) -> None:
-        """An event (or a scan) saw ``path`` with ``st``; ``closed`` if it is complete now,
-        ``writing`` if it is being written to.
+        """An event (or a scan) saw ``path`` with ``st``.
+
+        ``closed`` if it is complete now, ``writing`` if it is being written to.
         """
         ident = FileIdentity.of(st)
         with self._cond:
@@ -137,8 +143,9 @@ class PendingFiles:
             self._refused.pop(path, None)
 
     def refuse(self, path: str, entry: FileIdentity) -> bool:
-        """Leave ``path`` (its ``lstat`` identity ``entry``) alone until it changes; ``True``
-        the first time, when it is to be reported.
+        """Leave ``path`` (its ``lstat`` identity ``entry``) alone until it changes.
+
+        ``True`` the first time, when it is to be reported.
         """
         with self._cond:
             self._pending.pop(path, None)
@@ -181,8 +188,10 @@ class PendingFiles:
             self._taken[path] = ident
 
     def release(self, path: str, keep: bool = False) -> None:
-        """``path`` was finished: deleted or moved (a new file of that name is new), or with
-        ``keep`` left in place (remembered, within ``max_kept``, so it is not taken again).
+        """``path`` was finished: deleted or moved, or with ``keep`` left in place.
+
+        Once deleted or moved, a new file of that name is new; one left in place is
+        remembered (within ``max_kept``) so it is not taken again.
         """
         with self._cond:
             ident = self._taken.pop(path, None)
@@ -214,12 +223,15 @@ class PendingFiles:
             self._cond.wait(timeout=timeout)
 
     def wake(self) -> None:
+        """Wake the thread in :meth:`wait`."""
         with self._cond:
             self._cond.notify_all()
 
     def ready(self) -> list[str]:
-        """The complete files, oldest mtime first (files not closed are re-stat'ed: stable
-        means the same identity for ``stable_seconds``).
+        """The complete files, oldest mtime first.
+
+        Files not closed are re-stat'ed: stable means the same identity for
+        ``stable_seconds``.
         """
         now = time.monotonic()
         ready: list[tuple[int, str]] = []

@@ -47,6 +47,7 @@ class LinkPolicy:
 
     @classmethod
     def of(cls, follow: bool, folder: Path, roots: tuple[Path, ...] = ()) -> LinkPolicy:
+        """The policy of a source: with ``follow``, links may lead into ``folder`` or ``roots``."""
         if not follow:
             return cls()
         return cls(True, tuple(os.path.realpath(r) for r in (folder, *roots)))
@@ -81,8 +82,9 @@ def admit(path: str, lst: os.stat_result, links: LinkPolicy) -> tuple[str, os.st
 
 
 def read_regular(path: str, at_most: int, links: LinkPolicy) -> tuple[bytes, os.stat_result]:
-    """Read at most ``at_most`` bytes of the regular file at ``path`` (the expected size + 1,
-    so growth shows) and the ``fstat`` of what was read.
+    """Read at most ``at_most`` bytes of the regular file at ``path``, with their ``fstat``.
+
+    ``at_most`` is the expected size + 1, so growth shows.
     """
     try:
         target, _ = admit(path, os.lstat(path), links)

@@ -77,8 +77,10 @@ class PipelineGate:
 
 @dataclass(frozen=True)
 class WindowPolicy:
-    """When a window closes: after ``seconds``, at ``max_items`` or at ``max_bytes``, and
-    (``close_when_idle``, with a :class:`PipelineGate`) as soon as the pipeline is idle.
+    """When a window closes: after ``seconds``, at ``max_items`` or at ``max_bytes``.
+
+    And, with ``close_when_idle`` and a :class:`PipelineGate`, as soon as the pipeline is
+    idle.
     """
 
     seconds: float = 1.0
@@ -88,6 +90,7 @@ class WindowPolicy:
 
     @property
     def instant(self) -> bool:
+        """Every item is a window of its own (``max_items`` is 1)."""
         return self.max_items == 1
 
 
@@ -123,6 +126,7 @@ class Windower:
         self.windows_closed = 0
 
     def start(self) -> None:
+        """Start the timer thread that closes windows on time."""
         self._thread.start()
 
     def add(self, item: Item) -> None:
@@ -164,6 +168,7 @@ class Windower:
             self._thread.join(timeout=2.0)
 
     def pending_items(self) -> int:
+        """Items in the open window (0 when none is open)."""
         with self._cond:
             return len(self._current.items) if self._current else 0
 

@@ -54,8 +54,9 @@ def watch_and_pack(
     stop: threading.Event | None = None,
     background: bool = False,
 ) -> LiveWatch:
-    """Watch ``input_folder``; pack the files that arrive into one archive per batch and
-    call ``on_batch_ready(batch)`` with each (:class:`PackedBatch`: the archive in memory,
+    """Watch ``input_folder``; pack the files that arrive into one archive per batch.
+
+    ``on_batch_ready(batch)`` is called with each (:class:`PackedBatch`: the archive in memory,
     path-like to the file written in ``output_folder`` when one is given).
 
     A batch closes ``interval_seconds`` after its first file, at ``max_files`` or at
@@ -101,8 +102,10 @@ def watch_in_memory(
     stop: threading.Event | None = None,
     background: bool = False,
 ) -> LiveWatch:
-    """Call ``callback(filepath, data_type)`` for each complete file as it arrives
-    (``callback(filepath, data_type, data)`` with ``with_data``: the bytes already read).
+    """Call ``callback(filepath, data_type)`` for each complete file as it arrives.
+
+    With ``with_data`` the call is ``callback(filepath, data_type, data)``: the bytes already
+    read.
 
     ``data_type`` is cdmltrain 1.x's name (:func:`~cdml_edge.live.settings.data_type`). The file
     stays on disk (and is not taken again unless it changes); with ``auto_delete`` it is

@@ -1,5 +1,6 @@
-"""A closed window packed for a ``watch_and_pack`` callback: archive bytes, and the file
-when an output folder is given.
+"""A closed window packed for a ``watch_and_pack`` callback.
+
+Archive bytes, and the file when an output folder is given.
 """
 
 from __future__ import annotations
@@ -19,8 +20,10 @@ from cdml_edge.window.pack import pack_window
 
 @dataclass(frozen=True)
 class PackedBatch(os.PathLike):
-    """One packed window: ``archive`` (ZIP or tar.zst bytes with ``manifest.json``), its
-    ``name``, ``manifest``, the input ``files`` it holds and, when written, its ``path``.
+    """One packed window: the archive, what it holds and, when written, where.
+
+    ``archive`` (ZIP or tar.zst bytes with ``manifest.json``), its ``name``, ``manifest``,
+    the input ``files`` it holds and, when written, its ``path``.
 
     It is path-like when written (``open(batch)``, ``LiveBatchLoader(batch)``); the loader
     reads ``archive`` from memory either way.

@@ -16,8 +16,9 @@ CDMLTRAIN_DATA_TYPES = {"binary": "unknown"}
 
 
 def data_type(name: str) -> str:
-    """cdmltrain 1.x's ``data_type`` of a file name: ``image`` | ``audio`` | ``csv`` | ``json`` |
-    ``text`` | ``timeseries`` | ``unknown``.
+    """cdmltrain 1.x's ``data_type`` of a file name.
+
+    One of ``image`` | ``audio`` | ``csv`` | ``json`` | ``text`` | ``timeseries`` | ``unknown``.
     """
     modality = modality_for(name)
     return CDMLTRAIN_DATA_TYPES.get(modality, modality)
@@ -48,4 +49,5 @@ class WatchSettings:
 
     @property
     def quarantine(self) -> Path:
+        """The quarantine folder: ``quarantine_dir``, or ``.quarantine`` inside the folder."""
         return self.quarantine_dir or self.folder / ".quarantine"

@@ -55,6 +55,7 @@ class WatchStats:
     errors: list[str] = field(default_factory=list)  # the last few error messages
 
     def note(self, message: str, keep: int = 20) -> None:
+        """Add ``message`` to ``errors``, keeping the last ``keep``."""
         self.errors = [*self.errors[-(keep - 1) :], message]
 
 
@@ -112,10 +113,12 @@ class LiveWatch:
 
     @property
     def running(self) -> bool:
+        """Whether the worker is alive and the watch not stopped."""
         return self._worker.is_alive() and not self._stopped.is_set()
 
     def wait(self, duration: float | None = None, stop: threading.Event | None = None) -> None:
-        """Block until ``duration`` seconds passed, ``stop`` is set or :meth:`stop` was called;
+        """Block until ``duration`` seconds passed, ``stop`` is set or :meth:`stop` was called.
+
         Ctrl-C (KeyboardInterrupt) ends the wait too.
         """
         end = None if duration is None else time.monotonic() + duration

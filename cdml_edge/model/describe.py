@@ -1,5 +1,6 @@
-"""A model without our metadata, described by the configuration: its spec and output head,
-with defaults from the graph, checked against the graph.
+"""A model without our metadata, described by the configuration: its spec and output head.
+
+Defaults come from the graph, and the description is checked against the graph.
 
 :func:`describe_model` returns the :class:`~cdml_edge.model.spec.ModelSpec` (input name,
 layout, size, dtype, normalisation; labels; threshold) and the
@@ -56,6 +57,7 @@ class Description:
 
     @classmethod
     def from_config(cls, mc: ModelConfig, name: str | None = None) -> Description:
+        """The description in a model's configuration section."""
         return cls(
             name,
             mc.modality,
@@ -97,8 +99,9 @@ def describe_model(session: Any, path: Path, desc: Description) -> tuple[ModelSp
 
 
 def _implied_output(desc: Description, labels: list[str] | None, path: Path) -> ModelOutputConfig:
-    """A model without metadata or ``output``: a classifier when labels are given, an
-    anomaly scorer when a threshold is.
+    """A model without metadata or ``output``.
+
+    A classifier when labels are given, an anomaly scorer when a threshold is.
     """
     if labels:
         return ModelOutputConfig.model_validate({"kind": "classifier"})

@@ -1,5 +1,7 @@
-"""Detector outputs -> detections: YOLOv5/v8 single tensors (with NMS here, in numpy) and the
-boxes / scores / classes outputs of SSD-style exports.
+"""Detector outputs -> detections, for YOLOv5/v8 and SSD-style exports.
+
+YOLOv5/v8 single tensors (with NMS here, in numpy) and the boxes / scores / classes outputs
+of SSD-style exports.
 
 Boxes come out in the model input's pixels as ``x1, y1, x2, y2``; the runner maps them to the
 source image with the item's :class:`~cdml_edge.model.prepare.Geometry`.
@@ -23,8 +25,9 @@ class Detection:
 
 @dataclass(frozen=True)
 class RawDetections:
-    """One item's detections before labels and source coordinates: ``(K, 4)`` boxes in input
-    pixels, ``(K,)`` scores and class indices.
+    """One item's detections before labels and source coordinates.
+
+    ``(K, 4)`` boxes in input pixels, ``(K,)`` scores and class indices.
     """
 
     boxes: np.ndarray
@@ -33,8 +36,9 @@ class RawDetections:
 
 
 def yolo_rows(out: np.ndarray, n_classes: int) -> np.ndarray:
-    """One item's YOLO output as ``(boxes, 4 [+1] + classes)`` rows (YOLOv8 exports it
-    transposed, ``(4 + classes, boxes)``).
+    """One item's YOLO output as ``(boxes, 4 [+1] + classes)`` rows.
+
+    YOLOv8 exports it transposed, ``(4 + classes, boxes)``.
     """
     a = np.asarray(out, dtype=np.float32)
     if a.ndim == 3 and a.shape[0] == 1:
@@ -87,9 +91,10 @@ def decode_boxes(
     yxyx: bool = False,
     scale: tuple[float, float] = (1.0, 1.0),
 ) -> RawDetections:
-    """One item's SSD-style outputs (already suppressed by the model) -> detections above the
-    score threshold; ``yxyx`` corner order and ``scale`` (input width, height for
-    normalised boxes) as the export has them.
+    """One item's SSD-style outputs -> detections above the score threshold.
+
+    The outputs are already suppressed by the model; ``yxyx`` corner order and ``scale``
+    (input width, height for normalised boxes) as the export has them.
     """
     b = np.asarray(boxes, dtype=np.float64).reshape(-1, 4)
     if yxyx:
@@ -111,9 +116,10 @@ def nms(
     iou: float,
     max_keep: int | None = None,
 ) -> np.ndarray:
-    """Indices kept by greedy class-wise non-maximum suppression, best score first: a box is
-    dropped when it overlaps a better box of its class by more than ``iou``; it stops once
-    ``max_keep`` boxes are kept.
+    """Indices kept by greedy class-wise non-maximum suppression, best score first.
+
+    A box is dropped when it overlaps a better box of its class by more than ``iou``; it
+    stops once ``max_keep`` boxes are kept.
     """
     if len(boxes) == 0:
         return np.zeros(0, dtype=np.int64)

@@ -41,10 +41,15 @@ class Head:
     def interpret(
         self, out: Mapping[str, np.ndarray], n: int, geometry: Geometries
     ) -> list[Prediction]:
+        """One prediction per item from the outputs ``out`` of a batch of ``n`` items.
+
+        ``geometry``: per item, where the input's pixels came from (detectors use it).
+        """
         raise NotImplementedError
 
 
 def softmax(x: np.ndarray) -> np.ndarray:
+    """Softmax of each row of ``x`` (``(N, classes)``)."""
     z = x - x.max(axis=1, keepdims=True)
     p = np.exp(z)
     return np.asarray(p / p.sum(axis=1, keepdims=True))
@@ -66,6 +71,10 @@ class SpecHead(Head):
     def interpret(
         self, out: Mapping[str, np.ndarray], n: int, geometry: Geometries
     ) -> list[Prediction]:
+        """Softmax of ``logits`` as label and score; ``anomaly`` against the threshold.
+
+        Without ``logits``, the anomaly score is the score and ``anomaly`` / ``normal`` the label.
+        """
         labels: list[str | None] = [None] * n
         scores: list[float | None] = [None] * n
         if "logits" in out:
@@ -101,11 +110,16 @@ class ClassifierHead(Head):
 
     @property
     def outputs(self) -> list[str]:  # type: ignore[override]
+        """The one output read."""
         return [self.output]
 
     def interpret(
         self, out: Mapping[str, np.ndarray], n: int, geometry: Geometries
     ) -> list[Prediction]:
+        """The best label and its probability per item, and the top k with ``top_k > 1``.
+
+        Softmax first, unless the output holds probabilities (``probabilities``, or detected).
+        """
         x = np.asarray(out[self.output], dtype=np.float64).reshape(n, -1)
         p = x if self._is_probabilities(x) else softmax(x)
         k = min(self.top_k, p.shape[1])
@@ -126,8 +140,9 @@ class ClassifierHead(Head):
 
 @dataclass
 class AnomalyScoreHead(Head):
-    """One score per item (the first value of its row) against the threshold: above it is an
-    anomaly (below it, with ``below``: scikit-learn's outlier scores).
+    """One score per item (the first value of its row) against the threshold.
+
+    Above it is an anomaly (below it, with ``below``: scikit-learn's outlier scores).
     """
 
     output: str
@@ -137,6 +152,7 @@ class AnomalyScoreHead(Head):
 
     @property
     def outputs(self) -> list[str]:  # type: ignore[override]
+        """The one output read."""
         return [self.output]
 
     def scores(self, out: Mapping[str, np.ndarray], n: int) -> np.ndarray:
@@ -146,6 +162,7 @@ class AnomalyScoreHead(Head):
     def interpret(
         self, out: Mapping[str, np.ndarray], n: int, geometry: Geometries
     ) -> list[Prediction]:
+        """``anomaly`` or ``normal`` per item, with its score (scores only without a threshold)."""
         a = self.scores(out, n)
         preds = []
         for v in a:
@@ -159,9 +176,10 @@ class AnomalyScoreHead(Head):
 
 @dataclass
 class EmbeddingHead(Head):
-    """A vector per item, scored against one prototype per label (the mean vector of its
-    examples): the nearest label, the distance to it, and an anomaly when the distance is
-    beyond that label's threshold.
+    """A vector per item, scored against one prototype per label.
+
+    A prototype is the mean vector of the label's examples. The verdict: the nearest label,
+    the distance to it, and an anomaly when the distance is beyond that label's threshold.
     """
 
     output: str
@@ -174,9 +192,11 @@ class EmbeddingHead(Head):
 
     @property
     def outputs(self) -> list[str]:  # type: ignore[override]
+        """The one output read."""
         return [self.output]
 
     def vectors(self, out: Mapping[str, np.ndarray], n: int) -> np.ndarray:
+        """The vector of each item, ``(n, dim)``."""
         return np.asarray(out[self.output], dtype=np.float64).reshape(n, -1)
 
     def fit(self, vectors: Mapping[str, np.ndarray], percentile: float) -> None:
@@ -193,6 +213,10 @@ class EmbeddingHead(Head):
     def interpret(
         self, out: Mapping[str, np.ndarray], n: int, geometry: Geometries
     ) -> list[Prediction]:
+        """The nearest prototype's label and the distance to it; beyond its threshold: anomaly.
+
+        Raises ``ValueError`` when there are no prototypes yet.
+        """
         if self.prototypes is None or self.thresholds is None:
             raise ValueError("embedding model without prototypes (its examples were not read)")
         d = _distances(self.vectors(out, n), self.prototypes)
@@ -230,6 +254,7 @@ class DetectorHead(Head):
 
     @property
     def outputs(self) -> list[str]:  # type: ignore[override]
+        """The YOLO output, or the three SSD outputs (boxes, scores, classes)."""
         return [self.output] if self.format == "yolo" else list(self.ssd)
 
     def raw(self, out: Mapping[str, np.ndarray], i: int) -> RawDetections:
@@ -258,6 +283,7 @@ class DetectorHead(Head):
     def interpret(
         self, out: Mapping[str, np.ndarray], n: int, geometry: Geometries
     ) -> list[Prediction]:
+        """Detections per item in source pixels; the first one gives the label and score."""
         preds = []
         for i in range(n):
             raw = self.raw(out, i)

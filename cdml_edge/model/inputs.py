@@ -26,8 +26,10 @@ class _Strict(BaseModel):
 
 
 class ImageInput(_Strict):
-    """Images: resized to ``size`` × ``height`` (``resize``), multiplied by ``scale`` (unset:
-    divided by 255), then ``(x - mean) / std`` per channel; ``uint8`` inputs get raw pixels.
+    """Images: resized, scaled, then normalised per channel.
+
+    Resized to ``size`` × ``height`` (``resize``), multiplied by ``scale`` (unset: divided by
+    255), then ``(x - mean) / std`` per channel; ``uint8`` inputs get raw pixels.
     """
 
     kind: Literal["image"] = "image"
@@ -49,6 +51,7 @@ class ImageInput(_Strict):
 
     @property
     def width(self) -> int:
+        """Width of the input in pixels (``size``)."""
         return self.size
 
     @property
@@ -82,6 +85,7 @@ class AudioInput(_Strict):
         return self
 
     def shape(self) -> list[int]:
+        """Input shape without the batch dimension: ``[n_mfcc, frames]``."""
         return [self.n_mfcc, self.frames]
 
     def decode_kwargs(self) -> dict[str, int]:
@@ -119,6 +123,7 @@ class SeriesInput(_Strict):
         return self
 
     def shape(self) -> list[int]:
+        """Input shape without the batch dimension (one vector with ``flat``)."""
         return [self.channels * self.window] if self.flat else [self.channels, self.window]
 
 

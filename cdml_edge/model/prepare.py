@@ -24,8 +24,9 @@ LETTERBOX_FILL = 114  # grey of the letterbox bars, in 0-255 pixel values (as Ul
 
 @dataclass(frozen=True)
 class Geometry:
-    """Input pixel ``(x, y)`` = source pixel ``(x * sx + px, y * sy + py)`` of a source
-    image of ``width`` × ``height`` pixels.
+    """Input pixel ``(x, y)`` = source pixel ``(x * sx + px, y * sy + py)``.
+
+    The source image has ``width`` × ``height`` pixels.
     """
 
     sx: float
@@ -59,8 +60,9 @@ def image_geometry(inp: ImageInput, height: int, width: int) -> Geometry:
 
 
 def prepare_batch(spec: ModelSpec, decoded: Iterable[np.ndarray]) -> np.ndarray:
-    """Decoded arrays -> model input ``(N, *spec.input.shape())`` (float32, or the input's
-    ``uint8``).
+    """Decoded arrays -> model input ``(N, *spec.input.shape())``.
+
+    float32, or ``uint8`` for an input of that type.
 
     Images: uint8 H×W×3 RGB (or H×W grey, or float in [0, 1]); audio: MFCC arrays
     ``(n_mfcc, T)``; series: float arrays ``(T, channels)``.

@@ -41,9 +41,10 @@ class InferenceError(CdmlError, RuntimeError):
 
 @dataclass(frozen=True)
 class ModelOverrides:
-    """What the config adds to a model file: overrides of its metadata (all optional), the
-    description of a model without metadata, and how onnxruntime runs it
-    (:class:`~cdml_edge.model.session.InferenceSettings`).
+    """What the config adds to a model file.
+
+    Overrides of its metadata (all optional), the description of a model without metadata,
+    and how onnxruntime runs it (:class:`~cdml_edge.model.session.InferenceSettings`).
     """
 
     labels: Sequence[str] | None = None
@@ -94,6 +95,10 @@ class ModelRunner:
 
     @classmethod
     def load(cls, path: str | Path, overrides: ModelOverrides | None = None) -> ModelRunner:
+        """Open the model at ``path`` and check its spec and head against the graph.
+
+        Raises :class:`InferenceError` naming the path when it cannot be used.
+        """
         ov = overrides or ModelOverrides()
         desc = ov.describe()
         p = Path(path)
@@ -114,16 +119,19 @@ class ModelRunner:
 
     @property
     def name(self) -> str:
+        """The model's name, from its spec."""
         return self.spec.name
 
     @property
     def version(self) -> str:
+        """The model's version, from its spec."""
         return self.spec.version
 
     @property
     def kind(self) -> str:
-        """What the outputs are: ``spec`` (our metadata), ``classifier``, ``anomaly``,
-        ``embedding`` or ``detector``.
+        """What the outputs are.
+
+        ``spec`` (our metadata), ``classifier``, ``anomaly``, ``embedding`` or ``detector``.
         """
         return self.head.kind
 
@@ -166,8 +174,10 @@ class ModelRunner:
             raise InferenceError(f"model {self.name} ({self.path}): {exc}") from exc
 
     def run(self, batch: np.ndarray, geometry: Geometries = ()) -> list[Prediction]:
-        """Run a prepared batch ``(N, *input_shape)``; one prediction per row. ``geometry``:
-        per row, where the input's pixels came from (detectors map boxes back with it).
+        """Run a prepared batch ``(N, *input_shape)``; one prediction per row.
+
+        ``geometry``: per row, where the input's pixels came from (detectors map boxes back
+        with it).
         """
         out = self.raw(batch)
         try:
@@ -195,8 +205,9 @@ def load_runners(
     warm_up: bool = True,
     batch: Mapping[str, int] | None = None,
 ) -> dict[str, ModelRunner]:
-    """Load (and warm up) one runner per model: ``{name: (path, overrides)}`` (the name is a
-    modality for a model keyed by its modality).
+    """Load (and warm up) one runner per model: ``{name: (path, overrides)}``.
+
+    The name is a modality for a model keyed by its modality.
 
     ``batch`` gives the warm-up batch per name (the largest window expected).
     """

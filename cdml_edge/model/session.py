@@ -68,8 +68,9 @@ class InferenceSettings:
         return opts
 
     def describe(self, active: Sequence[str] | None = None) -> str:
-        """One line for the start-up log: providers (the ``active`` ones when given), then
-        :meth:`summary`.
+        """One line for the start-up log.
+
+        Providers (the ``active`` ones when given), then :meth:`summary`.
         """
         prov = ", ".join(active if active is not None else resolve_providers(self.providers))
         return f"{prov}; {self.summary()}"
@@ -84,8 +85,10 @@ class InferenceSettings:
 
 
 def resolve_providers(requested: Sequence[str] | None) -> list[str]:
-    """The providers to ask onnxruntime for: ``requested`` as given, or (``None``) CUDA then
-    the CPU when this onnxruntime build has CUDA, the CPU alone otherwise.
+    """The providers to ask onnxruntime for.
+
+    ``requested`` as given, or (``None``) CUDA then the CPU when this onnxruntime build has
+    CUDA, the CPU alone otherwise.
     """
     if requested is not None:
         return list(requested)

@@ -137,6 +137,7 @@ class ModelSpec(_StrictSpec):
             raise ModelSpecError(f"{source}: invalid {META_KEY!r}: {exc}") from exc
 
     def input_shape(self, batch: int | str = "N") -> list[int | str]:
+        """The input's shape with ``batch`` as its first dimension."""
         return [batch, *self.input.shape()]
 
     def is_anomalous(self, score: np.ndarray | float) -> np.ndarray:
@@ -176,8 +177,9 @@ def load_onnx_model(
 def open_session(
     path: str | Path, settings: InferenceSettings | None = None
 ) -> onnxruntime.InferenceSession:
-    """An onnxruntime session of the ``.onnx`` file (:class:`ModelSpecError` naming it when
-    it is missing or onnxruntime refuses it).
+    """An onnxruntime session of the ``.onnx`` file.
+
+    :class:`ModelSpecError` naming the file when it is missing or onnxruntime refuses it.
     """
     import onnxruntime as ort
 
@@ -204,8 +206,9 @@ def run_model(
     batch: np.ndarray,
     outputs: Sequence[str] | None = None,
 ) -> dict[str, np.ndarray]:
-    """Run a prepared batch; returns output name -> array for ``outputs`` (default: all of
-    ``spec.outputs``).
+    """Run a prepared batch; returns output name -> array for ``outputs``.
+
+    ``outputs`` defaults to all of ``spec.outputs``.
     """
     names = list(spec.outputs if outputs is None else outputs)
     feed = batch.astype(np.dtype(spec.input.dtype), copy=False)

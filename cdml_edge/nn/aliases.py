@@ -1,4 +1,5 @@
 """Argument names of the cdmltrain 1.1.4 API accepted beside ours (see docs/cdmltrain.md).
+
 A cdmltrain name is an alias: the model's ``config`` keeps our name only, so a
 checkpoint rebuilds the same model whichever spelling built it.
 """

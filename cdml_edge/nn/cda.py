@@ -84,8 +84,10 @@ class AnomalyScorer:
     def fit(
         cls, normal: torch.Tensor, quantile: float = 0.99, calibration: torch.Tensor | None = None
     ) -> AnomalyScorer:
-        """Fit on normal codes; the threshold comes from ``calibration`` codes when given
-        (held-out normal data), else from ``normal`` itself.
+        """Fit on normal codes.
+
+        The threshold comes from ``calibration`` codes when given (held-out normal data), else
+        from ``normal`` itself.
         """
         if normal.shape[0] < 2:
             raise ValueError("AnomalyScorer.fit needs at least two normal codes")
@@ -97,13 +99,16 @@ class AnomalyScorer:
         return scorer
 
     def score(self, latents: torch.Tensor) -> torch.Tensor:
+        """The score of each code (see the class), ``(N,)``."""
         d = (latents - self.prototype) / self.scale
         return d.pow(2).mean(dim=1).sqrt()
 
     def is_anomalous(self, latents: torch.Tensor) -> torch.Tensor:
+        """``score > threshold`` per code."""
         return self.score(latents) > self.threshold
 
     def state(self) -> dict[str, Any]:
+        """Prototype, scale and threshold as plain lists and floats (JSON-ready)."""
         return {
             "prototype": self.prototype.tolist(),
             "scale": self.scale.tolist(),
@@ -112,6 +117,7 @@ class AnomalyScorer:
 
     @classmethod
     def from_state(cls, state: dict[str, Any]) -> AnomalyScorer:
+        """Inverse of :meth:`state`."""
         return cls(
             torch.tensor(state["prototype"], dtype=torch.float32),
             torch.tensor(state["scale"], dtype=torch.float32),
@@ -131,6 +137,7 @@ class AnomalyHead(nn.Module):
         self.register_buffer("inv_scale", 1.0 / scorer.scale.detach().clone().float())
 
     def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(anomaly score, latent)`` of a batch ``x``."""
         z = self.model.compress(x)
         d = (z - self.prototype) * self.inv_scale
         return d.pow(2).mean(dim=1).sqrt(), z

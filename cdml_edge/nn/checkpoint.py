@@ -24,8 +24,10 @@ class CheckpointError(CdmlError, RuntimeError):
 
 
 def stem_for(epoch: int, spec: ModelSpec | None) -> str:
-    """A checkpoint's name says what it holds: ``epoch-0006`` (a classifier, or a model
-    without a spec) or ``epoch-0006-anomaly`` (an anomaly model, scorer included).
+    """A checkpoint's name, which says what it holds.
+
+    ``epoch-0006`` (a classifier, or a model without a spec) or ``epoch-0006-anomaly`` (an
+    anomaly model, scorer included).
     """
     task = spec.task if spec is not None else "classifier"
     return f"epoch-{epoch:04d}" + ("" if task == "classifier" else f"-{task}")
@@ -59,8 +61,9 @@ def write_new(directory: Path, stem: str, payload: dict[str, Any]) -> Path:
 
 
 def _claim_by_link(tmp: Path) -> Callable[[Path], bool]:
-    """An ``exists`` test for :func:`unique_name` that claims a free name by linking ``tmp``
-    to it: True (taken) when the name exists, False once ``tmp`` is linked there.
+    """An ``exists`` test for :func:`unique_name` that claims a free name by linking ``tmp``.
+
+    True (taken) when the name exists, False once ``tmp`` is linked there.
     """
 
     def taken(path: Path) -> bool:

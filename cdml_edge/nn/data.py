@@ -21,6 +21,7 @@ class SpecTransform:
         self.spec = spec
 
     def __call__(self, decoded: Any) -> torch.Tensor:
+        """The model input for one decoded array (or tensor)."""
         arr = decoded.numpy() if isinstance(decoded, torch.Tensor) else np.asarray(decoded)
         return torch.from_numpy(prepare_item(self.spec, arr))
 

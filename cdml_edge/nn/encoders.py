@@ -97,12 +97,14 @@ class TimeSeriesEncoder(_Conv1dEncoder):
         self._build(chans, latent_dim, num_classes, wide)
 
     def frontend(self, x: torch.Tensor) -> torch.Tensor:
+        """``x`` as ``(N, channels, window)`` (transposed from channels-last)."""
         return x.transpose(1, 2) if self.channels_last else x
 
 
 class AudioEncoder(_Conv1dEncoder):
-    """Audio -> code: MFCC frames ``(N, n_mfcc, frames)`` or raw waveforms ``(N, samples)``
-    / ``(N, 1, samples)``.
+    """Audio -> code: MFCC frames ``(N, n_mfcc, frames)`` or raw waveforms.
+
+    Waveforms come as ``(N, samples)`` or ``(N, 1, samples)``.
 
     ``input="waveform"`` adds a learned strided filterbank in front of the conv stack. When
     ``input`` is not given, a model built with ``n_mfcc`` or ``frames`` takes MFCCs and one
@@ -154,6 +156,7 @@ class AudioEncoder(_Conv1dEncoder):
         self._build(n_mfcc, latent_dim, num_classes, width)
 
     def frontend(self, x: torch.Tensor) -> torch.Tensor:
+        """MFCCs as they are; waveforms through the learned filterbank."""
         if self.filterbank is None:
             return x
         if x.dim() == 2:
@@ -203,4 +206,5 @@ class TabularEncoder(LatentModel):
         self.head = _head(latent_dim, num_classes)
 
     def compress(self, x: torch.Tensor) -> torch.Tensor:
+        """The code of feature rows ``x``, ``(N, latent_dim)``."""
         return self.body(x)

@@ -43,6 +43,10 @@ class CDMLLoss(nn.Module):
     def forward(
         self, out: dict[str, torch.Tensor], x: torch.Tensor, y: torch.Tensor | None = None
     ) -> tuple[torch.Tensor, dict[str, float]]:
+        """The weighted total and each term by name, for model outputs ``out`` of ``x``.
+
+        ``ValueError`` when no term applies (no ``recon``, no ``logits`` with labels ``y``).
+        """
         terms: dict[str, torch.Tensor] = {}
         if self.recon_weight and "recon" in out:
             terms["recon"] = self.recon_weight * F.mse_loss(out["recon"], x)

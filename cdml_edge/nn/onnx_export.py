@@ -34,6 +34,8 @@ class OnnxExportError(CdmlError, RuntimeError):
 
 @dataclass(frozen=True)
 class ExportReport:
+    """An exported model: its file, opset, torch/onnxruntime parity, size and outputs."""
+
     path: Path
     opset: int
     max_abs_diff: float

@@ -1,6 +1,7 @@
-"""Pictures of a training run, written beside its ``metrics.jsonl``: ``training.png`` (loss
-and accuracy per epoch, training and validation) and ``confusion.png`` (validation labels
-against predictions; the counts also in ``confusion.json``).
+"""Pictures of a training run, written beside its ``metrics.jsonl``.
+
+``training.png`` (loss and accuracy per epoch, training and validation) and ``confusion.png``
+(validation labels against predictions; the counts also in ``confusion.json``).
 """
 
 from __future__ import annotations
@@ -48,9 +49,7 @@ def write_training_plots(
     classes: Sequence[str],
     confusion: np.ndarray | None,
 ) -> list[Path]:
-    """The run's pictures (see the module); the paths written. Nothing without matplotlib
-    (a warning says how to get it).
-    """
+    """Write the run's pictures (see the module); their paths, none without matplotlib (warned)."""
     if not charts.available():
         log.warning("training plots skipped: pip install 'cdml-edge[plots]'")
         return []

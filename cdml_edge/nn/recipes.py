@@ -39,6 +39,8 @@ from cdml_edge.nn.train import CDMLTrainer, StepCallback
 
 @dataclass
 class TrainResult:
+    """What :func:`train_from_archive` made: trainer, spec, last checkpoint, history, plots."""
+
     trainer: CDMLTrainer
     spec: ModelSpec
     checkpoint: Path
@@ -253,8 +255,10 @@ def _datasets(
 
 
 def _validation_set(val_data: Any, spec: ModelSpec) -> Dataset[Any]:
-    """``val_data`` labelled with the training classes (``spec.labels``), so a class id
-    means the same class in both sets; a class the training data lacks is an error.
+    """``val_data`` labelled with the training classes (``spec.labels``).
+
+    A class id then means the same class in both sets; a class the training data lacks is an
+    error.
     """
     try:
         return spec_dataset(val_data, spec, classes=spec.labels)

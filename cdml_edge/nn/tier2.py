@@ -91,6 +91,7 @@ class CDMLTrainTier2(LatentModel):
         )
 
     def compress(self, x: torch.Tensor) -> torch.Tensor:
+        """The code of images ``x`` (flat vectors are reshaped to images first)."""
         if x.dim() == 2:  # cdmltrain 1.x's flat vectors
             x = x.view(x.shape[0], *self._image)
         return self.encoder(x)
@@ -101,5 +102,6 @@ class CDMLTrainTier2(LatentModel):
         return self.classifier(self.compress(x)).argmax(dim=1)
 
     def decompress(self, z: torch.Tensor) -> torch.Tensor:
+        """Images reconstructed from codes ``z``."""
         h = self.expand(z).view(z.shape[0], *self._feat)
         return self.decoder(h)

@@ -112,6 +112,7 @@ class CDMLTrainer:
 
     @property
     def is_main(self) -> bool:
+        """Whether this is rank 0 (the process that logs and writes checkpoints)."""
         return self.rank == 0
 
     # -- training -----------------------------------------------------------------------------
@@ -231,6 +232,10 @@ class CDMLTrainer:
             f.write(line + "\n")
 
     def checkpoint_payload(self) -> dict[str, Any]:
+        """What a checkpoint holds: the model, its optimizer, epoch, history, spec and extras.
+
+        Weights are moved to the CPU.
+        """
         return {
             "format": checkpoint.FORMAT,
             "model_class": type(self.model).__name__,

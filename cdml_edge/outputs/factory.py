@@ -67,8 +67,9 @@ def on_disk_event(output: Output, hook: FaultHook) -> None:
 
 
 def degraded_parts(output: Output) -> dict[str, str]:
-    """What of ``output`` does not fully work now: the spool (a full or failing disk) and
-    the MQTT I/O thread, part -> why.
+    """What of ``output`` does not fully work now, part -> why.
+
+    The parts: the spool (a full or failing disk) and the MQTT I/O thread.
     """
     from cdml_edge.outputs.mqtt.publisher import MqttPublisher
 
@@ -89,12 +90,14 @@ class TeeOutput:
         self.outputs = list(outputs)
 
     def start(self) -> None:
+        """Start every output, in order."""
         for o in self.outputs:
             o.start()
 
     def publish_batch(
         self, messages: Sequence[OutMessage], on_durable: Callable[[], None] | None = None
     ) -> None:
+        """Hand ``messages`` to every output; ``on_durable`` once all made them durable."""
         left = [len(self.outputs)]
         lock = threading.Lock()
 
@@ -109,6 +112,7 @@ class TeeOutput:
             o.publish_batch(messages, one_done)
 
     def stats(self) -> dict[str, int]:
+        """The outputs' counters, summed by name."""
         out: dict[str, int] = {}
         for o in self.outputs:
             for k, v in o.stats().items():
@@ -116,5 +120,6 @@ class TeeOutput:
         return out
 
     def stop(self, timeout: float = 5.0) -> None:
+        """Stop every output, in order, each given ``timeout``."""
         for o in self.outputs:
             o.stop(timeout)

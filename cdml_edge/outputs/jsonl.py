@@ -55,6 +55,7 @@ class JsonlOutput:
         self._failed = 0
 
     def start(self) -> None:
+        """Open the file for appending (its folder made if needed); a second call does nothing."""
         with self._lock:
             if self._fh is not None:
                 return
@@ -68,6 +69,10 @@ class JsonlOutput:
     def publish_batch(
         self, messages: Sequence[OutMessage], on_durable: Callable[[], None] | None = None
     ) -> None:
+        """Write, flush and (for a file) fsync ``messages``, then call ``on_durable``.
+
+        Raises ``RuntimeError`` before :meth:`start`; an ``OSError`` is counted and raised.
+        """
         text = "".join(_line(m, self._prefix) for m in messages)
         with self._lock:
             if self._fh is None:
@@ -96,6 +101,7 @@ class JsonlOutput:
         self._written = 0
 
     def stats(self) -> dict[str, int]:
+        """Messages, batches, bytes written to the current file and messages failed."""
         return {
             "messages": self._messages,
             "batches": self._batches,
@@ -104,6 +110,7 @@ class JsonlOutput:
         }
 
     def stop(self, timeout: float = 5.0) -> None:
+        """Close the file (stdout stays open); ``timeout`` is unused, writes are synchronous."""
         with self._lock:
             if self._fh is not None and self._fh is not sys.stdout:
                 self._fh.close()

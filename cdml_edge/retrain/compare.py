@@ -1,5 +1,7 @@
-"""The replay's before/after picture: what the deployed model said when a window was
-retained (``was``) against what the replayed model says now.
+"""The replay's before/after picture: the deployed model's verdicts against the replayed one's.
+
+``was``: what the deployed model said when a window was retained; against it, what the
+replayed model says now.
 
 Left: label transitions (rows: before, columns: after; off the diagonal: changed). Right:
 anomaly scores before against after, one point per item (red: the anomaly flag changed),
@@ -47,11 +49,13 @@ class Comparison:
 
     @property
     def empty(self) -> bool:
+        """Whether there is nothing to draw: no label pair and no score point."""
         return not self.labels and not self.points
 
     def write(self, path: Path) -> Path | None:
-        """The picture at ``path`` (PNG); ``None`` when there is nothing to compare or no
-        matplotlib.
+        """Write the picture at ``path`` (PNG) and return its path.
+
+        ``None`` when there is nothing to compare or no matplotlib.
         """
         if self.empty or not charts.available():
             return None

@@ -63,9 +63,11 @@ class ExportStats:
 
     @property
     def mb_per_s(self) -> float:
+        """Input megabytes (10**6 bytes) per second; 0.0 when no time was measured."""
         return self.bytes_in / 1e6 / self.seconds if self.seconds > 0 else 0.0
 
     def as_dict(self) -> dict[str, Any]:
+        """Every counter, ``seconds`` rounded, plus ``mb_per_s`` (JSON-ready)."""
         d = {k: v for k, v in self.__dict__.items()}
         d["seconds"] = round(self.seconds, 3)
         d["mb_per_s"] = round(self.mb_per_s, 2)
@@ -112,9 +114,10 @@ def select_items(
     split: Sequence[float] | None,
     stats: ExportStats,
 ) -> list[Pick]:
-    """Pass 1 (sidecars only): which items go where. An item kept in two windows (the same
-    id: a window packed again after a crash) is taken from the first, in archive order, and
-    counted once in ``duplicates``.
+    """Pass 1 (sidecars only): which items go where.
+
+    An item kept in two windows (the same id: a window packed again after a crash) is taken
+    from the first, in archive order, and counted once in ``duplicates``.
     """
     picks: list[Pick] = []
     seen: set[str] = set()
@@ -273,8 +276,9 @@ def read_members(
     stats: ExportStats,
     progress: Progress | None = None,
 ) -> tuple[list[tuple[str, bytes]], list[Pick]]:
-    """Pass 2: the picked items' bytes (archive order), sorted by member name, and the
-    picks that gave them; unreadable or mismatching items count as ``corrupt``.
+    """Pass 2: the picked items' bytes, sorted by member name, and the picks that gave them.
+
+    Read in archive order; unreadable or mismatching items count as ``corrupt``.
     """
     members: list[tuple[str, bytes]] = []
     kept: list[Pick] = []
@@ -299,8 +303,9 @@ def read_members(
 
 
 def keep_member(p: Pick, data: bytes | None, stats: ExportStats) -> bool:
-    """Whether ``data`` are the bytes the window manifest recorded for ``p`` (else counted
-    ``corrupt``).
+    """Whether ``data`` are the bytes the window manifest recorded for ``p``.
+
+    When they are not, the item is counted ``corrupt``.
     """
     if data is None or hashlib.sha256(data).hexdigest() != p.item.sha256:
         stats.corrupt += 1
@@ -310,9 +315,10 @@ def keep_member(p: Pick, data: bytes | None, stats: ExportStats) -> bool:
 
 
 def read_group(source: Any, members: Sequence[str]) -> Sequence[bytes | None]:
-    """Members of one window archive (a path, bytes or a ByteSource such as an ``s3://``
-    source), ``None`` for each that cannot be read; one by one when reading them together
-    fails.
+    """Members of one window archive, ``None`` for each that cannot be read.
+
+    ``source``: a path, bytes or a ByteSource such as an ``s3://`` source. The members are
+    read one by one when reading them together fails.
     """
     from cdml_edge.archive import ArchiveError, open_archive
 

@@ -65,6 +65,7 @@ class ItemFilter:
     expr: str
 
     def __call__(self, item: Mapping[str, Any]) -> bool:
+        """Whether ``item`` (the fields filters see) matches; a missing or NaN number never does."""
         have = item.get(self.field)
         if self.field in NUMERIC_FIELDS:
             if have is None or (isinstance(have, float) and math.isnan(have)):
@@ -103,12 +104,15 @@ def parse_filter(expr: str) -> ItemFilter:
 
 
 def parse_filters(exprs: Sequence[str]) -> list[ItemFilter]:
+    """:func:`parse_filter` each of ``exprs``; the first bad one raises ``FilterError``."""
     return [parse_filter(e) for e in exprs]
 
 
 def parse_time(text: str, now: float | None = None) -> float:
-    """Unix seconds from ``1790000000``, ISO 8601 (``2026-12-01``, ``…T10:00:00Z``; naive
-    times are UTC) or an age such as ``7d`` / ``12h`` (that long before ``now``).
+    """Unix seconds from ``1790000000``, ISO 8601 or an age such as ``7d`` / ``12h``.
+
+    ISO 8601: ``2026-12-01``, ``…T10:00:00Z``; naive times are UTC. An age is that long
+    before ``now``.
     """
     s = text.strip()
     try:
@@ -132,8 +136,9 @@ def parse_time(text: str, now: float | None = None) -> float:
 
 
 def parse_when(text: str | None, option: str) -> float | None:
-    """``--since``/``--until`` as unix seconds (None when not given); a bad time raises
-    :class:`~cdml_edge.retrain.errors.OptionError` naming ``option``.
+    """``--since``/``--until`` as unix seconds (None when not given).
+
+    A bad time raises :class:`~cdml_edge.retrain.errors.OptionError` naming ``option``.
     """
     if text is None:
         return None

@@ -25,16 +25,16 @@ class NoProgress:
     """A :class:`RunProgress` that shows nothing."""
 
     def start(self, total: int | None) -> None:
-        pass
+        """Do nothing."""
 
     def set_total(self, total: int) -> None:
-        pass
+        """Do nothing."""
 
     def advance(self, n: int) -> None:
-        pass
+        """Do nothing."""
 
     def stop(self) -> None:
-        pass
+        """Do nothing."""
 
 
 __all__ = ["NoProgress", "RunProgress"]

@@ -33,6 +33,10 @@ class Relabels:
         return len(self.by_id) + len(self.by_window_name) + len(self.by_name)
 
     def lookup(self, item: ManifestItem, window_id: str) -> str | None:
+        """The human label of ``item`` in window ``window_id``, or None; a match is marked used.
+
+        Looked up by ``id``, then by ``window_id`` + ``name``, then by ``name``.
+        """
         if item.id in self.by_id:
             self.used.add(("id", item.id))
             return self.by_id[item.id]

@@ -59,9 +59,11 @@ class ReplayStats:
 
     @property
     def items_per_s(self) -> float:
+        """Items scored per second of scoring; 0.0 when no time was measured."""
         return self.items / self.seconds if self.seconds > 0 else 0.0
 
     def as_dict(self) -> dict[str, Any]:
+        """Every counter, ``seconds`` rounded, plus ``items_per_s`` (JSON-ready copies)."""
         return {
             "windows": self.windows,
             "items": self.items,
@@ -146,6 +148,7 @@ def iter_replay(
     models: Mapping[str, Sequence[str]] | None = None,
 ) -> Iterator[ReplayedWindow]:
     """Score every retained window (archive order) again; yields one result per window.
+
     ``models``: per source, the names of the runners that score it (default: by modality).
     """
     d = Path(directory)
@@ -183,8 +186,9 @@ def rescore_window(
     archive_name: str,
     models: Sequence[str] | None = None,
 ) -> tuple[WindowOutcome, list[dict[str, Any]]]:
-    """One retained window scored again (the clock pinned to its close time) and its
-    deterministic result records.
+    """One retained window scored again and its deterministic result records.
+
+    The clock is pinned to the window's close time.
     """
     from cdml_edge.window.score import score_window
 
@@ -204,8 +208,9 @@ def rescore_window(
 def _load_window(
     directory: Path, rec: WindowRecord, st: ReplayStats
 ) -> tuple[WindowManifest, bytes] | None:
-    """A retained window's manifest and archive bytes; None (counted) when it is gone or
-    its bytes differ from the SHA-256 its sidecar recorded.
+    """A retained window's manifest and archive bytes, or None (counted).
+
+    None when it is gone or its bytes differ from the SHA-256 its sidecar recorded.
     """
     try:
         sidecar = read_sidecar(directory / rec.sidecar)
@@ -224,8 +229,9 @@ def _load_window(
 
 
 def archive_mismatch(ref: ArchiveRef, archive: bytes, window_id: str) -> str | None:
-    """Why ``archive`` is not the retained archive ``ref`` names (its SHA-256 differs), or
-    None when it is.
+    """Why ``archive`` is not the retained archive ``ref`` names, or None when it is.
+
+    The check is the SHA-256 ``ref`` recorded.
     """
     digest = hashlib.sha256(archive).hexdigest()
     if digest == ref.sha256:
@@ -262,8 +268,9 @@ def is_first_verdict(doc: Mapping[str, Any]) -> bool:
 
 
 def changes(doc: Mapping[str, Any]) -> tuple[int, int]:
-    """Whether one result record changed its label and its anomaly flag against ``was``
-    (0/1 each; 0 for failures, items without an earlier verdict and first verdicts).
+    """Whether one result record changed its label and its anomaly flag against ``was``.
+
+    0/1 each; 0 for failures, items without an earlier verdict and first verdicts.
     """
     was = doc.get("was")
     if was is None or "error" in doc or is_first_verdict(doc):

@@ -47,9 +47,10 @@ class ReplayOptions:
 
 @dataclass(frozen=True)
 class ReplaySummary:
-    """What a replay run did, and where its results went. ``undelivered``: published
-    messages still in the replay spool when the run ended (the broker was away); the next
-    ``replay --publish`` sends them.
+    """What a replay run did, and where its results went.
+
+    ``undelivered``: published messages still in the replay spool when the run ended (the
+    broker was away); the next ``replay --publish`` sends them.
     """
 
     stats: ReplayStats
@@ -198,8 +199,10 @@ def _plan(options: ReplayOptions) -> _ReplayPlan:
 def load_replay_runners(
     cfg: AppConfig, models: Sequence[str | Path] = (), warm_up: bool = False
 ) -> dict[str, ModelRunner]:
-    """The configured models (with their overrides and inference settings), each ``--model``
-    file replacing the configured one of its modality (see :func:`_load_extra`).
+    """The configured models (with their overrides and inference settings), and ``models``.
+
+    Each ``--model`` file replaces the configured one of its modality (see
+    :func:`_load_extra`).
     """
     from cdml_edge.model.runner import load_runners
     from cdml_edge.window.examples import fit_examples
@@ -225,8 +228,9 @@ def configured_models(cfg: AppConfig) -> dict[str, tuple[str | Path, ModelOverri
 
 
 def _load_extra(cfg: AppConfig, path: str | Path) -> ModelRunner:
-    """A ``--model`` file: its own metadata (no overrides), run with the inference settings
-    configured for its modality.
+    """A ``--model`` file: its own metadata (no overrides).
+
+    It runs with the inference settings configured for its modality.
     """
     from cdml_edge.model.runner import ModelOverrides, ModelRunner
 

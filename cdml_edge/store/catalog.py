@@ -156,6 +156,7 @@ class Catalog:
         return self.rebuilt_reason is not None
 
     def close(self) -> None:
+        """Close the database connection."""
         with self._lock:
             self._conn.close()
 
@@ -205,6 +206,7 @@ class Catalog:
         )
 
     def remove(self, window_id: str) -> None:
+        """Delete a window and (cascading) its items; an unknown id is no error."""
         with self._lock:
             self._conn.execute("DELETE FROM windows WHERE window_id = ?", (window_id,))
 
@@ -254,6 +256,7 @@ class Catalog:
         return iter(self.windows())
 
     def get(self, window_id: str) -> WindowRecord | None:
+        """The record of ``window_id``, or None when the catalog has no such window."""
         with self._lock:
             row = self._conn.execute(
                 f"SELECT {_COLUMNS} FROM windows WHERE window_id = ?", (window_id,)
@@ -261,11 +264,13 @@ class Catalog:
         return WindowRecord(*row) if row else None
 
     def total_bytes(self) -> int:
+        """Bytes of every window (archive + sidecar), summed; 0 when empty."""
         with self._lock:
             row = self._conn.execute("SELECT coalesce(sum(bytes), 0) FROM windows").fetchone()
         return int(row[0])
 
     def count(self) -> int:
+        """How many windows the catalog holds."""
         with self._lock:
             return int(self._conn.execute("SELECT count(*) FROM windows").fetchone()[0])
 

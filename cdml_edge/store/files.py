@@ -24,15 +24,17 @@ def tmp_path(directory: Path, name: str) -> Path:
 
 
 def is_tmp_name(name: str) -> bool:
-    """Whether ``name`` is the temporary name of one of the ring's own files (debris of an
-    interrupted write, removed when the ring opens).
+    """Whether ``name`` is the temporary name of one of the ring's own files.
+
+    Such a file is debris of an interrupted write, removed when the ring opens.
     """
     return name.startswith(TMP_PREFIX) and ring_name(name[len(TMP_PREFIX) :]) is not None
 
 
 def write_file(path: Path, data: bytes, *, fsync: bool, mode: int = 0o600) -> None:
-    """Create (or truncate) ``path`` with ``data`` and ``mode``; fsync it unless ``fsync``
-    is False.
+    """Create (or truncate) ``path`` with ``data`` and ``mode``.
+
+    The file is fsynced unless ``fsync`` is False.
     """
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_CLOEXEC", 0), mode)
     try:

@@ -79,6 +79,12 @@ class StoreStatus(str, Enum):
 
 @dataclass(frozen=True)
 class StoreResult:
+    """What :meth:`RetentionRing.store` did with one window.
+
+    ``file``: the archive written; ``bytes_written``: archive and sidecar bytes; ``evicted``:
+    windows removed to make room; ``error``: why the window was not kept.
+    """
+
     status: StoreStatus
     file: Path | None = None
     bytes_written: int = 0
@@ -90,6 +96,7 @@ class StoreResult:
 
     @property
     def stored(self) -> bool:
+        """Whether the window was kept."""
         return self.status is StoreStatus.STORED
 
     @property
@@ -166,6 +173,7 @@ class RetentionRing:
 
     @classmethod
     def from_config(cls, cfg: RetentionConfig, on_event: EventHook | None = None) -> RetentionRing:
+        """The ring the ``retention`` section of the configuration describes."""
         return cls(
             cfg.dir,
             max_bytes=cfg.max_bytes,
@@ -324,6 +332,7 @@ class RetentionRing:
         return read_sidecar(self.dir / record.sidecar)
 
     def archive_path(self, record: WindowRecord) -> Path:
+        """Where a window's archive lies; a file name outside the ring raises RetentionError."""
         if not safe_record(record):
             raise RetentionError(record.file, "archive file name outside the ring")
         return self.dir / record.file
@@ -338,14 +347,16 @@ class RetentionRing:
         }
 
     def _probe_disk(self) -> None:
-        """A small write where the windows go: an idle ring on a disk with room again is
-        not left degraded until the next window.
+        """A small write where the windows go.
+
+        An idle ring on a disk with room again is not left degraded until the next window.
         """
         probe = tmp_path(self.dir, "probe")
         write_file(probe, PROBE_BYTES, fsync=False, mode=self.mode)
         probe.unlink()
 
     def close(self) -> None:
+        """Stop the disk probes and close the catalog."""
         self.faults.close()
         self.catalog.close()
 
@@ -402,8 +413,9 @@ class RetentionRing:
         return len(entries)
 
     def _note_foreign(self) -> None:
-        """Entries the ring did not write: left alone, listed in :attr:`foreign`, one log
-        line (names shown escaped, at most five).
+        """Entries the ring did not write: left alone, listed in :attr:`foreign`, one log line.
+
+        The line shows at most five names, escaped.
         """
         self.foreign = foreign_names(self.dir)
         if self.foreign:

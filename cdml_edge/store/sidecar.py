@@ -94,6 +94,7 @@ class RetainedWindow(BaseModel):
 
     @classmethod
     def from_bytes(cls, data: bytes, where: str) -> RetainedWindow:
+        """Parse sidecar JSON; an invalid one raises :class:`RetentionError` naming ``where``."""
         try:
             return cls.model_validate_json(data)
         except ValidationError as exc:
@@ -109,8 +110,10 @@ def window_stem(manifest: WindowManifest) -> str:
 
 
 def ring_name(name: str) -> tuple[str, str] | None:
-    """``(stem, suffix)`` when ``name`` is a file name the ring writes (``<UTC close time>_
-    <window id>`` + ``.zip`` / ``.tar.zst`` / ``.window.json``), else ``None``.
+    """``(stem, suffix)`` when ``name`` is a file name the ring writes, else ``None``.
+
+    The ring writes ``<UTC close time>_<window id>`` + ``.zip`` / ``.tar.zst`` /
+    ``.window.json``.
     """
     m = _RING_NAME.match(name)
     return (m["stem"], m["suffix"]) if m else None
@@ -123,9 +126,10 @@ _CATALOG_FILES = {CATALOG_NAME + sfx for sfx in ("", "-journal", "-wal", "-shm")
 
 
 def foreign_names(directory: str | Path) -> list[str]:
-    """The entries of a retention folder that the ring did not write (sorted): anything but
-    its window files, their temporary names, the catalog and ``corrupt/``. The ring never
-    reads, moves or deletes them.
+    """The entries of a retention folder that the ring did not write (sorted).
+
+    That is anything but its window files, their temporary names, the catalog and
+    ``corrupt/``. The ring never reads, moves or deletes them.
     """
     out = []
     for name in os.listdir(directory):
@@ -151,8 +155,9 @@ def read_sidecar(path: str | Path) -> RetainedWindow:
 
 
 def parse_sidecar(data: bytes, where: str) -> RetainedWindow:
-    """Parse sidecar bytes read from ``where`` (a path or URL ending in the sidecar's name)
-    and check that it names its own archive; :class:`RetentionError` names ``where``.
+    """Parse sidecar bytes read from ``where`` and check that it names its own archive.
+
+    ``where``: a path or URL ending in the sidecar's name; :class:`RetentionError` names it.
     """
     try:
         rw = RetainedWindow.from_bytes(data, where)

@@ -32,9 +32,7 @@ Sink = Callable[[str, "str | None", dict[str, Any]], None]
 
 
 def parse_topic(topic: str, base: str) -> tuple[str, str | None] | None:
-    """``(kind, source)`` of a full topic under ``base`` (``{prefix}/{device}/``), else
-    ``None``.
-    """
+    """``(kind, source)`` of a full topic under ``base`` (``{prefix}/{device}/``), else ``None``."""
     if not topic.startswith(base):
         return None
     return split_topic(topic[len(base) :])
@@ -98,8 +96,9 @@ def _rotated(path: Path, ident: tuple[int, int] | None, pos: int) -> bool:
 
 
 def _followed_broker(mqtt_cfg: MqttConfig, url: str | None) -> MqttConfig:
-    """``mqtt_cfg`` pointed at ``url`` when one is given; an embedded broker cannot be followed
-    from outside the agent without one.
+    """``mqtt_cfg`` pointed at ``url`` when one is given.
+
+    An embedded broker cannot be followed from outside the agent without one.
     """
     cfg = mqtt_cfg.model_copy(update={"url": url}) if url else mqtt_cfg
     if cfg.url == "embedded":
@@ -120,9 +119,10 @@ def subscribe_broker(
     url: str | None = None,
     on_state: Callable[[str], None] | None = None,
 ) -> None:
-    """Feed the messages under ``base`` from the broker of ``mqtt_cfg`` (or ``url``) until
-    ``stop``. Raises :class:`~cdml_edge.outputs.mqtt.tls.MqttSetupError` for a
-    configuration it cannot use (the embedded broker without ``url``).
+    """Feed the messages under ``base`` from the broker of ``mqtt_cfg`` (or ``url``) until ``stop``.
+
+    Raises :class:`~cdml_edge.outputs.mqtt.tls.MqttSetupError` for a configuration it cannot
+    use (the embedded broker without ``url``).
     """
     import paho.mqtt.client as paho
 

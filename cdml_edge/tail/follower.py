@@ -1,5 +1,6 @@
-"""``cdml-edge tail``: follow an appliance (its broker or its ``output.jsonl``) onto the
-activity board, and show the board every interval.
+"""``cdml-edge tail``: follow an appliance onto the activity board, show the board every interval.
+
+The appliance is followed through its broker or its ``output.jsonl``.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ class Followed:
     broker: str | None = None
 
     def describe(self, cfg: AppConfig) -> str:
+        """The file followed, or the broker URL (``broker``, else the config's ``mqtt.url``)."""
         if self.file is not None:
             return str(self.file)
         assert cfg.mqtt is not None
@@ -51,8 +53,9 @@ def choose(cfg: AppConfig, file: Path | None, broker: str | None, where: str) ->
 
 
 class Follower:
-    """A daemon thread feeding ``board`` from ``followed`` until :attr:`stop` is set; an
-    error that ends it is kept in :attr:`error`.
+    """A daemon thread feeding ``board`` from ``followed`` until :attr:`stop` is set.
+
+    An error that ends it is kept in :attr:`error`.
     """
 
     def __init__(self, cfg: AppConfig, followed: Followed, board: ActivityBoard) -> None:
@@ -62,10 +65,12 @@ class Follower:
         self._thread = threading.Thread(target=self._run, name="tail-follow", daemon=True)
 
     def start(self) -> Follower:
+        """Start the thread; returns ``self``."""
         self._thread.start()
         return self
 
     def close(self) -> None:
+        """Set :attr:`stop` and wait up to 5 s for the thread to end."""
         self.stop.set()
         self._thread.join(timeout=5)
 
@@ -91,8 +96,9 @@ def run_tail(
     interval: float = 1.0,
     duration: float | None = None,
 ) -> dict[str, Any]:
-    """Follow until ``duration`` (or Ctrl-C), calling ``show(snapshot)`` every ``interval``;
-    the last snapshot. A follow error (a refused broker setting) is raised.
+    """Follow until ``duration`` (or Ctrl-C), calling ``show(snapshot)`` every ``interval``.
+
+    Returns the last snapshot. A follow error (a refused broker setting) is raised.
     """
     board = ActivityBoard(cfg.device.id)
     follower = Follower(cfg, followed, board).start()

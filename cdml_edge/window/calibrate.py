@@ -1,5 +1,6 @@
-"""An anomaly model's threshold from a folder of normal samples (``cdml-edge calibrate``
-writes it into the configuration).
+"""An anomaly model's threshold from a folder of normal samples.
+
+``cdml-edge calibrate`` writes it into the configuration.
 
 Each sample is decoded and prepared as a window member would be, the model scores it, and
 the threshold is the chosen percentile of the scores (the mirror percentile for a model whose
@@ -30,6 +31,7 @@ class Calibration:
     high: float
 
     def line(self, name: str) -> str:
+        """The one-line report of the calibration of model ``name`` (what the command prints)."""
         return (
             f"models.{name}.anomaly_threshold = {self.threshold:.6g}: percentile "
             f"{self.percentile:g} of {self.samples} normal samples (scores {self.low:.6g} "

@@ -26,6 +26,7 @@ class FileIdentity:
 
     @classmethod
     def of(cls, st: os.stat_result) -> FileIdentity:
+        """The identity of the file ``st`` was taken from."""
         return cls(st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
 
 
@@ -51,6 +52,7 @@ class Item:
 
     @property
     def nbytes(self) -> int:
+        """Length of the item's data in bytes."""
         return len(self.data)
 
     @property

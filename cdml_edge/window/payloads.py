@@ -39,8 +39,9 @@ class StatusPayload(_Payload):
 
 
 class _Optional(_Payload):
-    """A payload whose optional extras (:attr:`_EXTRAS`) are left out of the JSON when unset,
-    so a message of a model without them reads as it always did.
+    """A payload whose optional extras (:attr:`_EXTRAS`) are left out of the JSON when unset.
+
+    So a message of a model without them reads as it always did.
     """
 
     _EXTRAS: frozenset[str] = frozenset()
@@ -178,8 +179,10 @@ class CameraHealth(_Payload):
 
 
 class CameraEvent(_Payload):
-    """Retained ``{prefix}/{device}/{source}/camera``: one per state change of a camera (down,
-    failed past its grace, streaming again, ended, stopped), never one per retry.
+    """Retained ``{prefix}/{device}/{source}/camera``: one per state change of a camera.
+
+    A state change: down, failed past its grace, streaming again, ended, stopped; never one
+    per retry.
     """
 
     source: str
@@ -248,6 +251,7 @@ PAYLOAD_MODELS: dict[str, type[BaseModel]] = {
 
 def item_id(source: str, name: str, size: int, mtime_ns: int) -> str:
     """Stable result id: the same file seen twice (after a restart) gets the same id.
+
     ``name`` may hold raw bytes that are not UTF-8 (``os.fsdecode``): they are hashed as such.
     """
     key = f"{source}\x00{name}\x00{size}\x00{mtime_ns}".encode("utf-8", "surrogateescape")

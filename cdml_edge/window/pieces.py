@@ -36,8 +36,10 @@ class Piece:
 
 
 def decode_input(runner: ModelRunner) -> ModelInput | None:
-    """What the decoder is told of a model's input: images the model letterboxes, crops or
-    detects in are decoded at full size (``None``), others at the input size.
+    """What the decoder is told of a model's input (``None``: decode at full size).
+
+    Images the model letterboxes, crops or detects in are decoded at full size, others at the
+    input size.
     """
     inp = runner.spec.input
     if isinstance(inp, ImageInput) and (inp.resize != "stretch" or runner.kind == "detector"):
@@ -52,8 +54,7 @@ def item_pieces(
     runners: Mapping[str, ModelRunner] | ModelRunner | None,
     segment_rows: int | None,
 ) -> list[Piece]:
-    """Decode one member for ``runners`` (by name; none: no model) and prepare each model's
-    input.
+    """Decode one member for ``runners`` (by name; none: no model), prepare each model's input.
 
     A series longer than ``segment_rows`` rows becomes one piece per row range. Raises
     :class:`~cdml_edge.decode.DecodeError` (or ``ModelSpecError`` from preparing) on a bad

@@ -129,8 +129,9 @@ Pick = Callable[[str], dict[str, ModelRunner]]
 def runners_for(
     runners: Mapping[str, ModelRunner], models: Sequence[str] | None, modality: str
 ) -> Pick:
-    """Per item modality, the runners that score it, by name and in order: ``models`` for
-    the window's own modality when given, else every runner of that modality.
+    """Per item modality, the runners that score it, by name and in order.
+
+    ``models`` for the window's own modality when given, else every runner of that modality.
     """
 
     def pick(m: str) -> dict[str, ModelRunner]:
@@ -259,9 +260,10 @@ def error_event(
 
 
 def warm_up_decoder(modality: str, runners: Mapping[str, ModelRunner] | ModelRunner | None) -> None:
-    """Decode one synthetic input of ``modality`` and run it through each of ``runners`` of
-    that modality, so lazy imports (librosa, numba JIT) and first-call costs are paid at
-    start-up, not by the first real window.
+    """Decode one synthetic input of ``modality``; run it through each runner of that modality.
+
+    So lazy imports (librosa, numba JIT) and first-call costs are paid at start-up, not by the
+    first real window.
     """
     entry = MODEL_INPUTS.get(modality)
     if entry is None or entry.warm_up_sample is None:

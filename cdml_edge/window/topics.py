@@ -51,8 +51,9 @@ def topic_base(topic_prefix: str, device: str) -> str:
 
 
 def split_topic(relative: str) -> tuple[str, str | None]:
-    """``cam/result`` -> ``("result", "cam")``; ``health`` -> ``("health", None)``: the kind
-    and source of a topic relative to ``{prefix}/{device}``.
+    """The kind and source of a topic relative to ``{prefix}/{device}``.
+
+    ``cam/result`` -> ``("result", "cam")``; ``health`` -> ``("health", None)``.
     """
     source, _, kind = relative.rpartition("/")
     return kind, source or None
@@ -71,6 +72,7 @@ class Sequencer:
         self._last: dict[str, int] = {}
 
     def next(self, topic: str) -> int:
+        """The next number for ``topic`` (1 for its first message)."""
         with self._lock:
             n = self._last.get(topic, 0) + 1
             self._last[topic] = n

@@ -1,5 +1,6 @@
-"""What a window's models said, per piece: the verdict (the first model's label, an anomaly
-when any model flags one), the result payloads, the manifest outcomes and the counts.
+"""What a window's models said, per piece: verdict, result payloads, manifest outcomes, counts.
+
+The verdict is the first model's label, and an anomaly when any model flags one.
 """
 
 from __future__ import annotations
@@ -33,12 +34,14 @@ class Verdict:
 
     @property
     def anomaly(self) -> bool:
+        """Whether any of the piece's models flags an anomaly."""
         return any(p.anomaly for _, p in self.by_model.values())
 
 
 def verdict(
     piece: Piece, preds: dict[str, Prediction], runners: Mapping[str, ModelRunner]
 ) -> Verdict:
+    """The :class:`Verdict` of one piece from its models' predictions, in the piece's order."""
     by_model = {k: (runners[k], preds[k]) for k in piece.inputs if k in preds}
     first = next(iter(by_model.values()), None)
     return Verdict(first[0] if first else None, first[1] if first else None, by_model)
@@ -84,6 +87,7 @@ def item_results(
 
 
 def model_verdicts(v: Verdict) -> dict[str, ModelVerdict]:
+    """Each model's verdict on the piece, by model name (for a piece with several models)."""
     return {
         name: ModelVerdict(
             model=r.name,
@@ -101,12 +105,14 @@ def model_verdicts(v: Verdict) -> dict[str, ModelVerdict]:
 
 
 def top_k_payload(pred: Prediction | None) -> list[LabelScore] | None:
+    """The prediction's top k as payload entries; None when it has none."""
     if pred is None or pred.top_k is None:
         return None
     return [LabelScore(label=label, score=score) for label, score in pred.top_k]
 
 
 def detections_payload(pred: Prediction | None) -> list[DetectionPayload] | None:
+    """The prediction's detections as payload entries; None when it has none."""
     if pred is None or pred.detections is None:
         return None
     return [DetectionPayload(label=d.label, score=d.score, box=d.box) for d in pred.detections]
@@ -137,8 +143,10 @@ def _count(counts: dict[str, int], pred: Prediction | None, modality: str) -> No
 def count_pieces(
     pieces: list[Piece], verdicts: list[Verdict], failures: list[ItemFailure]
 ) -> tuple[dict[str, int], dict[str, dict[str, int]] | None]:
-    """Pieces per label (per modality when unlabelled; detections per class for a detector),
-    then ``error``: failed items; and the counts of each model when a piece had several.
+    """Pieces per label, and the counts of each model when a piece had several (else None).
+
+    Unlabelled pieces count per modality, a detector's detections per class; ``error``
+    counts the failed items.
     """
     counts: dict[str, int] = {}
     per_model: dict[str, dict[str, int]] = {}

@@ -118,8 +118,10 @@ output: {{jsonl: {tmp}/out.jsonl}}
 
 
 class Tail:
-    """Follows the JSON-lines output: when each result appeared, the agent's own latency,
-    the window of each result and the items per window.
+    """Follows the agent's JSON-lines output.
+
+    It notes when each result appeared, the agent's own latency, the window of each result
+    and the items per window.
     """
 
     def __init__(self, path: Path) -> None:
@@ -207,8 +209,10 @@ class Agent:
         return int(self.ps.memory_info().rss)
 
     def cpu(self) -> float:
-        """CPU seconds of the agent: its threads' time on a CPU (``schedstat``, nanoseconds;
-        ``cpu_times`` counts in 10-ms ticks, too coarse for 40 items at 10/s).
+        """CPU seconds of the agent: its threads' time on a CPU.
+
+        From ``schedstat`` (nanoseconds); ``cpu_times`` counts in 10-ms ticks, too coarse for
+        40 items at 10/s.
         """
         task = f"/proc/{self.proc.pid}/task"
         try:
@@ -306,8 +310,9 @@ def sustained_phase(
 
 
 def baseline(kind: Kind, data: list[bytes], batch: int, seconds: float = 1.5) -> float:
-    """CPU-ms per item of decode + prepare + onnxruntime in this process, one thread, with
-    the agent's session settings and BLAS thread limit.
+    """CPU-ms per item of decode + prepare + onnxruntime in this process, one thread.
+
+    With the agent's session settings and BLAS thread limit.
     """
     from cdml_edge.agent.startup import limit_blas_threads
     from cdml_edge.model.runner import ModelRunner

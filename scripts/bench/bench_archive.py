@@ -124,8 +124,9 @@ def zip_reads(
     blobs: list[bytes] | None = None,
     floor: bool = False,
 ) -> dict[str, float]:
-    """Members/s of zipfile, our read(), read_many(64) (fresh bytes, and into an arena),
-    2 threads, and raw inflate.
+    """Members/s of zipfile, our read(), read_many(64), 2 threads, and raw inflate.
+
+    read_many(64) both into fresh bytes and into an arena.
 
     The list rounds keep every result alive until the round ends (so each one lands on
     fresh memory pages); the ``*_stream`` rounds drop each result as soon as it is used;
@@ -223,8 +224,9 @@ def bench_deflated(
 
 
 def c_core_us(z: object, t: object, order: list[str], repeat: int) -> tuple[float, float]:
-    """µs of CPU per member in the C core alone (outputs reused, no Python around each call):
-    a tar.zst member's frame read and decoded, a ZIP member read and inflated.
+    """µs of CPU per member in the C core alone (outputs reused, no Python around each call).
+
+    A tar.zst member's frame read and decoded, a ZIP member read and inflated.
     """
     from bisect import bisect_right
 

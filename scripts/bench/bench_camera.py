@@ -216,8 +216,9 @@ def stall_recovery(url: str, fps: float) -> float:
 
 
 def failed_attempt_cpu(n: int = 5) -> tuple[float, float]:
-    """CPU seconds (user + system) and wall seconds of one failed reconnect attempt: a capture
-    process that starts, imports OpenCV and cannot open its camera.
+    """CPU seconds (user + system) and wall seconds of one failed reconnect attempt.
+
+    The attempt: a capture process that starts, imports OpenCV and cannot open its camera.
     """
     import os
 

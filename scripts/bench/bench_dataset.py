@@ -1,5 +1,7 @@
-"""Images/s into PyTorch at 224, 128 and 64 px targets: our ZIP and tar.zst against class
-folders (ImageFolder's way), stdlib ``zipfile`` and WebDataset, all in one run.
+"""Images/s into PyTorch at 224, 128 and 64 px targets: our ZIP and tar.zst against baselines.
+
+The baselines: class folders (ImageFolder's way), stdlib ``zipfile`` and WebDataset, all in
+one run.
 
 Every variant feeds ``DataLoader(num_workers=2, batch_size=64)`` with the same 224-px JPEGs
 and yields float32 C×H×W at the target. ``CDMLStreamDataset`` decodes with
@@ -69,8 +71,9 @@ _REDUCED = ((8, cv2.IMREAD_REDUCED_COLOR_8), (4, cv2.IMREAD_REDUCED_COLOR_4),
 
 
 def opencv_decode(data: bytes, target: int) -> torch.Tensor:
-    """The baselines' decode: OpenCV at the largest of 1/8, 1/4, 1/2 that still covers the
-    target (else full size), RGB, ``INTER_AREA`` to the target, float32 C×H×W.
+    """The baselines' decode: OpenCV, RGB, ``INTER_AREA`` to the target, float32 C×H×W.
+
+    Decoded at the largest of 1/8, 1/4, 1/2 that still covers the target (else full size).
     """
     flag = cv2.IMREAD_COLOR
     for factor, reduced in _REDUCED:
@@ -109,9 +112,10 @@ class FolderDataset(Dataset[tuple[torch.Tensor, int]]):
 
 
 class ZipfileDataset(Dataset[tuple[torch.Tensor, int]]):
-    """What a user writes without us: stdlib ``zipfile``, one ``ZipFile`` per worker process
-    (opened on first use, from what ``opener`` returns: a path or a file object), labels
-    from the folder. Also the baseline of ``_first_batch.py`` (local and on S3).
+    """What a user writes without us: stdlib ``zipfile``, one ``ZipFile`` per worker process.
+
+    Each is opened on first use, from what ``opener`` returns (a path or a file object);
+    labels come from the folder. Also the baseline of ``_first_batch.py`` (local and on S3).
     """
 
     def __init__(
@@ -225,9 +229,10 @@ def images_per_s(make: Callable[[], DataLoader[Any]], n: int) -> float:
 
 
 def cpu_per_image(make: Callable[[], DataLoader[Any]], n: int) -> float:
-    """µs of CPU per image in this process (``num_workers=0``), from the cheapest batch of
-    the epoch: the work itself, which other load on the machine disturbs far less than wall
-    time (bursts of contention only make some batches dearer).
+    """µs of CPU per image in this process (``num_workers=0``), from the cheapest batch.
+
+    The cheapest batch of the epoch: the work itself, which other load on the machine
+    disturbs far less than wall time (bursts of contention only make some batches dearer).
     """
     it = iter(make())
     per_batch = []

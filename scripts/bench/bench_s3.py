@@ -1,5 +1,7 @@
-"""S3 benchmark: random reads of 1% of a 20,000-member ZIP, ours against s3fs + zipfile;
-then the time to the first training batch from a ZIP of 300,000 small PNGs.
+"""S3 benchmark: random reads from a ZIP, ours against s3fs + zipfile; time to a first batch.
+
+Random reads of 1% of a 20,000-member ZIP; then the time to the first training batch from a
+ZIP of 300,000 small PNGs.
 
 Part 1: a loopback S3 server (moto) sits behind a counting proxy, so every figure is counted
 on the wire, the same way for both readers: HTTP requests, and body bytes fetched beyond the

@@ -45,9 +45,10 @@ class Timing(NamedTuple):
 
 
 def clocked(fn: Callable[[], T], sync: Callable[[], object] | None = None) -> tuple[T, Timing]:
-    """What one call of ``fn`` returns, and its wall and CPU seconds. ``sync``
-    (``torch.cuda.synchronize``, say) is called before the clocks start and before they stop,
-    so work queued on a device counts.
+    """What one call of ``fn`` returns, and its wall and CPU seconds.
+
+    ``sync`` (``torch.cuda.synchronize``, say) is called before the clocks start and before
+    they stop, so work queued on a device counts.
     """
     if sync is not None:
         sync()
@@ -64,8 +65,9 @@ def timed(fn: Callable[[], object], sync: Callable[[], object] | None = None) ->
 
 
 def rounds(fns: Mapping[str, Callable[[], T]], repeat: int) -> dict[str, list[T]]:
-    """Every result of each function over ``repeat`` rounds; a round calls each one in turn,
-    so all of them see the same machine load.
+    """Every result of each function over ``repeat`` rounds.
+
+    A round calls each one in turn, so all of them see the same machine load.
     """
     out: dict[str, list[T]] = {k: [] for k in fns}
     for _ in range(repeat):
@@ -96,9 +98,11 @@ def best_of(fn: Callable[[], object], repeat: int) -> Timing:
 def median_time(
     fn: Callable[[], object], seconds: float, warmup: int = 3, min_runs: int = 10
 ) -> float:
-    """Median wall seconds of one call: ``warmup`` calls untimed, then calls for ``seconds``
-    (at least ``min_runs`` of them). Wall time only: the CPU clock costs a system call, which
-    would weigh on calls of a few microseconds.
+    """Median wall seconds of one call.
+
+    ``warmup`` calls untimed, then calls for ``seconds`` (at least ``min_runs`` of them). Wall
+    time only: the CPU clock costs a system call, which would weigh on calls of a few
+    microseconds.
     """
     for _ in range(warmup):
         fn()
@@ -112,8 +116,9 @@ def median_time(
 
 
 def cpu_per_item(fn: Callable[[], int], seconds: float, warmup: int = 3) -> float:
-    """CPU seconds per item of ``fn`` (which returns how many items one call did): ``warmup``
-    calls untimed, then calls for ``seconds`` of wall time.
+    """CPU seconds per item of ``fn``, which returns how many items one call did.
+
+    ``warmup`` calls untimed, then calls for ``seconds`` of wall time.
     """
     for _ in range(warmup):
         fn()
@@ -135,8 +140,9 @@ def each_item(fn: Callable[[Item], object], items: Iterable[Item]) -> tuple[floa
 
 
 def percentile(values: Sequence[float], q: float) -> float:
-    """The ``q``-th percentile (0-100), linear between the closest ranks (numpy's default);
-    nan for no values.
+    """The ``q``-th percentile (0-100) of ``values``; nan for no values.
+
+    Linear between the closest ranks (numpy's default).
     """
     s = sorted(values)
     if not s:
@@ -175,9 +181,10 @@ def cpu_seconds(procs: Iterable[Any]) -> float:
 
 
 class TreeCpu:
-    """CPU seconds of this process and every process below it while the block runs, sampled
-    every 50 ms so that children which exit before the end still count (up to the last
-    sample before they exit).
+    """CPU seconds of this process and every process below it while the block runs.
+
+    Sampled every 50 ms so that children which exit before the end still count (up to the
+    last sample before they exit).
     """
 
     def __init__(self) -> None:

@@ -194,8 +194,9 @@ class Fetched:
 
 
 def exercise(data: bytes | str | Fetched) -> None:
-    """Open from bytes, a file path (the C core's descriptor path) or a fetched source and
-    read everything: one by one, as a batch, as a batch with repeats.
+    """Open ``data`` and read everything: one by one, as a batch, as a batch with repeats.
+
+    ``data``: bytes, a file path (the C core's descriptor path) or a fetched source.
     """
     from cdml_edge.archive import ArchiveError, open_archive
 

@@ -1,5 +1,6 @@
-"""Helpers of the install checks (test_matrix.py, check_lowest.py): find the boards' Pythons,
-build the wheel for one, make a fresh venv with uv.
+"""Helpers of the install checks (test_matrix.py, check_lowest.py).
+
+Find the boards' Pythons, build the wheel for one, make a fresh venv with uv.
 
 Interpreters are looked up as ``python3.X`` on PATH, then among pyenv's versions; the
 variable ``CDML_PYTHON_3_X`` (for example ``CDML_PYTHON_3_10=/usr/bin/python3.10``) names one

@@ -1,5 +1,7 @@
-"""The release artifacts of ``make dist``: one version everywhere, a CHANGELOG entry for it,
-the C sources and the lock in the sdist, the native reader in the wheel.
+"""The release artifacts of ``make dist``, checked: version, CHANGELOG, sdist and wheel.
+
+One version everywhere, a CHANGELOG entry for it, the C sources and the lock in the sdist,
+the native reader in the wheel.
 
     python scripts/release/check_dist.py dist/
 

@@ -1,6 +1,8 @@
-"""The lower bounds of pyproject.toml, tested: the runtime resolved with the lowest direct
-versions allowed (``uv pip compile --resolution lowest-direct``) on the lowest supported
-Python, the wheel installed into a fresh venv without torch, and the appliance tests run.
+"""The lower bounds of pyproject.toml, tested: lowest versions, lowest Python, no torch.
+
+The runtime resolved with the lowest direct versions allowed (``uv pip compile --resolution
+lowest-direct``) on the lowest supported Python, the wheel installed into a fresh venv
+without torch, and the appliance tests run.
 
     python scripts/release/check_lowest.py [--python 3.10] [--keep DIR] [pytest args...]
 

@@ -1,5 +1,7 @@
-"""The lock of the runtime dependencies: ``lock/runtime-cpXY-ARCH.txt``, one per board Python
-and architecture, every pin with its hashes (``uv pip compile --generate-hashes``).
+"""The lock of the runtime dependencies: one hash-pinned file per board Python and architecture.
+
+``lock/runtime-cpXY-ARCH.txt``, every pin with its hashes (``uv pip compile
+--generate-hashes``).
 
     python scripts/release/lock.py            # (re)write every lock file (make lock)
     python scripts/release/lock.py --check    # the locks match pyproject.toml (no network)

@@ -1,6 +1,8 @@
-"""The appliance on each board's Python: for 3.10 (JetPack 6), 3.11 (Pi OS Bookworm) and 3.13
-(Pi OS Trixie / Debian 13), build the wheel with that Python, install it into a fresh venv from
-the lock (hash-checked, no torch) and run scripts/release/board_smoke.py with it.
+"""The appliance on each board's Python (3.10, 3.11, 3.13): wheel, venv from the lock, smoke test.
+
+For 3.10 (JetPack 6), 3.11 (Pi OS Bookworm) and 3.13 (Pi OS Trixie / Debian 13), build the
+wheel with that Python, install it into a fresh venv from the lock (hash-checked, no torch)
+and run scripts/release/board_smoke.py with it.
 
     python scripts/release/test_matrix.py [--pythons 3.10,3.13] [--keep DIR]   (make test-matrix)
 

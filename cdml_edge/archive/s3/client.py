@@ -20,9 +20,11 @@ DEFAULT_CONCURRENCY = 8
 
 @dataclass(frozen=True)
 class RetryPolicy:
-    """Retries of one request: botocore's own (``botocore_attempts``, standard mode, covers
-    5xx, throttling, timeouts) inside ours (``attempts``, also covers errors while reading
-    the body and short bodies), with exponential backoff and full jitter between ours.
+    """Retries of one request: botocore's own inside ours.
+
+    Botocore's (``botocore_attempts``, standard mode) cover 5xx, throttling and timeouts;
+    ours (``attempts``) also cover errors while reading the body and short bodies, with
+    exponential backoff and full jitter between them.
     """
 
     attempts: int = 4
@@ -33,6 +35,7 @@ class RetryPolicy:
     read_timeout: float = 30.0
 
     def delay(self, attempt: int) -> float:
+        """Seconds to sleep before retry ``attempt`` (full jitter, at most ``max_delay``)."""
         return backoff_delay(attempt, self.base_delay, self.max_delay, jitter="full")
 
 
@@ -79,6 +82,10 @@ def _check_pid() -> None:
 
 
 def shared_client(endpoint: str | None, region: str | None, policy: RetryPolicy) -> Any:
+    """The boto3 S3 client for these settings, made once per process (thread-safe).
+
+    Raises ``ImportError`` when boto3 is not installed.
+    """
     _check_pid()
     key = (endpoint, region, policy.botocore_attempts, policy.connect_timeout, policy.read_timeout)
     client = _clients.get(key)
@@ -153,6 +160,7 @@ def sent_count() -> int:
 
 
 def shared_pool() -> ThreadPoolExecutor:
+    """The per-process thread pool that runs ranged ``GET``s in parallel."""
     global _pool
     _check_pid()
     with _proc_lock:

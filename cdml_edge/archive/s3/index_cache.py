@@ -80,6 +80,7 @@ class S3IndexCache:
         return f"{endpoint or 'aws'}|{bucket}|{key}"
 
     def path_for(self, ident: str) -> Path:
+        """The file of the entry for ``ident`` (a hash of it, under ``root``)."""
         digest = hashlib.sha256(ident.encode("utf-8")).hexdigest()[:32]
         return self.root / f"{digest}{_SUFFIX}"
 
@@ -102,6 +103,7 @@ class S3IndexCache:
             os.utime(self.path_for(ident))
 
     def discard(self, ident: str) -> None:
+        """Remove the entry for ``ident``, if there is one."""
         with contextlib.suppress(OSError):
             self.path_for(ident).unlink()
 

@@ -31,8 +31,9 @@ class RequestPace:
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
     def observe(self, nbytes: int, seconds: float) -> None:
-        """Account one successful ``GET`` of ``nbytes`` body bytes (a ``HEAD``: 0) that
-        took ``seconds``.
+        """Account one successful ``GET`` of ``nbytes`` body bytes that took ``seconds``.
+
+        A ``HEAD`` counts as 0 bytes.
         """
         with self.lock:
             if nbytes <= SMALL_BODY:

@@ -18,12 +18,15 @@ class Extents:
             self.add(off, data)
 
     def chunks(self) -> list[tuple[int, bytes]]:
+        """The ``(offset, bytes)`` chunks held, in offset order."""
         return list(zip(self._starts, self._data, strict=True))
 
     def nbytes(self) -> int:
+        """Bytes held in all."""
         return sum(len(d) for d in self._data)
 
     def add(self, offset: int, data: bytes) -> None:
+        """Hold ``data`` at ``offset``, merged with the chunks it touches (``data`` wins)."""
         if not data:
             return
         start, end = offset, offset + len(data)

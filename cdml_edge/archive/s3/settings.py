@@ -31,8 +31,9 @@ def default_index_cache_dir() -> str:
 
 
 def index_cache_dir() -> str | None:
-    """The index cache folder in effect: the environment's, the default one, or ``None``
-    when ``CDML_EDGE_S3_INDEX_CACHE`` is ``off``.
+    """The index cache folder in effect: the environment's, the default one, or ``None``.
+
+    ``None`` when ``CDML_EDGE_S3_INDEX_CACHE`` is ``off``.
     """
     value = os.environ.get(INDEX_CACHE_ENV, "").strip()
     if value.lower() in CACHE_OFF:

@@ -117,37 +117,47 @@ class S3Source:
     # -- ByteSource ---------------------------------------------------------------------
     @property
     def name(self) -> str:
+        """``s3://bucket/key``."""
         return f"s3://{self.bucket}/{self.key}"
 
     @property
     def etag(self) -> str:
+        """The object's ETag (opens the source on first use)."""
         self.open()
         assert self._etag is not None
         return self._etag
 
     @property
     def requests(self) -> int:
+        """HTTP requests this source made in this process, retries included."""
         return self.stats.requests
 
     @property
     def bytes_fetched(self) -> int:
+        """Body bytes this source fetched in this process."""
         return self.stats.bytes_fetched
 
     def __repr__(self) -> str:
         return f"<S3Source {self.name} size={self._size} etag={self._etag}>"
 
     def size(self) -> int:
+        """The object's size in bytes (opens the source on first use)."""
         self.open()
         assert self._size is not None
         return self._size
 
     def fileno(self) -> int | None:
+        """Always ``None``: an object has no descriptor."""
         return None
 
     def close(self) -> None:
         """Nothing to release: the client is shared per process; the source stays usable."""
 
     def pread(self, offset: int, length: int) -> bytes:
+        """Read up to ``length`` bytes at ``offset``: from memory if held, else ranged GETs.
+
+        During the index phase the fetched bytes are kept (and written to the index cache).
+        """
         if offset < 0 or length < 0:
             raise ValueError("negative offset or length")
         size = self.size()
@@ -297,9 +307,10 @@ class S3Source:
         return int(resp["ContentLength"]), str(resp.get("ETag") or "")
 
     def coalesce_gap(self) -> int:
-        """The gap ``pread_many`` bridges: ``gap``, or with ``adaptive_gap`` what one
-        request's latency is worth in bytes at the measured bandwidth (up to
-        ``max_request``).
+        """The gap ``pread_many`` bridges.
+
+        ``gap``, or with ``adaptive_gap`` what one request's latency is worth in bytes at
+        the measured bandwidth (up to ``max_request``).
         """
         if not self.adaptive_gap:
             return self.gap

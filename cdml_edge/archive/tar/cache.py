@@ -31,6 +31,7 @@ class FrameCache:
         return 0 < size <= self.max_bytes // 4
 
     def get(self, k: int) -> bytes | None:
+        """Frame ``k`` if held (then most recently used), else ``None``; counts hits/misses."""
         data = self._frames.get(k)  # one dict lookup: a miss takes no lock
         if data is None:
             self.misses += 1  # statistics: a lost count under threads is harmless
@@ -42,6 +43,7 @@ class FrameCache:
         return data
 
     def put(self, k: int, data: bytes) -> None:
+        """Keep frame ``k`` if :meth:`wants` it, dropping least recently used frames to fit."""
         if not self.wants(len(data)):
             return
         with self._lock:
@@ -62,6 +64,7 @@ class FrameCache:
         return len(self._frames)
 
     def clear(self) -> None:
+        """Drop every frame (the hit and miss counts stay)."""
         with self._lock:
             self._frames.clear()
             self._bytes = 0

@@ -74,6 +74,7 @@ def _pax(data: bytes, archive: str) -> dict[str, str]:
 
 
 def padded(size: int) -> int:
+    """``size`` rounded up to whole 512-byte tar blocks."""
     return (size + BLOCK - 1) // BLOCK * BLOCK
 
 

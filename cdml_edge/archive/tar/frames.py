@@ -57,8 +57,9 @@ class FrameBatch:
         return next(i for i, a, b in pairs if a <= k <= b)
 
     def keep(self, table: FrameTable, cache: FrameCache) -> set[int]:
-        """The frames worth keeping in ``cache`` once decoded (see :data:`SPARE_BYTES`);
-        never those a member of the batch spans beyond (they hold a big member).
+        """The frames worth keeping in ``cache`` once decoded (see :data:`SPARE_BYTES`).
+
+        Never those a member of the batch spans beyond (they hold a big member).
         """
         if cache.max_bytes <= 4 * SPARE_BYTES:
             return set()
@@ -85,12 +86,18 @@ class Reading(Protocol):
     max_ratio: float
 
     @property
-    def name(self) -> str: ...
+    def name(self) -> str:
+        """The archive's name in messages."""
+        ...
 
     @property
-    def source(self) -> ByteSource: ...
+    def source(self) -> ByteSource:
+        """The byte source the archive is read from."""
+        ...
 
-    def member_name(self, i: int) -> str: ...
+    def member_name(self, i: int) -> str:
+        """The name of member ``i``."""
+        ...
 
 
 def plan(table: FrameTable, index: MemberIndex, ids: Sequence[int], arc: Reading) -> FrameBatch:
@@ -132,9 +139,10 @@ def _frames(f0: list[int], f1: list[int]) -> set[int]:
 
 
 def check_frame(table: FrameTable, k: int, arc: Reading, member: int) -> None:
-    """Refuse a frame that declares more than ``max_member_bytes``, or that expands more than
-    ``max_ratio`` times (above 1 MiB): the limits members have, before memory is taken.
-    The error names ``member``, which needs the frame.
+    """Refuse a frame over the limits members have, before memory is taken.
+
+    That is a frame that declares more than ``max_member_bytes``, or that expands more than
+    ``max_ratio`` times (above 1 MiB). The error names ``member``, which needs the frame.
     """
     dsize = table.doff[k + 1] - table.doff[k]
     csize = table.coff[k + 1] - table.coff[k]
@@ -166,6 +174,7 @@ def fetch(source: ByteSource, table: FrameTable, frames: Sequence[int]) -> dict[
 
 
 def crc_error(stored: int, got: int, arc: Reading, i: int) -> CorruptArchiveError:
+    """The error (not raised) for a CRC-32 mismatch of member ``i``."""
     return CorruptArchiveError(
         f"CRC-32 mismatch: stored {stored:08x}, data {got:08x}",
         archive=arc.name,

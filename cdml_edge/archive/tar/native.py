@@ -68,9 +68,10 @@ class NativeFrames:
         crc: int | None,
         cache: FrameCache,
     ) -> bytes | None:
-        """The member of ``size`` bytes at ``off`` in frame ``k`` (not in the cache), read
-        from a file or memory; ``None`` when :meth:`read` must serve it (other sources, or
-        an error it words).
+        """The member of ``size`` bytes at ``off`` in frame ``k`` (not in the cache).
+
+        Read from a file or memory; ``None`` when :meth:`read` must serve it (other
+        sources, or an error it words).
         """
         fd, mem, mem_len = _where(arc.source)
         if fd < 0 and mem is _NULL:
@@ -141,9 +142,10 @@ class NativeFrames:
     def _frames(
         arc: Reading, table: FrameTable, batch: FrameBatch, cache: FrameCache
     ) -> tuple[tuple[Any, Any, Any, Any], list[Any], dict[int, bytes]]:
-        """The frame arrays of ``cz_zstd_read`` (rows, src, dst, plain): cached frames as
-        they are, a buffer to decode into for those worth keeping, and the compressed bytes
-        of the rest when the source is neither a file nor memory.
+        """The frame arrays of ``cz_zstd_read`` (rows, src, dst, plain).
+
+        Cached frames as they are, a buffer to decode into for those worth keeping, and the
+        compressed bytes of the rest when the source is neither a file nor memory.
         """
         coff, doff = table.coff, table.doff
         n = len(batch.frames)
@@ -184,8 +186,9 @@ class NativeFrames:
     def _raise(
         arc: Reading, table: FrameTable, batch: FrameBatch, j: int, st: int, x: int, ferr: Any
     ) -> None:
-        """Raise for member ``j`` of ``batch`` (status ``st``, aux ``x``) as the Python
-        path words it.
+        """Raise for member ``j`` of ``batch`` as the Python path words it.
+
+        ``st``: the member's status from the C core, ``x``: its aux value.
         """
         i = batch.members[j]
         member = arc.member_name(i)

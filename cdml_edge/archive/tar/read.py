@@ -1,5 +1,7 @@
-"""Reading tar archives: what every tar shares (members as columns, limits, CRC-32) and plain
-tar. tar.zst builds on it in :mod:`.zst`.
+"""Reading tar archives: what every tar shares, and plain tar.
+
+What every tar shares: members as columns, limits, CRC-32. tar.zst builds on it in
+:mod:`.zst`.
 """
 
 from __future__ import annotations

@@ -31,8 +31,9 @@ class TarRows:
     def build(
         cls, index: MemberIndex, frames: FrameTable | None = None, data_end: int = 0
     ) -> TarRows:
-        """Names in normal form; a later copy of a name wins, as with ``tar -x``;
-        directories are left out.
+        """Names in normal form; directories are left out.
+
+        A later copy of a name wins, as with ``tar -x``.
         """
         if (normal := normalize_member_names(index.names)) is not index.names:
             index = dataclasses.replace(index, names=normal)  # ./a, a//b -> a, a/b

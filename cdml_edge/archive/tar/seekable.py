@@ -56,6 +56,7 @@ MAX_TAIL_BYTES = 1 << 28  # seek table + member index: more is a forged length
 
 
 def is_skippable(head: bytes) -> bool:
+    """Whether ``head`` starts with a zstd skippable frame's magic (``0x184D2A5?``)."""
     return len(head) >= 4 and head[0] & 0xF0 == 0x50 and head[1:4] == b"\x2a\x4d\x18"
 
 
@@ -68,6 +69,7 @@ class FrameTable:
 
     @property
     def count(self) -> int:
+        """Number of frames."""
         return len(self.coff) - 1
 
     def frames_for(self, start: int, end: int) -> tuple[int, int]:
@@ -79,6 +81,8 @@ class FrameTable:
 
 @dataclass(frozen=True)
 class IndexRecord:
+    """One member as the member index stores it (``crc``: ``None`` when none was stored)."""
+
     name: str
     header_offset: int
     data_offset: int
@@ -88,6 +92,7 @@ class IndexRecord:
 
 
 def seek_table_frame(sizes: list[tuple[int, int]]) -> bytes:
+    """The seek table as a skippable frame; ``sizes``: (compressed, decompressed) per frame."""
     body = b"".join(struct.pack("<LL", c, d) for c, d in sizes)
     body += struct.pack("<LBL", len(sizes), 0, SEEKABLE_FOOTER_MAGIC)
     return struct.pack("<LL", SEEK_TABLE_MAGIC, len(body)) + body
@@ -133,12 +138,15 @@ class MemberIndex:
 
 @dataclass(frozen=True)
 class SeekableTail:
+    """What the tail of a seekable tar.zst holds: its frames and member index."""
+
     frames: FrameTable  # the frames of the tar stream (the index frame left out)
     index: MemberIndex | None
     data_end: int  # where the frames end in the file
 
 
 def has_footer(tail: bytes) -> bool:
+    """Whether ``tail`` ends with the seekable format's footer magic."""
     return len(tail) >= 17 and struct.unpack_from("<L", tail, len(tail) - 4)[0] == (
         SEEKABLE_FOOTER_MAGIC
     )

@@ -26,9 +26,11 @@ class SourceStream(io.RawIOBase):
         self._end = source.size() if end is None else end
 
     def readable(self) -> bool:
+        """Always ``True``."""
         return True
 
     def readinto(self, b: Any) -> int:
+        """Fill ``b`` from the current position (one ``pread``); 0 at the end."""
         n = min(len(b), self._end - self._pos)
         if n <= 0:
             return 0
@@ -58,6 +60,7 @@ class FrameStream:
         self._buf = bytearray()
 
     def read(self, n: int) -> bytes:
+        """The next ``n`` decompressed bytes (short at the end); ``EOFError`` mid-frame."""
         while len(self._buf) < n:
             if self._obj is None or self._obj.eof:
                 if self._obj is not None:
@@ -84,6 +87,7 @@ class ExactReader:
         self._stream = stream
 
     def read(self, n: int) -> bytes:
+        """The next ``n`` bytes (short only at the end of the stream)."""
         parts = []
         while n > 0:
             chunk = self._stream.read(n)
@@ -94,6 +98,7 @@ class ExactReader:
         return b"".join(parts)
 
     def skip(self, n: int) -> None:
+        """Pass over ``n`` bytes (read in 1 MiB steps); ``EOFError`` if the stream ends."""
         while n > 0:
             chunk = self._stream.read(min(n, 1 << 20))
             if not chunk:
@@ -111,6 +116,7 @@ class PreadScanner:
         self._buf_at = 0
 
     def read(self, n: int) -> bytes:
+        """The next ``n`` bytes (short at the end), from a buffer of at least 64 KiB."""
         rel = self._pos - self._buf_at
         if rel < 0 or rel + n > len(self._buf):
             self._buf = self._source.pread(self._pos, max(n, CHUNK))
@@ -121,4 +127,5 @@ class PreadScanner:
         return out
 
     def skip(self, n: int) -> None:
+        """Move ``n`` bytes on without reading."""
         self._pos += n

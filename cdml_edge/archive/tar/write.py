@@ -35,12 +35,14 @@ class FrameWriter:
         self.position = 0  # bytes of tar stream written or buffered
 
     def add(self, data: bytes) -> None:
+        """Buffer ``data`` for the current frame."""
         self._buf.append(data)
         self._buffered += len(data)
         self.position += len(data)
 
     @property
     def buffered(self) -> int:
+        """Bytes buffered for the current frame."""
         return self._buffered
 
     @property
@@ -60,8 +62,10 @@ class FrameWriter:
 
 
 def write_tar_zst(out: BinaryIO, items: Sequence[tuple[str, bytes]], options: WriteOptions) -> None:
-    """Write ``items`` as a seekable tar.zst to ``out``: zstd at ``options.level``, frames of
-    about ``options.frame_bytes``, a CRC-32 per member in the index.
+    """Write ``items`` as a seekable tar.zst to ``out``.
+
+    zstd at ``options.level``, frames of about ``options.frame_bytes``, a CRC-32 per member
+    in the index.
     """
     mtime, frame_bytes = options.mtime, options.frame_bytes
     w = FrameWriter(out, options.level)

@@ -44,8 +44,9 @@ class ZstdTarArchive(_TarBase):
         rows: TarRows | None = None,
         **limits: Any,
     ) -> None:
-        """``rows``: the member index and frames already read (a pickled archive's): the
-        source is not read at open.
+        """Open ``source``; with ``rows``, without reading it.
+
+        ``rows``: the member index and frames already read (a pickled archive's).
         """
         super().__init__(source, **limits)
         self._cache = FrameCache(frame_cache_bytes)
@@ -83,10 +84,12 @@ class ZstdTarArchive(_TarBase):
 
     @property
     def seekable(self) -> bool:
+        """Whether the archive has a seek table (members are read frame by frame)."""
         return self._frames is not None
 
     @property
     def engine(self) -> str:  # type: ignore[override]
+        """The frame decoder's engine (``"native"`` or ``"python"``)."""
         return str(self._decoder.engine)
 
     @property
@@ -95,6 +98,7 @@ class ZstdTarArchive(_TarBase):
         return self._cache
 
     def member_name(self, i: int) -> str:
+        """The name of member ``i``."""
         return self._members.index.names[i]
 
     def _index_members(self, index: MemberIndex, frames: FrameTable) -> None:
@@ -148,8 +152,10 @@ class ZstdTarArchive(_TarBase):
         return [got[i] for i in ids]
 
     def _read_one(self, i: int, f: FrameTable) -> bytes | None:
-        """A member in one frame, under the limits that need no check: from the cache, or
-        one call of the C core. ``None``: :meth:`_read_ids` serves it (and words errors).
+        """A member in one frame, under the limits that need no check.
+
+        From the cache, or one call of the C core. ``None``: :meth:`_read_ids` serves it
+        (and words errors).
         """
         x = self._members.index
         off, size = x.data_offsets[i], x.sizes[i]

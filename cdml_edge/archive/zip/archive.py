@@ -34,7 +34,9 @@ class ZipArchive(Archive):
         rows: ZipRows | None = None,
         **limits: Any,
     ) -> None:
-        """``native``: the C core (:func:`cdml_edge.archive.native.module`), or ``None`` for
+        """Open ``source`` as ZIP.
+
+        ``native``: the C core (:func:`cdml_edge.archive.native.module`), or ``None`` for
         the Python path; ``tail``: a read of the source's end already made; ``rows``: the
         index already parsed (a pickled archive's), so the source is not read at all.
         """
@@ -59,10 +61,12 @@ class ZipArchive(Archive):
 
     @property
     def native(self) -> bool:
+        """Whether the index lives in the C core."""
         return self._native_index is not None
 
     @property
     def engine(self) -> str:  # type: ignore[override]
+        """``"native"`` (the C core) or ``"python"``."""
         return "native" if self._native_index is not None else "python"
 
     def _row(self, i: int) -> Entry:
@@ -107,6 +111,7 @@ class ZipArchive(Archive):
         self.check_limits(e[0], e[3], e[2])
 
     def read(self, name: str) -> bytes:
+        """One member's bytes (by the C core when it holds the index)."""
         index = self._native_index
         if index is None or self._closed:
             return super().read(name)

@@ -19,6 +19,7 @@ METHOD_NAMES = {STORED: "stored", DEFLATE: "deflate", BZIP2: "bzip2", LZMA: "lzm
 
 
 def method_name(method: int) -> str:
+    """The name of a ZIP compression method (``method-N`` for unknown ones)."""
     return METHOD_NAMES.get(method, f"method-{method}")
 
 
@@ -72,6 +73,7 @@ def decompress(
 
 
 def check_crc(data: bytes, crc: int, *, archive: str, member: str) -> None:
+    """Raise :class:`CorruptArchiveError` when ``data``'s CRC-32 is not ``crc``."""
     got = zlib.crc32(data)
     if got != crc:
         raise CorruptArchiveError(

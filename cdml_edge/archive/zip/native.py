@@ -1,5 +1,7 @@
-"""Python face of the C ZIP core: the index lives in C, batches are read with the GIL off,
-into fresh ``bytes`` or into an :class:`~cdml_edge.archive.arena.Arena`.
+"""Python face of the C ZIP core.
+
+The index lives in C; batches are read with the GIL off, into fresh ``bytes`` or into an
+:class:`~cdml_edge.archive.arena.Arena`.
 """
 
 from __future__ import annotations
@@ -50,10 +52,12 @@ _METHODS = frozenset((codecs.STORED, codecs.DEFLATE, codecs.ZSTD))
 
 
 def available() -> bool:
+    """Always ``True``: this module imports only when the C core is built."""
     return True
 
 
 def have_zstd() -> bool:
+    """Whether the C core was built with libzstd."""
     return bool(lib.cz_have_zstd())
 
 
@@ -135,6 +139,7 @@ class ZipIndex:
         return [(ents[i].offset, ents[i].csize) for i in range(self.count)]
 
     def entry(self, i: int, name: str) -> Entry:
+        """Member ``i`` as an ``Entry`` tuple, the row the Python path reads."""
         e = self._ents[i]
         mtime = float(e.ut_mtime) if e.ut_mtime != -(1 << 63) else dos_to_epoch(e.dtime, e.ddate)
         return (name, e.offset, e.csize, e.usize, e.crc, e.method, e.flags, mtime, e.hdr_extra)
@@ -192,8 +197,9 @@ class ZipIndex:
     def read_into(
         self, source: ByteSource, ids: list[int], names: list[str], owner: Any, arena: Arena
     ) -> list[memoryview]:
-        """Members ``ids`` decompressed by the C core straight into ``arena`` (GIL released):
-        views valid until the arena's next batch; CRC checked as by :meth:`read`.
+        """Members ``ids`` decompressed by the C core straight into ``arena`` (GIL released).
+
+        Views valid until the arena's next batch; CRC checked as by :meth:`read`.
         """
         ents = self._ents
         for i in ids:
@@ -237,9 +243,10 @@ class ZipIndex:
         status: Any,
         aux: Any,
     ) -> list[tuple[int, bytes]]:
-        """After a call with failures: ``(position, bytes)`` of the members the Python path
-        reads (a method the C core does not do, a long local extra); raises for the first
-        member that is broken.
+        """After a call with failures: ``(position, bytes)`` of members the Python path reads.
+
+        Those are members with a method the C core does not do, or a long local extra;
+        raises for the first member that is broken.
         """
         ents = self._ents
         redo: list[tuple[int, bytes]] = []
@@ -296,8 +303,10 @@ class ZipIndex:
 
 
 def _load_index(size: int, raw: bytes, count: int, ndirs: int) -> ZipIndex | None:
-    """A :class:`ZipIndex` over a pickled entry array (``None`` when this build's entry
-    layout differs: the archive is then opened from its source again).
+    """A :class:`ZipIndex` over a pickled entry array.
+
+    ``None`` when this build's entry layout differs: the archive is then opened from its
+    source again.
     """
     if size != ffi.sizeof("cz_entry") or len(raw) != size * count:
         return None

@@ -80,9 +80,10 @@ def _names(packed: Any, count: int) -> list[str]:
 
 
 def _load_native(packed: Any, count: int, native: Any) -> ZipRows | None:
-    """Rows over an unpickled C index (``None`` when it could not be rebuilt here, or the
-    C core is turned off here: the archive is then opened from its source again, on this
-    process's engine).
+    """Rows over an unpickled C index.
+
+    ``None`` when it could not be rebuilt here, or the C core is turned off here: the
+    archive is then opened from its source again, on this process's engine.
     """
     from cdml_edge.archive.native import module
 
@@ -92,8 +93,10 @@ def _load_native(packed: Any, count: int, native: Any) -> ZipRows | None:
 
 
 def _load_python(packed: Any, count: int, cols: list[array[Any]]) -> ZipRows | None:
-    """Rows of the Python path (``None`` when the C core is on here: the receiving
-    process reads on its own engine, so the archive is opened from its source again).
+    """Rows of the Python path.
+
+    ``None`` when the C core is on here: the receiving process reads on its own engine, so
+    the archive is opened from its source again.
     """
     from cdml_edge.archive.native import module
 

@@ -66,6 +66,7 @@ class CaptureProcess:
 
     @property
     def pid(self) -> int:
+        """The capture process's pid."""
         return self._proc.pid
 
     def next_message(self, timeout: float) -> protocol.Message | None:

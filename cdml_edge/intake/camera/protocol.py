@@ -33,6 +33,8 @@ class ProtocolError(ValueError):
 
 @dataclass(frozen=True)
 class Message:
+    """One decoded message: its kind, timestamp (ns) and payload."""
+
     kind: bytes
     ts_ns: int
     payload: bytes
@@ -50,6 +52,7 @@ class MessageDecoder:
         self._buf = bytearray()
 
     def feed(self, data: bytes) -> list[Message]:
+        """Add ``data``; the messages now complete. :class:`ProtocolError` on a bad header."""
         self._buf += data
         out: list[Message] = []
         while len(self._buf) >= HEADER.size:
@@ -65,4 +68,5 @@ class MessageDecoder:
 
     @property
     def buffered(self) -> int:
+        """Bytes held of a partial message."""
         return len(self._buf)

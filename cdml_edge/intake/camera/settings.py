@@ -29,10 +29,12 @@ class CaptureSettings:
     read_timeout_s: float = 5.0
 
     def to_json(self) -> str:
+        """The settings as one line of JSON (what the child reads)."""
         return json.dumps(asdict(self))
 
     @classmethod
     def from_json(cls, text: str) -> CaptureSettings:
+        """The settings :meth:`to_json` wrote."""
         return cls(**json.loads(text))
 
 

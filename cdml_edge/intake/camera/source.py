@@ -74,8 +74,9 @@ class _Outcome:
 
 
 class CameraSource:
-    """Frames of one camera, JPEG-encoded in memory (nothing touches the disk); survives its
-    camera (see the module docstring). ``on_change`` gets every state change.
+    """Frames of one camera, JPEG-encoded in memory (nothing touches the disk).
+
+    Survives its camera (see the module docstring). ``on_change`` gets every state change.
     """
 
     def __init__(
@@ -102,28 +103,35 @@ class CameraSource:
         self.finished = threading.Event()  # set when a video file ran out (loop off) or stopped
 
     def start(self) -> None:
+        """Start capturing on the source's thread."""
         self.status.begin()
         self._thread.start()
 
     def stop(self) -> None:
+        """Stop capturing; waits up to 10 s for the source's thread."""
         self._stopped.set()
         if self._thread.is_alive():
             self._thread.join(timeout=10.0)
 
     def pause(self, paused: bool) -> None:
+        """Skip (or keep again) the frames captured; skipped frames are counted."""
         self._paused = paused
 
     def retry(self, path: Path, delay: float) -> None:  # frames have no file to retake
+        """Nothing to do: a frame cannot be taken again."""
         pass
 
     def release(self, path: Path, keep: bool) -> None:  # frames have no file
+        """Nothing to do: a frame has no file to finish."""
         return None
 
     @property
     def pending_count(self) -> int:
+        """Always 0: frames never wait on disk."""
         return 0
 
     def health(self) -> CameraSnapshot:
+        """The camera's state and counters now."""
         return self.status.snapshot()
 
     # -- supervision -------------------------------------------------------------------------
@@ -186,8 +194,10 @@ class CameraSource:
             proc.close()
 
     def _pump(self, proc: CaptureProcess) -> _Outcome:
-        """Read messages until the capture ends; each phase (start, open, read) has its
-        deadline, and any message from the child restarts it.
+        """Read messages until the capture ends.
+
+        Each phase (start, open, read) has its deadline, and any message from the child
+        restarts it.
         """
         spec = self.spec
         phase, limit = "start", START_TIMEOUT_S

@@ -91,6 +91,7 @@ class CameraStatus:
 
     @property
     def state(self) -> CameraState:
+        """The camera's state now."""
         return self._state
 
     def begin(self) -> None:
@@ -145,6 +146,7 @@ class CameraStatus:
         self._notify(change)
 
     def finish(self, state: Literal["ended", "stopped"]) -> None:
+        """The capture is over: the video file ``ended`` or the source ``stopped``."""
         with self._lock:
             if self._state == state:
                 return
@@ -153,6 +155,7 @@ class CameraStatus:
         self._notify(change)
 
     def snapshot(self) -> CameraSnapshot:
+        """The state and counters now, for the health payload."""
         with self._lock:
             now = self._clock()
             down = None if self._down_since is None else now - self._down_since

@@ -72,8 +72,10 @@ def _encode(cv2: Any, frame: Any, quality: int) -> bytes:
 
 
 def stream_live(cv2: Any, cap: Any, settings: CaptureSettings, out: _Writer) -> None:
-    """Grab every frame the camera sends (its buffer never fills with stale frames), keep one
-    per ``1/fps``; raise :class:`CaptureFailed` when a grab fails or times out.
+    """Grab every frame the camera sends, keep one per ``1/fps``.
+
+    Grabbing them all keeps the camera's buffer from filling with stale frames. Raises
+    :class:`CaptureFailed` when a grab fails or times out.
     """
     period = 1.0 / settings.fps
     next_t = time.monotonic()
@@ -154,6 +156,7 @@ def run(settings: CaptureSettings, out: _Writer) -> int:
 
 
 def main() -> int:
+    """Capture with the settings on stdin's first line; the exit status."""
     _die_with_parent()
     settings = CaptureSettings.from_json(sys.stdin.readline())
     try:

@@ -1,6 +1,7 @@
-"""The publisher's paho client: how to reach the broker, the client built for it, one turn of
-its network loop driven by ``select`` (interruptible by a :class:`Waker`), and the reconnect
-backoff.
+"""The publisher's paho client: settings, the client, its network loop and reconnect backoff.
+
+How to reach the broker, the client built for it, one turn of its network loop driven by
+``select`` (interruptible by a :class:`Waker`), and the reconnect backoff.
 """
 
 from __future__ import annotations
@@ -30,8 +31,10 @@ from cdml_edge.outputs.mqtt.tls import (
 
 @dataclass(frozen=True)
 class BrokerSettings:
-    """The ``mqtt`` section resolved once: address (``None`` for the embedded broker),
-    protocol, credentials, TLS context and client id.
+    """The ``mqtt`` section resolved once.
+
+    Address (``None`` for the embedded broker), protocol, credentials, TLS context and
+    client id.
     """
 
     config: MqttConfig
@@ -74,9 +77,10 @@ def new_client(
     connect_timeout: float,
     will: tuple[str, bytes] | None,
 ) -> mqtt.Client:
-    """A paho client for ``settings`` with a persistent session, a retained QoS 1 Last Will
-    ``will = (topic, payload)`` (none when ``None``), no paho-side queue and
-    ``max_inflight`` message ids.
+    """A paho client for ``settings`` with a persistent session.
+
+    It has a retained QoS 1 Last Will ``will = (topic, payload)`` (none when ``None``), no
+    paho-side queue and ``max_inflight`` message ids.
     """
     v5 = settings.protocol == "5"
     kwargs: dict[str, Any] = {
@@ -101,8 +105,9 @@ def new_client(
 
 
 def connect_later(client: mqtt.Client, settings: BrokerSettings, host: str, port: int) -> None:
-    """Set where ``client.reconnect()`` connects (MQTT 5: a session that outlives the
-    connection for ``session_expiry`` seconds); nothing is sent yet.
+    """Set where ``client.reconnect()`` connects; nothing is sent yet.
+
+    With MQTT 5 the session outlives the connection for ``session_expiry`` seconds.
     """
     keepalive = max(1, int(settings.config.keepalive))
     if settings.protocol == "5":
@@ -128,13 +133,16 @@ class Waker:
         os.set_blocking(self._w, False)
 
     def fileno(self) -> int:
+        """The read end, for ``select``."""
         return self._r
 
     def wake(self) -> None:
+        """Make the read end readable (never blocks; a full pipe is awake already)."""
         with contextlib.suppress(OSError):
             os.write(self._w, b"x")
 
     def clear(self) -> None:
+        """Drain the read end: the next wait sleeps again."""
         with contextlib.suppress(OSError):
             while os.read(self._r, 4096):
                 pass
@@ -147,14 +155,17 @@ class Waker:
                 self.clear()
 
     def close(self) -> None:
+        """Close both ends of the pipe."""
         for fd in (self._r, self._w):
             with contextlib.suppress(OSError):
                 os.close(fd)
 
 
 def poll(client: mqtt.Client, waker: Waker) -> None:
-    """One turn of ``client``'s network loop: wait (at most 0.25 s, or not at all while TLS
-    holds decrypted bytes) for its socket or ``waker``, then read, write and keep alive.
+    """One turn of ``client``'s network loop: wait, then read, write and keep alive.
+
+    It waits for the client's socket or ``waker``: at most 0.25 s, or not at all while TLS
+    holds decrypted bytes.
     """
     sock = client.socket()
     if sock is None:

@@ -32,6 +32,7 @@ def free_port(host: str = "127.0.0.1") -> int:
 
 
 def port_is_free(port: int, host: str = "127.0.0.1") -> bool:
+    """Whether a TCP socket can bind ``port`` on ``host`` now."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         try:
             sock.bind((host, port))
@@ -64,6 +65,7 @@ class EmbeddedBroker:
 
     @property
     def url(self) -> str:
+        """``mqtt://host:port``, or ``mqtts://`` with TLS."""
         scheme = "mqtts" if self.tls else "mqtt"
         return f"{scheme}://{self.host}:{self.port}"
 
@@ -143,7 +145,8 @@ class EmbeddedBroker:
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Run until killed:
+    """Run a broker until killed; its URL is printed first.
+
     ``python -m cdml_edge.outputs.mqtt.embedded_broker [PORT] [--tls CERT KEY [CA]]``.
     """
     import argparse

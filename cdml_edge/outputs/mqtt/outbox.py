@@ -42,6 +42,7 @@ class PublishBatch:
 
     @property
     def remaining(self) -> int:
+        """Messages of the batch not yet acknowledged or spooled."""
         with self._lock:
             return self._remaining
 
@@ -64,9 +65,11 @@ class Entry:
 
     @property
     def size(self) -> int:
+        """Bytes charged against the outbox bound: payload, topic and 32 for overhead."""
         return len(self.message.payload) + len(self.message.topic) + 32
 
     def complete(self) -> None:
+        """Count this message toward its batch (once; later calls do nothing)."""
         if not self.done:
             self.done = True
             self.batch.done()
@@ -103,6 +106,7 @@ class Outbox:
                 self._bytes += entry.size
 
     def pop(self) -> Entry | None:
+        """The oldest entry, removed; ``None`` when empty."""
         with self._lock:
             if not self._queue:
                 return None
@@ -111,6 +115,7 @@ class Outbox:
             return entry
 
     def take_all(self) -> list[Entry]:
+        """Every entry, oldest first; the outbox is empty after."""
         with self._lock:
             items = list(self._queue)
             self._queue.clear()
@@ -123,5 +128,6 @@ class Outbox:
 
     @property
     def bytes(self) -> int:
+        """Bytes held now (the entries' :attr:`Entry.size`)."""
         with self._lock:
             return self._bytes

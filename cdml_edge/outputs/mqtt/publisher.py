@@ -51,8 +51,9 @@ class PublisherClosed(CdmlError, RuntimeError):
 
 
 class OutputUnavailable(CdmlError):
-    """Messages neither the spool (a full or failing disk) nor the outbox could take; names
-    the spool folder. Their batch never becomes durable: the caller keeps the sources.
+    """Messages neither the spool (a full or failing disk) nor the outbox could take.
+
+    Names the spool folder. Their batch never becomes durable: the caller keeps the sources.
     """
 
 
@@ -143,6 +144,7 @@ class MqttPublisher:
     # ------------------------------------------------------------------ Output API
     @property
     def connected(self) -> bool:
+        """Whether the broker accepted the connection (CONNACK) and it is up now."""
         return self._connected
 
     @property
@@ -152,6 +154,7 @@ class MqttPublisher:
 
     @property
     def broker_url(self) -> str:
+        """The broker's URL: the embedded broker's, or ``mqtt.url``'s."""
         return self.broker.url if self.broker is not None else self.settings.url()
 
     def topic(self, relative: str) -> str:
@@ -191,9 +194,10 @@ class MqttPublisher:
         self._waker.wake()
 
     def _hold(self, entries: list[Entry]) -> None:
-        """Entries the spool could not take (a full or failing disk): keep them in the
-        outbox, connected or not (the I/O thread spools them once it can); what does not
-        fit there either is refused, and so is its batch (:class:`OutputUnavailable`).
+        """Keep entries the spool could not take (a full or failing disk) in the outbox.
+
+        They are kept connected or not (the I/O thread spools them once it can); what does
+        not fit there either is refused, and so is its batch (:class:`OutputUnavailable`).
         """
         kept = 0
         for entry in entries:
@@ -213,6 +217,7 @@ class MqttPublisher:
         )
 
     def stats(self) -> dict[str, int]:
+        """The publisher's counters, the spool's, and the queues and connection now."""
         out = dict(self._counts)
         out.update(self.spool.stats())
         out.update(
@@ -352,8 +357,9 @@ class MqttPublisher:
             raise  # a supervisor restarts the loop
 
     def _reconnect(self, client: mqtt.Client, now: float) -> bool:
-        """No socket: take back what was in flight, spool the outbox and connect once the
-        backoff allows; ``False`` when stopping.
+        """No socket: take back what was in flight, spool the outbox, connect when allowed.
+
+        A connection is attempted once the backoff allows. ``False`` when stopping.
         """
         if self._connected or self._lost:
             self._handle_lost(client)
@@ -385,8 +391,10 @@ class MqttPublisher:
         return True
 
     def _serve(self, client: mqtt.Client, now: float) -> None:
-        """A socket: read and write it, give up on a missing CONNACK, announce ``online``,
-        complete acknowledged messages, publish more and commit the spool cursor.
+        """A socket: read and write it, publish more and commit the spool cursor.
+
+        Also gives up on a missing CONNACK, announces ``online`` and completes acknowledged
+        messages.
         """
         poll(client, self._waker)
         if self._lost and client.socket() is None:
@@ -406,8 +414,9 @@ class MqttPublisher:
         self._maybe_commit()
 
     def _maybe_commit(self) -> None:
-        """Persist the spool cursor every ``commit_every`` acknowledged records or
-        ``commit_interval`` seconds.
+        """Persist the spool cursor when due.
+
+        It is due every ``commit_every`` acknowledged records or ``commit_interval`` seconds.
         """
         due = self._counts["drained"] - self._drained_at_commit >= self.commit_every
         if due or time.monotonic() - self._last_commit >= self.commit_interval:
@@ -515,9 +524,10 @@ class MqttPublisher:
                 self.outbox.put_front(left)
 
     def _finish_close(self, client: mqtt.Client) -> bool:
-        """While stopping: deliver the outbox and the spool until both are empty or time is
-        up (waiting for a connection being set up, or making one attempt when none was made
-        yet), then go ``offline``; ``False`` while there is more to do.
+        """While stopping: deliver the outbox and the spool, then go ``offline``.
+
+        Delivers until both are empty or time is up (waiting for a connection being set up,
+        or making one attempt when none was made yet). ``False`` while there is more to do.
         """
         time_left = self._close_deadline - time.monotonic()
         if time_left > 0 and self._undelivered():

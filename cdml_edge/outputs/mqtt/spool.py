@@ -195,6 +195,7 @@ class Spool:
     # ---------------------------------------------------------------- stats
     @property
     def size_bytes(self) -> int:
+        """Bytes of the segment files on disk."""
         with self._lock:
             return self._total
 
@@ -219,6 +220,7 @@ class Spool:
             return max(total, 0)
 
     def stats(self) -> dict[str, int]:
+        """The spool's counters for the health payload, ``spool_``-prefixed."""
         with self._lock:
             return {
                 "spool_bytes": self._total,
@@ -291,8 +293,9 @@ class Spool:
         self._mark = (seg.id, seg.size, seg.count) if seg is not None else (0, 0, 0)
 
     def _rollback_locked(self, exc: OSError) -> None:
-        """An append failed: cut the segment being written back to its last synced record,
-        seal it, and count only the records synced before the failure.
+        """An append failed: cut the segment being written back to its last synced record.
+
+        The segment is sealed, and only the records synced before the failure are counted.
         """
         writer, self._writer = self._writer, None
         if writer is not None:
@@ -348,8 +351,9 @@ class Spool:
         self.bytes_written += len(blob)
 
     def _new_segment_locked(self) -> Segment:
-        """Seal the active segment (synced: its records are safe) and open the next one;
-        an ``OSError`` leaves no writer open.
+        """Seal the active segment (synced: its records are safe) and open the next one.
+
+        An ``OSError`` leaves no writer open.
         """
         if self._writer is not None:
             self._sync_locked()
@@ -369,8 +373,9 @@ class Spool:
         return seg
 
     def _sync_locked(self) -> None:
-        """Flush the active segment (and fsync it unless ``fsync: never``): every record
-        written so far is safe.
+        """Flush the active segment: every record written so far is safe.
+
+        It is fsynced too unless ``fsync: never``.
         """
         if self._writer is None:
             return
@@ -462,8 +467,10 @@ class Spool:
         return out
 
     def _read_failed_locked(self, seg: Segment, exc: OSError) -> bool:
-        """A segment could not be read: try again later; after ``READ_ATTEMPTS`` failures
-        in a row set it aside (its unsent records count as dropped) and return ``True``.
+        """A segment could not be read: try again later, or set it aside.
+
+        After ``READ_ATTEMPTS`` failures in a row it is set aside (its unsent records count
+        as dropped) and ``True`` is returned.
         """
         if self._reader is not None:
             with contextlib.suppress(OSError):
@@ -570,8 +577,9 @@ class Spool:
             self._forget_segment_locked(seg)
 
     def commit(self) -> None:
-        """Persist the cursor (atomic replace; fsynced with ``fsync="always"`` only), so
-        acknowledged records are not sent again.
+        """Persist the cursor, so acknowledged records are not sent again.
+
+        An atomic replace; fsynced with ``fsync="always"`` only.
         """
         with self._lock:
             if not self._cursor_dirty or not self.faults.may_try("commit"):

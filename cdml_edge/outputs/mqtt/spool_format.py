@@ -52,6 +52,7 @@ class SpoolRecord:
     retain: bool = False
 
     def encode(self) -> bytes:
+        """The record as written to a segment: header (magic, length, CRC) and body."""
         topic = self.topic.encode()
         body = (
             _BODY_HEAD.pack((self.qos & 3) | (int(self.retain) << 2), len(topic))
@@ -64,6 +65,7 @@ class SpoolRecord:
 
     @classmethod
     def decode(cls, body: bytes) -> SpoolRecord:
+        """The record of a ``body`` (its header already checked and stripped)."""
         flags, tlen = _BODY_HEAD.unpack_from(body, 0)
         start = _BODY_HEAD.size
         topic = body[start : start + tlen].decode()
@@ -177,6 +179,7 @@ class Segment:
 
 
 def segment_path(folder: Path, seg_id: int) -> Path:
+    """The file of segment ``seg_id`` in ``folder``: ``{id:012d}.seg``."""
     return folder / f"{seg_id:012d}{SEGMENT_SUFFIX}"
 
 
@@ -191,6 +194,7 @@ class Recovered:
 
     @property
     def total(self) -> int:
+        """Bytes of the segments kept."""
         return sum(s.size for s in self.segments)
 
 

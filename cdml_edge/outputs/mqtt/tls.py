@@ -20,6 +20,8 @@ class MqttSetupError(CdmlError, ValueError):
 
 @dataclass(frozen=True)
 class BrokerAddress:
+    """Where the broker listens and whether it speaks TLS."""
+
     host: str
     port: int
     tls: bool

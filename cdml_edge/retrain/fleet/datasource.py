@@ -32,6 +32,7 @@ _TYPES = {
 
 
 def arrow_schema(columns: Columns) -> pa.Schema:
+    """The Arrow schema of ``columns``: ``(name, kind)`` pairs, kinds as in ``_TYPES``."""
     return pa.schema([(name, _TYPES[kind]) for name, kind in columns])
 
 
@@ -59,9 +60,11 @@ class WindowDatasource(Datasource):
         self._name = name
 
     def get_name(self) -> str:
+        """The name Ray shows for the read (``name``)."""
         return self._name
 
     def estimate_inmemory_data_size(self) -> int | None:
+        """The archive and sidecar bytes of every window: Ray's size estimate."""
         return sum(_weight(r) for r in self.refs)
 
     def get_read_tasks(
@@ -70,8 +73,10 @@ class WindowDatasource(Datasource):
         per_task_row_limit: int | None = None,
         data_context: Any = None,
     ) -> list[ReadTask]:
-        """At least ``parallelism`` tasks when there are that many windows, and enough that
-        none reads much more than ``task_bytes``.
+        """Read tasks over groups of consecutive windows.
+
+        At least ``parallelism`` tasks when there are that many windows, and enough that none
+        reads much more than ``task_bytes``.
         """
         total = sum(_weight(r) for r in self.refs)
         n = max(parallelism, math.ceil(total / max(1, self.task_bytes)))

@@ -119,8 +119,9 @@ def fleet_export(
     whole_limit: int = DEFAULT_WHOLE_LIMIT,
     tuning: FleetTuning | None = None,
 ) -> FleetExportSummary:
-    """Export the windows under ``root`` into ``out`` (see the module docstring); archives
-    up to ``whole_limit`` bytes are fetched whole, larger ones by ranges.
+    """Export the windows under ``root`` into ``out`` (see the module docstring).
+
+    Archives up to ``whole_limit`` bytes are fetched whole, larger ones by ranges.
     """
     t0 = time.perf_counter()
     if str(out).startswith("s3:"):
@@ -194,8 +195,10 @@ def _plan(listing: Listing, scope: Scope, chooser: ItemSelection, tune: FleetTun
 
 
 def _drop_duplicates(plan: _ExportPlan) -> None:
-    """One pick per member name: the same item retained twice (a window packed again after a
-    crash, the same window uploaded twice) is exported once, from the first location.
+    """One pick per member name: an item retained twice is exported once.
+
+    Retained twice: a window packed again after a crash, the same window uploaded twice. The
+    item comes from the first location.
     """
     plan.picks.sort()
     kept: list[tuple[str, int, str]] = []
@@ -210,8 +213,9 @@ def _drop_duplicates(plan: _ExportPlan) -> None:
 
 
 def cut_shards(picks: Sequence[tuple[str, int, str]], bound: int) -> list[list[Any]]:
-    """Consecutive picks (sorted by member name) in shards of at most ``bound`` member
-    bytes; a member larger than ``bound`` is a shard of its own.
+    """Consecutive picks (sorted by member name) in shards of at most ``bound`` member bytes.
+
+    A member larger than ``bound`` is a shard of its own.
     """
     shards: list[list[Any]] = [[]]
     held = 0

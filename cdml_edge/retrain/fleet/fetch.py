@@ -61,8 +61,9 @@ def fetch_whole(location: str, size_hint: int, s3: S3Options, count: FetchCount)
 def archive_source(
     location: str, size: int, s3: S3Options, whole_limit: int, count: FetchCount
 ) -> tuple[Any, Any]:
-    """What :func:`~cdml_edge.archive.open_archive` should read for part of an archive, and
-    the S3 source to count afterwards (``None`` when nothing is left to count).
+    """What :func:`~cdml_edge.archive.open_archive` should read for part of an archive.
+
+    Also the S3 source to count afterwards (``None`` when nothing is left to count).
     """
     if not is_s3(location):
         return location, None

@@ -135,8 +135,10 @@ def run_fleet_export(
 
 
 def ray_failure(exc: BaseException) -> str:
-    """A job Ray could not finish (a task that failed past its retries: a full disk, a
-    worker killed for memory), in one line; anything else is raised as it is.
+    """A job Ray could not finish, in one line; anything else is raised as it is.
+
+    Could not finish: a task failed past its retries (a full disk, a worker killed for
+    memory).
     """
     from ray.exceptions import RayError
 

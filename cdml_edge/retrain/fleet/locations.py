@@ -33,8 +33,10 @@ LIST_THREADS = 8
 
 @dataclass(frozen=True)
 class S3Options:
-    """How read tasks reach ``s3://`` (picklable; sent to every worker, so a cluster does
-    not depend on the driver's environment).
+    """How read tasks reach ``s3://``.
+
+    Picklable; sent to every worker, so a cluster does not depend on the driver's
+    environment.
     """
 
     endpoint_url: str | None = None
@@ -50,8 +52,10 @@ class S3Options:
 
 @dataclass(frozen=True)
 class WindowRef:
-    """One retained window in the fleet: its sidecar, the archive listed beside it (None
-    when there is none) and the partition values of its folder.
+    """One retained window in the fleet: its sidecar, archive and partition values.
+
+    ``archive``: the archive listed beside the sidecar (None when there is none);
+    ``partitions``: the partition values of its folder.
     """
 
     sidecar: str  # path or s3:// URL
@@ -62,6 +66,7 @@ class WindowRef:
 
     @property
     def folder(self) -> str:
+        """The folder (path or ``s3://`` URL) that holds the sidecar."""
         return self.sidecar.rsplit("/", 1)[0]
 
     def archive_at(self, file: str) -> str:
@@ -81,6 +86,7 @@ class Listing:
 
 
 def is_s3(root: str) -> bool:
+    """Whether ``root`` is an ``s3://`` URL."""
     return root.startswith("s3://")
 
 

@@ -79,7 +79,8 @@ def fleet_replay(
     tuning: FleetTuning | None = None,
     source_models: Mapping[str, Sequence[str]] | None = None,
 ) -> FleetReplaySummary:
-    """Re-score the windows under ``root`` on the running Ray (see the module docstring);
+    """Re-score the windows under ``root`` on the running Ray (see the module docstring).
+
     ``out`` becomes a folder of Parquet files, replaced whole at the end.
     """
     import ray.data

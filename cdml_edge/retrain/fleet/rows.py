@@ -80,8 +80,10 @@ def fetch_sidecar(ref: WindowRef, s3: S3Options, count: FetchCount) -> RetainedW
 
 
 def partition_columns(keys: Iterable[str], taken: Iterable[str]) -> dict[str, str]:
-    """Partition key -> column name: the key itself, ``partition_<key>`` when a column of
-    the row already has that name (``device``: the manifest's value stays in ``device``).
+    """Partition key -> column name: the key itself, or ``partition_<key>`` when taken.
+
+    Taken: a column of the row already has that name (``device``: the manifest's value stays
+    in ``device``).
     """
     used = set(taken)
     return {k: f"partition_{k}" if k in used else k for k in keys}
@@ -151,8 +153,9 @@ def _msg(exc: BaseException) -> str:
 
 
 def _status(exc: BaseException) -> str:
-    """``missing`` when the bytes could not be fetched (gone, S3 unreachable), else
-    ``corrupt`` (they came but cannot be read).
+    """``missing`` when the bytes could not be fetched, else ``corrupt``.
+
+    Not fetched: gone, S3 unreachable. ``corrupt``: they came but cannot be read.
     """
     from cdml_edge.archive.s3.errors import S3Error
 
@@ -170,6 +173,7 @@ class WindowRows(_Builder):
     )
 
     def window_rows(self, ref: WindowRef, rw: RetainedWindow, count: FetchCount) -> list[Row]:
+        """The window's row, or a ``corrupt`` row when the archive's SHA-256 differs."""
         m = rw.manifest
         where = ref.archive_at(rw.archive.file)
         size = ref.archive_bytes if ref.archive == where else rw.archive.bytes
@@ -205,13 +209,15 @@ _ITEM_COLUMNS: Columns = (
 
 
 class ItemRows(_Builder):
-    """One row per item: its bytes (checked against the manifest's SHA-256) and the
-    results the device published for it.
+    """One row per item: its bytes and the results the device published for it.
+
+    The bytes are checked against the manifest's SHA-256.
     """
 
     columns_own = (*_WINDOW_COLUMNS, *_ITEM_COLUMNS)
 
     def window_rows(self, ref: WindowRef, rw: RetainedWindow, count: FetchCount) -> list[Row]:
+        """The window's item rows; an unreadable or mismatching item is ``corrupt``, no data."""
         import hashlib
 
         m = rw.manifest
@@ -253,8 +259,9 @@ class ItemRows(_Builder):
         return out
 
     def _source(self, ref: WindowRef, rw: RetainedWindow, count: FetchCount) -> tuple[Any, Any]:
-        """The archive to read members from, or a ``corrupt`` row when it is fetched
-        whole and its SHA-256 differs from the sidecar's.
+        """The archive to read members from (and the S3 source to count), or a ``corrupt`` row.
+
+        ``corrupt`` when it is fetched whole and its SHA-256 differs from the sidecar's.
         """
         where = ref.archive_at(rw.archive.file)
         size = ref.archive_bytes if ref.archive == where else rw.archive.bytes
@@ -287,8 +294,10 @@ class ItemSelection:
 
 
 class PlanRows(_Builder):
-    """Export pass 1: a ``pick`` row per chosen item (its member name and size), then one
-    ``window`` row whose ``stats`` are the selection's counters as JSON.
+    """Export pass 1: a ``pick`` row per chosen item, then one ``window`` row.
+
+    A ``pick`` row has the member name and size; the ``window`` row's ``stats`` are the
+    selection's counters as JSON.
     """
 
     columns_own = (
@@ -303,6 +312,7 @@ class PlanRows(_Builder):
         self.selection = selection
 
     def window_rows(self, ref: WindowRef, rw: RetainedWindow, count: FetchCount) -> list[Row]:
+        """The window's ``pick`` rows, then its ``window`` row (counters, relabels used)."""
         stats = ExportStats()
         relabels = self.selection.relabels
         before = set(relabels.used) if relabels is not None else set()

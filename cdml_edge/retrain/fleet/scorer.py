@@ -68,8 +68,10 @@ def ship_models(
     configured: Mapping[str, tuple[str | Path, ModelOverrides]],
     extra: Sequence[str | Path],
 ) -> list[ModelShipment]:
-    """The models the driver loaded, as bytes: a ``--model`` file without overrides (as the
-    local replay loads it), a configured one with the configuration's.
+    """The models the driver loaded, as bytes, each with the overrides the local replay uses.
+
+    A ``--model`` file comes without overrides (as the local replay loads it), a configured
+    one with the configuration's.
     """
     extra_paths = {Path(p) for p in extra}
     out = []
@@ -109,6 +111,7 @@ class ReplayScorer:
         self.partition_columns = tuple(partition_columns)
 
     def __call__(self, batch: Any) -> Any:
+        """Score a batch of window rows (an Arrow table); an Arrow table of the rows out."""
         import pyarrow as pa
 
         from cdml_edge.retrain.fleet.datasource import arrow_schema
