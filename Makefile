@@ -30,6 +30,7 @@ test-fast: $(STAMP)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check cdml_edge tests scripts
+	$(VENV)/bin/ruff format --check cdml_edge tests scripts
 	$(VENV)/bin/mypy
 	$(PY) scripts/checks/check_layers.py
 	$(PY) scripts/checks/check_function_length.py

@@ -326,12 +326,15 @@ def baseline(kind: Kind, data: list[bytes], batch: int, seconds: float = 1.5) ->
 
     done = 0  # items so far: each batch starts where the last one ended
 
+    def prepared(item: bytes) -> np.ndarray:
+        array = decode(item, name, runner.spec.input)
+        if array is None:
+            raise ValueError(f"{kind.modality}: decoded to no model input")
+        return runner.prepare(array)
+
     def one_batch() -> int:
         nonlocal done
-        rows = [
-            runner.prepare(decode(data[(done + i) % len(data)], name, runner.spec.input))
-            for i in range(batch)
-        ]
+        rows = [prepared(data[(done + i) % len(data)]) for i in range(batch)]
         runner.run(np.stack(rows))
         done += batch
         return batch

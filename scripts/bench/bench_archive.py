@@ -75,8 +75,8 @@ def jpeg_blobs(rng: random.Random, n: int) -> list[bytes]:
     y, x = np.mgrid[0:192, 0:256]
     out = []
     for i in range(n):
-        img = (np.stack([x * 1.5 + i, y * 2.0, x + y], -1) % 256).astype(np.uint8)
-        img = cv2.add(img, noise.integers(0, 64, img.shape, dtype=np.uint8))
+        gradient = (np.stack([x * 1.5 + i, y * 2.0, x + y], -1) % 256).astype(np.uint8)
+        img = cv2.add(gradient, noise.integers(0, 64, gradient.shape, dtype=np.uint8))
         ok, buf = cv2.imencode(".jpg", img, [cv2.IMWRITE_JPEG_QUALITY, 85])
         out.append(buf.tobytes())
     return out

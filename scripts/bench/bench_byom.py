@@ -23,7 +23,7 @@ from onnx import TensorProto, helper, numpy_helper
 from timing import median_time
 
 from cdml_edge.archive import pack
-from cdml_edge.config.model_section import ModelConfig
+from cdml_edge.config.model_section import ModelConfig, ModelInputConfig, ModelOutputConfig
 from cdml_edge.model.heads import ClassifierHead, DetectorHead
 from cdml_edge.model.inputs import ImageInput
 from cdml_edge.model.prepare import prepare_item
@@ -138,15 +138,15 @@ def bench_window(frame: np.ndarray, seconds: float) -> None:
         det = ModelConfig(
             path=yolo,
             modality="image",
-            labels=["a", "b"],  # type: ignore[call-arg]
-            input={"resize": "letterbox"},
-            output={"kind": "detector"},
+            labels=["a", "b"],
+            input=ModelInputConfig(resize="letterbox"),
+            output=ModelOutputConfig(kind="detector"),
         )
         cls = ModelConfig(
             path=clf,
             modality="image",
-            labels=["r", "g", "b"],  # type: ignore[call-arg]
-            output={"kind": "classifier"},
+            labels=["r", "g", "b"],
+            output=ModelOutputConfig(kind="classifier"),
         )
         runners = {
             k: ModelRunner.load(mc.path, ModelOverrides.from_config(mc, k))
@@ -166,8 +166,8 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=2.0, help="Time per measurement.")
     args = ap.parse_args()
     rng = np.random.default_rng(1)
-    frame = rng.integers(0, 255, (720, 1280, 3), dtype=np.uint8)
-    frame = cv2.GaussianBlur(frame, (0, 0), 3)  # JPEG-like content, not noise
+    noise = rng.integers(0, 255, (720, 1280, 3), dtype=np.uint8)
+    frame = cv2.GaussianBlur(noise, (0, 0), 3)  # JPEG-like content, not noise
     bench_prepare(frame, args.seconds)
     bench_heads(args.seconds)
     bench_window(frame, args.seconds)

@@ -44,8 +44,8 @@ def serve(port: int, fps: float) -> None:
     rng = np.random.default_rng(0)
     frames = []
     for n in range(30):
-        img = rng.integers(0, 255, (480, 640, 3), dtype=np.uint8)
-        img = cv2.GaussianBlur(img, (0, 0), 3)  # camera-like: compresses like a real scene
+        noise = rng.integers(0, 255, (480, 640, 3), dtype=np.uint8)
+        img = cv2.GaussianBlur(noise, (0, 0), 3)  # camera-like: compresses like a real scene
         cv2.putText(img, str(n), (40, 200), cv2.FONT_HERSHEY_SIMPLEX, 4, (255, 255, 255), 8)
         data = cv2.imencode(".jpg", img)[1].tobytes()
         head = f"--frame\r\nContent-Type: image/jpeg\r\nContent-Length: {len(data)}\r\n\r\n"

@@ -80,7 +80,10 @@ def opencv_decode(data: bytes, target: int) -> torch.Tensor:
         if SIZE // factor >= target:
             flag = reduced
             break
-    rgb = cv2.cvtColor(cv2.imdecode(np.frombuffer(data, np.uint8), flag), cv2.COLOR_BGR2RGB)
+    bgr = cv2.imdecode(np.frombuffer(data, np.uint8), flag)
+    if bgr is None:
+        raise ValueError("OpenCV cannot decode this image")
+    rgb = cv2.cvtColor(bgr, cv2.COLOR_BGR2RGB)
     if rgb.shape[0] != target:
         rgb = cv2.resize(rgb, (target, target), interpolation=cv2.INTER_AREA)
     return image_to_tensor(rgb)

@@ -94,7 +94,11 @@ def _in_memory(folder: Path) -> Callable[[Callable[[str], None]], Callable[[], N
         w = watch_in_memory(
             folder, lambda p, kind, data: done(p), with_data=True, auto_delete=True, background=True
         )
-        return lambda: w.stop()
+
+        def stop() -> None:
+            w.stop()
+
+        return stop
 
     return start
 
@@ -108,7 +112,12 @@ def _bare_file(folder: Path) -> Callable[[Callable[[str], None]], Callable[[], N
         obs = Observer()
         obs.schedule(_Bare(on_file), str(folder))
         obs.start()
-        return lambda: (obs.stop(), obs.join())
+
+        def stop() -> None:
+            obs.stop()
+            obs.join()
+
+        return stop
 
     return start
 
@@ -122,7 +131,11 @@ def _packed(folder: Path) -> Callable[[Callable[[str], None]], Callable[[], None
         w = watch_and_pack(
             folder, None, on_batch, interval_seconds=0.5, auto_delete=True, background=True
         )
-        return lambda: w.stop()
+
+        def stop() -> None:
+            w.stop()
+
+        return stop
 
     return start
 
@@ -155,7 +168,14 @@ def _bare_zip(folder: Path) -> Callable[[Callable[[str], None]], Callable[[], No
         obs.start()
         t = threading.Thread(target=packer, daemon=True)
         t.start()
-        return lambda: (stopped.set(), t.join(), obs.stop(), obs.join())
+
+        def stop() -> None:
+            stopped.set()
+            t.join()
+            obs.stop()
+            obs.join()
+
+        return stop
 
     return start
 

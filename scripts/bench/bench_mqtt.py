@@ -22,6 +22,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+from typing import Literal
 
 import paho.mqtt.client as mqtt
 from _test_helpers import borrow
@@ -43,6 +44,7 @@ from cdml_edge.outputs.mqtt.publisher import MqttPublisher  # noqa: E402
 from cdml_edge.window.topics import OutMessage  # noqa: E402
 
 INFLIGHT = 64
+MqttProtocol = Literal["5", "3.1.1"]  # MqttConfig.protocol
 
 
 def payloads(n: int, tag: str) -> list[bytes]:
@@ -70,7 +72,9 @@ def payloads(n: int, tag: str) -> list[bytes]:
     return out
 
 
-def bench_paho(port: int, protocol: str, prefix: str, data: list[bytes]) -> tuple[float, float]:
+def bench_paho(
+    port: int, protocol: MqttProtocol, prefix: str, data: list[bytes]
+) -> tuple[float, float]:
     sub = Subscriber(port, f"{prefix}/#", persistent=False)
     client = mqtt.Client(
         mqtt.CallbackAPIVersion.VERSION2,
@@ -97,7 +101,7 @@ def bench_paho(port: int, protocol: str, prefix: str, data: list[bytes]) -> tupl
 
 
 def bench_publisher(
-    port: int, protocol: str, prefix: str, data: list[bytes], spool: Path
+    port: int, protocol: MqttProtocol, prefix: str, data: list[bytes], spool: Path
 ) -> tuple[float, float]:
     sub = Subscriber(port, f"{prefix}/#", persistent=False)
     pub = MqttPublisher(
@@ -179,6 +183,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         own: BrokerProcess | None = None
+        protocol: MqttProtocol
         if mosquitto_binary() and port_open(SHARED_PORT):
             port, kind, protocol = SHARED_PORT, "mosquitto 127.0.0.1:1883", "5"
         else:

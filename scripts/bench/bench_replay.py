@@ -104,7 +104,7 @@ def live_path(
     runners: dict,
     ring_dir: Path,
     out: Path,
-    retain: bool = True,  # type: ignore[type-arg]
+    retain: bool = True,
 ) -> float:
     shutil.rmtree(ring_dir, ignore_errors=True)
     ring = RetentionRing(ring_dir, max_bytes=8 * 1024**3) if retain else None

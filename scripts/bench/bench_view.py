@@ -58,8 +58,8 @@ def _window(n: int, side: int) -> Window:
     rng = np.random.default_rng(0)
     w = Window("cam-bench", "cam", time.time())
     for i in range(n):
-        img = rng.integers(0, 255, (side * 3 // 4, side, 3), dtype=np.uint8)
-        img = cv2.GaussianBlur(img, (0, 0), 6)  # photo-like, compresses like one
+        pixels = rng.integers(0, 255, (side * 3 // 4, side, 3), dtype=np.uint8)
+        img = cv2.GaussianBlur(pixels, (0, 0), 6)  # photo-like, compresses like one
         ok, buf = cv2.imencode(".jpg", img, [cv2.IMWRITE_JPEG_QUALITY, 90])
         data = buf.tobytes()
         w.items.append(

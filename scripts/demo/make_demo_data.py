@@ -44,7 +44,7 @@ def make(out: Path, seconds: float, fps: int, images: int, clips: int, windows: 
     truth: dict[str, dict[str, str]] = {"cam": {}, "mic": {}, "vib": {}, "cam-live": {}}
 
     frames, frame_labels = synth.digit_images(int(seconds * fps), seed=11, size=64)
-    vw = cv2.VideoWriter(str(out / "camera.avi"), cv2.VideoWriter_fourcc(*"MJPG"), fps, (64, 64))
+    vw = cv2.VideoWriter(str(out / "camera.avi"), cv2.VideoWriter.fourcc(*"MJPG"), fps, (64, 64))
     if not vw.isOpened():
         raise SystemExit("OpenCV cannot write an MJPG video here")
     for n, (f, lab) in enumerate(zip(frames, frame_labels, strict=True)):

@@ -78,7 +78,7 @@ def compile_lock(python: str, arch: str, uv: list[str]) -> Path:
 
 def pins(path: Path) -> dict[str, Version]:
     """The ``name==version`` pins of a lock file."""
-    out = {}
+    out: dict[str, Version] = {}
     for line in path.read_text().splitlines():
         if "==" in line and not line.startswith((" ", "#")):
             name, _, rest = line.partition("==")
