@@ -7,14 +7,21 @@ import os
 import signal
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 import yaml
-from agent_fixtures import brightness_classifier, jpeg, level_anomaly, wait_for, write_atomic
+from helpers.agent_runs import (
+    FailingSession,
+    jpeg,
+    of_kind,
+    read_jsonl,
+    wait_for,
+    write_atomic,
+    write_config,
+)
 
 from cdml_edge.agent.app import Agent
 from cdml_edge.config import load_config
@@ -22,67 +29,6 @@ from cdml_edge.config import load_config
 
 def _csv(rows: np.ndarray) -> bytes:
     return ("ax,ay,az\n" + "\n".join(",".join(f"{v:.2f}" for v in r) for r in rows) + "\n").encode()
-
-
-def read_jsonl(path: Path) -> list[dict[str, Any]]:
-    """The complete lines of a JSON-lines file the agent may be writing: a last line without
-    its newline is still being written and is not read yet."""
-    if not path.exists():
-        return []
-    text = path.read_text()
-    lines = text.split("\n")
-    out = []
-    for line in lines[:-1]:  # the part after the last newline is not a line yet
-        if line.strip():
-            out.append(json.loads(line))
-    return out
-
-
-def of_kind(lines: list[dict[str, Any]], suffix: str) -> list[dict[str, Any]]:
-    return [m["payload"] for m in lines if m["topic"].endswith(suffix)]
-
-
-@pytest.fixture
-def models(tmp_path: Path) -> Path:
-    d = tmp_path / "models"
-    d.mkdir()
-    brightness_classifier(d / "brightness.onnx")
-    level_anomaly(d / "level.onnx", window=8)
-    return d
-
-
-def write_config(tmp_path: Path, **opts: Any) -> Path:
-    text = f"""
-    device: {{id: test-dev}}
-    sources:
-      - name: cam
-        kind: folder
-        path: in/cam
-        modality: image
-        window: {{seconds: 50ms, max_items: 8}}
-        on_done: delete
-        stable_seconds: 0.2
-      - name: vib
-        kind: folder
-        path: in/vib
-        modality: csv
-        window: {{seconds: 50ms, max_items: 1}}
-        on_done: move
-        move_to: done/vib
-    pack: {{format: {opts.get("fmt", "zip")}, level: 3}}
-    models:
-      image: {{path: models/brightness.onnx}}
-      csv: {{path: models/level.onnx}}
-    quarantine: {{dir: quarantine}}
-    limits: {{max_inflight_bytes: {opts.get("inflight", "8MiB")}}}
-    health: {{interval: 0.2s}}
-    output: {{jsonl: out.jsonl}}
-    """
-    if opts.get("retention"):
-        text += "retention: {dir: ret, max_bytes: 10MiB}\n"
-    cfg = tmp_path / "agent.yaml"
-    cfg.write_text(textwrap.dedent(text))
-    return cfg
 
 
 def test_agent_scores_files_applies_on_done_and_quarantines(tmp_path: Path, models: Path) -> None:
@@ -316,22 +262,6 @@ def test_camera_source_frames_are_scored_without_touching_disk(
     assert not (tmp_path / "quarantine").exists()
 
 
-class _FailingSession:
-    """The real onnxruntime session, made to raise on its first ``fail`` runs."""
-
-    def __init__(self, real: Any, fail: int) -> None:
-        self.real, self.fail, self.calls = real, fail, 0
-
-    def run(self, *args: Any, **kwargs: Any) -> Any:
-        self.calls += 1
-        if self.calls <= self.fail:
-            raise RuntimeError(f"injected model failure {self.calls}")
-        return self.real.run(*args, **kwargs)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.real, name)
-
-
 @pytest.mark.parametrize("fail", [2, 1000])
 def test_failed_window_is_retried_then_quarantined(
     tmp_path: Path, models: Path, fail: int
@@ -343,7 +273,7 @@ def test_failed_window_is_retried_then_quarantined(
     agent = Agent(load_config(cfg_path), cfg_path)
     agent.start()
     runner = agent.runners["image"]
-    runner.session = _FailingSession(runner.session, fail)
+    runner.session = FailingSession(runner.session, fail)
     cam = tmp_path / "in/cam"
     try:
         write_atomic(cam / "a.jpg", jpeg(250))

@@ -15,8 +15,7 @@ from typing import Any
 
 import pytest
 import yaml
-from agent_fixtures import jpeg, wait_for, write_atomic
-from test_agent_app import models, of_kind, read_jsonl, write_config  # noqa: F401
+from helpers.agent_runs import jpeg, of_kind, read_jsonl, wait_for, write_atomic, write_config
 
 from cdml_edge.agent.app import Agent
 from cdml_edge.config import load_config
@@ -42,7 +41,7 @@ def _started(cfg_path: Path) -> Agent:
     return agent
 
 
-def test_a_non_utf8_name_survives_end_to_end(tmp_path: Path, models: Path) -> None:  # noqa: F811
+def test_a_non_utf8_name_survives_end_to_end(tmp_path: Path, models: Path) -> None:
     cfg_path = write_config(tmp_path, retention=True)
     doc = yaml.safe_load(cfg_path.read_text())
     doc["sources"][0].update(on_done="move", move_to="done/cam")
@@ -88,7 +87,7 @@ def test_a_non_utf8_name_survives_end_to_end(tmp_path: Path, models: Path) -> No
 
 
 def test_special_files_and_links_become_events_and_counters(
-    tmp_path: Path, models: Path  # noqa: F811
+    tmp_path: Path, models: Path
 ) -> None:
     cfg_path, cam = _setup(tmp_path)
     secret = tmp_path / "secret.jpg"
@@ -153,7 +152,7 @@ class _GatedOutput:
 
 
 def test_on_done_leaves_a_file_replaced_while_its_window_was_in_flight(
-    tmp_path: Path, models: Path  # noqa: F811
+    tmp_path: Path, models: Path
 ) -> None:
     cfg_path = write_config(tmp_path)
     cfg = load_config(cfg_path)
@@ -188,7 +187,7 @@ def test_on_done_leaves_a_file_replaced_while_its_window_was_in_flight(
 
 
 def test_quarantine_is_owner_only_by_default_and_takes_a_configured_mode(
-    tmp_path: Path, models: Path  # noqa: F811
+    tmp_path: Path, models: Path
 ) -> None:
     cfg_path, cam = _setup(tmp_path)
     bad = cam / "cut.jpg"
@@ -217,7 +216,7 @@ def test_quarantine_is_owner_only_by_default_and_takes_a_configured_mode(
 
 
 def test_logged_names_have_their_control_characters_escaped(
-    tmp_path: Path, models: Path, caplog: pytest.LogCaptureFixture  # noqa: F811
+    tmp_path: Path, models: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     cfg_path, cam = _setup(tmp_path)
     (cam / "x\x1b[2J\rforged.jpg").write_bytes(jpeg(200)[:300])

@@ -7,8 +7,8 @@ import time
 from pathlib import Path
 
 import pytest
-from agent_fixtures import brightness_classifier, jpeg, wait_for, write_atomic
-from test_agent_app import of_kind, read_jsonl
+from helpers.agent_runs import jpeg, of_kind, read_jsonl, wait_for, write_atomic
+from helpers.models import brightness_classifier
 
 from cdml_edge.agent.app import Agent
 from cdml_edge.config import load_config

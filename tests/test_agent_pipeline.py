@@ -8,7 +8,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from agent_fixtures import brightness_classifier, jpeg, level_anomaly
+from helpers.agent_runs import jpeg
+from helpers.models import brightness_classifier, level_anomaly
 
 from cdml_edge.archive import open_archive
 from cdml_edge.model.runner import ModelOverrides, ModelRunner

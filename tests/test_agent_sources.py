@@ -9,7 +9,7 @@ from pathlib import Path
 import cv2
 import numpy as np
 import pytest
-from agent_fixtures import jpeg, wait_for, write_atomic
+from helpers.agent_runs import jpeg, wait_for, write_atomic
 
 from cdml_edge.intake import (
     CameraSource,

@@ -17,8 +17,9 @@ import uuid
 from pathlib import Path
 
 import pytest
-from _mqtt_brokers import BrokerProcess, Subscriber, wait_until
-from agent_fixtures import brightness_classifier, jpeg
+from helpers.agent_runs import jpeg
+from helpers.models import brightness_classifier
+from helpers.mqtt_brokers import BrokerProcess, Subscriber, wait_until
 
 from cdml_edge.window.payloads import item_id
 

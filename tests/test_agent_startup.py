@@ -10,7 +10,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from agent_fixtures import brightness_classifier
+from helpers.models import brightness_classifier
 
 from cdml_edge.agent.app import Agent
 from cdml_edge.agent.startup import process_age

@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
-from _mqtt_brokers import free_port
+from helpers.mqtt_brokers import free_port
 from typer.testing import CliRunner
 
 from cdml_edge.cli import app

@@ -16,9 +16,16 @@ from typing import Any
 
 import pytest
 import yaml
-from _mqtt_brokers import Subscriber
-from agent_fixtures import jpeg, wait_for, write_atomic
-from test_agent_app import _FailingSession, models, of_kind, read_jsonl, write_config  # noqa: F401
+from helpers.agent_runs import (
+    FailingSession,
+    jpeg,
+    of_kind,
+    read_jsonl,
+    wait_for,
+    write_atomic,
+    write_config,
+)
+from helpers.mqtt_brokers import Subscriber
 from test_agent_watchdog import _Collector
 
 from cdml_edge.agent.app import Agent
@@ -40,7 +47,7 @@ def _healthz(port: int) -> tuple[int, dict[str, Any]]:
 
 
 def test_a_source_whose_folder_is_gone_is_dead_until_it_is_back(
-    tmp_path: Path, models: Path, monkeypatch: pytest.MonkeyPatch  # noqa: F811
+    tmp_path: Path, models: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     port = _free_port()
     cfg_path = write_config(tmp_path)
@@ -97,7 +104,7 @@ def test_a_source_whose_folder_is_gone_is_dead_until_it_is_back(
 
 
 def test_a_worker_that_dies_on_a_window_gives_its_files_back(
-    tmp_path: Path, models: Path, monkeypatch: pytest.MonkeyPatch  # noqa: F811
+    tmp_path: Path, models: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     cfg_path = write_config(tmp_path)
     out = tmp_path / "out.jsonl"
@@ -105,7 +112,7 @@ def test_a_worker_that_dies_on_a_window_gives_its_files_back(
     agent = Agent(load_config(cfg_path), cfg_path)
     agent.start()
     runner = agent.runners["image"]
-    runner.session = _FailingSession(runner.session, 1)  # the first window fails ...
+    runner.session = FailingSession(runner.session, 1)  # the first window fails ...
     failed = []
 
     def broken_policy(window: Any, exc: Exception) -> None:  # ... and so does its handling
@@ -132,7 +139,7 @@ def test_a_worker_that_dies_on_a_window_gives_its_files_back(
 
 @pytest.mark.broker
 def test_the_mqtt_io_thread_is_restarted_after_a_full_disk_killed_it(
-    tmp_path: Path, models: Path  # noqa: F811
+    tmp_path: Path, models: Path
 ) -> None:
     prefix = f"t{uuid.uuid4().hex[:8]}"
     cfg_path = write_config(tmp_path)

@@ -10,7 +10,8 @@ import time
 from pathlib import Path
 
 import pytest
-from agent_fixtures import brightness_classifier, jpeg, wait_for
+from helpers.agent_runs import jpeg, wait_for
+from helpers.models import brightness_classifier
 
 from cdml_edge.agent.app import Agent
 from cdml_edge.config import load_config

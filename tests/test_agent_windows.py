@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 from pathlib import Path
 
-from agent_fixtures import wait_for
+from helpers.agent_runs import wait_for
 
 from cdml_edge.intake.budget import ByteBudget
 from cdml_edge.intake.windower import PipelineGate, Windower, WindowPolicy
@@ -99,7 +99,8 @@ def test_item_charge_covers_what_its_window_holds(tmp_path: Path) -> None:
     """The budget charges items + packed archive + read-back members + model input and batch,
     not only the items' bytes; the window releases exactly what its items were charged."""
     import numpy as np
-    from agent_fixtures import brightness_classifier, jpeg
+    from helpers.agent_runs import jpeg
+    from helpers.models import brightness_classifier
 
     from cdml_edge.agent.app import DATA_COPIES, window_charges
     from cdml_edge.archive import open_archive

@@ -7,7 +7,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from _archive_helpers import CountingSource, engine, raw_zip, write_tar  # noqa: F401
+from helpers.archives import CountingSource, raw_zip, write_tar
 
 from cdml_edge.archive import Arena, CorruptArchiveError, open_archive, write_archive
 from cdml_edge.archive.source import MemorySource

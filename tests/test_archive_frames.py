@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 import zstandard
-from _archive_helpers import CountingSource, engine, tar_bytes  # noqa: F401
+from helpers.archives import CountingSource, tar_bytes
 
 from cdml_edge.archive import ArchiveError, MemberTooLargeError, open_archive, pack
 from cdml_edge.archive.native import describe, frame_decoder

@@ -22,7 +22,7 @@ import tempfile
 from pathlib import Path
 
 import pytest
-from _archive_helpers import engine, raw_zip  # noqa: F401
+from helpers.archives import raw_zip
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 

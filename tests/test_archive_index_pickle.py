@@ -7,7 +7,7 @@ import zlib
 from pathlib import Path
 
 import pytest
-from _archive_helpers import CountingSource, engine  # noqa: F401  (fixture)
+from helpers.archives import CountingSource
 
 from cdml_edge.archive import open_archive, pack
 from cdml_edge.archive.base import Archive

@@ -20,7 +20,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from _archive_helpers import CountingSource, engine, write_tar  # noqa: F401
+from helpers.archives import CountingSource, write_tar
 
 from cdml_edge.archive import open_archive, write_archive
 from cdml_edge.archive.source import FileSource, MemorySource

@@ -11,7 +11,6 @@ import zlib
 from pathlib import Path
 
 import pytest
-from _archive_helpers import engine  # noqa: F401
 
 from cdml_edge.archive import (
     ArchiveError,

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 import zstandard
-from _archive_helpers import CountingSource, engine, tar_bytes  # noqa: F401
+from helpers.archives import CountingSource, tar_bytes
 
 from cdml_edge.archive import (
     CorruptArchiveError,

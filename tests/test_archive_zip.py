@@ -14,7 +14,7 @@ import zlib
 from pathlib import Path
 
 import pytest
-from _archive_helpers import CountingSource, engine, raw_zip  # noqa: F401
+from helpers.archives import CountingSource, raw_zip
 
 from cdml_edge.archive import (
     ArchiveError,

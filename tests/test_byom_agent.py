@@ -12,7 +12,8 @@ from typing import Any
 
 import jsonschema
 import pytest
-from _byom_models import (
+from helpers.agent_runs import wait_for, write_atomic
+from helpers.byom_models import (
     channel_embedder,
     image_png,
     sklearn_csv_classifier,
@@ -20,8 +21,6 @@ from _byom_models import (
     torch_colour_classifier,
     yolo_v8_detector,
 )
-from _ray_fixtures import ray_cluster  # noqa: F401  (fixture)
-from agent_fixtures import wait_for, write_atomic
 from typer.testing import CliRunner
 
 from cdml_edge.agent.app import Agent

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import yaml
-from _byom_models import sklearn_isolation_forest
+from helpers.byom_models import sklearn_isolation_forest
 from typer.testing import CliRunner
 
 from cdml_edge.cli import app

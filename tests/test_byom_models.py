@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from _byom_models import (
+from helpers.byom_models import (
     channel_embedder,
     sklearn_csv_classifier,
     sklearn_isolation_forest,

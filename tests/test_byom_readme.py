@@ -6,7 +6,7 @@ import re
 
 import pytest
 import yaml
-from docs_pages import page
+from helpers.docs_pages import page
 
 from cdml_edge.config import parse_config
 

@@ -16,8 +16,9 @@ from typing import Any
 import paho.mqtt.client as mqtt
 import pytest
 import yaml
-from _camera_servers import RtspServer, free_port
-from agent_fixtures import brightness_classifier, wait_for
+from helpers.agent_runs import wait_for
+from helpers.camera_servers import RtspServer, free_port
+from helpers.models import brightness_classifier
 from paho.mqtt.enums import CallbackAPIVersion
 
 from cdml_edge.agent.app import Agent

@@ -23,8 +23,8 @@ import cv2
 import numpy as np
 import psutil
 import pytest
-from _camera_servers import FifoCamera, MjpegServer, RtspServer
-from agent_fixtures import wait_for
+from helpers.agent_runs import wait_for
+from helpers.camera_servers import FifoCamera, MjpegServer, RtspServer
 
 from cdml_edge.intake.budget import ByteBudget
 from cdml_edge.intake.camera.source import CameraSource, CameraSpec

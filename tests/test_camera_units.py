@@ -104,7 +104,8 @@ def test_protocol_splits_messages_across_reads_and_refuses_garbage() -> None:
     with pytest.raises(protocol.ProtocolError):
         protocol.MessageDecoder().feed(b"Z" + bytes(12))
     with pytest.raises(protocol.ProtocolError):
-        protocol.MessageDecoder().feed(protocol.HEADER.pack(protocol.FRAME, protocol.MAX_PAYLOAD + 1, 0))
+        too_long = protocol.HEADER.pack(protocol.FRAME, protocol.MAX_PAYLOAD + 1, 0)
+        protocol.MessageDecoder().feed(too_long)
 
 
 def test_passwords_never_leave_the_url() -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 
 import typer.main
-from docs_pages import page
+from helpers.docs_pages import page
 
 from cdml_edge.cli import app
 

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 import yaml
-from agent_fixtures import brightness_classifier, level_anomaly
+from helpers.models import brightness_classifier, level_anomaly
 from typer.testing import CliRunner
 
 from cdml_edge.cli import app

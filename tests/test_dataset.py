@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from _dataset_data import COLOURS, class_images, wav, write
+from helpers.dataset_data import COLOURS, class_images, wav, write
 from torch.utils.data import DataLoader, DistributedSampler
 
 from cdml_edge import CDMLStreamDataset

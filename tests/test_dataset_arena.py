@@ -6,7 +6,7 @@ import pickle
 from pathlib import Path
 
 import torch
-from _dataset_data import class_images, write
+from helpers.dataset_data import class_images, write
 from torch.utils.data import DataLoader
 
 from cdml_edge import CDMLStreamDataset

@@ -12,7 +12,7 @@ import pytest
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as tmp
-from _dataset_data import class_images, write
+from helpers.dataset_data import class_images, write
 from torch.utils.data import DataLoader, Dataset, DistributedSampler
 
 from cdml_edge import CDMLStreamDataset

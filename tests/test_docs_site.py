@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from docs_pages import DOCS, README, ROOT
+from helpers.docs_pages import DOCS, README, ROOT
 
 
 def test_site_builds_strict(tmp_path: Path) -> None:

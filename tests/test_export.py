@@ -9,8 +9,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from _retention_data import make_window, scored_ring
-from agent_fixtures import brightness_classifier, jpeg
+from helpers.agent_runs import jpeg
+from helpers.models import brightness_classifier
+from helpers.retention_data import make_window, scored_ring
 
 from cdml_edge.archive import open_archive
 from cdml_edge.retrain import ExportError, export_trainset, parse_filter, parse_time

@@ -9,7 +9,8 @@ from typing import Any
 
 import pytest
 import yaml
-from agent_fixtures import brightness_classifier, jpeg, mfcc_anomaly
+from helpers.agent_runs import jpeg
+from helpers.models import brightness_classifier, mfcc_anomaly
 from typer.testing import CliRunner
 
 from cdml_edge.cli import app

@@ -18,9 +18,8 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
-from _ray_fixtures import ray_cluster  # noqa: F401  (fixture)
-from _retention_data import scored_ring
-from agent_fixtures import brightness_classifier
+from helpers.models import brightness_classifier
+from helpers.retention_data import scored_ring
 from typer.testing import CliRunner
 
 from cdml_edge.archive import open_archive

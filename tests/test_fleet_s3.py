@@ -10,10 +10,9 @@ from urllib.parse import unquote
 
 import pyarrow.parquet as pq
 import pytest
-from _ray_fixtures import ray_cluster  # noqa: F401  (fixture)
-from _retention_data import make_window, scored_ring
-from _s3_fixtures import S3Server, s3_server_fixture  # noqa: F401  (fixture)
-from agent_fixtures import brightness_classifier
+from helpers.models import brightness_classifier
+from helpers.retention_data import make_window, scored_ring
+from helpers.s3_server import S3Server
 
 from cdml_edge.model.runner import ModelOverrides, load_runners
 from cdml_edge.retrain import export_trainset, replay_to_jsonl

@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
-from agent_fixtures import jpeg, wait_for
+from helpers.agent_runs import jpeg, wait_for
 
 from cdml_edge.intake import FolderSource, FolderSpec, NotRegularFile, SourceError
 from cdml_edge.intake.budget import ByteBudget

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from _dataset_data import class_images, wav
+from helpers.dataset_data import class_images, wav
 
 from cdml_edge.archive import pack
 from cdml_edge.data.live_loader import LiveBatchLoader

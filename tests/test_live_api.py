@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
-from _dataset_data import class_images, wav
+from helpers.dataset_data import class_images, wav
 
 from cdml_edge import LiveBatchLoader, PackedBatch, watch_and_pack, watch_in_memory
 from cdml_edge.archive import open_archive

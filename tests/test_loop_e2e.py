@@ -8,7 +8,8 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from agent_fixtures import brightness_classifier, jpeg, wait_for, write_atomic
+from helpers.agent_runs import jpeg, wait_for, write_atomic
+from helpers.models import brightness_classifier
 from typer.testing import CliRunner
 
 from cdml_edge.agent.app import Agent

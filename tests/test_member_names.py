@@ -8,7 +8,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from _archive_helpers import engine, raw_zip  # noqa: F401
+from helpers.archives import raw_zip
 from typer.testing import CliRunner
 
 from cdml_edge.archive import open_archive, pack

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import onnxruntime as ort
 import pytest
-from agent_fixtures import brightness_classifier
+from helpers.models import brightness_classifier
 
 from cdml_edge.config import ModelConfig, parse_config
 from cdml_edge.config.loading import ConfigError

@@ -12,9 +12,9 @@ import uuid
 from pathlib import Path
 
 import pytest
-from _full_disk import FullDisk, full_disk_fixture  # noqa: F401 - the fixture
-from _mqtt_brokers import BrokerProcess, Subscriber, broker_protocol, free_port, wait_until
-from agent_fixtures import cam_config, jpeg, wait_for, write_atomic
+from helpers.agent_runs import cam_config, jpeg, wait_for, write_atomic
+from helpers.full_disk import FullDisk
+from helpers.mqtt_brokers import BrokerProcess, Subscriber, broker_protocol, free_port, wait_until
 
 import cdml_edge.outputs.mqtt.spool as spool_mod
 from cdml_edge.agent.app import Agent

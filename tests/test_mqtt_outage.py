@@ -15,13 +15,12 @@ import uuid
 from pathlib import Path
 
 import pytest
-from _mqtt_brokers import BrokerProcess, Subscriber, wait_until
+from helpers.mqtt_brokers import BrokerProcess, Subscriber, wait_until
+from helpers.paths import HELPERS
 
 from cdml_edge.config import MqttConfig, SpoolConfig
 from cdml_edge.outputs.mqtt.publisher import MqttPublisher
 from cdml_edge.window.payloads import OutMessage
-
-TESTS = Path(__file__).parent
 
 
 def _result(i: int, pad: int = 300) -> OutMessage:
@@ -167,7 +166,7 @@ def test_block_policy_holds_the_producer_and_loses_nothing(tmp_path: Path) -> No
 
 def _run_proc(cfg: dict[str, object], path: Path) -> subprocess.Popen[str]:
     path.write_text(json.dumps(cfg))
-    return subprocess.Popen([sys.executable, str(TESTS / "_mqtt_publisher_proc.py"), str(path)],
+    return subprocess.Popen([sys.executable, str(HELPERS / "mqtt_publisher_proc.py"), str(path)],
                             stdout=subprocess.PIPE, text=True)
 
 

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from _mqtt_brokers import (
+from helpers.mqtt_brokers import (
     SHARED_PORT,
     BrokerProcess,
     Subscriber,
@@ -25,6 +25,7 @@ from _mqtt_brokers import (
     port_open,
     wait_until,
 )
+from helpers.paths import HELPERS
 
 from cdml_edge.config import MqttConfig, SpoolConfig, TlsConfig
 from cdml_edge.outputs.mqtt.publisher import MqttPublisher
@@ -41,8 +42,6 @@ from cdml_edge.window.payloads import (
     relative_topic,
     topic_for,
 )
-
-TESTS = Path(__file__).parent
 
 
 @pytest.fixture
@@ -142,7 +141,7 @@ def test_last_will_says_offline_when_the_agent_is_killed(
         "spool": str(tmp_path / "spool"), "count": 10, "wait_connected": True, "keepalive": 1,
         "protocol": broker_protocol(),
     }))
-    proc = subprocess.Popen([sys.executable, str(TESTS / "_mqtt_publisher_proc.py"), str(cfg)],
+    proc = subprocess.Popen([sys.executable, str(HELPERS / "mqtt_publisher_proc.py"), str(cfg)],
                             stdout=subprocess.PIPE, text=True)
     try:
         assert proc.stdout is not None

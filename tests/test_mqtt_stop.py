@@ -8,7 +8,7 @@ import threading
 import uuid
 from pathlib import Path
 
-from _mqtt_brokers import (
+from helpers.mqtt_brokers import (
     SHARED_PORT,
     BrokerProcess,
     HeldProxy,

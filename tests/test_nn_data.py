@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from _dataset_data import class_images, write
+from helpers.dataset_data import class_images, write
 
 from cdml_edge.model.spec import ImageInput, ModelSpec
 from cdml_edge.nn.data import spec_dataset

@@ -9,8 +9,8 @@ import stat
 from pathlib import Path
 from typing import Any
 
-from _full_disk import FullDisk, full_disk_fixture  # noqa: F401 - the fixture
-from agent_fixtures import wait_for
+from helpers.agent_runs import wait_for
+from helpers.full_disk import FullDisk
 
 from cdml_edge.intake import finishing as lifecycle
 from cdml_edge.intake.finishing import FileLifecycle

@@ -26,7 +26,7 @@ from pathlib import Path
 import cv2
 import numpy as np
 import pytest
-from docs_pages import ROOT, doc_files, where
+from helpers.docs_pages import ROOT, doc_files, where
 
 from cdml_edge import synth
 from cdml_edge.archive import pack, write_archive

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from _uv_tool import uv_command
+from helpers.uv_tool import uv_command
 
 REPO = Path(__file__).resolve().parents[1]
 SCRIPT = REPO / "scripts" / "install.sh"

@@ -109,7 +109,7 @@ def test_dist_is_a_release(tmp_path: Path) -> None:
     """make dist's artifacts: the sdist carries the C sources and the lock, the wheel the
     native reader, one version everywhere, described in CHANGELOG.md."""
     import check_dist
-    from _uv_tool import uv_command
+    from helpers.uv_tool import uv_command
 
     subprocess.run([*uv_command(), "build", "--quiet", "--sdist", "--wheel", "--out-dir",
                     str(tmp_path), str(REPO)], check=True, timeout=600)

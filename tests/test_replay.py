@@ -6,8 +6,8 @@ import json
 from pathlib import Path
 
 import pytest
-from _retention_data import scored_ring
-from agent_fixtures import brightness_classifier
+from helpers.models import brightness_classifier
+from helpers.retention_data import scored_ring
 
 from cdml_edge.model.runner import ModelOverrides, load_runners
 from cdml_edge.retrain.replay import iter_replay, replay_to_jsonl

@@ -12,8 +12,8 @@ import onnx
 import paho.mqtt.client as mqtt
 import pytest
 import yaml
-from _retention_data import scored_ring
-from agent_fixtures import brightness_classifier
+from helpers.models import brightness_classifier
+from helpers.retention_data import scored_ring
 from typer.testing import CliRunner
 
 from cdml_edge.cli import app
@@ -241,7 +241,7 @@ def test_replay_publish_beside_the_live_agent(setup: dict[str, Path]) -> None:
 
 
 def test_replay_publish_with_the_broker_away_exits_1(setup: dict[str, Path]) -> None:
-    from _mqtt_brokers import free_port
+    from helpers.mqtt_brokers import free_port
 
     cfg = yaml.safe_load(setup["config"].read_text())
     cfg["mqtt"]["url"] = f"mqtt://127.0.0.1:{free_port()}"

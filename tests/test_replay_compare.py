@@ -9,8 +9,8 @@ from pathlib import Path
 import cv2
 import onnx
 import yaml
-from _retention_data import scored_ring
-from agent_fixtures import brightness_classifier
+from helpers.models import brightness_classifier
+from helpers.retention_data import scored_ring
 from typer.testing import CliRunner
 
 from cdml_edge.cli import app

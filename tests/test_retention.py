@@ -13,7 +13,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from _retention_data import make_window
+from helpers.retention_data import make_window
 
 from cdml_edge.config import parse_config
 from cdml_edge.store.catalog import CATALOG_NAME

@@ -9,8 +9,8 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from _full_disk import FullDisk, full_disk_fixture  # noqa: F401 - the fixture
-from agent_fixtures import cam_config, jpeg, wait_for, write_atomic
+from helpers.agent_runs import cam_config, jpeg, wait_for, write_atomic
+from helpers.full_disk import FullDisk
 
 import cdml_edge.agent.retry as retry_mod
 import cdml_edge.store.retention as retention_mod

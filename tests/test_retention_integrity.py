@@ -7,7 +7,7 @@ import json
 import os
 from pathlib import Path
 
-from _retention_data import make_window
+from helpers.retention_data import make_window
 
 from cdml_edge.store.catalog import CATALOG_NAME
 from cdml_edge.store.retention import RetentionRing

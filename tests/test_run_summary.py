@@ -10,7 +10,8 @@ import sys
 import textwrap
 from pathlib import Path
 
-from agent_fixtures import brightness_classifier, jpeg, level_anomaly
+from helpers.agent_runs import jpeg
+from helpers.models import brightness_classifier, level_anomaly
 
 from cdml_edge.health.summary import RunSummary
 from cdml_edge.window.payloads import HealthPayload

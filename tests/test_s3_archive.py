@@ -8,7 +8,7 @@ import random
 import zlib
 
 import pytest
-from _s3_fixtures import S3Server, s3_server_fixture  # noqa: F401  (fixture)
+from helpers.s3_server import S3Server
 
 from cdml_edge.archive import open_archive, pack
 from cdml_edge.archive.s3 import (

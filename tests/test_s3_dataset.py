@@ -7,7 +7,7 @@ import os
 import zipfile
 
 import pytest
-from _s3_fixtures import S3Server, s3_server_fixture  # noqa: F401  (fixture)
+from helpers.s3_server import S3Server
 from torch.utils.data import DataLoader
 
 from cdml_edge.archive import pack

@@ -24,8 +24,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 import zstandard
-from _dataset_data import class_images, wav
-from _s3_fixtures import S3Server, s3_server_fixture  # noqa: F401  (fixture)
+from helpers.dataset_data import class_images, wav
+from helpers.s3_server import S3Server
 from torch import nn
 
 from cdml_edge.archive import pack, write_archive

@@ -40,9 +40,10 @@ from typing import Any
 
 import pytest
 import yaml
-from _mqtt_brokers import BrokerProcess, Subscriber, free_port
-from _soak import Episodes, Injector, Ledger, OpenWatch, fill, image, run_for
-from agent_fixtures import brightness_classifier, wait_for
+from helpers.agent_runs import wait_for
+from helpers.models import brightness_classifier
+from helpers.mqtt_brokers import BrokerProcess, Subscriber, free_port
+from helpers.soak import Episodes, Injector, Ledger, OpenWatch, fill, image, run_for
 
 from cdml_edge.agent.app import Agent
 from cdml_edge.config import load_config

@@ -13,17 +13,17 @@ import time
 import uuid
 from pathlib import Path
 
-from _mqtt_brokers import BrokerProcess, Subscriber, free_port, wait_until
+from helpers.mqtt_brokers import BrokerProcess, Subscriber, free_port, wait_until
+from helpers.paths import HELPERS
 
 from cdml_edge.outputs.mqtt.publisher import COMMIT_EVERY
 
-TESTS = Path(__file__).parent
 IN_FLIGHT = 64
 
 
 def _proc(cfg: dict, path: Path) -> subprocess.Popen[str]:  # type: ignore[type-arg]
     path.write_text(json.dumps(cfg))
-    return subprocess.Popen([sys.executable, str(TESTS / "_mqtt_publisher_proc.py"), str(path)],
+    return subprocess.Popen([sys.executable, str(HELPERS / "mqtt_publisher_proc.py"), str(path)],
                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import time
 
-from _full_disk import FullDisk, full_disk_fixture  # noqa: F401 - the fixture
+from helpers.full_disk import FullDisk
 
 import cdml_edge.outputs.mqtt.spool as spool_mod
 from cdml_edge.outputs.mqtt.spool import Spool

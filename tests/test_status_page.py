@@ -13,8 +13,9 @@ from pathlib import Path
 import cv2
 import numpy as np
 import pytest
-from _browser import dump_dom, screenshot
-from agent_fixtures import brightness_classifier, level_anomaly, wait_for, write_atomic
+from helpers.agent_runs import wait_for, write_atomic
+from helpers.browser import dump_dom, screenshot
+from helpers.models import brightness_classifier, level_anomaly
 
 from cdml_edge.agent.app import Agent
 from cdml_edge.config import ConfigError, load_config

@@ -6,7 +6,7 @@ from __future__ import annotations
 import threading
 import time
 
-from agent_fixtures import wait_for
+from helpers.agent_runs import wait_for
 
 from cdml_edge.supervisor import Supervisor
 

@@ -17,8 +17,9 @@ from typing import Any
 
 import numpy as np
 import pytest
-from _mqtt_brokers import SHARED_PORT, port_open
-from agent_fixtures import brightness_classifier, jpeg, level_anomaly, wait_for, write_atomic
+from helpers.agent_runs import jpeg, wait_for, write_atomic
+from helpers.models import brightness_classifier, level_anomaly
+from helpers.mqtt_brokers import SHARED_PORT, port_open
 from rich.console import Console
 
 from cdml_edge.agent.app import Agent

@@ -12,8 +12,9 @@ import time
 from pathlib import Path
 
 import pytest
-from _mqtt_brokers import SHARED_HOST, SHARED_PORT, Subscriber, port_open
-from agent_fixtures import brightness_classifier, jpeg
+from helpers.agent_runs import jpeg
+from helpers.models import brightness_classifier
+from helpers.mqtt_brokers import SHARED_HOST, SHARED_PORT, Subscriber, port_open
 
 EXE = shutil.which("cdml-edge", path=str(Path(sys.executable).parent))
 

@@ -1,7 +1,7 @@
 """A real RTSP server for the camera tests: GStreamer's gst-rtsp-server (python3-gi).
 
 Run by the system Python that has the GObject bindings (not the venv):
-``python3 tests/_rtsp_server.py PORT`` serves ``rtsp://127.0.0.1:PORT/cam``, a live 160x120
+``python3 tests/helpers/rtsp_server.py PORT`` serves ``rtsp://127.0.0.1:PORT/cam``, a live 160x120
 test pattern as RTP/JPEG at 10 frames/s, and prints ``ready`` once it listens.
 """
 

@@ -86,13 +86,12 @@ def scored_ring(
     """
     from pathlib import Path
 
-    from agent_fixtures import jpeg
-
     from cdml_edge.model.runner import ModelOverrides, load_runners
     from cdml_edge.store.retention import RetentionRing
     from cdml_edge.window.items import Item, Window
     from cdml_edge.window.pack import pack_window
     from cdml_edge.window.score import process_window
+    from helpers.agent_runs import jpeg
 
     runners = load_runners({"image": (Path(str(model_path)), ModelOverrides())}, warm_up=False)
     ring = RetentionRing(Path(str(ring_dir)), max_bytes=10**9, fsync=False)

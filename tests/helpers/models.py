@@ -1,29 +1,23 @@
-"""Helpers for the agent tests: tiny real ONNX models, waiting for a condition."""
+"""Tiny real ONNX models with cdml metadata, built here: an image classifier, a series and
+an audio anomaly model. onnx is imported when a model is built, not when this is imported."""
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
-import onnx
-from onnx import TensorProto, helper, numpy_helper
 
-from cdml_edge.model.spec import AudioInput, ImageInput, ModelSpec, SeriesInput
+if TYPE_CHECKING:
+    import onnx
 
-
-def wait_for(cond: Callable[[], bool], timeout: float = 15.0, what: str = "condition") -> None:
-    """Poll ``cond`` until it holds; fail the test naming ``what`` after ``timeout``."""
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if cond():
-            return
-        time.sleep(0.02)
-    raise AssertionError(f"timed out waiting for {what}")
+    from cdml_edge.model.spec import ModelSpec
 
 
 def _save(graph: onnx.GraphProto, spec: ModelSpec, path: Path) -> Path:
+    import onnx
+    from onnx import helper
+
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 8
     for k, v in spec.to_metadata().items():
@@ -40,6 +34,10 @@ def brightness_classifier(path: Path, size: int = 16) -> Path:
     input (N,3,H,W) (any size), normalised with mean=0.5/std=0.5 -> mean over pixels m in [-1, 1];
     logits = [-4m, 4m] over labels ['dark', 'bright'], latent = per-channel means (N,3).
     """
+    from onnx import TensorProto, helper, numpy_helper
+
+    from cdml_edge.model.spec import ImageInput, ModelSpec
+
     spec = ModelSpec(
         name="brightness",
         version="1.0.0",
@@ -76,6 +74,8 @@ def level_anomaly(path: Path, channels: int = 3, window: int = 8, threshold: flo
     An all-zero series scores 0; a series whose values average 1 in each of 3 channels
     scores 3 (anomalous against threshold 1).
     """
+    from cdml_edge.model.spec import ModelSpec, SeriesInput
+
     spec = ModelSpec(
         name="level",
         version="1.0.0",
@@ -90,6 +90,8 @@ def level_anomaly(path: Path, channels: int = 3, window: int = 8, threshold: flo
 
 def _level_graph(name: str, rows: int, cols: int) -> onnx.GraphProto:
     """anomaly = sum over rows of |mean over cols| of an (N, rows, cols) input; latent = means."""
+    from onnx import TensorProto, helper, numpy_helper
+
     axes1 = numpy_helper.from_array(np.array([1], dtype=np.int64), name="axes1")
     nodes = [
         helper.make_node("ReduceMean", ["input"], ["latent"], axes=[2], keepdims=0),
@@ -108,25 +110,10 @@ def _level_graph(name: str, rows: int, cols: int) -> onnx.GraphProto:
     )
 
 
-def jpeg(value: int, size: int = 32) -> bytes:
-    """A flat grey JPEG of the given 0..255 value."""
-    import cv2
-
-    img = np.full((size, size, 3), value, dtype=np.uint8)
-    ok, buf = cv2.imencode(".jpg", img)
-    assert ok
-    return buf.tobytes()
-
-
-def write_atomic(path: Path, data: bytes) -> None:
-    """Write ``data`` the way a careful producer does: to ``.tmp``, then rename."""
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_bytes(data)
-    tmp.rename(path)
-
-
 def mfcc_anomaly(path: Path, n_mfcc: int = 20, frames: int = 32, threshold: float = 1e9) -> Path:
     """Audio anomaly model on MFCCs: anomaly = sum over coefficients of |mean over frames|."""
+    from cdml_edge.model.spec import AudioInput, ModelSpec
+
     spec = ModelSpec(
         name="mfcc-level",
         version="1.0.0",
@@ -137,21 +124,3 @@ def mfcc_anomaly(path: Path, n_mfcc: int = 20, frames: int = 32, threshold: floa
         latent_dim=n_mfcc,
     )
     return _save(_level_graph("mfcc_level", n_mfcc, frames), spec, path)
-
-
-def cam_config(tmp_path: Path, extra: str, max_items: int = 2) -> Path:
-    """``tmp_path/factory.yaml``: one image folder source ``cam1`` (``in/cam1``, created;
-    windows of 100 ms / ``max_items``, ``on_done: delete``) scored by the brightness model,
-    plus the ``extra`` YAML sections."""
-    brightness_classifier(tmp_path / "brightness.onnx")
-    (tmp_path / "in/cam1").mkdir(parents=True, exist_ok=True)
-    path = tmp_path / "factory.yaml"
-    path.write_text(
-        "device: {id: edge-1}\n"
-        "sources:\n"
-        "  - {name: cam1, kind: folder, path: in/cam1, modality: image, on_done: delete,\n"
-        f"     window: {{seconds: 100ms, max_items: {max_items}}}, stable_seconds: 0.1}}\n"
-        "models:\n"
-        "  image: {path: brightness.onnx}\n" + extra
-    )
-    return path

@@ -12,8 +12,6 @@ from collections.abc import Iterator
 
 import pytest
 
-from cdml_edge.retrain.fleet import RaySettings, ray_session
-
 _TEST_AWS = {
     "AWS_ACCESS_KEY_ID": "testing",
     "AWS_SECRET_ACCESS_KEY": "testing",
@@ -23,6 +21,8 @@ _TEST_AWS = {
 
 @pytest.fixture(scope="session")
 def ray_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    from cdml_edge.retrain.fleet import RaySettings, ray_session
+
     temp = tmp_path_factory.mktemp("ray")
     settings = RaySettings(num_cpus=2, object_store_bytes=128 << 20, temp_dir=str(temp))
     saved = {k: os.environ.get(k) for k in _TEST_AWS}

@@ -1,4 +1,4 @@
-"""A publisher process for the crash tests: ``python _mqtt_publisher_proc.py CONFIG.json``.
+"""A publisher process for the crash tests: ``python mqtt_publisher_proc.py CONFIG.json``.
 
 It publishes ``count`` results (ids ``r{start+i}``) through :class:`MqttPublisher` with a disk
 spool, prints ``durable N`` once every batch is acknowledged or spooled, then either waits to

@@ -1,4 +1,5 @@
-"""Helpers for the archive tests: the engine toggle, hand-built ZIPs, counting sources."""
+"""Helpers for the archive tests: the ``engine`` fixture (both engines), hand-built ZIPs,
+counting sources."""
 
 from __future__ import annotations
 
@@ -7,17 +8,19 @@ import struct
 import tarfile
 import zlib
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from cdml_edge.archive import native_available
-from cdml_edge.archive.source import ByteSource
+if TYPE_CHECKING:
+    from cdml_edge.archive.source import ByteSource
 
 
 @pytest.fixture(params=["native", "python"])
 def engine(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
     """Run a test on the C core and on the pure-Python path."""
+    from cdml_edge.archive import native_available
+
     if request.param == "python":
         monkeypatch.setenv("CDML_EDGE_NATIVE", "0")
         assert not native_available()

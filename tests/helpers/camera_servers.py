@@ -1,6 +1,6 @@
 """Real camera-like servers for the camera tests, started and stopped by the tests.
 
-* :class:`RtspServer`: GStreamer's RTSP server in a subprocess (``tests/_rtsp_server.py``,
+* :class:`RtspServer`: GStreamer's RTSP server in a subprocess (``tests/helpers/rtsp_server.py``,
   run by a Python that has python3-gi and gst-rtsp-server; ``.ci/run`` installs them);
 * :class:`MjpegServer`: MJPEG over HTTP (``multipart/x-mixed-replace``) in a thread, whose
   first connection can stall mid-stream;
@@ -77,7 +77,7 @@ class RtspServer:
         end = time.monotonic() + timeout
         while True:  # the port may linger a moment after a stop
             self._proc = subprocess.Popen(
-                [self.python, str(HERE / "_rtsp_server.py"), str(self.port)],
+                [self.python, str(HERE / "rtsp_server.py"), str(self.port)],
                 stdout=subprocess.PIPE,
                 stderr=subprocess.DEVNULL,
             )

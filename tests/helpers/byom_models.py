@@ -6,15 +6,20 @@ None carries cdml metadata; the configuration describes each."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
-import onnx
-from onnx import TensorProto, helper, numpy_helper
+
+if TYPE_CHECKING:
+    import onnx
 
 COLOURS = ["red", "green", "blue"]
 
 
 def _save(graph: onnx.GraphProto, path: Path) -> Path:
+    import onnx
+    from onnx import helper
+
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 8
     onnx.checker.check_model(model)
@@ -45,6 +50,8 @@ def constant_output_graph(
 ) -> onnx.GraphProto:
     """A graph whose outputs are fixed tensors (plus 0 x the input's sum, so they depend on
     it): decoding can be checked against a hand-computed case."""
+    from onnx import TensorProto, helper, numpy_helper
+
     nodes = [helper.make_node("ReduceSum", [input_name], ["total"], keepdims=0),
              helper.make_node("Mul", ["total", "zero"], ["nothing"])]
     inits = [numpy_helper.from_array(np.array(0.0, dtype=np.float32), "zero")]
@@ -89,6 +96,8 @@ def ssd_detector(path: Path, size: int = 100) -> Path:
 
 def channel_embedder(path: Path) -> Path:
     """``x`` (N, 3, H, W) -> ``embedding`` (N, 3): the mean of each channel."""
+    from onnx import TensorProto, helper
+
     nodes = [helper.make_node("GlobalAveragePool", ["x"], ["gap"]),
              helper.make_node("Flatten", ["gap"], ["embedding"])]
     graph = helper.make_graph(
