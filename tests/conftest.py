@@ -9,7 +9,6 @@ import time, so that collecting a test does not pay for what it does not use.
 from __future__ import annotations
 
 pytest_plugins = [
-    "helpers.agent_runs",  # models (a folder of tiny ONNX models for the agent)
     "helpers.archives",  # engine (both archive engines: C core and pure Python)
     "helpers.full_disk",  # full_disk (a real full tmpfs, and an injected ENOSPC)
     "helpers.ray_cluster",  # ray_cluster (a local 2-CPU Ray, once per session)

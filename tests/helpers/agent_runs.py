@@ -11,9 +11,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pytest
 
-from helpers.models import brightness_classifier, level_anomaly
+from helpers.models import brightness_classifier
 
 
 def wait_for(cond: Callable[[], bool], timeout: float = 15.0, what: str = "condition") -> None:
@@ -78,16 +77,6 @@ def read_jsonl(path: Path) -> list[dict[str, Any]]:
 
 def of_kind(lines: list[dict[str, Any]], suffix: str) -> list[dict[str, Any]]:
     return [m["payload"] for m in lines if m["topic"].endswith(suffix)]
-
-
-@pytest.fixture
-def models(tmp_path: Path) -> Path:
-    """``tmp_path/models``: ``brightness.onnx`` (image) and ``level.onnx`` (csv, window 8)."""
-    d = tmp_path / "models"
-    d.mkdir()
-    brightness_classifier(d / "brightness.onnx")
-    level_anomaly(d / "level.onnx", window=8)
-    return d
 
 
 def write_config(tmp_path: Path, **opts: Any) -> Path:

@@ -124,3 +124,79 @@ def mfcc_anomaly(path: Path, n_mfcc: int = 20, frames: int = 32, threshold: floa
         latent_dim=n_mfcc,
     )
     return _save(_level_graph("mfcc_level", n_mfcc, frames), spec, path)
+
+
+# -- the doctor's tiny models (opset 13, metadata set as model properties) ----------------
+
+
+def image_classifier(path: Path) -> Path:
+    """``tiny-digits``: (N, 1, 8, 8) grey images -> logits over a / b / c (random weights)."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    from cdml_edge.model.spec import ImageInput, ModelSpec
+
+    spec = ModelSpec(
+        name="tiny-digits",
+        modality="image",
+        task="classifier",
+        input=ImageInput(channels=1, size=8, mean=[0.5], std=[0.5]),
+        labels=["a", "b", "c"],
+    )
+    rng = np.random.default_rng(0)
+    w = numpy_helper.from_array(rng.standard_normal((64, 3)).astype(np.float32), "w")
+    nodes = [
+        helper.make_node("Flatten", ["input"], ["latent"], axis=1),
+        helper.make_node("MatMul", ["latent", "w"], ["logits"]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "tiny",
+        [helper.make_tensor_value_info("input", TensorProto.FLOAT, ["N", 1, 8, 8])],
+        [
+            helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["N", 3]),
+            helper.make_tensor_value_info("latent", TensorProto.FLOAT, ["N", 64]),
+        ],
+        [w],
+    )
+    return _save_opset13(graph, spec, path)
+
+
+def series_anomaly(path: Path) -> Path:
+    """``tiny-vibration``: (N, 2, 16) series -> anomaly = the mean of the values."""
+    from onnx import TensorProto, helper
+
+    from cdml_edge.model.spec import ModelSpec, SeriesInput
+
+    spec = ModelSpec(
+        name="tiny-vibration",
+        modality="timeseries",
+        task="anomaly",
+        input=SeriesInput(channels=2, window=16),
+        anomaly_threshold=1.0,
+    )
+    nodes = [
+        helper.make_node("Flatten", ["input"], ["latent"], axis=1),
+        helper.make_node("ReduceMean", ["latent"], ["anomaly"], axes=[1], keepdims=0),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "tiny-anomaly",
+        [helper.make_tensor_value_info("input", TensorProto.FLOAT, ["N", 2, 16])],
+        [
+            helper.make_tensor_value_info("anomaly", TensorProto.FLOAT, ["N"]),
+            helper.make_tensor_value_info("latent", TensorProto.FLOAT, ["N", 32]),
+        ],
+    )
+    return _save_opset13(graph, spec, path)
+
+
+def _save_opset13(graph: onnx.GraphProto, spec: ModelSpec, path: Path) -> Path:
+    import onnx
+    from onnx import helper
+
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    helper.set_model_props(model, spec.to_metadata())
+    onnx.checker.check_model(model)
+    onnx.save(model, str(path))
+    return path

@@ -23,6 +23,7 @@ from pathlib import Path
 
 import pytest
 from helpers.archives import raw_zip
+from helpers.paths import TESTS
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -210,8 +211,8 @@ def _in_child(func: str) -> None:
     """Run ``func`` of this module in a child process (same engine); fail on hang or crash."""
     code = (
         "import sys\n"
-        f"sys.path.insert(0, {str(Path(__file__).parent)!r})\n"
-        "import test_archive_fuzz as t\n"
+        f"sys.path[:0] = [{str(Path(__file__).parent)!r}, {str(TESTS)!r}]\n"
+        "import test_fuzz as t\n"
         f"t.{func}()\n"
     )
     try:

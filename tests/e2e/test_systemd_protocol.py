@@ -17,7 +17,7 @@ from pathlib import Path
 import cv2
 import numpy as np
 import yaml
-from test_doctor import image_classifier
+from helpers.models import image_classifier
 
 
 def _free_port() -> int:

@@ -8,8 +8,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from helpers.paths import ROOT
 
-UNITS = Path(__file__).resolve().parents[1] / "systemd"
+UNITS = ROOT / "systemd"
 UNIT_NAMES = ("cdml-edge.service", "cdml-edge-replay.service", "cdml-edge-replay.timer")
 INSTALLED_PREFIX = "/opt/cdml-edge/current/venv"
 

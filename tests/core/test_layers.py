@@ -7,7 +7,9 @@ import sys
 from pathlib import Path
 from types import ModuleType
 
-SCRIPTS = Path(__file__).resolve().parent.parent / "scripts"
+from helpers.paths import ROOT
+
+SCRIPTS = ROOT / "scripts"
 
 
 def _load(name: str) -> ModuleType:

@@ -8,9 +8,10 @@ from pathlib import Path
 
 import nbformat
 import pytest
+from helpers.paths import ROOT
 from nbclient import NotebookClient
 
-NOTEBOOK = Path(__file__).resolve().parent.parent / "notebooks" / "quickstart.ipynb"
+NOTEBOOK = ROOT / "notebooks" / "quickstart.ipynb"
 
 
 def test_notebook_is_stored_without_outputs() -> None:

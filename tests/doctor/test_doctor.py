@@ -16,86 +16,20 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import numpy as np
-import onnx
 import pytest
 import yaml
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
-from onnx import TensorProto, helper, numpy_helper
+from helpers.models import image_classifier, series_anomaly
 from typer.testing import CliRunner
 
 from cdml_edge.cli import app
 from cdml_edge.config import load_config
 from cdml_edge.doctor import Check, run_checks
-from cdml_edge.model.spec import ImageInput, ModelSpec, SeriesInput
 
 PLAIN_BROKER = ("127.0.0.1", 1883)
-
-
-# -- tiny models -----------------------------------------------------------------------------
-
-
-def image_classifier(path: Path) -> Path:
-    spec = ModelSpec(
-        name="tiny-digits",
-        modality="image",
-        task="classifier",
-        input=ImageInput(channels=1, size=8, mean=[0.5], std=[0.5]),
-        labels=["a", "b", "c"],
-    )
-    rng = np.random.default_rng(0)
-    w = numpy_helper.from_array(rng.standard_normal((64, 3)).astype(np.float32), "w")
-    nodes = [
-        helper.make_node("Flatten", ["input"], ["latent"], axis=1),
-        helper.make_node("MatMul", ["latent", "w"], ["logits"]),
-    ]
-    graph = helper.make_graph(
-        nodes,
-        "tiny",
-        [helper.make_tensor_value_info("input", TensorProto.FLOAT, ["N", 1, 8, 8])],
-        [
-            helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["N", 3]),
-            helper.make_tensor_value_info("latent", TensorProto.FLOAT, ["N", 64]),
-        ],
-        [w],
-    )
-    return _save(graph, spec, path)
-
-
-def series_anomaly(path: Path) -> Path:
-    spec = ModelSpec(
-        name="tiny-vibration",
-        modality="timeseries",
-        task="anomaly",
-        input=SeriesInput(channels=2, window=16),
-        anomaly_threshold=1.0,
-    )
-    nodes = [
-        helper.make_node("Flatten", ["input"], ["latent"], axis=1),
-        helper.make_node("ReduceMean", ["latent"], ["anomaly"], axes=[1], keepdims=0),
-    ]
-    graph = helper.make_graph(
-        nodes,
-        "tiny-anomaly",
-        [helper.make_tensor_value_info("input", TensorProto.FLOAT, ["N", 2, 16])],
-        [
-            helper.make_tensor_value_info("anomaly", TensorProto.FLOAT, ["N"]),
-            helper.make_tensor_value_info("latent", TensorProto.FLOAT, ["N", 32]),
-        ],
-    )
-    return _save(graph, spec, path)
-
-
-def _save(graph: onnx.GraphProto, spec: ModelSpec, path: Path) -> Path:
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
-    model.ir_version = 8
-    helper.set_model_props(model, spec.to_metadata())
-    onnx.checker.check_model(model)
-    onnx.save(model, str(path))
-    return path
 
 
 # -- a TLS broker ----------------------------------------------------------------------------

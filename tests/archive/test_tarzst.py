@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 import zstandard
 from helpers.archives import CountingSource, tar_bytes
+from helpers.paths import DATA
 
 from cdml_edge.archive import (
     CorruptArchiveError,
@@ -257,11 +258,10 @@ def test_plain_tar_zst_index_pass_memory_is_bounded(tmp_path: Path) -> None:
 
 def test_fuzz_found_seek_table_without_frames_is_a_typed_error() -> None:
     """A mutated seekable tar.zst whose seek table lost its frames (found by the fuzz test)."""
-    from pathlib import Path
 
     from cdml_edge.archive import ArchiveError, open_archive
 
-    data = (Path(__file__).parent / "data" / "fuzz_tarzst_no_frames.bin").read_bytes()
+    data = (DATA / "fuzz_tarzst_no_frames.bin").read_bytes()
     try:
         archive = open_archive(data)
     except ArchiveError:
@@ -293,7 +293,7 @@ def _layout_v1_items() -> list[tuple[str, bytes]]:
 
 def test_archive_of_the_earlier_layout_stays_readable() -> None:
     """Written by the writer whose seek table left the member index out (committed file)."""
-    path = Path(__file__).parent / "data" / "tarzst_layout_v1.tar.zst"
+    path = DATA / "tarzst_layout_v1.tar.zst"
     data = path.read_bytes()
     count = int.from_bytes(data[-9:-5], "little")
     tail = read_tail(MemorySource(data))

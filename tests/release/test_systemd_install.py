@@ -11,10 +11,11 @@ from pathlib import Path
 
 import pytest
 import yaml
+from helpers.paths import ROOT
 
 from cdml_edge import __version__
 
-SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "install.sh"
+SCRIPT = ROOT / "scripts" / "install.sh"
 REPO = SCRIPT.parents[1]
 RELEASE = f"/opt/cdml-edge/releases/{__version__}"
 # what the stubbed python3 answers to `python3 -c ...` (the version query picks the lock)

@@ -5,13 +5,13 @@ from __future__ import annotations
 import json
 import socket
 import textwrap
-import threading
 import time
 from pathlib import Path
 
 import pytest
 from helpers.agent_runs import jpeg, wait_for
 from helpers.models import brightness_classifier
+from helpers.notify_socket import Collector
 
 from cdml_edge.agent.app import Agent
 from cdml_edge.config import load_config
@@ -38,31 +38,6 @@ def _config(tmp_path: Path, watchdog: bool) -> Path:
     return cfg
 
 
-class _Collector:
-    """Reads every datagram arriving on ``srv`` (as systemd does) into ``fields``."""
-
-    def __init__(self, srv: socket.socket) -> None:
-        self.srv = srv
-        self.fields: list[str] = []
-        srv.settimeout(0.1)
-        self._done = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._thread.start()
-
-    def _run(self) -> None:
-        while not self._done.is_set():
-            try:
-                self.fields += self.srv.recv(4096).decode().splitlines()
-            except TimeoutError:
-                continue
-
-    def close(self) -> list[str]:
-        self._done.set()
-        self._thread.join()
-        self.srv.close()
-        return self.fields
-
-
 def _run_agent(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, watchdog: bool) -> list[str]:
     cfg = _config(tmp_path, watchdog)
     sock_path = str(tmp_path / "notify.sock")
@@ -72,7 +47,7 @@ def _run_agent(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, watchdog: bool) 
     monkeypatch.setenv("WATCHDOG_USEC", "100000")  # systemd would want a ping every 50 ms
     monkeypatch.delenv("WATCHDOG_PID", raising=False)
     monkeypatch.chdir(tmp_path)
-    collector = _Collector(srv)
+    collector = Collector(srv)
     agent = Agent(load_config(cfg), cfg)
     try:
         agent.start()

@@ -25,13 +25,12 @@ import torch
 import torch.nn.functional as F
 import zstandard
 from helpers.dataset_data import class_images, wav
+from helpers.paths import ROOT
 from helpers.s3_server import S3Server
 from torch import nn
 
 from cdml_edge.archive import pack, write_archive
 from cdml_edge.archive.s3 import ENDPOINT_ENV, INDEX_CACHE_ENV
-
-ROOT = Path(__file__).resolve().parent.parent
 
 
 @pytest.fixture()

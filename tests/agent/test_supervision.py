@@ -26,7 +26,7 @@ from helpers.agent_runs import (
     write_config,
 )
 from helpers.mqtt_brokers import Subscriber
-from test_agent_watchdog import _Collector
+from helpers.notify_socket import Collector
 
 from cdml_edge.agent.app import Agent
 from cdml_edge.config import load_config
@@ -60,7 +60,7 @@ def test_a_source_whose_folder_is_gone_is_dead_until_it_is_back(
     monkeypatch.setenv("NOTIFY_SOCKET", sock_path)
     monkeypatch.setenv("WATCHDOG_USEC", "100000")  # a ping every 50 ms while healthy
     monkeypatch.delenv("WATCHDOG_PID", raising=False)
-    collector = _Collector(srv)
+    collector = Collector(srv)
     out = tmp_path / "out.jsonl"
     cam = tmp_path / "in/cam"
     agent = Agent(load_config(cfg_path), cfg_path)

@@ -12,12 +12,13 @@ from typing import Any
 
 import numpy as np
 import pytest
+from helpers.paths import ROOT
 
 from cdml_edge import synth
 from cdml_edge.decode import decode_audio, decode_csv, decode_image
 from cdml_edge.model.spec import load_onnx_model, prepare_batch, run_model
 
-MODELS = Path(__file__).resolve().parent.parent / "models"
+MODELS = ROOT / "models"
 SHIPPED = ["digits.onnx", "audio_anomaly.onnx", "vibration_anomaly.onnx"]
 
 CHECK = textwrap.dedent(

@@ -9,12 +9,13 @@ from importlib import metadata
 from pathlib import Path
 
 import pytest
+from helpers.paths import ROOT
 
 from cdml_edge import __version__
 from cdml_edge.release import LOCK_FILE, RELEASE_FILE, compare, inspect, read_pins
 from cdml_edge.window.payloads import StatusPayload
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = ROOT
 sys.path.insert(0, str(REPO / "scripts"))
 import lock  # noqa: E402
 

@@ -9,13 +9,13 @@ from pathlib import Path
 
 import pytest
 import yaml
+from helpers.paths import ROOT
 from typer.testing import CliRunner
 
 from cdml_edge.cli import app
 from cdml_edge.config import AppConfig, ConfigError, config_schema, load_config, parse_config
 from cdml_edge.units import format_size, parse_duration, parse_size
 
-ROOT = Path(__file__).resolve().parents[1]
 FACTORY = ROOT / "configs" / "factory.yaml"
 runner = CliRunner()
 

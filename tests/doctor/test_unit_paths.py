@@ -8,12 +8,13 @@ from pathlib import Path
 
 import pytest
 import yaml
+from helpers.paths import ROOT
 
 from cdml_edge.config import load_config
 from cdml_edge.doctor import run_checks
 from cdml_edge.doctor.unit import main, render_dropin, uncovered, unit_settings, write_paths
 
-UNIT = Path(__file__).resolve().parents[1] / "systemd" / "cdml-edge.service"
+UNIT = ROOT / "systemd" / "cdml-edge.service"
 
 
 def config(tmp: Path, **extra: object) -> Path:

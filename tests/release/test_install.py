@@ -22,9 +22,10 @@ from pathlib import Path
 
 import pytest
 import yaml
+from helpers.paths import ROOT
 from helpers.uv_tool import uv_command
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = ROOT
 SCRIPT = REPO / "scripts" / "install.sh"
 
 SYSTEMCTL = """#!/bin/bash
