@@ -10,7 +10,6 @@ import textwrap
 from pathlib import Path
 from typing import Any
 
-import jsonschema
 import pytest
 from helpers.agent_runs import wait_for, write_atomic
 from helpers.byom_models import (
@@ -144,6 +143,8 @@ def _drop_inputs(d: Path) -> None:
 
 
 def _check_live(lines: list[dict[str, Any]]) -> None:
+    import jsonschema
+
     cam = _results(lines, "cam")["wide.png"]
     # the detector comes first: its best detection is the label, its boxes are in the
     # 128 x 64 source image's pixels (letterboxed into 64 x 64: scale 0.5, 16 px bars)

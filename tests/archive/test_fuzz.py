@@ -20,12 +20,11 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 import pytest
 from helpers.archives import raw_zip
 from helpers.paths import TESTS
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
 
 from cdml_edge.archive import ArchiveError, open_archive, pack
 from cdml_edge.archive.source import MemorySource
@@ -159,44 +158,57 @@ def _exercise(src: bytes | Path | _Fetched) -> None:
     arc.close()
 
 
-@st.composite
-def mutated(draw: st.DrawFn) -> bytes:
-    kind = draw(st.sampled_from(sorted(SEEDS)))
-    data = bytearray(SEEDS[kind])
-    for _ in range(draw(st.integers(1, 4))):
-        op = draw(st.sampled_from(["flip", "truncate", "field", "splice", "zero"]))
-        if not data:
-            break
-        if op == "flip":
-            pos = draw(st.integers(0, len(data) - 1))
-            data[pos] ^= 1 << draw(st.integers(0, 7))
-        elif op == "truncate":
-            del data[draw(st.integers(0, len(data) - 1)) :]
-        elif op == "zero":
-            a = draw(st.integers(0, len(data) - 1))
-            data[a : a + draw(st.integers(1, 64))] = bytes(min(64, len(data) - a))[: len(data)]
-        elif op == "splice":
-            a = draw(st.integers(0, len(data)))
-            data[a:a] = draw(st.binary(max_size=32))
-        else:  # overwrite a header field near a structure signature with an extreme value
-            hits = [i for s in _SIGS for i in range(len(data)) if data.startswith(s, i)]
-            base = draw(st.sampled_from(hits)) if hits else 0
-            pos = min(len(data) - 1, base + draw(st.integers(0, 60)))
-            value = draw(st.sampled_from([0, 1, 0xFF, 0xFFFF, 0xFFFFFFFF, 0x7FFFFFFF, 1 << 20]))
-            width = draw(st.sampled_from([1, 2, 4, 8]))
-            raw = struct.pack("<Q", value)[:width]
-            data[pos : pos + width] = raw
-    return bytes(data)
+def mutated() -> Any:
+    """The hypothesis strategy of a seed archive with 1 to 4 mutations (hypothesis is imported
+    here, in the child that runs the fuzzing, not when the tests are collected)."""
+    from hypothesis import strategies as st
+
+    @st.composite
+    def mutation(draw: st.DrawFn) -> bytes:
+        kind = draw(st.sampled_from(sorted(SEEDS)))
+        data = bytearray(SEEDS[kind])
+        for _ in range(draw(st.integers(1, 4))):
+            op = draw(st.sampled_from(["flip", "truncate", "field", "splice", "zero"]))
+            if not data:
+                break
+            if op == "flip":
+                pos = draw(st.integers(0, len(data) - 1))
+                data[pos] ^= 1 << draw(st.integers(0, 7))
+            elif op == "truncate":
+                del data[draw(st.integers(0, len(data) - 1)) :]
+            elif op == "zero":
+                a = draw(st.integers(0, len(data) - 1))
+                data[a : a + draw(st.integers(1, 64))] = bytes(min(64, len(data) - a))[: len(data)]
+            elif op == "splice":
+                a = draw(st.integers(0, len(data)))
+                data[a:a] = draw(st.binary(max_size=32))
+            else:  # overwrite a header field near a structure signature with an extreme value
+                hits = [i for s in _SIGS for i in range(len(data)) if data.startswith(s, i)]
+                base = draw(st.sampled_from(hits)) if hits else 0
+                pos = min(len(data) - 1, base + draw(st.integers(0, 60)))
+                value = draw(st.sampled_from([0, 1, 0xFF, 0xFFFF, 0xFFFFFFFF, 0x7FFFFFFF, 1 << 20]))
+                width = draw(st.sampled_from([1, 2, 4, 8]))
+                raw = struct.pack("<Q", value)[:width]
+                data[pos : pos + width] = raw
+        return bytes(data)
+
+    return mutation()
 
 
-@settings(
-    max_examples=250,
-    deadline=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
-)
-@given(data=mutated())
-def _fuzz_once(data: bytes) -> None:
-    exercise(data)
+def _fuzz_once() -> None:
+    """250 mutated archives through :func:`exercise`."""
+    from hypothesis import HealthCheck, given, settings
+
+    @settings(
+        max_examples=250,
+        deadline=None,
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+    )
+    @given(data=mutated())
+    def fuzz_once(data: bytes) -> None:
+        exercise(data)
+
+    fuzz_once()
 
 
 def truncations() -> None:

@@ -10,7 +10,6 @@ import pytest
 from cdml_edge.config import MODALITIES as CONFIG_MODALITIES
 from cdml_edge.config import AppConfig
 from cdml_edge.data.labels import LabelError
-from cdml_edge.data.samples import SAMPLES
 from cdml_edge.decode import DECODERS, DecodeError, decode
 from cdml_edge.errors import CdmlError
 from cdml_edge.modality import (
@@ -24,7 +23,6 @@ from cdml_edge.modality import (
 )
 from cdml_edge.model.runner import InferenceError
 from cdml_edge.model.spec import INPUT_KIND, ModelSpec, ModelSpecError
-from cdml_edge.nn.recipes import RECIPES, base_spec
 from cdml_edge.window.inputs import MODEL_INPUTS
 from cdml_edge.window.manifest import ManifestError, ManifestItem
 from cdml_edge.window.pieces import item_pieces
@@ -69,12 +67,16 @@ def test_decode_dispatches_through_the_table_and_ignores_foreign_options() -> No
 
 
 def test_one_sample_kind_per_modality() -> None:
+    from cdml_edge.data.samples import SAMPLES  # torch: imported by the test, not at collection
+
     assert tuple(SAMPLES) == MODALITIES
     variable = {m: k.length_axis for m, k in SAMPLES.items() if k.length_axis is not None}
     assert variable == {"audio": -1, "csv": 0, "timeseries": 0}
 
 
 def test_one_training_recipe_per_model_modality() -> None:
+    from cdml_edge.nn.recipes import RECIPES, base_spec  # torch, as above
+
     assert tuple(RECIPES) == MODEL_MODALITIES
     with pytest.raises(ValueError, match="cannot train on modality 'json'"):
         base_spec("json", "m", None)

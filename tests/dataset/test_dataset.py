@@ -8,11 +8,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import torch
 from helpers.dataset_data import COLOURS, class_images, wav, write
-from torch.utils.data import DataLoader, DistributedSampler
 
-from cdml_edge import CDMLStreamDataset
 from cdml_edge.data.cache import ByteLRU
 from cdml_edge.data.labels import LabelError
 from cdml_edge.decode import DecodeError, decode_image
@@ -33,6 +30,10 @@ def pets(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactor
 
 
 def test_raw_bytes_by_default_and_pathlike(pets: Path) -> None:
+    from torch.utils.data import DataLoader
+
+    from cdml_edge import CDMLStreamDataset
+
     ds = CDMLStreamDataset(pets)  # PathLike
     expected = dict(class_images())
     expected_names = [*expected, "pets/labels.csv", "pets/README.txt"]
@@ -43,6 +44,10 @@ def test_raw_bytes_by_default_and_pathlike(pets: Path) -> None:
 
 
 def test_images_float_chw_rgb_resized(pets: Path) -> None:
+    import torch
+
+    from cdml_edge import CDMLStreamDataset
+
     ds = CDMLStreamDataset(str(pets), is_image=True, target_size=(24, 16))
     assert len(ds) == 12  # only the images
     x = ds[0]
@@ -56,6 +61,10 @@ def test_images_float_chw_rgb_resized(pets: Path) -> None:
 
 
 def test_transform_gets_uint8_hwc_rgb(pets: Path) -> None:
+    import torch
+
+    from cdml_edge import CDMLStreamDataset
+
     seen: list[tuple[type, str, tuple[int, ...]]] = []
 
     def spy(arr: np.ndarray) -> torch.Tensor:  # the contract torchvision's ToTensor relies on
@@ -69,6 +78,11 @@ def test_transform_gets_uint8_hwc_rgb(pets: Path) -> None:
 
 
 def test_folder_labels_like_imagefolder(pets: Path) -> None:
+    import torch
+    from torch.utils.data import DataLoader
+
+    from cdml_edge import CDMLStreamDataset
+
     ds = CDMLStreamDataset(pets, is_image=True, target_size=16, labels="folder")
     assert ds.classes == sorted(COLOURS) and ds.class_to_idx == {"cat": 0, "dog": 1, "eel": 2}
     assert ds.targets == [0] * 4 + [1] * 4 + [2] * 4
@@ -81,6 +95,8 @@ def test_folder_labels_like_imagefolder(pets: Path) -> None:
 
 
 def test_labels_callable_mapping_and_members(pets: Path, tmp_path: Path) -> None:
+    from cdml_edge import CDMLStreamDataset
+
     by_fn = CDMLStreamDataset(pets, is_image=True, labels=lambda n: n.split("/")[1])
     assert by_fn.classes == ["cat", "dog", "eel"] and by_fn.targets[-1] == 2
     by_csv = CDMLStreamDataset(pets, is_image=True, labels="pets/labels.csv")
@@ -99,6 +115,8 @@ def test_labels_callable_mapping_and_members(pets: Path, tmp_path: Path) -> None
 
 
 def test_bad_member_raises_decode_error(tmp_path: Path) -> None:
+    from cdml_edge import CDMLStreamDataset
+
     good = class_images(1)[0][1]
     path = write(tmp_path / "bad.zip", [("a.jpg", good), ("b.jpg", good[: len(good) // 2])])
     ds = CDMLStreamDataset(path, is_image=True)
@@ -109,6 +127,11 @@ def test_bad_member_raises_decode_error(tmp_path: Path) -> None:
 
 
 def test_other_modalities_collate(tmp_path: Path) -> None:
+    import torch
+    from torch.utils.data import DataLoader
+
+    from cdml_edge import CDMLStreamDataset
+
     items = [(f"mic/{i}.wav", wav(0.3 + 0.1 * i, 300 + 50 * i)) for i in range(3)]
     for i in range(3):
         rows = "".join(f"{j},{j * i}\n" for j in range(3 + i))
@@ -134,6 +157,10 @@ def test_other_modalities_collate(tmp_path: Path) -> None:
 
 
 def test_in_memory_archive_bytes(pets: Path) -> None:
+    import torch
+
+    from cdml_edge import CDMLStreamDataset
+
     ds = CDMLStreamDataset(pets.read_bytes(), is_image=True, labels="folder")
     assert len(ds) == 12 and ds[11][1] == 2
     clone = pickle.loads(pickle.dumps(ds))
@@ -141,6 +168,10 @@ def test_in_memory_archive_bytes(pets: Path) -> None:
 
 
 def test_pickle_after_reads_reopens(pets: Path) -> None:
+    import torch
+
+    from cdml_edge import CDMLStreamDataset
+
     ds = CDMLStreamDataset(pets, is_image=True, target_size=8)
     first = ds[0]
     state = pickle.dumps(ds)
@@ -150,6 +181,8 @@ def test_pickle_after_reads_reopens(pets: Path) -> None:
 
 
 def test_cache_bounded_by_real_bytes(pets: Path) -> None:
+    from cdml_edge import CDMLStreamDataset
+
     ds = CDMLStreamDataset(pets, cache_size_mb=0.004)  # 4194 bytes: a few ~700-byte JPEGs
     sizes = [len(ds.read(i)) for i in range(12)]
     info = ds.cache_info()
@@ -179,6 +212,10 @@ def test_byte_lru_policy() -> None:
 
 
 def test_getitems_batches_reads(pets: Path) -> None:
+    import torch
+
+    from cdml_edge import CDMLStreamDataset
+
     ds = CDMLStreamDataset(pets, is_image=True, target_size=8, labels="folder")
     batch = ds.__getitems__([0, 5, 11])
     assert [y for _, y in batch] == [0, 1, 2]
@@ -191,6 +228,10 @@ def test_getitems_batches_reads(pets: Path) -> None:
 
 @pytest.mark.parametrize("world", [2, 3])
 def test_shard_matches_distributed_sampler(pets: Path, world: int) -> None:
+    from torch.utils.data import DistributedSampler
+
+    from cdml_edge import CDMLStreamDataset
+
     ds = CDMLStreamDataset(pets, is_image=True, labels="folder")
     shards = [ds.shard(r, world) for r in range(world)]
     for r, shard in enumerate(shards):
@@ -206,6 +247,8 @@ def test_shard_matches_distributed_sampler(pets: Path, world: int) -> None:
 
 
 def test_errors_for_bad_arguments(pets: Path) -> None:
+    from cdml_edge import CDMLStreamDataset
+
     with pytest.raises(ValueError, match="no audio members"):
         CDMLStreamDataset(pets, modality="audio")
     with pytest.raises(ValueError):
@@ -218,6 +261,8 @@ def test_errors_for_bad_arguments(pets: Path) -> None:
 
 
 def test_include_with_modality(tmp_path: Path) -> None:
+    from cdml_edge import CDMLStreamDataset
+
     frame = class_images(1)[0][1]
     path = write(
         tmp_path / "cams.zip",
@@ -235,6 +280,11 @@ def test_include_with_modality(tmp_path: Path) -> None:
 
 
 def test_default_collate_unequal_lengths_and_heterogeneous_json(tmp_path: Path) -> None:
+    import torch
+    from torch.utils.data import DataLoader
+
+    from cdml_edge import CDMLStreamDataset
+
     seconds = [0.2, 0.5, 0.35, 0.8]
     items = [(f"mic/{i}.wav", wav(s, 300 + 50 * i)) for i, s in enumerate(seconds)]
     rows = [2, 5, 3, 4]

@@ -5,14 +5,14 @@ from __future__ import annotations
 import pickle
 from pathlib import Path
 
-import torch
 from helpers.dataset_data import class_images, write
-from torch.utils.data import DataLoader
-
-from cdml_edge import CDMLStreamDataset
 
 
 def test_batches_through_the_arena_equal_single_items(tmp_path: Path) -> None:
+    import torch
+
+    from cdml_edge import CDMLStreamDataset
+
     path = write(tmp_path / "pets.zip", class_images(per_class=20, size=(96, 64)))
     ds = CDMLStreamDataset(path, is_image=True, target_size=40, labels="folder", cache_size_mb=0)
     batches = [list(range(0, 25)), list(range(30, 60)), [59, 0, 31, 7]]
@@ -30,6 +30,8 @@ def test_batches_through_the_arena_equal_single_items(tmp_path: Path) -> None:
 
 def test_cached_and_raw_datasets_keep_bytes(tmp_path: Path) -> None:
     """With a cache (the default) or raw-bytes items, no arena: items must outlive the batch."""
+    from cdml_edge import CDMLStreamDataset
+
     path = write(tmp_path / "pets.zip", class_images(per_class=3))
     raw = CDMLStreamDataset(path, cache_size_mb=0)
     items = raw.__getitems__([0, 1, 2])
@@ -41,6 +43,11 @@ def test_cached_and_raw_datasets_keep_bytes(tmp_path: Path) -> None:
 
 
 def test_dataloader_workers_with_the_arena(tmp_path: Path) -> None:
+    import torch
+    from torch.utils.data import DataLoader
+
+    from cdml_edge import CDMLStreamDataset
+
     path = write(tmp_path / "pets.zip", class_images(per_class=16, size=(64, 48)))
     ds = CDMLStreamDataset(path, is_image=True, target_size=32, labels="folder", cache_size_mb=0)
     loader = DataLoader(ds, batch_size=8, num_workers=2, shuffle=False)

@@ -7,13 +7,15 @@ from pathlib import Path
 
 import cv2
 import numpy as np
-import torch
 
 from cdml_edge.archive import write_archive
-from cdml_edge.data.dataset import CDMLStreamDataset
 
 
 def test_fork_workers_after_parent_used_opencv_threads(tmp_path: Path) -> None:
+    import torch
+
+    from cdml_edge.data.dataset import CDMLStreamDataset
+
     rng = np.random.default_rng(0)
     images = [rng.integers(0, 255, (96, 96, 3), np.uint8) for _ in range(32)]
     items = [(f"a/{i}.png", cv2.imencode(".png", im)[1].tobytes()) for i, im in enumerate(images)]

@@ -5,14 +5,16 @@ from __future__ import annotations
 import io
 import os
 import zipfile
+from typing import TYPE_CHECKING
 
 import pytest
 from helpers.s3_server import S3Server
-from torch.utils.data import DataLoader
 
 from cdml_edge.archive import pack
 from cdml_edge.archive.s3 import ENDPOINT_ENV, INDEX_CACHE_ENV
-from cdml_edge.data.dataset import CDMLStreamDataset
+
+if TYPE_CHECKING:
+    from cdml_edge.data.dataset import CDMLStreamDataset
 
 BUCKET = "datasets"
 N = 240
@@ -37,6 +39,8 @@ def uploaded(s3_server: S3Server) -> dict[str, dict[str, bytes]]:
 
 
 def _collect(ds: CDMLStreamDataset) -> dict[str, tuple[bytes, str]]:
+    from torch.utils.data import DataLoader
+
     loader = DataLoader(ds, batch_size=BATCH, num_workers=WORKERS, collate_fn=list)
     got: dict[str, tuple[bytes, str]] = {}
     names = iter(ds.names)
@@ -50,6 +54,8 @@ def _collect(ds: CDMLStreamDataset) -> dict[str, tuple[bytes, str]]:
 def test_dataloader_workers_read_s3(
     s3_server: S3Server, uploaded: dict, key: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    from cdml_edge.data.dataset import CDMLStreamDataset
+
     monkeypatch.setenv(ENDPOINT_ENV, s3_server.proxy.url)
     monkeypatch.setenv(INDEX_CACHE_ENV, "off")
     s3_server.proxy.reset()
@@ -73,6 +79,10 @@ def test_workers_fetch_no_index(
 ) -> None:
     """Forked workers clone the parent's archive, spawned ones unpickle it with its index:
     neither sends a HEAD or an index GET."""
+    from torch.utils.data import DataLoader
+
+    from cdml_edge.data.dataset import CDMLStreamDataset
+
     monkeypatch.setenv(ENDPOINT_ENV, s3_server.proxy.url)
     monkeypatch.setenv(INDEX_CACHE_ENV, "off")
     items = {f"c{i % 2}/{i:04d}.bin": os.urandom(4096) for i in range(N)}  # past the tail read
@@ -96,6 +106,8 @@ def test_workers_fetch_no_index(
 def test_second_build_costs_one_head(
     s3_server: S3Server, uploaded: dict, monkeypatch: pytest.MonkeyPatch, tmp_path: os.PathLike[str]
 ) -> None:
+    from cdml_edge.data.dataset import CDMLStreamDataset
+
     monkeypatch.setenv(ENDPOINT_ENV, s3_server.proxy.url)
     monkeypatch.setenv(INDEX_CACHE_ENV, os.fspath(tmp_path))
     CDMLStreamDataset(f"s3://{BUCKET}/train.zip", labels="folder", cache_size_mb=0)
@@ -111,6 +123,8 @@ def test_second_build_costs_one_head(
 def test_index_cache_is_on_by_default_in_the_user_cache_folder(
     s3_server: S3Server, uploaded: dict, monkeypatch: pytest.MonkeyPatch, tmp_path: os.PathLike[str]
 ) -> None:
+    from cdml_edge.data.dataset import CDMLStreamDataset
+
     monkeypatch.setenv(ENDPOINT_ENV, s3_server.proxy.url)
     monkeypatch.delenv(INDEX_CACHE_ENV, raising=False)
     monkeypatch.setenv("XDG_CACHE_HOME", os.fspath(tmp_path))

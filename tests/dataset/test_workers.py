@@ -9,28 +9,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import torch
-import torch.distributed as dist
-import torch.multiprocessing as tmp
 from helpers.dataset_data import class_images, write
-from torch.utils.data import DataLoader, Dataset, DistributedSampler
 
-from cdml_edge import CDMLStreamDataset
 from cdml_edge.decode import DecodeError
-
-
-class Probe(Dataset[Any]):
-    """Returns each item with the pid that read it and the pid the dataset opened in."""
-
-    def __init__(self, ds: CDMLStreamDataset) -> None:
-        self.ds = ds
-
-    def __len__(self) -> int:
-        return len(self.ds)
-
-    def __getitem__(self, i: int) -> tuple[Any, int, int, int]:
-        x, y = self.ds[i]
-        return x, y, os.getpid(), self.ds._pid
 
 
 @pytest.fixture(scope="module", params=["zip", "tar.zst"])
@@ -44,6 +25,12 @@ def archive(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFac
     ("fmt", "context"), [("zip", "fork"), ("tar.zst", "fork"), ("tar.zst", "spawn")]
 )
 def test_workers_after_parent_read(tmp_path: Path, fmt: str, context: str) -> None:
+    import torch
+    from helpers.worker_probe import Probe
+    from torch.utils.data import DataLoader
+
+    from cdml_edge import CDMLStreamDataset
+
     archive = write(tmp_path / f"pets.{fmt}", class_images(4))
     ds = CDMLStreamDataset(archive, is_image=True, target_size=12, labels="folder")
     expected = [ds[i] for i in range(len(ds))]  # the parent opens the archive and reads first
@@ -69,6 +56,10 @@ def test_workers_after_parent_read(tmp_path: Path, fmt: str, context: str) -> No
 
 
 def test_default_collate_raw_bytes_in_workers(archive: Path) -> None:
+    from torch.utils.data import DataLoader
+
+    from cdml_edge import CDMLStreamDataset
+
     ds = CDMLStreamDataset(archive, labels="folder")
     ds[3]
     got = [b for xs, _ in DataLoader(ds, batch_size=5, num_workers=2) for b in xs]
@@ -76,6 +67,12 @@ def test_default_collate_raw_bytes_in_workers(archive: Path) -> None:
 
 
 def _ddp_worker(rank: int, world: int, path: str, init: str, out: str) -> None:
+    import torch
+    import torch.distributed as dist
+    from torch.utils.data import DataLoader, DistributedSampler
+
+    from cdml_edge import CDMLStreamDataset
+
     dist.init_process_group("gloo", init_method=f"file://{init}", rank=rank, world_size=world)
     try:
         ds = CDMLStreamDataset(path, is_image=True, target_size=8, labels="folder")
@@ -106,6 +103,11 @@ def _ddp_worker(rank: int, world: int, path: str, init: str, out: str) -> None:
 
 @pytest.mark.slow
 def test_ddp_two_processes_gloo(tmp_path: Path) -> None:
+    import torch.multiprocessing as tmp
+    from torch.utils.data import DistributedSampler
+
+    from cdml_edge import CDMLStreamDataset
+
     archive = write(tmp_path / "pets.zip", class_images(6))
     out = tmp_path / "ranks.json"
     tmp.spawn(
@@ -130,6 +132,10 @@ def test_ddp_two_processes_gloo(tmp_path: Path) -> None:
 
 
 def test_worker_decode_error_reaches_the_parent(tmp_path: Path) -> None:
+    from torch.utils.data import DataLoader
+
+    from cdml_edge import CDMLStreamDataset
+
     good = class_images(1)[0][1]
     path = write(tmp_path / "bad.zip", [("ok.jpg", good), ("cut.jpg", good[:200])])
     loader = DataLoader(CDMLStreamDataset(path, is_image=True), batch_size=2, num_workers=1)

@@ -7,8 +7,6 @@ import csv
 import io
 
 import numpy as np
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
 from cdml_edge import synth
 from cdml_edge.decode.tabular import (
@@ -18,25 +16,12 @@ from cdml_edge.decode.tabular import (
     decode_csv,
 )
 
-CELL = st.one_of(
-    st.floats(allow_nan=False, width=32).map(repr),
-    st.integers(-10**6, 10**6).map(str),
-    st.sampled_from(["nan", " 1.5 ", "-0", "1e5", ".5", "inf"]),
-)
-
 
 def _sniffed(text: str) -> str:
     return csv.Sniffer().sniff(text[:8192], delimiters=_DELIMITERS).delimiter
 
 
-@settings(max_examples=150, deadline=None)
-@given(
-    st.sampled_from(list(_DELIMITERS)),
-    st.integers(2, 6),
-    st.lists(st.lists(CELL, min_size=6, max_size=6), min_size=1, max_size=30),
-    st.booleans(),
-)
-def test_numeric_csv_decodes_as_the_cell_by_cell_parse(
+def _decodes_as_the_cell_by_cell_parse(
     delim: str, width: int, rows: list[list[str]], header: bool
 ) -> None:
     lines = [delim.join(r[:width]) for r in rows]
@@ -52,6 +37,25 @@ def test_numeric_csv_decodes_as_the_cell_by_cell_parse(
     assert table.columns == slow.columns and table.text_columns == slow.text_columns == {}
     assert table.values.dtype == np.float32 and table.values.shape == slow.values.shape
     np.testing.assert_array_equal(table.values, slow.values)
+
+
+def test_numeric_csv_decodes_as_the_cell_by_cell_parse() -> None:
+    # hypothesis is imported by the test, not when the tests are collected
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    cell = st.one_of(
+        st.floats(allow_nan=False, width=32).map(repr),
+        st.integers(-10**6, 10**6).map(str),
+        st.sampled_from(["nan", " 1.5 ", "-0", "1e5", ".5", "inf"]),
+    )
+    check = settings(max_examples=150, deadline=None)(given(
+        st.sampled_from(list(_DELIMITERS)),
+        st.integers(2, 6),
+        st.lists(st.lists(cell, min_size=6, max_size=6), min_size=1, max_size=30),
+        st.booleans(),
+    )(_decodes_as_the_cell_by_cell_parse))
+    check()
 
 
 def test_the_shortcut_leaves_doubtful_files_to_the_sniffer() -> None:

@@ -6,15 +6,15 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import nbformat
 import pytest
 from helpers.paths import ROOT
-from nbclient import NotebookClient
 
 NOTEBOOK = ROOT / "notebooks" / "quickstart.ipynb"
 
 
 def test_notebook_is_stored_without_outputs() -> None:
+    import nbformat
+
     nb = nbformat.read(NOTEBOOK, as_version=4)
     nbformat.validate(nb)
     code = [c for c in nb.cells if c.cell_type == "code"]
@@ -23,6 +23,9 @@ def test_notebook_is_stored_without_outputs() -> None:
 
 @pytest.mark.slow
 def test_quickstart_runs_top_to_bottom(tmp_path: Path) -> None:
+    import nbformat
+    from nbclient import NotebookClient
+
     nb = nbformat.read(NOTEBOOK, as_version=4)
     client = NotebookClient(nb, timeout=600, kernel_name="python3",
                             resources={"metadata": {"path": str(tmp_path)}})

@@ -18,19 +18,20 @@ import sys
 import tarfile
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pytest
-import torch
-import torch.nn.functional as F
 import zstandard
 from helpers.dataset_data import class_images, wav
 from helpers.paths import ROOT
 from helpers.s3_server import S3Server
-from torch import nn
 
 from cdml_edge.archive import pack, write_archive
 from cdml_edge.archive.s3 import ENDPOINT_ENV, INDEX_CACHE_ENV
+
+if TYPE_CHECKING:
+    from torch import nn
 
 
 @pytest.fixture()
@@ -41,6 +42,8 @@ def here(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 def _tiny_model(out: int = 10) -> nn.Module:
+    from torch import nn
+
     return nn.Sequential(nn.Conv2d(3, 4, 3, stride=4), nn.AdaptiveAvgPool2d(1), nn.Flatten(),
                          nn.Linear(4, out))
 
@@ -82,6 +85,9 @@ def test_basic_usage_zip_any_data(here: Path) -> None:
 
 
 def test_image_dataset_with_transforms(here: Path) -> None:
+    import torch
+    import torch.nn.functional as F
+
     write_archive("images.zip", class_images(4))
     mean = torch.tensor([0.485, 0.456, 0.406])[:, None, None]
     std = torch.tensor([0.229, 0.224, 0.225])[:, None, None]
@@ -160,6 +166,8 @@ def test_s3_streaming_reads_ranges_only(
 
 # -- Step-by-step ------------------------------------------------------------------------------
 def test_step_by_step(here: Path) -> None:
+    import torch
+
     folder = here / "data_folder"
     for name, data in class_images(8):
         (folder / name).parent.mkdir(parents=True, exist_ok=True)
@@ -306,6 +314,8 @@ def test_live_watch_in_memory(here: Path) -> None:
 
 # -- Tier 2 ------------------------------------------------------------------------------------
 def test_neural_compression_tier2(here: Path) -> None:
+    import torch
+
     write_archive("train.zip", class_images(8))
     from torch.utils.data import DataLoader
 
@@ -340,6 +350,8 @@ def test_neural_compression_tier2(here: Path) -> None:
 
 
 def test_multimodal_encoders() -> None:
+    import torch
+
     waveform, features, sequence = torch.randn(4, 1, 16000), torch.randn(4, 20), torch.randn(
         4, 50, 8)
 

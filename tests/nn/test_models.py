@@ -4,26 +4,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-import torch
-
-from cdml_edge.nn import (
-    AnomalyHead,
-    AnomalyScorer,
-    AudioEncoder,
-    CDMLLoss,
-    CDMLTrainTier2,
-    TabularEncoder,
-    TimeSeriesEncoder,
-    auroc,
-    build_model,
-    class_prototypes,
-    interpolate,
-    nearest_neighbours,
-)
-from cdml_edge.nn.cda import nearest_prototype
 
 
 def test_tier2_defaults_fit_the_parameter_budget() -> None:
+    from cdml_edge.nn import CDMLTrainTier2
+
     model = CDMLTrainTier2()
     assert model.config == {"latent_dim": 64, "num_classes": 10, "in_channels": 3,
                             "image_size": 32, "width": 32}
@@ -33,6 +18,10 @@ def test_tier2_defaults_fit_the_parameter_budget() -> None:
 
 @pytest.mark.parametrize("size,channels", [(64, 3), (32, 3), (32, 1)])
 def test_tier2_compress_decompress_classify(size: int, channels: int) -> None:
+    import torch
+
+    from cdml_edge.nn import CDMLTrainTier2
+
     model = CDMLTrainTier2(latent_dim=16, num_classes=4, in_channels=channels, image_size=size)
     x = torch.randn(5, channels, size, size)
     z = model.compress(x)
@@ -45,6 +34,10 @@ def test_tier2_compress_decompress_classify(size: int, channels: int) -> None:
 
 
 def test_tier2_rejects_odd_sizes_and_headless_classifier() -> None:
+    import torch
+
+    from cdml_edge.nn import CDMLTrainTier2
+
     with pytest.raises(ValueError, match="multiple of 16"):
         CDMLTrainTier2(image_size=40)
     model = CDMLTrainTier2(num_classes=0, image_size=32)
@@ -53,17 +46,29 @@ def test_tier2_rejects_odd_sizes_and_headless_classifier() -> None:
         model.classifier(torch.randn(2, 64))
 
 
-@pytest.mark.parametrize(
-    "model,x",
-    [
-        (AudioEncoder(n_mfcc=20, frames=32, latent_dim=8, num_classes=3), torch.randn(4, 20, 32)),
-        (AudioEncoder(latent_dim=8, num_classes=3, input="waveform"), torch.randn(4, 16000)),
-        (TimeSeriesEncoder(channels=3, window=128, latent_dim=8, num_classes=3),
-         torch.randn(4, 3, 128)),
-        (TabularEncoder(in_features=6, latent_dim=8, num_classes=3), torch.randn(4, 6, 1)),
-    ],
-)
-def test_encoders_share_the_latent_interface(model: torch.nn.Module, x: torch.Tensor) -> None:
+# encoder class, its arguments, the shape of an input batch (built in the test, with torch)
+ENCODERS = {
+    "audio-mfcc": ("AudioEncoder", {"n_mfcc": 20, "frames": 32, "latent_dim": 8, "num_classes": 3},
+                   (4, 20, 32)),
+    "audio-waveform": ("AudioEncoder", {"latent_dim": 8, "num_classes": 3, "input": "waveform"},
+                       (4, 16000)),
+    "timeseries": ("TimeSeriesEncoder",
+                   {"channels": 3, "window": 128, "latent_dim": 8, "num_classes": 3}, (4, 3, 128)),
+    "tabular": ("TabularEncoder", {"in_features": 6, "latent_dim": 8, "num_classes": 3},
+                (4, 6, 1)),
+}
+
+
+@pytest.mark.parametrize("encoder", list(ENCODERS))
+def test_encoders_share_the_latent_interface(encoder: str) -> None:
+    import torch
+
+    from cdml_edge.nn import AudioEncoder, TabularEncoder, TimeSeriesEncoder, build_model
+
+    cls, kwargs, shape = ENCODERS[encoder]
+    encoders = {"AudioEncoder": AudioEncoder, "TimeSeriesEncoder": TimeSeriesEncoder,
+                "TabularEncoder": TabularEncoder}
+    model, x = encoders[cls](**kwargs), torch.randn(*shape)
     out = model(x)
     assert out["latent"].shape == (4, 8)
     assert out["logits"].shape == (4, 3)
@@ -75,11 +80,17 @@ def test_encoders_share_the_latent_interface(model: torch.nn.Module, x: torch.Te
 
 
 def test_build_model_unknown_name() -> None:
+    from cdml_edge.nn import build_model
+
     with pytest.raises(KeyError, match="Nope"):
         build_model("Nope", {})
 
 
 def test_loss_weights_and_missing_terms() -> None:
+    import torch
+
+    from cdml_edge.nn import CDMLLoss
+
     x = torch.zeros(2, 3)
     out = {"latent": torch.ones(2, 4), "recon": torch.ones(2, 3),
            "logits": torch.tensor([[10.0, -10.0], [-10.0, 10.0]])}
@@ -96,6 +107,11 @@ def test_loss_weights_and_missing_terms() -> None:
 
 
 def test_prototypes_and_nearest() -> None:
+    import torch
+
+    from cdml_edge.nn import class_prototypes, nearest_neighbours
+    from cdml_edge.nn.cda import nearest_prototype
+
     z = torch.tensor([[0.0, 0.0], [2.0, 0.0], [10.0, 10.0], [12.0, 10.0]])
     y = torch.tensor([0, 0, 1, 1])
     protos = class_prototypes(z, y, 3)
@@ -110,6 +126,10 @@ def test_prototypes_and_nearest() -> None:
 
 
 def test_interpolate_endpoints_and_midpoint() -> None:
+    import torch
+
+    from cdml_edge.nn import interpolate
+
     a, b = torch.zeros(3), torch.tensor([2.0, 4.0, 6.0])
     path = interpolate(a, b, 5)
     assert path.shape == (5, 3)
@@ -121,6 +141,10 @@ def test_interpolate_endpoints_and_midpoint() -> None:
 
 
 def test_anomaly_scorer_threshold_and_head() -> None:
+    import torch
+
+    from cdml_edge.nn import AnomalyHead, AnomalyScorer, TabularEncoder
+
     g = torch.Generator().manual_seed(0)
     normal = torch.randn(2000, 8, generator=g) * torch.tensor([1.0, 2, 3, 4, 1, 1, 1, 1]) + 5
     scorer = AnomalyScorer.fit(normal, quantile=0.95)
@@ -143,6 +167,8 @@ def test_anomaly_scorer_threshold_and_head() -> None:
 
 
 def test_auroc_known_values() -> None:
+    from cdml_edge.nn import auroc
+
     assert auroc(np.array([0.1, 0.2]), np.array([0.3, 0.4])) == 1.0
     assert auroc(np.array([0.3, 0.4]), np.array([0.1, 0.2])) == 0.0
     assert auroc(np.array([1.0, 1.0]), np.array([1.0])) == 0.5
@@ -152,6 +178,8 @@ def test_auroc_known_values() -> None:
 
 
 def test_seed_argument_names_are_aliases_kept_out_of_the_config() -> None:
+    from cdml_edge.nn import TabularEncoder, TimeSeriesEncoder, build_model
+
     tab = TabularEncoder(input_dim=20, latent_dim=8)
     assert tab.config["in_features"] == 20 and "input_dim" not in tab.config
     with pytest.raises(TypeError, match="disagree"):
@@ -170,6 +198,10 @@ def test_seed_argument_names_are_aliases_kept_out_of_the_config() -> None:
 
 
 def test_audio_encoder_input_follows_the_arguments() -> None:
+    import torch
+
+    from cdml_edge.nn import AudioEncoder
+
     assert AudioEncoder(latent_dim=8).config["input"] == "waveform"  # the seed's default
     assert AudioEncoder(in_channels=1, input_length=16000).config["input"] == "waveform"
     assert AudioEncoder(20, 32).config["input"] == "mfcc"  # MFCC sizes given: MFCC input
@@ -182,6 +214,10 @@ def test_audio_encoder_input_follows_the_arguments() -> None:
 
 
 def test_seed_loss_weights() -> None:
+    import torch
+
+    from cdml_edge.nn import CDMLLoss
+
     loss = CDMLLoss(alpha=2.0, beta=0.5, gamma=0.1)
     assert (loss.ce_weight, loss.recon_weight, loss.sparsity_weight) == (2.0, 0.5, 0.1)
     z = torch.tensor([[1.0, -3.0]])

@@ -6,9 +6,7 @@ import json
 from pathlib import Path
 
 import numpy as np
-import onnx
 import pytest
-import torch
 from typer.testing import CliRunner
 
 from cdml_edge import synth
@@ -23,8 +21,6 @@ from cdml_edge.model.spec import (
     prepare_batch,
     run_model,
 )
-from cdml_edge.nn import AnomalyScorer, CDMLTrainTier2, TimeSeriesEncoder
-from cdml_edge.nn.onnx_export import OPSET, OnnxExportError, export_onnx
 
 
 def digits_spec() -> ModelSpec:
@@ -33,6 +29,12 @@ def digits_spec() -> ModelSpec:
 
 
 def test_classifier_export_dynamic_batch_metadata_and_parity(tmp_path: Path) -> None:
+    import onnx
+    import torch
+
+    from cdml_edge.nn import CDMLTrainTier2
+    from cdml_edge.nn.onnx_export import OPSET, export_onnx
+
     torch.manual_seed(0)
     model = CDMLTrainTier2(image_size=32).eval()
     spec = digits_spec()
@@ -60,6 +62,11 @@ def test_classifier_export_dynamic_batch_metadata_and_parity(tmp_path: Path) -> 
 
 
 def test_anomaly_export_carries_scorer_and_threshold(tmp_path: Path) -> None:
+    import torch
+
+    from cdml_edge.nn import AnomalyScorer, TimeSeriesEncoder
+    from cdml_edge.nn.onnx_export import OnnxExportError, export_onnx
+
     torch.manual_seed(0)
     model = TimeSeriesEncoder(channels=3, window=64, latent_dim=8).eval()
     x = torch.randn(40, 3, 64)
@@ -82,6 +89,9 @@ def test_anomaly_export_carries_scorer_and_threshold(tmp_path: Path) -> None:
 
 
 def test_parity_failure_leaves_no_file(tmp_path: Path) -> None:
+    from cdml_edge.nn import CDMLTrainTier2
+    from cdml_edge.nn.onnx_export import OnnxExportError, export_onnx
+
     model = CDMLTrainTier2(image_size=32).eval()
     target = tmp_path / "bad.onnx"
     with pytest.raises(OnnxExportError, match="differs from torch"):

@@ -7,15 +7,17 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import torch
 from helpers.dataset_data import class_images, write
 
 from cdml_edge.model.spec import ImageInput, ModelSpec
-from cdml_edge.nn.data import spec_dataset
 
 
 @pytest.mark.parametrize("raw", [True, False])
 def test_spec_dataset_pickles(tmp_path: Path, raw: bool) -> None:
+    import torch
+
+    from cdml_edge.nn.data import spec_dataset
+
     path = write(tmp_path / "pets.zip", class_images(2))
     spec = ModelSpec(name="pets", modality="image", task="classifier",
                      input=ImageInput(size=16), labels=["cat", "dog", "eel"])

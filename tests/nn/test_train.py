@@ -9,16 +9,19 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
-import torch
-from torch.utils.data import DataLoader, TensorDataset
 
-from cdml_edge.nn import CDMLTrainer, TabularEncoder
-from cdml_edge.nn.checkpoint import CheckpointError, load_model
+if TYPE_CHECKING:
+    import torch
+    from torch.utils.data import DataLoader, TensorDataset
 
 
 def blobs(n: int = 256, seed: int = 0) -> TensorDataset:
+    import torch
+    from torch.utils.data import TensorDataset
+
     g = torch.Generator().manual_seed(seed)
     y = torch.randint(0, 3, (n,), generator=g)
     centres = torch.tensor([[3.0, 0, 0, 0], [0, 3.0, 0, 0], [0, 0, 3.0, 0]])
@@ -27,10 +30,17 @@ def blobs(n: int = 256, seed: int = 0) -> TensorDataset:
 
 
 def loaders() -> tuple[DataLoader[tuple[torch.Tensor, ...]], DataLoader[tuple[torch.Tensor, ...]]]:
+    from torch.utils.data import DataLoader
+
     return DataLoader(blobs(), batch_size=32), DataLoader(blobs(128, seed=1), batch_size=64)
 
 
 def test_fit_logs_metrics_and_never_overwrites_checkpoints(tmp_path: Path) -> None:
+    import torch
+
+    from cdml_edge.nn import CDMLTrainer, TabularEncoder
+    from cdml_edge.nn.checkpoint import load_model
+
     torch.manual_seed(0)
     model = TabularEncoder(in_features=4, latent_dim=8, num_classes=3)
     trainer = CDMLTrainer(model, lr=1e-2, device="auto", out_dir=tmp_path)
@@ -56,6 +66,10 @@ def test_fit_logs_metrics_and_never_overwrites_checkpoints(tmp_path: Path) -> No
 
 
 def test_resume_continues_exactly(tmp_path: Path) -> None:
+    import torch
+
+    from cdml_edge.nn import CDMLTrainer, TabularEncoder
+
     def fresh(out: Path) -> CDMLTrainer:
         torch.manual_seed(0)
         return CDMLTrainer(TabularEncoder(4, 8, 3), lr=1e-2, device="cpu", out_dir=out)
@@ -77,6 +91,9 @@ def test_resume_continues_exactly(tmp_path: Path) -> None:
 
 
 def test_resume_rejects_other_models_and_garbage(tmp_path: Path) -> None:
+    from cdml_edge.nn import CDMLTrainer, TabularEncoder
+    from cdml_edge.nn.checkpoint import CheckpointError
+
     trainer = CDMLTrainer(TabularEncoder(4, 8, 3), device="cpu", out_dir=tmp_path)
     path = trainer.save_checkpoint()
     from cdml_edge.nn import TimeSeriesEncoder
@@ -150,7 +167,7 @@ def test_ddp_gloo_two_processes_under_torchrun(tmp_path: Path) -> None:
 
 def test_write_new_claims_a_free_name_and_leaves_no_temporary(tmp_path: Path) -> None:
     from cdml_edge.errors import CdmlError
-    from cdml_edge.nn.checkpoint import FORMAT, load, write_new
+    from cdml_edge.nn.checkpoint import FORMAT, CheckpointError, load, write_new
 
     (tmp_path / "c.pt").write_bytes(b"someone else's")
     path = write_new(tmp_path, "c", {"format": FORMAT, "n": 1})
@@ -162,6 +179,10 @@ def test_write_new_claims_a_free_name_and_leaves_no_temporary(tmp_path: Path) ->
 
 def test_seed_train_call_and_loss_weights() -> None:
     """The seed's ``CDMLTrainer(model, lr=...).train(loader, epochs=N)``."""
+    import torch
+
+    from cdml_edge.nn import CDMLTrainer, TabularEncoder
+
     torch.manual_seed(0)
     trainer = CDMLTrainer(TabularEncoder(input_dim=4, latent_dim=8, num_classes=3), lr=1e-2,
                           device="cpu", alpha=1.0, beta=0.5, gamma=0.01)

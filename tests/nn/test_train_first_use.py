@@ -8,10 +8,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import torch
 from typer.testing import CliRunner
 
-from cdml_edge import CDMLStreamDataset, synth
+from cdml_edge import synth
 from cdml_edge.archive import write_archive
 from cdml_edge.cli import app
 from cdml_edge.data.labels import LabelError
@@ -41,6 +40,8 @@ def colour_data(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 
 def test_a_validation_set_takes_the_training_classes(colour_data: dict[str, Path]) -> None:
+    from cdml_edge import CDMLStreamDataset
+
     train = CDMLStreamDataset(colour_data["train"], modality="image", labels="folder")
     val = CDMLStreamDataset(colour_data["val"], modality="image", labels="folder",
                             classes=train.classes)
@@ -52,6 +53,8 @@ def test_a_validation_set_takes_the_training_classes(colour_data: dict[str, Path
 
 
 def test_string_labels_of_a_mapping_index_into_classes(colour_data: dict[str, Path]) -> None:
+    from cdml_edge import CDMLStreamDataset
+
     labels = {"green/000.png": "go", "red/000.png": "stop"}
     ds = CDMLStreamDataset(colour_data["val"], labels=labels, classes=["stop", "wait", "go"])
     assert ds.classes == ["stop", "wait", "go"] and ds.targets == [2, 0]
@@ -64,6 +67,8 @@ def test_train_reports_val_acc_against_the_training_classes(
 ) -> None:
     """val.zip lacks 'blue': numbered on its own, green/red became 0/1 and a right answer
     (1/2) scored as wrong. val_acc must be what the model really gets right."""
+    import torch
+
     from cdml_edge.nn.data import spec_dataset
     from cdml_edge.nn.recipes import train_from_archive
 
@@ -119,6 +124,7 @@ def test_anomaly_checkpoint_says_what_it_holds(tmp_path: Path) -> None:
 def test_nothing_of_the_modality_names_what_the_archive_holds(
     colour_data: dict[str, Path],
 ) -> None:
+    from cdml_edge import CDMLStreamDataset
     from cdml_edge.data import DatasetError
 
     with pytest.raises(DatasetError, match=r"train\.zip: no audio members to load "

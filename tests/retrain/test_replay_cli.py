@@ -8,7 +8,6 @@ import time
 import uuid
 from pathlib import Path
 
-import onnx
 import paho.mqtt.client as mqtt
 import pytest
 import yaml
@@ -45,6 +44,8 @@ def setup(tmp_path: Path) -> dict[str, Path]:
 
 def _new_model(old: Path, path: Path) -> Path:
     """The same graph under version 2.0.0 with its labels the other way round."""
+    import onnx
+
     m = onnx.load(str(old))
     for prop in m.metadata_props:
         if prop.key == META_KEY:

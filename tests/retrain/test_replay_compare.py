@@ -7,7 +7,6 @@ import json
 from pathlib import Path
 
 import cv2
-import onnx
 import yaml
 from helpers.models import brightness_classifier
 from helpers.retention_data import scored_ring
@@ -21,6 +20,8 @@ VALUES = [[10, 200, 30], [250, 5], [128, 140, 90, 220], [60]]
 
 
 def _reversed_labels(old: Path, path: Path) -> Path:
+    import onnx
+
     m = onnx.load(str(old))
     for prop in m.metadata_props:
         if prop.key == META_KEY:

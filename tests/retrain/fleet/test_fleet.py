@@ -16,7 +16,6 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-import pyarrow.parquet as pq
 import pytest
 from helpers.models import brightness_classifier
 from helpers.retention_data import scored_ring
@@ -194,6 +193,8 @@ def test_fleet_export_shards_hold_the_local_members_and_read_as_datasets(
 def test_fleet_replay_gives_the_local_replay_lines_and_summary(
     tmp_path: Path, fleet: Fleet
 ) -> None:
+    import pyarrow.parquet as pq
+
     from cdml_edge.retrain.fleet import fleet_replay
 
     local = replay_to_jsonl(fleet.merged, _runners(fleet.model), tmp_path / "local.jsonl")
@@ -219,6 +220,8 @@ def test_fleet_replay_gives_the_local_replay_lines_and_summary(
 
 @pytest.mark.usefixtures("ray_cluster")
 def test_corrupt_windows_are_skipped_counted_and_listed(tmp_path: Path, fleet: Fleet) -> None:
+    import pyarrow.parquet as pq
+
     from cdml_edge.retrain.fleet import fleet_export, fleet_replay, read_items
 
     root = tmp_path / "root"
@@ -284,6 +287,8 @@ def test_read_items_gives_every_item_with_its_bytes_and_results(fleet: Fleet) ->
 
 @pytest.mark.usefixtures("ray_cluster")
 def test_cli_engine_ray_export_and_replay(tmp_path: Path, fleet: Fleet) -> None:
+    import pyarrow.parquet as pq
+
     runner = CliRunner()
     r = runner.invoke(app, ["export", str(fleet.merged), str(tmp_path / "local.zip"), "-q"])
     assert r.exit_code == 0, r.output

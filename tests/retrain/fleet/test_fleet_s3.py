@@ -8,7 +8,6 @@ import time
 from pathlib import Path
 from urllib.parse import unquote
 
-import pyarrow.parquet as pq
 import pytest
 from helpers.models import brightness_classifier
 from helpers.retention_data import make_window, scored_ring
@@ -109,6 +108,8 @@ def test_large_archives_are_read_by_ranges(s3_server: S3Server, tmp_path: Path) 
 def test_replay_from_s3_gives_the_local_replay_lines(
     s3_server: S3Server, uploaded: dict[str, Path], tmp_path: Path
 ) -> None:
+    import pyarrow.parquet as pq
+
     from cdml_edge.retrain.fleet import fleet_replay
 
     runners = load_runners({"image": (uploaded["model"], ModelOverrides())}, warm_up=False)
