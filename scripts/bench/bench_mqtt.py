@@ -28,8 +28,8 @@ import paho.mqtt.client as mqtt
 from _test_helpers import borrow
 from timing import rounds
 
-borrow("_mqtt_brokers")
-from _mqtt_brokers import (  # noqa: E402
+borrow("mqtt_brokers")
+from helpers.mqtt_brokers import (  # noqa: E402
     SHARED_PORT,
     BrokerProcess,
     Subscriber,

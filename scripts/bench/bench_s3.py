@@ -29,8 +29,8 @@ from typing import Any
 from _test_helpers import borrow
 from timing import clocked
 
-borrow("_s3_fixtures")
-from _s3_fixtures import REGION, CountingProxy, free_port  # noqa: E402
+borrow("s3_server")
+from helpers.s3_server import REGION, CountingProxy, free_port  # noqa: E402
 
 from cdml_edge.archive import open_archive, pack  # noqa: E402
 from cdml_edge.archive.s3 import S3IndexCache, open_s3_source  # noqa: E402

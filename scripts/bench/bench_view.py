@@ -28,8 +28,8 @@ import numpy as np
 from _test_helpers import borrow
 from timing import interleaved, rounds, timed
 
-borrow("agent_fixtures")
-from agent_fixtures import brightness_classifier  # noqa: E402
+borrow("models")
+from helpers.models import brightness_classifier  # noqa: E402
 
 from cdml_edge.health import ActivityBoard  # noqa: E402
 from cdml_edge.health.observed import ObservedOutput  # noqa: E402

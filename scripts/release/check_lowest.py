@@ -25,31 +25,28 @@ from packaging.utils import canonicalize_name
 
 # The appliance's own tests: sources, windows, the pipeline, archives, decoders, outputs. Found
 # by file name anywhere below tests/ (appliance_tests), so a move into subfolders keeps them.
-APPLIANCE_TESTS = [
-    "test_agent_sources.py",
-    "test_agent_watchdog.py",
-    "test_agent_pipeline.py",
-    "test_agent_app.py",
-    "test_agent_windows.py",
-    "test_archive_zip.py",
-    "test_archive_tarzst.py",
-    "test_decode.py",
-    "test_mqtt_publish.py",
-    "test_health_metrics.py",
-    "test_spool.py",
-    "test_config.py",
+APPLIANCE_TESTS = [  # below tests/
+    "intake/test_sources.py",
+    "health/test_watchdog.py",
+    "window/test_score.py",
+    "agent/test_app.py",
+    "intake/test_windower.py",
+    "archive/test_zip.py",
+    "archive/test_tarzst.py",
+    "decode/test_decoders.py",
+    "outputs/test_mqtt_publish.py",
+    "health/test_metrics.py",
+    "outputs/test_spool.py",
+    "config/test_config.py",
 ]
 
 
 def appliance_tests(tests: Path = _venvs.REPO / "tests") -> list[Path]:
-    """The files of APPLIANCE_TESTS below ``tests``; a name found nowhere (or twice) raises."""
-    found = []
-    for name in APPLIANCE_TESTS:
-        paths = sorted(tests.rglob(name))
-        if len(paths) != 1:
-            raise SystemExit(f"{name}: {len(paths)} files of that name below {tests}")
-        found.append(paths[0])
-    return found
+    """The files of APPLIANCE_TESTS below ``tests``; one that is missing stops the check."""
+    missing = [name for name in APPLIANCE_TESTS if not (tests / name).is_file()]
+    if missing:
+        raise SystemExit(f"not found below {tests}: {', '.join(missing)}")
+    return [tests / name for name in APPLIANCE_TESTS]
 
 
 def lowest_pins(python: str, out: Path) -> Path:

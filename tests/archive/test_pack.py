@@ -1,0 +1,128 @@
+"""Writing archives: atomic writes, manifests, unsafe names; is_safe_member_name."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import subprocess
+import zipfile
+import zlib
+from pathlib import Path
+
+import pytest
+
+from cdml_edge.archive import (
+    ArchiveError,
+    UnsafeMemberError,
+    UnsupportedArchiveError,
+    is_safe_member_name,
+    open_archive,
+    pack,
+    write_archive,
+)
+
+
+@pytest.mark.parametrize(
+    ("name", "safe"),
+    [
+        ("a.txt", True),
+        ("dir/sub/file.bin", True),
+        ("..hidden/ok", True),
+        ("a/../b", False),
+        ("../escape", False),
+        ("/etc/passwd", False),
+        ("C:/Windows/x", False),
+        ("c:relative", False),
+        ("dir\\..\\x", False),
+        ("\\\\server\\share", False),
+        ("nul\x00byte", False),
+        ("", False),
+    ],
+)
+def test_is_safe_member_name(name: str, safe: bool) -> None:
+    assert is_safe_member_name(name) is safe
+
+
+@pytest.mark.usefixtures("engine")
+@pytest.mark.parametrize("fmt", ["zip", "tar.zst"])
+def test_manifest_is_last_and_canonical(fmt: str) -> None:
+    items = [("b.txt", b"bee"), ("a.txt", b"a")]
+    data = pack(items, format=fmt, manifest={"window_id": "w-7", "source": "cam1"}, mtime=0)
+    arc = open_archive(data)
+    assert arc.names() == ["b.txt", "a.txt", "manifest.json"]
+    raw = arc.read("manifest.json")
+    doc = json.loads(raw)
+    assert doc["window_id"] == "w-7"
+    assert [i["name"] for i in doc["items"]] == ["b.txt", "a.txt"]
+    assert doc["items"][0] == {"name": "b.txt", "size": 3, "crc32": f"{zlib.crc32(b'bee'):08x}"}
+    assert raw == json.dumps(doc, sort_keys=True, separators=(",", ":")).encode()
+    own = pack(items, format=fmt, manifest={"items": ["mine"]})
+    assert json.loads(open_archive(own).read("manifest.json"))["items"] == ["mine"]
+
+
+def test_deterministic_bytes() -> None:
+    items = [("x.csv", b"1,2\n" * 100), ("y.png", b"\x89PNG" + bytes(300))]
+    for fmt in ("zip", "tar.zst"):
+        assert pack(items, format=fmt, mtime=1e9) == pack(items, format=fmt, mtime=1e9)
+
+
+def test_refuses_unsafe_and_duplicate_names() -> None:
+    with pytest.raises(UnsafeMemberError) as exc:
+        pack([("../up.txt", b"x")])
+    assert exc.value.member == "../up.txt"
+    with pytest.raises(UnsafeMemberError):
+        pack([("/abs", b"x")], format="tar.zst")
+    with pytest.raises(ArchiveError, match="duplicate"):
+        pack([("a", b"1"), ("a", b"2")])
+    with pytest.raises(ArchiveError, match="duplicate"):
+        pack([("manifest.json", b"{}")], manifest={})
+    with pytest.raises(UnsupportedArchiveError):
+        pack([("a", b"1")], format="rar")
+
+
+@pytest.mark.usefixtures("engine")
+@pytest.mark.parametrize("suffix", [".zip", ".tar.zst"])
+def test_write_archive_atomic(tmp_path: Path, suffix: str) -> None:
+    items = [(f"f{i}.txt", b"%d" % i * 1000) for i in range(30)]
+    target = tmp_path / f"out{suffix}"
+    target.write_bytes(b"old contents")
+    size = write_archive(target, items)
+    assert size == target.stat().st_size
+    assert os.listdir(tmp_path) == [target.name]  # no temporary file is left behind
+    assert stat.S_IMODE(target.stat().st_mode) == 0o644
+    assert dict(open_archive(target)) == dict(items)
+    if suffix == ".zip":
+        assert subprocess.run(["unzip", "-tq", str(target)], capture_output=True).returncode == 0
+    else:
+        listing = subprocess.run(
+            f"zstd -dc '{target}' | tar -t", shell=True, check=True, capture_output=True, text=True
+        ).stdout.split()
+        assert listing == [n for n, _ in items]
+
+
+def test_write_archive_failure_leaves_old_file(tmp_path: Path) -> None:
+    target = tmp_path / "keep.zip"
+    write_archive(target, [("a", b"1")])
+    before = target.read_bytes()
+
+    def broken():  # type: ignore[no-untyped-def]
+        yield ("b", b"2")
+        raise RuntimeError("source went away")
+
+    with pytest.raises(RuntimeError):
+        write_archive(target, broken())
+    assert target.read_bytes() == before
+    assert os.listdir(tmp_path) == ["keep.zip"]
+    with pytest.raises(UnsupportedArchiveError):
+        write_archive(tmp_path / "x.rar", [("a", b"1")])
+
+
+def test_zip_stores_compressed_types(tmp_path: Path) -> None:
+    data = pack([("a.jpg", b"\xff\xd8" + bytes(5000)), ("b.txt", bytes(5000))])
+    path = tmp_path / "c.zip"
+    path.write_bytes(data)
+    with zipfile.ZipFile(path) as zf:
+        assert zf.getinfo("a.jpg").compress_type == zipfile.ZIP_STORED
+        assert zf.getinfo("b.txt").compress_type == zipfile.ZIP_DEFLATED
+        assert zf.testzip() is None

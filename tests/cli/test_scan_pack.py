@@ -1,0 +1,88 @@
+"""``cdml-edge scan`` and ``cdml-edge pack`` through the real command line app."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+from helpers.archives import raw_zip
+from typer.testing import CliRunner
+
+from cdml_edge.archive import open_archive, pack
+from cdml_edge.cli import app
+
+runner = CliRunner()
+
+
+def _tree(tmp_path: Path) -> Path:
+    src = tmp_path / "in"
+    (src / "cam1").mkdir(parents=True)
+    for i in range(15):
+        (src / "cam1" / f"{i:03d}.csv").write_bytes(b"t,v\n%d,1\n" % i * 50)
+    (src / "img.jpg").write_bytes(bytes(range(256)) * 20)
+    return src
+
+
+@pytest.mark.usefixtures("engine")
+@pytest.mark.parametrize("suffix", [".zip", ".tar.zst"])
+def test_pack_then_scan(tmp_path: Path, suffix: str) -> None:
+    src = _tree(tmp_path)
+    out = tmp_path / f"o{suffix}"
+    res = runner.invoke(app, ["pack", str(src), str(out)])
+    assert res.exit_code == 0, res.output
+    arc = open_archive(out)
+    assert sorted(arc.names()) == sorted(
+        p.relative_to(src).as_posix() for p in src.rglob("*") if p.is_file()
+    )
+    assert arc.read("cam1/003.csv") == (src / "cam1" / "003.csv").read_bytes()
+    res = runner.invoke(app, ["scan", str(out)])
+    assert res.exit_code == 0, res.output
+    assert "16 members" in res.output and "all checksums OK" in res.output
+    assert "cam1/014.csv" in res.output and ("zip" if suffix == ".zip" else "tar.zst") in res.output
+    if suffix == ".zip":
+        assert subprocess.run(["unzip", "-tq", str(out)], capture_output=True).returncode == 0
+
+
+@pytest.mark.usefixtures("engine")
+def test_scan_names_corrupt_members(tmp_path: Path) -> None:
+    data = bytearray(raw_zip([(b"good.txt", b"fine" * 10, 8), (b"broken.csv", b"1,2,3\n" * 99, 8)]))
+    pos = data.index(b"broken.csv") + 14
+    data[pos] ^= 0x20
+    path = tmp_path / "bad.zip"
+    path.write_bytes(bytes(data))
+    res = runner.invoke(app, ["scan", str(path)])
+    assert res.exit_code == 1
+    assert "broken.csv" in res.output and "corrupt" in res.output
+    assert "good.txt" in res.output and "all checksums OK" not in res.output
+
+
+@pytest.mark.usefixtures("engine")
+def test_scan_flags_unsafe_names(tmp_path: Path) -> None:
+    path = tmp_path / "evil.zip"
+    path.write_bytes(raw_zip([(b"../../etc/cron.d/x", b"boom", 0), (b"ok.txt", b"ok", 0)]))
+    res = runner.invoke(app, ["scan", "--summary", str(path)])
+    assert res.exit_code == 1
+    assert "unsafe name: ../../etc/cron.d/x" in res.output
+
+
+@pytest.mark.usefixtures("engine")
+def test_scan_names_duplicate_members(tmp_path: Path) -> None:
+    path = tmp_path / "dups.zip"
+    members = [(b"m%d" % i, b"x", 0) for i in range(5)] + [(b"m3", b"again", 0)]
+    path.write_bytes(raw_zip(members))
+    res = runner.invoke(app, ["scan", str(path)])
+    assert res.exit_code == 1
+    assert "corrupt: m3: duplicate member name" in res.output
+    assert "m2: duplicate" not in res.output
+
+
+def test_scan_unreadable_archive(tmp_path: Path) -> None:
+    path = tmp_path / "junk.zip"
+    path.write_bytes(b"this is not an archive" * 30)
+    res = runner.invoke(app, ["scan", str(path)])
+    assert res.exit_code == 1 and "junk.zip" in res.output
+    cut = tmp_path / "cut.tar.zst"
+    cut.write_bytes(pack([("a", b"x" * 5000)], format="tar.zst")[:40])
+    res = runner.invoke(app, ["scan", str(cut)])
+    assert res.exit_code == 1 and "cut.tar.zst" in res.output

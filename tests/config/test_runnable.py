@@ -1,0 +1,99 @@
+"""``config validate`` checks what ``run`` needs, and ``run`` refuses the same problems with
+exit status 2 (systemd does not restart it in a loop) instead of crashing with 1."""
+
+from __future__ import annotations
+
+import os
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from helpers.models import brightness_classifier, level_anomaly
+from typer.testing import CliRunner
+
+from cdml_edge.cli import app
+
+
+def _write(tmp_path: Path, **extra: Any) -> Path:
+    brightness_classifier(tmp_path / "brightness.onnx")
+    (tmp_path / "in").mkdir(exist_ok=True)
+    cfg: dict[str, Any] = {
+        "sources": [{"name": "cam1", "path": "in", "modality": "image"}],
+        "models": {"image": {"path": "brightness.onnx"}},
+        "output": {"jsonl": "out.jsonl"},
+    }
+    cfg.update(extra)
+    path = tmp_path / "factory.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    return path
+
+
+def _both(path: Path) -> tuple[Any, Any]:
+    runner = CliRunner()
+    validate = runner.invoke(app, ["config", "validate", str(path)])
+    run = runner.invoke(app, ["run", "--config", str(path), "--duration", "0.5"])
+    return validate, run
+
+
+def test_a_runnable_config_is_valid_and_says_what_the_budget_admits(tmp_path: Path) -> None:
+    r = CliRunner().invoke(app, ["config", "validate", str(_write(tmp_path))])
+    assert r.exit_code == 0, r.output
+    assert "valid (1 sources, 1 models" in r.output and "largest file the budget admits: image" \
+        in r.output and str(tmp_path / "factory.state") in r.output
+
+
+@pytest.mark.parametrize(
+    ("mqtt", "field", "fragment"),
+    [
+        ({"tls": {"ca": "no-such-ca.pem"}}, "mqtt.tls.ca", "no-such-ca.pem does not exist"),
+        ({"tls": {"cert": "c.pem", "key": "k.pem"}}, "mqtt.tls.cert", "does not exist"),
+        ({"username": "u", "password_file": "pw"}, "mqtt.password_file", "pw does not exist"),
+        ({"username": "u", "password_env": "CDML_NO_SUCH_VAR"}, "mqtt.password_env",
+         "CDML_NO_SUCH_VAR is not set"),
+    ],
+)
+def test_files_the_broker_needs(tmp_path: Path, mqtt: dict, field: str, fragment: str) -> None:
+    validate, run = _both(_write(tmp_path, mqtt={"url": "mqtts://127.0.0.1:1", **mqtt}))
+    for r in (validate, run):
+        assert r.exit_code == 2, r.output
+        assert f"factory.yaml: {field}: " in r.output and fragment in r.output
+
+
+def test_unreadable_or_special_files_are_named_not_opened(tmp_path: Path) -> None:
+    os.mkfifo(tmp_path / "ca.pem")  # opening a FIFO would block the check for ever
+    (tmp_path / "models").mkdir()
+    path = _write(tmp_path, mqtt={"url": "mqtts://127.0.0.1:1", "tls": {"ca": "ca.pem"}},
+                  models={"image": {"path": "models"}})
+    done: list[Any] = []
+    t = threading.Thread(target=lambda: done.append(
+        CliRunner().invoke(app, ["config", "validate", str(path)])), daemon=True)
+    t.start()
+    t.join(30)
+    assert done, "validate hung on a FIFO"
+    r = done[0]
+    assert r.exit_code == 2
+    assert "mqtt.tls.ca: " in r.output and "not a regular file" in r.output
+    assert "models.image.path: " in r.output and "is a folder" in r.output
+
+
+def test_a_model_of_another_modality_is_refused(tmp_path: Path) -> None:
+    level_anomaly(tmp_path / "vib.onnx")  # a csv model
+    path = _write(tmp_path, models={"image": {"path": "vib.onnx"}})
+    validate, run = _both(path)
+    for r in (validate, run):
+        assert r.exit_code == 2, r.output
+        assert "models.image.path: vib.onnx is a csv model" in r.output
+        assert "sources cam1" in r.output
+
+
+def test_a_budget_smaller_than_one_item_is_refused(tmp_path: Path) -> None:
+    """It used to pass, then every file was quarantined as too large ("limit 0")."""
+    path = _write(tmp_path, limits={"max_inflight_bytes": "8KiB"})
+    validate, run = _both(path)
+    for r in (validate, run):
+        assert r.exit_code == 2, r.output
+        assert "limits.max_inflight_bytes: 8.0 KiB holds no image item" in r.output
+        assert "give at least" in r.output
+    assert not (tmp_path / "factory.state" / "quarantine").exists()

@@ -1,0 +1,59 @@
+"""The fixtures every test folder may use, registered once here (``pytest_plugins``).
+
+Helper modules live in ``tests/helpers/`` (``tests/`` is on ``sys.path`` through the
+``pythonpath`` setting): tests import plain helpers from ``helpers.<module>`` and take
+fixtures by name, without importing them. The fixture modules import nothing heavy at
+import time, so that collecting a test does not pay for what it does not use.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+pytest_plugins = [
+    "helpers.archives",  # engine (both archive engines: C core and pure Python)
+    "helpers.full_disk",  # full_disk (a real full tmpfs, and an injected ENOSPC)
+    "helpers.ray_cluster",  # ray_cluster (a local 2-CPU Ray, once per session)
+    "helpers.s3_server",  # s3_server (moto's S3 server on loopback behind a counting proxy)
+]
+
+
+# Markers by place, so that a test's folder says how it runs (registered in pyproject.toml):
+# the whole-system runs of tests/e2e/ and the release checks of tests/release/ are slow, and
+# so are soak and matrix tests wherever they live. `make test-fast` leaves slow tests out;
+# `make test` runs everything.
+FOLDER_MARKERS = {
+    "e2e": ("e2e", "slow"),
+    "release": ("release", "slow"),
+    "docs": ("docs",),
+}
+NAME_MARKERS = {  # a word in the file name -> markers
+    "soak": ("soak", "slow"),
+    "matrix": ("matrix", "slow"),
+}
+TESTS = Path(__file__).resolve().parent
+
+
+def markers_for(path: Path) -> list[str]:
+    """The markers a test file gets from its folder under ``tests/`` and its name."""
+    try:
+        parts = path.resolve().relative_to(TESTS).parts
+    except ValueError:  # not under tests/
+        return []
+    names = list(FOLDER_MARKERS.get(parts[0], ())) if len(parts) > 1 else []
+    for word, marks in NAME_MARKERS.items():
+        if word in path.stem:
+            names += marks
+    return list(dict.fromkeys(names))
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    by_file: dict[Path, list[str]] = {}
+    for item in items:
+        path = Path(item.path)
+        if path not in by_file:
+            by_file[path] = markers_for(path)
+        for name in by_file[path]:
+            item.add_marker(name)

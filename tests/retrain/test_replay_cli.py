@@ -1,0 +1,253 @@
+"""``cdml-edge replay`` / ``cdml-edge export`` from the command line (real broker, real files)."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+import uuid
+from pathlib import Path
+
+import paho.mqtt.client as mqtt
+import pytest
+import yaml
+from helpers.models import brightness_classifier
+from helpers.retention_data import scored_ring
+from typer.testing import CliRunner
+
+from cdml_edge.cli import app
+from cdml_edge.model.spec import META_KEY
+
+VALUES = [[10, 200, 30], [250, 5], [128, 140, 90, 220], [60]]
+
+
+@pytest.fixture
+def setup(tmp_path: Path) -> dict[str, Path]:
+    model = brightness_classifier(tmp_path / "brightness.onnx")
+    scored_ring(tmp_path / "ring", model, VALUES)
+    prefix = f"t{uuid.uuid4().hex[:8]}"
+    cfg = {
+        "device": {"id": "edge-1"},
+        "models": {"image": {"path": "brightness.onnx"}},
+        "retention": {"dir": "ring", "max_bytes": "64MiB"},
+        "mqtt": {"url": "mqtt://127.0.0.1:1883", "topic_prefix": prefix},
+        "spool": {"dir": "spool"},
+    }
+    (tmp_path / "factory.yaml").write_text(yaml.safe_dump(cfg))
+    return {
+        "dir": tmp_path,
+        "model": model,
+        "config": tmp_path / "factory.yaml",
+        "prefix": Path(prefix),
+    }
+
+
+def _new_model(old: Path, path: Path) -> Path:
+    """The same graph under version 2.0.0 with its labels the other way round."""
+    import onnx
+
+    m = onnx.load(str(old))
+    for prop in m.metadata_props:
+        if prop.key == META_KEY:
+            spec = json.loads(prop.value)
+            spec["labels"] = list(reversed(spec["labels"]))
+            spec["version"] = "2.0.0"
+            prop.value = json.dumps(spec)
+    onnx.save(m, str(path))
+    return path
+
+
+def _lines(path: Path) -> list[dict]:  # type: ignore[type-arg]
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def test_replay_cli_out_and_new_model(setup: dict[str, Path]) -> None:
+    d = setup["dir"]
+    runner = CliRunner()
+    r = runner.invoke(
+        app, ["replay", "--config", str(setup["config"]), "--out", str(d / "a.jsonl"), "-q"]
+    )
+    assert r.exit_code == 0, r.output
+    assert "replayed 4 windows, 10 results" in r.output and "0 labels" in r.output
+    # DIR defaults to retention.dir; a second run gives the same bytes
+    r = runner.invoke(
+        app,
+        ["replay", str(d / "ring"), "--config", str(setup["config"]), "--out", str(d / "b.jsonl")],
+    )
+    assert r.exit_code == 0, r.output
+    assert (d / "a.jsonl").read_bytes() == (d / "b.jsonl").read_bytes()
+    new = _new_model(setup["model"], d / "brightness-v2.onnx")
+    r = runner.invoke(
+        app,
+        [
+            "replay",
+            "--config",
+            str(setup["config"]),
+            "--model",
+            str(new),
+            "--out",
+            str(d / "new.jsonl"),
+            "-q",
+        ],
+    )
+    assert r.exit_code == 0, r.output
+    assert "10 labels" in r.output
+    recs = _lines(d / "new.jsonl")
+    assert {r["model_version"] for r in recs} == {"2.0.0"}
+    assert all(
+        r["was"]["model_version"] == "1.0.0" and r["was"]["label"] != r["label"] for r in recs
+    )
+    r = runner.invoke(
+        app,
+        [
+            "replay",
+            "--config",
+            str(setup["config"]),
+            "--since",
+            "2040-01-01",
+            "--out",
+            str(d / "none.jsonl"),
+            "-q",
+        ],
+    )
+    assert r.exit_code == 0 and "replayed 0 windows" in r.output
+    assert (d / "none.jsonl").read_bytes() == b""
+    r = runner.invoke(app, ["replay", "--config", str(setup["config"]), "--since", "yesterday"])
+    assert r.exit_code == 2
+
+
+def test_replay_cli_publish_to_mosquitto(setup: dict[str, Path]) -> None:
+    prefix = str(setup["prefix"])
+    got: list[tuple[str, dict]] = []  # type: ignore[type-arg]
+    subscribed = threading.Event()
+    sub = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, protocol=mqtt.MQTTv5)
+    sub.on_subscribe = lambda *a: subscribed.set()
+    sub.on_message = lambda c, u, m: got.append((m.topic, json.loads(m.payload)))
+    sub.on_connect = lambda c, u, f, rc, p: c.subscribe(f"{prefix}/edge-1/replay/#", qos=1)
+    sub.connect("127.0.0.1", 1883)
+    sub.loop_start()
+    try:
+        assert subscribed.wait(10)
+        r = CliRunner().invoke(app, ["replay", "--config", str(setup["config"]), "--publish", "-q"])
+        assert r.exit_code == 0, r.output
+        end = time.monotonic() + 10
+        while time.monotonic() < end and len(got) < 14:
+            time.sleep(0.05)
+    finally:
+        sub.loop_stop()
+        sub.disconnect()
+    results = [p for t, p in got if t.endswith("/replay/cam1/result")]
+    windows = [p for t, p in got if t.endswith("/replay/cam1/window")]
+    assert len(results) == 10 and len(windows) == 4
+    assert {p["model"] for p in results} == {"brightness"}
+    assert not (setup["dir"] / "replay-results.jsonl").exists()  # --publish alone: no file
+
+
+def test_export_cli(setup: dict[str, Path], tmp_path: Path) -> None:
+    d = setup["dir"]
+    runner = CliRunner()
+    rel = tmp_path / "rel.csv"
+    rel.write_text("name,label\nframe_000_01_200.jpg,glare\n")
+    out = tmp_path / "train.tar.zst"
+    r = runner.invoke(
+        app,
+        ["export", str(d / "ring"), str(out), "--split", "0.8/0.1/0.1", "--labels", str(rel), "-q"],
+    )
+    assert r.exit_code == 0, r.output
+    summary = json.loads(r.output.strip().splitlines()[-1])
+    assert summary["classes"] == {"bright": 4, "dark": 5, "glare": 1}
+    assert summary["relabelled"] == 1 and sum(summary["splits"].values()) == 10
+    r = runner.invoke(
+        app,
+        [
+            "export",
+            str(d / "ring"),
+            str(tmp_path / "d.zip"),
+            "--filter",
+            "label=dark",
+            "--since",
+            "2026-01-01",
+            "-q",
+        ],
+    )
+    assert r.exit_code == 0 and "exported 5 items" in r.output
+    r = runner.invoke(
+        app, ["export", str(d / "ring"), str(tmp_path / "x.zip"), "--filter", "colour=red"]
+    )
+    assert r.exit_code == 2 and "unknown field" in r.output
+    r = runner.invoke(
+        app,
+        [
+            "export",
+            str(d / "ring"),
+            str(tmp_path / "x.zip"),
+            "--filter",
+            "label=nothing-like-this",
+            "-q",
+        ],
+    )
+    assert r.exit_code == 1 and "nothing to export" in r.output
+
+
+def test_replay_cli_exits_1_when_it_skipped_a_corrupt_window(setup: dict[str, Path]) -> None:
+    ring = setup["dir"] / "ring"
+    victim = sorted(ring.glob("*.zip"))[1]
+    data = bytearray(victim.read_bytes())
+    data[len(data) // 2] ^= 0xFF  # same size, other bytes: its SHA-256 no longer matches
+    victim.write_bytes(bytes(data))
+    r = CliRunner().invoke(
+        app, ["replay", "--config", str(setup["config"]), "--out", str(setup["dir"] / "o.jsonl"),
+              "-q"])
+    assert r.exit_code == 1, r.output
+    assert "replayed 3 windows" in r.output and "1 corrupt windows skipped" in r.output
+    assert victim.name in r.output  # the skipped window is named
+
+
+def test_replay_publish_beside_the_live_agent(setup: dict[str, Path]) -> None:
+    """replay --publish with the agent's configuration while the agent is connected: its
+    own client id (one id would make the broker drop the agent), its own spool (the
+    agent's is locked), and the agent's retained status stays 'online'."""
+    from cdml_edge.config import load_config
+    from cdml_edge.outputs.factory import make_output
+
+    cfg = load_config(setup["config"])
+    agent_out = make_output(cfg)
+    agent_out.start()
+    try:
+        stats = agent_out.stats
+        deadline = time.monotonic() + 10
+        while not stats()["broker_connected"] and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert stats()["broker_connected"] and stats()["reconnects"] == 1
+        r = CliRunner().invoke(app, ["replay", "--config", str(setup["config"]), "--publish",
+                                     "-q"])
+        assert r.exit_code == 0, r.output
+        time.sleep(0.5)
+        assert stats()["reconnects"] == 1 and stats()["broker_connected"]  # never kicked off
+        got: list[bytes] = []
+        sub = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, protocol=mqtt.MQTTv5)
+        sub.on_message = lambda c, u, m: got.append(m.payload)
+        sub.on_connect = lambda c, u, f, rc, p: c.subscribe(f"{setup['prefix']}/edge-1/status")
+        sub.connect("127.0.0.1", 1883)
+        sub.loop_start()
+        deadline = time.monotonic() + 10
+        while not got and time.monotonic() < deadline:
+            time.sleep(0.05)
+        sub.loop_stop()
+        sub.disconnect()
+        assert got and json.loads(got[-1])["state"] == "online"
+        assert (setup["dir"] / "spool" / "replay" / "lock").exists()
+    finally:
+        agent_out.stop()
+
+
+def test_replay_publish_with_the_broker_away_exits_1(setup: dict[str, Path]) -> None:
+    from helpers.mqtt_brokers import free_port
+
+    cfg = yaml.safe_load(setup["config"].read_text())
+    cfg["mqtt"]["url"] = f"mqtt://127.0.0.1:{free_port()}"
+    setup["config"].write_text(yaml.safe_dump(cfg))
+    r = CliRunner().invoke(app, ["replay", "--config", str(setup["config"]), "--publish", "-q"])
+    assert r.exit_code == 1, r.output
+    assert "14 messages not delivered, left in" in r.output
+    assert str(setup["dir"] / "spool" / "replay") in r.output
