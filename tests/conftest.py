@@ -1,4 +1,11 @@
-"""The fixtures every test folder may use, registered once here (``pytest_plugins``).
+"""The test suite's root: the shared fixtures (``pytest_plugins``) and the markers by folder.
+
+Layout: one folder per package of ``cdml_edge`` (``core/`` for the ground floor: modality,
+fsio, backoff, supervisor, units, errors; ``dataset/`` for ``cdml_edge.data``, since
+``data/`` holds test data), plus ``e2e/`` (the whole system end to end), ``docs/`` (README,
+docs site, notebook, CLI documentation) and ``release/`` (install, lock, systemd). Test
+file basenames are unique across folders: pytest's default import mode imports each test
+module by its basename, and so do the child processes and spawned workers of some tests.
 
 Helper modules live in ``tests/helpers/`` (``tests/`` is on ``sys.path`` through the
 ``pythonpath`` setting): tests import plain helpers from ``helpers.<module>`` and take

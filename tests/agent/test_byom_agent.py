@@ -193,6 +193,7 @@ def test_replay_scores_them_as_live(live: Path) -> None:
     assert replayed["odd.csv"]["anomaly"] is True and replayed["usual.csv"]["anomaly"] is False
 
 
+@pytest.mark.slow  # a local Ray cluster, like tests/retrain/fleet/
 @pytest.mark.usefixtures("ray_cluster")
 def test_fleet_replay_gives_the_local_lines(live: Path) -> None:
     import pyarrow.parquet as pq

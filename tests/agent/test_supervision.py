@@ -138,6 +138,7 @@ def test_a_worker_that_dies_on_a_window_gives_its_files_back(
 
 
 @pytest.mark.broker
+@pytest.mark.slow  # the whole agent through a full disk, a dead I/O thread and its restart
 def test_the_mqtt_io_thread_is_restarted_after_a_full_disk_killed_it(
     tmp_path: Path, models: Path
 ) -> None:

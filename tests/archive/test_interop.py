@@ -169,6 +169,7 @@ def _break(data: bytearray, start: int, end: int) -> None:
     data[start + 32 : end - 32] = bytes(max(0, end - start - 64))
 
 
+@pytest.mark.slow  # ratarmount is a process of its own, seconds to start
 def test_ratarmount_opens_ours_without_a_full_scan(tmp_path: Path) -> None:
     """Every frame inside the big members is destroyed; ratarmount opens the archive anyway.
 

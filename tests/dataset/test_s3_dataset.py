@@ -73,7 +73,9 @@ def test_dataloader_workers_read_s3(
     assert s3_server.proxy.count("GET") <= 2 + batches
 
 
-@pytest.mark.parametrize("context", ["fork", "spawn"])
+@pytest.mark.parametrize(
+    "context", ["fork", pytest.param("spawn", marks=pytest.mark.slow)]  # spawn re-imports torch
+)
 def test_workers_fetch_no_index(
     s3_server: S3Server, uploaded: dict, monkeypatch: pytest.MonkeyPatch, context: str
 ) -> None:

@@ -254,8 +254,13 @@ def _run_process(block: Block, cwd: Path) -> str:
     return done.stdout
 
 
+SLOW_SETUPS = {"trainset"}  # blocks that train a model from scratch
+
+
 @pytest.mark.parametrize(
-    "block", RUNNABLE, ids=[f"{Path(b.page).stem}-line{b.line}-{b.setup}" for b in RUNNABLE]
+    "block",
+    [pytest.param(b, marks=pytest.mark.slow) if b.setup in SLOW_SETUPS else b for b in RUNNABLE],
+    ids=[f"{Path(b.page).stem}-line{b.line}-{b.setup}" for b in RUNNABLE],
 )
 def test_runnable_block(block: Block, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     SETUPS[block.setup](tmp_path)

@@ -288,6 +288,7 @@ def _run_until(here: Path, code: str, drop: list[tuple[str, bytes]], lines: int,
     return out + rest.splitlines()
 
 
+@pytest.mark.slow  # a live watcher process, fed files, stopped with Ctrl-C
 def test_live_watch_and_pack(here: Path) -> None:
     drop = [*class_images(1)[:2], ("mic.wav", wav(1.0, 440)),
             ("plc.csv", b"temp,state\n36.5,NORMAL\n40.0,HOT\n"),

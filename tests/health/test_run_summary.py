@@ -10,6 +10,7 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
 from helpers.agent_runs import jpeg
 from helpers.models import brightness_classifier, level_anomaly
 
@@ -24,6 +25,7 @@ def _csv(level: float) -> bytes:
             + "\n").encode()
 
 
+@pytest.mark.slow  # the real `cdml-edge run` process over several health intervals
 def test_run_logs_a_summary_per_interval_and_one_at_exit(tmp_path: Path) -> None:
     brightness_classifier(tmp_path / "b.onnx")
     level_anomaly(tmp_path / "l.onnx", window=8)

@@ -31,6 +31,9 @@ from cdml_edge.intake.camera.source import CameraSource, CameraSpec
 from cdml_edge.intake.camera.status import CameraTransition
 from cdml_edge.window.items import Item
 
+# real camera servers and capture processes; several tests wait out the capture timeouts
+pytestmark = pytest.mark.slow
+
 
 class Recorder:
     """Collects a camera's items and state changes."""

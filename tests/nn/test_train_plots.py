@@ -34,6 +34,7 @@ def _png(path: Path) -> np.ndarray:
     return img
 
 
+@pytest.mark.slow  # trains a model through the CLI
 def test_train_writes_curves_and_a_confusion_matrix(tmp_path: Path) -> None:
     write_archive(tmp_path / "train.zip", _frames(12, 0))
     write_archive(tmp_path / "val.zip", _frames(5, 1))

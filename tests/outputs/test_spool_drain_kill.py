@@ -13,6 +13,7 @@ import time
 import uuid
 from pathlib import Path
 
+import pytest
 from helpers.mqtt_brokers import BrokerProcess, Subscriber, free_port, wait_until
 from helpers.paths import HELPERS
 
@@ -27,6 +28,7 @@ def _proc(cfg: dict, path: Path) -> subprocess.Popen[str]:  # type: ignore[type-
                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
 
 
+@pytest.mark.slow  # a publisher process killed -9 half way, then a second one draining
 def test_kill_9_during_the_drain_resends_only_the_last_slice(tmp_path: Path) -> None:
     n = 20_000
     broker = BrokerProcess(tmp_path / "broker").start()
