@@ -11,7 +11,8 @@ from helpers.models import brightness_classifier, level_anomaly
 @pytest.fixture
 def models(tmp_path: Path) -> Path:
     """``tmp_path/models``: ``brightness.onnx`` (image) and ``level.onnx`` (csv, window 8),
-    the models of :func:`helpers.agent_runs.write_config`."""
+    the models of :func:`helpers.agent_runs.write_config`.
+    """
     d = tmp_path / "models"
     d.mkdir()
     brightness_classifier(d / "brightness.onnx")

@@ -59,14 +59,20 @@ def test_agent_scores_files_applies_on_done_and_quarantines(tmp_path: Path, mode
     lines = read_jsonl(tmp_path / "out.jsonl")
     results = {r["item"]: r for r in of_kind(lines, "/result")}
     assert {k: results[k]["label"] for k in ("early.jpg", "dark.jpg", "bright.jpg")} == {
-        "early.jpg": "bright", "dark.jpg": "dark", "bright.jpg": "bright"
+        "early.jpg": "bright",
+        "dark.jpg": "dark",
+        "bright.jpg": "bright",
     }
     assert results["quiet.csv"]["anomaly"] is False and results["loud.csv"]["anomaly"] is True
     assert set(results) == {"early.jpg", "dark.jpg", "bright.jpg", "quiet.csv", "loud.csv"}
     assert all(r["device"] == "test-dev" and r["latency_ms"] >= 0 for r in results.values())
     topics = {m["topic"] for m in lines}
-    assert {"cdml/test-dev/cam/result", "cdml/test-dev/vib/window", "cdml/test-dev/status",
-            "cdml/test-dev/health"} <= topics
+    assert {
+        "cdml/test-dev/cam/result",
+        "cdml/test-dev/vib/window",
+        "cdml/test-dev/status",
+        "cdml/test-dev/health",
+    } <= topics
     errors = {e["item"]: e for e in of_kind(lines, "/error")}
     assert set(errors) == {"cut.jpg", "broken.csv"}
     q = Path(errors["cut.jpg"]["quarantined_path"])
@@ -98,8 +104,10 @@ def test_results_have_stable_ids_across_runs(tmp_path: Path, models: Path) -> No
         (tmp_path / "out.jsonl").unlink(missing_ok=True)
         agent = Agent(load_config(cfg_path), cfg_path)
         agent.start()
-        wait_for(lambda: len(of_kind(read_jsonl(tmp_path / "out.jsonl"), "/result")) == 3,
-                 what="three results")
+        wait_for(
+            lambda: len(of_kind(read_jsonl(tmp_path / "out.jsonl"), "/result")) == 3,
+            what="three results",
+        )
         agent.stop()
         ids.append(sorted(r["id"] for r in of_kind(read_jsonl(tmp_path / "out.jsonl"), "/result")))
     assert ids[0] == ids[1] and len(set(ids[0])) == 3
@@ -116,8 +124,11 @@ def test_small_inflight_budget_loses_no_file(tmp_path: Path, models: Path) -> No
     try:
         for n in range(60):
             (cam / f"{n:03d}.jpg").write_bytes(jpeg(n * 4))
-        wait_for(lambda: len(of_kind(read_jsonl(tmp_path / "out.jsonl"), "/result")) == 60,
-                 timeout=60, what="60 results")
+        wait_for(
+            lambda: len(of_kind(read_jsonl(tmp_path / "out.jsonl"), "/result")) == 60,
+            timeout=60,
+            what="60 results",
+        )
         assert agent.budget.peak <= 40 * 1024
         assert agent.budget.cost(size, "image") > 10 * 1024  # model input + copies charged
     finally:
@@ -156,8 +167,13 @@ def test_cli_sighup_reloads_valid_config_and_sigterm_drains(tmp_path: Path, mode
 
         doc = yaml.safe_load(good)
         doc["sources"].append(
-            {"name": "logs", "path": "in/logs", "modality": "json",
-             "window": {"seconds": "50ms"}, "on_done": "delete"}
+            {
+                "name": "logs",
+                "path": "in/logs",
+                "modality": "json",
+                "window": {"seconds": "50ms"},
+                "on_done": "delete",
+            }
         )
         doc["sources"][0]["window"]["seconds"] = "30s"  # cam windows now stay open long
         doc["sources"][0]["window"]["close_when_idle"] = False
@@ -166,11 +182,14 @@ def test_cli_sighup_reloads_valid_config_and_sigterm_drains(tmp_path: Path, mode
         logs = tmp_path / "in/logs"
         wait_for(logs.is_dir, what="new source folder created by the reload")
         (logs / "x.json").write_bytes(b'{"ok": true}')
-        wait_for(lambda: any(r["source"] == "logs" for r in of_kind(read_jsonl(out), "/result")),
-                 what="result from the source added by the reload")
+        wait_for(
+            lambda: any(r["source"] == "logs" for r in of_kind(read_jsonl(out), "/result")),
+            what="result from the source added by the reload",
+        )
 
         # a window still open when SIGTERM arrives is closed and finished before exit
         (cam / "c.jpg").write_bytes(jpeg(20))
+
         def c_taken() -> bool:
             health = of_kind(read_jsonl(out), "/health")
             return bool(health) and health[-1]["items"] >= 2
@@ -246,14 +265,24 @@ def test_camera_source_frames_are_scored_without_touching_disk(
     vw.release()
     cfg_path = write_config(tmp_path)
     doc = yaml.safe_load(cfg_path.read_text())
-    doc["sources"] = [{"name": "live", "kind": "camera", "url": str(video), "fps": 50,
-                       "modality": "image", "window": {"seconds": "100ms", "max_items": 4}}]
+    doc["sources"] = [
+        {
+            "name": "live",
+            "kind": "camera",
+            "url": str(video),
+            "fps": 50,
+            "modality": "image",
+            "window": {"seconds": "100ms", "max_items": 4},
+        }
+    ]
     cfg_path.write_text(yaml.safe_dump(doc))
     agent = Agent(load_config(cfg_path), cfg_path)
     agent.start()
     try:
-        wait_for(lambda: len(of_kind(read_jsonl(tmp_path / "out.jsonl"), "/result")) == 5,
-                 what="five frame results")
+        wait_for(
+            lambda: len(of_kind(read_jsonl(tmp_path / "out.jsonl"), "/result")) == 5,
+            what="five frame results",
+        )
     finally:
         agent.stop()
     results = sorted(of_kind(read_jsonl(tmp_path / "out.jsonl"), "/result"), key=lambda r: r["ts"])
@@ -263,9 +292,7 @@ def test_camera_source_frames_are_scored_without_touching_disk(
 
 
 @pytest.mark.parametrize("fail", [2, 1000])
-def test_failed_window_is_retried_then_quarantined(
-    tmp_path: Path, models: Path, fail: int
-) -> None:
+def test_failed_window_is_retried_then_quarantined(tmp_path: Path, models: Path, fail: int) -> None:
     from cdml_edge.agent.app import WINDOW_ATTEMPTS
 
     cfg_path = write_config(tmp_path)
@@ -278,15 +305,22 @@ def test_failed_window_is_retried_then_quarantined(
     try:
         write_atomic(cam / "a.jpg", jpeg(250))
         if fail < WINDOW_ATTEMPTS:  # a transient failure: retried, then scored and deleted
-            wait_for(lambda: len(of_kind(read_jsonl(out), "/result")) == 1, timeout=30,
-                     what="result after retries")
+            wait_for(
+                lambda: len(of_kind(read_jsonl(out), "/result")) == 1,
+                timeout=30,
+                what="result after retries",
+            )
             wait_for(lambda: not (cam / "a.jpg").exists(), what="a.jpg deleted")
         else:  # a lasting one: quarantined after WINDOW_ATTEMPTS windows, with an event
-            wait_for(lambda: (tmp_path / "quarantine/cam/a.jpg").exists(), timeout=30,
-                     what="a.jpg quarantined")
-            wait_for(lambda: any(e.get("quarantined_path")
-                                 for e in of_kind(read_jsonl(out), "/error")),
-                     what="quarantine error event")
+            wait_for(
+                lambda: (tmp_path / "quarantine/cam/a.jpg").exists(),
+                timeout=30,
+                what="a.jpg quarantined",
+            )
+            wait_for(
+                lambda: any(e.get("quarantined_path") for e in of_kind(read_jsonl(out), "/error")),
+                what="quarantine error event",
+            )
     finally:
         agent.stop()
     lines = read_jsonl(out)
@@ -371,11 +405,16 @@ def test_output_failure_keeps_files_and_releases_the_budget_once(
     agent.start()
     try:
         write_atomic(cam / "a.jpg", jpeg(250))
-        wait_for(lambda: len(of_kind(read_jsonl(out), "/result")) == 1, timeout=30,
-                 what="result once the output recovers")
+        wait_for(
+            lambda: len(of_kind(read_jsonl(out), "/result")) == 1,
+            timeout=30,
+            what="result once the output recovers",
+        )
         wait_for(lambda: not (cam / "a.jpg").exists(), what="a.jpg deleted")
-        wait_for(lambda: of_kind(read_jsonl(out), "/health")[-1]["errors"] >= output.failed,
-                 what="output failures in health")
+        wait_for(
+            lambda: of_kind(read_jsonl(out), "/health")[-1]["errors"] >= output.failed,
+            what="output failures in health",
+        )
     finally:
         agent.stop()
     assert output.failed == WINDOW_ATTEMPTS + 1
@@ -399,8 +438,10 @@ def test_cli_sighup_with_an_unloadable_model_keeps_running(tmp_path: Path, model
         cfg_path.write_text(good.replace("models/brightness.onnx", "models/missing.onnx"))
         proc.send_signal(signal.SIGHUP)
         (cam / "b.jpg").write_bytes(jpeg(240))  # still served by the old configuration
-        wait_for(lambda: len(of_kind(read_jsonl(out), "/result")) == 2 or proc.poll() is not None,
-                 what="result after the refused reload")
+        wait_for(
+            lambda: len(of_kind(read_jsonl(out), "/result")) == 2 or proc.poll() is not None,
+            what="result after the refused reload",
+        )
         assert proc.poll() is None, "agent exited on a refused reload"
         proc.send_signal(signal.SIGTERM)
         code = proc.wait(timeout=30)

@@ -1,7 +1,8 @@
 """Foreign models through the running agent (real folders, real onnxruntime), ``replay``
 (local and on Ray), ``config validate``, ``doctor`` and the payload schema: a detector and a
 classifier on one camera, a scikit-learn classifier and anomaly scorer on CSV rows, an
-embedding model with prototypes from two folders."""
+embedding model with prototypes from two folders.
+"""
 
 from __future__ import annotations
 
@@ -113,20 +114,36 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Path:
     agent.start()
     try:
         _drop_inputs(d)
-        wait_for(lambda: sum(len(_results(_lines(d / "out.jsonl"), s))
-                             for s in ("cam", "line", "motor", "parts")) >= 7,
-                 timeout=60, what="results of every source")
-        wait_for(lambda: agent.retention is not None
-                 and sum(w.n_items for w in agent.retention.windows()) >= 7,
-                 timeout=30, what="the windows retained")
+        wait_for(
+            lambda: (
+                sum(
+                    len(_results(_lines(d / "out.jsonl"), s))
+                    for s in ("cam", "line", "motor", "parts")
+                )
+                >= 7
+            ),
+            timeout=60,
+            what="results of every source",
+        )
+        wait_for(
+            lambda: (
+                agent.retention is not None
+                and sum(w.n_items for w in agent.retention.windows()) >= 7
+            ),
+            timeout=30,
+            what="the windows retained",
+        )
     finally:
         agent.stop()
     return setup
 
 
 def _results(lines: list[dict[str, Any]], source: str) -> dict[str, dict[str, Any]]:
-    return {m["payload"]["item"]: m["payload"] for m in lines
-            if m["topic"] == f"cdml/edge-1/{source}/result"}
+    return {
+        m["payload"]["item"]: m["payload"]
+        for m in lines
+        if m["topic"] == f"cdml/edge-1/{source}/result"
+    }
 
 
 def _drop_inputs(d: Path) -> None:
@@ -150,7 +167,9 @@ def _check_live(lines: list[dict[str, Any]]) -> None:
     # 128 x 64 source image's pixels (letterboxed into 64 x 64: scale 0.5, 16 px bars)
     assert (cam["model"], cam["label"], cam["score"]) == ("det", "person", pytest.approx(0.9))
     assert [(d["label"], d["box"]) for d in cam["detections"]] == [
-        ("person", [48.0, 16.0, 80.0, 48.0]), ("box", [48.0, 16.0, 80.0, 48.0])]
+        ("person", [48.0, 16.0, 80.0, 48.0]),
+        ("box", [48.0, 16.0, 80.0, 48.0]),
+    ]
     assert set(cam["models"]) == {"det", "colour"}
     colour = cam["models"]["colour"]
     assert colour["kind"] == "classifier" and colour["label"] == "red"
@@ -181,8 +200,9 @@ def test_foreign_models_run_live(live: Path) -> None:
 
 def test_replay_scores_them_as_live(live: Path) -> None:
     d = live.parent
-    r = CliRunner().invoke(app, ["replay", "--config", str(live), "--out",
-                                 str(d / "replay.jsonl"), "-q"])
+    r = CliRunner().invoke(
+        app, ["replay", "--config", str(live), "--out", str(d / "replay.jsonl"), "-q"]
+    )
     assert r.exit_code == 0, r.output
     assert "0 labels and 0 anomaly flags changed" in r.output
     replayed = {doc["item"]: doc for doc in _lines(d / "replay.jsonl")}
@@ -199,11 +219,23 @@ def test_fleet_replay_gives_the_local_lines(live: Path) -> None:
     import pyarrow.parquet as pq
 
     d = live.parent
-    r = CliRunner().invoke(app, ["replay", "--config", str(live), "--out",
-                                 str(d / "local.jsonl"), "-q"])
+    r = CliRunner().invoke(
+        app, ["replay", "--config", str(live), "--out", str(d / "local.jsonl"), "-q"]
+    )
     assert r.exit_code == 0, r.output
-    r = CliRunner().invoke(app, ["replay", "--config", str(live), "--engine", "ray", "--out",
-                                 str(d / "fleet.parquet"), "-q"])
+    r = CliRunner().invoke(
+        app,
+        [
+            "replay",
+            "--config",
+            str(live),
+            "--engine",
+            "ray",
+            "--out",
+            str(d / "fleet.parquet"),
+            "-q",
+        ],
+    )
     assert r.exit_code == 0, r.output
     table = pq.read_table(d / "fleet.parquet").to_pylist()
     table.sort(key=lambda row: (row["closed_at"], row["window_id"], row["position"]))
@@ -221,8 +253,10 @@ def test_payload_schema_documents_the_new_fields() -> None:
 
 def test_validate_names_what_does_not_fit(setup: Path) -> None:
     text = setup.read_text().replace("labels_file: colours.txt", "labels: [red, green]")
-    text = text.replace("examples: {red: examples/red, blue: examples/blue}",
-                        "examples: {red: examples/red, blue: examples/none}")
+    text = text.replace(
+        "examples: {red: examples/red, blue: examples/blue}",
+        "examples: {red: examples/red, blue: examples/none}",
+    )
     setup.write_text(text)
     r = CliRunner().invoke(app, ["config", "validate", str(setup)])
     assert r.exit_code == 2, r.output
@@ -253,8 +287,11 @@ def test_doctor_runs_each_foreign_model_and_names_a_mismatch(setup: Path) -> Non
     assert checks["model det"]["ok"] and "(detector, yolo.onnx)" in checks["model det"]["detail"]
     assert "ran a 1x32x32x3 uint8 zero input" in checks["model colour"]["detail"]
     assert checks["model parts"]["ok"] and "embedding" in checks["model parts"]["detail"]
-    setup.write_text(setup.read_text().replace("input: {resize: letterbox}",
-                                               "input: {resize: letterbox, size: 320}"))
+    setup.write_text(
+        setup.read_text().replace(
+            "input: {resize: letterbox}", "input: {resize: letterbox, size: 320}"
+        )
+    )
     r = CliRunner().invoke(app, ["doctor", "--config", str(setup), "--json", "--ascii"])
     assert r.exit_code == 1
     det = {c["name"]: c for c in json.loads(r.output)}["model det"]

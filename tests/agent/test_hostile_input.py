@@ -1,6 +1,7 @@
 """The whole agent on hostile input: odd names end to end, special files and links reported,
 on_done acting only on what was scored, quarantine owner-only. Real folders, real watchdog,
-real ONNX models, the real JSON-lines output."""
+real ONNX models, the real JSON-lines output.
+"""
 
 from __future__ import annotations
 
@@ -87,9 +88,7 @@ def test_a_non_utf8_name_survives_end_to_end(tmp_path: Path, models: Path) -> No
     assert os.listdir(os.fsencode(cam)) == []
 
 
-def test_special_files_and_links_become_events_and_counters(
-    tmp_path: Path, models: Path
-) -> None:
+def test_special_files_and_links_become_events_and_counters(tmp_path: Path, models: Path) -> None:
     cfg_path, cam = _setup(tmp_path)
     secret = tmp_path / "secret.jpg"
     secret.write_bytes(jpeg(240))
@@ -101,8 +100,10 @@ def test_special_files_and_links_become_events_and_counters(
         (cam / "real.jpg").write_bytes(jpeg(10))
         wait_for(lambda: len(of_kind(read_jsonl(out), "/result")) == 1, what="the real file")
         wait_for(lambda: len(of_kind(read_jsonl(out), "/error")) == 2, what="two events")
-        wait_for(lambda: any(h["errors"] >= 2 for h in of_kind(read_jsonl(out), "/health")),
-                 what="counted in health")
+        wait_for(
+            lambda: any(h["errors"] >= 2 for h in of_kind(read_jsonl(out), "/health")),
+            what="counted in health",
+        )
     finally:
         agent.stop()
     lines = read_jsonl(out)
@@ -121,7 +122,8 @@ def test_special_files_and_links_become_events_and_counters(
 
 class _GatedOutput:
     """The real JSON-lines output whose ``on_durable`` calls are held until :meth:`release`,
-    then made in order: the windows stay in flight for as long as the test wants."""
+    then made in order: the windows stay in flight for as long as the test wants.
+    """
 
     def __init__(self, real: Any) -> None:
         self.real = real
@@ -224,8 +226,10 @@ def test_logged_names_have_their_control_characters_escaped(
     caplog.set_level(logging.INFO)
     agent = _started(cfg_path)
     try:
-        wait_for(lambda: any("quarantined" in r.getMessage() for r in caplog.records),
-                 what="the quarantine logged")
+        wait_for(
+            lambda: any("quarantined" in r.getMessage() for r in caplog.records),
+            what="the quarantine logged",
+        )
     finally:
         agent.stop()
     logged = [r.getMessage() for r in caplog.records if "forged" in r.getMessage()]

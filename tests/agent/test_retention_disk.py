@@ -1,6 +1,7 @@
 """A full retention disk in the running agent: results keep flowing, an event and a counter;
 with ``retention.required`` (the default) the source files wait until the ring kept their
-windows, and are released by themselves once the disk has room again."""
+windows, and are released by themselves once the disk has room again.
+"""
 
 from __future__ import annotations
 
@@ -28,12 +29,16 @@ def _started_on_a_full_ring(
     tmp_path: Path, full_disk: FullDisk, required: bool
 ) -> tuple[Agent, Path, Path]:
     """An agent whose retention ring is on ``full_disk``, started, then the disk filled;
-    the agent, its watched folder and its JSON-lines output."""
-    cfg_path = cam_config(tmp_path, textwrap.dedent(f"""\
+    the agent, its watched folder and its JSON-lines output.
+    """
+    cfg_path = cam_config(
+        tmp_path,
+        textwrap.dedent(f"""\
         retention: {{dir: {full_disk.path}, max_bytes: 1GiB, required: {str(required).lower()}}}
         output: {{jsonl: out.jsonl}}
         health: {{interval: 0.2s}}
-    """))
+    """),
+    )
     agent = Agent(load_config(cfg_path), cfg_path)
     agent.start()
     full_disk.inject_call(retention_mod, "write_file")  # the ring's writes
@@ -50,9 +55,14 @@ def test_files_wait_for_the_ring_and_are_released_once_it_has_room(
         n = 8
         for i in range(n):
             write_atomic(cam / f"f{i:02d}.jpg", jpeg(i * 30, size=64))
-        wait_for(lambda: len({m["payload"]["id"] for m in _lines(out)
-                              if m["topic"].endswith("/result")}) >= n,
-                 timeout=60, what="every result published while the ring is full")
+        wait_for(
+            lambda: (
+                len({m["payload"]["id"] for m in _lines(out) if m["topic"].endswith("/result")})
+                >= n
+            ),
+            timeout=60,
+            what="every result published while the ring is full",
+        )
         assert agent.retention is not None and agent.retention.degraded is not None
         assert len(list(cam.iterdir())) == n  # nothing released: the ring kept nothing
         assert agent.retry.held > 0

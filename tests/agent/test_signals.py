@@ -22,12 +22,16 @@ def _agent(tmp_path: Path, model: str = "brightness.onnx") -> Agent:
     brightness_classifier(tmp_path / "brightness.onnx")
     (tmp_path / "in").mkdir()
     path = tmp_path / "factory.yaml"
-    path.write_text(yaml.safe_dump({
-        "sources": [{"name": "cam", "path": "in", "modality": "image"}],
-        "models": {"image": {"path": model}},
-        "output": {"jsonl": "out.jsonl"},
-        "state_dir": "state",
-    }))
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "sources": [{"name": "cam", "path": "in", "modality": "image"}],
+                "models": {"image": {"path": model}},
+                "output": {"jsonl": "out.jsonl"},
+                "state_dir": "state",
+            }
+        )
+    )
     return Agent(load_config(path), path)
 
 
@@ -77,15 +81,29 @@ def test_a_start_that_fails_puts_them_back_too(tmp_path: Path) -> None:
 def test_start_runs_its_named_steps_in_order(tmp_path: Path) -> None:
     agent = _agent(tmp_path)
     order: list[str] = []
-    for step in ("init_state_lock", "start_health_endpoint", "init_models", "init_decoders",
-                 "init_retention", "start_pipeline", "start_sources", "announce_ready"):
+    for step in (
+        "init_state_lock",
+        "start_health_endpoint",
+        "init_models",
+        "init_decoders",
+        "init_retention",
+        "start_pipeline",
+        "start_sources",
+        "announce_ready",
+    ):
         real = getattr(agent, step)
-        setattr(agent, step, lambda *a, _real=real, _name=step: (order.append(_name),
-                                                                  _real(*a))[1])
+        setattr(agent, step, lambda *a, _real=real, _name=step: (order.append(_name), _real(*a))[1])
     agent.start()
     try:
-        assert order == ["init_state_lock", "start_health_endpoint", "init_models",
-                         "init_decoders", "init_retention", "start_pipeline", "start_sources",
-                         "announce_ready"]
+        assert order == [
+            "init_state_lock",
+            "start_health_endpoint",
+            "init_models",
+            "init_decoders",
+            "init_retention",
+            "start_pipeline",
+            "start_sources",
+            "announce_ready",
+        ]
     finally:
         agent.stop()

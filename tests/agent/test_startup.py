@@ -23,20 +23,27 @@ def test_start_up_logs_each_step_and_the_time_to_ready(
 ) -> None:
     brightness_classifier(tmp_path / "b.onnx")
     cfg = tmp_path / "agent.yaml"
-    cfg.write_text(textwrap.dedent("""
+    cfg.write_text(
+        textwrap.dedent("""
         sources: [{name: cam, path: in, modality: image}]
         models: {image: {path: b.onnx}}
         quarantine: {dir: quarantine}
         output: {jsonl: out.jsonl}
-        """))
+        """)
+    )
     caplog.set_level(logging.INFO, logger="cdml_edge")
     agent = Agent(load_config(cfg), cfg)
     agent.start()
     agent.stop()
     lines = [r.getMessage() for r in caplog.records]
     steps = [ln.split(" in ")[0] for ln in lines if ln.startswith("start-up: ")]
-    assert steps == ["start-up: health endpoint", "start-up: models", "start-up: decoders",
-                     "start-up: output", "start-up: sources"]
+    assert steps == [
+        "start-up: health endpoint",
+        "start-up: models",
+        "start-up: decoders",
+        "start-up: output",
+        "start-up: sources",
+    ]
     assert any(ln.startswith("start-up: decoders in ") and "(image " in ln for ln in lines)
     ready = next(ln for ln in lines if ln.startswith("agent ready"))
     assert "s since the process started" in ready and "models " in ready, ready
@@ -57,8 +64,13 @@ def test_cache_folder_rules(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> 
 
 def _run(code: str, env: dict[str, str]) -> str:
     full = {k: v for k, v in os.environ.items() if k != numba_cache.ENV} | env
-    res = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=full,
-                         capture_output=True, text=True, timeout=120)
+    res = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        env=full,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert res.returncode == 0, res.stderr
     return res.stdout.strip()
 
@@ -79,14 +91,17 @@ def test_librosa_is_imported_with_the_cache_in_the_state_folder(tmp_path: Path) 
 def test_kernels_compile_once_into_the_configured_folder(tmp_path: Path) -> None:
     """A cached numba kernel lands in the folder configure() chose, even with numba already
     imported, and the folder then counts as warm; an unwritable folder falls back to one
-    under the temporary folder instead of breaking the import."""
-    (tmp_path / "kern.py").write_text(textwrap.dedent("""
+    under the temporary folder instead of breaking the import.
+    """
+    (tmp_path / "kern.py").write_text(
+        textwrap.dedent("""
         import numba
 
         @numba.njit(cache=True)
         def twice(x):
             return 2 * x
-        """))
+        """)
+    )
     cache = tmp_path / "cache"
     code = f"""
         import sys
@@ -103,23 +118,29 @@ def test_kernels_compile_once_into_the_configured_folder(tmp_path: Path) -> None
     assert list(cache.rglob("*.nbi"))
     blocker = tmp_path / "file"
     blocker.write_text("x")
-    out = _run(f"""
+    out = _run(
+        f"""
         from cdml_edge.decode import numba_cache
         print(numba_cache.configure({str(blocker / "numba")!r}))
-        """, {})
+        """,
+        {},
+    )
     assert out.startswith("/") and "cdml-edge-numba-" in out
 
 
 def test_the_agent_runs_blas_on_one_thread(tmp_path: Path) -> None:
     """Loaded BLAS libraries are limited at start, and one loaded later (SciPy's) starts so."""
     brightness_classifier(tmp_path / "b.onnx")
-    (tmp_path / "agent.yaml").write_text(textwrap.dedent("""
+    (tmp_path / "agent.yaml").write_text(
+        textwrap.dedent("""
         sources: [{name: cam, path: in, modality: image}]
         models: {image: {path: b.onnx}}
         quarantine: {dir: quarantine}
         output: {jsonl: out.jsonl}
-        """))
-    out = _run(f"""
+        """)
+    )
+    out = _run(
+        f"""
         from threadpoolctl import threadpool_info
         from cdml_edge.agent.app import Agent
         from cdml_edge.config import load_config
@@ -131,6 +152,8 @@ def test_the_agent_runs_blas_on_one_thread(tmp_path: Path) -> None:
         after = [p["num_threads"] for p in threadpool_info() if p["user_api"] == "blas"]
         agent.stop()
         print(before, after)
-        """, {"OPENBLAS_NUM_THREADS": "", "OMP_NUM_THREADS": "2"})
+        """,
+        {"OPENBLAS_NUM_THREADS": "", "OMP_NUM_THREADS": "2"},
+    )
     before, after = out.splitlines()[-1].split("] [")
     assert "2" in before and set(after.strip("[]").split(", ")) == {"1"}, out

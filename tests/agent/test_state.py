@@ -1,5 +1,6 @@
 """One state folder per agent: defaults live in ``state_dir`` whatever the working directory,
-and a second agent on the same state is refused with exit status 2."""
+and a second agent on the same state is refused with exit status 2.
+"""
 
 from __future__ import annotations
 
@@ -20,9 +21,11 @@ from cdml_edge.cli import app
 def _start_agent(config: Path, cwd: Path) -> subprocess.Popen[bytes]:
     env = {k: v for k, v in os.environ.items() if k != "STATE_DIRECTORY"}
     return subprocess.Popen(
-        [sys.executable, "-m", "cdml_edge.cli", "run", "--config", str(config),
-         "--duration", "60"],
-        cwd=cwd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+        [sys.executable, "-m", "cdml_edge.cli", "run", "--config", str(config), "--duration", "60"],
+        cwd=cwd,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
     )
 
 
@@ -41,18 +44,23 @@ def test_second_agent_on_the_same_state_exits_2(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, output: str
 ) -> None:
     """The same config started from two working directories: one state folder, so the
-    second agent is refused (it used to start on a second spool beside the first)."""
+    second agent is refused (it used to start on a second spool beside the first).
+    """
     monkeypatch.delenv("STATE_DIRECTORY", raising=False)
     conf = tmp_path / "etc"
     conf.mkdir()
-    sink = "output: {jsonl: out.jsonl}" if output == "jsonl" else (
-        f'mqtt: {{url: "mqtt://127.0.0.1:{free_port()}"}}'
+    sink = (
+        "output: {jsonl: out.jsonl}"
+        if output == "jsonl"
+        else (f'mqtt: {{url: "mqtt://127.0.0.1:{free_port()}"}}')
     )
     config = conf / "line.yaml"
-    config.write_text(textwrap.dedent(f"""
+    config.write_text(
+        textwrap.dedent(f"""
         device: {{id: edge-1}}
         {sink}
-    """))
+    """)
+    )
     (tmp_path / "a").mkdir()
     (tmp_path / "b").mkdir()
     first = _start_agent(config, tmp_path / "a")

@@ -1,5 +1,6 @@
 """The real agent with supervised threads: a death is restarted, counted, published, and
-health (``/healthz``, the systemd watchdog, the health payload) tells the truth meanwhile."""
+health (``/healthz``, the systemd watchdog, the health payload) tells the truth meanwhile.
+"""
 
 from __future__ import annotations
 
@@ -80,9 +81,13 @@ def test_a_source_whose_folder_is_gone_is_dead_until_it_is_back(
         time.sleep(0.6)  # a dozen watchdog intervals: no ping while the source is dead
         assert collector.fields.count("WATCHDOG=1") == pings
         assert "STATUS=dead: src-cam" in collector.fields
-        wait_for(lambda: any(h["dead_threads"] == ["src-cam"] and h["thread_deaths"] >= 1
-                             for h in of_kind(read_jsonl(out), "/health")),
-                 what="the health payload naming the dead thread")
+        wait_for(
+            lambda: any(
+                h["dead_threads"] == ["src-cam"] and h["thread_deaths"] >= 1
+                for h in of_kind(read_jsonl(out), "/health")
+            ),
+            what="the health payload naming the dead thread",
+        )
         cam.unlink()  # the folder may come back
         wait_for(lambda: _healthz(port)[0] == 200, what="/healthz healthy again")
         write_atomic(cam / "b.jpg", jpeg(10))
@@ -93,11 +98,13 @@ def test_a_source_whose_folder_is_gone_is_dead_until_it_is_back(
         collector.close()
     lines = read_jsonl(out)
     events = [e for e in of_kind(lines, "/error") if e["error_type"] == "ThreadDied"]
-    assert events and all(e["source"] == "cam" and "src-cam died" in e["message"]
-                          for e in events)
+    assert events and all(e["source"] == "cam" and "src-cam died" in e["message"] for e in events)
     exposition = agent.metrics.exposition().decode()
-    deaths = [ln for ln in exposition.splitlines()
-              if ln.startswith('cdml_edge_thread_deaths_total{thread="src-cam"}')]
+    deaths = [
+        ln
+        for ln in exposition.splitlines()
+        if ln.startswith('cdml_edge_thread_deaths_total{thread="src-cam"}')
+    ]
     assert deaths and float(deaths[0].split()[-1]) == len(events)
     assert "cdml_edge_threads_dead 0.0" in exposition
     assert sorted(r["item"] for r in of_kind(lines, "/result")) == ["a.jpg", "b.jpg"]
@@ -122,8 +129,11 @@ def test_a_worker_that_dies_on_a_window_gives_its_files_back(
     monkeypatch.setattr(agent.retry, "window_failed", broken_policy)
     try:
         write_atomic(cam / "a.jpg", jpeg(240))
-        wait_for(lambda: len(of_kind(read_jsonl(out), "/result")) == 1, timeout=30,
-                 what="a.jpg scored after the worker died")
+        wait_for(
+            lambda: len(of_kind(read_jsonl(out), "/result")) == 1,
+            timeout=30,
+            what="a.jpg scored after the worker died",
+        )
         wait_for(lambda: not (cam / "a.jpg").exists(), what="a.jpg deleted")
     finally:
         drained = agent.stop()
@@ -145,8 +155,11 @@ def test_the_mqtt_io_thread_is_restarted_after_a_full_disk_killed_it(
     prefix = f"t{uuid.uuid4().hex[:8]}"
     cfg_path = write_config(tmp_path)
     doc = yaml.safe_load(cfg_path.read_text())
-    doc.update(mqtt={"url": "mqtt://127.0.0.1:1883", "topic_prefix": prefix},
-               spool={"dir": "spool"}, output={"jsonl": None})
+    doc.update(
+        mqtt={"url": "mqtt://127.0.0.1:1883", "topic_prefix": prefix},
+        spool={"dir": "spool"},
+        output={"jsonl": None},
+    )
     cfg_path.write_text(yaml.safe_dump(doc))
     sub = Subscriber(1883, f"{prefix}/#")
     cam = tmp_path / "in/cam"

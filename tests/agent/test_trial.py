@@ -1,6 +1,7 @@
 """``cdml-edge test``: files scored through the live pipeline (real ONNX model, real archive,
 real decoders), the payloads printed, nothing published (a real Mosquitto listens), no file
-touched, no state folder made; exit 1 on a bad file."""
+touched, no state folder made; exit 1 on a bad file.
+"""
 
 from __future__ import annotations
 
@@ -56,8 +57,12 @@ def test_files_are_scored_and_printed_without_side_effects(site: Path) -> None:
     sub = Subscriber(SHARED_PORT, "trial/#", persistent=False)
     before = sorted(p.name for p in (site / "in").iterdir())
     try:
-        res = _run("--config", str(site / "site.yaml"),
-                   str(site / "in" / "a-dark.jpg"), str(site / "in" / "b-bright.jpg"))
+        res = _run(
+            "--config",
+            str(site / "site.yaml"),
+            str(site / "in" / "a-dark.jpg"),
+            str(site / "in" / "b-bright.jpg"),
+        )
         time.sleep(0.5)
         heard = list(sub.messages)
     finally:
@@ -65,8 +70,10 @@ def test_files_are_scored_and_printed_without_side_effects(site: Path) -> None:
     assert res.returncode == 0, res.stderr
     lines = _lines(res.stdout)
     results = [m["payload"] for m in lines if m["topic"].endswith("/cam/result")]
-    assert [(r["item"], r["label"]) for r in results] == [("a-dark.jpg", "dark"),
-                                                         ("b-bright.jpg", "bright")]
+    assert [(r["item"], r["label"]) for r in results] == [
+        ("a-dark.jpg", "dark"),
+        ("b-bright.jpg", "bright"),
+    ]
     assert all(r["model"] == "brightness" for r in results)
     windows = [m["payload"] for m in lines if m["topic"].endswith("/cam/window")]
     assert len(windows) == 1 and windows[0]["items"] == 2

@@ -197,7 +197,8 @@ class _Probe:
     def ran_beside(self, target: Any) -> bool:
         """Run ``target`` (it reaches :meth:`call`) in a thread; True when this thread woke
         within the first half of the call. It cannot when the call keeps the GIL: waking
-        needs the GIL, so it happens once the call is over."""
+        needs the GIL, so it happens once the call is over.
+        """
         self.marks.clear()
         self.entering.clear()
         t = threading.Thread(target=target)

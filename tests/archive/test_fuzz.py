@@ -65,7 +65,8 @@ SEEDS["tar"] = _tar()
 
 def _foreign_tar_zst() -> bytes:
     """A seekable tar.zst as another writer makes it: frames cut inside members, a skippable
-    frame between two of them, no member index."""
+    frame between two of them, no member index.
+    """
     import zstandard
 
     plain = _tar()
@@ -108,7 +109,8 @@ _FILE = Path(tempfile.gettempdir()) / f"fuzz-archive-{os.getpid()}.bin"
 
 class _Fetched:
     """Bytes the C core cannot reach itself (no descriptor, not memory it knows): the reader
-    fetches them first, as for S3."""
+    fetches them first, as for S3.
+    """
 
     def __init__(self, data: bytes) -> None:
         self._mem = MemorySource(data)
@@ -128,7 +130,8 @@ class _Fetched:
 
 def exercise(data: bytes) -> None:
     """Open from bytes, a file and a fetched source and read everything (one by one, as a
-    batch, with a repeat); only ArchiveError may come out."""
+    batch, with a repeat); only ArchiveError may come out.
+    """
     _exercise(data)
     _exercise(_Fetched(data))
     _FILE.write_bytes(data)
@@ -160,7 +163,8 @@ def _exercise(src: bytes | Path | _Fetched) -> None:
 
 def mutated() -> Any:
     """The hypothesis strategy of a seed archive with 1 to 4 mutations (hypothesis is imported
-    here, in the child that runs the fuzzing, not when the tests are collected)."""
+    here, in the child that runs the fuzzing, not when the tests are collected).
+    """
     from hypothesis import strategies as st
 
     @st.composite

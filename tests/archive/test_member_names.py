@@ -1,6 +1,7 @@
 """Member names in normal form: ``./cls/a.png`` and ``cls//a.png`` are ``cls/a.png`` for
 every reader (ZIP, tar, tar.zst; C core and Python) and for labels, include filters,
-scan and export alike."""
+scan and export alike.
+"""
 
 from __future__ import annotations
 
@@ -18,8 +19,11 @@ PNG = bytes(range(256)) * 4  # bytes only: the dataset below yields raw bytes
 
 
 def _tree(root: Path) -> dict[str, bytes]:
-    files = {f"{cls}/{i}.png": PNG + cls.encode() + bytes([i]) for cls in ("cat", "dog")
-             for i in range(3)}
+    files = {
+        f"{cls}/{i}.png": PNG + cls.encode() + bytes([i])
+        for cls in ("cat", "dog")
+        for i in range(3)
+    }
     for name, data in files.items():
         (root / name).parent.mkdir(parents=True, exist_ok=True)
         (root / name).write_bytes(data)
@@ -69,8 +73,9 @@ def test_every_reader_serves_normal_names(tmp_path: Path, kind: str) -> None:
     elif kind == "seekable tar.zst":
         out.write_bytes(pack([(f"./{n}", d) for n, d in files.items()], format="tar.zst"))
     else:
-        out.write_bytes(raw_zip([(f"./{n}".replace("/", "//", 1).encode(), d, 8)
-                                 for n, d in files.items()]))
+        out.write_bytes(
+            raw_zip([(f"./{n}".replace("/", "//", 1).encode(), d, 8) for n, d in files.items()])
+        )
     arc = open_archive(out)
     assert sorted(arc.names()) == sorted(files)
     for name, data in files.items():
@@ -84,8 +89,9 @@ def test_every_reader_serves_normal_names(tmp_path: Path, kind: str) -> None:
 @pytest.mark.usefixtures("engine")
 def test_two_spellings_of_one_name_are_a_duplicate(tmp_path: Path) -> None:
     path = tmp_path / "dup.zip"
-    path.write_bytes(raw_zip([(b"./a.txt", b"first", 0), (b"b.txt", b"b", 0),
-                              (b"a.txt", b"second", 0)]))
+    path.write_bytes(
+        raw_zip([(b"./a.txt", b"first", 0), (b"b.txt", b"b", 0), (b"a.txt", b"second", 0)])
+    )
     arc = open_archive(path)
     assert arc.names() == ["a.txt", "b.txt"] and arc.read("a.txt") == b"second"
     res = CliRunner().invoke(app, ["scan", str(path)])

@@ -250,7 +250,8 @@ def test_cache_hit_starts_with_the_measured_pace(
     s3_server: S3Server, uploaded: dict, endpoint: str, tmp_path: os.PathLike[str]
 ) -> None:
     """The latency and bandwidth measured while fetching the index are kept with it, so a
-    re-open (one HEAD, no GET) coalesces its first batch as the first open would."""
+    re-open (one HEAD, no GET) coalesces its first batch as the first open would.
+    """
     cache = S3IndexCache(tmp_path)
     url = f"s3://{BUCKET}/set/big.zip"
     first = open_s3_source(url, index_cache=cache)

@@ -258,7 +258,6 @@ def test_plain_tar_zst_index_pass_memory_is_bounded(tmp_path: Path) -> None:
 
 def test_fuzz_found_seek_table_without_frames_is_a_typed_error() -> None:
     """A mutated seekable tar.zst whose seek table lost its frames (found by the fuzz test)."""
-
     from cdml_edge.archive import ArchiveError, open_archive
 
     data = (DATA / "fuzz_tarzst_no_frames.bin").read_bytes()
@@ -314,8 +313,10 @@ def test_member_index_is_an_entry_of_the_seek_table() -> None:
     count = int.from_bytes(data[-9:-5], "little")
     table = data[-(8 + count * 8 + 9) : -9]
     entries = [
-        (int.from_bytes(table[8 + 8 * k : 12 + 8 * k], "little"),
-         int.from_bytes(table[12 + 8 * k : 16 + 8 * k], "little"))
+        (
+            int.from_bytes(table[8 + 8 * k : 12 + 8 * k], "little"),
+            int.from_bytes(table[12 + 8 * k : 16 + 8 * k], "little"),
+        )
         for k in range(count)
     ]
     assert sum(c for c, _ in entries) == len(data) - len(table) - 9  # every byte accounted for
@@ -344,8 +345,13 @@ def test_skippable_frames_between_the_data_frames() -> None:
     frames = [cctx.compress(plain[a:b]) for a, b in zip(cuts, cuts[1:], strict=False)]
     skip = b"\x50\x2a\x4d\x18" + (5).to_bytes(4, "little") + b"notes"
     parts = [frames[0], skip, frames[1], skip, frames[2]]
-    sizes = [(len(frames[0]), 2000), (len(skip), 0), (len(frames[1]), 3000), (len(skip), 0),
-             (len(frames[2]), len(plain) - 5000)]
+    sizes = [
+        (len(frames[0]), 2000),
+        (len(skip), 0),
+        (len(frames[1]), 3000),
+        (len(skip), 0),
+        (len(frames[2]), len(plain) - 5000),
+    ]
     data = b"".join(parts) + seekable.seek_table_frame(sizes)
     arc = open_archive(data)
     assert arc.seekable  # type: ignore[attr-defined]

@@ -388,7 +388,6 @@ def test_threads_and_pickle(tmp_path: Path) -> None:
     assert isinstance(mem.source, MemorySource) and mem.read("empty.txt") == b""
 
 
-
 def test_pickled_archive_reopens_as_its_format_on_the_receivers_engine(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -407,6 +406,7 @@ def test_archive_errors_are_cdml_errors_and_pickle_with_their_fields() -> None:
     assert isinstance(again, CdmlError) and type(again) is CorruptArchiveError
     assert (again.archive, again.member, again.reason) == ("a.zip", "m.bin", "CRC-32 mismatch")
     assert str(again) == str(err) == "a.zip: m.bin: CRC-32 mismatch"
+
 
 def test_fork_after_parent_read(tmp_path: Path) -> None:
     items = _items(20)

@@ -1,5 +1,6 @@
 """``cdml-edge calibrate``: a scikit-learn anomaly model (skl2onnx IsolationForest) gets its
-threshold from a folder of normal CSV samples, written back into the commented config."""
+threshold from a folder of normal CSV samples, written back into the commented config.
+"""
 
 from __future__ import annotations
 
@@ -53,8 +54,19 @@ def test_an_uncalibrated_anomaly_model_is_refused_with_the_way_out(tmp_path: Pat
 
 def test_calibrate_writes_the_percentile_back_keeping_comments(tmp_path: Path) -> None:
     path = _setup(tmp_path)
-    r = CliRunner().invoke(app, ["calibrate", str(tmp_path / "normal"), "--config", str(path),
-                                 "--model", "forest", "--percentile", "98"])
+    r = CliRunner().invoke(
+        app,
+        [
+            "calibrate",
+            str(tmp_path / "normal"),
+            "--config",
+            str(path),
+            "--model",
+            "forest",
+            "--percentile",
+            "98",
+        ],
+    )
     assert r.exit_code == 0, r.output
     assert "percentile 98 of 50 normal samples" in r.output and "written to" in r.output
     text = path.read_text()
@@ -64,8 +76,10 @@ def test_calibrate_writes_the_percentile_back_keeping_comments(tmp_path: Path) -
     cfg = load_config(path)
     mc = cfg.models["forest"]
     runner = ModelRunner.load(mc.path, ModelOverrides.from_config(mc, "forest"))
-    rows = [np.loadtxt(f, delimiter=",", skiprows=1, ndmin=2).astype(np.float32)
-            for f in sorted((tmp_path / "normal").iterdir())]
+    rows = [
+        np.loadtxt(f, delimiter=",", skiprows=1, ndmin=2).astype(np.float32)
+        for f in sorted((tmp_path / "normal").iterdir())
+    ]
     preds = runner.run(np.stack([runner.prepare(a) for a in rows]))
     scores = np.array([p.anomaly_score for p in preds])
     assert threshold == np.percentile(scores, 2.0)
@@ -76,10 +90,23 @@ def test_calibrate_writes_the_percentile_back_keeping_comments(tmp_path: Path) -
 
 def test_calibrate_refuses_a_model_that_is_not_an_anomaly_scorer(tmp_path: Path) -> None:
     path = _setup(tmp_path)
-    path.write_text(path.read_text().replace(
-        "output: {kind: anomaly, name: scores, anomaly_when: below}",
-        "labels: [a]\n    output: {kind: classifier, name: scores}"))
-    r = CliRunner().invoke(app, ["calibrate", str(tmp_path / "normal"), "--config", str(path),
-                                 "--model", "forest", "--dry-run"])
+    path.write_text(
+        path.read_text().replace(
+            "output: {kind: anomaly, name: scores, anomaly_when: below}",
+            "labels: [a]\n    output: {kind: classifier, name: scores}",
+        )
+    )
+    r = CliRunner().invoke(
+        app,
+        [
+            "calibrate",
+            str(tmp_path / "normal"),
+            "--config",
+            str(path),
+            "--model",
+            "forest",
+            "--dry-run",
+        ],
+    )
     assert r.exit_code == 2
     assert "not an anomaly scorer" in r.output

@@ -1,6 +1,7 @@
 """Guards over the whole command line: every ``--help`` works, and every user error of every
 command is one line on stderr, no traceback, and the exit code docs/cli.md documents
-(0 success, 1 the work failed or found a problem, 2 a usage error, 3 ``run`` could not start)."""
+(0 success, 1 the work failed or found a problem, 2 a usage error, 3 ``run`` could not start).
+"""
 
 from __future__ import annotations
 
@@ -35,8 +36,20 @@ def _commands() -> Iterator[tuple[list[str], object]]:
 
 def test_the_walk_finds_every_command() -> None:
     found = {" ".join(w) for w, _ in _commands()}
-    assert {"", "config", "config validate", "config schema", "run", "doctor", "scan", "pack",
-            "train", "export-onnx", "replay", "export"} <= found
+    assert {
+        "",
+        "config",
+        "config validate",
+        "config schema",
+        "run",
+        "doctor",
+        "scan",
+        "pack",
+        "train",
+        "export-onnx",
+        "replay",
+        "export",
+    } <= found
 
 
 @pytest.mark.parametrize("words", [w for w, _ in _commands()], ids=lambda w: " ".join(w) or "-")
@@ -79,8 +92,11 @@ def inputs(tmp_path_factory: pytest.TempPathFactory) -> Path:
     (d / "notes.txt").write_text("hello\n")
     (d / "folder").mkdir()
     (d / "folder" / "a.txt").write_text("a")
-    frame = synth.encode_png(synth.render_digit(synth.load_digit_glyphs()[0][0],
-                                                __import__("numpy").random.default_rng(0), 32))
+    frame = synth.encode_png(
+        synth.render_digit(
+            synth.load_digit_glyphs()[0][0], __import__("numpy").random.default_rng(0), 32
+        )
+    )
     write_archive(d / "digits.zip", [(f"{c}/{i}.png", frame) for c in "01" for i in range(3)])
     (d / "factory.yaml").write_text("device: {id: t}\nretention: {dir: ring}\n")
     (d / "bad.yaml").write_text("sources: [\n")
@@ -109,8 +125,11 @@ CASES: list[tuple[str, int, str]] = [
     ("calibrate folder --config missing.yaml --model m", EXIT_USAGE, "missing.yaml"),
     ("calibrate folder --config factory.yaml --model m", EXIT_USAGE, "models.m: no such model"),
     ("calibrate folder --config factory.yaml", EXIT_USAGE, "--model"),
-    ("calibrate folder --config factory.yaml --model m --percentile 10", EXIT_USAGE,
-     "--percentile"),
+    (
+        "calibrate folder --config factory.yaml --model m --percentile 10",
+        EXIT_USAGE,
+        "--percentile",
+    ),
     ("scan missing.zip", EXIT_USAGE, "missing.zip"),
     ("scan folder", EXIT_USAGE, "folder"),
     ("scan notes.txt", EXIT_FAILED, "notes.txt"),
@@ -168,7 +187,8 @@ def test_pack_checks_the_format_before_it_draws_a_bar(
     res = CliRunner().invoke(app, ["pack", str(inputs / "folder"), str(tmp_path / "out.rar")])
     assert res.exit_code == EXIT_USAGE and "packing" not in res.output
     assert res.stderr.splitlines() == [
-        f"cdml-edge pack: cannot tell the format from the name '{tmp_path / 'out.rar'}'"]
+        f"cdml-edge pack: cannot tell the format from the name '{tmp_path / 'out.rar'}'"
+    ]
 
 
 def test_every_command_has_a_user_error_case() -> None:
@@ -180,13 +200,17 @@ def test_every_command_has_a_user_error_case() -> None:
 
 def test_doctor_reports_an_invalid_config_as_its_one_failed_check(inputs: Path) -> None:
     """The doctor's output is its report: an unreadable config is its one ``FAIL config``
-    line (stdout, where ``--json`` puts the list too), exit 2."""
-    res = CliRunner().invoke(app, ["doctor", "--config", str(inputs / "missing.yaml"),
-                                   "--ascii"])
-    assert res.exit_code == EXIT_USAGE and res.exception is None or isinstance(
-        res.exception, SystemExit)
+    line (stdout, where ``--json`` puts the list too), exit 2.
+    """
+    res = CliRunner().invoke(app, ["doctor", "--config", str(inputs / "missing.yaml"), "--ascii"])
+    assert (
+        res.exit_code == EXIT_USAGE
+        and res.exception is None
+        or isinstance(res.exception, SystemExit)
+    )
     assert res.stdout.splitlines() == [
-        f"FAIL config: {inputs / 'missing.yaml'}: cannot read: No such file or directory"]
+        f"FAIL config: {inputs / 'missing.yaml'}: cannot read: No such file or directory"
+    ]
 
 
 def test_a_user_error_through_the_installed_command(inputs: Path) -> None:
@@ -194,8 +218,14 @@ def test_a_user_error_through_the_installed_command(inputs: Path) -> None:
     exe = shutil.which("cdml-edge", path=str(Path(sys.executable).parent))
     assert exe is not None
     env = {**os.environ, "COLUMNS": "80"}
-    proc = subprocess.run([exe, "scan", "missing.zip"], cwd=inputs, capture_output=True,
-                          text=True, timeout=60, env=env)
+    proc = subprocess.run(
+        [exe, "scan", "missing.zip"],
+        cwd=inputs,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+    )
     assert proc.returncode == EXIT_USAGE
     assert proc.stderr == "cdml-edge scan: missing.zip: No such file or directory\n"
     assert proc.stdout == ""

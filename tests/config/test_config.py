@@ -135,7 +135,8 @@ def test_state_folders_default_beside_the_config_not_the_working_directory(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The issue's report: default folders resolved against the working directory, so the
-    same config started from two folders used two spools. Now they live in state_dir."""
+    same config started from two folders used two spools. Now they live in state_dir.
+    """
     monkeypatch.delenv("STATE_DIRECTORY", raising=False)
     (tmp_path / "conf").mkdir()
     path = tmp_path / "conf" / "line3.yaml"
@@ -144,8 +145,14 @@ def test_state_folders_default_beside_the_config_not_the_working_directory(
     for cwd in (tmp_path, tmp_path / "conf", Path("/")):
         monkeypatch.chdir(cwd)
         config = load_config(path)
-        seen.add((config.state_dir, config.spool.dir, config.quarantine.dir,
-                  config.retention.dir if config.retention else None))
+        seen.add(
+            (
+                config.state_dir,
+                config.spool.dir,
+                config.quarantine.dir,
+                config.retention.dir if config.retention else None,
+            )
+        )
     state = tmp_path / "conf" / "line3.state"
     assert seen == {(state, state / "spool", state / "quarantine", state / "retention")}
 

@@ -1,5 +1,6 @@
 """``config validate`` checks what ``run`` needs, and ``run`` refuses the same problems with
-exit status 2 (systemd does not restart it in a loop) instead of crashing with 1."""
+exit status 2 (systemd does not restart it in a loop) instead of crashing with 1.
+"""
 
 from __future__ import annotations
 
@@ -40,8 +41,11 @@ def _both(path: Path) -> tuple[Any, Any]:
 def test_a_runnable_config_is_valid_and_says_what_the_budget_admits(tmp_path: Path) -> None:
     r = CliRunner().invoke(app, ["config", "validate", str(_write(tmp_path))])
     assert r.exit_code == 0, r.output
-    assert "valid (1 sources, 1 models" in r.output and "largest file the budget admits: image" \
-        in r.output and str(tmp_path / "factory.state") in r.output
+    assert (
+        "valid (1 sources, 1 models" in r.output
+        and "largest file the budget admits: image" in r.output
+        and str(tmp_path / "factory.state") in r.output
+    )
 
 
 @pytest.mark.parametrize(
@@ -50,8 +54,11 @@ def test_a_runnable_config_is_valid_and_says_what_the_budget_admits(tmp_path: Pa
         ({"tls": {"ca": "no-such-ca.pem"}}, "mqtt.tls.ca", "no-such-ca.pem does not exist"),
         ({"tls": {"cert": "c.pem", "key": "k.pem"}}, "mqtt.tls.cert", "does not exist"),
         ({"username": "u", "password_file": "pw"}, "mqtt.password_file", "pw does not exist"),
-        ({"username": "u", "password_env": "CDML_NO_SUCH_VAR"}, "mqtt.password_env",
-         "CDML_NO_SUCH_VAR is not set"),
+        (
+            {"username": "u", "password_env": "CDML_NO_SUCH_VAR"},
+            "mqtt.password_env",
+            "CDML_NO_SUCH_VAR is not set",
+        ),
     ],
 )
 def test_files_the_broker_needs(tmp_path: Path, mqtt: dict, field: str, fragment: str) -> None:
@@ -64,11 +71,16 @@ def test_files_the_broker_needs(tmp_path: Path, mqtt: dict, field: str, fragment
 def test_unreadable_or_special_files_are_named_not_opened(tmp_path: Path) -> None:
     os.mkfifo(tmp_path / "ca.pem")  # opening a FIFO would block the check for ever
     (tmp_path / "models").mkdir()
-    path = _write(tmp_path, mqtt={"url": "mqtts://127.0.0.1:1", "tls": {"ca": "ca.pem"}},
-                  models={"image": {"path": "models"}})
+    path = _write(
+        tmp_path,
+        mqtt={"url": "mqtts://127.0.0.1:1", "tls": {"ca": "ca.pem"}},
+        models={"image": {"path": "models"}},
+    )
     done: list[Any] = []
-    t = threading.Thread(target=lambda: done.append(
-        CliRunner().invoke(app, ["config", "validate", str(path)])), daemon=True)
+    t = threading.Thread(
+        target=lambda: done.append(CliRunner().invoke(app, ["config", "validate", str(path)])),
+        daemon=True,
+    )
     t.start()
     t.join(30)
     assert done, "validate hung on a FIFO"

@@ -97,8 +97,9 @@ def test_window_inputs_cover_what_sources_produce() -> None:
 
 
 def test_a_window_member_of_no_window_input_fails_to_decode() -> None:
-    item = ManifestItem(id="i", member="a.bin", name="a.bin", size=1, mtime_ns=0, ts=0.0,
-                        sha256="0" * 64)
+    item = ManifestItem(
+        id="i", member="a.bin", name="a.bin", size=1, mtime_ns=0, ts=0.0, sha256="0" * 64
+    )
     with pytest.raises(DecodeError, match="no decoder for modality 'binary'"):
         item_pieces(item, "binary", b"x", None, None)
     [piece] = item_pieces(item, "text", b"hi", None, None)
@@ -132,7 +133,14 @@ def test_default_patterns() -> None:
     assert default_patterns("csv") == ("*.csv", "*.tsv", "*.CSV", "*.TSV")
     # a time series may come as a CSV file
     assert default_patterns("timeseries") == (
-        "*.npy", "*.npz", "*.csv", "*.tsv", "*.NPY", "*.NPZ", "*.CSV", "*.TSV"
+        "*.npy",
+        "*.npz",
+        "*.csv",
+        "*.tsv",
+        "*.NPY",
+        "*.NPZ",
+        "*.CSV",
+        "*.TSV",
     )
     assert "*.JPEG" in default_patterns("image")
     assert default_patterns("binary") == ("*",)
@@ -162,8 +170,12 @@ def test_model_fits_is_the_one_rule_of_which_model_scores_which_items() -> None:
 
     table = {(m, s) for m in MODEL_MODALITIES for s in SOURCE_MODALITIES if model_fits(m, s)}
     assert table == {
-        ("image", "image"), ("audio", "audio"), ("csv", "csv"), ("timeseries", "timeseries"),
-        ("csv", "timeseries"), ("timeseries", "csv"),
+        ("image", "image"),
+        ("audio", "audio"),
+        ("csv", "csv"),
+        ("timeseries", "timeseries"),
+        ("csv", "timeseries"),
+        ("timeseries", "csv"),
     }
     assert items_for("timeseries") == {"csv", "timeseries"}
     assert items_for("image") == {"image"}
@@ -183,12 +195,22 @@ def test_validate_and_examples_apply_the_same_rule(tmp_path) -> None:
     model.write_bytes(b"")
     for model_mod, source_mod in [("timeseries", "csv"), ("image", "audio")]:
         cfg = tmp_path / f"{model_mod}-{source_mod}.yaml"
-        cfg.write_text(yaml.safe_dump({
-            "sources": [{"name": "s", "path": str(tmp_path), "modality": source_mod,
-                         "models": ["m"]}],
-            "models": {"m": {"path": str(model), "modality": model_mod}},
-            "output": {"jsonl": "out.jsonl"},
-        }))
+        cfg.write_text(
+            yaml.safe_dump(
+                {
+                    "sources": [
+                        {
+                            "name": "s",
+                            "path": str(tmp_path),
+                            "modality": source_mod,
+                            "models": ["m"],
+                        }
+                    ],
+                    "models": {"m": {"path": str(model), "modality": model_mod}},
+                    "output": {"jsonl": "out.jsonl"},
+                }
+            )
+        )
         try:
             load_config(cfg)
             validated = True
@@ -198,4 +220,3 @@ def test_validate_and_examples_apply_the_same_rule(tmp_path) -> None:
     assert [p.name for p in example_files(tmp_path, "timeseries")] == ["a.csv"]
     with pytest.raises(ExamplesError, match="no image file"):
         example_files(tmp_path, "image")
-

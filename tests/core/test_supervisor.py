@@ -1,5 +1,6 @@
 """The supervisor of the agent's long-lived threads: restart with capped backoff, counted,
-reported, dead until it runs again; a clean return or a join is not a death."""
+reported, dead until it runs again; a clean return or a join is not a death.
+"""
 
 from __future__ import annotations
 
@@ -13,8 +14,12 @@ from cdml_edge.supervisor import Supervisor
 
 def test_a_thread_that_dies_is_restarted_counted_and_reported() -> None:
     deaths: list[tuple[str, str, float]] = []
-    sup = Supervisor(backoff_min=0.05, backoff_max=0.2, alive_after=0.1,
-                     on_death=lambda part, exc, delay: deaths.append((part, str(exc), delay)))
+    sup = Supervisor(
+        backoff_min=0.05,
+        backoff_max=0.2,
+        alive_after=0.1,
+        on_death=lambda part, exc, delay: deaths.append((part, str(exc), delay)),
+    )
     runs: list[float] = []
     stop = threading.Event()
 
@@ -90,8 +95,12 @@ def test_a_clean_return_is_not_a_death() -> None:
 
 def test_a_long_run_resets_the_backoff() -> None:
     delays: list[float] = []
-    sup = Supervisor(backoff_min=0.05, backoff_max=1.0, stable_after=0.2,
-                     on_death=lambda part, exc, delay: delays.append(delay))
+    sup = Supervisor(
+        backoff_min=0.05,
+        backoff_max=1.0,
+        stable_after=0.2,
+        on_death=lambda part, exc, delay: delays.append(delay),
+    )
     runs = []
 
     def loop() -> None:

@@ -113,7 +113,8 @@ def test_seed_shapes_by_default() -> None:
     [wave] = live.get_audio(mode="waveform", sample_rate=8000)
     assert wave["waveform"].shape == (4000,) and wave["duration_s"] == 0.5
     assert live.get_csv() == [
-        {"temp": 20.5, "ts": "2024-01-01"}, {"temp": 21.0, "ts": "2024-01-02"},
+        {"temp": 20.5, "ts": "2024-01-01"},
+        {"temp": 21.0, "ts": "2024-01-02"},
     ]
     assert live.get_tabular() == [*live.get_csv(), {"line": 3}]
     assert live.get_json() == [{"line": 3}]
@@ -130,18 +131,24 @@ def test_seed_shapes_by_default() -> None:
 
 
 def test_json_records_and_flattening() -> None:
-    data = pack([
-        ("a.json", json.dumps([{"id": 1, "s": {"t": 36}}, {"id": 2, "s": {"t": 37}}]).encode()),
-        ("b.json", json.dumps({"sensor": {"gps": {"lat": 28.6}, "temp": 36}}).encode()),
-        ("c.json", b"7"),
-    ])
+    data = pack(
+        [
+            ("a.json", json.dumps([{"id": 1, "s": {"t": 36}}, {"id": 2, "s": {"t": 37}}]).encode()),
+            ("b.json", json.dumps({"sensor": {"gps": {"lat": 28.6}, "temp": 36}}).encode()),
+            ("c.json", b"7"),
+        ]
+    )
     live = LiveBatchLoader(data)
     assert live.get_json() == [
-        {"id": 1, "s": {"t": 36}}, {"id": 2, "s": {"t": 37}},
-        {"sensor": {"gps": {"lat": 28.6}, "temp": 36}}, {"value": 7},
+        {"id": 1, "s": {"t": 36}},
+        {"id": 2, "s": {"t": 37}},
+        {"sensor": {"gps": {"lat": 28.6}, "temp": 36}},
+        {"value": 7},
     ]
     assert live.get_json(flatten=True)[:3] == [
-        {"id": 1, "s.t": 36}, {"id": 2, "s.t": 37}, {"sensor.gps.lat": 28.6, "sensor.temp": 36},
+        {"id": 1, "s.t": 36},
+        {"id": 2, "s.t": 37},
+        {"sensor.gps.lat": 28.6, "sensor.temp": 36},
     ]
 
 

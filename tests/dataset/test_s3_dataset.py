@@ -74,13 +74,15 @@ def test_dataloader_workers_read_s3(
 
 
 @pytest.mark.parametrize(
-    "context", ["fork", pytest.param("spawn", marks=pytest.mark.slow)]  # spawn re-imports torch
+    "context",
+    ["fork", pytest.param("spawn", marks=pytest.mark.slow)],  # spawn re-imports torch
 )
 def test_workers_fetch_no_index(
     s3_server: S3Server, uploaded: dict, monkeypatch: pytest.MonkeyPatch, context: str
 ) -> None:
     """Forked workers clone the parent's archive, spawned ones unpickle it with its index:
-    neither sends a HEAD or an index GET."""
+    neither sends a HEAD or an index GET.
+    """
     from torch.utils.data import DataLoader
 
     from cdml_edge.data.dataset import CDMLStreamDataset

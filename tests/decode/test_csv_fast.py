@@ -1,5 +1,6 @@
 """CSV decoding takes two shortcuts for plain numeric files - the delimiter without the
-sniffer, the numbers without a per-cell loop - and must give exactly what the long way does."""
+sniffer, the numbers without a per-cell loop - and must give exactly what the long way does.
+"""
 
 from __future__ import annotations
 
@@ -46,15 +47,17 @@ def test_numeric_csv_decodes_as_the_cell_by_cell_parse() -> None:
 
     cell = st.one_of(
         st.floats(allow_nan=False, width=32).map(repr),
-        st.integers(-10**6, 10**6).map(str),
+        st.integers(-(10**6), 10**6).map(str),
         st.sampled_from(["nan", " 1.5 ", "-0", "1e5", ".5", "inf"]),
     )
-    check = settings(max_examples=150, deadline=None)(given(
-        st.sampled_from(list(_DELIMITERS)),
-        st.integers(2, 6),
-        st.lists(st.lists(cell, min_size=6, max_size=6), min_size=1, max_size=30),
-        st.booleans(),
-    )(_decodes_as_the_cell_by_cell_parse))
+    check = settings(max_examples=150, deadline=None)(
+        given(
+            st.sampled_from(list(_DELIMITERS)),
+            st.integers(2, 6),
+            st.lists(st.lists(cell, min_size=6, max_size=6), min_size=1, max_size=30),
+            st.booleans(),
+        )(_decodes_as_the_cell_by_cell_parse)
+    )
     check()
 
 

@@ -1,5 +1,6 @@
 """Shell completion (typer's own): the script bash sources completes commands and options,
-``--install-completion`` installs it, and zsh / fish get answers through the same protocol."""
+``--install-completion`` installs it, and zsh / fish get answers through the same protocol.
+"""
 
 from __future__ import annotations
 
@@ -23,8 +24,9 @@ def _env(home: Path) -> dict[str, str]:
 
 def _bash(script: str, home: Path) -> subprocess.CompletedProcess[str]:
     assert BASH is not None
-    return subprocess.run([BASH, "-c", script], capture_output=True, text=True, timeout=60,
-                          env=_env(home))
+    return subprocess.run(
+        [BASH, "-c", script], capture_output=True, text=True, timeout=60, env=_env(home)
+    )
 
 
 def test_bash_completes_commands_and_options_from_the_shown_script(tmp_path: Path) -> None:
@@ -57,8 +59,12 @@ def test_install_completion_writes_the_script_and_sources_it(tmp_path: Path) -> 
 @pytest.mark.parametrize("shell", ["zsh", "fish"])
 def test_zsh_and_fish_get_completions(shell: str, tmp_path: Path) -> None:
     assert EXE is not None
-    env = {**_env(tmp_path), "_CDML_EDGE_COMPLETE": f"complete_{shell}",
-           "_TYPER_COMPLETE_ARGS": "cdml-edge ex", "_TYPER_COMPLETE_FISH_ACTION": "get-args"}
+    env = {
+        **_env(tmp_path),
+        "_CDML_EDGE_COMPLETE": f"complete_{shell}",
+        "_TYPER_COMPLETE_ARGS": "cdml-edge ex",
+        "_TYPER_COMPLETE_FISH_ACTION": "get-args",
+    }
     res = subprocess.run([EXE], capture_output=True, text=True, timeout=60, env=env)
     assert res.returncode == 0, res.stderr
     assert "export" in res.stdout and "export-onnx" in res.stdout and "replay" not in res.stdout

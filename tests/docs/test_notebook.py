@@ -1,5 +1,6 @@
 """``notebooks/quickstart.ipynb`` runs top to bottom (nbclient, a real Jupyter kernel) and
-says what it promises: trained, exported, live batches scored, the ring replayed alike."""
+says what it promises: trained, exported, live batches scored, the ring replayed alike.
+"""
 
 from __future__ import annotations
 
@@ -27,8 +28,9 @@ def test_quickstart_runs_top_to_bottom(tmp_path: Path) -> None:
     from nbclient import NotebookClient
 
     nb = nbformat.read(NOTEBOOK, as_version=4)
-    client = NotebookClient(nb, timeout=600, kernel_name="python3",
-                            resources={"metadata": {"path": str(tmp_path)}})
+    client = NotebookClient(
+        nb, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}
+    )
     client.execute()  # raises CellExecutionError, naming the cell, if any cell fails
     last = nb.cells[-1].outputs
     text = "".join(o.get("text", "") for o in last if o.output_type == "stream")

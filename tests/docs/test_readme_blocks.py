@@ -87,8 +87,9 @@ def _digit_frame(seed: int = 0) -> np.ndarray:
     return synth.render_digit(glyphs[seed], np.random.default_rng(seed), 64)
 
 
-def _colour_images(classes: dict[str, tuple[int, int, int]], n: int, seed: int,
-                   prefix: str = "") -> list[tuple[str, bytes]]:
+def _colour_images(
+    classes: dict[str, tuple[int, int, int]], n: int, seed: int, prefix: str = ""
+) -> list[tuple[str, bytes]]:
     rng = np.random.default_rng(seed)
     out = []
     for cls, colour in classes.items():
@@ -125,8 +126,13 @@ def _window(d: Path) -> None:
 
 def _train_data(d: Path) -> None:
     frames, labels = synth.digit_images(n=30, seed=1)  # small: it shows the commands work
-    write_archive(d / "digits.zip", [(f"{y}/{i:04d}.png", synth.encode_png(im))
-                                     for i, (im, y) in enumerate(zip(frames, labels, strict=True))])
+    write_archive(
+        d / "digits.zip",
+        [
+            (f"{y}/{i:04d}.png", synth.encode_png(im))
+            for i, (im, y) in enumerate(zip(frames, labels, strict=True))
+        ],
+    )
     vib = [(f"normal/{i}.csv", b) for i, b in enumerate(synth.vibration_csv(16, seed=3))]
     vib += [(f"fault/{i}.csv", b) for i, b in enumerate(synth.vibration_csv(8, 3, True))]
     write_archive(d / "vib.zip", vib)

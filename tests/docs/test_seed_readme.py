@@ -44,14 +44,16 @@ def here(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 def _tiny_model(out: int = 10) -> nn.Module:
     from torch import nn
 
-    return nn.Sequential(nn.Conv2d(3, 4, 3, stride=4), nn.AdaptiveAvgPool2d(1), nn.Flatten(),
-                         nn.Linear(4, out))
+    return nn.Sequential(
+        nn.Conv2d(3, 4, 3, stride=4), nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(4, out)
+    )
 
 
 # -- Installation ------------------------------------------------------------------------------
 def test_install_extras_zstd_and_full() -> None:
     """``pip install cdmltrain[zstd]`` / ``[full]``: both extras exist; ``full`` holds every
-    other runtime extra; zstd support is in the core install."""
+    other runtime extra; zstd support is in the core install.
+    """
     tomllib = pytest.importorskip("tomllib")  # Python 3.11+
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     extras = project["optional-dependencies"]
@@ -64,8 +66,9 @@ def test_install_extras_zstd_and_full() -> None:
 
 # -- Quick Start -------------------------------------------------------------------------------
 def test_basic_usage_zip_any_data(here: Path) -> None:
-    write_archive("training_data.zip", [(f"rec/{i:03d}.bin", os.urandom(50 + i))
-                                        for i in range(70)])
+    write_archive(
+        "training_data.zip", [(f"rec/{i:03d}.bin", os.urandom(50 + i)) for i in range(70)]
+    )
     printed: list[str] = []
 
     # -- the seed's snippet --
@@ -94,7 +97,8 @@ def test_image_dataset_with_transforms(here: Path) -> None:
 
     def transform(img: np.ndarray) -> torch.Tensor:
         """Resize((224, 224)) + ToTensor() + Normalize(...) on the uint8 H×W×3 image we
-        give a transform (torchvision is not needed, nor forbidden)."""
+        give a transform (torchvision is not needed, nor forbidden).
+        """
         t = torch.from_numpy(img).permute(2, 0, 1).float().div(255)
         t = F.interpolate(t[None], size=(224, 224), mode="bilinear", align_corners=False)[0]
         return (t - mean) / std
@@ -264,13 +268,19 @@ print("stopped", flush=True)
 """
 
 
-def _run_until(here: Path, code: str, drop: list[tuple[str, bytes]], lines: int,
-               timeout: float = 60) -> list[str]:
+def _run_until(
+    here: Path, code: str, drop: list[tuple[str, bytes]], lines: int, timeout: float = 60
+) -> list[str]:
     """Run a blocking snippet, drop files into ``live_input``, read ``lines`` lines of its
-    output, then Ctrl-C it (SIGINT) and read the rest."""
+    output, then Ctrl-C it (SIGINT) and read the rest.
+    """
     (here / "live_input").mkdir()
-    proc = subprocess.Popen([sys.executable, "-u", "-c", LIVE_PRELUDE + code], cwd=here,
-                            stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-u", "-c", LIVE_PRELUDE + code],
+        cwd=here,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     assert proc.stdout is not None
     try:
         time.sleep(3.0)  # imports done, the watch armed
@@ -290,9 +300,12 @@ def _run_until(here: Path, code: str, drop: list[tuple[str, bytes]], lines: int,
 
 @pytest.mark.slow  # a live watcher process, fed files, stopped with Ctrl-C
 def test_live_watch_and_pack(here: Path) -> None:
-    drop = [*class_images(1)[:2], ("mic.wav", wav(1.0, 440)),
-            ("plc.csv", b"temp,state\n36.5,NORMAL\n40.0,HOT\n"),
-            ("ops.txt", b"belt two stopped\n\nrestarted\n")]
+    drop = [
+        *class_images(1)[:2],
+        ("mic.wav", wav(1.0, 440)),
+        ("plc.csv", b"temp,state\n36.5,NORMAL\n40.0,HOT\n"),
+        ("ops.txt", b"belt two stopped\n\nrestarted\n"),
+    ]
     drop = [(Path(n).name if "/" not in n else n.replace("/", "_"), d) for n, d in drop]
     out = _run_until(here, WATCH_AND_PACK, drop, lines=3)
     assert out[0].startswith("Prediction: tensor([") and out[1].startswith("Prediction: ")
@@ -353,8 +366,11 @@ def test_neural_compression_tier2(here: Path) -> None:
 def test_multimodal_encoders() -> None:
     import torch
 
-    waveform, features, sequence = torch.randn(4, 1, 16000), torch.randn(4, 20), torch.randn(
-        4, 50, 8)
+    waveform, features, sequence = (
+        torch.randn(4, 1, 16000),
+        torch.randn(4, 20),
+        torch.randn(4, 50, 8),
+    )
 
     # -- the seed's snippet --
     from cdml_edge import AudioEncoder, TabularEncoder, TimeSeriesEncoder
@@ -389,11 +405,11 @@ def test_configuration(here: Path) -> None:
 
     # -- the seed's snippet --
     ds = CDMLStreamDataset(
-        path="data.zip",           # ZIP, .tar.zst, or s3:// path
-        is_image=False,            # True → auto-decode as PIL Image
-        transform=None,            # torchvision transforms (for images)
-        cache_size_mb=50,          # LRU cache size (memory-safe)
-        target_size=(224, 224),    # Resize images on load
+        path="data.zip",  # ZIP, .tar.zst, or s3:// path
+        is_image=False,  # True → auto-decode as PIL Image
+        transform=None,  # torchvision transforms (for images)
+        cache_size_mb=50,  # LRU cache size (memory-safe)
+        target_size=(224, 224),  # Resize images on load
     )
     # --
     assert isinstance(ds[0], bytes)  # is_image=False: raw bytes

@@ -1,6 +1,7 @@
 """``doctor`` checks camera sources as the agent would open them: devices exist and can be
 opened by the service's account, stream servers answer on TCP, files and FIFOs are there,
-GStreamer pipelines have an OpenCV that speaks GStreamer; never a password in a line."""
+GStreamer pipelines have an OpenCV that speaks GStreamer; never a password in a line.
+"""
 
 from __future__ import annotations
 
@@ -19,8 +20,9 @@ from cdml_edge.doctor.sources import check_source
 
 
 def _camera(url: Any, **extra: Any) -> Any:
-    cfg = parse_config({"sources": [{"name": "cam", "kind": "camera", "modality": "image",
-                                     "url": url, **extra}]})
+    cfg = parse_config(
+        {"sources": [{"name": "cam", "kind": "camera", "modality": "image", "url": url, **extra}]}
+    )
     return cfg.sources[0]
 
 

@@ -1,5 +1,6 @@
 """``cdml-edge doctor`` on a good and on a broken setup: real ONNX files run by onnxruntime, a
-real Mosquitto (plain on 127.0.0.1:1883, and a TLS listener started here), real folders."""
+real Mosquitto (plain on 127.0.0.1:1883, and a TLS listener started here), real folders.
+"""
 
 from __future__ import annotations
 
@@ -31,9 +32,7 @@ PLAIN_BROKER = ("127.0.0.1", 1883)
 # -- a TLS broker ----------------------------------------------------------------------------
 
 
-def _cert_pair(
-    tmp: Path, stem: str
-) -> tuple[Path, Path, Path]:
+def _cert_pair(tmp: Path, stem: str) -> tuple[Path, Path, Path]:
     """A CA and a server certificate for 127.0.0.1 signed by it: (ca.pem, cert.pem, key.pem)."""
     from cryptography import x509
     from cryptography.hazmat.primitives import hashes, serialization
@@ -54,9 +53,15 @@ def _cert_pair(
         .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
         .add_extension(
             x509.KeyUsage(
-                digital_signature=True, content_commitment=False, key_encipherment=False,
-                data_encipherment=False, key_agreement=False, key_cert_sign=True,
-                crl_sign=True, encipher_only=False, decipher_only=False,
+                digital_signature=True,
+                content_commitment=False,
+                key_encipherment=False,
+                data_encipherment=False,
+                key_agreement=False,
+                key_cert_sign=True,
+                crl_sign=True,
+                encipher_only=False,
+                decipher_only=False,
             ),
             critical=True,
         )
@@ -158,8 +163,13 @@ def good_config(tmp: Path, mqtt: dict[str, object]) -> Path:
         "device": {"id": "doctor-test"},
         "sources": [
             {"name": "cam", "path": "in/cam", "modality": "image", "on_done": "delete"},
-            {"name": "vib", "path": "in/vib", "modality": "timeseries", "on_done": "move",
-             "move_to": "in/vib-done"},
+            {
+                "name": "vib",
+                "path": "in/vib",
+                "modality": "timeseries",
+                "on_done": "move",
+                "move_to": "in/vib-done",
+            },
         ],
         "models": {
             "image": {"path": "models/digits.onnx"},
@@ -193,8 +203,16 @@ def test_good_setup_plain_broker(tmp_path: Path) -> None:
     assert not failures(list(checks.values())), failures(list(checks.values()))
     checks.pop("privileges", None)  # the root caveat, when the tests run as root
     assert set(checks) == {
-        "native reader", "release", "model image", "model timeseries", "source cam",
-        "source vib", "state folder", "spool folder", "retention folder", "quarantine folder",
+        "native reader",
+        "release",
+        "model image",
+        "model timeseries",
+        "source cam",
+        "source vib",
+        "state folder",
+        "spool folder",
+        "retention folder",
+        "quarantine folder",
         "broker",
     }
     # a development venv: no release of install.sh, no lock beside it
@@ -229,8 +247,9 @@ def test_good_setup_tls_broker(tmp_path: Path, tls_broker: tuple[int, Path, Path
     res = runner.invoke(app, ["doctor", "--config", str(path), "--ascii"])
     assert res.exit_code == 0, res.output
     lines = res.output.splitlines()
-    assert any(ln.startswith("OK   broker tls: 127.0.0.1") and "broker.test" in ln
-               for ln in lines), res.output
+    assert any(
+        ln.startswith("OK   broker tls: 127.0.0.1") and "broker.test" in ln for ln in lines
+    ), res.output
     assert any(ln.startswith("OK   broker: ") and "CONNACK" in ln for ln in lines), res.output
     # Run as root, the caveat about folder checks is a warning, not a check.
     assert lines[-1] in ("13/13 checks passed", "13/13 checks passed, 1 warning"), res.output
@@ -238,9 +257,7 @@ def test_good_setup_tls_broker(tmp_path: Path, tls_broker: tuple[int, Path, Path
 
 def test_broken_setup(tmp_path: Path, tls_broker: tuple[int, Path, Path]) -> None:
     port, _, other_ca = tls_broker
-    path = good_config(
-        tmp_path, {"url": f"mqtts://127.0.0.1:{port}", "tls": {"ca": str(other_ca)}}
-    )
+    path = good_config(tmp_path, {"url": f"mqtts://127.0.0.1:{port}", "tls": {"ca": str(other_ca)}})
     data = yaml.safe_load(path.read_text())
     # A model file that is not ONNX, a provider this build lacks, a missing source folder,
     # a spool below a regular file, a retention bound no disk here can hold.
@@ -256,8 +273,13 @@ def test_broken_setup(tmp_path: Path, tls_broker: tuple[int, Path, Path]) -> Non
     # (the native reader is covered by its own test)
     bad = {name for name, c in checks.items() if not c.ok} - {"native reader"}
     assert bad == {
-        "model image", "model timeseries", "source vib", "spool folder", "retention folder",
-        "quarantine folder", "broker tls",
+        "model image",
+        "model timeseries",
+        "source vib",
+        "spool folder",
+        "retention folder",
+        "quarantine folder",
+        "broker tls",
     }, failures(list(checks.values()))
     assert "cannot load" in checks["model image"].detail
     assert "NoSuchExecutionProvider not available" in checks["model timeseries"].detail
@@ -297,7 +319,9 @@ def test_invalid_config_exits_2(tmp_path: Path) -> None:
     path.write_text("sources:\n  - name: a\n    modality: image\n    pathh: x\n")
     res = subprocess.run(
         [sys.executable, "-m", "cdml_edge.cli", "doctor", "--config", str(path), "--ascii"],
-        capture_output=True, text=True, timeout=120,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert res.returncode == 2, res.stdout + res.stderr
     assert res.stdout.startswith("FAIL config:")
@@ -335,9 +359,16 @@ def test_password_file_is_read_the_agent_way(tmp_path: Path) -> None:
     secret = tmp_path / "mqtt-password"
     secret.write_text("s3cret\n")
     host, port = PLAIN_BROKER
-    cfg = load_config(good_config(tmp_path, {
-        "url": f"mqtt://{host}:{port}", "username": "u", "password_file": str(secret),
-    }))
+    cfg = load_config(
+        good_config(
+            tmp_path,
+            {
+                "url": f"mqtt://{host}:{port}",
+                "username": "u",
+                "password_file": str(secret),
+            },
+        )
+    )
     assert cfg.mqtt is not None
     assert resolve_password(cfg.mqtt) == "s3cret"
     (broker,) = check_broker(cfg.mqtt, timeout_s=3)
@@ -377,8 +408,13 @@ def test_user_option_judges_folders_for_the_service_account() -> None:
                 p.chmod(0o755)
         cfg = load_config(path)
         as_me = by_name(run_checks(cfg))
-        folders = ["source cam", "source vib", "spool folder", "retention folder",
-                   "quarantine folder"]
+        folders = [
+            "source cam",
+            "source vib",
+            "spool folder",
+            "retention folder",
+            "quarantine folder",
+        ]
         assert all(as_me[f].ok for f in folders), failures(list(as_me.values()))
 
         as_nobody = by_name(run_checks(cfg, user="nobody"))

@@ -21,8 +21,13 @@ def config(tmp: Path, **extra: object) -> Path:
     data = {
         "sources": [
             {"name": "cam", "path": "/data/cam", "modality": "image", "on_done": "delete"},
-            {"name": "vib", "path": "/data/vib", "modality": "timeseries", "on_done": "move",
-             "move_to": "/archive/vib done"},
+            {
+                "name": "vib",
+                "path": "/data/vib",
+                "modality": "timeseries",
+                "on_done": "move",
+                "move_to": "/archive/vib done",
+            },
             {"name": "logs", "path": "/srv/cdml/logs", "modality": "text", "on_done": "keep"},
         ],
         "spool": {"dir": "/var/lib/cdml-edge/spool"},
@@ -60,8 +65,15 @@ def test_dropin_lists_every_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPat
     assert text.splitlines()[3] == "[Service]"
     assert "WatchdogSec" not in text
     labels = [label for label, _ in write_paths(cfg)]
-    assert labels == ["state", "source cam", "source vib", "source vib move_to", "spool",
-                      "retention", "quarantine"]
+    assert labels == [
+        "state",
+        "source cam",
+        "source vib",
+        "source vib move_to",
+        "spool",
+        "retention",
+        "quarantine",
+    ]
 
 
 def test_watchdog_off_disables_the_unit_watchdog(tmp_path: Path) -> None:
@@ -77,8 +89,7 @@ def test_unit_alone_keeps_outside_folders_read_only_until_the_dropin(
     unit = installed_unit(tmp_path)
     missing = {label for label, _ in uncovered(cfg, unit)}
     # /srv/cdml and /var/lib/cdml-edge are in the unit; the rest is read-only without a drop-in.
-    assert missing == {"source cam", "source vib", "source vib move_to", "retention",
-                       "quarantine"}
+    assert missing == {"source cam", "source vib", "source vib move_to", "retention", "quarantine"}
     check = run_checks(cfg, unit=unit, euid=1000)
     unit_check = next(c for c in check if c.name == "unit paths")
     assert not unit_check.ok and "/mnt/usb/retention" in unit_check.detail
@@ -87,7 +98,7 @@ def test_unit_alone_keeps_outside_folders_read_only_until_the_dropin(
     dropins.mkdir()
     (dropins / "60-paths.conf").write_text(render_dropin(cfg))
     assert uncovered(cfg, unit) == []
-    assert '-/archive/vib done' in unit_settings(unit)["ReadWritePaths"][-6]
+    assert "-/archive/vib done" in unit_settings(unit)["ReadWritePaths"][-6]
     unit_check = next(c for c in run_checks(cfg, unit=unit, euid=1000) if c.name == "unit paths")
     assert unit_check.ok, unit_check
 
@@ -107,8 +118,9 @@ def test_dropin_verifies_with_systemd(tmp_path: Path) -> None:
 
     def complaints(text: str) -> list[str]:
         (dropins / "60-paths.conf").write_text(text)
-        res = subprocess.run([exe, "verify", "--man=no", str(unit)], capture_output=True,
-                             text=True, env=env)
+        res = subprocess.run(
+            [exe, "verify", "--man=no", str(unit)], capture_output=True, text=True, env=env
+        )
         return [ln for ln in res.stderr.splitlines() if "60-paths.conf" in ln]
 
     # The control: systemd does read the drop-in and reports what it cannot use.

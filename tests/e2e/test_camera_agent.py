@@ -1,6 +1,7 @@
 """The whole agent with an RTSP camera that goes away and comes back: results on a real
 Mosquitto, the camera's state on ``{source}/camera`` and in the health payload, Prometheus
-``cdml_edge_camera_*`` and ``/healthz`` (503 while the camera is down past its grace)."""
+``cdml_edge_camera_*`` and ``/healthz`` (503 while the camera is down past its grace).
+"""
 
 from __future__ import annotations
 
@@ -63,12 +64,20 @@ def test_agent_rtsp_outage_shows_in_health_and_results_resume(tmp_path: Path) ->
     rtsp = RtspServer()
     cfg = {
         "device": {"id": "cam-dev"},
-        "sources": [{
-            "name": "gate", "kind": "camera", "url": rtsp.url, "modality": "image", "fps": 5,
-            "window": {"seconds": "200ms", "max_items": 4},
-            "read_timeout": "1500ms", "open_timeout": "3s", "reconnect_max": "500ms",
-            "unhealthy_after": "4s",
-        }],
+        "sources": [
+            {
+                "name": "gate",
+                "kind": "camera",
+                "url": rtsp.url,
+                "modality": "image",
+                "fps": 5,
+                "window": {"seconds": "200ms", "max_items": 4},
+                "read_timeout": "1500ms",
+                "open_timeout": "3s",
+                "reconnect_max": "500ms",
+                "unhealthy_after": "4s",
+            }
+        ],
         "models": {"image": {"path": "brightness.onnx"}},
         "mqtt": {"url": "mqtt://127.0.0.1:1883", "topic_prefix": prefix},
         "spool": {"dir": "spool"},
@@ -87,14 +96,20 @@ def test_agent_rtsp_outage_shows_in_health_and_results_resume(tmp_path: Path) ->
         assert _get(base + "/healthz")[0] == 200
 
         rtsp.stop()
-        wait_for(lambda: any(p["state"] == "failed" for p, _ in sub.of("/gate/camera")),
-                 timeout=30, what="the camera reported failed")
+        wait_for(
+            lambda: any(p["state"] == "failed" for p, _ in sub.of("/gate/camera")),
+            timeout=30,
+            what="the camera reported failed",
+        )
         code, body = _get(base + "/healthz")
         assert code == 503, body
         health = json.loads(body)
         assert health["status"] == "camera_down" and health["cameras"]["gate"]["unhealthy"]
-        wait_for(lambda: any(p["cameras"]["gate"]["state"] == "failed"
-                             for p, _ in sub.of("/health")), timeout=10, what="health payload")
+        wait_for(
+            lambda: any(p["cameras"]["gate"]["state"] == "failed" for p, _ in sub.of("/health")),
+            timeout=10,
+            what="health payload",
+        )
         down = [p for p, _ in sub.of("/health") if p["cameras"]["gate"]["state"] == "failed"][-1]
         cam = down["cameras"]["gate"]
         assert cam["down_for_s"] >= 4 and cam["last_frame_age_s"] >= 4
@@ -106,12 +121,20 @@ def test_agent_rtsp_outage_shows_in_health_and_results_resume(tmp_path: Path) ->
 
         back = time.time()
         rtsp.start()
-        wait_for(lambda: any(t > back for _, t in sub.of("/gate/result")), timeout=40,
-                 what="results after the camera came back")
+        wait_for(
+            lambda: any(t > back for _, t in sub.of("/gate/result")),
+            timeout=40,
+            what="results after the camera came back",
+        )
         wait_for(lambda: _get(base + "/healthz")[0] == 200, timeout=10, what="healthz ok again")
-        wait_for(lambda: any(p["cameras"]["gate"]["fps_scored"] > 0 and p["cameras"]["gate"]
-                             ["reconnects"] == 1 for p, _ in sub.of("/health")),
-                 timeout=20, what="health shows the camera scored again")
+        wait_for(
+            lambda: any(
+                p["cameras"]["gate"]["fps_scored"] > 0 and p["cameras"]["gate"]["reconnects"] == 1
+                for p, _ in sub.of("/health")
+            ),
+            timeout=20,
+            what="health shows the camera scored again",
+        )
         metrics = _get(base + "/metrics")[1]
         assert 'cdml_edge_camera_reconnects_total{source="gate"} 1.0' in metrics
     finally:

@@ -17,7 +17,8 @@ from cdml_edge.config import load_config
 def _config(tmp_path: Path, close_when_idle: bool) -> Path:
     brightness_classifier(tmp_path / "b.onnx")
     cfg = tmp_path / "agent.yaml"
-    cfg.write_text(textwrap.dedent(f"""
+    cfg.write_text(
+        textwrap.dedent(f"""
         sources:
           - name: cam
             path: in
@@ -27,14 +28,16 @@ def _config(tmp_path: Path, close_when_idle: bool) -> Path:
           image: {{path: b.onnx}}
         quarantine: {{dir: quarantine}}
         output: {{jsonl: out.jsonl}}
-        """))
+        """)
+    )
     return cfg
 
 
 @pytest.mark.parametrize("close_when_idle", [True, False])
 def test_an_idle_agent_scores_a_file_at_once(tmp_path: Path, close_when_idle: bool) -> None:
     """Windows of up to 30 s: with close_when_idle (the default) each file is scored as it
-    arrives; without it, the file waits for its window to end."""
+    arrives; without it, the file waits for its window to end.
+    """
     cfg = _config(tmp_path, close_when_idle)
     agent = Agent(load_config(cfg), cfg)
     agent.start()
@@ -46,8 +49,11 @@ def test_an_idle_agent_scores_a_file_at_once(tmp_path: Path, close_when_idle: bo
             wait_for(lambda: of_kind(read_jsonl(out), "/result"), timeout=10, what="result")
             assert time.monotonic() - t0 < 10  # the window had 30 s to go
             write_atomic(tmp_path / "in" / "b.jpg", jpeg(220))
-            wait_for(lambda: len(of_kind(read_jsonl(out), "/window")) == 2, timeout=10,
-                     what="a second window")
+            wait_for(
+                lambda: len(of_kind(read_jsonl(out), "/window")) == 2,
+                timeout=10,
+                what="a second window",
+            )
         else:
             time.sleep(1.5)
             assert of_kind(read_jsonl(out), "/result") == []

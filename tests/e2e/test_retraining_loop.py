@@ -1,5 +1,6 @@
 """The retraining loop end to end: agent -> retention -> export -> dataset -> one epoch of
-training -> ONNX export -> replay of the retained windows with the new model."""
+training -> ONNX export -> replay of the retained windows with the new model.
+"""
 
 from __future__ import annotations
 

@@ -105,8 +105,12 @@ def disk(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Disk]:
     path = tmp_path / "disk"
     path.mkdir()
     size = f"size={DISK_BYTES}"
-    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", size, "tmpfs", str(path)],
-                             capture_output=True).returncode == 0
+    mounted = (
+        subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", size, "tmpfs", str(path)], capture_output=True
+        ).returncode
+        == 0
+    )
     print(f"[soak] spool/retention/quarantine on {'a tmpfs' if mounted else 'injected ENOSPC'}")
     yield Disk(path, mounted, monkeypatch)
     if mounted:
@@ -117,11 +121,17 @@ def _config(tmp_path: Path, disk: Path, broker: BrokerProcess, prefix: str, port
     doc = {
         "device": {"id": "soak"},
         "state_dir": str(tmp_path / "state"),
-        "sources": [{
-            "name": SOURCE, "kind": "folder", "path": str(tmp_path / "in"), "modality": "image",
-            "window": {"seconds": "200ms", "max_items": 16}, "on_done": "delete",
-            "stable_seconds": 0.3,
-        }],
+        "sources": [
+            {
+                "name": SOURCE,
+                "kind": "folder",
+                "path": str(tmp_path / "in"),
+                "modality": "image",
+                "window": {"seconds": "200ms", "max_items": 16},
+                "on_done": "delete",
+                "stable_seconds": 0.3,
+            }
+        ],
         "models": {"image": {"path": str(tmp_path / "brightness.onnx")}},
         "mqtt": {"url": broker.url, "topic_prefix": prefix, "protocol": broker.protocol},
         "spool": {"dir": str(disk / "spool"), "max_bytes": "2MiB"},
@@ -194,9 +204,11 @@ def test_soak(tmp_path: Path, disk: Disk) -> None:
     agent.start()
     try:
         poller = run_for(1e9, lambda: samples.append(_healthz(port)), 0.25, stop)
-        threads = [run_for(seconds, injector.step, 0.12, stop),
-                   run_for(seconds, faults.broker_tick, 1.0, stop),
-                   run_for(seconds, faults.disk_tick, 1.0, stop)]
+        threads = [
+            run_for(seconds, injector.step, 0.12, stop),
+            run_for(seconds, faults.broker_tick, 1.0, stop),
+            run_for(seconds, faults.disk_tick, 1.0, stop),
+        ]
         for t in threads:
             t.join(seconds + 60)
         injector.finish()
@@ -204,8 +216,11 @@ def test_soak(tmp_path: Path, disk: Disk) -> None:
         _settle(tmp_path / "in", ledger, agent, sub)
         dead_at_end = list(agent.supervisor.dead())
         try:
-            wait_for(lambda: samples[-1][1] == 200 and samples[-1][0] > time.time() - 2,
-                     timeout=30, what="/healthz 200 once every fault is over")
+            wait_for(
+                lambda: samples[-1][1] == 200 and samples[-1][0] > time.time() - 2,
+                timeout=30,
+                what="/healthz 200 once every fault is over",
+            )
         except AssertionError:
             print(f"[soak] last /healthz answers: {samples[-3:]}")
             raise
@@ -233,22 +248,35 @@ def _regular_left(folder: Path) -> list[str]:
 def _delivered(agent: Agent) -> bool:
     """Nothing waits in the outbox, in flight or in the spool, and the broker is connected."""
     st = agent.output.stats()
-    return (st["broker_connected"] == 1 and st["outbox_depth"] == 0 and st["inflight"] == 0
-            and st["spool_records"] == 0)
+    return (
+        st["broker_connected"] == 1
+        and st["outbox_depth"] == 0
+        and st["inflight"] == 0
+        and st["spool_records"] == 0
+    )
 
 
 def _settle(folder: Path, ledger: Ledger, agent: Agent, sub: Subscriber) -> None:
     """Wait until the agent has finished every regular file and delivered every message,
-    and the subscriber has them (or 120 s)."""
+    and the subscriber has them (or 120 s).
+    """
     try:
-        wait_for(lambda: not _regular_left(folder) and agent.budget.used == 0, timeout=120,
-                 what="every dropped file finished")
+        wait_for(
+            lambda: not _regular_left(folder) and agent.budget.used == 0,
+            timeout=120,
+            what="every dropped file finished",
+        )
     except AssertionError:
         print(f"[soak] still on disk after 120 s: {_regular_left(folder)[:20]}")
     try:
         wait_for(lambda: _delivered(agent), timeout=60, what="outbox and spool delivered")
-        wait_for(lambda: ledger.all_ids() & set(sub.ids(f"/{SOURCE}/result"))
-                 >= _deleted_ids(ledger, folder), timeout=30, what="the subscriber has them")
+        wait_for(
+            lambda: (
+                ledger.all_ids() & set(sub.ids(f"/{SOURCE}/result")) >= _deleted_ids(ledger, folder)
+            ),
+            timeout=30,
+            what="the subscriber has them",
+        )
     except AssertionError as exc:
         print(f"[soak] {exc}; output: {agent.output.stats()}")
 
@@ -256,8 +284,11 @@ def _settle(folder: Path, ledger: Ledger, agent: Agent, sub: Subscriber) -> None
 def _deleted_ids(ledger: Ledger, folder: Path) -> set[str]:
     """Ids of the final good versions that are no longer in the folder."""
     base = os.fsencode(folder)
-    return {v.id for v in ledger.finals()
-            if not v.corrupt and not os.path.lexists(os.path.join(base, v.raw))}
+    return {
+        v.id
+        for v in ledger.finals()
+        if not v.corrupt and not os.path.lexists(os.path.join(base, v.raw))
+    }
 
 
 def _once(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -295,8 +326,17 @@ def _fate(v: Any, folder: Path, scored: set[str], quarantined: dict[str, list[st
     return "lost"
 
 
-def _check(tmp_path: Path, ledger: Ledger, sub: Subscriber, samples: list[Any], disk: Disk,
-           faults: Faults, agent: Agent, dead_at_end: list[str], opens: int) -> None:
+def _check(
+    tmp_path: Path,
+    ledger: Ledger,
+    sub: Subscriber,
+    samples: list[Any],
+    disk: Disk,
+    faults: Faults,
+    agent: Agent,
+    dead_at_end: list[str],
+    opens: int,
+) -> None:
     results = sub.on(f"/{SOURCE}/result")
     errors = _once(sub.on(f"/{SOURCE}/error") + sub.on("/agent/error"))
     scored = {r["id"] for r in results}
@@ -310,9 +350,11 @@ def _check(tmp_path: Path, ledger: Ledger, sub: Subscriber, samples: list[Any], 
     lost = [v.shown for v, f in zip(finals, fates, strict=True) if f == "lost"]
     for name in lost[:5]:
         vs = next(vs for vs in ledger.versions.values() if vs[-1].shown == name)
-        print(f"[soak] lost {name!r}: versions {[v.id for v in vs]}, results "
-              f"{[(r['id'], r['window_id']) for r in results if r['item'] == name]}, events "
-              f"{[(e['error_type'], e['message']) for e in errors if e['item'] == name]}")
+        print(
+            f"[soak] lost {name!r}: versions {[v.id for v in vs]}, results "
+            f"{[(r['id'], r['window_id']) for r in results if r['item'] == name]}, events "
+            f"{[(e['error_type'], e['message']) for e in errors if e['item'] == name]}"
+        )
     assert not lost, f"final versions neither scored, on disk nor quarantined: {lost[:10]}"
     phantom = scored - ledger.all_ids()
     assert not phantom, f"results for versions never written whole: {len(phantom)}"
@@ -322,8 +364,13 @@ def _check(tmp_path: Path, ledger: Ledger, sub: Subscriber, samples: list[Any], 
     _check_health(samples, errors, disk)
 
 
-def _check_specials(ledger: Ledger, errors: list[dict[str, Any]], folder: Path,
-                    results: list[dict[str, Any]], opens: int) -> None:
+def _check_specials(
+    ledger: Ledger,
+    errors: list[dict[str, Any]],
+    folder: Path,
+    results: list[dict[str, Any]],
+    opens: int,
+) -> None:
     from cdml_edge.fsio import display_name
 
     want = {"fifo": "NotRegularFile", "socket": "NotRegularFile", "link": "LinkRefused"}
@@ -364,9 +411,17 @@ def _check_health(samples: list[Any], errors: list[dict[str, Any]], disk: Disk) 
     assert samples[-1][1] == 200, samples[-1]
 
 
-def _figures(ledger: Ledger, results: list[Any], errors: list[Any], every: list[Any],
-             fates: list[str], samples: list[Any], disk: Disk, faults: Faults,
-             agent: Agent) -> dict[str, Any]:
+def _figures(
+    ledger: Ledger,
+    results: list[Any],
+    errors: list[Any],
+    every: list[Any],
+    fates: list[str],
+    samples: list[Any],
+    disk: Disk,
+    faults: Faults,
+    agent: Agent,
+) -> dict[str, Any]:
     ids = [r["id"] for r in results]
     kinds: dict[str, int] = {}
     for e in errors:
@@ -379,8 +434,7 @@ def _figures(ledger: Ledger, results: list[Any], errors: list[Any], every: list[
         "names": len(ledger.versions),
         "versions_written": len(every),
         "specials": len(ledger.specials),
-        "final_versions": {f: fates.count(f) for f in ("scored", "quarantined", "on_disk",
-                                                       "lost")},
+        "final_versions": {f: fates.count(f) for f in ("scored", "quarantined", "on_disk", "lost")},
         "versions_scored": len({v.id for v in every} & set(ids)),
         "result_messages": len(ids),
         "duplicate_messages": len(ids) - len(set(ids)),
@@ -389,9 +443,24 @@ def _figures(ledger: Ledger, results: list[Any], errors: list[Any], every: list[
         "disk_full_episodes": len(disk.episodes.spans),
         "healthz_samples": codes,
         "thread_deaths": dict(agent.supervisor.restarts),
-        "output": {k: v for k, v in agent.output.stats().items()
-                   if k in ("published", "acked", "spooled", "drained", "reconnects",
-                            "dropped", "spool_io_errors")},
-        "lifecycle": {"deleted": agent.lifecycle.deleted, "changed": agent.lifecycle.changed,
-                      "gone": agent.lifecycle.gone, "quarantined": agent.lifecycle.quarantined},
+        "output": {
+            k: v
+            for k, v in agent.output.stats().items()
+            if k
+            in (
+                "published",
+                "acked",
+                "spooled",
+                "drained",
+                "reconnects",
+                "dropped",
+                "spool_io_errors",
+            )
+        },
+        "lifecycle": {
+            "deleted": agent.lifecycle.deleted,
+            "changed": agent.lifecycle.changed,
+            "gone": agent.lifecycle.gone,
+            "quarantined": agent.lifecycle.quarantined,
+        },
     }

@@ -55,7 +55,9 @@ def _agent(cfg: Path) -> subprocess.Popen[bytes]:
     try:
         return subprocess.Popen(
             [sys.executable, "-m", "cdml_edge.cli", "run", "--config", str(cfg)],
-            cwd=cfg.parent, stdout=log, stderr=subprocess.STDOUT,
+            cwd=cfg.parent,
+            stdout=log,
+            stderr=subprocess.STDOUT,
         )
     finally:
         log.close()

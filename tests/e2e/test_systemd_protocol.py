@@ -1,5 +1,6 @@
 """The agent speaks the systemd protocol the unit relies on: a real `cdml-edge run` process with
-NOTIFY_SOCKET and WATCHDOG_USEC set, as systemd would start it (Type=notify, WatchdogSec=)."""
+NOTIFY_SOCKET and WATCHDOG_USEC set, as systemd would start it (Type=notify, WatchdogSec=).
+"""
 
 from __future__ import annotations
 
@@ -56,7 +57,8 @@ def _has_result(obj: object, item: str) -> bool:
 
 def _jsonl(path: Path) -> list[object]:
     """The complete lines of a JSON-lines file being written (a last partial line is not
-    one yet)."""
+    one yet).
+    """
     text = path.read_text() if path.exists() else ""
     out = []
     for ln in text.splitlines():
@@ -87,8 +89,15 @@ def test_ready_watchdog_reload_stop(tmp_path: Path) -> None:
     port = _free_port()
     cfg = {
         "device": {"id": "proto-test"},
-        "sources": [{"name": "cam", "path": "cam", "modality": "image",
-                     "window": {"seconds": 0.05, "max_items": 1}, "stable_seconds": 0.05}],
+        "sources": [
+            {
+                "name": "cam",
+                "path": "cam",
+                "modality": "image",
+                "window": {"seconds": 0.05, "max_items": 1},
+                "stable_seconds": 0.05,
+            }
+        ],
         "models": {"image": {"path": "tiny.onnx"}},
         "output": {"jsonl": "out.jsonl"},
         "spool": {"dir": "spool"},
@@ -105,7 +114,10 @@ def test_ready_watchdog_reload_stop(tmp_path: Path) -> None:
     env.pop("WATCHDOG_PID", None)
     proc = subprocess.Popen(
         [sys.executable, "-m", "cdml_edge.cli", "run", "--config", str(config)],
-        env=env, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        env=env,
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
     )
     try:
         ready = _next(srv, "READY=1")
@@ -119,8 +131,10 @@ def test_ready_watchdog_reload_stop(tmp_path: Path) -> None:
         _until(lambda: any(_has_result(d, "part-1.png") for d in _jsonl(out)), "a result")
         # The result line is written before the window counts as done (its on_durable runs
         # once the output took the batch): wait for the counters, do not race them.
-        _until(lambda: json.loads(_get(f"http://127.0.0.1:{port}/healthz"))["progress_count"]
-               >= 1, "progress on /healthz")
+        _until(
+            lambda: json.loads(_get(f"http://127.0.0.1:{port}/healthz"))["progress_count"] >= 1,
+            "progress on /healthz",
+        )
         health = json.loads(_get(f"http://127.0.0.1:{port}/healthz"))
         assert health["status"] == "ok" and health["progress_count"] >= 1
         metrics = _get(f"http://127.0.0.1:{port}/metrics").decode()

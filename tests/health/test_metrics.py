@@ -140,8 +140,10 @@ def test_ipv6_hosts() -> None:
     m.items.labels(source="a", modality="csv").inc(3)
     with m.serve("::1", 0) as server:
         assert server.url.startswith("http://[::1]:")
-        assert scrape(server.url)[("cdml_edge_items_total", (("modality", "csv"),
-                                                             ("source", "a")))] == 3
+        assert (
+            scrape(server.url)[("cdml_edge_items_total", (("modality", "csv"), ("source", "a")))]
+            == 3
+        )
     with m.serve("::", 0) as server:
         assert server.url.startswith("http://[::1]:")
         assert get_json(server.url + "/healthz")[0] == 200
@@ -161,8 +163,7 @@ def test_concurrency_is_bounded() -> None:
     """Never more than ``max_concurrent`` connections open: one more closes the oldest."""
     m = Metrics()
     with m.serve("127.0.0.1", 0, request_timeout_s=0.3, max_concurrent=2) as server:
-        socks = [socket.create_connection(("127.0.0.1", server.port), timeout=30)
-                 for _ in range(6)]
+        socks = [socket.create_connection(("127.0.0.1", server.port), timeout=30) for _ in range(6)]
         try:
             for s in socks:
                 assert s.recv(1) == b""  # each one is handled (and timed out) in the end
@@ -197,9 +198,11 @@ def test_healthz_degraded_names_the_part_and_answers_503() -> None:
 def test_bad_requests_get_an_answer_not_a_hang() -> None:
     m = Metrics()
     with m.serve("127.0.0.1", 0) as server:
-        for raw, code in ((b"POST /healthz HTTP/1.1\r\n\r\n", b"405"),
-                          (b"nonsense\r\n\r\n", b"400"),
-                          (b"GET /x HTTP/1.1\r\nA: " + b"b" * 9000 + b"\r\n\r\n", b"431")):
+        for raw, code in (
+            (b"POST /healthz HTTP/1.1\r\n\r\n", b"405"),
+            (b"nonsense\r\n\r\n", b"400"),
+            (b"GET /x HTTP/1.1\r\nA: " + b"b" * 9000 + b"\r\n\r\n", b"431"),
+        ):
             with socket.create_connection(("127.0.0.1", server.port), timeout=5) as s:
                 s.sendall(raw)
                 assert s.recv(64).split()[1] == code

@@ -1,5 +1,6 @@
 """/healthz cannot be starved: many idle and slow (byte-dripping) connections to the real
-endpoint while a probe keeps asking; every probe is answered quickly."""
+endpoint while a probe keeps asking; every probe is answered quickly.
+"""
 
 from __future__ import annotations
 
@@ -38,8 +39,9 @@ def test_idle_and_slow_clients_do_not_starve_healthz() -> None:
     with m.serve("127.0.0.1", 0, request_timeout_s=1.0) as server:
         idle = [socket.create_connection(("127.0.0.1", server.port)) for _ in range(100)]
         stop = threading.Event()
-        drips = [threading.Thread(target=_drip, args=(server.port, stop), daemon=True)
-                 for _ in range(30)]
+        drips = [
+            threading.Thread(target=_drip, args=(server.port, stop), daemon=True) for _ in range(30)
+        ]
         for t in drips:
             t.start()
         try:
@@ -57,8 +59,10 @@ def test_idle_and_slow_clients_do_not_starve_healthz() -> None:
             stop.set()
             for s in idle:
                 s.close()
-        print(f"[healthz] 100 idle + 30 slow clients: probe max {max(waits) * 1000:.0f} ms, "
-              f"peak open {server.peak_active}")
+        print(
+            f"[healthz] 100 idle + 30 slow clients: probe max {max(waits) * 1000:.0f} ms, "
+            f"peak open {server.peak_active}"
+        )
         assert max(waits) < 0.5, waits
         assert closed == 100  # every idle one was closed by the server
         assert server.peak_active <= 64  # bounded, whatever the clients do

@@ -1,6 +1,7 @@
 """The status page (``health.status_page``): a running agent fed real files (real folder
 watch, real ONNX models), the page read by a real headless Chromium, screenshot taken; and
-the board and page on their own (bounds, escaping, off by default)."""
+the board and page on their own (bounds, escaping, off by default).
+"""
 
 from __future__ import annotations
 
@@ -43,8 +44,7 @@ def part_photo(value: int, seed: int, size: int = 320) -> bytes:
 
 def _csv(level: float) -> bytes:
     rows = np.full((8, 3), level)
-    return ("ax,ay,az\n" + "\n".join(",".join(f"{v:.2f}" for v in r) for r in rows)
-            + "\n").encode()
+    return ("ax,ay,az\n" + "\n".join(",".join(f"{v:.2f}" for v in r) for r in rows) + "\n").encode()
 
 
 def _config(tmp_path: Path, page: bool = True) -> Path:
@@ -91,13 +91,23 @@ def test_the_page_shows_what_the_running_agent_scored_in_a_real_browser(tmp_path
         for i, level in enumerate([0.0, 0.1, 0.0, 1.0, 0.05, 0.0]):
             write_atomic(vib / f"axis-{i:03d}.csv", _csv(level))
         write_atomic(cam / "part-bad.jpg", b"\xff\xd8 a cut-off upload")
-        wait_for(lambda: agent.view is not None and agent.view.snapshot()["sources"].get(
-            "cam", {}).get("items", 0) >= 6 and agent.view.snapshot()["sources"].get(
-            "vib", {}).get("items", 0) >= 6 and agent.view.errors, timeout=30,
-            what="12 results and an error on the board")
+        wait_for(
+            lambda: (
+                agent.view is not None
+                and agent.view.snapshot()["sources"].get("cam", {}).get("items", 0) >= 6
+                and agent.view.snapshot()["sources"].get("vib", {}).get("items", 0) >= 6
+                and agent.view.errors
+            ),
+            timeout=30,
+            what="12 results and an error on the board",
+        )
         for item in ("part-000.jpg", "part-005.jpg"):  # sources are released after output
-            wait_for(lambda item=item: agent.view is not None
-                     and agent.view.thumbnail("cam", item) is not None, what="thumbnails")
+            wait_for(
+                lambda item=item: (
+                    agent.view is not None and agent.view.thumbnail("cam", item) is not None
+                ),
+                what="thumbnails",
+            )
         code, headers, body = _get(url)
         assert code == 200 and headers["Content-Type"].startswith("text/html")
         assert "default-src 'none'" in headers["Content-Security-Policy"]
@@ -128,12 +138,10 @@ def test_the_page_is_off_by_default_follows_reloads_and_needs_the_port(tmp_path:
         code, _, _ = _get(agent._server.url + "/")
         assert code == 404 and agent.view is None
         assert _get(agent._server.url + "/healthz")[0] == 200
-        cfg_path.write_text(cfg_path.read_text().replace("status_page: false",
-                                                         "status_page: true"))
+        cfg_path.write_text(cfg_path.read_text().replace("status_page: false", "status_page: true"))
         assert agent.reload()  # SIGHUP with the page turned on: served from now on
         assert _get(agent._server.url + "/")[0] == 200 and agent.view is not None
-        cfg_path.write_text(cfg_path.read_text().replace("status_page: true",
-                                                         "status_page: false"))
+        cfg_path.write_text(cfg_path.read_text().replace("status_page: true", "status_page: false"))
         assert agent.reload()
         assert _get(agent._server.url + "/")[0] == 404 and agent.view is None
     finally:
@@ -145,8 +153,15 @@ def test_the_page_is_off_by_default_follows_reloads_and_needs_the_port(tmp_path:
 
 
 def _result(item: str, score: float, anomaly: bool = False) -> dict:
-    return {"item": item, "label": "x", "score": score, "anomaly": anomaly,
-            "anomaly_score": score, "latency_ms": 5.0, "ts": 0.0}
+    return {
+        "item": item,
+        "label": "x",
+        "score": score,
+        "anomaly": anomaly,
+        "anomaly_score": score,
+        "latency_ms": 5.0,
+        "ts": 0.0,
+    }
 
 
 def test_the_board_is_bounded() -> None:
@@ -156,8 +171,11 @@ def test_the_board_is_bounded() -> None:
         board.add_thumbnail("cam", f"{i}.jpg", b"j" * 100)
     board.add_thumbnail("cam", "huge.jpg", b"j" * 1_000_000)
     for i in range(100):
-        board.observe("error", "cam", {"source": "cam", "item": f"{i}", "error_type": "E",
-                                       "message": "m", "ts": 0})
+        board.observe(
+            "error",
+            "cam",
+            {"source": "cam", "item": f"{i}", "error_type": "E", "message": "m", "ts": 0},
+        )
     for i in range(100):
         board.observe("result", f"s{i}", _result("a", 0.1))
     snap = board.snapshot()
@@ -173,8 +191,12 @@ def test_the_board_is_bounded() -> None:
 
 def test_images_are_held_not_decoded_and_made_thumbnails_when_asked() -> None:
     board = ActivityBoard("d")
-    w = Window("w", "cam", 0.0, [Item("cam", f"{i}.jpg", "image", 0.0, part_photo(100, i),
-                                      str(i)) for i in range(12)])
+    w = Window(
+        "w",
+        "cam",
+        0.0,
+        [Item("cam", f"{i}.jpg", "image", 0.0, part_photo(100, i), str(i)) for i in range(12)],
+    )
     board.keep_images(w)
     src = board.sources["cam"]
     assert list(src.images) == [f"{i}.jpg" for i in range(4, 12)] and not src.thumbs
@@ -183,8 +205,15 @@ def test_images_are_held_not_decoded_and_made_thumbnails_when_asked() -> None:
     assert thumb is not None and list(src.thumbs) == ["11.jpg"] and "11.jpg" not in src.images
     assert board.thumbnail("cam", "11.jpg") is thumb  # cached
     assert board.thumbnail("cam", "0.jpg") is None  # not among the last 8
-    big = Window("b", "cam", 0.0, [Item("cam", f"big{i}.jpg", "image", 0.0,
-                                        b"x" * (3 * 1024 * 1024), f"b{i}") for i in range(4)])
+    big = Window(
+        "b",
+        "cam",
+        0.0,
+        [
+            Item("cam", f"big{i}.jpg", "image", 0.0, b"x" * (3 * 1024 * 1024), f"b{i}")
+            for i in range(4)
+        ],
+    )
     board.keep_images(big)
     assert sum(len(v) for v in src.images.values()) <= MAX_IMAGE_BYTES
     assert len(src.images) + len(src.thumbs) <= MAX_THUMBS
@@ -198,8 +227,17 @@ def test_leaves_open_the_tees_the_status_page_adds() -> None:
 def test_the_page_escapes_what_payloads_say() -> None:
     board = ActivityBoard("d<b>")
     board.observe("result", "cam", _result("<script>alert(1)</script>.jpg", 0.5))
-    board.observe("error", "cam", {"source": "cam", "item": "<img src=x onerror=y>",
-                                   "error_type": "E", "message": "</table>", "ts": 0})
+    board.observe(
+        "error",
+        "cam",
+        {
+            "source": "cam",
+            "item": "<img src=x onerror=y>",
+            "error_type": "E",
+            "message": "</table>",
+            "ts": 0,
+        },
+    )
     page = render_page(board.snapshot(), {"status": "ok"}, board.thumbnail)
     assert "<script>" not in page and "<img src=x" not in page and "&lt;/table&gt;" in page
     assert "d&lt;b&gt;" in page

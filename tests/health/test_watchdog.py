@@ -53,9 +53,16 @@ def _run_agent(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, watchdog: bool) 
         agent.start()
         (tmp_path / "in/cam/a.jpg").write_bytes(jpeg(200))
         out = tmp_path / "out.jsonl"
-        wait_for(lambda: out.exists() and any(
-            json.loads(ln)["topic"].endswith("/result") for ln in out.read_text().splitlines()
-        ), what="a result")
+        wait_for(
+            lambda: (
+                out.exists()
+                and any(
+                    json.loads(ln)["topic"].endswith("/result")
+                    for ln in out.read_text().splitlines()
+                )
+            ),
+            what="a result",
+        )
         time.sleep(0.5)  # ten watchdog intervals: pings would be there by now
     finally:
         agent.stop()

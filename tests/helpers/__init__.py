@@ -1,2 +1,3 @@
 """What the tests share: fixtures (registered in ``tests/conftest.py``), real servers and
-brokers, test data and models built on the spot, and the paths of the checkout."""
+brokers, test data and models built on the spot, and the paths of the checkout.
+"""

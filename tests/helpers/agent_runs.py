@@ -1,5 +1,6 @@
 """What the agent tests share: files written the way producers write them, waiting for a
-condition, a config for the whole agent, and reading the JSON-lines output it writes."""
+condition, a config for the whole agent, and reading the JSON-lines output it writes.
+"""
 
 from __future__ import annotations
 
@@ -42,11 +43,11 @@ def write_atomic(path: Path, data: bytes) -> None:
     tmp.rename(path)
 
 
-
 def cam_config(tmp_path: Path, extra: str, max_items: int = 2) -> Path:
     """``tmp_path/factory.yaml``: one image folder source ``cam1`` (``in/cam1``, created;
     windows of 100 ms / ``max_items``, ``on_done: delete``) scored by the brightness model,
-    plus the ``extra`` YAML sections."""
+    plus the ``extra`` YAML sections.
+    """
     brightness_classifier(tmp_path / "brightness.onnx")
     (tmp_path / "in/cam1").mkdir(parents=True, exist_ok=True)
     path = tmp_path / "factory.yaml"
@@ -63,7 +64,8 @@ def cam_config(tmp_path: Path, extra: str, max_items: int = 2) -> Path:
 
 def read_jsonl(path: Path) -> list[dict[str, Any]]:
     """The complete lines of a JSON-lines file the agent may be writing: a last line without
-    its newline is still being written and is not read yet."""
+    its newline is still being written and is not read yet.
+    """
     if not path.exists():
         return []
     text = path.read_text()
@@ -82,7 +84,8 @@ def of_kind(lines: list[dict[str, Any]], suffix: str) -> list[dict[str, Any]]:
 def write_config(tmp_path: Path, **opts: Any) -> Path:
     """``tmp_path/agent.yaml``: an image folder source ``cam`` and a CSV one ``vib``, scored
     by ``models/brightness.onnx`` and ``models/level.onnx`` (the ``models`` fixture of
-    ``tests/agent``), JSON lines to ``out.jsonl``."""
+    ``tests/agent``), JSON lines to ``out.jsonl``.
+    """
     text = f"""
     device: {{id: test-dev}}
     sources:

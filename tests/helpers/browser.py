@@ -8,8 +8,15 @@ from pathlib import Path
 
 import pytest
 
-FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-         "--hide-scrollbars", "--no-first-run", "--disable-extensions"]
+FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-dev-shm-usage",
+    "--hide-scrollbars",
+    "--no-first-run",
+    "--disable-extensions",
+]
 
 
 def chromium() -> str:
@@ -20,8 +27,12 @@ def chromium() -> str:
 
 
 def _run(args: list[str], profile: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([chromium(), *FLAGS, f"--user-data-dir={profile}", *args],
-                          capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [chromium(), *FLAGS, f"--user-data-dir={profile}", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 def dump_dom(url: str, profile: Path) -> str:

@@ -1,7 +1,8 @@
 """Models no one here wrote the graph of, built the way their users build them: a torch
 classifier exported with its own input name and NHWC uint8 pixels, a YOLO-style detector
 and an SSD-style one, an embedding model, and scikit-learn models converted by skl2onnx.
-None carries cdml metadata; the configuration describes each."""
+None carries cdml metadata; the configuration describes each.
+"""
 
 from __future__ import annotations
 
@@ -29,7 +30,8 @@ def _save(graph: onnx.GraphProto, path: Path) -> Path:
 
 def torch_colour_classifier(path: Path, size: int = 32) -> Path:
     """torch.onnx export: ``pixels`` (N, H, W, 3) uint8 RGB -> ``scores`` (N, 3) logits of
-    red / green / blue: the mean of each channel, scaled."""
+    red / green / blue: the mean of each channel, scaled.
+    """
     import torch
 
     class Colour(torch.nn.Module):
@@ -38,9 +40,14 @@ def torch_colour_classifier(path: Path, size: int = 32) -> Path:
             return x.mean(dim=(1, 2)) * 10.0
 
     torch.onnx.export(
-        Colour(), (torch.zeros(1, size, size, 3, dtype=torch.uint8),), str(path),
-        input_names=["pixels"], output_names=["scores"],
-        dynamic_axes={"pixels": {0: "n"}, "scores": {0: "n"}}, opset_version=17, dynamo=False,
+        Colour(),
+        (torch.zeros(1, size, size, 3, dtype=torch.uint8),),
+        str(path),
+        input_names=["pixels"],
+        output_names=["scores"],
+        dynamic_axes={"pixels": {0: "n"}, "scores": {0: "n"}},
+        opset_version=17,
+        dynamo=False,
     )
     return path
 
@@ -49,11 +56,14 @@ def constant_output_graph(
     name: str, input_name: str, input_shape: list[int | str], outputs: dict[str, np.ndarray]
 ) -> onnx.GraphProto:
     """A graph whose outputs are fixed tensors (plus 0 x the input's sum, so they depend on
-    it): decoding can be checked against a hand-computed case."""
+    it): decoding can be checked against a hand-computed case.
+    """
     from onnx import TensorProto, helper, numpy_helper
 
-    nodes = [helper.make_node("ReduceSum", [input_name], ["total"], keepdims=0),
-             helper.make_node("Mul", ["total", "zero"], ["nothing"])]
+    nodes = [
+        helper.make_node("ReduceSum", [input_name], ["total"], keepdims=0),
+        helper.make_node("Mul", ["total", "zero"], ["nothing"]),
+    ]
     inits = [numpy_helper.from_array(np.array(0.0, dtype=np.float32), "zero")]
     outs = []
     for out_name, value in outputs.items():
@@ -61,8 +71,11 @@ def constant_output_graph(
         nodes.append(helper.make_node("Add", [f"{out_name}_c", "nothing"], [out_name]))
         outs.append(helper.make_tensor_value_info(out_name, TensorProto.FLOAT, list(value.shape)))
     graph = helper.make_graph(
-        nodes, name, [helper.make_tensor_value_info(input_name, TensorProto.FLOAT, input_shape)],
-        outs, initializer=inits,
+        nodes,
+        name,
+        [helper.make_tensor_value_info(input_name, TensorProto.FLOAT, input_shape)],
+        outs,
+        initializer=inits,
     )
     return graph
 
@@ -78,31 +91,41 @@ YOLO_BOXES = [  # cx, cy, w, h in input pixels, then one score per class (person
 def yolo_v8_detector(path: Path, size: int = 64) -> Path:
     """YOLOv8-style ``output0`` (1, 4 + 2 classes, boxes) for a (1, 3, size, size) input."""
     out = np.array(YOLO_BOXES, dtype=np.float32).T[None]  # (1, 6, 4)
-    return _save(constant_output_graph("yolo", "images", [1, 3, size, size],
-                                       {"output0": out}), path)
+    return _save(
+        constant_output_graph("yolo", "images", [1, 3, size, size], {"output0": out}), path
+    )
 
 
 def ssd_detector(path: Path, size: int = 100) -> Path:
     """SSD-style outputs for a (1, size, size, 3) input: normalised ``ymin, xmin, ymax,
-    xmax`` boxes, scores and class indices."""
+    xmax`` boxes, scores and class indices.
+    """
     boxes = np.array([[[0.1, 0.2, 0.5, 0.6], [0.0, 0.0, 1.0, 1.0]]], dtype=np.float32)
     scores = np.array([[0.95, 0.2]], dtype=np.float32)
     classes = np.array([[1.0, 0.0]], dtype=np.float32)
-    return _save(constant_output_graph(
-        "ssd", "image_tensor", [1, size, size, 3],
-        {"detection_boxes": boxes, "detection_scores": scores, "detection_classes": classes},
-    ), path)
+    return _save(
+        constant_output_graph(
+            "ssd",
+            "image_tensor",
+            [1, size, size, 3],
+            {"detection_boxes": boxes, "detection_scores": scores, "detection_classes": classes},
+        ),
+        path,
+    )
 
 
 def channel_embedder(path: Path) -> Path:
     """``x`` (N, 3, H, W) -> ``embedding`` (N, 3): the mean of each channel."""
     from onnx import TensorProto, helper
 
-    nodes = [helper.make_node("GlobalAveragePool", ["x"], ["gap"]),
-             helper.make_node("Flatten", ["gap"], ["embedding"])]
+    nodes = [
+        helper.make_node("GlobalAveragePool", ["x"], ["gap"]),
+        helper.make_node("Flatten", ["gap"], ["embedding"]),
+    ]
     graph = helper.make_graph(
-        nodes, "embedder", [helper.make_tensor_value_info("x", TensorProto.FLOAT,
-                                                          ["N", 3, 16, 16])],
+        nodes,
+        "embedder",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3, 16, 16])],
         [helper.make_tensor_value_info("embedding", TensorProto.FLOAT, ["N", 3])],
     )
     return _save(graph, path)
@@ -124,7 +147,8 @@ def sklearn_csv_classifier(path: Path) -> Path:
 
 def sklearn_isolation_forest(path: Path) -> Path:
     """skl2onnx IsolationForest on rows of (temp, vib) near (20, 0.5); its ``scores`` output
-    is lower for outliers."""
+    is lower for outliers.
+    """
     from skl2onnx import to_onnx
     from sklearn.ensemble import IsolationForest
 

@@ -40,9 +40,11 @@ def free_port() -> int:
 def rtsp_python() -> str:
     """A Python that can run the RTSP server, or a skip naming what to install."""
     for candidate in ("/usr/bin/python3", shutil.which("python3") or ""):
-        if candidate and subprocess.run(
-            [candidate, "-c", PROBE], capture_output=True, timeout=60
-        ).returncode == 0:
+        if (
+            candidate
+            and subprocess.run([candidate, "-c", PROBE], capture_output=True, timeout=60).returncode
+            == 0
+        ):
             return candidate
     pytest.skip(
         "no RTSP server: install python3-gi gir1.2-gst-rtsp-server-1.0 "
@@ -105,7 +107,8 @@ class RtspServer:
 
 class MjpegServer:
     """``http://127.0.0.1:{port}/video.mjpg`` at ``fps``; connection 1 stalls (stops
-    sending, keeps the socket open) after ``stall_after`` frames when that is set."""
+    sending, keeps the socket open) after ``stall_after`` frames when that is set.
+    """
 
     def __init__(self, fps: float = 20.0, stall_after: int | None = None) -> None:
         self.fps, self.stall_after = fps, stall_after
@@ -159,7 +162,8 @@ class MjpegServer:
 
 class FifoCamera:
     """A FIFO at ``path`` written by :meth:`plug` (MJPEG parts at ``fps``) until
-    :meth:`unplug` removes it."""
+    :meth:`unplug` removes it.
+    """
 
     def __init__(self, path: Path, fps: float = 20.0) -> None:
         self.path, self.fps = path, fps

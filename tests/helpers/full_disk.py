@@ -115,8 +115,10 @@ def full_disk_fixture(
             ["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(path)], capture_output=True
         )
         if proc.returncode != 0:
-            pytest.skip(f"no tmpfs mount here ({proc.stderr.decode().strip()}); "
-                        "the injected variant covers it")
+            pytest.skip(
+                f"no tmpfs mount here ({proc.stderr.decode().strip()}); "
+                "the injected variant covers it"
+            )
     disk = FullDisk(request.param, path, monkeypatch)
     yield disk
     if request.param == "real":

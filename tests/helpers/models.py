@@ -1,5 +1,6 @@
 """Tiny real ONNX models with cdml metadata, built here: an image classifier, a series and
-an audio anomaly model. onnx is imported when a model is built, not when this is imported."""
+an audio anomaly model. onnx is imported when a model is built, not when this is imported.
+"""
 
 from __future__ import annotations
 
@@ -47,9 +48,7 @@ def brightness_classifier(path: Path, size: int = 16) -> Path:
         labels=["dark", "bright"],
         latent_dim=3,
     )
-    w = numpy_helper.from_array(
-        np.array([[-4 / 3, 4 / 3]] * 3, dtype=np.float32), name="W"
-    )
+    w = numpy_helper.from_array(np.array([[-4 / 3, 4 / 3]] * 3, dtype=np.float32), name="W")
     nodes = [
         helper.make_node("GlobalAveragePool", ["input"], ["gap"]),
         helper.make_node("Flatten", ["gap"], ["latent"]),

@@ -255,15 +255,23 @@ class BrokerProcess:
 class Subscriber:
     """Collects every message under ``topic`` (QoS 1, persistent session, fast reconnect)."""
 
-    def __init__(self, port: int, topic: str, client_id: str | None = None,
-                 tls: Tls | None = None, persistent: bool = True) -> None:
+    def __init__(
+        self,
+        port: int,
+        topic: str,
+        client_id: str | None = None,
+        tls: Tls | None = None,
+        persistent: bool = True,
+    ) -> None:
         self.messages: list[tuple[str, bytes, bool]] = []
         self._lock = threading.Lock()
         self.topic = topic
         self.subscribed = threading.Event()
         cid = client_id or f"sub-{os.getpid()}-{time.monotonic_ns()}"
         self.client = mqtt.Client(
-            mqtt.CallbackAPIVersion.VERSION2, client_id=cid, protocol=mqtt.MQTTv311,
+            mqtt.CallbackAPIVersion.VERSION2,
+            client_id=cid,
+            protocol=mqtt.MQTTv311,
             clean_session=not persistent,
         )
         if tls is not None:
@@ -301,7 +309,8 @@ class Subscriber:
 class HeldProxy:
     """A TCP proxy to a broker on loopback that holds the broker's replies until
     :meth:`release`: what the client sends goes through at once, what the broker answers
-    (CONNACK, PUBACKs) waits. Makes "the connection is not up yet" a state a test can hold."""
+    (CONNACK, PUBACKs) waits. Makes "the connection is not up yet" a state a test can hold.
+    """
 
     def __init__(self, target_port: int) -> None:
         self.target_port = target_port

@@ -23,7 +23,9 @@ def main() -> None:
     cfg = json.loads(Path(sys.argv[1]).read_text())
     pub = MqttPublisher(
         MqttConfig(
-            url=cfg["url"], topic_prefix=cfg["prefix"], keepalive=cfg.get("keepalive", 2),
+            url=cfg["url"],
+            topic_prefix=cfg["prefix"],
+            keepalive=cfg.get("keepalive", 2),
             protocol=cfg.get("protocol", "5"),
         ),
         cfg["device"],

@@ -70,8 +70,9 @@ class Ledger:
 
     def add(self, st: os.stat_result, raw: bytes, data: bytes, corrupt: bool) -> None:
         """A version whose identity is ``st`` (taken before the agent may have moved it)."""
-        v = Version(raw, data, item_id(self.source, os.fsdecode(raw), st.st_size,
-                                       st.st_mtime_ns), corrupt)
+        v = Version(
+            raw, data, item_id(self.source, os.fsdecode(raw), st.st_size, st.st_mtime_ns), corrupt
+        )
         with self.lock:
             self.versions.setdefault(raw, []).append(v)
 
@@ -98,9 +99,15 @@ class Injector:
         self._writers: list[threading.Thread] = []
         self._sockets: list[socket.socket] = []
         self.actions: list[tuple[Callable[[], None], float]] = [
-            (self.good_renamed, 6), (self.good_in_place, 2), (self.odd_name, 1),
-            (self.corrupt, 1), (self.replaced_in_flight, 1), (self.growing, 0.5),
-            (self.fifo, 0.2), (self.unix_socket, 0.2), (self.link_outside, 0.3),
+            (self.good_renamed, 6),
+            (self.good_in_place, 2),
+            (self.odd_name, 1),
+            (self.corrupt, 1),
+            (self.replaced_in_flight, 1),
+            (self.growing, 0.5),
+            (self.fifo, 0.2),
+            (self.unix_socket, 0.2),
+            (self.link_outside, 0.3),
         ]
 
     def _path(self, raw: bytes) -> bytes:
@@ -195,8 +202,12 @@ class Injector:
             s.close()
 
 
-def run_for(seconds: float, tick: Callable[[], None], period: float, stop: threading.Event,
-            ) -> threading.Thread:
+def run_for(
+    seconds: float,
+    tick: Callable[[], None],
+    period: float,
+    stop: threading.Event,
+) -> threading.Thread:
     """``tick()`` every ``period`` seconds for ``seconds`` (or until ``stop``), in a thread."""
 
     def loop() -> None:

@@ -66,8 +66,12 @@ class Recorder:
 
 def camera(url: str, rec: Recorder, **kw: Any) -> CameraSource:
     opts: dict[str, Any] = dict(
-        fps=20.0, open_timeout_s=3.0, read_timeout_s=1.5, reconnect_first_s=0.2,
-        reconnect_max_s=0.5, unhealthy_after_s=60.0,
+        fps=20.0,
+        open_timeout_s=3.0,
+        read_timeout_s=1.5,
+        reconnect_first_s=0.2,
+        reconnect_max_s=0.5,
+        unhealthy_after_s=60.0,
     )
     opts.update(kw)
     spec = CameraSpec("cam", url, **opts)
@@ -90,10 +94,14 @@ def test_rtsp_camera_stopped_and_restarted_comes_back(tmp_path: Path) -> None:
             assert img.shape == (120, 160, 3)
 
             server.stop()  # the camera reboots
-            wait_for(lambda: cam.health().state == "reconnecting", timeout=15,
-                     what="the outage noticed")
-            wait_for(lambda: cam.health().failed_attempts >= 3, timeout=20,
-                     what="three failed reconnects")
+            wait_for(
+                lambda: cam.health().state == "reconnecting", timeout=15, what="the outage noticed"
+            )
+            wait_for(
+                lambda: cam.health().failed_attempts >= 3,
+                timeout=20,
+                what="three failed reconnects",
+            )
             during = cam.health()
             assert during.down_for_s is not None and during.down_for_s > 0
             assert during.last_frame_age_s is not None and during.last_frame_age_s > 0
@@ -132,7 +140,8 @@ def test_mjpeg_camera_that_stalls_mid_stream_is_reopened() -> None:
 
 def test_capture_process_that_freezes_is_killed_and_replaced() -> None:
     """A capture wedged so hard it cannot even report its own timeout (SIGSTOP): the agent
-    hears nothing for read_timeout + 2 s, kills it and starts a new one."""
+    hears nothing for read_timeout + 2 s, kills it and starts a new one.
+    """
     rec = Recorder()
     before = _children()
     with MjpegServer(fps=20) as server:
@@ -153,15 +162,19 @@ def test_capture_process_that_freezes_is_killed_and_replaced() -> None:
 
 def test_camera_path_that_appears_later_fifo(tmp_path: Path) -> None:
     """A path that is not there at start (a camera not yet plugged in), then a FIFO of JPEG
-    frames (the stand-in for the device node), then unplugged and plugged again."""
+    frames (the stand-in for the device node), then unplugged and plugged again.
+    """
     path = tmp_path / "video-cam"
     rec = Recorder()
     fifo = FifoCamera(path)
     cam = camera(str(path), rec, open_timeout_s=2.0, unhealthy_after_s=1.0)
     cam.start()
     try:
-        wait_for(lambda: cam.health().state == "failed" and cam.health().failed_attempts >= 2,
-                 timeout=20, what="failed past the grace, retrying")
+        wait_for(
+            lambda: cam.health().state == "failed" and cam.health().failed_attempts >= 2,
+            timeout=20,
+            what="failed past the grace, retrying",
+        )
         snap = cam.health()
         assert snap.unhealthy and rec.count() == 0
         assert "cannot open with ffmpeg" in (snap.last_error or "")
@@ -171,8 +184,11 @@ def test_camera_path_that_appears_later_fifo(tmp_path: Path) -> None:
         assert cam.health().state == "streaming" and not cam.health().unhealthy
 
         fifo.unplug()
-        wait_for(lambda: cam.health().state in ("reconnecting", "failed"), timeout=15,
-                 what="the unplug noticed")
+        wait_for(
+            lambda: cam.health().state in ("reconnecting", "failed"),
+            timeout=15,
+            what="the unplug noticed",
+        )
         before = rec.count()
         fifo.plug()
         wait_for(lambda: rec.count() >= before + 5, timeout=30, what="frames after replug")
@@ -206,7 +222,8 @@ def test_video_file_that_appears_later(tmp_path: Path) -> None:
 
 def test_open_that_blocks_inside_opencv_is_killed(tmp_path: Path) -> None:
     """A FIFO nobody writes: open(2) blocks inside OpenCV, past any timeout of its own. The
-    capture process is killed after open_timeout (+2 s) and the camera keeps trying."""
+    capture process is killed after open_timeout (+2 s) and the camera keeps trying.
+    """
     path = tmp_path / "silent"
     os.mkfifo(path)
     rec = Recorder()

@@ -1,5 +1,6 @@
 """The camera's own logic without a camera: state changes, backoff, the capture protocol,
-URL handling, configuration, and the health board's rates."""
+URL handling, configuration, and the health board's rates.
+"""
 
 from __future__ import annotations
 
@@ -49,7 +50,9 @@ def test_one_change_per_outage_and_one_on_recovery() -> None:
         st.check_grace()
     st.frame()
     assert [(c.previous, c.state) for c in changes] == [
-        ("connecting", "streaming"), ("streaming", "reconnecting"), ("reconnecting", "streaming"),
+        ("connecting", "streaming"),
+        ("streaming", "reconnecting"),
+        ("reconnecting", "streaming"),
     ]
     down, up = changes[1], changes[2]
     assert down.reason == "read timed out" and down.down_for_s == 2.0  # since the last frame
@@ -98,7 +101,8 @@ def test_protocol_splits_messages_across_reads_and_refuses_garbage() -> None:
     dec = protocol.MessageDecoder()
     got = [m for i in range(len(stream)) for m in dec.feed(stream[i : i + 1])]
     assert [(m.kind, m.ts_ns, m.payload) for m in got] == [
-        (protocol.FRAME, 123, b"\xff\xd8jpeg"), (protocol.HEARTBEAT, 0, b"{}"),
+        (protocol.FRAME, 123, b"\xff\xd8jpeg"),
+        (protocol.HEARTBEAT, 0, b"{}"),
     ]
     assert dec.buffered == 0
     with pytest.raises(protocol.ProtocolError):
@@ -139,26 +143,65 @@ def test_targets_by_url(tmp_path: object) -> None:
 
 
 def test_camera_config_fields() -> None:
-    cfg = AppConfig.model_validate({"sources": [{
-        "name": "gate", "kind": "camera", "url": "rtsp://cam/1", "modality": "image",
-        "read_timeout": "2s", "open_timeout": "500ms", "reconnect_max": "1min",
-        "unhealthy_after": "90s", "rtsp_transport": "udp", "backend": "ffmpeg", "loop": True,
-    }]})
+    cfg = AppConfig.model_validate(
+        {
+            "sources": [
+                {
+                    "name": "gate",
+                    "kind": "camera",
+                    "url": "rtsp://cam/1",
+                    "modality": "image",
+                    "read_timeout": "2s",
+                    "open_timeout": "500ms",
+                    "reconnect_max": "1min",
+                    "unhealthy_after": "90s",
+                    "rtsp_transport": "udp",
+                    "backend": "ffmpeg",
+                    "loop": True,
+                }
+            ]
+        }
+    )
     sc = cfg.sources[0]
     assert (sc.read_timeout, sc.open_timeout, sc.reconnect_max, sc.unhealthy_after) == (
-        2.0, 0.5, 60.0, 90.0
+        2.0,
+        0.5,
+        60.0,
+        90.0,
     )
     assert (sc.rtsp_transport, sc.backend, sc.loop) == ("udp", "ffmpeg", True)
-    default = AppConfig.model_validate({"sources": [{
-        "name": "g", "kind": "camera", "url": 0, "modality": "image"}]}).sources[0]
+    default = AppConfig.model_validate(
+        {"sources": [{"name": "g", "kind": "camera", "url": 0, "modality": "image"}]}
+    ).sources[0]
     assert default.rtsp_transport == "tcp" and default.backend == "auto"
     with pytest.raises((ValueError, ConfigError)):
-        AppConfig.model_validate({"sources": [{
-            "name": "g", "kind": "camera", "url": 0, "modality": "image", "read_timeout": 0}]})
+        AppConfig.model_validate(
+            {
+                "sources": [
+                    {
+                        "name": "g",
+                        "kind": "camera",
+                        "url": 0,
+                        "modality": "image",
+                        "read_timeout": 0,
+                    }
+                ]
+            }
+        )
     with pytest.raises((ValueError, ConfigError)):
-        AppConfig.model_validate({"sources": [{
-            "name": "g", "kind": "camera", "url": 0, "modality": "image",
-            "rtsp_transport": "http"}]})
+        AppConfig.model_validate(
+            {
+                "sources": [
+                    {
+                        "name": "g",
+                        "kind": "camera",
+                        "url": 0,
+                        "modality": "image",
+                        "rtsp_transport": "http",
+                    }
+                ]
+            }
+        )
 
 
 def test_rates_over_at_least_five_seconds() -> None:

@@ -1,5 +1,6 @@
 """A watched folder in a hostile field: odd names, special files, links, files still being
-written at start, a folder deleted under the source. Real folders, real watchdog events."""
+written at start, a folder deleted under the source. Real folders, real watchdog events.
+"""
 
 from __future__ import annotations
 
@@ -256,8 +257,15 @@ def test_a_folder_deleted_and_made_again_is_watched_again(
 
     sup = Supervisor(backoff_min=0.05, backoff_max=0.2)
     sink = Sink()
-    spec = FolderSpec(name="cam", path=inbox, modality="image", patterns=("*.jpg",),
-                      stable_seconds=0.1, polling=polling, poll_interval=0.1)
+    spec = FolderSpec(
+        name="cam",
+        path=inbox,
+        modality="image",
+        patterns=("*.jpg",),
+        stable_seconds=0.1,
+        polling=polling,
+        poll_interval=0.1,
+    )
     src = FolderSource(spec, ByteBudget(10**8), sink, sink.error, spawn=sup.spawn)
     src.start()
     try:

@@ -44,8 +44,16 @@ def test_a_replaced_file_is_left_and_counted(
     tmp = tmp_path / "a.jpg.tmp"
     tmp.write_bytes(b"newer!")  # same size
     os.replace(tmp, p)  # an atomic replace: a new inode under the same name
-    assert lc.finish(p, on_done, tmp_path / "done", identity=ident,  # type: ignore[arg-type]
-                     sha256=sha) is None
+    assert (
+        lc.finish(
+            p,
+            on_done,
+            tmp_path / "done",
+            identity=ident,  # type: ignore[arg-type]
+            sha256=sha,
+        )
+        is None
+    )
     assert p.read_bytes() == b"newer!" and lc.changed == 1
     assert not (tmp_path / "done").exists()
 
@@ -125,7 +133,8 @@ def test_a_file_replaced_right_after_the_check_is_not_the_one_deleted(
 ) -> None:
     """The new version lands between the check and the unlink (found by the soak test: the
     check reads and hashes the file, a wide window under load). The scored file is claimed
-    by a rename first and checked again; a newer one is put back, never deleted or moved."""
+    by a rename first and checked again; a newer one is put back, never deleted or moved.
+    """
     from cdml_edge.intake import finishing as lifecycle
 
     p = tmp_path / "a.jpg"
@@ -141,8 +150,16 @@ def test_a_file_replaced_right_after_the_check_is_not_the_one_deleted(
         return same
 
     monkeypatch.setattr(lifecycle, "still_scored", check_then_replace)
-    assert lc.finish(p, on_done, tmp_path / "done", identity=ident,  # type: ignore[arg-type]
-                     sha256=sha) is None
+    assert (
+        lc.finish(
+            p,
+            on_done,
+            tmp_path / "done",
+            identity=ident,  # type: ignore[arg-type]
+            sha256=sha,
+        )
+        is None
+    )
     assert p.read_bytes() == b"newer version" and lc.changed == 1
     assert not (tmp_path / "done").exists() or not any((tmp_path / "done").iterdir())
     assert sorted(x.name for x in tmp_path.iterdir() if x.name.startswith(".")) == []

@@ -1,5 +1,6 @@
 """Quarantine on a full disk is a state like the other stores': degraded, counted, one
-event per episode, retried until it works, then the file is in quarantine with an event."""
+event per episode, retried until it works, then the file is in quarantine with an event.
+"""
 
 from __future__ import annotations
 
@@ -20,7 +21,9 @@ def _lifecycle(disk: FullDisk, events: list[Any], late: list[Any]) -> FileLifecy
     disk.inject_call(lifecycle, "move_file")
     disk.inject_call(lifecycle, "atomic_write")
     return FileLifecycle(
-        disk.path / "quarantine", 10**6, retry_s=0.05,
+        disk.path / "quarantine",
+        10**6,
+        retry_s=0.05,
         on_event=lambda kind, info: events.append(kind),
         on_late=lambda source, name, dest: late.append((source, name, dest)),
     )
@@ -69,9 +72,13 @@ def test_an_io_error_is_a_state_too_and_a_file_gone_meanwhile_is_forgotten(
         return real(*args, **kw)
 
     monkeypatch.setattr(lifecycle, "move_file", move)
-    lc = FileLifecycle(tmp_path / "q", 10**6, retry_s=0.05,
-                       on_event=lambda kind, info: events.append(kind),
-                       on_late=lambda *a: late.append(a))
+    lc = FileLifecycle(
+        tmp_path / "q",
+        10**6,
+        retry_s=0.05,
+        on_event=lambda kind, info: events.append(kind),
+        on_late=lambda *a: late.append(a),
+    )
     a, b = tmp_path / "a.jpg", tmp_path / "b.jpg"
     a.write_bytes(b"a")
     b.write_bytes(b"b")

@@ -213,8 +213,9 @@ def test_camera_skips_and_counts_frames_over_budget(tmp_path: Path) -> None:
 def test_camera_that_cannot_open_keeps_retrying_and_reports_once(tmp_path: Path) -> None:
     changes: list[CameraTransition] = []
     sink = Sink()
-    spec = CameraSpec("cam", str(tmp_path / "missing.avi"), reconnect_first_s=0.05,
-                      reconnect_max_s=0.1)
+    spec = CameraSpec(
+        "cam", str(tmp_path / "missing.avi"), reconnect_first_s=0.05, reconnect_max_s=0.1
+    )
     cam = CameraSource(spec, ByteBudget(100), sink, sink.error, changes.append)
     cam.start()
     try:
@@ -256,8 +257,7 @@ def test_backlog_beyond_max_pending_stays_on_disk_and_is_rescanned(tmp_path: Pat
     sink = Sink()
     size = len(jpeg(1))
     budget = ByteBudget(size)  # one file in flight: the backlog builds up on disk
-    spec = FolderSpec(name="cam", path=inbox, modality="image", patterns=("*.jpg",),
-                      max_pending=4)
+    spec = FolderSpec(name="cam", path=inbox, modality="image", patterns=("*.jpg",), max_pending=4)
     src = FolderSource(spec, budget, sink, sink.error)
     src.start()
     try:
@@ -281,8 +281,9 @@ def test_file_too_large_is_refused_without_reading_it(tmp_path: Path) -> None:
     inbox.mkdir()
     sink = Sink()
     # a 4x charge: a 1 MiB budget takes files up to 256 KiB; the window caps them at 100 KB
-    spec = FolderSpec(name="cam", path=inbox, modality="image", patterns=("*.jpg",),
-                      max_file_bytes=100_000)
+    spec = FolderSpec(
+        name="cam", path=inbox, modality="image", patterns=("*.jpg",), max_file_bytes=100_000
+    )
     budget = ByteBudget(2**20, data_factor=4)
     src = FolderSource(spec, budget, sink, sink.error)  # not started: driven by hand
     assert src.max_file_bytes() == 100_000
@@ -297,8 +298,12 @@ def test_file_too_large_is_refused_without_reading_it(tmp_path: Path) -> None:
     assert f"too large: {2**31} bytes, limit 100000" in str(exc)
     assert src.pending_count == 0
     big = ByteBudget(2**20, data_factor=4)  # without a window cap the budget's share rules
-    assert FolderSource(FolderSpec(name="c", path=inbox, modality="image"), big,
-                        sink, sink.error).max_file_bytes() == 2**18
+    assert (
+        FolderSource(
+            FolderSpec(name="c", path=inbox, modality="image"), big, sink, sink.error
+        ).max_file_bytes()
+        == 2**18
+    )
 
 
 def test_file_grown_after_stable_check_waits_until_stable_again(tmp_path: Path) -> None:
@@ -325,7 +330,8 @@ def test_watchdog_6_reports_a_touch_as_modified_and_it_is_no_write(
 ) -> None:
     """watchdog 6 (the last for Python 3.10) has no FileAttribEvent: a touch arrives as a
     modification. There a change of mtime alone is a touch (complete once stable); the
-    modification of a write (new size, or the identity already noticed) waits for close-write."""
+    modification of a write (new size, or the identity already noticed) waits for close-write.
+    """
     from watchdog.events import FileCreatedEvent, FileModifiedEvent
 
     from cdml_edge.intake import folder

@@ -97,7 +97,8 @@ def test_byte_budget_refuses_above_cap_and_recovers() -> None:
 
 def test_item_charge_covers_what_its_window_holds(tmp_path: Path) -> None:
     """The budget charges items + packed archive + read-back members + model input and batch,
-    not only the items' bytes; the window releases exactly what its items were charged."""
+    not only the items' bytes; the window releases exactly what its items were charged.
+    """
     import numpy as np
     from helpers.agent_runs import jpeg
     from helpers.models import brightness_classifier
@@ -138,7 +139,8 @@ def test_item_charge_covers_what_its_window_holds(tmp_path: Path) -> None:
 
 def test_idle_pipeline_closes_on_arrival_and_a_busy_one_batches() -> None:
     """One worker: the first item closes its window at once (nothing to wait for); while that
-    window is being scored, arrivals gather; the worker finishing closes them as one window."""
+    window is being scored, arrivals gather; the worker finishing closes them as one window.
+    """
     out, _, on_close = _collect()
     gate = PipelineGate(workers=1)
     w = Windower("s", WindowPolicy(seconds=60, max_items=100, max_bytes=10**9), on_close, gate)

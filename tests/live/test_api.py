@@ -45,8 +45,9 @@ def test_watch_and_pack_hands_each_batch_then_deletes(tmp_path: Path) -> None:
         inputs_there = all(p.exists() for p in batch.files)
         seen.append((batch, on_disk and inputs_there, live.names, live.summary()))
 
-    watch = watch_and_pack(inp, out, on_batch, interval_seconds=0.5, auto_delete=True,
-                           background=True)
+    watch = watch_and_pack(
+        inp, out, on_batch, interval_seconds=0.5, auto_delete=True, background=True
+    )
     try:
         _drop(inp, "cam.jpg", class_images(1)[0][1])
         _drop(inp, "mic.wav", wav(0.25, 440))
@@ -77,8 +78,9 @@ def test_a_failing_callback_leaves_everything_on_disk(tmp_path: Path) -> None:
         calls.append(LiveBatchLoader(batch).names)
         raise RuntimeError("model not ready")
 
-    watch = watch_and_pack(inp, out, on_batch, interval_seconds=0.3, auto_delete=True,
-                           background=True)
+    watch = watch_and_pack(
+        inp, out, on_batch, interval_seconds=0.3, auto_delete=True, background=True
+    )
     try:
         _drop(inp, "a.txt", b"one\n")
         _until(lambda: watch.stats.callback_errors == 1)
@@ -97,8 +99,14 @@ def test_without_auto_delete_inputs_stay_and_are_not_packed_twice(tmp_path: Path
     inp = tmp_path / "in"
     inp.mkdir()
     batches: list[list[str]] = []
-    watch = watch_and_pack(inp, None, lambda b: batches.append(LiveBatchLoader(b).names),
-                           interval_seconds=0.3, archive_format="tar.zst", background=True)
+    watch = watch_and_pack(
+        inp,
+        None,
+        lambda b: batches.append(LiveBatchLoader(b).names),
+        interval_seconds=0.3,
+        archive_format="tar.zst",
+        background=True,
+    )
     try:
         _drop(inp, "a.json", b'{"x": 1}')
         _until(lambda: watch.stats.batches == 1)
@@ -112,8 +120,7 @@ def test_unwritten_batch_is_not_a_path(tmp_path: Path) -> None:
     inp = tmp_path / "in"
     inp.mkdir()
     got: list[PackedBatch] = []
-    watch = watch_and_pack(inp, on_batch_ready=got.append, interval_seconds=0.2,
-                           background=True)
+    watch = watch_and_pack(inp, on_batch_ready=got.append, interval_seconds=0.2, background=True)
     try:
         _drop(inp, "a.txt", b"x")
         _until(lambda: len(got) == 1)
@@ -128,8 +135,14 @@ def test_bad_inputs_are_quarantined_and_counted(tmp_path: Path) -> None:
     inp = tmp_path / "in"
     inp.mkdir()
     got: list[list[str]] = []
-    watch = watch_and_pack(inp, None, lambda b: got.append(LiveBatchLoader(b).names),
-                           interval_seconds=0.2, max_bytes=1000, background=True)
+    watch = watch_and_pack(
+        inp,
+        None,
+        lambda b: got.append(LiveBatchLoader(b).names),
+        interval_seconds=0.2,
+        max_bytes=1000,
+        background=True,
+    )
     try:
         _drop(inp, "huge.bin", b"x" * 5000)  # larger than a batch may hold: never read
         os.mkfifo(inp / "pipe.txt")  # not a regular file: never opened, left alone
@@ -153,8 +166,15 @@ def test_the_byte_budget_pauses_intake_and_loses_nothing(tmp_path: Path) -> None
 
     for i in range(12):
         _drop(inp, f"f{i:02d}.bin", bytes([i]) * 1000)
-    watch = watch_and_pack(inp, None, slow, interval_seconds=0.1, max_inflight_bytes=4000,
-                           auto_delete=True, background=True)
+    watch = watch_and_pack(
+        inp,
+        None,
+        slow,
+        interval_seconds=0.1,
+        max_inflight_bytes=4000,
+        auto_delete=True,
+        background=True,
+    )
     try:
         _until(lambda: watch.stats.files == 12)
     finally:
@@ -175,8 +195,15 @@ def test_watch_in_memory_calls_back_per_file_with_seed_types(tmp_path: Path) -> 
     )
     t.start()
     try:
-        files = {"a.jpg": "image", "b.wav": "audio", "c.csv": "csv", "d.json": "json",
-                 "e.txt": "text", "f.npy": "timeseries", "g.bin": "unknown"}
+        files = {
+            "a.jpg": "image",
+            "b.wav": "audio",
+            "c.csv": "csv",
+            "d.json": "json",
+            "e.txt": "text",
+            "f.npy": "timeseries",
+            "g.bin": "unknown",
+        }
         for name in files:
             _drop(inp, name, name.encode())
         _until(lambda: len(seen) == len(files))

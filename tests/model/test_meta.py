@@ -20,7 +20,9 @@ from cdml_edge.model.spec import (
 
 def image_spec(**kw: object) -> ModelSpec:
     return ModelSpec(
-        name="digits", modality="image", task="classifier",
+        name="digits",
+        modality="image",
+        task="classifier",
         input=ImageInput(**kw),  # type: ignore[arg-type]
         labels=[str(i) for i in range(10)],
     )
@@ -28,10 +30,19 @@ def image_spec(**kw: object) -> ModelSpec:
 
 def test_metadata_round_trip_keeps_every_field() -> None:
     spec = ModelSpec(
-        name="vib", version="1.2.3", modality="timeseries", task="anomaly",
-        input=SeriesInput(channels=3, window=256, columns=["ax", "ay", "az"],
-                          mean=[0.0, 0.1, 1.0], std=[0.5, 0.4, 0.2]),
-        labels=["fault", "normal"], anomaly_threshold=2.5,
+        name="vib",
+        version="1.2.3",
+        modality="timeseries",
+        task="anomaly",
+        input=SeriesInput(
+            channels=3,
+            window=256,
+            columns=["ax", "ay", "az"],
+            mean=[0.0, 0.1, 1.0],
+            std=[0.5, 0.4, 0.2],
+        ),
+        labels=["fault", "normal"],
+        anomaly_threshold=2.5,
     )
     meta = spec.to_metadata()
     assert all(isinstance(k, str) and isinstance(v, str) for k, v in meta.items())
@@ -83,8 +94,13 @@ def test_prepare_image_grey_and_single_channel() -> None:
 
 
 def test_prepare_audio_fits_frames_and_orientation() -> None:
-    spec = ModelSpec(name="a", modality="audio", task="anomaly", anomaly_threshold=1.0,
-                     input=AudioInput(n_mfcc=4, frames=6))
+    spec = ModelSpec(
+        name="a",
+        modality="audio",
+        task="anomaly",
+        anomaly_threshold=1.0,
+        input=AudioInput(n_mfcc=4, frames=6),
+    )
     long = np.arange(4 * 10, dtype=np.float32).reshape(4, 10)
     short = np.ones((4, 3), np.float32)
     out = prepare_batch(spec, [long, short, long.T])
@@ -98,10 +114,16 @@ def test_prepare_audio_fits_frames_and_orientation() -> None:
 
 def test_series_stats_normalise_prepared_input() -> None:
     rng = np.random.default_rng(0)
-    tables = [rng.normal([1.0, -2.0], [3.0, 0.5], size=(50, 2)).astype(np.float32)
-              for _ in range(20)]
-    spec = ModelSpec(name="s", modality="csv", task="classifier", labels=["a"],
-                     input=SeriesInput(channels=2, window=50))
+    tables = [
+        rng.normal([1.0, -2.0], [3.0, 0.5], size=(50, 2)).astype(np.float32) for _ in range(20)
+    ]
+    spec = ModelSpec(
+        name="s",
+        modality="csv",
+        task="classifier",
+        labels=["a"],
+        input=SeriesInput(channels=2, window=50),
+    )
     fitted = fit_input_stats(spec, tables)
     assert fitted.input.mean is not None
     np.testing.assert_allclose(fitted.input.mean, [1.0, -2.0], atol=0.2)

@@ -1,5 +1,6 @@
 """Inference settings: what ``models.<modality>`` says reaches the onnxruntime session, the
-start-up log, ``doctor`` and replay."""
+start-up log, ``doctor`` and replay.
+"""
 
 from __future__ import annotations
 
@@ -25,8 +26,12 @@ def model(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def _applied(runner: ModelRunner) -> tuple[int, int, str, str, object]:
     o = runner.session.get_session_options()
-    return (o.intra_op_num_threads, o.inter_op_num_threads,
-            *(o.get_session_config_entry(k) for k in SPIN), o.graph_optimization_level)
+    return (
+        o.intra_op_num_threads,
+        o.inter_op_num_threads,
+        *(o.get_session_config_entry(k) for k in SPIN),
+        o.graph_optimization_level,
+    )
 
 
 def test_defaults_are_for_small_boards_and_match_the_config() -> None:
@@ -42,8 +47,13 @@ def test_the_session_runs_with_the_defaults(model: Path) -> None:
 
 
 def test_configured_settings_reach_the_session(model: Path) -> None:
-    mc = ModelConfig(path=model, intra_op_threads=2, inter_op_threads=0, spinning=True,
-                     graph_optimization="basic")
+    mc = ModelConfig(
+        path=model,
+        intra_op_threads=2,
+        inter_op_threads=0,
+        spinning=True,
+        graph_optimization="basic",
+    )
     runner = ModelRunner.load(model, ModelOverrides.from_config(mc))
     assert _applied(runner) == (2, 0, "1", "1", ort.GraphOptimizationLevel.ORT_ENABLE_BASIC)
     assert runner.describe() == (

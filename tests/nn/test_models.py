@@ -10,8 +10,13 @@ def test_tier2_defaults_fit_the_parameter_budget() -> None:
     from cdml_edge.nn import CDMLTrainTier2
 
     model = CDMLTrainTier2()
-    assert model.config == {"latent_dim": 64, "num_classes": 10, "in_channels": 3,
-                            "image_size": 32, "width": 32}
+    assert model.config == {
+        "latent_dim": 64,
+        "num_classes": 10,
+        "in_channels": 3,
+        "image_size": 32,
+        "width": 32,
+    }
     assert model.num_parameters() <= 1_000_000
     assert model.num_parameters() == sum(p.numel() for p in model.parameters())
 
@@ -48,14 +53,22 @@ def test_tier2_rejects_odd_sizes_and_headless_classifier() -> None:
 
 # encoder class, its arguments, the shape of an input batch (built in the test, with torch)
 ENCODERS = {
-    "audio-mfcc": ("AudioEncoder", {"n_mfcc": 20, "frames": 32, "latent_dim": 8, "num_classes": 3},
-                   (4, 20, 32)),
-    "audio-waveform": ("AudioEncoder", {"latent_dim": 8, "num_classes": 3, "input": "waveform"},
-                       (4, 16000)),
-    "timeseries": ("TimeSeriesEncoder",
-                   {"channels": 3, "window": 128, "latent_dim": 8, "num_classes": 3}, (4, 3, 128)),
-    "tabular": ("TabularEncoder", {"in_features": 6, "latent_dim": 8, "num_classes": 3},
-                (4, 6, 1)),
+    "audio-mfcc": (
+        "AudioEncoder",
+        {"n_mfcc": 20, "frames": 32, "latent_dim": 8, "num_classes": 3},
+        (4, 20, 32),
+    ),
+    "audio-waveform": (
+        "AudioEncoder",
+        {"latent_dim": 8, "num_classes": 3, "input": "waveform"},
+        (4, 16000),
+    ),
+    "timeseries": (
+        "TimeSeriesEncoder",
+        {"channels": 3, "window": 128, "latent_dim": 8, "num_classes": 3},
+        (4, 3, 128),
+    ),
+    "tabular": ("TabularEncoder", {"in_features": 6, "latent_dim": 8, "num_classes": 3}, (4, 6, 1)),
 }
 
 
@@ -66,8 +79,11 @@ def test_encoders_share_the_latent_interface(encoder: str) -> None:
     from cdml_edge.nn import AudioEncoder, TabularEncoder, TimeSeriesEncoder, build_model
 
     cls, kwargs, shape = ENCODERS[encoder]
-    encoders = {"AudioEncoder": AudioEncoder, "TimeSeriesEncoder": TimeSeriesEncoder,
-                "TabularEncoder": TabularEncoder}
+    encoders = {
+        "AudioEncoder": AudioEncoder,
+        "TimeSeriesEncoder": TimeSeriesEncoder,
+        "TabularEncoder": TabularEncoder,
+    }
     model, x = encoders[cls](**kwargs), torch.randn(*shape)
     out = model(x)
     assert out["latent"].shape == (4, 8)
@@ -92,8 +108,11 @@ def test_loss_weights_and_missing_terms() -> None:
     from cdml_edge.nn import CDMLLoss
 
     x = torch.zeros(2, 3)
-    out = {"latent": torch.ones(2, 4), "recon": torch.ones(2, 3),
-           "logits": torch.tensor([[10.0, -10.0], [-10.0, 10.0]])}
+    out = {
+        "latent": torch.ones(2, 4),
+        "recon": torch.ones(2, 3),
+        "logits": torch.tensor([[10.0, -10.0], [-10.0, 10.0]]),
+    }
     y = torch.tensor([0, 1])
     total, parts = CDMLLoss(recon_weight=2.0, ce_weight=1.0, latent_weight=0.5)(out, x, y)
     assert parts["recon"] == pytest.approx(2.0)
@@ -187,8 +206,14 @@ def test_seed_argument_names_are_aliases_kept_out_of_the_config() -> None:
     with pytest.raises(TypeError, match="input_dim"):
         TabularEncoder()
     ts = TimeSeriesEncoder(input_features=8, hidden_size=16, latent_dim=8)
-    assert ts.config == {"channels": 8, "window": 256, "latent_dim": 8, "num_classes": 0,
-                         "width": 16, "layout": "channels_last"}
+    assert ts.config == {
+        "channels": 8,
+        "window": 256,
+        "latent_dim": 8,
+        "num_classes": 0,
+        "width": 16,
+        "layout": "channels_last",
+    }
     assert TimeSeriesEncoder(channels=8).config.get("layout") is None  # ours: channels first
     for model in (tab, ts):
         clone = build_model(type(model).__name__, model.config)

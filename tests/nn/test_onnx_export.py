@@ -24,8 +24,14 @@ from cdml_edge.model.spec import (
 
 
 def digits_spec() -> ModelSpec:
-    return ModelSpec(name="digits", version="2.1.0", modality="image", task="classifier",
-                     input=ImageInput(size=32), labels=[str(i) for i in range(10)])
+    return ModelSpec(
+        name="digits",
+        version="2.1.0",
+        modality="image",
+        task="classifier",
+        input=ImageInput(size=32),
+        labels=[str(i) for i in range(10)],
+    )
 
 
 def test_classifier_export_dynamic_batch_metadata_and_parity(tmp_path: Path) -> None:
@@ -72,9 +78,13 @@ def test_anomaly_export_carries_scorer_and_threshold(tmp_path: Path) -> None:
     x = torch.randn(40, 3, 64)
     with torch.no_grad():
         scorer = AnomalyScorer.fit(model.compress(x))
-    spec = ModelSpec(name="vib", modality="timeseries", task="anomaly",
-                     input=SeriesInput(channels=3, window=64),
-                     anomaly_threshold=scorer.threshold)
+    spec = ModelSpec(
+        name="vib",
+        modality="timeseries",
+        task="anomaly",
+        input=SeriesInput(channels=3, window=64),
+        anomaly_threshold=scorer.threshold,
+    )
     report = export_onnx(model, spec, tmp_path / "v.onnx", scorer=scorer)
     session, loaded = load_onnx_model(report.path)
     assert loaded.outputs == ["anomaly", "latent"]
@@ -103,12 +113,32 @@ def test_parity_failure_leaves_no_file(tmp_path: Path) -> None:
 def test_cli_train_then_export(tmp_path: Path) -> None:
     frames, labels = synth.digit_images(n=120, seed=2)
     archive = tmp_path / "digits.zip"
-    archive.write_bytes(pack([(f"{y}/{i:04d}.png", synth.encode_png(im))
-                              for i, (im, y) in enumerate(zip(frames, labels, strict=True))]))
+    archive.write_bytes(
+        pack(
+            [
+                (f"{y}/{i:04d}.png", synth.encode_png(im))
+                for i, (im, y) in enumerate(zip(frames, labels, strict=True))
+            ]
+        )
+    )
     runner = CliRunner()
     out = tmp_path / "run"
-    res = runner.invoke(app, ["train", "--data", str(archive), "--modality", "image",
-                              "--epochs", "2", "--out", str(out), "--name", "cli-digits"])
+    res = runner.invoke(
+        app,
+        [
+            "train",
+            "--data",
+            str(archive),
+            "--modality",
+            "image",
+            "--epochs",
+            "2",
+            "--out",
+            str(out),
+            "--name",
+            "cli-digits",
+        ],
+    )
     assert res.exit_code == 0, res.output
     final = json.loads(res.output.strip().splitlines()[-1])
     assert final["epoch"] == 2 and 0.0 <= final["val_acc"] <= 1.0
@@ -132,9 +162,24 @@ def test_cli_trains_an_anomaly_model_from_csv(tmp_path: Path) -> None:
     archive = tmp_path / "vib.zip"
     archive.write_bytes(pack(items))
     runner = CliRunner()
-    res = runner.invoke(app, ["train", "--data", str(archive), "--modality", "csv", "--epochs",
-                              "2", "--out", str(tmp_path / "run"), "--anomaly-normal", "normal",
-                              "--batch-size", "16"])
+    res = runner.invoke(
+        app,
+        [
+            "train",
+            "--data",
+            str(archive),
+            "--modality",
+            "csv",
+            "--epochs",
+            "2",
+            "--out",
+            str(tmp_path / "run"),
+            "--anomaly-normal",
+            "normal",
+            "--batch-size",
+            "16",
+        ],
+    )
     assert res.exit_code == 0, res.output
     final = json.loads(res.output.strip().splitlines()[-1])
     assert final["anomaly_threshold"] > 0
@@ -144,6 +189,20 @@ def test_cli_trains_an_anomaly_model_from_csv(tmp_path: Path) -> None:
     session, spec = load_onnx_model(onnx_path)
     assert spec.task == "anomaly" and spec.input.shape() == [3, 256]
     assert spec.anomaly_threshold == pytest.approx(final["anomaly_threshold"])
-    res = runner.invoke(app, ["train", "--data", str(archive), "--modality", "csv", "--epochs",
-                              "1", "--out", str(tmp_path / "r2"), "--anomaly-normal", "nope"])
+    res = runner.invoke(
+        app,
+        [
+            "train",
+            "--data",
+            str(archive),
+            "--modality",
+            "csv",
+            "--epochs",
+            "1",
+            "--out",
+            str(tmp_path / "r2"),
+            "--anomaly-normal",
+            "nope",
+        ],
+    )
     assert res.exit_code == 2 and "nope" in res.output

@@ -84,8 +84,9 @@ def test_shipped_model_is_small(name: str) -> None:
 
 @pytest.mark.slow
 def test_shipped_models_run_without_torch() -> None:
-    proc = subprocess.run([sys.executable, "-c", CHECK, str(MODELS)], capture_output=True,
-                          text=True, timeout=240)
+    proc = subprocess.run(
+        [sys.executable, "-c", CHECK, str(MODELS)], capture_output=True, text=True, timeout=240
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     res = json.loads(proc.stdout.strip().splitlines()[-1])
     assert res["torch_loaded"] is False
@@ -100,8 +101,11 @@ def test_shipped_models_run_without_torch() -> None:
 def test_metrics_file_matches_the_shipped_models() -> None:
     metrics = json.loads((MODELS / "metrics.json").read_text())
     assert metrics["digits"]["heldout_accuracy"] >= 0.95
-    for key, name in (("digits", "digits.onnx"), ("audio_anomaly", "audio_anomaly.onnx"),
-                      ("vibration_anomaly", "vibration_anomaly.onnx")):
+    for key, name in (
+        ("digits", "digits.onnx"),
+        ("audio_anomaly", "audio_anomaly.onnx"),
+        ("vibration_anomaly", "vibration_anomaly.onnx"),
+    ):
         assert metrics[key]["size_bytes"] == (MODELS / name).stat().st_size
         assert metrics[key]["parity_max_abs_diff"] <= 1e-4
 
@@ -109,8 +113,9 @@ def test_metrics_file_matches_the_shipped_models() -> None:
 def _onnx_scores(path: Path, decoded: list[Any], output: str) -> np.ndarray:
     session, spec = load_onnx_model(path)
     batches = [decoded[i : i + 64] for i in range(0, len(decoded), 64)]
-    return np.concatenate([run_model(session, spec, prepare_batch(spec, b))[output]
-                           for b in batches])
+    return np.concatenate(
+        [run_model(session, spec, prepare_batch(spec, b))[output] for b in batches]
+    )
 
 
 def test_digits_heldout_accuracy_rescored_in_onnxruntime() -> None:

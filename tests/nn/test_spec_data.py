@@ -19,8 +19,13 @@ def test_spec_dataset_pickles(tmp_path: Path, raw: bool) -> None:
     from cdml_edge.nn.data import spec_dataset
 
     path = write(tmp_path / "pets.zip", class_images(2))
-    spec = ModelSpec(name="pets", modality="image", task="classifier",
-                     input=ImageInput(size=16), labels=["cat", "dog", "eel"])
+    spec = ModelSpec(
+        name="pets",
+        modality="image",
+        task="classifier",
+        input=ImageInput(size=16),
+        labels=["cat", "dog", "eel"],
+    )
     ds = spec_dataset(path, spec, raw=raw)
     clone = pickle.loads(pickle.dumps(ds))  # what a spawn worker receives
     (x, y), (cx, cy) = ds[3], clone[3]

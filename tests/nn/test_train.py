@@ -81,8 +81,10 @@ def test_resume_continues_exactly(tmp_path: Path) -> None:
     resumed = fresh(tmp_path / "c")
     history = resumed.fit(*loaders(), epochs=2, resume=tmp_path / "b/checkpoints/epoch-0001.pt")
     assert [r["epoch"] for r in history] == [1, 2]
-    assert resumed.optimizer.state_dict()["state"][0]["step"] == straight.optimizer.state_dict()[
-        "state"][0]["step"]
+    assert (
+        resumed.optimizer.state_dict()["state"][0]["step"]
+        == straight.optimizer.state_dict()["state"][0]["step"]
+    )
     for p, q in zip(straight.model.parameters(), resumed.model.parameters(), strict=True):
         torch.testing.assert_close(p, q)
     lines = (tmp_path / "c/metrics.jsonl").read_text().splitlines()
@@ -148,8 +150,16 @@ def test_ddp_gloo_two_processes_under_torchrun(tmp_path: Path) -> None:
     out.mkdir()
     env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
     env.update(OMP_NUM_THREADS="1", CUDA_VISIBLE_DEVICES="")
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2",
-           "--master_addr=127.0.0.1", f"--master_port={_free_port()}", str(script), str(out)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc_per_node=2",
+        "--master_addr=127.0.0.1",
+        f"--master_port={_free_port()}",
+        str(script),
+        str(out),
+    ]
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=240)
     assert proc.returncode == 0, proc.stderr[-3000:]
     r0 = json.loads((out / "rank0.json").read_text())
@@ -162,7 +172,9 @@ def test_ddp_gloo_two_processes_under_torchrun(tmp_path: Path) -> None:
     # only rank 0 writes metrics and checkpoints
     assert len((out / "metrics.jsonl").read_text().splitlines()) == 2
     assert sorted(p.name for p in (out / "checkpoints").iterdir()) == [
-        "epoch-0001.pt", "epoch-0002.pt"]
+        "epoch-0001.pt",
+        "epoch-0002.pt",
+    ]
 
 
 def test_write_new_claims_a_free_name_and_leaves_no_temporary(tmp_path: Path) -> None:
@@ -184,8 +196,14 @@ def test_seed_train_call_and_loss_weights() -> None:
     from cdml_edge.nn import CDMLTrainer, TabularEncoder
 
     torch.manual_seed(0)
-    trainer = CDMLTrainer(TabularEncoder(input_dim=4, latent_dim=8, num_classes=3), lr=1e-2,
-                          device="cpu", alpha=1.0, beta=0.5, gamma=0.01)
+    trainer = CDMLTrainer(
+        TabularEncoder(input_dim=4, latent_dim=8, num_classes=3),
+        lr=1e-2,
+        device="cpu",
+        alpha=1.0,
+        beta=0.5,
+        gamma=0.01,
+    )
     assert (trainer.loss.ce_weight, trainer.loss.sparsity_weight) == (1.0, 0.01)
     train, val = loaders()
     history = trainer.train(train, epochs=2, val_loader=val)

@@ -1,5 +1,6 @@
 """Training as a new user meets it: validation uses the training classes, checkpoint names
-say what they hold, and a dataset with nothing of the asked modality says so."""
+say what they hold, and a dataset with nothing of the asked modality says so.
+"""
 
 from __future__ import annotations
 
@@ -34,8 +35,10 @@ def colour_data(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     d = tmp_path_factory.mktemp("colours")
     write_archive(d / "train.zip", _frames(["blue", "green", "red"], 16, 0))
     write_archive(d / "val.zip", _frames(["green", "red"], 8, 1))  # no blue
-    write_archive(d / "odd.zip", _frames(["blue", "green"], 2, 2) + [
-        ("purple/000.png", _frames(["red"], 1, 3)[0][1])])
+    write_archive(
+        d / "odd.zip",
+        _frames(["blue", "green"], 2, 2) + [("purple/000.png", _frames(["red"], 1, 3)[0][1])],
+    )
     return {"train": d / "train.zip", "val": d / "val.zip", "odd": d / "odd.zip"}
 
 
@@ -43,13 +46,15 @@ def test_a_validation_set_takes_the_training_classes(colour_data: dict[str, Path
     from cdml_edge import CDMLStreamDataset
 
     train = CDMLStreamDataset(colour_data["train"], modality="image", labels="folder")
-    val = CDMLStreamDataset(colour_data["val"], modality="image", labels="folder",
-                            classes=train.classes)
+    val = CDMLStreamDataset(
+        colour_data["val"], modality="image", labels="folder", classes=train.classes
+    )
     assert val.classes == ["blue", "green", "red"]
     assert val.targets == [1] * 8 + [2] * 8  # green and red keep the training ids
     with pytest.raises(LabelError, match=r"odd\.zip.*'purple/000\.png' has class 'purple'"):
-        CDMLStreamDataset(colour_data["odd"], modality="image", labels="folder",
-                          classes=train.classes)
+        CDMLStreamDataset(
+            colour_data["odd"], modality="image", labels="folder", classes=train.classes
+        )
 
 
 def test_string_labels_of_a_mapping_index_into_classes(colour_data: dict[str, Path]) -> None:
@@ -66,14 +71,23 @@ def test_train_reports_val_acc_against_the_training_classes(
     colour_data: dict[str, Path], tmp_path: Path
 ) -> None:
     """val.zip lacks 'blue': numbered on its own, green/red became 0/1 and a right answer
-    (1/2) scored as wrong. val_acc must be what the model really gets right."""
+    (1/2) scored as wrong. val_acc must be what the model really gets right.
+    """
     import torch
 
     from cdml_edge.nn.data import spec_dataset
     from cdml_edge.nn.recipes import train_from_archive
 
-    res = train_from_archive(colour_data["train"], "image", 4, tmp_path, image_size=16,
-                             val_data=colour_data["val"], batch_size=8, lr=5e-3)
+    res = train_from_archive(
+        colour_data["train"],
+        "image",
+        4,
+        tmp_path,
+        image_size=16,
+        val_data=colour_data["val"],
+        batch_size=8,
+        lr=5e-3,
+    )
     model = res.trainer.model.eval()
     val = spec_dataset(colour_data["val"], res.spec, labels=None)  # truth from the names
     with torch.no_grad():
@@ -88,9 +102,22 @@ def test_train_reports_val_acc_against_the_training_classes(
 def test_train_cli_refuses_a_validation_class_unknown_to_training(
     colour_data: dict[str, Path], tmp_path: Path
 ) -> None:
-    res = CliRunner().invoke(app, ["train", "--data", str(colour_data["train"]), "--val-data",
-                                   str(colour_data["odd"]), "--epochs", "1", "--image-size", "16",
-                                   "--out", str(tmp_path / "run")])
+    res = CliRunner().invoke(
+        app,
+        [
+            "train",
+            "--data",
+            str(colour_data["train"]),
+            "--val-data",
+            str(colour_data["odd"]),
+            "--epochs",
+            "1",
+            "--image-size",
+            "16",
+            "--out",
+            str(tmp_path / "run"),
+        ],
+    )
     assert res.exit_code == 2, res.output
     lines = res.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("cdml-edge train: ")
@@ -102,9 +129,24 @@ def test_anomaly_checkpoint_says_what_it_holds(tmp_path: Path) -> None:
     items += [(f"fault/{i}.csv", b) for i, b in enumerate(synth.vibration_csv(12, 3, True))]
     write_archive(tmp_path / "vib.zip", items)
     run = tmp_path / "run"
-    res = CliRunner().invoke(app, ["train", "--data", str(tmp_path / "vib.zip"), "--modality",
-                                   "csv", "--epochs", "2", "--out", str(run),
-                                   "--anomaly-normal", "normal", "--batch-size", "16"])
+    res = CliRunner().invoke(
+        app,
+        [
+            "train",
+            "--data",
+            str(tmp_path / "vib.zip"),
+            "--modality",
+            "csv",
+            "--epochs",
+            "2",
+            "--out",
+            str(run),
+            "--anomaly-normal",
+            "normal",
+            "--batch-size",
+            "16",
+        ],
+    )
     assert res.exit_code == 0, res.output
     names = sorted(p.name for p in (run / "checkpoints").glob("*.pt"))
     assert names == ["epoch-0001.pt", "epoch-0002-anomaly.pt", "epoch-0002.pt"]
@@ -127,6 +169,9 @@ def test_nothing_of_the_modality_names_what_the_archive_holds(
     from cdml_edge import CDMLStreamDataset
     from cdml_edge.data import DatasetError
 
-    with pytest.raises(DatasetError, match=r"train\.zip: no audio members to load "
-                       r"\(the archive holds 48 image members\)"):
+    with pytest.raises(
+        DatasetError,
+        match=r"train\.zip: no audio members to load "
+        r"\(the archive holds 48 image members\)",
+    ):
         CDMLStreamDataset(colour_data["train"], modality="audio", labels="folder")

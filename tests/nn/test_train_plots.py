@@ -1,5 +1,6 @@
 """``cdml-edge train`` writes pictures of the run beside ``metrics.jsonl``: the loss and
-accuracy curves and the validation confusion matrix (its counts also as JSON)."""
+accuracy curves and the validation confusion matrix (its counts also as JSON).
+"""
 
 from __future__ import annotations
 
@@ -39,10 +40,26 @@ def test_train_writes_curves_and_a_confusion_matrix(tmp_path: Path) -> None:
     write_archive(tmp_path / "train.zip", _frames(12, 0))
     write_archive(tmp_path / "val.zip", _frames(5, 1))
     run = tmp_path / "run"
-    res = CliRunner().invoke(app, [
-        "train", "--data", str(tmp_path / "train.zip"), "--val-data", str(tmp_path / "val.zip"),
-        "--out", str(run), "--epochs", "3", "--image-size", "16", "--batch-size", "8",
-        "--lr", "5e-3"])
+    res = CliRunner().invoke(
+        app,
+        [
+            "train",
+            "--data",
+            str(tmp_path / "train.zip"),
+            "--val-data",
+            str(tmp_path / "val.zip"),
+            "--out",
+            str(run),
+            "--epochs",
+            "3",
+            "--image-size",
+            "16",
+            "--batch-size",
+            "8",
+            "--lr",
+            "5e-3",
+        ],
+    )
     assert res.exit_code == 0, res.output
     final = json.loads(res.stdout.strip().splitlines()[-1])
     assert f"plots: {run / 'training.png'}, {run / 'confusion.png'}" in res.stdout

@@ -1,5 +1,6 @@
 """The MQTT output with its spool on a full disk: the I/O thread lives on, nothing is
-reported durable that is not, and everything arrives once space and the broker return."""
+reported durable that is not, and everything arrives once space and the broker return.
+"""
 
 from __future__ import annotations
 
@@ -38,11 +39,16 @@ def _msgs(start: int, n: int) -> list[OutMessage]:
     ]
 
 
-def _publisher(port: int, prefix: str, spool: Path, events: list[str], **kw: object
-               ) -> MqttPublisher:
+def _publisher(
+    port: int, prefix: str, spool: Path, events: list[str], **kw: object
+) -> MqttPublisher:
     return MqttPublisher(
-        MqttConfig(url=f"mqtt://127.0.0.1:{port}", topic_prefix=prefix, keepalive=5,
-                   protocol=broker_protocol()),  # type: ignore[arg-type]
+        MqttConfig(
+            url=f"mqtt://127.0.0.1:{port}",
+            topic_prefix=prefix,
+            keepalive=5,
+            protocol=broker_protocol(),
+        ),  # type: ignore[arg-type]
         "edge-1",
         SpoolConfig(dir=spool),  # type: ignore[call-arg]
         backoff_max=0.5,
@@ -59,8 +65,9 @@ def test_spool_on_a_full_disk_holds_or_refuses_then_delivers_everything(
     port = free_port()  # the broker is away at first
     prefix = f"f{uuid.uuid4().hex[:8]}"
     events: list[str] = []
-    pub = _publisher(port, prefix, full_disk.path / "spool", events,
-                     outbox=OutboxConfig(max_bytes=8 * 1024))  # type: ignore[call-arg]
+    pub = _publisher(
+        port, prefix, full_disk.path / "spool", events, outbox=OutboxConfig(max_bytes=8 * 1024)
+    )  # type: ignore[call-arg]
     pub.start()
     durable: list[int] = []
     pub.publish_batch(_msgs(0, 10), lambda: durable.append(0))
@@ -94,7 +101,8 @@ def test_a_full_disk_during_the_drain_does_not_kill_the_io_thread(
     full_disk: FullDisk, tmp_path: Path
 ) -> None:
     """The issue's report: ENOSPC while the spool saved its read position killed the MQTT
-    I/O thread for good. Now the cursor write fails, is retried, and delivery goes on."""
+    I/O thread for good. Now the cursor write fails, is retried, and delivery goes on.
+    """
     full_disk.inject_open(spool_mod)
     full_disk.inject_call(spool_mod, "atomic_write")
     port = free_port()
@@ -129,16 +137,21 @@ def test_agent_keeps_source_files_while_the_spool_disk_is_full(
 ) -> None:
     """Broker away, spool disk full, outbox too small for a window: the window is refused,
     its files stay (taken again every second); once space returns they are spooled and
-    only then deleted."""
+    only then deleted.
+    """
     full_disk.inject_open(spool_mod)
     full_disk.inject_call(spool_mod, "atomic_write")
     port = free_port()
-    cfg_path = cam_config(tmp_path, textwrap.dedent(f"""\
+    cfg_path = cam_config(
+        tmp_path,
+        textwrap.dedent(f"""\
         mqtt: {{url: "mqtt://127.0.0.1:{port}", protocol: "{broker_protocol()}"}}
         outbox: {{max_bytes: 512}}
         spool: {{dir: {full_disk.path / "spool"}}}
         health: {{interval: 0.5s, metrics_port: 0}}
-    """), max_items=4)
+    """),
+        max_items=4,
+    )
     cam = tmp_path / "in/cam1"
     agent = Agent(load_config(cfg_path), cfg_path)
     agent.start()

@@ -1,6 +1,7 @@
 """Broker outages against a real broker process the test starts, stops and kills itself:
 no result is lost across a 10 s outage, drop_oldest counts exactly what is missing, block
-loses nothing, and a spool left by kill -9 drains after a restart."""
+loses nothing, and a spool left by kill -9 drains after a restart.
+"""
 
 from __future__ import annotations
 
@@ -47,7 +48,9 @@ def test_ten_second_outage_loses_no_result(tmp_path: Path) -> None:
     sub = Subscriber(broker.port, f"{prefix}/#", client_id=f"sub-{prefix}")
     pub = MqttPublisher(
         MqttConfig(url=broker.url, topic_prefix=prefix, keepalive=5, protocol=broker.protocol),
-        "edge-1", SpoolConfig(dir=tmp_path / "spool"), backoff_max=1.0,
+        "edge-1",
+        SpoolConfig(dir=tmp_path / "spool"),
+        backoff_max=1.0,
     )
     pub.start()
     assert wait_until(lambda: pub.connected, 10)
@@ -83,8 +86,10 @@ def test_ten_second_outage_loses_no_result(tmp_path: Path) -> None:
     ids = sub.ids()
     duplicates = len(ids) - len(set(ids))
     stats = pub.stats()
-    print(f"[outage] broker={broker.kind} sent={len(expected)} received={len(ids)} "
-          f"duplicates={duplicates} spooled={stats['spooled']} drained={stats['drained']}")
+    print(
+        f"[outage] broker={broker.kind} sent={len(expected)} received={len(ids)} "
+        f"duplicates={duplicates} spooled={stats['spooled']} drained={stats['drained']}"
+    )
     assert set(ids) == expected  # nothing lost, nothing invented
     assert spooled_during_outage > 0 and stats["drained"] >= spooled_during_outage
     # the subscriber can see the last live message before its PUBACK reaches the publisher
@@ -101,7 +106,8 @@ def test_small_spool_drop_oldest_dropped_equals_missing(tmp_path: Path) -> None:
     sub = _subscribed_then_down(broker, prefix)
     pub = MqttPublisher(
         MqttConfig(url=broker.url, topic_prefix=prefix, protocol=broker.protocol),
-        "edge-1", SpoolConfig(dir=tmp_path / "spool", max_bytes=32 * 1024, policy="drop_oldest"),
+        "edge-1",
+        SpoolConfig(dir=tmp_path / "spool", max_bytes=32 * 1024, policy="drop_oldest"),
         backoff_max=0.5,
     )
     pub.start()
@@ -117,8 +123,10 @@ def test_small_spool_drop_oldest_dropped_equals_missing(tmp_path: Path) -> None:
     assert wait_until(lambda: len(set(sub.ids())) >= kept, 20)
     received = set(sub.ids())
     missing = total - len(received)
-    print(f"[drop_oldest] broker={broker.kind} sent={total} received={len(received)} "
-          f"missing={missing} dropped={pub.stats()['dropped']}")
+    print(
+        f"[drop_oldest] broker={broker.kind} sent={total} received={len(received)} "
+        f"missing={missing} dropped={pub.stats()['dropped']}"
+    )
     assert missing == pub.stats()["dropped"]
     # the newest survive, oldest first on the wire
     assert received == {f"r{i:06d}" for i in range(missing, total)}
@@ -134,7 +142,8 @@ def test_block_policy_holds_the_producer_and_loses_nothing(tmp_path: Path) -> No
     sub = _subscribed_then_down(broker, prefix)
     pub = MqttPublisher(
         MqttConfig(url=broker.url, topic_prefix=prefix, protocol=broker.protocol),
-        "edge-1", SpoolConfig(dir=tmp_path / "spool", max_bytes=16 * 1024, policy="block"),
+        "edge-1",
+        SpoolConfig(dir=tmp_path / "spool", max_bytes=16 * 1024, policy="block"),
         backoff_max=0.5,
     )
     pub.start()
@@ -166,8 +175,11 @@ def test_block_policy_holds_the_producer_and_loses_nothing(tmp_path: Path) -> No
 
 def _run_proc(cfg: dict[str, object], path: Path) -> subprocess.Popen[str]:
     path.write_text(json.dumps(cfg))
-    return subprocess.Popen([sys.executable, str(HELPERS / "mqtt_publisher_proc.py"), str(path)],
-                            stdout=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        [sys.executable, str(HELPERS / "mqtt_publisher_proc.py"), str(path)],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
 
 
 def test_spool_survives_kill_9_and_drains_after_restart(tmp_path: Path) -> None:
@@ -175,8 +187,13 @@ def test_spool_survives_kill_9_and_drains_after_restart(tmp_path: Path) -> None:
     broker = BrokerProcess(tmp_path / "broker")
     sub = _subscribed_then_down(broker, prefix)
     spool = tmp_path / "spool"
-    base = {"url": broker.url, "prefix": prefix, "device": "edge-1", "spool": str(spool),
-            "protocol": broker.protocol}
+    base = {
+        "url": broker.url,
+        "prefix": prefix,
+        "device": "edge-1",
+        "spool": str(spool),
+        "protocol": broker.protocol,
+    }
     proc = _run_proc({**base, "count": 500, "then": "wait"}, tmp_path / "first.json")
     assert proc.stdout is not None
     line = proc.stdout.readline()

@@ -1,5 +1,6 @@
 """Publishing to a real broker: documented payloads, status / Last Will, no-broker start-up,
-credentials, TLS / mTLS, and the embedded broker."""
+credentials, TLS / mTLS, and the embedded broker.
+"""
 
 from __future__ import annotations
 
@@ -73,9 +74,19 @@ def _results(seq: Sequencer, n: int, start: int = 0) -> list[OutMessage]:
         topic = relative_topic("result", "cam1")
         result = ItemResult(
             id=item_id("cam1", f"img_{i:05d}.jpg", 1000 + i, 1_700_000_000 + i),
-            window_id="w-1", source="cam1", item=f"img_{i:05d}.jpg", modality="image",
-            ts=1_700_000_000.0 + i, label="ok", score=0.97, anomaly=False, anomaly_score=0.02,
-            latency_ms=4.5, model="tier2-image", model_version="3", seq=seq.next(topic),
+            window_id="w-1",
+            source="cam1",
+            item=f"img_{i:05d}.jpg",
+            modality="image",
+            ts=1_700_000_000.0 + i,
+            label="ok",
+            score=0.97,
+            anomaly=False,
+            anomaly_score=0.02,
+            latency_ms=4.5,
+            model="tier2-image",
+            model_version="3",
+            seq=seq.next(topic),
             device="edge-1",
         )
         out.append(OutMessage(topic, result.model_dump_json().encode()))
@@ -91,14 +102,34 @@ def test_subscriber_receives_the_documented_payloads(broker_port: int, tmp_path:
     seq = Sequencer()
     durable = threading.Event()
     window = WindowResult(
-        window_id="w-1", source="cam1", counts={"ok": 5}, items=5, errors=0,
+        window_id="w-1",
+        source="cam1",
+        counts={"ok": 5},
+        items=5,
+        errors=0,
         archive={"name": "cam1-w-1.zip", "format": "zip", "bytes": 5120, "sha256": "a" * 64},
-        opened_ts=1.0, closed_ts=2.0, seq=seq.next("cam1/window"), device="edge-1",
+        opened_ts=1.0,
+        closed_ts=2.0,
+        seq=seq.next("cam1/window"),
+        device="edge-1",
     )
-    health = HealthPayload(items=5, windows=1, seq=seq.next("health"), device="edge-1",
-                           broker_connected=True, **{"uptime_s": 3.0})
-    error = ErrorEvent(source="cam1", item="bad.jpg", error_type="DecodeError",
-                       message="not a JPEG", ts=2.0, seq=seq.next("cam1/error"), device="edge-1")
+    health = HealthPayload(
+        items=5,
+        windows=1,
+        seq=seq.next("health"),
+        device="edge-1",
+        broker_connected=True,
+        **{"uptime_s": 3.0},
+    )
+    error = ErrorEvent(
+        source="cam1",
+        item="bad.jpg",
+        error_type="DecodeError",
+        message="not a JPEG",
+        ts=2.0,
+        seq=seq.next("cam1/error"),
+        device="edge-1",
+    )
     messages = _results(seq, 5) + [
         OutMessage("cam1/window", window.model_dump_json().encode()),
         OutMessage("health", health.model_dump_json().encode()),
@@ -107,8 +138,9 @@ def test_subscriber_receives_the_documented_payloads(broker_port: int, tmp_path:
     pub.publish_batch(messages, durable.set)
     assert durable.wait(10)
     assert wait_until(lambda: len(sub.on("/result")) == 5 and sub.on("/error"), 10)
-    results = [ItemResult.model_validate(m) for m in sub.on(topic_for(prefix, "edge-1",
-                                                                       "result", "cam1"))]
+    results = [
+        ItemResult.model_validate(m) for m in sub.on(topic_for(prefix, "edge-1", "result", "cam1"))
+    ]
     assert [r.seq for r in results] == [1, 2, 3, 4, 5]
     assert WindowResult.model_validate(sub.on("/cam1/window")[0]) == window
     assert HealthPayload.model_validate(sub.on(f"{prefix}/edge-1/health")[0]) == health
@@ -127,19 +159,29 @@ def test_subscriber_receives_the_documented_payloads(broker_port: int, tmp_path:
     late.close()
 
 
-def test_last_will_says_offline_when_the_agent_is_killed(
-    broker_port: int, tmp_path: Path
-) -> None:
+def test_last_will_says_offline_when_the_agent_is_killed(broker_port: int, tmp_path: Path) -> None:
     prefix = _prefix()
     sub = Subscriber(broker_port, f"{prefix}/edge-1/status", persistent=False)
     cfg = tmp_path / "proc.json"
-    cfg.write_text(json.dumps({
-        "url": f"mqtt://127.0.0.1:{broker_port}", "prefix": prefix, "device": "edge-1",
-        "spool": str(tmp_path / "spool"), "count": 10, "wait_connected": True, "keepalive": 1,
-        "protocol": broker_protocol(),
-    }))
-    proc = subprocess.Popen([sys.executable, str(HELPERS / "mqtt_publisher_proc.py"), str(cfg)],
-                            stdout=subprocess.PIPE, text=True)
+    cfg.write_text(
+        json.dumps(
+            {
+                "url": f"mqtt://127.0.0.1:{broker_port}",
+                "prefix": prefix,
+                "device": "edge-1",
+                "spool": str(tmp_path / "spool"),
+                "count": 10,
+                "wait_connected": True,
+                "keepalive": 1,
+                "protocol": broker_protocol(),
+            }
+        )
+    )
+    proc = subprocess.Popen(
+        [sys.executable, str(HELPERS / "mqtt_publisher_proc.py"), str(cfg)],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert proc.stdout is not None
         assert proc.stdout.readline().startswith("durable 10")
@@ -205,18 +247,28 @@ def test_broker_accepts_the_right_password_and_refuses_a_wrong_one(tmp_path: Pat
     good.write_text("s3cret\n")
     bad.write_text("wrong\n")
     try:
-        wrong = MqttPublisher(MqttConfig(url=broker.url, username="edge", password_file=bad,
-                                         protocol=broker.protocol),
-                              "edge-1", SpoolConfig(dir=tmp_path / "s1"), backoff_max=0.5)
+        wrong = MqttPublisher(
+            MqttConfig(
+                url=broker.url, username="edge", password_file=bad, protocol=broker.protocol
+            ),
+            "edge-1",
+            SpoolConfig(dir=tmp_path / "s1"),
+            backoff_max=0.5,
+        )
         wrong.start()
         wrong.publish_batch(_results(Sequencer(), 3))
         assert wait_until(lambda: wrong.stats()["connect_failures"] >= 2, 10)  # refused, retried
         assert not wrong.connected
         assert wrong.stats()["spool_records"] == 3  # kept safe while refused
         wrong.stop(timeout=1)
-        right = MqttPublisher(MqttConfig(url=broker.url, username="edge", password_file=good,
-                                         protocol=broker.protocol),
-                              "edge-1", SpoolConfig(dir=tmp_path / "s1"), backoff_max=0.5)
+        right = MqttPublisher(
+            MqttConfig(
+                url=broker.url, username="edge", password_file=good, protocol=broker.protocol
+            ),
+            "edge-1",
+            SpoolConfig(dir=tmp_path / "s1"),
+            backoff_max=0.5,
+        )
         right.start()
         assert wait_until(lambda: right.connected, 10)
         assert wait_until(lambda: right.stats()["spool_records"] == 0, 10)
@@ -234,9 +286,12 @@ def test_tls_with_client_certificates(tmp_path: Path) -> None:
 
         def publisher(name: str, tls_cfg: TlsConfig) -> MqttPublisher:
             pub = MqttPublisher(
-                MqttConfig(url=broker.url, topic_prefix=prefix, tls=tls_cfg,
-                           protocol=broker.protocol),
-                name, SpoolConfig(dir=tmp_path / name), backoff_max=0.5,
+                MqttConfig(
+                    url=broker.url, topic_prefix=prefix, tls=tls_cfg, protocol=broker.protocol
+                ),
+                name,
+                SpoolConfig(dir=tmp_path / name),
+                backoff_max=0.5,
             )
             pub.start()
             return pub
@@ -247,14 +302,17 @@ def test_tls_with_client_certificates(tmp_path: Path) -> None:
         assert wait_until(lambda: sub.ids() == ["tls-1"], 10)
         mtls.stop()
 
-        wrong_ca = publisher("wrongca", TlsConfig(ca=tls.other_ca, cert=tls.client_cert,
-                                                  key=tls.client_key))
+        wrong_ca = publisher(
+            "wrongca", TlsConfig(ca=tls.other_ca, cert=tls.client_cert, key=tls.client_key)
+        )
         assert wait_until(lambda: wrong_ca.stats()["connect_failures"] >= 1, 10)
         assert not wrong_ca.connected  # the broker certificate is not trusted
         wrong_ca.stop(timeout=1)
 
-        insecure = publisher("insecure", TlsConfig(ca=tls.other_ca, cert=tls.client_cert,
-                                                   key=tls.client_key, insecure=True))
+        insecure = publisher(
+            "insecure",
+            TlsConfig(ca=tls.other_ca, cert=tls.client_cert, key=tls.client_key, insecure=True),
+        )
         assert wait_until(lambda: insecure.connected, 10)  # only with the explicit flag
         insecure.stop()
 
@@ -269,8 +327,11 @@ def test_tls_with_client_certificates(tmp_path: Path) -> None:
 
 def test_embedded_broker_in_process(tmp_path: Path) -> None:
     prefix = _prefix()
-    pub = MqttPublisher(MqttConfig(url="embedded", topic_prefix=prefix), "edge-1",
-                        SpoolConfig(dir=tmp_path / "spool"))
+    pub = MqttPublisher(
+        MqttConfig(url="embedded", topic_prefix=prefix),
+        "edge-1",
+        SpoolConfig(dir=tmp_path / "spool"),
+    )
     assert pub.protocol == "3.1.1"
     pub.start()
     try:
@@ -285,15 +346,17 @@ def test_embedded_broker_in_process(tmp_path: Path) -> None:
     finally:
         pub.stop()
     with pytest.raises(MqttSetupError, match="3.1.1"):
-        MqttPublisher(MqttConfig(url="embedded", protocol="5"), "edge-1",
-                      SpoolConfig(dir=tmp_path / "s2"))
+        MqttPublisher(
+            MqttConfig(url="embedded", protocol="5"), "edge-1", SpoolConfig(dir=tmp_path / "s2")
+        )
 
 
 def test_a_message_larger_than_the_spool_is_not_reported_durable(tmp_path: Path) -> None:
     port = free_port()  # no broker: everything goes to the spool
     pub = MqttPublisher(
         MqttConfig(url=f"mqtt://127.0.0.1:{port}", topic_prefix=_prefix()),
-        "edge-1", SpoolConfig(dir=tmp_path / "spool", max_bytes=64 * 1024),
+        "edge-1",
+        SpoolConfig(dir=tmp_path / "spool", max_bytes=64 * 1024),
     )
     pub.start()
     durable: list[str] = []

@@ -1,5 +1,6 @@
 """The spool on a full disk: nothing half-written, a degraded state with one event per
-episode, paced retries, and recovery by itself once space returns."""
+episode, paced retries, and recovery by itself once space returns.
+"""
 
 from __future__ import annotations
 
@@ -34,8 +35,13 @@ def test_full_disk_undoes_the_batch_reports_once_and_recovers(full_disk: FullDis
     full_disk.inject_open(spool_mod)
     full_disk.inject_call(spool_mod, "atomic_write")
     events: list[str] = []
-    sp = Spool(full_disk.path / "spool", 1024**2, fsync="batch",
-               on_event=lambda kind, info: events.append(kind), retry_s=0.2)
+    sp = Spool(
+        full_disk.path / "spool",
+        1024**2,
+        fsync="batch",
+        on_event=lambda kind, info: events.append(kind),
+        retry_s=0.2,
+    )
     assert sp.append(_recs(0, 10)) == 10
     full_disk.fill()
     assert sp.append(_recs(10, 50)) == 0  # not one of them is reported safe
@@ -87,12 +93,17 @@ def test_an_append_that_is_not_tried_again_does_not_leave_the_spool_degraded(
     full_disk: FullDisk,
 ) -> None:
     """The broker came back before the spool was written again: no append heals the state,
-    so the spool probes its disk (a small write) every retry_s until it works."""
+    so the spool probes its disk (a small write) every retry_s until it works.
+    """
     full_disk.inject_open(spool_mod)
     full_disk.inject_call(spool_mod, "atomic_write")
     events: list[str] = []
-    sp = Spool(full_disk.path / "spool", 1024**2, retry_s=0.05,
-               on_event=lambda kind, info: events.append(kind))
+    sp = Spool(
+        full_disk.path / "spool",
+        1024**2,
+        retry_s=0.05,
+        on_event=lambda kind, info: events.append(kind),
+    )
     full_disk.fill()
     assert sp.append(_recs(0, 5)) == 0
     time.sleep(0.3)  # probes while full fail quietly: still one event, still degraded
@@ -102,6 +113,7 @@ def test_an_append_that_is_not_tried_again_does_not_leave_the_spool_degraded(
     while sp.faults.degraded is not None and time.monotonic() < deadline:
         time.sleep(0.02)
     assert sp.faults.degraded is None and events == ["spool_disk_full", "spool_disk_ok"]
-    assert sorted(p.name for p in (full_disk.path / "spool").iterdir()
-                  if p.name.startswith(".")) == []  # the probe leaves nothing behind
+    assert (
+        sorted(p.name for p in (full_disk.path / "spool").iterdir() if p.name.startswith(".")) == []
+    )  # the probe leaves nothing behind
     sp.close()

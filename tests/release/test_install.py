@@ -57,15 +57,24 @@ def _free_port() -> int:
 
 def _source_tree(dest: Path, version: str, broken: bool = False) -> Path:
     """A copy of the checkout as release ``version`` (``broken``: the agent cannot start)."""
-    files = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
-                           cwd=REPO, capture_output=True, check=True).stdout.decode().split("\0")
+    files = (
+        subprocess.run(
+            ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+            cwd=REPO,
+            capture_output=True,
+            check=True,
+        )
+        .stdout.decode()
+        .split("\0")
+    )
     for name in filter(None, files):
         if (REPO / name).is_file() and not name.startswith(("tests/", "scripts/bench")):
             (dest / name).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(REPO / name, dest / name)
     init = dest / "cdml_edge/__init__.py"
-    init.write_text(re.sub(r'__version__ = "[^"]+"', f'__version__ = "{version}"',
-                           init.read_text()))
+    init.write_text(
+        re.sub(r'__version__ = "[^"]+"', f'__version__ = "{version}"', init.read_text())
+    )
     if broken:
         app = dest / "cdml_edge/agent/app.py"
         app.write_text('raise ImportError("a broken build")\n' + app.read_text())
@@ -83,34 +92,57 @@ class Board:
         self.calls, self.pidfile = root / "calls.log", root / "agent.pid"
         for d in (self.units, self.bin):
             d.mkdir(parents=True)
-        (self.bin / "systemctl").write_text(SYSTEMCTL.format(
-            calls=self.calls, pidfile=self.pidfile, prefix=self.prefix, etc=self.etc,
-            log=root / "agent.log"))
+        (self.bin / "systemctl").write_text(
+            SYSTEMCTL.format(
+                calls=self.calls,
+                pidfile=self.pidfile,
+                prefix=self.prefix,
+                etc=self.etc,
+                log=root / "agent.log",
+            )
+        )
         for name in ("useradd", "usermod"):
             (self.bin / name).write_text("#!/bin/sh\nexit 0\n")
         for p in self.bin.iterdir():
             p.chmod(0o755)
         self.port = _free_port()
         self.config = root / "factory.yaml"
-        self.config.write_text(yaml.safe_dump({
-            "state_dir": "${CDML_STATE}",
-            "sources": [{"name": "cam", "path": "${CDML_DATA}/cam", "modality": "image"}],
-            "models": {"image": {"path": "${CDML_MODELS}/digits.onnx"}},
-            "health": {"metrics_port": self.port, "interval": "1s"},
-            "output": {"jsonl": "${CDML_STATE}/out.jsonl"},
-        }))
+        self.config.write_text(
+            yaml.safe_dump(
+                {
+                    "state_dir": "${CDML_STATE}",
+                    "sources": [{"name": "cam", "path": "${CDML_DATA}/cam", "modality": "image"}],
+                    "models": {"image": {"path": "${CDML_MODELS}/digits.onnx"}},
+                    "health": {"metrics_port": self.port, "interval": "1s"},
+                    "output": {"jsonl": "${CDML_STATE}/out.jsonl"},
+                }
+            )
+        )
         self.env = dict(
-            os.environ, PATH=f"{self.bin}:{os.environ['PATH']}", CDML_UNPRIVILEGED="1",
-            CDML_PREFIX=str(self.prefix), CDML_ETC=str(self.etc), CDML_STATE=str(self.state),
-            CDML_DATA=str(self.data), CDML_UNIT_DIR=str(self.units),
-            CDML_MODELS=str(self.prefix / "models"), SYSTEMCTL=str(self.bin / "systemctl"),
-            PYTHON=sys.executable, PIP_DISABLE_PIP_VERSION_CHECK="1", UV=uv_command()[0],
+            os.environ,
+            PATH=f"{self.bin}:{os.environ['PATH']}",
+            CDML_UNPRIVILEGED="1",
+            CDML_PREFIX=str(self.prefix),
+            CDML_ETC=str(self.etc),
+            CDML_STATE=str(self.state),
+            CDML_DATA=str(self.data),
+            CDML_UNIT_DIR=str(self.units),
+            CDML_MODELS=str(self.prefix / "models"),
+            SYSTEMCTL=str(self.bin / "systemctl"),
+            PYTHON=sys.executable,
+            PIP_DISABLE_PIP_VERSION_CHECK="1",
+            UV=uv_command()[0],
         )
 
     def install(self, *args: str, installer: str = "uv") -> subprocess.CompletedProcess[str]:
         env = dict(self.env, CDML_INSTALLER=installer)
-        return subprocess.run(["bash", str(SCRIPT), "--no-apt", "--board", "pi", *args],
-                              capture_output=True, text=True, env=env, timeout=900)
+        return subprocess.run(
+            ["bash", str(SCRIPT), "--no-apt", "--board", "pi", *args],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=900,
+        )
 
     def current(self) -> str:
         return os.readlink(self.prefix / "current")
@@ -134,17 +166,31 @@ class Board:
 
     def freeze(self) -> list[str]:
         py = self.prefix / "current/venv/bin/python"
-        res = subprocess.run([*uv_command(), "pip", "freeze", "--python", str(py)],
-                             capture_output=True, text=True, check=True)
+        res = subprocess.run(
+            [*uv_command(), "pip", "freeze", "--python", str(py)],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
         return sorted(res.stdout.splitlines())
 
 
 def _doctor_release(board: Board) -> str:
     res = subprocess.run(
-        [str(board.prefix / "current/venv/bin/cdml-edge"), "doctor", "--config",
-         str(board.etc / "factory.yaml"), "--ascii", "--unit",
-         str(board.units / "cdml-edge.service")],
-        capture_output=True, text=True, env=board.env, timeout=120)
+        [
+            str(board.prefix / "current/venv/bin/cdml-edge"),
+            "doctor",
+            "--config",
+            str(board.etc / "factory.yaml"),
+            "--ascii",
+            "--unit",
+            str(board.units / "cdml-edge.service"),
+        ],
+        capture_output=True,
+        text=True,
+        env=board.env,
+        timeout=120,
+    )
     return next((ln for ln in res.stdout.splitlines() if " release: " in ln), res.stdout)
 
 
@@ -156,7 +202,8 @@ def _out(res: subprocess.CompletedProcess[str]) -> str:
 @pytest.mark.timeout(600)
 def test_two_installs_of_a_release_hold_the_same_packages(tmp_path: Path) -> None:
     """The same release, installed twice into two prefixes (with uv, from the same lock the
-    board's pip installs from; test_systemd_install.py installs with pip)."""
+    board's pip installs from; test_systemd_install.py installs with pip).
+    """
     src = _source_tree(tmp_path / "src", "0.1.0")
     frozen = []
     for n in (1, 2):
@@ -166,8 +213,11 @@ def test_two_installs_of_a_release_hold_the_same_packages(tmp_path: Path) -> Non
         assert board.current() == "releases/0.1.0"
         frozen.append(board.freeze())
         lock = (board.prefix / "current/venv/cdml-edge.lock").read_text()
-        pinned = {ln.split(" ")[0].lower() for ln in lock.splitlines() if "==" in ln
-                  and not ln.startswith((" ", "#"))}
+        pinned = {
+            ln.split(" ")[0].lower()
+            for ln in lock.splitlines()
+            if "==" in ln and not ln.startswith((" ", "#"))
+        }
         assert pinned <= {f.lower().replace("_", "-") for f in frozen[-1]}, pinned
     assert frozen[0] == frozen[1]
     assert not any(f.startswith("torch") for f in frozen[0])
@@ -177,8 +227,9 @@ def test_two_installs_of_a_release_hold_the_same_packages(tmp_path: Path) -> Non
 @pytest.mark.timeout(900)
 def test_upgrade_rollback_and_automatic_rollback(tmp_path: Path) -> None:
     board = Board(tmp_path / "board")
-    srcs = {v: _source_tree(tmp_path / v, v, broken=v == "0.1.2")
-            for v in ("0.1.0", "0.1.1", "0.1.2")}
+    srcs = {
+        v: _source_tree(tmp_path / v, v, broken=v == "0.1.2") for v in ("0.1.0", "0.1.1", "0.1.2")
+    }
     try:
         res = board.install("--from", str(srcs["0.1.0"]), "--config", str(board.config))
         assert res.returncode == 0, _out(res)
@@ -198,22 +249,29 @@ def test_upgrade_rollback_and_automatic_rollback(tmp_path: Path) -> None:
         res = board.install("--rollback", "--ready-timeout", "120")
         assert res.returncode == 0, _out(res)
         assert (board.current(), os.readlink(board.prefix / "previous")) == (
-            "releases/0.1.0", "releases/0.1.1")
+            "releases/0.1.0",
+            "releases/0.1.1",
+        )
         assert board.healthz() == 200
 
         t0 = time.monotonic()
         res = board.install("--upgrade", str(srcs["0.1.2"]), "--ready-timeout", "15")
         assert res.returncode == 1, _out(res)
         assert "release 0.1.2 did not become ready within 15s: rolling back to 0.1.0" in (
-            res.stderr), _out(res)
+            res.stderr
+        ), _out(res)
         assert board.current() == "releases/0.1.0"
         # `previous` is what it was before the failed upgrade, not the broken release
         assert os.readlink(board.prefix / "previous") == "releases/0.1.1"
         assert time.monotonic() - t0 < 300
         assert board.healthz() == 200  # the old release serves again
         starts = [c for c in board.calls.read_text().splitlines() if c.startswith("start ")]
-        assert starts == ["start releases/0.1.1", "start releases/0.1.0",
-                          "start releases/0.1.2", "start releases/0.1.0"]
+        assert starts == [
+            "start releases/0.1.1",
+            "start releases/0.1.0",
+            "start releases/0.1.2",
+            "start releases/0.1.0",
+        ]
         assert (board.prefix / "releases/0.1.2/venv").is_dir()  # kept, for a look
         # state, config and data were not touched by any of it
         assert (board.state / "keep.txt").read_text() == "state"

@@ -22,8 +22,20 @@ RELEASE = f"/opt/cdml-edge/releases/{__version__}"
 LOCK = REPO / "lock" / f"runtime-cp311-{platform.machine()}.txt"
 # Commands that change the system: in a dry run none of them may be executed.
 MUTATING = (
-    "apt-get", "useradd", "usermod", "userdel", "systemctl", "install", "python3", "chown",
-    "chmod", "mv", "rm", "mktemp", "pip", "ln",
+    "apt-get",
+    "useradd",
+    "usermod",
+    "userdel",
+    "systemctl",
+    "install",
+    "python3",
+    "chown",
+    "chmod",
+    "mv",
+    "rm",
+    "mktemp",
+    "pip",
+    "ln",
 )
 
 
@@ -40,10 +52,7 @@ def stubbed_env(tmp_path: Path, uid: int = 0) -> tuple[dict[str, str], Path]:
             "systemctl": 'if [ "$1" = "--version" ]; then echo "systemd 252"; exit 0; fi\n',
             "python3": 'if [ "$1" = "-c" ]; then echo 311; exit 0; fi\n',
         }
-        stub.write_text(
-            f'#!/bin/sh\n{read_only.get(name, "")}'
-            f'echo "{name} $*" >> "{calls}"\n'
-        )
+        stub.write_text(f'#!/bin/sh\n{read_only.get(name, "")}echo "{name} $*" >> "{calls}"\n')
         stub.chmod(0o755)
     real_id = shutil.which("id") or "/usr/bin/id"
     id_stub = bin_dir / "id"
@@ -122,9 +131,11 @@ def test_dry_run_install_on_a_pi(tmp_path: Path) -> None:
     assert "MemoryHigh=1228M" in out
     # The doctor hint: root (reads the root-only password from the folder LoadCredential= uses)
     # judging folders for the service's user.
-    assert ("sudo env CREDENTIALS_DIRECTORY=/etc/cdml-edge "
-            "/opt/cdml-edge/current/venv/bin/cdml-edge doctor --config "
-            "/etc/cdml-edge/factory.yaml --user cdml-edge") in out
+    assert (
+        "sudo env CREDENTIALS_DIRECTORY=/etc/cdml-edge "
+        "/opt/cdml-edge/current/venv/bin/cdml-edge doctor --config "
+        "/etc/cdml-edge/factory.yaml --user cdml-edge"
+    ) in out
     assert "${CREDENTIALS_DIRECTORY:-/etc/cdml-edge}/mqtt-password" in out
     assert "sudo /opt" not in out
 
@@ -133,8 +144,9 @@ def test_dry_run_jetson_swaps_in_the_gpu_wheel(tmp_path: Path) -> None:
     env, calls = stubbed_env(tmp_path)
     wheel = tmp_path / "onnxruntime_gpu-1.19.0-cp310-cp310-linux_aarch64.whl"
     wheel.write_bytes(b"PK")
-    res = run_script(env, "--dry-run", "--board", "jetson", "--ort-wheel", str(wheel), "--no-apt",
-                     "--no-start")
+    res = run_script(
+        env, "--dry-run", "--board", "jetson", "--ort-wheel", str(wheel), "--no-apt", "--no-start"
+    )
     assert res.returncode == 0, res.stderr
     assert not calls.exists(), calls.read_text()
     cmds = commands(res.stdout)
@@ -187,8 +199,9 @@ def test_stubs_do_catch_a_real_run(tmp_path: Path) -> None:
     res = run_script(env, "--no-apt", "--board", "pi")
     assert res.returncode != 0
     recorded = calls.read_text().splitlines()
-    assert any(c.startswith("install -d -m 0750 -o root -g cdml-edge /etc/cdml-edge")
-               for c in recorded), recorded
+    assert any(
+        c.startswith("install -d -m 0750 -o root -g cdml-edge /etc/cdml-edge") for c in recorded
+    ), recorded
     assert f"python3 -m venv {RELEASE}/venv" in recorded
     assert not Path(f"{RELEASE}/venv/bin/pip").exists()
 
@@ -196,8 +209,11 @@ def test_stubs_do_catch_a_real_run(tmp_path: Path) -> None:
 def _checkout_copy(dest: Path) -> Path:
     """The project's tracked files (what a user clones), without build outputs or venvs."""
     repo = SCRIPT.parents[2]
-    files = subprocess.run(["git", "ls-files", "-z"], cwd=repo, capture_output=True,
-                           check=True).stdout.decode().split("\0")
+    files = (
+        subprocess.run(["git", "ls-files", "-z"], cwd=repo, capture_output=True, check=True)
+        .stdout.decode()
+        .split("\0")
+    )
     for name in filter(None, files):
         src = repo / name
         if src.is_file():
@@ -210,7 +226,8 @@ def _checkout_copy(dest: Path) -> Path:
 def test_real_unprivileged_install(tmp_path: Path) -> None:
     """A real install into a staging folder: a venv with the runtime dependencies (pip, the
     warm wheel cache), the units, the drop-ins and the folders; only systemctl and the account
-    commands are stubs. About a minute on a warm pip cache."""
+    commands are stubs. About a minute on a warm pip cache.
+    """
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     calls = tmp_path / "calls.log"
@@ -227,41 +244,75 @@ def test_real_unprivileged_install(tmp_path: Path) -> None:
     units.mkdir(parents=True)
     elsewhere = tmp_path / "line 3"  # a source outside /srv/cdml, with a blank in its name
     cfg = tmp_path / "factory.yaml"
-    cfg.write_text(yaml.safe_dump({
-        "sources": [
-            {"name": "vib", "path": str(elsewhere / "in"), "modality": "timeseries",
-             "on_done": "move", "move_to": str(elsewhere / "done")},
-            {"name": "cam", "path": "${CDML_DATA}/cam", "modality": "image"},
-        ],
-        "spool": {"dir": "${CDML_STATE}/spool"},
-    }))
+    cfg.write_text(
+        yaml.safe_dump(
+            {
+                "sources": [
+                    {
+                        "name": "vib",
+                        "path": str(elsewhere / "in"),
+                        "modality": "timeseries",
+                        "on_done": "move",
+                        "move_to": str(elsewhere / "done"),
+                    },
+                    {"name": "cam", "path": "${CDML_DATA}/cam", "modality": "image"},
+                ],
+                "spool": {"dir": "${CDML_STATE}/spool"},
+            }
+        )
+    )
     env = dict(
         os.environ,
         PATH=f"{bin_dir}:{os.environ['PATH']}",
-        CDML_UNPRIVILEGED="1", CDML_PREFIX=str(prefix), CDML_ETC=str(etc),
-        CDML_STATE=str(state), CDML_DATA=str(data), CDML_UNIT_DIR=str(units),
-        SYSTEMCTL=str(bin_dir / "systemctl"), PYTHON=sys.executable,
+        CDML_UNPRIVILEGED="1",
+        CDML_PREFIX=str(prefix),
+        CDML_ETC=str(etc),
+        CDML_STATE=str(state),
+        CDML_DATA=str(data),
+        CDML_UNIT_DIR=str(units),
+        SYSTEMCTL=str(bin_dir / "systemctl"),
+        PYTHON=sys.executable,
         PIP_DISABLE_PIP_VERSION_CHECK="1",
     )
     src = _checkout_copy(tmp_path / "src")
     res = subprocess.run(
-        ["bash", str(SCRIPT), "--no-apt", "--board", "pi", "--memory-max", "1G",
-         "--from", str(src), "--config", str(cfg)],
-        capture_output=True, text=True, env=env, timeout=600,
+        [
+            "bash",
+            str(SCRIPT),
+            "--no-apt",
+            "--board",
+            "pi",
+            "--memory-max",
+            "1G",
+            "--from",
+            str(src),
+            "--config",
+            str(cfg),
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
     )
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
     venv = prefix / "current/venv"
     assert (prefix / "current").resolve() == prefix / "releases" / __version__
     # Runtime dependencies only: no PyTorch in the venv, and the command works from it.
     probe = subprocess.run(
-        [str(venv / "bin/python"), "-c",
-         "import importlib.util as u; print(u.find_spec('torch'), u.find_spec('onnxruntime')"
-         " is not None)"],
-        capture_output=True, text=True, check=True,
+        [
+            str(venv / "bin/python"),
+            "-c",
+            "import importlib.util as u; print(u.find_spec('torch'), u.find_spec('onnxruntime')"
+            " is not None)",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
     )
     assert probe.stdout.split() == ["None", "True"]
-    version = subprocess.run([str(venv / "bin/cdml-edge"), "--version"], capture_output=True,
-                             text=True, check=True)
+    version = subprocess.run(
+        [str(venv / "bin/cdml-edge"), "--version"], capture_output=True, text=True, check=True
+    )
     assert version.stdout.startswith("cdml-edge ")
     # Units with the staging paths, and the drop-ins.
     service = (units / "cdml-edge.service").read_text()
@@ -280,17 +331,30 @@ def test_real_unprivileged_install(tmp_path: Path) -> None:
     # The doctor from the venv, as the hint says (minus sudo and --user), sees the drop-in cover
     # every folder.
     doctor = subprocess.run(
-        ["env", f"CREDENTIALS_DIRECTORY={etc}", str(venv / "bin/cdml-edge"), "doctor",
-         "--config", str(etc / "factory.yaml"), "--unit", str(units / "cdml-edge.service"),
-         "--ascii"],
-        capture_output=True, text=True, env=env, timeout=120,
+        [
+            "env",
+            f"CREDENTIALS_DIRECTORY={etc}",
+            str(venv / "bin/cdml-edge"),
+            "doctor",
+            "--config",
+            str(etc / "factory.yaml"),
+            "--unit",
+            str(units / "cdml-edge.service"),
+            "--ascii",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
     )
     assert any(ln.startswith("OK   unit paths:") for ln in doctor.stdout.splitlines()), (
-        doctor.stdout + doctor.stderr)
+        doctor.stdout + doctor.stderr
+    )
     # the release, installed from the lock with every package as pinned
     lock = f"runtime-cp{sys.version_info[0]}{sys.version_info[1]}-{platform.machine()}.txt"
-    assert (f"OK   release: cdml-edge {__version__}, release {__version__}, packages match "
-            f"{lock}") in doctor.stdout.splitlines(), doctor.stdout
+    assert (
+        f"OK   release: cdml-edge {__version__}, release {__version__}, packages match {lock}"
+    ) in doctor.stdout.splitlines(), doctor.stdout
 
 
 def test_dry_run_upgrade_and_rollback(tmp_path: Path) -> None:
@@ -302,12 +366,14 @@ def test_dry_run_upgrade_and_rollback(tmp_path: Path) -> None:
     assert not calls.exists(), calls.read_text()
     cmds = commands(res.stdout)
     rel = "/opt/cdml-edge/releases/0.2.0"
-    steps = [f"python3 -m venv {rel}/venv",
-             f"{rel}/venv/bin/pip install --quiet --require-hashes -r {LOCK}",
-             f"{rel}/venv/bin/pip install --quiet --no-deps {wheel}",
-             "ln -sfn releases/0.2.0 /opt/cdml-edge/.current.new",
-             "systemctl restart cdml-edge.service",
-             "wait up to 30s for READY=1 (systemctl is-active) and /healthz"]
+    steps = [
+        f"python3 -m venv {rel}/venv",
+        f"{rel}/venv/bin/pip install --quiet --require-hashes -r {LOCK}",
+        f"{rel}/venv/bin/pip install --quiet --no-deps {wheel}",
+        "ln -sfn releases/0.2.0 /opt/cdml-edge/.current.new",
+        "systemctl restart cdml-edge.service",
+        "wait up to 30s for READY=1 (systemctl is-active) and /healthz",
+    ]
     assert [cmds.index(s) for s in steps] == sorted(cmds.index(s) for s in steps), cmds
     # an upgrade touches neither the configuration, the state nor the units
     assert not any("/etc/" in c or "/var/lib/" in c for c in cmds), cmds

@@ -85,8 +85,14 @@ def test_verify_catches_a_broken_unit(tmp_path: Path) -> None:
 def test_security_exposure_is_low(tmp_path: Path, name: str) -> None:
     staged = {p.name: p for p in staged_units(tmp_path)}
     res = subprocess.run(
-        [systemd_analyze(), "security", "--offline=true", "--threshold=25", "--no-pager",
-         str(staged[name])],
+        [
+            systemd_analyze(),
+            "security",
+            "--offline=true",
+            "--threshold=25",
+            "--no-pager",
+            str(staged[name]),
+        ],
         capture_output=True,
         text=True,
         timeout=60,
@@ -114,8 +120,14 @@ def test_agent_unit_settings() -> None:
     assert one("StateDirectory") == "cdml-edge"
     assert one("RuntimeDirectory") == "cdml-edge"
     assert one("ProtectSystem") == "strict"
-    for key in ("NoNewPrivileges", "PrivateTmp", "ProtectHome", "ProtectKernelTunables",
-                "ProtectKernelModules", "ProtectKernelLogs"):
+    for key in (
+        "NoNewPrivileges",
+        "PrivateTmp",
+        "ProtectHome",
+        "ProtectKernelTunables",
+        "ProtectKernelModules",
+        "ProtectKernelLogs",
+    ):
         assert one(key) == "yes", key
     assert one("CapabilityBoundingSet") == ""
     assert "@system-service" in svc["SystemCallFilter"]
@@ -135,7 +147,9 @@ def test_replay_timer_is_nightly() -> None:
     assert timer["Persistent"] == ["true"]
     res = subprocess.run(
         [systemd_analyze(), "calendar", timer["OnCalendar"][0]],
-        capture_output=True, text=True, timeout=30,
+        capture_output=True,
+        text=True,
+        timeout=30,
     )
     assert res.returncode == 0, res.stderr
     assert "Normalized form: *-*-* 02:30:00" in res.stdout

@@ -219,7 +219,8 @@ def test_corrupt_member_is_not_exported(tmp_path: Path) -> None:
 
 def test_an_item_kept_in_two_windows_is_exported_once(tmp_path: Path) -> None:
     """A window packed again after a crash holds the same item (same id) as the first one:
-    one member, the other counted as a duplicate, in the summary and the manifest."""
+    one member, the other counted as a duplicate, in the summary and the manifest.
+    """
     ring = RetentionRing(tmp_path / "ring", max_bytes=10**8)
     files = [(f"f{i}.jpg", jpeg(40 * i)) for i in range(3)]
     for wid in ("w-1", "w-2"):  # archive order: close time, then window id
@@ -260,7 +261,14 @@ def test_typed_errors_share_the_cdml_root() -> None:
     from cdml_edge.retrain import FilterError, OptionError, ReplayError
     from cdml_edge.store import RetentionError
 
-    for err in (ExportError, FilterError, OptionError, ReplayError, RetentionError, ConfigError,
-                AccountError):
+    for err in (
+        ExportError,
+        FilterError,
+        OptionError,
+        ReplayError,
+        RetentionError,
+        ConfigError,
+        AccountError,
+    ):
         assert issubclass(err, CdmlError), err
     assert issubclass(FilterError, ValueError)  # callers catching ValueError keep working

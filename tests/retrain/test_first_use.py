@@ -1,6 +1,7 @@
 """Smaller first-use findings: ``--split`` sums, an unset ``${VAR}`` beside other config
 errors, and what replay's summary says about windows retained unscored and ``--model``
-files that matched nothing."""
+files that matched nothing.
+"""
 
 from __future__ import annotations
 
@@ -69,12 +70,22 @@ def _ring(ring: Path, runners: dict[str, Any], values: list[list[int]]) -> None:
         win = Window(window_id=f"cam1-w{w:03d}", source="cam1", opened_ts=opened)
         for i, v in enumerate(vals):
             data, name, ns = jpeg(v), f"f{w}_{i}.jpg", int((opened + i) * 1e9)
-            win.items.append(Item("cam1", name, "image", ns / 1e9, data,
-                                  item_id("cam1", name, len(data), ns), None, len(data), ns))
+            win.items.append(
+                Item(
+                    "cam1",
+                    name,
+                    "image",
+                    ns / 1e9,
+                    data,
+                    item_id("cam1", name, len(data), ns),
+                    None,
+                    len(data),
+                    ns,
+                )
+            )
         win.closed_ts = opened + 5
         packed = pack_window(win, device="edge-1", modality="image", archive_format="zip")
-        outcome = score_window(packed.archive, runners, device="edge-1",
-                                 archive_name=packed.name)
+        outcome = score_window(packed.archive, runners, device="edge-1", archive_name=packed.name)
         assert store.store(packed.archive, outcome.manifest).stored
     store.close()
 
@@ -89,19 +100,49 @@ def unscored(tmp_path: Path) -> Path:
 
 
 def test_windows_retained_unscored_are_first_verdicts_not_changes(unscored: Path) -> None:
-    res = CliRunner().invoke(app, ["replay", "--config", str(unscored / "factory.yaml"), "-q",
-                                   "--out", str(unscored / "r.jsonl")])
+    res = CliRunner().invoke(
+        app,
+        [
+            "replay",
+            "--config",
+            str(unscored / "factory.yaml"),
+            "-q",
+            "--out",
+            str(unscored / "r.jsonl"),
+        ],
+    )
     assert res.exit_code == 0, res.output
     assert "0 labels and 0 anomaly flags changed, 3 first verdicts" in res.stdout
 
 
 def test_a_model_that_matched_nothing_is_named(unscored: Path) -> None:
     audio = mfcc_anomaly(unscored / "mic.onnx")
-    res = CliRunner().invoke(app, ["replay", "--config", str(unscored / "factory.yaml"), "-q",
-                                   "--model", str(audio), "--out", str(unscored / "r.jsonl")])
+    res = CliRunner().invoke(
+        app,
+        [
+            "replay",
+            "--config",
+            str(unscored / "factory.yaml"),
+            "-q",
+            "--model",
+            str(audio),
+            "--out",
+            str(unscored / "r.jsonl"),
+        ],
+    )
     assert res.exit_code == 0, res.output
     assert f"--model {audio} (audio) matched no item (the windows hold image)" in res.stdout
-    res = CliRunner().invoke(app, ["replay", "--config", str(unscored / "factory.yaml"), "-q",
-                                   "--model", str(unscored / "brightness.onnx"),
-                                   "--out", str(unscored / "r.jsonl")])
+    res = CliRunner().invoke(
+        app,
+        [
+            "replay",
+            "--config",
+            str(unscored / "factory.yaml"),
+            "-q",
+            "--model",
+            str(unscored / "brightness.onnx"),
+            "--out",
+            str(unscored / "r.jsonl"),
+        ],
+    )
     assert res.exit_code == 0 and "matched no item" not in res.stdout, res.output

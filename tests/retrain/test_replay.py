@@ -136,11 +136,15 @@ def test_run_replay_options_and_errors(tmp_path: Path, model: Path) -> None:
 
     scored_ring(tmp_path / "ring", model, VALUES)
     cfg = tmp_path / "factory.yaml"
-    cfg.write_text(yaml.safe_dump({
-        "device": {"id": "edge-1"},
-        "models": {"image": {"path": str(model)}},
-        "retention": {"dir": "ring", "max_bytes": "64MiB"},
-    }))
+    cfg.write_text(
+        yaml.safe_dump(
+            {
+                "device": {"id": "edge-1"},
+                "models": {"image": {"path": str(model)}},
+                "retention": {"dir": "ring", "max_bytes": "64MiB"},
+            }
+        )
+    )
     summary = run_replay(ReplayOptions(cfg, out=tmp_path / "r.jsonl", since="2026-01-01"))
     assert summary.stats.windows == 4 and summary.out == tmp_path / "r.jsonl"
     assert summary.line().startswith("replayed 4 windows, 10 results (")

@@ -196,8 +196,9 @@ def test_replay_cli_exits_1_when_it_skipped_a_corrupt_window(setup: dict[str, Pa
     data[len(data) // 2] ^= 0xFF  # same size, other bytes: its SHA-256 no longer matches
     victim.write_bytes(bytes(data))
     r = CliRunner().invoke(
-        app, ["replay", "--config", str(setup["config"]), "--out", str(setup["dir"] / "o.jsonl"),
-              "-q"])
+        app,
+        ["replay", "--config", str(setup["config"]), "--out", str(setup["dir"] / "o.jsonl"), "-q"],
+    )
     assert r.exit_code == 1, r.output
     assert "replayed 3 windows" in r.output and "1 corrupt windows skipped" in r.output
     assert victim.name in r.output  # the skipped window is named
@@ -206,7 +207,8 @@ def test_replay_cli_exits_1_when_it_skipped_a_corrupt_window(setup: dict[str, Pa
 def test_replay_publish_beside_the_live_agent(setup: dict[str, Path]) -> None:
     """replay --publish with the agent's configuration while the agent is connected: its
     own client id (one id would make the broker drop the agent), its own spool (the
-    agent's is locked), and the agent's retained status stays 'online'."""
+    agent's is locked), and the agent's retained status stays 'online'.
+    """
     from cdml_edge.config import load_config
     from cdml_edge.outputs.factory import make_output
 
@@ -219,8 +221,7 @@ def test_replay_publish_beside_the_live_agent(setup: dict[str, Path]) -> None:
         while not stats()["broker_connected"] and time.monotonic() < deadline:
             time.sleep(0.05)
         assert stats()["broker_connected"] and stats()["reconnects"] == 1
-        r = CliRunner().invoke(app, ["replay", "--config", str(setup["config"]), "--publish",
-                                     "-q"])
+        r = CliRunner().invoke(app, ["replay", "--config", str(setup["config"]), "--publish", "-q"])
         assert r.exit_code == 0, r.output
         time.sleep(0.5)
         assert stats()["reconnects"] == 1 and stats()["broker_connected"]  # never kicked off

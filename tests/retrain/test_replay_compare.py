@@ -1,5 +1,6 @@
 """The replay's before/after picture: ``cdml-edge replay --out X.jsonl`` writes ``X.png``
-comparing what the retained windows were told with what the replayed model says."""
+comparing what the retained windows were told with what the replayed model says.
+"""
 
 from __future__ import annotations
 
@@ -35,13 +36,26 @@ def _reversed_labels(old: Path, path: Path) -> Path:
 def test_replay_with_a_new_model_draws_before_and_after(tmp_path: Path) -> None:
     model = brightness_classifier(tmp_path / "brightness.onnx")
     scored_ring(tmp_path / "ring", model, VALUES)
-    cfg = {"models": {"image": {"path": "brightness.onnx"}},
-           "retention": {"dir": "ring", "max_bytes": "64MiB"}}
+    cfg = {
+        "models": {"image": {"path": "brightness.onnx"}},
+        "retention": {"dir": "ring", "max_bytes": "64MiB"},
+    }
     (tmp_path / "f.yaml").write_text(yaml.safe_dump(cfg))
     new = _reversed_labels(model, tmp_path / "v2.onnx")
     out = tmp_path / "new.jsonl"
-    r = CliRunner().invoke(app, ["replay", "--config", str(tmp_path / "f.yaml"), "--model",
-                                 str(new), "--out", str(out), "-q"])
+    r = CliRunner().invoke(
+        app,
+        [
+            "replay",
+            "--config",
+            str(tmp_path / "f.yaml"),
+            "--model",
+            str(new),
+            "--out",
+            str(out),
+            "-q",
+        ],
+    )
     assert r.exit_code == 0, r.output
     picture = tmp_path / "new.png"
     assert f"before/after: {picture}" in r.output
@@ -58,10 +72,21 @@ def test_replay_with_a_new_model_draws_before_and_after(tmp_path: Path) -> None:
 
 
 def _doc(before: float, after: float, was_flag: bool, flag: bool) -> dict:
-    return {"label": None, "anomaly": flag, "anomaly_score": after, "model": "ae",
-            "model_version": "2",
-            "was": {"label": None, "anomaly": was_flag, "anomaly_score": before,
-                    "model": "ae", "model_version": "1", "error": None}}
+    return {
+        "label": None,
+        "anomaly": flag,
+        "anomaly_score": after,
+        "model": "ae",
+        "model_version": "2",
+        "was": {
+            "label": None,
+            "anomaly": was_flag,
+            "anomaly_score": before,
+            "model": "ae",
+            "model_version": "1",
+            "error": None,
+        },
+    }
 
 
 def test_anomaly_scores_are_compared_and_bounded(tmp_path: Path) -> None:
@@ -69,8 +94,9 @@ def test_anomaly_scores_are_compared_and_bounded(tmp_path: Path) -> None:
     c.add(_doc(0.1, 0.2, False, False))
     c.add(_doc(0.4, 0.9, False, True))
     c.add({"id": "x", "error": "DecodeError", "was": None})  # a failure: left out
-    c.add({**_doc(0.0, 0.5, False, False), "was": {**_doc(0, 0, False, False)["was"],
-                                                    "model": None}})  # a first verdict
+    c.add(
+        {**_doc(0.0, 0.5, False, False), "was": {**_doc(0, 0, False, False)["was"], "model": None}}
+    )  # a first verdict
     assert c.points == [(0.1, 0.2, False), (0.4, 0.9, True)] and not c.labels
     path = c.write(tmp_path / "scores.png")
     assert path is not None and cv2.imread(str(path)) is not None

@@ -77,7 +77,8 @@ def _mode(path: Path) -> int:
 
 def test_ring_files_are_owner_only_or_the_configured_mode(tmp_path: Path) -> None:
     """Archives, sidecars and the catalog hold the factory's images and labels: 0600 by
-    default whatever the umask, the folder the ring makes 0700; ``retention.mode`` widens."""
+    default whatever the umask, the folder the ring makes 0700; ``retention.mode`` widens.
+    """
     old = os.umask(0o022)
     try:
         ring = RetentionRing(tmp_path / "ret", max_bytes=10**7)
@@ -89,8 +90,12 @@ def test_ring_files_are_owner_only_or_the_configured_mode(tmp_path: Path) -> Non
         assert _mode(tmp_path / "ret" / CATALOG_NAME) == 0o600
         assert _mode(tmp_path / "ret") == 0o700
         ring.close()
-        cfg = parse_config({"sources": [], "retention": {"dir": str(tmp_path / "shared"),
-                                                         "max_bytes": "1MiB", "mode": "0640"}})
+        cfg = parse_config(
+            {
+                "sources": [],
+                "retention": {"dir": str(tmp_path / "shared"), "max_bytes": "1MiB", "mode": "0640"},
+            }
+        )
         assert cfg.retention is not None
         shared = RetentionRing.from_config(cfg.retention)
         res = shared.store(archive, m)
@@ -214,11 +219,10 @@ def test_reconcile_removes_debris_and_stale_rows(tmp_path: Path) -> None:
     ]
 
 
-def test_the_ring_owns_only_what_it_wrote(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture
-) -> None:
+def test_the_ring_owns_only_what_it_wrote(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     """An export, notes, a link, a folder or a file that merely ends like a sidecar in the
-    retention folder are never read, moved or deleted; they are listed and logged once."""
+    retention folder are never read, moved or deleted; they are listed and logged once.
+    """
     ring = RetentionRing(tmp_path, max_bytes=10**7)
     ring.store(*make_window("w0", T0, _files(1)))
     ring.close()
@@ -300,8 +304,9 @@ def test_an_idle_ring_is_not_left_degraded_once_the_disk_has_room(
 ) -> None:
     """No window comes after the failed one (a quiet line): the ring probes its disk."""
     events: list[str] = []
-    ring = RetentionRing(tmp_path, max_bytes=10**7, on_event=lambda k, i: events.append(k),
-                         retry_s=0.05)
+    ring = RetentionRing(
+        tmp_path, max_bytes=10**7, on_event=lambda k, i: events.append(k), retry_s=0.05
+    )
     real_write = os.write
 
     def full(fd: int, data: object) -> int:

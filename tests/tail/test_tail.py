@@ -1,6 +1,7 @@
 """``cdml-edge tail``: a running agent (real folder watch, real ONNX models) followed through
 its ``output.jsonl`` and through a real Mosquitto; the file follower across rotation; the
-rich view."""
+rich view.
+"""
 
 from __future__ import annotations
 
@@ -33,8 +34,7 @@ EXE = shutil.which("cdml-edge", path=str(Path(sys.executable).parent))
 
 def _csv(level: float) -> bytes:
     rows = np.full((8, 3), level)
-    return ("ax,ay,az\n" + "\n".join(",".join(f"{v:.2f}" for v in r) for r in rows)
-            + "\n").encode()
+    return ("ax,ay,az\n" + "\n".join(",".join(f"{v:.2f}" for v in r) for r in rows) + "\n").encode()
 
 
 def _config(tmp_path: Path, broker: bool) -> Path:
@@ -67,16 +67,23 @@ def test_tail_json_follows_a_running_agent(tmp_path: Path, via: str) -> None:
     agent = Agent(load_config(cfg_path), cfg_path)
     agent.start()
     assert EXE is not None
-    tail = subprocess.Popen([EXE, "tail", "--config", str(cfg_path), "--json", "--interval",
-                             "0.3", "--duration", "30"], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    tail = subprocess.Popen(
+        [EXE, "tail", "--config", str(cfg_path), "--json", "--interval", "0.3", "--duration", "30"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     snaps: list[dict[str, Any]] = []
-    reader = threading.Thread(target=lambda: snaps.extend(
-        json.loads(line) for line in tail.stdout or []), daemon=True)
+    reader = threading.Thread(
+        target=lambda: snaps.extend(json.loads(line) for line in tail.stdout or []), daemon=True
+    )
     reader.start()
     try:
-        wait_for(lambda: bool(snaps) and snaps[-1]["health"] is not None, timeout=30,
-                 what="tail hearing the agent's health")  # subscribed before files arrive
+        wait_for(
+            lambda: bool(snaps) and snaps[-1]["health"] is not None,
+            timeout=30,
+            what="tail hearing the agent's health",
+        )  # subscribed before files arrive
         for i, v in enumerate([20, 230, 40]):
             write_atomic(tmp_path / "in/cam" / f"p{i}.jpg", jpeg(v))
         write_atomic(tmp_path / "in/vib" / "quiet.csv", _csv(0.0))
@@ -86,8 +93,12 @@ def test_tail_json_follows_a_running_agent(tmp_path: Path, via: str) -> None:
         def seen() -> bool:
             last = snaps[-1] if snaps else {"sources": {}}
             s = last["sources"]
-            return (s.get("cam", {}).get("items") == 3 and s.get("vib", {}).get("items") == 2
-                    and s["cam"]["errors"] == 1 and (last["health"] or {}).get("items") == 6)
+            return (
+                s.get("cam", {}).get("items") == 3
+                and s.get("vib", {}).get("items") == 2
+                and s["cam"]["errors"] == 1
+                and (last["health"] or {}).get("items") == 6
+            )
 
         wait_for(seen, timeout=30, what="5 results, an error and health counting 6 items")
     finally:
@@ -98,7 +109,10 @@ def test_tail_json_follows_a_running_agent(tmp_path: Path, via: str) -> None:
     cam, vib = last["sources"]["cam"], last["sources"]["vib"]
     assert last["device"] == agent.cfg.device.id
     assert {r["item"]: r["label"] for r in cam["last"]} == {
-        "p0.jpg": "dark", "p1.jpg": "bright", "p2.jpg": "dark"}
+        "p0.jpg": "dark",
+        "p1.jpg": "bright",
+        "p2.jpg": "dark",
+    }
     assert vib["anomalies"] == 1 and cam["anomalies"] == 0
     assert [r["item"] for r in vib["last"] if r["anomaly"]] == ["loud.csv"]
     assert [e["item"] for e in last["errors"]] == ["cut.jpg"]
@@ -140,19 +154,55 @@ def _board() -> ActivityBoard:
     board = ActivityBoard("line-3")
     now = time.time()
     board.observe("status", None, {"state": "online"})
-    board.observe("health", None, {"uptime_s": 3600, "broker_connected": True,
-                                   "outbox_depth": 0, "spool_bytes": 0, "spool_records": 0,
-                                   "dropped": 0})
+    board.observe(
+        "health",
+        None,
+        {
+            "uptime_s": 3600,
+            "broker_connected": True,
+            "outbox_depth": 0,
+            "spool_bytes": 0,
+            "spool_records": 0,
+            "dropped": 0,
+        },
+    )
     for i in range(6):
-        board.observe("result", "cam", {"item": f"part-{i:03d}.jpg", "label": "ok",
-                                        "score": 0.97, "latency_ms": 41.0 + i, "ts": now + i})
-    board.observe("result", "vib", {"item": "axis-007.csv", "label": "anomaly", "score": 3.1,
-                                    "anomaly": True, "anomaly_score": 3.1, "latency_ms": 55.0,
-                                    "ts": now + 10})
+        board.observe(
+            "result",
+            "cam",
+            {
+                "item": f"part-{i:03d}.jpg",
+                "label": "ok",
+                "score": 0.97,
+                "latency_ms": 41.0 + i,
+                "ts": now + i,
+            },
+        )
+    board.observe(
+        "result",
+        "vib",
+        {
+            "item": "axis-007.csv",
+            "label": "anomaly",
+            "score": 3.1,
+            "anomaly": True,
+            "anomaly_score": 3.1,
+            "latency_ms": 55.0,
+            "ts": now + 10,
+        },
+    )
     board.observe("window", "cam", {"timings": {"total_ms": 12.5}})
-    board.observe("error", "cam", {"source": "cam", "item": "part-bad.jpg",
-                                   "error_type": "DecodeError", "message": "truncated JPEG",
-                                   "ts": now})
+    board.observe(
+        "error",
+        "cam",
+        {
+            "source": "cam",
+            "item": "part-bad.jpg",
+            "error_type": "DecodeError",
+            "message": "truncated JPEG",
+            "ts": now,
+        },
+    )
     return board
 
 
@@ -170,11 +220,22 @@ def test_the_terminal_view_shows_sources_results_anomalies_errors_and_health() -
 
 def test_tail_without_json_draws_the_view_once_when_not_on_a_terminal(tmp_path: Path) -> None:
     out = tmp_path / "out.jsonl"
-    out.write_text(json.dumps({"topic": "cdml/edge-1/cam/result",
-                               "payload": {"item": "x.jpg", "label": "ok", "score": 0.9}}) + "\n")
+    out.write_text(
+        json.dumps(
+            {
+                "topic": "cdml/edge-1/cam/result",
+                "payload": {"item": "x.jpg", "label": "ok", "score": 0.9},
+            }
+        )
+        + "\n"
+    )
     (tmp_path / "a.yaml").write_text("output: {jsonl: out.jsonl}\n")
     assert EXE is not None
-    res = subprocess.run([EXE, "tail", "--config", str(tmp_path / "a.yaml"), "--duration", "1",
-                          "--interval", "0.2"], capture_output=True, text=True, timeout=60)
+    res = subprocess.run(
+        [EXE, "tail", "--config", str(tmp_path / "a.yaml"), "--duration", "1", "--interval", "0.2"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert res.returncode == 0, res.stderr
     assert "x.jpg" in res.stdout and "last results" in res.stdout

@@ -65,9 +65,21 @@ def test_sequencer_is_per_topic_and_thread_safe() -> None:
 
 def test_models_round_trip_and_forbid_unknown_fields() -> None:
     result = ItemResult(
-        id=item_id("cam1", "a.jpg", 10, 5), window_id="w1", source="cam1", item="a.jpg",
-        modality="image", ts=1.5, label="ok", score=0.9, anomaly=False, anomaly_score=0.1,
-        latency_ms=3.2, model="tier2", model_version="1", seq=1, device="edge-1",
+        id=item_id("cam1", "a.jpg", 10, 5),
+        window_id="w1",
+        source="cam1",
+        item="a.jpg",
+        modality="image",
+        ts=1.5,
+        label="ok",
+        score=0.9,
+        anomaly=False,
+        anomaly_score=0.1,
+        latency_ms=3.2,
+        model="tier2",
+        model_version="1",
+        seq=1,
+        device="edge-1",
     )
     assert ItemResult.model_validate_json(result.model_dump_json()) == result
     with pytest.raises(ValidationError):
@@ -75,15 +87,28 @@ def test_models_round_trip_and_forbid_unknown_fields() -> None:
     with pytest.raises(ValidationError):
         StatusPayload(state="sleeping", version="1", started_at=0, device="d")  # type: ignore[arg-type]
     window = WindowResult(
-        window_id="w1", source="cam1", counts={"ok": 3}, items=3, opened_ts=1, closed_ts=2,
+        window_id="w1",
+        source="cam1",
+        counts={"ok": 3},
+        items=3,
+        opened_ts=1,
+        closed_ts=2,
         archive={"name": "w1.zip", "format": "zip", "bytes": 10, "sha256": "0" * 64},
-        seq=1, device="edge-1",
+        seq=1,
+        device="edge-1",
     )
     assert window.archive is not None and window.archive.format == "zip"
     health = HealthPayload(dropped=2, spool_bytes=100, seq=1, device="edge-1")
     assert HealthPayload.model_validate_json(health.model_dump_json()).dropped == 2
-    err = ErrorEvent(source="cam1", item="b.jpg", error_type="DecodeError", message="bad",
-                     ts=1.0, seq=1, device="edge-1")
+    err = ErrorEvent(
+        source="cam1",
+        item="b.jpg",
+        error_type="DecodeError",
+        message="bad",
+        ts=1.0,
+        seq=1,
+        device="edge-1",
+    )
     assert err.quarantined_path is None
 
 

@@ -38,8 +38,16 @@ def _window(source: str, modality: str, named: list[tuple[str, bytes]]) -> Windo
     w = Window(f"{source}-w", source, now - 0.05)
     for n, (name, data) in enumerate(named):
         w.items.append(
-            Item(source, name, modality, now - 0.01, data, item_id(source, name, len(data), n),
-                 size=len(data), mtime_ns=n)
+            Item(
+                source,
+                name,
+                modality,
+                now - 0.01,
+                data,
+                item_id(source, name, len(data), n),
+                size=len(data),
+                mtime_ns=n,
+            )
         )
     w.closed_ts = now
     return w
@@ -60,7 +68,9 @@ def test_images_are_classified_through_the_archive(
     assert sorted(arc.names()) == ["a.jpg", "b.jpg", "c.jpg", "manifest.json"]
     out = score_window(packed.archive, runners, device="dev", archive_name=packed.name)
     assert [(r.item, r.label) for r in out.results] == [
-        ("a.jpg", "dark"), ("b.jpg", "bright"), ("c.jpg", "dark")
+        ("a.jpg", "dark"),
+        ("b.jpg", "bright"),
+        ("c.jpg", "dark"),
     ]
     assert all(r.score is not None and r.score > 0.9 for r in out.results)
     assert [r.id for r in out.results] == [it.item_id for it in w.items]
@@ -80,13 +90,21 @@ def test_images_are_classified_through_the_archive(
 
 def test_bad_inputs_fail_alone(runners: dict[str, ModelRunner]) -> None:
     good = jpeg(240)
-    w = _window("cam", "image", [("ok.jpg", good), ("cut.jpg", good[: len(good) // 2]),
-                                 ("junk.jpg", b"not an image at all")])
+    w = _window(
+        "cam",
+        "image",
+        [
+            ("ok.jpg", good),
+            ("cut.jpg", good[: len(good) // 2]),
+            ("junk.jpg", b"not an image at all"),
+        ],
+    )
     packed = pack_window(w, device="dev", modality="image")
     out = score_window(packed.archive, runners, device="dev")
     assert [r.item for r in out.results] == ["ok.jpg"]
     assert {f.item.name: f.error_type for f in out.failures} == {
-        "cut.jpg": "DecodeError", "junk.jpg": "DecodeError"
+        "cut.jpg": "DecodeError",
+        "junk.jpg": "DecodeError",
     }
     assert "truncated" in next(f.message for f in out.failures if f.item.name == "cut.jpg")
     assert out.window.errors == 2 and out.window.counts["error"] == 2
@@ -96,12 +114,14 @@ def test_bad_inputs_fail_alone(runners: dict[str, ModelRunner]) -> None:
 def test_csv_anomaly_per_file_and_per_segment(runners: dict[str, ModelRunner]) -> None:
     quiet = _csv(np.zeros((16, 3)))
     loud = _csv(np.vstack([np.zeros((8, 3)), np.ones((8, 3)) * 2]))
-    w = _window("vib", "csv", [("quiet.csv", quiet), ("loud.csv", loud),
-                               ("bad.csv", b"ax,ay\n1,2\n3\n")])
+    w = _window(
+        "vib", "csv", [("quiet.csv", quiet), ("loud.csv", loud), ("bad.csv", b"ax,ay\n1,2\n3\n")]
+    )
     packed = pack_window(w, device="dev", modality="csv")
     per_file = score_window(packed.archive, runners, device="dev")
     assert [(r.item, r.anomaly) for r in per_file.results] == [
-        ("quiet.csv", False), ("loud.csv", True)
+        ("quiet.csv", False),
+        ("loud.csv", True),
     ]
     loud_r = per_file.results[1]
     assert loud_r.label == "anomaly" and loud_r.anomaly_score == pytest.approx(3.0, abs=1e-3)
@@ -109,8 +129,10 @@ def test_csv_anomaly_per_file_and_per_segment(runners: dict[str, ModelRunner]) -
 
     seg = score_window(packed.archive, runners, device="dev", segment_rows=8)
     assert [(r.item, r.anomaly) for r in seg.results] == [
-        ("quiet.csv#rows=0-7", False), ("quiet.csv#rows=8-15", False),
-        ("loud.csv#rows=0-7", False), ("loud.csv#rows=8-15", True),
+        ("quiet.csv#rows=0-7", False),
+        ("quiet.csv#rows=8-15", False),
+        ("loud.csv#rows=0-7", False),
+        ("loud.csv#rows=8-15", True),
     ]
     assert seg.results[3].anomaly_score == pytest.approx(6.0, abs=1e-3)
     assert len({r.id for r in seg.results}) == 4
@@ -149,7 +171,10 @@ def test_replay_scores_the_same_bytes_the_same_way(runners: dict[str, ModelRunne
 
 def test_manifest_member_names_are_safe_and_unique() -> None:
     assert member_names(["a.jpg", "sub/a.jpg", "a.jpg", "manifest.json"]) == [
-        "a.jpg", "sub/a.jpg", "a.1.jpg", "manifest.1.json"
+        "a.jpg",
+        "sub/a.jpg",
+        "a.1.jpg",
+        "manifest.1.json",
     ]
     w = _window("cam", "image", [("x.jpg", b"1")])
     m = build_manifest(w, device="d", modality="image")

@@ -144,11 +144,13 @@ def test_fleet_export_is_the_local_export_byte_for_byte(
 ) -> None:
     from cdml_edge.retrain.fleet import fleet_export
 
-    opts = ExportOptions(fleet.merged, tmp_path / f"local.{fmt}", filters=("score>0.6",),
-                         split="0.7/0.3")
+    opts = ExportOptions(
+        fleet.merged, tmp_path / f"local.{fmt}", filters=("score>0.6",), split="0.7/0.3"
+    )
     sel = parse_selection(opts)
-    local = export_trainset(fleet.merged, opts.out, filters=sel.filters, split=sel.split,
-                            describe=sel.describe(opts))
+    local = export_trainset(
+        fleet.merged, opts.out, filters=sel.filters, split=sel.split, describe=sel.describe(opts)
+    )
     out = tmp_path / f"fleet.{fmt}"
     got = fleet_export(str(fleet.root), out, sel, describe=sel.describe(opts))
     assert out.read_bytes() == opts.out.read_bytes()
@@ -198,23 +200,49 @@ def test_fleet_replay_gives_the_local_replay_lines_and_summary(
     from cdml_edge.retrain.fleet import fleet_replay
 
     local = replay_to_jsonl(fleet.merged, _runners(fleet.model), tmp_path / "local.jsonl")
-    got = fleet_replay(str(fleet.root), _shipment(fleet.model), {"image": "brightness@1.0.0"},
-                       tmp_path / "results.parquet")
+    got = fleet_replay(
+        str(fleet.root),
+        _shipment(fleet.model),
+        {"image": "brightness@1.0.0"},
+        tmp_path / "results.parquet",
+    )
     table = pq.read_table(tmp_path / "results.parquet").to_pylist()
     table.sort(key=lambda r: (r["closed_at"], r["window_id"], r["position"]))
     lines = "".join(r["record"] + "\n" for r in table)
     assert lines == (tmp_path / "local.jsonl").read_text()
-    assert {r["device"] for r in table} == {"edge-1", "edge-2"} == {r["partition_device"]
-                                                                     for r in table}
+    assert (
+        {r["device"] for r in table}
+        == {"edge-1", "edge-2"}
+        == {r["partition_device"] for r in table}
+    )
     assert all(r["label"] == r["was_label"] for r in table)
-    for k in ("windows", "items", "failures", "changed_labels", "changed_anomalies",
-              "bytes_read", "models"):
+    for k in (
+        "windows",
+        "items",
+        "failures",
+        "changed_labels",
+        "changed_anomalies",
+        "bytes_read",
+        "models",
+    ):
         assert getattr(got.stats, k) == getattr(local, k), k
     assert got.by_device == {
-        "edge-1": {"brightness@1.0.0": {"items": 12, "failures": 0, "changed_labels": 0,
-                                        "changed_anomalies": 0}},
-        "edge-2": {"brightness@1.0.0": {"items": 6, "failures": 0, "changed_labels": 0,
-                                        "changed_anomalies": 0}},
+        "edge-1": {
+            "brightness@1.0.0": {
+                "items": 12,
+                "failures": 0,
+                "changed_labels": 0,
+                "changed_anomalies": 0,
+            }
+        },
+        "edge-2": {
+            "brightness@1.0.0": {
+                "items": 6,
+                "failures": 0,
+                "changed_labels": 0,
+                "changed_anomalies": 0,
+            }
+        },
     }
 
 
@@ -292,20 +320,34 @@ def test_cli_engine_ray_export_and_replay(tmp_path: Path, fleet: Fleet) -> None:
     runner = CliRunner()
     r = runner.invoke(app, ["export", str(fleet.merged), str(tmp_path / "local.zip"), "-q"])
     assert r.exit_code == 0, r.output
-    r = runner.invoke(app, ["export", str(fleet.root), str(tmp_path / "fleet.zip"),
-                            "--engine", "ray", "-q"])
+    r = runner.invoke(
+        app, ["export", str(fleet.root), str(tmp_path / "fleet.zip"), "--engine", "ray", "-q"]
+    )
     assert r.exit_code == 0, r.output
     assert (tmp_path / "fleet.zip").read_bytes() == (tmp_path / "local.zip").read_bytes()
     assert "exported 18 items from 6 windows" in r.output
     cfg = tmp_path / "factory.yaml"
     cfg.write_text(f"models:\n  image:\n    path: {fleet.model}\n")
-    r = runner.invoke(app, ["replay", str(fleet.root), "--config", str(cfg), "--engine", "ray",
-                            "--out", str(tmp_path / "res.parquet"), "-q"])
+    r = runner.invoke(
+        app,
+        [
+            "replay",
+            str(fleet.root),
+            "--config",
+            str(cfg),
+            "--engine",
+            "ray",
+            "--out",
+            str(tmp_path / "res.parquet"),
+            "-q",
+        ],
+    )
     assert r.exit_code == 0, r.output
     assert "replayed 6 windows, 18 results" in r.output
     assert pq.read_table(tmp_path / "res.parquet").num_rows == 18
-    r = runner.invoke(app, ["replay", str(fleet.root), "--config", str(cfg), "--engine", "ray",
-                            "--publish"])
+    r = runner.invoke(
+        app, ["replay", str(fleet.root), "--config", str(cfg), "--engine", "ray", "--publish"]
+    )
     assert r.exit_code == 2 and "--engine local" in r.output
 
 

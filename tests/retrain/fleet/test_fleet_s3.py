@@ -1,5 +1,6 @@
 """Fleet jobs reading ``s3://`` (moto's server on loopback behind a counting proxy) on a local
-2-CPU Ray: the same results as the local commands, and the requests each archive costs."""
+2-CPU Ray: the same results as the local commands, and the requests each archive costs.
+"""
 
 from __future__ import annotations
 
@@ -64,8 +65,13 @@ def test_export_from_s3_is_the_local_export_and_costs_one_get_per_file(
     sel = parse_selection(opts)
     export_trainset(uploaded["ring"], opts.out, split=sel.split, describe=sel.describe(opts))
     s3_server.proxy.reset()
-    got = fleet_export(f"s3://{BUCKET}/line3", tmp_path / "fleet.zip", sel,
-                       describe=sel.describe(opts), s3=_options(s3_server))
+    got = fleet_export(
+        f"s3://{BUCKET}/line3",
+        tmp_path / "fleet.zip",
+        sel,
+        describe=sel.describe(opts),
+        s3=_options(s3_server),
+    )
     assert (tmp_path / "fleet.zip").read_bytes() == opts.out.read_bytes()
     gets = s3_server.proxy.seen("GET")
     objects = [g for g in gets if "list-type=2" not in g.path]
@@ -90,8 +96,13 @@ def test_large_archives_are_read_by_ranges(s3_server: S3Server, tmp_path: Path) 
     archive_key = next(k for k in keys if k.endswith(".zip"))
     sel = parse_selection(ExportOptions(ring, tmp_path / "x.zip", filters=("label=keep",)))
     s3_server.proxy.reset()
-    got = fleet_export(f"s3://{BUCKET}/big", tmp_path / "keep.zip", sel,
-                       s3=_options(s3_server), whole_limit=64 << 10)
+    got = fleet_export(
+        f"s3://{BUCKET}/big",
+        tmp_path / "keep.zip",
+        sel,
+        s3=_options(s3_server),
+        whole_limit=64 << 10,
+    )
     assert got.stats.exported == 1 and got.stats.filtered == 3
     reads = _gets(s3_server, archive_key)
     # the tail (128 KiB, which holds the central directory), then the one member picked
@@ -115,10 +126,17 @@ def test_replay_from_s3_gives_the_local_replay_lines(
     runners = load_runners({"image": (uploaded["model"], ModelOverrides())}, warm_up=False)
     local = replay_to_jsonl(uploaded["ring"], runners, tmp_path / "local.jsonl")
     s3_server.proxy.reset()
-    got = fleet_replay(f"s3://{BUCKET}/line3", ship_models(runners, {}, [uploaded["model"]]),
-                       local.models, tmp_path / "res.parquet", s3=_options(s3_server))
-    rows = sorted(pq.read_table(tmp_path / "res.parquet").to_pylist(),
-                  key=lambda r: (r["closed_at"], r["window_id"], r["position"]))
+    got = fleet_replay(
+        f"s3://{BUCKET}/line3",
+        ship_models(runners, {}, [uploaded["model"]]),
+        local.models,
+        tmp_path / "res.parquet",
+        s3=_options(s3_server),
+    )
+    rows = sorted(
+        pq.read_table(tmp_path / "res.parquet").to_pylist(),
+        key=lambda r: (r["closed_at"], r["window_id"], r["position"]),
+    )
     assert "".join(r["record"] + "\n" for r in rows) == (tmp_path / "local.jsonl").read_text()
     assert got.stats.items == local.items and got.archives == 4
     assert got.s3_requests == 2 * 4  # the sidecar and the whole archive of each window
