@@ -10,8 +10,9 @@ from helpers.models import brightness_classifier, level_anomaly
 
 @pytest.fixture
 def models(tmp_path: Path) -> Path:
-    """``tmp_path/models``: ``brightness.onnx`` (image) and ``level.onnx`` (csv, window 8),
-    the models of :func:`helpers.agent_runs.write_config`.
+    """The models of :func:`helpers.agent_runs.write_config`, in ``tmp_path/models``.
+
+    ``brightness.onnx`` (image) and ``level.onnx`` (csv, window 8).
     """
     d = tmp_path / "models"
     d.mkdir()

@@ -1,7 +1,8 @@
-"""Foreign models through the running agent (real folders, real onnxruntime), ``replay``
-(local and on Ray), ``config validate``, ``doctor`` and the payload schema: a detector and a
-classifier on one camera, a scikit-learn classifier and anomaly scorer on CSV rows, an
-embedding model with prototypes from two folders.
+"""Foreign models through the agent, ``replay``, ``config validate``, ``doctor`` and payloads.
+
+The running agent on real folders with real onnxruntime; ``replay`` local and on Ray; the
+payload schema. The models: a detector and a classifier on one camera, a scikit-learn
+classifier and anomaly scorer on CSV rows, an embedding model with prototypes from two folders.
 """
 
 from __future__ import annotations

@@ -1,6 +1,8 @@
-"""The whole agent on hostile input: odd names end to end, special files and links reported,
-on_done acting only on what was scored, quarantine owner-only. Real folders, real watchdog,
-real ONNX models, the real JSON-lines output.
+"""The whole agent on hostile input.
+
+Odd names end to end, special files and links reported, on_done acting only on what was
+scored, quarantine owner-only. Real folders, real watchdog, real ONNX models, the real
+JSON-lines output.
 """
 
 from __future__ import annotations
@@ -121,8 +123,9 @@ def test_special_files_and_links_become_events_and_counters(tmp_path: Path, mode
 
 
 class _GatedOutput:
-    """The real JSON-lines output whose ``on_durable`` calls are held until :meth:`release`,
-    then made in order: the windows stay in flight for as long as the test wants.
+    """The real JSON-lines output, with ``on_durable`` calls held until :meth:`release`.
+
+    Then they are made in order: the windows stay in flight for as long as the test wants.
     """
 
     def __init__(self, real: Any) -> None:

@@ -1,5 +1,6 @@
-"""A full retention disk in the running agent: results keep flowing, an event and a counter;
-with ``retention.required`` (the default) the source files wait until the ring kept their
+"""A full retention disk in the running agent: results keep flowing, an event and a counter.
+
+With ``retention.required`` (the default) the source files wait until the ring kept their
 windows, and are released by themselves once the disk has room again.
 """
 
@@ -28,8 +29,9 @@ def _lines(path: Path) -> list[dict]:  # type: ignore[type-arg]
 def _started_on_a_full_ring(
     tmp_path: Path, full_disk: FullDisk, required: bool
 ) -> tuple[Agent, Path, Path]:
-    """An agent whose retention ring is on ``full_disk``, started, then the disk filled;
-    the agent, its watched folder and its JSON-lines output.
+    """An agent whose retention ring is on ``full_disk``, started, then the disk filled.
+
+    Returns the agent, its watched folder and its JSON-lines output.
     """
     cfg_path = cam_config(
         tmp_path,

@@ -1,5 +1,7 @@
-"""The agent restores the signal handlers it replaced: whoever embeds it (a test through
-CliRunner, a notebook, a service of its own) keeps its Ctrl-C afterwards.
+"""The agent restores the signal handlers it replaced.
+
+Whoever embeds it (a test through CliRunner, a notebook, a service of its own) keeps its
+Ctrl-C afterwards.
 """
 
 from __future__ import annotations

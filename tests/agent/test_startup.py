@@ -89,9 +89,10 @@ def test_librosa_is_imported_with_the_cache_in_the_state_folder(tmp_path: Path) 
 
 
 def test_kernels_compile_once_into_the_configured_folder(tmp_path: Path) -> None:
-    """A cached numba kernel lands in the folder configure() chose, even with numba already
-    imported, and the folder then counts as warm; an unwritable folder falls back to one
-    under the temporary folder instead of breaking the import.
+    """A cached numba kernel lands in the folder configure() chose, which then counts as warm.
+
+    That holds with numba already imported too; an unwritable folder falls back to one under
+    the temporary folder instead of breaking the import.
     """
     (tmp_path / "kern.py").write_text(
         textwrap.dedent("""

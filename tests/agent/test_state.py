@@ -1,5 +1,7 @@
-"""One state folder per agent: defaults live in ``state_dir`` whatever the working directory,
-and a second agent on the same state is refused with exit status 2.
+"""One state folder per agent.
+
+Defaults live in ``state_dir`` whatever the working directory, and a second agent on the same
+state is refused with exit status 2.
 """
 
 from __future__ import annotations
@@ -43,8 +45,9 @@ def _wait_locked(lock: Path, proc: subprocess.Popen[bytes]) -> None:
 def test_second_agent_on_the_same_state_exits_2(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, output: str
 ) -> None:
-    """The same config started from two working directories: one state folder, so the
-    second agent is refused (it used to start on a second spool beside the first).
+    """The same config started from two working directories: one state folder.
+
+    So the second agent is refused (it used to start on a second spool beside the first).
     """
     monkeypatch.delenv("STATE_DIRECTORY", raising=False)
     conf = tmp_path / "etc"

@@ -1,5 +1,6 @@
-"""The real agent with supervised threads: a death is restarted, counted, published, and
-health (``/healthz``, the systemd watchdog, the health payload) tells the truth meanwhile.
+"""The real agent with supervised threads: a death is restarted, counted, published.
+
+Health (``/healthz``, the systemd watchdog, the health payload) tells the truth meanwhile.
 """
 
 from __future__ import annotations

@@ -1,6 +1,7 @@
-"""``cdml-edge test``: files scored through the live pipeline (real ONNX model, real archive,
-real decoders), the payloads printed, nothing published (a real Mosquitto listens), no file
-touched, no state folder made; exit 1 on a bad file.
+"""``cdml-edge test``: files scored through the live pipeline, the payloads printed.
+
+Real ONNX model, real archive, real decoders; nothing published (a real Mosquitto listens),
+no file touched, no state folder made; exit 1 on a bad file.
 """
 
 from __future__ import annotations

@@ -92,8 +92,9 @@ def test_arena_checks_crc_and_names_the_member() -> None:
 
 
 def test_arena_on_methods_the_c_core_leaves_to_python(tmp_path: Path) -> None:
-    """bzip2 members are read by the Python path inside a native batch; they land in the
-    arena all the same, next to the members the C core wrote there.
+    """bzip2 members are read by the Python path inside a native batch.
+
+    They land in the arena all the same, next to the members the C core wrote there.
     """
     path = tmp_path / "mixed.zip"
     with zipfile.ZipFile(path, "w") as zf:

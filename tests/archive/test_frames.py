@@ -195,9 +195,10 @@ class _Probe:
             self.marks["t1"] = time.perf_counter()
 
     def ran_beside(self, target: Any) -> bool:
-        """Run ``target`` (it reaches :meth:`call`) in a thread; True when this thread woke
-        within the first half of the call. It cannot when the call keeps the GIL: waking
-        needs the GIL, so it happens once the call is over.
+        """Run ``target`` (it reaches :meth:`call`) in a thread.
+
+        True when this thread woke within the first half of the call. It cannot when the call
+        keeps the GIL: waking needs the GIL, so it happens once the call is over.
         """
         self.marks.clear()
         self.entering.clear()

@@ -64,8 +64,9 @@ SEEDS["tar"] = _tar()
 
 
 def _foreign_tar_zst() -> bytes:
-    """A seekable tar.zst as another writer makes it: frames cut inside members, a skippable
-    frame between two of them, no member index.
+    """A seekable tar.zst as another writer makes it, with no member index.
+
+    Frames cut inside members, a skippable frame between two of them.
     """
     import zstandard
 
@@ -108,8 +109,9 @@ _FILE = Path(tempfile.gettempdir()) / f"fuzz-archive-{os.getpid()}.bin"
 
 
 class _Fetched:
-    """Bytes the C core cannot reach itself (no descriptor, not memory it knows): the reader
-    fetches them first, as for S3.
+    """Bytes the C core cannot reach itself (no descriptor, not memory it knows).
+
+    The reader fetches them first, as for S3.
     """
 
     def __init__(self, data: bytes) -> None:
@@ -129,8 +131,9 @@ class _Fetched:
 
 
 def exercise(data: bytes) -> None:
-    """Open from bytes, a file and a fetched source and read everything (one by one, as a
-    batch, with a repeat); only ArchiveError may come out.
+    """Open from bytes, a file and a fetched source and read everything.
+
+    Read one by one, as a batch, with a repeat; only ArchiveError may come out.
     """
     _exercise(data)
     _exercise(_Fetched(data))
@@ -162,8 +165,10 @@ def _exercise(src: bytes | Path | _Fetched) -> None:
 
 
 def mutated() -> Any:
-    """The hypothesis strategy of a seed archive with 1 to 4 mutations (hypothesis is imported
-    here, in the child that runs the fuzzing, not when the tests are collected).
+    """The hypothesis strategy of a seed archive with 1 to 4 mutations.
+
+    hypothesis is imported here, in the child that runs the fuzzing, not when the tests are
+    collected.
     """
     from hypothesis import strategies as st
 

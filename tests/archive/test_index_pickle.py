@@ -98,8 +98,9 @@ def test_receiver_without_the_c_core_reads_the_index_itself(
 
 
 def _reordered_zip(overlap: bool) -> bytes:
-    """A ZIP whose central directory lists members in reverse order (offsets unsorted);
-    with ``overlap``, the last record points 10 bytes into the first member.
+    """A ZIP whose central directory lists members in reverse order (offsets unsorted).
+
+    With ``overlap``, the last record points 10 bytes into the first member.
     """
     import io
     import struct

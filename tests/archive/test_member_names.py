@@ -1,6 +1,7 @@
-"""Member names in normal form: ``./cls/a.png`` and ``cls//a.png`` are ``cls/a.png`` for
-every reader (ZIP, tar, tar.zst; C core and Python) and for labels, include filters,
-scan and export alike.
+"""Member names in normal form: ``./cls/a.png`` and ``cls//a.png`` are ``cls/a.png``.
+
+The same for every reader (ZIP, tar, tar.zst; C core and Python) and for labels, include
+filters, scan and export alike.
 """
 
 from __future__ import annotations

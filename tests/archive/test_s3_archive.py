@@ -249,8 +249,9 @@ def test_partial_cache_entry_is_completed(
 def test_cache_hit_starts_with_the_measured_pace(
     s3_server: S3Server, uploaded: dict, endpoint: str, tmp_path: os.PathLike[str]
 ) -> None:
-    """The latency and bandwidth measured while fetching the index are kept with it, so a
-    re-open (one HEAD, no GET) coalesces its first batch as the first open would.
+    """The latency and bandwidth measured while fetching the index are kept with it.
+
+    So a re-open (one HEAD, no GET) coalesces its first batch as the first open would.
     """
     cache = S3IndexCache(tmp_path)
     url = f"s3://{BUCKET}/set/big.zip"

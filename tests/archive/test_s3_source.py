@@ -352,8 +352,9 @@ def test_configure_sets_process_defaults(
 
 
 def test_long_read_is_parallel_ranged_gets(s3_server: S3Server, blob: bytes) -> None:
-    """A read over twice ``part_bytes`` (a central directory) is cut into parts fetched
-    at once; a shorter one stays one GET.
+    """A read over twice ``part_bytes`` (a central directory) is cut into parts fetched at once.
+
+    A shorter one stays one GET.
     """
     src = _open(s3_server, tail_bytes=4096, part_bytes=256 << 10)
     s3_server.proxy.reset()
@@ -394,8 +395,9 @@ def test_request_pace_gap_is_the_bandwidth_delay_product() -> None:
 def test_adaptive_gap_coalesces_where_requests_cost_more_than_bytes(
     s3_server: S3Server, blob: bytes
 ) -> None:
-    """Ranges 100 KiB apart: separate GETs under a fixed 64 KiB gap; one GET once the
-    source has measured that a request costs more than 100 KiB of transfer.
+    """Ranges 100 KiB apart: separate GETs under a fixed 64 KiB gap.
+
+    One GET once the source has measured that a request costs more than 100 KiB of transfer.
     """
     ranges = [(k * 200_000, 1000) for k in range(8)]
     fixed = _open(s3_server, gap=64 << 10, tail_bytes=4096)

@@ -1,5 +1,7 @@
-"""``cdml-edge calibrate``: a scikit-learn anomaly model (skl2onnx IsolationForest) gets its
-threshold from a folder of normal CSV samples, written back into the commented config.
+"""``cdml-edge calibrate``: a scikit-learn anomaly model gets its threshold from normal samples.
+
+The model is a skl2onnx IsolationForest, the samples a folder of normal CSV files; the
+threshold is written back into the commented config.
 """
 
 from __future__ import annotations

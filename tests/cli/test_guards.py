@@ -1,6 +1,8 @@
-"""Guards over the whole command line: every ``--help`` works, and every user error of every
-command is one line on stderr, no traceback, and the exit code docs/cli.md documents
-(0 success, 1 the work failed or found a problem, 2 a usage error, 3 ``run`` could not start).
+"""Guards over the whole command line: ``--help`` and the user errors of every command.
+
+Every ``--help`` works, and every user error of every command is one line on stderr, no
+traceback, and the exit code docs/cli.md documents (0 success, 1 the work failed or found a
+problem, 2 a usage error, 3 ``run`` could not start).
 """
 
 from __future__ import annotations
@@ -199,8 +201,9 @@ def test_every_command_has_a_user_error_case() -> None:
 
 
 def test_doctor_reports_an_invalid_config_as_its_one_failed_check(inputs: Path) -> None:
-    """The doctor's output is its report: an unreadable config is its one ``FAIL config``
-    line (stdout, where ``--json`` puts the list too), exit 2.
+    """The doctor's output is its report: an unreadable config is its one ``FAIL config`` line.
+
+    That line goes to stdout, where ``--json`` puts the list too; exit 2.
     """
     res = CliRunner().invoke(app, ["doctor", "--config", str(inputs / "missing.yaml"), "--ascii"])
     assert (

@@ -134,8 +134,9 @@ def test_relative_paths_resolve_against_the_config_folder(tmp_path: Path) -> Non
 def test_state_folders_default_beside_the_config_not_the_working_directory(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The issue's report: default folders resolved against the working directory, so the
-    same config started from two folders used two spools. Now they live in state_dir.
+    """The issue's report: default folders resolved against the working directory.
+
+    So the same config started from two folders used two spools. Now they live in state_dir.
     """
     monkeypatch.delenv("STATE_DIRECTORY", raising=False)
     (tmp_path / "conf").mkdir()

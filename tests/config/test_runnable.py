@@ -1,5 +1,6 @@
-"""``config validate`` checks what ``run`` needs, and ``run`` refuses the same problems with
-exit status 2 (systemd does not restart it in a loop) instead of crashing with 1.
+"""``config validate`` checks what ``run`` needs, and ``run`` refuses the same problems.
+
+``run`` exits with status 2 (systemd does not restart it in a loop) instead of crashing with 1.
 """
 
 from __future__ import annotations

@@ -1,5 +1,6 @@
-"""One backoff rule for every retry loop (supervisor, MQTT, cameras, S3): doubling, capped,
-the jitter a parameter.
+"""One backoff rule for every retry loop (supervisor, MQTT, cameras, S3).
+
+Doubling, capped, the jitter a parameter.
 """
 
 from __future__ import annotations

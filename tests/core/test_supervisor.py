@@ -1,5 +1,7 @@
-"""The supervisor of the agent's long-lived threads: restart with capped backoff, counted,
-reported, dead until it runs again; a clean return or a join is not a death.
+"""The supervisor of the agent's long-lived threads.
+
+Restart with capped backoff, counted, reported, dead until it runs again; a clean return or a
+join is not a death.
 """
 
 from __future__ import annotations

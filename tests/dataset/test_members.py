@@ -44,8 +44,9 @@ def test_names_holding_nul_take_the_per_name_path() -> None:
 
 
 def _reference_folder(names: Sequence[str]) -> tuple[list[str], list[str]]:
-    """ImageFolder's rule, name by name: the class is the first folder below the common
-    root, or the root itself when every name sits directly in it.
+    """ImageFolder's rule, name by name: the class is the first folder below the common root.
+
+    Or the root itself when every name sits directly in it.
     """
     parts = [n.split("/")[:-1] for n in names]
     depth = 0

@@ -80,8 +80,9 @@ def test_dataloader_workers_read_s3(
 def test_workers_fetch_no_index(
     s3_server: S3Server, uploaded: dict, monkeypatch: pytest.MonkeyPatch, context: str
 ) -> None:
-    """Forked workers clone the parent's archive, spawned ones unpickle it with its index:
-    neither sends a HEAD or an index GET.
+    """Forked workers clone the parent's archive, spawned ones unpickle it with its index.
+
+    Neither sends a HEAD or an index GET.
     """
     from torch.utils.data import DataLoader
 

@@ -1,5 +1,6 @@
-"""Process safety: fork and spawn DataLoader workers (also after the parent read items),
-and DDP with DistributedSampler over two gloo processes on the CPU.
+"""Process safety: fork and spawn DataLoader workers, and DDP over two gloo processes.
+
+The workers also after the parent read items; DDP with DistributedSampler, on the CPU.
 """
 
 from __future__ import annotations

@@ -1,5 +1,6 @@
-"""CSV decoding takes two shortcuts for plain numeric files - the delimiter without the
-sniffer, the numbers without a per-cell loop - and must give exactly what the long way does.
+"""CSV decoding's two shortcuts for plain numeric files must give exactly what the long way does.
+
+The shortcuts: the delimiter without the sniffer, the numbers without a per-cell loop.
 """
 
 from __future__ import annotations

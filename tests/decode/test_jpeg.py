@@ -1,5 +1,7 @@
-"""JPEG decoding at reduced scale (libjpeg-turbo via simplejpeg, OpenCV fallback) and the
-area shrink (C core, OpenCV fallback), on real encoded images.
+"""JPEG decoding at reduced scale and the area shrink, on real encoded images.
+
+Decoding by libjpeg-turbo via simplejpeg, OpenCV the fallback; the shrink by the C core,
+OpenCV the fallback.
 """
 
 from __future__ import annotations
@@ -83,8 +85,10 @@ def test_scale_is_the_smallest_fast_one_that_covers_the_target(
 
 @pytest.mark.parametrize("target", [224, 160, 128, 96, 64, 32])
 def test_reduced_decode_within_tolerance_of_full_decode(backend: str, target: int) -> None:
-    """The documented tolerance, on both decoders: reduced decode + shrink against OpenCV's
-    full decode + INTER_AREA, over several camera-like 224-px and 640x480 JPEGs.
+    """The documented tolerance, on both decoders, over several camera-like JPEGs.
+
+    Reduced decode + shrink against OpenCV's full decode + INTER_AREA, on 224-px and 640x480
+    images.
     """
     diffs = []
     for seed, size in enumerate([(224, 224), (224, 224), (640, 480), (300, 200)]):
@@ -102,8 +106,9 @@ def test_reduced_decode_within_tolerance_of_full_decode(backend: str, target: in
 
 
 def test_full_scale_decodes_agree_exactly() -> None:
-    """Without a reduced scale both libraries run libjpeg(-turbo)'s accurate IDCT: the same
-    pixels, and the area shrink matches OpenCV's within one level.
+    """Without a reduced scale both libraries run libjpeg(-turbo)'s accurate IDCT: same pixels.
+
+    And the area shrink matches OpenCV's within one level.
     """
     data = _jpeg(_photo(224, 224, seed=3))
     ours = jpeg_mod.decode_scaled(data, (224, 224), None)
@@ -123,8 +128,9 @@ def test_grayscale_jpeg_becomes_rgb(backend: str) -> None:
 
 
 def test_corrupt_scan_falls_back_to_opencv(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A stray restart marker in the entropy-coded data (end marker intact): libjpeg-turbo
-    refuses it in strict mode and OpenCV decodes what it can, as it did alone.
+    """A stray restart marker in the entropy-coded data (end marker intact).
+
+    libjpeg-turbo refuses it in strict mode and OpenCV decodes what it can, as it did alone.
     """
     data = bytearray(_jpeg(_photo(128, 128, seed=5)))
     mid = len(data) // 2

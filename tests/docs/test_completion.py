@@ -1,5 +1,7 @@
-"""Shell completion (typer's own): the script bash sources completes commands and options,
-``--install-completion`` installs it, and zsh / fish get answers through the same protocol.
+"""Shell completion (typer's own): bash, zsh and fish, and ``--install-completion``.
+
+The script bash sources completes commands and options, ``--install-completion`` installs it,
+and zsh / fish get answers through the same protocol.
 """
 
 from __future__ import annotations

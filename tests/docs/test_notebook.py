@@ -1,5 +1,6 @@
-"""``notebooks/quickstart.ipynb`` runs top to bottom (nbclient, a real Jupyter kernel) and
-says what it promises: trained, exported, live batches scored, the ring replayed alike.
+"""``notebooks/quickstart.ipynb`` runs top to bottom (nbclient, a real Jupyter kernel).
+
+It says what it promises: trained, exported, live batches scored, the ring replayed alike.
 """
 
 from __future__ import annotations

@@ -51,8 +51,9 @@ def _tiny_model(out: int = 10) -> nn.Module:
 
 # -- Installation ------------------------------------------------------------------------------
 def test_install_extras_zstd_and_full() -> None:
-    """``pip install cdmltrain[zstd]`` / ``[full]``: both extras exist; ``full`` holds every
-    other runtime extra; zstd support is in the core install.
+    """``pip install cdmltrain[zstd]`` / ``[full]``: both extras exist.
+
+    ``full`` holds every other runtime extra; zstd support is in the core install.
     """
     tomllib = pytest.importorskip("tomllib")  # Python 3.11+
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
@@ -89,18 +90,20 @@ def test_basic_usage_zip_any_data(here: Path) -> None:
 
 def test_image_dataset_with_transforms(here: Path) -> None:
     import torch
-    import torch.nn.functional as F
+    from torch.nn.functional import interpolate
 
     write_archive("images.zip", class_images(4))
     mean = torch.tensor([0.485, 0.456, 0.406])[:, None, None]
     std = torch.tensor([0.229, 0.224, 0.225])[:, None, None]
 
     def transform(img: np.ndarray) -> torch.Tensor:
-        """Resize((224, 224)) + ToTensor() + Normalize(...) on the uint8 H×W×3 image we
-        give a transform (torchvision is not needed, nor forbidden).
+        """Resize((224, 224)) + ToTensor() + Normalize(...) in plain torch.
+
+        Applied to the uint8 H×W×3 image we give a transform (torchvision is not needed, nor
+        forbidden).
         """
         t = torch.from_numpy(img).permute(2, 0, 1).float().div(255)
-        t = F.interpolate(t[None], size=(224, 224), mode="bilinear", align_corners=False)[0]
+        t = interpolate(t[None], size=(224, 224), mode="bilinear", align_corners=False)[0]
         return (t - mean) / std
 
     model = _tiny_model()
@@ -271,8 +274,9 @@ print("stopped", flush=True)
 def _run_until(
     here: Path, code: str, drop: list[tuple[str, bytes]], lines: int, timeout: float = 60
 ) -> list[str]:
-    """Run a blocking snippet, drop files into ``live_input``, read ``lines`` lines of its
-    output, then Ctrl-C it (SIGINT) and read the rest.
+    """Run a blocking snippet, drop files into ``live_input``, then Ctrl-C it (SIGINT).
+
+    ``lines`` lines of its output are read before the Ctrl-C, the rest after it.
     """
     (here / "live_input").mkdir()
     proc = subprocess.Popen(

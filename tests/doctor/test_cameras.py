@@ -1,6 +1,7 @@
-"""``doctor`` checks camera sources as the agent would open them: devices exist and can be
-opened by the service's account, stream servers answer on TCP, files and FIFOs are there,
-GStreamer pipelines have an OpenCV that speaks GStreamer; never a password in a line.
+"""``doctor`` checks camera sources as the agent would open them; never a password in a line.
+
+Devices exist and can be opened by the service's account, stream servers answer on TCP, files
+and FIFOs are there, GStreamer pipelines have an OpenCV that speaks GStreamer.
 """
 
 from __future__ import annotations

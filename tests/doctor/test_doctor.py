@@ -1,5 +1,7 @@
-"""``cdml-edge doctor`` on a good and on a broken setup: real ONNX files run by onnxruntime, a
-real Mosquitto (plain on 127.0.0.1:1883, and a TLS listener started here), real folders.
+"""``cdml-edge doctor`` on a good and on a broken setup.
+
+Real ONNX files run by onnxruntime, a real Mosquitto (plain on 127.0.0.1:1883, and a TLS
+listener started here), real folders.
 """
 
 from __future__ import annotations

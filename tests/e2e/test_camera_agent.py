@@ -1,6 +1,8 @@
-"""The whole agent with an RTSP camera that goes away and comes back: results on a real
-Mosquitto, the camera's state on ``{source}/camera`` and in the health payload, Prometheus
-``cdml_edge_camera_*`` and ``/healthz`` (503 while the camera is down past its grace).
+"""The whole agent with an RTSP camera that goes away and comes back.
+
+Results on a real Mosquitto, the camera's state on ``{source}/camera`` and in the health
+payload, Prometheus ``cdml_edge_camera_*`` and ``/healthz`` (503 while the camera is down past
+its grace).
 """
 
 from __future__ import annotations

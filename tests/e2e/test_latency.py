@@ -35,8 +35,10 @@ def _config(tmp_path: Path, close_when_idle: bool) -> Path:
 
 @pytest.mark.parametrize("close_when_idle", [True, False])
 def test_an_idle_agent_scores_a_file_at_once(tmp_path: Path, close_when_idle: bool) -> None:
-    """Windows of up to 30 s: with close_when_idle (the default) each file is scored as it
-    arrives; without it, the file waits for its window to end.
+    """Windows of up to 30 s, with and without close_when_idle.
+
+    With close_when_idle (the default) each file is scored as it arrives; without it, the file
+    waits for its window to end.
     """
     cfg = _config(tmp_path, close_when_idle)
     agent = Agent(load_config(cfg), cfg)

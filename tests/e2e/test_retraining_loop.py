@@ -1,5 +1,7 @@
-"""The retraining loop end to end: agent -> retention -> export -> dataset -> one epoch of
-training -> ONNX export -> replay of the retained windows with the new model.
+"""The retraining loop end to end, from the agent to a replay with the new model.
+
+Agent -> retention -> export -> dataset -> one epoch of training -> ONNX export -> replay of the
+retained windows with the new model.
 """
 
 from __future__ import annotations

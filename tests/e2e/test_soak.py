@@ -257,8 +257,9 @@ def _delivered(agent: Agent) -> bool:
 
 
 def _settle(folder: Path, ledger: Ledger, agent: Agent, sub: Subscriber) -> None:
-    """Wait until the agent has finished every regular file and delivered every message,
-    and the subscriber has them (or 120 s).
+    """Wait until the agent has finished every regular file and delivered every message.
+
+    Then until the subscriber has them too (or 120 s).
     """
     try:
         wait_for(

@@ -1,5 +1,7 @@
-"""The agent speaks the systemd protocol the unit relies on: a real `cdml-edge run` process with
-NOTIFY_SOCKET and WATCHDOG_USEC set, as systemd would start it (Type=notify, WatchdogSec=).
+"""The agent speaks the systemd protocol the unit relies on.
+
+A real `cdml-edge run` process with NOTIFY_SOCKET and WATCHDOG_USEC set, as systemd would start
+it (Type=notify, WatchdogSec=).
 """
 
 from __future__ import annotations
@@ -56,8 +58,9 @@ def _has_result(obj: object, item: str) -> bool:
 
 
 def _jsonl(path: Path) -> list[object]:
-    """The complete lines of a JSON-lines file being written (a last partial line is not
-    one yet).
+    """The complete lines of a JSON-lines file being written.
+
+    A last partial line is not one yet.
     """
     text = path.read_text() if path.exists() else ""
     out = []

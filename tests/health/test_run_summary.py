@@ -1,5 +1,6 @@
-"""``cdml-edge run`` logs one summary line per health interval and one at exit (the real
-command over a real folder and real ONNX models).
+"""``cdml-edge run`` logs one summary line per health interval and one at exit.
+
+The real command over a real folder and real ONNX models.
 """
 
 from __future__ import annotations

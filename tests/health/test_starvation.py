@@ -1,5 +1,6 @@
-"""/healthz cannot be starved: many idle and slow (byte-dripping) connections to the real
-endpoint while a probe keeps asking; every probe is answered quickly.
+"""/healthz cannot be starved: every probe is answered quickly.
+
+Many idle and slow (byte-dripping) connections to the real endpoint while a probe keeps asking.
 """
 
 from __future__ import annotations

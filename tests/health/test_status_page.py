@@ -1,6 +1,8 @@
-"""The status page (``health.status_page``): a running agent fed real files (real folder
-watch, real ONNX models), the page read by a real headless Chromium, screenshot taken; and
-the board and page on their own (bounds, escaping, off by default).
+"""The status page (``health.status_page``), in a real browser and on its own.
+
+A running agent fed real files (real folder watch, real ONNX models), the page read by a real
+headless Chromium, screenshot taken; and the board and page on their own (bounds, escaping, off
+by default).
 """
 
 from __future__ import annotations

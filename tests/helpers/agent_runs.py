@@ -1,5 +1,7 @@
-"""What the agent tests share: files written the way producers write them, waiting for a
-condition, a config for the whole agent, and reading the JSON-lines output it writes.
+"""What the agent tests share.
+
+Files written the way producers write them, waiting for a condition, a config for the whole
+agent, and reading the JSON-lines output it writes.
 """
 
 from __future__ import annotations
@@ -44,9 +46,10 @@ def write_atomic(path: Path, data: bytes) -> None:
 
 
 def cam_config(tmp_path: Path, extra: str, max_items: int = 2) -> Path:
-    """``tmp_path/factory.yaml``: one image folder source ``cam1`` (``in/cam1``, created;
-    windows of 100 ms / ``max_items``, ``on_done: delete``) scored by the brightness model,
-    plus the ``extra`` YAML sections.
+    """``tmp_path/factory.yaml``: one image folder source ``cam1`` scored by the brightness model.
+
+    ``cam1`` watches ``in/cam1`` (created), with windows of 100 ms / ``max_items`` and
+    ``on_done: delete``; plus the ``extra`` YAML sections.
     """
     brightness_classifier(tmp_path / "brightness.onnx")
     (tmp_path / "in/cam1").mkdir(parents=True, exist_ok=True)
@@ -63,8 +66,9 @@ def cam_config(tmp_path: Path, extra: str, max_items: int = 2) -> Path:
 
 
 def read_jsonl(path: Path) -> list[dict[str, Any]]:
-    """The complete lines of a JSON-lines file the agent may be writing: a last line without
-    its newline is still being written and is not read yet.
+    """The complete lines of a JSON-lines file the agent may be writing.
+
+    A last line without its newline is still being written and is not read yet.
     """
     if not path.exists():
         return []
@@ -82,8 +86,9 @@ def of_kind(lines: list[dict[str, Any]], suffix: str) -> list[dict[str, Any]]:
 
 
 def write_config(tmp_path: Path, **opts: Any) -> Path:
-    """``tmp_path/agent.yaml``: an image folder source ``cam`` and a CSV one ``vib``, scored
-    by ``models/brightness.onnx`` and ``models/level.onnx`` (the ``models`` fixture of
+    """``tmp_path/agent.yaml``: an image folder source ``cam`` and a CSV one ``vib``.
+
+    Scored by ``models/brightness.onnx`` and ``models/level.onnx`` (the ``models`` fixture of
     ``tests/agent``), JSON lines to ``out.jsonl``.
     """
     text = f"""

@@ -1,5 +1,6 @@
-"""Helpers for the archive tests: the ``engine`` fixture (both engines), hand-built ZIPs,
-counting sources.
+"""Helpers for the archive tests.
+
+The ``engine`` fixture (both engines), hand-built ZIPs, counting sources.
 """
 
 from __future__ import annotations

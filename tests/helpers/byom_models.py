@@ -1,7 +1,8 @@
-"""Models no one here wrote the graph of, built the way their users build them: a torch
-classifier exported with its own input name and NHWC uint8 pixels, a YOLO-style detector
-and an SSD-style one, an embedding model, and scikit-learn models converted by skl2onnx.
-None carries cdml metadata; the configuration describes each.
+"""Models no one here wrote the graph of, built the way their users build them.
+
+A torch classifier exported with its own input name and NHWC uint8 pixels, a YOLO-style
+detector and an SSD-style one, an embedding model, and scikit-learn models converted by
+skl2onnx. None carries cdml metadata; the configuration describes each.
 """
 
 from __future__ import annotations
@@ -29,8 +30,9 @@ def _save(graph: onnx.GraphProto, path: Path) -> Path:
 
 
 def torch_colour_classifier(path: Path, size: int = 32) -> Path:
-    """torch.onnx export: ``pixels`` (N, H, W, 3) uint8 RGB -> ``scores`` (N, 3) logits of
-    red / green / blue: the mean of each channel, scaled.
+    """torch.onnx export: ``pixels`` (N, H, W, 3) uint8 RGB -> ``scores`` (N, 3) logits.
+
+    The logits of red / green / blue: the mean of each channel, scaled.
     """
     import torch
 
@@ -55,8 +57,9 @@ def torch_colour_classifier(path: Path, size: int = 32) -> Path:
 def constant_output_graph(
     name: str, input_name: str, input_shape: list[int | str], outputs: dict[str, np.ndarray]
 ) -> onnx.GraphProto:
-    """A graph whose outputs are fixed tensors (plus 0 x the input's sum, so they depend on
-    it): decoding can be checked against a hand-computed case.
+    """A graph whose outputs are fixed tensors (plus 0 x the input's sum, so they depend on it).
+
+    Decoding can be checked against a hand-computed case.
     """
     from onnx import TensorProto, helper, numpy_helper
 
@@ -97,8 +100,9 @@ def yolo_v8_detector(path: Path, size: int = 64) -> Path:
 
 
 def ssd_detector(path: Path, size: int = 100) -> Path:
-    """SSD-style outputs for a (1, size, size, 3) input: normalised ``ymin, xmin, ymax,
-    xmax`` boxes, scores and class indices.
+    """SSD-style outputs for a (1, size, size, 3) input.
+
+    Normalised ``ymin, xmin, ymax, xmax`` boxes, scores and class indices.
     """
     boxes = np.array([[[0.1, 0.2, 0.5, 0.6], [0.0, 0.0, 1.0, 1.0]]], dtype=np.float32)
     scores = np.array([[0.95, 0.2]], dtype=np.float32)
@@ -146,8 +150,9 @@ def sklearn_csv_classifier(path: Path) -> Path:
 
 
 def sklearn_isolation_forest(path: Path) -> Path:
-    """skl2onnx IsolationForest on rows of (temp, vib) near (20, 0.5); its ``scores`` output
-    is lower for outliers.
+    """skl2onnx IsolationForest on rows of (temp, vib) near (20, 0.5).
+
+    Its ``scores`` output is lower for outliers.
     """
     from skl2onnx import to_onnx
     from sklearn.ensemble import IsolationForest

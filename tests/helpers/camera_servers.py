@@ -106,8 +106,10 @@ class RtspServer:
 
 
 class MjpegServer:
-    """``http://127.0.0.1:{port}/video.mjpg`` at ``fps``; connection 1 stalls (stops
-    sending, keeps the socket open) after ``stall_after`` frames when that is set.
+    """``http://127.0.0.1:{port}/video.mjpg`` at ``fps``.
+
+    Connection 1 stalls (stops sending, keeps the socket open) after ``stall_after`` frames
+    when that is set.
     """
 
     def __init__(self, fps: float = 20.0, stall_after: int | None = None) -> None:
@@ -161,8 +163,9 @@ class MjpegServer:
 
 
 class FifoCamera:
-    """A FIFO at ``path`` written by :meth:`plug` (MJPEG parts at ``fps``) until
-    :meth:`unplug` removes it.
+    """A FIFO at ``path`` written by :meth:`plug` until :meth:`unplug` removes it.
+
+    :meth:`plug` writes MJPEG parts at ``fps``.
     """
 
     def __init__(self, path: Path, fps: float = 20.0) -> None:

@@ -1,5 +1,7 @@
-"""Tiny real ONNX models with cdml metadata, built here: an image classifier, a series and
-an audio anomaly model. onnx is imported when a model is built, not when this is imported.
+"""Tiny real ONNX models with cdml metadata, built here.
+
+An image classifier, a series and an audio anomaly model. onnx is imported when a model is
+built, not when this is imported.
 """
 
 from __future__ import annotations

@@ -1,5 +1,6 @@
-"""Real MQTT brokers for the tests: a Mosquitto process per test (or amqtt where Mosquitto
-is not installed), a collecting subscriber, and test certificates.
+"""Real MQTT brokers for the tests, a collecting subscriber, and test certificates.
+
+The broker is a Mosquitto process per test, or amqtt where Mosquitto is not installed.
 
 ``CDML_TEST_BROKER=embedded`` forces the amqtt fallback even where Mosquitto exists.
 """
@@ -307,9 +308,10 @@ class Subscriber:
 
 
 class HeldProxy:
-    """A TCP proxy to a broker on loopback that holds the broker's replies until
-    :meth:`release`: what the client sends goes through at once, what the broker answers
-    (CONNACK, PUBACKs) waits. Makes "the connection is not up yet" a state a test can hold.
+    """A TCP proxy to a broker on loopback that holds the broker's replies until :meth:`release`.
+
+    What the client sends goes through at once, what the broker answers (CONNACK, PUBACKs)
+    waits. Makes "the connection is not up yet" a state a test can hold.
     """
 
     def __init__(self, target_port: int) -> None:

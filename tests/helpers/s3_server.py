@@ -131,7 +131,7 @@ class _Handler(BaseHTTPRequestHandler):
         with st.lock:
             st.seen.append(Seen(self.command, self.path, self.headers.get("Range"), status, nbytes))
 
-    do_GET = do_HEAD = do_PUT = do_POST = do_DELETE = _forward
+    do_GET = do_HEAD = do_PUT = do_POST = do_DELETE = _forward  # noqa: N815 - http.server's handler names
 
 
 class _ProxyServer(ThreadingHTTPServer):

@@ -139,8 +139,9 @@ def test_mjpeg_camera_that_stalls_mid_stream_is_reopened() -> None:
 
 
 def test_capture_process_that_freezes_is_killed_and_replaced() -> None:
-    """A capture wedged so hard it cannot even report its own timeout (SIGSTOP): the agent
-    hears nothing for read_timeout + 2 s, kills it and starts a new one.
+    """A capture wedged so hard it cannot even report its own timeout (SIGSTOP).
+
+    The agent hears nothing for read_timeout + 2 s, kills it and starts a new one.
     """
     rec = Recorder()
     before = _children()
@@ -161,8 +162,9 @@ def test_capture_process_that_freezes_is_killed_and_replaced() -> None:
 
 
 def test_camera_path_that_appears_later_fifo(tmp_path: Path) -> None:
-    """A path that is not there at start (a camera not yet plugged in), then a FIFO of JPEG
-    frames (the stand-in for the device node), then unplugged and plugged again.
+    """A path not there at start, then a FIFO of JPEG frames, then unplugged and plugged again.
+
+    The missing path is a camera not yet plugged in; the FIFO stands in for the device node.
     """
     path = tmp_path / "video-cam"
     rec = Recorder()
@@ -221,8 +223,9 @@ def test_video_file_that_appears_later(tmp_path: Path) -> None:
 
 
 def test_open_that_blocks_inside_opencv_is_killed(tmp_path: Path) -> None:
-    """A FIFO nobody writes: open(2) blocks inside OpenCV, past any timeout of its own. The
-    capture process is killed after open_timeout (+2 s) and the camera keeps trying.
+    """A FIFO nobody writes: open(2) blocks inside OpenCV, past any timeout of its own.
+
+    The capture process is killed after open_timeout (+2 s) and the camera keeps trying.
     """
     path = tmp_path / "silent"
     os.mkfifo(path)

@@ -1,5 +1,7 @@
-"""The camera's own logic without a camera: state changes, backoff, the capture protocol,
-URL handling, configuration, and the health board's rates.
+"""The camera's own logic without a camera.
+
+State changes, backoff, the capture protocol, URL handling, configuration, and the health
+board's rates.
 """
 
 from __future__ import annotations

@@ -1,5 +1,7 @@
-"""A watched folder in a hostile field: odd names, special files, links, files still being
-written at start, a folder deleted under the source. Real folders, real watchdog events.
+"""A watched folder in a hostile field, with real folders and real watchdog events.
+
+Odd names, special files, links, files still being written at start, a folder deleted under
+the source.
 """
 
 from __future__ import annotations

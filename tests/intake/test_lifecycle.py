@@ -131,9 +131,11 @@ def test_quarantine_names_the_file_as_the_event_does_and_is_owner_only(
 def test_a_file_replaced_right_after_the_check_is_not_the_one_deleted(
     tmp_path: Path, lc: FileLifecycle, on_done: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The new version lands between the check and the unlink (found by the soak test: the
-    check reads and hashes the file, a wide window under load). The scored file is claimed
-    by a rename first and checked again; a newer one is put back, never deleted or moved.
+    """The new version lands between the check and the unlink.
+
+    Found by the soak test: the check reads and hashes the file, a wide window under load. The
+    scored file is claimed by a rename first and checked again; a newer one is put back, never
+    deleted or moved.
     """
     from cdml_edge.intake import finishing as lifecycle
 

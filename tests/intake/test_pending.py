@@ -1,5 +1,7 @@
-"""The folder source's memory of files is bounded: pending by ``max_pending``, files kept
-after their window (``on_done: keep``, or held for the ring) by ``max_kept``.
+"""The folder source's memory of files is bounded.
+
+Pending files by ``max_pending``; files kept after their window (``on_done: keep``, or held for
+the ring) by ``max_kept``.
 """
 
 from __future__ import annotations

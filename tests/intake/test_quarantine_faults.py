@@ -1,5 +1,7 @@
-"""Quarantine on a full disk is a state like the other stores': degraded, counted, one
-event per episode, retried until it works, then the file is in quarantine with an event.
+"""Quarantine on a full disk is a state like the other stores'.
+
+Degraded, counted, one event per episode, retried until it works, then the file is in
+quarantine with an event.
 """
 
 from __future__ import annotations

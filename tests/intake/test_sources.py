@@ -328,9 +328,10 @@ def test_file_grown_after_stable_check_waits_until_stable_again(tmp_path: Path) 
 def test_watchdog_6_reports_a_touch_as_modified_and_it_is_no_write(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """watchdog 6 (the last for Python 3.10) has no FileAttribEvent: a touch arrives as a
-    modification. There a change of mtime alone is a touch (complete once stable); the
-    modification of a write (new size, or the identity already noticed) waits for close-write.
+    """watchdog 6 (last for Python 3.10) has no FileAttribEvent: a touch arrives as a modification.
+
+    There a change of mtime alone is a touch (complete once stable); the modification of a write
+    (new size, or the identity already noticed) waits for close-write.
     """
     from watchdog.events import FileCreatedEvent, FileModifiedEvent
 

@@ -96,8 +96,10 @@ def test_byte_budget_refuses_above_cap_and_recovers() -> None:
 
 
 def test_item_charge_covers_what_its_window_holds(tmp_path: Path) -> None:
-    """The budget charges items + packed archive + read-back members + model input and batch,
-    not only the items' bytes; the window releases exactly what its items were charged.
+    """The budget charges all a window holds, not only the items' bytes.
+
+    Items + packed archive + read-back members + model input and batch; the window releases
+    exactly what its items were charged.
     """
     import numpy as np
     from helpers.agent_runs import jpeg
@@ -138,8 +140,10 @@ def test_item_charge_covers_what_its_window_holds(tmp_path: Path) -> None:
 
 
 def test_idle_pipeline_closes_on_arrival_and_a_busy_one_batches() -> None:
-    """One worker: the first item closes its window at once (nothing to wait for); while that
-    window is being scored, arrivals gather; the worker finishing closes them as one window.
+    """One worker: what arrives while a window is scored closes as one window.
+
+    The first item closes its window at once (nothing to wait for); while that window is being
+    scored, arrivals gather; the worker finishing closes them as one window.
     """
     out, _, on_close = _collect()
     gate = PipelineGate(workers=1)

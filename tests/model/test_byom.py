@@ -1,5 +1,7 @@
-"""Bring your own model: foreign ONNX files described in the configuration, loaded and read
-by the runner (real onnxruntime sessions; decoding checked against hand-computed cases).
+"""Bring your own model: foreign ONNX files described in the configuration.
+
+Loaded and read by the runner (real onnxruntime sessions; decoding checked against
+hand-computed cases).
 """
 
 from __future__ import annotations
@@ -255,8 +257,9 @@ def test_labels_and_size_alone_make_a_plain_classifier_run(tmp_path: Path) -> No
 
 
 def _mfcc_scorer(path: Path) -> Path:
-    """An audio anomaly scorer with its own input name: ``mfcc`` (N, 13, 40) -> ``level`` (N, 1),
-    the mean absolute coefficient.
+    """An audio anomaly scorer with its own input name: ``mfcc`` (N, 13, 40) -> ``level`` (N, 1).
+
+    The level is the mean absolute coefficient.
     """
     from onnx import TensorProto, helper
 

@@ -1,5 +1,6 @@
-"""Inference settings: what ``models.<modality>`` says reaches the onnxruntime session, the
-start-up log, ``doctor`` and replay.
+"""Inference settings: what ``models.<modality>`` says reaches everything that uses it.
+
+The onnxruntime session, the start-up log, ``doctor`` and replay.
 """
 
 from __future__ import annotations

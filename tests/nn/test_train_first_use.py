@@ -1,5 +1,7 @@
-"""Training as a new user meets it: validation uses the training classes, checkpoint names
-say what they hold, and a dataset with nothing of the asked modality says so.
+"""Training as a new user meets it.
+
+Validation uses the training classes, checkpoint names say what they hold, and a dataset with
+nothing of the asked modality says so.
 """
 
 from __future__ import annotations
@@ -70,8 +72,9 @@ def test_string_labels_of_a_mapping_index_into_classes(colour_data: dict[str, Pa
 def test_train_reports_val_acc_against_the_training_classes(
     colour_data: dict[str, Path], tmp_path: Path
 ) -> None:
-    """val.zip lacks 'blue': numbered on its own, green/red became 0/1 and a right answer
-    (1/2) scored as wrong. val_acc must be what the model really gets right.
+    """val.zip lacks 'blue': val_acc must be what the model really gets right.
+
+    Numbered on its own, val.zip made green/red 0/1 and a right answer (1/2) scored as wrong.
     """
     import torch
 

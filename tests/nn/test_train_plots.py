@@ -1,5 +1,6 @@
-"""``cdml-edge train`` writes pictures of the run beside ``metrics.jsonl``: the loss and
-accuracy curves and the validation confusion matrix (its counts also as JSON).
+"""``cdml-edge train`` writes pictures of the run beside ``metrics.jsonl``.
+
+The loss and accuracy curves and the validation confusion matrix (its counts also as JSON).
 """
 
 from __future__ import annotations

@@ -1,5 +1,7 @@
-"""The MQTT output with its spool on a full disk: the I/O thread lives on, nothing is
-reported durable that is not, and everything arrives once space and the broker return.
+"""The MQTT output with its spool on a full disk.
+
+The I/O thread lives on, nothing is reported durable that is not, and everything arrives once
+space and the broker return.
 """
 
 from __future__ import annotations
@@ -100,8 +102,9 @@ def test_spool_on_a_full_disk_holds_or_refuses_then_delivers_everything(
 def test_a_full_disk_during_the_drain_does_not_kill_the_io_thread(
     full_disk: FullDisk, tmp_path: Path
 ) -> None:
-    """The issue's report: ENOSPC while the spool saved its read position killed the MQTT
-    I/O thread for good. Now the cursor write fails, is retried, and delivery goes on.
+    """ENOSPC while the spool saved its read position killed the MQTT I/O thread for good.
+
+    That was the issue's report. Now the cursor write fails, is retried, and delivery goes on.
     """
     full_disk.inject_open(spool_mod)
     full_disk.inject_call(spool_mod, "atomic_write")
@@ -135,9 +138,10 @@ def test_a_full_disk_during_the_drain_does_not_kill_the_io_thread(
 def test_agent_keeps_source_files_while_the_spool_disk_is_full(
     full_disk: FullDisk, tmp_path: Path
 ) -> None:
-    """Broker away, spool disk full, outbox too small for a window: the window is refused,
-    its files stay (taken again every second); once space returns they are spooled and
-    only then deleted.
+    """Broker away, spool disk full, outbox too small for a window: the window is refused.
+
+    Its files stay (taken again every second); once space returns they are spooled and only then
+    deleted.
     """
     full_disk.inject_open(spool_mod)
     full_disk.inject_call(spool_mod, "atomic_write")

@@ -1,5 +1,6 @@
-"""Broker outages against a real broker process the test starts, stops and kills itself:
-no result is lost across a 10 s outage, drop_oldest counts exactly what is missing, block
+"""Broker outages against a real broker process the test starts, stops and kills itself.
+
+No result is lost across a 10 s outage, drop_oldest counts exactly what is missing, block
 loses nothing, and a spool left by kill -9 drains after a restart.
 """
 

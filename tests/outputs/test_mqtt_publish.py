@@ -1,5 +1,7 @@
-"""Publishing to a real broker: documented payloads, status / Last Will, no-broker start-up,
-credentials, TLS / mTLS, and the embedded broker.
+"""Publishing to a real broker.
+
+Documented payloads, status / Last Will, no-broker start-up, credentials, TLS / mTLS, and the
+embedded broker.
 """
 
 from __future__ import annotations

@@ -1,5 +1,7 @@
-"""``MqttPublisher.stop()`` delivers what was queued, spooled records included, while the
-broker can be reached within its timeout; what it cannot deliver stays in the spool.
+"""``MqttPublisher.stop()`` delivers what was queued, spooled records included.
+
+It does so while the broker can be reached within its timeout; what it cannot deliver stays in
+the spool.
 """
 
 from __future__ import annotations
@@ -32,9 +34,10 @@ def _results(start: int, n: int) -> list[OutMessage]:
 
 
 def test_stop_delivers_what_was_spooled_before_the_connection_was_up(tmp_path: Path) -> None:
-    """The replay loss: results published before the CONNACK went to the spool; ``stop()``
-    came before the connection was up and left them there. The proxy holds the CONNACK until
-    ``stop()`` has begun, so this happens on every run.
+    """The replay loss: results published before the CONNACK were left in the spool.
+
+    They went to the spool; ``stop()`` came before the connection was up and left them there. The
+    proxy holds the CONNACK until ``stop()`` has begun, so this happens on every run.
     """
     own = None
     port = SHARED_PORT

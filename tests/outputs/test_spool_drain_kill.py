@@ -1,6 +1,7 @@
-"""kill -9 in the middle of a spool drain: only the slice acknowledged since the last
-cursor write (at most ``COMMIT_EVERY`` records, or 0.2 s) plus what was in flight is sent
-again, never the whole drained backlog.
+"""kill -9 in the middle of a spool drain never sends the whole drained backlog again.
+
+Only the slice acknowledged since the last cursor write (at most ``COMMIT_EVERY`` records, or
+0.2 s) plus what was in flight is sent again.
 """
 
 from __future__ import annotations

@@ -1,5 +1,7 @@
-"""The spool on a full disk: nothing half-written, a degraded state with one event per
-episode, paced retries, and recovery by itself once space returns.
+"""The spool on a full disk.
+
+Nothing half-written, a degraded state with one event per episode, paced retries, and recovery
+by itself once space returns.
 """
 
 from __future__ import annotations
@@ -92,8 +94,9 @@ def test_records_written_before_the_disk_filled_survive_a_restart(full_disk: Ful
 def test_an_append_that_is_not_tried_again_does_not_leave_the_spool_degraded(
     full_disk: FullDisk,
 ) -> None:
-    """The broker came back before the spool was written again: no append heals the state,
-    so the spool probes its disk (a small write) every retry_s until it works.
+    """The broker came back before the spool was written again: no append heals the state.
+
+    So the spool probes its disk (a small write) every retry_s until it works.
     """
     full_disk.inject_open(spool_mod)
     full_disk.inject_call(spool_mod, "atomic_write")

@@ -1,6 +1,7 @@
-"""scripts/release/install.sh releases, for real and unprivileged in a temporary prefix: two
-installs of one release hold the same packages; upgrade, rollback, and the automatic rollback
-when the new release never becomes ready (a deliberately broken build).
+"""scripts/release/install.sh releases, for real and unprivileged in a temporary prefix.
+
+Two installs of one release hold the same packages; upgrade, rollback, and the automatic
+rollback when the new release never becomes ready (a deliberately broken build).
 
 Only systemctl and the account commands are stubs; the stub's ``restart`` really starts the
 installed agent (``current/venv/bin/cdml-edge run``) and its ``is-active`` says whether it runs,
@@ -201,8 +202,10 @@ def _out(res: subprocess.CompletedProcess[str]) -> str:
 @pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_two_installs_of_a_release_hold_the_same_packages(tmp_path: Path) -> None:
-    """The same release, installed twice into two prefixes (with uv, from the same lock the
-    board's pip installs from; test_systemd_install.py installs with pip).
+    """The same release, installed twice into two prefixes.
+
+    With uv, from the same lock the board's pip installs from; test_systemd_install.py installs
+    with pip.
     """
     src = _source_tree(tmp_path / "src", "0.1.0")
     frozen = []

@@ -145,8 +145,9 @@ def test_healthz_url_for_the_installer(tmp_path: Path, host: str, url: str) -> N
 
 @pytest.mark.slow
 def test_dist_is_a_release(tmp_path: Path) -> None:
-    """make dist's artifacts: the sdist carries the C sources and the lock, the wheel the
-    native reader, one version everywhere, described in CHANGELOG.md.
+    """make dist's artifacts: one version everywhere, described in CHANGELOG.md.
+
+    The sdist carries the C sources and the lock, the wheel the native reader.
     """
     import check_dist
     from helpers.uv_tool import uv_command

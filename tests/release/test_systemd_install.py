@@ -224,9 +224,10 @@ def _checkout_copy(dest: Path) -> Path:
 
 @pytest.mark.slow
 def test_real_unprivileged_install(tmp_path: Path) -> None:
-    """A real install into a staging folder: a venv with the runtime dependencies (pip, the
-    warm wheel cache), the units, the drop-ins and the folders; only systemctl and the account
-    commands are stubs. About a minute on a warm pip cache.
+    """A real install into a staging folder; only systemctl and the account commands are stubs.
+
+    A venv with the runtime dependencies (pip, the warm wheel cache), the units, the drop-ins and
+    the folders. About a minute on a warm pip cache.
     """
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()

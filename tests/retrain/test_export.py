@@ -218,8 +218,9 @@ def test_corrupt_member_is_not_exported(tmp_path: Path) -> None:
 
 
 def test_an_item_kept_in_two_windows_is_exported_once(tmp_path: Path) -> None:
-    """A window packed again after a crash holds the same item (same id) as the first one:
-    one member, the other counted as a duplicate, in the summary and the manifest.
+    """A window packed again after a crash holds the same item (same id) as the first one.
+
+    One member, the other counted as a duplicate, in the summary and the manifest.
     """
     ring = RetentionRing(tmp_path / "ring", max_bytes=10**8)
     files = [(f"f{i}.jpg", jpeg(40 * i)) for i in range(3)]

@@ -1,6 +1,7 @@
-"""Smaller first-use findings: ``--split`` sums, an unset ``${VAR}`` beside other config
-errors, and what replay's summary says about windows retained unscored and ``--model``
-files that matched nothing.
+"""Smaller first-use findings in ``--split``, configuration errors and replay's summary.
+
+``--split`` sums, an unset ``${VAR}`` beside other config errors, and what replay's summary
+says about windows retained unscored and ``--model`` files that matched nothing.
 """
 
 from __future__ import annotations

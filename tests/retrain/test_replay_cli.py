@@ -205,9 +205,10 @@ def test_replay_cli_exits_1_when_it_skipped_a_corrupt_window(setup: dict[str, Pa
 
 
 def test_replay_publish_beside_the_live_agent(setup: dict[str, Path]) -> None:
-    """replay --publish with the agent's configuration while the agent is connected: its
-    own client id (one id would make the broker drop the agent), its own spool (the
-    agent's is locked), and the agent's retained status stays 'online'.
+    """replay --publish with the agent's configuration while the agent is connected.
+
+    Its own client id (one id would make the broker drop the agent), its own spool (the agent's is
+    locked), and the agent's retained status stays 'online'.
     """
     from cdml_edge.config import load_config
     from cdml_edge.outputs.factory import make_output

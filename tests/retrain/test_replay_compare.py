@@ -1,5 +1,6 @@
-"""The replay's before/after picture: ``cdml-edge replay --out X.jsonl`` writes ``X.png``
-comparing what the retained windows were told with what the replayed model says.
+"""The replay's before/after picture: ``cdml-edge replay --out X.jsonl`` writes ``X.png``.
+
+It compares what the retained windows were told with what the replayed model says.
 """
 
 from __future__ import annotations

@@ -76,8 +76,9 @@ def _mode(path: Path) -> int:
 
 
 def test_ring_files_are_owner_only_or_the_configured_mode(tmp_path: Path) -> None:
-    """Archives, sidecars and the catalog hold the factory's images and labels: 0600 by
-    default whatever the umask, the folder the ring makes 0700; ``retention.mode`` widens.
+    """Archives, sidecars and the catalog hold the factory's images and labels: kept private.
+
+    0600 by default whatever the umask, the folder the ring makes 0700; ``retention.mode`` widens.
     """
     old = os.umask(0o022)
     try:
@@ -220,8 +221,10 @@ def test_reconcile_removes_debris_and_stale_rows(tmp_path: Path) -> None:
 
 
 def test_the_ring_owns_only_what_it_wrote(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
-    """An export, notes, a link, a folder or a file that merely ends like a sidecar in the
-    retention folder are never read, moved or deleted; they are listed and logged once.
+    """Foreign files in the retention folder are never read, moved or deleted.
+
+    An export, notes, a link, a folder or a file that merely ends like a sidecar; they are listed
+    and logged once.
     """
     ring = RetentionRing(tmp_path, max_bytes=10**7)
     ring.store(*make_window("w0", T0, _files(1)))

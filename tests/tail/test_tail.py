@@ -1,6 +1,7 @@
-"""``cdml-edge tail``: a running agent (real folder watch, real ONNX models) followed through
-its ``output.jsonl`` and through a real Mosquitto; the file follower across rotation; the
-rich view.
+"""``cdml-edge tail``: a running agent followed through its ``output.jsonl`` and a real Mosquitto.
+
+The agent has a real folder watch and real ONNX models. Also the file follower across
+rotation, and the rich view.
 """
 
 from __future__ import annotations

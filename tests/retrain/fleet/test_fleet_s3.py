@@ -1,5 +1,7 @@
-"""Fleet jobs reading ``s3://`` (moto's server on loopback behind a counting proxy) on a local
-2-CPU Ray: the same results as the local commands, and the requests each archive costs.
+"""Fleet jobs reading ``s3://`` on a local 2-CPU Ray.
+
+``s3://`` is moto's server on loopback behind a counting proxy. Checked: the same results as the
+local commands, and the requests each archive costs.
 """
 
 from __future__ import annotations
