@@ -387,8 +387,11 @@ build_release() {
   run install -d -m 0755 "${OWN_ROOT[@]}" "$rel"
   run "$PYTHON" -m venv "$venv"
   if [[ -n "$LOCK" ]]; then
-    pip_venv "$venv" install --require-hashes -r "$LOCK"
+    # the lock pins every dependency: --no-deps installs exactly it (older pips otherwise
+    # trip over a pinned package asked for with an extra), then check that it is complete
+    pip_venv "$venv" install --require-hashes --no-deps -r "$LOCK"
     pip_venv "$venv" install --no-deps "$SOURCE"
+    pip_venv "$venv" check
   else
     pip_venv "$venv" install "$SOURCE"
   fi

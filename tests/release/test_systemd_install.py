@@ -107,8 +107,9 @@ def test_dry_run_install_on_a_pi(tmp_path: Path) -> None:
         "useradd --system --user-group",
         "install -d -m 0750 -o root -g cdml-edge /etc/cdml-edge",
         f"python3 -m venv {RELEASE}/venv",
-        f"{RELEASE}/venv/bin/pip install --quiet --require-hashes -r {LOCK}",
+        f"{RELEASE}/venv/bin/pip install --quiet --require-hashes --no-deps -r {LOCK}",
         f"{RELEASE}/venv/bin/pip install --quiet --no-deps {REPO}",
+        f"{RELEASE}/venv/bin/pip check --quiet",
         f"install -m 0644 {LOCK} {RELEASE}/venv/cdml-edge.lock",
         f"write {RELEASE}/venv/cdml-edge-release.json",
         f"ln -sfn releases/{__version__} /opt/cdml-edge/.current.new",
@@ -369,7 +370,7 @@ def test_dry_run_upgrade_and_rollback(tmp_path: Path) -> None:
     rel = "/opt/cdml-edge/releases/0.2.0"
     steps = [
         f"python3 -m venv {rel}/venv",
-        f"{rel}/venv/bin/pip install --quiet --require-hashes -r {LOCK}",
+        f"{rel}/venv/bin/pip install --quiet --require-hashes --no-deps -r {LOCK}",
         f"{rel}/venv/bin/pip install --quiet --no-deps {wheel}",
         "ln -sfn releases/0.2.0 /opt/cdml-edge/.current.new",
         "systemctl restart cdml-edge.service",
