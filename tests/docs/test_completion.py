@@ -49,8 +49,10 @@ def test_bash_completes_commands_and_options_from_the_shown_script(tmp_path: Pat
 
 
 def test_install_completion_writes_the_script_and_sources_it(tmp_path: Path) -> None:
-    res = _bash("cdml-edge --install-completion", tmp_path)
-    assert res.returncode == 0, res.stderr
+    # bash stays the parent (a lone command would be exec'ed): typer detects the shell from
+    # the process tree, and above this test there may be only make's sh
+    res = _bash("cdml-edge --install-completion; exit $?", tmp_path)
+    assert res.returncode == 0, res.stdout + res.stderr
     installed = tmp_path / ".bash_completions" / "cdml-edge.sh"
     assert "_cdml_edge_completion" in installed.read_text()
     assert str(installed.name) in (tmp_path / ".bashrc").read_text()
