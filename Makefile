@@ -26,7 +26,7 @@ test: $(STAMP)
 	$(PY) -m pytest -q -ra
 
 test-fast: $(STAMP)
-	$(PY) -m pytest -q -ra -m "not slow"
+	$(PY) -m pytest -q -ra -m "not slow" -n 2
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check cdml_edge tests scripts
