@@ -28,10 +28,10 @@ from cdml_edge.intake.finishing import FileLifecycle
 from cdml_edge.intake.windower import PipelineGate
 from cdml_edge.model.runner import ModelRunner
 from cdml_edge.outputs.base import Output
+from cdml_edge.window.configured import pack_and_score
 from cdml_edge.window.items import Window
-from cdml_edge.window.pack import pack_window
 from cdml_edge.window.payloads import ItemResult
-from cdml_edge.window.score import WindowOutcome, score_window
+from cdml_edge.window.score import WindowOutcome
 from cdml_edge.window.topics import OutMessage
 
 if TYPE_CHECKING:
@@ -130,25 +130,7 @@ class WindowPipeline:
         could not keep the window). The packed archive lives only here, not while the
         output works.
         """
-        cfg = self.cfg
-        packed = pack_window(
-            window,
-            device=cfg.device.id,
-            modality=sc.modality,
-            archive_format=cfg.pack.format,
-            level=cfg.pack.level,
-            site=cfg.device.site,
-        )
-        outcome = score_window(
-            packed.archive,
-            self.runners,
-            device=cfg.device.id,
-            models=cfg.models_of(sc),
-            segment_rows=sc.segment_rows,
-            sequencer=self.errors.sequencer,
-            archive_name=packed.name,
-            pack_ms=packed.pack_ms,
-        )
+        packed, outcome = pack_and_score(window, self.cfg, sc, self.runners, self.errors.sequencer)
         for model in {r.model for r in outcome.results}:
             if model != "none":
                 self.metrics.inference_latency.labels(model=model).observe(

@@ -21,10 +21,10 @@ from cdml_edge.fsio import display_name
 from cdml_edge.intake.folder import is_candidate
 from cdml_edge.modality import default_patterns
 from cdml_edge.model.runner import ModelRunner
+from cdml_edge.window.configured import pack_and_score
 from cdml_edge.window.items import Item, Window, new_window_id
-from cdml_edge.window.pack import pack_window
 from cdml_edge.window.payloads import item_id
-from cdml_edge.window.score import error_event, score_window
+from cdml_edge.window.score import error_event
 from cdml_edge.window.topics import OutMessage, Sequencer
 
 DEFAULT_SAMPLE = 5
@@ -144,23 +144,7 @@ def _score(
         closed_ts=max(it.ts for it in items),
         reason="test",
     )
-    packed = pack_window(
-        window,
-        device=cfg.device.id,
-        modality=sc.modality,
-        archive_format=cfg.pack.format,
-        level=cfg.pack.level,
-        site=cfg.device.site,
-    )
-    outcome = score_window(
-        packed.archive,
-        runners,
-        device=cfg.device.id,
-        segment_rows=sc.segment_rows,
-        sequencer=seq,
-        archive_name=packed.name,
-        pack_ms=packed.pack_ms,
-    )
+    _, outcome = pack_and_score(window, cfg, sc, runners, seq)
     report.messages += outcome.messages()
     report.items += len(items)
     report.failures += len(outcome.failures)

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 from helpers.agent_runs import jpeg
-from helpers.models import brightness_classifier
+from helpers.models import brightness_classifier, image_classifier
 from helpers.mqtt_brokers import SHARED_HOST, SHARED_PORT, Subscriber, port_open
 
 EXE = shutil.which("cdml-edge", path=str(Path(sys.executable).parent))
@@ -92,6 +92,22 @@ def test_source_takes_a_few_files_from_its_folder_in_windows(site: Path) -> None
     assert items == ["a-dark.jpg", "b-bright.jpg", "c-dark.jpg"]  # not notes.txt
     assert sum(m["topic"].endswith("/cam/window") for m in lines) == 2  # max_items: 2
     assert len(list((site / "in").iterdir())) == 4
+
+
+def test_the_source_is_scored_by_its_own_models_as_the_agent_does(site: Path) -> None:
+    """A source's ``models`` list holds in the trial as in the agent: no other model scores it."""
+    image_classifier(site / "tiny.onnx")
+    cfg = (site / "site.yaml").read_text()
+    cfg = cfg.replace("window: {max_items: 2}}", "window: {max_items: 2}, models: [digits]}")
+    cfg = cfg.replace(
+        "  image: {path: bright.onnx}\n",
+        "  image: {path: bright.onnx}\n  digits: {path: tiny.onnx, modality: image}\n",
+    )
+    (site / "site.yaml").write_text(cfg)
+    res = _run("--config", str(site / "site.yaml"), str(site / "in" / "a-dark.jpg"))
+    assert res.returncode == 0, res.stderr
+    results = [m["payload"] for m in _lines(res.stdout) if m["topic"].endswith("/cam/result")]
+    assert [r["model"] for r in results] == ["tiny-digits"]
 
 
 def test_a_bad_file_is_an_error_event_and_exit_1(site: Path) -> None:
