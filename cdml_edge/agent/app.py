@@ -313,18 +313,9 @@ class Agent:
         window_charges(self.budget, self.runners)
 
     def init_decoders(self) -> str:
-        """BLAS on one thread and the sources' decoders warmed up; what was done, for the log.
-
-        numba's cache is kept in the state folder. The text returned goes in the start-up log.
-        """
+        """BLAS on one thread and the sources' decoders warmed up; what was done, for the log."""
         log.info("%s", limit_blas_threads())
-        cfg = self.cfg
-        return warm_up_decoders(
-            (sc.modality for sc in cfg.sources),
-            self.runners,
-            self.notifier.status,
-            cache_dir=cfg.state_dir / "numba" if cfg.state_dir is not None else None,
-        )
+        return warm_up_decoders((sc.modality for sc in self.cfg.sources), self.runners)
 
     def init_retention(self) -> bool:
         """Open the retention ring when one is configured; whether one is."""

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from pathlib import Path
 
 from cdml_edge.config import AppConfig
-from cdml_edge.decode import numba_cache
 from cdml_edge.intake.budget import ByteBudget
 from cdml_edge.model.runner import ModelOverrides, ModelRunner, load_runners
 from cdml_edge.window.examples import fit_examples
@@ -53,46 +52,19 @@ def window_charges(budget: ByteBudget, runners: dict[str, ModelRunner]) -> None:
         budget.item_extra[modality] = nbytes + RESULT_BYTES
 
 
-def warm_up_decoders(
-    modalities: Iterable[str],
-    runners: dict[str, ModelRunner],
-    status: Callable[[str], object] | None = None,
-    cache_dir: Path | None = None,
-) -> str:
-    """Decode one sample per modality so the first real window pays no import or JIT cost.
+def warm_up_decoders(modalities: Iterable[str], runners: dict[str, ModelRunner]) -> str:
+    """Decode one sample per modality so the first real window pays no import cost.
 
-    What each took comes back, for the start-up log.
-
-    Audio's first start compiles librosa's numba kernels into the cache folder
-    (:mod:`cdml_edge.decode.numba_cache`; ``cache_dir``, the state folder's ``numba/``, unless
-    ``$NUMBA_CACHE_DIR`` is set): a warning says so beforehand, and ``status``
-    (systemd's STATUS=) shows it while it lasts. A failed warm-up is logged, never raised: it
-    is an optimisation, not a reason to stop.
+    What each took comes back, for the start-up log. Nothing is compiled (the audio
+    decoder needs no JIT), so a first start is as fast as any other. A failed warm-up is
+    logged, never raised: it is an optimisation, not a reason to stop.
     """
     took: list[str] = []
     for modality in sorted(set(modalities)):
-        note = ""
-        if modality == "audio":
-            note = _numba_note(status, cache_dir)
         t0 = time.perf_counter()
         try:
             warm_up_decoder(modality, runners)
         except Exception as exc:
             log.warning("warm-up of the %s decoder failed: %s", modality, exc)
-        took.append(f"{modality} {(time.perf_counter() - t0) * 1000:.0f} ms{note}")
+        took.append(f"{modality} {(time.perf_counter() - t0) * 1000:.0f} ms")
     return ", ".join(took)
-
-
-def _numba_note(status: Callable[[str], object] | None, cache_dir: Path | None) -> str:
-    """Where numba caches, and a warning when its kernels are about to be compiled."""
-    folder = numba_cache.configure(cache_dir)
-    if numba_cache.is_warm(folder):
-        return f", numba cache {folder} warm"
-    log.warning(
-        "first start: compiling librosa's numba kernels once (tens of seconds on a "
-        "small board), cached in %s",
-        folder,
-    )
-    if status is not None:
-        status(f"first start: compiling the audio decoder's kernels into {folder}")
-    return f", numba kernels compiled into {folder}"

@@ -29,10 +29,10 @@ def limit_blas_threads(threads: int = 1) -> str:
     """Run NumPy's and SciPy's BLAS on ``threads`` threads; a line for the start-up log.
 
     OpenBLAS starts one thread per core and lets them busy-wait after every call: decoding
-    one audio clip (librosa's mel filter bank is a matrix product) measured 33 ms of CPU at
+    one audio clip (the mel filter bank is a matrix product) measured 33 ms of CPU at
     10 clips/s with two threads, 4 ms with one. The pipeline threads already give the
     parallelism. Libraries loaded now are limited through threadpoolctl, those loaded later
-    (SciPy's, with librosa) by ``OPENBLAS_NUM_THREADS``.
+    (SciPy's) by ``OPENBLAS_NUM_THREADS``.
     """
     from threadpoolctl import threadpool_info, threadpool_limits
 

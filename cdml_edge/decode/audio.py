@@ -1,26 +1,19 @@
-"""Audio bytes (WAV / FLAC / OGG via soundfile) to MFCCs or a mono waveform (librosa)."""
+"""Audio bytes (WAV / FLAC / OGG via soundfile) to MFCCs or a mono waveform.
+
+Resampling and MFCCs are librosa's, computed without it (:mod:`.audio_features`).
+"""
 
 from __future__ import annotations
 
 import io
-import sys
-from typing import Any, Literal
+from typing import Literal
 
 import numpy as np
 
-from . import numba_cache
+from . import audio_features
 from .errors import DecodeError
 
 AudioMode = Literal["mfcc", "waveform"]
-
-
-def import_librosa() -> Any:
-    """librosa, imported with numba's kernel cache in our folder (:mod:`.numba_cache`)."""
-    if "librosa" not in sys.modules:
-        numba_cache.configure()
-    import librosa
-
-    return librosa
 
 
 def read_waveform(
@@ -39,10 +32,9 @@ def read_waveform(
         raise DecodeError(member, "audio has no samples")
     mono = samples.mean(axis=1) if samples.shape[1] > 1 else samples[:, 0]
     if sample_rate is not None and sr != sample_rate:
-        librosa = import_librosa()
         try:
-            mono = librosa.resample(mono, orig_sr=sr, target_sr=sample_rate)
-        except Exception as exc:  # librosa.ParameterError (non-finite samples), MemoryError
+            mono = audio_features.resample(mono, sr, sample_rate)
+        except Exception as exc:  # non-finite samples, MemoryError
             raise DecodeError(member, f"resampling {sr} -> {sample_rate} Hz failed: {exc}") from exc
         sr = sample_rate
     return np.ascontiguousarray(mono, dtype=np.float32), int(sr)
@@ -81,14 +73,12 @@ def mfcc(
     n_fft: int = 2048,
 ) -> np.ndarray:
     """MFCCs ``(n_mfcc, frames)`` of a mono waveform; short clips are zero-padded to ``n_fft``."""
-    librosa = import_librosa()
-
-    if wave.shape[0] < n_fft:  # librosa warns on inputs shorter than one FFT window
+    if wave.shape[0] < n_fft:  # as librosa is given it: one FFT window at least
         wave = np.pad(wave, (0, n_fft - wave.shape[0]))
     try:
-        out = librosa.feature.mfcc(
-            y=wave, sr=sample_rate, n_mfcc=n_mfcc, hop_length=hop_length, n_fft=n_fft
+        out = audio_features.mfcc(
+            wave, sample_rate, n_mfcc=n_mfcc, hop_length=hop_length, n_fft=n_fft
         )
-    except Exception as exc:  # librosa.ParameterError and friends
+    except Exception as exc:  # non-finite samples, bad parameters
         raise DecodeError(member, f"MFCC failed: {exc}") from exc
     return np.ascontiguousarray(out, dtype=np.float32)

@@ -3,7 +3,7 @@
 :data:`MODEL_INPUTS` maps a modality to a :class:`ModalityInput`: how a member's bytes
 are decoded for the model of that modality (with the options its input spec asks for),
 whether the decoded rows may be cut into segments, and a small synthetic member whose
-decoding pays the first-call costs (lazy imports, numba JIT) at start-up. A modality
+decoding pays the first-call costs (lazy imports) at start-up. A modality
 without an entry (``binary``) has no decoder in a window.
 """
 

@@ -262,7 +262,7 @@ def error_event(
 def warm_up_decoder(modality: str, runners: Mapping[str, ModelRunner] | ModelRunner | None) -> None:
     """Decode one synthetic input of ``modality``; run it through each runner of that modality.
 
-    So lazy imports (librosa, numba JIT) and first-call costs are paid at start-up, not by the
+    So lazy imports (soundfile, SciPy's FFT) and first-call costs are paid at start-up, not by the
     first real window.
     """
     entry = MODEL_INPUTS.get(modality)

@@ -1,4 +1,4 @@
-"""Start-up: the time of each step in the log, and where numba caches librosa's kernels."""
+"""Start-up: the time of each step in the log, and a first start that compiles nothing."""
 
 from __future__ import annotations
 
@@ -10,12 +10,11 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from helpers.models import brightness_classifier
+from helpers.models import brightness_classifier, mfcc_anomaly
 
 from cdml_edge.agent.app import Agent
 from cdml_edge.agent.startup import process_age
 from cdml_edge.config import load_config
-from cdml_edge.decode import numba_cache
 
 
 def test_start_up_logs_each_step_and_the_time_to_ready(
@@ -54,16 +53,42 @@ def test_process_age_is_the_time_since_this_process_started() -> None:
     assert age is not None and 0 < age < 24 * 3600
 
 
-def test_cache_folder_rules(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("STATE_DIRECTORY", raising=False)
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
-    assert numba_cache.default_dir() == tmp_path / "xdg" / "cdml-edge" / "numba"
-    monkeypatch.setenv("STATE_DIRECTORY", f"{tmp_path}/state:{tmp_path}/state/replay")
-    assert numba_cache.default_dir() == tmp_path / "state" / "numba"
+def test_an_audio_agent_starts_without_compiling_kernels(tmp_path: Path) -> None:
+    """A first start with an audio source: no numba, no librosa, no kernel cache in ``$HOME``.
+
+    The audio decoder's MFCCs need no JIT (:mod:`cdml_edge.decode.audio_features`), so a
+    board's first start is as fast as its second and writes nothing outside its folders.
+    """
+    mfcc_anomaly(tmp_path / "a.onnx")
+    (tmp_path / "agent.yaml").write_text(
+        textwrap.dedent("""
+        sources: [{name: mic, path: in, modality: audio}]
+        models: {audio: {path: a.onnx}}
+        quarantine: {dir: quarantine}
+        output: {jsonl: out.jsonl}
+        """)
+    )
+    code = f"""
+        import sys, time
+        from cdml_edge.agent.app import Agent
+        from cdml_edge.config import load_config
+        t0 = time.monotonic()
+        agent = Agent(load_config({str(tmp_path / "agent.yaml")!r}), None)
+        agent.start()
+        ready = time.monotonic() - t0
+        agent.stop()
+        print("numba" in sys.modules, "librosa" in sys.modules, ready < 10)
+        """
+    home = tmp_path / "home"
+    home.mkdir()
+    out = _run(code, {"HOME": str(home), "XDG_CACHE_HOME": "", "STATE_DIRECTORY": ""})
+    assert out == "False False True"
+    # (onnxruntime's import writes its own device id under ~/.cache/Microsoft; not ours)
+    assert not list(home.rglob("*cdml-edge*")) and not list(home.rglob("*.nbi"))
 
 
 def _run(code: str, env: dict[str, str]) -> str:
-    full = {k: v for k, v in os.environ.items() if k != numba_cache.ENV} | env
+    full = dict(os.environ) | env
     res = subprocess.run(
         [sys.executable, "-c", textwrap.dedent(code)],
         env=full,
@@ -73,60 +98,6 @@ def _run(code: str, env: dict[str, str]) -> str:
     )
     assert res.returncode == 0, res.stderr
     return res.stdout.strip()
-
-
-def test_librosa_is_imported_with_the_cache_in_the_state_folder(tmp_path: Path) -> None:
-    """Not inside site-packages: under $STATE_DIRECTORY, or where NUMBA_CACHE_DIR says."""
-    code = """
-        import os
-        from cdml_edge.decode.audio import import_librosa
-        import_librosa()
-        print(os.environ["NUMBA_CACHE_DIR"])
-        """
-    assert _run(code, {"STATE_DIRECTORY": str(tmp_path)}) == str(tmp_path / "numba")
-    mine = tmp_path / "mine"
-    assert _run(code, {"STATE_DIRECTORY": str(tmp_path), "NUMBA_CACHE_DIR": str(mine)}) == str(mine)
-
-
-def test_kernels_compile_once_into_the_configured_folder(tmp_path: Path) -> None:
-    """A cached numba kernel lands in the folder configure() chose, which then counts as warm.
-
-    That holds with numba already imported too; an unwritable folder falls back to one under
-    the temporary folder instead of breaking the import.
-    """
-    (tmp_path / "kern.py").write_text(
-        textwrap.dedent("""
-        import numba
-
-        @numba.njit(cache=True)
-        def twice(x):
-            return 2 * x
-        """)
-    )
-    cache = tmp_path / "cache"
-    code = f"""
-        import sys
-        import numba
-        from cdml_edge.decode import numba_cache
-        assert not numba_cache.is_warm({str(cache)!r})
-        numba_cache.configure({str(cache)!r})
-        sys.path.insert(0, {str(tmp_path)!r})
-        import kern
-        assert kern.twice(21) == 42
-        print(numba_cache.is_warm({str(cache)!r}))
-        """
-    assert _run(code, {"STATE_DIRECTORY": ""}) == "True"
-    assert list(cache.rglob("*.nbi"))
-    blocker = tmp_path / "file"
-    blocker.write_text("x")
-    out = _run(
-        f"""
-        from cdml_edge.decode import numba_cache
-        print(numba_cache.configure({str(blocker / "numba")!r}))
-        """,
-        {},
-    )
-    assert out.startswith("/") and "cdml-edge-numba-" in out
 
 
 def test_the_agent_runs_blas_on_one_thread(tmp_path: Path) -> None:
