@@ -1,6 +1,8 @@
-"""A watched folder (watchdog) as a source of items.
+"""A watched folder as a source of items.
 
-A :class:`FolderSource` turns file events into notices for its
+A local folder on Linux is watched by a direct inotify reader, read in the source's own
+thread (:mod:`~.inotify`); ``polling`` (network mounts), ``recursive`` and other platforms
+use watchdog's observers. A :class:`FolderSource` turns file events into notices for its
 :class:`~cdml_edge.intake.pending.PendingFiles` (which judges when a file is complete) and
 reads a complete file once the :class:`~cdml_edge.intake.budget.ByteBudget` admits its size;
 otherwise it stays on disk and is retried. ``.tmp`` / ``.part`` files and dot files are
@@ -39,6 +41,7 @@ from watchdog.observers import Observer
 from watchdog.observers.polling import PollingObserver
 
 from cdml_edge.fsio import display_name, log_name
+from cdml_edge.intake import inotify
 from cdml_edge.intake.base import (
     ErrorSink,
     FileTooLarge,
@@ -161,6 +164,7 @@ class FolderSource:
         self._armed = False
         self.rescans = 0
         self._observer: Any = None
+        self._inotify: inotify.InotifyWatch | None = None
         self._thread: Worker = spawn(f"src-{spec.name}", self._run)
 
     # -- lifecycle -------------------------------------------------------------------------
@@ -179,7 +183,7 @@ class FolderSource:
     def stop(self) -> None:
         """Stop watching and taking files (items already handed over are unaffected)."""
         self._stopped.set()
-        self.files.wake()
+        self._wake()
         self._thread.join(timeout=2.0)
         self._disarm()
 
@@ -207,6 +211,7 @@ class FolderSource:
             self.files.forget(key)
             return
         self.files.retry(key, st, delay)
+        self._wake()
 
     @property
     def pending_count(self) -> int:
@@ -225,29 +230,75 @@ class FolderSource:
         return max(0, fits if cap is None else min(fits, cap))
 
     # -- the watch -------------------------------------------------------------------------
+    @property
+    def direct(self) -> bool:
+        """Whether the folder is watched by the direct inotify reader (else by watchdog)."""
+        spec = self.spec
+        return not spec.polling and not spec.recursive and inotify.available()
+
     def _arm(self) -> None:
         """(Re)start the watch on the folder (made if missing), then scan what is there."""
         self._disarm()
         self.spec.path.mkdir(parents=True, exist_ok=True)
-        if self.spec.polling:
-            observer: Any = PollingObserver(timeout=self.spec.poll_interval)
+        if self.direct:
+            self._inotify = inotify.InotifyWatch(str(self.spec.path))
         else:
-            observer = Observer()
-        observer.schedule(_Handler(self), str(self.spec.path), recursive=self.spec.recursive)
-        observer.start()
-        self._observer = observer
+            if self.spec.polling:
+                observer: Any = PollingObserver(timeout=self.spec.poll_interval)
+            else:
+                observer = Observer()
+            observer.schedule(_Handler(self), str(self.spec.path), recursive=self.spec.recursive)
+            observer.start()
+            self._observer = observer
         self._armed = True
         self._initial_scan()  # after the watch is armed: nothing written meanwhile is missed
 
     def _disarm(self) -> None:
+        watch, self._inotify = self._inotify, None
+        if watch is not None:
+            watch.close()
         observer, self._observer = self._observer, None
         if observer is not None:
             observer.stop()
             observer.join(timeout=2.0)
 
     def _watch_alive(self) -> bool:
+        if self._inotify is not None:
+            return self._inotify.alive
         obs = self._observer
         return obs is not None and obs.is_alive() and all(e.is_alive() for e in obs.emitters)
+
+    def _wake(self) -> None:
+        """Wake the scanner (stop, a retry): from its wait on the watch or on the files."""
+        watch = self._inotify
+        if watch is not None:
+            watch.wake()
+        self.files.wake()
+
+    def _wait(self) -> None:
+        """Sleep up to the scan interval; with inotify, read and apply the events that came."""
+        watch = self._inotify
+        if watch is None:
+            self.files.wait(self._scan_interval)
+            return
+        if not watch.wait(self._scan_interval):
+            return
+        notices, overflow = watch.read()
+        for note in notices:
+            try:
+                self._apply(note)
+            except Exception as exc:  # a fault on one file must not stop the watch
+                self._fault(note.path, exc)
+        if overflow:  # the kernel dropped events: what is in the folder now is the truth
+            self.rescans += 1
+            self._initial_scan()
+
+    def _apply(self, note: inotify.Notice) -> None:
+        if note.forget:
+            self._forget(note.path)
+        if note.state is not None:
+            closed = note.state == inotify.CLOSED
+            self._notice(note.path, closed=closed, writing=note.state == inotify.WRITING)
 
     # -- events ----------------------------------------------------------------------------
     def _name(self, path: str) -> str:
@@ -369,7 +420,7 @@ class FolderSource:
                 if not self._take_safely(path):
                     self.stats.paused += 1
                     break  # budget full: keep the rest on disk, retry next scan
-            self.files.wait(self._scan_interval)
+            self._wait()
 
     def _take_safely(self, path: str) -> bool:
         try:

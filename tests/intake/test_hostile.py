@@ -1,7 +1,8 @@
-"""A watched folder in a hostile field, with real folders and real watchdog events.
+"""A watched folder in a hostile field, with real folders and real inotify events.
 
 Odd names, special files, links, files still being written at start, a folder deleted under
-the source.
+the source. Every test runs twice: with the direct inotify reader a local folder gets, and
+with watchdog's observer (polling mounts, recursive folders, other platforms).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from pathlib import Path
 import pytest
 from helpers.agent_runs import jpeg, wait_for
 
-from cdml_edge.intake import FolderSource, FolderSpec, NotRegularFile, SourceError
+from cdml_edge.intake import FolderSource, FolderSpec, NotRegularFile, SourceError, inotify
 from cdml_edge.intake.budget import ByteBudget
 from cdml_edge.window.items import Item
 from cdml_edge.window.payloads import item_id
@@ -49,6 +50,16 @@ def _source(tmp_path: Path, sink: Sink, **kw: object) -> FolderSource:
     kw.setdefault("stable_seconds", 0.1)
     spec = FolderSpec(name="cam", path=tmp_path / "in", modality="image", **kw)  # type: ignore[arg-type]
     return FolderSource(spec, ByteBudget(10**8), sink, sink.error)
+
+
+@pytest.fixture(autouse=True, params=["inotify", "watchdog"])
+def watcher(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Which watch the folder sources of a test use."""
+    if request.param == "watchdog":
+        monkeypatch.setattr(inotify, "available", lambda: False)
+    elif not inotify.available():
+        pytest.skip("inotify is Linux's")
+    return str(request.param)
 
 
 @pytest.fixture
