@@ -20,8 +20,13 @@ free unless ``--fixed-windows``; ``on_done: delete``; JSON-lines output;
 Baseline, in this process and in the same run: the agent's own decode + prepare + one
 onnxruntime run (same session settings) on the same files, without watching, packing,
 reading back or output, with the agent's BLAS thread limit - CPU-ms per item at batch 1
-(what a window of one item costs) and batch 32. Ratios are against batch 1. CPU is the
-time the agent's threads spent on a CPU.
+(what a window of one item costs) and batch 32; ``x base`` is the ratio to batch 1, ``x b32``
+to batch 32. CPU is the time the agent's threads spent on a CPU.
+
+Each kind runs once per ``--outputs`` entry (MQTT QoS 1 to a real broker, JSON lines), and
+once more pinned to CPU 0 with ``taskset`` (``--single-core``, the board-like row). With
+``--neighbours N`` (default: one per CPU) an extra 30 files/s row runs beside N CPU-bound
+processes; every row shows the load average at its end.
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -48,6 +54,7 @@ from cdml_edge import synth
 ROOT = Path(__file__).resolve().parents[2]
 MODELS = ROOT / "models"
 INFLIGHT_MIB = 8  # limits.max_inflight_bytes, MiB (--inflight-mib)
+MQTT_URL = os.environ.get("MQTT_URL", "mqtt://127.0.0.1:1883")
 
 
 def jpegs(size: int, n: int = 64) -> list[bytes]:
@@ -91,10 +98,27 @@ KINDS: dict[str, Kind] = {
 }
 
 
-def config(tmp: Path, kind: Kind, fixed: bool, inflight_mib: int) -> Path:
+def topic_prefix(tmp: Path) -> str:
+    """The MQTT topic prefix of the run in ``tmp``: its own, so runs never mix."""
+    return f"bench{os.getpid()}{tmp.name[-8:]}".replace("_", "")
+
+
+def output_section(tmp: Path, output: str) -> str:
+    """The config's output: JSON lines only, or MQTT QoS 1 to the broker (no local copy)."""
+    if output == "jsonl":
+        return f"output: {{jsonl: {tmp}/out.jsonl}}"
+    prefix = topic_prefix(tmp)
+    return (
+        f"mqtt: {{url: '{MQTT_URL}', topic_prefix: {prefix}, qos: 1}}\n"
+        f"spool: {{dir: {tmp}/spool}}\n"
+        f"state_dir: {tmp}/state"
+    )
+
+
+def config(tmp: Path, kind: Kind, fixed: bool, inflight_mib: int, output: str = "jsonl") -> Path:
     idle = "false" if fixed else "true"
     text = f"""
-device: {{id: bench}}
+device: {{id: {topic_prefix(tmp)}}}
 sources:
   - name: src
     kind: folder
@@ -110,28 +134,58 @@ pack: {{format: zip, level: 1}}
 quarantine: {{dir: {tmp}/quarantine}}
 limits: {{max_inflight_bytes: {inflight_mib}MiB}}
 health: {{interval: 1s}}
-output: {{jsonl: {tmp}/out.jsonl}}
+{output_section(tmp, output)}
 """
     p = tmp / "bench.yaml"
     p.write_text(text)
     return p
 
 
-class Tail:
-    """Follows the agent's JSON-lines output.
+class Results:
+    """What the agent published, as it arrived.
 
     It notes when each result appeared, the agent's own latency, the window of each result
-    and the items per window.
+    and the items per window. :class:`FileTail` feeds it from the JSON-lines output,
+    :class:`MqttTail` from the broker.
     """
 
-    def __init__(self, path: Path) -> None:
-        self.path = path
+    def __init__(self) -> None:
         self.seen: dict[str, float] = {}
         self.agent_latency: dict[str, float] = {}
         self.window_of: dict[str, str] = {}
         self.window_items: dict[str, int] = {}
         self.online: float | None = None
         self.duplicates = 0
+        self._lock = threading.Lock()
+
+    def line(self, topic: str, p: dict[str, Any], now: float) -> None:
+        with self._lock:
+            if topic.endswith("/result"):
+                if p["item"] in self.seen:
+                    self.duplicates += 1
+                self.seen.setdefault(p["item"], now)
+                self.agent_latency[p["item"]] = p["latency_ms"]
+                self.window_of[p["item"]] = p["window_id"]
+            elif topic.endswith("/window"):
+                self.window_items[p["window_id"]] = p["items"]
+            elif topic.endswith("/status") and p["state"] == "online" and self.online is None:
+                self.online = now
+
+    def wait(self, names: dict[str, float], timeout: float) -> None:
+        end = time.monotonic() + timeout
+        while time.monotonic() < end and not all(k in self.seen for k in names):
+            time.sleep(0.01)
+
+    def stop(self) -> None:
+        """Stop following."""
+
+
+class FileTail(Results):
+    """Follows the agent's JSON-lines output (polled every millisecond)."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__()
+        self.path = path
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._thread.start()
@@ -148,39 +202,52 @@ class Tail:
                     continue
                 now = time.time()
                 *lines, buf = (buf + chunk).split("\n")
-                for line in lines:
-                    self._line(json.loads(line), now)
-
-    def _line(self, msg: dict[str, Any], now: float) -> None:
-        topic, p = msg["topic"], msg["payload"]
-        if topic.endswith("/result"):
-            if p["item"] in self.seen:
-                self.duplicates += 1
-            self.seen.setdefault(p["item"], now)
-            self.agent_latency[p["item"]] = p["latency_ms"]
-            self.window_of[p["item"]] = p["window_id"]
-        elif topic.endswith("/window"):
-            self.window_items[p["window_id"]] = p["items"]
-        elif topic.endswith("/status") and p["state"] == "online" and self.online is None:
-            self.online = now
-
-    def wait(self, names: dict[str, float], timeout: float) -> None:
-        end = time.monotonic() + timeout
-        while time.monotonic() < end and not all(k in self.seen for k in names):
-            time.sleep(0.01)
+                for text in lines:
+                    msg = json.loads(text)
+                    self.line(msg["topic"], msg["payload"], now)
 
     def stop(self) -> None:
         self._stop.set()
         self._thread.join(2)
 
 
+class MqttTail(Results):
+    """Subscribes to the agent's topics on the broker (QoS 1), before the agent starts."""
+
+    def __init__(self, prefix: str) -> None:
+        import paho.mqtt.client as mqtt
+        from paho.mqtt.enums import CallbackAPIVersion
+
+        super().__init__()
+        host, _, port = MQTT_URL.split("://", 1)[1].partition(":")
+        self._client = mqtt.Client(CallbackAPIVersion.VERSION2, protocol=mqtt.MQTTv5)
+        self._client.on_message = self._message
+        subscribed = threading.Event()
+        self._client.on_subscribe = lambda *a: subscribed.set()
+        self._client.connect(host, int(port or 1883))
+        self._client.subscribe(f"{prefix}/#", qos=1)
+        self._client.loop_start()
+        if not subscribed.wait(10):
+            raise RuntimeError(f"no SUBACK from the broker at {MQTT_URL}")
+
+    def _message(self, client: Any, userdata: Any, msg: Any) -> None:
+        if msg.payload:
+            self.line(msg.topic, json.loads(msg.payload), time.time())
+
+    def stop(self) -> None:
+        self._client.loop_stop()
+        self._client.disconnect()
+
+
 class Agent:
     """``cdml-edge run`` in a subprocess, with its CPU time and RSS sampled."""
 
-    def __init__(self, cfg: Path) -> None:
+    def __init__(self, cfg: Path, cpus: str | None = None) -> None:
         self.launched = time.time()
+        pin = ["taskset", "-c", cpus] if cpus else []
         self.proc = subprocess.Popen(
             [
+                *pin,
                 sys.executable,
                 "-m",
                 "cdml_edge.cli",
@@ -255,16 +322,17 @@ def feed(
 
 def rate_phase(
     agent: Agent,
-    tail: Tail,
+    tail: Results,
     inbox: Path,
     kind: Kind,
     data: list[bytes],
     rate: float,
     seconds: float,
+    prefix: str = "r",
 ) -> dict[str, Any]:
     cpu0, w0 = agent.cpu(), time.perf_counter()
     agent.peak_rss = agent.rss()
-    closed = feed(inbox, f"r{rate:g}", data, kind.ext, rate, seconds)
+    closed = feed(inbox, f"{prefix}{rate:g}", data, kind.ext, rate, seconds)
     tail.wait(closed, timeout=60)
     wall, cpu = time.perf_counter() - w0, agent.cpu() - cpu0
     got = [k for k in closed if k in tail.seen]
@@ -281,11 +349,30 @@ def rate_phase(
         "agent_p99": percentile([tail.agent_latency[k] for k in got], 99),
         "per_window": float(np.mean(sizes)) if sizes else 0.0,
         "peak_rss": agent.peak_rss,
+        "load": load_average(),
     }
 
 
+class Neighbours:
+    """``count`` CPU-bound processes (one busy loop each) beside the agent while in use."""
+
+    def __init__(self, count: int) -> None:
+        self.count = count
+        self._procs: list[subprocess.Popen[bytes]] = []
+
+    def __enter__(self) -> Neighbours:
+        loop = "while True:\n    pass"
+        self._procs = [subprocess.Popen([sys.executable, "-c", loop]) for _ in range(self.count)]
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for proc in self._procs:
+            proc.kill()
+            proc.wait()
+
+
 def sustained_phase(
-    agent: Agent, tail: Tail, tmp: Path, kind: Kind, data: list[bytes], count: int
+    agent: Agent, tail: Results, tmp: Path, kind: Kind, data: list[bytes], count: int
 ) -> dict[str, Any]:
     """Stage ``count`` files, rename them all into the folder, wait for every result."""
     stage = tmp / "stage"
@@ -342,14 +429,19 @@ def baseline(kind: Kind, data: list[bytes], batch: int, seconds: float = 1.5) ->
     return 1000 * cpu_per_item(one_batch, seconds, warmup=3)
 
 
-def run_kind(key: str, args: argparse.Namespace) -> dict[str, Any]:
+def run_kind(
+    key: str, args: argparse.Namespace, output: str, cpus: str | None = None
+) -> dict[str, Any]:
     kind = KINDS[key]
     data = kind.make()
     with tempfile.TemporaryDirectory(prefix="cdml-bench-") as d:
         tmp = Path(d)
         (tmp / "in").mkdir()
-        agent = Agent(config(tmp, kind, args.fixed_windows, args.inflight_mib))
-        tail = Tail(tmp / "out.jsonl")
+        cfg = config(tmp, kind, args.fixed_windows, args.inflight_mib, output)
+        tail: Results = (
+            MqttTail(topic_prefix(tmp)) if output == "mqtt" else FileTail(tmp / "out.jsonl")
+        )
+        agent = Agent(cfg, cpus)
         try:
             warm = feed(tmp / "in", "warm", data, kind.ext, 20, 1.0)
             tail.wait(warm, timeout=180)
@@ -362,6 +454,10 @@ def run_kind(key: str, args: argparse.Namespace) -> dict[str, Any]:
                 rate_phase(agent, tail, tmp / "in", kind, data, r, args.seconds)
                 for r in args.rate_list
             ]
+            if args.neighbours:
+                with Neighbours(args.neighbours):
+                    loaded = rate_phase(agent, tail, tmp / "in", kind, data, 30, args.seconds, "n")
+                rows.append({**loaded, "neighbours": args.neighbours})
             backlog = max(1, int(kind.backlog * args.backlog_scale))
             sus = sustained_phase(agent, tail, tmp, kind, data, backlog)
         finally:
@@ -370,6 +466,7 @@ def run_kind(key: str, args: argparse.Namespace) -> dict[str, Any]:
         left = len(list((tmp / "in").iterdir()))
     return {
         "kind": kind,
+        "output": output if cpus is None else f"{output}, CPU {cpus} only",
         "ready_s": ready_s,
         "idle_pct": idle_pct,
         "idle_rss": idle_rss,
@@ -387,7 +484,8 @@ def report(r: dict[str, Any], inflight_mib: int) -> bool:
     kind, mib = r["kind"], 2**20
     b1 = r["base1"]
     print(
-        f"\n== {kind.label} ({kind.model}): READY {r['ready_s']:.1f} s after launch; idle CPU "
+        f"\n== {kind.label} ({kind.model}), {r['output']}: READY {r['ready_s']:.1f} s after "
+        f"launch; idle CPU "
         f"{r['idle_pct']:.2f} % of a core, idle RSS {r['idle_rss'] / mib:.0f} MiB"
     )
     print(
@@ -395,14 +493,17 @@ def report(r: dict[str, Any], inflight_mib: int) -> bool:
         f"{r['base32']:.3f} at batch 32"
     )
     print(
-        f"{'files/s':>8}{'CPU %':>7}{'CPU-ms/item':>12}{'x base':>8}{'p50 ms':>8}"
+        f"{'files/s':>8}{'CPU %':>7}{'CPU-ms/item':>12}{'x base':>8}{'x b32':>7}{'p50 ms':>8}"
         f"{'p99 ms':>8}{'agent p99':>10}{'items/win':>10}{'peak RSS':>9}{'lost':>5}"
+        f"{'load':>6}"
     )
     for x in r["rows"]:
         print(
             f"{x['rate']:>8g}{x['cpu_pct']:>7.1f}{x['cpu_ms']:>12.3f}{x['cpu_ms'] / b1:>8.1f}"
+            f"{x['cpu_ms'] / r['base32']:>7.1f}"
             f"{x['p50']:>8.1f}{x['p99']:>8.1f}{x['agent_p99']:>10.1f}{x['per_window']:>10.1f}"
-            f"{x['peak_rss'] / mib:>9.0f}{x['files'] - x['results']:>5}"
+            f"{x['peak_rss'] / mib:>9.0f}{x['files'] - x['results']:>5}{x['load']:>6.1f}"
+            + (f"  beside {x['neighbours']} CPU-bound processes" if "neighbours" in x else "")
         )
     s = r["sustained"]
     bound = r["idle_rss"] + inflight_mib * mib
@@ -432,6 +533,23 @@ def main() -> int:
         action="store_true",
         help="windows close on their limits only (close_when_idle: false)",
     )
+    ap.add_argument(
+        "--outputs",
+        default="mqtt,jsonl",
+        help="mqtt (QoS 1 to the broker at $MQTT_URL) and/or jsonl, each a row",
+    )
+    ap.add_argument(
+        "--single-core",
+        default="mqtt",
+        help="also run this output with the agent pinned to CPU 0 (taskset), the board-like "
+        "row; empty for none",
+    )
+    ap.add_argument(
+        "--neighbours",
+        type=int,
+        default=os.cpu_count() or 1,
+        help="CPU-bound processes beside the agent for an extra 30 files/s row (0: none)",
+    )
     args = ap.parse_args()
     args.rate_list = [float(x) for x in args.rates.split(",") if x]
     print(
@@ -439,8 +557,12 @@ def main() -> int:
         f"windows 50 ms / 32 items, {'fixed' if args.fixed_windows else 'close when idle'}"
     )
     ok = True
+    runs: list[tuple[str, str | None]] = [(o, None) for o in args.outputs.split(",") if o]
+    if args.single_core and shutil.which("taskset"):
+        runs.append((args.single_core, "0"))
     for key in [k for k in args.kinds.split(",") if k]:
-        ok = report(run_kind(key, args), args.inflight_mib) and ok
+        for output, cpus in runs:
+            ok = report(run_kind(key, args, output, cpus), args.inflight_mib) and ok
     print(f"\nload average {load_average():.1f} at the end")
     return 0 if ok else 1
 

@@ -6,12 +6,15 @@ join is not a death.
 
 from __future__ import annotations
 
+import sys
 import threading
 import time
+from pathlib import Path
 
+import pytest
 from helpers.agent_runs import wait_for
 
-from cdml_edge.supervisor import Supervisor
+from cdml_edge.supervisor import Supervisor, plain_thread
 
 
 def test_a_thread_that_dies_is_restarted_counted_and_reported() -> None:
@@ -137,3 +140,27 @@ def test_a_thread_that_dies_at_once_on_every_restart_stays_dead() -> None:
     assert all(d == ["src-cam"] for d in seen)
     t.join(2)
     sup.close()
+
+
+def _os_name(thread: object) -> str:
+    inner = getattr(thread, "_thread", thread)  # a SupervisedThread wraps a Thread
+    return Path(f"/proc/self/task/{inner.native_id}/comm").read_text().strip()  # type: ignore[attr-defined]
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="thread names in /proc: Linux")
+def test_threads_carry_their_names_to_the_os() -> None:
+    """``top -H`` and ``ps -L`` show each part by name, supervised or not (15 bytes)."""
+    release = threading.Event()
+    threads = [
+        Supervisor().spawn("pipeline-0", release.wait),
+        plain_thread("src-camera-01-long", release.wait),
+    ]
+    for t in threads:
+        t.start()
+    try:
+        wanted = ["pipeline-0", "src-camera-01-l"]
+        wait_for(lambda: [_os_name(t) for t in threads] == wanted, 5, "the OS thread names")
+    finally:
+        release.set()
+        for t in threads:
+            t.join(2)
