@@ -17,6 +17,7 @@ owner does when it stops the part) cancels a pending restart. Any component take
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import logging
 import sys
@@ -63,10 +64,8 @@ def name_os_thread(name: str) -> None:
     """
     if _PRCTL is None:
         return
-    try:
+    with contextlib.suppress(OSError, ValueError, ctypes.ArgumentError):
         _PRCTL(15, name.encode("utf-8", "replace")[:15], 0, 0, 0)  # 15: PR_SET_NAME
-    except (OSError, ValueError, ctypes.ArgumentError):
-        pass
 
 
 def _load_prctl() -> Callable[..., int] | None:

@@ -33,6 +33,41 @@ INFERENCE_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.
 WINDOW_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0)
 
 
+class _CachedLabels:
+    """``labels(...)`` remembered per label values: the hot path asks for the same few.
+
+    prometheus-client validates and looks up the values under a lock on every call (about
+    4 us); the agent asks several times per item. The children are bounded by the label
+    values the configuration allows (sources, models, stages, reasons).
+    """
+
+    _cache: dict[Any, Any]
+
+    def labels(self, *values: Any, **named: Any) -> Any:
+        key = (values, tuple(named.items()))
+        try:
+            return self._cache[key]
+        except AttributeError:
+            self._cache = {}
+        except KeyError:
+            pass
+        child = super().labels(*values, **named)  # type: ignore[misc]
+        self._cache[key] = child
+        return child
+
+
+class _Counter(_CachedLabels, Counter):
+    pass
+
+
+class _Gauge(_CachedLabels, Gauge):
+    pass
+
+
+class _Histogram(_CachedLabels, Histogram):
+    pass
+
+
 class Metrics:
     """The agent's counters, gauges and histograms.
 
@@ -87,13 +122,13 @@ class Metrics:
             self.attach_supervisor(dead)
 
     def _counter(self, name: str, doc: str, *labels: str) -> Counter:
-        return Counter(f"{PREFIX}_{name}", doc, labels, registry=self.registry)
+        return _Counter(f"{PREFIX}_{name}", doc, labels, registry=self.registry)
 
     def _gauge(self, name: str, doc: str, *labels: str) -> Gauge:
-        return Gauge(f"{PREFIX}_{name}", doc, labels, registry=self.registry)
+        return _Gauge(f"{PREFIX}_{name}", doc, labels, registry=self.registry)
 
     def _histogram(self, name: str, doc: str, label: str, buckets: Sequence[float]) -> Histogram:
-        return Histogram(f"{PREFIX}_{name}", doc, [label], buckets=buckets, registry=self.registry)
+        return _Histogram(f"{PREFIX}_{name}", doc, [label], buckets=buckets, registry=self.registry)
 
     def _add_counters(self) -> None:
         self.items = self._counter("items", "Items taken in", "source", "modality")

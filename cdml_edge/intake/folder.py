@@ -137,6 +137,14 @@ def _as_str(p: str | bytes) -> str:
     return os.fsdecode(p)
 
 
+IDLE_SCAN = 1.0  # s: the longest an inotify-watched source sleeps (the watch's health)
+MIN_SCAN = 0.005  # s: the shortest, so a file due now never spins the thread
+
+
+def _at_least(due: float | None, floor: float) -> float:
+    return IDLE_SCAN if due is None else max(floor, due)
+
+
 class FolderSource:
     """Watches one folder and feeds complete files to ``sink`` as :class:`Item`."""
 
@@ -275,13 +283,20 @@ class FolderSource:
             watch.wake()
         self.files.wake()
 
-    def _wait(self) -> None:
-        """Sleep up to the scan interval; with inotify, read and apply the events that came."""
+    def _wait(self, poll: bool = False) -> None:
+        """Sleep until the next scan; with inotify, read and apply the events that came.
+
+        With watchdog, or ``poll`` (intake paused or the budget full), the next scan is a
+        scan interval away. With inotify it is when a pending file may become stable (or its
+        retry is due), at most :data:`IDLE_SCAN` seconds: events wake it earlier.
+        """
         watch = self._inotify
         if watch is None:
             self.files.wait(self._scan_interval)
             return
-        if not watch.wait(self._scan_interval):
+        due = None if poll else self.files.next_due()
+        timeout = self._scan_interval if poll else min(IDLE_SCAN, _at_least(due, MIN_SCAN))
+        if not watch.wait(timeout):
             return
         notices, overflow = watch.read()
         for note in notices:
@@ -414,13 +429,15 @@ class FolderSource:
                 )
             self._rescan_if_room()
             ready = [] if self._paused else self.files.ready()
+            blocked = self._paused
             for path in ready:
                 if self._stopped.is_set() or self._paused:
                     break
                 if not self._take_safely(path):
                     self.stats.paused += 1
+                    blocked = True
                     break  # budget full: keep the rest on disk, retry next scan
-            self._wait()
+            self._wait(poll=blocked)
 
     def _take_safely(self, path: str) -> bool:
         try:

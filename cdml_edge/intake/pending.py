@@ -217,6 +217,26 @@ class PendingFiles:
                 self._overflow = False
             return due
 
+    def next_due(self) -> float | None:
+        """Seconds until a pending file may be taken (0: now); ``None``: none waits on time.
+
+        A file being written waits for its close-write (an event), not for time; a dropped
+        notice (``overflow``) asks to be polled: 0.
+        """
+        now = time.monotonic()
+        due: float | None = None
+        with self._cond:
+            if self._overflow:
+                return 0.0
+            for pend in self._pending.values():
+                if pend.writing and pend.not_before <= now:
+                    continue
+                at = pend.not_before if pend.closed else pend.since + self.stable_seconds
+                at = max(at, pend.not_before)
+                if due is None or at < due:
+                    due = at
+        return None if due is None else max(0.0, due - now)
+
     def wait(self, timeout: float) -> None:
         """Sleep up to ``timeout``; woken early when a file becomes complete or :meth:`wake`."""
         with self._cond:

@@ -133,12 +133,13 @@ class Windower:
         """Add an item; closes the window when it reaches ``max_items`` or ``max_bytes``."""
         closed: Window | None = None
         with self._cond:
-            if self._current is None:
+            opened = self._current is None
+            if opened:
                 now = time.time()
                 self._current = Window(new_window_id(self.source, now), self.source, now)
                 self._deadline = time.monotonic() + self.policy.seconds
-                self._cond.notify_all()
             w = self._current
+            assert w is not None
             w.items.append(item)
             w.nbytes += item.nbytes
             w.charged += item.held
@@ -148,6 +149,8 @@ class Windower:
                 closed = self._close_locked("max_bytes")
             else:
                 closed = self._close_if_idle_locked()
+            if opened and closed is None:  # the timer thread learns the new deadline
+                self._cond.notify_all()
         if closed is not None:
             self._emit(closed)
 

@@ -8,7 +8,7 @@ results on ``ItemResult.id`` (:func:`item_id`).
 from __future__ import annotations
 
 import hashlib
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer
 
@@ -44,7 +44,7 @@ class _Optional(_Payload):
     So a message of a model without them reads as it always did.
     """
 
-    _EXTRAS: frozenset[str] = frozenset()
+    _EXTRAS: ClassVar[frozenset[str]] = frozenset()
 
     @model_serializer(mode="wrap")
     def _drop_unset(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
@@ -70,7 +70,7 @@ class DetectionPayload(_Payload):
 class ModelVerdict(_Optional):
     """What one model said about an item (``ItemResult.models``, keyed by model name)."""
 
-    _EXTRAS = frozenset({"top_k", "detections"})
+    _EXTRAS: ClassVar[frozenset[str]] = frozenset({"top_k", "detections"})
 
     model: str
     model_version: str | None = None
@@ -113,7 +113,7 @@ class ItemResult(_Optional):
         "(label/score above come from the first; anomaly is set when any model flags one)",
     )
 
-    _EXTRAS = frozenset({"top_k", "detections", "models"})
+    _EXTRAS: ClassVar[frozenset[str]] = frozenset({"top_k", "detections", "models"})
 
 
 class WindowTimings(_Payload):
@@ -138,7 +138,7 @@ class ArchiveInfo(_Payload):
 class WindowResult(_Optional):
     """One closed window on ``{prefix}/{device}/{source}/window``."""
 
-    _EXTRAS = frozenset({"models"})
+    _EXTRAS: ClassVar[frozenset[str]] = frozenset({"models"})
 
     window_id: str
     source: str

@@ -11,6 +11,7 @@ import os
 import select
 import socket
 import ssl
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -131,6 +132,8 @@ class Waker:
         self._r, self._w = os.pipe()
         os.set_blocking(self._r, False)
         os.set_blocking(self._w, False)
+        self.sleeping = False
+        """The I/O thread is in (or about to enter) its wait: :meth:`nudge` must write."""
 
     def fileno(self) -> int:
         """The read end, for ``select``."""
@@ -140,6 +143,16 @@ class Waker:
         """Make the read end readable (never blocks; a full pipe is awake already)."""
         with contextlib.suppress(OSError):
             os.write(self._w, b"x")
+
+    def nudge(self) -> None:
+        """Wake the I/O thread only if it sleeps: an awake one looks for work before it does.
+
+        For work it finds with ``poll``'s ``work_waiting``: the thread sets :attr:`sleeping`
+        first and looks after, so work queued before the look is seen and work queued after
+        finds :attr:`sleeping` set.
+        """
+        if self.sleeping:
+            self.wake()
 
     def clear(self) -> None:
         """Drain the read end: the next wait sleeps again."""
@@ -161,23 +174,29 @@ class Waker:
                 os.close(fd)
 
 
-def poll(client: mqtt.Client, waker: Waker) -> None:
+def poll(client: mqtt.Client, waker: Waker, work_waiting: Callable[[], bool] | None = None) -> None:
     """One turn of ``client``'s network loop: wait, then read, write and keep alive.
 
-    It waits for the client's socket or ``waker``: at most 0.25 s, or not at all while TLS
-    holds decrypted bytes.
+    It waits for the client's socket or ``waker``: at most 0.25 s; not at all while TLS
+    holds decrypted bytes or ``work_waiting()`` (asked once :attr:`Waker.sleeping` is set).
     """
     sock = client.socket()
     if sock is None:
         return
+    waker.sleeping = True
     pending_tls = getattr(sock, "pending", None)
-    timeout = 0.0 if (pending_tls is not None and pending_tls() > 0) else 0.25
+    busy = (pending_tls is not None and pending_tls() > 0) or (
+        work_waiting is not None and work_waiting()
+    )
+    timeout = 0.0 if busy else 0.25
     fileno = sock.fileno()
     wlist = [fileno] if client.want_write() else []
     try:
         readable, _, _ = select.select([fileno, waker.fileno()], wlist, [], timeout)
     except (OSError, ValueError):
         readable = [fileno]
+    finally:
+        waker.sleeping = False
     if waker.fileno() in readable:
         waker.clear()
     if fileno in readable or timeout == 0.0:

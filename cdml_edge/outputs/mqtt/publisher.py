@@ -191,7 +191,9 @@ class MqttPublisher:
             left = self._spool_entries(overflow, wait=self._block)
             if left:
                 self._hold(left)
-        self._waker.wake()
+            self._waker.wake()
+        else:
+            self._waker.nudge()  # an awake I/O thread pumps the outbox before it sleeps
 
     def _hold(self, entries: list[Entry]) -> None:
         """Keep entries the spool could not take (a full or failing disk) in the outbox.
@@ -396,7 +398,7 @@ class MqttPublisher:
         Also gives up on a missing CONNACK, announces ``online`` and completes acknowledged
         messages.
         """
-        poll(client, self._waker)
+        poll(client, self._waker, self._outbox_waiting)
         if self._lost and client.socket() is None:
             return
         if not self._connected and now - self._connect_started > self.connect_timeout:
@@ -412,6 +414,10 @@ class MqttPublisher:
         if self._connected:
             self._pump(client)
         self._maybe_commit()
+
+    def _outbox_waiting(self) -> bool:
+        """Messages wait in the outbox and may be sent now (connected, window not full)."""
+        return self._connected and len(self.outbox) > 0 and len(self._pending) < self.max_inflight
 
     def _maybe_commit(self) -> None:
         """Persist the spool cursor when due.
