@@ -168,6 +168,7 @@ class Agent:
             self.sources, self.lifecycle, self.errors, self.metrics, self.attempts, self._stop
         )
         self.health.attach(cfg, self.output, self.sources)
+        self.metrics.attach_output(self.output.stats)
 
     def _intake(self, sc: SourceConfig, windower: Windower) -> Callable[[Item], None]:
         def sink(item: Item) -> None:

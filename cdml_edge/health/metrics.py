@@ -6,8 +6,9 @@ in one process never collide). Names are prefixed ``cdml_edge_``.
 
 from __future__ import annotations
 
+import functools
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 from prometheus_client import (
@@ -18,6 +19,8 @@ from prometheus_client import (
     Info,
     generate_latest,
 )
+from prometheus_client.core import CounterMetricFamily, Metric
+from prometheus_client.registry import Collector
 
 from cdml_edge.health.server import (
     MAX_CONCURRENT_REQUESTS,
@@ -68,6 +71,33 @@ class _Histogram(_CachedLabels, Histogram):
     pass
 
 
+def _stat(stats: Callable[[], Mapping[str, int]], key: str) -> float:
+    return float(stats().get(key, 0))
+
+
+class _Acknowledged(Collector):
+    """``cdml_edge_mqtt_published_total{kind}``: messages the broker acknowledged.
+
+    ``live`` came from memory, ``spooled`` from the disk spool; read from the output's
+    counters at scrape time.
+    """
+
+    def __init__(self) -> None:
+        self.stats: Callable[[], Mapping[str, int]] = dict
+
+    def collect(self) -> Iterator[Metric]:
+        s = self.stats()
+        family = CounterMetricFamily(
+            f"{PREFIX}_mqtt_published",
+            "MQTT messages acknowledged by the broker: live (from memory) or spooled (from disk)",
+            labels=["kind"],
+        )
+        spooled = s.get("drained", 0)
+        family.add_metric(["live"], max(0, s.get("acked", 0) - spooled))
+        family.add_metric(["spooled"], spooled)
+        yield family
+
+
 class Metrics:
     """The agent's counters, gauges and histograms.
 
@@ -108,6 +138,8 @@ class Metrics:
         self._add_counters()
         self._add_latencies()
         self._add_queue_gauges()
+        self._acks = _Acknowledged()
+        self.registry.register(self._acks)
         self.watchdog_stalled = self._gauge(
             "watchdog_stalled", "1 while pending work makes no progress"
         )
@@ -141,7 +173,6 @@ class Metrics:
             "Bytes written to local disk (retention ring, spool, quarantine)",
             "kind",
         )
-        self.published = self._counter("mqtt_published", "MQTT messages acknowledged", "kind")
         self.thread_deaths = self._counter(
             "thread_deaths",
             "Unexpected deaths of supervised threads (each restarted with backoff)",
@@ -187,6 +218,23 @@ class Metrics:
         self.broker_connected = self._gauge(
             "broker_connected", "1 while connected to the MQTT broker"
         )
+
+    def attach_output(self, stats: Callable[[], Mapping[str, int]]) -> None:
+        """Export the output's queues, spool, connection and acknowledgements.
+
+        ``stats`` (the output's :meth:`stats`) is read at scrape time; call again after the
+        output is rebuilt. Keys an output does not have (JSON lines) read 0.
+        """
+        gauges = {
+            self.spool_bytes: "spool_bytes",
+            self.spool_records: "spool_records",
+            self.outbox_messages: "outbox_depth",
+            self.outbox_bytes: "outbox_bytes",
+            self.broker_connected: "broker_connected",
+        }
+        for gauge, key in gauges.items():
+            gauge.set_function(functools.partial(_stat, stats, key))
+        self._acks.stats = stats
 
     def attach_watchdog(self, watchdog: ProgressWatchdog) -> None:
         """Export the watchdog's view as ``watchdog_stalled`` / ``last_progress_age_seconds``."""

@@ -44,6 +44,7 @@ class HealthReporter:
         self._output: Output | None = None
         self._sources: Mapping[str, Source] = {}
         self._skipped_seen: dict[str, int] = {}
+        self._output_dropped_seen = 0
         self._thread: Worker | None = None
         self.cameras = CameraBoard(metrics)
         self.summary = RunSummary()
@@ -53,6 +54,8 @@ class HealthReporter:
 
     def attach(self, cfg: AppConfig, output: Output, sources: Mapping[str, Source]) -> None:
         """Report on this configuration, output and sources from now on."""
+        if output is not self._output:
+            self._output_dropped_seen = 0  # a new output counts from 0
         self._cfg, self._output, self._sources = cfg, output, sources
         self._skipped_seen = {}
         self.cameras.attach(sources)
@@ -88,14 +91,14 @@ class HealthReporter:
         """One ``health`` message: the metrics' totals, the output's queues, pending files."""
         assert self._cfg is not None and self._output is not None
         self._count_skipped_frames()
-        totals = self.metrics.totals()
         out = self._output.stats()
+        self._count_output_drops(out.get("dropped", 0))
+        totals = self.metrics.totals()
         for key in OUTPUT_KEYS:
             if key in out:
                 totals[key] = out[key]
         if "broker_connected" in out:
             totals["broker_connected"] = bool(out["broker_connected"])
-        totals["dropped"] += out.get("dropped", 0)
         totals["bytes_written"] += out.get("bytes_written", 0)
         depths = dict(totals.pop("queue_depths", {}))
         depths.update({f"pending:{n}": s.pending_count for n, s in self._sources.items()})
@@ -139,6 +142,15 @@ class HealthReporter:
             if delta > 0:
                 self.metrics.dropped.labels(reason="camera_budget_full").inc(delta)
             self._skipped_seen[name] = skipped
+
+    def _count_output_drops(self, dropped: int) -> None:
+        """Messages the output dropped (its spool full) since the last report, as ``dropped``."""
+        delta = (
+            dropped - self._output_dropped_seen if dropped >= self._output_dropped_seen else dropped
+        )
+        if delta > 0:
+            self.metrics.dropped.labels(reason="spool").inc(delta)
+        self._output_dropped_seen = dropped
 
     def _loop(self, stopped: threading.Event) -> None:
         while True:
