@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 pytest_plugins = [
+    "helpers.agent_models",  # models (the ONNX models of helpers.agent_runs.write_config)
     "helpers.archives",  # engine (both archive engines: C core and pure Python)
     "helpers.full_disk",  # full_disk (a real full tmpfs, and an injected ENOSPC)
     "helpers.ray_cluster",  # ray_cluster (a local 2-CPU Ray, once per session)

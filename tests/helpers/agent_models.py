@@ -1,19 +1,17 @@
-"""Fixtures of the agent tests."""
+"""Fixture ``models``: the two ONNX models of :func:`helpers.agent_runs.write_config`."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 import pytest
-from helpers.models import brightness_classifier, level_anomaly
 
 
 @pytest.fixture
 def models(tmp_path: Path) -> Path:
-    """The models of :func:`helpers.agent_runs.write_config`, in ``tmp_path/models``.
+    """``brightness.onnx`` (image) and ``level.onnx`` (csv, window 8) in ``tmp_path/models``."""
+    from helpers.models import brightness_classifier, level_anomaly
 
-    ``brightness.onnx`` (image) and ``level.onnx`` (csv, window 8).
-    """
     d = tmp_path / "models"
     d.mkdir()
     brightness_classifier(d / "brightness.onnx")
