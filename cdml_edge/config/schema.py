@@ -392,10 +392,30 @@ class QuarantineConfig(_WritesFiles):
 
 
 class LimitsConfig(_ConfigSection):
-    """Global bounds."""
+    """Global bounds; the decode bounds apply to each member, from its header, before decoding."""
 
     max_inflight_bytes: Size = Field(
         64 * 1024**2, gt=0, description="Above this, intake pauses (files stay on disk)."
+    )
+    max_pixels: int | None = Field(
+        40_000_000, gt=0, description="An image whose header claims more pixels is refused."
+    )
+    max_jpeg_scans: int | None = Field(
+        64, gt=0, description="A JPEG of more scans is refused (each scan is a pass over it)."
+    )
+    max_audio_seconds: Duration | None = Field(
+        600.0, gt=0, description="Audio whose header claims a longer duration is refused."
+    )
+    max_decoded_bytes: Size | None = Field(
+        256 * 1024**2,
+        gt=0,
+        description="A member whose decode would allocate more (pixels x channels, audio "
+        "samples before and after resampling, an array's decompressed size) is refused.",
+    )
+    max_cells: int | None = Field(
+        10_000_000,
+        gt=0,
+        description="A CSV, array, JSON or text of more cells, values or words is refused.",
     )
 
 

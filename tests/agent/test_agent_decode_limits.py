@@ -1,0 +1,59 @@
+"""The agent decodes within the configuration's ``limits``: a hostile header is quarantined.
+
+Real folder, real ONNX model, the JSON-lines output: a TIFF claiming 16000x16000 pixels
+(named ``.jpg``) and a progressive JPEG over ``limits.max_jpeg_scans`` become ``DecodeError``
+events and are quarantined, the good file beside them is scored.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import cv2
+import numpy as np
+import pytest
+import yaml
+from helpers import hostile_media as hm
+from helpers.agent_runs import jpeg, of_kind, read_jsonl, wait_for, write_config
+
+from cdml_edge.agent.app import Agent
+from cdml_edge.config import load_config
+from cdml_edge.decode import current_limits, set_limits
+
+
+@pytest.fixture(autouse=True)
+def _limits_put_back() -> Iterator[None]:
+    before = current_limits()
+    yield
+    set_limits(before)
+
+
+def test_headers_over_the_configured_limits_are_quarantined(tmp_path: Path, models: Path) -> None:
+    cfg_path = write_config(tmp_path)
+    doc = yaml.safe_load(cfg_path.read_text())
+    doc["limits"]["max_jpeg_scans"] = 5
+    cfg_path.write_text(yaml.safe_dump(doc))
+    cam = tmp_path / "in/cam"
+    cam.mkdir(parents=True)
+    img = np.full((64, 64, 3), 120, np.uint8)
+    progressive = cv2.imencode(".jpg", img, [cv2.IMWRITE_JPEG_PROGRESSIVE, 1])[1].tobytes()
+    agent = Agent(load_config(cfg_path), cfg_path)
+    agent.start()
+    out = tmp_path / "out.jsonl"
+    try:
+        (cam / "bomb.jpg").write_bytes(hm.tiff_bomb())
+        (cam / "scans.jpg").write_bytes(progressive)
+        (cam / "good.jpg").write_bytes(jpeg(200))
+        wait_for(lambda: len(of_kind(read_jsonl(out), "/error")) == 2, what="two error events")
+        wait_for(lambda: len(of_kind(read_jsonl(out), "/result")) == 1, what="the good result")
+    finally:
+        agent.stop()
+    lines = read_jsonl(out)
+    errors = {e["item"]: e for e in of_kind(lines, "/error")}
+    assert {e["error_type"] for e in errors.values()} == {"DecodeError"}
+    assert "16000x16000 = 256000000 pixels" in errors["bomb.jpg"]["message"]
+    assert "JPEG scan count is 10 scans, over the limit of 5" in errors["scans.jpg"]["message"]
+    for e in errors.values():
+        assert Path(e["quarantined_path"]).is_file()
+    assert [r["item"] for r in of_kind(lines, "/result")] == ["good.jpg"]
