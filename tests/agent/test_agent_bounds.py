@@ -1,12 +1,14 @@
-"""The agent decodes within the configuration's ``limits``: a hostile header is quarantined.
+"""The agent within bounds: decodes within ``limits``, reloads a hostile config quickly.
 
 Real folder, real ONNX model, the JSON-lines output: a TIFF claiming 16000x16000 pixels
 (named ``.jpg``) and a progressive JPEG over ``limits.max_jpeg_scans`` become ``DecodeError``
-events and are quarantined, the good file beside them is scored.
+events and are quarantined, the good file beside them is scored; a SIGHUP reload of a YAML
+billion laughs is refused at once and the agent goes on scoring.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -16,6 +18,7 @@ import pytest
 import yaml
 from helpers import hostile_media as hm
 from helpers.agent_runs import jpeg, of_kind, read_jsonl, wait_for, write_config
+from helpers.hostile_media import BILLION_LAUGHS
 
 from cdml_edge.agent.app import Agent
 from cdml_edge.config import load_config
@@ -57,3 +60,21 @@ def test_headers_over_the_configured_limits_are_quarantined(tmp_path: Path, mode
     for e in errors.values():
         assert Path(e["quarantined_path"]).is_file()
     assert [r["item"] for r in of_kind(lines, "/result")] == ["good.jpg"]
+
+
+def test_reload_of_a_billion_laughs_is_refused_at_once(tmp_path: Path, models: Path) -> None:
+    cfg_path = write_config(tmp_path)
+    cam = tmp_path / "in/cam"
+    cam.mkdir(parents=True)
+    agent = Agent(load_config(cfg_path), cfg_path)
+    agent.start()
+    out = tmp_path / "out.jsonl"
+    try:
+        cfg_path.write_bytes(BILLION_LAUGHS)
+        t0 = time.monotonic()
+        assert not agent.reload()  # what SIGHUP runs in the main loop
+        assert time.monotonic() - t0 < 2.0
+        (cam / "after.jpg").write_bytes(jpeg(100))
+        wait_for(lambda: len(of_kind(read_jsonl(out), "/result")) == 1, what="a later result")
+    finally:
+        agent.stop()
