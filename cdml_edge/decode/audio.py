@@ -6,13 +6,13 @@ Resampling and MFCCs are librosa's, computed without it (:mod:`.audio_features`)
 from __future__ import annotations
 
 import io
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 
 from . import audio_features
 from .errors import DecodeError
-from .limits import DecodeLimits, current_limits
+from .limits import DecodeLimits, charged, current_limits
 
 AudioMode = Literal["mfcc", "waveform"]
 
@@ -37,12 +37,22 @@ def read_waveform(
     lim = limits or current_limits()
     try:
         with sf.SoundFile(io.BytesIO(bytes(data))) as f:
-            frames, sr = _check_header(member, f.frames, f.channels, f.samplerate, sample_rate, lim)
-            samples = f.read(frames, dtype="float32", always_2d=True)
+            frames, sr, cost = _check_header(
+                member, f.frames, f.channels, f.samplerate, sample_rate, lim
+            )
+            with charged(cost):
+                return _samples(f, frames, sr, sample_rate, member)
     except DecodeError:
         raise
     except Exception as exc:  # soundfile raises LibsndfileError / RuntimeError / TypeError
         raise DecodeError(member, f"not decodable audio: {exc}") from exc
+
+
+def _samples(
+    f: Any, frames: int, sr: int, sample_rate: int | None, member: str
+) -> tuple[np.ndarray, int]:
+    """At most ``frames`` frames of the open sound file ``f``, mono, resampled when asked."""
+    samples = f.read(frames, dtype="float32", always_2d=True)
     if samples.shape[0] == 0:
         raise DecodeError(member, "audio has no samples")
     mono = samples.mean(axis=1) if samples.shape[1] > 1 else samples[:, 0]
@@ -57,18 +67,16 @@ def read_waveform(
 
 def _check_header(
     member: str, frames: int, channels: int, sr: int, target: int | None, lim: DecodeLimits
-) -> tuple[int, int]:
-    """``(frames, sample rate)`` the header claims, refused when over ``lim``."""
+) -> tuple[int, int, int]:
+    """``(frames, sample rate, bytes to decode)`` the header claims, refused over ``lim``."""
     if sr <= 0 or channels <= 0:
         raise DecodeError(member, f"audio header claims {channels} channels at {sr} Hz")
     lim.check(member, "audio duration", round(frames / sr, 3), lim.max_audio_seconds, "seconds")
     out = frames if target is None else -(-frames * target // sr)
-    lim.check_bytes(
-        member,
-        f"audio of {frames} frames x {channels} channels at {sr} Hz as float32",
-        4 * (frames * (channels + 1) + 2 * out),
-    )
-    return frames, sr
+    cost = 4 * (frames * (channels + 1) + 2 * out)
+    what = f"audio of {frames} frames x {channels} channels at {sr} Hz as float32"
+    lim.check_bytes(member, what, cost)
+    return frames, sr, cost
 
 
 def decode_audio(

@@ -14,7 +14,7 @@ from . import jpeg
 from .area import shrink
 from .errors import DecodeError
 from .image_header import JPEG_SOI, ImageHeader, jpeg_header, read_header
-from .limits import DecodeLimits, current_limits
+from .limits import DecodeLimits, charged, current_limits
 
 JPEG_EOI = b"\xff\xd9"
 
@@ -70,15 +70,18 @@ def _check_pixels(member: str, w: int, h: int, max_pixels: int | None) -> None:
 
 def _check_header(
     member: str, header: ImageHeader, target: tuple[int, int] | None, limits: DecodeLimits
-) -> None:
-    """Refuse what the header claims beyond ``limits`` (pixels checked by the caller)."""
+) -> int:
+    """Refuse what the header claims beyond ``limits`` (pixels checked by the caller).
+
+    Returns the bytes the decode will allocate.
+    """
     if header.format == "jpeg":
         limits.check(member, "JPEG scan count", header.scans, limits.max_jpeg_scans, "scans")
+    cost = decode_cost(header, target)
     limits.check_bytes(
-        member,
-        f"decoding this {header.width}x{header.height} {header.format}",
-        decode_cost(header, target),
+        member, f"decoding this {header.width}x{header.height} {header.format}", cost
     )
+    return cost
 
 
 def decode_cost(header: ImageHeader, target: tuple[int, int] | None = None) -> int:
@@ -188,12 +191,14 @@ def decode_image(
         header.height,
         lim.max_pixels if max_pixels == FROM_LIMITS else max_pixels,
     )
-    _check_header(member, header, target if reduced else None, lim)
-    rgb = None
-    if is_jpeg:
-        rgb = jpeg.decode_scaled(buf, (header.width, header.height), target if reduced else None)
-    if rgb is None:
-        rgb = _decode_opencv(buf, member, target, reduced, is_jpeg)
-    if target is not None:
-        rgb = resize(rgb, target)
-    return np.ascontiguousarray(rgb)
+    cost = _check_header(member, header, target if reduced else None, lim)
+    with charged(cost):
+        rgb = None
+        if is_jpeg:
+            size = (header.width, header.height)
+            rgb = jpeg.decode_scaled(buf, size, target if reduced else None)
+        if rgb is None:
+            rgb = _decode_opencv(buf, member, target, reduced, is_jpeg)
+        if target is not None:
+            rgb = resize(rgb, target)
+        return np.ascontiguousarray(rgb)

@@ -9,10 +9,16 @@ allocate gigabytes or spend minutes of CPU (a 3 KB TIFF claiming 16000x16000 pix
 Decoders take ``limits=`` explicitly; without it they use the process's limits
 (:func:`current_limits`), which the agent and replay set from the configuration's
 ``limits`` section (:func:`set_limits`). ``None`` in a field means no bound.
+
+What a decode will allocate, as its header says, is also charged while it runs
+(:func:`charged`) to whatever :func:`set_charge` installed: the agent installs its in-flight
+byte budget, so intake pauses while a large decode is under way.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 from .errors import DecodeError
@@ -78,3 +84,30 @@ def set_limits(limits: DecodeLimits) -> DecodeLimits:
 
 def _number(value: float) -> str:
     return str(int(value)) if float(value).is_integer() else f"{value:g}"
+
+
+Charge = Callable[[int], None]
+_charge: tuple[Charge, Charge] | None = None
+
+
+def set_charge(take: Charge | None, give: Charge | None = None) -> None:
+    """Charge every decode's bytes to ``take`` before it and ``give`` them back after.
+
+    ``None`` removes the charge. ``take`` must not block (decodes run in pipeline workers).
+    """
+    global _charge
+    _charge = None if take is None or give is None else (take, give)
+
+
+@contextmanager
+def charged(nbytes: int) -> Iterator[None]:
+    """Hold ``nbytes`` of the installed charge (if any) while the body decodes."""
+    hooks = _charge
+    if hooks is None or nbytes <= 0:
+        yield
+        return
+    hooks[0](nbytes)
+    try:
+        yield
+    finally:
+        hooks[1](nbytes)

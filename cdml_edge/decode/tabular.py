@@ -13,7 +13,7 @@ from typing import IO, Any
 import numpy as np
 
 from .errors import DecodeError
-from .limits import DecodeLimits, current_limits
+from .limits import DecodeLimits, charged, current_limits
 
 _DELIMITERS = ",;\t|"
 
@@ -94,15 +94,17 @@ PARSED_CELL_BYTES = 64
 and the list slot holding it): the bytes charged to ``max_decoded_bytes`` per cell."""
 
 
-def check_cells(text: str, member: str, what: str, separators: str, lim: DecodeLimits) -> None:
+def check_cells(text: str, member: str, what: str, separators: str, lim: DecodeLimits) -> int:
     """Refuse a text whose cells (counted as ``separators`` + 1) are over ``lim``.
 
     Counting is a pass of ``str.count`` per separator: an upper bound (a quoted separator
-    counts too), taken before anything is parsed.
+    counts too), taken before anything is parsed. Returns the bytes parsing will take.
     """
     cells = 1 + sum(text.count(sep) for sep in separators)
     lim.check_cells(member, what, cells)
-    lim.check_bytes(member, f"parsing {cells} {what} cells", cells * PARSED_CELL_BYTES)
+    cost = cells * PARSED_CELL_BYTES
+    lim.check_bytes(member, f"parsing {cells} {what} cells", cost)
+    return cost
 
 
 def decode_csv(
@@ -121,7 +123,13 @@ def decode_csv(
     """
     text = _to_str(data, member, encoding)
     delimiter = _delimiter(text, member)
-    check_cells(text, member, "CSV", delimiter + "\n", limits or current_limits())
+    cost = check_cells(text, member, "CSV", delimiter + "\n", limits or current_limits())
+    with charged(cost):
+        return _parse_csv(text, delimiter, member)
+
+
+def _parse_csv(text: str, delimiter: str, member: str) -> CsvTable:
+    """The table of a CSV's text (see :func:`decode_csv`)."""
     try:
         rows = [r for r in csv.reader(io.StringIO(text), delimiter=delimiter) if r]
     except csv.Error as exc:
@@ -230,21 +238,24 @@ def decode_timeseries(
 def _load_array(buf: bytes, member: str, key: str | None, lim: DecodeLimits) -> np.ndarray:
     """The array of a ``.npy``, or of one ``.npz`` entry, its header checked first."""
     if buf.startswith(b"\x93NUMPY"):
-        check_npy(io.BytesIO(buf), member, lim)
-        return np.asarray(np.load(io.BytesIO(buf), allow_pickle=False))
+        with charged(check_npy(io.BytesIO(buf), member, lim)):
+            return np.asarray(np.load(io.BytesIO(buf), allow_pickle=False), dtype=np.float32)
     with zipfile.ZipFile(io.BytesIO(buf)) as zf:
         names = [n for n in zf.namelist() if not n.endswith("/")]
         if not names:
             raise DecodeError(member, "empty .npz")
         name = names[0] if key is None else (f"{key}.npy" if f"{key}.npy" in names else key)
         with zf.open(name) as f:
-            check_npy(f, member, lim, f"entry {name}: ")
-        with np.load(io.BytesIO(buf), allow_pickle=False) as npz:
-            return np.asarray(npz[name.removesuffix(".npy")])
+            cost = check_npy(f, member, lim, f"entry {name}: ")
+    with charged(cost), np.load(io.BytesIO(buf), allow_pickle=False) as npz:
+        return np.asarray(npz[name.removesuffix(".npy")], dtype=np.float32)
 
 
-def check_npy(f: IO[bytes], member: str, lim: DecodeLimits, where: str = "") -> None:
-    """Refuse a ``.npy`` whose header claims more cells or bytes than ``lim`` allow."""
+def check_npy(f: IO[bytes], member: str, lim: DecodeLimits, where: str = "") -> int:
+    """Refuse a ``.npy`` whose header claims more cells or bytes than ``lim`` allow.
+
+    Returns the bytes loading it as float32 takes.
+    """
     fmt = np.lib.format
     version = fmt.read_magic(f)
     if version not in ((1, 0), (2, 0)):
@@ -253,11 +264,9 @@ def check_npy(f: IO[bytes], member: str, lim: DecodeLimits, where: str = "") -> 
     shape, _fortran, dtype = read(f)
     cells = math.prod(shape)
     lim.check_cells(member, f"{where}array of shape {shape}", cells)
-    lim.check_bytes(
-        member,
-        f"{where}array of shape {shape} as {dtype} and float32",
-        cells * (dtype.itemsize + 4),
-    )
+    cost = cells * (dtype.itemsize + 4)
+    lim.check_bytes(member, f"{where}array of shape {shape} as {dtype} and float32", cost)
+    return cost
 
 
 def decode_json(
@@ -272,7 +281,12 @@ def decode_json(
     Its values (commas, brackets, braces and lines) are counted against ``limits`` first.
     """
     text = _to_str(data, member, encoding)
-    check_cells(text, member, "JSON", ",[{\n", limits or current_limits())
+    cost = check_cells(text, member, "JSON", ",[{\n", limits or current_limits())
+    with charged(cost):
+        return _parse_json(text, member)
+
+
+def _parse_json(text: str, member: str) -> Any:
     try:
         if member.lower().endswith((".jsonl", ".ndjson")):
             return [json.loads(line) for line in text.splitlines() if line.strip()]
@@ -297,5 +311,6 @@ def decode_text(
     Its words and lines (spaces, tabs and newlines) are counted against ``limits`` first.
     """
     text = _to_str(data, member, encoding)
-    check_cells(text, member, "text", " \t\n", limits or current_limits())
-    return TextData(text=text, lines=text.splitlines(), word_count=len(text.split()))
+    cost = check_cells(text, member, "text", " \t\n", limits or current_limits())
+    with charged(cost):
+        return TextData(text=text, lines=text.splitlines(), word_count=len(text.split()))

@@ -78,3 +78,22 @@ def test_reload_of_a_billion_laughs_is_refused_at_once(tmp_path: Path, models: P
         wait_for(lambda: len(of_kind(read_jsonl(out), "/result")) == 1, what="a later result")
     finally:
         agent.stop()
+
+
+def test_a_decode_is_charged_to_the_in_flight_budget(tmp_path: Path, models: Path) -> None:
+    """A 2000x2000 PNG of 20 KB holds 24 MB while it decodes: the budget sees it."""
+    cfg_path = write_config(tmp_path)
+    cam = tmp_path / "in/cam"
+    cam.mkdir(parents=True)
+    agent = Agent(load_config(cfg_path), cfg_path)
+    agent.start()
+    out = tmp_path / "out.jsonl"
+    png = cv2.imencode(".png", np.zeros((2000, 2000, 3), np.uint8))[1].tobytes()
+    assert len(png) < 100_000
+    try:
+        (cam / "big.png").write_bytes(png)
+        wait_for(lambda: len(of_kind(read_jsonl(out), "/result")) == 1, what="the result")
+        assert agent.budget.peak >= 2000 * 2000 * 6  # beyond what 4 copies of 20 KB are
+        wait_for(lambda: agent.budget.used == 0, what="every charge given back")
+    finally:
+        agent.stop()

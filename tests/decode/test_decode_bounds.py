@@ -33,6 +33,8 @@ from cdml_edge.decode import (
     decode_timeseries,
     set_limits,
 )
+from cdml_edge.decode.limits import set_charge
+from cdml_edge.intake.budget import ByteBudget
 
 # (file name, member name, what the refusal says)
 HOSTILE = [
@@ -196,3 +198,26 @@ def test_config_limits_are_the_decoders_defaults() -> None:
     cfg = AppConfig.model_validate({"limits": {"max_pixels": 1000, "max_audio_seconds": "2m"}})
     got = DecodeLimits.of(cfg.limits)
     assert got.max_pixels == 1000 and got.max_audio_seconds == 120.0
+
+
+def test_each_decode_holds_its_cost_on_the_installed_charge() -> None:
+    """What the header says a decode allocates is taken before it and given back after."""
+    budget = ByteBudget(1_000_000)
+    budget.try_acquire(900_000)  # the budget nearly full: a decode still runs, over the cap
+    set_charge(budget.take, budget.release)
+    try:
+        png = cv2.imencode(".png", np.zeros((200, 300, 3), np.uint8))[1].tobytes()
+        assert decode_image(png).shape == (200, 300, 3)
+        assert budget.peak == 900_000 + 300 * 200 * 6 and budget.used == 900_000
+        taken: list[int] = []
+        set_charge(lambda n: taken.append(n) or budget.take(n), budget.release)
+        decode_audio(_wav(1.0, 8000), mode="waveform")  # 8000 frames read, 16000 resampled
+        assert taken == [4 * (8000 * 2 + 2 * 16000)] and budget.used == 900_000
+        set_charge(budget.take, budget.release)
+        broken = png[:200]  # the header is whole, the data is not: refused after the charge
+        with pytest.raises(DecodeError):
+            decode_image(broken, member="cut.png")
+        assert budget.used == 900_000 and not budget.try_acquire(200_000)
+    finally:
+        set_charge(None)
+    assert decode_image(png).shape == (200, 300, 3) and budget.used == 900_000
