@@ -411,7 +411,7 @@ class LimitsConfig(_ConfigSection):
         40_000_000, gt=0, description="An image whose header claims more pixels is refused."
     )
     max_jpeg_scans: int | None = Field(
-        64, gt=0, description="A JPEG of more scans is refused (each scan is a pass over it)."
+        32, gt=0, description="A JPEG of more scans is refused (each scan is a pass over it)."
     )
     max_audio_seconds: Duration | None = Field(
         600.0, gt=0, description="Audio whose header claims a longer duration is refused."

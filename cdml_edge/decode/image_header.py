@@ -11,6 +11,8 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 
+import numpy as np
+
 PNG_SIG = b"\x89PNG\r\n\x1a\n"
 JPEG_SOI = b"\xff\xd8"
 JPEG_SOS = b"\xff\xda"
@@ -55,11 +57,22 @@ def jpeg_header(data: bytes) -> ImageHeader | None:
             continue
         length = int.from_bytes(data[i + 2 : i + 4], "big")
         if marker in _SOF_MARKERS:
-            return _jpeg_frame(data[i + 4 : i + 2 + length], marker, data.count(JPEG_SOS))
+            return _jpeg_frame(data[i + 4 : i + 2 + length], marker, count_scans(data))
         if marker == 0xDA or length < 2:  # start of scan before any frame header
             return None
         i += 2 + length
     return None
+
+
+def count_scans(data: bytes) -> int:
+    """Start-of-scan markers in a JPEG (``FF DA``: entropy-coded data stuffs every ``FF``).
+
+    An upper bound (an EXIF thumbnail's scan counts too). NumPy, not ``bytes.count``: a
+    two-byte needle whose first byte is frequent costs ``bytes.count`` about 2.5 ns a byte
+    (0.9 ms on a 350 KB photo), NumPy a tenth of that.
+    """
+    a = np.frombuffer(data, np.uint8)
+    return int(np.count_nonzero((a[:-1] == 0xFF) & (a[1:] == 0xDA)))
 
 
 def _jpeg_frame(sof: bytes, marker: int, scans: int) -> ImageHeader | None:

@@ -32,7 +32,7 @@ class DecodeLimits:
 
     max_pixels: int | None = 40_000_000
     """Image width x height."""
-    max_jpeg_scans: int | None = 64
+    max_jpeg_scans: int | None = 32
     """Scans in one JPEG (each costs a pass over every block; encoders write at most ~20)."""
     max_audio_seconds: float | None = 600.0
     """Duration of one audio member, from its header (frames / sample rate)."""

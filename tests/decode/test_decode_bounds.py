@@ -43,7 +43,7 @@ HOSTILE = [
     ("hour.flac", "mic/hour.flac", "audio duration is 3600 seconds, over the limit of 600"),
     ("slow.wav", "mic/slow.wav", "audio duration is 1250 seconds, over the limit of 600"),
     ("zeros.npz", "line/zeros.npz", "268435456 cells, over the limit of 10000000"),
-    ("scans.jpg", "cam/scans.jpg", "JPEG scan count is 2009 scans, over the limit of 64"),
+    ("scans.jpg", "cam/scans.jpg", "JPEG scan count is 2009 scans, over the limit of 32"),
 ]
 
 CHILD = textwrap.dedent(
