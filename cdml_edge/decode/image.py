@@ -88,7 +88,7 @@ def decode_cost(header: ImageHeader, target: tuple[int, int] | None = None) -> i
     """Bytes a decode of ``header`` allocates, at the reduced scale a JPEG gets for ``target``.
 
     The decoder's buffer (channels x sample bytes per pixel), the RGB copy and, for a
-    progressive JPEG, its whole-image coefficient buffer.
+    progressive JPEG, its whole-image coefficient buffer, for a TIFF its tile or strip buffer.
     """
     w, h = header.width, header.height
     if header.format == "jpeg" and target is not None:
@@ -96,7 +96,8 @@ def decode_cost(header: ImageHeader, target: tuple[int, int] | None = None) -> i
         factor = next((f for f, _ in _REDUCED if w // f >= target[0] and h // f >= target[1]), 1)
         w, h = max(sw, -(-w // factor)), max(sh, -(-h // factor))  # either decoder's scale
     sample = -(-header.bits // 8)
-    return w * h * (max(header.channels, 3) * sample + 3) + header.coefficient_bytes
+    buffers = header.coefficient_bytes + header.buffer_bytes
+    return w * h * (max(header.channels, 3) * sample + 3) + buffers
 
 
 def _is_truncated_jpeg(data: bytes) -> bool:

@@ -24,7 +24,11 @@ _TIFF_MAGIC = {b"II*\0": "<", b"MM\0*": ">", b"II+\0": "<", b"MM\0+": ">"}
 
 @dataclass(frozen=True)
 class ImageHeader:
-    """A header's claims. ``coefficient_bytes``: a progressive JPEG's whole-image buffer."""
+    """A header's claims.
+
+    ``coefficient_bytes``: a progressive JPEG's whole-image buffer; ``buffer_bytes``: a
+    TIFF's buffer of one tile or strip, which its header sizes independently of the image.
+    """
 
     format: str
     width: int
@@ -33,6 +37,7 @@ class ImageHeader:
     bits: int = 8
     scans: int = 1
     coefficient_bytes: int = 0
+    buffer_bytes: int = 0
 
     @property
     def pixels(self) -> int:
@@ -153,7 +158,7 @@ def _tiff_header(data: bytes) -> ImageHeader | None:
         for k in range(min(count, 4096)):
             at = first + k * (4 + 2 * word)
             tag, kind, n = struct.unpack_from(head, data, at)
-            if tag in (256, 257, 258, 277) and kind in _TIFF_INTS:
+            if tag in _TIFF_TAGS and kind in _TIFF_INTS:
                 fmt, size = _TIFF_INTS[kind]
                 where = at + 4 + word  # the value itself, or where the values are
                 if n * size > word:
@@ -163,11 +168,21 @@ def _tiff_header(data: bytes) -> ImageHeader | None:
         return None
     if 256 not in tags or 257 not in tags:
         return None
+    w, h = tags[256], tags[257]
     bits = min(max(tags.get(258, 8), 8), 64)
-    return ImageHeader("tiff", tags[256], tags[257], max(tags.get(277, 1), 1), bits)
+    channels = max(tags.get(277, 1), 1)
+    if 322 in tags or 323 in tags:  # tiled: one tile is read at a time
+        area = tags.get(322, 0) * tags.get(323, 0)
+    else:  # stripped: one strip of RowsPerStrip rows (at most the image) at a time
+        area = w * min(tags.get(278, h), h)
+    # OpenCV reads 8-bit tiles and strips as RGBA: 4 samples a pixel at least
+    buffer = area * max(channels, 4) * -(-bits // 8)
+    return ImageHeader("tiff", w, h, channels, bits, buffer_bytes=buffer)
 
 
 _TIFF_INTS = {3: ("H", 2), 4: ("I", 4), 16: ("Q", 8)}  # SHORT, LONG, LONG8
+# ImageWidth, ImageLength, BitsPerSample, SamplesPerPixel, RowsPerStrip, TileWidth, TileLength
+_TIFF_TAGS = frozenset({256, 257, 258, 277, 278, 322, 323})
 
 
 def read_header(data: bytes) -> ImageHeader | None:

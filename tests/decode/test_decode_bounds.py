@@ -40,6 +40,7 @@ from cdml_edge.intake.budget import ByteBudget
 HOSTILE = [
     ("bomb.tif", "cam/bomb.tif", "16000x16000 = 256000000 pixels, over the limit of 40000000"),
     ("bomb.tif", "cam/bomb.jpg", "16000x16000 = 256000000 pixels, over the limit of 40000000"),
+    ("tiles.tif", "cam/tiles.tif", "decoding this 100x100 tiff is 268495456 bytes"),
     ("hour.flac", "mic/hour.flac", "audio duration is 3600 seconds, over the limit of 600"),
     ("slow.wav", "mic/slow.wav", "audio duration is 1250 seconds, over the limit of 600"),
     ("zeros.npz", "line/zeros.npz", "268435456 cells, over the limit of 10000000"),
@@ -74,6 +75,7 @@ CHILD = textwrap.dedent(
 def hostile_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     folder = tmp_path_factory.mktemp("hostile")
     (folder / "bomb.tif").write_bytes(hm.tiff_bomb())
+    (folder / "tiles.tif").write_bytes(hm.tiff_big_tiles())
     (folder / "hour.flac").write_bytes(hm.flac_silence())
     (folder / "slow.wav").write_bytes(hm.wav_low_rate(20_000))
     (folder / "zeros.npz").write_bytes(hm.npz_zeros())
@@ -139,7 +141,8 @@ def test_image_limits_from_header() -> None:
     tiff16 = cv2.imencode(".tiff", np.zeros((200, 300, 3), np.uint16))[1].tobytes()
     assert decode_image(tiff16).shape == (200, 300, 3)
     small = DecodeLimits(max_decoded_bytes=300 * 200 * 8)  # 16-bit RGB + RGB copy is 9 B/px
-    with pytest.raises(DecodeError, match="decoding this 300x200 tiff is 540000 bytes"):
+    strip = 300 * 4 * 4 * 2  # and a strip of 4 rows read as 16-bit RGBA
+    with pytest.raises(DecodeError, match=f"decoding this 300x200 tiff is {540000 + strip} bytes"):
         decode_image(tiff16, member="t.tif", limits=small)
     with pytest.raises(DecodeError, match="over the limit of 59999"):
         decode_image(tiff16, limits=DecodeLimits(max_pixels=59_999))

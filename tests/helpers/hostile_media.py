@@ -1,8 +1,9 @@
 """Small files whose headers claim huge decodes, built on the spot (none held whole in memory).
 
 Each builder returns the bytes of a valid (or nearly valid) file: a TIFF whose strips all point
-at one compressed strip, a FLAC of an hour of silence, a WAV at 8 Hz, an ``.npz`` of zeros that
-inflates far past its size, a progressive JPEG whose AC scan repeats, and a YAML billion laughs.
+at one compressed strip, a small TIFF with one huge tile, a FLAC of an hour of silence, a WAV
+at 8 Hz, an ``.npz`` of zeros that inflates far past its size, a progressive JPEG whose last
+scan repeats, and a YAML billion laughs.
 """
 
 from __future__ import annotations
@@ -35,15 +36,38 @@ def tiff_bomb(width: int = 16000, height: int = 16000, rows_per_strip: int = 64)
         (278, 4, 1, rows_per_strip),  # RowsPerStrip
         (279, 4, n, counts_at),  # StripByteCounts
     ]
-    ifd = struct.pack("<H", len(entries))
-    for tag, kind, count, value in entries:
-        packed = struct.pack("<HH", value, 0) if kind == 3 else struct.pack("<I", value)
-        ifd += struct.pack("<HHI", tag, kind, count) + packed
-    ifd += struct.pack("<I", 0)
+    ifd = _ifd(entries)
     body = struct.pack("<2sHI", b"II", 42, ifd_at)
     body += struct.pack(f"<{n}I", *([strip_at] * n)) + struct.pack(f"<{n}I", *([len(strip)] * n))
     body += strip + b"\0" * (len(strip) & 1)
     return body + ifd
+
+
+def tiff_big_tiles(width: int = 100, height: int = 100, tile: int = 8192) -> bytes:
+    """A small deflate grey TIFF whose one tile is ``tile x tile`` pixels (a decoder buffer)."""
+    data = zlib.compress(bytes(1 << 16), 9)
+    entries = [
+        (256, 4, 1, width),
+        (257, 4, 1, height),
+        (258, 3, 1, 8),
+        (259, 3, 1, 8),
+        (262, 3, 1, 1),
+        (277, 3, 1, 1),
+        (322, 4, 1, tile),  # TileWidth
+        (323, 4, 1, tile),  # TileLength
+        (324, 4, 1, 8),  # TileOffsets: the one tile, right after the header
+        (325, 4, 1, len(data)),  # TileByteCounts
+    ]
+    return struct.pack("<2sHI", b"II", 42, 8 + len(data)) + data + _ifd(entries)
+
+
+def _ifd(entries: list[tuple[int, int, int, int]]) -> bytes:
+    """A little-endian IFD of ``(tag, type, count, value)`` entries, no next IFD."""
+    ifd = struct.pack("<H", len(entries))
+    for tag, kind, count, value in entries:
+        packed = struct.pack("<HH", value, 0) if kind == 3 else struct.pack("<I", value)
+        ifd += struct.pack("<HHI", tag, kind, count) + packed
+    return ifd + struct.pack("<I", 0)
 
 
 def flac_silence(seconds: int = 3600, sample_rate: int = 16000) -> bytes:
