@@ -8,6 +8,10 @@ billion laughs is refused at once and the agent goes on scoring.
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,6 +23,7 @@ import yaml
 from helpers import hostile_media as hm
 from helpers.agent_runs import jpeg, of_kind, read_jsonl, wait_for, write_config
 from helpers.hostile_media import BILLION_LAUGHS
+from helpers.paths import ROOT
 
 from cdml_edge.agent.app import Agent
 from cdml_edge.config import load_config
@@ -78,6 +83,39 @@ def test_reload_of_a_billion_laughs_is_refused_at_once(tmp_path: Path, models: P
         wait_for(lambda: len(of_kind(read_jsonl(out), "/result")) == 1, what="a later result")
     finally:
         agent.stop()
+
+
+def test_cli_sighup_with_a_billion_laughs_keeps_serving_and_sigterm_stops(
+    tmp_path: Path, models: Path
+) -> None:
+    """The real signal path: ``cdml-edge run``, SIGHUP on a billion laughs, then SIGTERM."""
+    cfg_path = write_config(tmp_path)
+    out = tmp_path / "out.jsonl"
+    log = tmp_path / "agent.log"
+    with open(log, "w") as sink:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "cdml_edge.cli", "run", "--config", str(cfg_path)],
+            stdout=sink,
+            stderr=subprocess.STDOUT,
+            cwd=tmp_path,
+            env={**os.environ, "PYTHONPATH": str(ROOT)},  # this checkout's package
+        )
+    try:
+        cam = tmp_path / "in/cam"
+        wait_for(lambda: of_kind(read_jsonl(out), "/status") != [], timeout=60, what="online")
+        wait_for(cam.is_dir, what="the source folder")
+        cfg_path.write_bytes(BILLION_LAUGHS)
+        proc.send_signal(signal.SIGHUP)
+        (cam / "a.jpg").write_bytes(jpeg(10))
+        wait_for(lambda: len(of_kind(read_jsonl(out), "/result")) == 1, what="a result after HUP")
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 0, log.read_text()[-3000:]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    said = log.read_text()
+    assert "reload refused" in said and "aliases expand to more than 100000 nodes" in said
 
 
 def test_a_decode_is_charged_to_the_in_flight_budget(tmp_path: Path, models: Path) -> None:

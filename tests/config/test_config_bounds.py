@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 from helpers.hostile_media import BILLION_LAUGHS
+from helpers.paths import ROOT
 
 from cdml_edge.config import ConfigError, load_config
 from cdml_edge.config.bounded import MAX_CONFIG_BYTES, count_nodes, parse_yaml
@@ -25,6 +26,7 @@ def _validate(path: Path, timeout: float = 60) -> subprocess.CompletedProcess[st
         [sys.executable, "-m", "cdml_edge.cli", "config", "validate", str(path)],
         capture_output=True,
         text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},  # this checkout's package
         check=False,
         timeout=timeout,
     )

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -20,6 +21,7 @@ import numpy as np
 import pytest
 import soundfile as sf
 from helpers import hostile_media as hm
+from helpers.paths import ROOT
 
 from cdml_edge.config import AppConfig
 from cdml_edge.decode import (
@@ -91,6 +93,7 @@ def test_hostile_headers_refused_with_bounded_memory_and_cpu(hostile_dir: Path) 
         capture_output=True,
         text=True,
         timeout=300,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},  # this checkout's package
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
     got = {r["member"]: r for r in map(json.loads, proc.stdout.splitlines())}

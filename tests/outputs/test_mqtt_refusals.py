@@ -8,6 +8,7 @@ without a word. Real Mosquitto where a broker is needed.
 from __future__ import annotations
 
 import logging
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -20,6 +21,7 @@ from helpers.mqtt_brokers import (
     mosquitto_binary,
     wait_until,
 )
+from helpers.paths import ROOT
 
 from cdml_edge.config import ConfigError, MqttConfig, SpoolConfig, parse_config
 from cdml_edge.outputs.mqtt.publisher import MqttPublisher
@@ -61,6 +63,7 @@ def test_cli_validate_refuses_a_nul_in_the_prefix(tmp_path: Path) -> None:
         [sys.executable, "-m", "cdml_edge.cli", "config", "validate", str(cfg)],
         capture_output=True,
         text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},  # this checkout's package
         timeout=60,
         check=False,
     )
