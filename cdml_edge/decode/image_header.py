@@ -133,15 +133,18 @@ def _webp_header(data: bytes) -> ImageHeader | None:
 
 
 def _pnm_header(data: bytes) -> ImageHeader | None:
-    # "P6 <width> <height> <maxval>" with whitespace and '#' comments between the fields
+    # "P6 <width> <height> <maxval>" with whitespace and '#' comments between the fields;
+    # P1 and P4 (bitmaps) have no maxval, a maxval over 255 means 16-bit samples
+    wanted = 2 if data[1:2] in b"14" else 3
     fields: list[int] = []
     for line in data[2:256].split(b"\n"):
         for tok in line.split(b"#", 1)[0].split():
             if not tok.isdigit():
                 return None
             fields.append(int(tok))
-            if len(fields) == 2:
-                return ImageHeader("pnm", fields[0], fields[1])
+            if len(fields) == wanted:
+                bits = 16 if wanted == 3 and fields[2] > 255 else 8
+                return ImageHeader("pnm", fields[0], fields[1], bits=bits)
     return None
 
 

@@ -149,6 +149,9 @@ def test_image_limits_from_header() -> None:
         decode_image(tiff16, member="t.tif", limits=small)
     with pytest.raises(DecodeError, match="over the limit of 59999"):
         decode_image(tiff16, limits=DecodeLimits(max_pixels=59_999))
+    ppm16 = cv2.imencode(".ppm", np.zeros((200, 300, 3), np.uint16))[1].tobytes()  # maxval 65535
+    with pytest.raises(DecodeError, match=f"300x200 pnm is {300 * 200 * 9} bytes"):
+        decode_image(ppm16, limits=small)
 
 
 def test_image_format_known_by_its_bytes_or_refused() -> None:
