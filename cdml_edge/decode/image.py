@@ -1,8 +1,9 @@
 """Image bytes to uint8 H×W×3 RGB arrays, with reduced-size JPEG decoding.
 
-JPEGs go through libjpeg-turbo at the smallest fast M/8 scale that covers the target
-(:mod:`.jpeg`), other formats (and JPEGs it refuses) through OpenCV; shrinking is area
-averaging (:mod:`.area`).
+Each image's header is read first (:mod:`.image_header`) and what it claims checked
+against the decode limits (:mod:`.limits`) before a pixel is decoded. JPEGs go through
+libjpeg-turbo at the smallest fast M/8 scale that covers the target (:mod:`.jpeg`), other
+formats (and JPEGs it refuses) through OpenCV; shrinking is area averaging (:mod:`.area`).
 """
 
 from __future__ import annotations
