@@ -40,6 +40,7 @@ from cdml_edge.agent.startup import StartupClock, limit_blas_threads
 from cdml_edge.agent.state import StateLock
 from cdml_edge.agent.workers import WindowWorkers
 from cdml_edge.config import AppConfig, ConfigError, SourceConfig, load_config
+from cdml_edge.decode.limits import DecodeLimits, set_charge, set_limits
 from cdml_edge.health import ActivityBoard, Metrics, MetricsServer, ProgressWatchdog, SdNotifier
 from cdml_edge.health.observed import ObservedOutput
 from cdml_edge.health.page import render_page
@@ -117,7 +118,9 @@ class Agent:
     def _build(self, cfg: AppConfig) -> None:
         """Everything a configuration decides; models and retention are loaded by start()."""
         self.cfg = cfg
+        set_limits(DecodeLimits.of(cfg.limits))  # every decode from here on
         self.budget = ByteBudget(cfg.limits.max_inflight_bytes, data_factor=DATA_COPIES)
+        set_charge(self.budget.take, self.budget.release)  # a decode holds what it allocates
         self.lifecycle = FileLifecycle(
             cfg.quarantine.dir,
             cfg.quarantine.max_bytes,

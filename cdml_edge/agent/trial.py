@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from cdml_edge.config import AppConfig, ConfigError, SourceConfig
+from cdml_edge.decode.limits import DecodeLimits, set_limits
 from cdml_edge.fsio import display_name
 from cdml_edge.intake.folder import is_candidate
 from cdml_edge.modality import default_patterns
@@ -115,6 +116,7 @@ def run_trial(
     """Score ``files`` (each with its source) as the agent would; see the module."""
     report = TrialReport()
     seq = Sequencer()
+    set_limits(DecodeLimits.of(cfg.limits))  # decoded as the agent decodes
     by_source: dict[str, list[Item]] = {}
     sources = {sc.name: sc for sc, _ in files}
     for sc, path in files:

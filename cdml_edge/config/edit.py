@@ -15,6 +15,7 @@ from typing import Any
 
 import yaml
 
+from cdml_edge.config.bounded import parse_yaml, read_text
 from cdml_edge.fsio import atomic_write
 
 
@@ -62,12 +63,12 @@ def set_model_key(path: Path, name: str, key: str, value: float) -> bool:
     ``True`` when comments and layout were kept, ``False`` when the document had to be
     written anew.
     """
-    text = path.read_text(encoding="utf-8")
-    doc: Any = yaml.safe_load(text) or {}
+    text = read_text(path)  # within the bounds load_config reads it with
+    doc: Any = parse_yaml(text) or {}
     want = copy.deepcopy(doc)
     want.setdefault("models", {}).setdefault(name, {})[key] = value
     edited = _edited_text(text, name, key, repr(float(value)))
-    kept = edited is not None and yaml.safe_load(edited) == want
+    kept = edited is not None and parse_yaml(edited) == want
     out = edited if kept and edited is not None else yaml.safe_dump(want, sort_keys=False)
     atomic_write(path, out.encode("utf-8"), mode=path.stat().st_mode & 0o777)
     return kept

@@ -16,6 +16,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ValidationError
 
+from cdml_edge.config.bounded import ConfigReadError, parse_yaml, read_text
 from cdml_edge.config.schema import AppConfig, is_model_class
 from cdml_edge.errors import CdmlError
 
@@ -184,18 +185,24 @@ def parse_config(
 def load_config(path: str | os.PathLike[str], *, state_directory: str | None = None) -> AppConfig:
     """Read and validate a YAML configuration file.
 
-    Relative paths resolve against its folder (``state_directory``: see :func:`parse_config`).
+    Read within bounds (:mod:`cdml_edge.config.bounded`): a regular file of at most 256 KiB
+    whose aliases expand to at most 100,000 nodes. Relative paths resolve against its folder
+    (``state_directory``: see :func:`parse_config`).
     """
     file = Path(path)
     label = str(path)
     try:
-        text = file.read_text(encoding="utf-8")
+        text = read_text(file)
     except OSError as exc:
         raise ConfigError(label, [("", f"cannot read: {exc.strerror or exc}")]) from None
     except UnicodeDecodeError as exc:
         raise ConfigError(label, [("", f"not UTF-8 text (byte {exc.start})")]) from None
+    except ConfigReadError as exc:
+        raise ConfigError(label, [("", f"not read: {exc}")]) from None
     try:
-        data = yaml.safe_load(text)
+        data = parse_yaml(text)
+    except ConfigReadError as exc:
+        raise ConfigError(label, [("", f"not read: {exc}")]) from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""

@@ -55,7 +55,8 @@ def _unit_of(field: FieldInfo) -> str | None:
             return "size"
         if func is parse_duration:
             return "duration"
-    return None
+    name = _type_name(field.annotation)  # optional: ``Size | None``, ``Duration | None``
+    return name if name in ("size", "duration") else None
 
 
 def _cell(text: str) -> str:

@@ -26,6 +26,7 @@ from pydantic import (
 )
 
 from cdml_edge.config.model_section import ModelConfig
+from cdml_edge.config.mqtt_names import prefix_problem, string_problem
 from cdml_edge.modality import SOURCE_MODALITIES, SourceModality, model_fits
 from cdml_edge.units import parse_duration, parse_size
 
@@ -282,9 +283,18 @@ class MqttConfig(_ConfigSection):
     @field_validator("topic_prefix")
     @classmethod
     def _check_prefix(cls, value: str) -> str:
-        if not value or any(c in value for c in "+#") or value.startswith("/"):
-            raise ValueError("must be non-empty, without '+', '#' or a leading '/'")
+        problem = prefix_problem(value)
+        if problem is not None:
+            raise ValueError(problem)
         return value.rstrip("/")
+
+    @field_validator("client_id", "username")
+    @classmethod
+    def _check_mqtt_string(cls, value: str | None) -> str | None:
+        problem = None if value is None else string_problem(value)
+        if problem is not None:
+            raise ValueError(problem)
+        return value
 
     @model_validator(mode="after")
     def _check_password(self) -> MqttConfig:
@@ -392,10 +402,30 @@ class QuarantineConfig(_WritesFiles):
 
 
 class LimitsConfig(_ConfigSection):
-    """Global bounds."""
+    """Global bounds; the decode bounds apply to each member, from its header, before decoding."""
 
     max_inflight_bytes: Size = Field(
         64 * 1024**2, gt=0, description="Above this, intake pauses (files stay on disk)."
+    )
+    max_pixels: int | None = Field(
+        40_000_000, gt=0, description="An image whose header claims more pixels is refused."
+    )
+    max_jpeg_scans: int | None = Field(
+        32, gt=0, description="A JPEG of more scans is refused (each scan is a pass over it)."
+    )
+    max_audio_seconds: Duration | None = Field(
+        600.0, gt=0, description="Audio whose header claims a longer duration is refused."
+    )
+    max_decoded_bytes: Size | None = Field(
+        256 * 1024**2,
+        gt=0,
+        description="A member whose decode would allocate more (pixels x channels, audio "
+        "samples before and after resampling, an array's decompressed size) is refused.",
+    )
+    max_cells: int | None = Field(
+        10_000_000,
+        gt=0,
+        description="A CSV, array, JSON or text of more cells, values or words is refused.",
     )
 
 
@@ -513,7 +543,7 @@ class AppConfig(_ConfigSection):
     def _check_models(self) -> AppConfig:
         """Every model has a modality, and every model a source names exists and fits it."""
         for key, mc in self.models.items():
-            if not re.match(_TOPIC_SAFE, key):
+            if not re.fullmatch(_TOPIC_SAFE, key):
                 raise ValueError(f"models: the name {key!r} must match {_TOPIC_SAFE}")
             if mc.modality is None:
                 if key not in MODALITIES:

@@ -14,6 +14,7 @@ from cdml_edge.modality import EXTENSIONS, MODALITIES, check_modality, modality_
 from .audio import decode_audio, mfcc, read_waveform
 from .errors import DecodeError
 from .image import DEFAULT_MAX_PIXELS, decode_image, image_size, jpeg_size, normalize_size, resize
+from .limits import UNLIMITED, DecodeLimits, current_limits, set_limits
 from .table import DECODERS, Decoder, decode, decode_binary
 from .tabular import CsvTable, TextData, decode_csv, decode_json, decode_text, decode_timeseries
 
@@ -24,9 +25,12 @@ __all__ = [
     "MODALITIES",
     "CsvTable",
     "DecodeError",
+    "DecodeLimits",
+    "UNLIMITED",
     "Decoder",
     "TextData",
     "check_modality",
+    "current_limits",
     "decode",
     "decode_audio",
     "decode_binary",
@@ -42,4 +46,5 @@ __all__ = [
     "normalize_size",
     "read_waveform",
     "resize",
+    "set_limits",
 ]

@@ -56,17 +56,31 @@ def mfcc(
     """MFCCs ``(n_mfcc, frames)`` of a mono float32 waveform (at least ``n_fft`` samples)."""
     if not np.isfinite(wave).all():
         raise ValueError("audio buffer is not finite everywhere")
-    power = _power_spectrogram(wave, n_fft, hop_length)
-    mel = _mel_basis(sample_rate, n_fft) @ power
+    mel = _mel_spectrogram(wave, sample_rate, n_fft, hop_length)
     log_mel = 10.0 * np.log10(np.maximum(AMIN, mel))
     log_mel = np.maximum(log_mel, log_mel.max() - TOP_DB)
     return scipy.fft.dct(log_mel, axis=-2, type=2, norm="ortho")[:n_mfcc]
 
 
-def _power_spectrogram(wave: np.ndarray, n_fft: int, hop_length: int) -> np.ndarray:
-    """``|STFT|**2`` ``(1 + n_fft // 2, frames)``, centred with zero padding, float32."""
+CHUNK_FRAMES = 512
+"""STFT frames transformed at once: the windowed frames and their spectrum (about 10 MB at
+``n_fft=2048``) stay this size however long the clip, only the mel rows grow with it."""
+
+
+def _mel_spectrogram(wave: np.ndarray, sample_rate: int, n_fft: int, hop: int) -> np.ndarray:
+    """The mel power spectrogram ``(N_MELS, frames)``, computed :data:`CHUNK_FRAMES` at a time."""
     padded = np.pad(wave, (n_fft // 2, n_fft // 2))
-    frames = np.lib.stride_tricks.sliding_window_view(padded, n_fft)[::hop_length]
+    frames = np.lib.stride_tricks.sliding_window_view(padded, n_fft)[::hop]
+    basis = _mel_basis(sample_rate, n_fft)
+    out = np.empty((N_MELS, frames.shape[0]), np.float32)
+    for start in range(0, frames.shape[0], CHUNK_FRAMES):
+        part = frames[start : start + CHUNK_FRAMES]
+        out[:, start : start + part.shape[0]] = basis @ _power(part, n_fft)
+    return out
+
+
+def _power(frames: np.ndarray, n_fft: int) -> np.ndarray:
+    """``|STFT|**2`` ``(1 + n_fft // 2, len(frames))`` of windowed frames, float32."""
     spectrum = np.fft.rfft(frames * _hann(n_fft), axis=-1).astype(np.complex64)
     return np.ascontiguousarray((spectrum.real**2 + spectrum.imag**2).T)
 

@@ -1,8 +1,9 @@
 """Image bytes to uint8 H×W×3 RGB arrays, with reduced-size JPEG decoding.
 
-JPEGs go through libjpeg-turbo at the smallest fast M/8 scale that covers the target
-(:mod:`.jpeg`), other formats (and JPEGs it refuses) through OpenCV; shrinking is area
-averaging (:mod:`.area`).
+Each image's header is read first (:mod:`.image_header`) and what it claims checked
+against the decode limits (:mod:`.limits`) before a pixel is decoded. JPEGs go through
+libjpeg-turbo at the smallest fast M/8 scale that covers the target (:mod:`.jpeg`), other
+formats (and JPEGs it refuses) through OpenCV; shrinking is area averaging (:mod:`.area`).
 """
 
 from __future__ import annotations
@@ -13,23 +14,24 @@ import numpy as np
 from . import jpeg
 from .area import shrink
 from .errors import DecodeError
+from .image_header import JPEG_SOI, ImageHeader, jpeg_header, read_header
+from .limits import DecodeLimits, charged, current_limits
+
+JPEG_EOI = b"\xff\xd9"
 
 TargetSize = int | tuple[int, int] | None
 
-DEFAULT_MAX_PIXELS = 40_000_000
+DEFAULT_MAX_PIXELS = DecodeLimits().max_pixels
 """Images with more pixels than this are refused before decoding (a 62 KB PNG can claim
 8000×8000, 192 MB of RGB once decoded)."""
 
-_PNG_SIG = b"\x89PNG\r\n\x1a\n"
-_JPEG_SOI = b"\xff\xd8"
-_JPEG_EOI = b"\xff\xd9"
-# SOF0..SOF15 carry the frame size, except DHT (C4), JPG (C8) and DAC (CC)
-_SOF_MARKERS = frozenset(range(0xC0, 0xD0)) - {0xC4, 0xC8, 0xCC}
 _REDUCED = (
     (8, cv2.IMREAD_REDUCED_COLOR_8),
     (4, cv2.IMREAD_REDUCED_COLOR_4),
     (2, cv2.IMREAD_REDUCED_COLOR_2),
 )
+FROM_LIMITS = -1
+"""``max_pixels`` default: the ``max_pixels`` of the limits in use."""
 
 
 def normalize_size(target_size: TargetSize) -> tuple[int, int] | None:
@@ -47,93 +49,17 @@ def normalize_size(target_size: TargetSize) -> tuple[int, int] | None:
 
 def jpeg_size(data: bytes) -> tuple[int, int] | None:
     """``(width, height)`` from a JPEG frame header, or ``None`` if it cannot be found."""
-    if not data.startswith(_JPEG_SOI):
-        return None
-    i, n = 2, len(data)
-    while i + 4 <= n:
-        if data[i] != 0xFF:
-            return None
-        marker = data[i + 1]
-        if marker == 0xFF:  # fill byte
-            i += 1
-            continue
-        if marker in (0x01, *range(0xD0, 0xD8)):  # markers without a length
-            i += 2
-            continue
-        length = int.from_bytes(data[i + 2 : i + 4], "big")
-        if marker in _SOF_MARKERS:
-            if i + 9 > n:
-                return None
-            h = int.from_bytes(data[i + 5 : i + 7], "big")
-            w = int.from_bytes(data[i + 7 : i + 9], "big")
-            return (w, h) if w and h else None
-        if marker == 0xDA or length < 2:  # start of scan before any frame header
-            return None
-        i += 2 + length
-    return None
-
-
-def _png_size(data: bytes) -> tuple[int, int] | None:
-    # the signature, then the IHDR chunk: length(4) "IHDR" width(4) height(4)
-    if len(data) < 24 or data[12:16] != b"IHDR":
-        return None
-    return int.from_bytes(data[16:20], "big"), int.from_bytes(data[20:24], "big")
-
-
-def _bmp_size(data: bytes) -> tuple[int, int] | None:
-    if len(data) < 26:
-        return None
-    if int.from_bytes(data[14:18], "little") == 12:  # OS/2 BITMAPCOREHEADER
-        return int.from_bytes(data[18:20], "little"), int.from_bytes(data[20:22], "little")
-    w = int.from_bytes(data[18:22], "little", signed=True)
-    h = int.from_bytes(data[22:26], "little", signed=True)
-    return abs(w), abs(h)  # a negative height means top-down rows
-
-
-def _webp_size(data: bytes) -> tuple[int, int] | None:
-    chunk = data[12:16]
-    if chunk == b"VP8X" and len(data) >= 30:
-        return 1 + int.from_bytes(data[24:27], "little"), 1 + int.from_bytes(data[27:30], "little")
-    if chunk == b"VP8L" and len(data) >= 25:
-        bits = int.from_bytes(data[21:25], "little")
-        return 1 + (bits & 0x3FFF), 1 + ((bits >> 14) & 0x3FFF)
-    if chunk == b"VP8 " and len(data) >= 30:
-        return (
-            int.from_bytes(data[26:28], "little") & 0x3FFF,
-            int.from_bytes(data[28:30], "little") & 0x3FFF,
-        )
-    return None
-
-
-def _pnm_size(data: bytes) -> tuple[int, int] | None:
-    # "P6 <width> <height> ..." with whitespace and '#' comments between the fields
-    fields: list[int] = []
-    for line in data[2:256].split(b"\n"):
-        for tok in line.split(b"#", 1)[0].split():
-            if not tok.isdigit():
-                return None
-            fields.append(int(tok))
-            if len(fields) == 2:
-                return fields[0], fields[1]
-    return None
+    header = jpeg_header(data)
+    return None if header is None else (header.width, header.height)
 
 
 def image_size(data: bytes) -> tuple[int, int] | None:
-    """``(width, height)`` from the header of a PNG, JPEG, BMP, WebP or PNM image, no decoding.
+    """``(width, height)`` from the header of a JPEG, PNG, BMP, WebP, PNM or TIFF image.
 
-    ``None`` for other formats or an unreadable header.
+    No decoding; ``None`` for other formats or an unreadable header.
     """
-    if data.startswith(_PNG_SIG):
-        return _png_size(data)
-    if data.startswith(_JPEG_SOI):
-        return jpeg_size(data)
-    if data.startswith(b"BM"):
-        return _bmp_size(data)
-    if data.startswith(b"RIFF") and data[8:12] == b"WEBP":
-        return _webp_size(data)
-    if data[:1] == b"P" and data[1:2] in b"123456" and len(data) > 2:
-        return _pnm_size(data)
-    return None
+    header = read_header(data)
+    return None if header is None else (header.width, header.height)
 
 
 def _check_pixels(member: str, w: int, h: int, max_pixels: int | None) -> None:
@@ -143,10 +69,42 @@ def _check_pixels(member: str, w: int, h: int, max_pixels: int | None) -> None:
         )
 
 
+def _check_header(
+    member: str, header: ImageHeader, target: tuple[int, int] | None, limits: DecodeLimits
+) -> int:
+    """Refuse what the header claims beyond ``limits`` (pixels checked by the caller).
+
+    Returns the bytes the decode will allocate.
+    """
+    if header.format == "jpeg":
+        limits.check(member, "JPEG scan count", header.scans, limits.max_jpeg_scans, "scans")
+    cost = decode_cost(header, target)
+    limits.check_bytes(
+        member, f"decoding this {header.width}x{header.height} {header.format}", cost
+    )
+    return cost
+
+
+def decode_cost(header: ImageHeader, target: tuple[int, int] | None = None) -> int:
+    """Bytes a decode of ``header`` allocates, at the reduced scale a JPEG gets for ``target``.
+
+    The decoder's buffer (channels x sample bytes per pixel), the RGB copy and, for a
+    progressive JPEG, its whole-image coefficient buffer, for a TIFF its tile or strip buffer.
+    """
+    w, h = header.width, header.height
+    if header.format == "jpeg" and target is not None:
+        sw, sh = jpeg.scaled_size(w, h, target)
+        factor = next((f for f, _ in _REDUCED if w // f >= target[0] and h // f >= target[1]), 1)
+        w, h = max(sw, -(-w // factor)), max(sh, -(-h // factor))  # either decoder's scale
+    sample = -(-header.bits // 8)
+    buffers = header.coefficient_bytes + header.buffer_bytes
+    return w * h * (max(header.channels, 3) * sample + 3) + buffers
+
+
 def _is_truncated_jpeg(data: bytes) -> bool:
     # 0xFF is byte-stuffed inside entropy-coded data, so FF D9 only appears as the EOI
     # marker; allow trailing padding some cameras append after it.
-    return data.rfind(_JPEG_EOI, max(0, len(data) - 4096)) == -1
+    return data.rfind(JPEG_EOI, max(0, len(data) - 4096)) == -1
 
 
 def _reduced_flag(data: bytes, target: tuple[int, int] | None) -> int:
@@ -197,13 +155,16 @@ def decode_image(
     member: str = "",
     target_size: TargetSize = None,
     reduced: bool = True,
-    max_pixels: int | None = DEFAULT_MAX_PIXELS,
+    max_pixels: int | None = FROM_LIMITS,
+    limits: DecodeLimits | None = None,
 ) -> np.ndarray:
     """Decode an image to a contiguous uint8 ``H×W×3`` RGB array.
 
-    An image of more than ``max_pixels`` pixels (``None``: no limit) raises ``DecodeError``:
-    PNG, JPEG, BMP, WebP and PNM are measured from their header before any decoding, other
-    formats (TIFF) right after it.
+    Only JPEG, PNG, BMP, WebP, PNM and TIFF are decoded, recognised by their bytes whatever
+    the extension. Their header is read first and the image refused (``DecodeError``) when
+    it claims more than ``limits`` allow (default: :func:`~.limits.current_limits`): pixels,
+    JPEG scans, or bytes the decode would allocate. ``max_pixels`` overrides the limits'
+    pixel bound (``None``: no pixel limit).
 
     ``target_size`` is an ``int`` (square) or ``(width, height)``. With ``reduced=True`` a
     JPEG larger than the target is decoded at a reduced scale by libjpeg-turbo itself: the
@@ -214,20 +175,32 @@ def decode_image(
     buf = bytes(data) if not isinstance(data, bytes) else data
     if not buf:
         raise DecodeError(member, "empty image data")
+    lim = limits or current_limits()
     target = normalize_size(target_size)
-    is_jpeg = buf.startswith(_JPEG_SOI)
+    is_jpeg = buf.startswith(JPEG_SOI)
     if is_jpeg and _is_truncated_jpeg(buf):
         raise DecodeError(member, "truncated JPEG (no end-of-image marker)")
-    header = image_size(buf)
-    if header is not None:
-        _check_pixels(member, *header, max_pixels)
-    rgb = None
-    if is_jpeg and header is not None:
-        rgb = jpeg.decode_scaled(buf, header, target if reduced else None)
-    if rgb is None:
-        rgb = _decode_opencv(buf, member, target, reduced, is_jpeg)
-        if header is None:
-            _check_pixels(member, rgb.shape[1], rgb.shape[0], max_pixels)
-    if target is not None:
-        rgb = resize(rgb, target)
-    return np.ascontiguousarray(rgb)
+    header = read_header(buf)
+    if header is None:
+        raise DecodeError(
+            member,
+            "not a decodable image (unsupported format or unreadable header: JPEG, PNG, BMP, "
+            "WebP, PNM and TIFF are decoded)",
+        )
+    _check_pixels(
+        member,
+        header.width,
+        header.height,
+        lim.max_pixels if max_pixels == FROM_LIMITS else max_pixels,
+    )
+    cost = _check_header(member, header, target if reduced else None, lim)
+    with charged(cost):
+        rgb = None
+        if is_jpeg:
+            size = (header.width, header.height)
+            rgb = jpeg.decode_scaled(buf, size, target if reduced else None)
+        if rgb is None:
+            rgb = _decode_opencv(buf, member, target, reduced, is_jpeg)
+        if target is not None:
+            rgb = resize(rgb, target)
+        return np.ascontiguousarray(rgb)

@@ -6,12 +6,14 @@ import csv
 import io
 import json
 import math
+import zipfile
 from dataclasses import dataclass, field
-from typing import Any
+from typing import IO, Any
 
 import numpy as np
 
 from .errors import DecodeError
+from .limits import DecodeLimits, charged, current_limits
 
 _DELIMITERS = ",;\t|"
 
@@ -87,18 +89,49 @@ def _plain_delimiter(sample: str, truncated: bool, lines: int = 10) -> str | Non
     return found[0] if len(found) == 1 else None
 
 
+PARSED_CELL_BYTES = 64
+"""What one parsed cell, JSON value or word costs in Python objects (its ``str`` or ``int``
+and the list slot holding it): the bytes charged to ``max_decoded_bytes`` per cell."""
+
+
+def check_cells(text: str, member: str, what: str, separators: str, lim: DecodeLimits) -> int:
+    """Refuse a text whose cells (counted as ``separators`` + 1) are over ``lim``.
+
+    Counting is a pass of ``str.count`` per separator: an upper bound (a quoted separator
+    counts too), taken before anything is parsed. Returns the bytes parsing will take.
+    """
+    cells = 1 + sum(text.count(sep) for sep in separators)
+    lim.check_cells(member, what, cells)
+    cost = cells * PARSED_CELL_BYTES
+    lim.check_bytes(member, f"parsing {cells} {what} cells", cost)
+    return cost
+
+
 def decode_csv(
-    data: bytes | bytearray | memoryview, *, member: str = "", encoding: str = "utf-8-sig"
+    data: bytes | bytearray | memoryview,
+    *,
+    member: str = "",
+    encoding: str = "utf-8-sig",
+    limits: DecodeLimits | None = None,
 ) -> CsvTable:
     """Parse a CSV (or TSV): numeric columns to float32, a header row detected.
 
     The first row is a header when any of its cells is not a number. Empty cells are NaN.
     A column whose every value is text (timestamps, tags) goes to ``text_columns``; a
     column mixing numbers and text, or rows of different widths, raise ``DecodeError``.
+    Its cells are counted against ``limits`` before it is parsed (:func:`check_cells`).
     """
     text = _to_str(data, member, encoding)
+    delimiter = _delimiter(text, member)
+    cost = check_cells(text, member, "CSV", delimiter + "\n", limits or current_limits())
+    with charged(cost):
+        return _parse_csv(text, delimiter, member)
+
+
+def _parse_csv(text: str, delimiter: str, member: str) -> CsvTable:
+    """The table of a CSV's text (see :func:`decode_csv`)."""
     try:
-        rows = [r for r in csv.reader(io.StringIO(text), delimiter=_delimiter(text, member)) if r]
+        rows = [r for r in csv.reader(io.StringIO(text), delimiter=delimiter) if r]
     except csv.Error as exc:
         raise DecodeError(member, f"malformed CSV: {exc}") from exc
     except MemoryError as exc:
@@ -172,31 +205,29 @@ def _is_nan(v: float | None) -> bool:
 
 
 def decode_timeseries(
-    data: bytes | bytearray | memoryview, *, member: str = "", key: str | None = None
+    data: bytes | bytearray | memoryview,
+    *,
+    member: str = "",
+    key: str | None = None,
+    limits: DecodeLimits | None = None,
 ) -> np.ndarray:
     """A float32 array ``(steps, channels)`` from ``.npy`` / ``.npz`` or a numeric CSV.
 
-    From ``.npz``, the first array or ``key``; 1-D series become one channel.
+    From ``.npz``, the first array or ``key``; 1-D series become one channel. The array's
+    ``.npy`` header (its shape and dtype) is checked against ``limits`` before it is read:
+    its cells and its decompressed bytes.
     """
     buf = bytes(data)
+    lim = limits or current_limits()
     if buf.startswith(b"\x93NUMPY") or buf.startswith(b"PK\x03\x04"):
         try:
-            loaded = np.load(io.BytesIO(buf), allow_pickle=False)
-            if isinstance(loaded, np.lib.npyio.NpzFile):
-                with loaded:
-                    names = list(loaded.files)
-                    if not names:
-                        raise DecodeError(member, "empty .npz")
-                    arr = loaded[key or names[0]]
-            else:
-                arr = loaded
-            out = np.asarray(arr, dtype=np.float32)
+            out = np.asarray(_load_array(buf, member, key, lim), dtype=np.float32)
         except DecodeError:
             raise
         except Exception as exc:
             raise DecodeError(member, f"not a numeric NumPy array: {exc}") from exc
     else:
-        out = decode_csv(buf, member=member).values
+        out = decode_csv(buf, member=member, limits=lim).values
     if out.ndim == 1:
         out = out[:, None]
     if out.ndim != 2:
@@ -204,11 +235,58 @@ def decode_timeseries(
     return np.ascontiguousarray(out)
 
 
+def _load_array(buf: bytes, member: str, key: str | None, lim: DecodeLimits) -> np.ndarray:
+    """The array of a ``.npy``, or of one ``.npz`` entry, its header checked first."""
+    if buf.startswith(b"\x93NUMPY"):
+        with charged(check_npy(io.BytesIO(buf), member, lim)):
+            return np.asarray(np.load(io.BytesIO(buf), allow_pickle=False), dtype=np.float32)
+    with zipfile.ZipFile(io.BytesIO(buf)) as zf:
+        names = [n for n in zf.namelist() if not n.endswith("/")]
+        if not names:
+            raise DecodeError(member, "empty .npz")
+        name = names[0] if key is None else (f"{key}.npy" if f"{key}.npy" in names else key)
+        with zf.open(name) as f:
+            cost = check_npy(f, member, lim, f"entry {name}: ")
+    with charged(cost), np.load(io.BytesIO(buf), allow_pickle=False) as npz:
+        return np.asarray(npz[name.removesuffix(".npy")], dtype=np.float32)
+
+
+def check_npy(f: IO[bytes], member: str, lim: DecodeLimits, where: str = "") -> int:
+    """Refuse a ``.npy`` whose header claims more cells or bytes than ``lim`` allow.
+
+    Returns the bytes loading it as float32 takes.
+    """
+    fmt = np.lib.format
+    version = fmt.read_magic(f)
+    if version not in ((1, 0), (2, 0)):
+        raise DecodeError(member, f".npy format version {version} is not read")
+    read = fmt.read_array_header_1_0 if version == (1, 0) else fmt.read_array_header_2_0
+    shape, _fortran, dtype = read(f)
+    cells = math.prod(shape)
+    lim.check_cells(member, f"{where}array of shape {shape}", cells)
+    cost = cells * (dtype.itemsize + 4)
+    lim.check_bytes(member, f"{where}array of shape {shape} as {dtype} and float32", cost)
+    return cost
+
+
 def decode_json(
-    data: bytes | bytearray | memoryview, *, member: str = "", encoding: str = "utf-8-sig"
+    data: bytes | bytearray | memoryview,
+    *,
+    member: str = "",
+    encoding: str = "utf-8-sig",
+    limits: DecodeLimits | None = None,
 ) -> Any:
-    """Parse JSON; ``.jsonl`` / ``.ndjson`` members give a list of one value per line."""
+    """Parse JSON; ``.jsonl`` / ``.ndjson`` members give a list of one value per line.
+
+    Its values (commas, brackets, braces and lines) are counted against ``limits`` first.
+    """
     text = _to_str(data, member, encoding)
+    cost = check_cells(text, member, "JSON", ",[{\n", limits or current_limits())
+    with charged(cost):
+        return _parse_json(text, member)
+
+
+def _parse_json(text: str, member: str) -> Any:
     try:
         if member.lower().endswith((".jsonl", ".ndjson")):
             return [json.loads(line) for line in text.splitlines() if line.strip()]
@@ -222,8 +300,17 @@ def decode_json(
 
 
 def decode_text(
-    data: bytes | bytearray | memoryview, *, member: str = "", encoding: str = "utf-8-sig"
+    data: bytes | bytearray | memoryview,
+    *,
+    member: str = "",
+    encoding: str = "utf-8-sig",
+    limits: DecodeLimits | None = None,
 ) -> TextData:
-    """Decode text: the string, its lines and its word count."""
+    """Decode text: the string, its lines and its word count.
+
+    Its words and lines (spaces, tabs and newlines) are counted against ``limits`` first.
+    """
     text = _to_str(data, member, encoding)
-    return TextData(text=text, lines=text.splitlines(), word_count=len(text.split()))
+    cost = check_cells(text, member, "text", " \t\n", limits or current_limits())
+    with charged(cost):
+        return TextData(text=text, lines=text.splitlines(), word_count=len(text.split()))

@@ -50,6 +50,12 @@ class ByteBudget:
             self._peak = max(self._peak, self._used)
             return True
 
+    def take(self, n: int) -> None:
+        """Take ``n`` bytes even over the cap (a decode under way): intake pauses meanwhile."""
+        with self._lock:
+            self._used += n
+            self._peak = max(self._peak, self._used)
+
     def release(self, n: int) -> None:
         """Give ``n`` bytes back (never below 0)."""
         with self._lock:

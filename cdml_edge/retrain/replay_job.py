@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from cdml_edge.config import ConfigError, load_config
+from cdml_edge.decode.limits import DecodeLimits, set_limits
 from cdml_edge.retrain.compare import Comparison, comparison_path
 from cdml_edge.retrain.errors import OptionError, ReplayError
 from cdml_edge.retrain.filters import parse_when
@@ -174,6 +175,7 @@ def _plan(options: ReplayOptions) -> _ReplayPlan:
         cfg = load_config(options.config)
     except ConfigError as exc:
         raise OptionError(str(exc)) from exc
+    set_limits(DecodeLimits.of(cfg.limits))  # windows are decoded as the agent decodes them
     ring = options.directory or (cfg.retention.dir if cfg.retention else None)
     if ring is None:
         raise OptionError("no retention folder: give DIR or set retention.dir")

@@ -139,6 +139,7 @@ class MqttPublisher:
         self._last_commit = 0.0  # monotonic time the spool cursor was last committed
         self._drained_at_commit = 0  # counts["drained"] at that commit
         self._warned = False  # "broker unreachable" logged once per outage
+        self._refused = False  # a CONNACK refused the attempt (its reason is logged)
         self._attempted = False  # a connection attempt was made since start()
 
     # ------------------------------------------------------------------ Output API
@@ -328,11 +329,24 @@ class MqttPublisher:
         if rc.is_failure:
             log.error("broker %s refused the connection: %s", self.broker_url, rc)
             self._counts["connect_failures"] += 1
+            self._refused = True
             return
         self._connected = True
         self._just_connected = True
 
     def _on_disconnect(self, client: Any, userdata: Any, flags: Any, rc: Any, props: Any) -> None:
+        refused, self._refused = self._refused, False
+        closed = getattr(rc, "is_failure", False)  # by the broker, not by a disconnect() here
+        if closed and not self._connected and not refused:  # before any CONNACK, no reason
+            self._counts["connect_failures"] += 1
+            log.log(
+                logging.DEBUG if self._warned else logging.WARNING,
+                "broker %s closed the connection before accepting it (%s): it refuses the "
+                "client id, credentials or a topic (the Last Will's); retrying",
+                self.broker_url,
+                rc,
+            )
+            self._warned = True
         self._lost = True
 
     def _on_publish(self, client: Any, userdata: Any, mid: int, rc: Any, props: Any) -> None:

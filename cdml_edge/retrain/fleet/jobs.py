@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from cdml_edge.config import ConfigError, load_config
+from cdml_edge.decode.limits import DecodeLimits
 from cdml_edge.errors import CdmlError
 from cdml_edge.retrain.errors import ExportError, OptionError, ReplayError
 from cdml_edge.retrain.export_job import ExportOptions, ExportSummary, parse_selection, run_export
@@ -98,6 +99,7 @@ def run_fleet_replay(
                 segment_rows=segment_rows_of(cfg),
                 s3=s3,
                 source_models=source_models(cfg, runners),
+                limits=DecodeLimits.of(cfg.limits),
             )
     except OptionError:
         raise

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from cdml_edge.decode.limits import DecodeLimits
 from cdml_edge.retrain.errors import OptionError
 from cdml_edge.retrain.fleet.locations import S3Options, list_windows
 from cdml_edge.retrain.fleet.rows import Scope, WindowRows
@@ -78,10 +79,12 @@ def fleet_replay(
     s3: S3Options | None = None,
     tuning: FleetTuning | None = None,
     source_models: Mapping[str, Sequence[str]] | None = None,
+    limits: DecodeLimits | None = None,
 ) -> FleetReplaySummary:
     """Re-score the windows under ``root`` on the running Ray (see the module docstring).
 
-    ``out`` becomes a folder of Parquet files, replaced whole at the end.
+    ``out`` becomes a folder of Parquet files, replaced whole at the end. ``limits``: the
+    decode limits the actors decode with (default: the decoders' own).
     """
     import ray.data
 
@@ -107,6 +110,7 @@ def fleet_replay(
             "segment_rows": dict(segment_rows or {}),
             "source_models": {k: list(v) for k, v in (source_models or {}).items()},
             "partition_columns": list(builder.part_cols.values()),
+            "limits": limits,
         },
         compute=ray.data.ActorPoolStrategy(size=actors),
         num_cpus=tune.actor_cpus,

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from cdml_edge.decode.limits import DecodeLimits, set_limits
 from cdml_edge.model.runner import ModelOverrides, ModelRunner, load_runners
 from cdml_edge.retrain.fleet.rows import VERDICT_COLUMNS, Columns, Row
 from cdml_edge.retrain.replay import (
@@ -93,7 +94,10 @@ class ReplayScorer:
         segment_rows: Mapping[str, int | None],
         partition_columns: Sequence[str] = (),
         source_models: Mapping[str, Sequence[str]] | None = None,
+        limits: DecodeLimits | None = None,
     ) -> None:
+        if limits is not None:  # this worker process decodes as the configuration says
+            set_limits(limits)
         folder = tempfile.mkdtemp(prefix="cdml-models-")
         try:
             spec: dict[str, tuple[str | Path, ModelOverrides]] = {}

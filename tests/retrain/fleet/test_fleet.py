@@ -246,6 +246,21 @@ def test_fleet_replay_gives_the_local_replay_lines_and_summary(
     }
 
 
+def test_fleet_replay_decodes_within_the_given_limits(tmp_path: Path, fleet: Fleet) -> None:
+    """The actors decode with the configuration's limits, not only their own defaults."""
+    from cdml_edge.decode import DecodeLimits
+    from cdml_edge.retrain.fleet import fleet_replay
+
+    got = fleet_replay(
+        str(fleet.root),
+        _shipment(fleet.model),
+        {"image": "brightness@1.0.0"},
+        tmp_path / "results.parquet",
+        limits=DecodeLimits(max_pixels=100),  # each item is a 32x32 JPEG
+    )
+    assert got.stats.failures == 18 and got.stats.items == 0, got.stats  # none scored
+
+
 @pytest.mark.usefixtures("ray_cluster")
 def test_corrupt_windows_are_skipped_counted_and_listed(tmp_path: Path, fleet: Fleet) -> None:
     import pyarrow.parquet as pq

@@ -1,0 +1,205 @@
+"""What an image's header claims, read without decoding: format, size, channels, sample bits.
+
+:func:`read_header` knows every format the image decoder accepts (JPEG, PNG, BMP, WebP,
+PNM, TIFF, classic and BigTIFF) whatever the member's extension; anything else is ``None``
+and is not decoded. For JPEGs it also reads the components' sampling (the progressive
+coefficient buffer) and counts the scans.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+
+import numpy as np
+
+PNG_SIG = b"\x89PNG\r\n\x1a\n"
+JPEG_SOI = b"\xff\xd8"
+JPEG_SOS = b"\xff\xda"
+# SOF0..SOF15 carry the frame size, except DHT (C4), JPG (C8) and DAC (CC)
+_SOF_MARKERS = frozenset(range(0xC0, 0xD0)) - {0xC4, 0xC8, 0xCC}
+_PROGRESSIVE_SOF = frozenset({0xC2, 0xC6, 0xCA, 0xCE})
+_TIFF_MAGIC = {b"II*\0": "<", b"MM\0*": ">", b"II+\0": "<", b"MM\0+": ">"}
+
+
+@dataclass(frozen=True)
+class ImageHeader:
+    """A header's claims.
+
+    ``coefficient_bytes``: a progressive JPEG's whole-image buffer; ``buffer_bytes``: a
+    TIFF's buffer of one tile or strip, which its header sizes independently of the image.
+    """
+
+    format: str
+    width: int
+    height: int
+    channels: int = 3
+    bits: int = 8
+    scans: int = 1
+    coefficient_bytes: int = 0
+    buffer_bytes: int = 0
+
+    @property
+    def pixels(self) -> int:
+        """``width x height``."""
+        return self.width * self.height
+
+
+def jpeg_header(data: bytes) -> ImageHeader | None:
+    """The frame header of a JPEG (size, components, progressive), or ``None``."""
+    if not data.startswith(JPEG_SOI):
+        return None
+    i, n = 2, len(data)
+    while i + 4 <= n:
+        if data[i] != 0xFF:
+            return None
+        marker = data[i + 1]
+        if marker == 0xFF:  # fill byte
+            i += 1
+            continue
+        if marker in (0x01, *range(0xD0, 0xD8)):  # markers without a length
+            i += 2
+            continue
+        length = int.from_bytes(data[i + 2 : i + 4], "big")
+        if marker in _SOF_MARKERS:
+            return _jpeg_frame(data[i + 4 : i + 2 + length], marker, count_scans(data))
+        if marker == 0xDA or length < 2:  # start of scan before any frame header
+            return None
+        i += 2 + length
+    return None
+
+
+def count_scans(data: bytes) -> int:
+    """Start-of-scan markers in a JPEG (``FF DA``: entropy-coded data stuffs every ``FF``).
+
+    An upper bound (an EXIF thumbnail's scan counts too). NumPy, not ``bytes.count``: a
+    two-byte needle whose first byte is frequent costs ``bytes.count`` about 2.5 ns a byte
+    (0.9 ms on a 350 KB photo), NumPy a tenth of that.
+    """
+    a = np.frombuffer(data, np.uint8)
+    return int(np.count_nonzero((a[:-1] == 0xFF) & (a[1:] == 0xDA)))
+
+
+def _jpeg_frame(sof: bytes, marker: int, scans: int) -> ImageHeader | None:
+    if len(sof) < 6:
+        return None
+    bits, h, w, ncomp = sof[0], *struct.unpack(">HH", sof[1:5]), sof[5]
+    if not (w and h):
+        return None
+    sampling = [(b >> 4, b & 15) for b in sof[7 : 6 + 3 * ncomp : 3]]
+    coeff = 0
+    if marker in _PROGRESSIVE_SOF and sampling:
+        hmax = max(max(s[0] for s in sampling), 1)
+        vmax = max(max(s[1] for s in sampling), 1)
+        for hs, vs in sampling:  # 64 coefficients of 2 bytes per 8x8 block of each component
+            bw = -(-w * max(hs, 1) // (hmax * 8)) + hmax
+            bh = -(-h * max(vs, 1) // (vmax * 8)) + vmax
+            coeff += bw * bh * 128
+    return ImageHeader("jpeg", w, h, max(ncomp, 1), max(bits, 8), scans, coeff)
+
+
+def _png_header(data: bytes) -> ImageHeader | None:
+    # the signature, then the IHDR chunk: length(4) "IHDR" width(4) height(4) depth type
+    if len(data) < 26 or data[12:16] != b"IHDR":
+        return None
+    w, h = struct.unpack(">II", data[16:24])
+    channels = {0: 1, 2: 3, 3: 3, 4: 2, 6: 4}.get(data[25], 4)
+    return ImageHeader("png", w, h, channels, max(data[24], 8))
+
+
+def _bmp_header(data: bytes) -> ImageHeader | None:
+    if len(data) < 26:
+        return None
+    if int.from_bytes(data[14:18], "little") == 12:  # OS/2 BITMAPCOREHEADER
+        w, h = int.from_bytes(data[18:20], "little"), int.from_bytes(data[20:22], "little")
+        return ImageHeader("bmp", w, h)
+    w = int.from_bytes(data[18:22], "little", signed=True)
+    h = int.from_bytes(data[22:26], "little", signed=True)
+    return ImageHeader("bmp", abs(w), abs(h), 4)  # a negative height means top-down rows
+
+
+def _webp_header(data: bytes) -> ImageHeader | None:
+    chunk = data[12:16]
+    if chunk == b"VP8X" and len(data) >= 30:
+        w = 1 + int.from_bytes(data[24:27], "little")
+        return ImageHeader("webp", w, 1 + int.from_bytes(data[27:30], "little"), 4)
+    if chunk == b"VP8L" and len(data) >= 25:
+        bits = int.from_bytes(data[21:25], "little")
+        return ImageHeader("webp", 1 + (bits & 0x3FFF), 1 + ((bits >> 14) & 0x3FFF), 4)
+    if chunk == b"VP8 " and len(data) >= 30:
+        w = int.from_bytes(data[26:28], "little") & 0x3FFF
+        return ImageHeader("webp", w, int.from_bytes(data[28:30], "little") & 0x3FFF, 4)
+    return None
+
+
+def _pnm_header(data: bytes) -> ImageHeader | None:
+    # "P6 <width> <height> <maxval>" with whitespace and '#' comments between the fields;
+    # P1 and P4 (bitmaps) have no maxval, a maxval over 255 means 16-bit samples
+    wanted = 2 if data[1:2] in b"14" else 3
+    fields: list[int] = []
+    for line in data[2:256].split(b"\n"):
+        for tok in line.split(b"#", 1)[0].split():
+            if not tok.isdigit():
+                return None
+            fields.append(int(tok))
+            if len(fields) == wanted:
+                bits = 16 if wanted == 3 and fields[2] > 255 else 8
+                return ImageHeader("pnm", fields[0], fields[1], bits=bits)
+    return None
+
+
+def _tiff_header(data: bytes) -> ImageHeader | None:
+    """The first image (IFD) of a classic or Big TIFF; ``None`` when it cannot be read."""
+    end = _TIFF_MAGIC[data[:4]]
+    big = data[2:4] in (b"+\0", b"\0+")
+    head, word = (end + "HHQ", 8) if big else (end + "HHI", 4)
+    try:
+        (ifd,) = struct.unpack_from(end + ("Q" if big else "I"), data, 8 if big else 4)
+        (count,) = struct.unpack_from(end + ("Q" if big else "H"), data, ifd)
+        first = ifd + (8 if big else 2)
+        tags: dict[int, int] = {}
+        for k in range(min(count, 4096)):
+            at = first + k * (4 + 2 * word)
+            tag, kind, n = struct.unpack_from(head, data, at)
+            if tag in _TIFF_TAGS and kind in _TIFF_INTS:
+                fmt, size = _TIFF_INTS[kind]
+                where = at + 4 + word  # the value itself, or where the values are
+                if n * size > word:
+                    (where,) = struct.unpack_from(end + ("Q" if big else "I"), data, where)
+                (tags[tag],) = struct.unpack_from(end + fmt, data, where)
+    except struct.error:
+        return None
+    if 256 not in tags or 257 not in tags:
+        return None
+    w, h = tags[256], tags[257]
+    bits = min(max(tags.get(258, 8), 8), 64)
+    channels = max(tags.get(277, 1), 1)
+    if 322 in tags or 323 in tags:  # tiled: one tile is read at a time
+        area = tags.get(322, 0) * tags.get(323, 0)
+    else:  # stripped: one strip of RowsPerStrip rows (at most the image) at a time
+        area = w * min(tags.get(278, h), h)
+    # OpenCV reads 8-bit tiles and strips as RGBA: 4 samples a pixel at least
+    buffer = area * max(channels, 4) * -(-bits // 8)
+    return ImageHeader("tiff", w, h, channels, bits, buffer_bytes=buffer)
+
+
+_TIFF_INTS = {3: ("H", 2), 4: ("I", 4), 16: ("Q", 8)}  # SHORT, LONG, LONG8
+# ImageWidth, ImageLength, BitsPerSample, SamplesPerPixel, RowsPerStrip, TileWidth, TileLength
+_TIFF_TAGS = frozenset({256, 257, 258, 277, 278, 322, 323})
+
+
+def read_header(data: bytes) -> ImageHeader | None:
+    """The header of a JPEG, PNG, BMP, WebP, PNM or TIFF image; ``None`` for anything else."""
+    if data.startswith(PNG_SIG):
+        return _png_header(data)
+    if data.startswith(JPEG_SOI):
+        return jpeg_header(data)
+    if data.startswith(b"BM"):
+        return _bmp_header(data)
+    if data.startswith(b"RIFF") and data[8:12] == b"WEBP":
+        return _webp_header(data)
+    if data[:1] == b"P" and data[1:2] in b"123456" and len(data) > 2:
+        return _pnm_header(data)
+    if data[:4] in _TIFF_MAGIC:
+        return _tiff_header(data)
+    return None
