@@ -27,6 +27,7 @@ from cdml_edge.data.members import is_hidden, visible, with_modality
 from cdml_edge.data.samples import SAMPLES, fit_length, pad_batch
 from cdml_edge.decode import DECODERS, check_modality, modality_for, normalize_size
 from cdml_edge.decode.image import TargetSize
+from cdml_edge.decode.orientation import Orientation, check_orientation
 from cdml_edge.errors import CdmlError
 
 ArchivePath = str | os.PathLike[str] | bytes
@@ -66,6 +67,9 @@ class CDMLStreamDataset(Dataset[Any]):
         classes: the class list that string labels index into, e.g. the training set's
             ``classes`` for its validation set (default: the sorted labels found here);
             a label outside it raises :class:`~cdml_edge.data.labels.LabelError`.
+        orientation: ``"exif"`` (default) turns JPEGs as their EXIF orientation says, as
+            viewers show them; ``"raw"`` keeps the stored pixels, as PIL and torchvision
+            read them. The same for every JPEG backend and the reduced-scale path.
 
     JSON items are the JSON text (``str``, re-serialised) so batches of records with
     different keys collate as lists; ``transform`` receives the parsed value.
@@ -92,6 +96,7 @@ class CDMLStreamDataset(Dataset[Any]):
         n_fft: int = 2048,
         archive_options: dict[str, Any] | None = None,
         classes: Sequence[str] | None = None,
+        orientation: Orientation = "exif",
     ) -> None:
         if is_image and modality not in (None, "image"):
             raise ValueError(f"is_image=True conflicts with modality={modality!r}")
@@ -103,6 +108,7 @@ class CDMLStreamDataset(Dataset[Any]):
         self.cache_size_mb = float(cache_size_mb)
         self.fixed_length = fixed_length
         self.reduced_decode = reduced_decode
+        self.orientation = check_orientation(orientation)
         self.audio_options: dict[str, Any] = {
             "sample_rate": sample_rate,
             "mode": audio_mode,
@@ -258,7 +264,11 @@ class CDMLStreamDataset(Dataset[Any]):
         if mod is None:
             return tf(data) if tf else data
         kind = SAMPLES[mod]
-        opts = {"target_size": self.target_size, "reduced": self.reduced_decode}
+        opts = {
+            "target_size": self.target_size,
+            "reduced": self.reduced_decode,
+            "orientation": self.orientation,
+        }
         value = kind.value(DECODERS[mod](data, name, **opts, **self.audio_options))
         if kind.length_axis is not None and self.fixed_length is not None:
             value = fit_length(value, self.fixed_length, kind.length_axis)

@@ -16,6 +16,7 @@ from .area import shrink
 from .errors import DecodeError
 from .image_header import JPEG_SOI, ImageHeader, jpeg_header, read_header
 from .limits import DecodeLimits, charged, current_limits
+from .orientation import Orientation, check_orientation, exif_orientation, orient, swaps_axes
 
 JPEG_EOI = b"\xff\xd9"
 
@@ -135,7 +136,9 @@ def resize(image: np.ndarray, target: tuple[int, int]) -> np.ndarray:
 def _decode_opencv(
     buf: bytes, member: str, target: tuple[int, int] | None, reduced: bool, is_jpeg: bool
 ) -> np.ndarray:
+    """The stored pixels, RGB: OpenCV's own EXIF rotation is off (:mod:`.orientation`)."""
     flag = _reduced_flag(buf, target) if (reduced and is_jpeg) else cv2.IMREAD_COLOR
+    flag |= cv2.IMREAD_IGNORE_ORIENTATION
     try:
         bgr = cv2.imdecode(np.frombuffer(buf, dtype=np.uint8), flag)
     except cv2.error as exc:
@@ -157,6 +160,7 @@ def decode_image(
     reduced: bool = True,
     max_pixels: int | None = FROM_LIMITS,
     limits: DecodeLimits | None = None,
+    orientation: Orientation = "exif",
 ) -> np.ndarray:
     """Decode an image to a contiguous uint8 ``H×W×3`` RGB array.
 
@@ -171,6 +175,10 @@ def decode_image(
     smallest of 1/8, 1/4, 3/8 and 1/2 that keeps it at least the target size (OpenCV without
     ``simplejpeg``: 1/2, 1/4 or 1/8), then resized to the exact target. The result differs
     from a full decode + resize by a few levels (see the tolerance in docs/dataset.md).
+
+    ``orientation="exif"`` turns a JPEG as its EXIF ``Orientation`` says (as viewers and
+    OpenCV show it); ``"raw"`` keeps the pixels as stored (as PIL and torchvision read
+    them). Every backend gives the same image either way.
     """
     buf = bytes(data) if not isinstance(data, bytes) else data
     if not buf:
@@ -194,13 +202,18 @@ def decode_image(
         lim.max_pixels if max_pixels == FROM_LIMITS else max_pixels,
     )
     cost = _check_header(member, header, target if reduced else None, lim)
+    code = exif_orientation(buf) if is_jpeg and check_orientation(orientation) == "exif" else 1
+    stored = target  # the target in stored pixels: a quarter turn swaps its axes
+    if target is not None and swaps_axes(code):
+        stored = (target[1], target[0])
     with charged(cost):
         rgb = None
         if is_jpeg:
             size = (header.width, header.height)
-            rgb = jpeg.decode_scaled(buf, size, target if reduced else None)
+            rgb = jpeg.decode_scaled(buf, size, stored if reduced else None)
         if rgb is None:
-            rgb = _decode_opencv(buf, member, target, reduced, is_jpeg)
+            rgb = _decode_opencv(buf, member, stored, reduced, is_jpeg)
+        rgb = orient(rgb, code)
         if target is not None:
             rgb = resize(rgb, target)
         return np.ascontiguousarray(rgb)
