@@ -207,13 +207,20 @@ def decode_image(
     if target is not None and swaps_axes(code):
         stored = (target[1], target[0])
     with charged(cost):
-        rgb = None
-        if is_jpeg:
-            size = (header.width, header.height)
-            rgb = jpeg.decode_scaled(buf, size, stored if reduced else None)
-        if rgb is None:
-            rgb = _decode_opencv(buf, member, stored, reduced, is_jpeg)
-        rgb = orient(rgb, code)
+        rgb = orient(_stored_pixels(buf, member, header, stored, reduced), code)
         if target is not None:
             rgb = resize(rgb, target)
         return np.ascontiguousarray(rgb)
+
+
+def _stored_pixels(
+    buf: bytes, member: str, header: ImageHeader, target: tuple[int, int] | None, reduced: bool
+) -> np.ndarray:
+    """The pixels as stored, RGB: libjpeg-turbo for a JPEG it takes, else OpenCV."""
+    is_jpeg = header.format == "jpeg"
+    if is_jpeg:
+        size = (header.width, header.height)
+        rgb = jpeg.decode_scaled(buf, size, target if reduced else None)
+        if rgb is not None:
+            return rgb
+    return _decode_opencv(buf, member, target, reduced, is_jpeg)
