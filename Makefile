@@ -23,7 +23,7 @@ $(STAMP): pyproject.toml setup.py $(NATIVE)
 install: $(STAMP)
 
 test: $(STAMP)
-	$(PY) -m pytest -q -ra
+	$(PY) -m pytest -q -ra -n 2
 
 test-fast: $(STAMP)
 	$(PY) -m pytest -q -ra -m "not slow" -n 2
