@@ -16,6 +16,7 @@ from cdml_edge.archive.base import Archive, MemberInfo
 from cdml_edge.archive.errors import (
     CorruptArchiveError,
     TruncatedArchiveError,
+    UnsupportedArchiveError,
 )
 from cdml_edge.archive.source import ByteSource
 from cdml_edge.archive.tar import format as tarfmt
@@ -23,18 +24,20 @@ from cdml_edge.archive.tar.rows import TarRows
 from cdml_edge.archive.tar.seekable import MemberIndex
 from cdml_edge.archive.tar.stream import PreadScanner
 
+Scan = Callable[[Callable[[tarfmt.TarMember], None], Callable[[str, str], None]], int]
 
-def _member_list(
-    archive: str, scan: Callable[[Callable[[tarfmt.TarMember], None]], int]
-) -> tuple[list[tarfmt.TarMember], int]:
+
+def _member_list(archive: str, scan: Scan) -> tuple[list[tarfmt.TarMember], dict[str, str]]:
+    """The members a header walk finds, and the entries it skipped (name -> reason)."""
     members: list[tarfmt.TarMember] = []
+    skipped: dict[str, str] = {}
     try:
-        length = scan(members.append)
+        scan(members.append, skipped.__setitem__)
     except EOFError:
         raise TruncatedArchiveError("tar stream ends inside a member", archive=archive) from None
     except zstandard.ZstdError as exc:
         raise CorruptArchiveError(f"zstd data: {exc}", archive=archive) from exc
-    return members, length
+    return members, skipped
 
 
 class _Members:
@@ -61,6 +64,7 @@ def _columns(members: list[tarfmt.TarMember]) -> MemberIndex:
         [m.size for m in members],
         [m.mtime for m in members],
         [None] * len(members),
+        {i: m.refused for i, m in enumerate(members) if m.refused},
     )
 
 
@@ -69,9 +73,11 @@ class _TarBase(Archive):
         super().__init__(source, **limits)
         self._members = _Members(_columns([]))
         self._crcs: list[int | None] = []
+        self._refused: dict[int, str] = {}
+        self._skipped: dict[str, str] = {}
 
-    def _set_members(self, index: MemberIndex) -> None:
-        self._use(TarRows.build(index))
+    def _set_members(self, index: MemberIndex, skipped: dict[str, str] | None = None) -> None:
+        self._use(TarRows.build(index, skipped=skipped))
 
     def _use(self, rows: TarRows) -> None:
         """Serve the members of ``rows`` (parsed here, or carried over by pickling)."""
@@ -79,6 +85,19 @@ class _TarBase(Archive):
         self._members = _Members(rows.index)
         self._crcs = rows.index.crcs
         self._names, self._ids = rows.names, rows.ids
+        self._dups, self._skipped = rows.dups, rows.skipped
+        self._refused = rows.index.refused
+
+    def skipped(self) -> dict[str, str]:
+        """Entries that are not files (links, devices), name -> reason; never read."""
+        return dict(self._skipped)
+
+    def _refuse(self, ids: list[int]) -> None:
+        """Raise for the first member of ``ids`` whose reading is refused (a sparse file)."""
+        for i in ids:
+            why = self._refused.get(i)
+            if why is not None:
+                raise UnsupportedArchiveError(why, archive=self.name, member=self._row_name(i))
 
     def __reduce__(self) -> tuple[Any, ...]:
         # the member index travels along: the receiving process reads no index bytes
@@ -141,12 +160,15 @@ class TarArchive(_TarBase):
             self._use(rows)
             return
         scanner = PreadScanner(source)
-        members, _ = _member_list(
-            source.name, lambda cb: tarfmt.scan(scanner.read, scanner.skip, source.name, cb)
+        members, skipped = _member_list(
+            source.name,
+            lambda cb, sk: tarfmt.scan(scanner.read, scanner.skip, source.name, cb, sk),
         )
-        self._set_members(_columns(members))
+        self._set_members(_columns(members), skipped)
 
     def _read_ids(self, ids: list[int]) -> list[bytes]:
+        if self._refused:
+            self._refuse(ids)
         for i in ids:
             m = self._members[i]
             self.check_limits(m.name, m.size, m.size)

@@ -1,0 +1,144 @@
+"""Tar and tar.zst as other writers make them: each class built here, read by both engines.
+
+Compared with :mod:`tarfile` (and ``pyzstd``) where they are right; where a peer reads a
+header Go rejects, ours refuses with a typed error naming the archive.
+"""
+
+from __future__ import annotations
+
+import io
+import struct
+import tarfile
+
+import pytest
+import zstandard
+from helpers import tar_cases as tc
+
+from cdml_edge.archive import (
+    CorruptArchiveError,
+    UnsupportedArchiveError,
+    open_archive,
+    pack,
+)
+
+pytestmark = pytest.mark.usefixtures("engine")
+
+
+def _tarfile_members(data: bytes) -> dict[str, bytes]:
+    with tarfile.open(fileobj=io.BytesIO(data)) as tf:
+        return {m.name: tf.extractfile(m).read() for m in tf if m.isfile()}  # type: ignore[union-attr]
+
+
+def test_gnu_incremental_times_are_not_a_name_prefix() -> None:
+    data = tc.gnu_incremental()
+    with open_archive(data) as arc:
+        assert arc.names() == ["file.txt"]  # GNU tar and Go: the GNU header has no prefix
+        assert arc.read("file.txt") == b"hello\n"
+
+
+@pytest.mark.parametrize("extension_blocks", [False, True])
+def test_old_gnu_sparse_is_listed_and_refused_by_name(extension_blocks: bool) -> None:
+    data = tc.old_gnu_sparse(extension_blocks)
+    peer = _tarfile_members(data)
+    assert peer["sparse.bin"] == tc.sparse_content(tc.old_gnu_sparse_runs(extension_blocks))
+    with open_archive(data) as arc:
+        assert arc.names() == ["sparse.bin", "after.txt"]
+        assert arc.info("sparse.bin").size == tc.SPARSE_SIZE
+        assert arc.read("after.txt") == peer["after.txt"]
+        with pytest.raises(UnsupportedArchiveError, match="sparse") as err:
+            arc.read("sparse.bin")
+        assert err.value.member == "sparse.bin"
+        assert arc.verify() == ["sparse.bin"]
+
+
+@pytest.mark.parametrize("form", ["0.0", "0.1", "1.0"])
+def test_pax_sparse_is_listed_under_its_name_and_refused(form: str) -> None:
+    data = tc.pax_sparse(form)
+    peer = _tarfile_members(data)
+    assert peer["sparse.bin"] == tc.sparse_content()
+    with open_archive(data) as arc:
+        assert arc.names() == ["sparse.bin", "after.txt"]  # never GNUSparseFile.0/...
+        assert arc.info("sparse.bin").size == tc.SPARSE_SIZE
+        with pytest.raises(UnsupportedArchiveError, match=f"pax {form}"):
+            arc.read_many(["after.txt", "sparse.bin"])
+        assert arc.read("after.txt") == peer["after.txt"]
+
+
+def test_links_and_devices_are_named_as_skipped() -> None:
+    with open_archive(tc.links_and_devices()) as arc:
+        assert arc.names() == ["data/a.txt"]
+        skipped = arc.skipped()
+        assert set(skipped) == {"data/link", "data/hard", "dev/null", "dev/fifo"}
+        assert skipped["data/link"] == "symbolic link to 'a.txt'"
+        assert skipped["data/hard"] == "hard link to 'data/a.txt'"
+        assert skipped["dev/null"] == "character device"
+        assert skipped["dev/fifo"] == "FIFO"
+
+
+def test_duplicate_tar_names_are_reported() -> None:
+    data = tc.duplicate_names()
+    with open_archive(data) as arc:
+        assert arc.duplicates() == ["a.txt"]
+        assert arc.names() == ["b.txt", "a.txt"]
+        assert arc.read("a.txt") == _tarfile_members(data)["a.txt"] == b"last\n"
+
+
+@pytest.mark.parametrize("case", sorted(tc.BAD_PAX))
+def test_pax_records_go_rejects_are_refused(case: str) -> None:
+    with pytest.raises(CorruptArchiveError, match="pax record") as err:
+        open_archive(tc.bad_pax(case))
+    assert err.value.archive == "<memory>"
+
+
+def test_dangling_long_name_is_corrupt() -> None:
+    with pytest.raises(CorruptArchiveError, match="not followed by a member"):
+        open_archive(tc.dangling_long_name())
+
+
+@pytest.mark.parametrize("edit", ["extra", "empty", ""])
+def test_seek_table_checked_against_the_frames(edit: str) -> None:
+    stream, members = tc.member_stream()
+    data = tc.seekable_tar_zst(stream, edit=edit)
+    # what `zstd -dc | tar` reads
+    plain = zstandard.ZstdDecompressor().stream_reader(io.BytesIO(data), read_across_frames=True)
+    assert _tarfile_members(plain.read()) == members
+    with open_archive(data) as arc:
+        assert arc.format == "tar.zst" and arc.seekable
+        assert arc.names() == list(members)
+        assert arc.read_many(list(members)) == list(members.values())
+        assert [arc.read(n) for n in reversed(members)] == list(members.values())[::-1]
+        assert (arc.seek_table_problem is not None) == (edit != "")
+
+
+def test_pyzstd_refuses_the_extra_entry_too() -> None:
+    pyzstd = pytest.importorskip("pyzstd")
+    stream, _ = tc.member_stream()
+    with pytest.raises(pyzstd.SeekableFormatError):
+        pyzstd.SeekableZstdFile(io.BytesIO(tc.seekable_tar_zst(stream, edit="extra")))
+
+
+def _insert_seek_entry(data: bytes, entry: tuple[int, int]) -> bytes:
+    count, desc, _ = struct.unpack_from("<LBL", data, len(data) - 9)
+    assert desc == 0
+    start = len(data) - 9 - 8 * count - 8
+    entries = [struct.unpack_from("<LL", data, start + 8 + 8 * k) for k in range(count)]
+    entries.insert(1, entry)
+    return data[:start] + tc.seek_table(entries)
+
+
+def test_our_index_with_a_forged_seek_table_entry_is_refused() -> None:
+    items = [(f"f{k}.txt", bytes([k]) * 20_000) for k in range(4)]
+    data = pack(items, format="tar.zst")
+    with pytest.raises(CorruptArchiveError, match="0 compressed bytes"):
+        open_archive(_insert_seek_entry(data, (0, 1000)))
+    with pytest.raises(CorruptArchiveError, match="seek table"):
+        open_archive(_insert_seek_entry(data, (40, 1000)))
+
+
+def test_zstd_stream_of_nothing_is_corrupt_but_an_empty_tar_is_not() -> None:
+    with pytest.raises(CorruptArchiveError, match="empty tar stream"):
+        open_archive(zstandard.ZstdCompressor().compress(b""))
+    empty_tar = io.BytesIO()
+    tarfile.open(fileobj=empty_tar, mode="w").close()
+    with open_archive(zstandard.ZstdCompressor().compress(empty_tar.getvalue())) as arc:
+        assert arc.names() == []
