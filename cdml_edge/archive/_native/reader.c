@@ -166,7 +166,9 @@ int cz_parse(const uint8_t *cd, size_t len, int64_t delta, cz_index **out, char 
             }
             i += 4 + (size_t)n;
         }
-        if (need64 && got64 != 1) {
+        /* 2^32-1 bytes and no ZIP64 extra at all: that size itself (Go, zipfile) */
+        int plain_max = got64 == 0 && e->csize != 0xFFFFFFFFu && e->offset != 0xFFFFFFFFu;
+        if (need64 && got64 != 1 && !plain_max) {
             cz_free(idx);
             return fail(err, errlen, 1, "ZIP64 extra field is missing or short", count);
         }
@@ -385,6 +387,21 @@ static int decode(cz_codecs *c, const cz_entry *e, const uint8_t *buf, uint64_t 
         *need = start + e->csize;
         return CZ_TRUNCATED;
     }
+    if (e->flags & 8) {
+        /* the data descriptor after the data: [signature] CRC-32, sizes (12 bytes read, as
+         * Go does); its CRC-32 must be the central directory's */
+        uint64_t dd = start + e->csize;
+        if (dd > UINT64_MAX - 12 || dd + 12 > avail) {
+            *need = dd + 12;
+            return CZ_TRUNCATED;
+        }
+        const uint8_t *q = buf + dd;
+        uint32_t dcrc = rd32(q) == 0x08074b50u ? rd32(q + 4) : rd32(q);
+        if (dcrc != e->crc) {
+            *aux = dcrc;
+            return CZ_DESCRIPTOR;
+        }
+    }
     const uint8_t *src = buf + start;
     int st;
     switch (e->method) {
@@ -442,7 +459,7 @@ static int stored_direct(const cz_entry *e, int fd, uint64_t file_size, uint8_t 
                          int32_t *status, uint64_t *aux) {
     uint8_t head[4096]; /* local headers longer than this take the generic path */
     uint64_t hlen = 30u + (uint64_t)e->hdr_extra;
-    if (e->method != 0 || e->csize != e->usize || (e->flags & 1) || hlen > sizeof(head) ||
+    if (e->method != 0 || e->csize != e->usize || (e->flags & 9) || hlen > sizeof(head) ||
         e->offset >= file_size || file_size - e->offset < hlen ||
         file_size - e->offset - hlen < e->usize || e->usize > SSIZE_MAX - hlen)
         return 0;

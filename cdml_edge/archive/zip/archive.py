@@ -15,7 +15,12 @@ from cdml_edge.archive.names import normalize_member_names
 from cdml_edge.archive.native import module as native_module
 from cdml_edge.archive.source import ByteSource
 from cdml_edge.archive.zip import codecs
-from cdml_edge.archive.zip.format import FLAG_ENCRYPTED, Entry, read_central_directory
+from cdml_edge.archive.zip.format import (
+    FLAG_ENCRYPTED,
+    Entry,
+    check_count,
+    read_central_directory,
+)
 from cdml_edge.archive.zip.read import check_overlap, parse_central_directory, read_python
 from cdml_edge.archive.zip.rows import ZipRows
 
@@ -96,7 +101,7 @@ class ZipArchive(Archive):
         """Refuse an encrypted, unsupported, inconsistent or oversized member before reading."""
         if e[6] & FLAG_ENCRYPTED:
             raise UnsupportedArchiveError("encrypted member", archive=self.name, member=e[0])
-        if e[5] not in codecs.METHOD_NAMES or e[5] == codecs.LZMA:
+        if e[5] not in codecs.METHOD_NAMES:
             raise UnsupportedArchiveError(
                 f"compression {codecs.method_name(e[5])} is not supported",
                 archive=self.name,
@@ -145,6 +150,7 @@ def _parse(source: ByteSource, tail: tuple[int, bytes] | None, native: Any) -> Z
         index, dirs = None, None
         entries = parse_central_directory(cd, source.name)
         names = [e[0] for e in entries]
+    check_count(len(names), cd.count, source.name)
     if (normal := normalize_member_names(names)) is not names:  # ./a, a//b -> a, a/b
         names = normal
         entries = [(n, *e[1:]) for n, e in zip(names, entries, strict=False)]

@@ -32,7 +32,7 @@ from cdml_edge.archive.zip.format import (
     decode_name,
     dos_to_epoch,
 )
-from cdml_edge.archive.zip.read import read_python
+from cdml_edge.archive.zip.read import descriptor_message, read_python
 
 _from_buffer = ffi.from_buffer
 
@@ -267,6 +267,8 @@ class ZipIndex:
             cls, msg = _MESSAGES.get(st, (CorruptArchiveError, f"status {st}"))
             if st == 5:
                 msg = f"CRC-32 mismatch: stored {ents[i].crc:08x}, data {int(aux[k]):08x}"
+            if st == 10:
+                msg = descriptor_message(int(aux[k]), ents[i].crc)
             if st == 3:
                 msg = f"{codecs.method_name(ents[i].method)} data is corrupt"
             raise cls(msg, archive=owner.name, member=names[i])

@@ -19,7 +19,9 @@ from cdml_edge.archive.zip import codecs
 from cdml_edge.archive.zip.format import (
     CDH,
     CDH_SIG,
+    DD_SIG,
     EXTRA_ZIP64,
+    FLAG_DESCRIPTOR,
     LFH_SIG,
     LOCAL_SLACK,
     U32,
@@ -57,8 +59,10 @@ def parse_central_directory(cd: CentralDirectory, archive: str) -> list[Entry]:
             )
         raw = data[p : p + nlen]
         extra = data[p + nlen : p + nlen + elen]
-        if U32 in (usize, csize, offset):
-            z64 = extra_field(extra, EXTRA_ZIP64) or b""
+        z64 = extra_field(extra, EXTRA_ZIP64) if U32 in (usize, csize, offset) else None
+        if z64 is None and U32 in (csize, offset):
+            z64 = b""  # a 32-bit field that needs its ZIP64 value: refused below
+        if z64 is not None:  # (2^32-1 bytes and no ZIP64 extra: that size, as Go and zipfile)
             j = 0
             try:
                 if usize == U32:
@@ -87,21 +91,55 @@ def read_length(e: Entry, size: int) -> int:
 
 
 def member_data(
-    buf: bytes, offset: int, csize: int, source: ByteSource, archive: str, member: str
+    buf: bytes,
+    offset: int,
+    csize: int,
+    source: ByteSource,
+    archive: str,
+    member: str,
+    crc: int | None = None,
 ) -> memoryview:
-    """The compressed data of one member, given the bytes read from its local header on."""
+    """The compressed data of one member, given the bytes read from its local header on.
+
+    ``crc``: the central directory's CRC-32 of a member with a data descriptor, which
+    must carry the same one (:func:`check_descriptor`).
+    """
     if len(buf) < 30:
         raise TruncatedArchiveError("local header cut short", archive=archive, member=member)
     if buf[:4] != LFH_SIG:
         raise CorruptArchiveError("bad local header signature", archive=archive, member=member)
     nlen, elen = struct.unpack_from("<2H", buf, 26)
     start = 30 + nlen + elen
-    if start + csize > len(buf):
-        more = source.pread(offset + len(buf), start + csize - len(buf))
+    need = start + csize + (DESCRIPTOR_BYTES if crc is not None else 0)
+    if need > len(buf):
+        more = source.pread(offset + len(buf), need - len(buf))
         buf = buf + more
-        if start + csize > len(buf):
+        if need > len(buf):
             raise TruncatedArchiveError("member data cut short", archive=archive, member=member)
+    if crc is not None:
+        check_descriptor(buf, start + csize, crc, archive, member)
     return memoryview(buf)[start : start + csize]
+
+
+#: bytes of a data descriptor read after a member's data (Go reads as many)
+DESCRIPTOR_BYTES = 12
+
+
+def check_descriptor(buf: bytes, at: int, crc: int, archive: str, member: str) -> None:
+    """Refuse a data descriptor (at ``at`` in ``buf``) whose CRC-32 is not ``crc``.
+
+    zipfile ignores the descriptor, Go refuses the member: a check that can fail is kept.
+    The optional signature (``DD_SIG``) before the CRC-32 is skipped.
+    """
+    skip = 4 if buf[at : at + 4] == DD_SIG else 0
+    (got,) = struct.unpack_from("<L", buf, at + skip)
+    if got != crc:
+        raise CorruptArchiveError(descriptor_message(got, crc), archive=archive, member=member)
+
+
+def descriptor_message(got: int, crc: int) -> str:
+    """The reason given for a data descriptor that disagrees with the central directory."""
+    return f"data descriptor CRC-32 {got:08x} is not the central directory's {crc:08x}"
 
 
 def check_overlap(spans: Sequence[tuple[int, int]], names: Sequence[str], archive: str) -> None:
@@ -134,7 +172,8 @@ def read_python(source: ByteSource, entries: Sequence[Entry], archive: str) -> l
     out: list[bytes] = [b""] * len(entries)
     for k, buf in zip(order, bufs, strict=False):
         e = entries[k]
-        data = member_data(buf, e[1], e[2], source, archive, e[0])
+        dd = e[4] if e[6] & FLAG_DESCRIPTOR else None
+        data = member_data(buf, e[1], e[2], source, archive, e[0], dd)
         blob = codecs.decompress(e[5], data, e[3], archive=archive, member=e[0])
         codecs.check_crc(blob, e[4], archive=archive, member=e[0])
         out[k] = blob
