@@ -81,6 +81,14 @@ int cz_have_zstd(void) {
 #endif
 }
 
+int cz_zstd_bundled(void) {
+#if defined(CZ_ZSTD_BUNDLED)
+    return 1;
+#else
+    return 0;
+#endif
+}
+
 unsigned cz_zstd_version(void) {
 #if defined(CZ_HAVE_ZSTD)
     return ZSTD_versionNumber();

@@ -48,6 +48,7 @@ typedef struct {
 
 int cz_have_zstd(void);
 unsigned cz_zstd_version(void); /* ZSTD_versionNumber() of the libzstd linked, 0 without */
+int cz_zstd_bundled(void);      /* 1: libzstd compiled from the bundled sources */
 int cz_inflate_backend(void); /* 1: libdeflate, 0: zlib */
 int cz_parse(const uint8_t *cd, size_t len, int64_t delta, cz_index **out,
              char *err, size_t errlen);

@@ -67,6 +67,11 @@ def zstd_version() -> str:
     return f"{v // 10000}.{v // 100 % 100}.{v % 100}" if v else ""
 
 
+def zstd_bundled() -> bool:
+    """Whether that libzstd was compiled from the bundled sources (not the system's)."""
+    return bool(lib.cz_zstd_bundled())
+
+
 def inflate_backend() -> str:
     """``"libdeflate"`` when the system library was loaded at run time, else ``"zlib"``."""
     return "libdeflate" if lib.cz_inflate_backend() else "zlib"
