@@ -142,3 +142,23 @@ def test_zstd_stream_of_nothing_is_corrupt_but_an_empty_tar_is_not() -> None:
     tarfile.open(fileobj=empty_tar, mode="w").close()
     with open_archive(zstandard.ZstdCompressor().compress(empty_tar.getvalue())) as arc:
         assert arc.names() == []
+
+
+def test_our_index_checksums_catch_frames_swapped_with_their_entries() -> None:
+    """A seek table consistent with its frames but pointing members at other bytes."""
+    items = [(f"f{k}.bin", bytes([65 + k]) * 12_000) for k in range(3)]
+    data = pack(items, format="tar.zst")
+    count, _, _ = struct.unpack_from("<LBL", data, len(data) - 9)
+    start = len(data) - 9 - 8 * count - 8
+    entries = [struct.unpack_from("<LL", data, start + 8 + 8 * k) for k in range(count)]
+    assert entries[0][1] == entries[1][1]  # one member per frame, the same sizes
+    offs = [sum(c for c, _ in entries[:k]) for k in range(count)]
+    frames = [data[offs[k] : offs[k] + entries[k][0]] for k in range(2)]
+    body = frames[1] + frames[0] + data[offs[2] : start]
+    swapped = body + tc.seek_table([entries[1], entries[0], *entries[2:]])
+    with open_archive(swapped) as arc:
+        assert arc.read("f2.bin") == items[2][1]
+        with pytest.raises(CorruptArchiveError, match="CRC-32 mismatch") as err:
+            arc.read("f0.bin")
+        assert err.value.member == "f0.bin"
+        assert sorted(arc.verify()) == ["f0.bin", "f1.bin"]
