@@ -37,7 +37,7 @@ def test_gnu_incremental_times_are_not_a_name_prefix() -> None:
 
 
 @pytest.mark.parametrize("extension_blocks", [False, True])
-def test_old_gnu_sparse_is_listed_and_refused_by_name(extension_blocks: bool) -> None:
+def test_old_gnu_sparse_is_expanded(extension_blocks: bool) -> None:
     data = tc.old_gnu_sparse(extension_blocks)
     peer = _tarfile_members(data)
     assert peer["sparse.bin"] == tc.sparse_content(tc.old_gnu_sparse_runs(extension_blocks))
@@ -45,23 +45,56 @@ def test_old_gnu_sparse_is_listed_and_refused_by_name(extension_blocks: bool) ->
         assert arc.names() == ["sparse.bin", "after.txt"]
         assert arc.info("sparse.bin").size == tc.SPARSE_SIZE
         assert arc.read("after.txt") == peer["after.txt"]
-        with pytest.raises(UnsupportedArchiveError, match="sparse") as err:
-            arc.read("sparse.bin")
-        assert err.value.member == "sparse.bin"
-        assert arc.verify() == ["sparse.bin"]
+        assert arc.read("sparse.bin") == peer["sparse.bin"]
+        assert arc.read_many(["after.txt", "sparse.bin"]) == [peer["after.txt"], peer["sparse.bin"]]
+        assert dict(arc) == peer and arc.verify() == []
 
 
 @pytest.mark.parametrize("form", ["0.0", "0.1", "1.0"])
-def test_pax_sparse_is_listed_under_its_name_and_refused(form: str) -> None:
+def test_pax_sparse_is_expanded_under_its_name(form: str) -> None:
     data = tc.pax_sparse(form)
     peer = _tarfile_members(data)
     assert peer["sparse.bin"] == tc.sparse_content()
     with open_archive(data) as arc:
         assert arc.names() == ["sparse.bin", "after.txt"]  # never GNUSparseFile.0/...
         assert arc.info("sparse.bin").size == tc.SPARSE_SIZE
-        with pytest.raises(UnsupportedArchiveError, match=f"pax {form}"):
+        assert arc.read_many(["after.txt", "sparse.bin"]) == [peer["after.txt"], peer["sparse.bin"]]
+        assert arc.read("sparse.bin") == tc.sparse_content()
+
+
+@pytest.mark.parametrize("form", ["0.1", "1.0"])
+def test_sparse_tar_zst_is_expanded(form: str) -> None:
+    data = zstandard.ZstdCompressor().compress(tc.pax_sparse(form))
+    with open_archive(data) as arc:
+        assert arc.format == "tar.zst"
+        assert arc.read("sparse.bin") == tc.sparse_content()
+        assert arc.read("after.txt") == tc.AFTER[1]
+    frames = tc.seekable_tar_zst(tc.pax_sparse(form), frame=1024)
+    with open_archive(frames) as arc:
+        assert arc.seekable and arc.read("sparse.bin") == tc.sparse_content()
+
+
+def test_sparse_of_an_unknown_format_is_refused_by_name() -> None:
+    with open_archive(tc.pax_sparse("2.0")) as arc:
+        assert arc.names() == ["sparse.bin", "after.txt"]
+        with pytest.raises(UnsupportedArchiveError, match="format pax 2.0") as err:
             arc.read_many(["after.txt", "sparse.bin"])
-        assert arc.read("after.txt") == peer["after.txt"]
+        assert err.value.member == "sparse.bin"
+        assert arc.read("after.txt") == tc.AFTER[1]
+
+
+def test_sparse_map_that_does_not_add_up_is_corrupt() -> None:
+    with pytest.raises(CorruptArchiveError, match="do not add up"):
+        open_archive(tc.old_gnu_sparse(False, stored_extra=10))
+
+
+def test_sparse_member_held_to_the_limits() -> None:
+    from cdml_edge.archive import MemberTooLargeError
+
+    with open_archive(tc.pax_sparse("1.0"), max_member_bytes=10_000) as arc:
+        assert arc.read("after.txt") == tc.AFTER[1]
+        with pytest.raises(MemberTooLargeError):
+            arc.read("sparse.bin")  # 1,312 bytes stored, 65,536 served
 
 
 def test_links_and_devices_are_named_as_skipped() -> None:

@@ -86,12 +86,15 @@ def _old_gnu_map(runs: list[tuple[int, bytes]]) -> bytes:
     return b"".join(_octal(off, 12) + _octal(len(d), 12) for off, d in runs)
 
 
-def old_gnu_sparse(extension_blocks: bool) -> bytes:
-    """A type ``S`` member, with its map spilling into an extension block when asked."""
+def old_gnu_sparse(extension_blocks: bool, stored_extra: int = 0) -> bytes:
+    """A type ``S`` member, with its map spilling into an extension block when asked.
+
+    ``stored_extra``: bytes of data beyond what the map accounts for (a bad map).
+    """
     runs = list(SPARSE_RUNS)
     if extension_blocks:  # six runs: four in the header, two in one extension block
         runs = [(k * 8192, bytes([65 + k]) * 300) for k in range(6)]
-    stored = b"".join(d for _, d in runs)
+    stored = b"".join(d for _, d in runs) + b"x" * stored_extra
     head, rest = runs[:4], runs[4:]
     fields = {386: _old_gnu_map(head), 483: _octal(SPARSE_SIZE, 12)}
     if rest:
@@ -111,13 +114,16 @@ def old_gnu_sparse_runs(extension_blocks: bool) -> tuple[tuple[int, bytes], ...]
 
 
 def pax_sparse(form: str) -> bytes:
-    """A sparse member in pax form ``form`` (``"0.0"``, ``"0.1"``, ``"1.0"``)."""
+    """A sparse member in pax form ``form``: ``"0.0"``, ``"0.1"``, ``"1.0"``.
+
+    ``"2.0"``: a version no reader knows, laid out as 1.0.
+    """
     stored = b"".join(d for _, d in SPARSE_RUNS)
     size = str(SPARSE_SIZE).encode()
-    if form == "1.0":
+    if form in ("1.0", "2.0"):
         nums = [str(len(SPARSE_RUNS))] + [f"{o}\n{len(d)}" for o, d in SPARSE_RUNS]
         stored = pad(("\n".join(nums) + "\n").encode()) + stored
-        recs = [(b"GNU.sparse.major", b"1"), (b"GNU.sparse.minor", b"0")]
+        recs = [(b"GNU.sparse.major", form[0].encode()), (b"GNU.sparse.minor", b"0")]
         recs += [(b"GNU.sparse.name", b"sparse.bin"), (b"GNU.sparse.realsize", size)]
         name = b"GNUSparseFile.0/sparse.bin"
     elif form == "0.1":

@@ -24,6 +24,7 @@ class TarMember:
     size: int
     mtime: float
     refused: str = ""  # why reading it is refused (a sparse file); "" when it reads
+    sparse: sparse.SparseMap | None = None  # a sparse file: ``size`` bytes stored, expanded
 
 
 def _number(field: bytes, what: str, archive: str) -> int:
@@ -90,7 +91,8 @@ def scan(
     ``n`` bytes. A missing end-of-archive marker is accepted when the stream ends cleanly
     on a header boundary; an empty stream, or one that ends after a long-name or pax
     record, is corrupt. Links, devices and other entries that are not files are passed to
-    ``on_skip(name, reason)``; sparse files are members whose ``refused`` says why.
+    ``on_skip(name, reason)``. A sparse file is a member with its map (``sparse``): ``size``
+    bytes stored from ``data_offset``, expanded when read.
     """
     pos = 0
     meta = _Meta()
@@ -112,32 +114,52 @@ def scan(
             continue
         size = meta.size(size, archive)
         if kind in REGULAR or kind == sparse.OLD_GNU:
-            member, taken = _member(block, read, header_offset, size, meta, archive)
-            pos += taken
+            member, before, within = _member(block, read, header_offset, size, meta, archive)
+            pos += before
             on_member(member)
-        elif on_skip is not None and kind not in DIR_KINDS:
-            on_skip(meta.name(block), _skip_reason(kind, block, meta))
+        else:
+            within = 0
+            if on_skip is not None and kind not in DIR_KINDS:
+                on_skip(meta.name(block), _skip_reason(kind, block, meta))
         if size:
-            skip(padded(size))
+            skip(padded(size) - within)
             pos += padded(size)
         meta = _Meta()
 
 
 def _member(
     block: bytes, read: Callable[[int], bytes], at: int, size: int, meta: _Meta, archive: str
-) -> tuple[TarMember, int]:
-    """The member of the file header ``block``, and the extension blocks it took."""
+) -> tuple[TarMember, int, int]:
+    """The member of the file header ``block`` at ``at``.
+
+    Returns it, the bytes read after the header that are not data (old GNU extension
+    blocks) and those read from the data (a pax 1.0 sparse map).
+    """
     name, mtime = meta.name(block), meta.mtime(block, archive)
     start = at + BLOCK
     if block[156:157] == sparse.OLD_GNU:
-        real, taken = sparse.old_gnu_extensions(block, read, at, archive)
-        why = sparse.refusal("old GNU")
-        return TarMember(name, at, start + taken, real or size, mtime, why), taken
+        real, runs, before = sparse.old_gnu(block, read, at, archive)
+        smap = sparse.checked(real, runs, size, at, archive)
+        return TarMember(name, at, start + before, size, mtime, sparse=smap), before, 0
     form = sparse.pax_form(meta.pax)
     if form is None:
-        return TarMember(name, at, start, size, mtime), 0
+        return TarMember(name, at, start, size, mtime), 0, 0
     real = sparse.pax_real_size(meta.pax, size)
-    return TarMember(name, at, start, real, mtime, sparse.refusal(f"pax {form}")), 0
+    if form in ("0.0", "0.1"):
+        numbers = sparse.pax_runs(form, meta.pax, meta.records)
+        smap = sparse.checked(real, numbers, size, at, archive)
+        return TarMember(name, at, start, size, mtime, sparse=smap), 0, 0
+    if form == "1.0":
+        numbers, within = sparse.pax1_map(read, at, archive)
+        if within > padded(size):
+            raise CorruptArchiveError(
+                f"tar sparse header at {at}: the map runs past the member", archive=archive
+            )
+        stored = max(size - within, 0)
+        smap = sparse.checked(real, numbers, stored, at, archive)
+        return TarMember(name, at, start + within, stored, mtime, sparse=smap), 0, within
+    why = sparse.refusal(f"pax {form}")
+    return TarMember(name, at, start, real, mtime, refused=why), 0, 0
 
 
 def _skip_reason(kind: bytes, block: bytes, meta: _Meta) -> str:
@@ -180,6 +202,7 @@ class _Meta:
     longname: str | None = None
     longlink: str | None = None
     pax: dict[str, str] = field(default_factory=dict)
+    records: list[tuple[str, str]] = field(default_factory=list)  # pax, in order (0.0 maps)
     at: int | None = None  # offset of the first meta record (None: there was none)
 
     def size(self, size: int, archive: str) -> int:
@@ -234,7 +257,9 @@ def _read_meta(
     elif kind == b"K":
         meta.longlink = text
     elif kind == b"x":
-        meta.pax.update(parse_pax(data[:size], archive, at))
+        records = parse_pax(data[:size], archive, at)
+        meta.pax.update(records)
+        meta.records += records
     else:  # a global pax header: checked, its keys not applied
         parse_pax(data[:size], archive, at)
         return padded(size)

@@ -22,6 +22,7 @@ from cdml_edge.archive.source import ByteSource
 from cdml_edge.archive.tar import format as tarfmt
 from cdml_edge.archive.tar.rows import TarRows
 from cdml_edge.archive.tar.seekable import MemberIndex
+from cdml_edge.archive.tar.sparse import SparseMap
 from cdml_edge.archive.tar.stream import PreadScanner
 
 Scan = Callable[[Callable[[tarfmt.TarMember], None], Callable[[str, str], None]], int]
@@ -65,6 +66,7 @@ def _columns(members: list[tarfmt.TarMember]) -> MemberIndex:
         [m.mtime for m in members],
         [None] * len(members),
         {i: m.refused for i, m in enumerate(members) if m.refused},
+        {i: m.sparse for i, m in enumerate(members) if m.sparse is not None},
     )
 
 
@@ -74,6 +76,7 @@ class _TarBase(Archive):
         self._members = _Members(_columns([]))
         self._crcs: list[int | None] = []
         self._refused: dict[int, str] = {}
+        self._sparse: dict[int, SparseMap] = {}
         self._skipped: dict[str, str] = {}
 
     def _set_members(self, index: MemberIndex, skipped: dict[str, str] | None = None) -> None:
@@ -86,7 +89,7 @@ class _TarBase(Archive):
         self._crcs = rows.index.crcs
         self._names, self._ids = rows.names, rows.ids
         self._dups, self._skipped = rows.dups, rows.skipped
-        self._refused = rows.index.refused
+        self._refused, self._sparse = rows.index.refused, rows.index.sparse
 
     def skipped(self) -> dict[str, str]:
         """Entries that are not files (links, devices), name -> reason; never read."""
@@ -110,7 +113,28 @@ class _TarBase(Archive):
         return self._members[i].name
 
     def _declared_size(self, i: int) -> int:
-        return self._members[i].size
+        smap = self._sparse.get(i) if self._sparse else None
+        return self._members[i].size if smap is None else smap.real_size
+
+    def _read_ids(self, ids: list[int]) -> list[bytes]:
+        """Members ``ids``: refused ones raise, sparse ones come back expanded."""
+        if self._refused:
+            self._refuse(ids)
+        if not self._sparse:
+            return self._read_stored(ids)
+        for i in ids:
+            smap = self._sparse.get(i)
+            if smap is not None:
+                self.check_limits(self._row_name(i), smap.real_size, self._compressed_size(i))
+        got = self._read_stored(ids)
+        expand = self._sparse.get
+        return [
+            d if (m := expand(i)) is None else m.expand(d) for i, d in zip(ids, got, strict=True)
+        ]
+
+    def _read_stored(self, ids: list[int]) -> list[bytes]:
+        """The stored bytes of members ``ids`` (a sparse member's runs, not expanded)."""
+        raise NotImplementedError
 
     def _compressed_size(self, i: int) -> int:
         return self._members[i].size
@@ -122,7 +146,7 @@ class _TarBase(Archive):
         m = self._members[i]
         return MemberInfo(
             name=m.name,
-            size=m.size,
+            size=self._declared_size(i),
             compressed_size=self._compressed_size(i),
             method=self._method(),
             checksum=self._crcs[i],
@@ -166,9 +190,7 @@ class TarArchive(_TarBase):
         )
         self._set_members(_columns(members), skipped)
 
-    def _read_ids(self, ids: list[int]) -> list[bytes]:
-        if self._refused:
-            self._refuse(ids)
+    def _read_stored(self, ids: list[int]) -> list[bytes]:
         for i in ids:
             m = self._members[i]
             self.check_limits(m.name, m.size, m.size)

@@ -16,6 +16,7 @@ from typing import Any
 
 from cdml_edge.archive.names import has_dir_names, normalize_member_names
 from cdml_edge.archive.tar.seekable import FrameTable, MemberIndex
+from cdml_edge.archive.tar.sparse import SparseMap
 
 
 @dataclass
@@ -76,7 +77,9 @@ class TarRows:
         )
         f = self.frames
         frames = None if f is None else (array("Q", f.coff), array("Q", f.doff))
-        extra = (x.refused, self.skipped) if x.refused or self.skipped else None
+        extra = (
+            (x.refused, self.skipped, x.sparse) if x.refused or self.skipped or x.sparse else None
+        )
         return (_load, (names, len(x.names), cols, crcs, frames, self.data_end, extra))
 
 
@@ -87,7 +90,7 @@ def _load(
     crcs: Any,
     frames: tuple[array[Any], array[Any]] | None,
     data_end: int,
-    extra: tuple[dict[int, str], dict[str, str]] | None = None,
+    extra: tuple[dict[int, str], dict[str, str], dict[int, SparseMap]] | None = None,
 ) -> TarRows:
     if not isinstance(names, list):
         names = names.split("\x00") if count else []
@@ -96,7 +99,7 @@ def _load(
         crcs = [None] * count
     elif isinstance(crcs, array):
         crcs = crcs.tolist()
-    refused, skipped = extra if extra is not None else ({}, {})
-    index = MemberIndex(names, heads, datas, sizes, mtimes, crcs, refused)
+    refused, skipped, sparse = extra if extra is not None else ({}, {}, {})
+    index = MemberIndex(names, heads, datas, sizes, mtimes, crcs, refused, sparse)
     table = None if frames is None else FrameTable(frames[0].tolist(), frames[1].tolist())
     return TarRows.build(index, table, data_end, skipped)

@@ -29,6 +29,7 @@ import numpy as np
 from cdml_edge.archive.errors import CorruptArchiveError, TruncatedArchiveError
 from cdml_edge.archive.source import ByteSource
 from cdml_edge.archive.spec import TAIL_BYTES  # one tail read serves detection and opening
+from cdml_edge.archive.tar.sparse import SparseMap
 
 ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
 SEEK_TABLE_MAGIC = 0x184D2A5E
@@ -120,8 +121,10 @@ class MemberIndex:
     sizes: list[int]
     mtimes: list[float]
     crcs: list[int | None]
-    #: row -> why reading it is refused (a sparse file); our writer's index has none
+    #: row -> why reading it is refused (a sparse file of an unknown format), row -> the map
+    #: of a sparse file; our writer's index has neither
     refused: dict[int, str] = field(default_factory=dict)
+    sparse: dict[int, SparseMap] = field(default_factory=dict)
 
     def __len__(self) -> int:
         return len(self.names)

@@ -167,17 +167,15 @@ class ZstdTarArchive(_TarBase):
         """The bytes of one member; one in a single frame takes the shortest path."""
         self._check_open()
         i = self._id(name)
-        if self._refused:
-            self._refuse([i])
+        if self._refused or self._sparse:
+            return self._read_ids([i])[0]
         if self._frames is not None:
             one = self._read_one(i, self._frames)
             if one is not None:
                 return one
         return self._read_ids([i])[0]
 
-    def _read_ids(self, ids: list[int]) -> list[bytes]:
-        if self._refused:
-            self._refuse(ids)
+    def _read_stored(self, ids: list[int]) -> list[bytes]:
         sizes = self._members.index.sizes
         for i in ids:
             if sizes[i] > self.fast_limit:
