@@ -123,6 +123,17 @@ def test_pax_records_go_rejects_are_refused(case: str) -> None:
     assert err.value.archive == "<memory>"
 
 
+def test_global_pax_header_that_renames_members_is_refused() -> None:
+    renames = tc.pax(tc.pax_record(b"path", b"evil.txt"), b"g")
+    data = renames + tc.entry(b"a.txt", b"a") + tc.entry(b"b.txt", b"b") + tc.END
+    assert list(_tarfile_members(data)) == ["evil.txt"]  # tarfile and GNU tar rename both
+    with pytest.raises(CorruptArchiveError, match="global pax header sets 'path'"):
+        open_archive(data)  # Go and bsdtar list a.txt, b.txt: refused rather than either
+    comment = tc.pax(tc.pax_record(b"comment", b"0123abcd"), b"g")  # as `git archive` writes
+    with open_archive(comment + tc.entry(b"a.txt", b"a") + tc.END) as arc:
+        assert arc.names() == ["a.txt"]
+
+
 def test_dangling_long_name_is_corrupt() -> None:
     with pytest.raises(CorruptArchiveError, match="not followed by a member"):
         open_archive(tc.dangling_long_name())

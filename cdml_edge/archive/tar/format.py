@@ -261,11 +261,30 @@ def _read_meta(
         meta.pax.update(records)
         meta.records += records
     else:  # a global pax header: checked, its keys not applied
-        parse_pax(data[:size], archive, at)
+        _check_global(parse_pax(data[:size], archive, at), at, archive)
         return padded(size)
     if meta.at is None:
         meta.at = at
     return padded(size)
+
+
+#: keys of a global pax header that would change what the members after it are
+GLOBAL_REFUSED = ("path", "linkpath", "size")
+
+
+def _check_global(records: list[tuple[str, str]], at: int, archive: str) -> None:
+    """Refuse a global pax header that names or sizes the members after it.
+
+    GNU tar and tarfile apply it to every later member (all named alike), Go and bsdtar
+    do not: two tools would list two different archives.
+    """
+    for key, _ in records:
+        if key in GLOBAL_REFUSED or key.startswith("GNU.sparse."):
+            raise CorruptArchiveError(
+                f"tar header at {at}: a global pax header sets {key!r} "
+                "(tar readers disagree on whether it applies to every member)",
+                archive=archive,
+            )
 
 
 def build_header(name: str, size: int, mtime: float) -> bytes:
