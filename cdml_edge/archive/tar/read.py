@@ -96,7 +96,7 @@ class _TarBase(Archive):
         return dict(self._skipped)
 
     def _refuse(self, ids: list[int]) -> None:
-        """Raise for the first member of ``ids`` whose reading is refused (a sparse file)."""
+        """Raise for the first member of ``ids`` that is refused (a sparse file, unknown format)."""
         for i in ids:
             why = self._refused.get(i)
             if why is not None:
