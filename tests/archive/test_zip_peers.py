@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import io
 import zipfile
+from pathlib import Path
 
 import pytest
 from helpers import zip_cases as zc
+from helpers.archives import CountingSource
 
 from cdml_edge.archive import (
     ArchiveError,
@@ -19,6 +21,7 @@ from cdml_edge.archive import (
     TruncatedArchiveError,
     open_archive,
 )
+from cdml_edge.archive.source import FileSource
 
 pytestmark = pytest.mark.usefixtures("engine")
 
@@ -113,3 +116,25 @@ def test_largest_size_without_a_zip64_extra_opens() -> None:
         assert arc.info("big.bin").size == 2**32 - 1
         with pytest.raises(ArchiveError):
             arc.read("big.bin")  # declares 4 GiB, holds 1 byte
+
+
+@pytest.mark.parametrize("where", ["memory", "file", "remote"])
+def test_data_descriptor_checked_from_every_source(tmp_path: Path, where: str) -> None:
+    """Each way the C core reads (in memory, ``pread`` on a file, fetched buffers)."""
+    bad = zc.descriptor_crc_altered(signature=False)
+    path = tmp_path / "dd.zip"
+    path.write_bytes(bad)
+    source: object = {
+        "memory": bad,
+        "file": path,
+        "remote": CountingSource(FileSource(path)),
+    }[where]
+    with open_archive(source) as arc:  # type: ignore[arg-type]
+        assert arc.read_many(["ok.txt"]) == [b"fine\n"]
+        with pytest.raises(CorruptArchiveError, match="data descriptor CRC-32"):
+            arc.read("dd.txt")
+        with pytest.raises(CorruptArchiveError, match="data descriptor CRC-32"):
+            arc.read_many(["dd.txt", "ok.txt"])
+    missing = zc.entry_zip([(b"dd.txt", b"flagged, no descriptor\n", 8)], descriptor=b"")
+    with open_archive(missing) as arc, pytest.raises(CorruptArchiveError, match="descriptor"):
+        arc.read("dd.txt")  # what follows the data is the central directory (Go refuses too)
