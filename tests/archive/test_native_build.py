@@ -65,3 +65,46 @@ def test_bundled_build_needs_no_system_zstd(monkeypatch: pytest.MonkeyPatch, asm
     ).stdout
     assert f'"{NATIVE / "zstd" / "zstd.h"}"' in out  # the header the build compiles against
     assert '"/usr/include/zstd.h"' not in out
+
+
+HIDE = r"""
+set -e
+for h in /usr/include/zstd.h /usr/include/zstd_errors.h /usr/include/zdict.h; do
+  if [ -e "$h" ]; then mount --bind "$ERROR_H" "$h"; fi
+done
+for a in /usr/lib/*/libzstd.a; do if [ -e "$a" ]; then mount --bind /dev/null "$a"; fi; done
+"$PY" setup.py build_ext --build-lib "$OUT/lib" --build-temp "$OUT/temp" --force
+"""
+
+
+@pytest.mark.slow
+def test_core_builds_where_the_system_has_no_zstd_headers(tmp_path: Path) -> None:
+    """The build with the system's zstd headers made unusable (a private mount namespace).
+
+    What a board without ``libzstd-dev`` sees: the core still gets its zstd decoder.
+    """
+    import os
+    import sys
+
+    if os.geteuid() != 0 or shutil.which("unshare") is None:
+        pytest.skip("needs root and unshare for a private mount namespace")
+    error_h = tmp_path / "zstd.h"
+    error_h.write_text('#error "the system zstd.h was included"\n')
+    env = dict(os.environ, ERROR_H=str(error_h), OUT=str(tmp_path), PY=sys.executable)
+    env.pop("CDML_EDGE_ZSTD", None)
+    res = subprocess.run(
+        ["unshare", "--mount", "bash", "-c", HIDE],
+        cwd=NATIVE.parents[2],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=280,
+    )
+    if "mount" in res.stderr and "permission denied" in res.stderr.lower():
+        pytest.skip("mount namespaces are not allowed here")
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert "zstd decoder: libzstd from the bundled sources" in res.stderr
+    assert "native archive core not built" not in res.stderr, res.stderr[-2000:]
+    (so,) = (tmp_path / "lib" / "cdml_edge" / "archive" / "_native").glob("_reader*.so")
+    code = so.read_bytes()
+    assert b"ZSTD_decompressDCtx" in code and b"libzstd.so" not in code
