@@ -40,6 +40,8 @@ def _cases() -> dict[str, bytes]:
         "zip64-in-name": zc.zip64_locator_in_name(),
         "zip-base0": zc.base0_offsets(),
         "zip-max32": zc.max_size_without_zip64(),
+        "zip-local-name": zc.local_name_differs(),
+        "zip-local-name-longer": zc.local_name_differs(same_length=False),
     }
     for form in ("0.0", "0.1", "1.0", "2.0"):
         cases[f"pax-sparse-{form}"] = tc.pax_sparse(form)

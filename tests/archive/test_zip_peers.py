@@ -8,6 +8,7 @@ signature inside a name, 2^32-1 bytes without ZIP64) read here too.
 from __future__ import annotations
 
 import io
+import pickle
 import zipfile
 from pathlib import Path
 
@@ -138,3 +139,27 @@ def test_data_descriptor_checked_from_every_source(tmp_path: Path, where: str) -
     missing = zc.entry_zip([(b"dd.txt", b"flagged, no descriptor\n", 8)], descriptor=b"")
     with open_archive(missing) as arc, pytest.raises(CorruptArchiveError, match="descriptor"):
         arc.read("dd.txt")  # what follows the data is the central directory (Go refuses too)
+
+
+@pytest.mark.parametrize("same_length", [True, False])
+@pytest.mark.parametrize("where", ["memory", "file", "remote", "pickled"])
+def test_local_header_name_must_be_the_central_one(
+    tmp_path: Path, where: str, same_length: bool
+) -> None:
+    data = zc.local_name_differs(same_length)
+    with zipfile.ZipFile(io.BytesIO(data)) as zf, pytest.raises(zipfile.BadZipFile):
+        zf.read("b.txt")  # zipfile refuses it too; Go and unzip read the central name
+    path = tmp_path / "names.zip"
+    path.write_bytes(data)
+    source: object = {"memory": data, "remote": CountingSource(FileSource(path))}.get(where, path)
+    arc = open_archive(source)  # type: ignore[arg-type]
+    if where == "pickled":
+        arc = pickle.loads(pickle.dumps(arc))
+    with arc:
+        assert arc.names() == ["a.txt", "b.txt"] and arc.read("a.txt") == b"alpha\n"
+        with pytest.raises(CorruptArchiveError, match="local header") as err:
+            arc.read("b.txt")
+        assert err.value.member == "b.txt"
+        with pytest.raises(CorruptArchiveError, match="local header"):
+            arc.read_many(["a.txt", "b.txt"])
+        assert arc.verify() == ["b.txt"]

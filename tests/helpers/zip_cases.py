@@ -78,10 +78,12 @@ def entry_zip(
     cd_size_delta: int = 0,
     extra: bytes = b"",
     usize: int | None = None,
+    local_names: dict[bytes, bytes] | None = None,
 ) -> bytes:
     """Stored members ``(name, data, flags)``.
 
-    ``descriptor``: what follows the data of a member with flag 8 (``None``: a right one).
+    ``descriptor``: what follows the data of a member with flag 8 (``None``: a right one);
+    ``local_names``: central name -> the name its local header gives instead.
     """
     out = bytearray()
     central = bytearray()
@@ -90,11 +92,12 @@ def entry_zip(
         size = len(data) if usize is None else usize
         local_crc, local_size = (0, 0) if flags & 8 else (crc, len(data))
         off = len(out)
+        local = (local_names or {}).get(name, name)
         out += struct.pack(
             "<4s2B4HL2L2H", b"PK\x03\x04", 20, 0, flags, 0, 0, 0x5021,
-            local_crc, local_size, local_size if usize is None else size, len(name), 0,
+            local_crc, local_size, local_size if usize is None else size, len(local), 0,
         )  # fmt: skip
-        out += name + data
+        out += local + data
         if flags & 8:
             right = struct.pack("<4sLLL", b"PK\x07\x08", crc, len(data), len(data))
             out += right if descriptor is None else descriptor
@@ -148,3 +151,14 @@ def base0_offsets() -> bytes:
 def max_size_without_zip64() -> bytes:
     """A member declaring 2^32-1 bytes, with no ZIP64 extra (as 42.zip's innermost)."""
     return entry_zip([(b"big.bin", b"x", 0)], usize=0xFFFFFFFF)
+
+
+def local_name_differs(same_length: bool = True) -> bytes:
+    """``b.txt``'s local header names it ``x.exe`` (or a longer name).
+
+    A reader of local headers and a reader of the central directory list two archives.
+    """
+    other = b"x.exe" if same_length else b"payload/x.exe"
+    return entry_zip(
+        [(b"a.txt", b"alpha\n", 0), (b"b.txt", b"beta\n", 0)], local_names={b"b.txt": other}
+    )

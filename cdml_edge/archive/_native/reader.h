@@ -45,6 +45,7 @@ typedef struct {
 #define CZ_NO_MEMORY 8
 #define CZ_BAD_SPAN 9 /* a member's bytes are not all inside the frames given for it */
 #define CZ_DESCRIPTOR 10 /* the data descriptor's CRC-32 is not the central directory's */
+#define CZ_NAME_MISMATCH 11 /* the local header's name is not the central directory's */
 
 int cz_have_zstd(void);
 unsigned cz_zstd_version(void); /* ZSTD_versionNumber() of the libzstd linked, 0 without */

@@ -133,22 +133,24 @@ class ZipArchive(Archive):
     def _read_ids(self, ids: list[int]) -> list[bytes]:
         if self._native_index is not None:
             return self._native_index.read(self._source, ids, self._row_names, self)
-        entries = self._entries
+        entries, raws = self._entries, self._rows.raw_names
         for i in ids:
             self.check_entry(i, entries[i])
-        return read_python(self._source, [entries[i] for i in ids], self.name)
+        names = [raws[i] for i in ids] if raws else None
+        return read_python(self._source, [entries[i] for i in ids], self.name, names)
 
 
 def _parse(source: ByteSource, tail: tuple[int, bytes] | None, native: Any) -> ZipRows:
     """Read and parse the central directory (in C when ``native`` is given)."""
     cd = read_central_directory(source, tail)
     entries: list[Entry] = []
+    raw_names: list[bytes] = []
     if native is not None:
         index = native.ZipIndex(cd, source.name)
         names, dirs = index.names, index.ndirs
     else:
         index, dirs = None, None
-        entries = parse_central_directory(cd, source.name)
+        entries = parse_central_directory(cd, source.name, raw_names)
         names = [e[0] for e in entries]
     check_count(len(names), cd.count, source.name)
     if (normal := normalize_member_names(names)) is not names:  # ./a, a//b -> a, a/b
@@ -158,7 +160,9 @@ def _parse(source: ByteSource, tail: tuple[int, bytes] | None, native: Any) -> Z
         index.check_overlap(names, source.name)
     else:
         check_overlap([(e[1], e[2]) for e in entries], names, source.name)
-    return ZipRows.build(names, index, entries, dirs)
+    rows = ZipRows.build(names, index, entries, dirs)
+    rows.raw_names = raw_names
+    return rows
 
 
 def _restore(

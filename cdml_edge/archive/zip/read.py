@@ -34,8 +34,10 @@ from cdml_edge.archive.zip.format import (
 )
 
 
-def parse_central_directory(cd: CentralDirectory, archive: str) -> list[Entry]:
-    """The pure-Python central-directory parser."""
+def parse_central_directory(
+    cd: CentralDirectory, archive: str, raw_names: list[bytes] | None = None
+) -> list[Entry]:
+    """The pure-Python central-directory parser; ``raw_names`` gets each name's bytes."""
     data = cd.data
     out: list[Entry] = []
     pos = 0
@@ -58,6 +60,8 @@ def parse_central_directory(cd: CentralDirectory, archive: str) -> list[Entry]:
                 f"central directory entry {len(out)} cut short", archive=archive
             )
         raw = data[p : p + nlen]
+        if raw_names is not None:
+            raw_names.append(raw)
         extra = data[p + nlen : p + nlen + elen]
         z64 = extra_field(extra, EXTRA_ZIP64) if U32 in (usize, csize, offset) else None
         if z64 is None and U32 in (csize, offset):
@@ -98,11 +102,13 @@ def member_data(
     archive: str,
     member: str,
     crc: int | None = None,
+    name: bytes | None = None,
 ) -> memoryview:
     """The compressed data of one member, given the bytes read from its local header on.
 
     ``crc``: the central directory's CRC-32 of a member with a data descriptor, which
-    must carry the same one (:func:`check_descriptor`).
+    must carry the same one (:func:`check_descriptor`); ``name``: the central directory's
+    name bytes, which the local header must carry too.
     """
     if len(buf) < 30:
         raise TruncatedArchiveError("local header cut short", archive=archive, member=member)
@@ -116,9 +122,16 @@ def member_data(
         buf = buf + more
         if need > len(buf):
             raise TruncatedArchiveError("member data cut short", archive=archive, member=member)
+    if name is not None and buf[30 : 30 + nlen] != name:
+        raise CorruptArchiveError(NAME_MISMATCH, archive=archive, member=member)
     if crc is not None:
         check_descriptor(buf, start + csize, crc, archive, member)
     return memoryview(buf)[start : start + csize]
+
+
+#: the reason given for a local header that names its member otherwise (zipfile refuses
+#: it too; a reader of local headers would list another archive)
+NAME_MISMATCH = "the local header's name is not the central directory's"
 
 
 #: bytes of a data descriptor read after a member's data (Go reads as many)
@@ -163,8 +176,17 @@ def check_overlap(spans: Sequence[tuple[int, int]], names: Sequence[str], archiv
         end, prev = off + 30 + csize, k
 
 
-def read_python(source: ByteSource, entries: Sequence[Entry], archive: str) -> list[bytes]:
-    """Read and check members with the pure-Python path (one ``pread_many``)."""
+def read_python(
+    source: ByteSource,
+    entries: Sequence[Entry],
+    archive: str,
+    raw_names: Sequence[bytes | None] | None = None,
+) -> list[bytes]:
+    """Read and check members with the pure-Python path (one ``pread_many``).
+
+    ``raw_names``: each member's central-directory name bytes, checked against its local
+    header (``None``: not checked).
+    """
     size = source.size()
     order = sorted(range(len(entries)), key=lambda k: entries[k][1])
     ranges = [(entries[k][1], read_length(entries[k], size)) for k in order]
@@ -173,7 +195,8 @@ def read_python(source: ByteSource, entries: Sequence[Entry], archive: str) -> l
     for k, buf in zip(order, bufs, strict=False):
         e = entries[k]
         dd = e[4] if e[6] & FLAG_DESCRIPTOR else None
-        data = member_data(buf, e[1], e[2], source, archive, e[0], dd)
+        raw = raw_names[k] if raw_names is not None else None
+        data = member_data(buf, e[1], e[2], source, archive, e[0], dd, raw)
         blob = codecs.decompress(e[5], data, e[3], archive=archive, member=e[0])
         codecs.check_crc(blob, e[4], archive=archive, member=e[0])
         out[k] = blob
