@@ -24,6 +24,10 @@ def _cases() -> dict[str, bytes]:
         "old-gnu-sparse": tc.old_gnu_sparse(True),
         "old-gnu-sparse-bad-map": tc.old_gnu_sparse(False, stored_extra=10),
         "links": tc.links_and_devices(),
+        "link-with-size": tc.entry(b"a.txt", b"a")
+        + tc.header(b"link", 512, b"1", link=b"a.txt")
+        + tc.entry(b"hidden.txt", b"x")
+        + tc.END,
         "duplicates": tc.duplicate_names(),
         "dangling": tc.dangling_long_name(),
         "seek-extra": tc.seekable_tar_zst(stream, edit="extra"),

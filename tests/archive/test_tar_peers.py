@@ -108,6 +108,18 @@ def test_links_and_devices_are_named_as_skipped() -> None:
         assert skipped["dev/fifo"] == "FIFO"
 
 
+@pytest.mark.parametrize("kind", [b"1", b"2", b"5"])
+def test_links_and_directories_carry_no_data_whatever_their_size(kind: bytes) -> None:
+    """A size on a header-only entry: Go, tarfile and bsdtar read the next header there."""
+    entry = tc.header(b"d/" if kind == b"5" else b"link", 512, kind, link=b"a.txt")
+    data = tc.entry(b"a.txt", b"a") + entry + tc.entry(b"hidden.txt", b"surprise") + tc.END
+    peer = _tarfile_members(data)
+    assert list(peer) == ["a.txt", "hidden.txt"]
+    with open_archive(data) as arc:
+        assert arc.names() == list(peer)
+        assert arc.read("hidden.txt") == b"surprise"
+
+
 def test_duplicate_tar_names_are_reported() -> None:
     data = tc.duplicate_names()
     with open_archive(data) as arc:

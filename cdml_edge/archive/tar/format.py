@@ -66,6 +66,8 @@ def padded(size: int) -> int:
 MAX_META = 1 << 20
 META_KINDS = (b"L", b"x", b"g", b"K")  # GNU long name / link, pax per-file / global
 DIR_KINDS = (b"5", b"D")  # directories (GNU dumpdir too): left out, as directories are
+#: entries that carry no data whatever their size field says (Go, tarfile and bsdtar agree)
+HEADER_ONLY = (b"1", b"2", b"3", b"4", b"5", b"6")
 SKIPPED = {
     b"1": "hard link",
     b"2": "symbolic link",
@@ -112,7 +114,7 @@ def scan(
         if kind in META_KINDS:
             pos += _read_meta(read, kind, size, header_offset, archive, meta)
             continue
-        size = meta.size(size, archive)
+        size = 0 if kind in HEADER_ONLY else meta.size(size, archive)
         if kind in REGULAR or kind == sparse.OLD_GNU:
             member, before, within = _member(block, read, header_offset, size, meta, archive)
             pos += before
