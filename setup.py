@@ -1,6 +1,7 @@
 """Build hook: the native archive reader and the area resize (cffi, API mode) are compiled here.
 
-The extensions are optional: without a C compiler or zlib headers the install carries on
+The archive core carries its zstd decoder (zstd's sources, bundled): no system zstd is
+needed. The extensions are optional: without a C compiler or zlib headers the install carries on
 and ``cdml_edge.archive`` uses its pure-Python path (``native_available()`` is False),
 ``cdml_edge.decode`` OpenCV's area resize.
 """
@@ -26,6 +27,8 @@ class OptionalBuildExt(build_ext):
             self._skip(exc)
 
     def build_extension(self, ext):  # type: ignore[no-untyped-def]
+        if ".S" not in self.compiler.src_extensions:  # the bundled zstd's assembly
+            self.compiler.src_extensions.append(".S")
         try:
             super().build_extension(ext)
         except Exception as exc:  # noqa: BLE001

@@ -148,8 +148,12 @@ class Archive:
             yield from zip((self._row_name(i) for i in batch), self._read_ids(batch), strict=False)
 
     def duplicates(self) -> list[str]:
-        """Names that more than one ZIP entry carries (reads get the last of them)."""
+        """Names that more than one entry carries (reads get the last of them)."""
         return list(self._dups)
+
+    def skipped(self) -> dict[str, str]:
+        """Entries that are not files (tar links, devices), name -> reason; never read."""
+        return {}
 
     def verify(self) -> list[str]:
         """Read every member; names of those that fail (bad checksum/data), then duplicates."""

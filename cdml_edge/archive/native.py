@@ -1,7 +1,8 @@
 """Loader of the C core (``cdml_edge.archive._native._reader``), with the Python fallback.
 
 ``CDML_EDGE_NATIVE=0`` forces the pure-Python path. ZIP members are read by the C core
-whenever it is built; tar.zst frames when it was built with libzstd too.
+whenever it is built; tar.zst frames too, by the libzstd compiled into it (bundled sources,
+or the system's with ``CDML_EDGE_ZSTD=system``; none with ``CDML_EDGE_ZSTD=none``).
 """
 
 from __future__ import annotations
@@ -46,10 +47,30 @@ def native_available() -> bool:
     return module() is not None
 
 
-def describe() -> str:
-    """One line on the active reader: ``native (inflate: libdeflate, zstd: libzstd 1.5.4)``."""
+def backends() -> dict[str, str]:
+    """What the C core decodes with: ``{"inflate": ..., "zstd": ...}``; ``{}`` without it.
+
+    ``inflate``: ``"libdeflate"`` (loaded at run time) or ``"zlib"`` (about half the speed);
+    ``zstd``: ``"libzstd 1.5.6 (bundled)"``, ``"libzstd 1.5.4 (system)"``, or
+    ``"zstandard package"`` when the core has no zstd decoder (tar.zst frames go through
+    Python, slower).
+    """
     mod = module()
     if mod is None:
+        return {}
+    if mod.have_zstd():
+        zstd = f"libzstd {mod.zstd_version()} ({'bundled' if mod.zstd_bundled() else 'system'})"
+    else:
+        zstd = "zstandard package"
+    return {"inflate": mod.inflate_backend(), "zstd": zstd}
+
+
+def describe() -> str:
+    """One line on the active reader, ``python`` or ``native (...)`` with its backends.
+
+    ``native (inflate: libdeflate, zstd: libzstd 1.5.6 (bundled))``.
+    """
+    found = backends()
+    if not found:
         return "python"
-    zstd = f"libzstd {mod.zstd_version()}" if mod.have_zstd() else "zstandard (no libzstd)"
-    return f"native (inflate: {mod.inflate_backend()}, zstd: {zstd})"
+    return f"native (inflate: {found['inflate']}, zstd: {found['zstd']})"

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from cdml_edge.archive.base import MemberInfo
-from cdml_edge.archive.errors import ArchiveError
+from cdml_edge.archive.errors import ArchiveError, UnsupportedArchiveError
 from cdml_edge.archive.names import is_safe_member_name
 from cdml_edge.archive.pack import format_for_path, write_archive
 from cdml_edge.archive.reader import SourceLike, open_archive
@@ -22,6 +22,9 @@ class ScanReport:
     format: str
     members: list[MemberInfo] = field(default_factory=list)
     bad: dict[str, str] = field(default_factory=dict)  # name -> reason
+    refused: dict[str, str] = field(default_factory=dict)  # name -> reason (e.g. sparse)
+    skipped: dict[str, str] = field(default_factory=dict)  # links, devices: name -> what
+    notes: list[str] = field(default_factory=list)  # what was read in spite of (a seek table)
     unsafe: list[str] = field(default_factory=list)
     unchecked: int = 0  # members without a stored checksum (plain tar, tar --zstd)
     engine: str = "python"
@@ -43,8 +46,8 @@ class ScanReport:
 
     @property
     def ok(self) -> bool:
-        """No bad and no unsafe members."""
-        return not self.bad and not self.unsafe
+        """No bad, refused or unsafe members."""
+        return not self.bad and not self.refused and not self.unsafe
 
 
 def scan_archive(source: SourceLike) -> ScanReport:
@@ -55,6 +58,10 @@ def scan_archive(source: SourceLike) -> ScanReport:
         )
         report.unsafe = [m.name for m in report.members if not is_safe_member_name(m.name)]
         report.unchecked = sum(1 for m in report.members if m.checksum is None)
+        report.skipped = arc.skipped()
+        problem = getattr(arc, "seek_table_problem", None)
+        if problem:
+            report.notes.append(problem)
         dups = set(arc.duplicates())
         for name in arc.verify():
             if name in dups:
@@ -63,9 +70,27 @@ def scan_archive(source: SourceLike) -> ScanReport:
             try:
                 arc.read(name)
                 report.bad[name] = "failed in a batch read"
+            except UnsupportedArchiveError as exc:
+                report.refused[name] = exc.reason
             except ArchiveError as exc:
                 report.bad[name] = exc.reason
     return report
+
+
+def shown(name: str) -> str:
+    """``name`` as a line may show it: NUL, control and undecodable bytes escaped."""
+    if name.isprintable():
+        return name
+    return "".join(c if c.isprintable() else ascii(c)[1:-1] for c in name)
+
+
+def unsafe_reason(name: str) -> str:
+    """Why :func:`~cdml_edge.archive.names.is_safe_member_name` refuses ``name``."""
+    if not name:
+        return "empty name"
+    if "\x00" in name:
+        return f"NUL in the name (C-string readers see {name.split(chr(0), 1)[0]!r})"
+    return "absolute, with a drive letter, or with a '..' part"
 
 
 def iter_dir(folder: str | os.PathLike[str]) -> Iterator[tuple[str, Path]]:

@@ -8,7 +8,14 @@ import typer
 
 from cdml_edge.archive import ArchiveError
 from cdml_edge.archive.pack import format_for_path
-from cdml_edge.archive.scan import iter_dir, pack_dir, scan_archive
+from cdml_edge.archive.scan import (
+    ScanReport,
+    iter_dir,
+    pack_dir,
+    scan_archive,
+    shown,
+    unsafe_reason,
+)
 from cdml_edge.commands.exits import EXIT_FAILED, user_errors
 from cdml_edge.commands.progress import bytes_bar
 
@@ -29,22 +36,39 @@ def scan(
         for m in report.members:
             flag = " UNSAFE" if m.name in report.unsafe else ""
             flag += " BAD" if m.name in report.bad else ""
-            typer.echo(f"{m.size:>12} {m.compressed_size:>12} {m.method:<8} {m.name}{flag}")
+            flag += " REFUSED" if m.name in report.refused else ""
+            line = f"{m.size:>12} {m.compressed_size:>12} {m.method:<8} {shown(m.name)}{flag}"
+            typer.echo(line)
     typer.echo(
         f"{report.archive}: {report.format}, {len(report.members)} members, "
         f"{report.size} bytes ({report.compressed_size} compressed, ratio {report.ratio:.2f}), "
         f"reader: {report.engine}"
     )
-    if report.unchecked:
-        typer.echo(f"{report.unchecked} members have no stored checksum (read, not verified)")
-    for name, why in report.bad.items():
-        typer.echo(f"corrupt: {name}: {why}", err=True)
-    for name in report.unsafe:
-        typer.echo(f"unsafe name: {name}", err=True)
+    _report_lines(report)
     if not report.ok:
-        typer.echo(f"{len(report.bad)} corrupt, {len(report.unsafe)} unsafe members", err=True)
+        typer.echo(
+            f"{len(report.bad)} corrupt, {len(report.refused)} refused, "
+            f"{len(report.unsafe)} unsafe members",
+            err=True,
+        )
         raise typer.Exit(EXIT_FAILED)
     typer.echo("all checksums OK")
+
+
+def _report_lines(report: ScanReport) -> None:
+    """What else the scan found: unchecked members, skipped entries, notes, problems."""
+    if report.unchecked:
+        typer.echo(f"{report.unchecked} members have no stored checksum (read, not verified)")
+    for name, what in report.skipped.items():
+        typer.echo(f"skipped (not a file): {shown(name)}: {what}")
+    for note in report.notes:
+        typer.echo(f"note: {note}")
+    for name, why in report.bad.items():
+        typer.echo(f"corrupt: {shown(name)}: {why}", err=True)
+    for name, why in report.refused.items():
+        typer.echo(f"refused: {shown(name)}: {why}", err=True)
+    for name in report.unsafe:
+        typer.echo(f"unsafe name: {shown(name)}: {unsafe_reason(name)}", err=True)
 
 
 def pack(

@@ -53,10 +53,15 @@ def check_release() -> Check:
 
 
 def check_native_reader() -> Check:
-    """The C reader (cffi) is built and loads: no silent slow Python fallback."""
+    """The C reader (cffi) is built and loads, and which backends it decodes with.
+
+    No silent slow Python fallback: a missing core fails; a slower backend (zlib's inflate
+    instead of libdeflate, no C zstd decoder) is a warning.
+    """
     name = "native reader"
     try:
         from cdml_edge import archive
+        from cdml_edge.archive.native import backends
     except ImportError as exc:
         return Check(name, False, f"cdml_edge.archive cannot be imported: {exc}")
     probe = getattr(archive, "native_available", None)
@@ -64,16 +69,33 @@ def check_native_reader() -> Check:
         return Check(name, False, "cdml_edge.archive.native_available() is missing")
     try:
         built = bool(probe())
+        found = backends() if built else {}
     except Exception as exc:  # a broken build may raise on load
         return Check(name, False, f"native_available() raised {type(exc).__name__}: {exc}")
-    if built:
-        return Check(name, True, "C reader (cffi) is built and loads")
-    return Check(
-        name,
-        False,
-        "C reader not built: the slow Python fallback would be used "
-        "(reinstall with a C compiler: pip install --force-reinstall --no-deps cdml-edge)",
-    )
+    if not built:
+        return Check(
+            name,
+            False,
+            "C reader not built: the slow Python fallback would be used "
+            "(reinstall with a C compiler: pip install --force-reinstall --no-deps cdml-edge)",
+        )
+    detail = f"C reader (cffi) loads; inflate: {found['inflate']}, zstd: {found['zstd']}"
+    slower = _slower_backends(found)
+    if slower:
+        return Check(name, True, f"{detail}; slower: {'; '.join(slower)}", warn=True)
+    return Check(name, True, detail)
+
+
+def _slower_backends(found: dict[str, str]) -> list[str]:
+    out = []
+    if found["inflate"] != "libdeflate":
+        out.append("ZIP inflate and CRC-32 through zlib (install libdeflate0 for ~2x)")
+    if not found["zstd"].startswith("libzstd"):
+        out.append(
+            "tar.zst frames decoded in Python, the core was built with CDML_EDGE_ZSTD=none "
+            "(reinstall without it)"
+        )
+    return out
 
 
 def check_unit_paths(cfg: AppConfig, unit: Path) -> Check:

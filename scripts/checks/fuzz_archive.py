@@ -68,7 +68,42 @@ def seeds() -> dict[str, bytes]:
     z64 = bytearray(out["zip"])  # the same ZIP with a ZIP64 end record
     out["zip64"] = _with_zip64(bytes(z64))
     out["zip-zstd"] = _zstd_zip(b"zstd member " * 40)
+    out["tar-sparse"] = _sparse_tar()
     return out
+
+
+def _sparse_tar() -> bytes:
+    """A pax 0.1 sparse member, an old GNU one with an extension block, then a file."""
+
+    def head(name: bytes, size: int, kind: bytes, fields: dict[int, bytes]) -> bytes:
+        b = bytearray(512)
+        b[0 : len(name)] = name
+        b[124:136] = b"%011o\x00" % size
+        b[156:157] = kind
+        b[257:265] = b"ustar  \x00" if kind == b"S" else b"ustar\x0000"
+        for at, value in fields.items():
+            b[at : at + len(value)] = value
+        b[148:156] = b" " * 8
+        b[148:156] = b"%06o\x00 " % sum(b)
+        return bytes(b)
+
+    def pad(data: bytes) -> bytes:
+        return data + bytes(-len(data) % 512)
+
+    runs = [(k * 4096, bytes([65 + k]) * 100) for k in range(6)]
+    cells = b"".join(b"%011o\x00%011o\x00" % (o, len(d)) for o, d in runs)
+    stored = b"".join(d for _, d in runs)
+    pax = b"".join(
+        b"%d %s=%s\n" % (len(k) + len(v) + 5, k, v)  # lengths of two digits
+        for k, v in ((b"GNU.sparse.map", b"0,100,8192,50"), (b"GNU.sparse.size", b"9000"))
+    )
+    out = head(b"PaxHeaders/p", len(pax), b"x", {}) + pad(pax)
+    out += head(b"GNUSparseFile.1/p.bin", 150, b"0", {}) + pad(bytes(range(150)))
+    out += head(
+        b"s.bin", len(stored), b"S", {386: cells[:96], 482: b"\x01", 483: b"%011o\x00" % 30000}
+    )
+    out += pad(cells[96:]) + pad(stored)
+    return out + head(b"after.txt", 3, b"0", {}) + pad(b"ok\n") + bytes(1024)
 
 
 def _pyzstd_seekable(plain: bytes) -> bytes:

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from helpers import tar_cases
 from helpers.archives import raw_zip
 from helpers.paths import TESTS
 
@@ -91,6 +92,8 @@ def _layout_v1(data: bytes) -> bytes:
 SEEDS["tar.zst-foreign"] = _foreign_tar_zst()
 SEEDS["tar.zst-v1"] = _layout_v1(SEEDS["tar.zst"])
 SEEDS["zip-zstd"] = raw_zip([(b"z.txt", b"zstd member " * 30, 93), (b"d.txt", b"deflate" * 20, 8)])
+SEEDS["tar-sparse-gnu"] = tar_cases.old_gnu_sparse(True)
+SEEDS["tar-sparse-pax"] = tar_cases.pax_sparse("1.0")
 
 # Where structure lives: the fields a mutation aims at (besides random positions).
 _SIGS = (

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import io
 import subprocess
+import tarfile
 from pathlib import Path
 
 import pytest
+import zstandard
+from helpers import tar_cases as tc
 from helpers.archives import raw_zip
 from typer.testing import CliRunner
 
@@ -86,3 +90,72 @@ def test_scan_unreadable_archive(tmp_path: Path) -> None:
     cut.write_bytes(pack([("a", b"x" * 5000)], format="tar.zst")[:40])
     res = runner.invoke(app, ["scan", str(cut)])
     assert res.exit_code == 1 and "cut.tar.zst" in res.output
+
+
+@pytest.mark.usefixtures("engine")
+def test_scan_shows_a_nul_in_a_name_escaped_and_unsafe(tmp_path: Path) -> None:
+    path = tmp_path / "nul.zip"
+    path.write_bytes(raw_zip([(b"a\x00.exe", b"hi", 0), (b"ok.txt", b"ok", 0)]))
+    res = runner.invoke(app, ["scan", str(path)])
+    assert res.exit_code == 1 and "\x00" not in res.output
+    assert "a\\x00.exe UNSAFE" in res.output
+    assert "unsafe name: a\\x00.exe: NUL in the name (C-string readers see 'a')" in res.output
+
+
+@pytest.mark.usefixtures("engine")
+def test_scan_names_skipped_links_and_duplicate_tar_names(tmp_path: Path) -> None:
+    links = tmp_path / "links.tar"
+    links.write_bytes(tc.links_and_devices())
+    res = runner.invoke(app, ["scan", str(links)])
+    assert res.exit_code == 0, res.output
+    assert "skipped (not a file): data/link: symbolic link to 'a.txt'" in res.output
+    assert "skipped (not a file): dev/null: character device" in res.output
+    dups = tmp_path / "dups.tar"
+    dups.write_bytes(tc.duplicate_names())
+    res = runner.invoke(app, ["scan", str(dups)])
+    assert res.exit_code == 1
+    assert "corrupt: a.txt: duplicate member name" in res.output
+
+
+@pytest.mark.usefixtures("engine")
+def test_scan_reads_sparse_members_and_refuses_unknown_ones_by_name(tmp_path: Path) -> None:
+    path = tmp_path / "sparse.tar"
+    path.write_bytes(tc.pax_sparse("1.0"))
+    res = runner.invoke(app, ["scan", str(path)])
+    assert res.exit_code == 0, res.output
+    assert f"{tc.SPARSE_SIZE:>12}" in res.output and "GNUSparseFile" not in res.output
+    path.write_bytes(tc.pax_sparse("2.0"))
+    res = runner.invoke(app, ["scan", str(path)])
+    assert res.exit_code == 1
+    assert "sparse.bin REFUSED" in res.output
+    assert "refused: sparse.bin: GNU sparse file of format pax 2.0" in res.output
+
+
+@pytest.mark.usefixtures("engine")
+def test_scan_damaged_input_without_members_fails(tmp_path: Path) -> None:
+    cases = {
+        "nothing.tar.zst": zstandard.ZstdCompressor().compress(b""),
+        "zero-frames.tar.zst": tc.seek_table([]),
+        "dangling.tar": tc.dangling_long_name(),
+    }
+    for name, data in cases.items():
+        (tmp_path / name).write_bytes(data)
+        res = runner.invoke(app, ["scan", str(tmp_path / name)])
+        assert res.exit_code == 1, (name, res.output)
+        assert "0 members" not in res.output and name in res.output
+    empty = io.BytesIO()
+    tarfile.open(fileobj=empty, mode="w").close()  # empty but well formed
+    (tmp_path / "empty.tar.zst").write_bytes(zstandard.ZstdCompressor().compress(empty.getvalue()))
+    res = runner.invoke(app, ["scan", str(tmp_path / "empty.tar.zst")])
+    assert res.exit_code == 0 and "0 members" in res.output
+
+
+@pytest.mark.usefixtures("engine")
+def test_scan_notes_a_seek_table_it_did_not_use(tmp_path: Path) -> None:
+    stream, members = tc.member_stream()
+    path = tmp_path / "extra.tar.zst"
+    path.write_bytes(tc.seekable_tar_zst(stream, edit="extra"))
+    res = runner.invoke(app, ["scan", str(path)])
+    assert res.exit_code == 0, res.output
+    assert f"{len(members)} members" in res.output
+    assert "note: the seek table does not match the frames of the stream" in res.output

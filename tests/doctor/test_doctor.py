@@ -308,6 +308,30 @@ def test_native_reader_missing_is_a_failure(monkeypatch: pytest.MonkeyPatch) -> 
     assert not check.ok and "not built" in check.detail
 
 
+def test_native_reader_names_its_backends() -> None:
+    from cdml_edge.archive.native import backends
+    from cdml_edge.doctor.system import check_native_reader
+
+    check = check_native_reader()
+    assert check.ok and "zstd: libzstd 1.5.6 (bundled)" in check.detail
+    assert f"inflate: {backends()['inflate']}" in check.detail
+
+
+def test_native_reader_warns_of_a_slower_inflate() -> None:
+    code = (
+        "from cdml_edge.doctor.system import check_native_reader; "
+        "print(check_native_reader().line(ascii_only=True))"
+    )
+    env = dict(os.environ, CDML_EDGE_NO_LIBDEFLATE="1")
+    env.pop("CDML_EDGE_NATIVE", None)
+    res = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.startswith("WARN native reader:")
+    assert "inflate: zlib" in res.stdout and "through zlib" in res.stdout
+
+
 def test_unreachable_broker(tmp_path: Path) -> None:
     port = _free_port()  # nothing listens there
     cfg = load_config(good_config(tmp_path, {"url": f"mqtt://127.0.0.1:{port}"}))

@@ -81,6 +81,14 @@ int cz_have_zstd(void) {
 #endif
 }
 
+int cz_zstd_bundled(void) {
+#if defined(CZ_ZSTD_BUNDLED)
+    return 1;
+#else
+    return 0;
+#endif
+}
+
 unsigned cz_zstd_version(void) {
 #if defined(CZ_HAVE_ZSTD)
     return ZSTD_versionNumber();
@@ -166,7 +174,9 @@ int cz_parse(const uint8_t *cd, size_t len, int64_t delta, cz_index **out, char 
             }
             i += 4 + (size_t)n;
         }
-        if (need64 && got64 != 1) {
+        /* 2^32-1 bytes and no ZIP64 extra at all: that size itself (Go, zipfile) */
+        int plain_max = got64 == 0 && e->csize != 0xFFFFFFFFu && e->offset != 0xFFFFFFFFu;
+        if (need64 && got64 != 1 && !plain_max) {
             cz_free(idx);
             return fail(err, errlen, 1, "ZIP64 extra field is missing or short", count);
         }
@@ -370,10 +380,21 @@ uint32_t cz_crc32(const uint8_t *p, uint64_t n) {
     return (uint32_t)crc;
 }
 
+/* The raw central-directory name of e (NULL when the index holds no names). */
+static const uint8_t *central_name(const cz_index *idx, const cz_entry *e) {
+    return idx->names ? (const uint8_t *)idx->names + e->name_off : NULL;
+}
+
+/* Whether the local header at buf names the member as the central directory does (cname,
+ * e->name_len bytes); the caller made sure the local name's bytes are there. */
+static int same_name(const cz_entry *e, const uint8_t *cname, const uint8_t *buf) {
+    return !cname || (rd16(buf + 26) == e->name_len && memcmp(buf + 30, cname, e->name_len) == 0);
+}
+
 /* Decode one member from the bytes that start at its local header (avail of them).
  * *need is set to the total length required when avail is too short. */
-static int decode(cz_codecs *c, const cz_entry *e, const uint8_t *buf, uint64_t avail,
-                  uint8_t *dst, uint64_t *aux, uint64_t *need) {
+static int decode(cz_codecs *c, const cz_entry *e, const uint8_t *cname, const uint8_t *buf,
+                  uint64_t avail, uint8_t *dst, uint64_t *aux, uint64_t *need) {
     if (avail < 30) {
         *need = 30;
         return CZ_TRUNCATED;
@@ -384,6 +405,22 @@ static int decode(cz_codecs *c, const cz_entry *e, const uint8_t *buf, uint64_t 
     if (start + e->csize > avail) {
         *need = start + e->csize;
         return CZ_TRUNCATED;
+    }
+    if (!same_name(e, cname, buf)) return CZ_NAME_MISMATCH;
+    if (e->flags & 8) {
+        /* the data descriptor after the data: [signature] CRC-32, sizes (12 bytes read, as
+         * Go does); its CRC-32 must be the central directory's */
+        uint64_t dd = start + e->csize;
+        if (dd > UINT64_MAX - 12 || dd + 12 > avail) {
+            *need = dd + 12;
+            return CZ_TRUNCATED;
+        }
+        const uint8_t *q = buf + dd;
+        uint32_t dcrc = rd32(q) == 0x08074b50u ? rd32(q + 4) : rd32(q);
+        if (dcrc != e->crc) {
+            *aux = dcrc;
+            return CZ_DESCRIPTOR;
+        }
     }
     const uint8_t *src = buf + start;
     int st;
@@ -438,11 +475,11 @@ int cz_pread_full(int fd, uint8_t *buf, uint64_t len, uint64_t off, uint64_t *go
 /* A stored member read straight into its output: one preadv of the local header (assumed
  * as long as the central one) and the data. Returns 1 when it served the member (status
  * set), 0 when the generic path must (local header of another length, short file). */
-static int stored_direct(const cz_entry *e, int fd, uint64_t file_size, uint8_t *dst,
-                         int32_t *status, uint64_t *aux) {
+static int stored_direct(const cz_entry *e, const uint8_t *cname, int fd, uint64_t file_size,
+                         uint8_t *dst, int32_t *status, uint64_t *aux) {
     uint8_t head[4096]; /* local headers longer than this take the generic path */
     uint64_t hlen = 30u + (uint64_t)e->hdr_extra;
-    if (e->method != 0 || e->csize != e->usize || (e->flags & 1) || hlen > sizeof(head) ||
+    if (e->method != 0 || e->csize != e->usize || (e->flags & 9) || hlen > sizeof(head) ||
         e->offset >= file_size || file_size - e->offset < hlen ||
         file_size - e->offset - hlen < e->usize || e->usize > SSIZE_MAX - hlen)
         return 0;
@@ -458,6 +495,10 @@ static int stored_direct(const cz_entry *e, int fd, uint64_t file_size, uint8_t 
     if (done < total) return 0; /* short read: the generic path loops and reports */
     if (rd32(head) != 0x04034b50u) return 0;
     if (30u + (uint64_t)rd16(head + 26) + rd16(head + 28) != hlen) return 0;
+    if (!same_name(e, cname, head)) {
+        *status = CZ_NAME_MISMATCH;
+        return 1;
+    }
     uint32_t got = cz_crc32(dst, e->usize);
     if (got != e->crc) {
         *aux = got;
@@ -479,7 +520,8 @@ int cz_read_fd(const cz_index *idx, int fd, uint64_t file_size, const uint32_t *
         aux[k] = 0;
         if (ids[k] >= idx->count) { status[k] = CZ_NEED_PYTHON; bad++; continue; }
         const cz_entry *e = &idx->entries[ids[k]];
-        if (stored_direct(e, fd, file_size, outs[k], &status[k], &aux[k])) {
+        const uint8_t *cname = central_name(idx, e);
+        if (stored_direct(e, cname, fd, file_size, outs[k], &status[k], &aux[k])) {
             if (status[k] != CZ_OK) bad++;
             continue;
         }
@@ -492,7 +534,7 @@ int cz_read_fd(const cz_index *idx, int fd, uint64_t file_size, const uint32_t *
         }
         int err = cz_pread_full(fd, scratch, want, e->offset, &got);
         if (err) { status[k] = CZ_IO_ERROR; aux[k] = (uint64_t)err; bad++; continue; }
-        int st = decode(&c, e, scratch, got, outs[k], &aux[k], &need);
+        int st = decode(&c, e, cname, scratch, got, outs[k], &aux[k], &need);
         if (st == CZ_TRUNCATED && need > got && got == want && e->offset + need <= file_size) {
             /* the local extra field is longer than the central one: read the rest */
             if (need > scap) {
@@ -504,7 +546,7 @@ int cz_read_fd(const cz_index *idx, int fd, uint64_t file_size, const uint32_t *
             uint64_t more = 0;
             err = cz_pread_full(fd, scratch + got, need - got, e->offset + got, &more);
             if (err) { status[k] = CZ_IO_ERROR; aux[k] = (uint64_t)err; bad++; continue; }
-            st = decode(&c, e, scratch, got + more, outs[k], &aux[k], &need);
+            st = decode(&c, e, cname, scratch, got + more, outs[k], &aux[k], &need);
         }
         status[k] = st;
         if (st != CZ_OK) bad++;
@@ -535,7 +577,7 @@ static int read_held(const cz_index *idx, const uint8_t *mem, uint64_t mem_len,
             p = mem + e->offset;
             avail = mem_len - e->offset;
         }
-        int st = decode(&c, e, p, avail, outs[k], &aux[k], &need);
+        int st = decode(&c, e, central_name(idx, e), p, avail, outs[k], &aux[k], &need);
         if (bufs && st == CZ_TRUNCATED && need > avail) st = CZ_NEED_PYTHON; /* read more */
         status[k] = st;
         if (st != CZ_OK) bad++;

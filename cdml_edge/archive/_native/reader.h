@@ -44,9 +44,12 @@ typedef struct {
 #define CZ_IO_ERROR 7
 #define CZ_NO_MEMORY 8
 #define CZ_BAD_SPAN 9 /* a member's bytes are not all inside the frames given for it */
+#define CZ_DESCRIPTOR 10 /* the data descriptor's CRC-32 is not the central directory's */
+#define CZ_NAME_MISMATCH 11 /* the local header's name is not the central directory's */
 
 int cz_have_zstd(void);
 unsigned cz_zstd_version(void); /* ZSTD_versionNumber() of the libzstd linked, 0 without */
+int cz_zstd_bundled(void);      /* 1: libzstd compiled from the bundled sources */
 int cz_inflate_backend(void); /* 1: libdeflate, 0: zlib */
 int cz_parse(const uint8_t *cd, size_t len, int64_t delta, cz_index **out,
              char *err, size_t errlen);

@@ -7,6 +7,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from cdml_edge.archive.errors import CorruptArchiveError, TruncatedArchiveError
+from cdml_edge.archive.tar import sparse
+from cdml_edge.archive.tar.pax import parse_pax
 
 BLOCK = 512
 REGULAR = {b"0", b"\x00", b"7"}
@@ -21,6 +23,8 @@ class TarMember:
     data_offset: int
     size: int
     mtime: float
+    refused: str = ""  # why reading it is refused (a sparse file); "" when it reads
+    sparse: sparse.SparseMap | None = None  # a sparse file: ``size`` bytes stored, expanded
 
 
 def _number(field: bytes, what: str, archive: str) -> int:
@@ -53,26 +57,6 @@ def header_ok(block: bytes) -> bool:
     return stored in (unsigned, signed)
 
 
-def _pax(data: bytes, archive: str) -> dict[str, str]:
-    out: dict[str, str] = {}
-    pos = 0
-    while pos < len(data):
-        sp = data.find(b" ", pos)
-        if sp < 0:
-            break
-        try:
-            length = int(data[pos:sp])
-        except ValueError:
-            raise CorruptArchiveError("tar: bad pax record", archive=archive) from None
-        if length <= 0 or pos + length > len(data):
-            raise CorruptArchiveError("tar: bad pax record length", archive=archive)
-        rec = data[sp + 1 : pos + length - 1]
-        key, _, value = rec.partition(b"=")
-        out[key.decode("utf-8", "replace")] = value.decode("utf-8", "surrogateescape")
-        pos += length
-    return out
-
-
 def padded(size: int) -> int:
     """``size`` rounded up to whole 512-byte tar blocks."""
     return (size + BLOCK - 1) // BLOCK * BLOCK
@@ -81,6 +65,19 @@ def padded(size: int) -> int:
 # Meta-records (long names, pax) are small; cap them so a forged size cannot exhaust memory.
 MAX_META = 1 << 20
 META_KINDS = (b"L", b"x", b"g", b"K")  # GNU long name / link, pax per-file / global
+DIR_KINDS = (b"5", b"D")  # directories (GNU dumpdir too): left out, as directories are
+#: entries that carry no data whatever their size field says (Go, tarfile and bsdtar agree)
+HEADER_ONLY = (b"1", b"2", b"3", b"4", b"5", b"6")
+SKIPPED = {
+    b"1": "hard link",
+    b"2": "symbolic link",
+    b"3": "character device",
+    b"4": "block device",
+    b"6": "FIFO",
+    b"V": "volume label",
+    b"M": "continuation of a multi-volume member",
+}
+POSIX_MAGIC = b"ustar\x00"  # POSIX ustar (a name prefix at 345); GNU's is b"ustar  \x00"
 
 
 def scan(
@@ -88,18 +85,23 @@ def scan(
     skip: Callable[[int], None],
     archive: str,
     on_member: Callable[[TarMember], None],
+    on_skip: Callable[[str, str], None] | None = None,
 ) -> int:
     """Walk a tar stream, calling ``on_member`` for every regular file; returns its length.
 
     ``read(n)`` returns the next ``n`` bytes (short at the end), ``skip(n)`` passes over
     ``n`` bytes. A missing end-of-archive marker is accepted when the stream ends cleanly
-    on a header boundary.
+    on a header boundary; an empty stream, or one that ends after a long-name or pax
+    record, is corrupt. Links, devices and other entries that are not files are passed to
+    ``on_skip(name, reason)``. A sparse file is a member with its map (``sparse``): ``size``
+    bytes stored from ``data_offset``, expanded when read.
     """
     pos = 0
     meta = _Meta()
     while True:
         block = read(BLOCK)
         if not _is_header(block, pos, archive):
+            _check_end(block, pos, meta, archive)
             return pos
         header_offset = pos
         pos += BLOCK
@@ -112,14 +114,74 @@ def scan(
         if kind in META_KINDS:
             pos += _read_meta(read, kind, size, header_offset, archive, meta)
             continue
-        size = meta.size(size, archive)
-        if kind in REGULAR:
-            name, mtime = meta.name(block), meta.mtime(block, archive)
-            on_member(TarMember(name, header_offset, pos, size, mtime))
+        size = 0 if kind in HEADER_ONLY else meta.size(size, archive)
+        if kind in REGULAR or kind == sparse.OLD_GNU:
+            member, before, within = _member(block, read, header_offset, size, meta, archive)
+            pos += before
+            on_member(member)
+        else:
+            within = 0
+            if on_skip is not None and kind not in DIR_KINDS:
+                on_skip(meta.name(block), _skip_reason(kind, block, meta))
         if size:
-            skip(padded(size))
+            skip(padded(size) - within)
             pos += padded(size)
         meta = _Meta()
+
+
+def _member(
+    block: bytes, read: Callable[[int], bytes], at: int, size: int, meta: _Meta, archive: str
+) -> tuple[TarMember, int, int]:
+    """The member of the file header ``block`` at ``at``.
+
+    Returns it, the bytes read after the header that are not data (old GNU extension
+    blocks) and those read from the data (a pax 1.0 sparse map).
+    """
+    name, mtime = meta.name(block), meta.mtime(block, archive)
+    start = at + BLOCK
+    if block[156:157] == sparse.OLD_GNU:
+        real, runs, before = sparse.old_gnu(block, read, at, archive)
+        smap = sparse.checked(real, runs, size, at, archive)
+        return TarMember(name, at, start + before, size, mtime, sparse=smap), before, 0
+    form = sparse.pax_form(meta.pax)
+    if form is None:
+        return TarMember(name, at, start, size, mtime), 0, 0
+    real = sparse.pax_real_size(meta.pax, size)
+    if form in ("0.0", "0.1"):
+        numbers = sparse.pax_runs(form, meta.pax, meta.records)
+        smap = sparse.checked(real, numbers, size, at, archive)
+        return TarMember(name, at, start, size, mtime, sparse=smap), 0, 0
+    if form == "1.0":
+        numbers, within = sparse.pax1_map(read, at, archive)
+        if within > padded(size):
+            raise CorruptArchiveError(
+                f"tar sparse header at {at}: the map runs past the member", archive=archive
+            )
+        stored = max(size - within, 0)
+        smap = sparse.checked(real, numbers, stored, at, archive)
+        return TarMember(name, at, start + within, stored, mtime, sparse=smap), 0, within
+    why = sparse.refusal(f"pax {form}")
+    return TarMember(name, at, start, real, mtime, refused=why), 0, 0
+
+
+def _skip_reason(kind: bytes, block: bytes, meta: _Meta) -> str:
+    what = SKIPPED.get(kind, f"entry type {kind!r}, not a regular file")
+    if kind in (b"1", b"2"):
+        return f"{what} to {meta.link(block)!r}"
+    return what
+
+
+def _check_end(block: bytes, pos: int, meta: _Meta, archive: str) -> None:
+    """Refuse an end that leaves the stream empty or a meta record without its member."""
+    if pos == 0 and len(block) == 0:
+        raise CorruptArchiveError(
+            "empty tar stream (not even an end-of-archive marker)", archive=archive
+        )
+    if meta.at is not None:
+        raise CorruptArchiveError(
+            f"tar record at {meta.at} (long name or pax header) is not followed by a member",
+            archive=archive,
+        )
 
 
 def _is_header(block: bytes, pos: int, archive: str) -> bool:
@@ -137,30 +199,41 @@ def _is_header(block: bytes, pos: int, archive: str) -> bool:
 
 @dataclass
 class _Meta:
-    """What meta-records said about the next member: a GNU long name, pax keys."""
+    """What meta-records said about the next entry: GNU long name and link, pax keys."""
 
     longname: str | None = None
+    longlink: str | None = None
     pax: dict[str, str] = field(default_factory=dict)
+    records: list[tuple[str, str]] = field(default_factory=list)  # pax, in order (0.0 maps)
+    at: int | None = None  # offset of the first meta record (None: there was none)
 
     def size(self, size: int, archive: str) -> int:
         if "size" not in self.pax:
             return size
-        try:
-            return int(self.pax["size"])
-        except ValueError:
-            raise CorruptArchiveError("tar: bad pax size", archive=archive) from None
+        value = self.pax["size"]
+        if not value.isdigit() or not value.isascii():
+            raise CorruptArchiveError("tar: bad pax size", archive=archive)
+        return int(value)
 
     def name(self, block: bytes) -> str:
-        if "path" in self.pax:
-            return self.pax["path"]
+        for key in ("GNU.sparse.name", "path"):
+            if key in self.pax:
+                return self.pax[key]
         if self.longname is not None:
             return self.longname
         raw = block[0:100].split(b"\x00", 1)[0]
-        if block[257:262] == b"ustar":
+        if block[257:263] == POSIX_MAGIC:  # GNU headers keep atime / ctime there
             prefix = block[345:500].split(b"\x00", 1)[0]
             if prefix:
                 raw = prefix + b"/" + raw
         return raw.decode("utf-8", "surrogateescape")
+
+    def link(self, block: bytes) -> str:
+        if "linkpath" in self.pax:
+            return self.pax["linkpath"]
+        if self.longlink is not None:
+            return self.longlink
+        return block[157:257].split(b"\x00", 1)[0].decode("utf-8", "surrogateescape")
 
     def mtime(self, block: bytes, archive: str) -> float:
         try:
@@ -180,11 +253,40 @@ def _read_meta(
     data = read(padded(size))
     if len(data) < padded(size):
         raise TruncatedArchiveError(f"tar record at {at} cut short", archive=archive)
+    text = data[:size].split(b"\x00", 1)[0].decode("utf-8", "surrogateescape")
     if kind == b"L":
-        meta.longname = data[:size].split(b"\x00", 1)[0].decode("utf-8", "surrogateescape")
+        meta.longname = text
+    elif kind == b"K":
+        meta.longlink = text
     elif kind == b"x":
-        meta.pax.update(_pax(data[:size], archive))
+        records = parse_pax(data[:size], archive, at)
+        meta.pax.update(records)
+        meta.records += records
+    else:  # a global pax header: checked, its keys not applied
+        _check_global(parse_pax(data[:size], archive, at), at, archive)
+        return padded(size)
+    if meta.at is None:
+        meta.at = at
     return padded(size)
+
+
+#: keys of a global pax header that would change what the members after it are
+GLOBAL_REFUSED = ("path", "linkpath", "size")
+
+
+def _check_global(records: list[tuple[str, str]], at: int, archive: str) -> None:
+    """Refuse a global pax header that names or sizes the members after it.
+
+    GNU tar and tarfile apply it to every later member (all named alike), Go and bsdtar
+    do not: two tools would list two different archives.
+    """
+    for key, _ in records:
+        if key in GLOBAL_REFUSED or key.startswith("GNU.sparse."):
+            raise CorruptArchiveError(
+                f"tar header at {at}: a global pax header sets {key!r} "
+                "(tar readers disagree on whether it applies to every member)",
+                archive=archive,
+            )
 
 
 def build_header(name: str, size: int, mtime: float) -> bytes:

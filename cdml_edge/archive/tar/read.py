@@ -16,25 +16,29 @@ from cdml_edge.archive.base import Archive, MemberInfo
 from cdml_edge.archive.errors import (
     CorruptArchiveError,
     TruncatedArchiveError,
+    UnsupportedArchiveError,
 )
 from cdml_edge.archive.source import ByteSource
 from cdml_edge.archive.tar import format as tarfmt
 from cdml_edge.archive.tar.rows import TarRows
 from cdml_edge.archive.tar.seekable import MemberIndex
+from cdml_edge.archive.tar.sparse import SparseMap
 from cdml_edge.archive.tar.stream import PreadScanner
 
+Scan = Callable[[Callable[[tarfmt.TarMember], None], Callable[[str, str], None]], int]
 
-def _member_list(
-    archive: str, scan: Callable[[Callable[[tarfmt.TarMember], None]], int]
-) -> tuple[list[tarfmt.TarMember], int]:
+
+def _member_list(archive: str, scan: Scan) -> tuple[list[tarfmt.TarMember], dict[str, str]]:
+    """The members a header walk finds, and the entries it skipped (name -> reason)."""
     members: list[tarfmt.TarMember] = []
+    skipped: dict[str, str] = {}
     try:
-        length = scan(members.append)
+        scan(members.append, skipped.__setitem__)
     except EOFError:
         raise TruncatedArchiveError("tar stream ends inside a member", archive=archive) from None
     except zstandard.ZstdError as exc:
         raise CorruptArchiveError(f"zstd data: {exc}", archive=archive) from exc
-    return members, length
+    return members, skipped
 
 
 class _Members:
@@ -61,6 +65,8 @@ def _columns(members: list[tarfmt.TarMember]) -> MemberIndex:
         [m.size for m in members],
         [m.mtime for m in members],
         [None] * len(members),
+        {i: m.refused for i, m in enumerate(members) if m.refused},
+        {i: m.sparse for i, m in enumerate(members) if m.sparse is not None},
     )
 
 
@@ -69,9 +75,12 @@ class _TarBase(Archive):
         super().__init__(source, **limits)
         self._members = _Members(_columns([]))
         self._crcs: list[int | None] = []
+        self._refused: dict[int, str] = {}
+        self._sparse: dict[int, SparseMap] = {}
+        self._skipped: dict[str, str] = {}
 
-    def _set_members(self, index: MemberIndex) -> None:
-        self._use(TarRows.build(index))
+    def _set_members(self, index: MemberIndex, skipped: dict[str, str] | None = None) -> None:
+        self._use(TarRows.build(index, skipped=skipped))
 
     def _use(self, rows: TarRows) -> None:
         """Serve the members of ``rows`` (parsed here, or carried over by pickling)."""
@@ -79,6 +88,19 @@ class _TarBase(Archive):
         self._members = _Members(rows.index)
         self._crcs = rows.index.crcs
         self._names, self._ids = rows.names, rows.ids
+        self._dups, self._skipped = rows.dups, rows.skipped
+        self._refused, self._sparse = rows.index.refused, rows.index.sparse
+
+    def skipped(self) -> dict[str, str]:
+        """Entries that are not files (links, devices), name -> reason; never read."""
+        return dict(self._skipped)
+
+    def _refuse(self, ids: list[int]) -> None:
+        """Raise for the first member of ``ids`` that is refused (a sparse file, unknown format)."""
+        for i in ids:
+            why = self._refused.get(i)
+            if why is not None:
+                raise UnsupportedArchiveError(why, archive=self.name, member=self._row_name(i))
 
     def __reduce__(self) -> tuple[Any, ...]:
         # the member index travels along: the receiving process reads no index bytes
@@ -91,7 +113,28 @@ class _TarBase(Archive):
         return self._members[i].name
 
     def _declared_size(self, i: int) -> int:
-        return self._members[i].size
+        smap = self._sparse.get(i) if self._sparse else None
+        return self._members[i].size if smap is None else smap.real_size
+
+    def _read_ids(self, ids: list[int]) -> list[bytes]:
+        """Members ``ids``: refused ones raise, sparse ones come back expanded."""
+        if self._refused:
+            self._refuse(ids)
+        if not self._sparse:
+            return self._read_stored(ids)
+        for i in ids:
+            smap = self._sparse.get(i)
+            if smap is not None:
+                self.check_limits(self._row_name(i), smap.real_size, self._compressed_size(i))
+        got = self._read_stored(ids)
+        expand = self._sparse.get
+        return [
+            d if (m := expand(i)) is None else m.expand(d) for i, d in zip(ids, got, strict=True)
+        ]
+
+    def _read_stored(self, ids: list[int]) -> list[bytes]:
+        """The stored bytes of members ``ids`` (a sparse member's runs, not expanded)."""
+        raise NotImplementedError
 
     def _compressed_size(self, i: int) -> int:
         return self._members[i].size
@@ -103,7 +146,7 @@ class _TarBase(Archive):
         m = self._members[i]
         return MemberInfo(
             name=m.name,
-            size=m.size,
+            size=self._declared_size(i),
             compressed_size=self._compressed_size(i),
             method=self._method(),
             checksum=self._crcs[i],
@@ -141,12 +184,13 @@ class TarArchive(_TarBase):
             self._use(rows)
             return
         scanner = PreadScanner(source)
-        members, _ = _member_list(
-            source.name, lambda cb: tarfmt.scan(scanner.read, scanner.skip, source.name, cb)
+        members, skipped = _member_list(
+            source.name,
+            lambda cb, sk: tarfmt.scan(scanner.read, scanner.skip, source.name, cb, sk),
         )
-        self._set_members(_columns(members))
+        self._set_members(_columns(members), skipped)
 
-    def _read_ids(self, ids: list[int]) -> list[bytes]:
+    def _read_stored(self, ids: list[int]) -> list[bytes]:
         for i in ids:
             m = self._members[i]
             self.check_limits(m.name, m.size, m.size)

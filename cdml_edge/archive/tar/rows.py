@@ -10,26 +10,38 @@ from __future__ import annotations
 
 import dataclasses
 from array import array
-from dataclasses import dataclass
+from collections import Counter
+from dataclasses import dataclass, field
 from typing import Any
 
 from cdml_edge.archive.names import has_dir_names, normalize_member_names
 from cdml_edge.archive.tar.seekable import FrameTable, MemberIndex
+from cdml_edge.archive.tar.sparse import SparseMap
 
 
 @dataclass
 class TarRows:
-    """Member columns, the served names (``names``) and name -> row (``ids``), frames."""
+    """Member columns, the served names (``names``) and name -> row (``ids``), frames.
+
+    ``dups``: names more than one entry carries; ``skipped``: entries that are not files
+    (links, devices), name -> reason.
+    """
 
     index: MemberIndex
     names: list[str]
     ids: dict[str, int]
     frames: FrameTable | None = None
     data_end: int = 0
+    dups: list[str] = field(default_factory=list)
+    skipped: dict[str, str] = field(default_factory=dict)
 
     @classmethod
     def build(
-        cls, index: MemberIndex, frames: FrameTable | None = None, data_end: int = 0
+        cls,
+        index: MemberIndex,
+        frames: FrameTable | None = None,
+        data_end: int = 0,
+        skipped: dict[str, str] | None = None,
     ) -> TarRows:
         """Names in normal form; directories are left out.
 
@@ -39,11 +51,14 @@ class TarRows:
             index = dataclasses.replace(index, names=normal)  # ./a, a//b -> a, a/b
         names = index.names
         ids = dict(zip(names, range(len(names)), strict=True))
+        dups: list[str] = []
+        if len(ids) != len(names):
+            dups = [n for n, c in Counter(names).items() if c > 1 and not n.endswith("/")]
         if len(ids) != len(names) or has_dir_names(names):
             keep = {i for n, i in ids.items() if not n.endswith("/")}
             names = [n for i, n in enumerate(names) if i in keep]
             ids = {n: ids[n] for n in names}
-        return cls(index, names, ids, frames, data_end)
+        return cls(index, names, ids, frames, data_end, dups, dict(skipped or {}))
 
     def __reduce__(self) -> tuple[Any, ...]:
         x = self.index
@@ -62,7 +77,10 @@ class TarRows:
         )
         f = self.frames
         frames = None if f is None else (array("Q", f.coff), array("Q", f.doff))
-        return (_load, (names, len(x.names), cols, crcs, frames, self.data_end))
+        extra = (
+            (x.refused, self.skipped, x.sparse) if x.refused or self.skipped or x.sparse else None
+        )
+        return (_load, (names, len(x.names), cols, crcs, frames, self.data_end, extra))
 
 
 def _load(
@@ -72,6 +90,7 @@ def _load(
     crcs: Any,
     frames: tuple[array[Any], array[Any]] | None,
     data_end: int,
+    extra: tuple[dict[int, str], dict[str, str], dict[int, SparseMap]] | None = None,
 ) -> TarRows:
     if not isinstance(names, list):
         names = names.split("\x00") if count else []
@@ -80,6 +99,7 @@ def _load(
         crcs = [None] * count
     elif isinstance(crcs, array):
         crcs = crcs.tolist()
-    index = MemberIndex(names, heads, datas, sizes, mtimes, crcs)
+    refused, skipped, sparse = extra if extra is not None else ({}, {}, {})
+    index = MemberIndex(names, heads, datas, sizes, mtimes, crcs, refused, sparse)
     table = None if frames is None else FrameTable(frames[0].tolist(), frames[1].tolist())
-    return TarRows.build(index, table, data_end)
+    return TarRows.build(index, table, data_end, skipped)

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import bisect
 import struct
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from itertools import accumulate
 
 import numpy as np
@@ -29,6 +29,7 @@ import numpy as np
 from cdml_edge.archive.errors import CorruptArchiveError, TruncatedArchiveError
 from cdml_edge.archive.source import ByteSource
 from cdml_edge.archive.spec import TAIL_BYTES  # one tail read serves detection and opening
+from cdml_edge.archive.tar.sparse import SparseMap
 
 ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
 SEEK_TABLE_MAGIC = 0x184D2A5E
@@ -120,6 +121,10 @@ class MemberIndex:
     sizes: list[int]
     mtimes: list[float]
     crcs: list[int | None]
+    #: row -> why reading it is refused (a sparse file of an unknown format), row -> the map
+    #: of a sparse file; our writer's index has neither
+    refused: dict[int, str] = field(default_factory=dict)
+    sparse: dict[int, SparseMap] = field(default_factory=dict)
 
     def __len__(self) -> int:
         return len(self.names)
@@ -142,7 +147,8 @@ class SeekableTail:
 
     frames: FrameTable  # the frames of the tar stream (the index frame left out)
     index: MemberIndex | None
-    data_end: int  # where the frames end in the file
+    data_end: int  # where the frames end in the file (by the seek table)
+    stream_end: int = 0  # where the tar stream's frames must end: the index, or the table
 
 
 def has_footer(tail: bytes) -> bool:
@@ -212,12 +218,33 @@ def read_seekable_tail(
         data_end = istart
     coff = list(accumulate((e[0] for e in entries), initial=0))
     doff = list(accumulate((e[1] for e in entries), initial=0))
-    if coff[-1] > data_end:
+    if index is not None:  # without it the frames are found by a pass over the stream
+        _check_table(entries, coff[-1], data_end, source.name)
+    return SeekableTail(FrameTable(coff, doff), index, coff[-1], data_end)
+
+
+def _check_table(entries: list[tuple[int, ...]], total: int, end: int, archive: str) -> None:
+    """Refuse a seek table that does not describe the frames before the member index.
+
+    Its compressed sizes must add up to where the index starts, and no entry may be
+    empty (the smallest zstd frame takes 9 bytes): an entry too many or too few shifts
+    every member after it. Frame headers that carry a size are checked as each frame is
+    decoded, and every member against its CRC-32.
+    """
+    if total > end:
         raise TruncatedArchiveError(
-            f"seek table declares {coff[-1]} compressed bytes, file has {data_end}",
-            archive=source.name,
+            f"seek table declares {total} compressed bytes, file has {end}", archive=archive
         )
-    return SeekableTail(FrameTable(coff, doff), index, coff[-1])
+    if total != end:
+        raise CorruptArchiveError(
+            f"seek table accounts for {total} compressed bytes, the frames take {end}",
+            archive=archive,
+        )
+    for k, entry in enumerate(entries):
+        if entry[0] == 0:
+            raise CorruptArchiveError(
+                f"seek table entry {k} describes a frame of 0 compressed bytes", archive=archive
+            )
 
 
 def _seek_table(tail: _Tail) -> tuple[list[tuple[int, ...]], int] | None:

@@ -46,7 +46,8 @@ class FrameStream:
     Unlike ``stream_reader``, a stream cut inside a frame raises ``EOFError``. Input is fed
     in 512-byte chunks: ``decompress`` has no output bound and a 4-byte RLE block yields
     128 KiB, so one step expands to at most 16 MiB (an 8 KiB step could reach 256 MiB).
-    Small feeds cost no measurable speed: decoding dominates.
+    Small feeds cost no measurable speed: decoding dominates. The frames passed are
+    recorded (:meth:`table`): where each ends, compressed and decompressed.
     """
 
     FEED = 512
@@ -58,26 +59,59 @@ class FrameStream:
         self._fed = False
         self._pending = b""
         self._buf = bytearray()
+        self._in = 0  # compressed bytes taken from the source
+        self._out = 0  # decompressed bytes produced
+        self._ends: list[tuple[int, int]] = []  # (compressed, decompressed) end of each frame
 
     def read(self, n: int) -> bytes:
         """The next ``n`` decompressed bytes (short at the end); ``EOFError`` mid-frame."""
         while len(self._buf) < n:
             if self._obj is None or self._obj.eof:
                 if self._obj is not None:
-                    self._pending = self._obj.unused_data + self._pending
+                    self._end_frame()
                 self._obj = self._dctx.decompressobj()
                 self._fed = False
-            data = self._pending or self._src.read(self.FEED)
-            self._pending = b""
-            if not data:
+            if not self._feed():
                 if self._fed:
                     raise EOFError
                 break
-            self._fed = True
-            self._buf += self._obj.decompress(data)
         out = bytes(self._buf[:n])
         del self._buf[:n]
         return out
+
+    def _feed(self) -> bool:
+        """Give the frame under way its next input; ``False`` at the end of the stream."""
+        data = self._pending
+        if not data:
+            data = self._src.read(self.FEED)
+            self._in += len(data)
+        self._pending = b""
+        if not data:
+            return False
+        self._fed = True
+        got = self._obj.decompress(data)
+        self._out += len(got)
+        self._buf += got
+        return True
+
+    def _end_frame(self) -> None:
+        self._pending = self._obj.unused_data + self._pending
+        self._ends.append((self._in - len(self._pending), self._out))
+        self._obj = None
+
+    def table(self) -> tuple[list[int], list[int]]:
+        """Start offsets (compressed, decompressed) of the frames read so far, plus their end.
+
+        The frame under way is decoded to its end first (its output is dropped), so that
+        it is included; ``EOFError`` when the stream ends inside it.
+        """
+        while self._obj is not None and self._fed and not self._obj.eof:
+            self._buf.clear()
+            if not self._feed():
+                raise EOFError
+        if self._obj is not None and self._obj.eof:
+            self._end_frame()
+        return [0] + [c for c, _ in self._ends], [0] + [d for _, d in self._ends]
 
 
 class ExactReader:

@@ -16,7 +16,12 @@ from cdml_edge.archive.tar.cache import FRAME_CACHE_BYTES, FrameCache
 from cdml_edge.archive.tar.frames import PythonFrames, check_frame, plan
 from cdml_edge.archive.tar.read import _columns, _member_list, _TarBase
 from cdml_edge.archive.tar.rows import TarRows
-from cdml_edge.archive.tar.seekable import FrameTable, MemberIndex, read_seekable_tail
+from cdml_edge.archive.tar.seekable import (
+    FrameTable,
+    MemberIndex,
+    SeekableTail,
+    read_seekable_tail,
+)
 from cdml_edge.archive.tar.stream import ExactReader, FrameStream
 
 
@@ -52,6 +57,8 @@ class ZstdTarArchive(_TarBase):
         self._cache = FrameCache(frame_cache_bytes)
         decoder = frame_decoder()
         self._decoder: Any = decoder.NativeFrames() if decoder is not None else PythonFrames()
+        #: why the seek table was not used (its frames were found by a pass instead)
+        self.seek_table_problem: str | None = None
         if rows is not None:
             self._frames: FrameTable | None = rows.frames
             self._data_end = rows.data_end
@@ -63,11 +70,37 @@ class ZstdTarArchive(_TarBase):
         if found is not None and found.index is not None:
             self._index_members(found.index, found.frames)
         else:
-            reader = ExactReader(FrameStream(source, self._data_end))
-            members, _ = _member_list(
-                source.name, lambda cb: tarfmt.scan(reader.read, reader.skip, source.name, cb)
-            )
-            self._set_members(_columns(members))
+            self._scan_members(found)
+
+    def _scan_members(self, found: SeekableTail | None) -> None:
+        """Members by one pass over the stream; a seek table's frames are checked by it.
+
+        A seek table without our member index is not trusted: the pass records where each
+        frame really ends, and those boundaries serve the reads. When the table says
+        otherwise (an entry too many, sizes that do not add up), it is not used.
+        """
+        source = self._source
+        stream = FrameStream(source, found.stream_end if found else source.size())
+        reader = ExactReader(stream)
+        members, skipped = _member_list(
+            source.name,
+            lambda cb, sk: tarfmt.scan(reader.read, reader.skip, source.name, cb, sk),
+        )
+        if found is not None:
+            try:
+                coff, doff = stream.table()
+            except EOFError:
+                raise TruncatedArchiveError("zstd stream ends early", archive=self.name) from None
+            except zstandard.ZstdError as exc:
+                raise CorruptArchiveError(f"zstd data: {exc}", archive=self.name) from exc
+            told = found.frames
+            if told.coff[: len(coff)] != coff or told.doff[: len(doff)] != doff:
+                self.seek_table_problem = (
+                    "the seek table does not match the frames of the stream; "
+                    "the frames found by a pass over the stream are used"
+                )
+            self._frames, self._data_end = FrameTable(coff, doff), coff[-1]
+        self._set_members(_columns(members), skipped)
 
     @classmethod
     def open(
@@ -76,8 +109,8 @@ class ZstdTarArchive(_TarBase):
         """Open ``source``; the seek table and member index come from ``tail`` if it holds them."""
         return cls(source, tail=tail, **limits)
 
-    def _set_members(self, index: MemberIndex) -> None:
-        self._use(TarRows.build(index, self._frames, self._data_end))
+    def _set_members(self, index: MemberIndex, skipped: dict[str, str] | None = None) -> None:
+        self._use(TarRows.build(index, self._frames, self._data_end, skipped))
 
     def _options(self) -> dict[str, Any]:
         return {**super()._options(), "frame_cache_bytes": self._cache.max_bytes}
@@ -134,13 +167,15 @@ class ZstdTarArchive(_TarBase):
         """The bytes of one member; one in a single frame takes the shortest path."""
         self._check_open()
         i = self._id(name)
+        if self._refused or self._sparse:
+            return self._read_ids([i])[0]
         if self._frames is not None:
             one = self._read_one(i, self._frames)
             if one is not None:
                 return one
         return self._read_ids([i])[0]
 
-    def _read_ids(self, ids: list[int]) -> list[bytes]:
+    def _read_stored(self, ids: list[int]) -> list[bytes]:
         sizes = self._members.index.sizes
         for i in ids:
             if sizes[i] > self.fast_limit:

@@ -15,7 +15,12 @@ from cdml_edge.archive.names import normalize_member_names
 from cdml_edge.archive.native import module as native_module
 from cdml_edge.archive.source import ByteSource
 from cdml_edge.archive.zip import codecs
-from cdml_edge.archive.zip.format import FLAG_ENCRYPTED, Entry, read_central_directory
+from cdml_edge.archive.zip.format import (
+    FLAG_ENCRYPTED,
+    Entry,
+    check_count,
+    read_central_directory,
+)
 from cdml_edge.archive.zip.read import check_overlap, parse_central_directory, read_python
 from cdml_edge.archive.zip.rows import ZipRows
 
@@ -96,7 +101,7 @@ class ZipArchive(Archive):
         """Refuse an encrypted, unsupported, inconsistent or oversized member before reading."""
         if e[6] & FLAG_ENCRYPTED:
             raise UnsupportedArchiveError("encrypted member", archive=self.name, member=e[0])
-        if e[5] not in codecs.METHOD_NAMES or e[5] == codecs.LZMA:
+        if e[5] not in codecs.METHOD_NAMES:
             raise UnsupportedArchiveError(
                 f"compression {codecs.method_name(e[5])} is not supported",
                 archive=self.name,
@@ -128,23 +133,26 @@ class ZipArchive(Archive):
     def _read_ids(self, ids: list[int]) -> list[bytes]:
         if self._native_index is not None:
             return self._native_index.read(self._source, ids, self._row_names, self)
-        entries = self._entries
+        entries, raws = self._entries, self._rows.raw_names
         for i in ids:
             self.check_entry(i, entries[i])
-        return read_python(self._source, [entries[i] for i in ids], self.name)
+        names = [raws[i] for i in ids] if raws else None
+        return read_python(self._source, [entries[i] for i in ids], self.name, names)
 
 
 def _parse(source: ByteSource, tail: tuple[int, bytes] | None, native: Any) -> ZipRows:
     """Read and parse the central directory (in C when ``native`` is given)."""
     cd = read_central_directory(source, tail)
     entries: list[Entry] = []
+    raw_names: list[bytes] = []
     if native is not None:
         index = native.ZipIndex(cd, source.name)
         names, dirs = index.names, index.ndirs
     else:
         index, dirs = None, None
-        entries = parse_central_directory(cd, source.name)
+        entries = parse_central_directory(cd, source.name, raw_names)
         names = [e[0] for e in entries]
+    check_count(len(names), cd.count, source.name)
     if (normal := normalize_member_names(names)) is not names:  # ./a, a//b -> a, a/b
         names = normal
         entries = [(n, *e[1:]) for n, e in zip(names, entries, strict=False)]
@@ -152,7 +160,9 @@ def _parse(source: ByteSource, tail: tuple[int, bytes] | None, native: Any) -> Z
         index.check_overlap(names, source.name)
     else:
         check_overlap([(e[1], e[2]) for e in entries], names, source.name)
-    return ZipRows.build(names, index, entries, dirs)
+    rows = ZipRows.build(names, index, entries, dirs)
+    rows.raw_names = raw_names
+    return rows
 
 
 def _restore(

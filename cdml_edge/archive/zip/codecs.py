@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import bz2
 import io
+import lzma
+import struct
 import zlib
 
 import zstandard
@@ -35,6 +37,21 @@ def zstd_decompress(data: bytes | memoryview, size: int, *, archive: str, member
     return out
 
 
+def lzma_decompress(data: bytes | memoryview, size: int, *, archive: str, member: str) -> bytes:
+    """A ZIP LZMA member (method 14): version, properties, raw LZMA1, read as zipfile does."""
+    raw = bytes(data)
+    if len(raw) < 4 or len(raw) < 4 + struct.unpack_from("<H", raw, 2)[0]:
+        raise TruncatedArchiveError("LZMA header cut short", archive=archive, member=member)
+    end = 4 + struct.unpack_from("<H", raw, 2)[0]
+    try:
+        # the standard library's own decoder of the properties (what zipfile calls)
+        props = lzma._decode_filter_properties(lzma.FILTER_LZMA1, raw[4:end])  # type: ignore[attr-defined]
+        dec = lzma.LZMADecompressor(lzma.FORMAT_RAW, filters=[props])
+        return dec.decompress(raw[end:], size + 1)
+    except (lzma.LZMAError, ValueError) as exc:
+        raise CorruptArchiveError(f"lzma data: {exc}", archive=archive, member=member) from exc
+
+
 def decompress(
     method: int, data: bytes | memoryview, size: int, *, archive: str, member: str
 ) -> bytes:
@@ -53,6 +70,8 @@ def decompress(
             raise TruncatedArchiveError("deflate stream ends early", archive=archive, member=member)
     elif method == ZSTD:
         out = zstd_decompress(data, size, archive=archive, member=member)
+    elif method == LZMA:
+        out = lzma_decompress(data, size, archive=archive, member=member)
     elif method == BZIP2:
         try:
             out = bz2.BZ2Decompressor().decompress(bytes(data), size + 1)

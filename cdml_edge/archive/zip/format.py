@@ -39,8 +39,9 @@ LFH = struct.Struct("<4s2B4HL2L2H")  # local file header
 U32 = 0xFFFFFFFF  # a 32-bit field that says "see the ZIP64 extra field"
 # bytes read past a member's declared data, to catch a local extra field longer than the
 # central one without a second request
-LOCAL_SLACK = 128
+LOCAL_SLACK = 128  # covers a data descriptor (12 bytes read) too
 FLAG_ENCRYPTED = 0x1
+FLAG_DESCRIPTOR = 0x8  # sizes and CRC-32 in a data descriptor after the data
 FLAG_UTF8 = 0x800
 EXTRA_ZIP64 = 0x0001
 EXTRA_UNIX_TIME = 0x5455
@@ -62,21 +63,19 @@ class CentralDirectory:
 
 
 def find_eocd(tail: bytes, strict: bool = False) -> int:
-    """Position of the end record in ``tail``; the one whose comment ends the file wins.
+    """Position of the end record in ``tail``: the last signature whose 22 bytes fit, or -1.
 
-    Unless ``strict``, an end record followed by trailing bytes is accepted too.
+    The last signature is the end record, as zipfile, unzip and Go find it; no earlier
+    one is ever taken in its place (:func:`read_central_directory` refuses a last record
+    whose comment runs past the end). ``strict``: only when its comment ends the file.
     """
-    best = -1
-    pos = tail.rfind(EOCD_SIG)
-    while pos >= 0:
-        if pos + 22 <= len(tail):
-            clen = struct.unpack_from("<H", tail, pos + 20)[0]
-            if pos + 22 + clen == len(tail):
-                return pos
-            if best < 0 and pos + 22 + clen <= len(tail):
-                best = pos
-        pos = tail.rfind(EOCD_SIG, 0, pos)
-    return -1 if strict else best
+    pos = tail.rfind(EOCD_SIG, 0, max(len(tail) - 18, 0))
+    if pos < 0:
+        return -1
+    if strict:
+        clen = struct.unpack_from("<H", tail, pos + 20)[0]
+        return pos if pos + 22 + clen == len(tail) else -1
+    return pos
 
 
 def read_central_directory(
@@ -85,35 +84,106 @@ def read_central_directory(
     """Find the end records from the tail and return the central directory bytes."""
     name = source.name
     tail_start, tail = tail_read if tail_read is not None else read_tail(source)
-    pos = find_eocd(tail)
-    if pos < 0:
-        raise CorruptArchiveError("no ZIP end-of-central-directory record", archive=name)
+    pos = _end_record(tail, name)
     _, disk, cd_disk, _n_disk, count, cd_size, cd_offset, _ = EOCD.unpack_from(tail, pos)
     cd_end = tail_start + pos
     loc = pos - Z64_LOC.size
     if loc >= 0 and tail[loc : loc + 4] == Z64_LOC_SIG:
-        rec, cd_end = _zip64_record(source, tail_start, tail, loc)
-        (_, _, _, _, disk, cd_disk, _n_disk, count, cd_size, cd_offset) = Z64_EOCD.unpack(rec)
+        found = _zip64_record(source, tail_start, tail, loc)
+        if found is not None:
+            rec, cd_end = found
+            z64 = Z64_EOCD.unpack(rec)
+            _check_agree((count, cd_size, cd_offset), (z64[7], z64[8], z64[9]), name)
+            disk, cd_disk, count, cd_size, cd_offset = z64[4], z64[5], z64[7], z64[8], z64[9]
+        elif count == 0xFFFF or U32 in (cd_size, cd_offset):
+            raise CorruptArchiveError("bad ZIP64 end-of-central-directory record", archive=name)
+        # else: the locator's signature is part of a name or comment (Go and zipfile agree)
     if disk != 0 or cd_disk != 0:
         raise UnsupportedArchiveError("multi-disk (spanned) ZIP archives", archive=name)
+    if count * CDH.size > cd_size:
+        raise CorruptArchiveError(
+            f"end record declares {count} entries, a central directory of {cd_size} bytes "
+            f"holds at most {cd_size // CDH.size}",
+            archive=name,
+        )
     delta = cd_end - cd_size - cd_offset
     if delta < 0 or cd_offset + delta < 0:
         raise TruncatedArchiveError(
             f"central directory at {cd_offset} (+{cd_size}) lies past its end record",
             archive=name,
         )
-    start = cd_offset + delta
-    if start >= tail_start:
-        data = tail[start - tail_start : start - tail_start + cd_size]
-    else:
-        data = source.pread(start, cd_size)
-    if len(data) != cd_size:
-        raise TruncatedArchiveError("central directory is cut short", archive=name)
+    data = _directory_bytes(source, tail_start, tail, cd_offset + delta, cd_size)
+    if delta > 0 and count and data[:4] != CDH_SIG:
+        # Go's rule: an end record whose sizes imply prepended bytes, where the directory
+        # lies at the offset it states: the offsets count from the start of the file
+        base0 = _directory_bytes(source, tail_start, tail, cd_offset, cd_end - cd_offset)
+        if base0[:4] == CDH_SIG:
+            data, delta = base0, 0
     return CentralDirectory(data=data, count=count, delta=delta)
 
 
-def _zip64_record(source: ByteSource, tail_start: int, tail: bytes, loc: int) -> tuple[bytes, int]:
-    """The ZIP64 end record the locator at ``loc`` points to, and where it starts."""
+def _end_record(tail: bytes, archive: str) -> int:
+    """The last end record in ``tail``; refused when it is cut short or its comment is."""
+    last = tail.rfind(EOCD_SIG)
+    if last < 0:
+        raise CorruptArchiveError("no ZIP end-of-central-directory record", archive=archive)
+    if last + 22 > len(tail):
+        raise TruncatedArchiveError("end-of-central-directory record cut short", archive=archive)
+    clen = struct.unpack_from("<H", tail, last + 20)[0]
+    if last + 22 + clen > len(tail):
+        raise CorruptArchiveError(
+            f"the comment of the last end-of-central-directory record runs past the end of "
+            f"the file ({clen} bytes declared, {len(tail) - last - 22} present)",
+            archive=archive,
+        )
+    return last
+
+
+def _check_agree(eocd: tuple[int, int, int], z64: tuple[int, int, int], archive: str) -> None:
+    """Refuse end records that disagree: zipfile takes the ZIP64 one, Go the other."""
+    for what, short, full, sentinel in zip(
+        ("entry count", "directory size", "directory offset"),
+        eocd,
+        z64,
+        (0xFFFF, U32, U32),
+        strict=True,
+    ):
+        if short != sentinel and short != full & sentinel:
+            raise CorruptArchiveError(
+                f"end records disagree on the {what} ({short} against ZIP64 {full})",
+                archive=archive,
+            )
+
+
+def _directory_bytes(
+    source: ByteSource, tail_start: int, tail: bytes, start: int, size: int
+) -> bytes:
+    if start >= tail_start:
+        data = tail[start - tail_start : start - tail_start + size]
+    else:
+        data = source.pread(start, size)
+    if len(data) != size:
+        raise TruncatedArchiveError("central directory is cut short", archive=source.name)
+    return data
+
+
+def check_count(found: int, declared: int, archive: str) -> None:
+    """Refuse a central directory that does not hold the entries the end record declares.
+
+    Compared in the low 16 bits, as Go does: writers of more than 65,535 entries without
+    ZIP64 wrap the count.
+    """
+    if found & 0xFFFF != declared & 0xFFFF:
+        raise CorruptArchiveError(
+            f"central directory holds {found} entries, the end record declares {declared}",
+            archive=archive,
+        )
+
+
+def _zip64_record(
+    source: ByteSource, tail_start: int, tail: bytes, loc: int
+) -> tuple[bytes, int] | None:
+    """The ZIP64 end record the locator at ``loc`` points to and where it starts, if any."""
     _, _, z64_off, _ = Z64_LOC.unpack_from(tail, loc)
     rec_abs = tail_start + loc - Z64_EOCD.size  # where the record is if nothing is prepended
     rel = rec_abs - tail_start
@@ -121,9 +191,9 @@ def _zip64_record(source: ByteSource, tail_start: int, tail: bytes, loc: int) ->
         rec = tail[rel : rel + Z64_EOCD.size]
     else:
         rec_abs = z64_off
-        rec = source.pread(z64_off, Z64_EOCD.size)
+        rec = source.pread(z64_off, Z64_EOCD.size) if z64_off < source.size() else b""
     if len(rec) < Z64_EOCD.size or rec[:4] != Z64_EOCD_SIG:
-        raise CorruptArchiveError("bad ZIP64 end-of-central-directory record", archive=source.name)
+        return None
     return rec, rec_abs
 
 

@@ -32,7 +32,7 @@ from cdml_edge.archive.zip.format import (
     decode_name,
     dos_to_epoch,
 )
-from cdml_edge.archive.zip.read import read_python
+from cdml_edge.archive.zip.read import NAME_MISMATCH, descriptor_message, read_python
 
 _from_buffer = ffi.from_buffer
 
@@ -44,6 +44,7 @@ _MESSAGES = {
     4: (CorruptArchiveError, "size mismatch: data does not hold the declared size"),
     5: (CorruptArchiveError, "CRC-32 mismatch"),
     8: (ArchiveError, "out of memory"),
+    11: (CorruptArchiveError, NAME_MISMATCH),
 }
 
 
@@ -67,6 +68,11 @@ def zstd_version() -> str:
     return f"{v // 10000}.{v // 100 % 100}.{v % 100}" if v else ""
 
 
+def zstd_bundled() -> bool:
+    """Whether that libzstd was compiled from the bundled sources (not the system's)."""
+    return bool(lib.cz_zstd_bundled())
+
+
 def inflate_backend() -> str:
     """``"libdeflate"`` when the system library was loaded at run time, else ``"zlib"``."""
     return "libdeflate" if lib.cz_inflate_backend() else "zlib"
@@ -75,7 +81,7 @@ def inflate_backend() -> str:
 class ZipIndex:
     """The central directory parsed by C; names decoded in one pass on the Python side."""
 
-    _keep: Any = None  # an unpickled index: the entry array its cz_index points to
+    _keep: Any = None  # an unpickled index: the entries and names its cz_index points to
 
     def __init__(self, cd: CentralDirectory, archive: str) -> None:
         out = ffi.new("cz_index **")
@@ -114,10 +120,29 @@ class ZipIndex:
         self.count = count
 
     def __reduce__(self) -> tuple[Any, ...]:
-        """Pickled as the entry array's bytes (the names travel with the archive's rows)."""
+        """Pickled as the entry array's bytes and the raw names (checked on every read)."""
+        return (load_index, self.state(with_names=True))
+
+    def state(self, with_names: bool) -> tuple[Any, ...]:
+        """What :func:`load_index` rebuilds this index from.
+
+        Without the raw names (``with_names=False``) the receiver supplies them
+        (:meth:`use_names`).
+        """
         size = int(ffi.sizeof("cz_entry"))
         raw = ffi.buffer(self._ents, size * self.count)[:] if self.count else b""
-        return (_load_index, (size, raw, self.count, self.ndirs))
+        return (size, raw, self.count, self.ndirs, self.names_blob() if with_names else None)
+
+    def names_blob(self) -> bytes:
+        """The raw names as the C core holds them, each followed by a NUL."""
+        idx = self._idx
+        return ffi.buffer(idx.names, idx.names_len)[:] if idx.names != ffi.NULL else b""
+
+    def use_names(self, blob: bytes) -> None:
+        """Give an unpickled index its raw names (``blob``: as :meth:`names_blob` gives)."""
+        keep = ffi.new("char[]", blob) if blob else ffi.NULL
+        self._idx.names, self._idx.names_len = keep, len(blob)
+        self._keep = (self._keep, keep)
 
     def check_overlap(self, names: list[str], archive: str) -> None:
         """:func:`~.read.check_overlap` in C: refuse members whose bytes overlap."""
@@ -137,6 +162,13 @@ class ZipIndex:
         """``(local header offset, compressed size)`` of every entry, in directory order."""
         ents = self._ents
         return [(ents[i].offset, ents[i].csize) for i in range(self.count)]
+
+    def raw_name(self, i: int) -> bytes | None:
+        """The central-directory bytes of member ``i``'s name (``None``: not held)."""
+        if self._idx.names == ffi.NULL:
+            return None
+        e = self._ents[i]
+        return ffi.buffer(self._idx.names + e.name_off, e.name_len)[:]
 
     def entry(self, i: int, name: str) -> Entry:
         """Member ``i`` as an ``Entry`` tuple, the row the Python path reads."""
@@ -255,7 +287,8 @@ class ZipIndex:
             if st == 0:
                 continue
             if st == 6:
-                redo.append((k, read_python(source, [self.entry(i, names[i])], owner.name)[0]))
+                entry, raw = self.entry(i, names[i]), self.raw_name(i)
+                redo.append((k, read_python(source, [entry], owner.name, [raw])[0]))
                 continue
             if st == 7:
                 code = int(aux[k])
@@ -267,6 +300,8 @@ class ZipIndex:
             cls, msg = _MESSAGES.get(st, (CorruptArchiveError, f"status {st}"))
             if st == 5:
                 msg = f"CRC-32 mismatch: stored {ents[i].crc:08x}, data {int(aux[k]):08x}"
+            if st == 10:
+                msg = descriptor_message(int(aux[k]), ents[i].crc)
             if st == 3:
                 msg = f"{codecs.method_name(ents[i].method)} data is corrupt"
             raise cls(msg, archive=owner.name, member=names[i])
@@ -302,8 +337,10 @@ class ZipIndex:
         return int(lib.cz_read_bufs(self._idx, ptrs, lens, c_ids, n, outs, status, aux))
 
 
-def _load_index(size: int, raw: bytes, count: int, ndirs: int) -> ZipIndex | None:
-    """A :class:`ZipIndex` over a pickled entry array.
+def load_index(
+    size: int, raw: bytes, count: int, ndirs: int, names: bytes | None = b""
+) -> ZipIndex | None:
+    """A :class:`ZipIndex` over a pickled entry array (and its raw names, when sent).
 
     ``None`` when this build's entry layout differs: the archive is then opened from its
     source again.
@@ -318,4 +355,6 @@ def _load_index(size: int, raw: bytes, count: int, ndirs: int) -> ZipIndex | Non
     self._keep = ents  # owns the entries idx points to
     self._idx, self._ents = idx, ents
     self.names, self.ndirs, self.count = [], ndirs, count
+    if names:
+        self.use_names(names)
     return self

@@ -19,7 +19,9 @@ from cdml_edge.archive.zip import codecs
 from cdml_edge.archive.zip.format import (
     CDH,
     CDH_SIG,
+    DD_SIG,
     EXTRA_ZIP64,
+    FLAG_DESCRIPTOR,
     LFH_SIG,
     LOCAL_SLACK,
     U32,
@@ -32,8 +34,10 @@ from cdml_edge.archive.zip.format import (
 )
 
 
-def parse_central_directory(cd: CentralDirectory, archive: str) -> list[Entry]:
-    """The pure-Python central-directory parser."""
+def parse_central_directory(
+    cd: CentralDirectory, archive: str, raw_names: list[bytes] | None = None
+) -> list[Entry]:
+    """The pure-Python central-directory parser; ``raw_names`` gets each name's bytes."""
     data = cd.data
     out: list[Entry] = []
     pos = 0
@@ -56,9 +60,13 @@ def parse_central_directory(cd: CentralDirectory, archive: str) -> list[Entry]:
                 f"central directory entry {len(out)} cut short", archive=archive
             )
         raw = data[p : p + nlen]
+        if raw_names is not None:
+            raw_names.append(raw)
         extra = data[p + nlen : p + nlen + elen]
-        if U32 in (usize, csize, offset):
-            z64 = extra_field(extra, EXTRA_ZIP64) or b""
+        z64 = extra_field(extra, EXTRA_ZIP64) if U32 in (usize, csize, offset) else None
+        if z64 is None and U32 in (csize, offset):
+            z64 = b""  # a 32-bit field that needs its ZIP64 value: refused below
+        if z64 is not None:  # (2^32-1 bytes and no ZIP64 extra: that size, as Go and zipfile)
             j = 0
             try:
                 if usize == U32:
@@ -87,21 +95,64 @@ def read_length(e: Entry, size: int) -> int:
 
 
 def member_data(
-    buf: bytes, offset: int, csize: int, source: ByteSource, archive: str, member: str
+    buf: bytes,
+    offset: int,
+    csize: int,
+    source: ByteSource,
+    archive: str,
+    member: str,
+    crc: int | None = None,
+    name: bytes | None = None,
 ) -> memoryview:
-    """The compressed data of one member, given the bytes read from its local header on."""
+    """The compressed data of one member, given the bytes read from its local header on.
+
+    ``crc``: the central directory's CRC-32 of a member with a data descriptor, which
+    must carry the same one (:func:`check_descriptor`); ``name``: the central directory's
+    name bytes, which the local header must carry too.
+    """
     if len(buf) < 30:
         raise TruncatedArchiveError("local header cut short", archive=archive, member=member)
     if buf[:4] != LFH_SIG:
         raise CorruptArchiveError("bad local header signature", archive=archive, member=member)
     nlen, elen = struct.unpack_from("<2H", buf, 26)
     start = 30 + nlen + elen
-    if start + csize > len(buf):
-        more = source.pread(offset + len(buf), start + csize - len(buf))
+    need = start + csize + (DESCRIPTOR_BYTES if crc is not None else 0)
+    if need > len(buf):
+        more = source.pread(offset + len(buf), need - len(buf))
         buf = buf + more
-        if start + csize > len(buf):
+        if need > len(buf):
             raise TruncatedArchiveError("member data cut short", archive=archive, member=member)
+    if name is not None and buf[30 : 30 + nlen] != name:
+        raise CorruptArchiveError(NAME_MISMATCH, archive=archive, member=member)
+    if crc is not None:
+        check_descriptor(buf, start + csize, crc, archive, member)
     return memoryview(buf)[start : start + csize]
+
+
+#: the reason given for a local header that names its member otherwise (zipfile refuses
+#: it too; a reader of local headers would list another archive)
+NAME_MISMATCH = "the local header's name is not the central directory's"
+
+
+#: bytes of a data descriptor read after a member's data (Go reads as many)
+DESCRIPTOR_BYTES = 12
+
+
+def check_descriptor(buf: bytes, at: int, crc: int, archive: str, member: str) -> None:
+    """Refuse a data descriptor (at ``at`` in ``buf``) whose CRC-32 is not ``crc``.
+
+    zipfile ignores the descriptor, Go refuses the member: a check that can fail is kept.
+    The optional signature (``DD_SIG``) before the CRC-32 is skipped.
+    """
+    skip = 4 if buf[at : at + 4] == DD_SIG else 0
+    (got,) = struct.unpack_from("<L", buf, at + skip)
+    if got != crc:
+        raise CorruptArchiveError(descriptor_message(got, crc), archive=archive, member=member)
+
+
+def descriptor_message(got: int, crc: int) -> str:
+    """The reason given for a data descriptor that disagrees with the central directory."""
+    return f"data descriptor CRC-32 {got:08x} is not the central directory's {crc:08x}"
 
 
 def check_overlap(spans: Sequence[tuple[int, int]], names: Sequence[str], archive: str) -> None:
@@ -125,8 +176,17 @@ def check_overlap(spans: Sequence[tuple[int, int]], names: Sequence[str], archiv
         end, prev = off + 30 + csize, k
 
 
-def read_python(source: ByteSource, entries: Sequence[Entry], archive: str) -> list[bytes]:
-    """Read and check members with the pure-Python path (one ``pread_many``)."""
+def read_python(
+    source: ByteSource,
+    entries: Sequence[Entry],
+    archive: str,
+    raw_names: Sequence[bytes | None] | None = None,
+) -> list[bytes]:
+    """Read and check members with the pure-Python path (one ``pread_many``).
+
+    ``raw_names``: each member's central-directory name bytes, checked against its local
+    header (``None``: not checked).
+    """
     size = source.size()
     order = sorted(range(len(entries)), key=lambda k: entries[k][1])
     ranges = [(entries[k][1], read_length(entries[k], size)) for k in order]
@@ -134,7 +194,9 @@ def read_python(source: ByteSource, entries: Sequence[Entry], archive: str) -> l
     out: list[bytes] = [b""] * len(entries)
     for k, buf in zip(order, bufs, strict=False):
         e = entries[k]
-        data = member_data(buf, e[1], e[2], source, archive, e[0])
+        dd = e[4] if e[6] & FLAG_DESCRIPTOR else None
+        raw = raw_names[k] if raw_names is not None else None
+        data = member_data(buf, e[1], e[2], source, archive, e[0], dd, raw)
         blob = codecs.decompress(e[5], data, e[3], archive=archive, member=e[0])
         codecs.check_crc(blob, e[4], archive=archive, member=e[0])
         out[k] = blob

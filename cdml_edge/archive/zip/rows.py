@@ -12,6 +12,7 @@ from __future__ import annotations
 from array import array
 from collections import Counter
 from dataclasses import dataclass, field
+from itertools import accumulate
 from typing import Any
 
 from cdml_edge.archive.names import has_dir_names
@@ -28,7 +29,9 @@ class ZipRows:
     ``row_names[i]`` is the (normal-form) name of row ``i``; ``names`` the members served
     (directories left out, a repeated name once, at its first position), ``ids`` name ->
     row (the last row of a repeated name), ``dups`` the names more than one row carries.
-    Exactly one of ``native`` (a :class:`~.native.ZipIndex`) and ``entries`` is used.
+    Exactly one of ``native`` (a :class:`~.native.ZipIndex`) and ``entries`` is used;
+    ``raw_names``: with ``entries``, each row's name bytes as the central directory has
+    them (a local header must carry the same).
     """
 
     row_names: list[str]
@@ -37,6 +40,7 @@ class ZipRows:
     names: list[str] = field(default_factory=list)
     ids: dict[str, int] = field(default_factory=dict)
     dups: list[str] = field(default_factory=list)
+    raw_names: list[bytes] = field(default_factory=list)
 
     @classmethod
     def build(
@@ -63,10 +67,16 @@ class ZipRows:
         names = self.row_names
         blob = "\x00".join(names)
         packed: Any = blob if blob.count("\x00") == max(len(names) - 1, 0) else list(names)
+        # the raw names travel only where they are not the served names' UTF-8 (most are)
+        plain = (blob + "\x00").encode("utf-8", "surrogateescape") if names else b""
         if self.native is not None:
-            return (_load_native, (packed, len(names), self.native))
+            state = self.native.state(with_names=self.native.names_blob() != plain)
+            return (_load_native, (packed, len(names), state))
         cols = [array(t, _column(self.entries, k + 1)) for k, t in enumerate(_COLUMN_TYPES)]
-        return (_load_python, (packed, len(names), cols))
+        raws = None
+        if b"".join(r + b"\x00" for r in self.raw_names) != plain:
+            raws = (b"".join(self.raw_names), array("L", map(len, self.raw_names)))
+        return (_load_python, (packed, len(names), cols, raws))
 
 
 def _column(entries: list[Entry], k: int) -> list[Any]:
@@ -79,20 +89,33 @@ def _names(packed: Any, count: int) -> list[str]:
     return packed.split("\x00") if count else []
 
 
-def _load_native(packed: Any, count: int, native: Any) -> ZipRows | None:
-    """Rows over an unpickled C index.
+def _load_native(packed: Any, count: int, state: tuple[Any, ...]) -> ZipRows | None:
+    """Rows over an unpickled C index (its raw names rebuilt from the names if not sent).
 
     ``None`` when it could not be rebuilt here, or the C core is turned off here: the
     archive is then opened from its source again, on this process's engine.
     """
     from cdml_edge.archive.native import module
 
-    if native is None or module() is None:
+    if module() is None:
         return None
-    return ZipRows.build(_names(packed, count), native, [], native.ndirs)
+    from cdml_edge.archive.zip.native import load_index
+
+    names = _names(packed, count)
+    native = load_index(*state)
+    if native is None:
+        return None
+    if state[-1] is None:
+        native.use_names(("\x00".join(names) + "\x00").encode("utf-8", "surrogateescape"))
+    return ZipRows.build(names, native, [], native.ndirs)
 
 
-def _load_python(packed: Any, count: int, cols: list[array[Any]]) -> ZipRows | None:
+def _load_python(
+    packed: Any,
+    count: int,
+    cols: list[array[Any]],
+    raws: tuple[bytes, array[int]] | None = None,
+) -> ZipRows | None:
     """Rows of the Python path.
 
     ``None`` when the C core is on here: the receiving process reads on its own engine, so
@@ -104,4 +127,10 @@ def _load_python(packed: Any, count: int, cols: list[array[Any]]) -> ZipRows | N
         return None
     names = _names(packed, count)
     entries: list[Entry] = list(zip(names, *(c.tolist() for c in cols), strict=True))
-    return ZipRows.build(names, None, entries, None)
+    rows = ZipRows.build(names, None, entries, None)
+    if raws is None:  # the served names' UTF-8
+        rows.raw_names = [n.encode("utf-8", "surrogateescape") for n in names]
+    else:
+        ends = list(accumulate(raws[1], initial=0))
+        rows.raw_names = [raws[0][a:b] for a, b in zip(ends, ends[1:], strict=False)]
+    return rows
