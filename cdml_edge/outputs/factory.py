@@ -57,6 +57,13 @@ def leaves(output: Output) -> list[Output]:
     return [output]
 
 
+def mqtt_leaves(output: Output) -> list[Output]:
+    """The MQTT publishers inside ``output``."""
+    from cdml_edge.outputs.mqtt.publisher import MqttPublisher
+
+    return [o for o in leaves(output) if isinstance(o, MqttPublisher)]
+
+
 def on_disk_event(output: Output, hook: FaultHook) -> None:
     """Report the disk faults of ``output``'s stores (the MQTT spool) through ``hook``."""
     from cdml_edge.outputs.mqtt.publisher import MqttPublisher

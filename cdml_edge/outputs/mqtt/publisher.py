@@ -37,7 +37,7 @@ from cdml_edge.outputs.mqtt.spool import Spool, SpoolToken
 from cdml_edge.outputs.mqtt.spool_format import SpoolRecord, record_size
 from cdml_edge.supervisor import Spawn, Worker, plain_thread
 from cdml_edge.window.payloads import StatusPayload
-from cdml_edge.window.topics import OutMessage
+from cdml_edge.window.topics import ABSOLUTE, OutMessage
 
 log = logging.getLogger(__name__)
 
@@ -158,7 +158,9 @@ class MqttPublisher:
         return self.broker.url if self.broker is not None else self.settings.url()
 
     def topic(self, relative: str) -> str:
-        """Full topic of a message topic relative to ``{prefix}/{device}``."""
+        """Full topic of a message topic: relative to ``{prefix}/{device}``, or absolute."""
+        if relative[:1] == ABSOLUTE:
+            return relative[1:]
         return f"{self._base}/{relative}"
 
     def start(self) -> None:
