@@ -1,12 +1,16 @@
 """Reading what a Sparkplug B edge node published, with an independent implementation.
 
 Messages are decoded by ``pysparkplug`` (its own protobuf code, not ours): births as they
-come, data with the last birth of its node or device (names and types from aliases).
+come, data with the last birth of its node or device (names and types from aliases). Births
+are QoS 0, so a subscriber that was away when they went out (a persistent session gets the
+QoS 1 data it missed, never QoS 0) decodes data with the node's next birth, and asks for one
+(NCMD ``Node Control/Rebirth``, as a host application does) when none came at all.
 """
 
 from __future__ import annotations
 
 import threading
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -40,6 +44,8 @@ class SparkplugSubscriber(Subscriber):
 
     def __init__(self, port: int, group: str, **kw: Any) -> None:
         self.qos: list[int] = []
+        self.port = port
+        self.group = group
         super().__init__(port, f"spBv1.0/{group}/#", **kw)
 
     def _on_message(self, client: Any, userdata: Any, msg: Any) -> None:
@@ -52,6 +58,13 @@ class SparkplugSubscriber(Subscriber):
         with self._lock:
             raw = list(zip(self.messages, self.qos, strict=False))
         births: dict[tuple[str | None, str | None], Any] = {}
+        for (topic_str, payload, _), _ in raw:  # the births a subscriber away missed: the next
+            topic = spb.Topic.from_str(topic_str)
+            kind = topic.message_type
+            if kind in (spb.MessageType.NBIRTH, spb.MessageType.DBIRTH):
+                births.setdefault(
+                    (topic.edge_node_id, topic.device_id), kind.payload.decode(payload)
+                )
         out: list[Received] = []
         for (topic_str, payload, retain), qos in raw:
             topic = spb.Topic.from_str(topic_str)
@@ -66,6 +79,22 @@ class SparkplugSubscriber(Subscriber):
                 decoded = kind.payload.decode(payload)
             out.append(Received(topic, decoded, payload, qos, retain))
         return out
+
+    def unborn(self) -> set[str]:
+        """Nodes with data but no birth received."""
+        with self._lock:
+            topics = [spb.Topic.from_str(t) for t, _, _ in self.messages]
+        born = {t.edge_node_id for t in topics if t.message_type == spb.MessageType.NBIRTH}
+        return {str(t.edge_node_id) for t in topics if t.edge_node_id not in born}
+
+    def ids(self, suffix: str = "/result") -> list[str]:
+        """As :meth:`result_ids`; a node whose births this subscriber missed is asked again."""
+        for node in self.unborn():
+            send(self.port, f"spBv1.0/{self.group}/NCMD/{node}", rebirth_command())
+            deadline = time.monotonic() + 5
+            while node in self.unborn() and time.monotonic() < deadline:
+                time.sleep(0.05)
+        return self.result_ids()
 
     def result_ids(self) -> list[str]:
         """The ``result/id`` of every DDATA that carries one."""
