@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import paho.mqtt.publish as publish
 import pytest
 from helpers.mqtt_brokers import (
     SHARED_PORT,
@@ -107,6 +108,11 @@ def _retained(port: int, topic: str, expect: int) -> dict[str, bytes]:
     return out
 
 
+def _clear(port: int, topics: list[str]) -> None:
+    """Leave nothing retained on the shared broker."""
+    publish.multiple([(t, b"", 1, True) for t in topics], hostname="127.0.0.1", port=port)
+
+
 def test_discovery_configs_have_the_required_keys_and_availability(
     tmp_path: Path, broker_port: int
 ) -> None:
@@ -147,6 +153,7 @@ def test_discovery_configs_have_the_required_keys_and_availability(
     finally:
         pub.stop()
     assert json.loads(_retained(broker_port, status, 1)[status])["state"] == "offline"
+    _clear(broker_port, [*configs, status])
 
 
 def test_a_source_removed_from_the_config_loses_its_entities(
@@ -172,6 +179,7 @@ def test_a_source_removed_from_the_config_loses_its_entities(
     assert wait_until(lambda: json.loads(ledger_path(third).read_text())["topics"] == [], 5)
     pub.stop()
     assert _retained(broker_port, f"ha{tag}/#", 0) == {}
+    _clear(broker_port, [f"p{tag}/edge-1/status"])
 
 
 def test_the_last_will_makes_the_entities_unavailable(tmp_path: Path, broker_port: int) -> None:
@@ -220,3 +228,4 @@ def test_the_last_will_makes_the_entities_unavailable(tmp_path: Path, broker_por
     finally:
         proc.kill()
         proc.wait(5)
+    _clear(broker_port, [*configs, status])

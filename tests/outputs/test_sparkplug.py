@@ -315,16 +315,18 @@ def test_health_is_ndata_and_status_is_left_to_the_births(node: Any) -> None:
     assert ndata[0].metrics()["health/broker_connected"] is True
 
 
-def test_without_protobuf_the_config_fails_with_a_clear_error(tmp_path: Path) -> None:
+def test_without_protobuf_run_refuses_the_config_in_one_line(tmp_path: Path) -> None:
+    config = tmp_path / "f.yaml"
+    config.write_text(f"state_dir: {tmp_path / 'state'}\nmqtt: {{format: sparkplug_b}}\n")
     code = (
-        "import sys; sys.modules['google.protobuf'] = None\n"
-        "from cdml_edge.config import parse_config\n"
-        "from cdml_edge.outputs.factory import make_output\n"
-        "from cdml_edge.outputs.sparkplug.proto import SparkplugUnavailable\n"
-        f"cfg = parse_config({{'state_dir': {str(tmp_path)!r}, "
-        "'mqtt': {'format': 'sparkplug_b'}})\n"
-        "try:\n    make_output(cfg)\nexcept SparkplugUnavailable as e:\n    print(e)\n"
+        "import sys; sys.modules['google.protobuf'] = None\n"  # as if it were not installed
+        f"sys.argv = ['cdml-edge', 'run', '--config', {str(config)!r}]\n"
+        "from cdml_edge.cli import app; app()\n"
     )
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
-    assert "pip install 'cdml-edge[sparkplug]'" in proc.stdout, proc.stderr
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.strip() == (
+        f"cdml-edge run: {config}: mqtt.format: sparkplug_b needs the protobuf package: "
+        "pip install 'cdml-edge[sparkplug]'"
+    )
