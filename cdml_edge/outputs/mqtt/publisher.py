@@ -514,6 +514,8 @@ class MqttPublisher:
                 item = token
             topic = self.topic(topic)
             if self.session is not None and topic.startswith(self.session.namespace):
+                if self.session.rebirth_due():  # a device new since this turn began
+                    self._births(client, self.session)
                 payload = self.session.stamp(payload)  # numbered in the order sent
             info = client.publish(topic, payload, qos, retain)
             if info.rc == MQTTErrorCode.MQTT_ERR_QUEUE_SIZE:  # no free message id: retry later
