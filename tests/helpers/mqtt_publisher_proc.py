@@ -15,12 +15,10 @@ import threading
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # this checkout's cdml_edge
-
-from cdml_edge.config import MqttConfig, SpoolConfig  # noqa: E402
-from cdml_edge.outputs.base import Output  # noqa: E402
-from cdml_edge.outputs.mqtt.publisher import MqttPublisher  # noqa: E402
-from cdml_edge.window.topics import OutMessage  # noqa: E402
+from cdml_edge.config import MqttConfig, SpoolConfig
+from cdml_edge.outputs.base import Output
+from cdml_edge.outputs.mqtt.publisher import MqttPublisher
+from cdml_edge.window.topics import OutMessage
 
 
 def main() -> None:

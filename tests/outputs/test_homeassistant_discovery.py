@@ -29,7 +29,6 @@ from helpers.mqtt_brokers import (
     port_open,
     wait_until,
 )
-from helpers.paths import ROOT
 
 from cdml_edge.config import AppConfig, parse_config
 from cdml_edge.outputs.homeassistant import announce, discovery_configs, ledger_path
@@ -102,7 +101,7 @@ def _announce(cfg: AppConfig) -> MqttPublisher:
 def _retained(port: int, topic: str, expect: int) -> dict[str, bytes]:
     """What the broker keeps retained under ``topic`` (a fresh subscriber)."""
     sub = Subscriber(port, topic, persistent=False)
-    wait_until(lambda: len(sub.messages) >= expect, 5)
+    wait_until(lambda: len(sub.messages) >= expect, 10)
     out = {t: p for t, p, retained in sub.messages if retained}
     sub.close()
     return out
@@ -196,13 +195,13 @@ def test_the_last_will_makes_the_entities_unavailable(tmp_path: Path, broker_por
         "pub = MqttPublisher(cfg.mqtt, cfg.device.id, cfg.spool)\n"
         "pub.start()\n"
         "announce(cfg, [pub])\n"
+        "from cdml_edge.outputs.homeassistant import ledger_path\n"
+        "while not ledger_path(cfg).exists():\n"  # the broker has the configs
+        "    time.sleep(0.02)\n"
         "print('up', flush=True)\n"
         "time.sleep(60)\n"
     )
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}  # this checkout's cdml_edge
-    proc = subprocess.Popen(
-        [sys.executable, str(script)], stdout=subprocess.PIPE, text=True, env=env
-    )
+    proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
     try:
         assert proc.stdout is not None and proc.stdout.readline().strip() == "up"
         status = f"p{tag}/edge-1/status"

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 from helpers.mqtt_brokers import BrokerProcess, Subscriber, wait_until
-from helpers.paths import HELPERS, ROOT
+from helpers.paths import HELPERS
 from helpers.sparkplug import SparkplugSubscriber
 
 from cdml_edge.config import MqttConfig, SpoolConfig
@@ -197,7 +197,6 @@ def _run_proc(cfg: dict[str, object], path: Path) -> subprocess.Popen[str]:
         [sys.executable, str(HELPERS / "mqtt_publisher_proc.py"), str(path)],
         stdout=subprocess.PIPE,
         text=True,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},  # this checkout's cdml_edge
     )
 
 

@@ -25,7 +25,6 @@ from helpers.mqtt_brokers import (
     port_open,
     wait_until,
 )
-from helpers.paths import ROOT
 from helpers.sparkplug import Received, SparkplugSubscriber, rebirth_command, send
 
 from cdml_edge.config import AppConfig, parse_config
@@ -252,8 +251,7 @@ def test_ndeath_will_after_kill_9_matches_the_nbirth_bdseq(
         "out.start()\n"
         "time.sleep(60)\n"
     )
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    proc = subprocess.Popen([sys.executable, str(script)], env=env)
+    proc = subprocess.Popen([sys.executable, str(script)])
     try:
         _session(sub, 3)
         os.kill(proc.pid, signal.SIGKILL)
@@ -323,8 +321,7 @@ def test_without_protobuf_run_refuses_the_config_in_one_line(tmp_path: Path) -> 
         f"sys.argv = ['cdml-edge', 'run', '--config', {str(config)!r}]\n"
         "from cdml_edge.cli import app; app()\n"
     )
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert proc.returncode == 2, proc.stderr
     assert proc.stderr.strip() == (
         f"cdml-edge run: {config}: mqtt.format: sparkplug_b needs the protobuf package: "
