@@ -11,6 +11,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,6 +21,7 @@ import pytest
 from helpers.mqtt_brokers import (
     SHARED_PORT,
     BrokerProcess,
+    Subscriber,
     broker_protocol,
     mosquitto_binary,
     port_open,
@@ -219,14 +221,22 @@ def test_data_metrics_carry_aliases_only_resolved_by_the_birth(node: Any) -> Non
 
 
 def test_births_qos_0_not_retained_ndeath_on_clean_stop_with_the_births_bdseq(
-    node: Any,
+    node: Any, broker_port: int
 ) -> None:
     cfg, sub = node
     out = _start(cfg)
-    out.publish_batch([_result(0)])
-    _session(sub, 4)
+    camera = {"source": "cam2", "state": "reconnecting", "previous": "streaming", "outages": 1}
+    camera |= {"reconnects": 0, "failed_attempts": 1, "url": "rtsp://c", "ts": 1.0, "seq": 1}
+    retained = OutMessage("cam2/camera", json.dumps(camera).encode(), retain=True)  # in JSON
+    out.publish_batch([_result(0), retained])
+    _session(sub, 5)
     out.stop()
-    got = _session(sub, 5)
+    got = _session(sub, 6)
+    assert got[4].kind == "DDATA" and got[4].metrics()["camera/state"] == "reconnecting"
+    late = Subscriber(broker_port, f"spBv1.0/{cfg.mqtt.sparkplug.group_id}/#", persistent=False)
+    time.sleep(0.5)
+    late.close()
+    assert late.messages == []  # nothing retained
     births = [r for r in got if r.kind.endswith("BIRTH")]
     assert all(r.qos == 0 and not r.retain for r in births)
     assert not any(r.retain for r in got)

@@ -2,7 +2,8 @@
 
 :class:`SparkplugOutput` formats each message (result, window, error and camera: DDATA of
 the source's device; health: NDATA of the node; status: left out, the births and NDEATH say
-it) and hands them to the :class:`~cdml_edge.outputs.mqtt.publisher.MqttPublisher`, whose
+it), none retained (a camera event is, in JSON), and hands them to the
+:class:`~cdml_edge.outputs.mqtt.publisher.MqttPublisher`, whose
 outbox, spool and at-least-once guarantees are unchanged. A message of another kind goes
 out as it came.
 """
@@ -54,7 +55,7 @@ class SparkplugOutput(TeeOutput):
         if data is None:
             return message
         topic, payload = data
-        return OutMessage(absolute_topic(topic), payload, message.retain, message.qos)
+        return OutMessage(absolute_topic(topic), payload, False, message.qos)  # never retained
 
 
 BDSEQ_FILE = "sparkplug-bdseq"
