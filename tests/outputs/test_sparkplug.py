@@ -271,7 +271,7 @@ def test_ndeath_will_after_kill_9_matches_the_nbirth_bdseq(
         proc.kill()
         proc.wait(5)
     death = got[-1]
-    assert death.kind == "NDEATH"
+    assert death.kind == "NDEATH" and death.qos == 1 and not death.retain  # the will's
     assert death.payload.bd_seq_metric.value == got[0].metrics()["bdSeq"]
 
 
