@@ -307,6 +307,36 @@ def test_ncmd_node_control_rebirth_publishes_nbirth_seq_0_same_bdseq(
     assert reborn[1].metrics()["result/id"] == "r000001"  # the birth holds the last values
 
 
+def test_store_and_forward_data_drained_from_the_spool_is_historical(tmp_path: Path) -> None:
+    group = f"g{uuid.uuid4().hex[:8]}"
+    broker = BrokerProcess(tmp_path / "broker").start()
+    sub = SparkplugSubscriber(broker.port, group, client_id=f"sub-{group}")  # persistent
+    broker.stop()
+    cfg = _config(tmp_path, broker.port, group, protocol=broker.protocol)
+    out = make_output(cfg)
+    assert isinstance(out, SparkplugOutput)
+    out.start()
+    try:
+        out.publish_batch([_result(i) for i in range(5)])  # the broker is away: spooled
+        assert out.publisher.stats()["spooled"] == 5
+        broker.start()
+        assert wait_until(lambda: out.publisher.connected, 15)
+        assert wait_until(lambda: out.publisher.stats()["spool_records"] == 0, 15)
+        out.publish_batch([_result(i) for i in range(5, 8)])  # live
+        assert wait_until(lambda: len(sub.ids()) >= 8, 15)
+    finally:
+        out.stop()
+        sub.close()
+        broker.stop()
+    flags = {}
+    for r in sub.decoded():
+        if r.kind == "DDATA":
+            metrics = list(r.payload.metrics)
+            flags[r.metrics()["result/id"]] = {m.is_historical for m in metrics}
+    assert all(flags[f"r{i:06d}"] == {True} for i in range(5))
+    assert all(flags[f"r{i:06d}"] == {False} for i in range(5, 8))
+
+
 def test_health_is_ndata_and_status_is_left_to_the_births(node: Any) -> None:
     cfg, sub = node
     out = _start(cfg)

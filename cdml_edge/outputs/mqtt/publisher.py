@@ -516,7 +516,7 @@ class MqttPublisher:
             if self.session is not None and topic.startswith(self.session.namespace):
                 if self.session.rebirth_due():  # a device new since this turn began
                     self._births(client, self.session)
-                payload = self.session.stamp(payload)  # numbered in the order sent
+                payload = self.session.stamp(payload, entry is None)  # in the order sent
             info = client.publish(topic, payload, qos, retain)
             if info.rc == MQTTErrorCode.MQTT_ERR_QUEUE_SIZE:  # no free message id: retry later
                 if self.session is not None and topic.startswith(self.session.namespace):

@@ -34,8 +34,11 @@ class Session(Protocol):
         """Published on a clean stop before DISCONNECT (QoS 1, not retained)."""
         ...
 
-    def stamp(self, payload: bytes) -> bytes:
-        """``payload`` numbered as the next message on the wire."""
+    def stamp(self, payload: bytes, historical: bool) -> bytes:
+        """``payload`` numbered as the next message on the wire.
+
+        ``historical``: it comes from the spool (kept while the broker was away or busy).
+        """
         ...
 
     def unstamp(self) -> None:

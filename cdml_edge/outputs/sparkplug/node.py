@@ -169,8 +169,17 @@ class SparkplugNode:
         self.seq = (seq + 1) % SEQ_MOD
         return seq
 
-    def stamp(self, payload: bytes) -> bytes:
-        """``payload`` with the next ``seq`` (protobuf field 3 appended: the last one wins)."""
+    def stamp(self, payload: bytes, historical: bool = False) -> bytes:
+        """``payload`` with the next ``seq`` (protobuf field 3 appended: the last one wins).
+
+        ``historical`` (drained from the spool): each metric flagged ``is_historical``, so a
+        host stores it without taking it for the current value.
+        """
+        if historical:
+            message = self._payload.FromString(payload)
+            for metric in message.metrics:
+                metric.is_historical = True
+            payload = message.SerializeToString()
         with self._lock:
             return payload + b"\x18" + _varint(self._next_seq())
 
