@@ -114,10 +114,12 @@ def test_agent_reload_withdraws_the_entities_of_a_removed_source(
     try:
         ledger = tmp_path / "factory.state" / "discovery.json"
         wait_for(lambda: ledger.exists(), what="the discovery ledger")
-        assert len(_retained(broker_port, f"ha{tag}/#", 11)) == 11
+        # announced at start, spooled until the connection is up: the broker has them soon
+        assert wait_until(lambda: len(_retained(broker_port, f"ha{tag}/#", 11)) == 11, 10)
         _ha_config(tmp_path, broker_port, tag, ["cam1"])
         assert agent.reload()
         wait_for(lambda: len(json.loads(ledger.read_text())["topics"]) == 6, what="ledger")
+        assert wait_until(lambda: len(_retained(broker_port, f"ha{tag}/#", 6)) == 6, 10)
         left = _retained(broker_port, f"ha{tag}/#", 6)
     finally:
         agent.stop()

@@ -94,7 +94,9 @@ def _announce(cfg: AppConfig) -> MqttPublisher:
     assert cfg.mqtt is not None
     pub = MqttPublisher(cfg.mqtt, cfg.device.id, cfg.spool, backoff_max=0.5)
     pub.start()
-    announce(cfg, [pub])
+    assert wait_until(lambda: pub.connected, 10)
+    sent = announce(cfg, [pub])
+    assert wait_until(lambda: pub.stats()["acked"] >= sent, 10)  # the broker has them
     return pub
 
 
