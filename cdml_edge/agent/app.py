@@ -51,7 +51,8 @@ from cdml_edge.intake.finishing import FileLifecycle
 from cdml_edge.intake.windower import PipelineGate, Windower, WindowPolicy
 from cdml_edge.model.runner import ModelRunner
 from cdml_edge.outputs.base import Output
-from cdml_edge.outputs.factory import degraded_parts, make_output, on_disk_event
+from cdml_edge.outputs.factory import degraded_parts, make_output, mqtt_leaves, on_disk_event
+from cdml_edge.outputs.homeassistant import announce
 from cdml_edge.supervisor import Supervisor
 from cdml_edge.window.items import Item, Window
 from cdml_edge.window.topics import Sequencer
@@ -275,6 +276,8 @@ class Agent:
         if self.init_retention():
             clock.mark("retention")
         self.output.start()
+        if self.cfg.mqtt is not None:
+            announce(self.cfg, mqtt_leaves(self.output))
         clock.mark("output")
         self.start_pipeline()
         self.start_sources()

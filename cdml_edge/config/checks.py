@@ -8,6 +8,7 @@ config validate`` and ``cdml-edge run`` both report them (exit status 2).
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import stat
 from pathlib import Path
@@ -61,7 +62,7 @@ def file_problem(path: Path) -> str | None:
 
 
 def file_problems(cfg: AppConfig) -> list[tuple[str, str]]:
-    """Every named file that cannot be read, and an unset ``mqtt.password_env``."""
+    """Every named file that cannot be read, an unset ``mqtt.password_env``, a missing extra."""
     out = []
     for field, path in named_files(cfg):
         problem = file_problem(path)
@@ -70,7 +71,21 @@ def file_problems(cfg: AppConfig) -> list[tuple[str, str]]:
     mq = cfg.mqtt
     if mq is not None and mq.password_env is not None and mq.password_env not in os.environ:
         out.append(("mqtt.password_env", f"environment variable {mq.password_env} is not set"))
+    if mq is not None and mq.format == "sparkplug_b" and not _installed("google.protobuf"):
+        out.append(
+            (
+                "mqtt.format",
+                "sparkplug_b needs the protobuf package: pip install 'cdml-edge[sparkplug]'",
+            )
+        )
     return out
+
+
+def _installed(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):  # a parent missing, or a module blocked in sys.modules
+        return False
 
 
 __all__ = ["file_problem", "file_problems", "named_files"]

@@ -244,6 +244,15 @@ class TlsConfig(_ConfigSection):
         return self
 
 
+class SparkplugConfig(_ConfigSection):
+    """Sparkplug B identity: ``spBv1.0/{group_id}/{type}/{node_id}/{source}``."""
+
+    group_id: str = Field("cdml", pattern=_TOPIC_SAFE, description="Sparkplug group id.")
+    node_id: str | None = Field(
+        None, pattern=_TOPIC_SAFE, description="Edge node id; default: device.id."
+    )
+
+
 class MqttConfig(_ConfigSection):
     """The broker results are published to."""
 
@@ -269,6 +278,20 @@ class MqttConfig(_ConfigSection):
     )
     allow_plaintext_password: bool = False
     tls: TlsConfig | None = None
+    format: Literal["json", "sparkplug_b"] = Field(
+        "json",
+        description="json: our topics and JSON payloads; sparkplug_b: Eclipse Sparkplug B "
+        "(needs the sparkplug extra).",
+    )
+    sparkplug: SparkplugConfig = Field(
+        default_factory=SparkplugConfig, description="Used with format: sparkplug_b."
+    )
+    discovery: Literal["homeassistant"] | None = Field(
+        None, description="homeassistant: retained MQTT discovery configs for each source."
+    )
+    discovery_prefix: str = Field(
+        "homeassistant", pattern=_TOPIC_SAFE, description="First topic level of discovery."
+    )
 
     _resolve = field_validator("password_file")(_resolve_path)
 
@@ -295,6 +318,15 @@ class MqttConfig(_ConfigSection):
         if problem is not None:
             raise ValueError(problem)
         return value
+
+    @model_validator(mode="after")
+    def _check_discovery(self) -> MqttConfig:
+        if self.discovery is not None and self.format != "json":
+            raise ValueError(
+                "discovery: needs format: json (its availability is the JSON status topic, "
+                "whose Last Will sparkplug_b replaces with NDEATH)"
+            )
+        return self
 
     @model_validator(mode="after")
     def _check_password(self) -> MqttConfig:

@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Callable, Sequence
-
 from cdml_edge.config import AppConfig
 from cdml_edge.fsio import FaultHook
 from cdml_edge.outputs.base import Output
 from cdml_edge.outputs.jsonl import JsonlOutput
+from cdml_edge.outputs.tee import TeeOutput
 from cdml_edge.supervisor import Spawn, plain_thread
-from cdml_edge.window.topics import OutMessage
+
+__all__ = ["TeeOutput", "leaves", "make_output", "mqtt_leaves"]
 
 REPLAY = "replay"
 """The replay's MQTT client id suffix and spool subfolder."""
@@ -24,7 +23,8 @@ def make_output(cfg: AppConfig, spawn: Spawn = plain_thread, *, replay: bool = F
     ``replay``: the output of ``cdml-edge replay --publish``, which may run beside the
     live agent: its own client id (``<client id>-replay``; one id would make the broker
     drop the agent's connection) and spool (``<spool.dir>/replay``), and it leaves the
-    agent's retained ``status`` and Last Will alone.
+    agent's retained ``status`` and Last Will alone; it publishes JSON in either format.
+    With ``mqtt.format: sparkplug_b`` the publisher is wrapped in a ``SparkplugOutput``.
     """
     prefix = cfg.mqtt.topic_prefix if cfg.mqtt else "cdml"
     jsonl: JsonlOutput | None = None
@@ -35,6 +35,7 @@ def make_output(cfg: AppConfig, spawn: Spawn = plain_thread, *, replay: bool = F
         return jsonl
     from cdml_edge.outputs.mqtt.publisher import MqttPublisher
 
+    mqtt: Output
     if replay:
         client_id = f"{cfg.mqtt.client_id or f'cdml-edge-{cfg.device.id}'}-{REPLAY}"
         mqtt = MqttPublisher(
@@ -45,6 +46,10 @@ def make_output(cfg: AppConfig, spawn: Spawn = plain_thread, *, replay: bool = F
             announce_status=False,
             spawn=spawn,
         )
+    elif cfg.mqtt.format == "sparkplug_b":
+        from cdml_edge.outputs.sparkplug.output import sparkplug_output
+
+        mqtt = sparkplug_output(cfg, spawn)
     else:
         mqtt = MqttPublisher(cfg.mqtt, cfg.device.id, cfg.spool, cfg.outbox, spawn=spawn)
     return mqtt if jsonl is None else TeeOutput([mqtt, jsonl])
@@ -55,6 +60,13 @@ def leaves(output: Output) -> list[Output]:
     if isinstance(output, TeeOutput):
         return [leaf for o in output.outputs for leaf in leaves(o)]
     return [output]
+
+
+def mqtt_leaves(output: Output) -> list[Output]:
+    """The MQTT publishers inside ``output``."""
+    from cdml_edge.outputs.mqtt.publisher import MqttPublisher
+
+    return [o for o in leaves(output) if isinstance(o, MqttPublisher)]
 
 
 def on_disk_event(output: Output, hook: FaultHook) -> None:
@@ -81,45 +93,3 @@ def degraded_parts(output: Output) -> dict[str, str]:
             if o.io_stopped:
                 out["mqtt"] = "the MQTT I/O thread is not running"
     return out
-
-
-class TeeOutput:
-    """Several outputs; ``on_durable`` fires once every one of them made the batch durable."""
-
-    def __init__(self, outputs: Sequence[Output]) -> None:
-        self.outputs = list(outputs)
-
-    def start(self) -> None:
-        """Start every output, in order."""
-        for o in self.outputs:
-            o.start()
-
-    def publish_batch(
-        self, messages: Sequence[OutMessage], on_durable: Callable[[], None] | None = None
-    ) -> None:
-        """Hand ``messages`` to every output; ``on_durable`` once all made them durable."""
-        left = [len(self.outputs)]
-        lock = threading.Lock()
-
-        def one_done() -> None:
-            with lock:
-                left[0] -= 1
-                done = left[0] == 0
-            if done and on_durable is not None:
-                on_durable()
-
-        for o in self.outputs:
-            o.publish_batch(messages, one_done)
-
-    def stats(self) -> dict[str, int]:
-        """The outputs' counters, summed by name."""
-        out: dict[str, int] = {}
-        for o in self.outputs:
-            for k, v in o.stats().items():
-                out[k] = out.get(k, 0) + v
-        return out
-
-    def stop(self, timeout: float = 5.0) -> None:
-        """Stop every output, in order, each given ``timeout``."""
-        for o in self.outputs:
-            o.stop(timeout)

@@ -1,7 +1,8 @@
 """MQTT topics, the message an output publishes and the per-topic sequence numbers.
 
 A message's topic is relative to ``{prefix}/{device}`` (:func:`relative_topic`, read back by
-:func:`split_topic`); the output puts :func:`topic_base` in front. Subscribers detect gaps with
+:func:`split_topic`); the output puts :func:`topic_base` in front, except before an
+:func:`absolute_topic` (Home Assistant discovery, Sparkplug B). Subscribers detect gaps with
 the per-topic ``seq`` a :class:`Sequencer` hands out.
 """
 
@@ -43,6 +44,15 @@ def topic_for(prefix: str, device: str, kind: TopicKind, source: str | None = No
     rel = relative_topic(kind, source)
     prefix = prefix.strip("/")
     return f"{prefix}/{device}/{rel}" if prefix else f"{device}/{rel}"
+
+
+ABSOLUTE = "/"
+"""The first character of a message topic that is published as it is (after it)."""
+
+
+def absolute_topic(full: str) -> str:
+    """The message topic of ``full``, a topic outside ``{prefix}/{device}``."""
+    return ABSOLUTE + full
 
 
 def topic_base(topic_prefix: str, device: str) -> str:

@@ -245,6 +245,18 @@ def test_ipv6_broker_url() -> None:
     assert config.mqtt is not None and config.mqtt.url == "mqtt://[::1]:1883"
 
 
+def test_mqtt_format_and_discovery() -> None:
+    config = parse_config({"mqtt": {}})
+    assert config.mqtt is not None and config.mqtt.format == "json"  # the default
+    assert config.mqtt.discovery is None and config.mqtt.sparkplug.group_id == "cdml"
+    sp = parse_config({"mqtt": {"format": "sparkplug_b", "sparkplug": {"node_id": "n1"}}})
+    assert sp.mqtt is not None and sp.mqtt.sparkplug.node_id == "n1"
+    with pytest.raises(ConfigError, match="discovery: needs format: json"):
+        parse_config({"mqtt": {"format": "sparkplug_b", "discovery": "homeassistant"}})
+    with pytest.raises(ConfigError, match="group_id"):
+        parse_config({"mqtt": {"format": "sparkplug_b", "sparkplug": {"group_id": "a/b"}}})
+
+
 def test_non_utf8_file_is_a_config_error(tmp_path: Path) -> None:
     path = tmp_path / "e.yaml"
     path.write_bytes(b"\xff\xfe")

@@ -1,7 +1,8 @@
 """Broker outages against a real broker process the test starts, stops and kills itself.
 
 No result is lost across a 10 s outage, drop_oldest counts exactly what is missing, block
-loses nothing, and a spool left by kill -9 drains after a restart.
+loses nothing, and a spool left by kill -9 drains after a restart: in both formats, our JSON
+and Sparkplug B (whose results a subscriber reads from DDATA with an independent decoder).
 """
 
 from __future__ import annotations
@@ -19,10 +20,16 @@ from pathlib import Path
 import pytest
 from helpers.mqtt_brokers import BrokerProcess, Subscriber, wait_until
 from helpers.paths import HELPERS
+from helpers.sparkplug import SparkplugSubscriber
 
 from cdml_edge.config import MqttConfig, SpoolConfig
+from cdml_edge.outputs.base import Output
 from cdml_edge.outputs.mqtt.publisher import MqttPublisher
+from cdml_edge.outputs.sparkplug.node import SparkplugNode
+from cdml_edge.outputs.sparkplug.output import SparkplugOutput
 from cdml_edge.window.topics import OutMessage
+
+FORMATS = pytest.mark.parametrize("fmt", ["json", "sparkplug_b"])
 
 
 def _result(i: int, pad: int = 300) -> OutMessage:
@@ -30,30 +37,46 @@ def _result(i: int, pad: int = 300) -> OutMessage:
     return OutMessage("cam1/result", json.dumps(body).encode())
 
 
-def _subscribed_then_down(broker: BrokerProcess, prefix: str) -> Subscriber:
+def _output(
+    fmt: str, broker: BrokerProcess, prefix: str, spool: SpoolConfig, **kw: float
+) -> tuple[Output, MqttPublisher]:
+    """The output of format ``fmt`` (group ``prefix`` for Sparkplug B) and its publisher."""
+    config = MqttConfig(url=broker.url, topic_prefix=prefix, keepalive=5, protocol=broker.protocol)
+    if fmt == "json":
+        pub = MqttPublisher(config, "edge-1", spool, **kw)  # type: ignore[arg-type]
+        return pub, pub
+    node = SparkplugNode(prefix, "edge-1", ["cam1"], spool.dir.parent / "bdseq")
+    pub = MqttPublisher(config, "edge-1", spool, session=node, **kw)  # type: ignore[arg-type]
+    return SparkplugOutput(pub, node), pub
+
+
+def _subscriber(fmt: str, broker: BrokerProcess, prefix: str) -> Subscriber:
+    """A subscriber with a persistent session to the results of format ``fmt``."""
+    if fmt == "json":
+        return Subscriber(broker.port, f"{prefix}/#", client_id=f"sub-{prefix}")
+    return SparkplugSubscriber(broker.port, prefix, client_id=f"sub-{prefix}")
+
+
+def _subscribed_then_down(broker: BrokerProcess, prefix: str, fmt: str = "json") -> Subscriber:
     """A subscriber with a persistent session; then the broker goes down.
 
     Mosquitto keeps the session across the restart, so messages that arrive before the
     subscriber is back are queued for it.
     """
     broker.start()
-    sub = Subscriber(broker.port, f"{prefix}/#", client_id=f"sub-{prefix}")
+    sub = _subscriber(fmt, broker, prefix)
     broker.stop()
     return sub
 
 
 @pytest.mark.slow
-def test_ten_second_outage_loses_no_result(tmp_path: Path) -> None:
+@FORMATS
+def test_ten_second_outage_loses_no_result(tmp_path: Path, fmt: str) -> None:
     prefix = f"o{uuid.uuid4().hex[:8]}"
     broker = BrokerProcess(tmp_path / "broker").start()
-    sub = Subscriber(broker.port, f"{prefix}/#", client_id=f"sub-{prefix}")
-    pub = MqttPublisher(
-        MqttConfig(url=broker.url, topic_prefix=prefix, keepalive=5, protocol=broker.protocol),
-        "edge-1",
-        SpoolConfig(dir=tmp_path / "spool"),
-        backoff_max=1.0,
-    )
-    pub.start()
+    sub = _subscriber(fmt, broker, prefix)
+    out, pub = _output(fmt, broker, prefix, SpoolConfig(dir=tmp_path / "spool"), backoff_max=1.0)
+    out.start()
     assert wait_until(lambda: pub.connected, 10)
     sent: list[str] = []
     durable: list[int] = []
@@ -64,7 +87,7 @@ def test_ten_second_outage_loses_no_result(tmp_path: Path) -> None:
         while not stop.is_set():
             batch = [_result(i + k) for k in range(5)]
             sent.extend(f"r{i + k:06d}" for k in range(5))
-            pub.publish_batch(batch, lambda: durable.append(1))
+            out.publish_batch(batch, lambda: durable.append(1))
             i += 5
             time.sleep(0.02)
 
@@ -88,7 +111,7 @@ def test_ten_second_outage_loses_no_result(tmp_path: Path) -> None:
     duplicates = len(ids) - len(set(ids))
     stats = pub.stats()
     print(
-        f"[outage] broker={broker.kind} sent={len(expected)} received={len(ids)} "
+        f"[outage] {fmt} broker={broker.kind} sent={len(expected)} received={len(ids)} "
         f"duplicates={duplicates} spooled={stats['spooled']} drained={stats['drained']}"
     )
     assert set(ids) == expected  # nothing lost, nothing invented
@@ -96,25 +119,22 @@ def test_ten_second_outage_loses_no_result(tmp_path: Path) -> None:
     # the subscriber can see the last live message before its PUBACK reaches the publisher
     assert wait_until(lambda: len(durable) == len(sent) // 5, 10), len(durable)
     assert stats["dropped"] == 0
-    pub.stop()
+    out.stop()
     sub.close()
     broker.stop()
 
 
-def test_small_spool_drop_oldest_dropped_equals_missing(tmp_path: Path) -> None:
+@FORMATS
+def test_small_spool_drop_oldest_dropped_equals_missing(tmp_path: Path, fmt: str) -> None:
     prefix = f"d{uuid.uuid4().hex[:8]}"
     broker = BrokerProcess(tmp_path / "broker")
-    sub = _subscribed_then_down(broker, prefix)
-    pub = MqttPublisher(
-        MqttConfig(url=broker.url, topic_prefix=prefix, protocol=broker.protocol),
-        "edge-1",
-        SpoolConfig(dir=tmp_path / "spool", max_bytes=32 * 1024, policy="drop_oldest"),
-        backoff_max=0.5,
-    )
-    pub.start()
+    sub = _subscribed_then_down(broker, prefix, fmt)
+    spool = SpoolConfig(dir=tmp_path / "spool", max_bytes=32 * 1024, policy="drop_oldest")
+    out, pub = _output(fmt, broker, prefix, spool, backoff_max=0.5)
+    out.start()
     total = 2000
     for i in range(0, total, 20):
-        pub.publish_batch([_result(i + k) for k in range(20)])
+        out.publish_batch([_result(i + k) for k in range(20)])
     stats = pub.stats()
     assert stats["spool_bytes"] <= 32 * 1024
     assert stats["dropped"] > 0
@@ -125,35 +145,32 @@ def test_small_spool_drop_oldest_dropped_equals_missing(tmp_path: Path) -> None:
     received = set(sub.ids())
     missing = total - len(received)
     print(
-        f"[drop_oldest] broker={broker.kind} sent={total} received={len(received)} "
+        f"[drop_oldest] {fmt} broker={broker.kind} sent={total} received={len(received)} "
         f"missing={missing} dropped={pub.stats()['dropped']}"
     )
     assert missing == pub.stats()["dropped"]
     # the newest survive, oldest first on the wire
     assert received == {f"r{i:06d}" for i in range(missing, total)}
     assert sub.ids()[: len(received)] == sorted(received)
-    pub.stop()
+    out.stop()
     sub.close()
     broker.stop()
 
 
-def test_block_policy_holds_the_producer_and_loses_nothing(tmp_path: Path) -> None:
+@FORMATS
+def test_block_policy_holds_the_producer_and_loses_nothing(tmp_path: Path, fmt: str) -> None:
     prefix = f"b{uuid.uuid4().hex[:8]}"
     broker = BrokerProcess(tmp_path / "broker")
-    sub = _subscribed_then_down(broker, prefix)
-    pub = MqttPublisher(
-        MqttConfig(url=broker.url, topic_prefix=prefix, protocol=broker.protocol),
-        "edge-1",
-        SpoolConfig(dir=tmp_path / "spool", max_bytes=16 * 1024, policy="block"),
-        backoff_max=0.5,
-    )
-    pub.start()
+    sub = _subscribed_then_down(broker, prefix, fmt)
+    spool = SpoolConfig(dir=tmp_path / "spool", max_bytes=16 * 1024, policy="block")
+    out, pub = _output(fmt, broker, prefix, spool, backoff_max=0.5)
+    out.start()
     total = 400
     durable: list[int] = []
 
     def produce() -> None:
         for i in range(0, total, 10):
-            pub.publish_batch([_result(i + k) for k in range(10)], lambda: durable.append(1))
+            out.publish_batch([_result(i + k) for k in range(10)], lambda: durable.append(1))
 
     producer = threading.Thread(target=produce)
     producer.start()
@@ -169,7 +186,7 @@ def test_block_policy_holds_the_producer_and_loses_nothing(tmp_path: Path) -> No
     assert pub.stats()["dropped"] == 0
     # the subscriber can see the last message before its PUBACK reaches the publisher
     assert wait_until(lambda: len(durable) == total // 10, 10), len(durable)
-    pub.stop()
+    out.stop()
     sub.close()
     broker.stop()
 
@@ -183,10 +200,11 @@ def _run_proc(cfg: dict[str, object], path: Path) -> subprocess.Popen[str]:
     )
 
 
-def test_spool_survives_kill_9_and_drains_after_restart(tmp_path: Path) -> None:
+@FORMATS
+def test_spool_survives_kill_9_and_drains_after_restart(tmp_path: Path, fmt: str) -> None:
     prefix = f"k{uuid.uuid4().hex[:8]}"
     broker = BrokerProcess(tmp_path / "broker")
-    sub = _subscribed_then_down(broker, prefix)
+    sub = _subscribed_then_down(broker, prefix, fmt)
     spool = tmp_path / "spool"
     base = {
         "url": broker.url,
@@ -194,6 +212,7 @@ def test_spool_survives_kill_9_and_drains_after_restart(tmp_path: Path) -> None:
         "device": "edge-1",
         "spool": str(spool),
         "protocol": broker.protocol,
+        "format": fmt,
     }
     proc = _run_proc({**base, "count": 500, "then": "wait"}, tmp_path / "first.json")
     assert proc.stdout is not None
@@ -215,6 +234,6 @@ def test_spool_survives_kill_9_and_drains_after_restart(tmp_path: Path) -> None:
     assert "drained" in out
     assert wait_until(lambda: len(set(sub.ids())) == 500, 20)
     assert set(sub.ids()) == {f"r{i}" for i in range(500)}
-    print(f"[kill -9] broker={broker.kind} received={len(sub.ids())} unique=500")
+    print(f"[kill -9] {fmt} broker={broker.kind} received={len(sub.ids())} unique=500")
     sub.close()
     broker.stop()

@@ -8,7 +8,8 @@ reconnect the spool drains oldest first on at most every other in-flight slot, s
 results are never starved; what was in flight on a lost connection is spooled again
 (at-least-once). ``stop(timeout)`` delivers what it can in the time and leaves the rest in
 the spool. The retained ``status`` topic is ``online`` after every CONNACK, ``offline`` as the
-Last Will and on a clean stop.
+Last Will and on a clean stop; with a :class:`~.session.Session` (Sparkplug B) the session's
+Last Will, births and death take its place.
 """
 
 from __future__ import annotations
@@ -33,11 +34,12 @@ from cdml_edge.fsio import FaultHook
 from cdml_edge.outputs.mqtt.client import BrokerSettings, Waker, connect_later, new_client, poll
 from cdml_edge.outputs.mqtt.embedded_broker import EmbeddedBroker
 from cdml_edge.outputs.mqtt.outbox import Entry, Outbox, PublishBatch
+from cdml_edge.outputs.mqtt.session import Session
 from cdml_edge.outputs.mqtt.spool import Spool, SpoolToken
 from cdml_edge.outputs.mqtt.spool_format import SpoolRecord, record_size
 from cdml_edge.supervisor import Spawn, Worker, plain_thread
 from cdml_edge.window.payloads import StatusPayload
-from cdml_edge.window.topics import OutMessage
+from cdml_edge.window.topics import ABSOLUTE, OutMessage
 
 log = logging.getLogger(__name__)
 
@@ -77,8 +79,10 @@ class MqttPublisher:
         on_event: FaultHook | None = None,
         announce_status: bool = True,
         spawn: Spawn = plain_thread,
+        session: Session | None = None,
     ) -> None:
         self.config = config
+        self.session = session
         self.device_id = device_id
         self.version = version
         self.max_inflight = max_inflight
@@ -159,7 +163,9 @@ class MqttPublisher:
         return self.broker.url if self.broker is not None else self.settings.url()
 
     def topic(self, relative: str) -> str:
-        """Full topic of a message topic relative to ``{prefix}/{device}``."""
+        """Full topic of a message topic: relative to ``{prefix}/{device}``, or absolute."""
+        if relative[:1] == ABSOLUTE:
+            return relative[1:]
         return f"{self._base}/{relative}"
 
     def start(self) -> None:
@@ -301,8 +307,10 @@ class MqttPublisher:
             self.settings,
             max_inflight=self.max_inflight + 2,
             connect_timeout=self.connect_timeout,
-            will=(self.topic("status"), self._status("offline")) if self.announce_status else None,
+            will=(self.topic("status"), self._status("offline")) if self._json_status else None,
         )
+        if self.session is not None:
+            client.on_message = self._on_message
         client.on_connect = self._on_connect
         client.on_disconnect = self._on_disconnect
         client.on_publish = self._on_publish
@@ -313,6 +321,10 @@ class MqttPublisher:
             host, port = self.settings.address.host, self.settings.address.port
         connect_later(client, self.settings, host, port)
         return client
+
+    @property
+    def _json_status(self) -> bool:
+        return self.announce_status and self.session is None
 
     def _status(self, state: str) -> bytes:
         payload = StatusPayload(
@@ -352,6 +364,10 @@ class MqttPublisher:
     def _on_publish(self, client: Any, userdata: Any, mid: int, rc: Any, props: Any) -> None:
         self._acks.append((mid, bool(getattr(rc, "is_failure", False))))
 
+    def _on_message(self, client: Any, userdata: Any, msg: Any) -> None:
+        if self.session is not None:
+            self.session.on_command(msg.topic, bytes(msg.payload))
+
     # ------------------------------------------------------------------ I/O thread
     def _run(self) -> None:
         client = self._client
@@ -387,6 +403,9 @@ class MqttPublisher:
             self._waker.wait(self._next_attempt - now)
             return True
         self._attempted = True
+        if self.session is not None:  # a new Last Will for every CONNECT
+            will_topic, will = self.session.connecting()
+            client.will_set(will_topic, will, qos=1, retain=False)
         try:
             client.reconnect()
             self._connect_started = time.monotonic()
@@ -424,6 +443,8 @@ class MqttPublisher:
             return
         if self._just_connected:
             self._announce_online(client)
+        elif self.session is not None and self._connected and self.session.rebirth_due():
+            self._births(client, self.session)
         self._process_acks()
         if self._connected:
             self._pump(client)
@@ -450,9 +471,17 @@ class MqttPublisher:
         self._backoff.reset()
         self._counts["reconnects"] += 1
         log.info("connected to %s as %s (MQTT %s)", self.broker_url, self.client_id, self.protocol)
-        if self.announce_status:
+        if self.session is not None:
+            client.subscribe(self.session.command_topic, qos=1)
+            self._births(client, self.session)
+        elif self.announce_status:
             info = client.publish(self.topic("status"), self._status("online"), 1, True)
             self._status_mid = info.mid
+
+    def _births(self, client: mqtt.Client, session: Session) -> None:
+        """The session's births, before anything else of this connection (QoS 0)."""
+        for topic, payload in session.births():
+            client.publish(topic, payload, 0, False)
 
     def _process_acks(self) -> None:
         while self._acks:
@@ -490,16 +519,22 @@ class MqttPublisher:
             self._spool_turn = not self._spool_turn
             if entry is not None:
                 msg = entry.message
-                info = client.publish(
-                    self.topic(msg.topic), msg.payload, self._qos(msg), msg.retain
-                )
+                topic, payload, qos, retain = msg.topic, msg.payload, self._qos(msg), msg.retain
                 item: Entry | SpoolToken = entry
             else:
                 assert spooled is not None
                 token, rec = spooled
-                info = client.publish(self.topic(rec.topic), rec.payload, rec.qos, rec.retain)
+                topic, payload, qos, retain = rec.topic, rec.payload, rec.qos, rec.retain
                 item = token
+            topic = self.topic(topic)
+            if self.session is not None and topic.startswith(self.session.namespace):
+                if self.session.rebirth_due():  # a device new since this turn began
+                    self._births(client, self.session)
+                payload = self.session.stamp(payload, entry is None)  # in the order sent
+            info = client.publish(topic, payload, qos, retain)
             if info.rc == MQTTErrorCode.MQTT_ERR_QUEUE_SIZE:  # no free message id: retry later
+                if self.session is not None and topic.startswith(self.session.namespace):
+                    self.session.unstamp()
                 if entry is not None:
                     self.outbox.put_front([entry])
                 elif spooled is not None:
@@ -556,7 +591,7 @@ class MqttPublisher:
             if not self._attempted:
                 return False  # the first connection attempt has not been made yet
         if self._connected and client.socket() is not None:
-            if self.announce_status:
+            if self.announce_status or self.session is not None:
                 self._go_offline(client, time_left)
             client.disconnect()
             with contextlib.suppress(Exception):
@@ -566,9 +601,13 @@ class MqttPublisher:
         return True
 
     def _go_offline(self, client: mqtt.Client, time_left: float) -> None:
-        """Publish the retained ``offline`` and wait a moment for its PUBACK."""
+        """Publish the retained ``offline`` (the session's death) and wait for its PUBACK."""
         self._status_acked.clear()
-        info = client.publish(self.topic("status"), self._status("offline"), 1, True)
+        if self.session is not None:
+            topic, death = self.session.death()
+            info = client.publish(topic, death, 1, False)
+        else:
+            info = client.publish(self.topic("status"), self._status("offline"), 1, True)
         self._status_mid = info.mid
         end = time.monotonic() + max(0.2, min(1.0, time_left))
         while not self._status_acked.is_set() and time.monotonic() < end:

@@ -1,0 +1,177 @@
+"""Home Assistant MQTT discovery: each source announced as entities, retained.
+
+With ``mqtt.discovery: homeassistant`` the agent publishes, at every start and reload, one
+retained config per entity on ``{discovery_prefix}/{component}/{device}/{object}/config``:
+per source its last label, score, anomaly, anomaly score and rate (items/s of the last
+window), and per device one ``online`` entity. They read our JSON topics; their availability
+is the retained ``status`` topic whose ``offline`` is the Last Will. The topics announced are
+kept in ``<state_dir>/discovery.json``: a source gone from the configuration (or discovery
+turned off) has its configs removed with an empty retained payload.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from cdml_edge import __version__
+from cdml_edge.config import AppConfig
+from cdml_edge.fsio import atomic_write
+from cdml_edge.outputs.base import Output
+from cdml_edge.window.topics import OutMessage, absolute_topic, topic_for
+
+log = logging.getLogger(__name__)
+
+LEDGER = "discovery.json"
+"""The announced discovery topics, in the state folder."""
+
+# object suffix -> (component, name, topic kind, value template, extra keys)
+SOURCE_ENTITIES: dict[str, tuple[str, str, str, str, dict[str, Any]]] = {
+    "label": ("sensor", "last label", "result", "{{ value_json.label }}", {"icon": "mdi:tag"}),
+    "score": (
+        "sensor",
+        "score",
+        "result",
+        "{{ value_json.score }}",
+        {"state_class": "measurement"},
+    ),
+    "anomaly": (
+        "binary_sensor",
+        "anomaly",
+        "result",
+        "{{ 'ON' if value_json.anomaly else 'OFF' }}",
+        {"device_class": "problem", "payload_on": "ON", "payload_off": "OFF"},
+    ),
+    "anomaly_score": (
+        "sensor",
+        "anomaly score",
+        "result",
+        "{{ value_json.anomaly_score }}",
+        {"state_class": "measurement"},
+    ),
+    "rate": (
+        "sensor",
+        "rate",
+        "window",
+        "{{ (value_json['items'] / ([value_json.closed_ts - value_json.opened_ts, 1.0] | max))"
+        " | round(2) }}",
+        {"state_class": "measurement", "unit_of_measurement": "items/s"},
+    ),
+}
+
+
+def ledger_path(cfg: AppConfig) -> Path:
+    """Where the announced topics are kept."""
+    assert cfg.state_dir is not None
+    return cfg.state_dir / LEDGER
+
+
+def discovery_configs(cfg: AppConfig) -> dict[str, dict[str, Any]]:
+    """Discovery topic -> config of every entity ``cfg`` announces (none without discovery)."""
+    mqtt = cfg.mqtt
+    if mqtt is None or mqtt.discovery != "homeassistant":
+        return {}
+    device_id = cfg.device.id
+    status = topic_for(mqtt.topic_prefix, device_id, "status")
+    device = {
+        "identifiers": [f"cdml_edge_{device_id}"],
+        "name": device_id,
+        "manufacturer": "cdml-edge",
+        "model": "cdml-edge agent",
+        "sw_version": __version__,
+    }
+    origin = {"name": "cdml-edge", "sw_version": __version__}
+    base = {"device": device, "origin": origin, "qos": 1}
+    out: dict[str, dict[str, Any]] = {}
+    online = {
+        **base,
+        "name": "online",
+        "unique_id": f"cdml_{device_id}_online",
+        "state_topic": status,
+        "value_template": "{{ value_json.state }}",
+        "payload_on": "online",
+        "payload_off": "offline",
+        "device_class": "connectivity",
+    }
+    out[_topic(mqtt.discovery_prefix, "binary_sensor", device_id, "online")] = online
+    availability = {
+        "availability_topic": status,
+        "availability_template": "{{ value_json.state }}",
+        "payload_available": "online",
+        "payload_not_available": "offline",
+    }
+    for source in cfg.sources:
+        for suffix, (component, name, kind, template, extra) in SOURCE_ENTITIES.items():
+            obj = f"{source.name}_{suffix}"
+            out[_topic(mqtt.discovery_prefix, component, device_id, obj)] = {
+                **base,
+                **availability,
+                "name": f"{source.name} {name}",
+                "unique_id": f"cdml_{device_id}_{obj}",
+                "state_topic": topic_for(mqtt.topic_prefix, device_id, kind, source.name),  # type: ignore[arg-type]
+                "value_template": template,
+                **extra,
+            }
+    return out
+
+
+def _topic(prefix: str, component: str, node: str, obj: str) -> str:
+    return f"{prefix}/{component}/{node}/{obj}/config"
+
+
+def read_ledger(path: Path) -> set[str]:
+    """The topics announced before (none when the file is missing or unreadable)."""
+    try:
+        doc = json.loads(path.read_text())
+        return {str(t) for t in doc["topics"]}
+    except (OSError, ValueError, KeyError, TypeError):
+        return set()
+
+
+def write_ledger(path: Path, topics: Iterable[str]) -> None:
+    """Keep ``topics`` as the announced ones (atomic)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write(path, json.dumps({"topics": sorted(topics)}, indent=1).encode())
+
+
+def discovery_messages(configs: dict[str, dict[str, Any]], announced: set[str]) -> list[OutMessage]:
+    """Retained configs to publish, then empty retained payloads for what is gone."""
+    msgs = [
+        OutMessage(absolute_topic(t), json.dumps(doc, sort_keys=True).encode(), retain=True)
+        for t, doc in configs.items()
+    ]
+    gone = sorted(announced - configs.keys())
+    msgs += [OutMessage(absolute_topic(t), b"", retain=True) for t in gone]
+    return msgs
+
+
+def announce(cfg: AppConfig, outputs: Iterable[Output]) -> int:
+    """Publish ``cfg``'s discovery configs through ``outputs`` and remove stale ones.
+
+    The ledger is written once every output made them durable. Returns the messages sent.
+    """
+    path = ledger_path(cfg)
+    configs = discovery_configs(cfg)
+    announced = read_ledger(path)
+    msgs = discovery_messages(configs, announced)
+    targets = list(outputs)
+    if not msgs or not targets:
+        return 0
+    left = [len(targets)]
+
+    def durable() -> None:
+        left[0] -= 1
+        if left[0] == 0:
+            write_ledger(path, configs)
+
+    for out in targets:
+        out.publish_batch(msgs, durable)
+    log.info(
+        "home assistant discovery: %d entities announced, %d removed",
+        len(configs),
+        len(msgs) - len(configs),
+    )
+    return len(msgs)

@@ -1,0 +1,225 @@
+"""The Sparkplug B edge node: topics, birth and death certificates, ``bdSeq`` and ``seq``.
+
+Formatting (pipeline threads) turns our JSON messages into NDATA / DDATA payloads without a
+``seq`` and remembers each metric's last value for the next births. The publisher's I/O
+thread asks it, on its own schedule: the NDEATH Last Will before every CONNECT (``bdSeq``
+one up, kept in a file across restarts), the NBIRTH (``seq`` 0) and a DBIRTH per device
+after every CONNACK and on an NCMD ``Node Control/Rebirth``, and the ``seq`` of each
+message as it goes on the wire (:meth:`SparkplugNode.stamp`), so the numbers follow the
+order the broker sees, spooled messages included.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from cdml_edge.fsio import atomic_write
+from cdml_edge.outputs.sparkplug.metrics import (
+    BDSEQ,
+    DEVICE_METRICS,
+    NODE_ALIASES,
+    NODE_METRICS,
+    REBIRTH,
+    MetricSpec,
+    device_aliases,
+    set_value,
+)
+from cdml_edge.outputs.sparkplug.proto import payload_class
+
+log = logging.getLogger(__name__)
+
+NAMESPACE = "spBv1.0"
+SEQ_MOD = 256  # seq and bdSeq: 0..255, then 0 again
+
+
+def _varint(n: int) -> bytes:
+    out = bytearray()
+    while True:
+        byte = n & 0x7F
+        n >>= 7
+        if n:
+            out.append(byte | 0x80)
+        else:
+            out.append(byte)
+            return bytes(out)
+
+
+def now_ms() -> int:
+    """UTC milliseconds since the epoch, the specification's timestamps."""
+    return int(time.time() * 1000)
+
+
+class SparkplugNode:
+    """One edge node and its devices (one per source); thread-safe.
+
+    The publisher's :class:`~cdml_edge.outputs.mqtt.session.Session`.
+    """
+
+    namespace = NAMESPACE + "/"
+
+    def __init__(
+        self, group_id: str, node_id: str, devices: list[str], bdseq_file: Path | None = None
+    ) -> None:
+        self.group_id = group_id
+        self.node_id = node_id
+        self._payload = payload_class()
+        self._lock = threading.Lock()
+        self._devices: dict[str, dict[str, tuple[int, MetricSpec]]] = {}
+        self._last: dict[str | None, dict[str, Any]] = {None: {}}
+        self._bdseq_file = bdseq_file
+        self.bdseq = self._read_bdseq()
+        self.seq = 0
+        self._rebirth = False
+        for name in devices:
+            self._add_device(name)
+
+    # ------------------------------------------------------------------ topics
+    def topic(self, kind: str, device: str | None = None) -> str:
+        """``spBv1.0/{group}/{kind}/{node}[/{device}]``."""
+        base = f"{NAMESPACE}/{self.group_id}/{kind}/{self.node_id}"
+        return base if device is None else f"{base}/{device}"
+
+    @property
+    def command_topic(self) -> str:
+        """Where host applications send this node's commands (NCMD)."""
+        return self.topic("NCMD")
+
+    @property
+    def devices(self) -> list[str]:
+        """The devices born (or to be born), in alias order."""
+        with self._lock:
+            return list(self._devices)
+
+    # ------------------------------------------------------------------ formatting
+    def data(self, kind: str, source: str | None, doc: dict[str, Any]) -> tuple[str, bytes] | None:
+        """NDATA (``source`` None) or DDATA of a JSON payload of topic ``kind``; no ``seq``.
+
+        ``None`` for a kind without metrics. A source not seen before becomes a device and
+        the node is born again before its first DDATA goes out.
+        """
+        specs = (NODE_METRICS if source is None else DEVICE_METRICS).get(kind)
+        if specs is None:
+            return None
+        ts = now_ms()
+        with self._lock:
+            if source is not None and source not in self._devices:
+                self._add_device(source)
+                self._rebirth = True
+            aliases = NODE_ALIASES if source is None else self._devices[source]
+            last = self._last[source]
+            payload = self._payload(timestamp=ts)
+            for spec in specs:
+                value = spec.read(doc)
+                last[spec.name] = value
+                metric = payload.metrics.add(alias=aliases[spec.name][0], timestamp=ts)
+                set_value(metric, spec.datatype, value)
+        kind_name = "NDATA" if source is None else "DDATA"
+        return self.topic(kind_name, source), payload.SerializeToString()
+
+    def _add_device(self, name: str) -> None:
+        self._devices[name] = device_aliases(len(self._devices))
+        self._last[name] = {}
+
+    # ------------------------------------------------------------------ the I/O thread's
+    def connecting(self) -> tuple[str, bytes]:
+        """Before a CONNECT: ``bdSeq`` one up; the NDEATH to register as the Last Will."""
+        with self._lock:
+            self.bdseq = (self.bdseq + 1) % SEQ_MOD
+            self._write_bdseq()
+            return self.death()
+
+    def death(self) -> tuple[str, bytes]:
+        """The NDEATH of this connection: its ``bdSeq``, no ``seq``."""
+        payload = self._payload(timestamp=now_ms())
+        metric = payload.metrics.add(name=BDSEQ, datatype=NODE_ALIASES[BDSEQ][1].datatype)
+        set_value(metric, metric.datatype, self.bdseq)
+        return self.topic("NDEATH"), payload.SerializeToString()
+
+    def births(self) -> list[tuple[str, bytes]]:
+        """NBIRTH (``seq`` 0) and one DBIRTH per device, each metric with its last value."""
+        ts = now_ms()
+        with self._lock:
+            self._rebirth = False
+            self.seq = 0
+            node = self._birth(ts, NODE_ALIASES, {**self._last[None], BDSEQ: self.bdseq})
+            out = [(self.topic("NBIRTH"), node)]
+            for name, aliases in self._devices.items():
+                out.append((self.topic("DBIRTH", name), self._birth(ts, aliases, self._last[name])))
+            return out
+
+    def _birth(
+        self, ts: int, aliases: dict[str, tuple[int, MetricSpec]], last: dict[str, Any]
+    ) -> bytes:
+        payload = self._payload(timestamp=ts, seq=self._next_seq())
+        for name, (alias, spec) in aliases.items():
+            metric = payload.metrics.add(
+                name=name, alias=alias, datatype=spec.datatype, timestamp=ts
+            )
+            value = last.get(name, False if name == REBIRTH else None)
+            set_value(metric, spec.datatype, value)
+        return bytes(payload.SerializeToString())
+
+    def _next_seq(self) -> int:
+        seq = self.seq
+        self.seq = (seq + 1) % SEQ_MOD
+        return seq
+
+    def stamp(self, payload: bytes, historical: bool = False) -> bytes:
+        """``payload`` with the next ``seq`` (protobuf field 3 appended: the last one wins).
+
+        ``historical`` (drained from the spool): each metric flagged ``is_historical``, so a
+        host stores it without taking it for the current value.
+        """
+        if historical:
+            message = self._payload.FromString(payload)
+            for metric in message.metrics:
+                metric.is_historical = True
+            payload = message.SerializeToString()
+        with self._lock:
+            return payload + b"\x18" + _varint(self._next_seq())
+
+    def unstamp(self) -> None:
+        """The last stamped message did not go out: its ``seq`` is handed out again."""
+        with self._lock:
+            self.seq = (self.seq - 1) % SEQ_MOD
+
+    def rebirth_due(self) -> bool:
+        """A rebirth was asked for (NCMD) or a new device appeared."""
+        return self._rebirth
+
+    def on_command(self, topic: str, raw: bytes) -> None:
+        """An NCMD: ``Node Control/Rebirth`` true makes :meth:`rebirth_due`."""
+        if topic != self.command_topic:
+            return
+        payload = self._payload()
+        try:
+            payload.ParseFromString(raw)
+        except Exception:  # a malformed command is logged, never fatal
+            log.warning("%s: a command that is not a Sparkplug B payload", topic)
+            return
+        for metric in payload.metrics:
+            if metric.name == REBIRTH and metric.boolean_value:
+                log.info("%s: rebirth requested", topic)
+                self._rebirth = True
+
+    # ------------------------------------------------------------------ bdSeq file
+    def _read_bdseq(self) -> int:
+        """The ``bdSeq`` of the last CONNECT (so the next one is one up); 255 at first."""
+        if self._bdseq_file is not None:
+            with contextlib.suppress(OSError, ValueError):
+                return int(self._bdseq_file.read_text().strip()) % SEQ_MOD
+        return SEQ_MOD - 1
+
+    def _write_bdseq(self) -> None:
+        if self._bdseq_file is None:
+            return
+        try:
+            self._bdseq_file.parent.mkdir(parents=True, exist_ok=True)
+            atomic_write(self._bdseq_file, f"{self.bdseq}\n".encode(), fsync=False)
+        except OSError as exc:
+            log.warning("%s: bdSeq not kept: %s", self._bdseq_file, exc)
