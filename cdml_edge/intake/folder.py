@@ -20,6 +20,7 @@ from __future__ import annotations
 import fnmatch
 import logging
 import os
+import sqlite3
 import stat
 import threading
 from collections.abc import Iterator, Sequence
@@ -54,6 +55,7 @@ from cdml_edge.intake.base import (
     WatchLost,
 )
 from cdml_edge.intake.budget import ByteBudget
+from cdml_edge.intake.kept import KeptFiles
 from cdml_edge.intake.pending import Pending, PendingFiles
 from cdml_edge.intake.regular import LinkPolicy, admit, read_regular
 from cdml_edge.supervisor import Spawn, Worker, plain_thread
@@ -92,8 +94,8 @@ class FolderSpec:
     polling: bool = False
     poll_interval: float = 1.0
     recursive: bool = False
-    max_pending: int = 1024  # files tracked at once; more stay on disk and are rescanned
-    max_kept: int = 16384  # kept files remembered (not taken again); oldest forgotten first
+    max_pending: int = 1024  # files tracked at once; more wait on disk for the scan to reach them
+    kept_record: Path | None = None  # the kept-file record's file (None: in memory)
     max_file_bytes: int | None = None  # a window's max_bytes: a bigger file is never read
     follow_symlinks: bool = False  # follow links, only to files inside path or link_roots
     link_roots: tuple[Path, ...] = ()
@@ -157,8 +159,9 @@ class FolderSource:
         self._scan_interval = scan_interval
         self._links = LinkPolicy.of(spec.follow_symlinks, spec.path, spec.link_roots)
         self.files = PendingFiles(
-            spec.max_pending, spec.stable_seconds, spec.polling, spec.max_kept
+            spec.max_pending, spec.stable_seconds, spec.polling, _kept_record(spec)
         )
+        self._scan: Iterator[str] | None = None  # the full pass over the folder in progress
         self._stopped = threading.Event()
         self._paused = False
         self._armed = False
@@ -194,9 +197,17 @@ class FolderSource:
     def release(self, path: Path, keep: bool) -> None:
         """The item from ``path`` is finished.
 
-        With ``keep`` it is not taken again unchanged (remembered within ``max_kept``).
+        With ``keep`` it is not taken again unchanged (see :mod:`~.kept`).
         """
         self.files.release(str(path), keep)
+
+    def hold(self, path: Path) -> None:
+        """The item from ``path`` is finished but its file waits for the ring.
+
+        Not taken again unchanged until :meth:`retry` (remembered in memory only: a held
+        file is taken again after a restart).
+        """
+        self.files.hold(str(path))
 
     def retry(self, path: Path, delay: float) -> None:
         """Take ``path`` again, complete as it is, once ``delay`` seconds have passed.
@@ -369,23 +380,52 @@ class FolderSource:
         self.files.forget(path)
 
     def _rescan_if_room(self) -> None:
-        if self.files.rescan_due():
+        """Go on with the pass over the folder; start another when notices were dropped."""
+        if self._scan is not None:
+            self._feed_scan()
+        elif self.files.rescan_due():
             self.rescans += 1
             self._initial_scan()
 
     def _entries(self) -> Iterator[str]:
+        """The folder's entries, read lazily (a pass holds one directory stream, not a list)."""
         if self.spec.recursive:
-            return (str(p) for p in self.spec.path.rglob("*"))
+            yield from (str(p) for p in self.spec.path.rglob("*"))
+            return
         with os.scandir(self.spec.path) as it:
-            return iter([e.path for e in it])
+            for entry in it:
+                yield entry.path
 
     def _initial_scan(self) -> None:
-        """Notice every candidate in the folder as not complete yet.
+        """Start a full pass over the folder: every candidate noticed as not complete yet.
 
         Files present at start (or found by a rescan) are judged by an identity stable for
-        ``stable_seconds``.
+        ``stable_seconds``. The pass notices entries only while the pending set has room and
+        goes on where it stopped as files are taken (:meth:`_feed_scan`): each entry is
+        looked at once per pass, so a folder of N files drains in time linear in N.
         """
-        for path in sorted(self._entries()):
+        self._scan = self._entries()
+        self._feed_scan()
+
+    def _feed_scan(self) -> None:
+        """Notice the next entries of the pass while there is room; at its end, prune.
+
+        The end of a pass forgets the kept files that are gone or changed.
+        """
+        scan = self._scan
+        while scan is not None and self.files.room:
+            try:
+                path = next(scan, None)
+            except OSError as exc:  # the folder went away: the watch's check re-arms it
+                log.warning(
+                    "%s: scan of %s stopped: %s", self.spec.name, log_name(self.spec.path), exc
+                )
+                self._scan = None
+                return
+            if path is None:
+                self._scan = None
+                self.files.prune_kept()
+                return
             if is_candidate(os.path.basename(path), self.spec.patterns):
                 try:
                     self._notice(path, closed=False)
@@ -505,6 +545,22 @@ class FolderSource:
             charge=charge,
             identity=ident,
         )
+
+
+def _kept_record(spec: FolderSpec) -> KeptFiles:
+    """The source's kept-file record; in memory when its file cannot be opened (logged)."""
+    if spec.kept_record is not None:
+        try:
+            return KeptFiles(spec.kept_record)
+        except (OSError, sqlite3.Error) as exc:
+            log.warning(
+                "%s: kept-file record %s cannot be opened (%s): kept in memory, kept files "
+                "are scored again after a restart",
+                spec.name,
+                log_name(spec.kept_record),
+                exc,
+            )
+    return KeptFiles()
 
 
 def _entry(lst: os.stat_result) -> FileIdentity:
