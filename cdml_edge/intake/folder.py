@@ -17,6 +17,7 @@ restart arms a new watch (making the folder again) and rescans.
 
 from __future__ import annotations
 
+import contextlib
 import fnmatch
 import logging
 import os
@@ -477,6 +478,8 @@ class FolderSource:
         limit = self.max_file_bytes()
         if pend.size > limit:  # never read: the caller quarantines it (see ErrorSink)
             self._forget(path)
+            with contextlib.suppress(OSError):  # left in place (too large to quarantine too):
+                self.files.refuse(path, _entry(os.lstat(path)))  # reported once, not again
             self.stats.errors += 1
             self._on_error(
                 self.spec.name, self._name(path), FileTooLarge(path, pend.size, limit), Path(path)
