@@ -73,6 +73,7 @@ _TOUCH_EVENTS: tuple[type[FileSystemEvent], ...] = (
 log = logging.getLogger(__name__)
 
 OLD_MTIME_S = 2.0
+FUTURE_MTIME_S = 2.0
 IGNORED_SUFFIXES = (".tmp", ".part", ".partial", ".crdownload", ".swp")
 
 
@@ -535,11 +536,21 @@ class FolderSource:
         self, path: str, data: bytes, ident: FileIdentity, pend: Pending, charge: int
     ) -> Item:
         raw = os.path.relpath(path, self.spec.path)
+        mtime = ident.mtime_ns / 1e9
+        if mtime - pend.seen > FUTURE_MTIME_S:
+            self.stats.future_mtime += 1
+            if self.stats.future_mtime == 1:  # a clock gone wrong: said once per source
+                log.warning(
+                    "%s: %s has an mtime %.0f s ahead of the clock: its ts is when it was seen",
+                    self.spec.name,
+                    log_name(path),
+                    mtime - pend.seen,
+                )
         return Item(
             source=self.spec.name,
             name=display_name(raw),
             modality=self.spec.modality,
-            ts=_arrival(ident.mtime_ns / 1e9, pend.seen),
+            ts=_arrival(mtime, pend.seen),
             data=data,
             item_id=item_id(self.spec.name, raw, len(data), ident.mtime_ns),
             path=Path(path),
@@ -581,6 +592,8 @@ def _arrival(mtime: float, seen: float) -> float:
     """When an item arrived; result latency is measured from here.
 
     Its mtime (the writer's close), or when the agent first saw it if that mtime is older
-    than the sighting by more than OLD_MTIME_S (a file renamed in, or waiting at start).
+    than the sighting by more than OLD_MTIME_S (a file renamed in, or waiting at start) or
+    newer by more than FUTURE_MTIME_S (a writer's clock ahead: a ts in 2100 and a latency of
+    0 otherwise).
     """
-    return seen if seen - mtime > OLD_MTIME_S else mtime
+    return seen if seen - mtime > OLD_MTIME_S or mtime - seen > FUTURE_MTIME_S else mtime
