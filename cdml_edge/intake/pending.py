@@ -212,9 +212,11 @@ class PendingFiles:
         remembered in the kept-file record so it is not taken again.
         """
         with self._cond:
-            ident = self._taken.pop(path, None)
-        if keep and ident is not None:
-            self._kept.put(path, ident)
+            ident = self._taken.get(path)
+        if keep and ident is not None:  # recorded before it leaves the in-flight set: a
+            self._kept.put(path, ident)  # notice in between never finds it in neither
+        with self._cond:
+            self._taken.pop(path, None)
 
     def hold(self, path: str) -> None:
         """``path`` was finished but waits for the ring: not taken again until a retry.
