@@ -164,9 +164,12 @@ class RetentionRing:
         """The catalog, its file given the ring's mode (SQLite's journals follow it).
 
         A link, FIFO or device under a catalog file's name is removed first (the entry
-        itself, never what it points to), so the catalog is rebuilt from the sidecars.
+        itself, never what it points to), so the catalog is rebuilt from the sidecars; a
+        folder there is :class:`RetentionError` (it is not the ring's to remove).
         """
         for name, kind in special_catalog_files(self.dir).items():
+            if os.path.isdir(self.dir / name) and not os.path.islink(self.dir / name):
+                raise RetentionError(self.dir / name, "a folder where the catalog goes")
             log.warning("retention: %s in %s is %s: removed, never opened", name, self.dir, kind)
             os.unlink(self.dir / name)
         catalog = Catalog(self.dir / CATALOG_NAME)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import threading
 import time
 import uuid
@@ -286,15 +287,22 @@ def test_replay_names_and_fails_on_sidecars_pointing_outside(
     assert "replayed 3 windows" in r.output
 
 
-def test_replay_refuses_an_archive_that_is_a_link(setup: dict[str, Path]) -> None:
+@pytest.mark.parametrize("kind", ["link", "fifo"])
+def test_replay_refuses_an_archive_that_is_a_link_or_a_fifo(
+    setup: dict[str, Path], kind: str
+) -> None:
     ring = setup["dir"] / "ring"
     victim = sorted(ring.glob("*.zip"))[2]
     elsewhere = setup["dir"] / "elsewhere.zip"
     victim.rename(elsewhere)
-    victim.symlink_to(elsewhere)  # the very bytes, only behind a link
+    if kind == "link":
+        victim.symlink_to(elsewhere)  # the very bytes, only behind a link
+    else:
+        os.mkfifo(victim)  # would block a reader for good
     r = _replay(setup)
     assert r.exit_code == 1, r.output
-    assert "1 refused" in r.output and "symbolic link" in r.output
+    assert "1 refused" in r.output
+    assert ("symbolic link" if kind == "link" else "a FIFO") in r.output
     assert victim.name in r.output
 
 

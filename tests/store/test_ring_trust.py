@@ -218,3 +218,14 @@ def test_list_retained_reports_what_it_skips(tmp_path: Path) -> None:
     [(name, reason)] = listing.skipped
     assert name == sc0 and "outside.zip" in reason
     assert [r.sidecar for r in list_retained(d)] == [sc1]
+
+
+def test_a_folder_where_the_catalog_goes_is_a_typed_error(tmp_path: Path) -> None:
+    d = tmp_path / "ring"
+    _ring_with(d, 1)
+    (d / CATALOG_NAME).unlink()
+    (d / CATALOG_NAME).mkdir()
+    (d / CATALOG_NAME / "keep.txt").write_text("someone's")
+    with pytest.raises(RetentionError, match="a folder where the catalog goes"):
+        RetentionRing(d, max_bytes=10**7, fsync=False)
+    assert (d / CATALOG_NAME / "keep.txt").read_text() == "someone's"
