@@ -28,7 +28,10 @@ def untrusted_entries(directory: str | Path) -> list[str]:
     for name in sorted(os.listdir(d)):
         if ring_name(name) is None:
             continue
-        mode = os.lstat(d / name).st_mode
+        try:
+            mode = os.lstat(d / name).st_mode
+        except OSError:  # gone meanwhile (a live agent evicted it)
+            continue
         if not stat.S_ISREG(mode):
             out.append(f"{ascii(name)}: {kind_of(mode)}, never opened")
     try:
