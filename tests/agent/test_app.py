@@ -354,7 +354,14 @@ def test_failed_window_is_retried_then_quarantined(tmp_path: Path, models: Path,
         assert len(errors) == WINDOW_ATTEMPTS + 1  # one per failed window + the quarantine
 
 
-def test_file_too_large_is_quarantined_unread(tmp_path: Path, models: Path) -> None:
+def test_file_too_large_is_never_read_and_left_when_quarantine_cannot_hold_it(
+    tmp_path: Path, models: Path
+) -> None:
+    """2 GiB (sparse): over any window and over quarantine.max_bytes (256 MiB) as well.
+
+    It used to be moved to quarantine and deleted there by the bound, the event naming a
+    file that no longer existed; it is now left in place and the event says so.
+    """
     cfg_path = write_config(tmp_path)
     cam = tmp_path / "in/cam"
     cam.mkdir(parents=True)
@@ -372,8 +379,8 @@ def test_file_too_large_is_quarantined_unread(tmp_path: Path, models: Path) -> N
     assert agent.budget.peak < 2**31
     (err,) = of_kind(read_jsonl(tmp_path / "out.jsonl"), "/error")
     assert err["item"] == "huge.jpg" and f"too large: {2**31} bytes" in err["message"]
-    assert Path(err["quarantined_path"]) == tmp_path / "quarantine/cam/huge.jpg"
-    assert not (cam / "huge.jpg").exists()
+    assert "left in place" in err["message"] and err["quarantined_path"] is None
+    assert (cam / "huge.jpg").stat().st_size == 2**31
 
 
 class _FullDiskOutput:
