@@ -229,3 +229,26 @@ def test_a_folder_where_the_catalog_goes_is_a_typed_error(tmp_path: Path) -> Non
     with pytest.raises(RetentionError, match="a folder where the catalog goes"):
         RetentionRing(d, max_bytes=10**7, fsync=False)
     assert (d / CATALOG_NAME / "keep.txt").read_text() == "someone's"
+
+
+@pytest.mark.parametrize("kind", ["link", "fifo"])
+def test_the_ring_never_writes_through_a_temporary_name_put_there(
+    tmp_path: Path, kind: str
+) -> None:
+    """A link (or FIFO) where the ring writes a window's temporary file: never written through."""
+    d = tmp_path / "ring"
+    ring = RetentionRing(d, max_bytes=10**7, fsync=False)
+    victim = tmp_path / "victim.txt"
+    victim.write_text("important")
+    archive, m = make_window("w7", T0 + 7, [("a.jpg", b"x" * 100)])
+    from cdml_edge.store.sidecar import window_stem
+
+    tmp = d / f".tmp-{window_stem(m)}.zip"
+    if kind == "link":
+        tmp.symlink_to(victim)
+    else:
+        os.mkfifo(tmp)
+    res = _within(20, lambda: ring.store(archive, m))
+    ring.close()
+    assert victim.read_text() == "important"
+    assert res.stored  # type: ignore[attr-defined]  # the entry was removed, not followed
