@@ -13,6 +13,7 @@ import threading
 import time
 from pathlib import Path
 
+import pytest
 from helpers.agent_runs import wait_for
 
 from cdml_edge.intake import FolderSource, FolderSpec
@@ -155,6 +156,7 @@ def _drain_rate(tmp_path: Path, n: int) -> float:
     return n / (time.monotonic() - t0)
 
 
+@pytest.mark.slow
 def test_intake_is_linear_in_the_files_present(tmp_path: Path) -> None:
     """Files per second draining 5,000 and 40,000 present at start: about the same.
 
