@@ -58,3 +58,28 @@ def test_files_in_flight_are_never_forgotten(tmp_path: Path) -> None:
     assert len(pf) == 0 and pf.kept == 5 and pf.in_flight == 1
     pf.release(str(flying), keep=False)
     assert pf.in_flight == 0
+
+
+def test_a_kept_file_is_never_in_neither_the_in_flight_set_nor_the_record(
+    tmp_path: Path,
+) -> None:
+    """A scan noticing the file while it is being recorded as kept does not take it again.
+
+    The soak caught it: the file left the in-flight set before it entered the record, and a
+    notice in between made it pending (one result twice). The notice is made here from
+    inside the record's write, the moment the race needs.
+    """
+    from cdml_edge.intake.kept import KeptFiles
+
+    p = tmp_path / "a.jpg"
+    p.write_bytes(b"x")
+    st = os.stat(p)
+
+    class NoticingRecord(KeptFiles):
+        def put(self, path: str, ident) -> None:  # type: ignore[no-untyped-def]
+            pf.notice(path, st, closed=True, writing=False)  # a scan, right now
+            super().put(path, ident)
+
+    pf = PendingFiles(max_pending=64, stable_seconds=0.1, polling=False, kept=NoticingRecord())
+    _kept(pf, p)
+    assert len(pf) == 0 and pf.kept == 1
