@@ -289,14 +289,14 @@ class FileLifecycle:
                 size = os.lstat(path).st_size
                 if size > self.quarantine_max_bytes:
                     return None, size, self._too_large(size, "left in place")
-                make_folder(folder, folder_mode(self.file_mode))
+                _real_folder(folder, folder_mode(self.file_mode))
                 dest = move_file(path, folder, flat)
                 if not dest.is_symlink():  # a link's own mode means nothing on Linux
                     os.chmod(dest, self.file_mode)
             elif data is not None:
                 if len(data) > self.quarantine_max_bytes:
                     return None, len(data), self._too_large(len(data), "not written")
-                make_folder(folder, folder_mode(self.file_mode))
+                _real_folder(folder, folder_mode(self.file_mode))
                 dest = unique_name(folder, flat)
                 atomic_write(dest, data, mode=self.file_mode)
                 size = len(data)
@@ -409,6 +409,19 @@ class FileLifecycle:
             p.unlink(missing_ok=True)
             total -= size
             log.info("quarantine over %d bytes: removed %s", self.quarantine_max_bytes, log_name(p))
+
+
+def _real_folder(folder: Path, mode: int) -> None:
+    """Make ``folder`` if missing; :class:`LifecycleError` when it is a link or not a folder.
+
+    A source's quarantine folder that is a link (to a folder elsewhere) is never moved into:
+    the file stays where it is (a failed quarantine, tried again) and nothing lands outside.
+    """
+    make_folder(folder, mode)
+    if folder.is_symlink() or not folder.is_dir():
+        raise LifecycleError(
+            errno.ENOTDIR, f"{log_name(folder)}: a link or not a folder, never used for quarantine"
+        )
 
 
 def age_s(path: Path) -> float:

@@ -97,3 +97,20 @@ def test_a_regular_file_moved_across_file_systems_is_copied_whole(
     dest = move_file(src, other_fs / "q")
     assert dest.read_bytes() == want and not src.exists()
     assert os.stat(dest).st_mtime == OLD
+
+
+def test_a_source_quarantine_folder_that_is_a_link_is_never_moved_into(tmp_path: Path) -> None:
+    """``quarantine/<source> -> elsewhere/``: the bad file stays, nothing lands elsewhere."""
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    old = _file(elsewhere / "precious.bin", 5000, mtime=OLD)
+    (tmp_path / "quarantine").mkdir()
+    (tmp_path / "quarantine" / "cam").symlink_to(elsewhere, target_is_directory=True)
+    lc = FileLifecycle(tmp_path / "quarantine", 4000)
+    bad = _file(tmp_path / "in" / "bad.jpg", 100)
+    try:
+        assert lc.quarantine("cam", "bad.jpg", bad) is None
+    finally:
+        lc.close()
+    assert bad.exists()
+    assert sorted(p.name for p in elsewhere.iterdir()) == ["precious.bin"] and old.exists()
