@@ -167,6 +167,7 @@ class Agent:
                 self.errors.source_error,
                 self.errors.camera_change,
                 spawn,
+                state_dir=cfg.state_dir,
             )
         self.retry = WindowRetryPolicy(
             self.sources, self.lifecycle, self.errors, self.metrics, self.attempts, self._stop

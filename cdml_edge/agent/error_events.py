@@ -87,10 +87,11 @@ class ErrorReporter:
         file the error says to quarantine (too large for any window, failed to be taken) is.
         """
         self.metrics.errors.labels(stage=getattr(exc, "stage", "read")).inc()
-        dest = None
+        dest, message = None, str(exc)
         if getattr(exc, "quarantine", False) and path is not None and name is not None:
-            dest = self.lifecycle.quarantine(source, name, path, None)
-        self.publish([self.event(source, name, type(exc).__name__, str(exc), dest)])
+            dest, left = self.lifecycle.quarantine_or_leave(source, name, path, None)
+            message += f"; {left}" if left else ""
+        self.publish([self.event(source, name, type(exc).__name__, message, dest)])
 
     def quarantined_late(self, source: str, name: str, dest: Path) -> None:
         """A late quarantine: an event naming where the file now is.

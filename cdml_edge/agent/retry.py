@@ -96,7 +96,7 @@ class WindowRetryPolicy:
             if not ring_failing():
                 src.retry(path, 0.0)
                 return
-            src.release(path, keep=True)
+            src.hold(path)
             self.held_total += 1
             if len(self._held) < HELD_MAX:
                 self._held.append((source, path))

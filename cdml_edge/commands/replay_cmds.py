@@ -115,6 +115,11 @@ def export(
             run_bar("export", quiet),
         )
     typer.echo(summary.text())
+    refused = getattr(getattr(summary, "stats", None), "refused", None) or []
+    if refused:  # windows skipped (local engine): each named, and the run failed
+        for line in refused:
+            typer.echo(line, err=True)
+        raise typer.Exit(EXIT_FAILED)
 
 
 def register(app: typer.Typer) -> None:

@@ -77,7 +77,29 @@ def folder_labels(names: Sequence[str], classes: Sequence[str] | None = None) ->
                 cls.append(parts[depth])
     if not kept:
         raise LabelError("labels='folder'", "no member sits in a class folder")
+    _refuse_unsafe(names, blob, kept, cls)
     return _vocabulary(kept, cls, classes, "labels='folder'")
+
+
+_NO_CLASS = frozenset({"", ".", ".."})
+
+
+def _refuse_unsafe(names: list[str], blob: str, kept: list[str], cls: list[str]) -> None:
+    """Refuse an absolute member, or one whose class folder is ``''``, ``.`` or ``..``.
+
+    :class:`LabelError` names the first one (``/etc/x.jpg`` was a training item of class
+    ``''``).
+    """
+    absolute = blob.startswith("/") or "\x00/" in blob
+    if not absolute and not (_NO_CLASS & set(cls)):
+        return
+    bad = next((n for n in names if n.startswith("/")), None) if absolute else None
+    if bad is None:
+        bad = next(n for n, c in zip(kept, cls, strict=True) if c in _NO_CLASS)
+    raise LabelError(
+        f"member {bad!r}",
+        "an absolute name or a class folder named '', '.' or '..': not a training item",
+    )
 
 
 def _classes_at(names: list[str], blob: str, depth: int) -> list[str] | None:

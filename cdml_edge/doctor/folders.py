@@ -98,7 +98,20 @@ def check_state_dir(cfg: AppConfig, account: Account | None = None) -> list[Chec
                     warn=True,
                 )
             )
+        out += _untrusted(cfg.retention.dir)
     return out
+
+
+def _untrusted(ring: Path) -> list[Check]:
+    """A warning naming what the ring ignores as untrusted (links, rows pointing outside)."""
+    from cdml_edge.store.audit import untrusted_entries
+
+    lines = untrusted_entries(ring)
+    if not lines:
+        return []
+    more = f"; and {len(lines) - 5} more" if len(lines) > 5 else ""
+    detail = f"{ring}: {len(lines)} entries ignored as untrusted: {'; '.join(lines[:5])}{more}"
+    return [Check("retention untrusted", True, detail, warn=True)]
 
 
 def check_writable_dirs(cfg: AppConfig, account: Account | None = None) -> list[Check]:

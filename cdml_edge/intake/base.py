@@ -88,3 +88,4 @@ class SourceStats:
     paused: int = 0  # scans that left a complete file on disk because the budget was full
     errors: int = 0
     refused: int = 0  # special files and links left alone (each reported once)
+    future_mtime: int = 0  # files with an mtime ahead of the clock: ts is when they were seen

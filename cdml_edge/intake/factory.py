@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from cdml_edge.config import SourceConfig
 from cdml_edge.intake.base import ErrorSink, ItemSink
 from cdml_edge.intake.budget import ByteBudget
 from cdml_edge.intake.camera.source import CameraSource, CameraSpec, TransitionSink
 from cdml_edge.intake.folder import FolderSource, FolderSpec
+from cdml_edge.intake.kept import kept_path
 from cdml_edge.modality import default_patterns
 from cdml_edge.supervisor import Spawn, plain_thread
 
@@ -20,11 +23,13 @@ def make_source(
     on_error: ErrorSink,
     on_camera: TransitionSink | None = None,
     spawn: Spawn = plain_thread,
+    state_dir: Path | None = None,
 ) -> Source:
     """The source of ``sc``, feeding ``sink`` within ``budget``.
 
     ``on_error`` for bad inputs, ``on_camera`` for a camera's state changes, ``spawn`` for a
-    folder's long-lived thread (see :mod:`cdml_edge.supervisor`).
+    folder's long-lived thread (see :mod:`cdml_edge.supervisor`), ``state_dir`` for a
+    folder's kept-file record (none: kept in memory).
     """
     if sc.kind == "camera":
         spec = CameraSpec(
@@ -53,5 +58,6 @@ def make_source(
         max_file_bytes=sc.window.max_bytes,
         follow_symlinks=sc.follow_symlinks,
         link_roots=tuple(sc.link_roots),
+        kept_record=kept_path(state_dir, sc.name) if state_dir is not None else None,
     )
     return FolderSource(fspec, budget, sink, on_error, spawn=spawn)

@@ -18,7 +18,6 @@ import hashlib
 import itertools
 import logging
 import os
-import shutil
 import stat
 import threading
 import time
@@ -38,6 +37,7 @@ from cdml_edge.fsio import (
     make_folder,
     unique_name,
 )
+from cdml_edge.fsio.sparse import copy_keeping_holes
 from cdml_edge.window.items import FileIdentity
 
 log = logging.getLogger(__name__)
@@ -54,7 +54,12 @@ class LifecycleError(CdmlError, OSError):
 
 
 def move_file(src: Path, folder: Path, name: str | None = None) -> Path:
-    """Move ``src`` into ``folder`` (same file system: one rename) without overwriting."""
+    """Move ``src`` into ``folder`` (same file system: one rename) without overwriting.
+
+    Across file systems: a copy (holes kept as holes, see
+    :func:`~cdml_edge.fsio.sparse.copy_keeping_holes`; a link as the link itself), then the
+    delete of ``src``; a copy cut short leaves no half file.
+    """
     folder.mkdir(parents=True, exist_ok=True)
     dest = unique_name(folder, name or src.name)
     try:
@@ -63,7 +68,11 @@ def move_file(src: Path, folder: Path, name: str | None = None) -> Path:
         if exc.errno != errno.EXDEV:  # other file system: copy then delete
             raise
         try:
-            shutil.move(str(src), str(dest))
+            if os.path.islink(src):
+                os.symlink(os.readlink(src), dest)
+            else:
+                copy_keeping_holes(src, dest)
+            os.unlink(src)
         except BaseException:  # a copy cut short (a full disk) leaves no half file
             if os.path.lexists(src):
                 with contextlib.suppress(OSError):
@@ -136,6 +145,7 @@ class FileLifecycle:
         self.changed = 0  # on_done left a file that was not the scored version any more
         self.gone = 0  # on_done found nothing to do: the file was gone already
         self.quarantined = 0
+        self.left_in_place = 0  # bad inputs too large to quarantine, left where they were
         self.quarantine_bytes_written = 0
         self.failures = 0
 
@@ -232,49 +242,75 @@ class FileLifecycle:
     ) -> Path | None:
         """Move a bad input (or write a frame's bytes) to ``quarantine/<source>/<name>``.
 
-        ``None`` when there was nothing to move or the disk failed (then retried later).
+        ``None`` when there was nothing to move, the file was left in place (see
+        :meth:`quarantine_or_leave`) or the disk failed (then retried later).
+        """
+        return self.quarantine_or_leave(source, name, path, data)[0]
+
+    def quarantine_or_leave(
+        self, source: str, name: str, path: Path | None, data: bytes | None = None
+    ) -> tuple[Path | None, str | None]:
+        """:meth:`quarantine`, and why the input was left where it is (``None`` if it was not).
+
+        A file larger than ``max_bytes`` is never moved: it is left in place (on ``keep``
+        and every other ``on_done``), nothing is evicted for it, and the reason says so.
+        The path returned is where the file is once the bound was applied.
         """
         try:
-            dest, size = self._quarantine(source, name, path, data)
+            dest, size, why = self._quarantine(source, name, path, data)
         except OSError as exc:
             self.failures += 1
             log.warning("%s/%s: quarantine failed: %s", source, log_name(name), log_name(exc))
             self.faults.failed("quarantine", exc)
             if path is not None:
                 self._list(path, source, name)
-            return None
+            return None, None
+        if why is not None:
+            self.left_in_place += 1
+            log.warning("%s/%s: %s", source, log_name(name), why)
+            return None, why
         if dest is None:
-            return None
+            return None, None
         self.faults.ok("quarantine")
         log.warning(
             "quarantined %s/%s -> %s (%d bytes)", source, log_name(name), log_name(dest), size
         )
-        return dest
+        return dest, None
 
     def _quarantine(
         self, source: str, name: str, path: Path | None, data: bytes | None
-    ) -> tuple[Path | None, int]:
+    ) -> tuple[Path | None, int, str | None]:
         folder = self.quarantine_dir / source
         flat = name.replace(os.sep, "_")
         with self._lock:
-            make_folder(folder, folder_mode(self.file_mode))
             if path is not None:
                 if not os.path.lexists(path):
-                    return None, 0
+                    return None, 0, None
                 size = os.lstat(path).st_size
+                if size > self.quarantine_max_bytes:
+                    return None, size, self._too_large(size, "left in place")
+                _real_folder(folder, folder_mode(self.file_mode))
                 dest = move_file(path, folder, flat)
                 if not dest.is_symlink():  # a link's own mode means nothing on Linux
                     os.chmod(dest, self.file_mode)
             elif data is not None:
+                if len(data) > self.quarantine_max_bytes:
+                    return None, len(data), self._too_large(len(data), "not written")
+                _real_folder(folder, folder_mode(self.file_mode))
                 dest = unique_name(folder, flat)
                 atomic_write(dest, data, mode=self.file_mode)
                 size = len(data)
                 self.quarantine_bytes_written += size
             else:
-                return None, 0
+                return None, 0, None
             self.quarantined += 1
-            self._enforce_bound()
-        return dest, size
+            self._enforce_bound(dest)
+        return (dest if os.path.lexists(dest) else None), size, None
+
+    def _too_large(self, size: int, what: str) -> str:
+        return (
+            f"{what}: {size} bytes, larger than quarantine.max_bytes ({self.quarantine_max_bytes})"
+        )
 
     # -- the backlog of files whose quarantine failed ---------------------------------------
     @property
@@ -308,7 +344,7 @@ class FileLifecycle:
         moved = 0
         for path, (source, name) in todo:
             try:
-                dest, _ = self._quarantine(source, name, path, None)
+                dest, _, _ = self._quarantine(source, name, path, None)
             except OSError as exc:
                 self.faults.failed("quarantine", exc)
                 break
@@ -347,8 +383,12 @@ class FileLifecycle:
         if timer is not None:
             timer.cancel()
 
-    def _enforce_bound(self) -> None:
-        """Full policy: delete the oldest quarantined files above ``max_bytes``."""
+    def _enforce_bound(self, newest: Path) -> None:
+        """Full policy: delete the earliest quarantined files above ``max_bytes``.
+
+        Earliest by quarantine time (the inode's change time: a moved file keeps its old
+        mtime), never ``newest``, the file just quarantined (it fits the bound on its own).
+        """
         files: list[tuple[float, int, Path]] = []
         total = 0
         for p in self.quarantine_dir.rglob("*"):
@@ -357,8 +397,9 @@ class FileLifecycle:
             except OSError:
                 continue
             if stat.S_ISREG(st.st_mode):
-                files.append((st.st_mtime, st.st_size, p))
                 total += st.st_size
+                if p != newest:
+                    files.append((st.st_ctime, st.st_size, p))
         if total <= self.quarantine_max_bytes:
             return
         files.sort()
@@ -368,6 +409,19 @@ class FileLifecycle:
             p.unlink(missing_ok=True)
             total -= size
             log.info("quarantine over %d bytes: removed %s", self.quarantine_max_bytes, log_name(p))
+
+
+def _real_folder(folder: Path, mode: int) -> None:
+    """Make ``folder`` if missing; :class:`LifecycleError` when it is a link or not a folder.
+
+    A source's quarantine folder that is a link (to a folder elsewhere) is never moved into:
+    the file stays where it is (a failed quarantine, tried again) and nothing lands outside.
+    """
+    make_folder(folder, mode)
+    if folder.is_symlink() or not folder.is_dir():
+        raise LifecycleError(
+            errno.ENOTDIR, f"{log_name(folder)}: a link or not a folder, never used for quarantine"
+        )
 
 
 def age_s(path: Path) -> float:

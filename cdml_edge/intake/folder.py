@@ -17,9 +17,11 @@ restart arms a new watch (making the folder again) and rescans.
 
 from __future__ import annotations
 
+import contextlib
 import fnmatch
 import logging
 import os
+import sqlite3
 import stat
 import threading
 from collections.abc import Iterator, Sequence
@@ -54,6 +56,7 @@ from cdml_edge.intake.base import (
     WatchLost,
 )
 from cdml_edge.intake.budget import ByteBudget
+from cdml_edge.intake.kept import KeptFiles
 from cdml_edge.intake.pending import Pending, PendingFiles
 from cdml_edge.intake.regular import LinkPolicy, admit, read_regular
 from cdml_edge.supervisor import Spawn, Worker, plain_thread
@@ -70,6 +73,7 @@ _TOUCH_EVENTS: tuple[type[FileSystemEvent], ...] = (
 log = logging.getLogger(__name__)
 
 OLD_MTIME_S = 2.0
+FUTURE_MTIME_S = 2.0
 IGNORED_SUFFIXES = (".tmp", ".part", ".partial", ".crdownload", ".swp")
 
 
@@ -92,8 +96,8 @@ class FolderSpec:
     polling: bool = False
     poll_interval: float = 1.0
     recursive: bool = False
-    max_pending: int = 1024  # files tracked at once; more stay on disk and are rescanned
-    max_kept: int = 16384  # kept files remembered (not taken again); oldest forgotten first
+    max_pending: int = 1024  # files tracked at once; more wait on disk for the scan to reach them
+    kept_record: Path | None = None  # the kept-file record's file (None: in memory)
     max_file_bytes: int | None = None  # a window's max_bytes: a bigger file is never read
     follow_symlinks: bool = False  # follow links, only to files inside path or link_roots
     link_roots: tuple[Path, ...] = ()
@@ -165,8 +169,9 @@ class FolderSource:
         self._scan_interval = scan_interval
         self._links = LinkPolicy.of(spec.follow_symlinks, spec.path, spec.link_roots)
         self.files = PendingFiles(
-            spec.max_pending, spec.stable_seconds, spec.polling, spec.max_kept
+            spec.max_pending, spec.stable_seconds, spec.polling, _kept_record(spec)
         )
+        self._scan: Iterator[str] | None = None  # the full pass over the folder in progress
         self._stopped = threading.Event()
         self._paused = False
         self._armed = False
@@ -202,9 +207,17 @@ class FolderSource:
     def release(self, path: Path, keep: bool) -> None:
         """The item from ``path`` is finished.
 
-        With ``keep`` it is not taken again unchanged (remembered within ``max_kept``).
+        With ``keep`` it is not taken again unchanged (see :mod:`~.kept`).
         """
         self.files.release(str(path), keep)
+
+    def hold(self, path: Path) -> None:
+        """The item from ``path`` is finished but its file waits for the ring.
+
+        Not taken again unchanged until :meth:`retry` (remembered in memory only: a held
+        file is taken again after a restart).
+        """
+        self.files.hold(str(path))
 
     def retry(self, path: Path, delay: float) -> None:
         """Take ``path`` again, complete as it is, once ``delay`` seconds have passed.
@@ -384,23 +397,52 @@ class FolderSource:
         self.files.forget(path)
 
     def _rescan_if_room(self) -> None:
-        if self.files.rescan_due():
+        """Go on with the pass over the folder; start another when notices were dropped."""
+        if self._scan is not None:
+            self._feed_scan()
+        elif self.files.rescan_due():
             self.rescans += 1
             self._initial_scan()
 
     def _entries(self) -> Iterator[str]:
+        """The folder's entries, read lazily (a pass holds one directory stream, not a list)."""
         if self.spec.recursive:
-            return (str(p) for p in self.spec.path.rglob("*"))
+            yield from (str(p) for p in self.spec.path.rglob("*"))
+            return
         with os.scandir(self.spec.path) as it:
-            return iter([e.path for e in it])
+            for entry in it:
+                yield entry.path
 
     def _initial_scan(self) -> None:
-        """Notice every candidate in the folder as not complete yet.
+        """Start a full pass over the folder: every candidate noticed as not complete yet.
 
         Files present at start (or found by a rescan) are judged by an identity stable for
-        ``stable_seconds``.
+        ``stable_seconds``. The pass notices entries only while the pending set has room and
+        goes on where it stopped as files are taken (:meth:`_feed_scan`): each entry is
+        looked at once per pass, so a folder of N files drains in time linear in N.
         """
-        for path in sorted(self._entries()):
+        self._scan = self._entries()
+        self._feed_scan()
+
+    def _feed_scan(self) -> None:
+        """Notice the next entries of the pass while there is room; at its end, prune.
+
+        The end of a pass forgets the kept files that are gone or changed.
+        """
+        scan = self._scan
+        while scan is not None and self.files.room:
+            try:
+                path = next(scan, None)
+            except OSError as exc:  # the folder went away: the watch's check re-arms it
+                log.warning(
+                    "%s: scan of %s stopped: %s", self.spec.name, log_name(self.spec.path), exc
+                )
+                self._scan = None
+                return
+            if path is None:
+                self._scan = None
+                self.files.prune_kept()
+                return
             if is_candidate(os.path.basename(path), self.spec.patterns):
                 try:
                     self._notice(path, closed=False)
@@ -454,6 +496,8 @@ class FolderSource:
         limit = self.max_file_bytes()
         if pend.size > limit:  # never read: the caller quarantines it (see ErrorSink)
             self._forget(path)
+            with contextlib.suppress(OSError):  # left in place (too large to quarantine too):
+                self.files.refuse(path, _entry(os.lstat(path)))  # reported once, not again
             self.stats.errors += 1
             self._on_error(
                 self.spec.name, self._name(path), FileTooLarge(path, pend.size, limit), Path(path)
@@ -509,11 +553,21 @@ class FolderSource:
         self, path: str, data: bytes, ident: FileIdentity, pend: Pending, charge: int
     ) -> Item:
         raw = os.path.relpath(path, self.spec.path)
+        mtime = ident.mtime_ns / 1e9
+        if mtime - pend.seen > FUTURE_MTIME_S:
+            self.stats.future_mtime += 1
+            if self.stats.future_mtime == 1:  # a clock gone wrong: said once per source
+                log.warning(
+                    "%s: %s has an mtime %.0f s ahead of the clock: its ts is when it was seen",
+                    self.spec.name,
+                    log_name(path),
+                    mtime - pend.seen,
+                )
         return Item(
             source=self.spec.name,
             name=display_name(raw),
             modality=self.spec.modality,
-            ts=_arrival(ident.mtime_ns / 1e9, pend.seen),
+            ts=_arrival(mtime, pend.seen),
             data=data,
             item_id=item_id(self.spec.name, raw, len(data), ident.mtime_ns),
             path=Path(path),
@@ -522,6 +576,22 @@ class FolderSource:
             charge=charge,
             identity=ident,
         )
+
+
+def _kept_record(spec: FolderSpec) -> KeptFiles:
+    """The source's kept-file record; in memory when its file cannot be opened (logged)."""
+    if spec.kept_record is not None:
+        try:
+            return KeptFiles(spec.kept_record)
+        except (OSError, sqlite3.Error) as exc:
+            log.warning(
+                "%s: kept-file record %s cannot be opened (%s): kept in memory, kept files "
+                "are scored again after a restart",
+                spec.name,
+                log_name(spec.kept_record),
+                exc,
+            )
+    return KeptFiles()
 
 
 def _entry(lst: os.stat_result) -> FileIdentity:
@@ -539,6 +609,8 @@ def _arrival(mtime: float, seen: float) -> float:
     """When an item arrived; result latency is measured from here.
 
     Its mtime (the writer's close), or when the agent first saw it if that mtime is older
-    than the sighting by more than OLD_MTIME_S (a file renamed in, or waiting at start).
+    than the sighting by more than OLD_MTIME_S (a file renamed in, or waiting at start) or
+    newer by more than FUTURE_MTIME_S (a writer's clock ahead: a ts in 2100 and a latency of
+    0 otherwise).
     """
-    return seen if seen - mtime > OLD_MTIME_S else mtime
+    return seen if seen - mtime > OLD_MTIME_S or mtime - seen > FUTURE_MTIME_S else mtime

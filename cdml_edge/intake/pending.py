@@ -9,10 +9,10 @@ files are tracked: a file noticed beyond that stays on disk untracked and
 :meth:`PendingFiles.rescan_due` asks for a rescan of the folder once the backlog halves.
 Files taken are remembered by identity, so an unchanged one is not taken again: those in
 flight always (they are bounded by the in-flight byte budget), those kept after their window
-(``on_done: keep``, or held until the ring writes again) at most ``max_kept``, oldest
-forgotten first (counted in ``forgotten``): a forgotten file is new to a later rescan (a
-restart, a lost watch, a backlog over ``max_pending``) and scored again, under the same
-result id — as every file of a kept folder is after a restart. Entries refused (special
+(``on_done: keep``) in the source's :class:`~.kept.KeptFiles` record, which forgets a file
+only once it is gone or changed (it is bounded by what is in the folder, not by a count), so
+no rescan, lost watch or restart scores a kept file twice; those held until the ring writes
+again in memory, at most ``MAX_HELD`` (a restart takes them again). Entries refused (special
 files, links, files that failed) are remembered by the identity of the entry, at most
 ``MAX_REFUSED``, so each is reported once (beyond the bound the oldest is forgotten and
 may be reported again).
@@ -26,12 +26,13 @@ import threading
 import time
 from dataclasses import dataclass, field
 
+from cdml_edge.intake.kept import KeptFiles
 from cdml_edge.window.items import FileIdentity
 
 log = logging.getLogger(__name__)
 
 MAX_REFUSED = 4096
-MAX_KEPT = 16384
+MAX_HELD = 16384
 
 
 @dataclass
@@ -63,16 +64,19 @@ class PendingFiles:
     """
 
     def __init__(
-        self, max_pending: int, stable_seconds: float, polling: bool, max_kept: int = MAX_KEPT
+        self,
+        max_pending: int,
+        stable_seconds: float,
+        polling: bool,
+        kept: KeptFiles | None = None,
     ) -> None:
         self.max_pending = max_pending
-        self.max_kept = max_kept
         self.stable_seconds = stable_seconds
         self.polling = polling
-        self.forgotten = 0  # kept files forgotten over max_kept
         self._pending: dict[str, Pending] = {}
         self._taken: dict[str, FileIdentity] = {}  # in flight
-        self._kept: dict[str, FileIdentity] = {}  # finished and left in place, oldest first
+        self._kept = kept if kept is not None else KeptFiles()  # finished, left in place
+        self._held: dict[str, FileIdentity] = {}  # finished, waiting for the ring (memory)
         self._refused: dict[str, FileIdentity] = {}  # reported once, left alone
         self._cond = threading.Condition()
         self._overflow = False  # notices were not recorded: rescan the folder when room
@@ -90,8 +94,17 @@ class PendingFiles:
     @property
     def kept(self) -> int:
         """Files finished and left in place, remembered so they are not taken again."""
+        return len(self._kept)
+
+    @property
+    def room(self) -> bool:
+        """Whether one more file can be noticed now (fewer than ``max_pending`` waiting)."""
         with self._cond:
-            return len(self._kept)
+            return len(self._pending) < self.max_pending
+
+    def prune_kept(self) -> int:
+        """Forget the kept files that are gone or changed (after a full scan of the folder)."""
+        return self._kept.prune()
 
     def get(self, path: str) -> Pending | None:
         """The pending file at ``path``, or ``None``."""
@@ -104,8 +117,10 @@ class PendingFiles:
         ``closed`` if it is complete now, ``writing`` if it is being written to.
         """
         ident = FileIdentity.of(st)
+        if self._kept.get(path) == ident:
+            return
         with self._cond:
-            if self._taken.get(path) == ident or self._kept.get(path) == ident:
+            if self._taken.get(path) == ident or self._held.get(path) == ident:
                 return
             # with inotify, a file seen being written is complete only on its close-write;
             # polling observers and the start-up scan rely on a stable identity instead
@@ -139,8 +154,9 @@ class PendingFiles:
         with self._cond:
             self._pending.pop(path, None)
             self._taken.pop(path, None)
-            self._kept.pop(path, None)
+            self._held.pop(path, None)
             self._refused.pop(path, None)
+        self._kept.remove(path)
 
     def refuse(self, path: str, entry: FileIdentity) -> bool:
         """Leave ``path`` (its ``lstat`` identity ``entry``) alone until it changes.
@@ -164,9 +180,10 @@ class PendingFiles:
 
     def retry(self, path: str, st: os.stat_result, delay: float) -> None:
         """Take ``path`` again, complete as it is, once ``delay`` seconds have passed."""
+        self._kept.remove(path)
         with self._cond:
             self._taken.pop(path, None)
-            self._kept.pop(path, None)
+            self._held.pop(path, None)
             self._pending[path] = Pending(
                 FileIdentity.of(st),
                 time.monotonic(),
@@ -182,32 +199,39 @@ class PendingFiles:
 
     def taken(self, path: str, ident: FileIdentity) -> None:
         """``path`` was read into an item: no longer pending, not taken again unchanged."""
+        self._kept.remove(path)
         with self._cond:
             self._pending.pop(path, None)
-            self._kept.pop(path, None)
+            self._held.pop(path, None)
             self._taken[path] = ident
 
     def release(self, path: str, keep: bool = False) -> None:
         """``path`` was finished: deleted or moved, or with ``keep`` left in place.
 
         Once deleted or moved, a new file of that name is new; one left in place is
-        remembered (within ``max_kept``) so it is not taken again.
+        remembered in the kept-file record so it is not taken again.
+        """
+        with self._cond:
+            ident = self._taken.get(path)
+        if keep and ident is not None:  # recorded before it leaves the in-flight set: a
+            self._kept.put(path, ident)  # notice in between never finds it in neither
+        with self._cond:
+            self._taken.pop(path, None)
+
+    def hold(self, path: str) -> None:
+        """``path`` was finished but waits for the ring: not taken again until a retry.
+
+        Remembered in memory only, at most ``MAX_HELD`` (the oldest forgotten first: it is
+        new to a later scan), so a restart takes every held file again.
         """
         with self._cond:
             ident = self._taken.pop(path, None)
-            if not keep or ident is None:
+            if ident is None:
                 return
-            self._kept.pop(path, None)
-            self._kept[path] = ident
-            while len(self._kept) > self.max_kept:
-                self._kept.pop(next(iter(self._kept)))
-                self.forgotten += 1
-                if self.forgotten == 1:
-                    log.warning(
-                        "more than %d files kept in place: the oldest are forgotten "
-                        "(a rescan scores them again, same result ids)",
-                        self.max_kept,
-                    )
+            self._held.pop(path, None)
+            self._held[path] = ident
+            while len(self._held) > MAX_HELD:
+                self._held.pop(next(iter(self._held)))
 
     def rescan_due(self) -> bool:
         """Whether notices were dropped and the backlog has halved since (asked once)."""

@@ -31,7 +31,8 @@ from cdml_edge.retrain.filters import ItemFilter
 from cdml_edge.retrain.layout import SPLIT_NAMES, member_name, split_of
 from cdml_edge.retrain.relabels import Relabels
 from cdml_edge.store.catalog import WindowRecord
-from cdml_edge.store.sidecar import RetentionError, list_retained, read_sidecar
+from cdml_edge.store.ondisk import read_regular
+from cdml_edge.store.sidecar import RetentionError, read_sidecar, scan_retained
 from cdml_edge.window.manifest import ManifestItem, WindowManifest
 
 FORMAT_VERSION = 1
@@ -52,7 +53,8 @@ class ExportStats:
     unsafe: int = 0  # would have made an unsafe member name
     corrupt: int = 0  # unreadable, or bytes that do not match the manifest SHA-256
     duplicates: int = 0  # an item (same id) an earlier window already gave
-    missing_windows: int = 0  # evicted / unreadable between listing and reading
+    missing_windows: int = 0  # evicted between listing and reading
+    refused: list[str] = field(default_factory=list)  # windows skipped, each with its reason
     relabelled: int = 0
     relabels_unused: int = 0
     bytes_in: int = 0
@@ -66,9 +68,14 @@ class ExportStats:
         """Input megabytes (10**6 bytes) per second; 0.0 when no time was measured."""
         return self.bytes_in / 1e6 / self.seconds if self.seconds > 0 else 0.0
 
+    def refuse(self, what: str, reason: str) -> None:
+        """A window skipped for what it is on disk (outside the ring, a link, damaged)."""
+        self.refused.append(f"{ascii(what)[1:-1]}: {reason}; window skipped")
+
     def as_dict(self) -> dict[str, Any]:
         """Every counter, ``seconds`` rounded, plus ``mb_per_s`` (JSON-ready)."""
         d = {k: v for k, v in self.__dict__.items()}
+        d["refused"] = list(self.refused)
         d["seconds"] = round(self.seconds, 3)
         d["mb_per_s"] = round(self.mb_per_s, 2)
         return d
@@ -124,8 +131,11 @@ def select_items(
     for rec in records:
         try:
             manifest = read_sidecar(directory / rec.sidecar).manifest
-        except RetentionError:
-            stats.missing_windows += 1
+        except RetentionError as exc:
+            if isinstance(exc.__cause__, FileNotFoundError):  # evicted meanwhile
+                stats.missing_windows += 1
+            else:
+                stats.refuse(rec.window_id, str(exc))
             continue
         for p in select_window(rec, manifest, filters, relabels, split, stats):
             if p.item.id in seen:
@@ -228,10 +238,13 @@ def export_trainset(
     d, target = Path(directory), Path(out)
     fmt = output_format(target)
     try:
-        records = list_retained(d, since, until, source)
+        listing = scan_retained(d, since, until, source)
     except RetentionError as exc:
         raise ExportError(str(exc)) from exc
+    records = listing.records
     stats = ExportStats()
+    for what, reason in listing.skipped:
+        stats.refuse(what, reason)
     picks = select_items(d, records, filters, relabels, split, stats)
     if relabels is not None:
         stats.relabels_unused = len(relabels) - len(relabels.used)
@@ -289,7 +302,13 @@ def read_members(
         group = by_window.get(rec.window_id)
         if not group:
             continue
-        datas = read_group(directory / rec.file, [p.item.member for p in group])
+        try:  # a regular file within the window's recorded size: never a link or a FIFO
+            archive = read_regular(directory / rec.file, rec.bytes)
+        except RetentionError as exc:
+            stats.refuse(rec.window_id, str(exc))
+            stats.corrupt += len(group)
+            continue
+        datas = read_group(archive, [p.item.member for p in group])
         for p, data in zip(group, datas, strict=True):
             if keep_member(p, data, stats):
                 assert data is not None

@@ -63,6 +63,7 @@ class ExportSummary:
                 "unsafe": st.unsafe,
                 "corrupt": st.corrupt,
                 "missing_windows": st.missing_windows,
+                "refused_windows": len(st.refused),
             },
             "relabelled": st.relabelled,
             "relabels_unused": st.relabels_unused,

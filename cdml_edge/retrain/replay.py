@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from cdml_edge.fsio import atomic_writer
 from cdml_edge.store.catalog import WindowRecord
+from cdml_edge.store.ondisk import read_regular
 from cdml_edge.store.sidecar import ArchiveRef, RetentionError, list_retained, read_sidecar
 from cdml_edge.window.manifest import ItemOutcome, WindowManifest
 from cdml_edge.window.topics import OutMessage, Sequencer
@@ -48,7 +49,8 @@ class ReplayStats:
     failures: int = 0
     missing: int = 0  # evicted or unreadable between listing and reading
     corrupt: int = 0  # archive bytes differ from the SHA-256 its sidecar recorded
-    errors: list[str] = field(default_factory=list)  # one line per corrupt window
+    skipped: int = 0  # refused: pointing outside the ring, a link, a special file, too large
+    errors: list[str] = field(default_factory=list)  # one line per corrupt or skipped window
     changed_labels: int = 0
     changed_anomalies: int = 0
     first_verdicts: int = 0  # results of windows retained without a model (nothing to change)
@@ -62,6 +64,11 @@ class ReplayStats:
         """Items scored per second of scoring; 0.0 when no time was measured."""
         return self.items / self.seconds if self.seconds > 0 else 0.0
 
+    def skip(self, what: str, reason: str) -> None:
+        """Count a window that was not replayed, named with the reason."""
+        self.skipped += 1
+        self.errors.append(f"{ascii(what)[1:-1]}: {reason}; window skipped")
+
     def as_dict(self) -> dict[str, Any]:
         """Every counter, ``seconds`` rounded, plus ``items_per_s`` (JSON-ready copies)."""
         return {
@@ -70,6 +77,7 @@ class ReplayStats:
             "failures": self.failures,
             "missing": self.missing,
             "corrupt": self.corrupt,
+            "skipped": self.skipped,
             "errors": list(self.errors),
             "changed_labels": self.changed_labels,
             "changed_anomalies": self.changed_anomalies,
@@ -214,10 +222,14 @@ def _load_window(
     """
     try:
         sidecar = read_sidecar(directory / rec.sidecar)
-        archive = (directory / sidecar.archive.file).read_bytes()
-    except (RetentionError, OSError) as exc:  # evicted while we ran
-        log.info("replay: window %s skipped: %s", rec.window_id, exc)
-        st.missing += 1
+        archive = read_regular(directory / sidecar.archive.file, sidecar.archive.bytes)
+    except RetentionError as exc:
+        if isinstance(exc.__cause__, FileNotFoundError):  # evicted while we ran
+            log.info("replay: window %s skipped: %s", rec.window_id, exc)
+            st.missing += 1
+        else:  # a link, a special file, a size other than recorded: refused, named
+            log.warning("replay: window %s skipped: %s", rec.window_id, exc)
+            st.skip(rec.window_id, str(exc))
         return None
     msg = archive_mismatch(sidecar.archive, archive, rec.window_id)
     if msg is not None:

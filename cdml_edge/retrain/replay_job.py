@@ -22,7 +22,7 @@ from cdml_edge.retrain.filters import parse_when
 from cdml_edge.retrain.progress import NoProgress, RunProgress
 from cdml_edge.retrain.replay import ReplayedWindow, ReplayStats, iter_replay, replay_to_jsonl
 from cdml_edge.store.catalog import WindowRecord
-from cdml_edge.store.sidecar import RetentionError, list_retained
+from cdml_edge.store.sidecar import RetentionError, scan_retained
 
 if TYPE_CHECKING:  # pragma: no cover
     from cdml_edge.config import AppConfig
@@ -64,7 +64,8 @@ class ReplaySummary:
     @property
     def complete(self) -> bool:
         """Every window was read and every message delivered (the exit status is 0)."""
-        return self.stats.corrupt == 0 and self.undelivered == 0
+        st = self.stats
+        return st.corrupt == 0 and st.skipped == 0 and self.undelivered == 0
 
     def line(self) -> str:
         """The one-line summary the command prints."""
@@ -83,7 +84,8 @@ class ReplaySummary:
             f"replayed {st.windows} windows, {st.items} results ({st.items_per_s:.0f} items/s), "
             f"{st.changed_labels} labels and {st.changed_anomalies} anomaly flags changed{first}, "
             f"{st.failures} failed, {st.missing} missing, {st.corrupt} corrupt windows "
-            f"skipped{where}{unused}{left}"
+            f"skipped, {st.skipped} refused (pointing outside the ring, links, special "
+            f"files){where}{unused}{left}"
         )
 
 
@@ -99,6 +101,7 @@ class _ReplayPlan:
     records: list[WindowRecord]
     runners: dict[str, ModelRunner]
     out: Path | None
+    skipped: list[tuple[str, str]]  # what the listing refused: (sidecar or window, reason)
 
 
 def _started_output(cfg: AppConfig) -> Output:
@@ -153,6 +156,8 @@ def run_replay(options: ReplayOptions, progress: RunProgress | None = None) -> R
         bar.stop()
         if output is not None:
             output.stop(timeout=30.0)
+    for what, reason in plan.skipped:
+        st.skip(what, reason)
     given = {str(p) for p in options.models}
     unmatched = [
         f"{r.path} ({modality})"
@@ -186,7 +191,7 @@ def _plan(options: ReplayOptions) -> _ReplayPlan:
             raise OptionError(f"{model}: no such model file (--model)")
     since, until = parse_when(options.since, "--since"), parse_when(options.until, "--until")
     try:
-        records = list_retained(ring, since, until, options.source)
+        listing = scan_retained(ring, since, until, options.source)
         runners = load_replay_runners(cfg, options.models)
     except (RetentionError, InferenceError) as exc:
         raise ReplayError(str(exc)) from exc
@@ -195,7 +200,7 @@ def _plan(options: ReplayOptions) -> _ReplayPlan:
     out = options.out
     if out is None and not options.publish:
         out = Path(DEFAULT_REPLAY_OUT)
-    return _ReplayPlan(cfg, Path(ring), records, runners, out)
+    return _ReplayPlan(cfg, Path(ring), listing.records, runners, out, listing.skipped)
 
 
 def load_replay_runners(

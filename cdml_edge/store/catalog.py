@@ -9,15 +9,19 @@ export filters.
 
 from __future__ import annotations
 
+import os
 import sqlite3
+import stat
 import threading
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from cdml_edge.store.ondisk import kind_of
 from cdml_edge.window.manifest import WindowManifest
 
 CATALOG_NAME = "catalog.sqlite"
+CATALOG_FILES = tuple(CATALOG_NAME + sfx for sfx in ("", "-journal", "-wal", "-shm"))
 SCHEMA_VERSION = 1
 
 _SCHEMA = """
@@ -54,6 +58,23 @@ CREATE TABLE items (
 );
 CREATE INDEX items_label ON items (label);
 """
+
+
+def special_catalog_files(directory: str | Path) -> dict[str, str]:
+    """The catalog's files in ``directory`` that are not regular files, with what they are.
+
+    A link, FIFO or device under the catalog's names is never opened (SQLite would follow a
+    link, and block reading a FIFO).
+    """
+    out = {}
+    for name in CATALOG_FILES:
+        try:
+            mode = os.lstat(os.path.join(directory, name)).st_mode
+        except FileNotFoundError:
+            continue
+        if not stat.S_ISREG(mode):
+            out[name] = kind_of(mode)
+    return out
 
 
 @dataclass(frozen=True)

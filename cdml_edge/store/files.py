@@ -10,6 +10,7 @@ other atomic writer agree on what a temporary file is.
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Sequence
 from pathlib import Path
@@ -31,12 +32,19 @@ def is_tmp_name(name: str) -> bool:
     return name.startswith(TMP_PREFIX) and ring_name(name[len(TMP_PREFIX) :]) is not None
 
 
-def write_file(path: Path, data: bytes, *, fsync: bool, mode: int = 0o600) -> None:
-    """Create (or truncate) ``path`` with ``data`` and ``mode``.
+_WRITE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
 
-    The file is fsynced unless ``fsync`` is False.
+
+def write_file(path: Path, data: bytes, *, fsync: bool, mode: int = 0o600) -> None:
+    """Create ``path`` anew with ``data`` and ``mode`` (a temporary name of the ring's).
+
+    Whatever had that name is removed first (the entry itself: a link put there is never
+    written through, a FIFO never blocks the write). The file is fsynced unless ``fsync``
+    is False.
     """
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_CLOEXEC", 0), mode)
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(path)
+    fd = os.open(path, _WRITE_FLAGS, mode)
     try:
         os.fchmod(fd, mode)  # not narrowed (nor widened) by the umask
         view = memoryview(data)

@@ -5,11 +5,14 @@ deletion. :func:`salvage_sidecar` rebuilds it from the ``manifest.json`` inside 
 (the results are then lost and the sidecar says so: ``results_lost``), moving the damaged
 original to ``corrupt/``; if the archive cannot give its manifest either, the pair is moved
 to ``corrupt/``. Files in ``corrupt/`` count towards the ring's bounds and are evicted by age
-like windows (:func:`corrupt_files`).
+like windows (:func:`corrupt_files`). ``corrupt/`` is used only when it is a real folder:
+one that is a link (to a folder elsewhere) is never listed, moved into or deleted from
+(:class:`~cdml_edge.store.ondisk.RetentionError`), and links inside it are never followed.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
 import os
@@ -18,6 +21,7 @@ from pathlib import Path
 
 from cdml_edge.fsio import fsync_dir
 from cdml_edge.store.files import commit, tmp_path, write_file
+from cdml_edge.store.ondisk import RetentionError, open_subdir, read_regular
 from cdml_edge.store.sidecar import (
     ARCHIVE_SUFFIXES,
     CORRUPT_DIR,
@@ -39,11 +43,13 @@ def salvage_sidecar(
     *,
     fsync: bool,
     mode: int = 0o600,
+    limit: int = 1 << 40,
 ) -> RetainedWindow | None:
     """Rebuild the damaged ``sidecar`` from its archive's manifest, else move the pair away.
 
-    ``names``: the files in ``directory``; ``damage``: why the sidecar could not be used.
-    Returns the rebuilt sidecar, or None when the window was moved to ``corrupt/``.
+    ``names``: the files in ``directory``; ``damage``: why the sidecar could not be used;
+    ``limit``: the largest archive read. Returns the rebuilt sidecar, or None when the window
+    was moved to ``corrupt/``; :class:`RetentionError` when ``corrupt/`` is not a real folder.
     """
     stem = sidecar[: -len(SIDECAR_SUFFIX)]
     archives = [stem + sfx for sfx in ARCHIVE_SUFFIXES.values() if stem + sfx in names]
@@ -51,7 +57,7 @@ def salvage_sidecar(
         name = stem + sfx
         if name not in archives:
             continue
-        rebuilt = _rebuild(directory, name, fmt, stem)
+        rebuilt = _rebuild(directory, name, fmt, stem, limit)
         if rebuilt is None:
             continue
         move_to_corrupt(directory, [sidecar], fsync=fsync)  # the damaged original, for inspection
@@ -71,12 +77,12 @@ def salvage_sidecar(
     return None
 
 
-def _rebuild(directory: Path, name: str, fmt: str, stem: str) -> RetainedWindow | None:
+def _rebuild(directory: Path, name: str, fmt: str, stem: str, limit: int) -> RetainedWindow | None:
     """The sidecar of archive ``name`` from its own manifest; None when it gives none."""
     from cdml_edge.archive import open_archive
 
     try:
-        data = (directory / name).read_bytes()
+        data = read_regular(directory / name, limit)
         with open_archive(data) as arc:
             m = WindowManifest.from_bytes(arc.read(MANIFEST_NAME), where=name)
     except Exception as err:  # any damage: fall through to corrupt/
@@ -90,35 +96,71 @@ def _rebuild(directory: Path, name: str, fmt: str, stem: str) -> RetainedWindow 
 
 
 def move_to_corrupt(directory: Path, names: Iterable[str], *, fsync: bool) -> None:
-    """Move ``names`` (those that exist) into ``corrupt/``, never over an earlier file."""
+    """Move ``names`` (those that exist) into ``corrupt/``, never over an earlier file.
+
+    :class:`RetentionError` (nothing moved) when ``corrupt/`` is a link or not a folder.
+    """
     qdir = directory / CORRUPT_DIR
-    qdir.mkdir(exist_ok=True)
-    for name in names:
-        src = directory / name
-        if not src.exists():
-            continue
-        dst, i = qdir / name, 0
-        while dst.exists():
-            i += 1
-            dst = qdir / f"{name}.{i}"
-        os.replace(src, dst)
+    with contextlib.suppress(FileExistsError):
+        os.mkdir(qdir, 0o700)
+    fd = open_subdir(qdir)
+    if fd is None:
+        raise RetentionError(qdir, "vanished while used")
+    try:
+        for name in names:
+            src = directory / name
+            if not os.path.lexists(src):
+                continue
+            dst, i = name, 0
+            while _lexists_at(dst, fd):
+                i += 1
+                dst = f"{name}.{i}"
+            os.replace(src, dst, dst_dir_fd=fd)  # a link is moved as the link itself
+    finally:
+        os.close(fd)
     if fsync:
         fsync_dir(directory)
 
 
+def _lexists_at(name: str, dir_fd: int) -> bool:
+    try:
+        os.lstat(name, dir_fd=dir_fd)
+    except FileNotFoundError:
+        return False
+    return True
+
+
 def corrupt_files(directory: Path) -> list[tuple[float, Path, int]]:
-    """Files in ``corrupt/``: ``(mtime, path, size)``."""
+    """Regular files in ``corrupt/``: ``(mtime, path, size)`` (links inside are not followed).
+
+    :class:`RetentionError` when ``corrupt/`` is a link or not a folder.
+    """
     qdir = directory / CORRUPT_DIR
+    fd = open_subdir(qdir)
+    if fd is None:
+        return []
     out = []
     try:
-        entries = list(os.scandir(qdir))
-    except FileNotFoundError:
-        return []
-    for e in entries:
-        try:
-            if e.is_file(follow_symlinks=False):
-                st = e.stat(follow_symlinks=False)
-                out.append((st.st_mtime, Path(e.path), st.st_size))
-        except OSError:
-            continue
+        for e in os.scandir(fd):
+            try:
+                if e.is_file(follow_symlinks=False):
+                    st = e.stat(follow_symlinks=False)
+                    out.append((st.st_mtime, qdir / e.name, st.st_size))
+            except OSError:
+                continue
+    finally:
+        os.close(fd)
     return out
+
+
+def remove_corrupt(directory: Path, name: str) -> None:
+    """Delete the file ``name`` in ``corrupt/`` (never through a link to another folder)."""
+    fd = open_subdir(directory / CORRUPT_DIR)
+    if fd is None:
+        return
+    try:
+        os.unlink(name, dir_fd=fd)
+    except FileNotFoundError:
+        pass
+    finally:
+        os.close(fd)

@@ -38,10 +38,11 @@ from cdml_edge.fsio import (
     folder_mode,
     make_folder,
 )
-from cdml_edge.store.catalog import CATALOG_NAME, Catalog, WindowRecord
+from cdml_edge.store.catalog import CATALOG_NAME, Catalog, WindowRecord, special_catalog_files
 from cdml_edge.store.files import commit, is_tmp_name, tmp_path, write_file
+from cdml_edge.store.ondisk import regular_size
 from cdml_edge.store.policy import KeepPolicy, eviction_order, keeps
-from cdml_edge.store.repair import corrupt_files, salvage_sidecar
+from cdml_edge.store.repair import corrupt_files, remove_corrupt, salvage_sidecar
 from cdml_edge.store.sidecar import (
     ARCHIVE_SUFFIXES,
     SIDECAR_SUFFIX,
@@ -50,7 +51,6 @@ from cdml_edge.store.sidecar import (
     RetentionError,
     archive_names,
     foreign_names,
-    is_plain_archive_name,
     read_sidecar,
     ring_name,
     safe_record,
@@ -143,6 +143,8 @@ class RetentionRing:
         )
         self._fault_status = StoreStatus.DISK_FULL  # what a paced (untried) store reports
         self.foreign: list[str] = []  # entries the ring did not write (left alone)
+        self.ignored_rows = 0  # catalog rows pointing outside the ring (never acted on)
+        self._refused_corrupt: str | None = None  # why corrupt/ is not used (logged once)
         self.counters: dict[str, int] = {
             "stored": 0,
             "skipped": 0,
@@ -159,7 +161,17 @@ class RetentionRing:
         self.reconcile(full=self.catalog.fresh)
 
     def _open_catalog(self) -> Catalog:
-        """The catalog, its file given the ring's mode (SQLite's journals follow it)."""
+        """The catalog, its file given the ring's mode (SQLite's journals follow it).
+
+        A link, FIFO or device under a catalog file's name is removed first (the entry
+        itself, never what it points to), so the catalog is rebuilt from the sidecars; a
+        folder there is :class:`RetentionError` (it is not the ring's to remove).
+        """
+        for name, kind in special_catalog_files(self.dir).items():
+            if os.path.isdir(self.dir / name) and not os.path.islink(self.dir / name):
+                raise RetentionError(self.dir / name, "a folder where the catalog goes")
+            log.warning("retention: %s in %s is %s: removed, never opened", name, self.dir, kind)
+            os.unlink(self.dir / name)
         catalog = Catalog(self.dir / CATALOG_NAME)
         path = self.dir / CATALOG_NAME
         if path.exists() and os.stat(path).st_mode & 0o777 != self.mode:
@@ -297,8 +309,8 @@ class RetentionRing:
     def _evict_locked(self, incoming: int) -> int:
         cutoff = self.clock() - self.max_age if self.max_age is not None else None
         victims = eviction_order(
-            self.catalog.windows(),
-            corrupt_files(self.dir),
+            self._safe_windows(),
+            self._corrupt_files(),
             incoming=incoming,
             max_bytes=self.max_bytes,
             cutoff=cutoff,
@@ -306,7 +318,7 @@ class RetentionRing:
         n = 0
         for what in victims:
             if isinstance(what, Path):
-                what.unlink(missing_ok=True)
+                remove_corrupt(self.dir, what.name)
                 self.counters["corrupt_evicted"] += 1
             else:
                 self._delete(what)
@@ -314,18 +326,53 @@ class RetentionRing:
         return n
 
     def _delete(self, r: WindowRecord) -> None:
-        if r.sidecar.endswith(SIDECAR_SUFFIX) and os.path.basename(r.sidecar) == r.sidecar:
-            (self.dir / r.sidecar).unlink(missing_ok=True)  # un-commit first
-        if is_plain_archive_name(r.file):  # never a path outside the ring
-            (self.dir / r.file).unlink(missing_ok=True)
+        if not safe_record(r):  # never a file a row pointing outside names (nor its partner)
+            return
+        (self.dir / r.sidecar).unlink(missing_ok=True)  # un-commit first
+        (self.dir / r.file).unlink(missing_ok=True)
         self.catalog.remove(r.window_id)
+
+    def _safe_windows(self) -> list[WindowRecord]:
+        """The catalog's rows whose files are in the ring; the others are reported, not used.
+
+        A row pointing outside (a tampered or foreign catalog) is never acted on: no file it
+        names, nor the sidecar it claims, is deleted for it.
+        """
+        rows = self.catalog.windows()
+        safe = [r for r in rows if safe_record(r)]
+        ignored = len(rows) - len(safe)
+        if ignored and ignored != self.ignored_rows:
+            bad = [ascii(r.window_id) for r in rows if not safe_record(r)][:5]
+            log.warning(
+                "retention: %d catalog rows in %s point outside the ring and are ignored: %s",
+                ignored,
+                self.dir,
+                ", ".join(bad),
+            )
+        self.ignored_rows = ignored
+        return safe
+
+    def _corrupt_files(self) -> list[tuple[float, Path, int]]:
+        """The files in ``corrupt/``; none when it is not a real folder (logged once)."""
+        try:
+            files = corrupt_files(self.dir)
+        except RetentionError as exc:
+            if self._refused_corrupt != exc.reason:
+                log.warning("retention: %s", exc)
+            self._refused_corrupt = exc.reason
+            return []
+        self._refused_corrupt = None
+        return files
 
     # -- reading -------------------------------------------------------------------
     def windows(
         self, since: float | None = None, until: float | None = None, source: str | None = None
     ) -> list[WindowRecord]:
-        """Retained windows in archive order (close time, then id)."""
-        return self.catalog.windows(since, until, source)
+        """Retained windows in archive order (close time, then id).
+
+        Rows pointing outside the ring are left out (see :meth:`_safe_windows`).
+        """
+        return [r for r in self.catalog.windows(since, until, source) if safe_record(r)]
 
     def load(self, record: WindowRecord) -> RetainedWindow:
         """Read a window's sidecar (manifest with results)."""
@@ -343,7 +390,8 @@ class RetentionRing:
             **self.counters,
             "windows": self.catalog.count(),
             "bytes": self.catalog.total_bytes(),
-            "corrupt_bytes": sum(q[2] for q in corrupt_files(self.dir)),
+            "corrupt_bytes": sum(q[2] for q in self._corrupt_files()),
+            "ignored_rows": self.ignored_rows,
         }
 
     def _probe_disk(self) -> None:
@@ -377,7 +425,7 @@ class RetentionRing:
                 (self.dir / name).unlink(missing_ok=True)
         own = {n: parsed for n in names if (parsed := ring_name(n)) is not None}
         sidecars = {n for n, (_stem, sfx) in own.items() if sfx == SIDECAR_SUFFIX}
-        known = {} if full else {r.sidecar: r for r in self.catalog.windows()}
+        known = {} if full else {r.sidecar: r for r in self._safe_windows()}
         for sidecar, r in known.items():
             if sidecar not in sidecars or r.file not in names:
                 self._delete(r)
@@ -391,14 +439,18 @@ class RetentionRing:
             referenced.update(archive_names(stem))
             try:
                 rw = read_sidecar(path)
-                size = (self.dir / rw.archive.file).stat().st_size
-            except (RetentionError, OSError) as exc:
+                size = regular_size(self.dir / rw.archive.file)
+            except RetentionError as exc:
                 salvaged = self._salvage(sidecar, names, exc)
                 if salvaged is None:
                     continue
                 rw = salvaged
                 size = rw.archive.bytes
-            nbytes = size + path.stat().st_size
+            try:
+                nbytes = size + regular_size(path)
+            except RetentionError as exc:
+                log.warning("retention: %s", exc)
+                continue
             entries.append((window_record(rw.manifest, rw.archive, sidecar, nbytes), rw.manifest))
         for name, (_stem, sfx) in own.items():  # our archives whose sidecar never landed
             if sfx != SIDECAR_SUFFIX and name not in referenced:
@@ -430,8 +482,24 @@ class RetentionRing:
             )
 
     def _salvage(self, sidecar: str, names: set[str], exc: Exception) -> RetainedWindow | None:
-        """Rebuild a damaged sidecar from its archive's manifest, else quarantine the pair."""
-        rw = salvage_sidecar(self.dir, sidecar, names, exc, fsync=self.fsync, mode=self.mode)
+        """Rebuild a damaged sidecar from its archive's manifest, else quarantine the pair.
+
+        When ``corrupt/`` cannot be used (a link, not a folder) or the disk fails, the
+        damaged window is left where it is, not catalogued (logged).
+        """
+        try:
+            rw = salvage_sidecar(
+                self.dir,
+                sidecar,
+                names,
+                exc,
+                fsync=self.fsync,
+                mode=self.mode,
+                limit=self.max_bytes,
+            )
+        except (RetentionError, OSError) as err:
+            log.warning("retention: damaged window %s left in place: %s", ascii(sidecar), err)
+            return None
         self.counters["rebuilt" if rw is not None else "corrupt"] += 1
         return rw
 

@@ -18,33 +18,32 @@ import os
 import re
 import sqlite3
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from cdml_edge.errors import CdmlError
 from cdml_edge.fsio import TMP_PREFIX
-from cdml_edge.store.catalog import CATALOG_NAME, Catalog, WindowRecord
+from cdml_edge.store.catalog import (
+    CATALOG_FILES,
+    CATALOG_NAME,
+    Catalog,
+    WindowRecord,
+    special_catalog_files,
+)
+from cdml_edge.store.ondisk import RetentionError, read_regular, regular_size
 from cdml_edge.window.manifest import ManifestError, WindowManifest, first_invalid
 
 log = logging.getLogger(__name__)
 
 SIDECAR_SUFFIX = ".window.json"
+SIDECAR_MAX_BYTES = 64 * 1024**2  # a larger sidecar is refused before it is read
 ARCHIVE_SUFFIXES = {"zip": ".zip", "tar.zst": ".tar.zst"}
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 _RING_NAME = re.compile(
     r"^(?P<stem>\d{8}T\d{6}\.\d{3}Z_[A-Za-z0-9._-]{1,120}?)"
     r"(?P<suffix>\.window\.json|\.zip|\.tar\.zst)$"
 )
-
-
-class RetentionError(CdmlError):
-    """A retained window that cannot be read; names the file."""
-
-    def __init__(self, file: str | Path, reason: str) -> None:
-        super().__init__(f"{file}: {reason}")
-        self.file = str(file)
-        self.reason = reason
 
 
 class ArchiveRef(BaseModel):
@@ -122,7 +121,7 @@ def ring_name(name: str) -> tuple[str, str] | None:
 CORRUPT_DIR = "corrupt"
 """The ring's folder for damaged windows (see :mod:`cdml_edge.store.repair`)."""
 
-_CATALOG_FILES = {CATALOG_NAME + sfx for sfx in ("", "-journal", "-wal", "-shm")}
+_CATALOG_FILES = set(CATALOG_FILES)
 
 
 def foreign_names(directory: str | Path) -> list[str]:
@@ -147,11 +146,7 @@ def archive_names(stem: str) -> set[str]:
 def read_sidecar(path: str | Path) -> RetainedWindow:
     """Parse a ``.window.json`` sidecar; :class:`RetentionError` names the file."""
     p = Path(path)
-    try:
-        data = p.read_bytes()
-    except OSError as exc:
-        raise RetentionError(p, f"cannot read sidecar: {exc.strerror or exc}") from exc
-    return parse_sidecar(data, str(p))
+    return parse_sidecar(read_regular(p, SIDECAR_MAX_BYTES), str(p))
 
 
 def parse_sidecar(data: bytes, where: str) -> RetainedWindow:
@@ -206,48 +201,92 @@ def window_record(
     )
 
 
-def list_retained(
+@dataclass
+class RetainedListing:
+    """The windows a listing found, and every entry it skipped with the reason."""
+
+    records: list[WindowRecord] = field(default_factory=list)
+    skipped: list[tuple[str, str]] = field(default_factory=list)  # (file or window, reason)
+
+
+def scan_retained(
     directory: str | Path,
     since: float | None = None,
     until: float | None = None,
     source: str | None = None,
-) -> list[WindowRecord]:
+) -> RetainedListing:
     """Retained windows in archive order, without writing anything (safe beside a live agent).
 
-    Reads the catalog read-only; if it is missing or unreadable, reads the sidecars
-    instead. Files being written (temporary names) and uncommitted archives are ignored.
+    Reads the catalog read-only (its rows pointing outside the ring skipped); if it is
+    missing, unreadable or not a regular file, reads the sidecars instead (links, special
+    files and sidecars pointing outside skipped). Files being written (temporary names) and
+    uncommitted archives are ignored; what else is skipped is in ``skipped``.
     """
     d = Path(directory)
     if not d.is_dir():
         raise RetentionError(d, "no such retention folder")
+    special = special_catalog_files(d)
     try:
+        if special:
+            name, kind = next(iter(special.items()))
+            raise ValueError(f"{name} is {kind}")
         catalog = Catalog.read_only(d / CATALOG_NAME)
         try:
-            return [r for r in catalog.windows(since, until, source) if safe_record(r)]
+            rows = catalog.windows(since, until, source)
         finally:
             catalog.close()
+        return _from_rows(rows)
     except (sqlite3.Error, FileNotFoundError, ValueError) as exc:
         log.info("retention: catalog of %s not usable (%s); reading the sidecars", d, exc)
-    out = []
+    out = RetainedListing()
     for name in sorted(os.listdir(d)):
         parsed = ring_name(name)
         if parsed is None or parsed[1] != SIDECAR_SUFFIX:
             continue
         try:
             rw = read_sidecar(d / name)
-            size = (d / rw.archive.file).stat().st_size + (d / name).stat().st_size
-        except (RetentionError, OSError):
+            size = regular_size(d / rw.archive.file) + regular_size(d / name)
+        except RetentionError as exc:
+            out.skipped.append((name, exc.reason))
             continue
         m = rw.manifest
-        if since is not None and m.closed_at < since:
-            continue
-        if until is not None and m.closed_at >= until:
-            continue
-        if source is not None and m.source != source:
-            continue
-        out.append(window_record(m, rw.archive, name, size))
-    out.sort(key=lambda r: (r.closed_at, r.window_id))
+        if _selected(m, since, until, source):
+            out.records.append(window_record(m, rw.archive, name, size))
+    out.records.sort(key=lambda r: (r.closed_at, r.window_id))
     return out
+
+
+def _from_rows(rows: list[WindowRecord]) -> RetainedListing:
+    out = RetainedListing()
+    for r in rows:
+        if safe_record(r):
+            out.records.append(r)
+        else:
+            out.skipped.append((r.window_id, f"catalog row points outside the ring ({r.file!r})"))
+    return out
+
+
+def _selected(
+    m: WindowManifest, since: float | None, until: float | None, source: str | None
+) -> bool:
+    return (
+        (since is None or m.closed_at >= since)
+        and (until is None or m.closed_at < until)
+        and (source is None or m.source == source)
+    )
+
+
+def list_retained(
+    directory: str | Path,
+    since: float | None = None,
+    until: float | None = None,
+    source: str | None = None,
+) -> list[WindowRecord]:
+    """The windows of :func:`scan_retained`; each entry skipped is logged."""
+    listing = scan_retained(directory, since, until, source)
+    for name, reason in listing.skipped:
+        log.warning("retention: %s skipped: %s", ascii(name), reason)
+    return listing.records
 
 
 __all__ = [
@@ -255,7 +294,9 @@ __all__ = [
     "SIDECAR_SUFFIX",
     "ArchiveRef",
     "RetainedWindow",
+    "RetainedListing",
     "RetentionError",
+    "SIDECAR_MAX_BYTES",
     "CORRUPT_DIR",
     "archive_names",
     "foreign_names",
@@ -265,6 +306,7 @@ __all__ = [
     "read_sidecar",
     "ring_name",
     "safe_record",
+    "scan_retained",
     "window_record",
     "window_stem",
 ]

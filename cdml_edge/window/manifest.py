@@ -10,9 +10,10 @@ manifest always gives the same bytes.
 from __future__ import annotations
 
 import json
+from collections import Counter
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from cdml_edge.errors import CdmlError
 
@@ -84,6 +85,15 @@ class WindowManifest(_Model):
     results: dict[str, ItemOutcome] = Field(
         default_factory=dict, description="Per-item outcome keyed by item id"
     )
+
+    @field_validator("items")
+    @classmethod
+    def _each_member_once(cls, items: tuple[ManifestItem, ...]) -> tuple[ManifestItem, ...]:
+        """A member listed twice is refused: it would be read, decoded and scored again."""
+        if len({it.member for it in items}) == len(items):
+            return items
+        member, n = Counter(it.member for it in items).most_common(1)[0]
+        raise ValueError(f"member {member[:200]!r} listed {n} times (each member once)")
 
     def to_bytes(self) -> bytes:
         """Canonical JSON bytes (sorted keys, compact, UTF-8, trailing newline)."""

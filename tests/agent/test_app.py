@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -92,6 +94,7 @@ def test_agent_scores_files_applies_on_done_and_quarantines(tmp_path: Path, mode
 
 
 def test_results_have_stable_ids_across_runs(tmp_path: Path, models: Path) -> None:
+    """Same files, same ids; a restart does not score kept files again (the kept-file record)."""
     cfg_path = write_config(tmp_path)
     text = cfg_path.read_text().replace("on_done: delete", "on_done: keep")
     cfg_path.write_text(text)
@@ -100,10 +103,23 @@ def test_results_have_stable_ids_across_runs(tmp_path: Path, models: Path) -> No
     for n in range(3):
         (cam / f"{n}.jpg").write_bytes(jpeg(40 * n))
     ids = []
-    for _ in range(2):  # a restart sees the same kept files again: at-least-once, same ids
+    for run in range(3):
         (tmp_path / "out.jsonl").unlink(missing_ok=True)
-        agent = Agent(load_config(cfg_path), cfg_path)
+        cfg = load_config(cfg_path)
+        assert cfg.state_dir is not None
+        if run == 2:  # the record gone: every kept file is new again, under the same ids
+            shutil.rmtree(cfg.state_dir / "kept")
+        agent = Agent(cfg, cfg_path)
         agent.start()
+        if run == 1:  # a restart beside the record: nothing scored twice, a new file scored
+            (cam / "3.jpg").write_bytes(jpeg(200))
+            wait_for(lambda: len(of_kind(read_jsonl(tmp_path / "out.jsonl"), "/result")) == 1)
+            time.sleep(1.0)
+            results = of_kind(read_jsonl(tmp_path / "out.jsonl"), "/result")
+            agent.stop()
+            assert [r["item"] for r in results] == ["3.jpg"]
+            (cam / "3.jpg").unlink()
+            continue
         wait_for(
             lambda: len(of_kind(read_jsonl(tmp_path / "out.jsonl"), "/result")) == 3,
             what="three results",
@@ -338,7 +354,14 @@ def test_failed_window_is_retried_then_quarantined(tmp_path: Path, models: Path,
         assert len(errors) == WINDOW_ATTEMPTS + 1  # one per failed window + the quarantine
 
 
-def test_file_too_large_is_quarantined_unread(tmp_path: Path, models: Path) -> None:
+def test_file_too_large_is_never_read_and_left_when_quarantine_cannot_hold_it(
+    tmp_path: Path, models: Path
+) -> None:
+    """2 GiB (sparse): over any window and over quarantine.max_bytes (256 MiB) as well.
+
+    It used to be moved to quarantine and deleted there by the bound, the event naming a
+    file that no longer existed; it is now left in place and the event says so.
+    """
     cfg_path = write_config(tmp_path)
     cam = tmp_path / "in/cam"
     cam.mkdir(parents=True)
@@ -356,8 +379,8 @@ def test_file_too_large_is_quarantined_unread(tmp_path: Path, models: Path) -> N
     assert agent.budget.peak < 2**31
     (err,) = of_kind(read_jsonl(tmp_path / "out.jsonl"), "/error")
     assert err["item"] == "huge.jpg" and f"too large: {2**31} bytes" in err["message"]
-    assert Path(err["quarantined_path"]) == tmp_path / "quarantine/cam/huge.jpg"
-    assert not (cam / "huge.jpg").exists()
+    assert "left in place" in err["message"] and err["quarantined_path"] is None
+    assert (cam / "huge.jpg").stat().st_size == 2**31
 
 
 class _FullDiskOutput:

@@ -238,3 +238,36 @@ def test_logged_names_have_their_control_characters_escaped(
     logged = [r.getMessage() for r in caplog.records if "forged" in r.getMessage()]
     assert logged and all("\x1b" not in m and "\r" not in m for m in logged)
     assert any("x\\x1b[2J\\rforged.jpg" in m for m in logged), logged
+
+
+def test_keep_means_keep_a_file_too_large_to_quarantine_is_left_and_said_so(
+    tmp_path: Path, models: Path
+) -> None:
+    """Larger than a window and than quarantine.max_bytes: left in place, nothing evicted."""
+    cfg_path = write_config(tmp_path)
+    doc = yaml.safe_load(cfg_path.read_text())
+    doc["sources"][0].update(on_done="keep")
+    doc["sources"][0]["window"]["max_bytes"] = "8KiB"
+    doc["quarantine"]["max_bytes"] = "16KiB"
+    cfg_path.write_text(yaml.safe_dump(doc))
+    cam = tmp_path / "in/cam"
+    cam.mkdir(parents=True)
+    earlier = tmp_path / "quarantine/cam"
+    earlier.mkdir(parents=True)
+    for i in range(3):
+        (earlier / f"earlier{i}.jpg").write_bytes(b"q" * 4000)
+    agent = _started(cfg_path)
+    out = tmp_path / "out.jsonl"
+    try:
+        big = cam / "big.jpg"
+        write_atomic(big, os.urandom(40_000))
+        wait_for(lambda: len(of_kind(read_jsonl(out), "/error")) == 1, what="the error event")
+        write_atomic(cam / "small.jpg", jpeg(100))
+        wait_for(lambda: len(of_kind(read_jsonl(out), "/result")) == 1, what="a result")
+    finally:
+        agent.stop()
+    [err] = of_kind(read_jsonl(out), "/error")
+    assert err["error_type"] == "FileTooLarge" and err["quarantined_path"] is None
+    assert "left in place" in err["message"] and "quarantine.max_bytes" in err["message"]
+    assert big.exists() and big.stat().st_size == 40_000
+    assert sorted(p.name for p in earlier.iterdir()) == [f"earlier{i}.jpg" for i in range(3)]

@@ -71,7 +71,8 @@ def test_folder_labels_equal_the_per_name_rule(seed: int) -> None:
     ]
     names = list(dict.fromkeys(names))
     kept, cls = _reference_folder(names)
-    if not kept:
+    unsafe = any(n.startswith("/") for n in names) or bool({"", ".", ".."} & set(cls))
+    if not kept or unsafe:  # no class, or an absolute name / a class folder '' '.' '..'
         with pytest.raises(LabelError):
             folder_labels(names)
         return
@@ -79,6 +80,21 @@ def test_folder_labels_equal_the_per_name_rule(seed: int) -> None:
     vocab = sorted(set(cls))
     assert got.names == kept and got.classes == vocab
     assert got.targets == [vocab.index(c) for c in cls]
+
+
+@pytest.mark.parametrize(
+    "names",
+    [
+        ["cats/1.jpg", "/etc/x.jpg"],
+        ["/etc/a.jpg", "/etc/b.jpg", "/srv/c.jpg"],
+        ["a//1.jpg", "a/b/2.jpg"],
+        ["r/cats/1.jpg", "r/../2.jpg"],
+    ],
+)
+def test_folder_labels_refuse_absolute_names_and_empty_or_dot_classes(names: list[str]) -> None:
+    """``/etc/x.jpg`` was a training item of class ``''``: refused, the member named."""
+    with pytest.raises(LabelError, match=r"member '.*': .*not a training item"):
+        folder_labels(names)
 
 
 def test_folder_labels_with_a_given_class_list() -> None:

@@ -481,3 +481,34 @@ def test_user_option_judges_folders_for_the_service_account() -> None:
             if p.is_dir():
                 p.chmod(0o755)
         shutil.rmtree(base)
+
+
+def test_untrusted_ring_entries_are_a_warning(tmp_path: Path) -> None:
+    """Catalog rows pointing outside, a link named like a window, a corrupt/ that is a link."""
+    import sqlite3
+
+    from helpers.retention_data import make_window
+
+    from cdml_edge.store.retention import RetentionRing
+
+    host, port = PLAIN_BROKER
+    cfg = load_config(good_config(tmp_path, {"url": f"mqtt://{host}:{port}"}))
+    assert cfg.retention is not None
+    ring_dir = cfg.retention.dir
+    ring = RetentionRing(ring_dir, max_bytes=10**7, fsync=False)
+    assert ring.store(*make_window("w0", 1_790_000_000.0, [("a.jpg", b"x" * 10)])).stored
+    ring.close()
+    conn = sqlite3.connect(ring_dir / "catalog.sqlite")
+    conn.execute(
+        "INSERT INTO windows VALUES ('evil', 'cam1', 'edge-1', NULL, 'image', 0, 0, 1, 0, NULL,"
+        " NULL, '../../etc/passwd', 'x.window.json', 10, 'x')"
+    )
+    conn.commit()
+    conn.close()
+    (ring_dir / "20300101T000000.000Z_w9.zip").symlink_to("/dev/zero")
+    (ring_dir / "corrupt").symlink_to(tmp_path)
+    warn = by_name(run_checks(cfg))["retention untrusted"]
+    assert warn.warn and warn.ok
+    assert "3 entries" in warn.detail
+    assert "'evil'" in warn.detail and "outside the ring" in warn.detail
+    assert "a symbolic link" in warn.detail and "corrupt" in warn.detail

@@ -1,7 +1,7 @@
 """The folder source's memory of files is bounded.
 
 Pending files by ``max_pending``; files kept after their window (``on_done: keep``, or held for
-the ring) by ``max_kept``.
+the ring) by what is in the folder (the kept-file record, see ``test_big_folder.py``).
 """
 
 from __future__ import annotations
@@ -25,26 +25,26 @@ def _ident(st: os.stat_result):  # type: ignore[no-untyped-def]
     return FileIdentity.of(st)
 
 
-def test_kept_files_are_remembered_up_to_the_bound_oldest_forgotten_first(
-    tmp_path: Path,
-) -> None:
-    pf = PendingFiles(max_pending=64, stable_seconds=0.1, polling=False, max_kept=4)
+def test_kept_files_are_all_remembered_beyond_the_old_bound_of_16384(tmp_path: Path) -> None:
+    """No count bound: 16,400 kept files (the old bound forgot the oldest 16) are all known."""
+    pf = PendingFiles(max_pending=64, stable_seconds=0.1, polling=False)
     paths = []
-    for i in range(10):
+    for i in range(16_400):
         p = tmp_path / f"f{i}.jpg"
-        p.write_bytes(b"x" * i)
+        p.write_bytes(b"x")
         paths.append(p)
         _kept(pf, p)
-    assert pf.kept == 4 and pf.forgotten == 6
-    for p in paths[6:]:  # remembered: an event for the unchanged file does not take it again
+    assert pf.kept == 16_400
+    for p in (paths[0], paths[15], paths[-1]):  # the oldest too: an event does not take it
         pf.notice(str(p), os.stat(p), closed=True, writing=False)
     assert len(pf) == 0
+    paths[0].write_bytes(b"changed")
     pf.notice(str(paths[0]), os.stat(paths[0]), closed=True, writing=False)
-    assert len(pf) == 1  # forgotten: noticed again it is new (scored again, same result id)
+    assert len(pf) == 1  # a new version is new
 
 
 def test_files_in_flight_are_never_forgotten(tmp_path: Path) -> None:
-    pf = PendingFiles(max_pending=64, stable_seconds=0.1, polling=False, max_kept=2)
+    pf = PendingFiles(max_pending=64, stable_seconds=0.1, polling=False)
     flying = tmp_path / "flying.jpg"
     flying.write_bytes(b"in flight")
     st = os.stat(flying)
@@ -55,6 +55,31 @@ def test_files_in_flight_are_never_forgotten(tmp_path: Path) -> None:
         p.write_bytes(b"k")
         _kept(pf, p)
     pf.notice(str(flying), st, closed=True, writing=False)
-    assert len(pf) == 0 and pf.kept == 2 and pf.in_flight == 1
+    assert len(pf) == 0 and pf.kept == 5 and pf.in_flight == 1
     pf.release(str(flying), keep=False)
     assert pf.in_flight == 0
+
+
+def test_a_kept_file_is_never_in_neither_the_in_flight_set_nor_the_record(
+    tmp_path: Path,
+) -> None:
+    """A scan noticing the file while it is being recorded as kept does not take it again.
+
+    The soak caught it: the file left the in-flight set before it entered the record, and a
+    notice in between made it pending (one result twice). The notice is made here from
+    inside the record's write, the moment the race needs.
+    """
+    from cdml_edge.intake.kept import KeptFiles
+
+    p = tmp_path / "a.jpg"
+    p.write_bytes(b"x")
+    st = os.stat(p)
+
+    class NoticingRecord(KeptFiles):
+        def put(self, path: str, ident) -> None:  # type: ignore[no-untyped-def]
+            pf.notice(path, st, closed=True, writing=False)  # a scan, right now
+            super().put(path, ident)
+
+    pf = PendingFiles(max_pending=64, stable_seconds=0.1, polling=False, kept=NoticingRecord())
+    _kept(pf, p)
+    assert len(pf) == 0 and pf.kept == 1

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 from pathlib import Path
 
 import cv2
@@ -360,3 +361,27 @@ def test_watchdog_6_reports_a_touch_as_modified_and_it_is_no_write(
     handler.on_any_event(FileModifiedEvent(str(p)))
     pend = src.files.get(str(p))
     assert pend is not None and pend.writing
+
+
+def test_a_future_mtime_is_clamped_to_when_the_file_was_seen(tmp_path: Path) -> None:
+    """A clock gone wrong (mtime in 2100) gave results a ts in 2100 and latency_ms 0."""
+    inbox = tmp_path / "in"
+    inbox.mkdir()
+    sink = Sink()
+    src = _source(tmp_path, sink, patterns=("*.jpg",), stable_seconds=0.05)
+    src.start()
+    try:
+        t0 = time.time()
+        p = inbox / "future.jpg"
+        write_atomic(p, jpeg(1))
+        os.utime(p, (4_102_444_800, 4_102_444_800))  # 2100-01-01
+        write_atomic(inbox / "now.jpg", jpeg(2))
+        wait_for(lambda: len(sink.items) == 2, what="both files")
+    finally:
+        src.stop()
+    by_name = {i.name: i for i in sink.items}
+    future = by_name["future.jpg"]
+    assert t0 - 1 <= future.ts <= time.time() + 1  # clamped to when the agent saw it
+    assert future.mtime_ns == 4_102_444_800 * 10**9  # the file's own mtime (and id) unchanged
+    assert src.stats.future_mtime == 1
+    assert abs(by_name["now.jpg"].ts - t0) < 5

@@ -273,3 +273,52 @@ def test_typed_errors_share_the_cdml_root() -> None:
     ):
         assert issubclass(err, CdmlError), err
     assert issubclass(FilterError, ValueError)  # callers catching ValueError keep working
+
+
+def _copy_ring(ring: Path, dest: Path) -> Path:
+    import shutil
+
+    shutil.copytree(ring, dest, symlinks=True)
+    return dest
+
+
+@pytest.mark.parametrize("attack", ["outside", "link", "fifo", "repeated"])
+def test_export_names_every_window_it_skips_and_exits_1(
+    ring: Path, tmp_path: Path, attack: str
+) -> None:
+    """Each hostile window is skipped, named, and the command exits 1.
+
+    Sidecars pointing outside, archives that are links or FIFOs, a member listed 20,000 times.
+    """
+    import os
+
+    from typer.testing import CliRunner
+
+    from cdml_edge.cli import app
+
+    d = _copy_ring(ring, tmp_path / "ring")
+    sidecar = sorted(d.glob("*.window.json"))[1]
+    doc = json.loads(sidecar.read_bytes())
+    archive = d / doc["archive"]["file"]
+    if attack == "outside":
+        doc["archive"]["file"] = "../outside.zip"
+        sidecar.write_text(json.dumps(doc))
+        for p in d.glob("catalog.sqlite*"):
+            p.unlink()
+    elif attack == "link":
+        archive.rename(tmp_path / "elsewhere.zip")
+        archive.symlink_to(tmp_path / "elsewhere.zip")
+    elif attack == "fifo":
+        archive.unlink()
+        os.mkfifo(archive)
+    else:
+        doc["manifest"]["items"] = doc["manifest"]["items"][:1] * 20_000
+        doc["manifest"]["results"] = {}
+        sidecar.write_text(json.dumps(doc))
+    r = CliRunner().invoke(app, ["export", str(d), str(tmp_path / "o.zip"), "-q"])
+    assert r.exit_code == 1, r.output
+    assert '"refused_windows": 1' in r.output
+    assert "window skipped" in r.output
+    named = sidecar.name if attack == "outside" else "w"
+    assert named in r.output
+    assert (tmp_path / "o.zip").exists()  # the other windows were exported

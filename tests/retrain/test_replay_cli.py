@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
 import threading
 import time
 import uuid
+import zipfile
 from pathlib import Path
 
 import paho.mqtt.client as mqtt
@@ -13,7 +16,7 @@ import pytest
 import yaml
 from helpers.models import brightness_classifier
 from helpers.retention_data import scored_ring
-from typer.testing import CliRunner
+from typer.testing import CliRunner, Result
 
 from cdml_edge.cli import app
 from cdml_edge.model.spec import META_KEY
@@ -253,3 +256,77 @@ def test_replay_publish_with_the_broker_away_exits_1(setup: dict[str, Path]) -> 
     assert r.exit_code == 1, r.output
     assert "14 messages not delivered, left in" in r.output
     assert str(setup["dir"] / "spool" / "replay") in r.output
+
+
+def _replay(setup: dict[str, Path]) -> Result:
+    return CliRunner().invoke(
+        app,
+        ["replay", "--config", str(setup["config"]), "--out", str(setup["dir"] / "o.jsonl"), "-q"],
+    )
+
+
+def _drop_catalog(ring: Path) -> None:
+    for p in ring.glob("catalog.sqlite*"):
+        p.unlink()
+
+
+@pytest.mark.parametrize("catalog", [True, False])
+def test_replay_names_and_fails_on_sidecars_pointing_outside(
+    setup: dict[str, Path], catalog: bool
+) -> None:
+    ring = setup["dir"] / "ring"
+    sidecar = sorted(ring.glob("*.window.json"))[0]
+    doc = json.loads(sidecar.read_bytes())
+    doc["archive"]["file"] = "../outside.zip"
+    sidecar.write_text(json.dumps(doc))
+    if not catalog:
+        _drop_catalog(ring)
+    r = _replay(setup)
+    assert r.exit_code == 1, r.output
+    assert "1 refused" in r.output and "outside.zip" in r.output
+    assert "replayed 3 windows" in r.output
+
+
+@pytest.mark.parametrize("kind", ["link", "fifo"])
+def test_replay_refuses_an_archive_that_is_a_link_or_a_fifo(
+    setup: dict[str, Path], kind: str
+) -> None:
+    ring = setup["dir"] / "ring"
+    victim = sorted(ring.glob("*.zip"))[2]
+    elsewhere = setup["dir"] / "elsewhere.zip"
+    victim.rename(elsewhere)
+    if kind == "link":
+        victim.symlink_to(elsewhere)  # the very bytes, only behind a link
+    else:
+        os.mkfifo(victim)  # would block a reader for good
+    r = _replay(setup)
+    assert r.exit_code == 1, r.output
+    assert "1 refused" in r.output
+    assert ("symbolic link" if kind == "link" else "a FIFO") in r.output
+    assert victim.name in r.output
+
+
+def test_replay_refuses_a_manifest_listing_one_member_20000_times(
+    setup: dict[str, Path],
+) -> None:
+    ring = setup["dir"] / "ring"
+    sidecar = sorted(ring.glob("*.window.json"))[0]
+    doc = json.loads(sidecar.read_bytes())
+    archive = ring / doc["archive"]["file"]
+    with zipfile.ZipFile(archive) as zf:
+        members = {n: zf.read(n) for n in zf.namelist()}
+    inner = json.loads(members["manifest.json"])
+    inner["items"] = inner["items"][:1] * 20_000  # one 3 KB member, listed 20,000 times
+    members["manifest.json"] = json.dumps(inner).encode()
+    with zipfile.ZipFile(archive, "w") as zf:
+        for name, data in members.items():
+            zf.writestr(name, data)
+    data = archive.read_bytes()
+    doc["archive"].update(bytes=len(data), sha256=hashlib.sha256(data).hexdigest())
+    doc["manifest"]["items"] = doc["manifest"]["items"][:1] * 20_000
+    doc["manifest"]["results"] = {}
+    sidecar.write_text(json.dumps(doc))
+    r = _replay(setup)
+    assert r.exit_code == 1, r.output
+    assert "1 refused" in r.output and sidecar.name in r.output
+    assert "20000 times" in r.output

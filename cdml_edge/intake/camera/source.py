@@ -125,6 +125,10 @@ class CameraSource:
         """Nothing to do: a frame has no file to finish."""
         return None
 
+    def hold(self, path: Path) -> None:  # frames have no file
+        """Nothing to do: a frame has no file to hold."""
+        return None
+
     @property
     def pending_count(self) -> int:
         """Always 0: frames never wait on disk."""
