@@ -166,3 +166,32 @@ def test_intake_is_linear_in_the_files_present(tmp_path: Path) -> None:
     big = _drain_rate(tmp_path, 40_000)
     print(f"drain: 5,000 files {small:.0f}/s, 40,000 files {big:.0f}/s")
     assert big > 0.5 * small, (small, big)
+
+
+def test_a_backlog_larger_than_the_pending_bound_drains_without_pauses(tmp_path: Path) -> None:
+    """The pass over the folder goes on as soon as there is room, not at the next idle wake.
+
+    3,000 files through a pending bound of 100: thirty refills. An inotify source sleeping
+    its idle second between refills would take over 30 s.
+    """
+    inbox = tmp_path / "in"
+    _fill(inbox, 3000)
+    sink = KeepingSink(ByteBudget(10**8))
+    spec = FolderSpec(
+        name="cam",
+        path=inbox,
+        modality="image",
+        patterns=("*.jpg",),
+        stable_seconds=0.05,
+        max_pending=100,
+    )
+    src = FolderSource(spec, sink.budget, sink, sink.error)
+    sink.source = src
+    t0 = time.monotonic()
+    src.start()
+    try:
+        wait_for(lambda: sink.count() == 3000, timeout=60, what="every file taken")
+        assert time.monotonic() - t0 < 12.0
+        assert sink.twice() == []
+    finally:
+        src.stop()
