@@ -26,7 +26,7 @@ ADDRESS_HELP = "With --engine ray: an existing Ray cluster (default: a local Ray
 def replay(
     directory: str | None = typer.Argument(
         None,
-        metavar="[DIR]",
+        metavar="DIR",
         help="Retention folder (default: retention.dir of the configuration); with --engine "
         "ray a folder tree or s3:// prefix of many.",
     ),

@@ -11,7 +11,9 @@ from cdml_edge.config import load_config
 
 
 def test(
-    files: list[Path] = typer.Argument(None, help="Files to score (each by its source)."),
+    files: list[Path] = typer.Argument(
+        None, metavar="FILE", help="Files to score (each by its source)."
+    ),
     config: Path = typer.Option(..., "--config", "-c", help="The YAML configuration file."),
     source: str | None = typer.Option(
         None,
