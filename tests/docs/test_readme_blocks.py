@@ -18,62 +18,23 @@ import shlex
 import shutil
 import subprocess
 import sys
-import textwrap
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 
 import cv2
 import numpy as np
 import pytest
-from helpers.docs_pages import ROOT, doc_files, where
+from helpers.docs_pages import ROOT, Block, cli_env, doc_files, readme_blocks
 
 from cdml_edge import synth
 from cdml_edge.archive import pack, write_archive
 
-MARKER = re.compile(r"^(\s*)<!-- (runnable(?:: ([\w-]+))?|shown: [^>]+) -->\s*$")
-FENCE = re.compile(r"^(\s*)```(\w*)\s*$")
-
-
-@dataclass(frozen=True)
-class Block:
-    page: str  # README.md or docs/<page>.md
-    line: int  # 1-based line of the opening fence
-    lang: str
-    code: str
-    marker: str | None  # "runnable", "shown: ...", or None
-    setup: str | None
-
-
-def readme_blocks() -> list[Block]:
-    blocks: list[Block] = []
-    for path in doc_files():
-        blocks += _blocks(where(path), path.read_text(encoding="utf-8").splitlines())
-    return blocks
-
-
-def _blocks(page: str, lines: list[str]) -> list[Block]:
-    blocks: list[Block] = []
-    i = 0
-    while i < len(lines):
-        fence = FENCE.match(lines[i])
-        if not fence or not fence.group(2):
-            i += 1
-            continue
-        indent, lang, start = fence.group(1), fence.group(2), i
-        i += 1
-        while not re.match(rf"^{indent}```\s*$", lines[i]):
-            i += 1
-        code = textwrap.dedent("\n".join(lines[start + 1 : i])) + "\n"
-        prev = MARKER.match(lines[start - 1]) if start else None
-        marker = prev.group(2) if prev else None
-        setup = prev.group(3) if prev else None
-        blocks.append(Block(page, start + 1, lang, code, marker, setup))
-        i += 1
-    return blocks
-
-
-RUNNABLE = [b for b in readme_blocks() if b.marker and b.marker.startswith("runnable")]
+OWN_TESTS = {"first-example": "test_first_example.py"}  # setups a test of their own runs
+RUNNABLE = [
+    b
+    for b in readme_blocks()
+    if b.marker and b.marker.startswith("runnable") and b.setup not in OWN_TESTS
+]
 
 
 def _jpeg(rgb: np.ndarray) -> bytes:
@@ -220,6 +181,7 @@ def test_every_python_block_says_whether_it_runs() -> None:
     ]
     assert unmarked == [], f"python blocks without a runnable/shown marker: {unmarked}"
     assert {b.setup for b in RUNNABLE} <= set(SETUPS)
+    assert all((Path(__file__).parent / test).is_file() for test in OWN_TESTS.values())
     assert len(RUNNABLE) >= 6
 
 
@@ -247,7 +209,7 @@ def _run_cli_lines(argvs: list[list[str]], block: Block) -> str:
 
 
 def _run_process(block: Block, cwd: Path) -> str:
-    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+    env = cli_env()
     if block.lang == "python":
         (cwd / "block.py").write_text(block.code)
         cmd = [sys.executable, "block.py"]
