@@ -24,6 +24,7 @@ from pathlib import Path
 import cv2
 import numpy as np
 import pytest
+import yaml
 from helpers.docs_pages import ROOT, Block, cli_env, doc_files, readme_blocks
 
 from cdml_edge import synth
@@ -113,6 +114,26 @@ def _trainset(d: Path) -> None:
     write_archive(d / "train.zip", items, manifest={"note": "provenance"})
 
 
+def _factory(d: Path) -> None:
+    """The README's first ``factory.yaml`` and the shipped models beside it."""
+    first = next(b for b in readme_blocks() if b.setup == "first-example" and b.lang == "yaml")
+    (d / "factory.yaml").write_text(first.code)
+    shutil.copytree(ROOT / "models", d / "models")
+
+
+def _samples(d: Path) -> None:
+    """A ``factory.yaml`` whose source ``cam-a`` holds five digits, and two digits in samples/."""
+    shutil.copytree(ROOT / "models", d / "models")
+    (d / "factory.yaml").write_text(
+        "sources:\n  - {name: cam-a, kind: folder, path: incoming/cam-a, modality: image}\n"
+        "models:\n  image: {path: models/digits.onnx}\n"
+    )
+    for folder, names in (("incoming/cam-a", range(5)), ("samples", (17, 18))):
+        (d / folder).mkdir(parents=True)
+        for i in names:
+            (d / folder / f"part-{i:03d}.jpg").write_bytes(_jpeg(_digit_frame(i % 10)))
+
+
 SETUPS: dict[str | None, Callable[[Path], None]] = {
     None: lambda d: None,
     "frame": _frame,
@@ -123,6 +144,9 @@ SETUPS: dict[str | None, Callable[[Path], None]] = {
     "models": _models,
     "trainset": _trainset,
     "live": lambda d: None,
+    "factory": _factory,
+    "samples": _samples,
+    "transcript": lambda d: None,
 }
 
 
@@ -189,7 +213,8 @@ def _cli_lines(code: str) -> list[list[str]] | None:
     """The argv of each line when a bash block is only ``cdml-edge`` commands, else None."""
     lines = [shlex.split(ln, comments=True) for ln in code.splitlines()]
     argvs = [ln for ln in lines if ln]
-    if argvs and all(a[0] == "cdml-edge" for a in argvs):
+    shell_syntax = any(w in {">", ">>", "|", "&&", "<"} for a in argvs for w in a)
+    if argvs and all(a[0] == "cdml-edge" for a in argvs) and not shell_syntax:
         return [a[1:] for a in argvs]
     return None
 
@@ -222,6 +247,48 @@ def _run_process(block: Block, cwd: Path) -> str:
     return done.stdout
 
 
+def _run_transcript(block: Block) -> None:
+    """A console block: each ``$ command`` runs from the repository root, printing what follows."""
+    lines = block.code.splitlines()
+    starts = [i for i, line in enumerate(lines) if line.startswith("$ ")] + [len(lines)]
+    assert starts[0] == 0, f"{block.page} line {block.line}: a transcript starts with '$ '"
+    for i, j in zip(starts, starts[1:], strict=False):
+        done = subprocess.run(
+            ["bash", "-c", lines[i][2:]], cwd=ROOT, env=cli_env(), capture_output=True, text=True
+        )
+        assert done.returncode == 0, f"{block.page} line {block.line + 1 + i}: {done.stderr}"
+        assert done.stdout.splitlines() == lines[i + 1 : j], f"{block.page} line {block.line}"
+
+
+SHELL = {"bash", "sh", "shell", "console"}
+YAML = {"yaml", "yml"}
+
+
+def test_every_shell_block_runs_or_says_why_not() -> None:
+    unmarked = [f"{b.page}:{b.line}" for b in readme_blocks() if b.lang in SHELL and not b.marker]
+    assert unmarked == [], f"shell blocks without a runnable/shown marker: {unmarked}"
+
+
+YAML_BLOCKS = [
+    b for b in readme_blocks() if b.lang in YAML and not (b.marker or "").startswith("shown")
+]
+
+
+@pytest.mark.parametrize(
+    "block", YAML_BLOCKS, ids=[f"{Path(b.page).stem}-line{b.line}" for b in YAML_BLOCKS]
+)
+def test_yaml_block_is_a_valid_configuration(block: Block, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every YAML block not marked as shown is (part of) a ``factory.yaml`` the schema accepts.
+
+    Its fields and cross-field rules; the files it names are a board's, not opened here.
+    """
+    from cdml_edge.config import parse_config
+
+    for name in re.findall(r"\$\{([A-Za-z_]\w*)\}", block.code):
+        monkeypatch.setenv(name, "set-here")
+    parse_config(yaml.safe_load(block.code), f"{block.page} line {block.line}")
+
+
 SLOW_SETUPS = {"trainset"}  # blocks that train a model from scratch
 
 
@@ -232,6 +299,9 @@ SLOW_SETUPS = {"trainset"}  # blocks that train a model from scratch
 )
 def test_runnable_block(block: Block, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     SETUPS[block.setup](tmp_path)
+    if block.lang == "console":
+        _run_transcript(block)
+        return
     argvs = _cli_lines(block.code) if block.lang == "bash" else None
     if argvs is not None:
         monkeypatch.chdir(tmp_path)
