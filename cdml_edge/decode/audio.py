@@ -27,7 +27,9 @@ def read_waveform(
     try:
         samples, sr = sf.read(io.BytesIO(bytes(data)), dtype="float32", always_2d=True)
     except Exception as exc:  # soundfile raises LibsndfileError / RuntimeError / TypeError
-        raise DecodeError(member, f"not decodable audio: {exc}") from exc
+        # libsndfile's own words, without soundfile's "Error opening <_io.BytesIO object ...>"
+        detail = getattr(exc, "error_string", None) or str(exc).split(">: ", 1)[-1]
+        raise DecodeError(member, f"not decodable audio: {detail}") from exc
     if samples.shape[0] == 0:
         raise DecodeError(member, "audio has no samples")
     mono = samples.mean(axis=1) if samples.shape[1] > 1 else samples[:, 0]
