@@ -11,6 +11,7 @@ from cdml_edge.archive.pack import format_for_path
 from cdml_edge.archive.scan import iter_dir, pack_dir, scan_archive
 from cdml_edge.commands.exits import EXIT_FAILED, user_errors
 from cdml_edge.commands.progress import bytes_bar
+from cdml_edge.units import counted
 
 
 def scan(
@@ -31,12 +32,14 @@ def scan(
             flag += " BAD" if m.name in report.bad else ""
             typer.echo(f"{m.size:>12} {m.compressed_size:>12} {m.method:<8} {m.name}{flag}")
     typer.echo(
-        f"{report.archive}: {report.format}, {len(report.members)} members, "
+        f"{report.archive}: {report.format}, {counted(len(report.members), 'member')}, "
         f"{report.size} bytes ({report.compressed_size} compressed, ratio {report.ratio:.2f}), "
         f"reader: {report.engine}"
     )
     if report.unchecked:
-        typer.echo(f"{report.unchecked} members have no stored checksum (read, not verified)")
+        typer.echo(
+            f"{counted(report.unchecked, 'member')} without a stored checksum (read, not verified)"
+        )
     for name, why in report.bad.items():
         typer.echo(f"corrupt: {name}: {why}", err=True)
     for name in report.unsafe:

@@ -11,7 +11,10 @@ from typing import Any
 
 
 class RunBar:
-    """A :class:`~cdml_edge.retrain.progress.RunProgress` drawn as one rich bar on stderr."""
+    """A :class:`~cdml_edge.retrain.progress.RunProgress` drawn as one rich bar on stderr.
+
+    Drawn on a terminal only: into a file or a pipe nothing is drawn.
+    """
 
     def __init__(self, description: str) -> None:
         from rich.console import Console
@@ -26,6 +29,7 @@ class RunBar:
         )
 
         self.description = description
+        console = Console(stderr=True)
         self._progress = Progress(
             TextColumn("[bold]{task.description}"),
             BarColumn(),
@@ -33,8 +37,9 @@ class RunBar:
             TaskProgressColumn(),
             TimeElapsedColumn(),
             TimeRemainingColumn(),
-            console=Console(stderr=True),
+            console=console,
             transient=False,
+            disable=not console.is_terminal,  # a log or a pipe gets the summary line only
         )
         self._task: Any = None
 

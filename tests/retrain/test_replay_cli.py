@@ -253,3 +253,17 @@ def test_replay_publish_with_the_broker_away_exits_1(setup: dict[str, Path]) -> 
     assert r.exit_code == 1, r.output
     assert "14 messages not delivered, left in" in r.output
     assert str(setup["dir"] / "spool" / "replay") in r.output
+
+
+def test_no_progress_bar_into_a_redirected_stderr(setup: dict[str, Path]) -> None:
+    """Bars are for a terminal: a log or a pipe gets the summary lines only."""
+    d = setup["dir"]
+    for argv in (
+        ["replay", "--config", str(setup["config"]), "--out", str(d / "r.jsonl")],
+        ["export", str(d / "ring"), str(d / "train.zip")],
+    ):
+        r = CliRunner().invoke(app, argv)  # stderr is not a terminal here
+        assert r.exit_code == 0, r.output
+        for mark in ("━", "\r", "\x1b[", "0:00:"):
+            assert mark not in r.stderr, (argv[0], r.stderr)
+        assert r.output.endswith("\n")
