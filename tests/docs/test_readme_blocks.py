@@ -147,6 +147,7 @@ SETUPS: dict[str | None, Callable[[Path], None]] = {
     "factory": _factory,
     "samples": _samples,
     "transcript": lambda d: None,
+    "loss": lambda d: None,
 }
 
 
@@ -182,6 +183,11 @@ def _check_window(d: Path, out: str) -> None:
     assert out.splitlines() == ["5 cam1-000001", f"1 (224, 224, 3) 20 {synth.VIBRATION_ROWS} 3"]
 
 
+def _check_loss(d: Path, out: str) -> None:
+    names, total = out.split("] ")
+    assert names == "['ce', 'recon'" and float(total) > 0  # the total, a number
+
+
 def _check_live(d: Path, out: str) -> None:
     first, stats = out.splitlines()
     assert first == "True 3 [['belt 0 ok'], ['belt 1 ok'], ['belt 2 ok']]"
@@ -196,6 +202,7 @@ CHECKS: dict[str, Callable[[Path, str], None]] = {
     "trainset": _check_trainset,
     "window": _check_window,
     "live": _check_live,
+    "loss": _check_loss,
 }
 
 
