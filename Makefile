@@ -1,26 +1,39 @@
-# cdml-edge: the two commands are `make demo` and `make test`.
+# cdml-edge: the two commands are `make demo` (the appliance only) and `make test` (everything).
 PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip
 STAMP  := $(VENV)/.installed
+APP_STAMP := $(VENV)/.installed-app
 TORCH  := torch==2.13.0
 
-.PHONY: install test test-fast lint docs bench fuzz demo clean lock test-matrix test-lowest dist
+.PHONY: install install-dev test test-fast lint docs bench fuzz demo clean lock test-matrix test-lowest dist
 
 NATIVE := $(wildcard cdml_edge/archive/_native/*.c cdml_edge/archive/_native/*.h \
             cdml_edge/archive/_native/cffi_build.py)
 
+# The appliance alone (what `make demo` needs): the core install, no torch, no extras.
 # Re-installing when the C sources change rebuilds the native reader in place.
+$(APP_STAMP): pyproject.toml setup.py $(NATIVE)
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PIP) install -q --upgrade pip setuptools wheel cffi
+	$(PIP) install -q -e .
+	@$(PY) -c "from cdml_edge.archive.native import describe; print('archive reader:', describe())"
+	@touch $(APP_STAMP)
+
+# Everything the tests, the linters and the training side need: PyTorch first (the CPU
+# build), then the train, s3, ray and dev extras.
 $(STAMP): pyproject.toml setup.py $(NATIVE)
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) install -q --upgrade pip setuptools wheel cffi
 	$(PIP) install -q $(TORCH)
 	$(PIP) install -q -e '.[train,s3,ray,dev]'
 	@$(PY) -c "from cdml_edge.archive.native import describe; print('archive reader:', describe())"
-	@touch $(STAMP)
+	@touch $(STAMP) $(APP_STAMP)
 
-install: $(STAMP)
+install: $(APP_STAMP)
+
+install-dev: $(STAMP)
 
 test: $(STAMP)
 	$(PY) -m pytest -q -ra -n 2
@@ -67,5 +80,5 @@ dist: $(STAMP)
 	$(PY) -m uv build --sdist --wheel --out-dir dist
 	$(PY) scripts/release/check_dist.py dist
 
-demo: $(STAMP)
+demo: $(APP_STAMP)
 	bash scripts/demo/demo.sh

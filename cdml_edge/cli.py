@@ -13,6 +13,9 @@ import typer
 
 from cdml_edge import __version__
 from cdml_edge.commands.exits import OneLineErrorsGroup
+from cdml_edge.commands.help_text import use_plain_value_names
+
+use_plain_value_names()
 
 app = typer.Typer(
     name="cdml-edge",

@@ -69,10 +69,64 @@ def _font_glyphs(n: int, seed: int, size: int = 28) -> tuple[np.ndarray, np.ndar
     return glyphs, labels.astype(np.int64)
 
 
-def render_digit(glyph: np.ndarray, rng: np.random.Generator, size: int = 64) -> np.ndarray:
+PRINTED_FONTS = 16  # 8 Hershey faces, upright and italic
+
+
+def printed_digit_glyphs(n: int, seed: int, size: int = 28) -> tuple[np.ndarray, np.ndarray]:
+    """``n`` printed digits: every Hershey face, upright or italic, strokes 1-4 px wide.
+
+    Grey glyphs in [0, 1] ``(n, size, size)`` and their labels; each is as large as the
+    canvas allows, as a digit cropped from a label or a display would be.
+    """
+    import cv2
+
+    faces = [0, 1, 2, 3, 4, 5, 6, 7]  # FONT_HERSHEY_SIMPLEX ... FONT_HERSHEY_SCRIPT_COMPLEX
+    rng = np.random.default_rng(seed)
+    glyphs = np.zeros((n, size, size), dtype=np.float32)
+    labels = rng.integers(0, 10, size=n)
+    for i, d in enumerate(labels):
+        style = int(rng.integers(PRINTED_FONTS))
+        font = faces[style % 8] | (cv2.FONT_ITALIC if style >= 8 else 0)
+        thick = int(rng.integers(1, 5))
+        big = np.zeros((4 * size, 4 * size), dtype=np.uint8)
+        (w, h), base = cv2.getTextSize(str(d), font, 3.0, thick * 3)
+        org = ((4 * size - w) // 2, (4 * size + h) // 2)
+        cv2.putText(big, str(int(d)), org, font, 3.0, 255, thick * 3, cv2.LINE_AA)
+        ys, xs = np.nonzero(big)
+        crop = big[ys.min() : ys.max() + 1, xs.min() : xs.max() + 1]
+        side = max(crop.shape) + 8  # a margin, the digit centred in a square
+        square = np.zeros((side, side), dtype=np.uint8)
+        y0, x0 = (side - crop.shape[0]) // 2, (side - crop.shape[1]) // 2
+        square[y0 : y0 + crop.shape[0], x0 : x0 + crop.shape[1]] = crop
+        glyphs[i] = cv2.resize(square, (size, size), interpolation=cv2.INTER_AREA) / 255.0
+    return glyphs, labels.astype(np.int64)
+
+
+PRINTED_TEST_SEED = 4242  # never a training seed
+
+
+def printed_digits_test(n: int = 200, size: int = 64) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The printed-digit test set: frames, labels, and which are light ink on dark ground.
+
+    ``n`` printed digits (:func:`printed_digit_glyphs`) rendered as camera frames, every
+    other one inverted, from :data:`PRINTED_TEST_SEED`.
+    """
+    glyphs, labels = printed_digit_glyphs(n, PRINTED_TEST_SEED)
+    rng = np.random.default_rng(PRINTED_TEST_SEED + 1)
+    inverted = np.arange(n) % 2 == 1
+    frames = np.stack(
+        [render_digit(g, rng, size, bool(inv)) for g, inv in zip(glyphs, inverted, strict=True)]
+    )
+    return frames, labels, inverted
+
+
+def render_digit(
+    glyph: np.ndarray, rng: np.random.Generator, size: int = 64, inverted: bool = False
+) -> np.ndarray:
     """One glyph (grey, [0, 1]) -> camera-like uint8 ``size``×``size``×3 RGB frame.
 
-    Random paper and ink colours, a small shift and scale, blur and sensor noise.
+    Random paper and ink colours, a small shift and scale, blur and sensor noise; with
+    ``inverted``, light ink on a dark ground (the same random draws).
     """
     import cv2
 
@@ -86,6 +140,8 @@ def render_digit(glyph: np.ndarray, rng: np.random.Generator, size: int = 64) ->
     g = cv2.warpAffine(g, m, (size, size), borderMode=cv2.BORDER_CONSTANT, borderValue=0.0)
     paper = rng.uniform(0.65, 1.0, size=3)
     ink = rng.uniform(0.0, 0.35, size=3)
+    if inverted:
+        paper, ink = ink, paper
     ink_mask = g[:, :, None]
     img: np.ndarray = paper[None, None, :] * (1.0 - ink_mask) + ink[None, None, :] * ink_mask
     shade = np.linspace(rng.uniform(0.85, 1.0), rng.uniform(0.85, 1.0), size, dtype=np.float32)

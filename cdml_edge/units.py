@@ -1,4 +1,4 @@
-"""Human-friendly sizes (``64MiB``) and durations (``500ms``) used in configuration files."""
+"""Human-friendly sizes (``64MiB``), durations (``500ms``) and counts (``1 file``, ``2 files``)."""
 
 from __future__ import annotations
 
@@ -102,3 +102,15 @@ def format_size(n: int) -> str:
             return f"{int(size)} {unit}" if unit == "B" else f"{size:.1f} {unit}"
         size /= 1024
     return f"{n} B"  # pragma: no cover
+
+
+def counted(n: int, noun: str, plural: str | None = None) -> str:
+    """``n`` and its noun in the right number: ``1 file``, ``0 files``, ``3 classes``.
+
+    ``plural``: for a noun whose plural is not ``noun + "s"`` (or ``"es"`` after s, x, ch, sh).
+    """
+    if n == 1:
+        return f"{n} {noun}"
+    if plural is None:
+        plural = noun + ("es" if noun.endswith(("s", "x", "ch", "sh")) else "s")
+    return f"{n} {plural}"

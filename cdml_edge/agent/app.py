@@ -54,6 +54,7 @@ from cdml_edge.outputs.base import Output
 from cdml_edge.outputs.factory import degraded_parts, make_output, mqtt_leaves, on_disk_event
 from cdml_edge.outputs.homeassistant import announce
 from cdml_edge.supervisor import Supervisor
+from cdml_edge.units import counted
 from cdml_edge.window.items import Item, Window
 from cdml_edge.window.topics import Sequencer
 
@@ -352,7 +353,9 @@ class Agent:
         """
         self.health.start(self._stop, self.supervisor.spawn)
         self.health.publish_status("online")
-        self.notifier.ready(f"running {len(self.sources)} sources, {len(self.runners)} models")
+        self.notifier.ready(
+            f"running {counted(len(self.sources), 'source')}, {counted(len(self.runners), 'model')}"
+        )
         log.info(
             "agent ready: %d sources, models %s; %s",
             len(self.sources),

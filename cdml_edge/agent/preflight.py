@@ -20,7 +20,7 @@ from pathlib import Path
 
 from cdml_edge.agent.runners import DATA_COPIES, window_charges
 from cdml_edge.config import AppConfig, ConfigError, load_config
-from cdml_edge.config.checks import file_problems
+from cdml_edge.config.checks import file_problems, named_files
 from cdml_edge.intake.budget import ByteBudget
 from cdml_edge.modality import model_fits
 from cdml_edge.model.runner import InferenceError, ModelOverrides, ModelRunner
@@ -139,11 +139,57 @@ def validate_runnable(path: str | Path) -> Validated:
     return Validated(cfg, sizes)
 
 
+@dataclass(frozen=True)
+class ValidatedElsewhere:
+    """A configuration checked for another machine, and the checks that need that machine.
+
+    ``skipped``: ``(field path, what was not checked)``, in the order of the file.
+    """
+
+    config: AppConfig
+    skipped: list[tuple[str, str]]
+
+
+def machine_checks(cfg: AppConfig) -> list[tuple[str, str]]:
+    """The checks of :func:`validate_runnable` that need the machine the configuration is for.
+
+    The files it names, the models they hold, the example folders and the environment.
+    """
+    out: list[tuple[str, str]] = []
+    for field, path in named_files(cfg):
+        what = "exists, readable"
+        if field.startswith("models.") and field.endswith(".path"):
+            modality = cfg.models[field.split(".")[1]].modality
+            what = f"exists, loads, fits {modality} items, the budget holds one item"
+        out.append((field, f"{path}: {what}"))
+    for key, mc in cfg.models.items():
+        for label, folder in (mc.output.examples if mc.output is not None else {}).items():
+            out.append((f"models.{key}.output.examples.{label}", f"{folder}: holds examples"))
+    mq = cfg.mqtt
+    if mq is not None and mq.password_env is not None:
+        out.append(("mqtt.password_env", f"environment variable {mq.password_env} is set"))
+    return out
+
+
+def validate_elsewhere(path: str | Path) -> ValidatedElsewhere:
+    """Load ``path`` for another machine: its fields and cross-field rules, no file it names.
+
+    Nothing named inside it is opened here (models, label files, certificates, example
+    folders); :attr:`ValidatedElsewhere.skipped` says which checks that leaves to the
+    machine. :class:`ConfigError` lists every problem of the file itself.
+    """
+    cfg = load_config(path)
+    return ValidatedElsewhere(cfg, machine_checks(cfg))
+
+
 __all__ = [
     "Validated",
+    "ValidatedElsewhere",
     "check_files",
     "check_models",
     "example_problems",
+    "machine_checks",
     "model_problems",
+    "validate_elsewhere",
     "validate_runnable",
 ]

@@ -12,6 +12,7 @@ deleted, moved or quarantined, nothing is retained and the state folder is not t
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,7 +20,7 @@ from pathlib import Path
 from cdml_edge.config import AppConfig, ConfigError, SourceConfig
 from cdml_edge.decode.limits import DecodeLimits, set_limits
 from cdml_edge.fsio import display_name
-from cdml_edge.intake.folder import is_candidate
+from cdml_edge.intake.folder import arrival_time, is_candidate
 from cdml_edge.modality import default_patterns
 from cdml_edge.model.runner import ModelRunner
 from cdml_edge.window.configured import pack_and_score
@@ -91,16 +92,21 @@ def source_for(cfg: AppConfig, path: Path, where: str = "<config>") -> SourceCon
 
 
 def file_item(sc: SourceConfig, path: Path) -> Item:
-    """``path`` as the folder source ``sc`` would read it (name, id, timestamp)."""
+    """``path`` as the folder source ``sc`` would read it (name, id, timestamp).
+
+    Its time is the folder source's arrival rule with the moment it is read here as the
+    sighting: a file written long ago arrives now, as a file waiting at start does.
+    """
     data = path.read_bytes()
     st = path.stat()
+    read_at = time.time()
     inside = sc.path is not None and path.resolve().is_relative_to(sc.path.resolve())
     raw = os.path.relpath(path.resolve(), sc.path.resolve()) if inside and sc.path else path.name
     return Item(
         source=sc.name,
         name=display_name(raw),
         modality=sc.modality,
-        ts=st.st_mtime,
+        ts=arrival_time(st.st_mtime, read_at),
         data=data,
         item_id=item_id(sc.name, raw, len(data), st.st_mtime_ns),
         size=len(data),

@@ -18,6 +18,7 @@ from cdml_edge.archive.scan import (
 )
 from cdml_edge.commands.exits import EXIT_FAILED, user_errors
 from cdml_edge.commands.progress import bytes_bar
+from cdml_edge.units import counted
 
 
 def scan(
@@ -40,7 +41,7 @@ def scan(
             line = f"{m.size:>12} {m.compressed_size:>12} {m.method:<8} {shown(m.name)}{flag}"
             typer.echo(line)
     typer.echo(
-        f"{report.archive}: {report.format}, {len(report.members)} members, "
+        f"{report.archive}: {report.format}, {counted(len(report.members), 'member')}, "
         f"{report.size} bytes ({report.compressed_size} compressed, ratio {report.ratio:.2f}), "
         f"reader: {report.engine}"
     )
@@ -58,7 +59,9 @@ def scan(
 def _report_lines(report: ScanReport) -> None:
     """What else the scan found: unchecked members, skipped entries, notes, problems."""
     if report.unchecked:
-        typer.echo(f"{report.unchecked} members have no stored checksum (read, not verified)")
+        typer.echo(
+            f"{counted(report.unchecked, 'member')} without a stored checksum (read, not verified)"
+        )
     for name, what in report.skipped.items():
         typer.echo(f"skipped (not a file): {shown(name)}: {what}")
     for note in report.notes:

@@ -6,12 +6,16 @@ Nothing here runs without a command.
 from __future__ import annotations
 
 import contextlib
+import sys
 from collections.abc import Callable, Iterator
 from typing import Any
 
 
 class RunBar:
-    """A :class:`~cdml_edge.retrain.progress.RunProgress` drawn as one rich bar on stderr."""
+    """A :class:`~cdml_edge.retrain.progress.RunProgress` drawn as one rich bar on stderr.
+
+    Drawn on a terminal only: into a file or a pipe nothing is drawn.
+    """
 
     def __init__(self, description: str) -> None:
         from rich.console import Console
@@ -26,6 +30,7 @@ class RunBar:
         )
 
         self.description = description
+        console = Console(stderr=True)
         self._progress = Progress(
             TextColumn("[bold]{task.description}"),
             BarColumn(),
@@ -33,8 +38,9 @@ class RunBar:
             TaskProgressColumn(),
             TimeElapsedColumn(),
             TimeRemainingColumn(),
-            console=Console(stderr=True),
+            console=console,
             transient=False,
+            disable=not console.is_terminal,  # a log or a pipe gets the summary line only
         )
         self._task: Any = None
 
@@ -69,12 +75,27 @@ def run_bar(description: str, quiet: bool) -> RunBar | None:
     return None if quiet else RunBar(description)
 
 
-@contextlib.contextmanager
-def epoch_bar(epochs: int) -> Iterator[Callable[[int, int, float], None]]:
-    """A transient bar for ``cdml-edge train``: steps of the current epoch and the loss.
+def epoch_line(record: dict[str, Any], epochs: int) -> str:
+    """One epoch of ``cdml-edge train`` as a line: losses, accuracies, seconds."""
+    parts = [
+        f"{key} {record[key]:.4g}"
+        for key in ("train_loss", "train_acc", "val_loss", "val_acc")
+        if key in record
+    ]
+    return f"epoch {record['epoch']}/{epochs}: " + ", ".join(parts) + f", {record['seconds']:.1f} s"
 
-    Yields the trainer's ``on_step(epoch, step, loss)``; steps per epoch are known after
-    the first epoch, so the bar restarts with that total at each new epoch.
+
+StepAndEpoch = tuple[Callable[[int, int, float], None], Callable[[dict[str, Any]], None]]
+
+
+@contextlib.contextmanager
+def epoch_bar(epochs: int) -> Iterator[StepAndEpoch]:
+    """Progress of ``cdml-edge train`` on stderr: a line per epoch, and a bar on a terminal.
+
+    Yields the trainer's ``on_step(epoch, step, loss)`` and ``on_epoch(record)``. The bar
+    (steps of the current epoch and the loss) is transient and drawn on a terminal only;
+    steps per epoch are known after the first epoch, so it restarts with that total at
+    each new epoch. The epoch lines go to a log or a pipe as well.
     """
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
@@ -98,7 +119,14 @@ def epoch_bar(epochs: int) -> Iterator[Callable[[int, int, float], None]]:
             state["steps"] = max(state["steps"], step + 1)
             progress.update(task, completed=step + 1, epoch=f"{epoch}/{epochs}", loss=loss)
 
-        yield on_step
+        def on_epoch(record: dict[str, Any]) -> None:
+            if console.is_terminal:
+                progress.console.print(epoch_line(record, epochs), highlight=False)
+            else:
+                sys.stderr.write(epoch_line(record, epochs) + "\n")
+                sys.stderr.flush()
+
+        yield on_step, on_epoch
 
 
 @contextlib.contextmanager

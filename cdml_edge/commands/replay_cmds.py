@@ -26,7 +26,7 @@ ADDRESS_HELP = "With --engine ray: an existing Ray cluster (default: a local Ray
 def replay(
     directory: str | None = typer.Argument(
         None,
-        metavar="[DIR]",
+        metavar="DIR",
         help="Retention folder (default: retention.dir of the configuration); with --engine "
         "ray a folder tree or s3:// prefix of many.",
     ),
@@ -115,6 +115,11 @@ def export(
             run_bar("export", quiet),
         )
     typer.echo(summary.text())
+    if split and Path(out).is_file():
+        from cdml_edge.data.splits import archive_split_gaps
+
+        for gap in archive_split_gaps(out):  # a small export can leave a class out of a split
+            typer.echo(f"cdml-edge export: warning: {gap.message()}", err=True)
     refused = getattr(getattr(summary, "stats", None), "refused", None) or []
     if refused:  # windows skipped (local engine): each named, and the run failed
         for line in refused:

@@ -61,8 +61,12 @@ def _live(cfg: Any, followed: Any, where: str, interval: float, duration: float 
     from cdml_edge.tail.console import render
     from cdml_edge.tail.follower import run_tail
 
+    console = Console()
+    if not console.is_terminal:  # a log or a pipe: plain lines, not a redrawn screen
+        _plain(cfg, followed, where, interval, duration)
+        return
     empty = ActivityBoard(cfg.device.id).snapshot()
-    with Live(render(empty, where), console=Console(), auto_refresh=False) as live:
+    with Live(render(empty, where), console=console, auto_refresh=False) as live:
         run_tail(
             cfg,
             followed,
@@ -70,6 +74,20 @@ def _live(cfg: Any, followed: Any, where: str, interval: float, duration: float 
             interval=interval,
             duration=duration,
         )
+
+
+def _plain(cfg: Any, followed: Any, where: str, interval: float, duration: float | None) -> None:
+    from cdml_edge.tail.console import plain_lines
+    from cdml_edge.tail.follower import run_tail
+
+    seen = {"errors": 0}
+
+    def show(snap: dict[str, Any]) -> None:
+        for line in plain_lines(snap, where, seen["errors"]):
+            typer.echo(line)
+        seen["errors"] = len(snap["errors"])
+
+    run_tail(cfg, followed, show, interval=interval, duration=duration)
 
 
 def register(app: typer.Typer) -> None:

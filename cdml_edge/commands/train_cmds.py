@@ -41,15 +41,22 @@ def train(
     ),
     seed: int = typer.Option(0, "--seed"),
     device: str = typer.Option("auto", "--device", help="auto | cpu | cuda[:N]."),
+    keep_all: bool = typer.Option(
+        False, "--keep-all", help="Keep every epoch's checkpoint (default: the last and the best)."
+    ),
 ) -> None:
     """Train a model on an archive of class folders.
 
-    Prints the checkpoint to export, then one final metrics line (JSON).
+    One line per epoch on stderr (and a bar on a terminal); prints the checkpoint to
+    export, the best one, then one final metrics line (JSON).
     """
     _need_torch("train")
     from cdml_edge.nn.recipes import train_from_archive
 
-    with user_errors("train", usage=(ValueError, KeyError)), epoch_bar(epochs) as on_step:
+    with (
+        user_errors("train", usage=(ValueError, KeyError)),
+        epoch_bar(epochs) as (on_step, on_epoch),
+    ):
         result = train_from_archive(
             data,
             modality,
@@ -65,7 +72,19 @@ def train(
             seed=seed,
             device=device,
             on_step=on_step,
+            on_epoch=on_epoch,
+            keep_all=keep_all,
         )
+    _report(result)
+
+
+def _report(result: Any) -> None:
+    """The checkpoint to export (and the best one), then the final metrics as JSON.
+
+    Notes on the data (a class a split export's val/ lacks) go to stderr as warnings.
+    """
+    for note in result.notes:
+        typer.echo(f"cdml-edge train: warning: {note}", err=True)
     final: dict[str, Any] = dict(result.history[-1]) if result.history else {"epoch": 0}
     final["checkpoint"] = str(result.checkpoint)
     final["params"] = result.trainer.model.num_parameters()
@@ -75,6 +94,9 @@ def train(
         f"{result.spec.task} checkpoint: {result.checkpoint}\n"
         f"  export it: cdml-edge export-onnx {result.checkpoint} {result.spec.name}.onnx"
     )
+    best = result.trainer.best_checkpoint
+    if result.scorer is None and best is not None and best != result.checkpoint:
+        typer.echo(f"  best (lowest validation loss): {best}")
     if result.plots:
         typer.echo("  plots: " + ", ".join(str(p) for p in result.plots))
     typer.echo(json.dumps(final, sort_keys=True))

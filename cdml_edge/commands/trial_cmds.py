@@ -8,10 +8,13 @@ import typer
 
 from cdml_edge.commands.exits import EXIT_FAILED, EXIT_OK, EXIT_USAGE, fail, user_errors
 from cdml_edge.config import load_config
+from cdml_edge.units import counted
 
 
 def test(
-    files: list[Path] = typer.Argument(None, help="Files to score (each by its source)."),
+    files: list[Path] = typer.Argument(
+        None, metavar="FILE", help="Files to score (each by its source)."
+    ),
     config: Path = typer.Option(..., "--config", "-c", help="The YAML configuration file."),
     source: str | None = typer.Option(
         None,
@@ -49,7 +52,7 @@ def test(
     prefix = cfg.mqtt.topic_prefix if cfg.mqtt else "cdml"
     for m in report.messages:
         typer.echo(format_line(m, prefix, cfg.device.id), nl=False)
-    typer.echo(f"{report.items} files, {report.failures} failed", err=True)
+    typer.echo(f"{counted(report.items, 'file')}, {report.failures} failed", err=True)
     raise typer.Exit(EXIT_OK if report.ok else EXIT_FAILED)
 
 

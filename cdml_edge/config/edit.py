@@ -1,7 +1,9 @@
-"""Write one value back into ``factory.yaml``, keeping its comments and layout where it can.
+"""Write one value back into ``factory.yaml``, keeping its comments and layout.
 
-:func:`set_model_key` sets ``models.<name>.<key>``: the line of the key is replaced, or a
-line is added under the model's block; the edited text must parse to the original document
+:func:`set_model_key` sets ``models.<name>.<key>`` by editing the text of the one value, at
+the place the YAML parser found it: an existing value is replaced where it stands; a new key
+goes before the closing ``}`` of a flow mapping (``{path: a.onnx}``) or on a line of its own
+above the first key of a block mapping. The edited text must parse to the original document
 with only that value changed, else the whole document is written anew (comments lost, said
 so). The file is replaced atomically.
 """
@@ -9,7 +11,6 @@ so). The file is replaced atomically.
 from __future__ import annotations
 
 import copy
-import re
 from pathlib import Path
 from typing import Any
 
@@ -19,46 +20,44 @@ from cdml_edge.config.bounded import parse_yaml, read_text
 from cdml_edge.fsio import atomic_write
 
 
-def _edited_text(text: str, name: str, key: str, value: str) -> str | None:
-    """``text`` with ``models.<name>.<key>`` set.
+def _child(node: yaml.Node | None, key: str) -> tuple[yaml.Node, yaml.Node] | None:
+    """The ``(key node, value node)`` of ``key`` in a mapping node."""
+    if not isinstance(node, yaml.MappingNode):
+        return None
+    for k, v in node.value:
+        if isinstance(k, yaml.ScalarNode) and k.value == key:
+            return k, v
+    return None
 
-    ``None`` when its block is not found in block style.
-    """
-    lines = text.splitlines(keepends=True)
-    top = next((i for i, ln in enumerate(lines) if re.match(r"^models:\s*(#.*)?$", ln)), None)
-    if top is None:
+
+def _edited_text(text: str, name: str, key: str, value: str) -> str | None:
+    """``text`` with ``models.<name>.<key>`` set; ``None`` when the model's mapping is not found."""
+    try:
+        root = yaml.compose(text)
+    except yaml.YAMLError:
         return None
-    head = None
-    for i in range(top + 1, len(lines)):
-        if re.match(r"^\S", lines[i]):
-            break
-        m = re.match(rf"^(\s+){re.escape(name)}:\s*(#.*)?$", lines[i])
-        if m:
-            head = (i, len(m.group(1)))
-            break
-    if head is None:
+    models = _child(root, "models")
+    model = _child(models[1], name) if models else None
+    if model is None or not isinstance(model[1], yaml.MappingNode):
         return None
-    start, indent = head
-    inner = None
-    end = start + 1
-    while end < len(lines):
-        ln = lines[end]
-        if ln.strip() and not ln.lstrip().startswith("#"):
-            depth = len(ln) - len(ln.lstrip())
-            if depth <= indent:
-                break
-            inner = depth if inner is None else inner
-            if depth == inner and re.match(rf"^\s+{re.escape(key)}:", ln):
-                lines[end] = f"{' ' * depth}{key}: {value}\n"
-                return "".join(lines)
-        end += 1
-    pad = " " * (inner if inner is not None else indent + 2)
-    lines.insert(start + 1, f"{pad}{key}: {value}\n")
-    return "".join(lines)
+    mapping = model[1]
+    found = _child(mapping, key)
+    if found is not None:  # replace the value where it stands
+        start, end = found[1].start_mark.index, found[1].end_mark.index
+        return text[:start] + value + text[end:]
+    if mapping.flow_style:  # before the closing brace: {path: a.onnx, key: value}
+        close = mapping.end_mark.index - 1
+        sep = ", " if mapping.value else ""
+        return text[:close].rstrip() + f"{sep}{key}: {value}" + text[close:]
+    if not mapping.value:
+        return None
+    first = mapping.value[0][0].start_mark  # block: a line of its own above the first key
+    line_start = first.index - first.column
+    return text[:line_start] + f"{' ' * first.column}{key}: {value}\n" + text[line_start:]
 
 
 def set_model_key(path: Path, name: str, key: str, value: float) -> bool:
-    """Set ``models.<name>.<key>`` in the YAML file ``path``.
+    """Set ``models.<name>.<key>`` in the YAML file ``path``, written as ``repr(value)``.
 
     ``True`` when comments and layout were kept, ``False`` when the document had to be
     written anew.

@@ -45,7 +45,9 @@ def read_waveform(
     except DecodeError:
         raise
     except Exception as exc:  # soundfile raises LibsndfileError / RuntimeError / TypeError
-        raise DecodeError(member, f"not decodable audio: {exc}") from exc
+        # libsndfile's own words, without soundfile's "Error opening <_io.BytesIO object ...>"
+        detail = getattr(exc, "error_string", None) or str(exc).split(">: ", 1)[-1]
+        raise DecodeError(member, f"not decodable audio: {detail}") from exc
 
 
 def _samples(

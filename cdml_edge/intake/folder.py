@@ -567,7 +567,7 @@ class FolderSource:
             source=self.spec.name,
             name=display_name(raw),
             modality=self.spec.modality,
-            ts=_arrival(mtime, pend.seen),
+            ts=arrival_time(mtime, pend.seen),
             data=data,
             item_id=item_id(self.spec.name, raw, len(data), ident.mtime_ns),
             path=Path(path),
@@ -605,7 +605,7 @@ def _entry(lst: os.stat_result) -> FileIdentity:
     return FileIdentity(lst.st_dev, lst.st_ino, -stat.S_IFMT(lst.st_mode), 0)
 
 
-def _arrival(mtime: float, seen: float) -> float:
+def arrival_time(mtime: float, seen: float) -> float:
     """When an item arrived; result latency is measured from here.
 
     Its mtime (the writer's close), or when the agent first saw it if that mtime is older

@@ -48,6 +48,7 @@ class TrainResult:
     history: list[dict[str, Any]] = field(default_factory=list)
     scorer: AnomalyScorer | None = None
     plots: list[Path] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)  # e.g. a class val/ lacks
 
 
 @dataclass(frozen=True)
@@ -174,6 +175,8 @@ def train_from_archive(
     in_memory: bool | None = None,
     device: str = "auto",
     on_step: StepCallback | None = None,
+    on_epoch: Callable[[dict[str, Any]], None] | None = None,
+    keep_all: bool = False,
 ) -> TrainResult:
     """Train a classifier (or, with ``normal_label``, an anomaly model) on class folders.
 
@@ -184,11 +187,20 @@ def train_from_archive(
     Long: cdmltrain 1.x's keyword arguments, one a line, then the few steps of a recipe.
     """
     torch.manual_seed(seed)
+    parts, notes = split_export(data) if val_data is None else (None, [])
+    select = {"include": "train/*"} if parts else {}
     spec, classes = _spec_from_data(
-        data, modality, name or f"{modality}-model", version, InputShape(image_size, channels)
+        data,
+        modality,
+        name or f"{modality}-model",
+        version,
+        InputShape(image_size, channels),
+        select,
     )
     in_memory = _recipe(modality).in_memory if in_memory is None else in_memory
-    train_ds, val_ds = _datasets(data, val_data, spec, val_fraction, seed, in_memory)
+    if parts and "val" in parts:  # the export's own validation split
+        val_data = _SplitPart(data, "val")
+    train_ds, val_ds = _datasets(data, val_data, spec, val_fraction, seed, in_memory, select)
     gen = torch.Generator().manual_seed(seed)
     train_loader = DataLoader(train_ds, batch_size=batch_size, shuffle=True, generator=gen)
     val_loader = DataLoader(val_ds, batch_size=256)
@@ -201,8 +213,9 @@ def train_from_archive(
         out_dir=out_dir,
         spec=spec,
         schedule="cosine",
+        keep_all=keep_all,
     )
-    history = trainer.fit(train_loader, val_loader, epochs, on_step=on_step)
+    history = trainer.fit(train_loader, val_loader, epochs, on_step=on_step, on_epoch=on_epoch)
     scorer = None
     if normal_label is not None:
         scorer, spec = _fit_anomaly(
@@ -216,11 +229,45 @@ def train_from_archive(
         ckpt = trainer.save_checkpoint()
     confusion = confusion_matrix(trainer, val_loader, len(classes)) if history else None
     plots = write_training_plots(Path(out_dir), history, classes, confusion)
-    return TrainResult(trainer, spec, ckpt, classes, history, scorer, plots)
+    return TrainResult(trainer, spec, ckpt, classes, history, scorer, plots, notes)
+
+
+@dataclass(frozen=True)
+class _SplitPart:
+    """One split (``val``) of a split export, as validation data."""
+
+    data: Any
+    split: str
+
+
+def split_export(data: Any) -> tuple[set[str] | None, list[str]]:
+    """The splits of a split export (``train/<class>/...``, ``val/...``), and notes on it.
+
+    ``(None, [])`` for an archive of class folders. A class in ``val/`` or ``test/`` but not
+    in ``train/`` raises :class:`LabelError` naming it and the way out; one missing from
+    ``val/`` or ``test/`` is a note.
+    """
+    from cdml_edge.archive import open_archive
+    from cdml_edge.data.splits import classes_by_split, split_gaps
+
+    with open_archive(data) as arc:
+        by_split = classes_by_split(arc.names())
+    if by_split is None:
+        return None, []
+    gaps = split_gaps(by_split)
+    for gap in gaps:
+        if gap.unlearnable:
+            raise LabelError(str(data), gap.message())
+    return set(by_split), [gap.message() for gap in gaps]
 
 
 def _spec_from_data(
-    data: Any, modality: str, name: str, version: str, shape: InputShape
+    data: Any,
+    modality: str,
+    name: str,
+    version: str,
+    shape: InputShape,
+    select: Mapping[str, Any],
 ) -> tuple[ModelSpec, list[str]]:
     """The classifier spec for the class folders of ``data``, and the classes.
 
@@ -230,7 +277,7 @@ def _spec_from_data(
     probe_input = recipe.probe
     if probe_input is None:  # the input does not depend on the data
         probe_input = recipe.build(None, shape)
-    probe = spec_dataset(data, _classifier(modality, "probe", probe_input), raw=True)
+    probe = spec_dataset(data, _classifier(modality, "probe", probe_input), raw=True, **select)
     classes = list(probe.classes)
     spec = _classifier(modality, name, recipe.build(np.asarray(probe[0][0]), shape))
     spec = spec.model_copy(update={"labels": classes, "version": version})
@@ -239,10 +286,16 @@ def _spec_from_data(
 
 
 def _datasets(
-    data: Any, val_data: Any, spec: ModelSpec, val_fraction: float, seed: int, in_memory: bool
+    data: Any,
+    val_data: Any,
+    spec: ModelSpec,
+    val_fraction: float,
+    seed: int,
+    in_memory: bool,
+    select: Mapping[str, Any],
 ) -> tuple[Dataset[Any], Dataset[Any]]:
     """Training and validation sets: ``val_data``, or a ``val_fraction`` split of ``data``."""
-    full = spec_dataset(data, spec, classes=spec.labels)
+    full = spec_dataset(data, spec, classes=spec.labels, **select)
     if val_data is not None:
         train_ds: Dataset[Any] = full
         val_ds: Dataset[Any] = _validation_set(val_data, spec)
@@ -261,6 +314,10 @@ def _validation_set(val_data: Any, spec: ModelSpec) -> Dataset[Any]:
     error.
     """
     try:
+        if isinstance(val_data, _SplitPart):
+            return spec_dataset(
+                val_data.data, spec, classes=spec.labels, include=f"{val_data.split}/*"
+            )
         return spec_dataset(val_data, spec, classes=spec.labels)
     except LabelError as exc:
         raise LabelError(

@@ -65,7 +65,10 @@ class CDMLTrainer:
     Batches are ``(x, y)``, ``x`` or ``{"input": x, "label": y}``. With ``out_dir``
     set, every epoch appends one JSON line to ``metrics.jsonl`` and writes a new
     checkpoint ``checkpoints/epoch-NNNN.pt`` (``epoch-NNNN-anomaly.pt`` once the spec is
-    an anomaly model; never overwriting one); in a DDP run only rank 0 writes.
+    an anomaly model; never overwriting one); in a DDP run only rank 0 writes. Of the
+    checkpoints it wrote, the last and the best (lowest validation loss, else training
+    loss: :attr:`best_checkpoint`) are kept, the others deleted; ``keep_all`` keeps every one.
+    ``on_epoch`` is called with each epoch's record (the line of ``metrics.jsonl``).
     """
 
     def __init__(
@@ -82,6 +85,7 @@ class CDMLTrainer:
         alpha: float | None = None,
         beta: float | None = None,
         gamma: float | None = None,
+        keep_all: bool = False,
     ) -> None:
         if loss is not None and (alpha, beta, gamma) != (None, None, None):
             raise TypeError("CDMLTrainer: give loss or alpha/beta/gamma, not both")
@@ -109,6 +113,10 @@ class CDMLTrainer:
         self.history: list[dict[str, Any]] = []
         self.extra: dict[str, Any] = {}
         self.last_checkpoint: Path | None = None
+        self.best_checkpoint: Path | None = None
+        self.keep_all = keep_all
+        self._best_loss = math.inf
+        self._written: list[Path] = []
 
     @property
     def is_main(self) -> bool:
@@ -124,6 +132,7 @@ class CDMLTrainer:
         epochs: int = 1,
         resume: str | Path | None = None,
         on_step: StepCallback | None = None,
+        on_epoch: Callable[[dict[str, Any]], None] | None = None,
     ) -> list[dict[str, Any]]:
         """Train until ``epochs`` epochs are complete (counting resumed ones)."""
         if resume is not None:
@@ -147,6 +156,8 @@ class CDMLTrainer:
             if self.is_main and self.out_dir is not None:
                 self._log(record)
                 self.save_checkpoint()
+            if on_epoch is not None and self.is_main:
+                on_epoch(record)
         return self.history
 
     def train(
@@ -256,7 +267,26 @@ class CDMLTrainer:
         stem = checkpoint.stem_for(self.epoch, self.spec)
         path = checkpoint.write_new(base / "checkpoints", stem, self.checkpoint_payload())
         self.last_checkpoint = path
+        self._keep_last_and_best(path)
         return path
+
+    def _keep_last_and_best(self, path: Path) -> None:
+        """Note ``path`` (just written); unless ``keep_all``, delete this trainer's others.
+
+        Kept: the last and the best (lowest ``val_loss``, else ``train_loss``, of the epoch
+        it holds; the earlier of two equal ones).
+        """
+        record = self.history[-1] if self.history else {}
+        loss = record.get("val_loss", record.get("train_loss"))
+        if loss is not None and float(loss) < self._best_loss:
+            self._best_loss, self.best_checkpoint = float(loss), path
+        self._written.append(path)
+        if self.keep_all:
+            return
+        keep = {path, self.best_checkpoint}
+        for old in [p for p in self._written if p not in keep]:
+            old.unlink(missing_ok=True)
+            self._written.remove(old)
 
     def load_checkpoint(self, path: str | Path) -> None:
         """Restore model, optimizer, epoch counter, history, spec and extras."""

@@ -20,7 +20,7 @@ from cdml_edge.retrain.filters import FilterError, ItemFilter, parse_filters, pa
 from cdml_edge.retrain.layout import parse_split
 from cdml_edge.retrain.progress import NoProgress, RunProgress
 from cdml_edge.retrain.relabels import Relabels, load_relabels
-from cdml_edge.units import parse_size
+from cdml_edge.units import counted, parse_size
 
 
 @dataclass(frozen=True)
@@ -50,7 +50,8 @@ class ExportSummary:
         """The summary the command prints: a headline, then the counts as one JSON line."""
         st = self.stats
         head = (
-            f"exported {st.exported} items from {st.windows} windows -> {self.out} "
+            f"exported {counted(st.exported, 'item')} from {counted(st.windows, 'window')} "
+            f"-> {self.out} "
             f"({st.bytes_out} bytes, {st.mb_per_s:.1f} MB/s)"
         )
         counts = {

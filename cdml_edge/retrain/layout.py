@@ -12,10 +12,9 @@ import posixpath
 from collections.abc import Sequence
 
 from cdml_edge.archive.names import is_safe_member_name
+from cdml_edge.data.splits import SPLIT_NAMES
 from cdml_edge.retrain.errors import ExportError
 from cdml_edge.window.manifest import ManifestItem
-
-SPLIT_NAMES = ("train", "val", "test")
 
 
 def split_of(item_id: str, split: Sequence[float]) -> str:

@@ -23,6 +23,7 @@ from cdml_edge.retrain.progress import NoProgress, RunProgress
 from cdml_edge.retrain.replay import ReplayedWindow, ReplayStats, iter_replay, replay_to_jsonl
 from cdml_edge.store.catalog import WindowRecord
 from cdml_edge.store.sidecar import RetentionError, scan_retained
+from cdml_edge.units import counted
 
 if TYPE_CHECKING:  # pragma: no cover
     from cdml_edge.config import AppConfig
@@ -81,7 +82,8 @@ class ReplaySummary:
             else ""
         )
         return (
-            f"replayed {st.windows} windows, {st.items} results ({st.items_per_s:.0f} items/s), "
+            f"replayed {counted(st.windows, 'window')}, {counted(st.items, 'result')} "
+            f"({st.items_per_s:.0f} items/s), "
             f"{st.changed_labels} labels and {st.changed_anomalies} anomaly flags changed{first}, "
             f"{st.failures} failed, {st.missing} missing, {st.corrupt} corrupt windows "
             f"skipped, {st.skipped} refused (pointing outside the ring, links, special "

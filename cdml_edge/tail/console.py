@@ -9,7 +9,7 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from cdml_edge.units import format_size
+from cdml_edge.units import counted, format_size
 
 RECENT_ROWS = 10
 
@@ -131,3 +131,46 @@ def render(snap: dict[str, Any], where: str) -> RenderableType:
     if snap["errors"]:
         parts.append(_errors(snap))
     return Group(*parts)
+
+
+def _plain_health(snap: dict[str, Any]) -> str:
+    h = snap.get("health")
+    if not h:
+        return "health: none yet"
+    broker = "connected" if h.get("broker_connected") else "not connected"
+    degraded = "".join(f", degraded {p}: {w}" for p, w in (h.get("degraded") or {}).items())
+    return (
+        f"health: uptime {h.get('uptime_s', 0):.0f} s, broker {broker}, "
+        f"outbox {h.get('outbox_depth', 0)}, spool {format_size(h.get('spool_bytes', 0))} "
+        f"({counted(h.get('spool_records', 0), 'record')}), dropped {h.get('dropped', 0)}"
+        + degraded
+    )
+
+
+def plain_lines(snap: dict[str, Any], where: str, errors_seen: int = 0) -> list[str]:
+    """The view as plain lines for a log or a pipe, each starting with the time of day.
+
+    The device, health, one line per source, then the error events after the first
+    ``errors_seen`` (each is printed once).
+    """
+    now = time.strftime("%H:%M:%S")
+    status = (snap.get("status") or {}).get("state")
+    age = snap.get("last_message_age_s")
+    head = f"{snap['device']} ({where}): {counted(snap['messages'], 'message')}"
+    head += (f", {status}" if status else "") + (f", last {age:.1f} s ago" if age else "")
+    lines = [head, _plain_health(snap)]
+    for name, s in snap["sources"].items():
+        last = s["last"][-1] if s["last"] else None
+        shown = "" if last is None else f", last {last['item']} {last.get('label') or ''}"
+        lines.append(
+            f"{name}: {s['rate_per_s']:.2f}/s, latency {_n(s['latency_ms'])} ms, "
+            f"{counted(s['items'], 'item')}, {counted(s['windows'], 'window')}, "
+            f"{counted(s['anomalies'], 'anomaly', 'anomalies')}, "
+            f"{counted(s['errors'], 'error')}{shown.rstrip()}"
+        )
+    for e in snap["errors"][errors_seen:]:
+        lines.append(
+            f"error {e.get('source') or ''} {e.get('item') or ''} "
+            f"{e.get('error_type') or ''}: {e.get('message') or ''}"
+        )
+    return [f"{now} {line}" for line in lines]

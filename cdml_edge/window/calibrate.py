@@ -63,7 +63,7 @@ def calibrate(runner: ModelRunner, folder: Path, percentile: float = 99.0) -> Ca
     below = isinstance(runner.head, AnomalyScoreHead) and runner.head.below
     q = 100.0 - percentile if below else percentile
     return Calibration(
-        threshold=float(np.percentile(scores, q)),
+        threshold=float(f"{np.percentile(scores, q):.6g}"),  # the value printed is the one kept
         samples=int(scores.size),
         percentile=percentile,
         low=float(scores.min()),

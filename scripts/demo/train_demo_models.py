@@ -2,9 +2,12 @@
 """Reproduce the demo models in ``models/`` from a seed.
 
 * ``digits.onnx`` — image classifier (CDMLTrainTier2, 32×32 RGB) trained on
-  scikit-learn's bundled handwritten digits rendered as camera-like frames, packed into
-  a ZIP of class folders and read through CDMLStreamDataset. Held-out glyphs (never seen
-  in training, rendered afresh) give the reported accuracy.
+  scikit-learn's bundled handwritten digits and on printed digits (every Hershey face,
+  upright and italic, strokes 1-4 px) rendered as camera-like frames (paper and ink colours,
+  shift, rotation, blur, noise), a third of each light ink on a dark ground, packed into a
+  ZIP of class folders and read through CDMLStreamDataset. Held-out glyphs (never seen in
+  training, rendered afresh) and the printed-digit test set
+  (:func:`cdml_edge.synth.printed_digits_test`, half of it inverted) give the accuracies.
 * ``audio_anomaly.onnx`` — AudioEncoder on MFCCs of generated motor audio (normal hum
   against bearing-fault impulses); anomaly = distance to the normal prototype.
 * ``vibration_anomaly.onnx`` — TimeSeriesEncoder on 3-axis accelerometer CSV windows.
@@ -48,12 +51,47 @@ def digits_archives(seed: int, renders: int) -> tuple[bytes, bytes, list[bytes],
     for r in range(renders):
         imgs, ys = synth.digit_images(seed=seed * 100 + r, indices=tr)
         train_items += [
-            (f"{y}/{r}-{i:05d}.png", synth.encode_png(im))
+            (f"{y}/{r}-{i:05d}.png", synth.encode_png(_inverted(im) if i % 3 == r % 3 else im))
             for i, (im, y) in zip(tr, zip(imgs, ys, strict=True), strict=True)
         ]
+    train_items += printed_items(seed, PRINTED_TRAIN)
     test_png = [synth.encode_png(im) for im in test_imgs]
     test_items = [(f"{y}/{i:05d}.png", b) for i, y, b in zip(te, test_y, test_png, strict=True)]
     return pack(train_items), pack(test_items), test_png, test_y
+
+
+PRINTED_TRAIN = 3000  # printed digits in the training set
+
+
+def _inverted(frame: np.ndarray) -> np.ndarray:
+    """Light ink on a dark ground: the frame's colours turned over."""
+    return np.asarray(255 - frame, dtype=np.uint8)
+
+
+def printed_items(seed: int, n: int) -> list[tuple[str, bytes]]:
+    """``n`` printed digits rendered as frames, every third one inverted (class folders)."""
+    glyphs, labels = synth.printed_digit_glyphs(n, seed + 7)
+    rng = np.random.default_rng(seed + 8)
+    return [
+        (f"{y}/p-{i:05d}.png", synth.encode_png(synth.render_digit(g, rng, 64, i % 3 == 0)))
+        for i, (g, y) in enumerate(zip(glyphs, labels, strict=True))
+    ]
+
+
+def printed_accuracy(path: Path) -> dict[str, Any]:
+    """Accuracy of the ONNX digits model on the printed-digit test set, by ground."""
+    frames, labels, inverted = synth.printed_digits_test()
+    decoded = [decode_image(synth.encode_png(f)) for f in frames]
+    session, spec = load_onnx_model(path)
+    assert spec.labels is not None
+    logits = onnx_scores(path, decoded, "logits")
+    right = np.array([int(spec.labels[i]) for i in logits.argmax(1)]) == labels
+    return {
+        "printed_accuracy": float(right.mean()),
+        "printed_dark_on_light_accuracy": float(right[~inverted].mean()),
+        "printed_light_on_dark_accuracy": float(right[inverted].mean()),
+        "printed_test_items": len(labels),
+    }
 
 
 def class_zip(normal: list[bytes], fault: list[bytes], ext: str) -> bytes:
@@ -154,7 +192,8 @@ def train_digits(epochs: int, renders: int, seed: int, work: Path, out: Path) ->
         "parity_max_abs_diff": report.max_abs_diff,
         "heldout_accuracy": float((pred == test_y).mean()),
         "test_items": len(test_y),
-        "train_items": renders * (1797 - len(test_y)),
+        "train_items": renders * (1797 - len(test_y)) + PRINTED_TRAIN,
+        **printed_accuracy(report.path),
         "torch_val_accuracy": res.history[-1].get("val_acc"),
         "epochs": epochs,
         "train_seconds": round(train_s, 1),
@@ -165,7 +204,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", type=Path, default=ROOT / "models")
-    ap.add_argument("--digits-epochs", type=int, default=6)
+    ap.add_argument("--digits-epochs", type=int, default=8)
     ap.add_argument("--digits-renders", type=int, default=2)
     ap.add_argument("--anomaly-epochs", type=int, default=6)
     ap.add_argument("--only", choices=["digits", "audio", "vibration"], action="append")

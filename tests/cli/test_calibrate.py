@@ -84,7 +84,7 @@ def test_calibrate_writes_the_percentile_back_keeping_comments(tmp_path: Path) -
     ]
     preds = runner.run(np.stack([runner.prepare(a) for a in rows]))
     scores = np.array([p.anomaly_score for p in preds])
-    assert threshold == np.percentile(scores, 2.0)
+    assert threshold == float(f"{np.percentile(scores, 2.0):.6g}")  # as printed
     assert sum(p.anomaly for p in preds) == 1  # 2 % of 50, the one lowest sample
     r = CliRunner().invoke(app, ["config", "validate", str(path)])
     assert r.exit_code == 0, r.output
@@ -112,3 +112,55 @@ def test_calibrate_refuses_a_model_that_is_not_an_anomaly_scorer(tmp_path: Path)
     )
     assert r.exit_code == 2
     assert "not an anomaly scorer" in r.output
+
+
+FLOW = """\
+device: {id: edge-1}  # the line
+sources: [{name: line, path: in, modality: csv}]
+models:
+  # IsolationForest from scikit-learn: lower scores are outliers
+  forest: {path: forest.onnx, modality: csv, input: {columns: [temp, vib]},
+           output: {kind: anomaly, name: scores, anomaly_when: below}}  # flow style
+"""
+
+
+def _calibrate(path: Path, tmp_path: Path) -> tuple[str, float]:
+    argv = ["calibrate", str(tmp_path / "normal"), "--config", str(path), "--model", "forest"]
+    r = CliRunner().invoke(app, argv)
+    assert r.exit_code == 0, r.output
+    assert "rewritten" not in r.output, r.output
+    printed = r.stdout.split("anomaly_threshold = ", 1)[1].split(":", 1)[0]
+    return printed, yaml.safe_load(path.read_text())["models"]["forest"]["anomaly_threshold"]
+
+
+def test_calibrate_keeps_a_flow_style_config_and_writes_what_it_prints(tmp_path: Path) -> None:
+    """It rewrote the whole file ("comments could not be kept") and wrote 17 digits."""
+    path = _setup(tmp_path)
+    path.write_text(FLOW)
+    printed, written = _calibrate(path, tmp_path)
+    assert written == float(printed) and f"anomaly_threshold: {printed}" in path.read_text()
+    assert path.read_text() == FLOW.replace(
+        "anomaly_when: below}}", f"anomaly_when: below}}, anomaly_threshold: {printed}}}"
+    )
+    path.write_text(path.read_text().replace(printed, "123.0"))  # again: the value is replaced
+    printed2, _ = _calibrate(path, tmp_path)
+    assert path.read_text() == FLOW.replace(
+        "anomaly_when: below}}", f"anomaly_when: below}}, anomaly_threshold: {printed2}}}"
+    )
+    assert CliRunner().invoke(app, ["config", "validate", str(path)]).exit_code == 0
+
+
+def test_calibrate_in_the_readme_layout(tmp_path: Path) -> None:
+    """One model per line in flow style under a block ``models:``; an empty ``{}`` too."""
+    path = _setup(tmp_path)
+    body = textwrap.dedent(CONFIG).split("models:")[0]
+    one_line = (
+        "models:\n  forest: {path: forest.onnx, modality: csv, input: {columns: [temp, vib]}, "
+        "output: {kind: anomaly, name: scores, anomaly_when: below}}  # one line\n"
+    )
+    path.write_text(body + one_line)
+    printed, written = _calibrate(path, tmp_path)
+    assert path.read_text() == body + one_line.replace(
+        "below}}", f"below}}, anomaly_threshold: {printed}}}"
+    )
+    assert written == float(printed)

@@ -8,6 +8,7 @@ problem, 2 a usage error, 3 ``run`` could not start).
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -66,6 +67,14 @@ def test_help_of_every_command(words: list[str]) -> None:
             for opt in param.opts:
                 line = next(ln for ln in res.stdout.splitlines() if opt in ln)
                 assert "<" not in line.split(opt, 1)[1].split("  ")[0], line
+
+
+@pytest.mark.parametrize("words", [w for w, _ in _commands()], ids=lambda w: " ".join(w) or "-")
+def test_help_shows_no_type_artefacts(words: list[str]) -> None:
+    """Values are named in capitals (FILE, N, TEXT), never ``<list[Path]>`` or ``[[DIR]]``."""
+    out = CliRunner().invoke(app, [*words, "--help"]).stdout
+    for artefact in (r"\[\[", r"\]\]", r"<[A-Za-z]", r"list\["):
+        assert not re.search(artefact, out), f"{' '.join(words)} --help shows {artefact}:\n{out}"
 
 
 def test_no_command_shows_the_help() -> None:

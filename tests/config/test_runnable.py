@@ -43,7 +43,7 @@ def test_a_runnable_config_is_valid_and_says_what_the_budget_admits(tmp_path: Pa
     r = CliRunner().invoke(app, ["config", "validate", str(_write(tmp_path))])
     assert r.exit_code == 0, r.output
     assert (
-        "valid (1 sources, 1 models" in r.output
+        "valid (1 source, 1 model" in r.output
         and "largest file the budget admits: image" in r.output
         and str(tmp_path / "factory.state") in r.output
     )
@@ -110,3 +110,62 @@ def test_a_budget_smaller_than_one_item_is_refused(tmp_path: Path) -> None:
         assert "limits.max_inflight_bytes: 8.0 KiB holds no image item" in r.output
         assert "give at least" in r.output
     assert not (tmp_path / "factory.state" / "quarantine").exists()
+
+
+def test_validate_takes_config_like_every_other_command(tmp_path: Path) -> None:
+    path = str(_write(tmp_path))
+    for argv in (["--config", path], ["-c", path], [path], [path, "--config", path]):
+        r = CliRunner().invoke(app, ["config", "validate", *argv])
+        assert r.exit_code == 0 and "valid (1 source, 1 model," in r.output, (argv, r.output)
+    r = CliRunner().invoke(app, ["config", "validate", "--config", path, "other.yaml"])
+    assert r.exit_code == 2 and "two files given" in r.output
+    r = CliRunner().invoke(app, ["config", "validate"])
+    assert r.exit_code == 2 and "validate --config FILE" in r.output
+
+
+SHIPPED = sorted((Path(__file__).resolve().parents[2] / "configs").glob("*.yaml"))
+
+
+@pytest.mark.parametrize("config", SHIPPED, ids=[p.name for p in SHIPPED])
+def test_every_shipped_config_is_valid_for_its_board(config: Path) -> None:
+    """Checked from any machine: nothing the configuration names is opened here."""
+    r = CliRunner().invoke(app, ["config", "validate", "--config", str(config), "--for-board"])
+    assert r.exit_code == 0, r.output
+    assert f"{config}: valid for another machine (" in r.stdout
+    from cdml_edge.config import load_config
+    from cdml_edge.config.checks import named_files
+
+    skipped = r.stdout.split("not checked here", 1)[1]
+    for field, named in named_files(load_config(config)):
+        assert f"  {field}: {named}: exists" in skipped  # each skipped check is named
+
+
+def test_for_board_opens_no_file_it_names_but_checks_every_field(tmp_path: Path) -> None:
+    board = {
+        "sources": [{"name": "cam1", "path": "/srv/cam1", "modality": "image"}],
+        "models": {"image": {"path": "/opt/models/digits.onnx"}},
+        "mqtt": {
+            "url": "mqtts://broker.plant:8883",
+            "tls": {"ca": "/etc/ca.pem"},
+            "username": "edge",
+            "password_env": "CDML_NO_SUCH_VAR",
+        },
+    }
+    path = tmp_path / "board.yaml"
+    path.write_text(yaml.safe_dump(board))
+    here = CliRunner().invoke(app, ["config", "validate", "--config", str(path)])
+    assert here.exit_code == 2 and "/opt/models/digits.onnx does not exist" in here.output
+    assert "--for-board checks it without the files it names" in here.output
+    r = CliRunner().invoke(app, ["config", "validate", "--config", str(path), "--for-board"])
+    assert r.exit_code == 0, r.output
+    assert r.stdout.splitlines()[1:] == [
+        "not checked here (they need that machine's files and environment):",
+        "  models.image.path: /opt/models/digits.onnx: exists, loads, fits image items, "
+        "the budget holds one item",
+        "  mqtt.tls.ca: /etc/ca.pem: exists, readable",
+        "  mqtt.password_env: environment variable CDML_NO_SUCH_VAR is set",
+    ]
+    board["sources"][0]["window"] = {"seconds": 0}  # a field error is still an error
+    path.write_text(yaml.safe_dump(board))
+    r = CliRunner().invoke(app, ["config", "validate", "--config", str(path), "--for-board"])
+    assert r.exit_code == 2 and "sources[0].window.seconds: " in r.output

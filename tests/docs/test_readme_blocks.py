@@ -18,62 +18,24 @@ import shlex
 import shutil
 import subprocess
 import sys
-import textwrap
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 
 import cv2
 import numpy as np
 import pytest
-from helpers.docs_pages import ROOT, doc_files, where
+import yaml
+from helpers.docs_pages import ROOT, Block, cli_env, doc_files, readme_blocks
 
 from cdml_edge import synth
 from cdml_edge.archive import pack, write_archive
 
-MARKER = re.compile(r"^(\s*)<!-- (runnable(?:: ([\w-]+))?|shown: [^>]+) -->\s*$")
-FENCE = re.compile(r"^(\s*)```(\w*)\s*$")
-
-
-@dataclass(frozen=True)
-class Block:
-    page: str  # README.md or docs/<page>.md
-    line: int  # 1-based line of the opening fence
-    lang: str
-    code: str
-    marker: str | None  # "runnable", "shown: ...", or None
-    setup: str | None
-
-
-def readme_blocks() -> list[Block]:
-    blocks: list[Block] = []
-    for path in doc_files():
-        blocks += _blocks(where(path), path.read_text(encoding="utf-8").splitlines())
-    return blocks
-
-
-def _blocks(page: str, lines: list[str]) -> list[Block]:
-    blocks: list[Block] = []
-    i = 0
-    while i < len(lines):
-        fence = FENCE.match(lines[i])
-        if not fence or not fence.group(2):
-            i += 1
-            continue
-        indent, lang, start = fence.group(1), fence.group(2), i
-        i += 1
-        while not re.match(rf"^{indent}```\s*$", lines[i]):
-            i += 1
-        code = textwrap.dedent("\n".join(lines[start + 1 : i])) + "\n"
-        prev = MARKER.match(lines[start - 1]) if start else None
-        marker = prev.group(2) if prev else None
-        setup = prev.group(3) if prev else None
-        blocks.append(Block(page, start + 1, lang, code, marker, setup))
-        i += 1
-    return blocks
-
-
-RUNNABLE = [b for b in readme_blocks() if b.marker and b.marker.startswith("runnable")]
+OWN_TESTS = {"first-example": "test_first_example.py"}  # setups a test of their own runs
+RUNNABLE = [
+    b
+    for b in readme_blocks()
+    if b.marker and b.marker.startswith("runnable") and b.setup not in OWN_TESTS
+]
 
 
 def _jpeg(rgb: np.ndarray) -> bytes:
@@ -152,6 +114,26 @@ def _trainset(d: Path) -> None:
     write_archive(d / "train.zip", items, manifest={"note": "provenance"})
 
 
+def _factory(d: Path) -> None:
+    """The README's first ``factory.yaml`` and the shipped models beside it."""
+    first = next(b for b in readme_blocks() if b.setup == "first-example" and b.lang == "yaml")
+    (d / "factory.yaml").write_text(first.code)
+    shutil.copytree(ROOT / "models", d / "models")
+
+
+def _samples(d: Path) -> None:
+    """A ``factory.yaml`` whose source ``cam-a`` holds five digits, and two digits in samples/."""
+    shutil.copytree(ROOT / "models", d / "models")
+    (d / "factory.yaml").write_text(
+        "sources:\n  - {name: cam-a, kind: folder, path: incoming/cam-a, modality: image}\n"
+        "models:\n  image: {path: models/digits.onnx}\n"
+    )
+    for folder, names in (("incoming/cam-a", range(5)), ("samples", (17, 18))):
+        (d / folder).mkdir(parents=True)
+        for i in names:
+            (d / folder / f"part-{i:03d}.jpg").write_bytes(_jpeg(_digit_frame(i % 10)))
+
+
 SETUPS: dict[str | None, Callable[[Path], None]] = {
     None: lambda d: None,
     "frame": _frame,
@@ -162,6 +144,10 @@ SETUPS: dict[str | None, Callable[[Path], None]] = {
     "models": _models,
     "trainset": _trainset,
     "live": lambda d: None,
+    "factory": _factory,
+    "samples": _samples,
+    "transcript": lambda d: None,
+    "loss": lambda d: None,
 }
 
 
@@ -197,6 +183,11 @@ def _check_window(d: Path, out: str) -> None:
     assert out.splitlines() == ["5 cam1-000001", f"1 (224, 224, 3) 20 {synth.VIBRATION_ROWS} 3"]
 
 
+def _check_loss(d: Path, out: str) -> None:
+    names, total = out.split("] ")
+    assert names == "['ce', 'recon'" and float(total) > 0  # the total, a number
+
+
 def _check_live(d: Path, out: str) -> None:
     first, stats = out.splitlines()
     assert first == "True 3 [['belt 0 ok'], ['belt 1 ok'], ['belt 2 ok']]"
@@ -211,6 +202,7 @@ CHECKS: dict[str, Callable[[Path, str], None]] = {
     "trainset": _check_trainset,
     "window": _check_window,
     "live": _check_live,
+    "loss": _check_loss,
 }
 
 
@@ -220,6 +212,7 @@ def test_every_python_block_says_whether_it_runs() -> None:
     ]
     assert unmarked == [], f"python blocks without a runnable/shown marker: {unmarked}"
     assert {b.setup for b in RUNNABLE} <= set(SETUPS)
+    assert all((Path(__file__).parent / test).is_file() for test in OWN_TESTS.values())
     assert len(RUNNABLE) >= 6
 
 
@@ -227,7 +220,8 @@ def _cli_lines(code: str) -> list[list[str]] | None:
     """The argv of each line when a bash block is only ``cdml-edge`` commands, else None."""
     lines = [shlex.split(ln, comments=True) for ln in code.splitlines()]
     argvs = [ln for ln in lines if ln]
-    if argvs and all(a[0] == "cdml-edge" for a in argvs):
+    shell_syntax = any(w in {">", ">>", "|", "&&", "<"} for a in argvs for w in a)
+    if argvs and all(a[0] == "cdml-edge" for a in argvs) and not shell_syntax:
         return [a[1:] for a in argvs]
     return None
 
@@ -247,7 +241,7 @@ def _run_cli_lines(argvs: list[list[str]], block: Block) -> str:
 
 
 def _run_process(block: Block, cwd: Path) -> str:
-    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+    env = cli_env()
     if block.lang == "python":
         (cwd / "block.py").write_text(block.code)
         cmd = [sys.executable, "block.py"]
@@ -260,6 +254,48 @@ def _run_process(block: Block, cwd: Path) -> str:
     return done.stdout
 
 
+def _run_transcript(block: Block) -> None:
+    """A console block: each ``$ command`` runs from the repository root, printing what follows."""
+    lines = block.code.splitlines()
+    starts = [i for i, line in enumerate(lines) if line.startswith("$ ")] + [len(lines)]
+    assert starts[0] == 0, f"{block.page} line {block.line}: a transcript starts with '$ '"
+    for i, j in zip(starts, starts[1:], strict=False):
+        done = subprocess.run(
+            ["bash", "-c", lines[i][2:]], cwd=ROOT, env=cli_env(), capture_output=True, text=True
+        )
+        assert done.returncode == 0, f"{block.page} line {block.line + 1 + i}: {done.stderr}"
+        assert done.stdout.splitlines() == lines[i + 1 : j], f"{block.page} line {block.line}"
+
+
+SHELL = {"bash", "sh", "shell", "console"}
+YAML = {"yaml", "yml"}
+
+
+def test_every_shell_block_runs_or_says_why_not() -> None:
+    unmarked = [f"{b.page}:{b.line}" for b in readme_blocks() if b.lang in SHELL and not b.marker]
+    assert unmarked == [], f"shell blocks without a runnable/shown marker: {unmarked}"
+
+
+YAML_BLOCKS = [
+    b for b in readme_blocks() if b.lang in YAML and not (b.marker or "").startswith("shown")
+]
+
+
+@pytest.mark.parametrize(
+    "block", YAML_BLOCKS, ids=[f"{Path(b.page).stem}-line{b.line}" for b in YAML_BLOCKS]
+)
+def test_yaml_block_is_a_valid_configuration(block: Block, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every YAML block not marked as shown is (part of) a ``factory.yaml`` the schema accepts.
+
+    Its fields and cross-field rules; the files it names are a board's, not opened here.
+    """
+    from cdml_edge.config import parse_config
+
+    for name in re.findall(r"\$\{([A-Za-z_]\w*)\}", block.code):
+        monkeypatch.setenv(name, "set-here")
+    parse_config(yaml.safe_load(block.code), f"{block.page} line {block.line}")
+
+
 SLOW_SETUPS = {"trainset"}  # blocks that train a model from scratch
 
 
@@ -270,6 +306,9 @@ SLOW_SETUPS = {"trainset"}  # blocks that train a model from scratch
 )
 def test_runnable_block(block: Block, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     SETUPS[block.setup](tmp_path)
+    if block.lang == "console":
+        _run_transcript(block)
+        return
     argvs = _cli_lines(block.code) if block.lang == "bash" else None
     if argvs is not None:
         monkeypatch.chdir(tmp_path)

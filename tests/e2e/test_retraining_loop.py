@@ -82,7 +82,7 @@ def test_retraining_loop(tmp_path: Path) -> None:
         app, ["export", str(tmp_path / "ring"), str(train_zip), "--split", "0.8/0.2", "-q"]
     )
     assert r.exit_code == 0, r.output
-    summary = json.loads(r.output.strip().splitlines()[-1])
+    summary = json.loads(r.stdout.strip().splitlines()[-1])  # warnings go to stderr
     assert summary["classes"] == {"bright": 24, "dark": 24}
     with open_archive(train_zip) as arc:
         provenance = json.loads(arc.read("manifest.json"))

@@ -124,7 +124,7 @@ def test_ready_watchdog_reload_stop(tmp_path: Path) -> None:
     )
     try:
         ready = _next(srv, "READY=1")
-        assert any(f.startswith("STATUS=") and "1 models" in f for f in ready), ready
+        assert any(f.startswith("STATUS=") and "1 model" in f for f in ready), ready
         # READY came after the model was loaded and warmed up: it is already scored work.
         _next(srv, "WATCHDOG=1", 10)
         ok, img = cv2.imencode(".png", np.full((8, 8), 128, np.uint8))

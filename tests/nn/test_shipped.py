@@ -153,3 +153,19 @@ def test_anomaly_heldout_auroc_rescored_in_onnxruntime(
     auc = float((diff > 0).mean() + 0.5 * (diff == 0).mean())
     assert auc >= 0.95
     assert auc == pytest.approx(metrics[name]["auroc"], abs=2e-3)
+
+
+def test_digits_reads_printed_digits_on_either_ground() -> None:
+    """It was confidently wrong on printed digits (3/10 dark on light, 0/2 light on dark)."""
+    metrics = json.loads((MODELS / "metrics.json").read_text())["digits"]
+    frames, labels, inverted = synth.printed_digits_test()
+    session, spec = load_onnx_model(MODELS / "digits.onnx")
+    assert spec.labels is not None
+    decoded = [decode_image(synth.encode_png(f)) for f in frames]
+    logits = _onnx_scores(MODELS / "digits.onnx", decoded, "logits")
+    right = np.array([int(spec.labels[i]) for i in logits.argmax(1)]) == labels
+    assert right[~inverted].mean() >= 0.9 and right[inverted].mean() >= 0.9, (
+        right[~inverted].mean(),
+        right[inverted].mean(),
+    )
+    assert right.mean() == pytest.approx(metrics["printed_accuracy"], abs=1.5 / len(labels))

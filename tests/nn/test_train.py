@@ -43,7 +43,7 @@ def test_fit_logs_metrics_and_never_overwrites_checkpoints(tmp_path: Path) -> No
 
     torch.manual_seed(0)
     model = TabularEncoder(in_features=4, latent_dim=8, num_classes=3)
-    trainer = CDMLTrainer(model, lr=1e-2, device="auto", out_dir=tmp_path)
+    trainer = CDMLTrainer(model, lr=1e-2, device="auto", out_dir=tmp_path, keep_all=True)
     assert trainer.device.type == ("cuda" if torch.cuda.is_available() else "cpu")
     train, val = loaders()
     history = trainer.fit(train, val, epochs=3)
@@ -63,6 +63,28 @@ def test_fit_logs_metrics_and_never_overwrites_checkpoints(tmp_path: Path) -> No
     x = blobs(8, seed=5).tensors[0]
     model.eval()
     torch.testing.assert_close(rebuilt(x)["logits"], model(x)["logits"])
+
+
+def test_checkpoints_kept_are_the_last_and_the_best(tmp_path: Path) -> None:
+    """Every epoch's checkpoint was kept (20 epochs: 20 files, 129 MB)."""
+    import torch
+
+    from cdml_edge.nn import CDMLTrainer, TabularEncoder
+
+    torch.manual_seed(0)
+    trainer = CDMLTrainer(TabularEncoder(4, 8, 3), lr=1e-2, device="cpu", out_dir=tmp_path)
+    records: list[dict] = []
+    history = trainer.fit(*loaders(), epochs=4, on_epoch=records.append)
+    assert records == history  # one call per epoch, with its record
+    best = min(history, key=lambda r: r["val_loss"])["epoch"]
+    names = sorted(p.name for p in (tmp_path / "checkpoints").glob("*.pt"))
+    assert names == sorted({f"epoch-{best:04d}.pt", "epoch-0004.pt"})
+    assert trainer.best_checkpoint == tmp_path / "checkpoints" / f"epoch-{best:04d}.pt"
+    assert trainer.last_checkpoint == tmp_path / "checkpoints" / "epoch-0004.pt"
+    # a run that finds a new best moves "best" and deletes the old one
+    trainer._best_loss = float("inf")
+    again = trainer.save_checkpoint()
+    assert sorted(p.name for p in (tmp_path / "checkpoints").glob("*.pt")) == [again.name]
 
 
 def test_resume_continues_exactly(tmp_path: Path) -> None:
@@ -171,10 +193,8 @@ def test_ddp_gloo_two_processes_under_torchrun(tmp_path: Path) -> None:
     assert r0["history"][-1]["train_items"] == 240
     # only rank 0 writes metrics and checkpoints
     assert len((out / "metrics.jsonl").read_text().splitlines()) == 2
-    assert sorted(p.name for p in (out / "checkpoints").iterdir()) == [
-        "epoch-0001.pt",
-        "epoch-0002.pt",
-    ]
+    names = sorted(p.name for p in (out / "checkpoints").iterdir())
+    assert "epoch-0002.pt" in names and set(names) <= {"epoch-0001.pt", "epoch-0002.pt"}
 
 
 def test_write_new_claims_a_free_name_and_leaves_no_temporary(tmp_path: Path) -> None:

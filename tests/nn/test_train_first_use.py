@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -152,7 +153,7 @@ def test_anomaly_checkpoint_says_what_it_holds(tmp_path: Path) -> None:
     )
     assert res.exit_code == 0, res.output
     names = sorted(p.name for p in (run / "checkpoints").glob("*.pt"))
-    assert names == ["epoch-0001.pt", "epoch-0002-anomaly.pt", "epoch-0002.pt"]
+    assert "epoch-0002-anomaly.pt" in names and len(names) <= 2  # the last and the best
     out = res.stdout.strip().splitlines()
     final = json.loads(out[-1])
     assert Path(final["checkpoint"]).name == "epoch-0002-anomaly.pt"
@@ -178,3 +179,53 @@ def test_nothing_of_the_modality_names_what_the_archive_holds(
         r"\(the archive holds 48 image members\)",
     ):
         CDMLStreamDataset(colour_data["train"], modality="audio", labels="folder")
+
+
+def _split_export(path: Path, train: list[str], val: list[str]) -> Path:
+    items = [(f"train/{n}", b) for n, b in _frames(train, 12, 4)]
+    items += [(f"val/{n}", b) for n, b in _frames(val, 4, 5)]
+    write_archive(path, items, manifest={"note": "an export made with --split"})
+    return path
+
+
+def _train_cli(data: Path, out: Path, *extra: str) -> Any:
+    argv = ["train", "--data", str(data), "--epochs", "2", "--image-size", "16", "--out", str(out)]
+    return CliRunner().invoke(app, [*argv, "--batch-size", "8", *extra])
+
+
+def test_train_on_a_split_export_learns_from_train_and_measures_on_val(tmp_path: Path) -> None:
+    """It learnt the split names as classes ("train", "val"); val/ lacking a class is said."""
+    data = _split_export(tmp_path / "export.zip", ["blue", "green", "red"], ["green", "red"])
+    res = _train_cli(data, tmp_path / "run")
+    assert res.exit_code == 0, res.output
+    final = json.loads(res.stdout.strip().splitlines()[-1])
+    assert final["val_items"] == 8 and final["train_items"] == 36  # val/ and train/, as split
+    warnings = [ln for ln in res.stderr.splitlines() if "warning" in ln]
+    assert warnings == [
+        "cdml-edge train: warning: class 'blue' is in train/ but not in val/: its accuracy on "
+        "val/ is not measured; export more of its windows (an earlier --since) or another --split"
+    ]
+    epochs = [ln for ln in res.stderr.splitlines() if ln.startswith("epoch ")]
+    assert [ln.split(":")[0] for ln in epochs] == ["epoch 1/2", "epoch 2/2"]  # one line each
+    assert "train_loss" in epochs[0] and "val_acc" in epochs[0] and "━" not in res.stderr
+
+
+def test_a_class_missing_from_train_is_one_line_naming_it_and_the_fix(tmp_path: Path) -> None:
+    """It stopped with a LabelError traceback."""
+    data = _split_export(tmp_path / "export.zip", ["green", "red"], ["blue", "green"])
+    res = _train_cli(data, tmp_path / "run")
+    assert res.exit_code == 2, res.output
+    assert res.stderr.splitlines() == [
+        f"cdml-edge train: {data}: class 'blue' is in val/ but not in train/: a model trained "
+        "on train/ cannot learn it; export more of its windows (an earlier --since) or another "
+        "--split"
+    ]
+    assert "Traceback" not in res.output
+
+
+def test_keep_all_keeps_every_epoch(tmp_path: Path) -> None:
+    data = _split_export(tmp_path / "export.zip", ["green", "red"], ["green", "red"])
+    res = _train_cli(data, tmp_path / "run", "--keep-all")
+    assert res.exit_code == 0, res.output
+    names = sorted(p.name for p in (tmp_path / "run" / "checkpoints").glob("*.pt"))
+    assert names == ["epoch-0001.pt", "epoch-0002.pt"]

@@ -157,7 +157,7 @@ def test_export_cli(setup: dict[str, Path], tmp_path: Path) -> None:
         ["export", str(d / "ring"), str(out), "--split", "0.8/0.1/0.1", "--labels", str(rel), "-q"],
     )
     assert r.exit_code == 0, r.output
-    summary = json.loads(r.output.strip().splitlines()[-1])
+    summary = json.loads(r.stdout.strip().splitlines()[-1])  # warnings go to stderr
     assert summary["classes"] == {"bright": 4, "dark": 5, "glare": 1}
     assert summary["relabelled"] == 1 and sum(summary["splits"].values()) == 10
     r = runner.invoke(
@@ -330,3 +330,43 @@ def test_replay_refuses_a_manifest_listing_one_member_20000_times(
     assert r.exit_code == 1, r.output
     assert "1 refused" in r.output and sidecar.name in r.output
     assert "20000 times" in r.output
+
+
+def test_no_progress_bar_into_a_redirected_stderr(setup: dict[str, Path]) -> None:
+    """Bars are for a terminal: a log or a pipe gets the summary lines only."""
+    d = setup["dir"]
+    for argv in (
+        ["replay", "--config", str(setup["config"]), "--out", str(d / "r.jsonl")],
+        ["export", str(d / "ring"), str(d / "train.zip")],
+    ):
+        r = CliRunner().invoke(app, argv)  # stderr is not a terminal here
+        assert r.exit_code == 0, r.output
+        for mark in ("━", "\r", "\x1b[", "0:00:"):
+            assert mark not in r.stderr, (argv[0], r.stderr)
+        assert r.output.endswith("\n")
+
+
+def test_export_warns_of_a_class_a_split_lacks(setup: dict[str, Path]) -> None:
+    """A small split export left a class out of a split, and export said nothing."""
+    import zipfile
+
+    d = setup["dir"]
+    r = CliRunner().invoke(app, ["export", str(d / "ring"), str(d / "all.zip"), "-q"])
+    assert r.exit_code == 0, r.output
+    with zipfile.ZipFile(d / "all.zip") as z:
+        ids = [it["id"] for it in json.loads(z.read("manifest.json"))["items"]]
+    rows = [f"{i},{'rare' if n == 0 else 'common'}" for n, i in enumerate(ids)]
+    (d / "relabels.csv").write_text("id,label\n" + "\n".join(rows) + "\n")
+    argv = ["export", str(d / "ring"), str(d / "split.zip"), "--labels", str(d / "relabels.csv")]
+    r = CliRunner().invoke(app, [*argv, "--split", "0.5/0.5", "-q"])
+    assert r.exit_code == 0, r.output
+    with zipfile.ZipFile(d / "split.zip") as z:
+        rare = {n.split("/")[0] for n in z.namelist() if "/rare/" in f"/{n}"}
+    (has,) = rare  # the one rare item is in one split; the other lacks the class
+    lacks = "val" if has == "train" else "train"
+    warnings = [ln for ln in r.stderr.splitlines() if "warning" in ln]
+    assert len(warnings) == 1, r.stderr
+    assert warnings[0].startswith(
+        f"cdml-edge export: warning: class 'rare' is in {has}/ but not in {lacks}/: "
+    )
+    assert "another --split" in warnings[0]

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -219,7 +220,8 @@ def test_the_terminal_view_shows_sources_results_anomalies_errors_and_health() -
         console.save_svg(os.environ["CDML_TAIL_SCREENSHOT"], title="cdml-edge tail")
 
 
-def test_tail_without_json_draws_the_view_once_when_not_on_a_terminal(tmp_path: Path) -> None:
+def test_tail_into_a_pipe_prints_plain_lines(tmp_path: Path) -> None:
+    """It drew one frame with cut headers and no final newline into a pipe."""
     out = tmp_path / "out.jsonl"
     out.write_text(
         json.dumps(
@@ -231,12 +233,19 @@ def test_tail_without_json_draws_the_view_once_when_not_on_a_terminal(tmp_path: 
         + "\n"
     )
     (tmp_path / "a.yaml").write_text("output: {jsonl: out.jsonl}\n")
-    assert EXE is not None
+    checkout = str(Path(__file__).resolve().parents[2])  # this checkout's cdml_edge
     res = subprocess.run(
-        [EXE, "tail", "--config", str(tmp_path / "a.yaml"), "--duration", "1", "--interval", "0.2"],
+        [sys.executable, "-m", "cdml_edge.cli", "tail", "--config", str(tmp_path / "a.yaml")]
+        + ["--duration", "1", "--interval", "0.2"],
         capture_output=True,
         text=True,
         timeout=60,
+        env={**os.environ, "PYTHONPATH": checkout},
     )
     assert res.returncode == 0, res.stderr
-    assert "x.jpg" in res.stdout and "last results" in res.stdout
+    assert res.stdout.endswith("\n") and "\x1b[" not in res.stdout and "━" not in res.stdout
+    lines = res.stdout.splitlines()
+    assert len(lines) >= 6  # a few intervals, three lines each
+    assert any(f"edge-1 ({out}): 1 message, last " in ln for ln in lines), lines
+    cam = r"^\d\d:\d\d:\d\d cam: [0-9.]+/s, latency – ms, 1 item, 0 windows, 0 anomalies, "
+    assert any(re.match(cam + "0 errors, last x.jpg ok$", ln) for ln in lines), lines
