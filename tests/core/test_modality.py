@@ -46,7 +46,7 @@ def test_one_decoder_per_modality_with_the_options_it_takes() -> None:
     assert tuple(DECODERS) == MODALITIES
     options = {m: set(d.options) for m, d in DECODERS.items()}
     assert options == {
-        "image": {"target_size", "reduced", "max_pixels", "limits"},
+        "image": {"target_size", "reduced", "max_pixels", "limits", "orientation"},
         "audio": {"sample_rate", "mode", "n_mfcc", "hop_length", "n_fft", "limits"},
         "csv": {"encoding", "limits"},
         "timeseries": {"key", "limits"},
