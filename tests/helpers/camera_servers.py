@@ -22,6 +22,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from helpers.ports import restartable_port
+
 HERE = Path(__file__).resolve().parent
 PROBE = (
     "import gi; gi.require_version('Gst', '1.0'); gi.require_version('GstRtspServer', '1.0'); "
@@ -71,7 +73,7 @@ class RtspServer:
 
     def __init__(self, port: int | None = None) -> None:
         self.python = rtsp_python()
-        self.port = port or free_port()
+        self.port = port or restartable_port()
         self.url = f"rtsp://127.0.0.1:{self.port}/cam"
         self._proc: subprocess.Popen[bytes] | None = None
 

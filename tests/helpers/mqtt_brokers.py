@@ -12,7 +12,6 @@ import datetime as dt
 import ipaddress
 import json
 import os
-import random
 import shutil
 import signal
 import socket
@@ -26,6 +25,8 @@ from pathlib import Path
 from typing import Any
 
 import paho.mqtt.client as mqtt
+
+from helpers.ports import restartable_port
 
 SHARED_HOST, SHARED_PORT = "127.0.0.1", 1883
 
@@ -48,29 +49,6 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
-
-
-def restartable_port() -> int:
-    """A free loopback port below the kernel's ephemeral range, for a broker a test restarts.
-
-    ``bind(0)`` and every outgoing connection take ports from the ephemeral range (32768-60999
-    by default): while a test's broker is down, another test's client may take its port, and
-    the broker cannot listen there again ("Address already in use"). Below that range only
-    an explicit bind takes a port.
-    """
-    low = 32768
-    with contextlib.suppress(OSError, ValueError):
-        low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
-    rng = random.Random(os.getpid() ^ time.monotonic_ns())
-    for _ in range(500):
-        port = rng.randint(max(1024, low - 12000), low - 1)
-        with socket.socket() as sock:
-            try:
-                sock.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-        return port
-    return free_port()
 
 
 def port_open(port: int, host: str = "127.0.0.1") -> bool:
