@@ -63,7 +63,9 @@ def _fill(folder: Path, n: int) -> None:
         os.close(fd)
 
 
-def _source(inbox: Path, sink: KeepingSink, record: Path | None) -> FolderSource:
+def _source(
+    inbox: Path, sink: KeepingSink, record: Path | None, max_pending: int = 1024
+) -> FolderSource:
     spec = FolderSpec(
         name="cam",
         path=inbox,
@@ -71,6 +73,7 @@ def _source(inbox: Path, sink: KeepingSink, record: Path | None) -> FolderSource
         patterns=("*.jpg",),
         stable_seconds=0.05,
         kept_record=record,
+        max_pending=max_pending,
     )
     src = FolderSource(spec, sink.budget, sink, sink.error)
     sink.source = src
@@ -177,16 +180,7 @@ def test_a_backlog_larger_than_the_pending_bound_drains_without_pauses(tmp_path:
     inbox = tmp_path / "in"
     _fill(inbox, 3000)
     sink = KeepingSink(ByteBudget(10**8))
-    spec = FolderSpec(
-        name="cam",
-        path=inbox,
-        modality="image",
-        patterns=("*.jpg",),
-        stable_seconds=0.05,
-        max_pending=100,
-    )
-    src = FolderSource(spec, sink.budget, sink, sink.error)
-    sink.source = src
+    src = _source(inbox, sink, None, max_pending=100)
     t0 = time.monotonic()
     src.start()
     try:
