@@ -289,12 +289,12 @@ EOF
     echo "+ write $dropin/60-paths.conf (ReadWritePaths= for those folders)"
   else
     local folders paths f
-    folders="$("${cfg_env[@]}" "$venv/bin/python" -m cdml_edge.doctor.unit dirs "$conf")" ||
+    folders="$("${cfg_env[@]}" "$venv/bin/python" -I -m cdml_edge.doctor.unit dirs "$conf")" ||
       die "the configuration is invalid: $venv/bin/cdml-edge config validate $conf"
     while IFS= read -r f; do
       [[ -n "$f" ]] && run install -d -m 2770 "${OWN_USER[@]}" "$f"
     done <<<"$folders"
-    paths="$("${cfg_env[@]}" "$venv/bin/python" -m cdml_edge.doctor.unit dropin "$conf")" ||
+    paths="$("${cfg_env[@]}" "$venv/bin/python" -I -m cdml_edge.doctor.unit dropin "$conf")" ||
       die "the configuration is invalid: $conf"
     printf '%s\n' "$paths" | put_file 0644 root:root "$dropin/60-paths.conf"
   fi
@@ -401,9 +401,9 @@ build_release() {
     pip_venv "$venv" install --force-reinstall --no-deps "$ORT_WHEEL"
     replaced='"onnxruntime", "onnxruntime-gpu"'
   fi
-  run "$venv/bin/python" -c \
+  run "$venv/bin/python" -I -c \
     'import importlib.util as u, sys; sys.exit("torch must not be installed" if u.find_spec("torch") else 0)'
-  run "$venv/bin/python" -c \
+  run "$venv/bin/python" -I -c \
     'import onnxruntime as o; from cdml_edge.archive import native_available as n; print("onnxruntime", o.__version__, o.get_available_providers(), "native reader:", n())'
   if [[ -n "$LOCK" ]]; then
     run install -m 0644 "$LOCK" "$venv/cdml-edge.lock"
@@ -442,7 +442,7 @@ healthz_url() {
   [[ -x "$py" && -f "$conf" ]] || return 0
   env CDML_DATA="$DATA" CDML_STATE="$STATE" CDML_MODELS="$PREFIX/models" \
     CREDENTIALS_DIRECTORY="$ETC" STATE_DIRECTORY="$STATE" \
-    "$py" -m cdml_edge.doctor.unit healthz "$conf" 2>/dev/null || true
+    "$py" -I -m cdml_edge.doctor.unit healthz "$conf" 2>/dev/null || true
 }
 
 http_ok() {
@@ -517,6 +517,10 @@ do_rollback() {
     die "release $to did not become ready within ${READY_TIMEOUT}s (now current; see journalctl -u cdml-edge)"
   fi
 }
+
+# Every Python of a release's venv runs isolated (-I): run from the checkout, as users do, the
+# current folder would otherwise come first on sys.path and the checks would import the
+# checkout's cdml_edge (no compiled C core) instead of the release's.
 
 # Owner and group of what install(1) creates; none in an unprivileged (staged) install.
 if [[ $UNPRIV == 1 ]]; then

@@ -135,13 +135,16 @@ class Board:
             UV=uv_command()[0],
         )
 
-    def install(self, *args: str, installer: str = "uv") -> subprocess.CompletedProcess[str]:
+    def install(
+        self, *args: str, installer: str = "uv", script: Path = SCRIPT, cwd: Path | None = None
+    ) -> subprocess.CompletedProcess[str]:
         env = dict(self.env, CDML_INSTALLER=installer)
         return subprocess.run(
-            ["bash", str(SCRIPT), "--no-apt", "--board", "pi", *args],
+            ["bash", str(script), "--no-apt", "--board", "pi", *args],
             capture_output=True,
             text=True,
             env=env,
+            cwd=cwd,
             timeout=900,
         )
 
@@ -224,6 +227,29 @@ def test_two_installs_of_a_release_hold_the_same_packages(tmp_path: Path) -> Non
         assert pinned <= {f.lower().replace("_", "-") for f in frozen[-1]}, pinned
     assert frozen[0] == frozen[1]
     assert not any(f.startswith("torch") for f in frozen[0])
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_checks_run_against_the_installed_release(tmp_path: Path) -> None:
+    """Run from the checkout as a user does (``cd cdml-edge; sudo scripts/release/install.sh``).
+
+    The checkout holds no compiled C core; the release's venv does. The installer's own checks
+    must import ``cdml_edge`` from the release, not from the folder it is run in.
+    """
+    src = _source_tree(tmp_path / "src", "0.1.0")
+    assert not list((src / "cdml_edge/archive/_native").glob("*.so"))
+    board = Board(tmp_path / "board")
+    res = board.install(
+        "--config", str(board.config), "--no-start", script=src / SCRIPT.relative_to(REPO), cwd=src
+    )
+    assert res.returncode == 0, _out(res)
+    assert "native reader: True" in res.stdout, _out(res)
+    py = board.prefix / "current/venv/bin/python"
+    probe = "from cdml_edge.archive import native_available as n; print(n())"
+    assert subprocess.run(
+        [py, "-c", probe], cwd=tmp_path, capture_output=True, text=True
+    ).stdout == ("True\n")
 
 
 @pytest.mark.slow
