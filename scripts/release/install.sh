@@ -469,6 +469,10 @@ wait_ready() {
 # restart_and_wait: restart the agent on the current release; 0 once it is ready.
 restart_and_wait() {
   local url="$1"
+  # A release that crash-looped (Restart=on-failure) used up the unit's start limit (5 in
+  # 10 min): without the reset, systemd refuses this start ("Start request repeated too
+  # quickly") and a rollback would leave the agent down.
+  run "$SYSTEMCTL" reset-failed cdml-edge.service || true
   run "$SYSTEMCTL" restart cdml-edge.service || true
   if [[ $DRY_RUN -eq 1 ]]; then
     echo "+ wait up to ${READY_TIMEOUT}s for READY=1 (systemctl is-active) and ${url:-/healthz}"

@@ -373,6 +373,8 @@ def test_dry_run_upgrade_and_rollback(tmp_path: Path) -> None:
         f"{rel}/venv/bin/pip install --quiet --require-hashes --no-deps -r {LOCK}",
         f"{rel}/venv/bin/pip install --quiet --no-deps {wheel}",
         "ln -sfn releases/0.2.0 /opt/cdml-edge/.current.new",
+        # a crash loop of the release before must not block the start (start limit)
+        "systemctl reset-failed cdml-edge.service",
         "systemctl restart cdml-edge.service",
         "wait up to 30s for READY=1 (systemctl is-active) and /healthz",
     ]
