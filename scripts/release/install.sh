@@ -4,7 +4,7 @@
 #   sudo scripts/release/install.sh                   # install, enable and start
 #   sudo scripts/release/install.sh --ort-wheel FILE  # Jetson: NVIDIA's onnxruntime-gpu wheel
 #   scripts/release/install.sh --dry-run              # print every step, change nothing
-#   sudo scripts/release/install.sh --upgrade FROM    # FROM: a wheel or source tree of a new release
+#   sudo scripts/release/install.sh --upgrade FROM    # FROM: a wheel, dist/ or a source tree
 #   sudo scripts/release/install.sh --rollback        # back to the release before
 #   sudo scripts/release/install.sh --uninstall [--purge]
 #
@@ -57,10 +57,12 @@ Options:
   --dry-run            print what would be done; change nothing (no root needed)
   --uninstall          stop and remove the units and the venv; keep config, state and data
   --purge              with --uninstall: also remove /etc/cdml-edge, /var/lib/cdml-edge, the user
-  --from PATH          install this wheel or source tree instead of the checkout
-  --upgrade FROM       install the release FROM (wheel or source tree) beside the current one,
-                       switch to it, restart, and switch back by itself unless the agent is
-                       ready (READY=1 and /healthz) within --ready-timeout
+  --from PATH          install this wheel or source tree instead of the checkout; a folder
+                       of wheels (dist/): the one for this machine and Python
+  --upgrade FROM       install the release FROM (wheel, folder of wheels, source tree)
+                       beside the current one, switch to it, restart, and switch back by
+                       itself unless the agent is ready (READY=1 and /healthz) within
+                       --ready-timeout
   --rollback           switch back to the release before the current one and restart
   --ready-timeout S    seconds an upgrade waits for the agent to be ready (default 180)
   --lock FILE          install the runtime from this lock (default: lock/ for this Python)
@@ -348,6 +350,26 @@ release_name() {
   echo "$name"
 }
 
+# pick_wheel SOURCE: SOURCE, or for a folder of wheels (make dist: one per architecture) the
+# wheel for PYTHON's version and this machine (cdml_edge-V-cpXY-cpXY-*_ARCH.whl).
+pick_wheel() {
+  local src="$1" pyver arch found=() w
+  if [[ ! -d "$src" || -f "$src/cdml_edge/__init__.py" ]] || ! compgen -G "$src/*.whl" >/dev/null
+  then
+    echo "$src"
+    return 0
+  fi
+  pyver="$("$PYTHON" -c 'import sys; print("%d%d" % sys.version_info[:2])')" ||
+    die "cannot run $PYTHON"
+  arch="$(uname -m)"
+  for w in "$src"/cdml_edge-*-cp"$pyver"-*.whl; do
+    [[ -f "$w" && "$w" == *_"$arch".whl ]] && found+=("$w")
+  done
+  (( ${#found[@]} == 1 )) && { echo "${found[0]}"; return 0; }
+  die "no wheel for cp$pyver on $arch in $src" \
+    "(${#found[@]} fit; there: $(cd "$src" && echo *.whl))"
+}
+
 # The lock for PYTHON on this machine: lock/runtime-cpXY-ARCH.txt (--lock, --no-lock).
 select_lock() {
   [[ $NO_LOCK -eq 1 ]] && { LOCK=""; echo "warning: --no-lock: dependencies resolved afresh" \
@@ -534,6 +556,9 @@ else
 fi
 if [[ $DRY_RUN -eq 1 ]]; then
   echo "dry run: nothing is changed"
+fi
+if [[ $UNINSTALL -eq 0 && $MODE != rollback ]]; then
+  SOURCE="$(pick_wheel "$SOURCE")"
 fi
 if [[ $UNINSTALL -eq 1 ]]; then
   do_uninstall
