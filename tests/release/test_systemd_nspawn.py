@@ -9,12 +9,13 @@ lines; ``install.sh --upgrade`` to a broken release rolls back by itself.
 
 The tests share one container and one install and run in file order (each leaves the agent
 running). Needs root and systemd-nspawn; the root is built on first use (minutes) and cached
-(scripts/release/roots.py). About 6-10 minutes here.
+(scripts/release/roots.py). 3-9 minutes here (docs/deploy.md, What ran where).
 """
 
 from __future__ import annotations
 
 import json
+import os
 import re
 import socket
 import time
@@ -102,7 +103,7 @@ def board(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Board]:
     (src / "configs" / "nspawn.yaml").write_text(_config(_free_port()))
     broken = source_tree(tmp / "broken", "0.1.1", broken=True)
     box = nspawn.Container(
-        f"cdml-{tmp.name[-12:]}".replace("_", "-"),
+        f"cdml-edge-test-{os.getpid()}",  # unique among runs on this machine
         {src: SRC, broken: BROKEN},
         tmp / "console.log",
     )
