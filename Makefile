@@ -7,7 +7,8 @@ STAMP  := $(VENV)/.installed
 APP_STAMP := $(VENV)/.installed-app
 TORCH  := torch==2.13.0
 
-.PHONY: install install-dev test test-fast lint docs bench fuzz demo clean lock test-matrix test-lowest dist
+.PHONY: install install-dev test test-fast lint docs bench fuzz demo clean lock test-matrix \
+        test-lowest dist test-arm64
 
 NATIVE := $(wildcard cdml_edge/archive/_native/*.c cdml_edge/archive/_native/*.h \
             cdml_edge/archive/_native/cffi_build.py)
@@ -70,14 +71,26 @@ lock: $(STAMP)
 test-matrix: $(STAMP)
 	$(PY) scripts/release/test_matrix.py
 
+# A Pi's userland (Debian bookworm arm64 under qemu-user-static; root needed, the root is
+# cached): the wheel built from the sdist there, the runtime from the aarch64 lock, the board
+# smoke and the C-vs-Python archive tests, each step timed. The aarch64 wheel lands in dist/.
+test-arm64: $(STAMP)
+	@rc=0; $(PY) scripts/release/test_arm64.py --wheel-out dist || rc=$$?; \
+	  if [ $$rc = 77 ]; then exit 0; else exit $$rc; fi  # 77: SKIPPED, the reason printed
+
 # The lowest direct versions pyproject.toml allows, on Python 3.10: the appliance tests.
 test-lowest: $(STAMP)
 	$(PY) scripts/release/check_lowest.py
 
-# The release: wheel + sdist (C sources, lock, units) in dist/, checked against CHANGELOG.md.
+# The release: sdist (C sources, lock, units) and wheels in dist/, checked against CHANGELOG.md:
+# this machine's wheel, and (as root, in the cached arm64 root) the aarch64 one, built from
+# the sdist by the arm64 gcc and repaired by auditwheel (libzstd inside).
 dist: $(STAMP)
 	rm -rf dist
 	$(PY) -m uv build --sdist --wheel --out-dir dist
+	@rc=0; $(PY) scripts/release/test_arm64.py --wheel-only --wheel-out dist || rc=$$?; \
+	  if [ $$rc = 77 ]; then echo "dist: no aarch64 wheel (SKIPPED above)"; \
+	  elif [ $$rc != 0 ]; then exit $$rc; fi
 	$(PY) scripts/release/check_dist.py dist
 
 demo: $(APP_STAMP)

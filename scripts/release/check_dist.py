@@ -1,7 +1,8 @@
 """The release artifacts of ``make dist``, checked: version, CHANGELOG, sdist and wheel.
 
 One version everywhere, a CHANGELOG entry for it, the C sources and the lock in the sdist,
-the native reader in the wheel.
+the native reader in each wheel (one per architecture: this machine's, and the aarch64 one
+that ``make dist`` builds in the arm64 root where it can).
 
     python scripts/release/check_dist.py dist/
 
@@ -47,15 +48,32 @@ def problems(dist: Path, ver: str) -> list[str]:
         found += [f"sdist lacks {n}" for n in SDIST_NEEDS if n not in names]
         if not any(n.startswith("cdml_edge/archive/_native/") and n.endswith(".c") for n in names):
             found.append("sdist lacks the C sources of the native reader")
-    if len(wheels) != 1 or not wheels[0].name.startswith(f"cdml_edge-{ver}-"):
-        found.append(f"wheel: {[p.name for p in wheels]}, expected one of version {ver}")
-    else:
-        with zipfile.ZipFile(wheels[0]) as zf:
+    return found + wheel_problems(wheels, ver)
+
+
+def _arch(wheel: str) -> str:
+    """``x86_64`` of ``...-linux_x86_64.whl``, ``aarch64`` of ``...-manylinux_2_34_aarch64.whl``."""
+    plat = wheel.removesuffix(".whl").rsplit("-", 1)[-1].split(".")[0]
+    found = re.search(r"(x86_64|aarch64|armv7l|i686|ppc64le|s390x)$", plat)
+    return found[1] if found else plat
+
+
+def wheel_problems(wheels: list[Path], ver: str) -> list[str]:
+    """One wheel of ``ver`` per architecture (x86_64, aarch64), each with the native reader."""
+    found = []
+    arches = [_arch(w.name) for w in wheels]
+    if not wheels or len(set(arches)) != len(wheels):
+        found.append(f"wheel: {[p.name for p in wheels]}, expected one per architecture")
+    for w in wheels:
+        if not w.name.startswith(f"cdml_edge-{ver}-"):
+            found.append(f"wheel: {w.name}, expected version {ver}")
+            continue
+        with zipfile.ZipFile(w) as zf:
             if not any(
                 n.startswith("cdml_edge/archive/_native/") and n.endswith(".so")
                 for n in zf.namelist()
             ):
-                found.append(f"{wheels[0].name}: no native reader (.so): a C compiler is needed")
+                found.append(f"{w.name}: no native reader (.so): a C compiler is needed")
     return found
 
 

@@ -4,7 +4,7 @@
 #   sudo scripts/release/install.sh                   # install, enable and start
 #   sudo scripts/release/install.sh --ort-wheel FILE  # Jetson: NVIDIA's onnxruntime-gpu wheel
 #   scripts/release/install.sh --dry-run              # print every step, change nothing
-#   sudo scripts/release/install.sh --upgrade FROM    # FROM: a wheel or source tree of a new release
+#   sudo scripts/release/install.sh --upgrade FROM    # FROM: a wheel, dist/ or a source tree
 #   sudo scripts/release/install.sh --rollback        # back to the release before
 #   sudo scripts/release/install.sh --uninstall [--purge]
 #
@@ -57,10 +57,12 @@ Options:
   --dry-run            print what would be done; change nothing (no root needed)
   --uninstall          stop and remove the units and the venv; keep config, state and data
   --purge              with --uninstall: also remove /etc/cdml-edge, /var/lib/cdml-edge, the user
-  --from PATH          install this wheel or source tree instead of the checkout
-  --upgrade FROM       install the release FROM (wheel or source tree) beside the current one,
-                       switch to it, restart, and switch back by itself unless the agent is
-                       ready (READY=1 and /healthz) within --ready-timeout
+  --from PATH          install this wheel or source tree instead of the checkout; a folder
+                       of wheels (dist/): the one for this machine and Python
+  --upgrade FROM       install the release FROM (wheel, folder of wheels, source tree)
+                       beside the current one, switch to it, restart, and switch back by
+                       itself unless the agent is ready (READY=1 and /healthz) within
+                       --ready-timeout
   --rollback           switch back to the release before the current one and restart
   --ready-timeout S    seconds an upgrade waits for the agent to be ready (default 180)
   --lock FILE          install the runtime from this lock (default: lock/ for this Python)
@@ -289,12 +291,12 @@ EOF
     echo "+ write $dropin/60-paths.conf (ReadWritePaths= for those folders)"
   else
     local folders paths f
-    folders="$("${cfg_env[@]}" "$venv/bin/python" -m cdml_edge.doctor.unit dirs "$conf")" ||
+    folders="$("${cfg_env[@]}" "$venv/bin/python" -I -m cdml_edge.doctor.unit dirs "$conf")" ||
       die "the configuration is invalid: $venv/bin/cdml-edge config validate $conf"
     while IFS= read -r f; do
       [[ -n "$f" ]] && run install -d -m 2770 "${OWN_USER[@]}" "$f"
     done <<<"$folders"
-    paths="$("${cfg_env[@]}" "$venv/bin/python" -m cdml_edge.doctor.unit dropin "$conf")" ||
+    paths="$("${cfg_env[@]}" "$venv/bin/python" -I -m cdml_edge.doctor.unit dropin "$conf")" ||
       die "the configuration is invalid: $conf"
     printf '%s\n' "$paths" | put_file 0644 root:root "$dropin/60-paths.conf"
   fi
@@ -346,6 +348,26 @@ release_name() {
   fi
   [[ -n "$name" ]] || die "no version found in $src (a cdml_edge wheel or source tree)"
   echo "$name"
+}
+
+# pick_wheel SOURCE: SOURCE, or for a folder of wheels (make dist: one per architecture) the
+# wheel for PYTHON's version and this machine (cdml_edge-V-cpXY-cpXY-*_ARCH.whl).
+pick_wheel() {
+  local src="$1" pyver arch found=() w
+  if [[ ! -d "$src" || -f "$src/cdml_edge/__init__.py" ]] || ! compgen -G "$src/*.whl" >/dev/null
+  then
+    echo "$src"
+    return 0
+  fi
+  pyver="$("$PYTHON" -c 'import sys; print("%d%d" % sys.version_info[:2])')" ||
+    die "cannot run $PYTHON"
+  arch="$(uname -m)"
+  for w in "$src"/cdml_edge-*-cp"$pyver"-*.whl; do
+    [[ -f "$w" && "$w" == *_"$arch".whl ]] && found+=("$w")
+  done
+  (( ${#found[@]} == 1 )) && { echo "${found[0]}"; return 0; }
+  die "no wheel for cp$pyver on $arch in $src" \
+    "(${#found[@]} fit; there: $(cd "$src" && echo *.whl))"
 }
 
 # The lock for PYTHON on this machine: lock/runtime-cpXY-ARCH.txt (--lock, --no-lock).
@@ -401,9 +423,9 @@ build_release() {
     pip_venv "$venv" install --force-reinstall --no-deps "$ORT_WHEEL"
     replaced='"onnxruntime", "onnxruntime-gpu"'
   fi
-  run "$venv/bin/python" -c \
+  run "$venv/bin/python" -I -c \
     'import importlib.util as u, sys; sys.exit("torch must not be installed" if u.find_spec("torch") else 0)'
-  run "$venv/bin/python" -c \
+  run "$venv/bin/python" -I -c \
     'import onnxruntime as o; from cdml_edge.archive import native_available as n; print("onnxruntime", o.__version__, o.get_available_providers(), "native reader:", n())'
   if [[ -n "$LOCK" ]]; then
     run install -m 0644 "$LOCK" "$venv/cdml-edge.lock"
@@ -442,7 +464,7 @@ healthz_url() {
   [[ -x "$py" && -f "$conf" ]] || return 0
   env CDML_DATA="$DATA" CDML_STATE="$STATE" CDML_MODELS="$PREFIX/models" \
     CREDENTIALS_DIRECTORY="$ETC" STATE_DIRECTORY="$STATE" \
-    "$py" -m cdml_edge.doctor.unit healthz "$conf" 2>/dev/null || true
+    "$py" -I -m cdml_edge.doctor.unit healthz "$conf" 2>/dev/null || true
 }
 
 http_ok() {
@@ -469,6 +491,10 @@ wait_ready() {
 # restart_and_wait: restart the agent on the current release; 0 once it is ready.
 restart_and_wait() {
   local url="$1"
+  # A release that crash-looped (Restart=on-failure) used up the unit's start limit (5 in
+  # 10 min): without the reset, systemd refuses this start ("Start request repeated too
+  # quickly") and a rollback would leave the agent down.
+  run "$SYSTEMCTL" reset-failed cdml-edge.service || true
   run "$SYSTEMCTL" restart cdml-edge.service || true
   if [[ $DRY_RUN -eq 1 ]]; then
     echo "+ wait up to ${READY_TIMEOUT}s for READY=1 (systemctl is-active) and ${url:-/healthz}"
@@ -518,6 +544,10 @@ do_rollback() {
   fi
 }
 
+# Every Python of a release's venv runs isolated (-I): run from the checkout, as users do, the
+# current folder would otherwise come first on sys.path and the checks would import the
+# checkout's cdml_edge (no compiled C core) instead of the release's.
+
 # Owner and group of what install(1) creates; none in an unprivileged (staged) install.
 if [[ $UNPRIV == 1 ]]; then
   OWN_ROOT=() OWN_ETC=() OWN_USER=()
@@ -526,6 +556,9 @@ else
 fi
 if [[ $DRY_RUN -eq 1 ]]; then
   echo "dry run: nothing is changed"
+fi
+if [[ $UNINSTALL -eq 0 && $MODE != rollback ]]; then
+  SOURCE="$(pick_wheel "$SOURCE")"
 fi
 if [[ $UNINSTALL -eq 1 ]]; then
   do_uninstall

@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import re
-import shutil
 import signal
 import socket
 import subprocess
@@ -24,6 +22,7 @@ from pathlib import Path
 import pytest
 import yaml
 from helpers.paths import ROOT
+from helpers.release_trees import source_tree
 from helpers.uv_tool import uv_command
 
 REPO = ROOT
@@ -54,32 +53,6 @@ def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
-
-
-def _source_tree(dest: Path, version: str, broken: bool = False) -> Path:
-    """A copy of the checkout as release ``version`` (``broken``: the agent cannot start)."""
-    files = (
-        subprocess.run(
-            ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
-            cwd=REPO,
-            capture_output=True,
-            check=True,
-        )
-        .stdout.decode()
-        .split("\0")
-    )
-    for name in filter(None, files):
-        if (REPO / name).is_file() and not name.startswith(("tests/", "scripts/bench")):
-            (dest / name).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(REPO / name, dest / name)
-    init = dest / "cdml_edge/__init__.py"
-    init.write_text(
-        re.sub(r'__version__ = "[^"]+"', f'__version__ = "{version}"', init.read_text())
-    )
-    if broken:
-        app = dest / "cdml_edge/agent/app.py"
-        app.write_text('raise ImportError("a broken build")\n' + app.read_text())
-    return dest
 
 
 class Board:
@@ -135,13 +108,16 @@ class Board:
             UV=uv_command()[0],
         )
 
-    def install(self, *args: str, installer: str = "uv") -> subprocess.CompletedProcess[str]:
+    def install(
+        self, *args: str, installer: str = "uv", script: Path = SCRIPT, cwd: Path | None = None
+    ) -> subprocess.CompletedProcess[str]:
         env = dict(self.env, CDML_INSTALLER=installer)
         return subprocess.run(
-            ["bash", str(SCRIPT), "--no-apt", "--board", "pi", *args],
+            ["bash", str(script), "--no-apt", "--board", "pi", *args],
             capture_output=True,
             text=True,
             env=env,
+            cwd=cwd,
             timeout=900,
         )
 
@@ -207,7 +183,7 @@ def test_two_installs_of_a_release_hold_the_same_packages(tmp_path: Path) -> Non
     With uv, from the same lock the board's pip installs from; test_systemd_install.py installs
     with pip.
     """
-    src = _source_tree(tmp_path / "src", "0.1.0")
+    src = source_tree(tmp_path / "src", "0.1.0")
     frozen = []
     for n in (1, 2):
         board = Board(tmp_path / f"board{n}")
@@ -227,11 +203,34 @@ def test_two_installs_of_a_release_hold_the_same_packages(tmp_path: Path) -> Non
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_checks_run_against_the_installed_release(tmp_path: Path) -> None:
+    """Run from the checkout as a user does (``cd cdml-edge; sudo scripts/release/install.sh``).
+
+    The checkout holds no compiled C core; the release's venv does. The installer's own checks
+    must import ``cdml_edge`` from the release, not from the folder it is run in.
+    """
+    src = source_tree(tmp_path / "src", "0.1.0")
+    assert not list((src / "cdml_edge/archive/_native").glob("*.so"))
+    board = Board(tmp_path / "board")
+    res = board.install(
+        "--config", str(board.config), "--no-start", script=src / SCRIPT.relative_to(REPO), cwd=src
+    )
+    assert res.returncode == 0, _out(res)
+    assert "native reader: True" in res.stdout, _out(res)
+    py = board.prefix / "current/venv/bin/python"
+    probe = "from cdml_edge.archive import native_available as n; print(n())"
+    assert subprocess.run(
+        [py, "-c", probe], cwd=tmp_path, capture_output=True, text=True
+    ).stdout == ("True\n")
+
+
+@pytest.mark.slow
 @pytest.mark.timeout(900)
 def test_upgrade_rollback_and_automatic_rollback(tmp_path: Path) -> None:
     board = Board(tmp_path / "board")
     srcs = {
-        v: _source_tree(tmp_path / v, v, broken=v == "0.1.2") for v in ("0.1.0", "0.1.1", "0.1.2")
+        v: source_tree(tmp_path / v, v, broken=v == "0.1.2") for v in ("0.1.0", "0.1.1", "0.1.2")
     }
     try:
         res = board.install("--from", str(srcs["0.1.0"]), "--config", str(board.config))

@@ -170,3 +170,29 @@ def test_dist_is_a_release(tmp_path: Path) -> None:
     other = check_dist.problems(tmp_path, "9.9.9")
     assert "CHANGELOG.md has no '## 9.9.9' entry" in other
     assert any(p.startswith("sdist:") for p in other)
+
+
+def test_dist_wheels_one_per_architecture(tmp_path: Path) -> None:
+    """make dist: this machine's wheel and the aarch64 one; each must hold the native reader."""
+    import zipfile
+
+    import check_dist
+
+    def wheel(name: str, native: bool = True) -> Path:
+        path = tmp_path / name
+        with zipfile.ZipFile(path, "w") as zf:
+            zf.writestr("cdml_edge/__init__.py", "")
+            if native:
+                zf.writestr("cdml_edge/archive/_native/_reader.cpython-311-x.so", b"\0")
+        return path
+
+    x86 = wheel("cdml_edge-1.0-cp311-cp311-linux_x86_64.whl")
+    arm = wheel("cdml_edge-1.0-cp311-cp311-manylinux_2_34_aarch64.whl")
+    assert check_dist.wheel_problems([x86], "1.0") == []
+    assert check_dist.wheel_problems([x86, arm], "1.0") == []
+    twice = wheel("cdml_edge-1.0-cp311-cp311-manylinux_2_17_x86_64.manylinux2014_x86_64.whl")
+    assert "one per architecture" in check_dist.wheel_problems([x86, twice], "1.0")[0]
+    bare = wheel("cdml_edge-1.0-cp311-cp311-linux_aarch64.whl", native=False)
+    assert check_dist.wheel_problems([x86, bare], "1.0") == [
+        f"{bare.name}: no native reader (.so): a C compiler is needed"
+    ]

@@ -373,6 +373,8 @@ def test_dry_run_upgrade_and_rollback(tmp_path: Path) -> None:
         f"{rel}/venv/bin/pip install --quiet --require-hashes --no-deps -r {LOCK}",
         f"{rel}/venv/bin/pip install --quiet --no-deps {wheel}",
         "ln -sfn releases/0.2.0 /opt/cdml-edge/.current.new",
+        # a crash loop of the release before must not block the start (start limit)
+        "systemctl reset-failed cdml-edge.service",
         "systemctl restart cdml-edge.service",
         "wait up to 30s for READY=1 (systemctl is-active) and /healthz",
     ]
@@ -381,3 +383,33 @@ def test_dry_run_upgrade_and_rollback(tmp_path: Path) -> None:
     assert not any("/etc/" in c or "/var/lib/" in c for c in cmds), cmds
     res = run_script(env, "--dry-run", "--rollback")
     assert res.returncode == 1 and "no previous release" in res.stderr
+
+
+def test_dry_run_picks_the_wheel_for_the_machine(tmp_path: Path) -> None:
+    """``--from dist/`` (make dist: a wheel per architecture) installs this machine's.
+
+    The wheel for this machine's architecture and PYTHON's version; none that fits is an
+    error naming what is there.
+    """
+    env, calls = stubbed_env(tmp_path, uid=1000)
+    dist = tmp_path / "dist"
+    dist.mkdir()
+    arch, other = platform.machine(), "aarch64" if platform.machine() != "aarch64" else "x86_64"
+    names = [
+        f"cdml_edge-0.3.0-cp311-cp311-manylinux_2_34_{arch}.whl",
+        f"cdml_edge-0.3.0-cp311-cp311-manylinux_2_34_{other}.whl",
+        f"cdml_edge-0.3.0-cp310-cp310-linux_{arch}.whl",
+    ]
+    for name in names:
+        (dist / name).write_bytes(b"PK")
+    (dist / "cdml_edge-0.3.0.tar.gz").write_bytes(b"")
+    res = run_script(env, "--dry-run", "--from", str(dist), "--board", "pi")
+    assert res.returncode == 0, res.stderr
+    assert not calls.exists(), calls.read_text()
+    rel = "/opt/cdml-edge/releases/0.3.0"
+    assert f"{rel}/venv/bin/pip install --quiet --no-deps {dist / names[0]}" in commands(res.stdout)
+    (dist / names[0]).unlink()
+    res = run_script(env, "--dry-run", "--from", str(dist), "--board", "pi")
+    assert res.returncode == 1
+    assert f"no wheel for cp311 on {arch} in {dist}" in res.stderr, res.stderr
+    assert names[1] in res.stderr
