@@ -37,10 +37,10 @@ install: $(APP_STAMP)
 install-dev: $(STAMP)
 
 test: $(STAMP)
-	$(PY) -m pytest -q -ra -n 2
+	$(PY) -m pytest -q -ra -n 2 --dist loadgroup
 
 test-fast: $(STAMP)
-	$(PY) -m pytest -q -ra -m "not slow" -n 2
+	$(PY) -m pytest -q -ra -m "not slow" -n 2 --dist loadgroup
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check cdml_edge tests scripts

@@ -28,6 +28,7 @@ from helpers.release_trees import source_tree
 
 pytestmark = [
     pytest.mark.slow,
+    pytest.mark.xdist_group("nspawn"),  # one container, tests in file order: one process
     pytest.mark.timeout(1200),  # the first test also boots and installs
     pytest.mark.skipif(nspawn.missing() is not None, reason=str(nspawn.missing())),
 ]
