@@ -126,7 +126,7 @@ def test_install_runs_and_checks_the_installed_release(board: Board) -> None:
     assert re.search(r"lock: .*/lock/runtime-cp311-x86_64\.txt", out), out[-3000:]
     s = board.show("ActiveState", "SubState", "StatusText", "Type", "WatchdogUSec")
     assert (s["ActiveState"], s["SubState"], s["Type"]) == ("active", "running", "notify"), s
-    assert s["StatusText"] == "running 1 sources, 1 models", s
+    assert s["StatusText"] == "running 1 source, 1 model", s
     assert s["WatchdogUSec"] == "30s", s
     assert board.box.sh("readlink /opt/cdml-edge/current").stdout.strip() == "releases/0.1.0"
 
@@ -254,7 +254,7 @@ def test_upgrade_to_a_broken_release_rolls_back(board: Board) -> None:
     assert "rolled back to 0.1.0" in out and "is not ready either" not in out, out[-3000:]
     assert board.box.sh("readlink /opt/cdml-edge/current").stdout.strip() == "releases/0.1.0"
     s = board.show("ActiveState", "StatusText")
-    assert s == {"ActiveState": "active", "StatusText": "running 1 sources, 1 models"}, s
+    assert s == {"ActiveState": "active", "StatusText": "running 1 source, 1 model"}, s
     log = board.journal("--since", "-15min")
     # the broken release crash-looped into the unit's start limit; the old one started anyway
     assert "status=1/FAILURE" in log and "Start request repeated too quickly" in log, log[-3000:]
