@@ -5,11 +5,13 @@ ring holds hostile entries (``corrupt -> elsewhere/`` with old files there, a si
 a link to ``/dev/zero``, a FIFO archive, catalog rows pointing outside the ring) and on a
 ``keep`` folder that already holds 3,000 files. For ``CDML_SOAK_SECONDS`` (default 40 s) an
 injector drops good images, corrupt ones, files too large for a window and for the
-quarantine, files dated in 2100 and links to a canary outside; half way the agent is
+quarantine, decode bombs named ``.jpg`` (a 16000x16000 TIFF of a few KB, a TIFF of one
+8192x8192 tile), files dated in 2100 and links to a canary outside; half way the agent is
 restarted on the same state folder. Then:
 
 * every good file has exactly one result (kept files are never scored twice, not across the
-  restart either); every corrupt file an error event naming a quarantined file that is there;
+  restart either); every corrupt file and every decode bomb an error event naming a
+  quarantined file that is there;
   every too-large file is still in the folder with an event saying it was left in place;
 * no result is dated in the future;
 * nothing outside the configured folders was touched: ``elsewhere/`` as it was, the canary
@@ -32,6 +34,7 @@ from typing import Any
 import pytest
 import yaml
 from helpers.agent_runs import of_kind, read_jsonl, wait_for
+from helpers.hostile_media import tiff_big_tiles, tiff_bomb
 from helpers.models import brightness_classifier
 from helpers.retention_data import make_window
 from helpers.soak import OpenWatch, image, run_for
@@ -122,6 +125,7 @@ class Dropper:
         self.corrupt: set[str] = set()
         self.big: set[str] = set()
         self.future: set[str] = set()
+        self.bombs = 0
         self.n = 0
 
     def _put(self, name: str, data: bytes, mtime: float | None = None) -> os.stat_result:
@@ -142,7 +146,11 @@ class Dropper:
         elif roll < 0.10 and len(self.big) < 3:
             self.big.add(f"big{self.n}.jpg")
             self._put(f"big{self.n}.jpg", os.urandom(BIG))
-        elif roll < 0.14:
+        elif roll < 0.12 and self.bombs < 4:  # refused by its header, never decoded
+            self.bombs += 1
+            self.corrupt.add(f"bomb{self.n}.jpg")
+            self._put(f"bomb{self.n}.jpg", tiff_bomb() if self.bombs % 2 else tiff_big_tiles())
+        elif roll < 0.16:
             os.symlink(self.canary, self.folder / f"link{self.n}.jpg")
         else:
             name = f"good{self.n}.jpg"
@@ -242,7 +250,8 @@ def _check(
     twice = len(ids) - len(set(ids))
     print(
         f"[soak3] {len(want)} good files ({len(dropper.future)} dated 2100), "
-        f"{len(dropper.corrupt)} corrupt, {len(dropper.big)} too large; {len(results)} results, "
+        f"{len(dropper.corrupt)} corrupt ({dropper.bombs} decode bombs), {len(dropper.big)} too "
+        f"large; {len(results)} results, "
         f"{twice} twice; RSS warm / peak per run (MiB): "
         f"{', '.join(f'{a >> 20} / {b >> 20}' for a, b, _ in rss)}; "
         f"drained at each stop: {[d for _, _, d in rss]}"
