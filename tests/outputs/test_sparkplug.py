@@ -367,3 +367,13 @@ def test_without_protobuf_run_refuses_the_config_in_one_line(tmp_path: Path) -> 
         f"cdml-edge run: {config}: mqtt.format: sparkplug_b needs the protobuf package: "
         "pip install 'cdml-edge[sparkplug]'"
     )
+
+
+def test_a_malformed_ncmd_is_logged_and_asks_nothing(caplog: pytest.LogCaptureFixture) -> None:
+    """Bytes that are no Sparkplug B payload: a warning, no rebirth, no exception."""
+    from cdml_edge.outputs.sparkplug.node import SparkplugNode
+
+    node = SparkplugNode("g", "edge-1", ["cam1"])
+    node.on_command(node.command_topic, b"\xff\xff\xff not protobuf")
+    assert not node.rebirth_due()
+    assert "not a Sparkplug B payload" in caplog.text

@@ -196,10 +196,12 @@ class SparkplugNode:
         """An NCMD: ``Node Control/Rebirth`` true makes :meth:`rebirth_due`."""
         if topic != self.command_topic:
             return
+        from google.protobuf.message import DecodeError  # there: the payload class needs it
+
         payload = self._payload()
         try:
             payload.ParseFromString(raw)
-        except Exception:  # a malformed command is logged, never fatal
+        except DecodeError:  # a malformed command is logged, never fatal
             log.warning("%s: a command that is not a Sparkplug B payload", topic)
             return
         for metric in payload.metrics:
