@@ -22,6 +22,7 @@ import pytest
 pytest_plugins = [
     "helpers.agent_models",  # models (the ONNX models of helpers.agent_runs.write_config)
     "helpers.archives",  # engine (both archive engines: C core and pure Python)
+    "helpers.broker_port",  # broker_port (the shared Mosquitto, else a broker of our own)
     "helpers.full_disk",  # full_disk (a real full tmpfs, and an injected ENOSPC)
     "helpers.ray_cluster",  # ray_cluster (a local 2-CPU Ray, once per session)
     "helpers.s3_server",  # s3_server (moto's S3 server on loopback behind a counting proxy)

@@ -10,36 +10,19 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import paho.mqtt.publish as publish
-import pytest
 from helpers.agent_runs import cam_config, jpeg, wait_for, write_atomic
 from helpers.mqtt_brokers import (
-    SHARED_PORT,
-    BrokerProcess,
     Subscriber,
     broker_protocol,
-    mosquitto_binary,
-    port_open,
     wait_until,
 )
 from helpers.sparkplug import SparkplugSubscriber
 
 from cdml_edge.agent.app import Agent
 from cdml_edge.config import load_config
-
-
-@pytest.fixture
-def broker_port(tmp_path: Path) -> Iterator[int]:
-    """The shared Mosquitto on 127.0.0.1:1883, else a broker process of our own."""
-    if mosquitto_binary() and port_open(SHARED_PORT):
-        yield SHARED_PORT
-        return
-    broker = BrokerProcess(tmp_path / "broker").start()
-    yield broker.port
-    broker.stop()
 
 
 def test_agent_publishes_results_as_sparkplug_b(tmp_path: Path, broker_port: int) -> None:

@@ -14,19 +14,13 @@ import signal
 import subprocess
 import sys
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import paho.mqtt.publish as publish
-import pytest
 from helpers.mqtt_brokers import (
-    SHARED_PORT,
-    BrokerProcess,
     Subscriber,
     broker_protocol,
-    mosquitto_binary,
-    port_open,
     wait_until,
 )
 
@@ -56,17 +50,6 @@ ALLOWED = REQUIRED["binary_sensor"] | {
     "qos",
 }
 DEVICE_KEYS = {"identifiers", "name", "manufacturer", "model", "sw_version"}
-
-
-@pytest.fixture
-def broker_port(tmp_path: Path) -> Iterator[int]:
-    """The shared Mosquitto on 127.0.0.1:1883, else a broker process of our own."""
-    if mosquitto_binary() and port_open(SHARED_PORT):
-        yield SHARED_PORT
-        return
-    broker = BrokerProcess(tmp_path / "broker").start()
-    yield broker.port
-    broker.stop()
 
 
 def _config(tmp_path: Path, port: int, tag: str, sources: list[str], **mqtt: Any) -> AppConfig:

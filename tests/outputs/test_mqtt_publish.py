@@ -13,19 +13,16 @@ import subprocess
 import sys
 import threading
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from helpers.mqtt_brokers import (
-    SHARED_PORT,
     BrokerProcess,
     Subscriber,
     broker_protocol,
     free_port,
     make_certs,
     mosquitto_binary,
-    port_open,
     wait_until,
 )
 from helpers.paths import HELPERS
@@ -42,18 +39,6 @@ from cdml_edge.window.payloads import (
     item_id,
 )
 from cdml_edge.window.topics import OutMessage, Sequencer, relative_topic, topic_for
-
-
-@pytest.fixture
-def broker_port(tmp_path: Path) -> Iterator[int]:
-    """The shared Mosquitto on 127.0.0.1:1883, else a broker process of our own."""
-    if mosquitto_binary() and port_open(SHARED_PORT):
-        print(f"[mqtt tests] broker: shared mosquitto on 127.0.0.1:{SHARED_PORT}")
-        yield SHARED_PORT
-        return
-    broker = BrokerProcess(tmp_path / "broker").start()
-    yield broker.port
-    broker.stop()
 
 
 def _prefix() -> str:

@@ -19,12 +19,9 @@ from typing import Any
 
 import pytest
 from helpers.mqtt_brokers import (
-    SHARED_PORT,
     BrokerProcess,
     Subscriber,
     broker_protocol,
-    mosquitto_binary,
-    port_open,
     wait_until,
 )
 from helpers.sparkplug import Received, SparkplugSubscriber, rebirth_command, send
@@ -33,17 +30,6 @@ from cdml_edge.config import AppConfig, parse_config
 from cdml_edge.outputs.factory import make_output
 from cdml_edge.outputs.sparkplug.output import SparkplugOutput
 from cdml_edge.window.topics import OutMessage
-
-
-@pytest.fixture
-def broker_port(tmp_path: Path) -> Iterator[int]:
-    """The shared Mosquitto on 127.0.0.1:1883, else a broker process of our own."""
-    if mosquitto_binary() and port_open(SHARED_PORT):
-        yield SHARED_PORT
-        return
-    broker = BrokerProcess(tmp_path / "broker").start()
-    yield broker.port
-    broker.stop()
 
 
 def _config(tmp_path: Path, port: int, group: str, **mqtt: Any) -> AppConfig:
