@@ -5,7 +5,6 @@ A real agent, a real Mosquitto (or a port where nothing listens), scraped over H
 
 from __future__ import annotations
 
-import socket
 import urllib.request
 import uuid
 from pathlib import Path
@@ -13,16 +12,11 @@ from pathlib import Path
 import pytest
 import yaml
 from helpers.agent_runs import jpeg, wait_for, write_atomic, write_config
+from helpers.ports import free_port
 from prometheus_client.parser import text_string_to_metric_families
 
 from cdml_edge.agent.app import Agent
 from cdml_edge.config import load_config
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _scrape(port: int) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
@@ -42,7 +36,7 @@ def _value(port: int, name: str, **labels: str) -> float:
 def _mqtt_agent(
     tmp_path: Path, broker_port: int, spool: dict[str, str] | None = None
 ) -> tuple[Agent, int]:
-    port = _free_port()
+    port = free_port()
     cfg_path = write_config(tmp_path)
     doc = yaml.safe_load(cfg_path.read_text())
     doc["health"].update(metrics_port=port, metrics_host="127.0.0.1")
@@ -74,7 +68,7 @@ def test_connected_and_published_while_the_broker_is_there(tmp_path: Path, model
 
 
 def test_disconnected_and_spooling_while_the_broker_is_gone(tmp_path: Path, models: Path) -> None:
-    agent, port = _mqtt_agent(tmp_path, _free_port())  # nothing listens there
+    agent, port = _mqtt_agent(tmp_path, free_port())  # nothing listens there
     try:
         for n in range(3):
             write_atomic(tmp_path / "in/cam" / f"{n}.jpg", jpeg(40 * n))
@@ -86,7 +80,7 @@ def test_disconnected_and_spooling_while_the_broker_is_gone(tmp_path: Path, mode
 
 
 def test_messages_the_full_spool_dropped_are_counted(tmp_path: Path, models: Path) -> None:
-    agent, port = _mqtt_agent(tmp_path, _free_port(), spool={"max_bytes": "3KiB"})
+    agent, port = _mqtt_agent(tmp_path, free_port(), spool={"max_bytes": "3KiB"})
     try:
         for n in range(12):
             write_atomic(tmp_path / "in/cam" / f"{n}.jpg", jpeg(20 * n))

@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers.mqtt_brokers import free_port
+from helpers.ports import free_port
 from typer.testing import CliRunner
 
 from cdml_edge.cli import app

@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import re
 import shutil
-import socket
 import subprocess
 import time
 import urllib.request
@@ -22,6 +21,7 @@ from typing import Any
 import pytest
 import yaml
 from helpers.agent_runs import jpeg, wait_for, write_atomic, write_config
+from helpers.ports import free_port
 from prometheus_client.parser import text_string_to_metric_families
 
 from cdml_edge.agent.app import Agent
@@ -39,12 +39,6 @@ SUFFIXES = {
     "gauge": ("",),
     "info": ("_info",),
 }
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _get(url: str) -> Any:
@@ -73,7 +67,7 @@ def _named(exprs: list[str]) -> set[str]:
 @pytest.fixture
 def agent(tmp_path: Path, models: Path) -> Iterator[tuple[Agent, int]]:
     """A real agent with MQTT to the local Mosquitto and its metrics on a free port."""
-    port = _free_port()
+    port = free_port()
     cfg_path = write_config(tmp_path)
     doc = yaml.safe_load(cfg_path.read_text())
     doc["health"].update(metrics_port=port, metrics_host="127.0.0.1")
@@ -136,10 +130,12 @@ def test_a_real_prometheus_fires_agent_down_when_the_agent_stops(
 ) -> None:
     running, port = agent
     assert PROMETHEUS is not None
-    # the shipped rules, with every `for:` cut to 0s so the test needs seconds, not minutes
+    # the shipped rules, with every `for:` cut to 0s and every group evaluated each second
+    # (the recording group's own interval is 30 s), so the test needs seconds, not minutes
     rules = tmp_path / "rules.yml"
-    rules.write_text(re.sub(r"(?m)^(\s+)for: \S+$", r"\1for: 0s", RULES.read_text()))
-    web = _free_port()
+    text = re.sub(r"(?m)^(\s+)for: \S+$", r"\1for: 0s", RULES.read_text())
+    rules.write_text(re.sub(r"(?m)^(\s+)interval: \S+$", r"\1interval: 1s", text))
+    web = free_port()
     config = {
         "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
         "rule_files": [str(rules)],

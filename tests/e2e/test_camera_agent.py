@@ -20,8 +20,9 @@ import paho.mqtt.client as mqtt
 import pytest
 import yaml
 from helpers.agent_runs import wait_for
-from helpers.camera_servers import RtspServer, free_port
+from helpers.camera_servers import RtspServer
 from helpers.models import brightness_classifier
+from helpers.ports import free_port
 from paho.mqtt.enums import CallbackAPIVersion
 
 from cdml_edge.agent.app import Agent

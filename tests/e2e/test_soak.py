@@ -42,7 +42,8 @@ import pytest
 import yaml
 from helpers.agent_runs import wait_for
 from helpers.models import brightness_classifier
-from helpers.mqtt_brokers import BrokerProcess, Subscriber, free_port
+from helpers.mqtt_brokers import BrokerProcess, Subscriber
+from helpers.ports import free_port
 from helpers.soak import Episodes, Injector, Ledger, OpenWatch, fill, image, run_for
 
 from cdml_edge.agent.app import Agent

@@ -13,7 +13,6 @@ from __future__ import annotations
 import http.server
 import os
 import shutil
-import socket
 import subprocess
 import threading
 import time
@@ -31,12 +30,6 @@ PROBE = (
     "assert all(Gst.ElementFactory.find(e) for e in "
     "('videotestsrc', 'jpegenc', 'rtpjpegpay'))"
 )
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def rtsp_python() -> str:

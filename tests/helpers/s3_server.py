@@ -13,7 +13,6 @@ import http.client
 import logging
 import os
 import shutil
-import socket
 import tempfile
 import threading
 import time
@@ -24,14 +23,10 @@ from typing import Any
 
 import pytest
 
+from helpers.ports import free_port
+
 REGION = "us-east-1"
 _HOP = {"connection", "keep-alive", "transfer-encoding", "proxy-connection", "te", "upgrade"}
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @dataclass

@@ -17,7 +17,8 @@ from pathlib import Path
 import pytest
 from helpers.agent_runs import cam_config, jpeg, wait_for, write_atomic
 from helpers.full_disk import FullDisk
-from helpers.mqtt_brokers import BrokerProcess, Subscriber, broker_protocol, free_port, wait_until
+from helpers.mqtt_brokers import BrokerProcess, Subscriber, broker_protocol, wait_until
+from helpers.ports import free_port
 
 import cdml_edge.outputs.mqtt.spool as spool_mod
 from cdml_edge.agent.app import Agent

@@ -20,12 +20,12 @@ from helpers.mqtt_brokers import (
     BrokerProcess,
     Subscriber,
     broker_protocol,
-    free_port,
     make_certs,
     mosquitto_binary,
     wait_until,
 )
 from helpers.paths import HELPERS
+from helpers.ports import free_port
 
 from cdml_edge.config import MqttConfig, SpoolConfig, TlsConfig
 from cdml_edge.outputs.mqtt.publisher import MqttPublisher

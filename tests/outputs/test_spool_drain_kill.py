@@ -16,8 +16,9 @@ import uuid
 from pathlib import Path
 
 import pytest
-from helpers.mqtt_brokers import BrokerProcess, Subscriber, free_port, wait_until
+from helpers.mqtt_brokers import BrokerProcess, Subscriber, wait_until
 from helpers.paths import HELPERS
+from helpers.ports import free_port
 
 from cdml_edge.outputs.mqtt.publisher import COMMIT_EVERY
 

@@ -17,13 +17,13 @@ from __future__ import annotations
 import json
 import os
 import re
-import socket
 import time
 from collections.abc import Iterator
 
 import pytest
 import yaml
 from helpers import nspawn
+from helpers.ports import free_port
 from helpers.release_trees import source_tree
 
 pytestmark = [
@@ -36,12 +36,6 @@ pytestmark = [
 SRC = "/usr/local/src/cdml-edge"  # the checkout, as a user has it on the board
 BROKEN = "/usr/local/src/cdml-edge-broken"  # a release whose agent cannot start
 UNIT = "cdml-edge.service"
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _config(port: int) -> str:
@@ -101,7 +95,7 @@ class Board:
 def board(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Board]:
     tmp = tmp_path_factory.mktemp("nspawn")
     src = source_tree(tmp / "src", "0.1.0")
-    (src / "configs" / "nspawn.yaml").write_text(_config(_free_port()))
+    (src / "configs" / "nspawn.yaml").write_text(_config(free_port()))
     broken = source_tree(tmp / "broken", "0.1.1", broken=True)
     box = nspawn.Container(
         f"cdml-edge-test-{os.getpid()}",  # unique among runs on this machine

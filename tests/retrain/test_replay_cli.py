@@ -247,7 +247,7 @@ def test_replay_publish_beside_the_live_agent(setup: dict[str, Path]) -> None:
 
 
 def test_replay_publish_with_the_broker_away_exits_1(setup: dict[str, Path]) -> None:
-    from helpers.mqtt_brokers import free_port
+    from helpers.ports import free_port
 
     cfg = yaml.safe_load(setup["config"].read_text())
     cfg["mqtt"]["url"] = f"mqtt://127.0.0.1:{free_port()}"
