@@ -372,9 +372,12 @@ def test_a_future_mtime_is_clamped_to_when_the_file_was_seen(tmp_path: Path) -> 
     src.start()
     try:
         t0 = time.time()
-        p = inbox / "future.jpg"
-        write_atomic(p, jpeg(1))
-        os.utime(p, (4_102_444_800, 4_102_444_800))  # 2100-01-01
+        # The mtime is set before the rename: set after it, a loaded machine could let the
+        # source see the file (and find it stable) with its real mtime first.
+        tmp = inbox / "future.jpg.tmp"
+        tmp.write_bytes(jpeg(1))
+        os.utime(tmp, (4_102_444_800, 4_102_444_800))  # 2100-01-01
+        tmp.rename(inbox / "future.jpg")
         write_atomic(inbox / "now.jpg", jpeg(2))
         wait_for(lambda: len(sink.items) == 2, what="both files")
     finally:
