@@ -459,6 +459,18 @@ class LimitsConfig(_ConfigSection):
         gt=0,
         description="A CSV, array, JSON or text of more cells, values or words is refused.",
     )
+    decode_deadline: Duration | None = Field(
+        10.0,
+        gt=0,
+        description="CPU seconds a large decode (see isolate_decodes_over) may take in its own "
+        "process before it is killed and the file quarantined; unset = decode in-process.",
+    )
+    isolate_decodes_over: Size = Field(
+        32 * 1024**2,
+        ge=0,
+        description="Decodes that will allocate at least this much (from the header) run in a "
+        "killable decoder process under decode_deadline; smaller ones in-process.",
+    )
 
 
 class HealthConfig(_ConfigSection):

@@ -12,6 +12,7 @@ import numpy as np
 
 from . import audio_features
 from .errors import DecodeError
+from .isolation import isolated, run_decode
 from .limits import DecodeLimits, charged, current_limits
 
 AudioMode = Literal["mfcc", "waveform"]
@@ -35,19 +36,43 @@ def read_waveform(
     if not data:
         raise DecodeError(member, "empty audio data")
     lim = limits or current_limits()
+    buf = bytes(data)
     try:
-        with sf.SoundFile(io.BytesIO(bytes(data))) as f:
+        with sf.SoundFile(io.BytesIO(buf)) as f:
             frames, sr, cost = _check_header(
                 member, f.frames, f.channels, f.samplerate, sample_rate, lim
             )
-            with charged(cost):
-                return _samples(f, frames, sr, sample_rate, member)
+            if not isolated(lim, cost):
+                with charged(cost):
+                    return _samples(f, frames, sr, sample_rate, member)
     except DecodeError:
         raise
     except Exception as exc:  # soundfile raises LibsndfileError / RuntimeError / TypeError
-        # libsndfile's own words, without soundfile's "Error opening <_io.BytesIO object ...>"
-        detail = getattr(exc, "error_string", None) or str(exc).split(">: ", 1)[-1]
-        raise DecodeError(member, f"not decodable audio: {detail}") from exc
+        raise _undecodable(member, exc) from exc
+    with charged(cost):  # in a decoder process, under limits.decode_deadline
+        args = (buf, frames, sr, sample_rate, member)
+        return run_decode(_read_samples, args, member=member, limits=lim, cost=cost)
+
+
+def _undecodable(member: str, exc: Exception) -> DecodeError:
+    # libsndfile's own words, without soundfile's "Error opening <_io.BytesIO object ...>"
+    detail = getattr(exc, "error_string", None) or str(exc).split(">: ", 1)[-1]
+    return DecodeError(member, f"not decodable audio: {detail}")
+
+
+def _read_samples(
+    buf: bytes, frames: int, sr: int, sample_rate: int | None, member: str
+) -> tuple[np.ndarray, int]:
+    """:func:`_samples` of ``buf`` opened afresh (what a decoder process runs)."""
+    import soundfile as sf
+
+    try:
+        with sf.SoundFile(io.BytesIO(buf)) as f:
+            return _samples(f, frames, sr, sample_rate, member)
+    except DecodeError:
+        raise
+    except Exception as exc:
+        raise _undecodable(member, exc) from exc
 
 
 def _samples(

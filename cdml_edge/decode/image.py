@@ -15,6 +15,7 @@ from . import jpeg
 from .area import shrink
 from .errors import DecodeError
 from .image_header import JPEG_SOI, ImageHeader, jpeg_header, read_header
+from .isolation import run_decode
 from .limits import DecodeLimits, charged, current_limits
 from .orientation import Orientation, check_orientation, exif_orientation, orient, swaps_axes
 
@@ -207,10 +208,24 @@ def decode_image(
     if target is not None and swaps_axes(code):
         stored = (target[1], target[0])
     with charged(cost):
-        rgb = orient(_stored_pixels(buf, member, header, stored, reduced), code)
-        if target is not None:
-            rgb = resize(rgb, target)
-        return np.ascontiguousarray(rgb)
+        args = (buf, member, header, stored, reduced, code, target)
+        return run_decode(_pixels, args, member=member, limits=lim, cost=cost)
+
+
+def _pixels(
+    buf: bytes,
+    member: str,
+    header: ImageHeader,
+    stored: tuple[int, int] | None,
+    reduced: bool,
+    code: int,
+    target: tuple[int, int] | None,
+) -> np.ndarray:
+    """The decode itself (in this process or a decoder process: :mod:`.isolation`)."""
+    rgb = orient(_stored_pixels(buf, member, header, stored, reduced), code)
+    if target is not None:
+        rgb = resize(rgb, target)
+    return np.ascontiguousarray(rgb)
 
 
 def _stored_pixels(

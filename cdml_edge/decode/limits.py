@@ -41,6 +41,12 @@ class DecodeLimits:
     float32 before and after resampling, an array's decompressed size."""
     max_cells: int | None = 10_000_000
     """Values of one table or array (CSV cells, ``.npy`` elements, JSON values, text words)."""
+    decode_deadline: float | None = 10.0
+    """CPU seconds one isolated decode may take before its process is killed and the member
+    refused (``None``: every decode in-process, no deadline). See :mod:`.isolation`."""
+    isolate_decodes_over: int | None = 32 * MIB
+    """Decodes that will allocate at least this many bytes run in a killable decoder process
+    when :attr:`decode_deadline` is set (smaller ones cost less than the hand-over)."""
 
     @classmethod
     def of(cls, section: object) -> DecodeLimits:
@@ -64,7 +70,7 @@ class DecodeLimits:
         self.check(member, what, cells, self.max_cells, "cells")
 
 
-UNLIMITED = DecodeLimits(None, None, None, None, None)
+UNLIMITED = DecodeLimits(None, None, None, None, None, None, None)
 """No bound at all (trusted data only)."""
 
 _current = DecodeLimits()

@@ -67,6 +67,42 @@ def test_headers_over_the_configured_limits_are_quarantined(tmp_path: Path, mode
     assert [r["item"] for r in of_kind(lines, "/result")] == ["good.jpg"]
 
 
+def test_a_decode_past_its_cpu_deadline_is_quarantined_and_the_agent_goes_on(
+    tmp_path: Path, models: Path
+) -> None:
+    """A decode within every header bound still costs tenths of a second: past the deadline.
+
+    A 4000x3000 progressive JPEG; with a deadline below its cost, its decoder process is
+    killed and the file quarantined, and the files after it are scored.
+    """
+    cfg_path = write_config(tmp_path, inflight="64MiB")
+    doc = yaml.safe_load(cfg_path.read_text())
+    doc["limits"].update(decode_deadline=0.02, isolate_decodes_over="256KiB")
+    cfg_path.write_text(yaml.safe_dump(doc))
+    cam = tmp_path / "in/cam"
+    cam.mkdir(parents=True)
+    rng = np.random.default_rng(5)
+    noise = rng.integers(0, 256, (3000, 4000, 3), dtype=np.uint8)
+    params = [cv2.IMWRITE_JPEG_PROGRESSIVE, 1, cv2.IMWRITE_JPEG_QUALITY, 95]
+    slow = cv2.imencode(".jpg", noise, params)[1].tobytes()
+    agent = Agent(load_config(cfg_path), cfg_path)
+    agent.start()
+    out = tmp_path / "out.jsonl"
+    try:
+        (cam / "slow.jpg").write_bytes(slow)
+        wait_for(lambda: len(of_kind(read_jsonl(out), "/error")) == 1, what="the error event")
+        (cam / "good.jpg").write_bytes(jpeg(200))
+        wait_for(lambda: len(of_kind(read_jsonl(out), "/result")) == 1, what="the good result")
+    finally:
+        agent.stop()
+    lines = read_jsonl(out)
+    (error,) = of_kind(lines, "/error")
+    assert error["item"] == "slow.jpg" and error["error_type"] == "DecodeError"
+    assert "more than 0.02 s of CPU (limits.decode_deadline); abandoned" in error["message"]
+    assert Path(error["quarantined_path"]).is_file()
+    assert [r["item"] for r in of_kind(lines, "/result")] == ["good.jpg"]
+
+
 def test_reload_of_a_billion_laughs_is_refused_at_once(tmp_path: Path, models: Path) -> None:
     cfg_path = write_config(tmp_path)
     cam = tmp_path / "in/cam"
