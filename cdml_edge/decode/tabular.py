@@ -13,6 +13,7 @@ from typing import IO, Any
 import numpy as np
 
 from .errors import DecodeError
+from .isolation import run_decode
 from .limits import DecodeLimits, charged, current_limits
 
 _DELIMITERS = ",;\t|"
@@ -123,9 +124,12 @@ def decode_csv(
     """
     text = _to_str(data, member, encoding)
     delimiter = _delimiter(text, member)
-    cost = check_cells(text, member, "CSV", delimiter + "\n", limits or current_limits())
+    lim = limits or current_limits()
+    cost = check_cells(text, member, "CSV", delimiter + "\n", lim)
     with charged(cost):
-        return _parse_csv(text, delimiter, member)
+        return run_decode(
+            _parse_csv, (text, delimiter, member), member=member, limits=lim, cost=cost
+        )
 
 
 def _parse_csv(text: str, delimiter: str, member: str) -> CsvTable:
@@ -281,9 +285,10 @@ def decode_json(
     Its values (commas, brackets, braces and lines) are counted against ``limits`` first.
     """
     text = _to_str(data, member, encoding)
-    cost = check_cells(text, member, "JSON", ",[{\n", limits or current_limits())
+    lim = limits or current_limits()
+    cost = check_cells(text, member, "JSON", ",[{\n", lim)
     with charged(cost):
-        return _parse_json(text, member)
+        return run_decode(_parse_json, (text, member), member=member, limits=lim, cost=cost)
 
 
 def _parse_json(text: str, member: str) -> Any:

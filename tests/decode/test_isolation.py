@@ -126,3 +126,15 @@ def test_audio_decodes_the_same_in_a_decoder_process_and_within_its_deadline() -
     with pytest.raises(DecodeError) as err:
         read_waveform(long.getvalue(), member="long.flac", limits=_isolating(0.001))
     assert "limits.decode_deadline" in err.value.reason
+
+
+def test_a_large_csv_and_json_parse_the_same_in_a_decoder_process() -> None:
+    from cdml_edge.decode import decode_csv, decode_json
+
+    rows = "\n".join(f"{i},{i * 0.5},{i % 7}" for i in range(20_000))
+    csv = ("a,b,c\n" + rows).encode()
+    here = decode_csv(csv, member="t.csv")
+    there = decode_csv(csv, member="t.csv", limits=_isolating(30.0))
+    assert there.columns == here.columns and np.array_equal(there.values, here.values)
+    doc = ("[" + ",".join(f'{{"k": {i}}}' for i in range(5_000)) + "]").encode()
+    assert decode_json(doc, member="d.json", limits=_isolating(30.0)) == decode_json(doc)
