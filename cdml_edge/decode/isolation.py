@@ -89,6 +89,8 @@ class DecoderProcess:
     """One decoder child process: requests in on its stdin, results out on its stdout."""
 
     def __init__(self) -> None:
+        self.owner = os.getpid()
+        """The process that started it: a forked process (a DataLoader worker) starts its own."""
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "cdml_edge.decode.isolation_child"],
@@ -224,7 +226,7 @@ _local = threading.local()
 def _child() -> DecoderProcess:
     """This thread's decoder process, started if there is none or it has gone."""
     child: DecoderProcess | None = getattr(_local, "child", None)
-    if child is None or not child.alive():
+    if child is None or child.owner != os.getpid() or not child.alive():
         child = DecoderProcess()
         _local.child = child
     return child

@@ -138,3 +138,24 @@ def test_a_large_csv_and_json_parse_the_same_in_a_decoder_process() -> None:
     assert there.columns == here.columns and np.array_equal(there.values, here.values)
     doc = ("[" + ",".join(f'{{"k": {i}}}' for i in range(5_000)) + "]").encode()
     assert decode_json(doc, member="d.json", limits=_isolating(30.0)) == decode_json(doc)
+
+
+def test_a_forked_process_starts_its_own_decoder_process() -> None:
+    """A DataLoader worker forked from a process that had one must not share its pipes."""
+    parent_child = isolation._child()
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the forked side reports through the pipe
+        ok = 0
+        try:
+            mine = isolation._child()
+            ok = int(
+                mine is not parent_child and mine.call(os.getppid, (), "m", 30.0) == os.getpid()
+            )
+        finally:
+            os.write(write, bytes([ok]))
+            os._exit(0)
+    os.close(write)
+    assert os.read(read, 1) == b"\x01"
+    os.waitpid(pid, 0)
+    assert parent_child.call(os.getppid, (), "m", 30.0) == os.getpid()
