@@ -238,8 +238,8 @@ def on_new_batch(zip_path):
     for img in images:
         prediction = model(transform(img))
         print(f"Prediction: {prediction}")
-    print("batch", len(images), [a["mfcc"].shape for a in audio], sensor,
-          [(t["lines"], t["word_count"]) for t in logs], flush=True)
+    print("batch", len(images), type(images[0]).__module__, [a["mfcc"].shape for a in audio],
+          sensor, [(t["lines"], t["word_count"]) for t in logs], flush=True)
 
 # 2. Start monitoring — automatically packs & processes
 watch_and_pack(
@@ -314,7 +314,8 @@ def test_live_watch_and_pack(here: Path) -> None:
     out = _run_until(here, WATCH_AND_PACK, drop, lines=3)
     assert out[0].startswith("Prediction: tensor([") and out[1].startswith("Prediction: ")
     assert out[2] == (
-        "batch 2 [(20, 32)] [{'temp': 36.5, 'state': 'NORMAL'}, {'temp': 40.0, 'state': 'HOT'}]"
+        "batch 2 PIL.Image [(20, 32)]"
+        " [{'temp': 36.5, 'state': 'NORMAL'}, {'temp': 40.0, 'state': 'HOT'}]"
         " [(['belt two stopped', 'restarted'], 4)]"
     )
     assert out[3:] == ["stopped"]
