@@ -19,11 +19,14 @@ Record = dict[str, Any]
 
 
 def pil_images(arrays: Mapping[str, np.ndarray]) -> list[Any]:
-    """``PIL.Image`` (RGB) per image member; needs Pillow (not a dependency of cdml-edge)."""
+    """``PIL.Image`` (RGB) per image member; needs Pillow (the ``full`` extra, not the core)."""
     try:
         from PIL import Image
     except ImportError as exc:
-        raise ImportError("get_images(as_pil=True) needs Pillow: pip install Pillow") from exc
+        raise ImportError(
+            "get_images() gives PIL images and needs Pillow: pip install 'cdml-edge[full]',"
+            " or get_images(as_pil=False) for uint8 arrays"
+        ) from exc
     return [Image.fromarray(a, mode="RGB") for a in arrays.values()]
 
 

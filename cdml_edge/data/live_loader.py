@@ -150,11 +150,13 @@ class LiveBatchLoader:
         return out
 
     def get_images(
-        self, target_size: TargetSize = None, *, as_pil: bool = False, by_member: bool = False
+        self, target_size: TargetSize = None, *, as_pil: bool = True, by_member: bool = False
     ) -> Any:
-        """uint8 ``H×W×3`` RGB arrays per image member (resized when ``target_size`` is given).
+        """RGB ``PIL.Image`` objects per image member, as cdmltrain (resized to ``target_size``).
 
-        A list, ``PIL.Image`` objects with ``as_pil``, or ``{member: array}``.
+        Pillow is imported here (the ``full`` extra); ``as_pil=False`` gives uint8 ``H×W×3``
+        RGB arrays instead, and needs no Pillow (what the appliance asks for);
+        ``by_member`` gives ``{member: array}``.
         """
         arrays: dict[str, np.ndarray] = self._decoded("image", target_size=target_size)
         if by_member:
@@ -224,15 +226,21 @@ class LiveBatchLoader:
         return self._decoded("binary")
 
     def get_all(
-        self, target_size: TargetSize = None, n_mfcc: int = 20, *, by_member: bool = False
+        self,
+        target_size: TargetSize = None,
+        n_mfcc: int = 20,
+        *,
+        as_pil: bool = True,
+        by_member: bool = False,
     ) -> dict[str, Any]:
         """cdmltrain 1.1.4's ``{"images", "audio", "csv", "json", "text"}`` lists.
 
-        With ``by_member``, every modality present as ``{modality: {member: value}}``.
+        Images as :meth:`get_images` gives them (``as_pil=False``: arrays). With
+        ``by_member``, every modality present as ``{modality: {member: value}}``.
         """
         if not by_member:
             return {
-                "images": self.get_images(target_size),
+                "images": self.get_images(target_size, as_pil=as_pil),
                 "audio": self.get_audio(n_mfcc),
                 "csv": self.get_csv(),
                 "json": self.get_json(),

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal, overload
 
 import torch
 from torch import nn
@@ -11,8 +11,10 @@ from torch import nn
 class LatentModel(nn.Module):
     """Base of all models: ``compress(x) -> z``, optional ``classifier(z)`` / ``decompress(z)``.
 
-    ``forward(x)`` returns a dict with ``latent`` and, where the model has them,
-    ``logits`` and ``recon``. ``config`` holds the constructor arguments, so a
+    Calling a model, ``model(x)``, gives its code ``z`` ``(N, latent_dim)``, as cdmltrain's
+    ``z = encoder(x)``; ``model(x, return_dict=True)`` or :meth:`outputs` give the dict with
+    ``latent`` and, where the model has them, ``logits`` and ``recon`` (what
+    :class:`~cdml_edge.nn.CDMLLoss` takes). ``config`` holds the constructor arguments, so a
     checkpoint can rebuild the model (see :func:`cdml_edge.nn.build_model`).
     """
 
@@ -40,14 +42,32 @@ class LatentModel(nn.Module):
             raise RuntimeError(f"{type(self).__name__} was built without a classifier head")
         return self.head(z)
 
-    def forward(self, x: torch.Tensor) -> dict[str, torch.Tensor]:
-        """``latent``, plus ``logits`` and ``recon`` where the model has them."""
+    @overload
+    def forward(self, x: torch.Tensor, return_dict: Literal[False] = False) -> torch.Tensor: ...
+
+    @overload
+    def forward(self, x: torch.Tensor, return_dict: Literal[True]) -> dict[str, torch.Tensor]: ...
+
+    def forward(
+        self, x: torch.Tensor, return_dict: bool = False
+    ) -> torch.Tensor | dict[str, torch.Tensor]:
+        """The code ``z`` of ``x``; with ``return_dict``: ``latent``, ``logits``, ``recon``.
+
+        ``logits`` and ``recon`` are there where the model has a head and a decoder.
+        """
         z = self.compress(x)
+        if not return_dict:
+            return z
         out = {"latent": z}
         if self.head is not None:
             out["logits"] = self.head(z)
         if self.has_decoder:
             out["recon"] = self.decompress(z)
+        return out
+
+    def outputs(self, x: torch.Tensor) -> dict[str, torch.Tensor]:
+        """``model(x, return_dict=True)``: ``latent``, plus ``logits`` and ``recon`` if any."""
+        out: dict[str, torch.Tensor] = self(x, return_dict=True)
         return out
 
     def num_parameters(self) -> int:

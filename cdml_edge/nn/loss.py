@@ -45,8 +45,13 @@ class CDMLLoss(nn.Module):
     ) -> tuple[torch.Tensor, dict[str, float]]:
         """The weighted total and each term by name, for model outputs ``out`` of ``x``.
 
+        ``out`` is the dict of ``model(x, return_dict=True)`` (a tensor: ``TypeError``);
         ``ValueError`` when no term applies (no ``recon``, no ``logits`` with labels ``y``).
         """
+        if not isinstance(out, dict):
+            raise TypeError(
+                "CDMLLoss takes a model's outputs dict: loss(model(x, return_dict=True), x, y)"
+            )
         terms: dict[str, torch.Tensor] = {}
         if self.recon_weight and "recon" in out:
             terms["recon"] = self.recon_weight * F.mse_loss(out["recon"], x)

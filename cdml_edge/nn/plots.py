@@ -35,7 +35,7 @@ def confusion_matrix(trainer: CDMLTrainer, loader: Iterable[Any], n_classes: int
         x, y = _split(batch)
         if y is None:
             continue
-        out = trainer.model(x.to(trainer.device))
+        out = trainer.model.outputs(x.to(trainer.device))
         if "logits" not in out:
             continue
         pred = out["logits"].argmax(1).cpu().numpy()

@@ -187,7 +187,7 @@ class CDMLTrainer:
             x, y = _split(batch)
             x = x.to(self.device, non_blocking=True)
             y = y.to(self.device, non_blocking=True) if y is not None else None
-            out = self.net(x)
+            out = self.net(x, return_dict=True)  # through DDP's forward: its hooks
             loss, _ = self.loss(out, x, y)
             self.optimizer.zero_grad(set_to_none=True)
             loss.backward()
@@ -211,7 +211,7 @@ class CDMLTrainer:
             x, y = _split(batch)
             x = x.to(self.device)
             y = y.to(self.device) if y is not None else None
-            out = self.model(x)
+            out = self.model.outputs(x)
             loss, _ = self.loss(out, x, y)
             n = x.shape[0]
             total += float(loss) * n

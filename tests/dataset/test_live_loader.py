@@ -101,12 +101,9 @@ def test_live_and_decode_do_not_import_torch() -> None:
 def test_seed_shapes_by_default() -> None:
     """The seed's forms: lists in archive order, rows and records as dicts."""
     live = LiveBatchLoader(pack(_window(), format="zip"))
-    images = live.get_images(target_size=(16, 8))
+    images = live.get_images(target_size=(16, 8), as_pil=False)
     assert isinstance(images, list) and len(images) == 3
     assert all(a.shape == (8, 16, 3) and a.dtype == np.uint8 for a in images)
-    pil = live.get_images(as_pil=True)
-    assert [p.size for p in pil] == [(48, 32)] * 3 and {p.mode for p in pil} == {"RGB"}
-    assert np.array_equal(np.asarray(pil[0]), live.get_images()[0])
     [audio] = live.get_audio(n_mfcc=13)
     assert audio["filename"] == "mic/a.wav" and audio["mfcc"].shape == (13, 1 + 8000 // 512)
     assert audio["mfcc_mean"].shape == (13,) and audio["sample_rate"] == 16000
@@ -124,10 +121,50 @@ def test_seed_shapes_by_default() -> None:
     everything = live.get_all()
     assert set(everything) == {"images", "audio", "csv", "json", "text"}
     assert len(everything["images"]) == 3 and everything["json"] == [{"line": 3}]
+    assert all(isinstance(a, np.ndarray) for a in live.get_all(as_pil=False)["images"])
     s = live.summary()
     assert (s["total_files"], s["images"], s["audio_files"], s["csv_files"]) == (9, 3, 1, 1)
     assert (s["json_files"], s["text_files"], s["tabular_files"]) == (1, 1, 2)
     assert s["manifest_present"] is False
+
+
+def test_get_images_gives_pil_images_by_default_and_arrays_by_option() -> None:
+    """cdmltrain's ``get_images()``: PIL images ready for a model; arrays with ``as_pil=False``."""
+    from PIL import Image
+
+    live = LiveBatchLoader(pack(_window(), format="zip"))
+    pil = live.get_images()
+    assert all(isinstance(p, Image.Image) for p in pil) and len(pil) == 3
+    assert [p.size for p in pil] == [(48, 32)] * 3 and {p.mode for p in pil} == {"RGB"}
+    assert [p.size for p in live.get_images(target_size=(16, 8))] == [(16, 8)] * 3
+    arrays = live.get_images(as_pil=False)
+    assert all(isinstance(a, np.ndarray) and a.dtype == np.uint8 for a in arrays)
+    assert np.array_equal(np.asarray(pil[0]), arrays[0])
+    assert all(isinstance(p, Image.Image) for p in live.get_all()["images"])
+
+
+def test_the_live_path_needs_no_pillow(tmp_path: Path) -> None:
+    """With Pillow unimportable, arrays work and the PIL default says what to do."""
+    archive = tmp_path / "w.zip"
+    archive.write_bytes(pack(class_images(1)))
+    code = (
+        "import sys; sys.modules['PIL'] = None\n"
+        "from cdml_edge import LiveBatchLoader, watch_and_pack, watch_in_memory\n"
+        "import cdml_edge.agent.app, cdml_edge.model.spec, cdml_edge.live\n"
+        f"live = LiveBatchLoader({str(archive)!r})\n"
+        "assert [a.shape for a in live.get_images(as_pil=False)] == [(32, 48, 3)] * 3\n"
+        "assert len(live.get_all(as_pil=False)['images']) == 3\n"
+        "try:\n"
+        "    live.get_images()\n"
+        "except ImportError as exc:\n"
+        "    print(exc)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == [
+        "get_images() gives PIL images and needs Pillow: pip install 'cdml-edge[full]',"
+        " or get_images(as_pil=False) for uint8 arrays"
+    ]
 
 
 def test_json_records_and_flattening() -> None:

@@ -13,7 +13,18 @@ from pathlib import Path
 
 from helpers.docs_pages import ROOT, cli_env
 
-HEAVY = ("torch", "ray", "boto3", "sklearn", "onnx", "matplotlib", "pyarrow", "pandas", "librosa")
+HEAVY = (
+    "torch",
+    "ray",
+    "boto3",
+    "sklearn",
+    "onnx",
+    "matplotlib",
+    "pyarrow",
+    "pandas",
+    "librosa",
+    "PIL",
+)
 
 
 def _rule(makefile: str, target: str) -> tuple[list[str], list[str]]:

@@ -238,8 +238,8 @@ def on_new_batch(zip_path):
     for img in images:
         prediction = model(transform(img))
         print(f"Prediction: {prediction}")
-    print("batch", len(images), [a["mfcc"].shape for a in audio], sensor,
-          [(t["lines"], t["word_count"]) for t in logs], flush=True)
+    print("batch", len(images), type(images[0]).__module__, [a["mfcc"].shape for a in audio],
+          sensor, [(t["lines"], t["word_count"]) for t in logs], flush=True)
 
 # 2. Start monitoring — automatically packs & processes
 watch_and_pack(
@@ -314,7 +314,8 @@ def test_live_watch_and_pack(here: Path) -> None:
     out = _run_until(here, WATCH_AND_PACK, drop, lines=3)
     assert out[0].startswith("Prediction: tensor([") and out[1].startswith("Prediction: ")
     assert out[2] == (
-        "batch 2 [(20, 32)] [{'temp': 36.5, 'state': 'NORMAL'}, {'temp': 40.0, 'state': 'HOT'}]"
+        "batch 2 PIL.Image [(20, 32)]"
+        " [{'temp': 36.5, 'state': 'NORMAL'}, {'temp': 40.0, 'state': 'HOT'}]"
         " [(['belt two stopped', 'restarted'], 4)]"
     )
     assert out[3:] == ["stopped"]
@@ -391,8 +392,10 @@ def test_multimodal_encoders() -> None:
     ts_enc = TimeSeriesEncoder(input_features=8, latent_dim=64)
     z_ts = ts_enc(sequence)  # [B, 50, 8] → [B, 64]
     # --
-    # our models return {"latent": z, ...}: one output form for every model
-    assert z_audio["latent"].shape == z_tab["latent"].shape == z_ts["latent"].shape == (4, 64)
+    # the README's promise: each call gives the latent tensor
+    for z in (z_audio, z_tab, z_ts):
+        assert isinstance(z, torch.Tensor) and z.shape == (4, 64)
+    assert set(audio_enc(waveform, return_dict=True)) == {"latent"}  # the dict, asked for
     assert audio_enc.compress(waveform).shape == (4, 64)
     # the seed's layout is the one taken: time steps second, features last
     ts_enc.eval()

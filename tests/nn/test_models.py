@@ -33,7 +33,7 @@ def test_tier2_compress_decompress_classify(size: int, channels: int) -> None:
     assert z.shape == (5, 16)
     assert model.decompress(z).shape == x.shape
     assert model.classifier(z).shape == (5, 4)
-    out = model(x)
+    out = model(x, return_dict=True)
     assert set(out) == {"latent", "logits", "recon"}
     torch.testing.assert_close(out["latent"], z)
 
@@ -46,7 +46,7 @@ def test_tier2_rejects_odd_sizes_and_headless_classifier() -> None:
     with pytest.raises(ValueError, match="multiple of 16"):
         CDMLTrainTier2(image_size=40)
     model = CDMLTrainTier2(num_classes=0, image_size=32)
-    assert "logits" not in model(torch.randn(2, 3, 32, 32))
+    assert "logits" not in model.outputs(torch.randn(2, 3, 32, 32))
     with pytest.raises(RuntimeError, match="without a classifier head"):
         model.classifier(torch.randn(2, 64))
 
@@ -85,7 +85,7 @@ def test_encoders_share_the_latent_interface(encoder: str) -> None:
         "TabularEncoder": TabularEncoder,
     }
     model, x = encoders[cls](**kwargs), torch.randn(*shape)
-    out = model(x)
+    out = model(x, return_dict=True)
     assert out["latent"].shape == (4, 8)
     assert out["logits"].shape == (4, 3)
     assert "recon" not in out
@@ -93,6 +93,30 @@ def test_encoders_share_the_latent_interface(encoder: str) -> None:
         model.decompress(out["latent"])  # type: ignore[operator]
     clone = build_model(type(model).__name__, model.config)  # type: ignore[arg-type]
     assert clone.num_parameters() == model.num_parameters()  # type: ignore[operator]
+
+
+@pytest.mark.parametrize("encoder", [*ENCODERS, "tier2"])
+def test_calling_a_model_gives_its_code(encoder: str) -> None:
+    """cdmltrain's ``z = encoder(x)``: a ``(B, latent_dim)`` tensor; the dict by option."""
+    import torch
+
+    from cdml_edge.nn import AudioEncoder, CDMLTrainTier2, TabularEncoder, TimeSeriesEncoder
+
+    cls, kwargs, shape = ENCODERS.get(encoder, ("CDMLTrainTier2", {"latent_dim": 8}, (4, 3072)))
+    built = {
+        "AudioEncoder": AudioEncoder,
+        "TimeSeriesEncoder": TimeSeriesEncoder,
+        "TabularEncoder": TabularEncoder,
+        "CDMLTrainTier2": CDMLTrainTier2,
+    }
+    model, x = built[cls](**kwargs).eval(), torch.randn(*shape)
+    z = model(x)
+    assert isinstance(z, torch.Tensor) and z.shape == (4, 8)
+    torch.testing.assert_close(z, model.compress(x))
+    out = model(x, return_dict=True)
+    assert isinstance(out, dict) and {"latent", "logits"} <= set(out)
+    torch.testing.assert_close(out["latent"], z)
+    assert set(model.outputs(x)) == set(out)
 
 
 def test_build_model_unknown_name() -> None:
@@ -123,6 +147,8 @@ def test_loss_weights_and_missing_terms() -> None:
     assert set(only_recon) == {"recon"}
     with pytest.raises(ValueError, match="no loss term"):
         CDMLLoss()({"latent": torch.ones(2, 4)}, x, None)
+    with pytest.raises(TypeError, match=r"loss\(model\(x, return_dict=True\), x, y\)"):
+        CDMLLoss()(torch.ones(2, 4), x, None)  # type: ignore[arg-type]  # model(x): the code only
 
 
 def test_prototypes_and_nearest() -> None:

@@ -62,7 +62,7 @@ def test_fit_logs_metrics_and_never_overwrites_checkpoints(tmp_path: Path) -> No
     assert spec is None and ckpt["epoch"] == 3
     x = blobs(8, seed=5).tensors[0]
     model.eval()
-    torch.testing.assert_close(rebuilt(x)["logits"], model(x)["logits"])
+    torch.testing.assert_close(rebuilt.outputs(x)["logits"], model.outputs(x)["logits"])
 
 
 def test_checkpoints_kept_are_the_last_and_the_best(tmp_path: Path) -> None:

@@ -96,7 +96,7 @@ def test_train_reports_val_acc_against_the_training_classes(
     val = spec_dataset(colour_data["val"], res.spec, labels=None)  # truth from the names
     with torch.no_grad():
         x = torch.stack([val[i] for i in range(len(val))])
-        predicted = model(x)["logits"].argmax(1).tolist()
+        predicted = model(x, return_dict=True)["logits"].argmax(1).tolist()
     truth = [res.classes.index(n.split("/")[0]) for n in val.names]
     really = sum(p == t for p, t in zip(predicted, truth, strict=True)) / len(truth)
     assert res.history[-1]["val_acc"] == pytest.approx(really)
