@@ -25,7 +25,7 @@ import io
 import logging
 import os
 import pickle
-import select
+import selectors
 import signal
 import struct
 import subprocess
@@ -107,7 +107,7 @@ class DecoderProcess:
         """Wait for the child's imports (not counted against any decode's deadline)."""
         stdout = self.proc.stdout
         assert stdout is not None
-        ready, _, _ = select.select([stdout], [], [], _START_TIMEOUT)
+        ready = _readable(stdout, _START_TIMEOUT)
         line = stdout.readline() if ready else b""
         if line != b"ready\n":
             self.kill()
@@ -143,7 +143,7 @@ class DecoderProcess:
         assert stdout is not None
         t0 = time.monotonic()
         while True:
-            ready, _, _ = select.select([stdout], [], [], min(0.05 + deadline / 20, 0.5))
+            ready = _readable(stdout, min(0.05 + deadline / 20, 0.5))
             if ready:
                 return
             wall = time.monotonic() - t0
@@ -208,6 +208,13 @@ class DecoderProcess:
                     stream.close()
         with contextlib.suppress(subprocess.TimeoutExpired):
             self.proc.wait(timeout=5)
+
+
+def _readable(stream: Any, timeout: float) -> bool:
+    """Whether ``stream`` has bytes to read within ``timeout`` seconds (any descriptor number)."""
+    with selectors.DefaultSelector() as sel:
+        sel.register(stream, selectors.EVENT_READ)
+        return bool(sel.select(timeout))
 
 
 def _widen(stream: Any) -> None:
