@@ -47,6 +47,7 @@ from typing import Any
 
 import numpy as np
 import psutil
+from cgroups import WeightedGroup
 from timing import cpu_per_item, load_average, percentile
 
 from cdml_edge import synth
@@ -242,7 +243,7 @@ class MqttTail(Results):
 class Agent:
     """``cdml-edge run`` in a subprocess, with its CPU time and RSS sampled."""
 
-    def __init__(self, cfg: Path, cpus: str | None = None, nice: int = 0) -> None:
+    def __init__(self, cfg: Path, cpus: str | None = None, nice: int = 0, weight: int = 0) -> None:
         self.launched = time.time()
         pin = ["taskset", "-c", cpus] if cpus else []
         if nice:
@@ -261,6 +262,9 @@ class Agent:
             ],
             cwd=ROOT,
         )
+        self.group = WeightedGroup("cdml-bench-agent", weight) if weight else None
+        if self.group is not None:
+            self.group.add(self.proc.pid)
         self.ps = psutil.Process(self.proc.pid)
         self.peak_rss = 0
         self._stop = threading.Event()
@@ -302,6 +306,8 @@ class Agent:
         self.proc.terminate()
         code = self.proc.wait(60)
         self._stop.set()
+        if self.group is not None:
+            self.group.remove()
         return code
 
 
@@ -356,21 +362,33 @@ def rate_phase(
 
 
 class Neighbours:
-    """``count`` CPU-bound processes (one busy loop each) beside the agent while in use."""
+    """``count`` CPU-bound processes (one busy loop each) beside the agent while in use.
 
-    def __init__(self, count: int) -> None:
+    With ``weighted``, they share a control group of the default CPU weight (100), as
+    another service would, the agent being in its own (``--cpu-weight``).
+    """
+
+    def __init__(self, count: int, weighted: bool = False) -> None:
         self.count = count
+        self.weighted = weighted
         self._procs: list[subprocess.Popen[bytes]] = []
+        self._group: WeightedGroup | None = None
 
     def __enter__(self) -> Neighbours:
         loop = "while True:\n    pass"
         self._procs = [subprocess.Popen([sys.executable, "-c", loop]) for _ in range(self.count)]
+        if self.weighted:
+            self._group = WeightedGroup("cdml-bench-neighbours", 100)
+            for proc in self._procs:
+                self._group.add(proc.pid)
         return self
 
     def __exit__(self, *exc: object) -> None:
         for proc in self._procs:
             proc.kill()
             proc.wait()
+        if self._group is not None:
+            self._group.remove()
 
 
 def sustained_phase(
@@ -443,7 +461,7 @@ def run_kind(
         tail: Results = (
             MqttTail(topic_prefix(tmp)) if output == "mqtt" else FileTail(tmp / "out.jsonl")
         )
-        agent = Agent(cfg, cpus, args.nice)
+        agent = Agent(cfg, cpus, args.nice, args.cpu_weight)
         try:
             warm = feed(tmp / "in", "warm", data, kind.ext, 20, 1.0)
             tail.wait(warm, timeout=180)
@@ -457,9 +475,9 @@ def run_kind(
                 for r in args.rate_list
             ]
             if args.neighbours:
-                with Neighbours(args.neighbours):
+                with Neighbours(args.neighbours, weighted=bool(args.cpu_weight)):
                     loaded = rate_phase(agent, tail, tmp / "in", kind, data, 30, args.seconds, "n")
-                rows.append({**loaded, "neighbours": args.neighbours})
+                rows.append({**loaded, "neighbours": args.neighbours, "weight": args.cpu_weight})
             backlog = max(1, int(kind.backlog * args.backlog_scale))
             sus = sustained_phase(agent, tail, tmp, kind, data, backlog)
         finally:
@@ -506,6 +524,7 @@ def report(r: dict[str, Any], inflight_mib: int) -> bool:
             f"{x['p50']:>8.1f}{x['p99']:>8.1f}{x['agent_p99']:>10.1f}{x['per_window']:>10.1f}"
             f"{x['peak_rss'] / mib:>9.0f}{x['files'] - x['results']:>5}{x['load']:>6.1f}"
             + (f"  beside {x['neighbours']} CPU-bound processes" if "neighbours" in x else "")
+            + (f" (agent CPU weight {x['weight']} to their 100)" if x.get("weight") else "")
         )
     s = r["sustained"]
     bound = r["idle_rss"] + inflight_mib * mib
@@ -551,6 +570,13 @@ def main() -> int:
         type=int,
         default=os.cpu_count() or 1,
         help="CPU-bound processes beside the agent for an extra 30 files/s row (0: none)",
+    )
+    ap.add_argument(
+        "--cpu-weight",
+        type=int,
+        default=0,
+        help="put the agent in a control group of this CPU weight and the neighbours in one "
+        "of 100, as systemd's CPUWeight= does for two services (root; 0: off)",
     )
     ap.add_argument(
         "--nice",
