@@ -42,7 +42,12 @@ from cdml_edge.retrain.export import (
     why_empty,
 )
 from cdml_edge.retrain.export_job import ExportSummary, Selection
-from cdml_edge.retrain.fleet.fetch import DEFAULT_WHOLE_LIMIT, FetchCount, archive_source
+from cdml_edge.retrain.fleet.fetch import (
+    DEFAULT_WHOLE_LIMIT,
+    FetchCount,
+    archive_source,
+    refused,
+)
 from cdml_edge.retrain.fleet.locations import Listing, S3Options, WindowRef, list_windows
 from cdml_edge.retrain.fleet.rows import (
     ItemSelection,
@@ -53,6 +58,7 @@ from cdml_edge.retrain.fleet.rows import (
 )
 from cdml_edge.retrain.fleet.session import FleetTuning
 from cdml_edge.retrain.layout import SPLIT_NAMES
+from cdml_edge.store.ondisk import RetentionError
 
 
 @dataclass
@@ -177,7 +183,8 @@ def _plan(listing: Listing, scope: Scope, chooser: ItemSelection, tune: FleetTun
         WindowDatasource(listing.windows, builder, task_bytes=tune.task_bytes, name="ExportPlan"),
         num_cpus=tune.read_cpus,
     )
-    cols = ["location", "status", "error", "member", "size", "stats", "s3_requests", "s3_bytes"]
+    cols = ["location", "window_id", "status", "error", "member", "size", "stats"]
+    cols += ["s3_requests", "s3_bytes"]
     plan = _ExportPlan(ExportStats(), [], [], set())
     for row in ds.select_columns(cols).iter_rows():
         plan.s3_requests += row["s3_requests"] or 0
@@ -186,6 +193,8 @@ def _plan(listing: Listing, scope: Scope, chooser: ItemSelection, tune: FleetTun
             plan.picks.append((row["member"], row["size"], row["location"]))
         elif row["status"] == "window":
             plan.used |= merge_counters(plan.stats, json.loads(row["stats"]))
+        elif row["status"] == "refused":  # named and failing the run, as the local export
+            plan.stats.refuse(row["window_id"] or row["location"], row["error"])
         else:  # local export counts an unreadable sidecar as a missing window
             plan.stats.missing_windows += 1
             plan.errors.append(row["error"] or row["location"])
@@ -319,7 +328,14 @@ def _shard_members(
         return []
     where = ref.archive_at(rw.archive.file)
     size = ref.archive_bytes if ref.archive == where else rw.archive.bytes
-    src, counted = archive_source(where, size, job.scope.s3, job.scope.whole_limit, count)
+    try:
+        src, counted = archive_source(where, size, job.scope.s3, job.scope.whole_limit, count)
+    except RetentionError as exc:
+        if not refused(exc):
+            raise
+        stats.refuse(rw.manifest.window_id, str(exc))  # swapped for a link since the plan
+        stats.corrupt += len(picks)
+        return []
     try:
         datas = read_group(src, [p.item.member for p in picks])
     finally:
@@ -363,6 +379,7 @@ def _merge(summary: FleetExportSummary, results: list[dict[str, Any]]) -> None:
         s = json.loads(r["stats"])
         for k in ("corrupt", "bytes_in", "exported", "missing_windows"):
             setattr(st, k, getattr(st, k) + s[k])
+        st.refused += s["refused"]
         for name, n in s["classes"].items():
             st.classes[name] = st.classes.get(name, 0) + n
         for name, n in s["splits"].items():

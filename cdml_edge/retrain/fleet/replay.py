@@ -47,7 +47,7 @@ class FleetReplaySummary:
     @property
     def complete(self) -> bool:
         """Every window was read (the exit status is 0), as for the local replay."""
-        return self.stats.corrupt == 0
+        return self.stats.corrupt == 0 and self.stats.skipped == 0
 
     def line(self) -> str:
         """The local replay's summary line, then the fleet's details as one JSON line."""
@@ -138,6 +138,7 @@ def _summarise(scored: Any, out: str, list_requests: int) -> FleetReplaySummary:
             "failures",
             "missing",
             "corrupt",
+            "skipped",
             "changed_labels",
             "changed_anomalies",
             "bytes_read",

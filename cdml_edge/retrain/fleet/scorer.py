@@ -132,7 +132,7 @@ class ReplayScorer:
         base = {c: w.get(c) for c in ("window_id", "device", "source", "closed_at")}
         base.update({c: w.get(c) for c in self.partition_columns})
         if w["status"] != "ok":
-            _count_bad(st, w["status"], w["error"] or w["status"])
+            _count_bad(st, w["status"], w["error"] or w["status"], w["window_id"] or w["location"])
             return [self._window_row(base, st, {}, w)]
         try:
             retained = parse_sidecar(w["sidecar"], w["location"]).manifest
@@ -146,7 +146,7 @@ class ReplayScorer:
                 models=self.source_models.get(retained.source),
             )
         except Exception as exc:  # a window the pipeline cannot read: counted, not raised
-            _count_bad(st, "corrupt", f"{w['location']}: {type(exc).__name__}: {exc}")
+            _count_bad(st, "corrupt", f"{w['location']}: {type(exc).__name__}: {exc}", "")
             return [self._window_row(base, st, {}, w)]
         count_window(st, outcome, recs, len(w["archive"]))
         rows = [_result_row(base, i, doc) for i, doc in enumerate(recs)]
@@ -164,7 +164,11 @@ class ReplayScorer:
         return {**base, "kind": "window", "stats": json.dumps(counters, sort_keys=True)}
 
 
-def _count_bad(st: ReplayStats, status: str, error: str) -> None:
+def _count_bad(st: ReplayStats, status: str, error: str, window: str) -> None:
+    """A window not scored: ``refused`` is skipped and named as the local replay does."""
+    if status == "refused":
+        st.skip(window, error)
+        return
     if status == "missing":
         st.missing += 1
     else:
