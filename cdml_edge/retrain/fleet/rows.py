@@ -9,9 +9,10 @@ Three kinds of rows, one builder each (picklable; no Ray here, so they are teste
   size, no bytes) and one ``window`` row with the selection's counters.
 
 A window that cannot be read is one row with ``status`` (``refused``: its sidecar or archive
-is a link or special file, never read; ``missing``: gone or unreadable; ``corrupt``: the archive's SHA-256 differs from its sidecar's, or
-nothing in it can be read) and ``error`` naming the file; it never raises, so one bad window
-cannot abort a job. Windows outside ``since``/``until``/``source`` give no row at all.
+is a link or special file, never read; ``missing``: gone or unreadable; ``corrupt``: the
+archive's SHA-256 differs from its sidecar's, or nothing in it can be read) and ``error``
+naming the file; it never raises, so one bad window cannot abort a job. Windows outside
+``since``/``until``/``source`` give no row at all.
 """
 
 from __future__ import annotations
