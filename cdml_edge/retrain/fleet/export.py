@@ -184,8 +184,10 @@ def _plan(listing: Listing, scope: Scope, chooser: ItemSelection, tune: FleetTun
     import ray
 
     builder = PlanRows(scope, chooser)
-    n = max(1, int(cluster_cpus() / tune.plan_cpus))
-    groups = group_windows(listing.windows, n, weight)
+    wanted = -(-len(listing.windows) // tune.plan_windows)
+    groups = group_windows(
+        listing.windows, min(wanted, int(cluster_cpus() / tune.plan_cpus)), weight
+    )
     task = ray.remote(num_cpus=tune.plan_cpus)(plan_rows)
     shared = ray.put(builder)
     plan = _ExportPlan(ExportStats(), [], [], set())

@@ -137,6 +137,7 @@ class FleetTuning:
     actor_cpus: float = 1.0  # a replay actor reads, decodes, scores and writes its windows
     read_cpus: float = 0.25  # read tasks of read_items / read_windows
     plan_cpus: float = 0.5  # export pass 1 (sidecars only: mostly waiting on I/O)
+    plan_windows: int = 500  # windows per plan task (each task a worker to start)
     writer_cpus: float = 1.0  # export shard writers (compression)
     windows_per_batch: int = 16  # replay: windows per actor call (at least 2 calls per actor)
     task_bytes: int = 256 << 20  # archive bytes per read task (about)
