@@ -26,6 +26,7 @@ import dataclasses
 import os
 import shutil
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 from bench_replay import build_model, make_windows
@@ -84,6 +85,7 @@ def main() -> None:
     ap.add_argument("--per-window", type=int, default=16)
     ap.add_argument("--size", type=int, default=64)
     ap.add_argument("--cpus", type=int, default=os.cpu_count() or 2)
+    ap.add_argument("--repeat", type=int, default=3, help="runs of each; the best is kept")
     ap.add_argument("--plan-devices", type=int, default=100)
     ap.add_argument("--plan-days", type=int, default=90)
     ap.add_argument(
@@ -103,10 +105,13 @@ def main() -> None:
             d / "fleet", model, args.devices, args.windows, args.per_window, args.size
         )
         runners = load_runners({"image": (model, ModelOverrides())}, warm_up=True)
-        local = measure_tree(lambda: [replay_to_jsonl(r, runners, d / "l.jsonl") for r in rings])
+        local = best_tree(
+            lambda: [replay_to_jsonl(r, runners, d / "l.jsonl") for r in rings], args.repeat
+        )
         member_bytes = [export_trainset(r, d / f"l{i}.zip").bytes_in for i, r in enumerate(rings)]
-        local_export = measure_tree(
-            lambda: [export_trainset(r, d / f"l{i}.zip") for i, r in enumerate(rings)]
+        local_export = best_tree(
+            lambda: [export_trainset(r, d / f"l{i}.zip") for i, r in enumerate(rings)],
+            args.repeat,
         )
         timings = measure_ray(args, d, rings, ship_models(runners, {}, [model]))
     f = Figures(
@@ -139,14 +144,27 @@ def measure_ray(
 
     with ray_session(RaySettings(num_cpus=args.cpus, temp_dir=str(d / "ray"))):
         replay(d / "fleet")  # warm: worker processes imported, not timed
-        out = {
-            "ray_all": measure_tree(lambda: replay(d / "fleet")),
-            "ray_one": measure_tree(lambda: replay(rings[0].parent)),
-        }
+        runs: dict[str, list[Timing]] = {}
+        for _ in range(args.repeat):  # rounds: all and one device see the same load
+            runs.setdefault("ray_all", []).append(measure_tree(lambda: replay(d / "fleet")))
+            runs.setdefault("ray_one", []).append(measure_tree(lambda: replay(rings[0].parent)))
         export(d / "fleet")  # warm again: the replay's actors have taken the workers' place
-        out["ray_export"] = measure_tree(lambda: export(d / "fleet"))
-        out["ray_export_one"] = measure_tree(lambda: export(rings[0].parent))
-        return out
+        for _ in range(args.repeat):
+            runs.setdefault("ray_export", []).append(measure_tree(lambda: export(d / "fleet")))
+            runs.setdefault("ray_export_one", []).append(
+                measure_tree(lambda: export(rings[0].parent))
+            )
+    return {k: best(v) for k, v in runs.items()}
+
+
+def best(runs: list[Timing]) -> Timing:
+    """The best wall and the best CPU time of several runs."""
+    return Timing(min(t.wall for t in runs), min(t.cpu for t in runs))
+
+
+def best_tree(fn: Callable[[], object], repeat: int) -> Timing:
+    """:func:`best` of ``repeat`` calls of ``fn``, each measured with :func:`measure_tree`."""
+    return best([measure_tree(fn) for _ in range(repeat)])
 
 
 @dataclasses.dataclass(frozen=True)

@@ -136,8 +136,8 @@ def _score(refs: Sequence[WindowRef], kwargs: dict[str, Any], tune: FleetTuning)
     """The ``window`` rows of every window, scored on a pool of actors, batch by batch.
 
     One actor per ``actor_cpus`` of the cluster (at most one per window), each loading the
-    models once; the windows cut into at least two batches per actor, so that a slow batch
-    does not hold the others up.
+    models once; the windows cut into ``batches_per_actor`` batches per actor or more (so
+    that a slow batch does not hold the others up), of at most ``windows_per_batch``.
     """
     import ray
     from ray.util import ActorPool
@@ -146,7 +146,8 @@ def _score(refs: Sequence[WindowRef], kwargs: dict[str, Any], tune: FleetTuning)
         return []
     wanted = tune.actors or max(1, int(cluster_cpus() / tune.actor_cpus))
     n = max(1, min(wanted, len(refs)))
-    batches = group_windows(refs, max(2 * n, -(-len(refs) // tune.windows_per_batch)), weight)
+    cuts = max(tune.batches_per_actor * n, -(-len(refs) // tune.windows_per_batch))
+    batches = group_windows(refs, cuts, weight)
     actor: Any = ray.remote(num_cpus=tune.actor_cpus)(ReplayScorer)
     shared = {k: ray.put(kwargs[k]) for k in ("models", "builder")}  # once, not per actor
     actors: list[Any] = [actor.remote(**{**kwargs, **shared}) for _ in range(n)]

@@ -139,7 +139,8 @@ class FleetTuning:
     plan_cpus: float = 0.5  # export pass 1 (sidecars only: mostly waiting on I/O)
     plan_windows: int = 500  # windows per plan task (each task a worker to start)
     writer_cpus: float = 1.0  # export shard writers (compression)
-    windows_per_batch: int = 16  # replay: windows per actor call (at least 2 calls per actor)
+    windows_per_batch: int = 1024  # replay: at most, per actor call and Parquet part
+    batches_per_actor: int = 4  # replay: at least (when there are windows enough)
     task_bytes: int = 256 << 20  # archive bytes per read task (about)
 
 
