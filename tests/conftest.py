@@ -25,6 +25,7 @@ pytest_plugins = [
     "helpers.broker_port",  # broker_port (the shared Mosquitto, else a broker of our own)
     "helpers.full_disk",  # full_disk (a real full tmpfs, and an injected ENOSPC)
     "helpers.ray_cluster",  # ray_cluster (a local 2-CPU Ray, once per session)
+    "helpers.ray_nodes",  # ray_nodes (a head and a worker node started with `ray start`)
     "helpers.s3_server",  # s3_server (moto's S3 server on loopback behind a counting proxy)
 ]
 

@@ -1,4 +1,4 @@
-"""Replay and training export over a whole fleet's retained windows, on Ray Data.
+"""Replay and training export over a whole fleet's retained windows, on Ray.
 
 The ``ray`` extra (``pip install 'cdml-edge[ray]'``) is needed to run anything here; this
 package imports without it. The per-window work is the local replay's and export's own
@@ -9,10 +9,13 @@ local commands on the same windows.
   partitions ``device=…/date=…``);
 * :mod:`.fetch` — bytes from files or S3 (whole or by ranges), requests counted;
 * :mod:`.rows` — what a read task makes of one window (window, item or export-plan rows);
+* :mod:`.arrow` — the Arrow schemas of those rows;
 * :mod:`.datasource` — the Ray Data datasource: one read task per group of windows;
 * :mod:`.dataset` — :func:`read_items`, :func:`read_windows`: the windows as Ray Datasets;
-* :mod:`.scorer`, :mod:`.replay` — fleet replay (actors, Parquet results, summary);
-* :mod:`.export` — fleet export (sharded training archives with provenance);
+* :mod:`.scorer`, :mod:`.replay` — fleet replay (actors that read, score and write Parquet
+  parts; the summary);
+* :mod:`.export` — fleet export (Ray tasks: the plan, then sharded training archives with
+  provenance);
 * :mod:`.session` — joining a cluster or starting a local Ray; :mod:`.jobs` — the CLI's calls.
 """
 

@@ -16,28 +16,12 @@ import pyarrow as pa
 from ray.data import Datasource, ReadTask
 from ray.data.block import BlockMetadata
 
-from cdml_edge.retrain.fleet.locations import WindowRef, group_windows
-from cdml_edge.retrain.fleet.rows import Columns, Row
+from cdml_edge.retrain.fleet.arrow import arrow_schema
+from cdml_edge.retrain.fleet.locations import WindowRef, group_windows, weight
+from cdml_edge.retrain.fleet.rows import Row
 
 DEFAULT_TASK_BYTES = 256 << 20  # archive bytes one read task reads at most (about)
 DEFAULT_BLOCK_BYTES = 64 << 20  # a block is yielded once it holds this much
-
-_TYPES = {
-    "string": pa.string(),
-    "binary": pa.binary(),
-    "float64": pa.float64(),
-    "int64": pa.int64(),
-    "bool": pa.bool_(),
-}
-
-
-def arrow_schema(columns: Columns) -> pa.Schema:
-    """The Arrow schema of ``columns``: ``(name, kind)`` pairs, kinds as in ``_TYPES``."""
-    return pa.schema([(name, _TYPES[kind]) for name, kind in columns])
-
-
-def _weight(ref: WindowRef) -> int:
-    return ref.archive_bytes + ref.sidecar_bytes
 
 
 class WindowDatasource(Datasource):
@@ -65,7 +49,7 @@ class WindowDatasource(Datasource):
 
     def estimate_inmemory_data_size(self) -> int | None:
         """The archive and sidecar bytes of every window: Ray's size estimate."""
-        return sum(_weight(r) for r in self.refs)
+        return sum(weight(r) for r in self.refs)
 
     def get_read_tasks(
         self,
@@ -78,14 +62,14 @@ class WindowDatasource(Datasource):
         At least ``parallelism`` tasks when there are that many windows, and enough that none
         reads much more than ``task_bytes``.
         """
-        total = sum(_weight(r) for r in self.refs)
+        total = sum(weight(r) for r in self.refs)
         n = max(parallelism, math.ceil(total / max(1, self.task_bytes)))
         schema = arrow_schema(self.builder.columns)
         tasks = []
-        for group in group_windows(self.refs, n, _weight):
+        for group in group_windows(self.refs, n, weight):
             meta = BlockMetadata(
                 num_rows=None,
-                size_bytes=sum(_weight(r) for r in group),
+                size_bytes=sum(weight(r) for r in group),
                 input_files=None,
                 exec_stats=None,
             )
@@ -121,4 +105,9 @@ def read_blocks(
         yield pa.Table.from_pylist(rows, schema=schema)
 
 
-__all__ = ["DEFAULT_TASK_BYTES", "WindowDatasource", "arrow_schema", "read_blocks"]
+__all__ = [
+    "DEFAULT_TASK_BYTES",
+    "WindowDatasource",
+    "arrow_schema",
+    "read_blocks",
+]

@@ -1,10 +1,11 @@
-"""Fleet export: the local training export over every window under a root, on Ray Data.
+"""Fleet export: the local training export over every window under a root, on Ray.
 
 The same two passes as :func:`~cdml_edge.retrain.export.export_trainset`, spread out:
 
-1. **plan** — read tasks read the sidecars only and run the local export's selection
-   (:func:`~cdml_edge.retrain.export.select_window`: filters, relabels, hashed split, member
-   names); the driver gets one small row per picked item (member name, size, window);
+1. **plan** — Ray tasks, each over a run of windows, read the sidecars only and run the
+   local export's selection (:func:`~cdml_edge.retrain.export.select_window`: filters,
+   relabels, hashed split, member names); the driver gets one small row per picked item
+   (member name, size, window);
 2. **shards** — the picks sorted by member name are cut into shards of at most
    ``max_bytes`` member bytes; one Ray task per shard reads its members (small archives
    whole, large ones by ranges), checks each against the manifest's SHA-256 and writes the
@@ -19,7 +20,6 @@ its members, plus ``<stem>.shards.json`` listing them.
 from __future__ import annotations
 
 import dataclasses
-import functools
 import hashlib
 import json
 import time
@@ -42,8 +42,20 @@ from cdml_edge.retrain.export import (
     why_empty,
 )
 from cdml_edge.retrain.export_job import ExportSummary, Selection
-from cdml_edge.retrain.fleet.fetch import DEFAULT_WHOLE_LIMIT, FetchCount, archive_source
-from cdml_edge.retrain.fleet.locations import Listing, S3Options, WindowRef, list_windows
+from cdml_edge.retrain.fleet.fetch import (
+    DEFAULT_WHOLE_LIMIT,
+    FetchCount,
+    archive_source,
+    refused,
+)
+from cdml_edge.retrain.fleet.locations import (
+    Listing,
+    S3Options,
+    WindowRef,
+    group_windows,
+    list_windows,
+    weight,
+)
 from cdml_edge.retrain.fleet.rows import (
     ItemSelection,
     PlanRows,
@@ -51,8 +63,9 @@ from cdml_edge.retrain.fleet.rows import (
     fetch_sidecar,
     merge_counters,
 )
-from cdml_edge.retrain.fleet.session import FleetTuning
+from cdml_edge.retrain.fleet.session import FleetTuning, cluster_cpus
 from cdml_edge.retrain.layout import SPLIT_NAMES
+from cdml_edge.store.ondisk import RetentionError
 
 
 @dataclass
@@ -168,30 +181,45 @@ def fleet_export(
 
 def _plan(listing: Listing, scope: Scope, chooser: ItemSelection, tune: FleetTuning) -> _ExportPlan:
     """Pass 1 on Ray: the picks, sorted by member name, and the selection's counters."""
-    import ray.data
-
-    from cdml_edge.retrain.fleet.datasource import WindowDatasource
+    import ray
 
     builder = PlanRows(scope, chooser)
-    ds = ray.data.read_datasource(
-        WindowDatasource(listing.windows, builder, task_bytes=tune.task_bytes, name="ExportPlan"),
-        num_cpus=tune.read_cpus,
+    wanted = -(-len(listing.windows) // tune.plan_windows)
+    groups = group_windows(
+        listing.windows, min(wanted, int(cluster_cpus() / tune.plan_cpus)), weight
     )
-    cols = ["location", "status", "error", "member", "size", "stats", "s3_requests", "s3_bytes"]
+    task = ray.remote(num_cpus=tune.plan_cpus)(plan_rows)
+    shared = ray.put(builder)
     plan = _ExportPlan(ExportStats(), [], [], set())
-    for row in ds.select_columns(cols).iter_rows():
-        plan.s3_requests += row["s3_requests"] or 0
-        plan.s3_bytes += row["s3_bytes"] or 0
-        if row["status"] == "pick":
-            plan.picks.append((row["member"], row["size"], row["location"]))
-        elif row["status"] == "window":
-            plan.used |= merge_counters(plan.stats, json.loads(row["stats"]))
-        else:  # local export counts an unreadable sidecar as a missing window
-            plan.stats.missing_windows += 1
-            plan.errors.append(row["error"] or row["location"])
+    for rows in ray.get([task.remote(shared, g) for g in groups]):
+        for row in rows:
+            _add_plan_row(plan, row)
     _drop_duplicates(plan)
     plan.errors.sort()
     return plan
+
+
+_PLAN_COLUMNS = ("location", "window_id", "status", "error", "member", "size", "stats")
+
+
+def plan_rows(builder: PlanRows, refs: Sequence[WindowRef]) -> list[dict[str, Any]]:
+    """Pass 1 for a group of windows (a Ray task): the rows the driver needs, no more."""
+    keep = (*_PLAN_COLUMNS, "s3_requests", "s3_bytes")
+    return [{k: row[k] for k in keep} for ref in refs for row in builder.rows(ref)]
+
+
+def _add_plan_row(plan: _ExportPlan, row: Mapping[str, Any]) -> None:
+    plan.s3_requests += row["s3_requests"] or 0
+    plan.s3_bytes += row["s3_bytes"] or 0
+    if row["status"] == "pick":
+        plan.picks.append((row["member"], row["size"], row["location"]))
+    elif row["status"] == "window":
+        plan.used |= merge_counters(plan.stats, json.loads(row["stats"]))
+    elif row["status"] == "refused":  # named and failing the run, as the local export
+        plan.stats.refuse(row["window_id"] or row["location"], row["error"])
+    else:  # local export counts an unreadable sidecar as a missing window
+        plan.stats.missing_windows += 1
+        plan.errors.append(row["error"] or row["location"])
 
 
 def _drop_duplicates(plan: _ExportPlan) -> None:
@@ -256,11 +284,13 @@ def _specs(shards: list[list[Any]], listing: Listing, target: Path) -> list[dict
 def _write_shards(
     specs: list[dict[str, Any]], job: ShardJob, tune: FleetTuning
 ) -> list[dict[str, Any]]:
-    import ray.data
+    """Pass 2 on Ray: one task per shard."""
+    import ray
 
-    ds = ray.data.from_items([{"spec": json.dumps(s)} for s in specs])
-    done = ds.map(functools.partial(write_shard, job=job), num_cpus=tune.writer_cpus)
-    return sorted(done.take_all(), key=lambda r: r["index"])
+    task = ray.remote(num_cpus=tune.writer_cpus)(write_shard)
+    shared = ray.put(job)
+    done = ray.get([task.remote({"spec": json.dumps(s)}, shared) for s in specs])
+    return sorted(done, key=lambda r: r["index"])
 
 
 def write_shard(row: Mapping[str, Any], job: ShardJob) -> dict[str, Any]:
@@ -319,7 +349,14 @@ def _shard_members(
         return []
     where = ref.archive_at(rw.archive.file)
     size = ref.archive_bytes if ref.archive == where else rw.archive.bytes
-    src, counted = archive_source(where, size, job.scope.s3, job.scope.whole_limit, count)
+    try:
+        src, counted = archive_source(where, size, job.scope.s3, job.scope.whole_limit, count)
+    except RetentionError as exc:
+        if not refused(exc):
+            raise
+        stats.refuse(rw.manifest.window_id, str(exc))  # swapped for a link since the plan
+        stats.corrupt += len(picks)
+        return []
     try:
         datas = read_group(src, [p.item.member for p in picks])
     finally:
@@ -363,6 +400,7 @@ def _merge(summary: FleetExportSummary, results: list[dict[str, Any]]) -> None:
         s = json.loads(r["stats"])
         for k in ("corrupt", "bytes_in", "exported", "missing_windows"):
             setattr(st, k, getattr(st, k) + s[k])
+        st.refused += s["refused"]
         for name, n in s["classes"].items():
             st.classes[name] = st.classes.get(name, 0) + n
         for name, n in s["splits"].items():
@@ -396,4 +434,12 @@ def _write_index(target: Path, summary: FleetExportSummary) -> None:
     atomic_write(target.with_name(index_name(target)), data)
 
 
-__all__ = ["FleetExportSummary", "ShardJob", "cut_shards", "fleet_export", "shard_path"]
+__all__ = [
+    "FleetExportSummary",
+    "ShardJob",
+    "cut_shards",
+    "fleet_export",
+    "plan_rows",
+    "shard_path",
+    "write_shard",
+]

@@ -8,18 +8,26 @@
   ``GET`` and the members one more (coalesced by ``read_many``); a smaller one is fetched
   whole, which is one request instead of up to three.
 
-Local files are read as they are (a path: the archive reader reads only what it needs).
+Local files are read as the local engine reads them (:func:`~cdml_edge.store.ondisk.
+read_regular`): a link, FIFO or other special file, or a file larger than its listed size, is
+refused unread with a :class:`~cdml_edge.store.ondisk.RetentionError` naming it.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from cdml_edge.retrain.fleet.locations import S3Options, is_s3
+from cdml_edge.store.ondisk import RetentionError, read_regular
 
 DEFAULT_WHOLE_LIMIT = 4 << 20  # archives up to this size are fetched whole
+LOCAL_LIMIT = 1 << 30  # a local file of unknown size is read up to this many bytes
+
+
+def refused(exc: BaseException) -> bool:
+    """Whether ``exc`` refuses a local file for what it is (not merely gone since listed)."""
+    return isinstance(exc, RetentionError) and not isinstance(exc.__cause__, FileNotFoundError)
 
 
 @dataclass
@@ -49,7 +57,7 @@ def _s3_source(url: str, s3: S3Options, tail_bytes: int | None = None) -> Any:
 def fetch_whole(location: str, size_hint: int, s3: S3Options, count: FetchCount) -> bytes:
     """The whole file or object (one ``GET`` when ``size_hint`` is its listed size)."""
     if not is_s3(location):
-        return Path(location).read_bytes()
+        return read_regular(location, size_hint or LOCAL_LIMIT)
     source = _s3_source(location, s3, tail_bytes=size_hint or None)
     try:
         source.open()
@@ -66,7 +74,7 @@ def archive_source(
     Also the S3 source to count afterwards (``None`` when nothing is left to count).
     """
     if not is_s3(location):
-        return location, None
+        return read_regular(location, size or LOCAL_LIMIT), None
     if size <= whole_limit:
         return fetch_whole(location, size, s3, count), None
     source = _s3_source(location, s3)
@@ -74,4 +82,11 @@ def archive_source(
     return source, source
 
 
-__all__ = ["DEFAULT_WHOLE_LIMIT", "FetchCount", "archive_source", "fetch_whole"]
+__all__ = [
+    "DEFAULT_WHOLE_LIMIT",
+    "LOCAL_LIMIT",
+    "FetchCount",
+    "archive_source",
+    "fetch_whole",
+    "refused",
+]

@@ -247,6 +247,11 @@ def _utf8(path: str) -> bool:
     return True
 
 
+def weight(ref: WindowRef) -> int:
+    """A window's weight when windows are grouped: its archive and sidecar bytes."""
+    return ref.archive_bytes + ref.sidecar_bytes
+
+
 def group_windows(refs: Iterable[WindowRef], groups: int, weight: Any) -> list[list[WindowRef]]:
     """``refs`` cut into at most ``groups`` runs of consecutive windows of similar weight."""
     items = list(refs)
@@ -273,4 +278,5 @@ __all__ = [
     "is_s3",
     "list_windows",
     "partitions_of",
+    "weight",
 ]

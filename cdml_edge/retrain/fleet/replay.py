@@ -1,12 +1,13 @@
-"""Fleet replay: every retained window under a root re-scored on Ray Data, results as Parquet.
+"""Fleet replay: every retained window under a root re-scored on Ray, results as Parquet.
 
-Steps: list the windows (:func:`~.locations.list_windows`), read each one whole in read
-tasks (:class:`~.rows.WindowRows`: its archive checked against its sidecar's SHA-256),
-score them in ``map_batches`` on a pool of :class:`~.scorer.ReplayScorer` actors with
-fractional CPUs, write the result rows as Parquet and add the ``window`` rows up into the
-local replay's :class:`~cdml_edge.retrain.replay.ReplayStats`, plus a breakdown per device
-and model. The ``record`` column holds the line the local replay writes for the same result,
-byte for byte.
+Steps: list the windows (:func:`~.locations.list_windows`), cut them into batches of
+consecutive windows and hand the batches to a pool of :class:`~.scorer.ReplayScorer`
+actors (plain Ray actors, one per ``actor_cpus`` of the cluster). Each actor reads its
+windows itself (the archive checked against its sidecar's SHA-256), scores them and writes
+its results as one Parquet file per batch into a temporary folder beside ``out``; only the
+small ``window`` rows come back, added up into the local replay's
+:class:`~cdml_edge.retrain.replay.ReplayStats`, plus a breakdown per device and model. The
+``record`` column holds the line the local replay writes for the same result, byte for byte.
 """
 
 from __future__ import annotations
@@ -22,9 +23,20 @@ from typing import Any
 
 from cdml_edge.decode.limits import DecodeLimits
 from cdml_edge.retrain.errors import OptionError
-from cdml_edge.retrain.fleet.locations import S3Options, list_windows
-from cdml_edge.retrain.fleet.rows import Scope, WindowRows
-from cdml_edge.retrain.fleet.scorer import ModelShipment, ReplayScorer
+from cdml_edge.retrain.fleet.locations import (
+    S3Options,
+    WindowRef,
+    group_windows,
+    list_windows,
+    weight,
+)
+from cdml_edge.retrain.fleet.rows import Row, Scope, WindowRows
+from cdml_edge.retrain.fleet.scorer import (
+    ModelShipment,
+    ReplayScorer,
+    result_columns,
+    write_part,
+)
 from cdml_edge.retrain.fleet.session import FleetTuning, cluster_cpus
 from cdml_edge.retrain.replay import ReplayStats
 from cdml_edge.retrain.replay_job import ReplaySummary
@@ -47,7 +59,7 @@ class FleetReplaySummary:
     @property
     def complete(self) -> bool:
         """Every window was read (the exit status is 0), as for the local replay."""
-        return self.stats.corrupt == 0
+        return self.stats.corrupt == 0 and self.stats.skipped == 0
 
     def line(self) -> str:
         """The local replay's summary line, then the fleet's details as one JSON line."""
@@ -83,11 +95,10 @@ def fleet_replay(
 ) -> FleetReplaySummary:
     """Re-score the windows under ``root`` on the running Ray (see the module docstring).
 
-    ``out`` becomes a folder of Parquet files, replaced whole at the end. ``limits``: the
-    decode limits the actors decode with (default: the decoders' own).
+    ``out`` becomes a folder of Parquet files, replaced whole at the end; the workers write
+    into it, so on a cluster it is a shared folder. ``limits``: the decode limits the actors
+    decode with (default: the decoders' own).
     """
-    import ray.data
-
     t0 = time.perf_counter()
     tune = tuning or FleetTuning()
     target = Path(out)
@@ -95,42 +106,68 @@ def fleet_replay(
     listing = list_windows(root, since, until, s3)
     scope = Scope(s3 or S3Options(), since, until, source, listing.partition_keys)
     builder = WindowRows(scope)
-    from cdml_edge.retrain.fleet.datasource import WindowDatasource
-
-    ds = ray.data.read_datasource(
-        WindowDatasource(listing.windows, builder, task_bytes=tune.task_bytes),
-        num_cpus=tune.read_cpus,
-    )
-    batches = -(-len(listing.windows) // tune.windows_per_batch)
-    actors = max(1, min(tune.actors or int(cluster_cpus()), batches))  # all start at once
-    scored = ds.map_batches(
-        ReplayScorer,
-        fn_constructor_kwargs={
+    tmp = target.with_name(f".{target.name}.tmp-{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    try:
+        kwargs = {
             "models": list(models),
             "segment_rows": dict(segment_rows or {}),
+            "builder": builder,
+            "folder": str(tmp.resolve()),
             "source_models": {k: list(v) for k, v in (source_models or {}).items()},
-            "partition_columns": list(builder.part_cols.values()),
             "limits": limits,
-        },
-        compute=ray.data.ActorPoolStrategy(size=actors),
-        num_cpus=tune.actor_cpus,
-        batch_size=tune.windows_per_batch,
-        batch_format="pyarrow",
-    ).materialize()
-    summary = _summarise(scored, str(target), listing.list_requests)
-    summary.stats.models = dict(model_names)
-    _write_parquet(scored, target)
+        }
+        windows = _score(listing.windows, kwargs, tune)
+        summary = _summarise(windows, str(target), listing.list_requests)
+        summary.stats.models = dict(model_names)
+        if not any(tmp.glob("part-*.parquet")):  # nothing scored: an empty table all the same
+            write_part(
+                tmp / "part-00000.parquet", [], result_columns(list(builder.part_cols.values()))
+            )
+        _put_in_place(tmp, target)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
     summary.stats.seconds = time.perf_counter() - t0
     return summary
 
 
-def _summarise(scored: Any, out: str, list_requests: int) -> FleetReplaySummary:
-    from ray.data.expressions import col
+def _score(refs: Sequence[WindowRef], kwargs: dict[str, Any], tune: FleetTuning) -> list[Row]:
+    """The ``window`` rows of every window, scored on a pool of actors, batch by batch.
 
+    One actor per ``actor_cpus`` of the cluster (at most one per window), each loading the
+    models once; the windows cut into ``batches_per_actor`` batches per actor or more (so
+    that a slow batch does not hold the others up), of at most ``windows_per_batch``.
+    """
+    import ray
+    from ray.util import ActorPool
+
+    if not refs:
+        return []
+    wanted = tune.actors or max(1, int(cluster_cpus() / tune.actor_cpus))
+    n = max(1, min(wanted, len(refs)))
+    cuts = max(tune.batches_per_actor * n, -(-len(refs) // tune.windows_per_batch))
+    batches = group_windows(refs, cuts, weight)
+    actor: Any = ray.remote(num_cpus=tune.actor_cpus)(ReplayScorer)
+    shared = {k: ray.put(kwargs[k]) for k in ("models", "builder")}  # once, not per actor
+    actors: list[Any] = [actor.remote(**{**kwargs, **shared}) for _ in range(n)]
+    try:
+        ray.get([a.ready.remote() for a in actors])
+        pool = ActorPool(actors)
+        jobs = list(enumerate(batches))
+        out: list[Row] = []
+        for rows in pool.map_unordered(lambda a, job: a.run.remote(*job), jobs):
+            out += rows
+        return out
+    finally:
+        for a in actors:
+            ray.kill(a)
+
+
+def _summarise(windows: Sequence[Row], out: str, list_requests: int) -> FleetReplaySummary:
     summary = FleetReplaySummary(ReplayStats(), out, list_requests=list_requests)
     st = summary.stats
-    windows = scored.filter(expr=col("kind") == "window").select_columns(["device", "stats"])
-    for row in windows.iter_rows():
+    for row in windows:
         c = json.loads(row["stats"])
         for k in (
             "windows",
@@ -138,6 +175,7 @@ def _summarise(scored: Any, out: str, list_requests: int) -> FleetReplaySummary:
             "failures",
             "missing",
             "corrupt",
+            "skipped",
             "changed_labels",
             "changed_anomalies",
             "bytes_read",
@@ -168,23 +206,13 @@ def _check_out(target: Path) -> None:
         raise OptionError(f"{target}: exists and is not a folder of Parquet results")
 
 
-def _write_parquet(scored: Any, target: Path) -> None:
-    """Write into a temporary folder beside ``target``, then put it in place."""
-    from ray.data.expressions import col
-
-    tmp = target.with_name(f".{target.name}.tmp-{os.getpid()}")
-    shutil.rmtree(tmp, ignore_errors=True)
-    results = scored.filter(expr=col("kind") != "window").drop_columns(["stats"])
-    tmp.mkdir(parents=True)
-    try:
-        results.write_parquet(str(tmp))
-        old = target.with_name(f".{target.name}.old-{os.getpid()}")
-        if target.exists():
-            target.rename(old)
-        tmp.rename(target)
-        shutil.rmtree(old, ignore_errors=True)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+def _put_in_place(tmp: Path, target: Path) -> None:
+    """The finished folder ``tmp`` becomes ``target`` (an earlier run's folder replaced)."""
+    old = target.with_name(f".{target.name}.old-{os.getpid()}")
+    if target.exists():
+        target.rename(old)
+    tmp.rename(target)
+    shutil.rmtree(old, ignore_errors=True)
 
 
 __all__ = ["DEFAULT_FLEET_REPLAY_OUT", "FleetReplaySummary", "fleet_replay"]

@@ -8,10 +8,11 @@ Three kinds of rows, one builder each (picklable; no Ray here, so they are teste
 * :class:`PlanRows` — export pass 1: one row per item the export picks (member name and
   size, no bytes) and one ``window`` row with the selection's counters.
 
-A window that cannot be read is one row with ``status`` (``missing``: its sidecar or archive
-is gone or unreadable; ``corrupt``: the archive's SHA-256 differs from its sidecar's, or
-nothing in it can be read) and ``error`` naming the file; it never raises, so one bad window
-cannot abort a job. Windows outside ``since``/``until``/``source`` give no row at all.
+A window that cannot be read is one row with ``status`` (``refused``: its sidecar or archive
+is a link or special file, never read; ``missing``: gone or unreadable; ``corrupt``: the
+archive's SHA-256 differs from its sidecar's, or nothing in it can be read) and ``error``
+naming the file; it never raises, so one bad window cannot abort a job. Windows outside
+``since``/``until``/``source`` give no row at all.
 """
 
 from __future__ import annotations
@@ -29,11 +30,13 @@ from cdml_edge.retrain.fleet.fetch import (
     FetchCount,
     archive_source,
     fetch_whole,
+    refused,
 )
-from cdml_edge.retrain.fleet.locations import S3Options, WindowRef
+from cdml_edge.retrain.fleet.locations import S3Options, WindowRef, is_s3
 from cdml_edge.retrain.relabels import Relabels
 from cdml_edge.retrain.replay import archive_mismatch
 from cdml_edge.store.catalog import WindowRecord
+from cdml_edge.store.ondisk import RetentionError, regular_size
 from cdml_edge.store.sidecar import RetainedWindow, parse_sidecar, window_record
 from cdml_edge.window.manifest import WindowManifest
 
@@ -133,7 +136,8 @@ class _Builder:
         try:
             rw = self.sidecar(ref, count)
         except (CdmlError, OSError) as exc:
-            return [self.counted(self.failed(ref, None, "missing", _msg(exc)), count)]
+            status = "refused" if refused(exc) else "missing"
+            return [self.counted(self.failed(ref, None, status, _msg(exc)), count)]
         if not self.scope.wants(rw.manifest):
             return []
         try:
@@ -149,17 +153,31 @@ class _Builder:
 
 
 def _msg(exc: BaseException) -> str:
-    return f"{type(exc).__name__}: {exc}"
+    """``Type: message``; a refused file as the local engine names it (``path: reason``)."""
+    return str(exc) if refused(exc) else f"{type(exc).__name__}: {exc}"
 
 
 def _status(exc: BaseException) -> str:
-    """``missing`` when the bytes could not be fetched, else ``corrupt``.
+    """``refused``, ``missing`` when the bytes could not be fetched, else ``corrupt``.
 
-    Not fetched: gone, S3 unreachable. ``corrupt``: they came but cannot be read.
+    Refused: a link or special file, never read (:func:`~.fetch.refused`). Not fetched:
+    gone, S3 unreachable. ``corrupt``: they came but cannot be read.
     """
     from cdml_edge.archive.s3.errors import S3Error
 
-    return "missing" if isinstance(exc, (OSError, S3Error)) else "corrupt"
+    if refused(exc):
+        return "refused"
+    return "missing" if isinstance(exc, (OSError, S3Error, RetentionError)) else "corrupt"
+
+
+def check_regular(location: str) -> None:
+    """:class:`RetentionError` when a local ``location`` is a link or special file.
+
+    Checked where a job would otherwise count a window it cannot read (``s3://`` objects
+    are always plain).
+    """
+    if not is_s3(location):
+        regular_size(location)
 
 
 class WindowRows(_Builder):
@@ -261,12 +279,13 @@ class ItemRows(_Builder):
     def _source(self, ref: WindowRef, rw: RetainedWindow, count: FetchCount) -> tuple[Any, Any]:
         """The archive to read members from (and the S3 source to count), or a ``corrupt`` row.
 
-        ``corrupt`` when it is fetched whole and its SHA-256 differs from the sidecar's.
+        ``corrupt`` when it is fetched whole from S3 and its SHA-256 differs from the
+        sidecar's.
         """
         where = ref.archive_at(rw.archive.file)
         size = ref.archive_bytes if ref.archive == where else rw.archive.bytes
         src, counted = archive_source(where, size, self.scope.s3, self.scope.whole_limit, count)
-        if isinstance(src, bytes):
+        if isinstance(src, bytes) and is_s3(where):  # fetched whole: checked whole
             bad = archive_mismatch(rw.archive, src, rw.manifest.window_id)
             if bad is not None:
                 return self.failed(ref, rw.manifest, "corrupt", f"{ref.folder}/{bad}"), None
@@ -313,6 +332,7 @@ class PlanRows(_Builder):
 
     def window_rows(self, ref: WindowRef, rw: RetainedWindow, count: FetchCount) -> list[Row]:
         """The window's ``pick`` rows, then its ``window`` row (counters, relabels used)."""
+        check_regular(ref.archive_at(rw.archive.file))  # refused here, as the local export
         stats = ExportStats()
         relabels = self.selection.relabels
         before = set(relabels.used) if relabels is not None else set()
@@ -349,6 +369,7 @@ __all__ = [
     "Scope",
     "ItemSelection",
     "WindowRows",
+    "check_regular",
     "fetch_sidecar",
     "merge_counters",
     "partition_columns",

@@ -1,12 +1,15 @@
-"""The replay step of a fleet job: a Ray actor that re-scores window rows.
+"""The replay step of a fleet job: a Ray actor that reads, re-scores and writes windows.
 
 :class:`ReplayScorer` holds one onnxruntime session per model (the ``.onnx`` bytes travel with
-the job, so workers need no shared filesystem) and scores each window row with
-:func:`~cdml_edge.retrain.replay.rescore_window`, the local replay's own step: one batch per
-window and modality, the clock pinned to the window's close time. Each window gives its
-result records (the local replay's JSON line in ``record``, and its fields as columns) and
-one ``window`` row carrying its counters; a window that cannot be scored is counted, never
-raised.
+the job, so workers need no shared filesystem for them). Each call (:meth:`ReplayScorer.run`)
+takes a batch of windows: the actor reads each one itself (:class:`~.rows.WindowRows`: the
+archive checked against its sidecar's SHA-256), scores it with
+:func:`~cdml_edge.retrain.replay.rescore_window`, the local replay's own step (one batch per
+window and modality, the clock pinned to the window's close time), writes the batch's result
+records as one Parquet file (the local replay's JSON line in ``record``, its fields as
+columns) and returns one small ``window`` row per window with its counters. A window that
+cannot be read or scored is counted, never raised. Windows cross the object store never:
+only their locations go in and counters come back.
 """
 
 from __future__ import annotations
@@ -21,7 +24,8 @@ from typing import Any
 
 from cdml_edge.decode.limits import DecodeLimits, set_limits
 from cdml_edge.model.runner import ModelOverrides, ModelRunner, load_runners
-from cdml_edge.retrain.fleet.rows import VERDICT_COLUMNS, Columns, Row
+from cdml_edge.retrain.fleet.locations import WindowRef
+from cdml_edge.retrain.fleet.rows import VERDICT_COLUMNS, Columns, Row, WindowRows
 from cdml_edge.retrain.replay import (
     ReplayStats,
     changes,
@@ -85,46 +89,76 @@ def ship_models(
     return out
 
 
+def result_columns(partition_columns: Sequence[str]) -> Columns:
+    """The columns of the Parquet results: :data:`RESULT_COLUMNS` but ``stats``, partitions."""
+    own = tuple(c for c in RESULT_COLUMNS if c[0] != "stats")
+    return own + tuple((c, "string") for c in partition_columns)
+
+
+def write_part(path: Path, rows: Sequence[Row], columns: Columns) -> None:
+    """``rows`` as one Parquet file (written under a temporary name, then renamed)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from cdml_edge.retrain.fleet.arrow import arrow_schema
+
+    table = pa.Table.from_pylist(list(rows), schema=arrow_schema(columns))
+    tmp = path.with_name(f".{path.name}.tmp")
+    pq.write_table(table, tmp)
+    tmp.rename(path)
+
+
 class ReplayScorer:
-    """Ray actor (``map_batches``): window rows in, result and ``window`` rows out."""
+    """Ray actor: batches of windows in (:meth:`run`), Parquet parts and ``window`` rows out."""
 
     def __init__(
         self,
         models: Sequence[ModelShipment],
         segment_rows: Mapping[str, int | None],
-        partition_columns: Sequence[str] = (),
+        builder: WindowRows,
+        folder: str,
         source_models: Mapping[str, Sequence[str]] | None = None,
         limits: DecodeLimits | None = None,
     ) -> None:
         if limits is not None:  # this worker process decodes as the configuration says
             set_limits(limits)
-        folder = tempfile.mkdtemp(prefix="cdml-models-")
+        unpacked = tempfile.mkdtemp(prefix="cdml-models-")
         try:
             spec: dict[str, tuple[str | Path, ModelOverrides]] = {}
             for m in models:
-                path = Path(folder) / m.modality / m.file_name
+                path = Path(unpacked) / m.modality / m.file_name
                 path.parent.mkdir()
                 path.write_bytes(m.data)
                 spec[m.modality] = (path, m.overrides)
             self.runners = load_runners(spec, warm_up=True)
             fit_examples(self.runners)  # embedding examples: folders the workers can read
         finally:  # onnxruntime holds the model in memory once the session exists
-            shutil.rmtree(folder, ignore_errors=True)
+            shutil.rmtree(unpacked, ignore_errors=True)
         self.segment_rows = dict(segment_rows)
         self.source_models = {k: list(v) for k, v in (source_models or {}).items()}
-        self.partition_columns = tuple(partition_columns)
+        self.builder = builder
+        self.folder = Path(folder)
+        self.partition_columns = tuple(builder.part_cols.values())
 
-    def __call__(self, batch: Any) -> Any:
-        """Score a batch of window rows (an Arrow table); an Arrow table of the rows out."""
-        import pyarrow as pa
+    def ready(self) -> bool:
+        """True once the models are loaded (the driver waits for every actor)."""
+        return True
 
-        from cdml_edge.retrain.fleet.datasource import arrow_schema
+    def run(self, index: int, refs: Sequence[WindowRef]) -> list[Row]:
+        """Read and score ``refs``; results to ``part-<index>.parquet``; ``window`` rows back.
 
-        out: list[Row] = []
-        for w in batch.to_pylist():
-            out += self.score(w)
-        cols = RESULT_COLUMNS + tuple((c, "string") for c in self.partition_columns)
-        return pa.Table.from_pylist(out, schema=arrow_schema(cols))
+        A ``window`` row holds ``device`` and ``stats`` (the window's counters as JSON).
+        """
+        results: list[Row] = []
+        windows: list[Row] = []
+        for ref in refs:
+            for w in self.builder.rows(ref):
+                for row in self.score(w):
+                    (windows if row["kind"] == "window" else results).append(row)
+        if results:
+            columns = result_columns(self.partition_columns)
+            write_part(self.folder / f"part-{index:05d}.parquet", results, columns)
+        return [{"device": w["device"], "stats": w["stats"]} for w in windows]
 
     def score(self, w: Row) -> list[Row]:
         """The rows of one window row."""
@@ -132,7 +166,7 @@ class ReplayScorer:
         base = {c: w.get(c) for c in ("window_id", "device", "source", "closed_at")}
         base.update({c: w.get(c) for c in self.partition_columns})
         if w["status"] != "ok":
-            _count_bad(st, w["status"], w["error"] or w["status"])
+            _count_bad(st, w["status"], w["error"] or w["status"], w["window_id"] or w["location"])
             return [self._window_row(base, st, {}, w)]
         try:
             retained = parse_sidecar(w["sidecar"], w["location"]).manifest
@@ -146,7 +180,7 @@ class ReplayScorer:
                 models=self.source_models.get(retained.source),
             )
         except Exception as exc:  # a window the pipeline cannot read: counted, not raised
-            _count_bad(st, "corrupt", f"{w['location']}: {type(exc).__name__}: {exc}")
+            _count_bad(st, "corrupt", f"{w['location']}: {type(exc).__name__}: {exc}", "")
             return [self._window_row(base, st, {}, w)]
         count_window(st, outcome, recs, len(w["archive"]))
         rows = [_result_row(base, i, doc) for i, doc in enumerate(recs)]
@@ -164,7 +198,11 @@ class ReplayScorer:
         return {**base, "kind": "window", "stats": json.dumps(counters, sort_keys=True)}
 
 
-def _count_bad(st: ReplayStats, status: str, error: str) -> None:
+def _count_bad(st: ReplayStats, status: str, error: str, window: str) -> None:
+    """A window not scored: ``refused`` is skipped and named as the local replay does."""
+    if status == "refused":
+        st.skip(window, error)
+        return
     if status == "missing":
         st.missing += 1
     else:
@@ -214,4 +252,11 @@ def _by_model(recs: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, int]]:
     return out
 
 
-__all__ = ["RESULT_COLUMNS", "ModelShipment", "ReplayScorer", "ship_models"]
+__all__ = [
+    "RESULT_COLUMNS",
+    "ModelShipment",
+    "ReplayScorer",
+    "result_columns",
+    "ship_models",
+    "write_part",
+]

@@ -133,11 +133,14 @@ def _quiet_ray_data(quiet: bool) -> None:
 class FleetTuning:
     """How a fleet job uses the cluster (the defaults fit a 2-CPU machine and a large one)."""
 
-    actors: int | None = None  # scorer actors; default one per cluster CPU
-    actor_cpus: float = 0.75  # fractional, so that read tasks still get CPU beside them
-    read_cpus: float = 0.25
+    actors: int | None = None  # replay actors; default one per actor_cpus of the cluster
+    actor_cpus: float = 1.0  # a replay actor reads, decodes, scores and writes its windows
+    read_cpus: float = 0.25  # read tasks of read_items / read_windows
+    plan_cpus: float = 0.5  # export pass 1 (sidecars only: mostly waiting on I/O)
+    plan_windows: int = 500  # windows per plan task (each task a worker to start)
     writer_cpus: float = 1.0  # export shard writers (compression)
-    windows_per_batch: int = 8
+    windows_per_batch: int = 1024  # replay: at most, per actor call and Parquet part
+    batches_per_actor: int = 4  # replay: at least (when there are windows enough)
     task_bytes: int = 256 << 20  # archive bytes per read task (about)
 
 
