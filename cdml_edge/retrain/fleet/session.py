@@ -5,7 +5,8 @@ starts a local Ray kept inside one temporary folder: its session files, sockets,
 objects and its authentication token (Ray would otherwise write ``~/.ray`` and
 ``/tmp/ray``), with the dashboard off, bound to 127.0.0.1 and an object store of at most
 :data:`DEFAULT_OBJECT_STORE` (Ray's default takes 30 % of RAM). A Ray already initialised in
-this process (a notebook, a test session) is used as it is and left running.
+this process (a notebook, a test session) is used as it is and left running; an
+``address`` it is not connected to is then an error rather than ignored.
 
 Without the ``ray`` extra, :func:`require_ray` raises :class:`RayMissingError` saying how to
 install it.
@@ -74,6 +75,7 @@ def ray_session(settings: RaySettings | None = None, quiet: bool = True) -> Iter
     s = settings or RaySettings()
     _quiet_ray_data(quiet)
     if ray.is_initialized():
+        _check_same_cluster(s.address)
         yield
         return
     if s.address:
@@ -85,6 +87,24 @@ def ray_session(settings: RaySettings | None = None, quiet: bool = True) -> Iter
         return
     with _local_ray(s, quiet):
         yield
+
+
+class RayAddressError(OptionError):
+    """``address`` names another cluster than the Ray already running in this process."""
+
+
+def _check_same_cluster(address: str | None) -> None:
+    """Refuse an ``address`` the Ray running in this process is not connected to."""
+    import ray
+
+    if not address or address == "auto":
+        return
+    running = ray.get_runtime_context().gcs_address
+    if address.split("://", 1)[-1] != running:
+        raise RayAddressError(
+            f"--ray-address {address}: Ray already runs in this process, connected to "
+            f"{running}; call ray.shutdown() first, or leave the address out to use it"
+        )
 
 
 @contextlib.contextmanager

@@ -380,3 +380,21 @@ def test_cli_without_the_extra_says_how_to_install_it(tmp_path: Path) -> None:
 def test_cli_local_engine_refuses_s3_inputs() -> None:
     r = CliRunner().invoke(app, ["export", "s3://bucket/fleet", "o.zip"])
     assert r.exit_code == 2 and "--engine ray" in r.output
+
+
+@pytest.mark.usefixtures("ray_cluster")
+def test_an_address_unlike_the_ray_already_running_here_is_an_error() -> None:
+    """``--ray-address`` was ignored when Ray already ran in the process (a notebook)."""
+    import ray
+
+    from cdml_edge.retrain.errors import OptionError
+    from cdml_edge.retrain.fleet import RaySettings, ray_session
+
+    running = ray.get_runtime_context().gcs_address
+    with pytest.raises(OptionError) as err, ray_session(RaySettings(address="10.9.8.7:6379")):
+        pass
+    assert "10.9.8.7:6379" in str(err.value) and running in str(err.value)
+    for same in (running, "auto", f"ray://{running}"):
+        with ray_session(RaySettings(address=same)):
+            assert ray.is_initialized()
+    assert ray.is_initialized()  # the running one is left as it was
