@@ -3,15 +3,22 @@
 ``tar --zstd`` and ``zstd`` write one zstd frame (``pzstd`` a few large ones): reading a
 member at random decompresses from the start of its frame, so a shuffled epoch costs the
 square of the archive. Opened through a :class:`SeekableCache`, such an archive (local file
-or ``s3://`` object) is converted once, in one pass, into a seekable copy (frames of about
-16 KiB, our member index: :mod:`.tar.reframe`), and the copy is read instead; a warning is
-logged with its path, size and the seconds it took. The next open finds the copy without
-reading the source (one ``stat`` or, on S3, the ``HEAD`` the source sends anyway).
+or ``s3://`` object) is converted once into a copy that is read instead (:mod:`.tar.reframe`):
+
+* a **plain tar** (one ``pread`` per member) when zstd shrinks its tar stream by less than a
+  quarter (JPEGs, PNGs, audio): written in the one decompression pass any reader of the
+  archive needs, no pass before it;
+* else a **seekable tar.zst** (the same tar stream in frames of about 16 KiB, our member
+  index), written in a second pass after the one that finds the members.
+
+A warning is logged with the copy's path, size and the seconds it took. The next open finds
+the copy without reading the source (one ``stat`` or, on S3, the ``HEAD`` the source sends
+anyway).
 
 Keys: the file's real path, or the endpoint, bucket and key of the object; each copy is
-``<sha256(ident)[:24]>-<sha256(version)[:16]>.tar.zst`` where the version is the size and
-``mtime`` (nanoseconds) of a file, the size and ETag of an object. A source that changed
-has a new version: its copy is made again and the old one deleted.
+``<sha256(ident)[:24]>-<sha256(version)[:16]>.tar.zst`` (or ``.tar``) where the version
+is the size and ``mtime`` (nanoseconds) of a file, the size and ETag of an object. A
+source that changed has a new version: its copy is made again and the old one deleted.
 
 Full policy: the folder is bounded by ``max_bytes`` (default 20 GiB, or
 ``CDML_EDGE_SEEKABLE_CACHE_BYTES``). After each copy is written, the least recently used
@@ -28,12 +35,18 @@ import hashlib
 import logging
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
+
+import zstandard
 
 from cdml_edge.archive.errors import ArchiveError
 from cdml_edge.archive.source import ByteSource, FileSource
+from cdml_edge.archive.tar.read import TarArchive
+from cdml_edge.archive.tar.reframe import write_plain_copy
+from cdml_edge.archive.tar.seekable import read_seekable_tail
 from cdml_edge.archive.tar.zst import ZstdTarArchive
 from cdml_edge.fsio import TMP_PREFIX, atomic_writer
 
@@ -44,6 +57,12 @@ SEEKABLE_CACHE_BYTES_ENV = "CDML_EDGE_SEEKABLE_CACHE_BYTES"
 DEFAULT_SEEKABLE_CACHE_BYTES = 20 << 30
 _OFF = frozenset({"off", "0", "none", "false", "no"})
 _SUFFIX = ".tar.zst"
+_PLAIN = ".tar"
+
+
+class _NotWorthIt(Exception):
+    """The copy under way is dropped (a plain copy of a stream that compresses well)."""
+
 
 CacheSetting = Any  # bool | str | os.PathLike[str] | SeekableCache | None
 
@@ -96,13 +115,16 @@ class SeekableCache:
         return cls(setting)
 
     # -- keys ---------------------------------------------------------------------------
-    def path_for(self, source: ByteSource) -> Path | None:
-        """Where the copy of ``source`` as it is now lives; ``None``: it cannot be keyed."""
+    def path_for(self, source: ByteSource, suffix: str = _SUFFIX) -> Path | None:
+        """Where a copy of ``source`` as it is now lives; ``None``: it cannot be keyed.
+
+        ``suffix``: ``.tar.zst`` (a seekable copy) or ``.tar`` (a plain one).
+        """
         key = _key(source)
         if key is None:
             return None
         ident, version = (hashlib.sha256(k.encode()).hexdigest() for k in key)
-        return self.root / f"{ident[:24]}-{version[:16]}{_SUFFIX}"
+        return self.root / f"{ident[:24]}-{version[:16]}{suffix}"
 
     def total_bytes(self) -> int:
         """Bytes held by complete copies."""
@@ -110,20 +132,34 @@ class SeekableCache:
 
     # -- use ----------------------------------------------------------------------------
     def open(self, source: ByteSource, tail: tuple[int, bytes] | None, **limits: Any) -> Any:
-        """``source`` (a tar.zst) opened from its seekable copy, made now if need be.
+        """``source`` (a tar.zst) opened from its copy, made now if need be.
 
-        The archive itself when it is seekable already, cannot be keyed or kept.
+        A stream without seek table whose tar stream zstd shrinks by less than a quarter
+        (JPEGs, PNGs) is copied as plain tar, in the one pass that any reader of it needs
+        first; others as a seekable tar.zst. The archive itself when it is seekable
+        already, cannot be keyed or kept.
         """
-        path = self.path_for(source)
-        if path is not None and path.exists():
-            archive = self._reuse(source, path, limits)
+        zst, plain = self.path_for(source), self.path_for(source, _PLAIN)
+        if zst is None or plain is None:
+            return ZstdTarArchive.open(source, tail=tail, **limits)
+        for path in (zst, plain):
+            archive = self._reuse(source, path, limits) if path.exists() else None
             if archive is not None:
                 return archive
+        found = read_seekable_tail(source, tail)
+        if found is None:  # no frames known: try the plain copy, with no pass before it
+            why = "has no seek table (a random read decompresses from its start)"
+            end = source.size()
+            copy = self._make(source, plain, why, lambda f: write_plain_copy(source, end, f))
+            if copy is not None:
+                archive = self._opened(copy, limits, fallback=True)
+                if archive is not None:
+                    return archive
         archive = ZstdTarArchive.open(source, tail=tail, **limits)
-        why = archive.seekable_copy_reason()
-        if why is None or path is None:
+        reason = archive.seekable_copy_reason()
+        if reason is None:
             return archive
-        copy = self._make(source, archive, path, why)
+        copy = self._make(source, zst, reason, archive.write_seekable_copy)
         if copy is None:
             return archive
         archive.close()
@@ -132,29 +168,36 @@ class SeekableCache:
     def _reuse(self, source: ByteSource, path: Path, limits: dict[str, Any]) -> Any:
         with contextlib.suppress(OSError):
             os.utime(path)
-        try:
-            archive = self._opened(SeekableCopy(source.name, str(path), 0, 0.0, True), limits)
-        except (ArchiveError, OSError) as exc:  # damaged: made again
-            log.warning("seekable copy %s of %s unusable (%s): made again", path, source.name, exc)
-            with contextlib.suppress(OSError):
-                path.unlink()
-            return None
-        log.info("%s: read from its seekable copy %s", source.name, path)
+        archive = self._opened(
+            SeekableCopy(source.name, str(path), 0, 0.0, True), limits, fallback=True
+        )
+        if archive is not None:
+            log.info("%s: read from its copy %s", source.name, path)
         return archive
 
     @staticmethod
-    def _opened(copy: SeekableCopy, limits: dict[str, Any]) -> ZstdTarArchive:
-        archive = ZstdTarArchive.open(FileSource(copy.path), **limits)
+    def _opened(copy: SeekableCopy, limits: dict[str, Any], fallback: bool = False) -> Any:
+        """The archive of ``copy``; with ``fallback``, ``None`` (the copy deleted) if unusable."""
+        cls = TarArchive if copy.path.endswith(_PLAIN) else ZstdTarArchive
+        try:
+            archive = cls.open(FileSource(copy.path), **limits)
+        except (ArchiveError, OSError) as exc:
+            if not fallback:
+                raise
+            log.warning("copy %s of %s unusable (%s): not used", copy.path, copy.source, exc)
+            with contextlib.suppress(OSError):
+                os.unlink(copy.path)
+            return None
         size = os.path.getsize(copy.path)
-        archive.seekable_copy = SeekableCopy(
+        archive.seekable_copy = SeekableCopy(  # type: ignore[attr-defined]
             copy.source, copy.path, size, copy.seconds, copy.reused
         )
         return archive
 
     def _make(
-        self, source: ByteSource, archive: ZstdTarArchive, path: Path, why: str
+        self, source: ByteSource, path: Path, why: str, write: Callable[[BinaryIO], object]
     ) -> SeekableCopy | None:
-        """Write the copy; ``None`` (with a warning) when it is not kept."""
+        """Write a copy with ``write`` (``False``: not worth keeping); ``None`` if not kept."""
         name = source.name
         if source.size() > self.max_bytes:
             log.warning("%s %s; not copied: larger than the seekable cache", name, why)
@@ -162,11 +205,14 @@ class SeekableCache:
         t0 = time.perf_counter()
         try:
             self.root.mkdir(parents=True, exist_ok=True)
-            with atomic_writer(path, tmp_suffix=_SUFFIX) as fh:
-                archive.write_seekable_copy(fh)
+            with atomic_writer(path, tmp_suffix=path.suffix) as fh:
+                if write(fh) is False:
+                    raise _NotWorthIt
                 size = fh.tell()
-        except OSError as exc:
-            log.warning("%s %s; no seekable copy (%s): read as it is", name, why, exc)
+        except _NotWorthIt:
+            return None
+        except (OSError, ArchiveError, EOFError, zstandard.ZstdError) as exc:
+            log.warning("%s %s; no copy (%s): read as it is", name, why, exc)
             return None
         seconds = time.perf_counter() - t0
         self._drop_versions(path)
@@ -176,10 +222,10 @@ class SeekableCache:
             log.warning("%s %s; its copy is larger than the seekable cache", name, why)
             return None
         self._evict(keep=path)
+        kind = "plain tar" if path.name.endswith(_PLAIN) else "seekable"
         log.warning(
-            "%s %s: made a seekable copy %s (%.1f MB) in %.2f s, reused until the source "
-            "changes",
-            name, why, path, size / 1e6, seconds,
+            "%s %s: made a %s copy %s (%.1f MB) in %.2f s, reused until the source changes",
+            name, why, kind, path, size / 1e6, seconds,
         )  # fmt: skip
         return SeekableCopy(name, str(path), size, seconds, False)
 
@@ -191,7 +237,7 @@ class SeekableCache:
         except OSError:
             return out
         for item in listing:
-            if not item.name.endswith(_SUFFIX) or item.name.startswith(TMP_PREFIX):
+            if not item.name.endswith((_SUFFIX, _PLAIN)) or item.name.startswith(TMP_PREFIX):
                 continue
             with contextlib.suppress(OSError):
                 st = item.stat()

@@ -1,5 +1,8 @@
 """A seekable copy of a tar.zst that is one zstd frame (or a few): one pass, same tar stream.
 
+:func:`write_plain_copy` writes the tar stream itself (a plain tar, read by ``pread``) when
+zstd saves little on it (JPEGs, PNGs); it needs no pass before it to find the members.
+
 A tar.zst made by stock tools (``tar --zstd``, ``zstd``) is one frame: reading a member
 decompresses the stream from its start. :func:`write_seekable_copy` decompresses it once and
 compresses the very same tar stream again as independent frames of about ``frame_bytes``,
@@ -109,6 +112,34 @@ def write_seekable_copy(
     doff = list(itertools.accumulate((d for _, d in sizes), initial=0))
     out.write(_index(index, crcs.values, FrameTable(coff, doff), sizes))
     return pos
+
+
+PLAIN_PROBE_BYTES = 4 << 20
+"""Tar stream decompressed before :func:`write_plain_copy` judges the compression ratio."""
+PLAIN_MAX_RATIO = 1.25
+"""Above this ratio (tar stream ÷ compressed) a plain copy is not written: too much disk."""
+
+
+def write_plain_copy(source: ByteSource, end: int, out: BinaryIO) -> bool:
+    """Write the tar stream of the tar.zst ``source`` (zstd data up to ``end``) to ``out``.
+
+    ``False`` (``out`` left half written) as soon as the stream proves to compress by more
+    than :data:`PLAIN_MAX_RATIO`, judged after :data:`PLAIN_PROBE_BYTES` and at the end.
+    """
+    stream = FrameStream(source, end)
+    written = 0
+    judged = False
+    while True:
+        block = stream.read(MAX_FRAME_BYTES)
+        if not block:
+            break
+        out.write(block)
+        written += len(block)
+        if not judged and written >= PLAIN_PROBE_BYTES:
+            judged = True
+            if written > PLAIN_MAX_RATIO * max(stream.compressed_read, 1):
+                return False
+    return written <= PLAIN_MAX_RATIO * max(stream.compressed_read, 1)
 
 
 def _index(

@@ -82,6 +82,11 @@ class FrameStream:
         del self._buf[:n]
         return out
 
+    @property
+    def compressed_read(self) -> int:
+        """Compressed bytes taken from the source so far."""
+        return self._in
+
     def _feed(self) -> bool:
         """Give the frame under way its next input; ``False`` at the end of the stream."""
         data = self._pending
