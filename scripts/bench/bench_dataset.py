@@ -440,10 +440,10 @@ def report(
         f"shrink {area_backend()}"
     )
     mb = paths["bytes"]["stock"] / 1e6
-    print(f"stock tar --zstd archive {mb:.1f} MB: seekable copy made in {convert_s:.2f} s")
+    print(f"stock tar --zstd archive {mb:.1f} MB: dataset built, copy made, in {convert_s:.2f} s")
     if args.reps and best:
         print_table(f"images/s, DataLoader(num_workers={WORKERS}):", best, "img/s", higher=True)
-        print("first epoch, dataset built (stock: its seekable copy made) then every batch:")
+        print("first epoch, dataset built (stock: its copy made) then every batch:")
         for t, f in first.items():
             cells = ", ".join(
                 f"{k.split(',', 1)[1].strip()} {f[k]:,.0f} img/s ({ratio(f[k], f[FOLDER])})"
