@@ -227,3 +227,22 @@ def test_s3_stock_archive_opens_in_few_requests(
     archive = open_archive("s3://stock/plain.tar.zst")
     assert not archive.seekable and set(archive.names()) == set(files)  # type: ignore[attr-defined]
     assert s3_server.proxy.count("GET") <= 2 + path.stat().st_size // (1 << 20)
+
+
+def test_seek_table_of_large_frames_gets_a_seekable_copy(tmp_path: Path) -> None:
+    """A seek table without our index, frames of 2 MiB (pyzstd): copied with small frames."""
+    pyzstd = pytest.importorskip("pyzstd")
+    src = tmp_path / "tree"
+    files = _tree(src, text=True)
+    tar = tmp_path / "plain.tar"
+    subprocess.run(["tar", "-cf", str(tar), "-C", str(src), "."], check=True)
+    big = tmp_path / "big.tar.zst"
+    with pyzstd.SeekableZstdFile(big, "w", max_frame_content_size=2 << 20) as fh:
+        fh.write(tar.read_bytes())
+    stock = open_archive(big)
+    assert stock.seekable and "zstd frames of" in stock.seekable_copy_reason()  # type: ignore[attr-defined]
+    cache = SeekableCache(tmp_path / "cache")
+    copied = open_archive(big, seekable_cache=cache)
+    assert copied.format == "tar.zst" and copied.seekable_copy is not None  # type: ignore[attr-defined]
+    assert copied.read_many(sorted(files)) == [files[n] for n in sorted(files)]
+    assert all(copied.info(n).checksum is not None for n in files)
