@@ -67,3 +67,14 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             by_file[path] = markers_for(path)
         for name in by_file[path]:
             item.add_marker(name)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _seekable_cache_of_the_session(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """Seekable copies of stock tar.zst archives go to a folder of the session's own.
+
+    ``CDMLStreamDataset`` makes them by default, in the user's cache folder otherwise.
+    """
+    import os
+
+    os.environ.setdefault("CDML_EDGE_SEEKABLE_CACHE", str(tmp_path_factory.mktemp("seekable")))

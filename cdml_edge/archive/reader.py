@@ -8,6 +8,7 @@ from typing import Any
 from cdml_edge.archive.base import DEFAULT_MAX_MEMBER_BYTES, DEFAULT_MAX_RATIO, Archive
 from cdml_edge.archive.errors import ArchiveError
 from cdml_edge.archive.formats import detect
+from cdml_edge.archive.seekable_cache import SeekableCache
 from cdml_edge.archive.source import ByteSource, FileObjectSource, FileSource, MemorySource
 from cdml_edge.archive.spec import Probe
 
@@ -36,21 +37,24 @@ def open_archive(
     *,
     max_member_bytes: int = DEFAULT_MAX_MEMBER_BYTES,
     max_ratio: float = DEFAULT_MAX_RATIO,
+    seekable_cache: SeekableCache | None = None,
 ) -> Archive:
     """Open an archive from a path, ``s3://`` URL, bytes, a binary file or a ByteSource.
 
     The format is detected from the bytes (the tail alone decides for ZIP and seekable
     tar.zst, so opening them costs no extra request). Members larger than
     ``max_member_bytes`` or expanding more than ``max_ratio`` times (above 1 MiB) are
-    refused when read.
+    refused when read. With a ``seekable_cache``, a tar.zst of one zstd frame (as stock
+    ``tar --zstd`` writes) is read from a seekable copy made once in that folder.
     """
     src = as_source(source)
     try:
         probe = Probe(src)
         fmt = detect(probe)
-        return fmt.archive.open(
-            src, tail=probe.tail_read, max_member_bytes=max_member_bytes, max_ratio=max_ratio
-        )
+        limits = {"max_member_bytes": max_member_bytes, "max_ratio": max_ratio}
+        if seekable_cache is not None and fmt.name == "tar.zst":
+            return seekable_cache.open(src, probe.tail_read, **limits)
+        return fmt.archive.open(src, tail=probe.tail_read, **limits)
     except ArchiveError:
         _release(src, source)
         raise

@@ -17,6 +17,8 @@ _LAZY = {
     "CacheInfo": "cdml_edge.data.cache",
     "LabelError": "cdml_edge.data.labels",
     "DatasetError": "cdml_edge.data.dataset",
+    "collate": "cdml_edge.data.batch",
+    "Collated": "cdml_edge.data.batch",
 }
 
 __all__ = list(_LAZY)

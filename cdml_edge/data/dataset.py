@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import copy
 import fnmatch
+import functools
 import os
 import posixpath
 import threading
@@ -21,6 +22,7 @@ from typing import Any
 from torch.utils.data import Dataset
 
 from cdml_edge.archive.names import normalize_member_name
+from cdml_edge.data.batch import ImageDtype, check_image_dtype, fill_images, to_sample
 from cdml_edge.data.cache import ByteLRU, CacheInfo
 from cdml_edge.data.labels import LabelError, Labels, LabelSource, resolve_labels
 from cdml_edge.data.members import is_hidden, visible, with_modality
@@ -70,6 +72,15 @@ class CDMLStreamDataset(Dataset[Any]):
         orientation: ``"exif"`` (default) turns JPEGs as their EXIF orientation says, as
             viewers show them; ``"raw"`` keeps the stored pixels, as PIL and torchvision
             read them. The same for every JPEG backend and the reduced-scale path.
+        image_dtype: ``"float32"`` (default: values in [0, 1]) or ``"uint8"`` (0-255, the
+            decoded values: normalise on the device); images without a ``transform``.
+        channels_last: images as ``H×W×3`` (batches ``B×H×W×3``) instead of ``3×H×W``.
+        seekable_cache: a tar.zst that is one zstd frame (or a few) is converted once into a
+            seekable copy in this folder (``True``: the default folder, see
+            :mod:`cdml_edge.archive.seekable_cache`; ``False``: read it as it is).
+
+    With ``target_size`` and no ``transform``, a DataLoader batch of images is decoded into
+    one tensor; pass ``collate_fn=cdml_edge.data.collate`` to take it without a copy.
 
     JSON items are the JSON text (``str``, re-serialised) so batches of records with
     different keys collate as lists; ``transform`` receives the parsed value.
@@ -97,6 +108,9 @@ class CDMLStreamDataset(Dataset[Any]):
         archive_options: dict[str, Any] | None = None,
         classes: Sequence[str] | None = None,
         orientation: Orientation = "exif",
+        image_dtype: ImageDtype = "float32",
+        channels_last: bool = False,
+        seekable_cache: bool | str | os.PathLike[str] = True,
     ) -> None:
         if is_image and modality not in (None, "image"):
             raise ValueError(f"is_image=True conflicts with modality={modality!r}")
@@ -109,6 +123,9 @@ class CDMLStreamDataset(Dataset[Any]):
         self.fixed_length = fixed_length
         self.reduced_decode = reduced_decode
         self.orientation = check_orientation(orientation)
+        self.image_dtype = check_image_dtype(image_dtype)
+        self.channels_last = bool(channels_last)
+        self.seekable_cache = seekable_cache
         self.audio_options: dict[str, Any] = {
             "sample_rate": sample_rate,
             "mode": audio_mode,
@@ -206,12 +223,15 @@ class CDMLStreamDataset(Dataset[Any]):
         pid = os.getpid()
         if self._archive is None or self._pid != pid:
             from cdml_edge.archive import open_archive
+            from cdml_edge.archive.seekable_cache import SeekableCache
 
             first_open = self._pid == -1
             if self._archive is not None:  # forked: the parent's index, own reader state
                 self._archive = self._archive.clone()
             else:
-                self._archive = open_archive(self.path, **self.archive_options)
+                cache = SeekableCache.from_setting(self.seekable_cache)
+                opts = {"seekable_cache": cache, **self.archive_options}
+                self._archive = open_archive(self.path, **opts)
             self._cache = ByteLRU.from_mb(self.cache_size_mb)  # each process starts empty
             self._pid = pid
             if not first_open:
@@ -263,6 +283,17 @@ class CDMLStreamDataset(Dataset[Any]):
         tf = self.transform
         if mod is None:
             return tf(data) if tf else data
+        value = self._value(name, data)
+        if tf is not None:
+            return tf(value)
+        if mod == "image":
+            return to_sample(value, self.image_dtype, self.channels_last)
+        return SAMPLES[mod].default(value)
+
+    def _value(self, name: str, data: bytes | memoryview) -> Any:
+        """What ``transform`` receives: the decoded member, fit to ``fixed_length``."""
+        mod = self.modality
+        assert mod is not None
         kind = SAMPLES[mod]
         opts = {
             "target_size": self.target_size,
@@ -272,7 +303,7 @@ class CDMLStreamDataset(Dataset[Any]):
         value = kind.value(DECODERS[mod](data, name, **opts, **self.audio_options))
         if kind.length_axis is not None and self.fixed_length is not None:
             value = fit_length(value, self.fixed_length, kind.length_axis)
-        return tf(value) if tf else kind.default(value)
+        return value
 
     def _item(self, index: int, data: bytes | memoryview) -> Any:
         x = self.decode(self.names[index], data)
@@ -294,15 +325,36 @@ class CDMLStreamDataset(Dataset[Any]):
         return self._item(index, self.read(index))
 
     def __getitems__(self, indices: Sequence[int]) -> list[Any]:
-        """Batched fetch used by DataLoader: one ``read_many`` for all cache misses."""
+        """Batched fetch used by DataLoader: one ``read_many`` for all cache misses.
+
+        Images of a fixed ``target_size`` without a ``transform`` are decoded into one batch
+        tensor (:func:`cdml_edge.data.batch.fill_images`).
+        """
         idx = [self._index(i) for i in indices]
         datas = self._read_batch([self.names[i] for i in idx])
+        if self.modality == "image" and self.target_size and self.transform is None:
+            batch = self._image_batch(idx, datas)
+            del datas  # arena views: the next batch overwrites them
+            return batch
         items = [self._item(i, d) for i, d in zip(idx, datas, strict=True)]
-        del datas  # arena views: the next batch overwrites them
+        del datas
         axis = SAMPLES[self.modality].length_axis if self.modality else None
         if axis is None or self.fixed_length is not None or self.transform is not None:
             return items
         return pad_batch(items, axis, labelled=self.targets is not None)
+
+    def _image_batch(self, idx: list[int], datas: Sequence[bytes | memoryview]) -> list[Any]:
+        """Images decoded straight into one batch buffer, with their targets."""
+        assert self.target_size is not None
+        names = self.names
+        rgbs = [
+            functools.partial(self._value, names[i], d) for i, d in zip(idx, datas, strict=True)
+        ]
+        targets = None
+        if self.targets is not None:
+            tt = self.target_transform
+            targets = [tt(self.targets[i]) if tt else self.targets[i] for i in idx]
+        return fill_images(rgbs, self.target_size, self.image_dtype, self.channels_last, targets)
 
     # -- distributed ----------------------------------------------------------------------
     def shard(self, rank: int, world_size: int, *, drop_last: bool = False) -> CDMLStreamDataset:

@@ -96,7 +96,8 @@ def decode_cost(header: ImageHeader, target: tuple[int, int] | None = None) -> i
     w, h = header.width, header.height
     if header.format == "jpeg" and target is not None:
         sw, sh = jpeg.scaled_size(w, h, target)
-        factor = next((f for f, _ in _REDUCED if w // f >= target[0] and h // f >= target[1]), 1)
+        tw, th = target[0] * jpeg.OVERSAMPLE, target[1] * jpeg.OVERSAMPLE
+        factor = next((f for f, _ in _REDUCED if w // f >= tw and h // f >= th), 1)
         w, h = max(sw, -(-w // factor)), max(sh, -(-h // factor))  # either decoder's scale
     sample = -(-header.bits // 8)
     buffers = header.coefficient_bytes + header.buffer_bytes
@@ -116,9 +117,9 @@ def _reduced_flag(data: bytes, target: tuple[int, int] | None) -> int:
     if size is None:
         return cv2.IMREAD_COLOR
     w, h = size
-    tw, th = target
+    tw, th = target[0] * jpeg.OVERSAMPLE, target[1] * jpeg.OVERSAMPLE
     for factor, flag in _REDUCED:
-        # only shrink while the decoded image stays at least as large as the target
+        # only reduce while the decoded image stays at least twice the target (jpeg.OVERSAMPLE)
         if w // factor >= tw and h // factor >= th:
             return int(flag)
     return cv2.IMREAD_COLOR
@@ -172,10 +173,11 @@ def decode_image(
     pixel bound (``None``: no pixel limit).
 
     ``target_size`` is an ``int`` (square) or ``(width, height)``. With ``reduced=True`` a
-    JPEG larger than the target is decoded at a reduced scale by libjpeg-turbo itself: the
-    smallest of 1/8, 1/4, 3/8 and 1/2 that keeps it at least the target size (OpenCV without
-    ``simplejpeg``: 1/2, 1/4 or 1/8), then resized to the exact target. The result differs
-    from a full decode + resize by a few levels (see the tolerance in docs/dataset.md).
+    JPEG at least twice the target is decoded at a reduced scale by libjpeg-turbo itself: the
+    smallest of 1/8, 1/4 and 1/2 that keeps it at least twice the target size (OpenCV
+    without ``simplejpeg``: the same scales), then area-resized to the exact target. The
+    result differs from a full decode + resize by a few levels (see the tolerance in
+    docs/dataset.md).
 
     ``orientation="exif"`` turns a JPEG as its EXIF ``Orientation`` says (as viewers and
     OpenCV show it); ``"raw"`` keeps the pixels as stored (as PIL and torchvision read

@@ -2,8 +2,9 @@
 
 libjpeg-turbo decodes at any scale M/8 (M = 1..8) and skips most of the inverse-DCT work
 of the pixels it drops; OpenCV exposes only 1/2, 1/4 and 1/8. :func:`decode_scaled` asks
-for the smallest scale of :data:`SCALES` whose result is still at least the target on both
-axes (a 224-px JPEG for a 64-px target decodes at 3/8, 84 px), in RGB directly.
+for the smallest scale of :data:`SCALES` whose result is still at least :data:`OVERSAMPLE`
+times the target on both axes (a 640x480 JPEG for a 64-px target decodes at 1/4, 160x120;
+a 224-px one at full size), in RGB directly; the area shrink does the rest.
 
 ``simplejpeg`` is a default dependency where it ships wheels (x86-64 and aarch64 Linux,
 macOS, Windows); where it is missing, or when ``CDML_EDGE_JPEG=opencv`` is set,
@@ -18,11 +19,18 @@ from typing import Any
 
 import numpy as np
 
-SCALES = (1, 2, 3, 4, 8)
+SCALES = (1, 2, 4, 8)
 """The M of the M/8 scales used. 5/8 to 7/8 are left out by measurement: their inverse DCTs
 have no SIMD code in libjpeg-turbo, so on 224-px JPEGs they decode slower than the full
-8/8 (290-450 µs against 220 µs a JPEG), and a full decode + area shrink is faster and closer
-to the full-decode result. 1/8 to 1/2 cost less than the full decode (165-215 µs)."""
+8/8 (290-450 µs against 220 µs a JPEG). 3/8 is left out for its pixels: on real photos its
+result, shrunk, differs from a full decode + area resize by up to 3.5 levels on average
+(docs/dataset.md, "Image decoding")."""
+
+OVERSAMPLE = 2
+"""A scale is used only if it leaves at least twice the target on both axes: a scaled inverse
+DCT is not an area average, and the shrink after it must do most of the averaging for the
+result to stay within the tolerance on real photos (at 1x, 16 of 21 real photos missed it at
+64 px: mean up to 3.5 levels)."""
 
 _sj: Any = None
 _tried = False
@@ -57,12 +65,12 @@ def backend() -> str:
 def scaled_size(width: int, height: int, target: tuple[int, int] | None) -> tuple[int, int]:
     """The size a JPEG of ``width × height`` decodes to for ``target`` ``(w, h)``.
 
-    The smallest scale of :data:`SCALES` keeping both axes at least the target (libjpeg
-    rounds up).
+    The smallest scale of :data:`SCALES` keeping both axes at least :data:`OVERSAMPLE` times
+    the target (libjpeg rounds up).
     """
     if target is None:
         return width, height
-    tw, th = target
+    tw, th = target[0] * OVERSAMPLE, target[1] * OVERSAMPLE
     for m in SCALES:
         w, h = -(-width * m // 8), -(-height * m // 8)
         if w >= tw and h >= th:

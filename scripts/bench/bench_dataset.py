@@ -8,9 +8,16 @@ and yields float32 C×H×W at the target. ``CDMLStreamDataset`` decodes with
 ``cdml_edge.decode.decode_image`` (libjpeg-turbo at a reduced scale, area shrink in C); the
 baselines decode with OpenCV as this project did before it (``cv2.imdecode``, at 1/2, 1/4 or
 1/8 when that still covers the target, then ``INTER_AREA``). (vi) is the class folders with
-our decoder, separating the decoder's gain from the reader's. Steady images/s over an epoch
-from fresh workers, best of ``--reps`` runs, interleaved so background load hits every
-variant alike; ratios are against (iii) at the same target.
+our decoder, separating the decoder's gain from the reader's. (vii) and (viii) are our ZIP
+with batches decoded into one buffer and taken by ``collate_fn=collate`` (float32, and uint8
+to be normalised on the device); (ix) and (x) are a tar.zst written by stock
+``tar --zstd`` (one zstd frame), read through its seekable copy, as (i) and as (viii). The
+ceiling is the same JPEG bytes decoded and resized by ``decode_image`` from memory in as many
+processes, without archive or DataLoader.
+Steady images/s over an epoch from fresh workers, best of ``--reps`` runs, interleaved so
+background load hits every variant alike; ratios are against (iii) and against the ceiling
+at the same target. The stock archive's first epoch, its conversion included, is timed
+apart against the folder's first epoch (dataset built, then every batch).
 """
 
 from __future__ import annotations
@@ -19,7 +26,10 @@ import argparse
 import functools
 import io
 import json
+import multiprocessing
 import os
+import shutil
+import subprocess
 import sys
 import tarfile
 import tempfile
@@ -37,12 +47,17 @@ from torch.utils.data import DataLoader, Dataset
 
 from cdml_edge import CDMLStreamDataset
 from cdml_edge.archive import write_archive
+from cdml_edge.data import collate
 from cdml_edge.data.samples import image_to_tensor
 from cdml_edge.decode import decode_image
 from cdml_edge.decode import jpeg as jpeg_backend
 from cdml_edge.decode.area import area_backend
 
 SIZE = 224
+CEILING = "(c) decode ceiling: bytes in memory, same processes"
+FOLDER = "(iii) class folders, file reads"
+STOCK = "(ix) stock tar --zstd archive, float32"
+STOCK_U8 = "(x) stock tar --zstd archive, uint8, collate_fn=collate"
 TARGETS = (224, 128, 64)
 BATCH = 64
 WORKERS = 2
@@ -163,25 +178,45 @@ def build(tmp: Path, items: list[tuple[str, bytes]], shards: int) -> dict[str, A
                     info.size = len(payload)
                     tar.addfile(info, io.BytesIO(payload))
         urls.append(str(url))
+    stock = tmp / "stock.tar.zst"
+    subprocess.run(["tar", "--zstd", "-cf", str(stock), "-C", str(root), "."], check=True)
     return {
         "zip": zip_path,
         "tar.zst": tzst_path,
+        "stock": stock,
+        "seekable_cache": tmp / "seekable-cache",
         "folders": root,
         "wds": urls,
-        "bytes": {"zip": zip_path.stat().st_size, "tar.zst": tzst_path.stat().st_size},
+        "bytes": {
+            "zip": zip_path.stat().st_size,
+            "tar.zst": tzst_path.stat().st_size,
+            "stock": stock.stat().st_size,
+        },
     }
 
 
 def loaders(
     paths: dict[str, Any], target: int, workers: int = WORKERS
 ) -> dict[str, Callable[[], DataLoader[Any]]]:
-    def shuffled(ds: Dataset[Any]) -> DataLoader[Any]:
+    def shuffled(ds: Dataset[Any], **kw: Any) -> DataLoader[Any]:
         g = torch.Generator().manual_seed(0)
-        return DataLoader(ds, batch_size=BATCH, shuffle=True, num_workers=workers, generator=g)
+        return DataLoader(
+            ds, batch_size=BATCH, shuffle=True, num_workers=workers, generator=g, **kw
+        )
 
-    def ours(path: Path) -> Callable[[], DataLoader[Any]]:
+    def ours(path: Path, **opts: Any) -> Callable[[], DataLoader[Any]]:
+        kw = {"collate_fn": collate} if opts.pop("collated", False) else {}
+        cache = paths["seekable_cache"]
         return lambda: shuffled(
-            CDMLStreamDataset(path, is_image=True, target_size=target, labels="folder")
+            CDMLStreamDataset(
+                path,
+                is_image=True,
+                target_size=target,
+                labels="folder",
+                seekable_cache=cache,
+                **opts,
+            ),
+            **kw,
         )
 
     def folders(decode: Callable[[bytes, int], Any]) -> Callable[[], DataLoader[Any]]:
@@ -200,7 +235,7 @@ def loaders(
     return {
         "(i) ZIP (CDMLStreamDataset)": ours(paths["zip"]),
         "(ii) tar.zst (CDMLStreamDataset)": ours(paths["tar.zst"]),
-        "(iii) class folders, file reads": folders(opencv_decode),
+        FOLDER: folders(opencv_decode),
         "(iv) stdlib zipfile": lambda: shuffled(
             ZipfileDataset(
                 functools.partial(str, paths["zip"]),
@@ -209,7 +244,50 @@ def loaders(
         ),
         "(v) WebDataset tar shards": wds,
         "(vi) class folders, our decoder": folders(our_decode),
+        "(vii) ZIP, float32, collate_fn=collate": ours(paths["zip"], collated=True),
+        "(viii) ZIP, uint8, collate_fn=collate": ours(
+            paths["zip"], collated=True, image_dtype="uint8"
+        ),
+        STOCK: ours(paths["stock"]),
+        STOCK_U8: ours(paths["stock"], collated=True, image_dtype="uint8"),
     }
+
+
+_CEILING_DATA: list[bytes] = []
+
+
+def _decode_range(job: tuple[int, int, int]) -> int:
+    start, stop, target = job
+    for data in _CEILING_DATA[start:stop]:
+        decode_image(data, target_size=target)
+    return stop - start
+
+
+def ceiling_rate(items: list[tuple[str, bytes]], target: int, workers: int = WORKERS) -> float:
+    """Images/s of ``decode_image`` alone over the JPEG bytes in memory, in ``workers`` processes.
+
+    Forked processes that already hold the bytes; batches of ``BATCH`` handed out in turn;
+    timed from the first batch handed out to the last one done (the processes started).
+    """
+    _CEILING_DATA[:] = [d for _, d in items]
+    jobs = [(k, min(k + BATCH, len(items)), target) for k in range(0, len(items), BATCH)]
+    with multiprocessing.get_context("fork").Pool(workers) as pool:
+        pool.map(_decode_range, [(0, 1, target)] * workers)  # started and warm
+        t0 = time.perf_counter()
+        done = sum(pool.imap_unordered(_decode_range, jobs))
+        rate = done / (time.perf_counter() - t0)
+    return rate
+
+
+def ceiling_cpu(items: list[tuple[str, bytes]], target: int) -> float:
+    """µs of CPU per image of ``decode_image`` from memory, from the cheapest batch."""
+    per_batch = []
+    for k in range(0, len(items), BATCH):
+        c0 = time.process_time()
+        for _, data in items[k : k + BATCH]:
+            decode_image(data, target_size=target)
+        per_batch.append((time.process_time() - c0) / len(items[k : k + BATCH]))
+    return min(per_batch) * 1e6
 
 
 def run_once(make: Callable[[], DataLoader[Any]], n: int) -> tuple[float, float]:
@@ -252,19 +330,65 @@ def cpu_per_image(make: Callable[[], DataLoader[Any]], n: int) -> float:
     return min(per_batch) * 1e6
 
 
+def first_epoch(make: Callable[[], DataLoader[Any]], n: int, reset: Callable[[], None]) -> float:
+    """Images/s of a whole first epoch: ``reset()``, then the dataset built and every batch."""
+    reset()
+    t0 = time.perf_counter()
+    seen = sum(x.shape[0] for x, _ in make())
+    assert seen == n, f"saw {seen} of {n} images"
+    return n / (time.perf_counter() - t0)
+
+
 def print_table(title: str, best: dict[int, dict[str, float]], fmt: str, higher: bool) -> None:
     print(title)
     targets = list(best)
-    cols = " | ".join(f"{t} px {fmt} | vs (iii)" for t in targets)
+    cols = " | ".join(f"{t} px {fmt} | vs (iii) | vs (c)" for t in targets)
     print(f"| variant | {cols} |")
-    print("|---|" + "---:|---:|" * len(targets))
-    base = "(iii) class folders, file reads"
+    print("|---|" + "---:|---:|---:|" * len(targets))
     for name in best[targets[0]]:
         cells = []
         for t in targets:
-            v, b = best[t][name], best[t][base]
-            cells.append(f"{v:,.0f} | {ratio(v, b) if higher else ratio(b, v)}")
+            v, b, c = best[t][name], best[t][FOLDER], best[t][CEILING]
+            r = (ratio(v, b), ratio(v, c)) if higher else (ratio(b, v), ratio(c, v))
+            cells.append(f"{v:,.0f} | {r[0]} | {r[1]}")
         print(f"| {name} | {' | '.join(cells)} |")
+
+
+def measure(
+    paths: dict[str, Any], items: list[tuple[str, bytes]], target: int, args: argparse.Namespace
+) -> tuple[dict[str, float], dict[str, float], dict[str, float]]:
+    """Best images/s, cheapest CPU µs per image, first-epoch images/s at ``target``."""
+    n = len(items)
+    makers = loaders(paths, target)
+    fns: dict[str, Callable[[], float]] = {CEILING: functools.partial(ceiling_rate, items, target)}
+    fns.update({k: functools.partial(images_per_s, make, n) for k, make in makers.items()})
+    rates = rounds(fns, args.reps)
+    inline = loaders(paths, target, workers=0)
+    cfns: dict[str, Callable[[], float]] = {CEILING: functools.partial(ceiling_cpu, items, target)}
+    cfns.update({k: functools.partial(cpu_per_image, make, n) for k, make in inline.items()})
+    costs = rounds(cfns, args.cpu_reps)
+    drop = functools.partial(shutil.rmtree, paths["seekable_cache"], ignore_errors=True)
+    firsts = rounds(
+        {
+            STOCK: functools.partial(first_epoch, makers[STOCK], n, drop),
+            STOCK_U8: functools.partial(first_epoch, makers[STOCK_U8], n, drop),
+            FOLDER: functools.partial(first_epoch, makers[FOLDER], n, lambda: None),
+        },
+        args.reps,
+    )
+    return (
+        {k: max(v) for k, v in rates.items() if v},
+        {k: min(v) for k, v in costs.items() if v},
+        {k: max(v) for k, v in firsts.items() if v},
+    )
+
+
+def conversion_seconds(stock: Path, cache: Path) -> float:
+    """Seconds to open the stock archive with an empty seekable cache (its conversion)."""
+    shutil.rmtree(cache, ignore_errors=True)
+    t0 = time.perf_counter()
+    CDMLStreamDataset(stock, is_image=True, labels="folder", seekable_cache=cache)
+    return time.perf_counter() - t0
 
 
 def main() -> int:
@@ -283,24 +407,31 @@ def main() -> int:
     t_start = time.perf_counter()
     best: dict[int, dict[str, float]] = {}
     cpu: dict[int, dict[str, float]] = {}
+    first: dict[int, dict[str, float]] = {}
     with tempfile.TemporaryDirectory(prefix="bench-dataset-") as tmp:
         items = make_images(n)
         paths = build(Path(tmp), items, shards=2 * WORKERS)
+        convert_s = conversion_seconds(paths["stock"], paths["seekable_cache"])
         for target in args.targets:
-            makers = loaders(paths, target)
-            rates = rounds(
-                {k: functools.partial(images_per_s, make, n) for k, make in makers.items()},
-                args.reps,
-            )
-            if args.reps:
-                best[target] = {k: max(v) for k, v in rates.items()}
-            inline = loaders(paths, target, workers=0)
-            costs = rounds(
-                {k: functools.partial(cpu_per_image, make, n) for k, make in inline.items()},
-                args.cpu_reps,
-            )
-            if args.cpu_reps:
-                cpu[target] = {k: min(v) for k, v in costs.items()}
+            best[target], cpu[target], first[target] = measure(paths, items, target, args)
+    report(args, n, items, paths, convert_s, best, cpu, first)
+    print(f"total {time.perf_counter() - t_start:.0f} s")
+    if args.json:
+        out = {"images_per_s": best, "cpu_us_per_image": cpu, "first_epoch": first}
+        args.json.write_text(json.dumps(out, indent=2))
+    return 0
+
+
+def report(
+    args: argparse.Namespace,
+    n: int,
+    items: list[tuple[str, bytes]],
+    paths: dict[str, Any],
+    convert_s: float,
+    best: dict[int, dict[str, float]],
+    cpu: dict[int, dict[str, float]],
+    first: dict[int, dict[str, float]],
+) -> None:
     jpeg_kb = sum(len(d) for _, d in items) / n / 1024
     print(
         f"{n} JPEGs of {SIZE}x{SIZE} (mean {jpeg_kb:.1f} KB), batch_size={BATCH}, best of "
@@ -308,21 +439,25 @@ def main() -> int:
         f"{load_average():.1f} at the end; JPEG decoder {jpeg_backend.backend()}, area "
         f"shrink {area_backend()}"
     )
-    if best:
+    mb = paths["bytes"]["stock"] / 1e6
+    print(f"stock tar --zstd archive {mb:.1f} MB: dataset built, copy made, in {convert_s:.2f} s")
+    if args.reps and best:
         print_table(f"images/s, DataLoader(num_workers={WORKERS}):", best, "img/s", higher=True)
-    if cpu:
+        print("first epoch, dataset built (stock: its copy made) then every batch:")
+        for t, f in first.items():
+            cells = ", ".join(
+                f"{k.split(',', 1)[1].strip()} {f[k]:,.0f} img/s ({ratio(f[k], f[FOLDER])})"
+                for k in (STOCK, STOCK_U8)
+            )
+            print(f"  {t} px: folder {f[FOLDER]:,.0f} img/s; stock archive: {cells}")
+    if args.cpu_reps and any(cpu.values()):
         print_table(
             f"CPU µs per image, num_workers=0, cheapest batch of {args.cpu_reps} epochs "
-            "(ratio: (iii) ÷ variant):",
+            "(ratio: (iii) ÷ variant, (c) ÷ variant):",
             cpu,
             "µs",
             higher=False,
         )
-    print(f"total {time.perf_counter() - t_start:.0f} s")
-    if args.json:
-        out = {"images_per_s": best, "cpu_us_per_image": cpu}
-        args.json.write_text(json.dumps(out, indent=2))
-    return 0
 
 
 if __name__ == "__main__":

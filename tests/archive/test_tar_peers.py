@@ -218,3 +218,18 @@ def test_our_index_checksums_catch_frames_swapped_with_their_entries() -> None:
             arc.read("f0.bin")
         assert err.value.member == "f0.bin"
         assert sorted(arc.verify()) == ["f0.bin", "f1.bin"]
+
+
+def test_header_checksum_signed_or_unsigned() -> None:
+    """Old tars summed the header as signed bytes; both sums are accepted, nothing else."""
+    from cdml_edge.archive.tar.format import header_ok
+
+    info = tarfile.TarInfo("caf\u00e9-\u00fc.bin")  # UTF-8: bytes over 127 in the name
+    block = bytearray(info.tobuf(format=tarfile.USTAR_FORMAT))[:512]
+    rest = bytes(block[:148] + block[156:512])
+    unsigned = sum(rest) + 256
+    signed = unsigned - 256 * sum(b > 127 for b in rest)
+    assert signed != unsigned
+    for total, ok in ((unsigned, True), (signed, True), (unsigned + 1, False)):
+        block[148:156] = b"%06o\x00 " % total
+        assert header_ok(bytes(block)) is ok

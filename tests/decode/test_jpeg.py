@@ -64,16 +64,19 @@ def test_backend_switch(backend: str) -> None:
 @pytest.mark.parametrize(
     ("size", "target", "decoded"),
     [
-        ((224, 224), (64, 64), (84, 84)),  # 3/8
-        ((224, 224), (128, 128), (224, 224)),  # 5/8 would do, but is slower than 8/8
-        ((224, 224), (100, 100), (112, 112)),  # 1/2
-        ((224, 224), (28, 28), (28, 28)),  # 1/8
-        ((225, 150), (29, 10), (29, 19)),  # rounded up, both axes covered
-        ((640, 480), (160, 200), (320, 240)),  # the taller axis decides
+        ((224, 224), (64, 64), (224, 224)),  # 1/2 is 112 px, under twice the target
+        ((224, 224), (128, 128), (224, 224)),
+        ((224, 224), (56, 56), (112, 112)),  # 1/2
+        ((224, 224), (28, 28), (56, 56)),  # 1/4
+        ((640, 480), (64, 64), (320, 240)),  # 1/2: 1/4 is 120 px high, under 128
+        ((640, 480), (48, 48), (160, 120)),  # 1/4
+        ((1600, 1200), (100, 75), (200, 150)),  # 1/8
+        ((225, 150), (29, 10), (113, 75)),  # rounded up, both axes covered twice
+        ((640, 480), (160, 200), (640, 480)),  # the taller axis decides
         ((64, 64), (200, 200), (64, 64)),  # growing: full size
     ],
 )
-def test_scale_is_the_smallest_fast_one_that_covers_the_target(
+def test_scale_is_the_smallest_power_of_two_covering_twice_the_target(
     size: tuple[int, int], target: tuple[int, int], decoded: tuple[int, int]
 ) -> None:
     assert jpeg_mod.scaled_size(*size, target) == decoded

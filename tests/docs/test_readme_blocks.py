@@ -139,6 +139,7 @@ SETUPS: dict[str | None, Callable[[Path], None]] = {
     "frame": _frame,
     "pets": _pets,
     "pets-readme": _pets,
+    "pets-uint8": _pets,
     "window": _window,
     "train-data": _train_data,
     "models": _models,
@@ -160,6 +161,10 @@ def _check_pets(d: Path, out: str) -> None:
     losses = [float(line.rsplit(" ", 1)[1]) for line in lines[1:]]
     assert len(losses) == 3 and all(np.isfinite(losses))
     assert (d / "pets.zip").is_file()
+
+
+def _check_pets_uint8(d: Path, out: str) -> None:
+    assert out.strip() == "torch.Size([16, 3, 64, 64]) torch.float32"
 
 
 def _check_train_data(d: Path, out: str) -> None:
@@ -198,6 +203,7 @@ def _check_live(d: Path, out: str) -> None:
 CHECKS: dict[str, Callable[[Path, str], None]] = {
     "pets-readme": _check_pets_readme,
     "pets": _check_pets,
+    "pets-uint8": _check_pets_uint8,
     "train-data": _check_train_data,
     "trainset": _check_trainset,
     "window": _check_window,

@@ -44,6 +44,9 @@ def _number(field: bytes, what: str, archive: str) -> int:
         ) from None
 
 
+_HIGH_BYTES = bytes(range(128, 256))
+
+
 def header_ok(block: bytes) -> bool:
     """True when ``block`` is a tar header with a valid checksum."""
     if len(block) < BLOCK or block.count(0) == BLOCK:
@@ -52,9 +55,12 @@ def header_ok(block: bytes) -> bool:
         stored = _number(block[148:156], "checksum", "")
     except CorruptArchiveError:
         return False
-    unsigned = sum(block[:148]) + 256 + sum(block[156:512])
-    signed = sum((b - 256 if b > 127 else b) for b in block[:148] + block[156:512]) + 256
-    return stored in (unsigned, signed)
+    rest = block[:148] + block[156:512]
+    unsigned = sum(rest) + 256
+    if stored == unsigned:
+        return True
+    high = len(rest) - len(rest.translate(None, _HIGH_BYTES))  # bytes read as negative
+    return stored == unsigned - 256 * high
 
 
 def padded(size: int) -> int:

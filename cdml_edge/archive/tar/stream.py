@@ -53,7 +53,10 @@ class FrameStream:
     FEED = 512
 
     def __init__(self, source: ByteSource, end: int) -> None:
-        self._src = SourceStream(source, end)
+        # buffered: each 512-byte feed must not be a request of its own (one ranged GET on
+        # S3); the source reads ahead in its part size when it has one
+        ahead = max(CHUNK, int(getattr(source, "part_bytes", CHUNK)))
+        self._src = io.BufferedReader(SourceStream(source, end), buffer_size=ahead)
         self._dctx = zstandard.ZstdDecompressor()
         self._obj: Any = None
         self._fed = False
@@ -78,6 +81,11 @@ class FrameStream:
         out = bytes(self._buf[:n])
         del self._buf[:n]
         return out
+
+    @property
+    def compressed_read(self) -> int:
+        """Compressed bytes taken from the source so far."""
+        return self._in
 
     def _feed(self) -> bool:
         """Give the frame under way its next input; ``False`` at the end of the stream."""

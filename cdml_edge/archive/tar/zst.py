@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import operator
 from bisect import bisect_right
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import zstandard
 
@@ -23,6 +23,10 @@ from cdml_edge.archive.tar.seekable import (
     read_seekable_tail,
 )
 from cdml_edge.archive.tar.stream import ExactReader, FrameStream
+from cdml_edge.archive.tar.write import MAX_FRAME_BYTES
+
+if TYPE_CHECKING:
+    from typing import BinaryIO
 
 
 class ZstdTarArchive(_TarBase):
@@ -59,6 +63,8 @@ class ZstdTarArchive(_TarBase):
         self._decoder: Any = decoder.NativeFrames() if decoder is not None else PythonFrames()
         #: why the seek table was not used (its frames were found by a pass instead)
         self.seek_table_problem: str | None = None
+        #: the seekable copy read instead of the source (see :mod:`..seekable_cache`)
+        self.seekable_copy: Any = None
         if rows is not None:
             self._frames: FrameTable | None = rows.frames
             self._data_end = rows.data_end
@@ -119,6 +125,31 @@ class ZstdTarArchive(_TarBase):
     def seekable(self) -> bool:
         """Whether the archive has a seek table (members are read frame by frame)."""
         return self._frames is not None
+
+    def seekable_copy_reason(self) -> str | None:
+        """Why reads at random would be slow (one frame, or frames of over 1 MiB), or ``None``.
+
+        ``None`` also when a copy could not keep the members as they are (sparse or refused
+        members).
+        """
+        if self._sparse or self._refused:
+            return None
+        f = self._frames
+        if f is None:
+            return "has no seek table (a random read decompresses from its start)"
+        if f.count and f.doff[-1] / f.count > MAX_FRAME_BYTES:
+            return f"has {f.count} zstd frames of {f.doff[-1] // f.count >> 20} MiB on average"
+        return None
+
+    def write_seekable_copy(self, out: BinaryIO) -> int:
+        """Write a seekable copy of this archive to ``out`` (:mod:`.reframe`), one pass.
+
+        Returns the bytes of tar stream it holds.
+        """
+        from cdml_edge.archive.tar.reframe import write_seekable_copy
+
+        self._check_open()
+        return write_seekable_copy(self._source, self._data_end, self._members.index, out)
 
     @property
     def engine(self) -> str:  # type: ignore[override]

@@ -1,0 +1,277 @@
+"""Seekable copies of tar.zst archives made by stock tools, kept in a byte-bounded folder.
+
+``tar --zstd`` and ``zstd`` write one zstd frame (``pzstd`` a few large ones): reading a
+member at random decompresses from the start of its frame, so a shuffled epoch costs the
+square of the archive. Opened through a :class:`SeekableCache`, such an archive (local file
+or ``s3://`` object) is converted once into a copy that is read instead (:mod:`.tar.reframe`):
+
+* a **plain tar** (one ``pread`` per member) when zstd shrinks its tar stream by less than a
+  quarter (JPEGs, PNGs, audio): written in the one decompression pass any reader of the
+  archive needs, no pass before it;
+* else a **seekable tar.zst** (the same tar stream in frames of about 16 KiB, our member
+  index), written in a second pass after the one that finds the members.
+
+A warning is logged with the copy's path, size and the seconds it took. The next open finds
+the copy without reading the source (one ``stat`` or, on S3, the ``HEAD`` the source sends
+anyway).
+
+Keys: the file's real path, or the endpoint, bucket and key of the object; each copy is
+``<sha256(ident)[:24]>-<sha256(version)[:16]>.tar.zst`` (or ``.tar``) where the version
+is the size and ``mtime`` (nanoseconds) of a file, the size and ETag of an object. A
+source that changed has a new version: its copy is made again and the old one deleted.
+
+Full policy: the folder is bounded by ``max_bytes`` (default 20 GiB, or
+``CDML_EDGE_SEEKABLE_CACHE_BYTES``). After each copy is written, the least recently used
+copies (oldest ``mtime``; reuse refreshes it) are deleted until the total fits. A source
+larger than the bound, or a copy that comes out larger, is not kept: the archive is read
+as it is (slowly) and a warning says so. A folder that cannot be written counts as the
+same. Copies are written atomically, so concurrent processes never read half of one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import logging
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, BinaryIO
+
+import zstandard
+
+from cdml_edge.archive.errors import ArchiveError
+from cdml_edge.archive.source import ByteSource, FileSource
+from cdml_edge.archive.tar.read import TarArchive
+from cdml_edge.archive.tar.reframe import write_plain_copy
+from cdml_edge.archive.tar.seekable import read_seekable_tail
+from cdml_edge.archive.tar.zst import ZstdTarArchive
+from cdml_edge.fsio import TMP_PREFIX, atomic_writer
+
+log = logging.getLogger(__name__)
+
+SEEKABLE_CACHE_ENV = "CDML_EDGE_SEEKABLE_CACHE"
+SEEKABLE_CACHE_BYTES_ENV = "CDML_EDGE_SEEKABLE_CACHE_BYTES"
+DEFAULT_SEEKABLE_CACHE_BYTES = 20 << 30
+_OFF = frozenset({"off", "0", "none", "false", "no"})
+_SUFFIX = ".tar.zst"
+_PLAIN = ".tar"
+
+
+class _NotWorthIt(Exception):
+    """The copy under way is dropped (a plain copy of a stream that compresses well)."""
+
+
+CacheSetting = Any  # bool | str | os.PathLike[str] | SeekableCache | None
+
+
+@dataclass(frozen=True)
+class SeekableCopy:
+    """The seekable copy an archive is read from: made now (``reused=False``) or found."""
+
+    source: str
+    path: str
+    bytes: int
+    seconds: float
+    reused: bool
+
+
+def default_seekable_cache_dir() -> str:
+    """The user's cache folder for seekable copies (follows ``$XDG_CACHE_HOME``)."""
+    xdg = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(xdg, "cdml-edge", "seekable")
+
+
+class SeekableCache:
+    """A folder of seekable copies bounded by ``max_bytes``; see the module for the policy."""
+
+    def __init__(self, root: str | os.PathLike[str], max_bytes: int | None = None) -> None:
+        if max_bytes is None:
+            max_bytes = int(os.environ.get(SEEKABLE_CACHE_BYTES_ENV, DEFAULT_SEEKABLE_CACHE_BYTES))
+        if max_bytes <= 0:
+            raise ValueError("max_bytes must be positive")
+        self.root = Path(root)
+        self.max_bytes = int(max_bytes)
+
+    def __repr__(self) -> str:
+        return f"SeekableCache({str(self.root)!r}, max_bytes={self.max_bytes})"
+
+    @classmethod
+    def from_setting(cls, setting: CacheSetting) -> SeekableCache | None:
+        """The cache a dataset's ``seekable_cache`` setting names (``None``: none).
+
+        ``True``: the folder of ``CDML_EDGE_SEEKABLE_CACHE`` (``off``: none) or the default
+        one; a path: that folder; ``False`` / ``None``: no cache.
+        """
+        if isinstance(setting, SeekableCache) or setting is None or setting is False:
+            return setting or None
+        if setting is True:
+            value = os.environ.get(SEEKABLE_CACHE_ENV, "").strip()
+            if value.lower() in _OFF:
+                return None
+            return cls(value or default_seekable_cache_dir())
+        return cls(setting)
+
+    # -- keys ---------------------------------------------------------------------------
+    def path_for(self, source: ByteSource, suffix: str = _SUFFIX) -> Path | None:
+        """Where a copy of ``source`` as it is now lives; ``None``: it cannot be keyed.
+
+        ``suffix``: ``.tar.zst`` (a seekable copy) or ``.tar`` (a plain one).
+        """
+        key = _key(source)
+        if key is None:
+            return None
+        ident, version = (hashlib.sha256(k.encode()).hexdigest() for k in key)
+        return self.root / f"{ident[:24]}-{version[:16]}{suffix}"
+
+    def total_bytes(self) -> int:
+        """Bytes held by complete copies."""
+        return sum(size for _, size, _ in self._entries())
+
+    # -- use ----------------------------------------------------------------------------
+    def open(self, source: ByteSource, tail: tuple[int, bytes] | None, **limits: Any) -> Any:
+        """``source`` (a tar.zst) opened from its copy, made now if need be.
+
+        A stream without seek table whose tar stream zstd shrinks by less than a quarter
+        (JPEGs, PNGs) is copied as plain tar, in the one pass that any reader of it needs
+        first; others as a seekable tar.zst. The archive itself when it is seekable
+        already, cannot be keyed or kept.
+        """
+        zst, plain = self.path_for(source), self.path_for(source, _PLAIN)
+        if zst is None or plain is None:
+            return ZstdTarArchive.open(source, tail=tail, **limits)
+        for path in (zst, plain):
+            archive = self._reuse(source, path, limits) if path.exists() else None
+            if archive is not None:
+                return archive
+        found = read_seekable_tail(source, tail)
+        if found is None:  # no frames known: try the plain copy, with no pass before it
+            why = "has no seek table (a random read decompresses from its start)"
+            end = source.size()
+            copy = self._make(source, plain, why, lambda f: write_plain_copy(source, end, f))
+            if copy is not None:
+                archive = self._opened(copy, limits, fallback=True)
+                if archive is not None:
+                    return archive
+        archive = ZstdTarArchive.open(source, tail=tail, **limits)
+        reason = archive.seekable_copy_reason()
+        if reason is None:
+            return archive
+        copy = self._make(source, zst, reason, archive.write_seekable_copy)
+        if copy is None:
+            return archive
+        archive.close()
+        return self._opened(copy, limits)
+
+    def _reuse(self, source: ByteSource, path: Path, limits: dict[str, Any]) -> Any:
+        with contextlib.suppress(OSError):
+            os.utime(path)
+        archive = self._opened(
+            SeekableCopy(source.name, str(path), 0, 0.0, True), limits, fallback=True
+        )
+        if archive is not None:
+            log.info("%s: read from its copy %s", source.name, path)
+        return archive
+
+    @staticmethod
+    def _opened(copy: SeekableCopy, limits: dict[str, Any], fallback: bool = False) -> Any:
+        """The archive of ``copy``; with ``fallback``, ``None`` (the copy deleted) if unusable."""
+        cls = TarArchive if copy.path.endswith(_PLAIN) else ZstdTarArchive
+        try:
+            archive = cls.open(FileSource(copy.path), **limits)
+        except (ArchiveError, OSError) as exc:
+            if not fallback:
+                raise
+            log.warning("copy %s of %s unusable (%s): not used", copy.path, copy.source, exc)
+            with contextlib.suppress(OSError):
+                os.unlink(copy.path)
+            return None
+        size = os.path.getsize(copy.path)
+        archive.seekable_copy = SeekableCopy(  # type: ignore[attr-defined]
+            copy.source, copy.path, size, copy.seconds, copy.reused
+        )
+        return archive
+
+    def _make(
+        self, source: ByteSource, path: Path, why: str, write: Callable[[BinaryIO], object]
+    ) -> SeekableCopy | None:
+        """Write a copy with ``write`` (``False``: not worth keeping); ``None`` if not kept."""
+        name = source.name
+        if source.size() > self.max_bytes:
+            log.warning("%s %s; not copied: larger than the seekable cache", name, why)
+            return None
+        t0 = time.perf_counter()
+        try:
+            self.root.mkdir(parents=True, exist_ok=True)
+            with atomic_writer(path, tmp_suffix=path.suffix) as fh:
+                if write(fh) is False:
+                    raise _NotWorthIt
+                size = fh.tell()
+        except _NotWorthIt:
+            return None
+        except (OSError, ArchiveError, EOFError, zstandard.ZstdError) as exc:
+            log.warning("%s %s; no copy (%s): read as it is", name, why, exc)
+            return None
+        seconds = time.perf_counter() - t0
+        self._drop_versions(path)
+        if size > self.max_bytes:
+            with contextlib.suppress(OSError):
+                path.unlink()
+            log.warning("%s %s; its copy is larger than the seekable cache", name, why)
+            return None
+        self._evict(keep=path)
+        kind = "plain tar" if path.name.endswith(_PLAIN) else "seekable"
+        log.warning(
+            "%s %s: made a %s copy %s (%.1f MB) in %.2f s, reused until the source changes",
+            name, why, kind, path, size / 1e6, seconds,
+        )  # fmt: skip
+        return SeekableCopy(name, str(path), size, seconds, False)
+
+    # -- bound --------------------------------------------------------------------------
+    def _entries(self) -> list[tuple[float, int, Path]]:
+        out: list[tuple[float, int, Path]] = []
+        try:
+            listing = list(os.scandir(self.root))
+        except OSError:
+            return out
+        for item in listing:
+            if not item.name.endswith((_SUFFIX, _PLAIN)) or item.name.startswith(TMP_PREFIX):
+                continue
+            with contextlib.suppress(OSError):
+                st = item.stat()
+                out.append((st.st_mtime, st.st_size, Path(item.path)))
+        return out
+
+    def _drop_versions(self, keep: Path) -> None:
+        """Delete the copies of other versions of the same source."""
+        ident = keep.name.split("-", 1)[0]
+        for _, _, path in self._entries():
+            if path != keep and path.name.split("-", 1)[0] == ident:
+                with contextlib.suppress(OSError):
+                    path.unlink()
+
+    def _evict(self, keep: Path) -> None:
+        entries = sorted(self._entries(), key=lambda e: e[0])
+        total = sum(size for _, size, _ in entries)
+        for _, size, path in entries:
+            if total <= self.max_bytes:
+                break
+            if path != keep:
+                with contextlib.suppress(OSError):
+                    path.unlink()
+                total -= size
+
+
+def _key(source: ByteSource) -> tuple[str, str] | None:
+    """``(identity, version)`` of a local file or an S3 object; ``None`` for others."""
+    if isinstance(source, FileSource):
+        real = os.path.realpath(source.path)
+        st = os.stat(real)
+        return f"file|{real}", f"{st.st_size}|{st.st_mtime_ns}"
+    bucket, key = getattr(source, "bucket", None), getattr(source, "key", None)
+    if isinstance(bucket, str) and isinstance(key, str):
+        endpoint = getattr(source, "endpoint_url", None) or "aws"
+        return f"s3|{endpoint}|{bucket}|{key}", f"{source.size()}|{source.etag}"  # type: ignore[attr-defined]
+    return None

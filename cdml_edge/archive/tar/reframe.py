@@ -1,0 +1,155 @@
+"""A seekable copy of a tar.zst that is one zstd frame (or a few): one pass, same tar stream.
+
+:func:`write_plain_copy` writes the tar stream itself (a plain tar, read by ``pread``) when
+zstd saves little on it (JPEGs, PNGs); it needs no pass before it to find the members.
+
+A tar.zst made by stock tools (``tar --zstd``, ``zstd``) is one frame: reading a member
+decompresses the stream from its start. :func:`write_seekable_copy` decompresses it once and
+compresses the very same tar stream again as independent frames of about ``frame_bytes``,
+cut where members' headers start (as :mod:`.write` cuts), then appends our member index
+(the offsets found when the archive was opened, which the copy keeps, and a CRC-32 of each
+member computed on the way) and the seek table. ``zstd -dc copy | tar -t`` still lists it.
+"""
+
+from __future__ import annotations
+
+import itertools
+import zlib
+from collections.abc import Sequence
+from typing import BinaryIO
+
+import zstandard
+
+from cdml_edge.archive.errors import TruncatedArchiveError
+from cdml_edge.archive.source import ByteSource
+from cdml_edge.archive.tar import seekable
+from cdml_edge.archive.tar.seekable import FrameTable, MemberIndex
+from cdml_edge.archive.tar.stream import FrameStream
+from cdml_edge.archive.tar.write import FRAME_BYTES, MAX_FRAME_BYTES
+
+
+def frame_cuts(starts: Sequence[int], frame_bytes: int = FRAME_BYTES) -> list[int]:
+    """Where frames start: at member headers, about ``frame_bytes`` of tar stream apart.
+
+    A member larger than a frame gets frames of its own, cut every :data:`MAX_FRAME_BYTES`.
+    """
+    cuts, prev = [0], 0
+    for s in sorted(set(starts)):
+        if s <= cuts[-1]:
+            continue
+        if s - cuts[-1] > frame_bytes and prev > cuts[-1]:
+            cuts.append(prev)
+        while s - cuts[-1] > MAX_FRAME_BYTES:
+            cuts.append(cuts[-1] + MAX_FRAME_BYTES)
+        prev = s
+    return cuts
+
+
+class _Crcs:
+    """CRC-32 of each member, taken as consecutive blocks of the tar stream go by."""
+
+    def __init__(self, index: MemberIndex) -> None:
+        self._d, self._s = index.data_offsets, index.sizes
+        self._order = sorted(range(len(self._d)), key=self._d.__getitem__)
+        self.values = [0] * len(self._d)
+        self._next = 0  # first member (in stream order) not complete yet
+
+    def add(self, block: bytes, pos: int) -> None:
+        """Account tar-stream bytes ``[pos, pos + len(block))``."""
+        end, view = pos + len(block), memoryview(block)
+        order, d, s = self._order, self._d, self._s
+        k = self._next
+        while k < len(order):
+            i = order[k]
+            a, b = d[i], d[i] + s[i]
+            if a >= end:
+                break
+            lo, hi = max(a, pos), min(b, end)
+            if hi > lo:
+                self.values[i] = zlib.crc32(view[lo - pos : hi - pos], self.values[i])
+            if b <= end and k == self._next:
+                self._next += 1
+            k += 1
+
+    @property
+    def complete(self) -> bool:
+        """Whether every member's bytes went by."""
+        return self._next == len(self._order)
+
+
+def write_seekable_copy(
+    source: ByteSource,
+    end: int,
+    index: MemberIndex,
+    out: BinaryIO,
+    *,
+    level: int = 3,
+    frame_bytes: int = FRAME_BYTES,
+) -> int:
+    """Write the seekable copy of the tar.zst ``source`` (zstd data up to ``end``) to ``out``.
+
+    ``index``: the members found when it was opened. Returns the bytes of tar stream.
+    """
+    stream = FrameStream(source, end)
+    cctx = zstandard.ZstdCompressor(level=level, write_checksum=True)
+    crcs = _Crcs(index)
+    sizes: list[tuple[int, int]] = []
+    cuts = frame_cuts(index.header_offsets, frame_bytes)
+    pos = 0
+    for k in itertools.count():  # the cuts, then the rest a frame at a time
+        want = cuts[k + 1] - pos if k + 1 < len(cuts) else MAX_FRAME_BYTES
+        block = stream.read(want)
+        if not block:
+            break
+        crcs.add(block, pos)
+        packed = cctx.compress(block)
+        out.write(packed)
+        sizes.append((len(packed), len(block)))
+        pos += len(block)
+    if not crcs.complete:
+        raise TruncatedArchiveError("zstd stream ends inside a member", archive=source.name)
+    coff = list(itertools.accumulate((c for c, _ in sizes), initial=0))
+    doff = list(itertools.accumulate((d for _, d in sizes), initial=0))
+    out.write(_index(index, crcs.values, FrameTable(coff, doff), sizes))
+    return pos
+
+
+PLAIN_PROBE_BYTES = 4 << 20
+"""Tar stream decompressed before :func:`write_plain_copy` judges the compression ratio."""
+PLAIN_MAX_RATIO = 1.25
+"""Above this ratio (tar stream ÷ compressed) a plain copy is not written: too much disk."""
+
+
+def write_plain_copy(source: ByteSource, end: int, out: BinaryIO) -> bool:
+    """Write the tar stream of the tar.zst ``source`` (zstd data up to ``end``) to ``out``.
+
+    ``False`` (``out`` left half written) as soon as the stream proves to compress by more
+    than :data:`PLAIN_MAX_RATIO`, judged after :data:`PLAIN_PROBE_BYTES` and at the end.
+    """
+    stream = FrameStream(source, end)
+    written = 0
+    judged = False
+    while True:
+        block = stream.read(MAX_FRAME_BYTES)
+        if not block:
+            break
+        out.write(block)
+        written += len(block)
+        if not judged and written >= PLAIN_PROBE_BYTES:
+            judged = True
+            if written > PLAIN_MAX_RATIO * max(stream.compressed_read, 1):
+                return False
+    return written <= PLAIN_MAX_RATIO * max(stream.compressed_read, 1)
+
+
+def _index(
+    index: MemberIndex, crcs: list[int], table: FrameTable, sizes: list[tuple[int, int]]
+) -> bytes:
+    """The member index and the seek table frames closing the copy."""
+    records = []
+    for i, name in enumerate(index.names):
+        d, s = index.data_offsets[i], index.sizes[i]
+        f0, f1 = table.frames_for(d, d + s)
+        records.append((name, index.header_offsets[i], d, s, index.mtimes[i], crcs[i], f0, f1))
+    frame = seekable.index_frame(records)
+    return frame + seekable.seek_table_frame([*sizes, (len(frame), 0)])

@@ -1,0 +1,248 @@
+"""Seekable copies of stock tar.zst archives (``tar --zstd``, concatenated ``zstd`` frames).
+
+Real archives written by GNU tar and the zstd CLI; the copy must give the very bytes of the
+stock archive, be reused while the source is unchanged, be made again when its size or
+mtime change, and keep its folder within the byte bound.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+from helpers.s3_server import S3Server
+
+from cdml_edge.archive import open_archive, write_archive
+from cdml_edge.archive.seekable_cache import SeekableCache
+from cdml_edge.archive.tar.reframe import frame_cuts
+from cdml_edge.archive.tar.write import MAX_FRAME_BYTES
+
+pytestmark = pytest.mark.skipif(shutil.which("zstd") is None, reason="needs the zstd CLI")
+
+
+def _tree(root: Path, seed: int = 0, n: int = 120, text: bool = False) -> dict[str, bytes]:
+    """Files of many sizes in nested folders, one of them over a frame (2.5 MiB).
+
+    Random bytes (zstd cannot shrink them, as JPEGs), or ``text`` (it shrinks them well).
+    """
+    rnd = __import__("random").Random(seed)
+    files: dict[str, bytes] = {}
+    for i in range(n):
+        name = f"{('ok', 'dent', 'deep/er')[i % 3]}/{i:04d}.bin"
+        size = rnd.randrange(0, 40_000)
+        files[name] = (b"%d,%d\n" % (i, size)) * (size // 10) if text else rnd.randbytes(size)
+    files["big/huge.bin"] = rnd.randbytes(5 << 19)
+    files["empty.txt"] = b""
+    for name, data in files.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_bytes(data)
+    return files
+
+
+def _stock(
+    tmp: Path, seed: int = 0, n: int = 120, text: bool = False
+) -> tuple[Path, dict[str, bytes]]:
+    src = tmp / f"tree-{seed}-{n}-{text}"
+    files = _tree(src, seed, n, text)
+    out = tmp / f"stock-{seed}-{n}-{text}.tar.zst"
+    subprocess.run(["tar", "--zstd", "-cf", str(out), "-C", str(src), "."], check=True)
+    return out, files
+
+
+def _same(archive_path: Path, files: dict[str, bytes], cache: SeekableCache) -> object:
+    stock = open_archive(archive_path)
+    assert not stock.seekable  # type: ignore[attr-defined]
+    copied = open_archive(archive_path, seekable_cache=cache)
+    assert copied.seekable_copy is not None  # type: ignore[attr-defined]
+    names = stock.names()
+    assert names == copied.names() and set(names) == set(files)
+    for name in names:
+        assert copied.read(name) == stock.read(name) == files[name]
+    shuffled = names[::7] + names[3::5]
+    assert copied.read_many(shuffled) == [files[n] for n in shuffled]
+    if copied.format == "tar.zst":
+        assert all(copied.info(n).checksum is not None for n in names)  # a CRC-32 each
+    return copied.seekable_copy  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize(("text", "kind"), [(False, "tar"), (True, "tar.zst")])
+def test_copy_gives_the_stock_bytes_and_is_reused(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, text: bool, kind: str
+) -> None:
+    """Incompressible members: a plain tar copy; compressible ones: a seekable tar.zst."""
+    path, files = _stock(tmp_path, text=text)
+    cache = SeekableCache(tmp_path / "cache")
+    with caplog.at_level(logging.INFO, logger="cdml_edge.archive.seekable_cache"):
+        made = _same(path, files, cache)
+    assert not made.reused and made.bytes == cache.total_bytes()  # type: ignore[attr-defined]
+    assert "made a" in caplog.text and str(path) in caplog.text
+    copy = Path(made.path)  # type: ignore[attr-defined]
+    assert copy.name.endswith(f".{kind}") and len(list(cache.root.iterdir())) == 1
+    if kind == "tar.zst":
+        assert made.bytes < path.stat().st_size * 1.5  # type: ignore[attr-defined]
+    unpack = "zstd -dc" if kind == "tar.zst" else "cat"
+    listing = subprocess.run(
+        f"{unpack} {copy} | tar -t", shell=True, check=True, capture_output=True, text=True
+    ).stdout
+    assert "./big/huge.bin" in listing.split("\n")  # stock tools still read the copy
+    stamp = copy.stat().st_mtime_ns
+    again = open_archive(path, seekable_cache=cache)
+    info = again.seekable_copy  # type: ignore[attr-defined]
+    assert info.reused and info.path == str(copy) and len(list(cache.root.iterdir())) == 1
+    assert copy.stat().st_mtime_ns >= stamp  # reuse refreshes it for the LRU order
+    assert again.read("big/huge.bin") == files["big/huge.bin"]
+
+
+def test_made_again_when_size_or_mtime_change(tmp_path: Path) -> None:
+    path, _ = _stock(tmp_path)
+    cache = SeekableCache(tmp_path / "cache")
+    first = open_archive(path, seekable_cache=cache).seekable_copy  # type: ignore[attr-defined]
+    st = path.stat()
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))  # same bytes, new mtime
+    second = open_archive(path, seekable_cache=cache).seekable_copy  # type: ignore[attr-defined]
+    assert not second.reused and second.path != first.path and not Path(first.path).exists()
+    other, files = _stock(tmp_path, seed=1, n=80)
+    other.replace(path)  # new size (and content) under the same name
+    third = _same(path, files, cache)
+    assert not third.reused and [p.name for p in cache.root.iterdir()] == [  # type: ignore[attr-defined]
+        Path(third.path).name  # type: ignore[attr-defined]
+    ]
+
+
+def test_folder_stays_within_its_bound(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    a, _ = _stock(tmp_path, seed=2, n=60)
+    b, files_b = _stock(tmp_path, seed=3, n=60)
+    one = open_archive(a, seekable_cache=SeekableCache(tmp_path / "probe"))
+    size = one.seekable_copy.bytes  # type: ignore[attr-defined]
+    cache = SeekableCache(tmp_path / "cache", max_bytes=size + size // 2)  # room for one copy
+    open_archive(a, seekable_cache=cache)
+    copy_b = _same(b, files_b, cache)
+    assert cache.total_bytes() <= cache.max_bytes
+    assert [p.name for p in cache.root.iterdir()] == [Path(copy_b.path).name]  # type: ignore[attr-defined]
+    tiny = SeekableCache(tmp_path / "tiny", max_bytes=1000)  # smaller than any source
+    with caplog.at_level(logging.WARNING, logger="cdml_edge.archive.seekable_cache"):
+        plain = open_archive(a, seekable_cache=tiny)
+    assert plain.seekable_copy is None and not plain.seekable  # type: ignore[attr-defined]
+    assert "larger than the seekable cache" in caplog.text
+    assert not tiny.root.exists() or tiny.total_bytes() == 0
+
+
+def test_few_large_frames_are_copied_seekable_ones_are_not(tmp_path: Path) -> None:
+    src = tmp_path / "tree"
+    files = _tree(src)
+    tar = tmp_path / "plain.tar"
+    subprocess.run(["tar", "-cf", str(tar), "-C", str(src), "."], check=True)
+    raw = tar.read_bytes()
+    half = len(raw) // 2  # two zstd frames, concatenated as pzstd writes them
+    parts = []
+    for k, chunk in enumerate((raw[:half], raw[half:])):
+        (tmp_path / f"p{k}").write_bytes(chunk)
+        subprocess.run(["zstd", "-q", "-f", str(tmp_path / f"p{k}")], check=True)
+        parts.append((tmp_path / f"p{k}.zst").read_bytes())
+    two = tmp_path / "two.tar.zst"
+    two.write_bytes(b"".join(parts))
+    cache = SeekableCache(tmp_path / "cache")
+    _same(two, files, cache)
+    ours = tmp_path / "ours.tar.zst"
+    write_archive(ours, sorted(files.items()))
+    opened = open_archive(ours, seekable_cache=cache)
+    assert opened.seekable_copy is None and cache.total_bytes() > 0  # type: ignore[attr-defined]
+    assert len(list(cache.root.iterdir())) == 1
+
+
+def test_frame_cuts_at_member_starts() -> None:
+    assert frame_cuts([0, 512, 1024, 9000, 17000, 20000], frame_bytes=8192) == [
+        0,
+        1024,
+        9000,
+        17000,
+    ]
+    big = frame_cuts([0, 512, 512 + 3 * MAX_FRAME_BYTES], frame_bytes=8192)
+    assert big[:2] == [0, 512] and all(b - a <= MAX_FRAME_BYTES for a, b in itertools.pairwise(big))
+
+
+def test_dataset_reads_the_copy(tmp_path: Path) -> None:
+    from torch.utils.data import DataLoader
+
+    from cdml_edge import CDMLStreamDataset
+
+    path, files = _stock(tmp_path, n=48)
+    ds = CDMLStreamDataset(path, labels="folder", seekable_cache=tmp_path / "cache")
+    assert ds._get_archive().seekable_copy is not None
+    got = {}
+    names = iter(ds.names)
+    for batch in DataLoader(ds, batch_size=8, num_workers=2, collate_fn=list):
+        for x, _ in batch:
+            got[next(names)] = x
+    assert got == {n: files[n] for n in ds.names}
+    off = CDMLStreamDataset(path, seekable_cache=False)
+    assert not off._get_archive().seekable
+
+
+def test_s3_stock_archive(
+    tmp_path: Path, s3_server: S3Server, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from cdml_edge.archive.s3 import ENDPOINT_ENV, INDEX_CACHE_ENV
+
+    monkeypatch.setenv(ENDPOINT_ENV, s3_server.proxy.url)
+    monkeypatch.setenv(INDEX_CACHE_ENV, "off")
+    path, files = _stock(tmp_path, n=40)
+    s3_server.put("stock", "d.tar.zst", path.read_bytes())
+    cache = SeekableCache(tmp_path / "cache")
+    url = "s3://stock/d.tar.zst"
+    made = open_archive(url, seekable_cache=cache)
+    assert not made.seekable_copy.reused  # type: ignore[attr-defined]
+    assert made.read_many(sorted(files)[::-1]) == [files[n] for n in sorted(files)[::-1]]
+    s3_server.proxy.reset()
+    again = open_archive(url, seekable_cache=cache)
+    assert again.seekable_copy.reused  # type: ignore[attr-defined]
+    assert again.read("big/huge.bin") == files["big/huge.bin"]
+    # opening reads the tail and the head (format detection), no more of the object
+    assert s3_server.proxy.count("GET") <= 2
+    assert s3_server.proxy.body_bytes("GET") < path.stat().st_size // 10
+    other, files2 = _stock(tmp_path, seed=4, n=30)
+    s3_server.put("stock", "d.tar.zst", other.read_bytes())  # a new ETag
+    third = open_archive(url, seekable_cache=cache)
+    assert not third.seekable_copy.reused  # type: ignore[attr-defined]
+    assert third.read("ok/0000.bin") == files2["ok/0000.bin"]
+    assert len(list(cache.root.iterdir())) == 1
+
+
+def test_s3_stock_archive_opens_in_few_requests(
+    tmp_path: Path, s3_server: S3Server, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The pass over a one-frame archive reads ahead: not one ranged GET per 512 bytes."""
+    from cdml_edge.archive.s3 import ENDPOINT_ENV, INDEX_CACHE_ENV
+
+    monkeypatch.setenv(ENDPOINT_ENV, s3_server.proxy.url)
+    monkeypatch.setenv(INDEX_CACHE_ENV, "off")
+    path, files = _stock(tmp_path, n=40)
+    s3_server.put("stock", "plain.tar.zst", path.read_bytes())
+    s3_server.proxy.reset()
+    archive = open_archive("s3://stock/plain.tar.zst")
+    assert not archive.seekable and set(archive.names()) == set(files)  # type: ignore[attr-defined]
+    assert s3_server.proxy.count("GET") <= 2 + path.stat().st_size // (1 << 20)
+
+
+def test_seek_table_of_large_frames_gets_a_seekable_copy(tmp_path: Path) -> None:
+    """A seek table without our index, frames of 2 MiB (pyzstd): copied with small frames."""
+    pyzstd = pytest.importorskip("pyzstd")
+    src = tmp_path / "tree"
+    files = _tree(src, text=True)
+    tar = tmp_path / "plain.tar"
+    subprocess.run(["tar", "-cf", str(tar), "-C", str(src), "."], check=True)
+    big = tmp_path / "big.tar.zst"
+    with pyzstd.SeekableZstdFile(big, "w", max_frame_content_size=2 << 20) as fh:
+        fh.write(tar.read_bytes())
+    stock = open_archive(big)
+    assert stock.seekable and "zstd frames of" in stock.seekable_copy_reason()  # type: ignore[attr-defined]
+    cache = SeekableCache(tmp_path / "cache")
+    copied = open_archive(big, seekable_cache=cache)
+    assert copied.format == "tar.zst" and copied.seekable_copy is not None  # type: ignore[attr-defined]
+    assert copied.read_many(sorted(files)) == [files[n] for n in sorted(files)]
+    assert all(copied.info(n).checksum is not None for n in files)

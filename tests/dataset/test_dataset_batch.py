@@ -1,0 +1,83 @@
+"""Image batches decoded into one buffer: ``image_dtype``, ``channels_last`` and ``collate``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from helpers.dataset_data import class_images, write
+from torch.utils.data import DataLoader
+
+from cdml_edge import CDMLStreamDataset
+from cdml_edge.data import Collated, collate
+from cdml_edge.decode import decode_image
+
+
+@pytest.fixture(scope="module", params=["zip", "tar.zst"])
+def pets(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return write(tmp_path_factory.mktemp("b") / f"pets.{request.param}", class_images(4))
+
+
+def _ds(path: Path, **kw: object) -> CDMLStreamDataset:
+    return CDMLStreamDataset(path, is_image=True, target_size=(20, 14), labels="folder", **kw)
+
+
+def test_uint8_is_the_float_output_before_normalising(pets: Path) -> None:
+    f32, u8 = _ds(pets), _ds(pets, image_dtype="uint8")
+    for i in range(len(f32)):
+        x, y = f32[i]
+        xu, yu = u8[i]
+        assert xu.dtype == torch.uint8 and xu.shape == x.shape == (3, 14, 20) and y == yu
+        assert torch.equal(xu.float() / 255, x)  # the same division, bit for bit
+        ref = decode_image(f32.read(i), target_size=(20, 14))
+        assert torch.equal(xu, torch.from_numpy(ref).permute(2, 0, 1))
+
+
+def test_channels_last(pets: Path) -> None:
+    chw = _ds(pets, image_dtype="uint8")
+    hwc = _ds(pets, image_dtype="uint8", channels_last=True)
+    assert hwc[0][0].shape == (14, 20, 3)
+    assert torch.equal(hwc[3][0].permute(2, 0, 1), chw[3][0])
+    batch = hwc.__getitems__([0, 1, 2])
+    assert batch[1][0].shape == (14, 20, 3) and batch[1][0].is_contiguous()
+
+
+@pytest.mark.parametrize("dtype", ["float32", "uint8"])
+@pytest.mark.parametrize("workers", [0, 2])
+def test_collate_gives_the_default_batches(pets: Path, dtype: str, workers: int) -> None:
+    ds = _ds(pets, image_dtype=dtype)
+    plain = list(DataLoader(ds, batch_size=5, num_workers=workers))
+    ours = list(DataLoader(ds, batch_size=5, num_workers=workers, collate_fn=collate))
+    assert len(plain) == len(ours) == 3
+    for (x, y), (xo, yo) in zip(plain, ours, strict=True):
+        assert xo.dtype == x.dtype and torch.equal(x, xo) and torch.equal(y, yo)
+    singles = torch.stack([ds[i][0] for i in range(5)])
+    assert torch.equal(ours[0][0], singles)
+
+
+def test_getitems_hands_over_one_buffer(pets: Path) -> None:
+    ds = _ds(pets, image_dtype="uint8")
+    batch = ds.__getitems__([4, 0, 7])
+    assert isinstance(batch, Collated) and batch.images.shape == (3, 3, 14, 20)
+    x, y = collate(batch)
+    assert x is batch.images  # no copy
+    assert y.tolist() == [ds.targets[i] for i in (4, 0, 7)]
+    for k, (xi, _) in enumerate(batch):
+        assert xi.data_ptr() == x[k].data_ptr()
+    unlabelled = CDMLStreamDataset(pets, is_image=True, target_size=8).__getitems__([1, 2])
+    assert collate(unlabelled) is unlabelled.images
+
+
+def test_transform_and_no_target_size_keep_items(pets: Path) -> None:
+    ds = CDMLStreamDataset(pets, is_image=True, image_dtype="uint8")
+    items = ds.__getitems__([0, 1])
+    assert not isinstance(items, Collated) and items[0].dtype == torch.uint8
+    tf = CDMLStreamDataset(pets, is_image=True, target_size=8, transform=np.mean)
+    assert not isinstance(tf.__getitems__([0, 1]), Collated)
+
+
+def test_bad_image_dtype(pets: Path) -> None:
+    with pytest.raises(ValueError, match="image_dtype"):
+        CDMLStreamDataset(pets, is_image=True, image_dtype="float16")  # type: ignore[arg-type]
