@@ -42,13 +42,14 @@ from typing import Any, BinaryIO
 
 import zstandard
 
+from cdml_edge.archive.cache_folder import Entry, entries, evict
 from cdml_edge.archive.errors import ArchiveError
 from cdml_edge.archive.source import ByteSource, FileSource
 from cdml_edge.archive.tar.read import TarArchive
 from cdml_edge.archive.tar.reframe import write_plain_copy
 from cdml_edge.archive.tar.seekable import read_seekable_tail
 from cdml_edge.archive.tar.zst import ZstdTarArchive
-from cdml_edge.fsio import TMP_PREFIX, atomic_writer
+from cdml_edge.fsio import atomic_writer
 
 log = logging.getLogger(__name__)
 
@@ -230,19 +231,8 @@ class SeekableCache:
         return SeekableCopy(name, str(path), size, seconds, False)
 
     # -- bound --------------------------------------------------------------------------
-    def _entries(self) -> list[tuple[float, int, Path]]:
-        out: list[tuple[float, int, Path]] = []
-        try:
-            listing = list(os.scandir(self.root))
-        except OSError:
-            return out
-        for item in listing:
-            if not item.name.endswith((_SUFFIX, _PLAIN)) or item.name.startswith(TMP_PREFIX):
-                continue
-            with contextlib.suppress(OSError):
-                st = item.stat()
-                out.append((st.st_mtime, st.st_size, Path(item.path)))
-        return out
+    def _entries(self) -> list[Entry]:
+        return entries(self.root, (_SUFFIX, _PLAIN))
 
     def _drop_versions(self, keep: Path) -> None:
         """Delete the copies of other versions of the same source."""
@@ -253,15 +243,7 @@ class SeekableCache:
                     path.unlink()
 
     def _evict(self, keep: Path) -> None:
-        entries = sorted(self._entries(), key=lambda e: e[0])
-        total = sum(size for _, size, _ in entries)
-        for _, size, path in entries:
-            if total <= self.max_bytes:
-                break
-            if path != keep:
-                with contextlib.suppress(OSError):
-                    path.unlink()
-                total -= size
+        evict(self.root, (_SUFFIX, _PLAIN), self.max_bytes, keep)
 
 
 def _key(source: ByteSource) -> tuple[str, str] | None:

@@ -28,7 +28,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from cdml_edge.fsio import TMP_PREFIX, atomic_writer
+from cdml_edge.archive.cache_folder import Entry, entries, evict
+from cdml_edge.fsio import atomic_writer
 
 DEFAULT_INDEX_CACHE_BYTES = 256 << 20
 _MAGIC = b"CDS3IDX1"
@@ -138,33 +139,11 @@ class S3IndexCache:
         """Bytes currently held by complete entries."""
         return sum(size for _, size, _ in self._entries())
 
-    def _entries(self) -> list[tuple[float, int, Path]]:
-        out: list[tuple[float, int, Path]] = []
-        try:
-            listing = list(os.scandir(self.root))
-        except OSError:
-            return out
-        for item in listing:
-            if not item.name.endswith(_SUFFIX) or item.name.startswith(TMP_PREFIX):
-                continue
-            try:
-                st = item.stat()
-            except OSError:
-                continue
-            out.append((st.st_mtime, st.st_size, Path(item.path)))
-        return out
+    def _entries(self) -> list[Entry]:
+        return entries(self.root, (_SUFFIX,))
 
     def _evict(self, keep: Path) -> None:
-        entries = sorted(self._entries(), key=lambda e: e[0])
-        total = sum(size for _, size, _ in entries)
-        for _, size, path in entries:
-            if total <= self.max_bytes:
-                break
-            if path == keep:
-                continue
-            with contextlib.suppress(OSError):
-                path.unlink()
-            total -= size
+        evict(self.root, (_SUFFIX,), self.max_bytes, keep)
 
 
 def _encode(

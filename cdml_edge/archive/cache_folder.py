@@ -1,0 +1,47 @@
+"""A folder of cache files bounded in bytes: what the S3 index cache and the seekable copies share.
+
+Entries are the complete files of given suffixes (files being written carry the temporary
+prefix and are not counted); when the folder holds more than its bound, the least recently
+written go first, never the one just written.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from pathlib import Path
+
+from cdml_edge.fsio import TMP_PREFIX
+
+Entry = tuple[float, int, Path]
+"""``(mtime, size, path)`` of one complete cache file."""
+
+
+def entries(root: Path, suffixes: tuple[str, ...]) -> list[Entry]:
+    """The complete cache files in ``root`` ending with one of ``suffixes``."""
+    out: list[Entry] = []
+    try:
+        listing = list(os.scandir(root))
+    except OSError:
+        return out
+    for item in listing:
+        if not item.name.endswith(suffixes) or item.name.startswith(TMP_PREFIX):
+            continue
+        with contextlib.suppress(OSError):
+            st = item.stat()
+            out.append((st.st_mtime, st.st_size, Path(item.path)))
+    return out
+
+
+def evict(root: Path, suffixes: tuple[str, ...], max_bytes: int, keep: Path) -> None:
+    """Delete the oldest entries until the folder holds at most ``max_bytes`` (``keep`` stays)."""
+    found = sorted(entries(root, suffixes), key=lambda e: e[0])
+    total = sum(size for _, size, _ in found)
+    for _, size, path in found:
+        if total <= max_bytes:
+            break
+        if path == keep:
+            continue
+        with contextlib.suppress(OSError):
+            path.unlink()
+        total -= size
