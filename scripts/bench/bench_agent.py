@@ -3,8 +3,8 @@
 
 For each input kind - 64-px and 224-px JPEG digits (``digits.onnx``), 1-s motor clips
 (``audio_anomaly.onnx``), 256x3 vibration CSV (``vibration_anomaly.onnx``) - one agent
-process watches a folder (windows of at most 50 ms / 32 items, closing when a worker is
-free unless ``--fixed-windows``; ``on_done: delete``; JSON-lines output;
+process watches a folder (windows of at most 50 ms (``--window-ms``) / 32 items, closing
+when a worker is free unless ``--fixed-windows``; ``on_done: delete``; JSON-lines output;
 ``max_inflight_bytes`` 8 MiB unless ``--inflight-mib``) and is measured:
 
 * start: seconds from launching the process to its ``online`` status (READY);
@@ -116,7 +116,14 @@ def output_section(tmp: Path, output: str) -> str:
     )
 
 
-def config(tmp: Path, kind: Kind, fixed: bool, inflight_mib: int, output: str = "jsonl") -> Path:
+def config(
+    tmp: Path,
+    kind: Kind,
+    fixed: bool,
+    inflight_mib: int,
+    output: str = "jsonl",
+    window_ms: float = 50.0,
+) -> Path:
     idle = "false" if fixed else "true"
     text = f"""
 device: {{id: {topic_prefix(tmp)}}}
@@ -126,7 +133,7 @@ sources:
     path: {tmp}/in
     modality: {kind.modality}
     patterns: ["*{kind.ext}"]
-    window: {{seconds: 50ms, max_items: 32, close_when_idle: {idle}}}
+    window: {{seconds: {window_ms:g}ms, max_items: 32, close_when_idle: {idle}}}
     stable_seconds: 50ms
     on_done: delete
 models:
@@ -457,7 +464,7 @@ def run_kind(
     with tempfile.TemporaryDirectory(prefix="cdml-bench-") as d:
         tmp = Path(d)
         (tmp / "in").mkdir()
-        cfg = config(tmp, kind, args.fixed_windows, args.inflight_mib, output)
+        cfg = config(tmp, kind, args.fixed_windows, args.inflight_mib, output, args.window_ms)
         tail: Results = (
             MqttTail(topic_prefix(tmp)) if output == "mqtt" else FileTail(tmp / "out.jsonl")
         )
@@ -555,6 +562,12 @@ def main() -> int:
         help="windows close on their limits only (close_when_idle: false)",
     )
     ap.add_argument(
+        "--window-ms",
+        type=float,
+        default=50.0,
+        help="window.seconds in ms (with --fixed-windows: how long a window gathers items)",
+    )
+    ap.add_argument(
         "--outputs",
         default="mqtt,jsonl",
         help="mqtt (QoS 1 to the broker at $MQTT_URL) and/or jsonl, each a row",
@@ -588,7 +601,8 @@ def main() -> int:
     args.rate_list = [float(x) for x in args.rates.split(",") if x]
     print(
         f"machine: {os.cpu_count()} CPUs, load average {load_average():.1f} at start; "
-        f"windows 50 ms / 32 items, {'fixed' if args.fixed_windows else 'close when idle'}; "
+        f"windows {args.window_ms:g} ms / 32 items, "
+        f"{'fixed' if args.fixed_windows else 'close when idle'}; "
         f"agent niceness {args.nice}"
     )
     ok = True
