@@ -11,7 +11,10 @@ baselines decode with OpenCV as this project did before it (``cv2.imdecode``, at
 our decoder, separating the decoder's gain from the reader's. (vii) and (viii) are our ZIP
 with batches decoded into one buffer and taken by ``collate_fn=collate`` (float32, and uint8
 to be normalised on the device); (ix) and (x) are a tar.zst written by stock
-``tar --zstd`` (one zstd frame), read through its seekable copy, as (i) and as (viii). The
+``tar --zstd`` (one zstd frame), read through its seekable copy, as (i) and as (viii). (xi)
+is the class folders read as torchvision's ``ImageFolder`` with ``Resize`` and ``ToTensor``
+does it (PIL: full-size decode, bilinear resize), what a training script written without
+this project does; the targets are judged against (iii), the faster folder reader. The
 ceiling is the same JPEG bytes decoded and resized by ``decode_image`` from memory in as many
 processes, without archive or DataLoader.
 Steady images/s over an epoch from fresh workers, best of ``--reps`` runs, interleaved so
@@ -58,6 +61,7 @@ CEILING = "(c) decode ceiling: bytes in memory, same processes"
 FOLDER = "(iii) class folders, file reads"
 STOCK = "(ix) stock tar --zstd archive, float32"
 STOCK_U8 = "(x) stock tar --zstd archive, uint8, collate_fn=collate"
+PIL_FOLDER = "(xi) class folders, PIL (torchvision ImageFolder + Resize + ToTensor)"
 TARGETS = (224, 128, 64)
 BATCH = 64
 WORKERS = 2
@@ -102,6 +106,15 @@ def opencv_decode(data: bytes, target: int) -> torch.Tensor:
     if rgb.shape[0] != target:
         rgb = cv2.resize(rgb, (target, target), interpolation=cv2.INTER_AREA)
     return image_to_tensor(rgb)
+
+
+def pil_decode(data: bytes, target: int) -> torch.Tensor:
+    """torchvision's ``ImageFolder`` + ``Resize`` + ``ToTensor``: PIL, full decode, bilinear."""
+    from PIL import Image
+
+    with Image.open(io.BytesIO(data)) as img:
+        rgb = img.convert("RGB").resize((target, target), Image.Resampling.BILINEAR)
+    return image_to_tensor(np.asarray(rgb))
 
 
 def our_decode(data: bytes, target: int) -> torch.Tensor:
@@ -250,6 +263,7 @@ def loaders(
         ),
         STOCK: ours(paths["stock"]),
         STOCK_U8: ours(paths["stock"], collated=True, image_dtype="uint8"),
+        PIL_FOLDER: folders(pil_decode),
     }
 
 
