@@ -250,7 +250,14 @@ class MqttTail(Results):
 class Agent:
     """``cdml-edge run`` in a subprocess, with its CPU time and RSS sampled."""
 
-    def __init__(self, cfg: Path, cpus: str | None = None, nice: int = 0, weight: int = 0) -> None:
+    def __init__(
+        self,
+        cfg: Path,
+        cpus: str | None = None,
+        nice: int = 0,
+        weight: int = 0,
+        workers: int = 2,
+    ) -> None:
         self.launched = time.time()
         pin = ["taskset", "-c", cpus] if cpus else []
         if nice:
@@ -266,6 +273,8 @@ class Agent:
                 str(cfg),
                 "--log-level",
                 "ERROR",
+                "--workers",
+                str(workers),
             ],
             cwd=ROOT,
         )
@@ -468,7 +477,7 @@ def run_kind(
         tail: Results = (
             MqttTail(topic_prefix(tmp)) if output == "mqtt" else FileTail(tmp / "out.jsonl")
         )
-        agent = Agent(cfg, cpus, args.nice, args.cpu_weight)
+        agent = Agent(cfg, cpus, args.nice, args.cpu_weight, args.workers)
         try:
             warm = feed(tmp / "in", "warm", data, kind.ext, 20, 1.0)
             tail.wait(warm, timeout=180)
@@ -561,6 +570,7 @@ def main() -> int:
         action="store_true",
         help="windows close on their limits only (close_when_idle: false)",
     )
+    ap.add_argument("--workers", type=int, default=2, help="the agent's pipeline threads")
     ap.add_argument(
         "--window-ms",
         type=float,
