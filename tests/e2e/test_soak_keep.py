@@ -186,9 +186,12 @@ def _run(cfg: Path, seconds: float, dropper: Dropper, out: Path) -> tuple[int, i
     rss: list[int] = []
     stop = threading.Event()
     try:
-        for _ in range(80):
-            dropper.step()
-        wait_for(lambda: _results(out) > before + 64, timeout=60, what="full windows scored")
+
+        def warm() -> bool:  # drops go on until two full windows: a restart may have
+            dropper.step()  # nothing left of the files present at the start to score
+            return _results(out) > before + 64
+
+        wait_for(warm, timeout=60, what="full windows scored")
         idle = _rss()
         sampler = run_for(1e9, lambda: rss.append(_rss()), 0.2, stop)
         run_for(seconds, dropper.step, 0.05, stop).join(seconds + 30)
