@@ -21,7 +21,9 @@ Baseline, in this process and in the same run: the agent's own decode + prepare 
 onnxruntime run (same session settings) on the same files, without watching, packing,
 reading back or output, with the agent's BLAS thread limit - CPU-ms per item at batch 1
 (what a window of one item costs) and batch 32; ``x base`` is the ratio to batch 1, ``x b32``
-to batch 32. CPU is the time the agent's threads spent on a CPU.
+to batch 32, ``x cold`` to batch 1 with a 10-ms sleep before each item (the same work on
+cold caches, as when it runs once per file at 100 files/s). CPU is the time the agent's
+threads spent on a CPU.
 
 Each kind runs once per ``--outputs`` entry (MQTT QoS 1 to a real broker, JSON lines), and
 once more pinned to CPU 0 with ``taskset`` (``--single-core``, the board-like row). With
@@ -432,10 +434,18 @@ def sustained_phase(
     }
 
 
-def baseline(kind: Kind, data: list[bytes], batch: int, seconds: float = 1.5) -> float:
+COLD_GAP = 0.01
+"""The cold baseline's sleep before each item: the gap between files at 100 files/s."""
+
+
+def baseline(
+    kind: Kind, data: list[bytes], batch: int, seconds: float = 1.5, gap: float = 0.0
+) -> float:
     """CPU-ms per item of decode + prepare + onnxruntime in this process, one thread.
 
-    With the agent's session settings and BLAS thread limit.
+    With the agent's session settings and BLAS thread limit; with ``gap``, a sleep of that
+    many seconds before each batch (the work then runs with cold caches, as in an agent
+    that is woken for each file).
     """
     from cdml_edge.agent.startup import limit_blas_threads
     from cdml_edge.model.runner import ModelRunner
@@ -457,6 +467,8 @@ def baseline(kind: Kind, data: list[bytes], batch: int, seconds: float = 1.5) ->
 
     def one_batch() -> int:
         nonlocal done
+        if gap:
+            time.sleep(gap)
         rows = [prepared(data[(done + i) % len(data)]) for i in range(batch)]
         runner.run(np.stack(rows))
         done += batch
@@ -513,6 +525,7 @@ def run_kind(
         "exit": code,
         "base1": baseline(kind, data, 1),
         "base32": baseline(kind, data, 32),
+        "cold": baseline(kind, data, 1, gap=COLD_GAP),
     }
 
 
@@ -526,17 +539,19 @@ def report(r: dict[str, Any], inflight_mib: int) -> bool:
     )
     print(
         f"baseline in-process decode + infer: {b1:.3f} CPU-ms/item at batch 1, "
-        f"{r['base32']:.3f} at batch 32"
+        f"{r['base32']:.3f} at batch 32, {r['cold']:.3f} at batch 1 every "
+        f"{COLD_GAP * 1000:g} ms (cold: x cold)"
     )
     print(
-        f"{'files/s':>8}{'CPU %':>7}{'CPU-ms/item':>12}{'x base':>8}{'x b32':>7}{'p50 ms':>8}"
+        f"{'files/s':>8}{'CPU %':>7}{'CPU-ms/item':>12}{'x base':>8}{'x b32':>7}{'x cold':>7}"
+        f"{'p50 ms':>8}"
         f"{'p99 ms':>8}{'agent p99':>10}{'items/win':>10}{'peak RSS':>9}{'lost':>5}"
         f"{'load':>6}"
     )
     for x in r["rows"]:
         print(
             f"{x['rate']:>8g}{x['cpu_pct']:>7.1f}{x['cpu_ms']:>12.3f}{x['cpu_ms'] / b1:>8.1f}"
-            f"{x['cpu_ms'] / r['base32']:>7.1f}"
+            f"{x['cpu_ms'] / r['base32']:>7.1f}{x['cpu_ms'] / r['cold']:>7.1f}"
             f"{x['p50']:>8.1f}{x['p99']:>8.1f}{x['agent_p99']:>10.1f}{x['per_window']:>10.1f}"
             f"{x['peak_rss'] / mib:>9.0f}{x['files'] - x['results']:>5}{x['load']:>6.1f}"
             + (f"  beside {x['neighbours']} CPU-bound processes" if "neighbours" in x else "")
