@@ -15,6 +15,10 @@ the second such write.
 
 from __future__ import annotations
 
+import ctypes
+import errno
+import mmap
+import sys
 from collections.abc import Callable, Sequence
 from typing import Any, Literal
 
@@ -112,4 +116,48 @@ def _buffer(shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
     elem = torch.empty(0, dtype=dtype)
     numel = int(np.prod(shape))
     storage = elem._typed_storage()._new_shared(numel, device=elem.device)
-    return elem.new(storage).resize_(shape)
+    images = elem.new(storage).resize_(shape)
+    prefault(images)
+    return images
+
+
+_MADV_POPULATE_WRITE = 23  # Linux >= 5.14
+_UNSUPPORTED = (errno.EINVAL, errno.ENOSYS, errno.EPERM)
+
+
+def prefault(tensor: torch.Tensor) -> bool:
+    """Fault in the pages of ``tensor``'s storage for writing, in one call.
+
+    ``madvise(MADV_POPULATE_WRITE)`` (Linux 5.14 and later) allocates the pages in the kernel
+    in one pass instead of one page fault per page as they are first written; the contents
+    do not change. False, doing nothing, where it is not available (other systems, older
+    kernels): the pages are then faulted in as they are written, as without this call.
+    """
+    global _MADVISE
+    madvise = _MADVISE
+    storage = tensor.untyped_storage()
+    size = storage.nbytes()
+    if madvise is None or size == 0:
+        return False
+    addr = storage.data_ptr()
+    start = addr - addr % mmap.PAGESIZE
+    if madvise(start, addr + size - start, _MADV_POPULATE_WRITE) == 0:
+        return True
+    if ctypes.get_errno() in _UNSUPPORTED:
+        _MADVISE = None  # not on this kernel: do not ask again
+    return False
+
+
+def _load_madvise() -> Callable[[int, int, int], int] | None:
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        fn = ctypes.CDLL(None, use_errno=True).madvise
+    except (OSError, AttributeError):
+        return None
+    fn.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+    fn.restype = ctypes.c_int
+    return fn
+
+
+_MADVISE = _load_madvise()

@@ -2,6 +2,12 @@
 
 from __future__ import annotations
 
+import ctypes
+import errno
+import mmap
+import platform
+import re
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -12,6 +18,7 @@ from torch.utils.data import DataLoader
 
 from cdml_edge import CDMLStreamDataset
 from cdml_edge.data import Collated, collate
+from cdml_edge.data import batch as batch_module
 from cdml_edge.decode import decode_image
 
 
@@ -81,3 +88,46 @@ def test_transform_and_no_target_size_keep_items(pets: Path) -> None:
 def test_bad_image_dtype(pets: Path) -> None:
     with pytest.raises(ValueError, match="image_dtype"):
         CDMLStreamDataset(pets, is_image=True, image_dtype="float16")  # type: ignore[arg-type]
+
+
+def _shared(shape: tuple[int, ...]) -> torch.Tensor:
+    elem = torch.empty(0, dtype=torch.uint8)
+    storage = elem._typed_storage()._new_shared(int(np.prod(shape)), device=elem.device)
+    return elem.new(storage).resize_(shape)
+
+
+def test_prefault_keeps_what_is_written() -> None:
+    images = _shared((3, 5000))
+    release = tuple(int(v) for v in re.findall(r"\d+", platform.release())[:2])
+    linux_5_14 = sys.platform.startswith("linux") and release >= (5, 14)
+    assert batch_module.prefault(images) == linux_5_14  # in one call where the kernel can
+    values = torch.arange(15000, dtype=torch.int64).reshape(3, 5000).remainder(251)
+    images.copy_(values)
+    assert torch.equal(images.long(), values)
+    assert not batch_module.prefault(torch.empty(0))  # nothing to fault in
+
+
+def test_prefault_falls_back_where_madvise_is_missing(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(batch_module, "_MADVISE", None)  # not Linux, or no madvise
+    images = _shared((4, 4096))
+    assert not batch_module.prefault(images)
+    images.fill_(7)
+    assert int(images.sum()) == 7 * 4 * 4096
+
+
+def test_prefault_stops_asking_a_kernel_without_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    calls = []
+
+    def old_kernel(addr: int, length: int, advice: int) -> int:
+        calls.append((addr, length, advice))
+        ctypes.set_errno(errno.EINVAL)  # before Linux 5.14: unknown advice
+        return -1
+
+    monkeypatch.setattr(batch_module, "_MADVISE", old_kernel)
+    images = _shared((2, 3000))
+    assert not batch_module.prefault(images)
+    ((addr, length, advice),) = calls
+    assert advice == 23 and addr % mmap.PAGESIZE == 0
+    assert addr <= images.data_ptr() and addr + length == images.data_ptr() + 6000
+    assert batch_module._MADVISE is None  # not asked again
+    assert not batch_module.prefault(images) and len(calls) == 1
