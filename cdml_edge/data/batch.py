@@ -60,11 +60,15 @@ def fill_images(
     dtype: ImageDtype,
     channels_last: bool,
     targets: list[Any] | None,
+    reuse: int = 0,
 ) -> Collated:
-    """Decode each image (``rgbs[k]()``, uint8 ``H×W×3`` of ``size``) into one buffer."""
+    """Decode each image (``rgbs[k]()``, uint8 ``H×W×3`` of ``size``) into one buffer.
+
+    ``reuse``: see :func:`check_reuse`.
+    """
     w, h = size
     shape = (len(rgbs), h, w, 3) if channels_last else (len(rgbs), 3, h, w)
-    images = _buffer(shape, _TORCH[dtype])
+    images = _buffer(shape, _TORCH[dtype], reuse)
     arr = images.numpy()
     for k, rgb in enumerate(rgbs):
         _write(arr[k], rgb(), dtype, channels_last)
@@ -109,10 +113,61 @@ def _write(dst: np.ndarray, rgb: np.ndarray, dtype: ImageDtype, channels_last: b
         np.divide(src, _SCALE, out=dst, dtype=np.float32)
 
 
-def _buffer(shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
-    """An uninitialised tensor; in shared memory in a worker that hands buffers over."""
+def check_reuse(reuse: int) -> int:
+    """``reuse`` (``reuse_batch_buffers``) if it is an int >= 0, else ``ValueError``.
+
+    0 (the default): every batch that leaves a DataLoader worker is a fresh shared tensor.
+    N > 0: a worker hands its batches out in a ring of N shared buffers per batch shape and
+    dtype, so a batch is overwritten when that worker makes its N-th next batch of the same
+    shape. A worker has at most ``prefetch_factor`` batches under way beyond the one the
+    loop holds, and is given one more each time the loop takes one: a batch stays valid until
+    ``N - prefetch_factor`` more batches have been taken (``× num_workers`` with the
+    default ``in_order=True``, which hands tasks to the workers in turn). N must exceed
+    ``prefetch_factor`` (2 by default), else a batch can be overwritten before the loop gets
+    it.
+    """
+    if isinstance(reuse, bool) or not isinstance(reuse, int) or reuse < 0:
+        raise ValueError(f"reuse_batch_buffers must be an int >= 0, got {reuse!r}")
+    return reuse
+
+
+class _Ring:
+    """The shared buffers of one batch shape, dtype and ring size, handed out in turn."""
+
+    def __init__(self) -> None:
+        self.buffers: list[torch.Tensor] = []
+        self.next = 0
+
+
+_RINGS: dict[tuple[tuple[int, ...], torch.dtype, int], _Ring] = {}
+_MAX_RINGS = 4  # batch shapes kept in this process (the last batch of an epoch is another)
+
+
+def _buffer(shape: tuple[int, ...], dtype: torch.dtype, reuse: int = 0) -> torch.Tensor:
+    """An uninitialised tensor; in shared memory in a worker that hands buffers over.
+
+    There, with ``reuse`` > 0, the buffer handed out ``reuse`` batches of this shape ago.
+    """
     if not _handed_over or get_worker_info() is None:
         return torch.empty(shape, dtype=dtype)
+    if reuse <= 0:
+        return _new_shared(shape, dtype)
+    key = (shape, dtype, reuse)
+    ring = _RINGS.get(key)
+    if ring is None:
+        if len(_RINGS) >= _MAX_RINGS:
+            del _RINGS[next(iter(_RINGS))]  # the oldest shape
+        ring = _RINGS[key] = _Ring()
+    if len(ring.buffers) < reuse:
+        ring.buffers.append(_new_shared(shape, dtype))
+        return ring.buffers[-1]
+    images = ring.buffers[ring.next]
+    ring.next = (ring.next + 1) % reuse
+    return images
+
+
+def _new_shared(shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
+    """A new tensor in shared memory, its pages faulted in (:func:`prefault`)."""
     elem = torch.empty(0, dtype=dtype)
     numel = int(np.prod(shape))
     storage = elem._typed_storage()._new_shared(numel, device=elem.device)

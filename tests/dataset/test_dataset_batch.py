@@ -131,3 +131,44 @@ def test_prefault_stops_asking_a_kernel_without_it(monkeypatch: pytest.MonkeyPat
     assert addr <= images.data_ptr() and addr + length == images.data_ptr() + 6000
     assert batch_module._MADVISE is None  # not asked again
     assert not batch_module.prefault(images) and len(calls) == 1
+
+
+def test_reused_batch_buffers_keep_their_contract(
+    pets: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """N = 3 with one worker (prefetch_factor 2): each batch intact until the next is taken.
+
+    One kept longer is overwritten by the worker's batch 3 later (the documented contract);
+    clone() keeps it.
+    """
+    ref = list(DataLoader(_ds(pets, image_dtype="uint8"), batch_size=2, collate_fn=collate))
+    # buffers shared from the worker's first batch on (else after its first collate)
+    monkeypatch.setattr(batch_module, "_handed_over", True)
+    ds = _ds(pets, image_dtype="uint8", reuse_batch_buffers=3)
+    loader = DataLoader(ds, batch_size=2, num_workers=1, prefetch_factor=2, collate_fn=collate)
+    kept, cloned = [], []
+    for k, (x, y) in enumerate(loader):
+        assert torch.equal(x, ref[k][0]) and torch.equal(y, ref[k][1])  # intact when taken
+        kept.append(x)
+        cloned.append(x.clone())
+    assert len(kept) == len(ref) == 6
+    assert all(torch.equal(c, r[0]) for c, r in zip(cloned, ref, strict=True))
+    for k in range(3):  # a ring of 3 buffers: batches 0-2 now hold batches 3-5
+        assert torch.equal(kept[k], ref[k + 3][0]) and not torch.equal(kept[k], ref[k][0])
+        assert kept[k].data_ptr() == kept[k + 3].data_ptr()  # one mapping of one buffer
+    assert all(torch.equal(kept[k], ref[k][0]) for k in (3, 4, 5))
+
+
+def test_fresh_batch_buffers_by_default(pets: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(batch_module, "_handed_over", True)
+    ds = _ds(pets, image_dtype="uint8")
+    loader = DataLoader(ds, batch_size=2, num_workers=1, collate_fn=collate)
+    kept = [x for x, _ in loader]
+    ref = [x for x, _ in DataLoader(ds, batch_size=2, collate_fn=collate)]
+    assert all(torch.equal(a, b) for a, b in zip(kept, ref, strict=True))
+
+
+@pytest.mark.parametrize("bad", [-1, 1.5, True, "3"])
+def test_bad_reuse_batch_buffers(pets: Path, bad: object) -> None:
+    with pytest.raises(ValueError, match="reuse_batch_buffers"):
+        _ds(pets, reuse_batch_buffers=bad)
