@@ -172,3 +172,19 @@ def test_fresh_batch_buffers_by_default(pets: Path, monkeypatch: pytest.MonkeyPa
 def test_bad_reuse_batch_buffers(pets: Path, bad: object) -> None:
     with pytest.raises(ValueError, match="reuse_batch_buffers"):
         _ds(pets, reuse_batch_buffers=bad)
+
+
+@pytest.mark.parametrize("shape", [(224, 224, 3), (128, 130, 3), (64, 64, 3)])
+@pytest.mark.parametrize("dtype", ["uint8", "float32"])
+def test_channel_planes_are_the_transposed_image(shape: tuple[int, ...], dtype: str) -> None:
+    """Large images are split into planes (cv2.split), small ones transposed: same values."""
+    rgb = np.random.default_rng(3).integers(0, 256, shape, dtype=np.uint8)
+    ref = rgb.transpose(2, 0, 1)
+    if dtype == "float32":
+        ref = rgb.astype(np.float32).transpose(2, 0, 1) / np.float32(255)
+    slots = np.zeros((3, 3, *shape[:2]), ref.dtype)
+    strided = np.zeros((3, shape[0], 2 * shape[1]), ref.dtype)[:, :, ::2]
+    for dst in (slots[1], strided):
+        batch_module._write(dst, rgb, dtype, channels_last=False)  # type: ignore[arg-type]
+        assert np.array_equal(dst, ref)
+    assert not slots[0].any() and not slots[2].any()
