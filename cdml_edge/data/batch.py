@@ -169,9 +169,10 @@ def _write_planes(dst: np.ndarray, rgb: np.ndarray, dtype: ImageDtype) -> None:
 def _buffer(shape: tuple[int, ...], dtype: torch.dtype, reuse: int = 0) -> torch.Tensor:
     """An uninitialised tensor; in shared memory in a worker that hands buffers over.
 
-    There, with ``reuse`` > 0, the buffer handed out ``reuse`` batches of this shape ago.
+    With ``reuse`` > 0, in any worker (from its first batch on: that option is meant for
+    :func:`collate`), the buffer handed out ``reuse`` batches of this shape ago.
     """
-    if not _handed_over or get_worker_info() is None:
+    if get_worker_info() is None or (reuse <= 0 and not _handed_over):
         return torch.empty(shape, dtype=dtype)
     if reuse <= 0:
         return _new_shared(shape, dtype)

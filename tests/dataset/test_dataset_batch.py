@@ -142,8 +142,7 @@ def test_reused_batch_buffers_keep_their_contract(
     clone() keeps it.
     """
     ref = list(DataLoader(_ds(pets, image_dtype="uint8"), batch_size=2, collate_fn=collate))
-    # buffers shared from the worker's first batch on (else after its first collate)
-    monkeypatch.setattr(batch_module, "_handed_over", True)
+    monkeypatch.setattr(batch_module, "_handed_over", False)  # the ring from the first batch
     ds = _ds(pets, image_dtype="uint8", reuse_batch_buffers=3)
     loader = DataLoader(ds, batch_size=2, num_workers=1, prefetch_factor=2, collate_fn=collate)
     kept, cloned = [], []
@@ -160,12 +159,14 @@ def test_reused_batch_buffers_keep_their_contract(
 
 
 def test_fresh_batch_buffers_by_default(pets: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Kept batches stay intact without the ring, and with it under the default collate."""
     monkeypatch.setattr(batch_module, "_handed_over", True)
     ds = _ds(pets, image_dtype="uint8")
-    loader = DataLoader(ds, batch_size=2, num_workers=1, collate_fn=collate)
-    kept = [x for x, _ in loader]
     ref = [x for x, _ in DataLoader(ds, batch_size=2, collate_fn=collate)]
-    assert all(torch.equal(a, b) for a, b in zip(kept, ref, strict=True))
+    ring = _ds(pets, image_dtype="uint8", reuse_batch_buffers=3)
+    for d, fn in ((ds, collate), (ring, None)):
+        kept = [x for x, _ in DataLoader(d, batch_size=2, num_workers=1, collate_fn=fn)]
+        assert len(kept) == 6 and all(torch.equal(a, b) for a, b in zip(kept, ref, strict=True))
 
 
 @pytest.mark.parametrize("bad", [-1, 1.5, True, "3"])
