@@ -22,7 +22,13 @@ from typing import Any
 from torch.utils.data import Dataset
 
 from cdml_edge.archive.names import normalize_member_name
-from cdml_edge.data.batch import ImageDtype, check_image_dtype, fill_images, to_sample
+from cdml_edge.data.batch import (
+    ImageDtype,
+    check_image_dtype,
+    check_reuse,
+    fill_images,
+    to_sample,
+)
 from cdml_edge.data.cache import ByteLRU, CacheInfo
 from cdml_edge.data.labels import LabelError, Labels, LabelSource, resolve_labels
 from cdml_edge.data.members import is_hidden, visible, with_modality
@@ -78,6 +84,13 @@ class CDMLStreamDataset(Dataset[Any]):
         seekable_cache: a tar.zst that is one zstd frame (or a few) is converted once into a
             seekable copy in this folder (``True``: the default folder, see
             :mod:`cdml_edge.archive.seekable_cache`; ``False``: read it as it is).
+        reuse_batch_buffers: 0 (default) or N, opt-in, for ``collate_fn=collate`` in
+            DataLoader workers: each worker reuses a ring of N shared batch tensors instead of
+            a fresh one per batch (no new shared pages to fault in). A batch stays valid until
+            ``N - prefetch_factor`` more batches have been taken from the loader (with the
+            default ``in_order=True``: ``(N - prefetch_factor) * num_workers``); with
+            ``N = prefetch_factor + 1`` (3 by default), until the next batch is taken.
+            ``clone()`` a batch to keep it longer. N must exceed ``prefetch_factor``.
 
     With ``target_size`` and no ``transform``, a DataLoader batch of images is decoded into
     one tensor; pass ``collate_fn=cdml_edge.data.collate`` to take it without a copy.
@@ -111,6 +124,7 @@ class CDMLStreamDataset(Dataset[Any]):
         image_dtype: ImageDtype = "float32",
         channels_last: bool = False,
         seekable_cache: bool | str | os.PathLike[str] = True,
+        reuse_batch_buffers: int = 0,
     ) -> None:
         if is_image and modality not in (None, "image"):
             raise ValueError(f"is_image=True conflicts with modality={modality!r}")
@@ -125,6 +139,7 @@ class CDMLStreamDataset(Dataset[Any]):
         self.orientation = check_orientation(orientation)
         self.image_dtype = check_image_dtype(image_dtype)
         self.channels_last = bool(channels_last)
+        self.reuse_batch_buffers = check_reuse(reuse_batch_buffers)
         self.seekable_cache = seekable_cache
         self.audio_options: dict[str, Any] = {
             "sample_rate": sample_rate,
@@ -354,7 +369,14 @@ class CDMLStreamDataset(Dataset[Any]):
         if self.targets is not None:
             tt = self.target_transform
             targets = [tt(self.targets[i]) if tt else self.targets[i] for i in idx]
-        return fill_images(rgbs, self.target_size, self.image_dtype, self.channels_last, targets)
+        return fill_images(
+            rgbs,
+            self.target_size,
+            self.image_dtype,
+            self.channels_last,
+            targets,
+            self.reuse_batch_buffers,
+        )
 
     # -- distributed ----------------------------------------------------------------------
     def shard(self, rank: int, world_size: int, *, drop_last: bool = False) -> CDMLStreamDataset:

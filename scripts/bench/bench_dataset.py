@@ -11,10 +11,12 @@ baselines decode with OpenCV as this project did before it (``cv2.imdecode``, at
 our decoder, separating the decoder's gain from the reader's. (vii) and (viii) are our ZIP
 with batches decoded into one buffer and taken by ``collate_fn=collate`` (float32, and uint8
 to be normalised on the device); (ix) and (x) are a tar.zst written by stock
-``tar --zstd`` (one zstd frame), read through its seekable copy, as (i) and as (viii). (xi)
-is the class folders read as torchvision's ``ImageFolder`` with ``Resize`` and ``ToTensor``
-does it (PIL: full-size decode, bilinear resize), what a training script written without
-this project does; the targets are judged against (iii), the faster folder reader. The
+``tar --zstd`` (one zstd frame), read through its seekable copy, as (i) and as (viii);
+(xi)-(xiii) are (vii), (viii) and (x) with ``reuse_batch_buffers=3`` (each worker reuses a
+ring of 3 shared batch tensors instead of fresh shared memory per batch). (xiv) is the class
+folders read as torchvision's ``ImageFolder`` with ``Resize`` and ``ToTensor`` does it (PIL:
+full-size decode, bilinear resize), what a training script written without this project
+does; the targets are judged against (iii), the faster folder reader. The
 ceiling is the same JPEG bytes decoded and resized by ``decode_image`` from memory in as many
 processes, without archive or DataLoader.
 Steady images/s over an epoch from fresh workers, best of ``--reps`` runs, interleaved so
@@ -61,10 +63,11 @@ CEILING = "(c) decode ceiling: bytes in memory, same processes"
 FOLDER = "(iii) class folders, file reads"
 STOCK = "(ix) stock tar --zstd archive, float32"
 STOCK_U8 = "(x) stock tar --zstd archive, uint8, collate_fn=collate"
-PIL_FOLDER = "(xi) class folders, PIL (torchvision ImageFolder + Resize + ToTensor)"
+PIL_FOLDER = "(xiv) class folders, PIL (torchvision ImageFolder + Resize + ToTensor)"
 TARGETS = (224, 128, 64)
 BATCH = 64
 WORKERS = 2
+REUSE = 3  # reuse_batch_buffers: prefetch_factor (2) + 1
 CLASSES = ("bolt", "gear", "nut", "shaft")
 
 
@@ -263,6 +266,15 @@ def loaders(
         ),
         STOCK: ours(paths["stock"]),
         STOCK_U8: ours(paths["stock"], collated=True, image_dtype="uint8"),
+        "(xi) ZIP, float32, collate_fn=collate, reuse_batch_buffers=3": ours(
+            paths["zip"], collated=True, reuse_batch_buffers=REUSE
+        ),
+        "(xii) ZIP, uint8, collate_fn=collate, reuse_batch_buffers=3": ours(
+            paths["zip"], collated=True, image_dtype="uint8", reuse_batch_buffers=REUSE
+        ),
+        "(xiii) stock tar --zstd archive, uint8, collate_fn=collate, reuse_batch_buffers=3": ours(
+            paths["stock"], collated=True, image_dtype="uint8", reuse_batch_buffers=REUSE
+        ),
         PIL_FOLDER: folders(pil_decode),
     }
 

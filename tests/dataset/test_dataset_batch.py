@@ -2,6 +2,12 @@
 
 from __future__ import annotations
 
+import ctypes
+import errno
+import mmap
+import platform
+import re
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -12,6 +18,7 @@ from torch.utils.data import DataLoader
 
 from cdml_edge import CDMLStreamDataset
 from cdml_edge.data import Collated, collate
+from cdml_edge.data import batch as batch_module
 from cdml_edge.decode import decode_image
 
 
@@ -81,3 +88,104 @@ def test_transform_and_no_target_size_keep_items(pets: Path) -> None:
 def test_bad_image_dtype(pets: Path) -> None:
     with pytest.raises(ValueError, match="image_dtype"):
         CDMLStreamDataset(pets, is_image=True, image_dtype="float16")  # type: ignore[arg-type]
+
+
+def _shared(shape: tuple[int, ...]) -> torch.Tensor:
+    elem = torch.empty(0, dtype=torch.uint8)
+    storage = elem._typed_storage()._new_shared(int(np.prod(shape)), device=elem.device)
+    return elem.new(storage).resize_(shape)
+
+
+def test_prefault_keeps_what_is_written() -> None:
+    images = _shared((3, 5000))
+    release = tuple(int(v) for v in re.findall(r"\d+", platform.release())[:2])
+    linux_5_14 = sys.platform.startswith("linux") and release >= (5, 14)
+    assert batch_module.prefault(images) == linux_5_14  # in one call where the kernel can
+    values = torch.arange(15000, dtype=torch.int64).reshape(3, 5000).remainder(251)
+    images.copy_(values)
+    assert torch.equal(images.long(), values)
+    assert not batch_module.prefault(torch.empty(0))  # nothing to fault in
+
+
+def test_prefault_falls_back_where_madvise_is_missing(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(batch_module, "_MADVISE", None)  # not Linux, or no madvise
+    images = _shared((4, 4096))
+    assert not batch_module.prefault(images)
+    images.fill_(7)
+    assert int(images.sum()) == 7 * 4 * 4096
+
+
+def test_prefault_stops_asking_a_kernel_without_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    calls = []
+
+    def old_kernel(addr: int, length: int, advice: int) -> int:
+        calls.append((addr, length, advice))
+        ctypes.set_errno(errno.EINVAL)  # before Linux 5.14: unknown advice
+        return -1
+
+    monkeypatch.setattr(batch_module, "_MADVISE", old_kernel)
+    images = _shared((2, 3000))
+    assert not batch_module.prefault(images)
+    ((addr, length, advice),) = calls
+    assert advice == 23 and addr % mmap.PAGESIZE == 0
+    assert addr <= images.data_ptr() and addr + length == images.data_ptr() + 6000
+    assert batch_module._MADVISE is None  # not asked again
+    assert not batch_module.prefault(images) and len(calls) == 1
+
+
+def test_reused_batch_buffers_keep_their_contract(
+    pets: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """N = 3 with one worker (prefetch_factor 2): each batch intact until the next is taken.
+
+    One kept longer is overwritten by the worker's batch 3 later (the documented contract);
+    clone() keeps it.
+    """
+    ref = list(DataLoader(_ds(pets, image_dtype="uint8"), batch_size=2, collate_fn=collate))
+    monkeypatch.setattr(batch_module, "_handed_over", False)  # the ring from the first batch
+    ds = _ds(pets, image_dtype="uint8", reuse_batch_buffers=3)
+    loader = DataLoader(ds, batch_size=2, num_workers=1, prefetch_factor=2, collate_fn=collate)
+    kept, cloned = [], []
+    for k, (x, y) in enumerate(loader):
+        assert torch.equal(x, ref[k][0]) and torch.equal(y, ref[k][1])  # intact when taken
+        kept.append(x)
+        cloned.append(x.clone())
+    assert len(kept) == len(ref) == 6
+    assert all(torch.equal(c, r[0]) for c, r in zip(cloned, ref, strict=True))
+    for k in range(3):  # a ring of 3 buffers: batches 0-2 now hold batches 3-5
+        assert torch.equal(kept[k], ref[k + 3][0]) and not torch.equal(kept[k], ref[k][0])
+        assert kept[k].data_ptr() == kept[k + 3].data_ptr()  # one mapping of one buffer
+    assert all(torch.equal(kept[k], ref[k][0]) for k in (3, 4, 5))
+
+
+def test_fresh_batch_buffers_by_default(pets: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Kept batches stay intact without the ring, and with it under the default collate."""
+    monkeypatch.setattr(batch_module, "_handed_over", True)
+    ds = _ds(pets, image_dtype="uint8")
+    ref = [x for x, _ in DataLoader(ds, batch_size=2, collate_fn=collate)]
+    ring = _ds(pets, image_dtype="uint8", reuse_batch_buffers=3)
+    for d, fn in ((ds, collate), (ring, None)):
+        kept = [x for x, _ in DataLoader(d, batch_size=2, num_workers=1, collate_fn=fn)]
+        assert len(kept) == 6 and all(torch.equal(a, b) for a, b in zip(kept, ref, strict=True))
+
+
+@pytest.mark.parametrize("bad", [-1, 1.5, True, "3"])
+def test_bad_reuse_batch_buffers(pets: Path, bad: object) -> None:
+    with pytest.raises(ValueError, match="reuse_batch_buffers"):
+        _ds(pets, reuse_batch_buffers=bad)
+
+
+@pytest.mark.parametrize("shape", [(224, 224, 3), (128, 130, 3), (64, 64, 3)])
+@pytest.mark.parametrize("dtype", ["uint8", "float32"])
+def test_channel_planes_are_the_transposed_image(shape: tuple[int, ...], dtype: str) -> None:
+    """Large images are split into planes (cv2.split), small ones transposed: same values."""
+    rgb = np.random.default_rng(3).integers(0, 256, shape, dtype=np.uint8)
+    ref = rgb.transpose(2, 0, 1)
+    if dtype == "float32":
+        ref = rgb.astype(np.float32).transpose(2, 0, 1) / np.float32(255)
+    slots = np.zeros((3, 3, *shape[:2]), ref.dtype)
+    strided = np.zeros((3, shape[0], 2 * shape[1]), ref.dtype)[:, :, ::2]
+    for dst in (slots[1], strided):
+        batch_module._write(dst, rgb, dtype, channels_last=False)  # type: ignore[arg-type]
+        assert np.array_equal(dst, ref)
+    assert not slots[0].any() and not slots[2].any()

@@ -140,6 +140,7 @@ SETUPS: dict[str | None, Callable[[Path], None]] = {
     "pets": _pets,
     "pets-readme": _pets,
     "pets-uint8": _pets,
+    "pets-ring": _pets,
     "window": _window,
     "train-data": _train_data,
     "models": _models,
@@ -165,6 +166,10 @@ def _check_pets(d: Path, out: str) -> None:
 
 def _check_pets_uint8(d: Path, out: str) -> None:
     assert out.strip() == "torch.Size([16, 3, 64, 64]) torch.float32"
+
+
+def _check_pets_ring(d: Path, out: str) -> None:
+    assert out.strip() == "torch.Size([4, 3, 64, 64]) torch.uint8"
 
 
 def _check_train_data(d: Path, out: str) -> None:
@@ -204,6 +209,7 @@ CHECKS: dict[str, Callable[[Path, str], None]] = {
     "pets-readme": _check_pets_readme,
     "pets": _check_pets,
     "pets-uint8": _check_pets_uint8,
+    "pets-ring": _check_pets_ring,
     "train-data": _check_train_data,
     "trainset": _check_trainset,
     "window": _check_window,

@@ -43,20 +43,28 @@ class SourceStream(io.RawIOBase):
 class FrameStream:
     """Sequential decompression of concatenated zstd (and skippable) frames.
 
-    Unlike ``stream_reader``, a stream cut inside a frame raises ``EOFError``. Input is fed
-    in 512-byte chunks: ``decompress`` has no output bound and a 4-byte RLE block yields
-    128 KiB, so one step expands to at most 16 MiB (an 8 KiB step could reach 256 MiB).
-    Small feeds cost no measurable speed: decoding dominates. The frames passed are
-    recorded (:meth:`table`): where each ends, compressed and decompressed.
+    Unlike ``stream_reader``, a stream cut inside a frame raises ``EOFError``.
+    ``decompress`` has no output bound and a 4-byte RLE block yields 128 KiB, so the input of
+    one step is bounded by what it can decode to: whole blocks of the frame under way, at
+    most :attr:`BLOCKS` (8) of them, 1 MiB out at most (a block decodes to 128 KiB at most;
+    their headers are walked as the decoder walks them, :class:`_BlockWalk`); else (a
+    skippable frame, a walk out of step with the decoder) 512-byte chunks, which stay under
+    16 MiB with a 4-byte block per 4 bytes (an 8 KiB step could reach 256 MiB). Whole blocks
+    make far fewer steps: the 39 MB tar stream of 2,048 JPEGs decompresses in 17-21 ms
+    instead of 59-61 (larger steps are slower again: fresh memory for each).
+    The frames passed are recorded (:meth:`table`): where each ends, compressed and
+    decompressed.
     """
 
     FEED = 512
+    BLOCKS = 8
 
     def __init__(self, source: ByteSource, end: int) -> None:
         # buffered: each 512-byte feed must not be a request of its own (one ranged GET on
         # S3); the source reads ahead in its part size when it has one
         ahead = max(CHUNK, int(getattr(source, "part_bytes", CHUNK)))
         self._src = io.BufferedReader(SourceStream(source, end), buffer_size=ahead)
+        self._walk: _BlockWalk | None = _BlockWalk(self._src, self.BLOCKS)
         self._dctx = zstandard.ZstdDecompressor()
         self._obj: Any = None
         self._fed = False
@@ -91,8 +99,13 @@ class FrameStream:
         """Give the frame under way its next input; ``False`` at the end of the stream."""
         data = self._pending
         if not data:
-            data = self._src.read(self.FEED)
+            data = self._walk.take() if self._walk is not None else b""
+            if self._walk is None or self._walk.lost:
+                self._walk = None  # from here on, small chunks
+                data += self._src.read(self.FEED) if not data else b""
             self._in += len(data)
+        elif self._walk is not None:
+            self._walk = None  # input left over a frame's end: the walk is out of step
         self._pending = b""
         if not data:
             return False
@@ -120,6 +133,66 @@ class FrameStream:
         if self._obj is not None and self._obj.eof:
             self._end_frame()
         return [0] + [c for c, _ in self._ends], [0] + [d for _, d in self._ends]
+
+
+_ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
+_BLOCK_MAX = 128 << 10  # what one block decodes to at most
+
+
+class _BlockWalk:
+    """The input of a stream of zstd frames cut after whole blocks, counted as they go.
+
+    :meth:`take` returns a frame's header, then its blocks (at most ``blocks`` a call) up
+    to its checksum; :attr:`lost` once the input is not a zstd frame where one starts (a
+    skippable frame), a block type is reserved or a size beyond the format's: the bytes
+    read so far are still returned, and the caller goes on in small chunks.
+    """
+
+    def __init__(self, src: io.BufferedReader[SourceStream], blocks: int) -> None:
+        self._src = src
+        self._blocks = blocks
+        self._checksum = -1  # bytes of checksum closing the frame under way; -1: none open
+        self.lost = False
+
+    def take(self) -> bytes:
+        """The next input: a frame header and/or up to ``blocks`` whole blocks."""
+        out = bytearray()
+        if self._checksum < 0 and not self._header(out):
+            return bytes(out)
+        for _ in range(self._blocks):
+            head = self._src.read(3)
+            out += head
+            if len(head) < 3:
+                return bytes(out)  # cut short: the decoder says so
+            h = int.from_bytes(head, "little")
+            kind, size = (h >> 1) & 3, h >> 3
+            if kind == 3 or size > _BLOCK_MAX:
+                self.lost = True
+                return bytes(out)
+            out += self._src.read(1 if kind == 1 else size)
+            if h & 1:  # the frame's last block
+                out += self._src.read(self._checksum)
+                self._checksum = -1
+                break
+        return bytes(out)
+
+    def _header(self, out: bytearray) -> bool:
+        """A zstd frame header into ``out``; ``False`` at the end or where there is none."""
+        magic = self._src.read(4)
+        out += magic
+        if magic != _ZSTD_MAGIC:
+            self.lost = bool(magic)
+            return False
+        fhd = self._src.read(1)
+        out += fhd
+        if not fhd:
+            return False
+        d = fhd[0]
+        single = (d >> 5) & 1
+        rest = (1 - single) + (0, 1, 2, 4)[d & 3] + (single, 2, 4, 8)[d >> 6]
+        out += self._src.read(rest)
+        self._checksum = 4 * ((d >> 2) & 1)
+        return True
 
 
 class ExactReader:
