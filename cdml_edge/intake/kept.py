@@ -82,6 +82,8 @@ class KeptFiles:
     def get(self, path: str) -> FileIdentity | None:
         """The identity ``path`` had when it was kept, or None."""
         with self._lock:
+            if not self._count:  # the common case with on_done: delete: no query
+                return None
             row = self._conn.execute(
                 "SELECT dev, ino, size, mtime_ns FROM kept WHERE path = ?", (os.fsencode(path),)
             ).fetchone()
@@ -101,6 +103,8 @@ class KeptFiles:
     def remove(self, path: str) -> None:
         """Forget ``path`` (deleted, moved away, taken again)."""
         with self._lock:
+            if not self._count:
+                return
             cur = self._conn.execute("DELETE FROM kept WHERE path = ?", (os.fsencode(path),))
             self._count -= max(cur.rowcount, 0)
 

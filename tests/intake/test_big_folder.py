@@ -189,3 +189,23 @@ def test_a_backlog_larger_than_the_pending_bound_drains_without_pauses(tmp_path:
         assert sink.twice() == []
     finally:
         src.stop()
+
+
+def test_an_empty_kept_record_answers_without_a_query(tmp_path: Path) -> None:
+    """An empty record (``on_done: delete``) answers without SQL; a row once there is found.
+
+    Looking up and forgetting a file is done for every event of every file.
+    """
+    kept = KeptFiles(kept_path(tmp_path, "cam"))
+    statements: list[str] = []
+    kept._conn.set_trace_callback(statements.append)
+    path = str(tmp_path / "a.jpg")
+    assert kept.get(path) is None
+    kept.remove(path)
+    assert statements == []
+    ident = FileIdentity(1, 2, 3, 4)
+    kept.put(path, ident)
+    assert kept.get(path) == ident
+    kept.remove(path)
+    assert kept.get(path) is None and len(kept) == 0
+    assert statements  # the record was used once it held a row
