@@ -85,7 +85,9 @@ def still_scored(path: Path, identity: FileIdentity, sha256: str | None) -> bool
     """Whether ``path`` is still the file that was scored; ``None`` when it is gone.
 
     Same identity (``lstat``: a link put in its place is not the file) and, when given, the
-    same SHA-256 of its content (a rewrite that kept size and mtime).
+    same SHA-256 of its content (a rewrite that kept size and mtime). The content is read
+    and hashed again unless the change time vouches for it: the identity was taken
+    ``settled`` (:meth:`FileIdentity.read_at`) and ``st_ctime`` has not moved since.
     """
     try:
         lst = os.lstat(path)
@@ -93,8 +95,13 @@ def still_scored(path: Path, identity: FileIdentity, sha256: str | None) -> bool
         return None
     if not stat.S_ISREG(lst.st_mode) or FileIdentity.of(lst) != identity:
         return False
-    if sha256 is None:
+    if sha256 is None or (identity.settled and lst.st_ctime_ns == identity.ctime_ns):
         return True
+    return _content_matches(path, identity, sha256)
+
+
+def _content_matches(path: Path, identity: FileIdentity, sha256: str) -> bool | None:
+    """Whether the file at ``path`` (still ``identity``) holds content of that SHA-256."""
     h = hashlib.sha256()
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)

@@ -24,6 +24,7 @@ import os
 import sqlite3
 import stat
 import threading
+import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -506,6 +507,7 @@ class FolderSource:
         charge = self._budget.cost(pend.size, self.spec.modality)
         if not self._budget.try_acquire(charge):
             return False
+        seen_ns = time.time_ns()
         try:
             data, st = read_regular(path, pend.size + 1, self._links)
         except SourceError as exc:
@@ -515,7 +517,7 @@ class FolderSource:
         except BaseException:
             self._budget.release(charge)
             raise
-        ident = FileIdentity.of(st)
+        ident = FileIdentity.read_at(st, seen_ns)
         if len(data) > pend.size:  # grew since it was judged complete: still being written
             self._budget.release(charge)
             self.files.requeue(path, ident)  # judged again once stable

@@ -14,20 +14,44 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+CTIME_SETTLE_NS = 50_000_000
+"""How long before a read a file's last change must lie for its change time to vouch for
+it afterwards: far more than the kernel's timestamp tick (1-10 ms), so any later change
+gets a later change time."""
+
 
 @dataclass(frozen=True)
 class FileIdentity:
-    """Which version of a file was read: device, inode, size and mtime (ns)."""
+    """Which version of a file was read: device, inode, size and mtime (ns).
+
+    ``ctime_ns`` and ``settled`` are no part of the identity (equality and hash ignore
+    them): an identity taken by :meth:`read_at` is ``settled`` when the file's last change
+    (``st_ctime``) lies at least :data:`CTIME_SETTLE_NS` before the read. Every later
+    write, truncate, ``utime`` or ``chmod`` then moves the change time on, and nothing but
+    the kernel sets it, so an unchanged ``ctime_ns`` vouches that the content is what was
+    read.
+    """
 
     dev: int
     ino: int
     size: int
     mtime_ns: int
+    ctime_ns: int = field(default=0, compare=False)
+    settled: bool = field(default=False, compare=False)
 
     @classmethod
     def of(cls, st: os.stat_result) -> FileIdentity:
         """The identity of the file ``st`` was taken from."""
         return cls(st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+
+    @classmethod
+    def read_at(cls, st: os.stat_result, seen_ns: int) -> FileIdentity:
+        """The identity of a file read with ``st`` (its ``fstat``).
+
+        ``seen_ns``: ``time.time_ns()`` taken before the read.
+        """
+        settled = 0 < st.st_ctime_ns <= seen_ns - CTIME_SETTLE_NS
+        return cls(st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns, settled)
 
 
 @dataclass

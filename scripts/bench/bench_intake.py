@@ -4,8 +4,10 @@ Two measurements, each against a baseline measured in the same run on the same f
 
 (a) take: ``read_regular`` (lstat, judge the entry, ``open`` with O_NOFOLLOW|O_NONBLOCK,
     fstat, read) vs a plain ``open(path, "rb")`` + fstat + read;
-(b) on_done delete: ``FileLifecycle.finish`` with the item's identity and SHA-256 (lstat,
-    re-read and hash the file, then unlink) vs a plain unlink.
+(b) on_done delete: ``FileLifecycle.finish`` with the item's identity and SHA-256 vs a
+    plain unlink, for a file read right after its last change (lstat, rename aside, re-read
+    and hash the file, unlink) and for one read ``CTIME_SETTLE_NS`` or more after it (its
+    unchanged ``st_ctime`` vouches for the content: no re-read).
 
 Per file size: CPU microseconds per file (process time) and the wall-clock p50 / p99 per
 file, best of ``--repeat`` rounds; ratios ours / baseline. Files live in a temporary folder
@@ -19,13 +21,14 @@ import hashlib
 import os
 import shutil
 import tempfile
+import time
 from pathlib import Path
 
 from timing import PerItem, each_item, per_item, rounds
 
 from cdml_edge.intake.finishing import FileLifecycle
 from cdml_edge.intake.regular import LinkPolicy, read_regular
-from cdml_edge.window.items import FileIdentity
+from cdml_edge.window.items import CTIME_SETTLE_NS, FileIdentity
 
 
 def _files(folder: Path, n: int, size: int) -> list[Path]:
@@ -71,11 +74,21 @@ def bench_take(root: Path, n: int, size: int, repeat: int) -> dict[str, PerItem]
 def bench_done(root: Path, n: int, size: int, repeat: int) -> dict[str, PerItem]:
     lc = FileLifecycle(root / "quarantine", 1 << 30)
 
-    def fresh(name: str) -> tuple[list[Path], dict[Path, tuple[FileIdentity, str]]]:
-        """New files to finish (the last round's are gone), their identity and digest."""
+    def fresh(
+        name: str, settled: bool = False
+    ) -> tuple[list[Path], dict[Path, tuple[FileIdentity, str]]]:
+        """New files to finish (the last round's are gone), their identity and digest.
+
+        ``settled``: read ``CTIME_SETTLE_NS`` after they were written, else right away.
+        """
         paths = _files(root / f"done-{size}-{name}", n, size)
+        if settled:
+            time.sleep(2 * CTIME_SETTLE_NS / 1e9)
         return paths, {
-            p: (FileIdentity.of(os.stat(p)), hashlib.sha256(p.read_bytes()).hexdigest())
+            p: (
+                FileIdentity.read_at(os.stat(p), time.time_ns() - (0 if settled else 10**9)),
+                hashlib.sha256(p.read_bytes()).hexdigest(),
+            )
             for p in paths
         }
 
@@ -83,8 +96,8 @@ def bench_done(root: Path, n: int, size: int, repeat: int) -> dict[str, PerItem]
         paths, _ = fresh("plain")
         return per_item(*each_item(lambda p: p.unlink(), paths), n)
 
-    def checked() -> PerItem:
-        paths, known = fresh("checked")
+    def checked(settled: bool) -> PerItem:
+        paths, known = fresh("settled" if settled else "checked", settled)
         return per_item(
             *each_item(
                 lambda p: lc.finish(p, "delete", identity=known[p][0], sha256=known[p][1]), paths
@@ -92,7 +105,12 @@ def bench_done(root: Path, n: int, size: int, repeat: int) -> dict[str, PerItem]
             n,
         )
 
-    return _least_cpu(rounds({"plain": plain, "checked": checked}, repeat))
+    return _least_cpu(
+        rounds(
+            {"plain": plain, "checked": lambda: checked(False), "settled": lambda: checked(True)},
+            repeat,
+        )
+    )
 
 
 def _row(what: str, size: int, ours: PerItem, base: PerItem) -> str:
@@ -124,6 +142,7 @@ def main() -> None:
             print(_row("take (read_regular vs open+read)", size, take["safe"], take["plain"]))
             done = bench_done(root, n, size, args.repeat)
             print(_row("on_done delete (checked vs unlink)", size, done["checked"], done["plain"]))
+            print(_row("on_done delete, settled (vs unlink)", size, done["settled"], done["plain"]))
     finally:
         shutil.rmtree(root, ignore_errors=True)
 

@@ -5,13 +5,15 @@ from __future__ import annotations
 import hashlib
 import os
 import stat
+import time
 from pathlib import Path
 
 import pytest
 
 from cdml_edge.fsio import NAME_MAX
+from cdml_edge.intake import finishing
 from cdml_edge.intake.finishing import FileLifecycle
-from cdml_edge.window.items import FileIdentity
+from cdml_edge.window.items import CTIME_SETTLE_NS, FileIdentity
 
 
 def _scored(p: Path) -> tuple[FileIdentity, str]:
@@ -165,3 +167,90 @@ def test_a_file_replaced_right_after_the_check_is_not_the_one_deleted(
     assert p.read_bytes() == b"newer version" and lc.changed == 1
     assert not (tmp_path / "done").exists() or not any((tmp_path / "done").iterdir())
     assert sorted(x.name for x in tmp_path.iterdir() if x.name.startswith(".")) == []
+
+
+# -- the content check skipped where the file's change time vouches for it -------------------
+
+
+def _read_settled(p: Path) -> tuple[FileIdentity, str]:
+    """What an item remembers of a file read ``CTIME_SETTLE_NS`` after its last change."""
+    st = os.stat(p)
+    return (
+        FileIdentity.read_at(st, st.st_ctime_ns + CTIME_SETTLE_NS),
+        hashlib.sha256(p.read_bytes()).hexdigest(),
+    )
+
+
+@pytest.fixture
+def content_checks(monkeypatch: pytest.MonkeyPatch) -> list[Path]:
+    """The files whose content ``on_done`` re-read and hashed."""
+    seen: list[Path] = []
+    real = finishing._content_matches
+
+    def spy(path: Path, identity: FileIdentity, sha256: str) -> bool | None:
+        seen.append(path)
+        return real(path, identity, sha256)
+
+    monkeypatch.setattr(finishing, "_content_matches", spy)
+    return seen
+
+
+@pytest.mark.parametrize("on_done", ["delete", "move"])
+def test_a_file_read_well_after_its_last_change_is_finished_without_a_reread(
+    tmp_path: Path, lc: FileLifecycle, content_checks: list[Path], on_done: str
+) -> None:
+    p = tmp_path / "a.jpg"
+    p.write_bytes(b"scored" * 1000)
+    ident, sha = _read_settled(p)
+    lc.finish(p, on_done, tmp_path / "done", identity=ident, sha256=sha)  # type: ignore[arg-type]
+    assert not p.exists() and lc.changed == 0 and content_checks == []
+    assert (tmp_path / "done/a.jpg").exists() == (on_done == "move")
+
+
+def test_a_file_read_right_after_its_last_change_is_reread(
+    tmp_path: Path, lc: FileLifecycle, content_checks: list[Path]
+) -> None:
+    p = tmp_path / "a.jpg"
+    p.write_bytes(b"scored")
+    st = os.stat(p)
+    ident = FileIdentity.read_at(st, st.st_ctime_ns + CTIME_SETTLE_NS - 1)
+    lc.finish(p, "delete", identity=ident, sha256=hashlib.sha256(b"scored").hexdigest())
+    assert not p.exists() and content_checks == [p]
+
+
+def test_a_settled_file_rewritten_in_place_with_its_old_mtime_is_left(
+    tmp_path: Path, lc: FileLifecycle, content_checks: list[Path]
+) -> None:
+    """Size and mtime put back: the change time moved on, so the content is checked."""
+    p = tmp_path / "a.jpg"
+    p.write_bytes(b"scored")
+    time.sleep(2 * CTIME_SETTLE_NS / 1e9)  # the rewrite lands well after the first write
+    ident, sha = _read_settled(p)
+    st = p.stat()
+    with open(p, "r+b") as fh:
+        fh.write(b"SCORED")
+    os.utime(p, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert FileIdentity.of(os.stat(p)) == ident
+    lc.finish(p, "delete", identity=ident, sha256=sha)
+    assert p.read_bytes() == b"SCORED" and lc.changed == 1 and content_checks == [p]
+
+
+def test_an_identity_from_a_kept_record_is_checked_by_content(
+    tmp_path: Path, lc: FileLifecycle, content_checks: list[Path]
+) -> None:
+    """An identity without a read time (a record, a plain ``of``) never vouches."""
+    p = tmp_path / "a.jpg"
+    p.write_bytes(b"scored")
+    ident, sha = _scored(p)
+    assert not ident.settled
+    lc.finish(p, "delete", identity=ident, sha256=sha)
+    assert not p.exists() and content_checks == [p]
+
+
+def test_read_at_judges_the_change_time_against_the_read() -> None:
+    st = os.stat(__file__)
+    assert FileIdentity.read_at(st, st.st_ctime_ns + CTIME_SETTLE_NS).settled
+    assert not FileIdentity.read_at(st, st.st_ctime_ns + CTIME_SETTLE_NS - 1).settled
+    assert not FileIdentity.read_at(st, st.st_ctime_ns - 10**9).settled  # a change "later"
+    a, b = FileIdentity.read_at(st, st.st_ctime_ns + 10**12), FileIdentity.of(st)
+    assert a == b and hash(a) == hash(b)  # the read time is no part of the identity
