@@ -24,6 +24,7 @@ import logging
 import os
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from cdml_edge.intake.kept import KeptFiles
@@ -271,30 +272,25 @@ class PendingFiles:
         with self._cond:
             self._cond.notify_all()
 
-    def ready(self) -> list[str]:
-        """The complete files, oldest mtime first.
+    def ready(self) -> Iterator[str]:
+        """The complete files, oldest mtime first, judged as the caller comes to them.
 
-        Files not closed are re-stat'ed: stable means the same identity for
-        ``stable_seconds``.
+        A closed file is complete; one not closed is re-stat'ed when its turn comes (stable
+        means the same identity for ``stable_seconds``), so a caller that stops early (its
+        budget full) leaves the rest of a backlog unexamined until its next pass.
         """
         now = time.monotonic()
-        ready: list[tuple[int, str]] = []
         with self._cond:
-            items = list(self._pending.items())
-        for path, pend in items:
-            if pend.not_before > now:
-                continue
-            if pend.closed:
-                ready.append((pend.mtime_ns, path))
-                continue
-            if pend.writing:
-                continue
-            if now - pend.since >= self.stable_seconds:
-                mtime_ns = self._stable_mtime(path, now)
-                if mtime_ns is not None:
-                    ready.append((mtime_ns, path))
-        ready.sort()
-        return [p for _, p in ready]
+            due = [
+                (pend.mtime_ns, path, pend.closed)
+                for path, pend in self._pending.items()
+                if pend.not_before <= now
+                and (pend.closed or (not pend.writing and now - pend.since >= self.stable_seconds))
+            ]
+        due.sort()
+        for _, path, closed in due:
+            if closed or self._stable_mtime(path, now) is not None:
+                yield path
 
     def _stable_mtime(self, path: str, now: float) -> int | None:
         """The mtime of ``path`` if it has been stable for ``stable_seconds``, else ``None``."""

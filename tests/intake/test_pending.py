@@ -9,6 +9,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import pytest
+
 from cdml_edge.intake.pending import PendingFiles
 
 
@@ -83,3 +85,35 @@ def test_a_kept_file_is_never_in_neither_the_in_flight_set_nor_the_record(
     pf = PendingFiles(max_pending=64, stable_seconds=0.1, polling=False, kept=NoticingRecord())
     _kept(pf, p)
     assert len(pf) == 0 and pf.kept == 1
+
+
+def test_a_backlog_taken_in_parts_is_stat_ed_once_per_file_taken(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A budget that takes 50 files per pass must not make each pass re-judge all 1,000."""
+    from cdml_edge.intake import pending
+
+    pf = PendingFiles(max_pending=2000, stable_seconds=0.0, polling=False)
+    for i in range(1000):
+        p = tmp_path / f"f{i:04d}.jpg"
+        p.write_bytes(b"x")
+        os.utime(p, ns=(0, i * 10**9))  # mtime order = name order
+        pf.notice(str(p), os.stat(p), closed=False, writing=False)  # renamed in: not closed
+    stats: list[str] = []
+    real_stat = os.stat
+
+    def counting_stat(path: str, **kw: bool) -> os.stat_result:
+        stats.append(path)
+        return real_stat(path, **kw)
+
+    monkeypatch.setattr(pending.os, "stat", counting_stat)
+    taken: list[str] = []
+    while len(pf):
+        for n, path in enumerate(pf.ready()):
+            if n == 50:
+                break  # the budget is full: the rest stays for the next pass
+            taken.append(path)
+            pf.taken(path, _ident(real_stat(path)))
+            # (the source reads it here; its window finishes it later)
+    assert taken == sorted(taken) and len(taken) == 1000  # oldest mtime first, each once
+    assert len(stats) <= 1000 + 20 * 1, len(stats)  # at most one look past each pass's budget
