@@ -22,7 +22,9 @@ processes, without archive or DataLoader.
 Steady images/s over an epoch from fresh workers, best of ``--reps`` runs, interleaved so
 background load hits every variant alike; ratios are against (iii) and against the ceiling
 at the same target. The stock archive's first epoch, its conversion included, is timed
-apart against the folder's first epoch (dataset built, then every batch).
+apart against the folder's first epoch (dataset built, then every batch) and against the
+same on a folder extracted from the stock archive first (``tar --zstd -xf`` timed too),
+what a user holding such an archive does without us.
 """
 
 from __future__ import annotations
@@ -64,6 +66,7 @@ FOLDER = "(iii) class folders, file reads"
 STOCK = "(ix) stock tar --zstd archive, float32"
 STOCK_U8 = "(x) stock tar --zstd archive, uint8, collate_fn=collate"
 PIL_FOLDER = "(xiv) class folders, PIL (torchvision ImageFolder + Resize + ToTensor)"
+EXTRACTED = "(iii) on the stock archive extracted first"
 TARGETS = (224, 128, 64)
 BATCH = 64
 WORKERS = 2
@@ -201,6 +204,7 @@ def build(tmp: Path, items: list[tuple[str, bytes]], shards: int) -> dict[str, A
         "tar.zst": tzst_path,
         "stock": stock,
         "seekable_cache": tmp / "seekable-cache",
+        "extracted": tmp / "extracted",
         "folders": root,
         "wds": urls,
         "bytes": {
@@ -211,14 +215,30 @@ def build(tmp: Path, items: list[tuple[str, bytes]], shards: int) -> dict[str, A
     }
 
 
+def shuffled_loader(ds: Dataset[Any], workers: int = WORKERS, **kw: Any) -> DataLoader[Any]:
+    """The loader of every variant: ``BATCH`` a batch, shuffled with a fixed seed."""
+    g = torch.Generator().manual_seed(0)
+    return DataLoader(ds, batch_size=BATCH, shuffle=True, num_workers=workers, generator=g, **kw)
+
+
+def extracted_folder(paths: dict[str, Any], target: int) -> Callable[[], DataLoader[Any]]:
+    """(iii) on a folder made by extracting the stock archive (``tar --zstd -xf``) first."""
+    dest = paths["extracted"]
+
+    def make() -> DataLoader[Any]:
+        shutil.rmtree(dest, ignore_errors=True)
+        dest.mkdir()
+        subprocess.run(["tar", "--zstd", "-xf", str(paths["stock"]), "-C", str(dest)], check=True)
+        return shuffled_loader(FolderDataset(str(dest), target, opencv_decode))
+
+    return make
+
+
 def loaders(
     paths: dict[str, Any], target: int, workers: int = WORKERS
 ) -> dict[str, Callable[[], DataLoader[Any]]]:
     def shuffled(ds: Dataset[Any], **kw: Any) -> DataLoader[Any]:
-        g = torch.Generator().manual_seed(0)
-        return DataLoader(
-            ds, batch_size=BATCH, shuffle=True, num_workers=workers, generator=g, **kw
-        )
+        return shuffled_loader(ds, workers, **kw)
 
     def ours(path: Path, **opts: Any) -> Callable[[], DataLoader[Any]]:
         kw = {"collate_fn": collate} if opts.pop("collated", False) else {}
@@ -399,6 +419,9 @@ def measure(
             STOCK: functools.partial(first_epoch, makers[STOCK], n, drop),
             STOCK_U8: functools.partial(first_epoch, makers[STOCK_U8], n, drop),
             FOLDER: functools.partial(first_epoch, makers[FOLDER], n, lambda: None),
+            EXTRACTED: functools.partial(
+                first_epoch, extracted_folder(paths, target), n, lambda: None
+            ),
         },
         args.reps,
     )
@@ -476,6 +499,14 @@ def report(
                 for k in (STOCK, STOCK_U8)
             )
             print(f"  {t} px: folder {f[FOLDER]:,.0f} img/s; stock archive: {cells}")
+            cells = ", ".join(
+                f"{k.split(',', 1)[1].strip()} {ratio(f[k], f[EXTRACTED])}"
+                for k in (STOCK, STOCK_U8)
+            )
+            print(
+                f"  {t} px: the folder extracted first (tar --zstd -xf, then every batch) "
+                f"{f[EXTRACTED]:,.0f} img/s; the stock archive against it: {cells}"
+            )
     if args.cpu_reps and any(cpu.values()):
         print_table(
             f"CPU µs per image, num_workers=0, cheapest batch of {args.cpu_reps} epochs "
