@@ -118,6 +118,9 @@ def test_payload_schemas_cover_every_topic_kind() -> None:
     assert "id" in schemas["result"]["required"]
     assert schemas["status"]["properties"]["state"]["enum"] == ["online", "offline"]
     assert schemas["result"]["additionalProperties"] is False
+    window = schemas["window"]
+    assert "results" in window["properties"] and "results" not in window["required"]
+    assert "mqtt.results: window" in window["properties"]["results"]["description"]
 
 
 def test_payload_models_hold_no_private_attributes() -> None:
