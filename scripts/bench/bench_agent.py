@@ -26,7 +26,10 @@ cold caches, as when it runs once per file at 100 files/s). CPU is the time the 
 threads spent on a CPU.
 
 Each kind runs once per ``--outputs`` entry (MQTT QoS 1 to a real broker, JSON lines), and
-once more pinned to CPU 0 with ``taskset`` (``--single-core``, the board-like row). With
+once more pinned to CPU 0 with ``taskset`` (``--single-core``, the board-like row). The MQTT
+runs repeat for each ``--results`` entry in its order (``mqtt.results``: ``item``, a result
+message per item; ``window``, the items inside their window's message), so ``item,window,
+item,window`` alternates the two in one session. With
 ``--neighbours N`` (default: one per CPU) an extra 30 files/s row runs beside N CPU-bound
 processes; every row shows the load average at its end.
 """
@@ -106,13 +109,16 @@ def topic_prefix(tmp: Path) -> str:
     return f"bench{os.getpid()}{tmp.name[-8:]}".replace("_", "")
 
 
-def output_section(tmp: Path, output: str) -> str:
-    """The config's output: JSON lines only, or MQTT QoS 1 to the broker (no local copy)."""
+def output_section(tmp: Path, output: str, results: str = "item") -> str:
+    """The config's output: JSON lines only, or MQTT QoS 1 to the broker (no local copy).
+
+    ``results``: the MQTT output's ``mqtt.results``.
+    """
     if output == "jsonl":
         return f"output: {{jsonl: {tmp}/out.jsonl}}"
     prefix = topic_prefix(tmp)
     return (
-        f"mqtt: {{url: '{MQTT_URL}', topic_prefix: {prefix}, qos: 1}}\n"
+        f"mqtt: {{url: '{MQTT_URL}', topic_prefix: {prefix}, qos: 1, results: {results}}}\n"
         f"spool: {{dir: {tmp}/spool}}\n"
         f"state_dir: {tmp}/state"
     )
@@ -125,6 +131,7 @@ def config(
     inflight_mib: int,
     output: str = "jsonl",
     window_ms: float = 50.0,
+    results: str = "item",
 ) -> Path:
     idle = "false" if fixed else "true"
     text = f"""
@@ -144,7 +151,7 @@ pack: {{format: zip, level: 1}}
 quarantine: {{dir: {tmp}/quarantine}}
 limits: {{max_inflight_bytes: {inflight_mib}MiB}}
 health: {{interval: 1s}}
-{output_section(tmp, output)}
+{output_section(tmp, output, results)}
 """
     p = tmp / "bench.yaml"
     p.write_text(text)
@@ -169,17 +176,26 @@ class Results:
         self._lock = threading.Lock()
 
     def line(self, topic: str, p: dict[str, Any], now: float) -> None:
+        """One message as it arrived.
+
+        A window's embedded results (``mqtt.results: window``) arrived with it.
+        """
         with self._lock:
             if topic.endswith("/result"):
-                if p["item"] in self.seen:
-                    self.duplicates += 1
-                self.seen.setdefault(p["item"], now)
-                self.agent_latency[p["item"]] = p["latency_ms"]
-                self.window_of[p["item"]] = p["window_id"]
+                self._result(p, now)
             elif topic.endswith("/window"):
                 self.window_items[p["window_id"]] = p["items"]
+                for r in p.get("results") or []:
+                    self._result(r, now)
             elif topic.endswith("/status") and p["state"] == "online" and self.online is None:
                 self.online = now
+
+    def _result(self, p: dict[str, Any], now: float) -> None:
+        if p["item"] in self.seen:
+            self.duplicates += 1
+        self.seen.setdefault(p["item"], now)
+        self.agent_latency[p["item"]] = p["latency_ms"]
+        self.window_of[p["item"]] = p["window_id"]
 
     def wait(self, names: dict[str, float], timeout: float) -> None:
         end = time.monotonic() + timeout
@@ -478,14 +494,20 @@ def baseline(
 
 
 def run_kind(
-    key: str, args: argparse.Namespace, output: str, cpus: str | None = None
+    key: str,
+    args: argparse.Namespace,
+    output: str,
+    cpus: str | None = None,
+    results: str = "item",
 ) -> dict[str, Any]:
     kind = KINDS[key]
     data = kind.make()
     with tempfile.TemporaryDirectory(prefix="cdml-bench-") as d:
         tmp = Path(d)
         (tmp / "in").mkdir()
-        cfg = config(tmp, kind, args.fixed_windows, args.inflight_mib, output, args.window_ms)
+        cfg = config(
+            tmp, kind, args.fixed_windows, args.inflight_mib, output, args.window_ms, results
+        )
         tail: Results = (
             MqttTail(topic_prefix(tmp)) if output == "mqtt" else FileTail(tmp / "out.jsonl")
         )
@@ -512,9 +534,10 @@ def run_kind(
             tail.stop()
             code = agent.stop()
         left = len(list((tmp / "in").iterdir()))
+    shown = output if output == "jsonl" else f"{output}, results: {results}"
     return {
         "kind": kind,
-        "output": output if cpus is None else f"{output}, CPU {cpus} only",
+        "output": shown if cpus is None else f"{shown}, CPU {cpus} only",
         "ready_s": ready_s,
         "idle_pct": idle_pct,
         "idle_rss": idle_rss,
@@ -571,6 +594,20 @@ def report(r: dict[str, Any], inflight_mib: int) -> bool:
     return once and r["exit"] == 0
 
 
+def planned_runs(args: argparse.Namespace) -> list[tuple[str, str | None, str]]:
+    """Each run of a kind: its output, the CPUs it is pinned to, its ``mqtt.results``."""
+    modes = [m for m in args.results.split(",") if m] or ["item"]
+    outputs = [o for o in args.outputs.split(",") if o]
+    if args.single_core and shutil.which("taskset"):
+        outputs.append(f"{args.single_core}@0")
+    runs: list[tuple[str, str | None, str]] = []
+    for o in outputs:
+        output, _, cpus = o.partition("@")
+        for mode in modes if output == "mqtt" else ["item"]:
+            runs.append((output, cpus or None, mode))
+    return runs
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--kinds", default=",".join(KINDS), help=f"of {', '.join(KINDS)}")
@@ -596,6 +633,12 @@ def main() -> int:
         "--outputs",
         default="mqtt,jsonl",
         help="mqtt (QoS 1 to the broker at $MQTT_URL) and/or jsonl, each a row",
+    )
+    ap.add_argument(
+        "--results",
+        default="item",
+        help="mqtt.results of the MQTT runs (item, window), each a row in this order: "
+        "item,window,item,window alternates them",
     )
     ap.add_argument(
         "--single-core",
@@ -631,12 +674,9 @@ def main() -> int:
         f"agent niceness {args.nice}"
     )
     ok = True
-    runs: list[tuple[str, str | None]] = [(o, None) for o in args.outputs.split(",") if o]
-    if args.single_core and shutil.which("taskset"):
-        runs.append((args.single_core, "0"))
     for key in [k for k in args.kinds.split(",") if k]:
-        for output, cpus in runs:
-            ok = report(run_kind(key, args, output, cpus), args.inflight_mib) and ok
+        for output, cpus, results in planned_runs(args):
+            ok = report(run_kind(key, args, output, cpus, results), args.inflight_mib) and ok
     print(f"\nload average {load_average():.1f} at the end")
     return 0 if ok else 1
 
