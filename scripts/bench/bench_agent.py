@@ -10,9 +10,10 @@ when a worker is free unless ``--fixed-windows``; ``on_done: delete``; JSON-line
 * start: seconds from launching the process to its ``online`` status (READY);
 * idle: CPU % of one core over 3 s with nothing to do, and RSS;
 * at 10, 30 and 100 files/s written by a Python writer: CPU % of one core, CPU-ms per item
-  and its ratio to the baseline, latency from the writer's ``close()`` to the result line
-  in the output (p50 / p99, tail polled every 1 ms) and as the agent reports it, the mean
-  items per window, and peak RSS;
+  (and of it, per item, the ``mqtt-io`` thread's and the pipeline workers': ``io ms``,
+  ``pipe ms``) and its ratio to the baseline, latency from the writer's ``close()`` to the
+  result line in the output (p50 / p99, tail polled every 1 ms) and as the agent reports
+  it, the mean items per window, and peak RSS;
 * sustained maximum: a backlog of files renamed into the folder at once, items/s from the
   first rename to the last result; every file must be scored exactly once and leave the
   folder; peak RSS against idle RSS + ``max_inflight_bytes``.
@@ -265,6 +266,10 @@ class MqttTail(Results):
         self._client.disconnect()
 
 
+THREAD_GROUPS = ("mqtt-io", "pipeline")
+"""The agent's threads whose CPU a rate row shows apart (by name; the workers together)."""
+
+
 class Agent:
     """``cdml-edge run`` in a subprocess, with its CPU time and RSS sampled."""
 
@@ -336,6 +341,27 @@ class Agent:
                 continue
         return total / 1e9
 
+    def thread_cpu(self) -> dict[str, float]:
+        """CPU seconds per thread group: ``mqtt-io``, ``pipeline`` (its workers together)."""
+        task = f"/proc/{self.proc.pid}/task"
+        out = dict.fromkeys(THREAD_GROUPS, 0.0)
+        try:
+            tids = os.listdir(task)
+        except OSError:
+            return out
+        for tid in tids:
+            try:
+                with open(f"{task}/{tid}/comm", encoding="utf-8") as fh:
+                    name = fh.read().strip()
+                with open(f"{task}/{tid}/schedstat", encoding="ascii") as fh:
+                    ns = int(fh.read().split()[0])
+            except OSError:  # the thread ended meanwhile
+                continue
+            group = next((g for g in THREAD_GROUPS if name.startswith(g)), None)
+            if group is not None:
+                out[group] += ns / 1e9
+        return out
+
     def stop(self) -> int:
         self.proc.terminate()
         code = self.proc.wait(60)
@@ -372,11 +398,12 @@ def rate_phase(
     seconds: float,
     prefix: str = "r",
 ) -> dict[str, Any]:
-    cpu0, w0 = agent.cpu(), time.perf_counter()
+    cpu0, w0, threads0 = agent.cpu(), time.perf_counter(), agent.thread_cpu()
     agent.peak_rss = agent.rss()
     closed = feed(inbox, f"{prefix}{rate:g}", data, kind.ext, rate, seconds)
     tail.wait(closed, timeout=60)
     wall, cpu = time.perf_counter() - w0, agent.cpu() - cpu0
+    threads = {k: v - threads0[k] for k, v in agent.thread_cpu().items()}
     got = [k for k in closed if k in tail.seen]
     windows = {tail.window_of[k] for k in got}
     sizes = [tail.window_items.get(w, 0) for w in windows]
@@ -386,6 +413,8 @@ def rate_phase(
         "results": len(got),
         "cpu_pct": 100 * cpu / wall,
         "cpu_ms": 1000 * cpu / max(1, len(got)),
+        "io_ms": 1000 * threads["mqtt-io"] / max(1, len(got)),
+        "pipe_ms": 1000 * threads["pipeline"] / max(1, len(got)),
         "p50": percentile([(tail.seen[k] - closed[k]) * 1000 for k in got], 50),
         "p99": percentile([(tail.seen[k] - closed[k]) * 1000 for k in got], 99),
         "agent_p99": percentile([tail.agent_latency[k] for k in got], 99),
@@ -566,14 +595,16 @@ def report(r: dict[str, Any], inflight_mib: int) -> bool:
         f"{COLD_GAP * 1000:g} ms (cold: x cold)"
     )
     print(
-        f"{'files/s':>8}{'CPU %':>7}{'CPU-ms/item':>12}{'x base':>8}{'x b32':>7}{'x cold':>7}"
+        f"{'files/s':>8}{'CPU %':>7}{'CPU-ms/item':>12}{'io ms':>7}{'pipe ms':>8}"
+        f"{'x base':>8}{'x b32':>7}{'x cold':>7}"
         f"{'p50 ms':>8}"
         f"{'p99 ms':>8}{'agent p99':>10}{'items/win':>10}{'peak RSS':>9}{'lost':>5}"
         f"{'load':>6}"
     )
     for x in r["rows"]:
         print(
-            f"{x['rate']:>8g}{x['cpu_pct']:>7.1f}{x['cpu_ms']:>12.3f}{x['cpu_ms'] / b1:>8.1f}"
+            f"{x['rate']:>8g}{x['cpu_pct']:>7.1f}{x['cpu_ms']:>12.3f}{x['io_ms']:>7.3f}"
+            f"{x['pipe_ms']:>8.3f}{x['cpu_ms'] / b1:>8.1f}"
             f"{x['cpu_ms'] / r['base32']:>7.1f}{x['cpu_ms'] / r['cold']:>7.1f}"
             f"{x['p50']:>8.1f}{x['p99']:>8.1f}{x['agent_p99']:>10.1f}{x['per_window']:>10.1f}"
             f"{x['peak_rss'] / mib:>9.0f}{x['files'] - x['results']:>5}{x['load']:>6.1f}"
