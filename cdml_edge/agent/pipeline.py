@@ -110,7 +110,7 @@ class WindowPipeline:
         sc = next(s for s in self.cfg.sources if s.name == window.source)
         outcome, errors, unretained = self._score(window, sc)
         on_durable = self._when_durable(window, sc, outcome, hold=unretained)
-        msgs = outcome.messages() + errors
+        msgs = outcome.messages(self.cfg.results_mode()) + errors
         self._observe_arrival(window.source, outcome.results)
         if self.view is not None:  # the status page's images: the bytes in memory, held
             self.view.keep_images(window)

@@ -153,7 +153,7 @@ def _score(
         reason="test",
     )
     _, outcome = pack_and_score(window, cfg, sc, runners, seq)
-    report.messages += outcome.messages()
+    report.messages += outcome.messages(cfg.results_mode())
     report.items += len(items)
     report.failures += len(outcome.failures)
     for f in outcome.failures:

@@ -253,6 +253,10 @@ class SparkplugConfig(_ConfigSection):
     )
 
 
+ResultsMode = Literal["item", "window"]
+"""``mqtt.results``: a message per item, or the items inside their window's message."""
+
+
 class MqttConfig(_ConfigSection):
     """The broker results are published to."""
 
@@ -292,6 +296,13 @@ class MqttConfig(_ConfigSection):
     discovery_prefix: str = Field(
         "homeassistant", pattern=_TOPIC_SAFE, description="First topic level of discovery."
     )
+    results: ResultsMode = Field(
+        "item",
+        description="item: one {source}/result message per scored item beside the window "
+        "message; window: no result messages, each {source}/window message carries its "
+        "items' results in 'results' (one publish per window; needs format: json, "
+        "no discovery).",
+    )
 
     _resolve = field_validator("password_file")(_resolve_path)
 
@@ -325,6 +336,20 @@ class MqttConfig(_ConfigSection):
             raise ValueError(
                 "discovery: needs format: json (its availability is the JSON status topic, "
                 "whose Last Will sparkplug_b replaces with NDEATH)"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _check_results(self) -> MqttConfig:
+        if self.results == "window" and self.format != "json":
+            raise ValueError(
+                "results: window needs format: json (Sparkplug B's result metrics are one "
+                "DDATA per item)"
+            )
+        if self.results == "window" and self.discovery is not None:
+            raise ValueError(
+                "results: window cannot go with discovery: homeassistant (its label and "
+                "score sensors read the {source}/result topic, which is then not published)"
             )
         return self
 
@@ -610,6 +635,10 @@ class AppConfig(_ConfigSection):
                         f"model; the source gives {source.modality}"
                     )
         return self
+
+    def results_mode(self) -> ResultsMode:
+        """``mqtt.results`` (``item`` without MQTT): how a window's item results go out."""
+        return self.mqtt.results if self.mqtt is not None else "item"
 
     def models_of(self, source: SourceConfig) -> list[str]:
         """The names of the models that score ``source``, the first giving its label."""

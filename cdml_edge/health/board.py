@@ -1,7 +1,8 @@
 """The activity board: a bounded summary of what an appliance publishes.
 
 It reads the messages the agent publishes (``result``, ``window``, ``error``, ``health``,
-``status``, ``camera``), from inside the agent (the status page) or from its broker or
+``status``, ``camera``; a window message's embedded ``results`` count as result messages),
+from inside the agent (the status page) or from its broker or
 ``output.jsonl`` (``cdml-edge tail``), and keeps per source the rate, latency, counters,
 the last results, the last anomaly scores, and the recent error events and last health.
 
@@ -135,6 +136,8 @@ class ActivityBoard:
         elif kind == "window":
             src.windows += 1
             src.window_ms = (p.get("timings") or {}).get("total_ms")
+            for item in _embedded_results(p):  # mqtt.results: window
+                self._on_source(src, "result", item, now)
         elif kind == "error":
             src.errors += 1
             self.errors.append(
@@ -234,3 +237,11 @@ def _trim(src: SourceActivity) -> None:
         src.images.popitem(last=False)
     while len(src.thumbs) + len(src.images) > MAX_THUMBS:
         src.thumbs.popitem(last=False)
+
+
+def _embedded_results(window: dict[str, Any]) -> list[dict[str, Any]]:
+    """The item results a window message carries (``mqtt.results: window``), else none."""
+    results = window.get("results")
+    if not isinstance(results, list):
+        return []
+    return [r for r in results if isinstance(r, dict)]

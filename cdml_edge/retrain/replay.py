@@ -31,6 +31,7 @@ from cdml_edge.window.manifest import ItemOutcome, WindowManifest
 from cdml_edge.window.topics import OutMessage, Sequencer
 
 if TYPE_CHECKING:  # pragma: no cover
+    from cdml_edge.config import ResultsMode
     from cdml_edge.model.runner import ModelRunner
     from cdml_edge.window.score import WindowOutcome
 
@@ -99,11 +100,14 @@ class ReplayedWindow:
     outcome: WindowOutcome
     records: list[dict[str, Any]]
 
-    def messages(self) -> list[OutMessage]:
-        """The outcome's messages on ``replay/{source}/...`` (not the live topics)."""
+    def messages(self, results: ResultsMode = "item") -> list[OutMessage]:
+        """The outcome's messages on ``replay/{source}/...`` (not the live topics).
+
+        ``results`` as the live agent's (``mqtt.results``).
+        """
         return [
             OutMessage(f"{REPLAY_TOPIC}/{m.topic}", m.payload, m.retain, m.qos)
-            for m in self.outcome.messages()
+            for m in self.outcome.messages(results)
         ]
 
 

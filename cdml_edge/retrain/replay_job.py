@@ -121,10 +121,11 @@ def run_replay(options: ReplayOptions, progress: RunProgress | None = None) -> R
     bar = progress if progress is not None else NoProgress()
     output = _started_output(plan.cfg) if options.publish else None
     compare = Comparison()
+    results = plan.cfg.results_mode()
 
     def on_window(win: ReplayedWindow) -> None:
         if output is not None:
-            output.publish_batch(win.messages())
+            output.publish_batch(win.messages(results))
         for doc in win.records:
             compare.add(doc)
         bar.advance(win.record.n_items)

@@ -138,7 +138,7 @@ class ArchiveInfo(_Payload):
 class WindowResult(_Optional):
     """One closed window on ``{prefix}/{device}/{source}/window``."""
 
-    _EXTRAS: ClassVar[frozenset[str]] = frozenset({"models"})
+    _EXTRAS: ClassVar[frozenset[str]] = frozenset({"models", "results"})
 
     window_id: str
     source: str
@@ -158,6 +158,11 @@ class WindowResult(_Optional):
     timings: WindowTimings = Field(default_factory=WindowTimings)
     seq: int
     device: str
+    results: list[ItemResult] | None = Field(
+        default=None,
+        description="mqtt.results: window: the window's item results, each as it would have "
+        "been published alone on {source}/result (which is then not published), in order",
+    )
 
 
 class CameraHealth(_Payload):

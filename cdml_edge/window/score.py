@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from cdml_edge.config import ResultsMode
 from cdml_edge.decode import DecodeError
 from cdml_edge.model.runner import ModelRunner, Prediction
 from cdml_edge.model.spec import ModelSpecError
@@ -49,15 +50,23 @@ class WindowOutcome:
     window: WindowResult
     failures: list[ItemFailure] = field(default_factory=list)
 
-    def messages(self) -> list[OutMessage]:
-        """Result messages then the window message, topics relative to ``{prefix}/{device}``."""
+    def messages(self, results: ResultsMode = "item") -> list[OutMessage]:
+        """The messages to publish, topics relative to ``{prefix}/{device}``.
+
+        ``results`` (``mqtt.results``): ``item``, one result message per item then the window
+        message; ``window``, the window message alone with the item results in it.
+        """
         src = self.window.source
+        if results == "window":
+            window = self.window.model_copy(update={"results": self.results})
+            return [OutMessage(relative_topic("window", src), window.model_dump_json().encode())]
         out = [
             OutMessage(relative_topic("result", src), r.model_dump_json().encode())
             for r in self.results
         ]
-        window = self.window.model_dump_json().encode()
-        out.append(OutMessage(relative_topic("window", src), window))
+        out.append(
+            OutMessage(relative_topic("window", src), self.window.model_dump_json().encode())
+        )
         return out
 
 

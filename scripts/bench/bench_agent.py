@@ -10,9 +10,10 @@ when a worker is free unless ``--fixed-windows``; ``on_done: delete``; JSON-line
 * start: seconds from launching the process to its ``online`` status (READY);
 * idle: CPU % of one core over 3 s with nothing to do, and RSS;
 * at 10, 30 and 100 files/s written by a Python writer: CPU % of one core, CPU-ms per item
-  and its ratio to the baseline, latency from the writer's ``close()`` to the result line
-  in the output (p50 / p99, tail polled every 1 ms) and as the agent reports it, the mean
-  items per window, and peak RSS;
+  (and of it, per item, the ``mqtt-io`` thread's and the pipeline workers': ``io ms``,
+  ``pipe ms``) and its ratio to the baseline, latency from the writer's ``close()`` to the
+  result line in the output (p50 / p99, tail polled every 1 ms) and as the agent reports
+  it, the mean items per window, and peak RSS;
 * sustained maximum: a backlog of files renamed into the folder at once, items/s from the
   first rename to the last result; every file must be scored exactly once and leave the
   folder; peak RSS against idle RSS + ``max_inflight_bytes``.
@@ -26,7 +27,10 @@ cold caches, as when it runs once per file at 100 files/s). CPU is the time the 
 threads spent on a CPU.
 
 Each kind runs once per ``--outputs`` entry (MQTT QoS 1 to a real broker, JSON lines), and
-once more pinned to CPU 0 with ``taskset`` (``--single-core``, the board-like row). With
+once more pinned to CPU 0 with ``taskset`` (``--single-core``, the board-like row). The MQTT
+runs repeat for each ``--results`` entry in its order (``mqtt.results``: ``item``, a result
+message per item; ``window``, the items inside their window's message), so ``item,window,
+item,window`` alternates the two in one session. With
 ``--neighbours N`` (default: one per CPU) an extra 30 files/s row runs beside N CPU-bound
 processes; every row shows the load average at its end.
 """
@@ -106,13 +110,16 @@ def topic_prefix(tmp: Path) -> str:
     return f"bench{os.getpid()}{tmp.name[-8:]}".replace("_", "")
 
 
-def output_section(tmp: Path, output: str) -> str:
-    """The config's output: JSON lines only, or MQTT QoS 1 to the broker (no local copy)."""
+def output_section(tmp: Path, output: str, results: str = "item") -> str:
+    """The config's output: JSON lines only, or MQTT QoS 1 to the broker (no local copy).
+
+    ``results``: the MQTT output's ``mqtt.results``.
+    """
     if output == "jsonl":
         return f"output: {{jsonl: {tmp}/out.jsonl}}"
     prefix = topic_prefix(tmp)
     return (
-        f"mqtt: {{url: '{MQTT_URL}', topic_prefix: {prefix}, qos: 1}}\n"
+        f"mqtt: {{url: '{MQTT_URL}', topic_prefix: {prefix}, qos: 1, results: {results}}}\n"
         f"spool: {{dir: {tmp}/spool}}\n"
         f"state_dir: {tmp}/state"
     )
@@ -125,6 +132,7 @@ def config(
     inflight_mib: int,
     output: str = "jsonl",
     window_ms: float = 50.0,
+    results: str = "item",
 ) -> Path:
     idle = "false" if fixed else "true"
     text = f"""
@@ -144,7 +152,7 @@ pack: {{format: zip, level: 1}}
 quarantine: {{dir: {tmp}/quarantine}}
 limits: {{max_inflight_bytes: {inflight_mib}MiB}}
 health: {{interval: 1s}}
-{output_section(tmp, output)}
+{output_section(tmp, output, results)}
 """
     p = tmp / "bench.yaml"
     p.write_text(text)
@@ -169,17 +177,26 @@ class Results:
         self._lock = threading.Lock()
 
     def line(self, topic: str, p: dict[str, Any], now: float) -> None:
+        """One message as it arrived.
+
+        A window's embedded results (``mqtt.results: window``) arrived with it.
+        """
         with self._lock:
             if topic.endswith("/result"):
-                if p["item"] in self.seen:
-                    self.duplicates += 1
-                self.seen.setdefault(p["item"], now)
-                self.agent_latency[p["item"]] = p["latency_ms"]
-                self.window_of[p["item"]] = p["window_id"]
+                self._result(p, now)
             elif topic.endswith("/window"):
                 self.window_items[p["window_id"]] = p["items"]
+                for r in p.get("results") or []:
+                    self._result(r, now)
             elif topic.endswith("/status") and p["state"] == "online" and self.online is None:
                 self.online = now
+
+    def _result(self, p: dict[str, Any], now: float) -> None:
+        if p["item"] in self.seen:
+            self.duplicates += 1
+        self.seen.setdefault(p["item"], now)
+        self.agent_latency[p["item"]] = p["latency_ms"]
+        self.window_of[p["item"]] = p["window_id"]
 
     def wait(self, names: dict[str, float], timeout: float) -> None:
         end = time.monotonic() + timeout
@@ -247,6 +264,10 @@ class MqttTail(Results):
     def stop(self) -> None:
         self._client.loop_stop()
         self._client.disconnect()
+
+
+THREAD_GROUPS = ("mqtt-io", "pipeline")
+"""The agent's threads whose CPU a rate row shows apart (by name; the workers together)."""
 
 
 class Agent:
@@ -320,6 +341,27 @@ class Agent:
                 continue
         return total / 1e9
 
+    def thread_cpu(self) -> dict[str, float]:
+        """CPU seconds per thread group: ``mqtt-io``, ``pipeline`` (its workers together)."""
+        task = f"/proc/{self.proc.pid}/task"
+        out = dict.fromkeys(THREAD_GROUPS, 0.0)
+        try:
+            tids = os.listdir(task)
+        except OSError:
+            return out
+        for tid in tids:
+            try:
+                with open(f"{task}/{tid}/comm", encoding="utf-8") as fh:
+                    name = fh.read().strip()
+                with open(f"{task}/{tid}/schedstat", encoding="ascii") as fh:
+                    ns = int(fh.read().split()[0])
+            except OSError:  # the thread ended meanwhile
+                continue
+            group = next((g for g in THREAD_GROUPS if name.startswith(g)), None)
+            if group is not None:
+                out[group] += ns / 1e9
+        return out
+
     def stop(self) -> int:
         self.proc.terminate()
         code = self.proc.wait(60)
@@ -356,11 +398,12 @@ def rate_phase(
     seconds: float,
     prefix: str = "r",
 ) -> dict[str, Any]:
-    cpu0, w0 = agent.cpu(), time.perf_counter()
+    cpu0, w0, threads0 = agent.cpu(), time.perf_counter(), agent.thread_cpu()
     agent.peak_rss = agent.rss()
     closed = feed(inbox, f"{prefix}{rate:g}", data, kind.ext, rate, seconds)
     tail.wait(closed, timeout=60)
     wall, cpu = time.perf_counter() - w0, agent.cpu() - cpu0
+    threads = {k: v - threads0[k] for k, v in agent.thread_cpu().items()}
     got = [k for k in closed if k in tail.seen]
     windows = {tail.window_of[k] for k in got}
     sizes = [tail.window_items.get(w, 0) for w in windows]
@@ -370,6 +413,8 @@ def rate_phase(
         "results": len(got),
         "cpu_pct": 100 * cpu / wall,
         "cpu_ms": 1000 * cpu / max(1, len(got)),
+        "io_ms": 1000 * threads["mqtt-io"] / max(1, len(got)),
+        "pipe_ms": 1000 * threads["pipeline"] / max(1, len(got)),
         "p50": percentile([(tail.seen[k] - closed[k]) * 1000 for k in got], 50),
         "p99": percentile([(tail.seen[k] - closed[k]) * 1000 for k in got], 99),
         "agent_p99": percentile([tail.agent_latency[k] for k in got], 99),
@@ -478,14 +523,20 @@ def baseline(
 
 
 def run_kind(
-    key: str, args: argparse.Namespace, output: str, cpus: str | None = None
+    key: str,
+    args: argparse.Namespace,
+    output: str,
+    cpus: str | None = None,
+    results: str = "item",
 ) -> dict[str, Any]:
     kind = KINDS[key]
     data = kind.make()
     with tempfile.TemporaryDirectory(prefix="cdml-bench-") as d:
         tmp = Path(d)
         (tmp / "in").mkdir()
-        cfg = config(tmp, kind, args.fixed_windows, args.inflight_mib, output, args.window_ms)
+        cfg = config(
+            tmp, kind, args.fixed_windows, args.inflight_mib, output, args.window_ms, results
+        )
         tail: Results = (
             MqttTail(topic_prefix(tmp)) if output == "mqtt" else FileTail(tmp / "out.jsonl")
         )
@@ -512,9 +563,10 @@ def run_kind(
             tail.stop()
             code = agent.stop()
         left = len(list((tmp / "in").iterdir()))
+    shown = output if output == "jsonl" else f"{output}, results: {results}"
     return {
         "kind": kind,
-        "output": output if cpus is None else f"{output}, CPU {cpus} only",
+        "output": shown if cpus is None else f"{shown}, CPU {cpus} only",
         "ready_s": ready_s,
         "idle_pct": idle_pct,
         "idle_rss": idle_rss,
@@ -543,14 +595,16 @@ def report(r: dict[str, Any], inflight_mib: int) -> bool:
         f"{COLD_GAP * 1000:g} ms (cold: x cold)"
     )
     print(
-        f"{'files/s':>8}{'CPU %':>7}{'CPU-ms/item':>12}{'x base':>8}{'x b32':>7}{'x cold':>7}"
+        f"{'files/s':>8}{'CPU %':>7}{'CPU-ms/item':>12}{'io ms':>7}{'pipe ms':>8}"
+        f"{'x base':>8}{'x b32':>7}{'x cold':>7}"
         f"{'p50 ms':>8}"
         f"{'p99 ms':>8}{'agent p99':>10}{'items/win':>10}{'peak RSS':>9}{'lost':>5}"
         f"{'load':>6}"
     )
     for x in r["rows"]:
         print(
-            f"{x['rate']:>8g}{x['cpu_pct']:>7.1f}{x['cpu_ms']:>12.3f}{x['cpu_ms'] / b1:>8.1f}"
+            f"{x['rate']:>8g}{x['cpu_pct']:>7.1f}{x['cpu_ms']:>12.3f}{x['io_ms']:>7.3f}"
+            f"{x['pipe_ms']:>8.3f}{x['cpu_ms'] / b1:>8.1f}"
             f"{x['cpu_ms'] / r['base32']:>7.1f}{x['cpu_ms'] / r['cold']:>7.1f}"
             f"{x['p50']:>8.1f}{x['p99']:>8.1f}{x['agent_p99']:>10.1f}{x['per_window']:>10.1f}"
             f"{x['peak_rss'] / mib:>9.0f}{x['files'] - x['results']:>5}{x['load']:>6.1f}"
@@ -569,6 +623,20 @@ def report(r: dict[str, Any], inflight_mib: int) -> bool:
         f"{(s['peak_rss'] - r['idle_rss']) / mib:.1f} MiB); exit {r['exit']}"
     )
     return once and r["exit"] == 0
+
+
+def planned_runs(args: argparse.Namespace) -> list[tuple[str, str | None, str]]:
+    """Each run of a kind: its output, the CPUs it is pinned to, its ``mqtt.results``."""
+    modes = [m for m in args.results.split(",") if m] or ["item"]
+    outputs = [o for o in args.outputs.split(",") if o]
+    if args.single_core and shutil.which("taskset"):
+        outputs.append(f"{args.single_core}@0")
+    runs: list[tuple[str, str | None, str]] = []
+    for o in outputs:
+        output, _, cpus = o.partition("@")
+        for mode in modes if output == "mqtt" else ["item"]:
+            runs.append((output, cpus or None, mode))
+    return runs
 
 
 def main() -> int:
@@ -596,6 +664,12 @@ def main() -> int:
         "--outputs",
         default="mqtt,jsonl",
         help="mqtt (QoS 1 to the broker at $MQTT_URL) and/or jsonl, each a row",
+    )
+    ap.add_argument(
+        "--results",
+        default="item",
+        help="mqtt.results of the MQTT runs (item, window), each a row in this order: "
+        "item,window,item,window alternates them",
     )
     ap.add_argument(
         "--single-core",
@@ -631,12 +705,9 @@ def main() -> int:
         f"agent niceness {args.nice}"
     )
     ok = True
-    runs: list[tuple[str, str | None]] = [(o, None) for o in args.outputs.split(",") if o]
-    if args.single_core and shutil.which("taskset"):
-        runs.append((args.single_core, "0"))
     for key in [k for k in args.kinds.split(",") if k]:
-        for output, cpus in runs:
-            ok = report(run_kind(key, args, output, cpus), args.inflight_mib) and ok
+        for output, cpus, results in planned_runs(args):
+            ok = report(run_kind(key, args, output, cpus, results), args.inflight_mib) and ok
     print(f"\nload average {load_average():.1f} at the end")
     return 0 if ok else 1
 

@@ -126,3 +126,25 @@ def test_an_unknown_source_is_a_usage_error(site: Path) -> None:
     assert res.returncode == 2
     assert "no source named 'nope' (there are: cam)" in res.stderr
     assert res.stderr.count("\n") == 1
+
+
+def test_window_results_are_printed_inside_the_window_message(site: Path) -> None:
+    """``mqtt.results: window``: the trial prints the window messages the agent would publish."""
+    from cdml_edge.agent.trial import run_trial, source_named
+    from cdml_edge.config import load_config
+    from cdml_edge.model.runner import ModelRunner
+
+    cfg_path = site / "site.yaml"
+    cfg_path.write_text(cfg_path.read_text().replace("trial}", "trial, results: window}"))
+    cfg = load_config(cfg_path)
+    sc = source_named(cfg, "cam")
+    files = [(sc, site / "in" / n) for n in ("a-dark.jpg", "b-bright.jpg", "c-dark.jpg")]
+    runners = {"image": ModelRunner.load(site / "bright.onnx")}
+    report = run_trial(cfg, files, runners)
+    assert [m.topic for m in report.messages] == ["cam/window", "cam/window"]  # max_items: 2
+    windows = [json.loads(m.payload) for m in report.messages]
+    assert [[(r["item"], r["label"]) for r in w["results"]] for w in windows] == [
+        [("a-dark.jpg", "dark"), ("b-bright.jpg", "bright")],
+        [("c-dark.jpg", "dark")],
+    ]
+    assert [w["seq"] for w in windows] == [1, 2]

@@ -257,6 +257,20 @@ def test_mqtt_format_and_discovery() -> None:
         parse_config({"mqtt": {"format": "sparkplug_b", "sparkplug": {"group_id": "a/b"}}})
 
 
+def test_mqtt_results_item_by_default_window_only_with_plain_json() -> None:
+    config = parse_config({"mqtt": {}})
+    assert config.mqtt is not None and config.mqtt.results == "item"
+    assert config.results_mode() == "item" and parse_config({}).results_mode() == "item"
+    window = parse_config({"mqtt": {"results": "window"}})
+    assert window.mqtt is not None and window.results_mode() == "window"
+    with pytest.raises(ConfigError, match="results: window needs format: json"):
+        parse_config({"mqtt": {"results": "window", "format": "sparkplug_b"}})
+    with pytest.raises(ConfigError, match="results: window cannot go with discovery"):
+        parse_config({"mqtt": {"results": "window", "discovery": "homeassistant"}})
+    with pytest.raises(ConfigError, match="mqtt.results"):
+        parse_config({"mqtt": {"results": "windows"}})
+
+
 def test_non_utf8_file_is_a_config_error(tmp_path: Path) -> None:
     path = tmp_path / "e.yaml"
     path.write_bytes(b"\xff\xfe")

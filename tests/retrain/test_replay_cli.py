@@ -119,7 +119,8 @@ def test_replay_cli_out_and_new_model(setup: dict[str, Path]) -> None:
     assert r.exit_code == 2
 
 
-def test_replay_cli_publish_to_mosquitto(setup: dict[str, Path]) -> None:
+def _published(setup: dict[str, Path], count: int) -> list[tuple[str, dict]]:  # type: ignore[type-arg]
+    """Run ``replay --publish``; what a subscriber to the replay topics got (``count`` waited)."""
     prefix = str(setup["prefix"])
     got: list[tuple[str, dict]] = []  # type: ignore[type-arg]
     subscribed = threading.Event()
@@ -134,16 +135,34 @@ def test_replay_cli_publish_to_mosquitto(setup: dict[str, Path]) -> None:
         r = CliRunner().invoke(app, ["replay", "--config", str(setup["config"]), "--publish", "-q"])
         assert r.exit_code == 0, r.output
         end = time.monotonic() + 10
-        while time.monotonic() < end and len(got) < 14:
+        while time.monotonic() < end and len(got) < count:
             time.sleep(0.05)
     finally:
         sub.loop_stop()
         sub.disconnect()
+    return got
+
+
+def test_replay_cli_publish_to_mosquitto(setup: dict[str, Path]) -> None:
+    got = _published(setup, 14)
     results = [p for t, p in got if t.endswith("/replay/cam1/result")]
     windows = [p for t, p in got if t.endswith("/replay/cam1/window")]
     assert len(results) == 10 and len(windows) == 4
     assert {p["model"] for p in results} == {"brightness"}
     assert not (setup["dir"] / "replay-results.jsonl").exists()  # --publish alone: no file
+
+
+def test_replay_publish_follows_mqtt_results_window(setup: dict[str, Path]) -> None:
+    """``mqtt.results: window``: one message per replayed window, its items inside."""
+    cfg = yaml.safe_load(setup["config"].read_text())
+    cfg["mqtt"]["results"] = "window"
+    setup["config"].write_text(yaml.safe_dump(cfg))
+    got = _published(setup, 4)
+    time.sleep(0.3)  # nothing else comes
+    assert not [t for t, _ in got if t.endswith("/result")]
+    windows = [p for t, p in got if t.endswith("/replay/cam1/window")]
+    assert sorted(len(w["results"]) for w in windows) == sorted(len(v) for v in VALUES)
+    assert {r["model"] for w in windows for r in w["results"]} == {"brightness"}
 
 
 def test_export_cli(setup: dict[str, Path], tmp_path: Path) -> None:

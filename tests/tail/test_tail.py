@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 import textwrap
@@ -31,19 +30,18 @@ from cdml_edge.health import ActivityBoard
 from cdml_edge.tail.console import render
 from cdml_edge.tail.follow import follow_jsonl
 
-EXE = shutil.which("cdml-edge", path=str(Path(sys.executable).parent))
-
 
 def _csv(level: float) -> bytes:
     rows = np.full((8, 3), level)
     return ("ax,ay,az\n" + "\n".join(",".join(f"{v:.2f}" for v in r) for r in rows) + "\n").encode()
 
 
-def _config(tmp_path: Path, broker: bool) -> Path:
+def _config(tmp_path: Path, broker: bool, results: str = "item") -> Path:
     brightness_classifier(tmp_path / "b.onnx")
     level_anomaly(tmp_path / "l.onnx", window=8)
     device = f"tail-{os.getpid()}-{time.monotonic_ns()}"
-    mqtt = f"mqtt: {{url: 'mqtt://127.0.0.1:{SHARED_PORT}', topic_prefix: tailtest}}\n"
+    url = f"mqtt://127.0.0.1:{SHARED_PORT}"
+    mqtt = f"mqtt: {{url: '{url}', topic_prefix: tailtest, results: {results}}}\n"
     text = textwrap.dedent(f"""
         device: {{id: {device}}}
         sources:
@@ -61,19 +59,24 @@ def _config(tmp_path: Path, broker: bool) -> Path:
     return cfg
 
 
-@pytest.mark.parametrize("via", ["file", "broker"])
-def test_tail_json_follows_a_running_agent(tmp_path: Path, via: str) -> None:
+@pytest.mark.parametrize(
+    ("via", "results"), [("file", "item"), ("broker", "item"), ("broker", "window")]
+)
+def test_tail_json_follows_a_running_agent(tmp_path: Path, via: str, results: str) -> None:
+    """``results: window``: the items inside the window messages are shown as result messages."""
     if via == "broker" and not port_open(SHARED_PORT):
         pytest.fail("Mosquitto is not listening on 127.0.0.1:1883 (.ci/run starts it)")
-    cfg_path = _config(tmp_path, broker=via == "broker")
+    cfg_path = _config(tmp_path, broker=via == "broker", results=results)
     agent = Agent(load_config(cfg_path), cfg_path)
     agent.start()
-    assert EXE is not None
+    checkout = str(Path(__file__).resolve().parents[2])  # this checkout's cdml_edge
     tail = subprocess.Popen(
-        [EXE, "tail", "--config", str(cfg_path), "--json", "--interval", "0.3", "--duration", "30"],
+        [sys.executable, "-m", "cdml_edge.cli", "tail", "--config", str(cfg_path), "--json"]
+        + ["--interval", "0.3", "--duration", "30"],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        env={**os.environ, "PYTHONPATH": checkout},
     )
     snaps: list[dict[str, Any]] = []
     reader = threading.Thread(
@@ -206,6 +209,26 @@ def _board() -> ActivityBoard:
         },
     )
     return board
+
+
+def test_a_window_message_with_results_shows_as_its_result_messages() -> None:
+    """``mqtt.results: window``: the board (tail, status page) reads the embedded items."""
+    results = [
+        {"item": "a.jpg", "label": "ok", "score": 0.9, "latency_ms": 4.0, "ts": 100.0},
+        {"item": "b.jpg", "label": "bad", "score": 0.8, "anomaly": True, "ts": 100.5},
+    ]
+    window = {"window_id": "w1", "timings": {"total_ms": 3.5}}
+    one, each = ActivityBoard("d", clock=lambda: 200.0), ActivityBoard("d", clock=lambda: 200.0)
+    one.observe("window", "cam", {**window, "results": results})
+    for r in results:
+        each.observe("result", "cam", r)
+    each.observe("window", "cam", window)
+    assert one.snapshot()["sources"] == each.snapshot()["sources"]
+    cam = one.snapshot()["sources"]["cam"]
+    assert cam["items"] == 2 and cam["windows"] == 1 and cam["anomalies"] == 1
+    assert [r["item"] for r in cam["last"]] == ["a.jpg", "b.jpg"]
+    one.observe("window", "cam", {**window, "results": [None, "x"]})  # not results: skipped
+    assert one.snapshot()["sources"]["cam"]["items"] == 2
 
 
 def test_the_terminal_view_shows_sources_results_anomalies_errors_and_health() -> None:

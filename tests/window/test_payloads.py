@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import threading
 
 import pytest
@@ -118,6 +119,9 @@ def test_payload_schemas_cover_every_topic_kind() -> None:
     assert "id" in schemas["result"]["required"]
     assert schemas["status"]["properties"]["state"]["enum"] == ["online", "offline"]
     assert schemas["result"]["additionalProperties"] is False
+    window = schemas["window"]
+    assert "results" in window["properties"] and "results" not in window["required"]
+    assert "mqtt.results: window" in window["properties"]["results"]["description"]
 
 
 def test_payload_models_hold_no_private_attributes() -> None:
@@ -135,3 +139,17 @@ def test_payload_models_hold_no_private_attributes() -> None:
         latency_ms=2.0, model="m", seq=1, device="d",
     )  # fmt: skip
     assert '"top_k"' not in r.model_dump_json() and '"label":null' in r.model_dump_json()
+
+
+def test_cli_payload_schema_shows_the_window_results() -> None:
+    """``cdml-edge config schema --payloads``: a window's optional ``results``, item results."""
+    from typer.testing import CliRunner
+
+    from cdml_edge.cli import app
+
+    r = CliRunner().invoke(app, ["config", "schema", "--payloads"])
+    assert r.exit_code == 0, r.output
+    window = json.loads(r.output)["window"]
+    results = window["properties"]["results"]
+    assert {"items": {"$ref": "#/$defs/ItemResult"}, "type": "array"} in results["anyOf"]
+    assert "results" not in window["required"]

@@ -86,6 +86,26 @@ def test_images_are_classified_through_the_archive(
     assert [m.topic for m in msgs] == ["cam/result"] * 3 + ["cam/window"]
     ItemResult.model_validate_json(msgs[0].payload)
     WindowResult.model_validate_json(msgs[-1].payload)
+    assert "results" not in json.loads(msgs[-1].payload)  # item mode: the window as before
+
+
+def test_window_mode_embeds_each_item_result_as_published_alone(
+    runners: dict[str, ModelRunner],
+) -> None:
+    """``mqtt.results: window``: one message, its ``results`` the item messages' payloads."""
+    w = _window("cam", "image", [("a.jpg", jpeg(15)), ("b.jpg", jpeg(240)), ("c.jpg", jpeg(30))])
+    packed = pack_window(w, device="dev", modality="image")
+    out = score_window(packed.archive, runners, device="dev", archive_name=packed.name)
+    alone = out.messages("item")
+    (msg,) = out.messages("window")
+    assert msg.topic == "cam/window" and not msg.retain and msg.qos is None
+    doc = json.loads(msg.payload)
+    assert doc["results"] == [json.loads(m.payload) for m in alone[:-1]]
+    assert [r["item"] for r in doc["results"]] == ["a.jpg", "b.jpg", "c.jpg"]
+    assert [r["seq"] for r in doc["results"]] == [1, 2, 3]  # the result topic's numbering
+    assert {k: v for k, v in doc.items() if k != "results"} == json.loads(alone[-1].payload)
+    assert WindowResult.model_validate_json(msg.payload).results == out.results
+    assert out.window.results is None  # the outcome itself is left as it was
 
 
 def test_bad_inputs_fail_alone(runners: dict[str, ModelRunner]) -> None:
