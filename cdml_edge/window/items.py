@@ -19,6 +19,11 @@ CTIME_SETTLE_NS = 50_000_000
 it afterwards: far more than the kernel's timestamp tick (1-10 ms), so any later change
 gets a later change time."""
 
+CTIME_COARSE_NS = 10_000_000
+"""A change time that is a whole multiple of this (10 ms) comes from a file system whose
+timestamps tick that coarsely or more (exFAT, FAT, whole seconds): it never vouches, as a
+rewrite within the same tick would keep it."""
+
 
 @dataclass(frozen=True)
 class FileIdentity:
@@ -26,7 +31,8 @@ class FileIdentity:
 
     ``ctime_ns`` and ``settled`` are no part of the identity (equality and hash ignore
     them): an identity taken by :meth:`read_at` is ``settled`` when the file's last change
-    (``st_ctime``) lies at least :data:`CTIME_SETTLE_NS` before the read. Every later
+    (``st_ctime``, of a file system with fine timestamps: see :data:`CTIME_COARSE_NS`) lies
+    at least :data:`CTIME_SETTLE_NS` before the read. Every later
     write, truncate, ``utime`` or ``chmod`` then moves the change time on, and nothing but
     the kernel sets it, so an unchanged ``ctime_ns`` vouches that the content is what was
     read.
@@ -50,7 +56,8 @@ class FileIdentity:
 
         ``seen_ns``: ``time.time_ns()`` taken before the read.
         """
-        settled = 0 < st.st_ctime_ns <= seen_ns - CTIME_SETTLE_NS
+        ctime = st.st_ctime_ns
+        settled = ctime % CTIME_COARSE_NS != 0 and 0 < ctime <= seen_ns - CTIME_SETTLE_NS
         return cls(st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns, settled)
 
 

@@ -7,6 +7,7 @@ import os
 import stat
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -254,3 +255,22 @@ def test_read_at_judges_the_change_time_against_the_read() -> None:
     assert not FileIdentity.read_at(st, st.st_ctime_ns - 10**9).settled  # a change "later"
     a, b = FileIdentity.read_at(st, st.st_ctime_ns + 10**12), FileIdentity.of(st)
     assert a == b and hash(a) == hash(b)  # the read time is no part of the identity
+
+
+@pytest.mark.parametrize(
+    "ctime_ns",
+    [
+        1_733_000_000 * 10**9,  # whole seconds: ext4 of 128-byte inodes, HFS+, some NFS servers
+        1_733_000_002 * 10**9,  # FAT's two seconds
+        1_733_000_000 * 10**9 + 230_000_000,  # exFAT's 10 ms
+    ],
+)
+def test_a_change_time_as_coarse_as_the_margin_never_vouches(ctime_ns: int) -> None:
+    """Timestamps that tick in 10 ms or more: such an identity is checked by content.
+
+    A rewrite soon after the read could keep the change time there.
+    """
+    st = SimpleNamespace(st_dev=1, st_ino=2, st_size=3, st_mtime_ns=ctime_ns, st_ctime_ns=ctime_ns)
+    assert not FileIdentity.read_at(st, ctime_ns + 10**9).settled  # type: ignore[arg-type]
+    fine = SimpleNamespace(**{**vars(st), "st_ctime_ns": ctime_ns + 123_457})
+    assert FileIdentity.read_at(fine, ctime_ns + 10**9).settled  # type: ignore[arg-type]
