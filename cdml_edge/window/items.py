@@ -32,10 +32,9 @@ class FileIdentity:
     ``ctime_ns`` and ``settled`` are no part of the identity (equality and hash ignore
     them): an identity taken by :meth:`read_at` is ``settled`` when the file's last change
     (``st_ctime``, of a file system with fine timestamps: see :data:`CTIME_COARSE_NS`) lies
-    at least :data:`CTIME_SETTLE_NS` before the read. Every later
-    write, truncate, ``utime`` or ``chmod`` then moves the change time on, and nothing but
-    the kernel sets it, so an unchanged ``ctime_ns`` vouches that the content is what was
-    read.
+    at least :data:`CTIME_SETTLE_NS` before the read. Every later write, truncate, ``utime``
+    or ``chmod`` then moves the change time on, and nothing but the kernel sets it, so an
+    unchanged ``ctime_ns`` vouches that the content is what was read.
     """
 
     dev: int
