@@ -79,18 +79,18 @@ def bench_done(root: Path, n: int, size: int, repeat: int) -> dict[str, PerItem]
     ) -> tuple[list[Path], dict[Path, tuple[FileIdentity, str]]]:
         """New files to finish (the last round's are gone), their identity and digest.
 
-        ``settled``: read ``CTIME_SETTLE_NS`` after they were written, else right away.
+        ``settled``: read ``CTIME_SETTLE_NS`` after they were written; else an identity
+        without a read time, which never vouches (as at a close-write).
         """
         paths = _files(root / f"done-{size}-{name}", n, size)
         if settled:
             time.sleep(2 * CTIME_SETTLE_NS / 1e9)
-        return paths, {
-            p: (
-                FileIdentity.read_at(os.stat(p), time.time_ns() - (0 if settled else 10**9)),
-                hashlib.sha256(p.read_bytes()).hexdigest(),
-            )
-            for p in paths
-        }
+
+        def identity(p: Path) -> FileIdentity:
+            st = os.stat(p)
+            return FileIdentity.read_at(st, time.time_ns()) if settled else FileIdentity.of(st)
+
+        return paths, {p: (identity(p), hashlib.sha256(p.read_bytes()).hexdigest()) for p in paths}
 
     def plain() -> PerItem:
         paths, _ = fresh("plain")
