@@ -326,40 +326,37 @@ class Agent:
         From ``schedstat`` (nanoseconds); ``cpu_times`` counts in 10-ms ticks, too coarse for
         40 items at 10/s.
         """
-        task = f"/proc/{self.proc.pid}/task"
-        try:
-            tids = os.listdir(task)
-        except OSError:
+        threads = self._threads()
+        if threads is None:
             t = self.ps.cpu_times()
             return float(t.user + t.system)
-        total = 0
-        for tid in tids:
-            try:
-                with open(f"{task}/{tid}/schedstat", encoding="ascii") as fh:
-                    total += int(fh.read().split()[0])
-            except OSError:  # the thread ended meanwhile
-                continue
-        return total / 1e9
+        return sum(ns for _, ns in threads) / 1e9
 
     def thread_cpu(self) -> dict[str, float]:
         """CPU seconds per thread group: ``mqtt-io``, ``pipeline`` (its workers together)."""
-        task = f"/proc/{self.proc.pid}/task"
         out = dict.fromkeys(THREAD_GROUPS, 0.0)
+        for name, ns in self._threads() or []:
+            group = next((g for g in THREAD_GROUPS if name.startswith(g)), None)
+            if group is not None:
+                out[group] += ns / 1e9
+        return out
+
+    def _threads(self) -> list[tuple[str, int]] | None:
+        """Each thread's name and nanoseconds on a CPU; ``None`` once the process is gone."""
+        task = f"/proc/{self.proc.pid}/task"
         try:
             tids = os.listdir(task)
         except OSError:
-            return out
+            return None
+        out = []
         for tid in tids:
             try:
                 with open(f"{task}/{tid}/comm", encoding="utf-8") as fh:
                     name = fh.read().strip()
                 with open(f"{task}/{tid}/schedstat", encoding="ascii") as fh:
-                    ns = int(fh.read().split()[0])
+                    out.append((name, int(fh.read().split()[0])))
             except OSError:  # the thread ended meanwhile
                 continue
-            group = next((g for g in THREAD_GROUPS if name.startswith(g)), None)
-            if group is not None:
-                out[group] += ns / 1e9
         return out
 
     def stop(self) -> int:
