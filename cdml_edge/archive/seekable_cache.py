@@ -25,7 +25,9 @@ Full policy: the folder is bounded by ``max_bytes`` (default 20 GiB, or
 copies (oldest ``mtime``; reuse refreshes it) are deleted until the total fits. A source
 larger than the bound, or a copy that comes out larger, is not kept: the archive is read
 as it is (slowly) and a warning says so. A folder that cannot be written counts as the
-same. Copies are written atomically, so concurrent processes never read half of one.
+same. Copies are written atomically, so concurrent processes never read half of one, and
+sealed behind their first reader (:mod:`.sealing`): renamed into place before the ``fsync``
+that a thread makes meanwhile; a copy found unsealed after a crash is made again.
 """
 
 from __future__ import annotations
@@ -42,14 +44,16 @@ from typing import Any, BinaryIO
 
 import zstandard
 
+from cdml_edge.archive.base import Archive
 from cdml_edge.archive.cache_folder import Entry, entries, evict
 from cdml_edge.archive.errors import ArchiveError
+from cdml_edge.archive.sealing import is_sealed, sealed_behind
 from cdml_edge.archive.source import ByteSource, FileSource
 from cdml_edge.archive.tar.read import TarArchive
 from cdml_edge.archive.tar.reframe import write_plain_copy
+from cdml_edge.archive.tar.rows import TarRows
 from cdml_edge.archive.tar.seekable import read_seekable_tail
 from cdml_edge.archive.tar.zst import ZstdTarArchive
-from cdml_edge.fsio import atomic_writer
 
 log = logging.getLogger(__name__)
 
@@ -150,10 +154,10 @@ class SeekableCache:
         found = read_seekable_tail(source, tail)
         if found is None:  # no frames known: try the plain copy, with no pass before it
             why = "has no seek table (a random read decompresses from its start)"
-            end = source.size()
-            copy = self._make(source, plain, why, lambda f: write_plain_copy(source, end, f))
+            walked: list[TarRows] = []
+            copy = self._make(source, plain, why, _plain_writer(source, walked))
             if copy is not None:
-                archive = self._opened(copy, limits, fallback=True)
+                archive = self._opened(copy, limits, fallback=True, rows=walked)
                 if archive is not None:
                     return archive
         archive = ZstdTarArchive.open(source, tail=tail, **limits)
@@ -167,6 +171,16 @@ class SeekableCache:
         return self._opened(copy, limits)
 
     def _reuse(self, source: ByteSource, path: Path, limits: dict[str, Any]) -> Any:
+        try:
+            sealed = is_sealed(path)
+        except OSError:
+            return None
+        if not sealed:
+            log.info(
+                "%s: its copy %s is not sealed (the machine stopped before its fsync, or "
+                "another process is still writing it): made again", source.name, path,
+            )  # fmt: skip
+            return None
         with contextlib.suppress(OSError):
             os.utime(path)
         archive = self._opened(
@@ -177,11 +191,23 @@ class SeekableCache:
         return archive
 
     @staticmethod
-    def _opened(copy: SeekableCopy, limits: dict[str, Any], fallback: bool = False) -> Any:
-        """The archive of ``copy``; with ``fallback``, ``None`` (the copy deleted) if unusable."""
+    def _opened(
+        copy: SeekableCopy,
+        limits: dict[str, Any],
+        fallback: bool = False,
+        rows: list[TarRows] | None = None,
+    ) -> Any:
+        """The archive of ``copy``; with ``fallback``, ``None`` (the copy deleted) if unusable.
+
+        ``rows``: the member index of a plain copy, walked as it was written (no second walk).
+        """
         cls = TarArchive if copy.path.endswith(_PLAIN) else ZstdTarArchive
+        archive: Archive
         try:
-            archive = cls.open(FileSource(copy.path), **limits)
+            if rows:
+                archive = TarArchive(FileSource(copy.path), rows=rows[0], **limits)
+            else:
+                archive = cls.open(FileSource(copy.path), **limits)
         except (ArchiveError, OSError) as exc:
             if not fallback:
                 raise
@@ -206,7 +232,7 @@ class SeekableCache:
         t0 = time.perf_counter()
         try:
             self.root.mkdir(parents=True, exist_ok=True)
-            with atomic_writer(path, tmp_suffix=path.suffix) as fh:
+            with sealed_behind(path, tmp_suffix=path.suffix) as fh:
                 if write(fh) is False:
                     raise _NotWorthIt
                 size = fh.tell()
@@ -244,6 +270,18 @@ class SeekableCache:
 
     def _evict(self, keep: Path) -> None:
         evict(self.root, (_SUFFIX, _PLAIN), self.max_bytes, keep)
+
+
+def _plain_writer(source: ByteSource, walked: list[TarRows]) -> Callable[[BinaryIO], bool]:
+    """A writer of the plain copy of ``source`` that keeps the member index it walked."""
+
+    def write(out: BinaryIO) -> bool:
+        found = write_plain_copy(source, source.size(), out)
+        if isinstance(found, TarRows):
+            walked.append(found)
+        return found is not False
+
+    return write
 
 
 def _key(source: ByteSource) -> tuple[str, str] | None:

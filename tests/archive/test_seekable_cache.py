@@ -11,13 +11,17 @@ import itertools
 import logging
 import os
 import shutil
+import stat
 import subprocess
+import threading
 from pathlib import Path
 
 import pytest
 from helpers.s3_server import S3Server
 
-from cdml_edge.archive import open_archive, write_archive
+from cdml_edge.archive import open_archive, sealing, write_archive
+from cdml_edge.archive.errors import ArchiveError
+from cdml_edge.archive.sealing import SEALED, UNSEALED, is_sealed, wait_sealed
 from cdml_edge.archive.seekable_cache import SeekableCache
 from cdml_edge.archive.tar.reframe import frame_cuts
 from cdml_edge.archive.tar.write import MAX_FRAME_BYTES
@@ -246,3 +250,90 @@ def test_seek_table_of_large_frames_gets_a_seekable_copy(tmp_path: Path) -> None
     assert copied.format == "tar.zst" and copied.seekable_copy is not None  # type: ignore[attr-defined]
     assert copied.read_many(sorted(files)) == [files[n] for n in sorted(files)]
     assert all(copied.info(n).checksum is not None for n in files)
+
+
+def test_plain_copy_index_is_the_walk_of_the_copy(tmp_path: Path) -> None:
+    """The member index walked while the copy is written is the one a walk of the copy finds.
+
+    GNU tar's long names (over 100 bytes), symbolic and hard links (skipped entries), empty
+    files and a member over a 1-MiB block of the copy.
+    """
+    src = tmp_path / "tree"
+    files = _tree(src, n=40)
+    long_name = "deep/" + "n" * 140 + ".bin"
+    (src / long_name).write_bytes(b"long")
+    files[long_name] = b"long"
+    os.symlink("empty.txt", src / "sym")
+    os.link(src / "empty.txt", src / "hard")
+    files["hard"] = b""
+    stock = tmp_path / "odd.tar.zst"
+    subprocess.run(["tar", "--zstd", "-cf", str(stock), "-C", str(src), "."], check=True)
+    copied = open_archive(stock, seekable_cache=SeekableCache(tmp_path / "cache"))
+    assert copied.format == "tar" and not copied.seekable_copy.reused  # type: ignore[attr-defined]
+    walked = open_archive(copied.seekable_copy.path)  # type: ignore[attr-defined]
+    assert copied._rows == walked._rows  # type: ignore[attr-defined]
+    skipped = copied.skipped()
+    assert skipped == walked.skipped() and len(skipped) == 2 and "./sym" in skipped
+    read = {n: copied.read(n) for n in copied.names()}
+    assert read.items() <= files.items() and len(read) == len(files) - 1  # one is a hard link
+
+
+def test_truncated_stock_archive_leaves_no_copy(tmp_path: Path) -> None:
+    path, _ = _stock(tmp_path, n=60)
+    cut = tmp_path / "cut.tar.zst"
+    cut.write_bytes(path.read_bytes()[: path.stat().st_size * 2 // 3])
+    cache = SeekableCache(tmp_path / "cache")
+    with pytest.raises(ArchiveError) as err:
+        open_archive(cut, seekable_cache=cache)
+    assert str(cut) in str(err.value)
+    assert cache.total_bytes() == 0
+
+
+def test_copy_is_sealed_behind_and_an_unsealed_one_is_made_again(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Renamed into place unsealed, fsynced and sealed by a thread; unsealed: not trusted."""
+    path, files = _stock(tmp_path, n=60)
+    cache = SeekableCache(tmp_path / "cache")
+    first = open_archive(path, seekable_cache=cache)
+    copy = Path(first.seekable_copy.path)  # type: ignore[attr-defined]
+    assert wait_sealed(timeout=30)
+    assert stat.S_IMODE(copy.stat().st_mode) == SEALED
+    reused = open_archive(path, seekable_cache=cache)
+    assert reused.seekable_copy.reused  # type: ignore[attr-defined]
+    os.chmod(copy, UNSEALED)  # as the machine going down before the seal leaves it
+    inode = copy.stat().st_ino
+    with caplog.at_level(logging.INFO, logger="cdml_edge.archive.seekable_cache"):
+        again = open_archive(path, seekable_cache=cache)
+    assert "is not sealed" in caplog.text and str(copy) in caplog.text
+    info = again.seekable_copy  # type: ignore[attr-defined]
+    assert not info.reused and info.path == str(copy) and copy.stat().st_ino != inode
+    assert {n: again.read(n) for n in again.names()} == files
+    assert wait_sealed(timeout=30) and is_sealed(copy)
+
+
+def test_reopened_while_its_seal_is_under_way_waits_for_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A second open in the process that is sealing the copy waits for the seal, no remake."""
+    path, _ = _stock(tmp_path, n=30)
+    gate = threading.Event()
+    real_fsync = sealing.os.fsync
+
+    def slow_fsync(fd: int) -> None:
+        if threading.current_thread().name == "seal-copy":
+            gate.wait(30)
+        real_fsync(fd)
+
+    monkeypatch.setattr(sealing.os, "fsync", slow_fsync)
+    cache = SeekableCache(tmp_path / "cache")
+    made = open_archive(path, seekable_cache=cache).seekable_copy  # type: ignore[attr-defined]
+    assert not is_sealed_now(made.path)
+    threading.Timer(0.2, gate.set).start()
+    again = open_archive(path, seekable_cache=cache).seekable_copy  # type: ignore[attr-defined]
+    assert again.reused and again.path == made.path and is_sealed_now(made.path)
+
+
+def is_sealed_now(path: str) -> bool:
+    """The mode alone, without waiting for a seal under way."""
+    return stat.S_IMODE(os.stat(path).st_mode) != UNSEALED

@@ -7,10 +7,7 @@ What every tar shares: members as columns, limits, CRC-32. tar.zst builds on it 
 from __future__ import annotations
 
 import zlib
-from collections.abc import Callable
 from typing import Any
-
-import zstandard
 
 from cdml_edge.archive.base import Archive, MemberInfo
 from cdml_edge.archive.errors import (
@@ -20,25 +17,11 @@ from cdml_edge.archive.errors import (
 )
 from cdml_edge.archive.source import ByteSource
 from cdml_edge.archive.tar import format as tarfmt
+from cdml_edge.archive.tar.members import columns, member_list
 from cdml_edge.archive.tar.rows import TarRows
 from cdml_edge.archive.tar.seekable import MemberIndex
 from cdml_edge.archive.tar.sparse import SparseMap
 from cdml_edge.archive.tar.stream import PreadScanner
-
-Scan = Callable[[Callable[[tarfmt.TarMember], None], Callable[[str, str], None]], int]
-
-
-def _member_list(archive: str, scan: Scan) -> tuple[list[tarfmt.TarMember], dict[str, str]]:
-    """The members a header walk finds, and the entries it skipped (name -> reason)."""
-    members: list[tarfmt.TarMember] = []
-    skipped: dict[str, str] = {}
-    try:
-        scan(members.append, skipped.__setitem__)
-    except EOFError:
-        raise TruncatedArchiveError("tar stream ends inside a member", archive=archive) from None
-    except zstandard.ZstdError as exc:
-        raise CorruptArchiveError(f"zstd data: {exc}", archive=archive) from exc
-    return members, skipped
 
 
 class _Members:
@@ -57,23 +40,10 @@ class _Members:
         )
 
 
-def _columns(members: list[tarfmt.TarMember]) -> MemberIndex:
-    return MemberIndex(
-        [m.name for m in members],
-        [m.header_offset for m in members],
-        [m.data_offset for m in members],
-        [m.size for m in members],
-        [m.mtime for m in members],
-        [None] * len(members),
-        {i: m.refused for i, m in enumerate(members) if m.refused},
-        {i: m.sparse for i, m in enumerate(members) if m.sparse is not None},
-    )
-
-
 class _TarBase(Archive):
     def __init__(self, source: ByteSource, **limits: Any) -> None:
         super().__init__(source, **limits)
-        self._members = _Members(_columns([]))
+        self._members = _Members(columns([]))
         self._crcs: list[int | None] = []
         self._refused: dict[int, str] = {}
         self._sparse: dict[int, SparseMap] = {}
@@ -184,11 +154,11 @@ class TarArchive(_TarBase):
             self._use(rows)
             return
         scanner = PreadScanner(source)
-        members, skipped = _member_list(
+        members, skipped = member_list(
             source.name,
             lambda cb, sk: tarfmt.scan(scanner.read, scanner.skip, source.name, cb, sk),
         )
-        self._set_members(_columns(members), skipped)
+        self._set_members(columns(members), skipped)
 
     def _read_stored(self, ids: list[int]) -> list[bytes]:
         for i in ids:

@@ -13,16 +13,22 @@ member computed on the way) and the seek table. ``zstd -dc copy | tar -t`` still
 
 from __future__ import annotations
 
+import collections
 import itertools
+import queue
+import threading
 import zlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import BinaryIO
 
 import zstandard
 
 from cdml_edge.archive.errors import TruncatedArchiveError
 from cdml_edge.archive.source import ByteSource
+from cdml_edge.archive.tar import format as tarfmt
 from cdml_edge.archive.tar import seekable
+from cdml_edge.archive.tar.members import columns, member_list
+from cdml_edge.archive.tar.rows import TarRows
 from cdml_edge.archive.tar.seekable import FrameTable, MemberIndex
 from cdml_edge.archive.tar.stream import FrameStream
 from cdml_edge.archive.tar.write import FRAME_BYTES, MAX_FRAME_BYTES
@@ -120,26 +126,146 @@ PLAIN_MAX_RATIO = 1.25
 """Above this ratio (tar stream ÷ compressed) a plain copy is not written: too much disk."""
 
 
-def write_plain_copy(source: ByteSource, end: int, out: BinaryIO) -> bool:
+def write_plain_copy(source: ByteSource, end: int, out: BinaryIO) -> TarRows | bool:
     """Write the tar stream of the tar.zst ``source`` (zstd data up to ``end``) to ``out``.
 
-    ``False`` (``out`` left half written) as soon as the stream proves to compress by more
-    than :data:`PLAIN_MAX_RATIO`, judged after :data:`PLAIN_PROBE_BYTES` and at the end.
+    The member headers are walked as the stream goes by (the walk :class:`~.read.TarArchive`
+    makes at open), and the blocks are written by a thread of their own meanwhile; returns
+    the member index found, so that the copy is opened without a second walk. ``False``
+    (``out`` left half written) as soon as the stream proves to compress by more than
+    :data:`PLAIN_MAX_RATIO`, judged after :data:`PLAIN_PROBE_BYTES` and at the end.
     """
     stream = FrameStream(source, end)
-    written = 0
-    judged = False
-    while True:
-        block = stream.read(MAX_FRAME_BYTES)
+    with _BlockWriter(out) as writer:
+        tee = _TeeStream(stream, writer.put)
+        try:
+            tee.probe()
+            members, skipped = member_list(
+                source.name, lambda cb, sk: tarfmt.scan(tee.read, tee.skip, source.name, cb, sk)
+            )
+            tee.drain()
+        except _Compressible:
+            return False
+    if tee.taken > PLAIN_MAX_RATIO * max(stream.compressed_read, 1):
+        return False
+    return TarRows.build(columns(members), skipped=skipped)
+
+
+class _Compressible(Exception):
+    """The tar stream shrinks too well for a plain copy (judged on its first bytes)."""
+
+
+class _TeeStream:
+    """The tar stream in blocks of up to :data:`MAX_FRAME_BYTES`, each handed to ``sink``.
+
+    ``read`` and ``skip`` serve a header walk as :class:`~.stream.PreadScanner` does over
+    the copy: short reads at the end, a skip past the end leaves nothing to read.
+    """
+
+    def __init__(self, stream: FrameStream, sink: Callable[[bytes], None]) -> None:
+        self._stream, self._sink = stream, sink
+        self._ready: collections.deque[bytes] = collections.deque()  # taken, not walked
+        self._block = b""
+        self._at = 0
+        self._ahead = 0  # bytes a skip went past the end of the stream
+        self.taken = 0
+
+    def probe(self) -> None:
+        """Take the first :data:`PLAIN_PROBE_BYTES`; :class:`_Compressible` if they shrink well.
+
+        Judged before any walk, so a stream that gets a seekable copy instead costs no walk.
+        """
+        while self.taken < PLAIN_PROBE_BYTES and self._take():
+            pass
+        if self.taken > PLAIN_MAX_RATIO * max(self._stream.compressed_read, 1):
+            raise _Compressible
+
+    def _take(self) -> bool:
+        block = self._stream.read(MAX_FRAME_BYTES)
         if not block:
-            break
-        out.write(block)
-        written += len(block)
-        if not judged and written >= PLAIN_PROBE_BYTES:
-            judged = True
-            if written > PLAIN_MAX_RATIO * max(stream.compressed_read, 1):
-                return False
-    return written <= PLAIN_MAX_RATIO * max(stream.compressed_read, 1)
+            return False
+        self._sink(block)
+        self.taken += len(block)
+        self._ready.append(block)
+        return True
+
+    def _next(self) -> bool:
+        if not self._ready and not self._take():
+            return False
+        self._block, self._at = self._ready.popleft(), 0
+        return True
+
+    def read(self, n: int) -> bytes:
+        """The next ``n`` bytes of the stream (short at its end)."""
+        at = self._at
+        if at + n <= len(self._block):
+            self._at = at + n
+            return self._block[at : at + n]
+        parts = []
+        while n > 0 and not self._ahead:
+            if self._at >= len(self._block) and not self._next():
+                break
+            take = min(n, len(self._block) - self._at)
+            parts.append(self._block[self._at : self._at + take])
+            self._at += take
+            n -= take
+        return b"".join(parts)
+
+    def skip(self, n: int) -> None:
+        """Move ``n`` bytes on (the bytes still go to the sink)."""
+        while n > 0 and not self._ahead:
+            if self._at >= len(self._block) and not self._next():
+                break
+            take = min(n, len(self._block) - self._at)
+            self._at += take
+            n -= take
+        self._ahead += n
+
+    def drain(self) -> None:
+        """Hand the rest of the stream (after the end-of-archive marker) to the sink."""
+        self._ready.clear()
+        while self._take():
+            self._ready.clear()
+
+
+class _BlockWriter:
+    """Writes blocks to ``out`` in a thread of its own, at most :data:`WRITE_AHEAD` queued.
+
+    The thread's ``write`` releases the GIL: the disk write overlaps the decompression and
+    the header walk. An error of the write is raised from :meth:`put` or at the end.
+    """
+
+    WRITE_AHEAD = 4  # blocks of up to 1 MiB waiting for the disk
+
+    def __init__(self, out: BinaryIO) -> None:
+        self._out = out
+        self._queue: queue.Queue[bytes | None] = queue.Queue(self.WRITE_AHEAD)
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name="copy-writer", daemon=True)
+
+    def __enter__(self) -> _BlockWriter:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._queue.put(None)
+        self._thread.join()
+        if self._error is not None and exc[0] is None:
+            raise self._error
+
+    def put(self, block: bytes) -> None:
+        """Queue ``block`` for writing (waits while :data:`WRITE_AHEAD` are queued)."""
+        if self._error is not None:
+            raise self._error
+        self._queue.put(block)
+
+    def _run(self) -> None:
+        while (block := self._queue.get()) is not None:
+            if self._error is None:
+                try:
+                    self._out.write(block)
+                except BaseException as exc:  # noqa: BLE001 - raised again in the caller
+                    self._error = exc
 
 
 def _index(

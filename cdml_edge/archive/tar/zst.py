@@ -14,7 +14,8 @@ from cdml_edge.archive.source import ByteSource
 from cdml_edge.archive.tar import format as tarfmt
 from cdml_edge.archive.tar.cache import FRAME_CACHE_BYTES, FrameCache
 from cdml_edge.archive.tar.frames import PythonFrames, check_frame, plan
-from cdml_edge.archive.tar.read import _columns, _member_list, _TarBase
+from cdml_edge.archive.tar.members import columns, member_list
+from cdml_edge.archive.tar.read import _TarBase
 from cdml_edge.archive.tar.rows import TarRows
 from cdml_edge.archive.tar.seekable import (
     FrameTable,
@@ -88,7 +89,7 @@ class ZstdTarArchive(_TarBase):
         source = self._source
         stream = FrameStream(source, found.stream_end if found else source.size())
         reader = ExactReader(stream)
-        members, skipped = _member_list(
+        members, skipped = member_list(
             source.name,
             lambda cb, sk: tarfmt.scan(reader.read, reader.skip, source.name, cb, sk),
         )
@@ -106,7 +107,7 @@ class ZstdTarArchive(_TarBase):
                     "the frames found by a pass over the stream are used"
                 )
             self._frames, self._data_end = FrameTable(coff, doff), coff[-1]
-        self._set_members(_columns(members), skipped)
+        self._set_members(columns(members), skipped)
 
     @classmethod
     def open(

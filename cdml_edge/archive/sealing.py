@@ -1,0 +1,115 @@
+"""Cache copies made durable behind their first reader: renamed at once, fsynced by a thread.
+
+A copy written by :func:`sealed_behind` is renamed into place *unsealed* (mode
+:data:`UNSEALED`) as soon as its bytes are written, so that its first reader (a first
+epoch) starts at once from the page cache. A thread then ``fsync``s it and marks it sealed
+(mode :data:`SEALED`, ``fsync`` again, the folder ``fsync``ed): the wait for the disk is no
+longer on the reader's path. A copy found unsealed (:func:`is_sealed` false: the machine
+went down before its seal, or another process is sealing it now) is not trusted; its cache
+makes it again. Where the file system keeps no modes (FAT), the copy is sealed before it is
+handed out, as every copy was before.
+
+The thread is waited for at interpreter exit (:func:`wait_sealed`), so a short script does
+not leave its copy unsealed.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import logging
+import os
+import stat
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import BinaryIO
+
+from cdml_edge.fsio import atomic_writer, fsync_dir
+
+log = logging.getLogger(__name__)
+
+UNSEALED = 0o600
+"""Mode of a copy renamed into place whose bytes may not be on the disk yet."""
+SEALED = 0o644
+"""Mode of a copy whose bytes were fsynced before the mode was set."""
+
+_pending: dict[str, threading.Thread] = {}  # path -> the thread sealing it
+_lock = threading.Lock()
+
+
+def is_sealed(path: str | os.PathLike[str]) -> bool:
+    """Whether the copy at ``path`` was fsynced (any mode but :data:`UNSEALED`).
+
+    A seal this process has under way for ``path`` is waited for first.
+    """
+    with _lock:
+        thread = _pending.get(os.fspath(path))
+    if thread is not None:
+        thread.join()
+    return stat.S_IMODE(os.stat(path).st_mode) != UNSEALED
+
+
+@contextlib.contextmanager
+def sealed_behind(path: Path, tmp_suffix: str) -> Iterator[BinaryIO]:
+    """A file that replaces ``path`` atomically when the block succeeds, sealed behind.
+
+    As :func:`~cdml_edge.fsio.atomic_writer`, but renamed before its ``fsync``: a thread
+    seals it (see the module).
+    """
+    held: list[int] = []
+    try:
+        with atomic_writer(path, mode=UNSEALED, fsync=False, tmp_suffix=tmp_suffix) as fh:
+            yield fh
+            fh.flush()
+            held.append(os.dup(fh.fileno()))
+    except BaseException:
+        for fd in held:
+            os.close(fd)
+        raise
+    fd = held[0]
+    try:
+        keeps_modes = stat.S_IMODE(os.fstat(fd).st_mode) == UNSEALED
+    except OSError:
+        keeps_modes = False
+    if not keeps_modes:  # no mode can say it: sealed now, before anyone reads it
+        _seal(fd, path)
+        return
+    thread = threading.Thread(target=_seal, args=(fd, path), name="seal-copy", daemon=True)
+    with _lock:
+        _pending[os.fspath(path)] = thread
+    thread.start()
+
+
+def wait_sealed(timeout: float | None = None) -> bool:
+    """Wait for the seals under way in this process; ``True`` when none is left."""
+    with _lock:
+        threads = list(_pending.values())
+    for thread in threads:
+        thread.join(timeout)
+    with _lock:
+        return not _pending
+
+
+def _seal(fd: int, path: Path) -> None:
+    try:
+        os.fsync(fd)
+        with contextlib.suppress(OSError):  # a file system without modes: fsynced is enough
+            os.fchmod(fd, SEALED)
+            os.fsync(fd)
+        fsync_dir(path.parent)
+    except OSError as exc:
+        log.warning("copy %s not sealed (%s): it will be made again", path, exc)
+    finally:
+        os.close(fd)
+        with _lock:
+            if _pending.get(os.fspath(path)) is threading.current_thread():
+                del _pending[os.fspath(path)]
+
+
+def _forget_in_child() -> None:
+    _pending.clear()
+
+
+atexit.register(wait_sealed)
+os.register_at_fork(after_in_child=_forget_in_child)

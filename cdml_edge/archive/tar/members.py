@@ -1,0 +1,40 @@
+"""The member list of a tar header walk, and the columns an archive holds it in."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import zstandard
+
+from cdml_edge.archive.errors import CorruptArchiveError, TruncatedArchiveError
+from cdml_edge.archive.tar import format as tarfmt
+from cdml_edge.archive.tar.seekable import MemberIndex
+
+Scan = Callable[[Callable[[tarfmt.TarMember], None], Callable[[str, str], None]], int]
+
+
+def member_list(archive: str, scan: Scan) -> tuple[list[tarfmt.TarMember], dict[str, str]]:
+    """The members a header walk finds, and the entries it skipped (name -> reason)."""
+    members: list[tarfmt.TarMember] = []
+    skipped: dict[str, str] = {}
+    try:
+        scan(members.append, skipped.__setitem__)
+    except EOFError:
+        raise TruncatedArchiveError("tar stream ends inside a member", archive=archive) from None
+    except zstandard.ZstdError as exc:
+        raise CorruptArchiveError(f"zstd data: {exc}", archive=archive) from exc
+    return members, skipped
+
+
+def columns(members: list[tarfmt.TarMember]) -> MemberIndex:
+    """The members as columns (:class:`~.seekable.MemberIndex`)."""
+    return MemberIndex(
+        [m.name for m in members],
+        [m.header_offset for m in members],
+        [m.data_offset for m in members],
+        [m.size for m in members],
+        [m.mtime for m in members],
+        [None] * len(members),
+        {i: m.refused for i, m in enumerate(members) if m.refused},
+        {i: m.sparse for i, m in enumerate(members) if m.sparse is not None},
+    )
