@@ -49,6 +49,8 @@ from cdml_edge.archive.cache_folder import Entry, entries, evict
 from cdml_edge.archive.errors import ArchiveError
 from cdml_edge.archive.sealing import is_sealed, sealed_behind
 from cdml_edge.archive.source import ByteSource, FileSource
+from cdml_edge.archive.tar.plain_index import SUFFIX as INDEX_SUFFIX
+from cdml_edge.archive.tar.plain_index import index_path, load_index, save_index
 from cdml_edge.archive.tar.read import TarArchive
 from cdml_edge.archive.tar.reframe import write_plain_copy
 from cdml_edge.archive.tar.rows import TarRows
@@ -157,6 +159,8 @@ class SeekableCache:
             walked: list[TarRows] = []
             copy = self._make(source, plain, why, _plain_writer(source, walked))
             if copy is not None:
+                if walked:
+                    save_index(copy.path, walked[0])
                 archive = self._opened(copy, limits, fallback=True, rows=walked)
                 if archive is not None:
                     return archive
@@ -200,20 +204,27 @@ class SeekableCache:
         """The archive of ``copy``; with ``fallback``, ``None`` (the copy deleted) if unusable.
 
         ``rows``: the member index of a plain copy, walked as it was written (no second walk).
+        Without, a plain copy is opened from the index kept beside it (:mod:`.tar.plain_index`),
+        else walked, and its index kept for the next open.
         """
         cls = TarArchive if copy.path.endswith(_PLAIN) else ZstdTarArchive
         archive: Archive
+        walk = False
         try:
+            if not rows and cls is TarArchive:
+                kept = load_index(copy.path, os.path.getsize(copy.path))
+                rows, walk = ([kept], False) if kept is not None else (None, True)
             if rows:
                 archive = TarArchive(FileSource(copy.path), rows=rows[0], **limits)
             else:
                 archive = cls.open(FileSource(copy.path), **limits)
+                if walk and isinstance(archive, TarArchive):  # kept for the next open
+                    save_index(copy.path, archive.rows)
         except (ArchiveError, OSError) as exc:
             if not fallback:
                 raise
             log.warning("copy %s of %s unusable (%s): not used", copy.path, copy.source, exc)
-            with contextlib.suppress(OSError):
-                os.unlink(copy.path)
+            _unlink_copy(Path(copy.path))
             return None
         size = os.path.getsize(copy.path)
         archive.seekable_copy = SeekableCopy(  # type: ignore[attr-defined]
@@ -244,8 +255,7 @@ class SeekableCache:
         seconds = time.perf_counter() - t0
         self._drop_versions(path)
         if size > self.max_bytes:
-            with contextlib.suppress(OSError):
-                path.unlink()
+            _unlink_copy(path)
             log.warning("%s %s; its copy is larger than the seekable cache", name, why)
             return None
         self._evict(keep=path)
@@ -265,11 +275,22 @@ class SeekableCache:
         ident = keep.name.split("-", 1)[0]
         for _, _, path in self._entries():
             if path != keep and path.name.split("-", 1)[0] == ident:
-                with contextlib.suppress(OSError):
-                    path.unlink()
+                _unlink_copy(path)
 
     def _evict(self, keep: Path) -> None:
         evict(self.root, (_SUFFIX, _PLAIN), self.max_bytes, keep)
+        with contextlib.suppress(OSError):  # the kept indexes of copies evicted
+            for item in os.scandir(self.root):
+                copy = item.path[: -len(INDEX_SUFFIX)]
+                if item.name.endswith(INDEX_SUFFIX) and not os.path.exists(copy):
+                    _unlink_copy(Path(copy))
+
+
+def _unlink_copy(path: Path) -> None:
+    """Delete a copy and the member index kept beside it (a plain copy's)."""
+    for victim in (path, Path(index_path(path))):
+        with contextlib.suppress(OSError):
+            victim.unlink()
 
 
 def _plain_writer(source: ByteSource, walked: list[TarRows]) -> Callable[[BinaryIO], bool]:

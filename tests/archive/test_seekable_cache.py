@@ -23,6 +23,7 @@ from cdml_edge.archive import open_archive, sealing, write_archive
 from cdml_edge.archive.errors import ArchiveError
 from cdml_edge.archive.sealing import SEALED, UNSEALED, is_sealed, wait_sealed
 from cdml_edge.archive.seekable_cache import SeekableCache
+from cdml_edge.archive.tar.plain_index import index_path
 from cdml_edge.archive.tar.reframe import frame_cuts
 from cdml_edge.archive.tar.write import MAX_FRAME_BYTES
 
@@ -58,6 +59,11 @@ def _stock(
     return out, files
 
 
+def _copies(cache: SeekableCache) -> list[Path]:
+    """The copies in the cache folder (a plain copy's kept member index aside)."""
+    return [p for p in cache.root.iterdir() if not p.name.endswith(".idx")]
+
+
 def _same(archive_path: Path, files: dict[str, bytes], cache: SeekableCache) -> object:
     stock = open_archive(archive_path)
     assert not stock.seekable  # type: ignore[attr-defined]
@@ -86,7 +92,7 @@ def test_copy_gives_the_stock_bytes_and_is_reused(
     assert not made.reused and made.bytes == cache.total_bytes()  # type: ignore[attr-defined]
     assert "made a" in caplog.text and str(path) in caplog.text
     copy = Path(made.path)  # type: ignore[attr-defined]
-    assert copy.name.endswith(f".{kind}") and len(list(cache.root.iterdir())) == 1
+    assert copy.name.endswith(f".{kind}") and len(_copies(cache)) == 1
     if kind == "tar.zst":
         assert made.bytes < path.stat().st_size * 1.5  # type: ignore[attr-defined]
     unpack = "zstd -dc" if kind == "tar.zst" else "cat"
@@ -97,7 +103,7 @@ def test_copy_gives_the_stock_bytes_and_is_reused(
     stamp = copy.stat().st_mtime_ns
     again = open_archive(path, seekable_cache=cache)
     info = again.seekable_copy  # type: ignore[attr-defined]
-    assert info.reused and info.path == str(copy) and len(list(cache.root.iterdir())) == 1
+    assert info.reused and info.path == str(copy) and len(_copies(cache)) == 1
     assert copy.stat().st_mtime_ns >= stamp  # reuse refreshes it for the LRU order
     assert again.read("big/huge.bin") == files["big/huge.bin"]
 
@@ -113,7 +119,7 @@ def test_made_again_when_size_or_mtime_change(tmp_path: Path) -> None:
     other, files = _stock(tmp_path, seed=1, n=80)
     other.replace(path)  # new size (and content) under the same name
     third = _same(path, files, cache)
-    assert not third.reused and [p.name for p in cache.root.iterdir()] == [  # type: ignore[attr-defined]
+    assert not third.reused and [p.name for p in _copies(cache)] == [  # type: ignore[attr-defined]
         Path(third.path).name  # type: ignore[attr-defined]
     ]
 
@@ -127,7 +133,7 @@ def test_folder_stays_within_its_bound(tmp_path: Path, caplog: pytest.LogCapture
     open_archive(a, seekable_cache=cache)
     copy_b = _same(b, files_b, cache)
     assert cache.total_bytes() <= cache.max_bytes
-    assert [p.name for p in cache.root.iterdir()] == [Path(copy_b.path).name]  # type: ignore[attr-defined]
+    assert [p.name for p in _copies(cache)] == [Path(copy_b.path).name]  # type: ignore[attr-defined]
     tiny = SeekableCache(tmp_path / "tiny", max_bytes=1000)  # smaller than any source
     with caplog.at_level(logging.WARNING, logger="cdml_edge.archive.seekable_cache"):
         plain = open_archive(a, seekable_cache=tiny)
@@ -156,7 +162,7 @@ def test_few_large_frames_are_copied_seekable_ones_are_not(tmp_path: Path) -> No
     write_archive(ours, sorted(files.items()))
     opened = open_archive(ours, seekable_cache=cache)
     assert opened.seekable_copy is None and cache.total_bytes() > 0  # type: ignore[attr-defined]
-    assert len(list(cache.root.iterdir())) == 1
+    assert len(_copies(cache)) == 1
 
 
 def test_frame_cuts_at_member_starts() -> None:
@@ -214,7 +220,7 @@ def test_s3_stock_archive(
     third = open_archive(url, seekable_cache=cache)
     assert not third.seekable_copy.reused  # type: ignore[attr-defined]
     assert third.read("ok/0000.bin") == files2["ok/0000.bin"]
-    assert len(list(cache.root.iterdir())) == 1
+    assert len(_copies(cache)) == 1
 
 
 def test_s3_stock_archive_opens_in_few_requests(
@@ -337,3 +343,53 @@ def test_reopened_while_its_seal_is_under_way_waits_for_it(
 def is_sealed_now(path: str) -> bool:
     """The mode alone, without waiting for a seal under way."""
     return stat.S_IMODE(os.stat(path).st_mode) != UNSEALED
+
+
+def test_plain_copy_reopens_from_its_kept_index(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Reopened without a header walk; a damaged index is not used, the copy walked again."""
+    path, files = _stock(tmp_path, n=80)
+    cache = SeekableCache(tmp_path / "cache")
+    made = open_archive(path, seekable_cache=cache)
+    copy = made.seekable_copy.path  # type: ignore[attr-defined]
+    kept = Path(index_path(copy))
+    assert kept.is_file() and made.format == "tar"
+    walked_rows = open_archive(copy).rows  # type: ignore[attr-defined]
+
+    def no_walk(*_: object) -> None:
+        raise AssertionError("the copy was walked")
+
+    with monkeypatch.context() as m:
+        m.setattr("cdml_edge.archive.tar.read.PreadScanner", no_walk)
+        again = open_archive(path, seekable_cache=cache)
+    assert again.seekable_copy.reused and again.rows == walked_rows  # type: ignore[attr-defined]
+    assert {n: again.read(n) for n in again.names()} == files
+    raw = bytearray(kept.read_bytes())
+    raw[len(raw) // 2] ^= 0xFF  # one bit of an offset or a name: the CRC says so
+    kept.write_bytes(bytes(raw))
+    healed = open_archive(path, seekable_cache=cache)
+    assert healed.rows == walked_rows and kept.read_bytes() != bytes(raw)  # type: ignore[attr-defined]
+    assert {n: healed.read(n) for n in healed.names()} == files
+
+
+def test_no_index_kept_for_links_and_none_left_by_eviction(tmp_path: Path) -> None:
+    src = tmp_path / "tree"
+    _tree(src, n=20)
+    os.symlink("empty.txt", src / "sym")
+    linked = tmp_path / "linked.tar.zst"
+    subprocess.run(["tar", "--zstd", "-cf", str(linked), "-C", str(src), "."], check=True)
+    cache = SeekableCache(tmp_path / "cache")
+    copy = open_archive(linked, seekable_cache=cache).seekable_copy.path  # type: ignore[attr-defined]
+    assert not Path(index_path(copy)).exists()
+    again = open_archive(linked, seekable_cache=cache)
+    assert again.seekable_copy.reused and "./sym" in again.skipped()  # type: ignore[attr-defined]
+    a, _ = _stock(tmp_path, seed=6, n=20)
+    b, _ = _stock(tmp_path, seed=7, n=20)
+    size = open_archive(a, seekable_cache=SeekableCache(tmp_path / "probe")).seekable_copy.bytes  # type: ignore[attr-defined]
+    small = SeekableCache(tmp_path / "small", max_bytes=size + size // 2)  # room for one copy
+    first = open_archive(a, seekable_cache=small).seekable_copy.path  # type: ignore[attr-defined]
+    assert Path(index_path(first)).is_file()
+    newer = open_archive(b, seekable_cache=small).seekable_copy.path  # type: ignore[attr-defined]
+    names = sorted(p.name for p in small.root.iterdir())  # the evicted copy's index went too
+    assert names == sorted([Path(newer).name, Path(index_path(newer)).name])

@@ -61,6 +61,11 @@ class _TarBase(Archive):
         self._dups, self._skipped = rows.dups, rows.skipped
         self._refused, self._sparse = rows.index.refused, rows.index.sparse
 
+    @property
+    def rows(self) -> TarRows:
+        """The member index served (what a pickled archive carries to another process)."""
+        return self._rows
+
     def skipped(self) -> dict[str, str]:
         """Entries that are not files (links, devices), name -> reason; never read."""
         return dict(self._skipped)

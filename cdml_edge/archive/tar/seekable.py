@@ -99,10 +99,15 @@ def seek_table_frame(sizes: list[tuple[int, int]]) -> bytes:
     return struct.pack("<LL", SEEK_TABLE_MAGIC, len(body)) + body
 
 
-def index_frame(records: list[tuple[str, int, int, int, float, int, int, int]]) -> bytes:
-    """``records``: (name, header_off, data_off, size, mtime, crc, first frame, last frame)."""
+def index_frame(
+    records: list[tuple[str, int, int, int, float, int, int, int]], flags: int = 0
+) -> bytes:
+    """``records``: (name, header_off, data_off, size, mtime, crc, first frame, last frame).
+
+    ``flags``: :data:`NO_CRC_FLAG` when the records carry no CRC-32.
+    """
     names = [r[0].encode("utf-8", "surrogateescape") for r in records]
-    body = [INDEX_HEAD, struct.pack("<LL", 0, len(records))]
+    body = [INDEX_HEAD, struct.pack("<LL", flags, len(records))]
     for r, raw in zip(records, names, strict=False):
         body.append(_RECORD.pack(r[1], r[2], r[3], float(r[4]), r[5], r[6], r[7], len(raw)))
     body.append(b"".join(n + b"\x00" for n in names))  # NUL-terminated names
@@ -283,6 +288,11 @@ def _index_start(tail: _Tail, st_start: int) -> int | None:
     if istart < 0 or ilen < 32:
         raise CorruptArchiveError("bad member index length", archive=tail.source.name)
     return istart
+
+
+def parse_index_frame(frame: bytes, archive: str) -> MemberIndex:
+    """The member index of an :func:`index_frame`; ``CorruptArchiveError`` when malformed."""
+    return _parse_index(frame, archive)
 
 
 def _parse_index(frame: bytes, archive: str) -> MemberIndex:
