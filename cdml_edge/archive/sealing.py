@@ -108,6 +108,9 @@ def _seal(fd: int, path: Path) -> None:
 
 
 def _forget_in_child() -> None:
+    """A forked child has none of the parent's seal threads, and maybe a lock held by one."""
+    global _lock
+    _lock = threading.Lock()
     _pending.clear()
 
 
