@@ -9,8 +9,9 @@ went down before its seal, or another process is sealing it now) is not trusted;
 makes it again. Where the file system keeps no modes (FAT), the copy is sealed before it is
 handed out, as every copy was before.
 
-The thread is waited for at interpreter exit (:func:`wait_sealed`), so a short script does
-not leave its copy unsealed.
+The thread is waited for at interpreter exit (:func:`wait_sealed`, and it is no daemon, so
+a multiprocessing child that ends in ``os._exit`` waits for it too), so a short script or
+a DataLoader worker does not leave its copy unsealed.
 """
 
 from __future__ import annotations
@@ -75,10 +76,12 @@ def sealed_behind(path: Path, tmp_suffix: str) -> Iterator[BinaryIO]:
     if not keeps_modes:  # no mode can say it: sealed now, before anyone reads it
         _seal(fd, path)
         return
-    thread = threading.Thread(target=_seal, args=(fd, path), name="seal-copy", daemon=True)
-    with _lock:
+    # not a daemon: a process that leaves without atexit (a multiprocessing child, such as a
+    # DataLoader worker, ends in os._exit) still waits for it in threading._shutdown
+    thread = threading.Thread(target=_seal, args=(fd, path), name="seal-copy", daemon=False)
+    with _lock:  # started before anyone can find it (join() refuses a thread not started)
         _pending[os.fspath(path)] = thread
-    thread.start()
+        thread.start()
 
 
 def wait_sealed(timeout: float | None = None) -> bool:
@@ -108,6 +111,8 @@ def _seal(fd: int, path: Path) -> None:
 
 
 def _forget_in_child() -> None:
+    global _lock
+    _lock = threading.Lock()  # a seal thread of the parent may have held it at the fork
     _pending.clear()
 
 
