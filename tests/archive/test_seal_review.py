@@ -6,6 +6,7 @@ plain copy is written compared with the walk of the copy.
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
 import os
 import shutil
@@ -160,3 +161,185 @@ def test_is_sealed_while_the_seal_thread_is_being_started(
     reader.join(10)
     assert got == [True]
     assert wait_sealed(10)
+
+
+def _fds() -> set[str]:
+    return set(os.listdir("/proc/self/fd"))
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="needs /proc")
+@pytest.mark.parametrize("after", [0, 2 << 20, 6 << 20])
+def test_full_disk_while_the_copy_is_written(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, after: int
+) -> None:
+    """ENOSPC from the writer thread (in the probe, in the walk, at the end).
+
+    No copy, the archive read as it is, no thread or descriptor left behind, no hang.
+    """
+    import errno
+
+    from cdml_edge.archive import seekable_cache as sc
+
+    src = tmp_path / "tree"
+    rnd = __import__("random").Random(3)
+    files = {}
+    for i in range(12):
+        files[f"./f{i:02d}"] = rnd.randbytes(700_000)
+        (src / f"f{i:02d}").parent.mkdir(parents=True, exist_ok=True)
+        (src / f"f{i:02d}").write_bytes(files[f"./f{i:02d}"])
+    path = tmp_path / "stock.tar.zst"
+    subprocess.run(["tar", "--zstd", "-cf", str(path), "-C", str(src), "."], check=True)
+    real = sc.sealed_behind
+
+    class Full:
+        def __init__(self, fh: object) -> None:
+            self._fh, self.n = fh, 0
+
+        def write(self, b: bytes) -> int:
+            self.n += len(b)
+            if self.n > after:
+                raise OSError(errno.ENOSPC, "No space left on device")
+            return self._fh.write(b)  # type: ignore[attr-defined]
+
+        def __getattr__(self, name: str) -> object:
+            return getattr(self._fh, name)
+
+    @contextlib.contextmanager
+    def full(p: Path, tmp_suffix: str):  # type: ignore[no-untyped-def]
+        with real(p, tmp_suffix) as fh:
+            yield Full(fh)
+
+    monkeypatch.setattr(sc, "sealed_behind", full)
+    open_archive(path).names()  # imports, caches warmed
+    threads, fds = threading.active_count(), _fds()
+    cache = SeekableCache(tmp_path / "cache")
+    for _ in range(3):
+        archive = open_archive(path, seekable_cache=cache)
+        assert archive.seekable_copy is None  # type: ignore[attr-defined]
+        assert archive.read("./f05") == files["./f05"]
+        archive.close()
+    assert wait_sealed(10)
+    assert threading.active_count() == threads
+    assert _fds() == fds
+    assert not [p for p in (tmp_path / "cache").iterdir()]
+
+
+def test_dataloader_workers_read_while_the_seal_is_under_way(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from torch.utils.data import DataLoader
+
+    from cdml_edge import CDMLStreamDataset
+
+    path = _stock(tmp_path, n=40)
+    gate = threading.Event()
+    real_fsync = sealing.os.fsync
+
+    def slow_fsync(fd: int) -> None:
+        if threading.current_thread().name == "seal-copy":
+            gate.wait(30)
+        real_fsync(fd)
+
+    monkeypatch.setattr(sealing.os, "fsync", slow_fsync)
+    ds = CDMLStreamDataset(path, seekable_cache=tmp_path / "cache")
+    copy = ds._get_archive().seekable_copy.path
+    assert stat.S_IMODE(os.stat(copy).st_mode) != SEALED
+    stock = open_archive(path)
+    got = [
+        x for batch in DataLoader(ds, batch_size=4, num_workers=2, collate_fn=list) for x in batch
+    ]
+    assert [bytes(x) for x in got] == [stock.read(n) for n in ds.names]
+    assert stat.S_IMODE(os.stat(copy).st_mode) != SEALED  # the workers made no copy again
+    gate.set()
+    assert wait_sealed(30) and stat.S_IMODE(os.stat(copy).st_mode) == SEALED
+    again = CDMLStreamDataset(path, seekable_cache=tmp_path / "cache")._get_archive()
+    assert again.seekable_copy.reused
+
+
+def test_plain_copy_evicted_after_open_is_still_read(tmp_path: Path) -> None:
+    """An archive opened from its fresh plain copy holds it, as the walk of the copy did.
+
+    The copy is opened with the index walked while it was written (no walk of the copy);
+    a copy deleted before the first read (another archive's copy evicted it from the
+    bounded folder, another process dropped it) must not make that read fail.
+    """
+    rnd = __import__("random").Random(5)
+    paths, files = [], []
+    for k in range(2):
+        src = tmp_path / f"tree{k}"
+        src.mkdir()
+        got = {}
+        for i in range(8):
+            got[f"./f{i}"] = rnd.randbytes(60_000)
+            (src / f"f{i}").write_bytes(got[f"./f{i}"])
+        out = tmp_path / f"s{k}.tar.zst"
+        subprocess.run(["tar", "--zstd", "-cf", str(out), "-C", str(src), "."], check=True)
+        paths.append(out)
+        files.append(got)
+    cache = SeekableCache(tmp_path / "cache", max_bytes=700_000)  # one copy fits
+    first = open_archive(paths[0], seekable_cache=cache)
+    copy = first.seekable_copy.path  # type: ignore[attr-defined]
+    second = open_archive(paths[1], seekable_cache=cache)
+    assert second.seekable_copy is not None  # type: ignore[attr-defined]
+    assert not os.path.exists(copy)  # evicted
+    assert {"./" + n: first.read(n) for n in first.names()} == files[0]
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="needs /proc")
+def test_no_descriptor_of_a_copy_left_after_many_opens(tmp_path: Path) -> None:
+    """Copies made (the cache emptied each time), reused and made again when unsealed.
+
+    Only descriptors of the cache folder count: the stock archive's own descriptor, opened to
+    detect its format, is left open by every open through the cache (before this change too).
+    """
+    path = _stock(tmp_path, n=10)
+    cache_dir = tmp_path / "cache"
+
+    def copies_held() -> list[str]:
+        out = []
+        for fd in os.listdir("/proc/self/fd"):
+            with contextlib.suppress(OSError):
+                if str(cache_dir) in os.readlink(f"/proc/self/fd/{fd}"):
+                    out.append(fd)
+        return out
+
+    threads = threading.active_count()
+    for i in range(15):
+        if i % 3 == 0:
+            shutil.rmtree(cache_dir, ignore_errors=True)
+        elif i % 3 == 1:
+            for p in cache_dir.iterdir():
+                os.chmod(p, sealing.UNSEALED)
+        archive = open_archive(path, seekable_cache=SeekableCache(cache_dir))
+        assert archive.names() and archive.read(archive.names()[0]) is not None
+        archive.close()
+    assert wait_sealed(10)
+    assert copies_held() == [] and threading.active_count() == threads
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="needs /proc")
+def test_stock_archive_not_held_once_read_from_its_copy(tmp_path: Path) -> None:
+    """Opening a stock archive through the cache leaves no descriptor of the stock file.
+
+    Its format was detected from its bytes, then the archive served is its copy's: a
+    long-running process that opens many shards must not keep one descriptor each.
+    (Before the sealing change too.)
+    """
+    path = _stock(tmp_path, n=10)
+    cache_dir = tmp_path / "cache"
+
+    def held() -> int:
+        n = 0
+        for fd in os.listdir("/proc/self/fd"):
+            with contextlib.suppress(OSError):
+                n += os.readlink(f"/proc/self/fd/{fd}") == str(path)
+        return n
+
+    for i in range(6):
+        if i % 2 == 0:
+            shutil.rmtree(cache_dir, ignore_errors=True)
+        archive = open_archive(path, seekable_cache=SeekableCache(cache_dir))
+        assert archive.seekable_copy is not None  # type: ignore[attr-defined]
+        assert archive.read(archive.names()[0]) is not None
+        archive.close()
+    assert held() == 0
