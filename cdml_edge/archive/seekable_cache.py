@@ -205,7 +205,9 @@ class SeekableCache:
         archive: Archive
         try:
             if rows:
-                archive = TarArchive(FileSource(copy.path), rows=rows[0], **limits)
+                source = FileSource(copy.path)
+                source.fileno()  # held from now on, as a walk of the copy would hold it
+                archive = TarArchive(source, rows=rows[0], **limits)
             else:
                 archive = cls.open(FileSource(copy.path), **limits)
         except (ArchiveError, OSError) as exc:
