@@ -403,3 +403,31 @@ def test_copy_reused_where_the_mount_ignores_chmod(
     assert wait_sealed(10)
     again = open_archive(path, seekable_cache=cache)
     assert again.seekable_copy.reused  # type: ignore[attr-defined]
+
+
+def test_reopened_through_another_spelling_of_the_folder_waits_for_the_seal(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The seal under way in this process is found whatever the spelling of the folder.
+
+    Two datasets of one process name the same cache folder differently (relative and
+    absolute, through a symbolic link): the second must wait for the seal, not make the
+    copy again.
+    """
+    path = _stock(tmp_path, n=10)
+    gate = threading.Event()
+    real_fsync = sealing.os.fsync
+
+    def slow_fsync(fd: int) -> None:
+        if threading.current_thread().name == "seal-copy":
+            gate.wait(30)
+        real_fsync(fd)
+
+    monkeypatch.setattr(sealing.os, "fsync", slow_fsync)
+    (tmp_path / "cache").mkdir()
+    os.symlink(tmp_path / "cache", tmp_path / "link")
+    made = open_archive(path, seekable_cache=SeekableCache(tmp_path / "cache"))
+    assert not made.seekable_copy.reused  # type: ignore[attr-defined]
+    threading.Timer(0.3, gate.set).start()
+    again = open_archive(path, seekable_cache=SeekableCache(tmp_path / "link"))
+    assert again.seekable_copy.reused  # type: ignore[attr-defined]
