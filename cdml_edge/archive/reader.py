@@ -53,7 +53,10 @@ def open_archive(
         fmt = detect(probe)
         limits = {"max_member_bytes": max_member_bytes, "max_ratio": max_ratio}
         if seekable_cache is not None and fmt.name == "tar.zst":
-            return seekable_cache.open(src, probe.tail_read, **limits)
+            archive = seekable_cache.open(src, probe.tail_read, **limits)
+            if getattr(archive, "_source", src) is not src:  # read from its copy: done with it
+                _release(src, source)
+            return archive
         return fmt.archive.open(src, tail=probe.tail_read, **limits)
     except ArchiveError:
         _release(src, source)

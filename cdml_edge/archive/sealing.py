@@ -9,8 +9,9 @@ went down before its seal, or another process is sealing it now) is not trusted;
 makes it again. Where the file system keeps no modes (FAT), the copy is sealed before it is
 handed out, as every copy was before.
 
-The thread is waited for at interpreter exit (:func:`wait_sealed`), so a short script does
-not leave its copy unsealed.
+The thread is waited for at interpreter exit (:func:`wait_sealed`, and it is no daemon, so
+a multiprocessing child that ends in ``os._exit`` waits for it too), so a short script or
+a DataLoader worker does not leave its copy unsealed.
 """
 
 from __future__ import annotations
@@ -34,20 +35,24 @@ UNSEALED = 0o600
 SEALED = 0o644
 """Mode of a copy whose bytes were fsynced before the mode was set."""
 
-_pending: dict[str, threading.Thread] = {}  # path -> the thread sealing it
+# the file (st_dev, st_ino), not its path: a folder named two ways (relative, absolute,
+# through a link) is one folder -> the thread sealing it
+_pending: dict[tuple[int, int], threading.Thread] = {}
 _lock = threading.Lock()
 
 
 def is_sealed(path: str | os.PathLike[str]) -> bool:
     """Whether the copy at ``path`` was fsynced (any mode but :data:`UNSEALED`).
 
-    A seal this process has under way for ``path`` is waited for first.
+    A seal this process has under way for the file at ``path`` is waited for first.
     """
+    st = os.stat(path)
     with _lock:
-        thread = _pending.get(os.fspath(path))
+        thread = _pending.get((st.st_dev, st.st_ino))
     if thread is not None:
         thread.join()
-    return stat.S_IMODE(os.stat(path).st_mode) != UNSEALED
+        st = os.stat(path)
+    return stat.S_IMODE(st.st_mode) != UNSEALED
 
 
 @contextlib.contextmanager
@@ -69,16 +74,20 @@ def sealed_behind(path: Path, tmp_suffix: str) -> Iterator[BinaryIO]:
         raise
     fd = held[0]
     try:
-        keeps_modes = stat.S_IMODE(os.fstat(fd).st_mode) == UNSEALED
+        st = os.fstat(fd)
+        keeps_modes = stat.S_IMODE(st.st_mode) == UNSEALED
     except OSError:
         keeps_modes = False
     if not keeps_modes:  # no mode can say it: sealed now, before anyone reads it
         _seal(fd, path)
         return
-    thread = threading.Thread(target=_seal, args=(fd, path), name="seal-copy", daemon=True)
-    with _lock:
-        _pending[os.fspath(path)] = thread
-    thread.start()
+    # not a daemon: a process that leaves without atexit (a multiprocessing child, such as a
+    # DataLoader worker, ends in os._exit) still waits for it in threading._shutdown
+    key = (st.st_dev, st.st_ino)
+    thread = threading.Thread(target=_seal, args=(fd, path, key), name="seal-copy", daemon=False)
+    with _lock:  # started before anyone can find it (join() refuses a thread not started)
+        _pending[key] = thread
+        thread.start()
 
 
 def wait_sealed(timeout: float | None = None) -> bool:
@@ -91,7 +100,7 @@ def wait_sealed(timeout: float | None = None) -> bool:
         return not _pending
 
 
-def _seal(fd: int, path: Path) -> None:
+def _seal(fd: int, path: Path, key: tuple[int, int] | None = None) -> None:
     try:
         os.fsync(fd)
         with contextlib.suppress(OSError):  # a file system without modes: fsynced is enough
@@ -103,8 +112,8 @@ def _seal(fd: int, path: Path) -> None:
     finally:
         os.close(fd)
         with _lock:
-            if _pending.get(os.fspath(path)) is threading.current_thread():
-                del _pending[os.fspath(path)]
+            if key is not None and _pending.get(key) is threading.current_thread():
+                del _pending[key]
 
 
 def _forget_in_child() -> None:

@@ -215,7 +215,9 @@ class SeekableCache:
                 kept = load_index(copy.path, os.path.getsize(copy.path))
                 rows, walk = ([kept], False) if kept is not None else (None, True)
             if rows:
-                archive = TarArchive(FileSource(copy.path), rows=rows[0], **limits)
+                source = FileSource(copy.path)
+                source.fileno()  # held from now on, as a walk of the copy would hold it
+                archive = TarArchive(source, rows=rows[0], **limits)
             else:
                 archive = cls.open(FileSource(copy.path), **limits)
                 if walk and isinstance(archive, TarArchive):  # kept for the next open
