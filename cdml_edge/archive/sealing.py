@@ -6,8 +6,8 @@ epoch) starts at once from the page cache. A thread then ``fsync``s it and marks
 (mode :data:`SEALED`, ``fsync`` again, the folder ``fsync``ed): the wait for the disk is no
 longer on the reader's path. A copy found unsealed (:func:`is_sealed` false: the machine
 went down before its seal, or another process is sealing it now) is not trusted; its cache
-makes it again. Where the file system keeps no modes (FAT), the copy is sealed before it is
-handed out, as every copy was before.
+makes it again. Where the folder keeps no modes (FAT, a mount showing every file with one
+mode: :func:`keeps_modes`), the copy is fsynced before its rename, as every copy was before.
 
 The thread is waited for at interpreter exit (:func:`wait_sealed`, and it is no daemon, so
 a multiprocessing child that ends in ``os._exit`` waits for it too), so a short script or
@@ -18,15 +18,17 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import functools
 import logging
 import os
 import stat
+import tempfile
 import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import BinaryIO
 
-from cdml_edge.fsio import atomic_writer, fsync_dir
+from cdml_edge.fsio import TMP_PREFIX, atomic_writer, fsync_dir
 
 log = logging.getLogger(__name__)
 
@@ -44,7 +46,8 @@ _lock = threading.Lock()
 def is_sealed(path: str | os.PathLike[str]) -> bool:
     """Whether the copy at ``path`` was fsynced (any mode but :data:`UNSEALED`).
 
-    A seal this process has under way for the file at ``path`` is waited for first.
+    A seal this process has under way for the file at ``path`` is waited for first. In a
+    folder that keeps no modes every copy was fsynced before its rename: sealed.
     """
     st = os.stat(path)
     with _lock:
@@ -52,7 +55,38 @@ def is_sealed(path: str | os.PathLike[str]) -> bool:
     if thread is not None:
         thread.join()
         st = os.stat(path)
+    if not keeps_modes(Path(path).parent):
+        return True
     return stat.S_IMODE(st.st_mode) != UNSEALED
+
+
+def keeps_modes(folder: str | os.PathLike[str]) -> bool:
+    """Whether files in ``folder`` keep both :data:`UNSEALED` and :data:`SEALED` (probed once).
+
+    Not on FAT, nor on a mount that shows every file with one mode (cifs ``file_mode=``,
+    vfat ``fmask=``). A folder that cannot be probed (not writable) counts as keeping them.
+    """
+    return _probed(os.path.realpath(folder))
+
+
+@functools.lru_cache(maxsize=64)
+def _probed(folder: str) -> bool:
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=TMP_PREFIX, suffix=".mode", dir=folder)
+    except OSError:
+        return True
+    try:
+        seen = []
+        for mode in (SEALED, UNSEALED):
+            os.fchmod(fd, mode)
+            seen.append(stat.S_IMODE(os.fstat(fd).st_mode))
+        return seen == [SEALED, UNSEALED]
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
 
 
 @contextlib.contextmanager
@@ -62,6 +96,10 @@ def sealed_behind(path: Path, tmp_suffix: str) -> Iterator[BinaryIO]:
     As :func:`~cdml_edge.fsio.atomic_writer`, but renamed before its ``fsync``: a thread
     seals it (see the module).
     """
+    if not keeps_modes(path.parent):  # no mode can say it: fsynced before it is renamed
+        with atomic_writer(path, tmp_suffix=tmp_suffix) as fh:
+            yield fh
+        return
     held: list[int] = []
     try:
         with atomic_writer(path, mode=UNSEALED, fsync=False, tmp_suffix=tmp_suffix) as fh:
@@ -75,10 +113,7 @@ def sealed_behind(path: Path, tmp_suffix: str) -> Iterator[BinaryIO]:
     fd = held[0]
     try:
         st = os.fstat(fd)
-        keeps_modes = stat.S_IMODE(st.st_mode) == UNSEALED
-    except OSError:
-        keeps_modes = False
-    if not keeps_modes:  # no mode can say it: sealed now, before anyone reads it
+    except OSError:  # sealed now, before anyone reads it
         _seal(fd, path)
         return
     # not a daemon: a process that leaves without atexit (a multiprocessing child, such as a

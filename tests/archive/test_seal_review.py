@@ -387,14 +387,10 @@ def test_two_processes_open_the_same_stock_archive_at_once(tmp_path: Path) -> No
     assert again.seekable_copy.reused  # type: ignore[attr-defined]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="not fixed: on a mount that shows every file 0600 and ignores chmod (cifs "
-    "file_mode=0600, vfat fmask=0177,quiet) every copy reads unsealed: made again each open",
-)
 def test_copy_reused_where_the_mount_ignores_chmod(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """A mount that shows every file 0600 and ignores chmod: copies fsynced first, reused."""
     path = _stock(tmp_path, n=10)
     monkeypatch.setattr(sealing.os, "fchmod", lambda fd, mode: None)  # accepted, not kept
     cache = SeekableCache(tmp_path / "cache")

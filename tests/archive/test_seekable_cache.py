@@ -14,7 +14,6 @@ import shutil
 import stat
 import subprocess
 import threading
-import time
 from pathlib import Path
 
 import pytest
@@ -394,19 +393,3 @@ def test_no_index_kept_for_links_and_none_left_by_eviction(tmp_path: Path) -> No
     newer = open_archive(b, seekable_cache=small).seekable_copy.path  # type: ignore[attr-defined]
     names = sorted(p.name for p in small.root.iterdir())  # the evicted copy's index went too
     assert names == sorted([Path(newer).name, Path(index_path(newer)).name])
-
-
-def test_a_forked_child_does_not_inherit_a_held_seal_lock() -> None:
-    """Forked while a seal thread held the lock: the child's own seal bookkeeping still works."""
-    with sealing._lock:
-        pid = os.fork()
-        if pid == 0:  # the child: waits for its (no) seals, would hang on the inherited lock
-            os._exit(0 if wait_sealed(timeout=1) else 3)
-    deadline = time.monotonic() + 20
-    while (done := os.waitpid(pid, os.WNOHANG)) == (0, 0) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    if done == (0, 0):
-        os.kill(pid, 9)
-        os.waitpid(pid, 0)
-        pytest.fail("the forked child hung on the seal lock")
-    assert os.waitstatus_to_exitcode(done[1]) == 0
