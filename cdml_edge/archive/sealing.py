@@ -24,6 +24,7 @@ import os
 import stat
 import tempfile
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import BinaryIO
@@ -126,11 +127,15 @@ def sealed_behind(path: Path, tmp_suffix: str) -> Iterator[BinaryIO]:
 
 
 def wait_sealed(timeout: float | None = None) -> bool:
-    """Wait for the seals under way in this process; ``True`` when none is left."""
+    """Wait up to ``timeout`` seconds in all for the seals under way in this process.
+
+    ``True`` when none is left.
+    """
+    deadline = None if timeout is None else time.monotonic() + timeout
     with _lock:
         threads = list(_pending.values())
     for thread in threads:
-        thread.join(timeout)
+        thread.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
     with _lock:
         return not _pending
 
