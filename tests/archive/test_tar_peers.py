@@ -233,3 +233,15 @@ def test_header_checksum_signed_or_unsigned() -> None:
     for total, ok in ((unsigned, True), (signed, True), (unsigned + 1, False)):
         block[148:156] = b"%06o\x00 " % total
         assert header_ok(bytes(block)) is ok
+
+
+def test_header_sum_is_the_byte_sum() -> None:
+    """The checksum summed in pieces by Adler-32 equals the plain byte sum, extremes too."""
+    import random
+
+    from cdml_edge.archive.tar.format import header_sum
+
+    rnd = random.Random(7)
+    blocks = [bytes(512), b"\xff" * 512, *(rnd.randbytes(512) for _ in range(500))]
+    for block in blocks:
+        assert header_sum(block) == sum(block[:148]) + sum(block[156:512]) + 256
