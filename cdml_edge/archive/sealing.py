@@ -41,6 +41,7 @@ SEALED = 0o644
 # the file (st_dev, st_ino), not its path: a folder named two ways (relative, absolute,
 # through a link) is one folder -> the thread sealing it
 _pending: dict[tuple[int, int], threading.Thread] = {}
+_fds: dict[tuple[int, int], int] = {}  # the file -> the descriptor its seal holds
 _lock = threading.Lock()
 
 
@@ -123,6 +124,7 @@ def sealed_behind(path: Path, tmp_suffix: str) -> Iterator[BinaryIO]:
     thread = threading.Thread(target=_seal, args=(fd, path, key), name="seal-copy", daemon=False)
     with _lock:  # started before anyone can find it (join() refuses a thread not started)
         _pending[key] = thread
+        _fds[key] = fd
         thread.start()
 
 
@@ -154,13 +156,24 @@ def _seal(fd: int, path: Path, key: tuple[int, int] | None = None) -> None:
         with _lock:
             if key is not None and _pending.get(key) is threading.current_thread():
                 del _pending[key]
+                _fds.pop(key, None)
 
 
 def _forget_in_child() -> None:
-    """A forked child has none of the parent's seal threads, and maybe a lock held by one."""
+    """A forked child has none of the parent's seal threads, and maybe a lock held by one.
+
+    Nor does it need their descriptors, which would hold an evicted copy's disk space for as
+    long as the child lives (a persistent DataLoader worker).
+    """
     global _lock
     _lock = threading.Lock()
     _pending.clear()
+    for key, fd in _fds.items():  # the child's copies of the seals' descriptors: not its own
+        with contextlib.suppress(OSError):
+            st = os.fstat(fd)
+            if (st.st_dev, st.st_ino) == key:  # still that copy's, not a number used again
+                os.close(fd)
+    _fds.clear()
 
 
 atexit.register(wait_sealed)

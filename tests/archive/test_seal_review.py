@@ -427,3 +427,36 @@ def test_reopened_through_another_spelling_of_the_folder_waits_for_the_seal(
     threading.Timer(0.3, gate.set).start()
     again = open_archive(path, seekable_cache=SeekableCache(tmp_path / "link"))
     assert again.seekable_copy.reused  # type: ignore[attr-defined]
+
+
+def test_a_forked_child_closes_the_descriptors_of_its_parents_seals(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A seal under way when a worker forks: the child does not hold the copy open."""
+    path = _stock(tmp_path, n=10)
+    gate = threading.Event()
+    real_fsync = sealing.os.fsync
+
+    def slow_fsync(fd: int) -> None:
+        if threading.current_thread().name == "seal-copy":
+            gate.wait(30)
+        real_fsync(fd)
+
+    monkeypatch.setattr(sealing.os, "fsync", slow_fsync)
+    try:
+        made = open_archive(path, seekable_cache=SeekableCache(tmp_path / "cache"))
+        copy = os.stat(made.seekable_copy.path)  # type: ignore[attr-defined]
+        [fd] = sealing._fds.values()
+        pid = os.fork()
+        if pid == 0:  # the child: the seal's descriptor is no longer the copy's
+            try:
+                st = os.fstat(fd)
+                held = (st.st_dev, st.st_ino) == (copy.st_dev, copy.st_ino)
+            except OSError:
+                held = False
+            os._exit(3 if held else 0)
+        _, status = os.waitpid(pid, 0)
+    finally:
+        gate.set()
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert wait_sealed(30) and not sealing._fds
