@@ -225,22 +225,13 @@ def test_full_disk_while_the_copy_is_written(
 
 
 def test_dataloader_workers_read_while_the_seal_is_under_way(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, held_seals: threading.Event
 ) -> None:
     from torch.utils.data import DataLoader
 
     from cdml_edge import CDMLStreamDataset
 
     path = _stock(tmp_path, n=40)
-    gate = threading.Event()
-    real_fsync = sealing.os.fsync
-
-    def slow_fsync(fd: int) -> None:
-        if threading.current_thread().name == "seal-copy":
-            gate.wait(30)
-        real_fsync(fd)
-
-    monkeypatch.setattr(sealing.os, "fsync", slow_fsync)
     ds = CDMLStreamDataset(path, seekable_cache=tmp_path / "cache")
     copy = ds._get_archive().seekable_copy.path
     assert stat.S_IMODE(os.stat(copy).st_mode) != SEALED
@@ -250,7 +241,7 @@ def test_dataloader_workers_read_while_the_seal_is_under_way(
     ]
     assert [bytes(x) for x in got] == [stock.read(n) for n in ds.names]
     assert stat.S_IMODE(os.stat(copy).st_mode) != SEALED  # the workers made no copy again
-    gate.set()
+    held_seals.set()
     assert wait_sealed(30) and stat.S_IMODE(os.stat(copy).st_mode) == SEALED
     again = CDMLStreamDataset(path, seekable_cache=tmp_path / "cache")._get_archive()
     assert again.seekable_copy.reused
@@ -402,7 +393,7 @@ def test_copy_reused_where_the_mount_ignores_chmod(
 
 
 def test_reopened_through_another_spelling_of_the_folder_waits_for_the_seal(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, held_seals: threading.Event
 ) -> None:
     """The seal under way in this process is found whatever the spelling of the folder.
 
@@ -411,38 +402,20 @@ def test_reopened_through_another_spelling_of_the_folder_waits_for_the_seal(
     copy again.
     """
     path = _stock(tmp_path, n=10)
-    gate = threading.Event()
-    real_fsync = sealing.os.fsync
-
-    def slow_fsync(fd: int) -> None:
-        if threading.current_thread().name == "seal-copy":
-            gate.wait(30)
-        real_fsync(fd)
-
-    monkeypatch.setattr(sealing.os, "fsync", slow_fsync)
     (tmp_path / "cache").mkdir()
     os.symlink(tmp_path / "cache", tmp_path / "link")
     made = open_archive(path, seekable_cache=SeekableCache(tmp_path / "cache"))
     assert not made.seekable_copy.reused  # type: ignore[attr-defined]
-    threading.Timer(0.3, gate.set).start()
+    threading.Timer(0.3, held_seals.set).start()
     again = open_archive(path, seekable_cache=SeekableCache(tmp_path / "link"))
     assert again.seekable_copy.reused  # type: ignore[attr-defined]
 
 
 def test_a_forked_child_closes_the_descriptors_of_its_parents_seals(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, held_seals: threading.Event
 ) -> None:
     """A seal under way when a worker forks: the child does not hold the copy open."""
     path = _stock(tmp_path, n=10)
-    gate = threading.Event()
-    real_fsync = sealing.os.fsync
-
-    def slow_fsync(fd: int) -> None:
-        if threading.current_thread().name == "seal-copy":
-            gate.wait(30)
-        real_fsync(fd)
-
-    monkeypatch.setattr(sealing.os, "fsync", slow_fsync)
     try:
         made = open_archive(path, seekable_cache=SeekableCache(tmp_path / "cache"))
         copy = os.stat(made.seekable_copy.path)  # type: ignore[attr-defined]
@@ -457,6 +430,6 @@ def test_a_forked_child_closes_the_descriptors_of_its_parents_seals(
             os._exit(3 if held else 0)
         _, status = os.waitpid(pid, 0)
     finally:
-        gate.set()
+        held_seals.set()
     assert os.waitstatus_to_exitcode(status) == 0
     assert wait_sealed(30) and not sealing._fds

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 from helpers.s3_server import S3Server
 
-from cdml_edge.archive import open_archive, sealing, write_archive
+from cdml_edge.archive import open_archive, write_archive
 from cdml_edge.archive.errors import ArchiveError
 from cdml_edge.archive.sealing import SEALED, UNSEALED, is_sealed, wait_sealed
 from cdml_edge.archive.seekable_cache import SeekableCache
@@ -319,23 +319,14 @@ def test_copy_is_sealed_behind_and_an_unsealed_one_is_made_again(
 
 
 def test_reopened_while_its_seal_is_under_way_waits_for_it(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, held_seals: threading.Event
 ) -> None:
     """A second open in the process that is sealing the copy waits for the seal, no remake."""
     path, _ = _stock(tmp_path, n=30)
-    gate = threading.Event()
-    real_fsync = sealing.os.fsync
-
-    def slow_fsync(fd: int) -> None:
-        if threading.current_thread().name == "seal-copy":
-            gate.wait(30)
-        real_fsync(fd)
-
-    monkeypatch.setattr(sealing.os, "fsync", slow_fsync)
     cache = SeekableCache(tmp_path / "cache")
     made = open_archive(path, seekable_cache=cache).seekable_copy  # type: ignore[attr-defined]
     assert not is_sealed_now(made.path)
-    threading.Timer(0.2, gate.set).start()
+    threading.Timer(0.2, held_seals.set).start()
     again = open_archive(path, seekable_cache=cache).seekable_copy  # type: ignore[attr-defined]
     assert again.reused and again.path == made.path and is_sealed_now(made.path)
 
