@@ -219,3 +219,22 @@ def test_concurrent_saves(tmp_path: Path) -> None:
         t.join()
     assert load_index(copy, Path(copy).stat().st_size) == rows
     assert not [p for p in cache.root.iterdir() if p.name.startswith(".tmp-")]
+
+
+def test_crashed_index_write_leaves_no_tmp_forever(tmp_path: Path) -> None:
+    stock, cache, copy = _cached(tmp_path)
+    stale = cache.root / ".tmp-deadbeef.part"
+    stale.write_bytes(b"x" * 1000)
+    os.utime(stale, (1, 1))  # a crash long ago
+    other = _stock(tmp_path, [(b"o", _rnd(99, 200_000))], "o")
+    open_archive(other, seekable_cache=cache)
+    assert not stale.exists(), "a crashed write's temporary file is never swept"
+    assert fresh_is_kept(cache)
+
+
+def fresh_is_kept(cache: SeekableCache) -> bool:
+    """A temporary file written just now (another process's copy under way) stays."""
+    fresh = cache.root / ".tmp-cafe.tar"
+    fresh.write_bytes(b"y")
+    cache._evict(keep=cache.root / "none")
+    return fresh.exists()
