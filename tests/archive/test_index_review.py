@@ -12,6 +12,7 @@ import threading
 from pathlib import Path
 
 import pytest
+from helpers.s3_server import S3Server
 
 from cdml_edge.archive import open_archive
 from cdml_edge.archive.seekable_cache import SeekableCache
@@ -238,3 +239,34 @@ def fresh_is_kept(cache: SeekableCache) -> bool:
     fresh.write_bytes(b"y")
     cache._evict(keep=cache.root / "none")
     return fresh.exists()
+
+
+def test_s3_copy_index_follows_the_object_version(
+    tmp_path: Path, s3_server: S3Server, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from cdml_edge.archive.s3 import ENDPOINT_ENV, INDEX_CACHE_ENV
+
+    monkeypatch.setenv(ENDPOINT_ENV, s3_server.proxy.url)
+    monkeypatch.setenv(INDEX_CACHE_ENV, "off")
+    files = [(f"m{i}".encode(), _rnd(i, 3000 + i)) for i in range(30)]
+    a = _stock(tmp_path, files, "a")
+    b = _stock(tmp_path, files[::-1], "b")  # same tar size, other order
+    cache = SeekableCache(tmp_path / "cache")
+    url = "s3://stock/d.tar.zst"
+    for stock in (a, b, a):
+        s3_server.put("stock", "d.tar.zst", stock.read_bytes())  # a new ETag
+        made = open_archive(url, seekable_cache=cache)
+        copy = made.seekable_copy.path  # type: ignore[attr-defined]
+        assert sorted(p.name for p in cache.root.iterdir()) == sorted(
+            [Path(copy).name, Path(index_path(copy)).name]
+        )
+        with monkeypatch.context() as m:
+            m.setattr("cdml_edge.archive.tar.read.PreadScanner", _no_walk)
+            again = open_archive(url, seekable_cache=cache)
+        direct = open_archive(stock)
+        assert again.seekable_copy.reused and again.names() == direct.names()  # type: ignore[attr-defined]
+        assert [again.read(n) for n in direct.names()] == [direct.read(n) for n in direct.names()]
+
+
+def _no_walk(*_: object) -> None:
+    raise AssertionError("the copy was walked")
