@@ -290,7 +290,8 @@ class SeekableCache:
             for item in os.scandir(self.root):
                 copy = item.path[: -len(INDEX_SUFFIX)]
                 if item.name.endswith(INDEX_SUFFIX) and not os.path.exists(copy):
-                    _unlink_copy(Path(copy))
+                    with contextlib.suppress(OSError):  # the index alone: a copy made
+                        os.unlink(item.path)  # again meanwhile by another process stays
                 elif item.name.startswith(TMP_PREFIX) and _older(item, old):
                     with contextlib.suppress(OSError):  # a copy or index cut short by a crash
                         os.unlink(item.path)

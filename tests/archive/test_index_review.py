@@ -270,3 +270,29 @@ def test_s3_copy_index_follows_the_object_version(
 
 def _no_walk(*_: object) -> None:
     raise AssertionError("the copy was walked")
+
+
+def test_orphan_index_sweep_never_deletes_a_copy(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The sweep of indexes whose copy is gone deletes the index, not a copy made meanwhile.
+
+    Another process makes the copy again between the sweep's ``exists`` and its unlink.
+    """
+    from cdml_edge.archive import seekable_cache
+
+    stock, cache, copy = _cached(tmp_path)
+    body = Path(copy).read_bytes()
+    os.unlink(copy)  # evicted by another process: its index is an orphan for a moment
+    real = os.path.exists
+
+    def exists_then_remade(p: str) -> bool:
+        seen = real(p)
+        if p == copy and not seen:
+            Path(copy).write_bytes(body)  # the other process renames its new copy in
+        return seen
+
+    with monkeypatch.context() as m:
+        m.setattr(seekable_cache.os.path, "exists", exists_then_remade)
+        cache._evict(keep=cache.root / "none")
+    assert Path(copy).exists(), "the sweep deleted a copy that exists"
