@@ -296,3 +296,20 @@ def test_orphan_index_sweep_never_deletes_a_copy(
         m.setattr(seekable_cache.os.path, "exists", exists_then_remade)
         cache._evict(keep=cache.root / "none")
     assert Path(copy).exists(), "the sweep deleted a copy that exists"
+
+
+def test_empty_index_is_not_used_for_a_copy_with_members(tmp_path: Path) -> None:
+    """An index of no member, left beside a copy of the same size that holds members."""
+    copy = tmp_path / "c.tar"
+    copy.write_bytes(b"\0" * 10240)  # an empty tar stream
+    assert save_index(copy, TarArchive(FileSource(str(copy))).rows)
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tf:
+        info = tarfile.TarInfo("one")
+        info.size = 100
+        tf.addfile(info, io.BytesIO(b"1" * 100))
+    copy.write_bytes(buf.getvalue().ljust(10240, b"\0"))
+    walked = TarArchive(FileSource(str(copy))).rows
+    assert walked.names == ["one"]
+    kept = load_index(copy, copy.stat().st_size)
+    assert kept is None or kept.names == walked.names

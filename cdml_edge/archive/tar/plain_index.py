@@ -4,8 +4,8 @@ A plain copy (:mod:`.reframe`) is the tar stream itself: reopening it would walk
 member header again (about 15-25 µs a member in Python: seconds for a million members at
 every start of a training run). Its member index, found while the copy was written, is kept
 in ``<copy>.idx``: the copy's size, a CRC-32 of the index and a CRC-32 of sampled header
-blocks of the copy (the block before the data of up to :data:`SAMPLES` members, spread over
-the index), then the index as the frame a seekable tar.zst carries
+blocks of the copy (its first block, the block before the data of up to :data:`SAMPLES`
+members, spread over the index), then the index as the frame a seekable tar.zst carries
 (:func:`~.seekable.index_frame`, no member CRCs). An index that does not match its copy
 (size, CRC, offsets past the end, sampled headers: another copy of the same size left under
 its name) is not used: the copy is walked as before. Only a regular file is read as an
@@ -70,12 +70,16 @@ def _drop(copy: str | os.PathLike[str]) -> None:
 
 
 def _sampled(copy: str | os.PathLike[str], data_offsets: list[int]) -> int:
-    """CRC-32 of the header block before the data of up to :data:`SAMPLES` members."""
+    """CRC-32 of the copy's first block and the blocks before up to :data:`SAMPLES` members.
+
+    The block before a member's data is its header; the first block says whether a copy an
+    index of no member is checked against has members.
+    """
     n = len(data_offsets)
     picks = sorted({i * (n - 1) // (SAMPLES - 1) for i in range(SAMPLES)}) if n else []
-    crc = 0
     fd = os.open(copy, os.O_RDONLY)
     try:
+        crc = zlib.crc32(os.pread(fd, _BLOCK, 0))
         for i in picks:
             at = data_offsets[i] - _BLOCK
             crc = zlib.crc32(os.pread(fd, _BLOCK, at) if at >= 0 else b"", crc)
