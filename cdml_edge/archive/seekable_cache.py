@@ -27,7 +27,9 @@ larger than the bound, or a copy that comes out larger, is not kept: the archive
 as it is (slowly) and a warning says so. A folder that cannot be written counts as the
 same. Copies are written atomically, so concurrent processes never read half of one, and
 sealed behind their first reader (:mod:`.sealing`): renamed into place before the ``fsync``
-that a thread makes meanwhile; a copy found unsealed after a crash is made again.
+that a thread makes meanwhile; a copy found unsealed after a crash is made again. The
+temporary file of a write cut short by a crash (a copy's or an index's, not written for
+:data:`STALE_TMP_SECONDS`) is deleted when the folder is next evicted.
 """
 
 from __future__ import annotations
@@ -56,6 +58,7 @@ from cdml_edge.archive.tar.reframe import write_plain_copy
 from cdml_edge.archive.tar.rows import TarRows
 from cdml_edge.archive.tar.seekable import read_seekable_tail
 from cdml_edge.archive.tar.zst import ZstdTarArchive
+from cdml_edge.fsio import TMP_PREFIX
 
 log = logging.getLogger(__name__)
 
@@ -65,6 +68,7 @@ DEFAULT_SEEKABLE_CACHE_BYTES = 20 << 30
 _OFF = frozenset({"off", "0", "none", "false", "no"})
 _SUFFIX = ".tar.zst"
 _PLAIN = ".tar"
+STALE_TMP_SECONDS = 24 * 3600  # a temporary file not written for this long: a crashed write's
 
 
 class _NotWorthIt(Exception):
@@ -281,11 +285,24 @@ class SeekableCache:
 
     def _evict(self, keep: Path) -> None:
         evict(self.root, (_SUFFIX, _PLAIN), self.max_bytes, keep)
+        old = time.time() - STALE_TMP_SECONDS
         with contextlib.suppress(OSError):  # the kept indexes of copies evicted
             for item in os.scandir(self.root):
                 copy = item.path[: -len(INDEX_SUFFIX)]
                 if item.name.endswith(INDEX_SUFFIX) and not os.path.exists(copy):
-                    _unlink_copy(Path(copy))
+                    with contextlib.suppress(OSError):  # the index alone: a copy made
+                        os.unlink(item.path)  # again meanwhile by another process stays
+                elif item.name.startswith(TMP_PREFIX) and _older(item, old):
+                    with contextlib.suppress(OSError):  # a copy or index cut short by a crash
+                        os.unlink(item.path)
+
+
+def _older(item: os.DirEntry[str], than: float) -> bool:
+    """Whether ``item`` is a file last written before ``than`` (seconds since the epoch)."""
+    try:
+        return item.is_file(follow_symlinks=False) and item.stat().st_mtime < than
+    except OSError:
+        return False
 
 
 def _unlink_copy(path: Path) -> None:
