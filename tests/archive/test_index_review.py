@@ -313,3 +313,27 @@ def test_empty_index_is_not_used_for_a_copy_with_members(tmp_path: Path) -> None
     assert walked.names == ["one"]
     kept = load_index(copy, copy.stat().st_size)
     assert kept is None or kept.names == walked.names
+
+
+def test_index_larger_than_its_copy_is_not_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A regular file under the index's name, larger than the copy: not read into memory."""
+    stock, cache, copy = _cached(tmp_path)
+    idx = index_path(copy)
+    with open(idx, "r+b") as fh:  # a valid index with junk after it
+        fh.seek(os.path.getsize(copy) + (1 << 20))
+        fh.write(b"x")
+    reads: list[int] = []
+    real_open = open
+
+    def counting_open(file: object, *args: object, **kw: object) -> object:
+        fh = real_open(file, *args, **kw)  # type: ignore[call-overload]
+        if isinstance(file, int):
+            reads.append(os.fstat(file).st_size)
+        return fh
+
+    monkeypatch.setattr("builtins.open", counting_open)
+    again = open_archive(stock, seekable_cache=cache)
+    monkeypatch.undo()
+    assert again.names() and not reads

@@ -28,6 +28,7 @@ from cdml_edge.archive.tar.seekable import NO_CRC_FLAG, index_frame, parse_index
 from cdml_edge.fsio import atomic_write
 
 SUFFIX = ".idx"
+_SLACK = 64 << 10  # the index's own head and frame, over its copy's size
 _HEAD = struct.Struct("<QLL")  # the copy's size, CRC-32 of the frame, CRC-32 of sampled headers
 SAMPLES = 64
 _BLOCK = 512
@@ -96,7 +97,10 @@ def load_index(copy: str | os.PathLike[str], copy_size: int) -> TarRows | None:
     except OSError:
         return None
     try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
+        st = os.fstat(fd)
+        # a regular file, and no larger than its copy: a member takes 512 bytes of the copy
+        # at least, its record about 40 and its name, which the copy holds too
+        if not stat.S_ISREG(st.st_mode) or st.st_size > copy_size + _SLACK:
             return None
         with open(fd, "rb", closefd=False) as fh:
             data = fh.read()
