@@ -54,7 +54,7 @@ def open_archive(
         limits = {"max_member_bytes": max_member_bytes, "max_ratio": max_ratio}
         if seekable_cache is not None and fmt.name == "tar.zst":
             archive = seekable_cache.open(src, probe.tail_read, **limits)
-            if getattr(archive, "_source", src) is not src:  # read from its copy: done with it
+            if getattr(archive, "seekable_copy", None) is not None:  # read from its copy
                 _release(src, source)
             return archive
         return fmt.archive.open(src, tail=probe.tail_read, **limits)
