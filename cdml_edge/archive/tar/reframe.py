@@ -146,7 +146,7 @@ def write_plain_copy(source: ByteSource, end: int, out: BinaryIO) -> TarRows | b
             tee.drain()
         except _Compressible:
             return False
-    if tee.taken > PLAIN_MAX_RATIO * max(stream.compressed_read, 1):
+    if tee.shrinks_well():
         return False
     return TarRows.build(columns(members), skipped=skipped)
 
@@ -177,8 +177,12 @@ class _TeeStream:
         """
         while self.taken < PLAIN_PROBE_BYTES and self._take():
             pass
-        if self.taken > PLAIN_MAX_RATIO * max(self._stream.compressed_read, 1):
+        if self.shrinks_well():
             raise _Compressible
+
+    def shrinks_well(self) -> bool:
+        """Whether the stream taken so far is over :data:`PLAIN_MAX_RATIO` times its zstd."""
+        return self.taken > PLAIN_MAX_RATIO * max(self._stream.compressed_read, 1)
 
     def _take(self) -> bool:
         block = self._stream.read(MAX_FRAME_BYTES)
