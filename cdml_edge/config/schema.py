@@ -421,7 +421,11 @@ class RetentionConfig(_WritesFiles):
     dir: Path = Field(
         Path("retention"), description="Retention folder.", json_schema_extra=_in_state("retention")
     )
-    max_bytes: Size = Field(1024**3, gt=0, description="Oldest windows are evicted above this.")
+    max_bytes: Size = Field(
+        1024**3,
+        gt=0,
+        description="Oldest windows are evicted above this disk space (files in whole blocks).",
+    )
     max_age: Duration | None = Field(None, gt=0, description="Windows older than this go.")
     keep: Literal["all", "anomalies", "sample", "none"] = Field(
         "all", description="Which windows to keep."
@@ -449,7 +453,12 @@ class QuarantineConfig(_WritesFiles):
         json_schema_extra=_in_state("quarantine"),
     )
     max_bytes: Size = Field(
-        256 * 1024**2, gt=0, description="Above this, the oldest quarantined files are deleted."
+        256 * 1024**2,
+        gt=0,
+        description=(
+            "Above this disk space (files in whole blocks), the oldest quarantined files are "
+            "deleted."
+        ),
     )
     mode: str = _mode_field(
         "Octal permissions of quarantined files (folders get x where r is set)."

@@ -1,7 +1,7 @@
 """File-system I/O the appliance trusts: durable writes, safe names, failing disks.
 
 Durable writes (``atomic``), names as the file system takes them (``names``), and the state
-of a store whose disk fails (``faults``).
+of a store whose disk fails (``faults``), what a file takes on the disk (``space``).
 """
 
 from cdml_edge.fsio.atomic import (
@@ -14,6 +14,7 @@ from cdml_edge.fsio.atomic import (
 )
 from cdml_edge.fsio.faults import FULL_ERRNOS, PROBE_BYTES, PROBE_MIN_S, DiskFaults, FaultHook
 from cdml_edge.fsio.names import NAME_MAX, display_name, fit_name, log_name, unique_name
+from cdml_edge.fsio.space import block_size, on_disk
 
 __all__ = [
     "FULL_ERRNOS",
@@ -24,6 +25,7 @@ __all__ = [
     "DiskFaults",
     "FaultHook",
     "atomic_write",
+    "block_size",
     "atomic_writer",
     "display_name",
     "fit_name",
@@ -31,5 +33,6 @@ __all__ = [
     "fsync_dir",
     "log_name",
     "make_folder",
+    "on_disk",
     "unique_name",
 ]

@@ -32,9 +32,11 @@ from cdml_edge.fsio import (
     DiskFaults,
     FaultHook,
     atomic_write,
+    block_size,
     folder_mode,
     log_name,
     make_folder,
+    on_disk,
     unique_name,
 )
 from cdml_edge.fsio.sparse import copy_keeping_holes
@@ -393,20 +395,24 @@ class FileLifecycle:
     def _enforce_bound(self, newest: Path) -> None:
         """Full policy: delete the earliest quarantined files above ``max_bytes``.
 
+        Each file counts its disk space in whole blocks (a 100-byte file takes 4 KiB).
+
         Earliest by quarantine time (the inode's change time: a moved file keeps its old
         mtime), never ``newest``, the file just quarantined (it fits the bound on its own).
         """
         files: list[tuple[float, int, Path]] = []
         total = 0
+        block = block_size(self.quarantine_dir)
         for p in self.quarantine_dir.rglob("*"):
             try:
                 st = p.lstat()
             except OSError:
                 continue
             if stat.S_ISREG(st.st_mode):
-                total += st.st_size
+                size = on_disk(st.st_size, block)
+                total += size
                 if p != newest:
-                    files.append((st.st_ctime, st.st_size, p))
+                    files.append((st.st_ctime, size, p))
         if total <= self.quarantine_max_bytes:
             return
         files.sort()

@@ -22,7 +22,7 @@ from cdml_edge.window.manifest import WindowManifest
 
 CATALOG_NAME = "catalog.sqlite"
 CATALOG_FILES = tuple(CATALOG_NAME + sfx for sfx in ("", "-journal", "-wal", "-shm"))
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: ``bytes`` is the disk space (whole blocks), no longer the length
 
 _SCHEMA = """
 CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);

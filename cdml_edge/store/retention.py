@@ -35,8 +35,10 @@ from cdml_edge.fsio import (
     PROBE_BYTES,
     DiskFaults,
     FaultHook,
+    block_size,
     folder_mode,
     make_folder,
+    on_disk,
 )
 from cdml_edge.store.catalog import CATALOG_NAME, Catalog, WindowRecord, special_catalog_files
 from cdml_edge.store.files import commit, is_tmp_name, tmp_path, write_file
@@ -106,7 +108,11 @@ class StoreResult:
 
 
 class RetentionRing:
-    """Bounded ring of retained windows in ``directory`` (created if needed)."""
+    """Bounded ring of retained windows in ``directory`` (created if needed).
+
+    ``max_bytes`` bounds the disk space of the windows' archives and sidecars, each file
+    counted in whole blocks of the folder's file system (``corrupt/`` included).
+    """
 
     def __init__(
         self,
@@ -126,6 +132,7 @@ class RetentionRing:
         self.dir = Path(directory)
         self.mode = mode
         make_folder(self.dir, folder_mode(mode))
+        self.block = block_size(self.dir)  # the bound counts whole blocks (fsio.space)
         self.max_bytes = max_bytes
         self.max_age = max_age
         self.keep = keep
@@ -229,7 +236,7 @@ class RetentionRing:
             file=archive_name, bytes=len(archive), sha256=hashlib.sha256(archive).hexdigest()
         )
         sidecar = RetainedWindow(archive=ref, manifest=manifest).to_bytes()
-        need = len(archive) + len(sidecar)
+        need = on_disk(len(archive), self.block) + on_disk(len(sidecar), self.block)
         if need > self.max_bytes:
             return StoreResult(StoreStatus.TOO_LARGE, error=f"{need} B > max_bytes")
         if not self.faults.may_try("store"):  # degraded: the next attempt is not due yet
@@ -252,7 +259,7 @@ class RetentionRing:
         return StoreResult(
             StoreStatus.STORED,
             file=self.dir / archive_name,
-            bytes_written=need,
+            bytes_written=len(archive) + len(sidecar),
             evicted=evicted,
             event=event,
         )
@@ -362,7 +369,7 @@ class RetentionRing:
             self._refused_corrupt = exc.reason
             return []
         self._refused_corrupt = None
-        return files
+        return [(mtime, path, on_disk(size, self.block)) for mtime, path, size in files]
 
     # -- reading -------------------------------------------------------------------
     def windows(
@@ -447,7 +454,7 @@ class RetentionRing:
                 rw = salvaged
                 size = rw.archive.bytes
             try:
-                nbytes = size + regular_size(path)
+                nbytes = on_disk(size, self.block) + on_disk(regular_size(path), self.block)
             except RetentionError as exc:
                 log.warning("retention: %s", exc)
                 continue

@@ -23,7 +23,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from cdml_edge.fsio import TMP_PREFIX
+from cdml_edge.fsio import TMP_PREFIX, block_size, on_disk
 from cdml_edge.store.catalog import (
     CATALOG_FILES,
     CATALOG_NAME,
@@ -181,7 +181,7 @@ def safe_record(r: WindowRecord) -> bool:
 def window_record(
     manifest: WindowManifest, ref: ArchiveRef, sidecar: str, nbytes: int
 ) -> WindowRecord:
-    """The catalog row of a retained window (``nbytes``: archive + sidecar bytes)."""
+    """The catalog row of a retained window (``nbytes``: archive + sidecar, whole blocks)."""
     return WindowRecord(
         window_id=manifest.window_id,
         source=manifest.source,
@@ -239,13 +239,14 @@ def scan_retained(
     except (sqlite3.Error, FileNotFoundError, ValueError) as exc:
         log.info("retention: catalog of %s not usable (%s); reading the sidecars", d, exc)
     out = RetainedListing()
+    block = block_size(d)
     for name in sorted(os.listdir(d)):
         parsed = ring_name(name)
         if parsed is None or parsed[1] != SIDECAR_SUFFIX:
             continue
         try:
             rw = read_sidecar(d / name)
-            size = regular_size(d / rw.archive.file) + regular_size(d / name)
+            size = sum(on_disk(regular_size(p), block) for p in (d / rw.archive.file, d / name))
         except RetentionError as exc:
             out.skipped.append((name, exc.reason))
             continue

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from cdml_edge.fsio import block_size
 from cdml_edge.intake.finishing import FileLifecycle, move_file
 
 OLD = 1_000_000_000  # an mtime from 2001
@@ -29,26 +30,26 @@ def _file(path: Path, size: int, mtime: float | None = None) -> Path:
 
 
 def test_a_file_larger_than_the_quarantine_bound_is_left_in_place(tmp_path: Path) -> None:
-    lc = FileLifecycle(tmp_path / "quarantine", 10_000)
+    lc = FileLifecycle(tmp_path / "quarantine", 20_000)  # three files of a block each fit
     earlier = [
         lc.quarantine("cam", f"e{i}.jpg", _file(tmp_path / "in" / f"e{i}.jpg", 1000))
         for i in range(3)
     ]
     assert all(p is not None and p.exists() for p in earlier)
-    big = _file(tmp_path / "in" / "big.jpg", 20_000)
+    big = _file(tmp_path / "in" / "big.jpg", 40_000)
     digest = hashlib.sha256(big.read_bytes()).hexdigest()
     assert lc.quarantine("cam", "big.jpg", big) is None
     assert big.exists() and hashlib.sha256(big.read_bytes()).hexdigest() == digest  # kept
     assert all(p is not None and p.exists() for p in earlier)  # nothing evicted for it
     dest, why = lc.quarantine_or_leave("cam", "big.jpg", big)
     assert dest is None and why is not None
-    assert "left in place" in why and "20000 bytes" in why and "10000" in why
+    assert "left in place" in why and "40000 bytes" in why and "20000" in why
     assert lc.left_in_place == 2 and big.exists()
 
 
 def test_the_path_returned_is_there_even_for_a_file_with_an_old_mtime(tmp_path: Path) -> None:
     """The bound evicts by quarantine time, never the file just quarantined."""
-    lc = FileLifecycle(tmp_path / "quarantine", 2500)
+    lc = FileLifecycle(tmp_path / "quarantine", block_size(tmp_path) * 5 // 2)  # two files fit
     first = lc.quarantine("cam", "a.jpg", _file(tmp_path / "in" / "a.jpg", 1000))
     second = lc.quarantine("cam", "b.jpg", _file(tmp_path / "in" / "b.jpg", 1000))
     third = lc.quarantine("cam", "old.jpg", _file(tmp_path / "in" / "old.jpg", 1000, mtime=OLD))
@@ -114,3 +115,13 @@ def test_a_source_quarantine_folder_that_is_a_link_is_never_moved_into(tmp_path:
         lc.close()
     assert bad.exists()
     assert sorted(p.name for p in elsewhere.iterdir()) == ["precious.bin"] and old.exists()
+
+
+def test_the_quarantine_bound_counts_the_disk_space_of_small_files(tmp_path: Path) -> None:
+    """Forty 100-byte files are 4 KB by length but 40 blocks on disk: the bound holds on disk."""
+    bound = 32 * 1024
+    lc = FileLifecycle(tmp_path / "quarantine", bound)
+    for i in range(40):
+        assert lc.quarantine("cam", f"s{i}.jpg", _file(tmp_path / "in" / f"s{i}.jpg", 100))
+    used = sum(p.lstat().st_blocks * 512 for p in (tmp_path / "quarantine").rglob("*.jpg"))
+    assert 0 < used <= bound

@@ -138,7 +138,7 @@ def test_max_age_evicts_old_windows(tmp_path: Path) -> None:
 
 
 def test_too_large_is_not_kept(tmp_path: Path) -> None:
-    ring = RetentionRing(tmp_path, max_bytes=5000)
+    ring = RetentionRing(tmp_path, max_bytes=20_000)  # a small window takes two blocks
     ring.store(*make_window("small", T0, _files(1, 100)))
     res = ring.store(*make_window("big", T0 + 1, _files(1, 50_000)))
     assert res.status is StoreStatus.TOO_LARGE
@@ -375,3 +375,34 @@ def test_enospc_on_a_real_full_filesystem(tiny_fs: Path) -> None:
     assert ring.evict() >= 1
     assert ring.store(*make_window("after", T0 + 99, _files(1, 100))).stored
     assert events[-1] == "retention_disk_ok"
+
+
+def _disk_space(folder: Path) -> int:
+    """What the ring's own files take on the disk (blocks), the catalog aside."""
+    return sum(
+        p.lstat().st_blocks * 512
+        for p in folder.rglob("*")
+        if p.is_file() and not p.name.startswith(CATALOG_NAME)
+    )
+
+
+def test_max_bytes_bounds_the_disk_space_of_many_small_windows(tmp_path: Path) -> None:
+    """Small windows take whole blocks: the bound counts blocks, not file lengths.
+
+    A window of one 300-byte item is about 1.5 KiB of archive and sidecar, but two files of
+    a block each (8 KiB on most file systems). Counted by length, a 64 KiB ring filled 3-5x
+    its bound on disk (the soak's tmpfs filled up and stayed full).
+    """
+    bound = 64 * 1024
+    ring = RetentionRing(tmp_path / "ring", max_bytes=bound)
+    for i in range(60):
+        assert ring.store(*make_window(f"w{i:02d}", T0 + i, _files(1, 300, i))).stored
+    assert _disk_space(tmp_path / "ring") <= bound
+    assert ring.stats()["bytes"] <= bound
+    assert ring.stats()["bytes"] >= _disk_space(tmp_path / "ring")
+    counted = ring.stats()["bytes"]
+    ring.close()
+    (tmp_path / "ring" / CATALOG_NAME).unlink()
+    rebuilt = RetentionRing(tmp_path / "ring", max_bytes=bound)  # rows from the sidecars
+    assert rebuilt.stats()["bytes"] == counted
+    rebuilt.close()

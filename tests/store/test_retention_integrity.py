@@ -9,6 +9,7 @@ from pathlib import Path
 
 from helpers.retention_data import make_window
 
+from cdml_edge.fsio import on_disk
 from cdml_edge.store.catalog import CATALOG_NAME
 from cdml_edge.store.retention import RetentionRing
 from cdml_edge.store.sidecar import list_retained
@@ -63,7 +64,7 @@ def test_damaged_sidecar_is_rebuilt_from_the_archive_manifest(tmp_path: Path) ->
     assert ring.archive_path(rec0).read_bytes() == archive0
     assert (d / "corrupt" / sc0).read_bytes() == damaged
     assert not ring.load(ring.windows()[1]).results_lost
-    assert ring.stats()["corrupt_bytes"] == len(damaged)
+    assert ring.stats()["corrupt_bytes"] == on_disk(len(damaged), ring.block)
     ring.close()
 
 
@@ -78,7 +79,7 @@ def test_damaged_pair_is_quarantined_and_counted_toward_max_bytes(tmp_path: Path
     assert [r.window_id for r in ring.windows()] == ["w1"]
     assert ring.counters["corrupt"] == 1 and ring.counters["rebuilt"] == 0
     assert {p.name: p.read_bytes() for p in (d / "corrupt").iterdir()} == kept
-    assert ring.stats()["corrupt_bytes"] == sum(map(len, kept.values()))
+    assert ring.stats()["corrupt_bytes"] == sum(on_disk(len(b), ring.block) for b in kept.values())
     one = ring.windows()[0].bytes
     ring.close()
     # the quarantine counts toward max_bytes and ages out like a window
