@@ -9,15 +9,19 @@ from __future__ import annotations
 import os
 
 DEFAULT_BLOCK = 4096  # when the file system cannot say
+MAX_BLOCK = 65536  # a network file system may report its transfer size (1 MiB) as its block
 
 
 def block_size(folder: str | os.PathLike[str]) -> int:
-    """The allocation unit of the file system holding ``folder`` (``DEFAULT_BLOCK`` if unknown)."""
+    """The allocation unit of the file system holding ``folder``, 512 B to ``MAX_BLOCK``.
+
+    ``DEFAULT_BLOCK`` when the file system cannot say.
+    """
     try:
         st = os.statvfs(folder)
     except OSError:
         return DEFAULT_BLOCK
-    return st.f_frsize or st.f_bsize or DEFAULT_BLOCK
+    return min(max(st.f_frsize or st.f_bsize or DEFAULT_BLOCK, 512), MAX_BLOCK)
 
 
 def on_disk(nbytes: int, block: int) -> int:

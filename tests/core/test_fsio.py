@@ -16,6 +16,7 @@ from cdml_edge.fsio import (
     log_name,
     unique_name,
 )
+from cdml_edge.fsio.space import DEFAULT_BLOCK, MAX_BLOCK, block_size, on_disk
 
 
 def test_atomic_write_replaces_whole_file_with_mode(tmp_path: Path) -> None:
@@ -72,3 +73,25 @@ def test_names_are_shown_as_utf8_and_logged_without_control_characters() -> None
     assert display_name("plain é.jpg") == "plain é.jpg"
     assert log_name(raw) == "cam%FF%FE-\\x1b[2J\\r\\n\\u202eevil%41.jpg"
     assert log_name(Path("/a/b\tc")) == "/a/b\\tc"
+
+
+def test_on_disk_rounds_up_to_whole_blocks() -> None:
+    assert [on_disk(n, 4096) for n in (0, 1, 4096, 4097)] == [0, 4096, 4096, 8192]
+
+
+def test_block_size_is_what_a_small_file_takes(tmp_path: Path) -> None:
+    block = block_size(tmp_path)
+    small = tmp_path / "small"
+    small.write_bytes(b"x" * 100)
+    assert small.stat().st_blocks * 512 <= on_disk(100, block)
+    assert block_size(tmp_path / "missing") == DEFAULT_BLOCK
+
+
+def test_a_network_file_system_block_is_capped(monkeypatch: pytest.MonkeyPatch) -> None:
+    """NFS reports its transfer size (1 MiB) as its block: a window would count 2 MiB."""
+
+    class Stat:
+        f_frsize = f_bsize = 1 << 20
+
+    monkeypatch.setattr(os, "statvfs", lambda _p: Stat())
+    assert block_size("/anywhere") == MAX_BLOCK
