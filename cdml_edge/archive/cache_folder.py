@@ -2,7 +2,9 @@
 
 Entries are the complete files of given suffixes (files being written carry the temporary
 prefix and are not counted); when the folder holds more than its bound, the least recently
-written go first, never the one just written.
+written go first, never the one just written. A file counts its disk space in whole blocks
+(:func:`~cdml_edge.fsio.space.on_disk`): a folder of small index files stays within its bound
+on the disk too.
 """
 
 from __future__ import annotations
@@ -11,10 +13,10 @@ import contextlib
 import os
 from pathlib import Path
 
-from cdml_edge.fsio import TMP_PREFIX
+from cdml_edge.fsio import TMP_PREFIX, block_size, on_disk
 
 Entry = tuple[float, int, Path]
-"""``(mtime, size, path)`` of one complete cache file."""
+"""``(mtime, disk bytes, path)`` of one complete cache file."""
 
 
 def entries(root: Path, suffixes: tuple[str, ...]) -> list[Entry]:
@@ -24,12 +26,13 @@ def entries(root: Path, suffixes: tuple[str, ...]) -> list[Entry]:
         listing = list(os.scandir(root))
     except OSError:
         return out
+    block = block_size(root)
     for item in listing:
         if not item.name.endswith(suffixes) or item.name.startswith(TMP_PREFIX):
             continue
         with contextlib.suppress(OSError):
             st = item.stat()
-            out.append((st.st_mtime, st.st_size, Path(item.path)))
+            out.append((st.st_mtime, on_disk(st.st_size, block), Path(item.path)))
     return out
 
 

@@ -138,7 +138,7 @@ class SeekableCache:
         return self.root / f"{ident[:24]}-{version[:16]}{suffix}"
 
     def total_bytes(self) -> int:
-        """Bytes held by complete copies."""
+        """Disk bytes held by complete copies (whole blocks)."""
         return sum(size for _, size, _ in self._entries())
 
     # -- use ----------------------------------------------------------------------------

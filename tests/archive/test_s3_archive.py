@@ -181,11 +181,11 @@ def test_index_cache_from_environment_and_etag_change(
 
 
 def test_index_cache_is_byte_bounded(tmp_path: os.PathLike[str]) -> None:
-    cache = S3IndexCache(tmp_path, max_bytes=10_000)
+    cache = S3IndexCache(tmp_path, max_bytes=14_000)  # three files of a 4 KiB block fit
     for i in range(5):
         assert cache.put(f"aws|b|k{i}", f'"e{i}"', 100, [(0, bytes([i]) * 3000)])
         os.utime(cache.path_for(f"aws|b|k{i}"), (1000 + i, 1000 + i))
-    assert cache.total_bytes() <= 10_000
+    assert cache.total_bytes() <= 14_000
     assert cache.get("aws|b|k0") is None and cache.get("aws|b|k4") is not None
     cache.touch("aws|b|k2")  # now the most recent: survives the next eviction
     assert cache.put("aws|b|k9", '"e9"', 100, [(0, b"z" * 3000)])

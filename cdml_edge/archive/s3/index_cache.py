@@ -136,7 +136,7 @@ class S3IndexCache:
         return True
 
     def total_bytes(self) -> int:
-        """Bytes currently held by complete entries."""
+        """Disk bytes held by complete entries (whole blocks)."""
         return sum(size for _, size, _ in self._entries())
 
     def _entries(self) -> list[Entry]:
