@@ -19,6 +19,9 @@ JPEG_SOS = b"\xff\xda"
 # SOF0..SOF15 carry the frame size, except DHT (C4), JPG (C8) and DAC (CC)
 _SOF_MARKERS = frozenset(range(0xC0, 0xD0)) - {0xC4, 0xC8, 0xCC}
 _PROGRESSIVE_SOF = frozenset({0xC2, 0xC6, 0xCA, 0xCE})
+_NO_LENGTH = frozenset({0x01, *range(0xD0, 0xD8)})  # TEM and RST0..RST7: a bare marker
+_SEGMENT = struct.Struct(">BBH")  # 0xFF, the marker, the segment's length
+_FRAME = struct.Struct(">BHHB")  # sample bits, height, width, components
 _TIFF_MAGIC = {b"II*\0": "<", b"MM\0*": ">", b"II+\0": "<", b"MM\0+": ">"}
 
 
@@ -51,16 +54,15 @@ def jpeg_header(data: bytes) -> ImageHeader | None:
         return None
     i, n = 2, len(data)
     while i + 4 <= n:
-        if data[i] != 0xFF:
+        ff, marker, length = _SEGMENT.unpack_from(data, i)
+        if ff != 0xFF:
             return None
-        marker = data[i + 1]
         if marker == 0xFF:  # fill byte
             i += 1
             continue
-        if marker in (0x01, *range(0xD0, 0xD8)):  # markers without a length
+        if marker in _NO_LENGTH:
             i += 2
             continue
-        length = int.from_bytes(data[i + 2 : i + 4], "big")
         if marker in _SOF_MARKERS:
             return _jpeg_frame(data[i + 4 : i + 2 + length], marker, count_scans(data))
         if marker == 0xDA or length < 2:  # start of scan before any frame header
@@ -83,19 +85,31 @@ def count_scans(data: bytes) -> int:
 def _jpeg_frame(sof: bytes, marker: int, scans: int) -> ImageHeader | None:
     if len(sof) < 6:
         return None
-    bits, h, w, ncomp = sof[0], *struct.unpack(">HH", sof[1:5]), sof[5]
+    bits, h, w, ncomp = _FRAME.unpack_from(sof)
     if not (w and h):
         return None
-    sampling = [(b >> 4, b & 15) for b in sof[7 : 6 + 3 * ncomp : 3]]
     coeff = 0
-    if marker in _PROGRESSIVE_SOF and sampling:
-        hmax = max(max(s[0] for s in sampling), 1)
-        vmax = max(max(s[1] for s in sampling), 1)
-        for hs, vs in sampling:  # 64 coefficients of 2 bytes per 8x8 block of each component
-            bw = -(-w * max(hs, 1) // (hmax * 8)) + hmax
-            bh = -(-h * max(vs, 1) // (vmax * 8)) + vmax
-            coeff += bw * bh * 128
+    if marker in _PROGRESSIVE_SOF:
+        coeff = _coefficient_bytes(sof[7 : 6 + 3 * ncomp : 3], w, h)
     return ImageHeader("jpeg", w, h, max(ncomp, 1), max(bits, 8), scans, coeff)
+
+
+def _coefficient_bytes(sampling: bytes, w: int, h: int) -> int:
+    """A progressive JPEG's whole-image buffer: 64 coefficients of 2 bytes per 8x8 block.
+
+    ``sampling``: each component's sampling factors byte (horizontal << 4 | vertical).
+    """
+    factors = [(b >> 4, b & 15) for b in sampling]
+    if not factors:
+        return 0
+    hmax = max(max(s[0] for s in factors), 1)
+    vmax = max(max(s[1] for s in factors), 1)
+    coeff = 0
+    for hs, vs in factors:
+        bw = -(-w * max(hs, 1) // (hmax * 8)) + hmax
+        bh = -(-h * max(vs, 1) // (vmax * 8)) + vmax
+        coeff += bw * bh * 128
+    return coeff
 
 
 def _png_header(data: bytes) -> ImageHeader | None:

@@ -23,6 +23,7 @@ ORIENTATIONS: tuple[str, ...] = ("exif", "raw")
 _APP1, _SOS, _EOI = 0xE1, 0xDA, 0xD9
 _EXIF = b"Exif\0\0"
 _ORIENTATION_TAG = 0x0112
+_SEGMENT = struct.Struct(">BBH")  # 0xFF, the marker, the segment's length
 _MAX_SEGMENTS = 64  # markers walked before the first scan (real files: under ten)
 
 
@@ -37,12 +38,11 @@ def exif_orientation(data: bytes) -> int:
     """The EXIF ``Orientation`` (1-8) of a JPEG; 1 when there is none or it is unreadable."""
     i, n = 2, len(data)
     for _ in range(_MAX_SEGMENTS):
-        if i + 4 > n or data[i] != 0xFF:
+        if i + 4 > n:
             return 1
-        marker = data[i + 1]
-        if marker in (_SOS, _EOI):
+        ff, marker, length = _SEGMENT.unpack_from(data, i)
+        if ff != 0xFF or marker in (_SOS, _EOI):
             return 1
-        length = int.from_bytes(data[i + 2 : i + 4], "big")
         if marker == _APP1 and data[i + 4 : i + 10] == _EXIF:
             return _tiff_orientation(data[i + 10 : i + 2 + length])
         i += 2 + length
