@@ -32,6 +32,7 @@ _REDUCED = (
     (4, cv2.IMREAD_REDUCED_COLOR_4),
     (2, cv2.IMREAD_REDUCED_COLOR_2),
 )
+_REDUCED_FLAGS = dict(_REDUCED)
 FROM_LIMITS = -1
 """``max_pixels`` default: the ``max_pixels`` of the limits in use."""
 
@@ -96,8 +97,7 @@ def decode_cost(header: ImageHeader, target: tuple[int, int] | None = None) -> i
     w, h = header.width, header.height
     if header.format == "jpeg" and target is not None:
         sw, sh = jpeg.scaled_size(w, h, target)
-        tw, th = target[0] * jpeg.OVERSAMPLE, target[1] * jpeg.OVERSAMPLE
-        factor = next((f for f, _ in _REDUCED if w // f >= tw and h // f >= th), 1)
+        factor = _reduced_factor(w, h, target)
         w, h = max(sw, -(-w // factor)), max(sh, -(-h // factor))  # either decoder's scale
     sample = -(-header.bits // 8)
     buffers = header.coefficient_bytes + header.buffer_bytes
@@ -110,19 +110,25 @@ def _is_truncated_jpeg(data: bytes) -> bool:
     return data.rfind(JPEG_EOI, max(0, len(data) - 4096)) == -1
 
 
-def _reduced_flag(data: bytes, target: tuple[int, int] | None) -> int:
+def _reduced_factor(w: int, h: int, target: tuple[int, int]) -> int:
+    """OpenCV's reduced scale (8, 4, 2 or 1) of a ``w x h`` JPEG for ``target``.
+
+    It only reduces while the decoded image stays at least :data:`jpeg.OVERSAMPLE` times the
+    target.
+    """
+    tw, th = target[0] * jpeg.OVERSAMPLE, target[1] * jpeg.OVERSAMPLE
+    for factor, _ in _REDUCED:
+        if w // factor >= tw and h // factor >= th:
+            return factor
+    return 1
+
+
+def _reduced_flag(header: ImageHeader, target: tuple[int, int] | None) -> int:
+    """OpenCV's read flag for a JPEG of ``header``: reduced for ``target`` when it can be."""
     if target is None:
         return cv2.IMREAD_COLOR
-    size = jpeg_size(data)
-    if size is None:
-        return cv2.IMREAD_COLOR
-    w, h = size
-    tw, th = target[0] * jpeg.OVERSAMPLE, target[1] * jpeg.OVERSAMPLE
-    for factor, flag in _REDUCED:
-        # only reduce while the decoded image stays at least twice the target (jpeg.OVERSAMPLE)
-        if w // factor >= tw and h // factor >= th:
-            return int(flag)
-    return cv2.IMREAD_COLOR
+    factor = _reduced_factor(header.width, header.height, target)
+    return int(_REDUCED_FLAGS.get(factor, cv2.IMREAD_COLOR))
 
 
 def resize(image: np.ndarray, target: tuple[int, int]) -> np.ndarray:
@@ -136,10 +142,11 @@ def resize(image: np.ndarray, target: tuple[int, int]) -> np.ndarray:
 
 
 def _decode_opencv(
-    buf: bytes, member: str, target: tuple[int, int] | None, reduced: bool, is_jpeg: bool
+    buf: bytes, member: str, header: ImageHeader, target: tuple[int, int] | None, reduced: bool
 ) -> np.ndarray:
     """The stored pixels, RGB: OpenCV's own EXIF rotation is off (:mod:`.orientation`)."""
-    flag = _reduced_flag(buf, target) if (reduced and is_jpeg) else cv2.IMREAD_COLOR
+    is_jpeg = header.format == "jpeg"
+    flag = _reduced_flag(header, target) if (reduced and is_jpeg) else cv2.IMREAD_COLOR
     flag |= cv2.IMREAD_IGNORE_ORIENTATION
     try:
         bgr = cv2.imdecode(np.frombuffer(buf, dtype=np.uint8), flag)
@@ -234,10 +241,9 @@ def _stored_pixels(
     buf: bytes, member: str, header: ImageHeader, target: tuple[int, int] | None, reduced: bool
 ) -> np.ndarray:
     """The pixels as stored, RGB: libjpeg-turbo for a JPEG it takes, else OpenCV."""
-    is_jpeg = header.format == "jpeg"
-    if is_jpeg:
+    if header.format == "jpeg":
         size = (header.width, header.height)
         rgb = jpeg.decode_scaled(buf, size, target if reduced else None)
         if rgb is not None:
             return rgb
-    return _decode_opencv(buf, member, target, reduced, is_jpeg)
+    return _decode_opencv(buf, member, header, target, reduced)
