@@ -18,7 +18,7 @@ byte budget, so intake pauses while a large decode is under way.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass
 
 from .errors import DecodeError
@@ -105,13 +105,19 @@ def set_charge(take: Charge | None, give: Charge | None = None) -> None:
     _charge = None if take is None or give is None else (take, give)
 
 
-@contextmanager
-def charged(nbytes: int) -> Iterator[None]:
+_UNCHARGED = nullcontext()
+
+
+def charged(nbytes: int) -> AbstractContextManager[None]:
     """Hold ``nbytes`` of the installed charge (if any) while the body decodes."""
     hooks = _charge
     if hooks is None or nbytes <= 0:
-        yield
-        return
+        return _UNCHARGED
+    return _holding(hooks, nbytes)
+
+
+@contextmanager
+def _holding(hooks: tuple[Charge, Charge], nbytes: int) -> Iterator[None]:
     hooks[0](nbytes)
     try:
         yield
