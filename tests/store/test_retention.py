@@ -406,3 +406,15 @@ def test_max_bytes_bounds_the_disk_space_of_many_small_windows(tmp_path: Path) -
     rebuilt = RetentionRing(tmp_path / "ring", max_bytes=bound)  # rows from the sidecars
     assert rebuilt.stats()["bytes"] == counted
     rebuilt.close()
+
+
+def test_too_large_says_the_window_takes_more_blocks_than_the_bound(tmp_path: Path) -> None:
+    """A 1.5 KiB window under a 5000-byte bound: refused, and the error says why in figures."""
+    ring = RetentionRing(tmp_path, max_bytes=5000)
+    archive, manifest = make_window("small", T0, _files(1, 300))
+    res = ring.store(archive, manifest)
+    assert res.status is StoreStatus.TOO_LARGE and res.error is not None
+    assert f"{2 * ring.block} B on the disk" in res.error
+    assert f"{len(archive)} B archive" in res.error and f"{ring.block} B blocks" in res.error
+    assert "retention.max_bytes (5000)" in res.error
+    ring.close()
