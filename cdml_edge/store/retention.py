@@ -166,6 +166,8 @@ class RetentionRing:
         }
         self.catalog = self._open_catalog()
         self.reconcile(full=self.catalog.fresh)
+        if self.catalog.fresh:  # rebuilt from the sidecars (an old schema counted lengths):
+            self.evict()  # within its bounds now, not only when the next window comes
 
     def _open_catalog(self) -> Catalog:
         """The catalog, its file given the ring's mode (SQLite's journals follow it).
