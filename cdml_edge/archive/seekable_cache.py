@@ -58,7 +58,7 @@ from cdml_edge.archive.tar.reframe import write_plain_copy
 from cdml_edge.archive.tar.rows import TarRows
 from cdml_edge.archive.tar.seekable import read_seekable_tail
 from cdml_edge.archive.tar.zst import ZstdTarArchive
-from cdml_edge.fsio import TMP_PREFIX
+from cdml_edge.fsio import TMP_PREFIX, block_size, on_disk
 
 log = logging.getLogger(__name__)
 
@@ -260,7 +260,7 @@ class SeekableCache:
             return None
         seconds = time.perf_counter() - t0
         self._drop_versions(path)
-        if size > self.max_bytes:
+        if on_disk(size, block_size(self.root)) > self.max_bytes:  # as the bound counts
             _unlink_copy(path)
             log.warning("%s %s; its copy is larger than the seekable cache", name, why)
             return None

@@ -14,6 +14,7 @@ from pathlib import Path
 from cdml_edge.config import AppConfig
 from cdml_edge.doctor.access import Account, W, X
 from cdml_edge.doctor.check import Check
+from cdml_edge.fsio import block_size, on_disk
 from cdml_edge.units import format_size
 
 # Room kept free beyond the byte bounds (logs, the OS, a model update).
@@ -56,13 +57,15 @@ def dir_problem(path: Path, account: Account | None = None) -> str | None:
 
 
 def _used_bytes(path: Path) -> int:
+    """What the files in ``path`` take, in whole blocks (as the bounds count them)."""
     if not path.is_dir():
         return 0
     total = 0
+    block = block_size(path)
     for root, _dirs, files in os.walk(path):
         for f in files:
             with contextlib.suppress(OSError):
-                total += os.lstat(os.path.join(root, f)).st_size
+                total += on_disk(os.lstat(os.path.join(root, f)).st_size, block)
     return total
 
 

@@ -15,12 +15,20 @@ MAX_BLOCK = 65536  # a network file system may report its transfer size (1 MiB) 
 def block_size(folder: str | os.PathLike[str]) -> int:
     """The allocation unit of the file system holding ``folder``, 512 B to ``MAX_BLOCK``.
 
-    ``DEFAULT_BLOCK`` when the file system cannot say.
+    A folder not made yet is asked through its nearest existing parent (where it will be
+    made); ``DEFAULT_BLOCK`` when the file system cannot say.
     """
-    try:
-        st = os.statvfs(folder)
-    except OSError:
-        return DEFAULT_BLOCK
+    path = os.path.abspath(folder)
+    while True:
+        try:
+            st = os.statvfs(path)
+            break
+        except FileNotFoundError:
+            if os.path.dirname(path) == path:
+                return DEFAULT_BLOCK
+            path = os.path.dirname(path)
+        except OSError:
+            return DEFAULT_BLOCK
     return min(max(st.f_frsize or st.f_bsize or DEFAULT_BLOCK, 512), MAX_BLOCK)
 
 

@@ -296,14 +296,14 @@ class FileLifecycle:
                 if not os.path.lexists(path):
                     return None, 0, None
                 size = os.lstat(path).st_size
-                if size > self.quarantine_max_bytes:
+                if self._on_disk(size) > self.quarantine_max_bytes:
                     return None, size, self._too_large(size, "left in place")
                 _real_folder(folder, folder_mode(self.file_mode))
                 dest = move_file(path, folder, flat)
                 if not dest.is_symlink():  # a link's own mode means nothing on Linux
                     os.chmod(dest, self.file_mode)
             elif data is not None:
-                if len(data) > self.quarantine_max_bytes:
+                if self._on_disk(len(data)) > self.quarantine_max_bytes:
                     return None, len(data), self._too_large(len(data), "not written")
                 _real_folder(folder, folder_mode(self.file_mode))
                 dest = unique_name(folder, flat)
@@ -316,9 +316,14 @@ class FileLifecycle:
             self._enforce_bound(dest)
         return (dest if os.path.lexists(dest) else None), size, None
 
+    def _on_disk(self, size: int) -> int:
+        """What a file of ``size`` bytes takes in the quarantine: whole blocks, as it counts."""
+        return on_disk(size, block_size(self.quarantine_dir))
+
     def _too_large(self, size: int, what: str) -> str:
         return (
-            f"{what}: {size} bytes, larger than quarantine.max_bytes ({self.quarantine_max_bytes})"
+            f"{what}: {size} bytes ({self._on_disk(size)} on the disk in whole blocks), larger "
+            f"than quarantine.max_bytes ({self.quarantine_max_bytes})"
         )
 
     # -- the backlog of files whose quarantine failed ---------------------------------------

@@ -166,6 +166,8 @@ class RetentionRing:
         }
         self.catalog = self._open_catalog()
         self.reconcile(full=self.catalog.fresh)
+        if self.catalog.fresh:  # rebuilt from the sidecars (an old schema counted lengths):
+            self.evict()  # within its bounds now, not only when the next window comes
 
     def _open_catalog(self) -> Catalog:
         """The catalog, its file given the ring's mode (SQLite's journals follow it).
@@ -238,7 +240,7 @@ class RetentionRing:
         sidecar = RetainedWindow(archive=ref, manifest=manifest).to_bytes()
         need = on_disk(len(archive), self.block) + on_disk(len(sidecar), self.block)
         if need > self.max_bytes:
-            return StoreResult(StoreStatus.TOO_LARGE, error=f"{need} B > max_bytes")
+            return StoreResult(StoreStatus.TOO_LARGE, error=self._too_large(need, archive, sidecar))
         if not self.faults.may_try("store"):  # degraded: the next attempt is not due yet
             return StoreResult(self._fault_status, error=self.faults.degraded)
         evicted = self._evict_locked(need)
@@ -262,6 +264,13 @@ class RetentionRing:
             bytes_written=len(archive) + len(sidecar),
             evicted=evicted,
             event=event,
+        )
+
+    def _too_large(self, need: int, archive: bytes, sidecar: bytes) -> str:
+        """Why a window is not kept: its files in whole blocks exceed ``max_bytes`` alone."""
+        return (
+            f"{need} B on the disk ({len(archive)} B archive + {len(sidecar)} B sidecar in "
+            f"{self.block} B blocks) > retention.max_bytes ({self.max_bytes})"
         )
 
     def _write_pair(

@@ -22,6 +22,7 @@ from cdml_edge.archive.s3 import (
     open_s3_source,
 )
 from cdml_edge.archive.spec import TAIL_BYTES
+from cdml_edge.fsio import block_size
 
 BUCKET = "archives"
 
@@ -178,6 +179,16 @@ def test_index_cache_from_environment_and_etag_change(
     assert len(arc) == 80 and arc.read(v2[70][0]) == v2[70][1]
     assert arc.source.index_source == "network"  # type: ignore[attr-defined]
     assert s3_server.proxy.seen()[0].method == "HEAD"
+
+
+def test_an_index_whose_blocks_exceed_the_cache_bound_is_not_kept(
+    tmp_path: os.PathLike[str],
+) -> None:
+    """Its length fits the bound, its whole blocks do not: it would hold the folder above it."""
+    block = block_size(tmp_path)
+    cache = S3IndexCache(os.path.join(tmp_path, "idx"), max_bytes=2 * block - 1)
+    assert not cache.put("aws|b|k", '"e"', 1, [(0, b"i" * (block + 100))])
+    assert cache.total_bytes() <= cache.max_bytes and cache.get("aws|b|k") is None
 
 
 def test_index_cache_is_byte_bounded(tmp_path: os.PathLike[str]) -> None:

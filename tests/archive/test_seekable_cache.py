@@ -379,10 +379,25 @@ def test_no_index_kept_for_links_and_none_left_by_eviction(tmp_path: Path) -> No
     assert again.seekable_copy.reused and "./sym" in again.skipped()  # type: ignore[attr-defined]
     a, _ = _stock(tmp_path, seed=6, n=20)
     b, _ = _stock(tmp_path, seed=7, n=20)
-    size = open_archive(a, seekable_cache=SeekableCache(tmp_path / "probe")).seekable_copy.bytes  # type: ignore[attr-defined]
+    probe = open_archive(a, seekable_cache=SeekableCache(tmp_path / "probe"))
+    size = probe.seekable_copy.bytes  # type: ignore[attr-defined]
     small = SeekableCache(tmp_path / "small", max_bytes=size + size // 2)  # room for one copy
     first = open_archive(a, seekable_cache=small).seekable_copy.path  # type: ignore[attr-defined]
     assert Path(index_path(first)).is_file()
     newer = open_archive(b, seekable_cache=small).seekable_copy.path  # type: ignore[attr-defined]
     names = sorted(p.name for p in small.root.iterdir())  # the evicted copy's index went too
     assert names == sorted([Path(newer).name, Path(index_path(newer)).name])
+
+
+def test_a_copy_whose_blocks_exceed_the_bound_is_not_kept(tmp_path: Path) -> None:
+    """Its length fits the bound, its whole blocks do not: it would hold the folder above it."""
+    a, _ = _stock(tmp_path, seed=2, n=60)
+    probe = open_archive(a, seekable_cache=SeekableCache(tmp_path / "probe"))
+    size = probe.seekable_copy.bytes  # type: ignore[attr-defined]
+    if size % block_size(tmp_path) == 0:
+        pytest.skip("the copy is a whole number of blocks")
+    cache = SeekableCache(tmp_path / "cache", max_bytes=size)
+    open_archive(a, seekable_cache=cache)
+    used = sum(p.lstat().st_blocks * 512 for p in _copies(cache))
+    assert Path(probe.seekable_copy.path).name not in [p.name for p in _copies(cache)]  # type: ignore[attr-defined]
+    assert cache.total_bytes() <= cache.max_bytes and used <= cache.max_bytes

@@ -84,7 +84,31 @@ def test_block_size_is_what_a_small_file_takes(tmp_path: Path) -> None:
     small = tmp_path / "small"
     small.write_bytes(b"x" * 100)
     assert small.stat().st_blocks * 512 <= on_disk(100, block)
-    assert block_size(tmp_path / "missing") == DEFAULT_BLOCK
+    assert block_size(tmp_path / "missing" / "deeper") == block  # made later, on this disk
+
+
+def test_a_folder_not_made_yet_has_the_block_of_its_parent(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """A bound checked before its folder is made counts the blocks it will take there."""
+    real = os.statvfs
+
+    class Stat:
+        f_frsize = f_bsize = 1024
+
+    def statvfs(p: str) -> object:
+        if not os.path.exists(p):
+            raise FileNotFoundError(p)
+        return Stat() if os.fspath(p) == os.fspath(tmp_path) else real(p)
+
+    monkeypatch.setattr(os, "statvfs", statvfs)
+    assert block_size(tmp_path / "quarantine" / "cam") == 1024
+
+    def broken(p: str) -> object:
+        raise PermissionError(p)
+
+    monkeypatch.setattr(os, "statvfs", broken)
+    assert block_size(tmp_path) == DEFAULT_BLOCK
 
 
 def test_a_network_file_system_block_is_capped(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -512,3 +512,28 @@ def test_untrusted_ring_entries_are_a_warning(tmp_path: Path) -> None:
     assert "3 entries" in warn.detail
     assert "'evil'" in warn.detail and "outside the ring" in warn.detail
     assert "a symbolic link" in warn.detail and "corrupt" in warn.detail
+
+
+def test_room_to_grow_counts_what_the_files_take_on_the_disk(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A ring full of small files in whole blocks may not grow: its bound counts blocks.
+
+    Counted by length, its 32 MiB on the disk were 0.8 MB: the doctor said it may still grow
+    by 31 MiB and failed a disk with room for all that can still come.
+    """
+    from cdml_edge.doctor import folders
+    from cdml_edge.fsio import block_size
+
+    cfg = load_config(good_config(tmp_path, {"url": "mqtt://127.0.0.1:1"}))
+    ring = cfg.retention.dir  # type: ignore[union-attr]
+    ring.mkdir(parents=True)
+    block = block_size(ring)
+    if block < 4096:
+        pytest.skip(f"blocks of {block} B: too many files to fill the bound")
+    for i in range(32 * 1024**2 // block):
+        (ring / f"{i:05d}.bin").write_bytes(b"x" * 100)
+    room = (16 + 1 + 1) * 1024**2 + folders.RESERVE_BYTES  # spool + quarantine + 1 MiB
+    monkeypatch.setattr(folders, "_free_bytes", lambda _p: room)
+    checks = {c.name: c for c in folders.check_writable_dirs(cfg)}
+    assert checks["retention folder"].ok, checks["retention folder"].detail

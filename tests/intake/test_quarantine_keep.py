@@ -125,3 +125,17 @@ def test_the_quarantine_bound_counts_the_disk_space_of_small_files(tmp_path: Pat
         assert lc.quarantine("cam", f"s{i}.jpg", _file(tmp_path / "in" / f"s{i}.jpg", 100))
     used = sum(p.lstat().st_blocks * 512 for p in (tmp_path / "quarantine").rglob("*.jpg"))
     assert 0 < used <= bound
+
+
+def test_a_file_whose_blocks_exceed_the_quarantine_bound_is_left_in_place(tmp_path: Path) -> None:
+    """Its length fits the bound, its whole blocks do not: it would hold the folder above it."""
+    (tmp_path / "quarantine").mkdir()
+    block = block_size(tmp_path / "quarantine")
+    lc = FileLifecycle(tmp_path / "quarantine", block + 100)
+    f = _file(tmp_path / "in" / "f.jpg", block + 50)  # two blocks on the disk
+    dest, why = lc.quarantine_or_leave("cam", "f.jpg", f)
+    assert dest is None and f.exists()
+    assert why is not None and "left in place" in why and f"{2 * block} " in why
+    assert lc.quarantine("cam", "g.jpg", None, os.urandom(block + 50)) is None
+    used = sum(p.lstat().st_blocks * 512 for p in (tmp_path / "quarantine").rglob("*"))
+    assert used <= block + 100

@@ -6,6 +6,7 @@ import errno
 import hashlib
 import io
 import os
+import sqlite3
 import subprocess
 import threading
 import time
@@ -406,3 +407,38 @@ def test_max_bytes_bounds_the_disk_space_of_many_small_windows(tmp_path: Path) -
     rebuilt = RetentionRing(tmp_path / "ring", max_bytes=bound)  # rows from the sidecars
     assert rebuilt.stats()["bytes"] == counted
     rebuilt.close()
+
+
+def test_too_large_says_the_window_takes_more_blocks_than_the_bound(tmp_path: Path) -> None:
+    """A 1.5 KiB window under a 5000-byte bound: refused, and the error says why in figures."""
+    ring = RetentionRing(tmp_path, max_bytes=5000)
+    archive, manifest = make_window("small", T0, _files(1, 300))
+    res = ring.store(archive, manifest)
+    assert res.status is StoreStatus.TOO_LARGE and res.error is not None
+    assert f"{2 * ring.block} B on the disk" in res.error
+    assert f"{len(archive)} B archive" in res.error and f"{ring.block} B blocks" in res.error
+    assert "retention.max_bytes (5000)" in res.error
+    ring.close()
+
+
+def test_a_ring_over_its_bound_when_opened_is_brought_within_it(tmp_path: Path) -> None:
+    """An old catalog (schema 1: lengths) is rebuilt counting blocks: over the bound at once.
+
+    The ring is evicted to its bound when it is opened, not left over it (and the disk full
+    beside it) until a window comes, which may be long with ``keep: anomalies``.
+    """
+    ring_dir = tmp_path / "ring"
+    ring = RetentionRing(ring_dir, max_bytes=10 * 1024**2)
+    for i in range(30):
+        assert ring.store(*make_window(f"w{i:02d}", T0 + i, _files(1, 300, i))).stored
+    ring.close()
+    with sqlite3.connect(ring_dir / CATALOG_NAME) as db:  # as the previous release left it
+        db.execute("UPDATE meta SET value = '1' WHERE key = 'schema_version'")
+    db.close()
+    bound = 64 * 1024
+    reopened = RetentionRing(ring_dir, max_bytes=bound)
+    assert reopened.catalog.rebuilt_reason == "schema version 1"
+    assert 0 < reopened.stats()["bytes"] <= bound and _disk_space(ring_dir) <= bound
+    assert reopened.stats()["evicted"] > 0
+    assert [r.window_id for r in reopened.windows()][-1] == "w29"  # the oldest went
+    reopened.close()

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from cdml_edge.archive.cache_folder import Entry, entries, evict
-from cdml_edge.fsio import atomic_writer
+from cdml_edge.fsio import atomic_writer, block_size, on_disk
 
 DEFAULT_INDEX_CACHE_BYTES = 256 << 20
 _MAGIC = b"CDS3IDX1"
@@ -119,10 +119,11 @@ class S3IndexCache:
     ) -> bool:
         """Store an entry atomically, then evict LRU entries over the bound.
 
-        Returns ``False`` when the entry alone is over ``max_bytes`` (nothing is stored).
+        Returns ``False`` when the entry alone is over ``max_bytes`` in whole blocks (nothing is
+        stored).
         """
         raw = _encode(ident, etag, size, chunks, pace)
-        if len(raw) > self.max_bytes:
+        if on_disk(len(raw), block_size(self.root)) > self.max_bytes:  # as the bound counts
             return False
         path = self.path_for(ident)
         try:
