@@ -28,6 +28,7 @@ from cdml_edge.intake.finishing import FileLifecycle
 from cdml_edge.intake.windower import PipelineGate
 from cdml_edge.model.runner import ModelRunner
 from cdml_edge.outputs.base import Output
+from cdml_edge.store.retention import StoreStatus
 from cdml_edge.window.configured import pack_and_score
 from cdml_edge.window.items import Window
 from cdml_edge.window.payloads import ItemResult
@@ -168,7 +169,7 @@ class WindowPipeline:
         res = self.retention.store(archive, outcome.manifest)
         if res.bytes_written:
             self.metrics.bytes_written.labels(kind="retention").inc(res.bytes_written)
-        if res.lost:
+        if res.lost or res.status is StoreStatus.TOO_LARGE:  # wanted by the policy, not kept
             self.metrics.errors.labels(stage=f"retention_{res.status.value}").inc()
         return res.lost and self.cfg.retention.required
 

@@ -152,6 +152,8 @@ class RetentionRing:
         self.foreign: list[str] = []  # entries the ring did not write (left alone)
         self.ignored_rows = 0  # catalog rows pointing outside the ring (never acted on)
         self._refused_corrupt: str | None = None  # why corrupt/ is not used (logged once)
+        self._too_large_said_at: float | None = None  # the last "too large" line (clock)
+        self._too_large_unsaid = 0  # windows too large since that line
         self.counters: dict[str, int] = {
             "stored": 0,
             "skipped": 0,
@@ -240,7 +242,9 @@ class RetentionRing:
         sidecar = RetainedWindow(archive=ref, manifest=manifest).to_bytes()
         need = on_disk(len(archive), self.block) + on_disk(len(sidecar), self.block)
         if need > self.max_bytes:
-            return StoreResult(StoreStatus.TOO_LARGE, error=self._too_large(need, archive, sidecar))
+            error = self._too_large(need, archive, sidecar)
+            self._say_too_large(manifest.window_id, error)
+            return StoreResult(StoreStatus.TOO_LARGE, error=error)
         if not self.faults.may_try("store"):  # degraded: the next attempt is not due yet
             return StoreResult(self._fault_status, error=self.faults.degraded)
         evicted = self._evict_locked(need)
@@ -272,6 +276,18 @@ class RetentionRing:
             f"{need} B on the disk ({len(archive)} B archive + {len(sidecar)} B sidecar in "
             f"{self.block} B blocks) > retention.max_bytes ({self.max_bytes})"
         )
+
+    def _say_too_large(self, window_id: str, error: str) -> None:
+        """One WARNING line a minute at most: a bound below every window must not be silent."""
+        self._too_large_unsaid += 1
+        now = self.clock()
+        if self._too_large_said_at is not None and now - self._too_large_said_at < 60.0:
+            return
+        since = ""
+        if self._too_large_said_at is not None:
+            since = f" ({self._too_large_unsaid} windows too large since the last line)"
+        log.warning("retention: window %s not kept: %s%s", window_id, error, since)
+        self._too_large_said_at, self._too_large_unsaid = now, 0
 
     def _write_pair(
         self, archive_name: str, archive: bytes, sidecar_name: str, sidecar: bytes

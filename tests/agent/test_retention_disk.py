@@ -97,3 +97,30 @@ def test_required_false_releases_files_the_ring_could_not_keep(
     assert agent.retention.counters["disk_full"] >= 1 and agent.retention.counters["stored"] == 0
     ids = {m["payload"]["id"] for m in _lines(out) if m["topic"].endswith("/result")}
     assert len(ids) == 6
+
+
+def test_windows_too_large_for_the_ring_are_counted_and_their_files_released(
+    tmp_path: Path,
+) -> None:
+    """A bound below a window's two blocks keeps nothing: counted, and nothing held."""
+    cfg_path = cam_config(
+        tmp_path,
+        textwrap.dedent(f"""\
+        retention: {{dir: {tmp_path / "ring"}, max_bytes: 4KiB}}
+        output: {{jsonl: out.jsonl}}
+    """),
+    )
+    agent = Agent(load_config(cfg_path), cfg_path)
+    agent.start()
+    cam = tmp_path / "in/cam1"
+    try:
+        for i in range(3):
+            write_atomic(cam / f"f{i:02d}.jpg", jpeg(i * 30, size=64))
+        wait_for(lambda: not any(cam.iterdir()), timeout=60, what="files released")
+    finally:
+        agent.stop()
+    assert agent.retention is not None and agent.retention.counters["too_large"] >= 1
+    got = agent.metrics.registry.get_sample_value(
+        "cdml_edge_errors_total", {"stage": "retention_too_large"}
+    )
+    assert got == agent.retention.counters["too_large"]

@@ -442,3 +442,23 @@ def test_a_ring_over_its_bound_when_opened_is_brought_within_it(tmp_path: Path) 
     assert reopened.stats()["evicted"] > 0
     assert [r.window_id for r in reopened.windows()][-1] == "w29"  # the oldest went
     reopened.close()
+
+
+def test_a_window_too_large_for_the_ring_is_said_once_a_minute(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A bound smaller than every window keeps nothing: a warning says so, not one per window."""
+    now = [T0]
+    ring = RetentionRing(tmp_path, max_bytes=4096, clock=lambda: now[0])
+    with caplog.at_level("WARNING", logger="cdml_edge.store.retention"):
+        for i in range(5):
+            res = ring.store(*make_window(f"w{i}", T0 + i, _files(1, 100, i)))
+            assert res.status is StoreStatus.TOO_LARGE
+        now[0] += 61
+        ring.store(*make_window("w9", T0 + 9, _files(1, 100, 9)))
+    lines = [r.getMessage() for r in caplog.records if "not kept" in r.getMessage()]
+    assert len(lines) == 2, lines
+    assert "w0" in lines[0] and "retention.max_bytes (4096)" in lines[0]
+    assert "w9" in lines[1] and "5 windows too large since" in lines[1]
+    assert ring.counters["too_large"] == 6
+    ring.close()
