@@ -424,7 +424,10 @@ class RetentionConfig(_WritesFiles):
     max_bytes: Size = Field(
         1024**3,
         gt=0,
-        description="Oldest windows are evicted above this disk space (files in whole blocks).",
+        description=(
+            "Oldest windows are evicted above this disk space (files in whole blocks, the "
+            "catalog included)."
+        ),
     )
     max_age: Duration | None = Field(None, gt=0, description="Windows older than this go.")
     keep: Literal["all", "anomalies", "sample", "none"] = Field(

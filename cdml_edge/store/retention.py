@@ -17,6 +17,7 @@ listed in :attr:`RetentionRing.foreign`.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import hashlib
 import logging
@@ -40,7 +41,13 @@ from cdml_edge.fsio import (
     make_folder,
     on_disk,
 )
-from cdml_edge.store.catalog import CATALOG_NAME, Catalog, WindowRecord, special_catalog_files
+from cdml_edge.store.catalog import (
+    CATALOG_FILES,
+    CATALOG_NAME,
+    Catalog,
+    WindowRecord,
+    special_catalog_files,
+)
 from cdml_edge.store.files import commit, is_tmp_name, tmp_path, write_file
 from cdml_edge.store.ondisk import regular_size
 from cdml_edge.store.policy import KeepPolicy, eviction_order, keeps
@@ -111,7 +118,8 @@ class RetentionRing:
     """Bounded ring of retained windows in ``directory`` (created if needed).
 
     ``max_bytes`` bounds the disk space of the windows' archives and sidecars, each file
-    counted in whole blocks of the folder's file system (``corrupt/`` included).
+    counted in whole blocks of the folder's file system, ``corrupt/`` and the catalog
+    included.
     """
 
     def __init__(
@@ -344,7 +352,7 @@ class RetentionRing:
             self._safe_windows(),
             self._corrupt_files(),
             incoming=incoming,
-            max_bytes=self.max_bytes,
+            max_bytes=max(self.max_bytes - self._catalog_bytes(), 0),
             cutoff=cutoff,
         )
         n = 0
@@ -383,6 +391,19 @@ class RetentionRing:
             )
         self.ignored_rows = ignored
         return safe
+
+    def _catalog_bytes(self) -> int:
+        """The catalog's files on the disk: ``max_bytes`` holds them too.
+
+        Their blocks as the file system reports them (SQLite's file may take a block more
+        than its length), at least its length in whole blocks.
+        """
+        total = 0
+        for name in CATALOG_FILES:
+            with contextlib.suppress(OSError):
+                st = os.lstat(self.dir / name)
+                total += max(on_disk(st.st_size, self.block), st.st_blocks * 512)
+        return total
 
     def _corrupt_files(self) -> list[tuple[float, Path, int]]:
         """The files in ``corrupt/``; none when it is not a real folder (logged once)."""
@@ -423,6 +444,7 @@ class RetentionRing:
             "windows": self.catalog.count(),
             "bytes": self.catalog.total_bytes(),
             "corrupt_bytes": sum(q[2] for q in self._corrupt_files()),
+            "catalog_bytes": self._catalog_bytes(),
             "ignored_rows": self.ignored_rows,
         }
 
