@@ -17,6 +17,28 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+def free_ports(n: int, avoid: tuple[int, ...] = ()) -> list[int]:
+    """``n`` distinct free loopback ports, none in ``avoid``.
+
+    Calls of :func:`free_port` one after another may get the same port back (each socket is
+    closed before the next bind): here every socket stays bound until all ``n`` are drawn.
+    """
+    held: list[socket.socket] = []
+    ports: list[int] = []
+    try:
+        while len(ports) < n:
+            sock = socket.socket()
+            held.append(sock)  # bound until the end, a port in ``avoid`` included
+            sock.bind(("127.0.0.1", 0))
+            port = int(sock.getsockname()[1])
+            if port not in avoid:
+                ports.append(port)
+        return ports
+    finally:
+        for sock in held:
+            sock.close()
+
+
 def restartable_port() -> int:
     """A free loopback port below the kernel's ephemeral range, for a broker a test restarts.
 

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers.ports import free_port
+from helpers.ports import free_port, free_ports
 
 REPO = Path(__file__).resolve().parents[2]
 STARTED = "Ray runtime started"
@@ -70,16 +70,26 @@ def _ray() -> list[str]:
     return [sys.executable, "-c", "from ray.scripts.scripts import main; main()"]
 
 
-def _ports() -> list[str]:
-    names = (
+def node_ports(head_port: int, head: bool) -> list[int]:
+    """A node's ports, distinct and free, never ``head_port`` (one drawn twice stops it)."""
+    return free_ports(len(_port_names(head)), avoid=(head_port,))
+
+
+def _port_names(head: bool) -> tuple[str, ...]:
+    return (
         "--node-manager-port",
         "--object-manager-port",
         "--dashboard-agent-listen-port",
         "--dashboard-agent-grpc-port",
         "--runtime-env-agent-port",
         "--metrics-export-port",
-    )
-    return [a for n in names for a in (n, str(free_port()))]
+    ) + (("--dashboard-port",) if head else ())
+
+
+def _ports(head_port: int, head: bool) -> list[str]:
+    names = _port_names(head)
+    ports = node_ports(head_port, head)
+    return [a for n, p in zip(names, ports, strict=True) for a in (n, str(p))]
 
 
 def start_node(head_port: int, head: bool) -> RayNode:
@@ -87,10 +97,9 @@ def start_node(head_port: int, head: bool) -> RayNode:
     temp = Path(tempfile.mkdtemp(prefix="cdml-rn-", dir="/tmp" if Path("/tmp").is_dir() else None))
     args = [*_ray(), "start", "--block", "--num-cpus", "1", "--disable-usage-stats"]
     args += ["--node-ip-address", "127.0.0.1", "--temp-dir", str(temp)]
-    args += ["--object-store-memory", str(96 << 20), *_ports()]
+    args += ["--object-store-memory", str(96 << 20), *_ports(head_port, head)]
     if head:
         args += ["--head", "--port", str(head_port), "--include-dashboard=false"]
-        args += ["--dashboard-port", str(free_port())]
     else:
         args += ["--address", f"127.0.0.1:{head_port}"]
     log = temp / "node.log"
