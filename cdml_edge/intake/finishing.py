@@ -133,6 +133,7 @@ class FileLifecycle:
     ) -> None:
         self.quarantine_dir = quarantine_dir
         self.quarantine_max_bytes = quarantine_max_bytes
+        self.block = block_size(quarantine_dir)  # the bound counts whole blocks (fsio.space)
         self.file_mode = file_mode
         self.on_skip = on_skip
         self.on_late = on_late
@@ -318,7 +319,7 @@ class FileLifecycle:
 
     def _on_disk(self, size: int) -> int:
         """What a file of ``size`` bytes takes in the quarantine: whole blocks, as it counts."""
-        return on_disk(size, block_size(self.quarantine_dir))
+        return on_disk(size, self.block)
 
     def _too_large(self, size: int, what: str) -> str:
         return (
@@ -407,14 +408,13 @@ class FileLifecycle:
         """
         files: list[tuple[float, int, Path]] = []
         total = 0
-        block = block_size(self.quarantine_dir)
         for p in self.quarantine_dir.rglob("*"):
             try:
                 st = p.lstat()
             except OSError:
                 continue
             if stat.S_ISREG(st.st_mode):
-                size = on_disk(st.st_size, block)
+                size = self._on_disk(st.st_size)
                 total += size
                 if p != newest:
                     files.append((st.st_ctime, size, p))
