@@ -21,6 +21,7 @@ from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 
 from cdml_edge.config import MqttConfig
+from cdml_edge.outputs.mqtt.batched_socket import BatchedSocket
 from cdml_edge.outputs.mqtt.tls import (
     BrokerAddress,
     MqttSetupError,
@@ -71,6 +72,13 @@ class BrokerSettings:
         return f"{scheme}://{self.address.host}:{self.address.port}"
 
 
+class _Client(mqtt.Client):
+    """paho's client on a :class:`BatchedSocket`."""
+
+    def _create_socket(self) -> Any:
+        return BatchedSocket(super()._create_socket())
+
+
 def new_client(
     settings: BrokerSettings,
     *,
@@ -91,7 +99,7 @@ def new_client(
     }
     if not v5:
         kwargs["clean_session"] = False
-    client = mqtt.Client(**kwargs)
+    client = _Client(**kwargs)
     client.max_inflight_messages_set(max_inflight)
     client.max_queued_messages_set(0)
     client.connect_timeout = connect_timeout
@@ -190,7 +198,9 @@ def poll(client: mqtt.Client, waker: Waker, work_waiting: Callable[[], bool] | N
     )
     timeout = 0.0 if busy else 0.25
     fileno = sock.fileno()
-    wlist = [fileno] if client.want_write() else []
+    batched = sock if isinstance(sock, BatchedSocket) else None
+    unsent = batched is not None and batched.unsent()
+    wlist = [fileno] if unsent or client.want_write() else []
     try:
         readable, _, _ = select.select([fileno, waker.fileno()], wlist, [], timeout)
     except (OSError, ValueError):
@@ -199,6 +209,8 @@ def poll(client: mqtt.Client, waker: Waker, work_waiting: Callable[[], bool] | N
         waker.sleeping = False
     if waker.fileno() in readable:
         waker.clear()
+    if batched is not None and unsent:
+        batched.flush()
     if fileno in readable or timeout == 0.0:
         client.loop_read()
     if client.socket() is not None and client.want_write():

@@ -31,6 +31,7 @@ from cdml_edge.backoff import Backoff
 from cdml_edge.config import MqttConfig, OutboxConfig, SpoolConfig
 from cdml_edge.errors import CdmlError
 from cdml_edge.fsio import FaultHook
+from cdml_edge.outputs.mqtt.batched_socket import gathered
 from cdml_edge.outputs.mqtt.client import BrokerSettings, Waker, connect_later, new_client, poll
 from cdml_edge.outputs.mqtt.embedded_broker import EmbeddedBroker
 from cdml_edge.outputs.mqtt.outbox import Entry, Outbox, PublishBatch
@@ -447,7 +448,8 @@ class MqttPublisher:
             self._births(client, self.session)
         self._process_acks()
         if self._connected:
-            self._pump(client)
+            with gathered(client.socket()):  # the turn's messages leave in one send
+                self._pump(client)
         self._maybe_commit()
 
     def _outbox_waiting(self) -> bool:
