@@ -99,9 +99,26 @@ def read_regular(path: str, at_most: int, links: LinkPolicy) -> tuple[bytes, os.
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
             raise NotRegularFile(path, kind_of(st.st_mode))
-        with os.fdopen(fd, "rb", closefd=False) as fh:
-            return fh.read(at_most), st
+        return _read_fd(fd, at_most, st.st_size), st
     except OSError as exc:
         raise SourceError(path, f"unreadable: {exc.strerror or exc}") from exc
     finally:
         os.close(fd)
+
+
+def _read_fd(fd: int, at_most: int, size: int) -> bytes:
+    """Up to ``at_most`` bytes of the open regular file ``fd`` of ``size`` bytes (its fstat).
+
+    Plain ``read`` calls: one when it returns the whole file, more only after a short read
+    (a file system that returns less) or while the file grows. A buffered file object would
+    add an ``fstat``, an ``ioctl`` and an ``lseek``, and a last ``read`` to see the end.
+    """
+    data = os.read(fd, at_most)
+    if len(data) >= min(at_most, size) or not data:
+        return data
+    parts = [data]
+    got = len(data)
+    while got < at_most and (chunk := os.read(fd, at_most - got)):
+        parts.append(chunk)
+        got += len(chunk)
+    return b"".join(parts)

@@ -388,3 +388,54 @@ def test_a_future_mtime_is_clamped_to_when_the_file_was_seen(tmp_path: Path) -> 
     assert future.mtime_ns == 4_102_444_800 * 10**9  # the file's own mtime (and id) unchanged
     assert src.stats.future_mtime == 1
     assert abs(by_name["now.jpg"].ts - t0) < 5
+
+
+def test_a_file_is_read_in_one_read_call(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from cdml_edge.intake import regular
+
+    path = tmp_path / "a.jpg"
+    path.write_bytes(jpeg(60))
+    calls: list[int] = []
+    real_read = os.read
+
+    def counted(fd: int, n: int) -> bytes:
+        calls.append(n)
+        return real_read(fd, n)
+
+    monkeypatch.setattr(os, "read", counted)
+    data, st = regular.read_regular(str(path), len(jpeg(60)) + 1, regular.LinkPolicy())
+    assert data == jpeg(60) and st.st_size == len(data)
+    assert len(calls) == 1  # no buffered file object: no fstat, ioctl, lseek or last read
+
+
+@pytest.mark.parametrize(
+    ("size", "at_most", "want"),
+    [(10_000, 10_001, 10_000), (10_000, 4_000, 4_000), (10_000, 10_000, 10_000)],
+)
+def test_short_reads_are_read_on_to_the_end_or_the_limit(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, size: int, at_most: int, want: int
+) -> None:
+    from cdml_edge.intake import regular
+
+    path = tmp_path / "a.bin"
+    body = os.urandom(size)
+    path.write_bytes(body)
+    real_read = os.read
+    monkeypatch.setattr(os, "read", lambda fd, n: real_read(fd, min(n, 999)))  # short reads
+    data, _ = regular.read_regular(str(path), at_most, regular.LinkPolicy())
+    assert data == body[:want]
+
+
+def test_a_file_grown_since_its_fstat_reads_past_the_expected_size(tmp_path: Path) -> None:
+    from cdml_edge.intake import regular
+
+    path = tmp_path / "a.bin"
+    path.write_bytes(b"x" * 100)
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        size = os.fstat(fd).st_size
+        with open(path, "ab") as fh:  # grows between the fstat and the read
+            fh.write(b"y" * 100)
+        assert regular._read_fd(fd, 101, size) == b"x" * 100 + b"y"  # growth shows
+    finally:
+        os.close(fd)
