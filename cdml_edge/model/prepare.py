@@ -105,27 +105,78 @@ def _prepare_image(inp: ImageInput, img: np.ndarray) -> np.ndarray:
     pixels_first = a.dtype == np.uint8 and (inp.resize != "stretch" or inp.dtype == "uint8")
     if pixels_first:  # fit the 8-bit pixels, then convert: a quarter of the bytes to move
         a = _fit(inp, a, LETTERBOX_FILL)
-    if a.dtype != np.uint8:
-        x = a.astype(np.float32)
-    elif inp.scale is None and inp.dtype != "uint8":
-        x = a.astype(np.float32) / 255.0
-    else:
-        x = a.astype(np.float32) * np.float32(unit)
+    x = _scaled(inp, a, unit)
     if not pixels_first:  # the path of our own models: resize the scaled values
         x = _fit(inp, x, LETTERBOX_FILL * unit)
-    if inp.order == "BGR" and x.ndim == 3:
-        x = x[:, :, ::-1]
+    x = _ordered(inp, x)
     if inp.channels == 1 and x.ndim == 3:
         x = np.asarray(x @ np.array([0.299, 0.587, 0.114], dtype=np.float32), dtype=np.float32)
     if x.ndim == 2:
         x = x[:, :, None] if inp.channels == 1 else np.repeat(x[:, :, None], 3, axis=2)
+    return _laid_out(inp, _typed(inp, x), batch=False)
+
+
+def stage_image(spec: ModelSpec, img: np.ndarray) -> np.ndarray | None:
+    """The part of :func:`prepare_item` that differs per image, when the rest can wait.
+
+    For an 8-bit RGB image and a three-channel image input: its pixels fitted to the input
+    (8-bit, H×W×3), which :func:`finish_images` turns into model inputs a whole batch at a
+    time, equal to :func:`prepare_item`'s (the same operation on every element). ``None``
+    when the image takes :func:`prepare_item`'s path (another input, a grey or float image,
+    or a stretched float input not already at its size, which is resized after scaling).
+    Raises as :func:`prepare_item` does on an array of the wrong shape.
+    """
+    inp = spec.input
+    if not isinstance(inp, ImageInput) or inp.channels != 3:
+        return None
+    a = _as_rgb(img)
+    if a.dtype != np.uint8 or a.ndim != 3:
+        return None
+    if inp.resize != "stretch" or inp.dtype == "uint8":
+        return _fit(inp, a, LETTERBOX_FILL)  # as prepare_item: pixels first
+    return a if a.shape[:2] == (inp.rows, inp.width) else None
+
+
+def finish_images(spec: ModelSpec, staged: np.ndarray) -> np.ndarray:
+    """Images of :func:`stage_image` (``N×H×W×3`` uint8) -> model input ``(N, *shape)``.
+
+    The elementwise operations of :func:`prepare_item`, each once for the batch: an
+    operation on a NumPy array lets go of the interpreter lock, and a thread of the agent
+    that does so while others wait for it waits to take it back.
+    """
+    inp = spec.input
+    if not isinstance(inp, ImageInput):
+        raise ModelSpecError(f"finish_images: {spec.name!r} does not take images")
+    x = _ordered(inp, _scaled(inp, staged, _unit(inp, staged)))
+    return _laid_out(inp, _typed(inp, x), batch=True)
+
+
+def _scaled(inp: ImageInput, a: np.ndarray, unit: float) -> np.ndarray:
+    """Pixel values as float32, scaled to the input's unit."""
+    if a.dtype != np.uint8:
+        return a.astype(np.float32)
+    if inp.scale is None and inp.dtype != "uint8":
+        return a.astype(np.float32) / 255.0
+    return a.astype(np.float32) * np.float32(unit)
+
+
+def _ordered(inp: ImageInput, x: np.ndarray) -> np.ndarray:
+    """The channels in the input's order (last axis; a grey image has none)."""
+    return x[..., ::-1] if inp.order == "BGR" and x.ndim >= 3 else x
+
+
+def _typed(inp: ImageInput, x: np.ndarray) -> np.ndarray:
+    """Rounded to uint8, or normalised by the input's mean and std (last axis)."""
     if inp.dtype == "uint8":
-        x = np.clip(np.rint(x), 0, 255).astype(np.uint8)
-    else:
-        mean = np.asarray(inp.mean, dtype=np.float32)
-        x = np.asarray((x - mean) / np.asarray(inp.std, dtype=np.float32), dtype=np.float32)
+        return np.clip(np.rint(x), 0, 255).astype(np.uint8)
+    mean = np.asarray(inp.mean, dtype=np.float32)
+    return np.asarray((x - mean) / np.asarray(inp.std, dtype=np.float32), dtype=np.float32)
+
+
+def _laid_out(inp: ImageInput, x: np.ndarray, batch: bool) -> np.ndarray:
+    """Channels moved first for NCHW (of one image, or of each image of a batch)."""
     if inp.layout == "NCHW":
-        x = x.transpose(2, 0, 1)
+        x = x.transpose(0, 3, 1, 2) if batch else x.transpose(2, 0, 1)
     return np.ascontiguousarray(x, dtype=np.uint8 if inp.dtype == "uint8" else np.float32)
 
 
@@ -229,8 +280,10 @@ def fit_input_stats(spec: ModelSpec, decoded: Iterable[np.ndarray]) -> ModelSpec
 __all__ = [
     "LETTERBOX_FILL",
     "Geometry",
+    "finish_images",
     "fit_input_stats",
     "image_geometry",
     "prepare_batch",
     "prepare_item",
+    "stage_image",
 ]

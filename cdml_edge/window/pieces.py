@@ -6,14 +6,14 @@ serves every image model that letterboxes, crops or detects) and prepared once p
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from cdml_edge.decode import DecodeError
 from cdml_edge.model.inputs import ImageInput, ModelInput
-from cdml_edge.model.prepare import Geometry, image_geometry
+from cdml_edge.model.prepare import Geometry, finish_images, image_geometry, stage_image
 from cdml_edge.model.runner import ModelRunner
 from cdml_edge.window.inputs import MODEL_INPUTS, ModalityInput
 from cdml_edge.window.manifest import ManifestItem
@@ -28,11 +28,25 @@ class Piece:
     suffix: str  # "" for a whole item, "#rows=0-255" for a segment
     inputs: dict[str, np.ndarray] = field(default_factory=dict)  # model name -> its input
     geometry: dict[str, Geometry] = field(default_factory=dict)  # image models: pixel mapping
+    staged: set[str] = field(default_factory=set)  # inputs still to finish (model_batch)
 
-    @property
-    def array(self) -> np.ndarray | None:
-        """The first model's input (``None`` when no model scores the modality)."""
-        return next(iter(self.inputs.values()), None)
+
+def model_batch(pieces: Sequence[Piece], name: str, runner: ModelRunner) -> np.ndarray:
+    """The pieces' inputs for the model ``name`` as one batch.
+
+    Images staged by :func:`~cdml_edge.model.prepare.stage_image` are finished together,
+    once for the batch; the batch equals the one of inputs prepared one by one.
+    """
+    arrays = [p.inputs[name] for p in pieces]
+    staged = [name in p.staged for p in pieces]
+    if staged and all(staged):
+        return finish_images(runner.spec, np.stack(arrays))
+    if any(staged):
+        arrays = [
+            finish_images(runner.spec, a[None])[0] if s else a
+            for a, s in zip(arrays, staged, strict=True)
+        ]
+    return np.stack(arrays)
 
 
 def decode_input(runner: ModelRunner) -> ModelInput | None:
@@ -125,7 +139,12 @@ def _piece(
         if array is None:
             continue
         part = array[rows[0] : rows[1]] if rows is not None else array
-        piece.inputs[k] = runner.prepare(part)
+        staged = stage_image(runner.spec, part)
+        if staged is None:
+            piece.inputs[k] = runner.prepare(part)
+        else:  # finished with the rest of the batch (model_batch)
+            piece.inputs[k] = staged
+            piece.staged.add(k)
         inp = runner.spec.input
         if isinstance(inp, ImageInput):
             piece.geometry[k] = image_geometry(inp, part.shape[0], part.shape[1])

@@ -15,8 +15,6 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-import numpy as np
-
 from cdml_edge.config import ResultsMode
 from cdml_edge.decode import DecodeError
 from cdml_edge.model.runner import ModelRunner, Prediction
@@ -30,7 +28,7 @@ from cdml_edge.window.payloads import (
     WindowResult,
     WindowTimings,
 )
-from cdml_edge.window.pieces import Piece, as_runners, item_pieces
+from cdml_edge.window.pieces import Piece, as_runners, item_pieces, model_batch
 from cdml_edge.window.topics import OutMessage, Sequencer, relative_topic
 from cdml_edge.window.verdicts import (
     ItemFailure,
@@ -203,7 +201,7 @@ def _infer(
         idx = [i for i, p in enumerate(pieces) if name in p.inputs]
         if not idx:
             continue
-        batch = np.stack([pieces[i].inputs[name] for i in idx])
+        batch = model_batch([pieces[i] for i in idx], name, runner)
         geometry = [pieces[i].geometry.get(name) for i in idx]
         for i, one in zip(idx, runner.run(batch, geometry), strict=True):
             preds.setdefault(i, {})[name] = one
@@ -291,6 +289,6 @@ def warm_up_decoder(modality: str, runners: Mapping[str, ModelRunner] | ModelRun
     )
     pieces = item_pieces(item, modality, data, models, None)
     for key, runner in models.items():
-        arrays = [p.inputs[key] for p in pieces if key in p.inputs]
-        if arrays:
-            runner.raw(np.stack(arrays))
+        scored = [p for p in pieces if key in p.inputs]
+        if scored:
+            runner.raw(model_batch(scored, key, runner))
