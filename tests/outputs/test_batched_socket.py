@@ -118,6 +118,17 @@ def test_a_full_socket_keeps_the_rest_and_later_sends_queue_behind_it(pair: Any)
     assert not sock.unsent()
 
 
+def test_closing_sends_what_was_gathered_first(pair: Any) -> None:
+    a, b = pair
+    sock = BatchedSocket(a)
+    sock.gathering = True  # as paho closes after its DISCONNECT, inside a turn
+    sock.send(b"last words")
+    sock.close()
+    b.settimeout(5)
+    assert b.recv(100) == b"last words"
+    assert b.recv(100) == b""  # then closed
+
+
 def test_a_failed_send_is_raised_by_the_next_read(pair: Any) -> None:
     a, b = pair
     sock = BatchedSocket(a)

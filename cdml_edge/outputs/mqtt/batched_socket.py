@@ -92,6 +92,11 @@ class BatchedSocket:
                 return
             del self._wbuf[:sent]
 
+    def close(self) -> None:
+        """Send what the socket takes of the gathered bytes (a DISCONNECT too), then close."""
+        self.flush()
+        self._sock.close()
+
     def __getattr__(self, name: str) -> Any:
         return getattr(self._sock, name)
 
