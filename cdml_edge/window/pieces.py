@@ -30,6 +30,15 @@ class Piece:
     geometry: dict[str, Geometry] = field(default_factory=dict)  # image models: pixel mapping
     staged: set[str] = field(default_factory=set)  # inputs still to finish (model_batch)
 
+    @property
+    def array(self) -> np.ndarray | None:
+        """The first model's input (``None`` when no model scores the modality).
+
+        For an image staged for its batch (:attr:`staged`), its fitted 8-bit pixels:
+        :func:`model_batch` makes the model input.
+        """
+        return next(iter(self.inputs.values()), None)
+
 
 def model_batch(pieces: Sequence[Piece], name: str, runner: ModelRunner) -> np.ndarray:
     """The pieces' inputs for the model ``name`` as one batch.
