@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import os
+import signal
 import socket
 import threading
+import time
 import uuid
 from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers.mqtt_brokers import Subscriber, broker_protocol, wait_until
+from helpers.mqtt_brokers import BrokerProcess, Subscriber, broker_protocol, wait_until
 
 from cdml_edge.config import MqttConfig, SpoolConfig
 from cdml_edge.outputs.mqtt.batched_socket import BatchedSocket, gathered
@@ -100,22 +103,23 @@ def test_gathered_sends_leave_in_one_call_in_order(pair: Any) -> None:
     assert got == want
 
 
-def test_a_full_socket_keeps_the_rest_and_later_sends_queue_behind_it(pair: Any) -> None:
+def test_a_send_behind_held_bytes_waits_for_them(pair: Any) -> None:
     a, b = pair
     sock = BatchedSocket(a)
     big = bytes(range(256)) * 40_000  # 10 MB: more than the socket buffers take
     with gathered(sock):
         sock.send(big)
     assert sock.unsent()
-    sock.send(b"tail")  # behind the unsent bytes, never before them
-    assert sock.unsent()
+    with pytest.raises(BlockingIOError):  # not taken: paho keeps the packet, never reports
+        sock.send(b"tail")  # it sent (a QoS 0 message would count as delivered)
     got = bytearray()
     b.settimeout(5)
-    while len(got) < len(big) + 4:
+    while len(got) < len(big):
         sock.flush()
         got += b.recv(1 << 20)
-    assert bytes(got) == big + b"tail"
     assert not sock.unsent()
+    assert sock.send(b"tail") == 4  # then sent at once, after the held bytes
+    assert bytes(got) == big and b.recv(100) == b"tail"
 
 
 def test_closing_sends_what_was_gathered_first(pair: Any) -> None:
@@ -140,6 +144,44 @@ def test_a_failed_send_is_raised_by_the_next_read(pair: Any) -> None:
     assert sock.pending() >= 1
     with pytest.raises(OSError):
         sock.recv(1)
+
+
+def test_qos0_messages_are_done_only_once_the_kernel_has_them(tmp_path: Path) -> None:
+    """A stalled broker: QoS 0 messages are not counted sent while held in memory."""
+    broker = BrokerProcess(tmp_path / "broker").start()
+    pub = MqttPublisher(
+        MqttConfig(
+            url=broker.url, topic_prefix="q0", keepalive=30, protocol=broker.protocol, qos=0
+        ),
+        "edge-1",
+        SpoolConfig(dir=tmp_path / "spool"),
+        backoff_max=0.5,
+    )
+    pub.start()
+    try:
+        assert wait_until(lambda: pub.connected, 10)
+        os.kill(broker.proc.pid, signal.SIGSTOP)
+        n, size = 400, 100_000  # 40 MB: far more than the socket buffers hold
+        done = threading.Event()
+        pub.publish_batch([OutMessage("cam/result", b"x" * size) for _ in range(n)], done.set)
+        time.sleep(3)
+        sock = pub._client.socket() if pub._client is not None else None
+        assert isinstance(sock, BatchedSocket)
+        held = len(sock._wbuf)
+        assert not done.is_set()
+        assert pub.stats()["acked"] < n // 2, pub.stats()
+        assert held <= pub.max_inflight * (size + 64), held  # one turn at most
+        os.kill(broker.proc.pid, signal.SIGKILL)
+        broker.proc.wait(10)
+        assert wait_until(lambda: not pub.connected, 10)
+        stats = pub.stats()
+        # what the kernel never took is kept for the next connection, not counted sent
+        assert wait_until(lambda: pub.stats()["spool_records"] + pub.stats()["acked"] >= n, 10), (
+            stats
+        )
+    finally:
+        pub.stop(timeout=1)
+        broker.stop()
 
 
 def test_a_window_of_publishes_is_one_send_and_its_acks_few_reads(broker_port: int) -> None:

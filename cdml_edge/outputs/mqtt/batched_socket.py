@@ -11,11 +11,17 @@ messages go out together and their acknowledgements are read together.
 The bytes on the wire are the same, in the same order. Bytes still buffered count as
 ``pending`` (as decrypted TLS bytes do), so the network loop reads them before it waits. A
 failed send is raised by the next ``recv``, where paho notices a lost connection.
+
+paho counts a QoS 0 message delivered once its bytes are sent: the publisher gathers only
+QoS 1 and 2 messages, starts no turn while bytes of the last one wait for the socket
+(:meth:`~BatchedSocket.unsent`), and a send behind such bytes is refused as "would block".
+So memory holds at most one turn, and no message counts as sent that the kernel never took.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import ssl
 from collections.abc import Iterator
 from typing import Any
@@ -65,10 +71,19 @@ class BatchedSocket:
         return waiting + (self._error is not None)
 
     def send(self, data: bytes | bytearray | memoryview) -> int:
-        """All of ``data`` kept while gathering or behind unsent bytes; else sent now."""
-        if self.gathering or self._wbuf:
+        """All of ``data`` kept while gathering; else sent now, as much as the socket takes.
+
+        Behind bytes still held (the socket took only part of a flush) nothing is taken:
+        ``BlockingIOError``, so paho keeps the packet and sends it once they are out. A
+        message is never reported sent while only this buffer holds it, outside a turn.
+        """
+        if self.gathering:
             self._wbuf += data
             return len(data)
+        if self._wbuf:
+            self.flush()
+            if self._wbuf:
+                raise BlockingIOError(errno.EAGAIN, "earlier bytes wait for the socket")
         return int(self._sock.send(data))
 
     def unsent(self) -> bool:

@@ -31,7 +31,7 @@ from cdml_edge.backoff import Backoff
 from cdml_edge.config import MqttConfig, OutboxConfig, SpoolConfig
 from cdml_edge.errors import CdmlError
 from cdml_edge.fsio import FaultHook
-from cdml_edge.outputs.mqtt.batched_socket import gathered
+from cdml_edge.outputs.mqtt.batched_socket import BatchedSocket, gathered
 from cdml_edge.outputs.mqtt.client import BrokerSettings, Waker, connect_later, new_client, poll
 from cdml_edge.outputs.mqtt.embedded_broker import EmbeddedBroker
 from cdml_edge.outputs.mqtt.outbox import Entry, Outbox, PublishBatch
@@ -447,14 +447,23 @@ class MqttPublisher:
         elif self.session is not None and self._connected and self.session.rebirth_due():
             self._births(client, self.session)
         self._process_acks()
-        if self._connected:
+        if self._connected and not _held_back(client):
             with gathered(client.socket()):  # the turn's messages leave in one send
                 self._pump(client)
         self._maybe_commit()
 
     def _outbox_waiting(self) -> bool:
-        """Messages wait in the outbox and may be sent now (connected, window not full)."""
-        return self._connected and len(self.outbox) > 0 and len(self._pending) < self.max_inflight
+        """Messages wait in the outbox and may be sent now.
+
+        Connected, the window not full, and no bytes of the last turn waiting for the socket.
+        """
+        client = self._client
+        return (
+            self._connected
+            and len(self.outbox) > 0
+            and len(self._pending) < self.max_inflight
+            and (client is None or not _held_back(client))
+        )
 
     def _maybe_commit(self) -> None:
         """Persist the spool cursor when due.
@@ -507,18 +516,19 @@ class MqttPublisher:
                 self._counts["drained"] += 1
 
     def _pump(self, client: mqtt.Client) -> None:
+        """One turn: publish from the outbox and the spool while the window has room.
+
+        On a :class:`BatchedSocket` the turn's first message says whether it is gathered
+        (QoS 1 and 2: sent in one call at the end) or sent as it goes (QoS 0, which paho
+        counts delivered once sent); a message of the other kind waits for the next turn.
+        """
+        sock = client.socket()
+        batched = sock if isinstance(sock, BatchedSocket) else None
+        gathering: bool | None = None
         while len(self._pending) < self.max_inflight:
-            entry: Entry | None = None
-            spooled: tuple[SpoolToken, SpoolRecord] | None = None
-            if self._spool_turn:
-                spooled = self._next_spooled()
-            if spooled is None:
-                entry = self.outbox.pop()
-            if entry is None and spooled is None:
-                spooled = self._next_spooled()
+            entry, spooled = self._take_next()
             if entry is None and spooled is None:
                 return
-            self._spool_turn = not self._spool_turn
             if entry is not None:
                 msg = entry.message
                 topic, payload, qos, retain = msg.topic, msg.payload, self._qos(msg), msg.retain
@@ -528,6 +538,11 @@ class MqttPublisher:
                 token, rec = spooled
                 topic, payload, qos, retain = rec.topic, rec.payload, rec.qos, rec.retain
                 item = token
+            if batched is not None and gathering is not None and (qos > 0) != gathering:
+                self._put_back(entry, spooled)
+                return
+            if batched is not None and gathering is None:
+                gathering = batched.gathering = qos > 0
             topic = self.topic(topic)
             if self.session is not None and topic.startswith(self.session.namespace):
                 if self.session.rebirth_due():  # a device new since this turn began
@@ -537,15 +552,35 @@ class MqttPublisher:
             if info.rc == MQTTErrorCode.MQTT_ERR_QUEUE_SIZE:  # no free message id: retry later
                 if self.session is not None and topic.startswith(self.session.namespace):
                     self.session.unstamp()
-                if entry is not None:
-                    self.outbox.put_front([entry])
-                elif spooled is not None:
-                    self._spool_buf.appendleft(spooled)
+                self._put_back(entry, spooled)
                 return
             self._counts["published"] += 1
             self._pending[info.mid] = item
             if client.socket() is None:
                 return  # the write failed: _handle_lost will spool / rewind
+
+    def _take_next(self) -> tuple[Entry | None, tuple[SpoolToken, SpoolRecord] | None]:
+        """The next message: from the spool and the outbox in turn, whichever has one."""
+        entry: Entry | None = None
+        spooled: tuple[SpoolToken, SpoolRecord] | None = None
+        if self._spool_turn:
+            spooled = self._next_spooled()
+        if spooled is None:
+            entry = self.outbox.pop()
+        if entry is None and spooled is None:
+            spooled = self._next_spooled()
+        if entry is not None or spooled is not None:
+            self._spool_turn = not self._spool_turn
+        return entry, spooled
+
+    def _put_back(
+        self, entry: Entry | None, spooled: tuple[SpoolToken, SpoolRecord] | None
+    ) -> None:
+        """A message taken but not published goes first next time."""
+        if entry is not None:
+            self.outbox.put_front([entry])
+        elif spooled is not None:
+            self._spool_buf.appendleft(spooled)
 
     def _next_spooled(self) -> tuple[SpoolToken, SpoolRecord] | None:
         if not self._spool_buf:
@@ -621,3 +656,13 @@ class MqttPublisher:
     def _undelivered(self) -> bool:
         """Messages not yet acknowledged: outbox, in flight, or in the spool."""
         return bool(len(self.outbox) or self._pending or self._spool_buf or self.spool.pending)
+
+
+def _held_back(client: mqtt.Client) -> bool:
+    """Bytes of the last turn wait for the socket, here or in paho: no new turn till sent.
+
+    A packet paho could not send (a QoS 0 message sent as it went) would otherwise leave
+    in the next turn's gathered bytes, and paho count it sent before the kernel has it.
+    """
+    sock = client.socket()
+    return isinstance(sock, BatchedSocket) and (sock.unsent() or client.want_write())
