@@ -102,7 +102,7 @@ def _unit(inp: ImageInput, a: np.ndarray) -> float:
 def _prepare_image(inp: ImageInput, img: np.ndarray) -> np.ndarray:
     a = _as_rgb(img)
     unit = _unit(inp, a)
-    pixels_first = a.dtype == np.uint8 and (inp.resize != "stretch" or inp.dtype == "uint8")
+    pixels_first = _pixels_first(inp, a)
     if pixels_first:  # fit the 8-bit pixels, then convert: a quarter of the bytes to move
         a = _fit(inp, a, LETTERBOX_FILL)
     x = _scaled(inp, a, unit)
@@ -132,8 +132,8 @@ def stage_image(spec: ModelSpec, img: np.ndarray) -> np.ndarray | None:
     a = _as_rgb(img)
     if a.dtype != np.uint8 or a.ndim != 3:
         return None
-    if inp.resize != "stretch" or inp.dtype == "uint8":
-        return _fit(inp, a, LETTERBOX_FILL)  # as prepare_item: pixels first
+    if _pixels_first(inp, a):
+        return _fit(inp, a, LETTERBOX_FILL)  # as prepare_item
     return a if a.shape[:2] == (inp.rows, inp.width) else None
 
 
@@ -149,6 +149,11 @@ def finish_images(spec: ModelSpec, staged: np.ndarray) -> np.ndarray:
         raise ModelSpecError(f"finish_images: {spec.name!r} does not take images")
     x = _ordered(inp, _scaled(inp, staged, _unit(inp, staged)))
     return _laid_out(inp, _typed(inp, x), batch=True)
+
+
+def _pixels_first(inp: ImageInput, a: np.ndarray) -> bool:
+    """Whether the 8-bit pixels are fitted before they are scaled (else the scaled values)."""
+    return a.dtype == np.uint8 and (inp.resize != "stretch" or inp.dtype == "uint8")
 
 
 def _scaled(inp: ImageInput, a: np.ndarray, unit: float) -> np.ndarray:
