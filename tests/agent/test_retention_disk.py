@@ -83,14 +83,19 @@ def test_files_wait_for_the_ring_and_are_released_once_it_has_room(
     assert health[-1]["errors"] >= 1
 
 
+def _drop_and_wait_released(cam: Path, n: int) -> None:
+    """``n`` JPEGs dropped into ``cam``, then every one of them gone from it."""
+    for i in range(n):
+        write_atomic(cam / f"f{i:02d}.jpg", jpeg(i * 30, size=64))
+    wait_for(lambda: not any(cam.iterdir()), timeout=60, what="files released")
+
+
 def test_required_false_releases_files_the_ring_could_not_keep(
     full_disk: FullDisk, tmp_path: Path
 ) -> None:
     agent, cam, out = _started_on_a_full_ring(tmp_path, full_disk, required=False)
     try:
-        for i in range(6):
-            write_atomic(cam / f"f{i:02d}.jpg", jpeg(i * 30, size=64))
-        wait_for(lambda: not any(cam.iterdir()), timeout=60, what="files released")
+        _drop_and_wait_released(cam, 6)
     finally:
         agent.stop()
     assert agent.retention is not None
@@ -114,9 +119,7 @@ def test_windows_too_large_for_the_ring_are_counted_and_their_files_released(
     agent.start()
     cam = tmp_path / "in/cam1"
     try:
-        for i in range(3):
-            write_atomic(cam / f"f{i:02d}.jpg", jpeg(i * 30, size=64))
-        wait_for(lambda: not any(cam.iterdir()), timeout=60, what="files released")
+        _drop_and_wait_released(cam, 3)
     finally:
         agent.stop()
     assert agent.retention is not None and agent.retention.counters["too_large"] >= 1

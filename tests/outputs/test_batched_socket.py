@@ -21,6 +21,18 @@ from cdml_edge.outputs.mqtt.publisher import MqttPublisher
 from cdml_edge.window.topics import OutMessage
 
 
+def _publisher(url: str, prefix: str, spool: Path, keepalive: float = 5, qos: int = 1) -> Any:
+    """A publisher to ``url`` (the broker's own protocol), reconnecting within a second."""
+    return MqttPublisher(
+        MqttConfig(
+            url=url, topic_prefix=prefix, keepalive=keepalive, protocol=broker_protocol(), qos=qos
+        ),
+        "edge-1",
+        SpoolConfig(dir=spool),
+        backoff_max=0.5,
+    )
+
+
 class _Counting:
     """A socket whose ``send`` and ``recv`` calls are counted."""
 
@@ -149,14 +161,7 @@ def test_a_failed_send_is_raised_by_the_next_read(pair: Any) -> None:
 def test_qos0_messages_are_done_only_once_the_kernel_has_them(tmp_path: Path) -> None:
     """A stalled broker: QoS 0 messages are not counted sent while held in memory."""
     broker = BrokerProcess(tmp_path / "broker").start()
-    pub = MqttPublisher(
-        MqttConfig(
-            url=broker.url, topic_prefix="q0", keepalive=30, protocol=broker.protocol, qos=0
-        ),
-        "edge-1",
-        SpoolConfig(dir=tmp_path / "spool"),
-        backoff_max=0.5,
-    )
+    pub = _publisher(broker.url, "q0", tmp_path / "spool", keepalive=30, qos=0)
     pub.start()
     try:
         assert wait_until(lambda: pub.connected, 10)
@@ -216,17 +221,7 @@ def test_the_publisher_delivers_a_window_in_order_on_its_batched_socket(
 ) -> None:
     prefix = f"t{uuid.uuid4().hex[:10]}"
     sub = Subscriber(broker_port, f"{prefix}/#", persistent=False)
-    pub = MqttPublisher(
-        MqttConfig(
-            url=f"mqtt://127.0.0.1:{broker_port}",
-            topic_prefix=prefix,
-            keepalive=5,
-            protocol=broker_protocol(),
-        ),
-        "edge-1",
-        SpoolConfig(dir=tmp_path / "spool"),
-        backoff_max=1.0,
-    )
+    pub = _publisher(f"mqtt://127.0.0.1:{broker_port}", prefix, tmp_path / "spool")
     pub.start()
     try:
         assert wait_until(lambda: pub.connected, 10)
