@@ -74,3 +74,15 @@ def describe() -> str:
     if not found:
         return "python"
     return f"native (inflate: {found['inflate']}, zstd: {found['zstd']})"
+
+
+def plain_copier() -> Any:
+    """The C core's plain copy of a stock tar.zst (:mod:`~.tar.native_copy`), or ``None``.
+
+    ``None`` when the core is not built, is disabled, or was built without libzstd.
+    """
+    if frame_decoder() is None:
+        return None
+    from cdml_edge.archive.tar import native_copy
+
+    return native_copy

@@ -4,7 +4,8 @@ Workers mutate valid ZIP / tar.zst / tar archives (bit flips, truncation, splice
 fields set to extreme values) and open + read them on the C core and the Python path, from
 bytes, from a file and from a source the C core cannot reach itself (as S3). The tar.zst
 seeds include one written through pyzstd (frames cut inside members, no member index) and
-one of the earlier layout (no seek-table entry for the index).
+one of the earlier layout (no seek-table entry for the index). Each input is also written as
+the plain copy a stock tar.zst gets (the C core's decompression and header walk).
 Anything other than an ``ArchiveError`` is a finding; so is a crash (signal) or a hang
 (no progress for ``--hang`` seconds). The input being parsed is kept in a file so a
 crashing one is saved to ``--out``.
@@ -62,7 +63,7 @@ def seeds() -> dict[str, bytes]:
     out["tar"] = buf.getvalue()
     import zstandard
 
-    out["tar.zst-plain"] = zstandard.ZstdCompressor().compress(out["tar"])
+    out["tar.zst-plain"] = zstandard.ZstdCompressor().compress(out["tar"])  # stock: one frame
     out["tar.zst-pyzstd"] = _pyzstd_seekable(out["tar"])
     out["tar.zst-v1"] = _without_index_entry(out["tar.zst"])
     z64 = bytearray(out["zip"])  # the same ZIP with a ZIP64 end record
@@ -254,6 +255,25 @@ def exercise(data: bytes | str | Fetched) -> None:
     arc.close()
 
 
+def plain_copy(path: str) -> None:
+    """Write the plain copy a stock tar.zst gets (the C core's copy and header walk)."""
+    import zstandard
+
+    from cdml_edge.archive import ArchiveError
+    from cdml_edge.archive.source import FileSource
+    from cdml_edge.archive.tar.reframe import write_plain_copy
+
+    src = FileSource(path)
+    try:
+        with (
+            tempfile.TemporaryFile() as out,
+            contextlib.suppress(ArchiveError, EOFError, zstandard.ZstdError),
+        ):
+            write_plain_copy(src, src.size(), out)
+    finally:
+        src.close()
+
+
 def worker(seed: int, seconds: float, current: str, progress: str) -> int:
     rng = random.Random(seed)
     base = seeds()
@@ -272,6 +292,7 @@ def worker(seed: int, seconds: float, current: str, progress: str) -> int:
             exercise(data)
             exercise(current)
             exercise(Fetched(data))
+            plain_copy(current)
         except Exception:  # noqa: BLE001 - an untyped error is a finding
             traceback.print_exc()
             return 3

@@ -4,10 +4,11 @@ Every mutation either opens and reads or raises ArchiveError; it must never segf
 loop forever, or raise anything untyped. Each is opened from bytes, from a real file and
 from a source with neither (the C core's memory, file-descriptor and caller-read paths;
 for tar.zst: frames decoded in C, one member or a batch). The seeds include tar.zst from
-another writer (frames cut inside members, a skippable frame between them) and of the
-earlier layout. The fuzz bodies run in a child process with a time limit, so a hang or a
-crash fails the test instead of stalling or killing the run. Runs on the C core and the
-Python path.
+another writer (frames cut inside members, a skippable frame between them), of the
+earlier layout and a stock one (one frame); every input is also written as the plain copy
+a stock tar.zst gets (the C core's decompression and header walk). The fuzz bodies run in
+a child process with a time limit, so a hang or a crash fails the test instead of stalling
+or killing the run. Runs on the C core and the Python path.
 """
 
 from __future__ import annotations
@@ -94,6 +95,13 @@ SEEDS["tar.zst-v1"] = _layout_v1(SEEDS["tar.zst"])
 SEEDS["zip-zstd"] = raw_zip([(b"z.txt", b"zstd member " * 30, 93), (b"d.txt", b"deflate" * 20, 8)])
 SEEDS["tar-sparse-gnu"] = tar_cases.old_gnu_sparse(True)
 SEEDS["tar-sparse-pax"] = tar_cases.pax_sparse("1.0")
+SEEDS["tar.zst-stock"] = (
+    __import__("zstandard")
+    .ZstdCompressor()
+    .compress(  # one frame
+        SEEDS["tar"] + tar_cases.links_and_devices() + _RNG.randbytes(600)
+    )
+)
 
 # Where structure lives: the fields a mutation aims at (besides random positions).
 _SIGS = (
@@ -143,8 +151,27 @@ def exercise(data: bytes) -> None:
     _FILE.write_bytes(data)
     try:
         _exercise(_FILE)
+        plain_copy(_FILE)
     finally:
         _FILE.unlink()
+
+
+def plain_copy(path: Path) -> None:
+    """Write the plain copy a stock tar.zst gets (the C core's copy and header walk)."""
+    import zstandard
+
+    from cdml_edge.archive.source import FileSource
+    from cdml_edge.archive.tar.reframe import write_plain_copy
+
+    src = FileSource(path)
+    try:
+        with (
+            tempfile.TemporaryFile() as out,
+            contextlib.suppress(ArchiveError, EOFError, zstandard.ZstdError),
+        ):  # what the seekable cache turns into "read as it is"
+            write_plain_copy(src, src.size(), out)
+    finally:
+        src.close()
 
 
 def _exercise(src: bytes | Path | _Fetched) -> None:

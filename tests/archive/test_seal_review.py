@@ -19,9 +19,10 @@ from pathlib import Path
 
 import pytest
 
-from cdml_edge.archive import open_archive, sealing
+from cdml_edge.archive import native, open_archive, sealing
 from cdml_edge.archive.sealing import SEALED, is_sealed, wait_sealed
 from cdml_edge.archive.seekable_cache import SeekableCache
+from cdml_edge.archive.tar import native_copy, reframe
 
 pytestmark = pytest.mark.skipif(shutil.which("zstd") is None, reason="needs the zstd CLI")
 
@@ -172,7 +173,7 @@ def _fds() -> set[str]:
 def test_full_disk_while_the_copy_is_written(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, after: int
 ) -> None:
-    """ENOSPC from the writer thread (in the probe, in the walk, at the end).
+    """ENOSPC from the Python path's writer thread (in the probe, in the walk, at the end).
 
     No copy, the archive read as it is, no thread or descriptor left behind, no hang.
     """
@@ -210,6 +211,7 @@ def test_full_disk_while_the_copy_is_written(
             yield Full(fh)
 
     monkeypatch.setattr(sc, "sealed_behind", full)
+    monkeypatch.setattr(reframe, "plain_copier", lambda: None)  # the Python path's writer
     open_archive(path).names()  # imports, caches warmed
     threads, fds = threading.active_count(), _fds()
     cache = SeekableCache(tmp_path / "cache")
@@ -433,3 +435,49 @@ def test_a_forked_child_closes_the_descriptors_of_its_parents_seals(
         held_seals.set()
     assert os.waitstatus_to_exitcode(status) == 0
     assert wait_sealed(30) and not sealing._fds
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="needs /proc")
+@pytest.mark.skipif(native.plain_copier() is None, reason="the C core with zstd is not built")
+@pytest.mark.parametrize("disk", ["64k", "3m"])
+def test_full_disk_while_the_c_core_writes_the_copy(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, disk: str
+) -> None:
+    """A real full disk (a small tmpfs) under the C core's copy: the same as the Python path.
+
+    Its write fails, the Python path writes the copy instead and fails the same way: no
+    copy, the archive read as it is, nothing left on the disk, no thread or descriptor.
+    """
+    src = tmp_path / "tree"
+    src.mkdir()
+    rnd = __import__("random").Random(4)
+    files = {f"./f{i:02d}": rnd.randbytes(700_000) for i in range(8)}
+    for name, data in files.items():
+        (src / name).write_bytes(data)
+    path = tmp_path / "stock.tar.zst"
+    subprocess.run(["tar", "--zstd", "-cf", str(path), "-C", str(src), "."], check=True)
+    cache_dir = tmp_path / "cache"
+    cache_dir.mkdir()
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size={disk}", "tmpfs", str(cache_dir)],
+        capture_output=True,
+    )
+    if mounted.returncode != 0:
+        pytest.skip(f"no tmpfs mount here ({mounted.stderr.decode().strip()})")
+    tried: list[object] = []
+    real = native_copy.plain_copy
+    monkeypatch.setattr(native_copy, "plain_copy", lambda *a: tried.append(real(*a)) or tried[-1])
+    try:
+        open_archive(path).names()  # imports, caches warmed
+        threads, fds = threading.active_count(), _fds()
+        archive = open_archive(path, seekable_cache=SeekableCache(cache_dir))
+        assert tried == [None]  # the C core's write failed: handed to the Python path
+        assert archive.seekable_copy is None  # type: ignore[attr-defined]
+        assert archive.read("./f05") == files["./f05"]
+        archive.close()
+        assert wait_sealed(10)
+        assert threading.active_count() == threads
+        assert _fds() == fds
+        assert not list(cache_dir.iterdir())
+    finally:
+        subprocess.run(["umount", "-l", str(cache_dir)], check=False)

@@ -19,6 +19,8 @@ from cffi import FFI
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 BUNDLED = os.path.join(HERE, "zstd")
+#: the core's own sources
+NATIVE_SOURCES = ("reader.c", "frames.c", "tarcopy.c")
 #: the decompression half of zstd: what the reader calls, nothing of the compressor
 BUNDLED_SOURCES = (
     "common/debug.c",
@@ -110,7 +112,7 @@ def make_builder(asm: bool = sys.platform != "win32") -> FFI:
     ffi.set_source(
         "cdml_edge.archive._native._reader",
         '#include "reader.h"',
-        sources=[os.path.relpath(os.path.join(HERE, f)) for f in ("reader.c", "frames.c")] + zsrc,
+        sources=[os.path.relpath(os.path.join(HERE, f)) for f in NATIVE_SOURCES] + zsrc,
         include_dirs=[HERE, *zinc],
         libraries=libraries,
         library_dirs=library_dirs,

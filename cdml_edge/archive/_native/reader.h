@@ -1,5 +1,6 @@
 /* cdml-edge native archive core: ZIP central-directory index and batch member reads
- * (reader.c), zstd frames of a seekable tar.zst decoded and cut into members (frames.c). */
+ * (reader.c), zstd frames of a seekable tar.zst decoded and cut into members (frames.c),
+ * the plain copy of a stock tar.zst written and walked (tarcopy.c). */
 #ifndef CDML_READER_H
 #define CDML_READER_H
 
@@ -90,5 +91,32 @@ int cz_zstd_read_one(int fd, const uint8_t *mem, uint64_t mem_len, uint64_t coff
                      uint64_t csize, uint64_t doff, uint64_t dsize, uint8_t *dst,
                      uint64_t off, uint64_t size, uint32_t crc, int check_crc, uint8_t *out,
                      uint64_t *aux);
+
+/* tar.zst made by other tools (tarcopy.c): its tar stream decompressed into a file (a plain
+ * copy), the headers that need no judgement walked on the way. Row k of `rows` is member k:
+ *   header offset, size, mtime, name offset (in `names`), name length
+ * resume_at: the first header not walked (the caller's walk goes on there). */
+#define CZ_COMPRESSIBLE 12 /* the stream shrinks too well for a plain copy (probe) */
+#define CZ_TAR_ROW 5
+
+typedef struct {
+    int64_t *rows;
+    size_t count;
+    size_t cap;
+    char *names;
+    size_t names_len;
+    size_t names_cap;
+    uint64_t resume_at;
+    uint64_t stream_bytes;
+    uint64_t compressed_read;
+    uint64_t err;         /* errno of a failed read or write */
+    uint8_t head[512];    /* the header under way */
+    size_t head_fill;
+    int walking;
+} cz_tar_walk;
+
+int cz_tar_plain_copy(int in_fd, uint64_t in_end, int out_fd, uint64_t probe_bytes,
+                      double max_ratio, cz_tar_walk **result);
+void cz_tar_walk_free(cz_tar_walk *w);
 
 #endif

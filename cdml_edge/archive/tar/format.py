@@ -106,6 +106,7 @@ def scan(
     archive: str,
     on_member: Callable[[TarMember], None],
     on_skip: Callable[[str, str], None] | None = None,
+    start: int = 0,
 ) -> int:
     """Walk a tar stream, calling ``on_member`` for every regular file; returns its length.
 
@@ -114,9 +115,11 @@ def scan(
     on a header boundary; an empty stream, or one that ends after a long-name or pax
     record, is corrupt. Links, devices and other entries that are not files are passed to
     ``on_skip(name, reason)``. A sparse file is a member with its map (``sparse``): ``size``
-    bytes stored from ``data_offset``, expanded when read.
+    bytes stored from ``data_offset``, expanded when read. ``start``: the stream offset
+    ``read`` is at, a header that no long name or pax record comes before (the walk goes on
+    there).
     """
-    pos = 0
+    pos = start
     meta = _Meta()
     while True:
         block = read(BLOCK)

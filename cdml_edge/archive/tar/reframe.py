@@ -24,6 +24,7 @@ from typing import BinaryIO
 import zstandard
 
 from cdml_edge.archive.errors import TruncatedArchiveError
+from cdml_edge.archive.native import plain_copier
 from cdml_edge.archive.source import ByteSource
 from cdml_edge.archive.tar import format as tarfmt
 from cdml_edge.archive.tar import seekable
@@ -133,8 +134,14 @@ def write_plain_copy(source: ByteSource, end: int, out: BinaryIO) -> TarRows | b
     makes at open), and the blocks are written by a thread of their own meanwhile; returns
     the member index found, so that the copy is opened without a second walk. ``False``
     (``out`` left half written) as soon as the stream proves to compress by more than
-    :data:`PLAIN_MAX_RATIO`, judged after :data:`PLAIN_PROBE_BYTES` and at the end.
+    :data:`PLAIN_MAX_RATIO`, judged after :data:`PLAIN_PROBE_BYTES` and at the end. The C
+    core writes and walks it when it can (:mod:`.native_copy`), with the same results.
     """
+    copier = plain_copier()
+    if copier is not None:
+        found = copier.plain_copy(source, end, out, PLAIN_PROBE_BYTES, PLAIN_MAX_RATIO)
+        if found is not None:
+            return found
     stream = FrameStream(source, end)
     with _BlockWriter(out) as writer:
         tee = _TeeStream(stream, writer.put)

@@ -1,0 +1,241 @@
+/* cdml-edge native archive core: the plain copy of a tar.zst made by other tools.
+ *
+ * cz_tar_plain_copy() decompresses the zstd frames of a file (libzstd's streaming decoder:
+ * concatenated and skippable frames, checksums checked) into another file, and walks the
+ * tar headers as the stream goes by. It walks only what needs no judgement: ustar / GNU
+ * headers of regular files and directories whose checksum, size and mtime are plain octal
+ * and right. At the first header it does not walk (a zero block, a long name or pax record,
+ * a link, a bad checksum, a base-256 number, a cut header) it stops walking and goes on
+ * copying; the caller walks the copy from there (resume_at) with the Python walk, which
+ * owns every other case. A member whose data runs past the end of the stream is recorded
+ * as the Python walk records it; the walk resumes past the end, where it finds the end.
+ * It touches no Python object, so the caller releases the GIL around it; every size comes
+ * from the input and is checked: bad input gives a status, never a crash.
+ */
+#define _DEFAULT_SOURCE 1
+#include "reader.h"
+#include "internal.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define TAR_BLOCK 512
+#define IN_CHUNK (1u << 20)  /* compressed bytes read at a time */
+#define OUT_CHUNK (1u << 20) /* tar stream decoded before it is walked and written */
+
+void cz_tar_walk_free(cz_tar_walk *w) {
+    if (!w) return;
+    free(w->rows);
+    free(w->names);
+    free(w);
+}
+
+/* The plain octal number of a header field: digits 0-7 between optional spaces, ended by
+ * the field or a NUL. -1 for anything else (empty, base-256, signs, other characters): the
+ * Python walk judges those. */
+static int64_t plain_octal(const uint8_t *f, size_t len) {
+    size_t end = 0, a, b;
+    while (end < len && f[end] != 0) end++;
+    for (a = 0; a < end && f[a] == ' '; a++) {}
+    for (b = end; b > a && f[b - 1] == ' '; b--) {}
+    if (a == b) return -1;
+    int64_t v = 0;
+    for (size_t i = a; i < b; i++) {
+        if (f[i] < '0' || f[i] > '7') return -1;
+        v = v * 8 + (f[i] - '0'); /* at most 12 digits: below 2^36 */
+    }
+    return v;
+}
+
+/* Whether the header's stored checksum is its sum, read unsigned or signed (as tar does). */
+static int checksum_ok(const uint8_t *h) {
+    int64_t stored = plain_octal(h + 148, 8);
+    if (stored < 0) return 0;
+    int64_t sum = 8 * ' ', high = 0;
+    for (int i = 0; i < TAR_BLOCK; i++) {
+        if (i >= 148 && i < 156) continue;
+        sum += h[i];
+        high += h[i] >= 128;
+    }
+    return stored == sum || stored == sum - 256 * high;
+}
+
+static int all_zero(const uint8_t *h) {
+    for (int i = 0; i < TAR_BLOCK; i++)
+        if (h[i]) return 0;
+    return 1;
+}
+
+static size_t field_len(const uint8_t *f, size_t cap) {
+    size_t n = 0;
+    while (n < cap && f[n]) n++;
+    return n;
+}
+
+/* Append a member row and its name (the ustar prefix joined as the Python walk joins it). */
+static int record(cz_tar_walk *w, const uint8_t *h, uint64_t at, int64_t size, int64_t mtime) {
+    size_t nlen = field_len(h, 100), plen = 0;
+    if (memcmp(h + 257, "ustar\0", 6) == 0) plen = field_len(h + 345, 155);
+    size_t full = plen ? plen + 1 + nlen : nlen;
+    if (w->count == w->cap) {
+        size_t cap = w->cap ? 2 * w->cap : 1024;
+        int64_t *rows = realloc(w->rows, cap * CZ_TAR_ROW * sizeof(int64_t));
+        if (!rows) return -1;
+        w->rows = rows;
+        w->cap = cap;
+    }
+    if (w->names_len + full > w->names_cap) {
+        size_t cap = w->names_cap ? 2 * w->names_cap : 64u << 10;
+        while (cap < w->names_len + full) cap *= 2;
+        char *names = realloc(w->names, cap);
+        if (!names) return -1;
+        w->names = names;
+        w->names_cap = cap;
+    }
+    char *dst = w->names + w->names_len;
+    if (plen) {
+        memcpy(dst, h + 345, plen);
+        dst[plen] = '/';
+        memcpy(dst + plen + 1, h, nlen);
+    } else {
+        memcpy(dst, h, nlen);
+    }
+    int64_t *row = w->rows + w->count * CZ_TAR_ROW;
+    row[0] = (int64_t)at;
+    row[1] = size;
+    row[2] = mtime;
+    row[3] = (int64_t)w->names_len;
+    row[4] = (int64_t)full;
+    w->names_len += full;
+    w->count++;
+    return 0;
+}
+
+/* Walk the complete header in w->head, at w->resume_at: 1 walked on, 0 stopped, -1 memory. */
+static int walk_header(cz_tar_walk *w) {
+    const uint8_t *h = w->head;
+    if (all_zero(h) || !checksum_ok(h)) return 0;
+    int64_t size = plain_octal(h + 124, 12);
+    if (size < 0) return 0;
+    uint8_t kind = h[156];
+    if (kind == '5') { /* a directory: its header alone, whatever its size field says */
+        w->resume_at += TAR_BLOCK;
+        return 1;
+    }
+    if (kind != '0' && kind != 0 && kind != '7') return 0;
+    int64_t mtime = plain_octal(h + 136, 12);
+    if (mtime < 0) return 0;
+    if (record(w, h, w->resume_at, size, mtime)) return -1;
+    w->resume_at += TAR_BLOCK + ((uint64_t)size + TAR_BLOCK - 1) / TAR_BLOCK * TAR_BLOCK;
+    return 1;
+}
+
+/* Walk the headers within the n stream bytes at buf (stream offset w->stream_bytes). */
+static int walk(cz_tar_walk *w, const uint8_t *buf, size_t n) {
+    uint64_t pos = w->stream_bytes, end = pos + n;
+    while (w->walking && w->resume_at + w->head_fill < end) {
+        uint64_t from = w->resume_at + w->head_fill;
+        size_t take = TAR_BLOCK - w->head_fill;
+        if (take > end - from) take = (size_t)(end - from);
+        memcpy(w->head + w->head_fill, buf + (from - pos), take);
+        w->head_fill += take;
+        if (w->head_fill < TAR_BLOCK) break;
+        w->head_fill = 0;
+        int r = walk_header(w);
+        if (r < 0) return -1;
+        if (r == 0) w->walking = 0;
+    }
+    return 0;
+}
+
+static int write_full(int fd, const uint8_t *p, size_t n, uint64_t *err) {
+    while (n) {
+        ssize_t r = write(fd, p, n);
+        if (r < 0) {
+            if (errno == EINTR) continue;
+            *err = (uint64_t)(errno ? errno : EIO);
+            return -1;
+        }
+        p += r;
+        n -= (size_t)r;
+    }
+    return 0;
+}
+
+#if defined(CZ_HAVE_ZSTD)
+#include <zstd.h>
+
+/* Whether the stream so far is over max_ratio times the compressed bytes it took. */
+static int shrinks_well(const cz_tar_walk *w, double max_ratio) {
+    double taken = (double)(w->compressed_read ? w->compressed_read : 1);
+    return (double)w->stream_bytes > max_ratio * taken;
+}
+
+static int32_t copy_loop(ZSTD_DCtx *d, int in_fd, uint64_t in_end, int out_fd,
+                         uint64_t probe_bytes, double max_ratio, uint8_t *ibuf, uint8_t *obuf,
+                         cz_tar_walk *w) {
+    ZSTD_inBuffer in = {ibuf, 0, 0};
+    uint64_t file_at = 0;
+    size_t last = 0; /* libzstd's hint: 0 at a frame's end */
+    int fed = 0, full = 0, probed = 0;
+    for (;;) {
+        if (in.pos == in.size && !full) {
+            uint64_t want = in_end - file_at < IN_CHUNK ? in_end - file_at : IN_CHUNK, got = 0;
+            int err = want ? cz_pread_full(in_fd, ibuf, want, file_at, &got) : 0;
+            if (err) { w->err = (uint64_t)err; return CZ_IO_ERROR; }
+            if (!got) break;
+            file_at += got;
+            in.size = (size_t)got;
+            in.pos = 0;
+            fed = 1;
+        }
+        ZSTD_outBuffer out = {obuf, OUT_CHUNK, 0};
+        size_t before = in.pos;
+        last = ZSTD_decompressStream(d, &out, &in);
+        if (ZSTD_isError(last)) return CZ_DATA_ERROR;
+        w->compressed_read += in.pos - before;
+        full = out.pos == out.size; /* more may be waiting in the decoder */
+        if (out.pos) {
+            if (walk(w, obuf, out.pos)) return CZ_NO_MEMORY;
+            if (write_full(out_fd, obuf, out.pos, &w->err)) return CZ_IO_ERROR;
+            w->stream_bytes += out.pos;
+        }
+        if (!probed && w->stream_bytes >= probe_bytes) {
+            probed = 1;
+            if (shrinks_well(w, max_ratio)) return CZ_COMPRESSIBLE;
+        }
+    }
+    if (fed && last != 0) return CZ_TRUNCATED; /* the input ends inside a frame */
+    return CZ_OK;
+}
+
+int cz_tar_plain_copy(int in_fd, uint64_t in_end, int out_fd, uint64_t probe_bytes,
+                      double max_ratio, cz_tar_walk **result) {
+    cz_tar_walk *w = calloc(1, sizeof(*w));
+    *result = w;
+    if (!w) return CZ_NO_MEMORY;
+    w->walking = 1;
+    ZSTD_DCtx *d = ZSTD_createDCtx();
+    uint8_t *ibuf = malloc(IN_CHUNK), *obuf = malloc(OUT_CHUNK);
+    int32_t status = CZ_NO_MEMORY;
+    if (d && ibuf && obuf)
+        status = copy_loop(d, in_fd, in_end, out_fd, probe_bytes, max_ratio, ibuf, obuf, w);
+    ZSTD_freeDCtx(d);
+    free(ibuf);
+    free(obuf);
+    return status;
+}
+
+#else /* no libzstd: the Python path copies */
+
+int cz_tar_plain_copy(int in_fd, uint64_t in_end, int out_fd, uint64_t probe_bytes,
+                      double max_ratio, cz_tar_walk **result) {
+    (void)in_fd; (void)in_end; (void)out_fd; (void)probe_bytes; (void)max_ratio;
+    (void)walk; (void)write_full;
+    *result = NULL;
+    return CZ_NEED_PYTHON;
+}
+
+#endif

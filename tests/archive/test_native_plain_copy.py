@@ -1,0 +1,273 @@
+"""The C core's plain copy of a stock tar.zst gives what the Python path gives, byte for byte.
+
+Each case writes the copy twice, through ``cz_tar_plain_copy`` and through the Python walk,
+and compares the copy's bytes, the member index and the entries skipped, or the error
+(type and message). Archives written by GNU tar (gnu, pax, ustar formats: long names,
+prefixes, links, sparse files, non-UTF-8 names, times past 2242 in base-256), by hand
+(every header the C walk leaves to Python), several zstd frames with a skippable one, and
+hundreds of mutated archives (bit flips, cuts, inserted bytes).
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+import zstandard
+from helpers import tar_cases
+
+from cdml_edge.archive.errors import ArchiveError
+from cdml_edge.archive.native import plain_copier
+from cdml_edge.archive.source import FileSource
+from cdml_edge.archive.tar import native_copy, reframe
+
+pytestmark = pytest.mark.skipif(plain_copier() is None, reason="the C core with zstd is not built")
+
+PROBE, RATIO = reframe.PLAIN_PROBE_BYTES, reframe.PLAIN_MAX_RATIO
+
+
+class _Served:
+    """Counts the copies the C core served and the members it walked itself."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.copies = 0
+        self.walked = 0
+        real_copy, real_members = native_copy.plain_copy, native_copy._members
+
+        def copy(*a: Any, **kw: Any) -> Any:
+            found = real_copy(*a, **kw)
+            self.copies += found is not None
+            return found
+
+        def members(walk: Any) -> Any:
+            out = real_members(walk)
+            self.walked += len(out)
+            return out
+
+        monkeypatch.setattr(native_copy, "plain_copy", copy)
+        monkeypatch.setattr(native_copy, "_members", members)
+
+
+@pytest.fixture
+def served(monkeypatch: pytest.MonkeyPatch) -> _Served:
+    return _Served(monkeypatch)
+
+
+def _outcome(path: Path, out_path: Path, native: bool) -> tuple[Any, ...]:
+    """What write_plain_copy makes of ``path``: the index and the copy, or the error."""
+    src = FileSource(path)
+    saved = reframe.plain_copier
+    if not native:
+        reframe.plain_copier = lambda: None  # type: ignore[assignment]
+    try:
+        with open(out_path, "w+b") as out:
+            try:
+                found = reframe.write_plain_copy(src, src.size(), out)
+            except (ArchiveError, OSError, EOFError, zstandard.ZstdError) as exc:
+                return ("error", type(exc).__name__, str(exc))
+            out.seek(0)
+            data = out.read()
+    finally:
+        reframe.plain_copier = saved
+        src.close()
+    if found is False:
+        return ("compressible",)
+    ix = found.index  # type: ignore[union-attr]
+    columns = (ix.names, ix.header_offsets, ix.data_offsets, ix.sizes, ix.mtimes)
+    return ("copy", columns, ix.refused, ix.sparse, found.skipped, data)  # type: ignore[union-attr]
+
+
+def _same_both_ways(path: Path, tmp: Path) -> tuple[Any, ...]:
+    native = _outcome(path, tmp / "native.tar", True)
+    python = _outcome(path, tmp / "python.tar", False)
+    assert native == python
+    return native
+
+
+def _gnu_tar(tmp: Path, root: Path, fmt: str, name: str = "stock.tar.zst") -> Path:
+    out = tmp / name
+    sparse = [] if fmt == "ustar" else ["-S"]  # ustar has no sparse files
+    subprocess.run(
+        ["tar", "--zstd", f"--format={fmt}", *sparse, "-cf", str(out), "-C", str(root), "."],
+        check=True,
+    )
+    return out
+
+
+def _odd_tree(root: Path) -> None:
+    """Files GNU tar writes every kind of header for."""
+    rnd = random.Random(3)
+    for i in range(40):
+        p = root / ("a", "b/c")[i % 2] / f"{i:03d}.bin"
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_bytes(rnd.randbytes(rnd.randrange(0, 30_000)))
+    deep = root / ("d" * 60) / ("e" * 60)
+    deep.mkdir(parents=True)
+    (deep / "prefixed.bin").write_bytes(rnd.randbytes(5000))  # a ustar prefix
+    (root / ("long-" + "n" * 150 + ".bin")).write_bytes(rnd.randbytes(700))  # a long name
+    (root / "big.bin").write_bytes(rnd.randbytes(3 << 20))  # over the C core's 1-MiB steps
+    (root / "empty.bin").write_bytes(b"")
+    os.symlink("a/000.bin", root / "sym")
+    os.link(root / "a" / "000.bin", root / "hard")
+    os.mkfifo(root / "fifo")
+    raw = os.fsencode(str(root)) + b"/caf\xe9.bin"  # not UTF-8
+    with open(raw, "wb") as fh:
+        fh.write(rnd.randbytes(900))
+    with open(root / "holes.bin", "wb") as fh:  # sparse: -S stores its map
+        fh.seek(1 << 20)
+        fh.write(rnd.randbytes(4096))
+    future = root / "future.bin"
+    future.write_bytes(rnd.randbytes(600))
+    os.utime(future, (2**34, 2**34))  # past 8**11 seconds: a base-256 mtime
+
+
+@pytest.mark.skipif(shutil.which("tar") is None, reason="needs GNU tar")
+@pytest.mark.parametrize("fmt", ["gnu", "pax", "posix", "ustar"])
+def test_gnu_tar_archives(tmp_path: Path, fmt: str, served: _Served) -> None:
+    root = tmp_path / "tree"
+    root.mkdir()
+    _odd_tree(root)
+    if fmt == "ustar":  # no long names, non-UTF-8 names, base-256 times or holes
+        for p in root.iterdir():
+            if p.name.startswith("long-") or p.name in ("future.bin", "holes.bin"):
+                p.unlink()
+        os.unlink(os.fsencode(str(root)) + b"/caf\xe9.bin")
+    found = _same_both_ways(_gnu_tar(tmp_path, root, fmt), tmp_path)
+    assert found[0] == "copy" and len(found[1][0]) >= 40
+    assert served.copies == 1  # the C core copied
+    if fmt in ("gnu", "ustar"):  # and walked up to the first long name, link or sparse file
+        assert 10 <= served.walked < len(found[1][0])
+    else:  # GNU tar's pax format gives every entry a pax record: Python walks them all
+        assert served.walked == 0
+
+
+def test_the_c_core_walks_a_plain_archive_alone(tmp_path: Path, served: _Served) -> None:
+    stream, members = tar_cases.member_stream(30)
+    path = tmp_path / "plain.tar.zst"
+    path.write_bytes(zstandard.ZstdCompressor(level=1).compress(_incompressible(stream)))
+    found = _same_both_ways(path, tmp_path)
+    assert served.walked == 30 == len(found[1][0])
+
+
+def _incompressible(stream: bytes) -> bytes:
+    """``stream`` with random bytes after it, so that zstd cannot shrink the whole by 1/4."""
+    return stream + random.Random(0).randbytes(4 * len(stream))
+
+
+HAND_MADE = {
+    "links and devices": tar_cases.links_and_devices(),
+    "duplicate names": tar_cases.duplicate_names(),
+    "gnu incremental": tar_cases.gnu_incremental(),
+    "dangling long name": tar_cases.dangling_long_name(),
+    "bad pax": tar_cases.bad_pax("no newline"),
+    "old gnu sparse": tar_cases.old_gnu_sparse(True),
+    "pax sparse 1.0": tar_cases.pax_sparse("1.0"),
+    "no end marker": tar_cases.entry(b"a.txt", b"a" * 700),
+    "cut in a member": tar_cases.entry(b"a.txt", b"a" * 700)[:900],
+    "cut in a header": tar_cases.entry(b"a.txt", b"a" * 700) + b"\x01" * 100,
+    "bad checksum": tar_cases.entry(b"a.txt", b"a")[:148] + b"0000000\x00" + bytes(356),
+    "base-256 size": tar_cases.header(b"b.bin", 0, fields={124: b"\x80" + bytes(10) + b"\x05"})
+    + bytes(512),
+    "size with a sign": tar_cases.header(b"c.bin", 0, fields={124: b"+0000000005\x00"})
+    + tar_cases.pad(b"12345"),
+    "spaces around octal": tar_cases.header(b"d.bin", 0, fields={124: b"  5 \x00      "})
+    + tar_cases.pad(b"12345")
+    + tar_cases.END,
+    "empty": b"",
+    "folder with a size": tar_cases.header(b"dir/", 3000, b"5") + tar_cases.END,
+}
+
+
+@pytest.mark.parametrize("case", sorted(HAND_MADE))
+def test_hand_made_headers(tmp_path: Path, case: str) -> None:
+    path = tmp_path / "case.tar.zst"
+    stream = HAND_MADE[case]
+    # the same stream, after members the C core walks, in a stream too random to shrink
+    lead, _ = tar_cases.member_stream(3)
+    lead = lead[: -len(tar_cases.END)]
+    body = lead + stream + random.Random(1).randbytes(4096)
+    path.write_bytes(zstandard.ZstdCompressor().compress(body))
+    _same_both_ways(path, tmp_path)
+    path.write_bytes(zstandard.ZstdCompressor().compress(stream))  # alone
+    _same_both_ways(path, tmp_path)
+
+
+def test_frames_skippable_frames_and_cuts(tmp_path: Path, served: _Served) -> None:
+    stream, _ = tar_cases.member_stream(20)
+    stream = _incompressible(stream)
+    frames, _ = tar_cases.zstd_frames(stream, 1000)  # frames cut inside headers and data
+    skip = b"\x50\x2a\x4d\x18" + (5).to_bytes(4, "little") + b"hello"
+    path = tmp_path / "frames.tar.zst"
+    path.write_bytes(skip + frames[:5000] + frames[5000:] + skip)
+    found = _same_both_ways(path, tmp_path)
+    assert found[0] == "copy" and served.walked == 20
+    for cut in (1, 17, len(frames) // 2, len(frames) - 3):  # cut inside a frame
+        path.write_bytes(frames[:cut])
+        assert _same_both_ways(path, tmp_path)[0] == "error"
+    path.write_bytes(frames + b"\x00garbage")
+    assert _same_both_ways(path, tmp_path)[0] == "error"
+
+
+def test_a_stream_that_shrinks_well_gets_no_plain_copy(tmp_path: Path) -> None:
+    stream = b"".join(
+        tar_cases.entry(b"t/%04d.csv" % k, b"%d,%d\n" % (k, k) * 5000) for k in range(150)
+    )
+    path = tmp_path / "text.tar.zst"
+    path.write_bytes(zstandard.ZstdCompressor().compress(stream + tar_cases.END))
+    assert len(stream) > PROBE  # judged after the probe, before the end
+    assert _same_both_ways(path, tmp_path) == ("compressible",)
+
+
+def test_a_failed_write_is_the_python_paths_error(tmp_path: Path) -> None:
+    """A full disk: the C core's write fails and the Python path raises its own error."""
+    if not os.path.exists("/dev/full"):
+        pytest.skip("needs /dev/full")
+    stream, _ = tar_cases.member_stream(10)
+    path = tmp_path / "s.tar.zst"
+    path.write_bytes(zstandard.ZstdCompressor().compress(_incompressible(stream)))
+    src = FileSource(path)
+    with open("/dev/full", "r+b") as out:
+        assert native_copy.plain_copy(src, src.size(), out, PROBE, RATIO) is None
+        with pytest.raises(OSError, match="No space"):
+            reframe.write_plain_copy(src, src.size(), out)
+
+
+def test_an_output_it_cannot_read_back_goes_to_python(tmp_path: Path) -> None:
+    stream, _ = tar_cases.member_stream(4)
+    path = tmp_path / "s.tar.zst"
+    path.write_bytes(zstandard.ZstdCompressor().compress(_incompressible(stream)))
+    src = FileSource(path)
+    with open(tmp_path / "w.tar", "wb") as out:  # write-only
+        assert native_copy.plain_copy(src, src.size(), out, PROBE, RATIO) is None
+        assert reframe.write_plain_copy(src, src.size(), out) is not False
+
+
+def test_mutated_archives_give_the_same_outcome(tmp_path: Path) -> None:
+    """Bit flips, cuts and inserted bytes: the C core and Python agree on every one."""
+    rnd = random.Random(7)
+    stream, _ = tar_cases.member_stream(6)
+    seeds = [
+        zstandard.ZstdCompressor(level=1).compress(_incompressible(stream)),
+        zstandard.ZstdCompressor(level=1).compress(stream),  # its headers too
+        tar_cases.zstd_frames(stream, 700)[0],
+    ]
+    path = tmp_path / "m.tar.zst"
+    kinds = set()
+    for _ in range(300):
+        data = bytearray(rnd.choice(seeds))
+        for _ in range(rnd.randint(1, 3)):
+            op, at = rnd.random(), rnd.randrange(len(data))
+            if op < 0.5:
+                data[at] ^= 1 << rnd.randrange(8)
+            elif op < 0.7:
+                del data[at:]
+            else:
+                data[at:at] = rnd.randbytes(rnd.randint(1, 20))
+        path.write_bytes(bytes(data))
+        kinds.add(_same_both_ways(path, tmp_path)[0])
+    assert kinds == {"copy", "compressible", "error"}
