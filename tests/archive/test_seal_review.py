@@ -212,10 +212,14 @@ def test_full_disk_while_the_copy_is_written(
 
     monkeypatch.setattr(sc, "sealed_behind", full)
     monkeypatch.setattr(reframe, "plain_copier", lambda: None)  # the Python path's writer
+    _read_as_it_is(path, SeekableCache(tmp_path / "cache"), files, times=3)
+
+
+def _read_as_it_is(path: Path, cache: SeekableCache, files: dict[str, bytes], times: int) -> None:
+    """Opened ``times`` on a full disk: no copy, read as it is, nothing left behind."""
     open_archive(path).names()  # imports, caches warmed
     threads, fds = threading.active_count(), _fds()
-    cache = SeekableCache(tmp_path / "cache")
-    for _ in range(3):
+    for _ in range(times):
         archive = open_archive(path, seekable_cache=cache)
         assert archive.seekable_copy is None  # type: ignore[attr-defined]
         assert archive.read("./f05") == files["./f05"]
@@ -223,7 +227,7 @@ def test_full_disk_while_the_copy_is_written(
     assert wait_sealed(10)
     assert threading.active_count() == threads
     assert _fds() == fds
-    assert not [p for p in (tmp_path / "cache").iterdir()]
+    assert not list(cache.root.iterdir())
 
 
 def test_dataloader_workers_read_while_the_seal_is_under_way(
@@ -468,16 +472,7 @@ def test_full_disk_while_the_c_core_writes_the_copy(
     real = native_copy.plain_copy
     monkeypatch.setattr(native_copy, "plain_copy", lambda *a: tried.append(real(*a)) or tried[-1])
     try:
-        open_archive(path).names()  # imports, caches warmed
-        threads, fds = threading.active_count(), _fds()
-        archive = open_archive(path, seekable_cache=SeekableCache(cache_dir))
+        _read_as_it_is(path, SeekableCache(cache_dir), files, times=1)
         assert tried == [None]  # the C core's write failed: handed to the Python path
-        assert archive.seekable_copy is None  # type: ignore[attr-defined]
-        assert archive.read("./f05") == files["./f05"]
-        archive.close()
-        assert wait_sealed(10)
-        assert threading.active_count() == threads
-        assert _fds() == fds
-        assert not list(cache_dir.iterdir())
     finally:
         subprocess.run(["umount", "-l", str(cache_dir)], check=False)
