@@ -15,78 +15,24 @@ import random
 import shutil
 import subprocess
 from pathlib import Path
-from typing import Any
 
 import pytest
 import zstandard
 from helpers import tar_cases
+from helpers.plain_copies import Served, same_both_ways
 
-from cdml_edge.archive.errors import ArchiveError
 from cdml_edge.archive.native import plain_copier
 from cdml_edge.archive.source import FileSource
 from cdml_edge.archive.tar import native_copy, reframe
 
 pytestmark = pytest.mark.skipif(plain_copier() is None, reason="the C core with zstd is not built")
 
-PROBE, RATIO = reframe.PLAIN_PROBE_BYTES, reframe.PLAIN_MAX_RATIO
-
-
-class _Served:
-    """Counts the copies the C core served and the members it walked itself."""
-
-    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
-        self.copies = 0
-        self.walked = 0
-        real_copy, real_members = native_copy.plain_copy, native_copy._members
-
-        def copy(*a: Any, **kw: Any) -> Any:
-            found = real_copy(*a, **kw)
-            self.copies += found is not None
-            return found
-
-        def members(walk: Any) -> Any:
-            out = real_members(walk)
-            self.walked += len(out)
-            return out
-
-        monkeypatch.setattr(native_copy, "plain_copy", copy)
-        monkeypatch.setattr(native_copy, "_members", members)
+PROBE = reframe.PLAIN_PROBE_BYTES
 
 
 @pytest.fixture
-def served(monkeypatch: pytest.MonkeyPatch) -> _Served:
-    return _Served(monkeypatch)
-
-
-def _outcome(path: Path, out_path: Path, native: bool) -> tuple[Any, ...]:
-    """What write_plain_copy makes of ``path``: the index and the copy, or the error."""
-    src = FileSource(path)
-    saved = reframe.plain_copier
-    if not native:
-        reframe.plain_copier = lambda: None  # type: ignore[assignment]
-    try:
-        with open(out_path, "w+b") as out:
-            try:
-                found = reframe.write_plain_copy(src, src.size(), out)
-            except (ArchiveError, OSError, EOFError, zstandard.ZstdError) as exc:
-                return ("error", type(exc).__name__, str(exc))
-            out.seek(0)
-            data = out.read()
-    finally:
-        reframe.plain_copier = saved
-        src.close()
-    if found is False:
-        return ("compressible",)
-    ix = found.index  # type: ignore[union-attr]
-    columns = (ix.names, ix.header_offsets, ix.data_offsets, ix.sizes, ix.mtimes)
-    return ("copy", columns, ix.refused, ix.sparse, found.skipped, data)  # type: ignore[union-attr]
-
-
-def _same_both_ways(path: Path, tmp: Path) -> tuple[Any, ...]:
-    native = _outcome(path, tmp / "native.tar", True)
-    python = _outcome(path, tmp / "python.tar", False)
-    assert native == python
-    return native
+def served(monkeypatch: pytest.MonkeyPatch) -> Served:
+    return Served(monkeypatch)
 
 
 def _gnu_tar(tmp: Path, root: Path, fmt: str, name: str = "stock.tar.zst") -> Path:
@@ -128,7 +74,7 @@ def _odd_tree(root: Path) -> None:
 
 @pytest.mark.skipif(shutil.which("tar") is None, reason="needs GNU tar")
 @pytest.mark.parametrize("fmt", ["gnu", "pax", "posix", "ustar"])
-def test_gnu_tar_archives(tmp_path: Path, fmt: str, served: _Served) -> None:
+def test_gnu_tar_archives(tmp_path: Path, fmt: str, served: Served) -> None:
     root = tmp_path / "tree"
     root.mkdir()
     _odd_tree(root)
@@ -137,7 +83,7 @@ def test_gnu_tar_archives(tmp_path: Path, fmt: str, served: _Served) -> None:
             if p.name.startswith("long-") or p.name in ("future.bin", "holes.bin"):
                 p.unlink()
         os.unlink(os.fsencode(str(root)) + b"/caf\xe9.bin")
-    found = _same_both_ways(_gnu_tar(tmp_path, root, fmt), tmp_path)
+    found = same_both_ways(_gnu_tar(tmp_path, root, fmt), tmp_path)
     assert found[0] == "copy" and len(found[1][0]) >= 40
     assert served.copies == 1  # the C core copied
     if fmt in ("gnu", "ustar"):  # and walked up to the first long name, link or sparse file
@@ -146,11 +92,11 @@ def test_gnu_tar_archives(tmp_path: Path, fmt: str, served: _Served) -> None:
         assert served.walked == 0
 
 
-def test_the_c_core_walks_a_plain_archive_alone(tmp_path: Path, served: _Served) -> None:
+def test_the_c_core_walks_a_plain_archive_alone(tmp_path: Path, served: Served) -> None:
     stream, members = tar_cases.member_stream(30)
     path = tmp_path / "plain.tar.zst"
     path.write_bytes(zstandard.ZstdCompressor(level=1).compress(_incompressible(stream)))
-    found = _same_both_ways(path, tmp_path)
+    found = same_both_ways(path, tmp_path)
     assert served.walked == 30 == len(found[1][0])
 
 
@@ -192,25 +138,25 @@ def test_hand_made_headers(tmp_path: Path, case: str) -> None:
     lead = lead[: -len(tar_cases.END)]
     body = lead + stream + random.Random(1).randbytes(4096)
     path.write_bytes(zstandard.ZstdCompressor().compress(body))
-    _same_both_ways(path, tmp_path)
+    same_both_ways(path, tmp_path)
     path.write_bytes(zstandard.ZstdCompressor().compress(stream))  # alone
-    _same_both_ways(path, tmp_path)
+    same_both_ways(path, tmp_path)
 
 
-def test_frames_skippable_frames_and_cuts(tmp_path: Path, served: _Served) -> None:
+def test_frames_skippable_frames_and_cuts(tmp_path: Path, served: Served) -> None:
     stream, _ = tar_cases.member_stream(20)
     stream = _incompressible(stream)
     frames, _ = tar_cases.zstd_frames(stream, 1000)  # frames cut inside headers and data
     skip = b"\x50\x2a\x4d\x18" + (5).to_bytes(4, "little") + b"hello"
     path = tmp_path / "frames.tar.zst"
     path.write_bytes(skip + frames[:5000] + frames[5000:] + skip)
-    found = _same_both_ways(path, tmp_path)
+    found = same_both_ways(path, tmp_path)
     assert found[0] == "copy" and served.walked == 20
     for cut in (1, 17, len(frames) // 2, len(frames) - 3):  # cut inside a frame
         path.write_bytes(frames[:cut])
-        assert _same_both_ways(path, tmp_path)[0] == "error"
+        assert same_both_ways(path, tmp_path)[0] == "error"
     path.write_bytes(frames + b"\x00garbage")
-    assert _same_both_ways(path, tmp_path)[0] == "error"
+    assert same_both_ways(path, tmp_path)[0] == "error"
 
 
 def test_a_stream_that_shrinks_well_gets_no_plain_copy(tmp_path: Path) -> None:
@@ -220,11 +166,11 @@ def test_a_stream_that_shrinks_well_gets_no_plain_copy(tmp_path: Path) -> None:
     path = tmp_path / "text.tar.zst"
     path.write_bytes(zstandard.ZstdCompressor().compress(stream + tar_cases.END))
     assert len(stream) > PROBE  # judged after the probe, before the end
-    assert _same_both_ways(path, tmp_path) == ("compressible",)
+    assert same_both_ways(path, tmp_path) == ("compressible",)
 
 
-def test_a_failed_write_is_the_python_paths_error(tmp_path: Path) -> None:
-    """A full disk: the C core's write fails and the Python path raises its own error."""
+def test_a_device_is_left_to_the_python_path(tmp_path: Path) -> None:
+    """Only an empty regular file is written by the C core (it reads the copy back)."""
     if not os.path.exists("/dev/full"):
         pytest.skip("needs /dev/full")
     stream, _ = tar_cases.member_stream(10)
@@ -232,19 +178,26 @@ def test_a_failed_write_is_the_python_paths_error(tmp_path: Path) -> None:
     path.write_bytes(zstandard.ZstdCompressor().compress(_incompressible(stream)))
     src = FileSource(path)
     with open("/dev/full", "r+b") as out:
-        assert native_copy.plain_copy(src, src.size(), out, PROBE, RATIO) is None
+        assert not native_copy.serves(src, src.size(), out)
         with pytest.raises(OSError, match="No space"):
             reframe.write_plain_copy(src, src.size(), out)
 
 
-def test_an_output_it_cannot_read_back_goes_to_python(tmp_path: Path) -> None:
+@pytest.mark.parametrize("mode", ["wb", "ab+", "rb+"])
+def test_an_output_it_cannot_write_from_empty_goes_to_python(
+    tmp_path: Path, mode: str, served: Served
+) -> None:
+    """Write-only, appending, or holding bytes already: the Python path writes it."""
     stream, _ = tar_cases.member_stream(4)
     path = tmp_path / "s.tar.zst"
     path.write_bytes(zstandard.ZstdCompressor().compress(_incompressible(stream)))
     src = FileSource(path)
-    with open(tmp_path / "w.tar", "wb") as out:  # write-only
-        assert native_copy.plain_copy(src, src.size(), out, PROBE, RATIO) is None
+    (tmp_path / "o.tar").write_bytes(b"old" if mode == "rb+" else b"")
+    with open(tmp_path / "o.tar", mode) as out:
+        out.seek(0)
+        assert not native_copy.serves(src, src.size(), out)
         assert reframe.write_plain_copy(src, src.size(), out) is not False
+    assert served.copies == 0
 
 
 def test_mutated_archives_give_the_same_outcome(tmp_path: Path) -> None:
@@ -269,5 +222,5 @@ def test_mutated_archives_give_the_same_outcome(tmp_path: Path) -> None:
             else:
                 data[at:at] = rnd.randbytes(rnd.randint(1, 20))
         path.write_bytes(bytes(data))
-        kinds.add(_same_both_ways(path, tmp_path)[0])
+        kinds.add(same_both_ways(path, tmp_path)[0])
     assert kinds == {"copy", "compressible", "error"}

@@ -1,0 +1,66 @@
+"""Plain copies of a stock tar.zst written both ways (C core, Python path) and compared."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import zstandard
+
+from cdml_edge.archive.errors import ArchiveError
+from cdml_edge.archive.source import FileSource
+from cdml_edge.archive.tar import native_copy, reframe
+
+
+class Served:
+    """Counts the copies the C core served and the members it walked itself."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.copies = 0
+        self.walked = 0
+        real_copy, real_members = native_copy.plain_copy, native_copy._members
+
+        def copy(*a: Any, **kw: Any) -> Any:
+            found = real_copy(*a, **kw)
+            self.copies += found is not None
+            return found
+
+        def members(walk: Any) -> Any:
+            out = real_members(walk)
+            self.walked += len(out)
+            return out
+
+        monkeypatch.setattr(native_copy, "plain_copy", copy)
+        monkeypatch.setattr(native_copy, "_members", members)
+
+
+def outcome(path: Path, out_path: Path, native: bool) -> tuple[Any, ...]:
+    """What write_plain_copy makes of ``path``: the index and the copy, or the error."""
+    src = FileSource(path)
+    saved = reframe.plain_copier
+    if not native:
+        reframe.plain_copier = lambda: None  # type: ignore[assignment]
+    try:
+        with open(out_path, "w+b") as out:
+            try:
+                found = reframe.write_plain_copy(src, src.size(), out)
+            except (ArchiveError, OSError, EOFError, zstandard.ZstdError) as exc:
+                return ("error", type(exc).__name__, str(exc))
+            out.seek(0)
+            data = out.read()
+    finally:
+        reframe.plain_copier = saved
+        src.close()
+    if found is False:
+        return ("compressible",)
+    ix = found.index  # type: ignore[union-attr]
+    columns = (ix.names, ix.header_offsets, ix.data_offsets, ix.sizes, ix.mtimes)
+    return ("copy", columns, ix.refused, ix.sparse, found.skipped, data)  # type: ignore[union-attr]
+
+
+def same_both_ways(path: Path, tmp: Path) -> tuple[Any, ...]:
+    native = outcome(path, tmp / "native.tar", True)
+    python = outcome(path, tmp / "python.tar", False)
+    assert native == python
+    return native
