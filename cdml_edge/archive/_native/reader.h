@@ -96,7 +96,6 @@ int cz_zstd_read_one(int fd, const uint8_t *mem, uint64_t mem_len, uint64_t coff
  * copy), the headers that need no judgement walked on the way. Row k of `rows` is member k:
  *   header offset, size, mtime, name offset (in `names`), name length
  * resume_at: the first header not walked (the caller's walk goes on there). */
-#define CZ_COMPRESSIBLE 12 /* the stream shrinks too well for a plain copy (probe) */
 #define CZ_TAR_ROW 5
 
 typedef struct {
@@ -115,8 +114,7 @@ typedef struct {
     int walking;
 } cz_tar_walk;
 
-int cz_tar_plain_copy(int in_fd, uint64_t in_end, int out_fd, uint64_t probe_bytes,
-                      double max_ratio, cz_tar_walk **result);
+int cz_tar_plain_copy(int in_fd, uint64_t in_end, int out_fd, cz_tar_walk **result);
 void cz_tar_walk_free(cz_tar_walk *w);
 
 #endif

@@ -9,6 +9,8 @@
  * copying; the caller walks the copy from there (resume_at) with the Python walk, which
  * owns every other case. A member whose data runs past the end of the stream is recorded
  * as the Python walk records it; the walk resumes past the end, where it finds the end.
+ * Whether the stream is worth a plain copy (zstd shrinks it by less than a quarter) is the
+ * caller's to judge, before (its first 4 MiB) and after (the totals here).
  * It touches no Python object, so the caller releases the GIL around it; every size comes
  * from the input and is checked: bad input gives a status, never a crash.
  */
@@ -86,7 +88,7 @@ static int record(cz_tar_walk *w, const uint8_t *h, uint64_t at, int64_t size, i
         w->rows = rows;
         w->cap = cap;
     }
-    if (w->names_len + full > w->names_cap) {
+    if (!w->names || w->names_len + full > w->names_cap) { /* allocated for an empty name too */
         size_t cap = w->names_cap ? 2 * w->names_cap : 64u << 10;
         while (cap < w->names_len + full) cap *= 2;
         char *names = realloc(w->names, cap);
@@ -167,19 +169,12 @@ static int write_full(int fd, const uint8_t *p, size_t n, uint64_t *err) {
 #if defined(CZ_HAVE_ZSTD)
 #include <zstd.h>
 
-/* Whether the stream so far is over max_ratio times the compressed bytes it took. */
-static int shrinks_well(const cz_tar_walk *w, double max_ratio) {
-    double taken = (double)(w->compressed_read ? w->compressed_read : 1);
-    return (double)w->stream_bytes > max_ratio * taken;
-}
-
-static int32_t copy_loop(ZSTD_DCtx *d, int in_fd, uint64_t in_end, int out_fd,
-                         uint64_t probe_bytes, double max_ratio, uint8_t *ibuf, uint8_t *obuf,
-                         cz_tar_walk *w) {
+static int32_t copy_loop(ZSTD_DCtx *d, int in_fd, uint64_t in_end, int out_fd, uint8_t *ibuf,
+                         uint8_t *obuf, cz_tar_walk *w) {
     ZSTD_inBuffer in = {ibuf, 0, 0};
     uint64_t file_at = 0;
-    size_t last = 0; /* libzstd's hint: 0 at a frame's end */
-    int fed = 0, full = 0, probed = 0;
+    size_t last = 0; /* libzstd's hint of the last call that did something: 0 at a frame's end */
+    int fed = 0, full = 0;
     for (;;) {
         if (in.pos == in.size && !full) {
             uint64_t want = in_end - file_at < IN_CHUNK ? in_end - file_at : IN_CHUNK, got = 0;
@@ -193,8 +188,11 @@ static int32_t copy_loop(ZSTD_DCtx *d, int in_fd, uint64_t in_end, int out_fd,
         }
         ZSTD_outBuffer out = {obuf, OUT_CHUNK, 0};
         size_t before = in.pos;
-        last = ZSTD_decompressStream(d, &out, &in);
-        if (ZSTD_isError(last)) return CZ_DATA_ERROR;
+        size_t hint = ZSTD_decompressStream(d, &out, &in);
+        if (ZSTD_isError(hint)) return CZ_DATA_ERROR;
+        /* a call that took and gave nothing (the one after a full buffer, at a frame's end,
+         * answers the next frame's header size) says nothing of the frame before */
+        if (out.pos || in.pos > before) last = hint;
         w->compressed_read += in.pos - before;
         full = out.pos == out.size; /* more may be waiting in the decoder */
         if (out.pos) {
@@ -202,17 +200,12 @@ static int32_t copy_loop(ZSTD_DCtx *d, int in_fd, uint64_t in_end, int out_fd,
             if (write_full(out_fd, obuf, out.pos, &w->err)) return CZ_IO_ERROR;
             w->stream_bytes += out.pos;
         }
-        if (!probed && w->stream_bytes >= probe_bytes) {
-            probed = 1;
-            if (shrinks_well(w, max_ratio)) return CZ_COMPRESSIBLE;
-        }
     }
     if (fed && last != 0) return CZ_TRUNCATED; /* the input ends inside a frame */
     return CZ_OK;
 }
 
-int cz_tar_plain_copy(int in_fd, uint64_t in_end, int out_fd, uint64_t probe_bytes,
-                      double max_ratio, cz_tar_walk **result) {
+int cz_tar_plain_copy(int in_fd, uint64_t in_end, int out_fd, cz_tar_walk **result) {
     cz_tar_walk *w = calloc(1, sizeof(*w));
     *result = w;
     if (!w) return CZ_NO_MEMORY;
@@ -221,7 +214,7 @@ int cz_tar_plain_copy(int in_fd, uint64_t in_end, int out_fd, uint64_t probe_byt
     uint8_t *ibuf = malloc(IN_CHUNK), *obuf = malloc(OUT_CHUNK);
     int32_t status = CZ_NO_MEMORY;
     if (d && ibuf && obuf)
-        status = copy_loop(d, in_fd, in_end, out_fd, probe_bytes, max_ratio, ibuf, obuf, w);
+        status = copy_loop(d, in_fd, in_end, out_fd, ibuf, obuf, w);
     ZSTD_freeDCtx(d);
     free(ibuf);
     free(obuf);
@@ -230,9 +223,8 @@ int cz_tar_plain_copy(int in_fd, uint64_t in_end, int out_fd, uint64_t probe_byt
 
 #else /* no libzstd: the Python path copies */
 
-int cz_tar_plain_copy(int in_fd, uint64_t in_end, int out_fd, uint64_t probe_bytes,
-                      double max_ratio, cz_tar_walk **result) {
-    (void)in_fd; (void)in_end; (void)out_fd; (void)probe_bytes; (void)max_ratio;
+int cz_tar_plain_copy(int in_fd, uint64_t in_end, int out_fd, cz_tar_walk **result) {
+    (void)in_fd; (void)in_end; (void)out_fd;
     (void)walk; (void)write_full;
     *result = NULL;
     return CZ_NEED_PYTHON;

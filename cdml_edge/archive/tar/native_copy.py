@@ -4,8 +4,9 @@
 the way and with the GIL released, the headers that need no judgement (ustar / GNU headers
 of regular files and folders with plain octal fields). The headers from the first one it
 does not walk (a long name, a pax record, a link, a bad checksum, the end of the archive)
-are walked by :func:`~.format.scan` over the copy, from where it stopped. A failed
-decompression, read or write hands the whole copy to the Python path
+are walked by :func:`~.format.scan` over the copy, from where it stopped. Whether a stream
+is worth a plain copy is judged by the caller's probe before, and here on the totals after.
+A failed decompression, read or write hands the whole copy to the Python path
 (:func:`~.reframe.write_plain_copy`), which makes its own error of it: the results are the
 Python path's, member for member.
 """
@@ -15,7 +16,8 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
-from typing import BinaryIO
+import stat
+from typing import Any, BinaryIO
 
 from cdml_edge.archive._native._reader import ffi, lib
 from cdml_edge.archive.source import FileSource
@@ -25,69 +27,76 @@ from cdml_edge.archive.tar.rows import TarRows
 from cdml_edge.archive.tar.stream import PreadScanner
 
 _ROW = int(lib.CZ_TAR_ROW)
+_MAX_OFFSET = (1 << 63) - 1
 
 
-def plain_copy(
-    source: object, end: int, out: BinaryIO, probe_bytes: int, max_ratio: float
-) -> TarRows | bool | None:
+def serves(source: object, end: int, out: BinaryIO) -> bool:
+    """Whether :func:`plain_copy` can write this copy: a local file into an empty file.
+
+    ``out`` must be a regular file, empty, open for reading and writing without append
+    (the walk reads back what was written); ``end`` a size a file can have.
+    """
+    if type(source) is not FileSource or not 0 <= end <= _MAX_OFFSET:
+        return False
+    return _empty_file(out) is not None
+
+
+def plain_copy(source: Any, end: int, out: BinaryIO, max_ratio: float) -> TarRows | bool | None:
     """The plain copy of ``source`` written to ``out`` by the C core; ``None``: not served.
 
-    ``False`` when the stream shrinks by more than ``max_ratio`` (after ``probe_bytes`` of it,
-    or at its end), as the Python path says it. Served: a local file (:class:`FileSource`)
-    into a file at its start that can be read back; ``out`` is left at its end. Not served
-    (``out`` left empty): another source or file, or any error on the way.
+    For what :func:`serves`, after the caller's probe judged the stream's first bytes.
+    ``False`` when the whole stream shrinks by more than ``max_ratio``. ``out`` is left at
+    its end; not served (``out`` left empty): any error on the way.
     """
-    out_fd = _writable_at_start(out)
-    if out_fd is None or type(source) is not FileSource:
+    if not serves(source, end, out):
         return None
-    in_fd = source.fileno()
+    out_fd, in_fd = out.fileno(), source.fileno()
     if in_fd is None:
         return None
     found = ffi.new("cz_tar_walk **")
-    status = lib.cz_tar_plain_copy(in_fd, end, out_fd, probe_bytes, max_ratio, found)
+    status = lib.cz_tar_plain_copy(in_fd, end, out_fd, found)
     walk = found[0]
     try:
-        if status == lib.CZ_COMPRESSIBLE:
-            out.seek(0, os.SEEK_END)
-            return False
-        if status != lib.CZ_OK:
+        total = int(walk.stream_bytes) if walk != ffi.NULL else -1
+        if status != lib.CZ_OK or os.fstat(out_fd).st_size != total:
             out.seek(0)
-            with contextlib.suppress(OSError):  # a device (a full disk's test double) cannot
+            with contextlib.suppress(OSError):
                 out.truncate()
             return None
         out.seek(0, os.SEEK_END)
         members = _members(walk)
-        resume, total, taken = walk.resume_at, walk.stream_bytes, walk.compressed_read
+        resume, taken = walk.resume_at, walk.compressed_read
     finally:
         lib.cz_tar_walk_free(walk)
-    shrinks = total > max_ratio * max(taken, 1)
-    if shrinks and total < probe_bytes:  # the probe judged the whole stream, before any walk
-        return False
-    rest, skipped = _walk_from(source.name, out_fd, resume)
-    if shrinks:
+    rest, skipped = _walk_from(source.name, out_fd, resume, total)
+    if total > max_ratio * max(taken, 1):
         return False
     return TarRows.build(columns(members + rest), skipped=skipped)
 
 
-def _writable_at_start(out: BinaryIO) -> int | None:
-    """``out``'s descriptor when it is a file at offset 0 open for reading too; else ``None``."""
+def _empty_file(out: BinaryIO) -> int | None:
+    """``out``'s descriptor when it is an empty regular file, read-write, no append."""
     try:
         fd = out.fileno()
         out.flush()
-        if out.tell() != 0 or fcntl.fcntl(fd, fcntl.F_GETFL) & os.O_ACCMODE != os.O_RDWR:
-            return None
+        flags = fcntl.fcntl(fd, fcntl.F_GETFL)
+        st = os.fstat(fd)
     except (AttributeError, OSError, ValueError):
+        return None
+    if flags & os.O_ACCMODE != os.O_RDWR or flags & os.O_APPEND:
+        return None
+    if not stat.S_ISREG(st.st_mode) or st.st_size or out.tell():
         return None
     return fd
 
 
-def _members(walk: object) -> list[tarfmt.TarMember]:
+def _members(walk: Any) -> list[tarfmt.TarMember]:
     """The members the C core walked, as the Python walk makes them."""
-    n = int(walk.count)  # type: ignore[attr-defined]
+    n = int(walk.count)
     if not n:
         return []
-    rows = ffi.unpack(walk.rows, n * _ROW)  # type: ignore[attr-defined]
-    names = ffi.buffer(walk.names, walk.names_len)[:]  # type: ignore[attr-defined]
+    rows = ffi.unpack(walk.rows, n * _ROW)
+    names = ffi.buffer(walk.names, walk.names_len)[:]
     out = []
     for k in range(0, n * _ROW, _ROW):
         at, size, mtime, off, length = rows[k : k + _ROW]
@@ -96,20 +105,28 @@ def _members(walk: object) -> list[tarfmt.TarMember]:
     return out
 
 
-class _Descriptor:
-    """``pread`` on an open descriptor, the one read :class:`PreadScanner` makes."""
+class _Copy:
+    """``pread`` on the copy's descriptor, the one read :class:`PreadScanner` makes.
 
-    def __init__(self, fd: int) -> None:
-        self._fd = fd
+    Nothing past its ``size`` bytes: a walk that skipped past the end (a member's size far
+    beyond it) reads the end there, as the Python path's walk does.
+    """
+
+    def __init__(self, fd: int, size: int) -> None:
+        self._fd, self._size = fd, size
 
     def pread(self, offset: int, n: int) -> bytes:
         """Up to ``n`` bytes at ``offset``."""
-        return os.pread(self._fd, n, offset)
+        if offset >= self._size:
+            return b""
+        return os.pread(self._fd, min(n, self._size - offset), offset)
 
 
-def _walk_from(archive: str, fd: int, start: int) -> tuple[list[tarfmt.TarMember], dict[str, str]]:
-    """The Python walk of the copy on ``fd`` from the header at ``start`` to its end."""
-    scanner = PreadScanner(_Descriptor(fd))  # type: ignore[arg-type]
+def _walk_from(
+    archive: str, fd: int, start: int, size: int
+) -> tuple[list[tarfmt.TarMember], dict[str, str]]:
+    """The Python walk of the copy (``size`` bytes on ``fd``) from the header at ``start``."""
+    scanner = PreadScanner(_Copy(fd, size))  # type: ignore[arg-type]
     scanner.skip(start)
     return member_list(
         archive,

@@ -138,8 +138,12 @@ def write_plain_copy(source: ByteSource, end: int, out: BinaryIO) -> TarRows | b
     core writes and walks it when it can (:mod:`.native_copy`), with the same results.
     """
     copier = plain_copier()
-    if copier is not None:
-        found = copier.plain_copy(source, end, out, PLAIN_PROBE_BYTES, PLAIN_MAX_RATIO)
+    if copier is not None and copier.serves(source, end, out):
+        try:  # judged as below, before the C core copies
+            _TeeStream(FrameStream(source, end), _discard).probe()
+        except _Compressible:
+            return False
+        found = copier.plain_copy(source, end, out, PLAIN_MAX_RATIO)
         if found is not None:
             return found
     stream = FrameStream(source, end)
@@ -156,6 +160,10 @@ def write_plain_copy(source: ByteSource, end: int, out: BinaryIO) -> TarRows | b
     if tee.shrinks_well():
         return False
     return TarRows.build(columns(members), skipped=skipped)
+
+
+def _discard(block: bytes) -> None:
+    """A sink that keeps nothing (the probe before the C core's copy)."""
 
 
 class _Compressible(Exception):
