@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 import zstandard
 from helpers import tar_cases
-from helpers.plain_copies import Served, same_both_ways
+from helpers.plain_copies import Served, same_both_ways, same_open_both_ways
 
 from cdml_edge.archive.native import plain_copier
 from cdml_edge.archive.source import FileSource
@@ -83,7 +83,9 @@ def test_gnu_tar_archives(tmp_path: Path, fmt: str, served: Served) -> None:
             if p.name.startswith("long-") or p.name in ("future.bin", "holes.bin"):
                 p.unlink()
         os.unlink(os.fsencode(str(root)) + b"/caf\xe9.bin")
-    found = same_both_ways(_gnu_tar(tmp_path, root, fmt), tmp_path)
+    stock = _gnu_tar(tmp_path, root, fmt)
+    same_open_both_ways(stock)  # the pass at open: the Python walk (links, FIFOs)
+    found = same_both_ways(stock, tmp_path)
     assert found[0] == "copy" and len(found[1][0]) >= 40
     assert served.copies == 1  # the C core copied
     if fmt in ("gnu", "ustar"):  # and walked up to the first long name, link or sparse file
@@ -98,6 +100,34 @@ def test_the_c_core_walks_a_plain_archive_alone(tmp_path: Path, served: Served) 
     path.write_bytes(zstandard.ZstdCompressor(level=1).compress(_incompressible(stream)))
     found = same_both_ways(path, tmp_path)
     assert served.walked == 30 == len(found[1][0])
+    src = FileSource(path)
+    assert len(native_copy.walked_members(src, src.size()) or []) == 30  # the open's pass
+    assert same_open_both_ways(path)[0] == "open"
+
+
+@pytest.mark.parametrize("ending", ["end marker", "no end marker", "cut header", "past the end"])
+def test_the_open_pass_is_the_c_cores_only_to_a_clean_end(tmp_path: Path, ending: str) -> None:
+    """The members pass at open: the C core's walk when it reached a clean end, else Python's.
+
+    Python's walk at open raises for a member cut short (``ExactReader.skip``) and a cut
+    header; an end marker or a stream ending on a header boundary end it cleanly.
+    """
+    stream, _ = tar_cases.member_stream(5)
+    body = {
+        "end marker": stream,
+        "no end marker": stream[: -len(tar_cases.END)],
+        "cut header": stream[: -len(tar_cases.END)] + tar_cases.header(b"x", 9)[:300],
+        "past the end": stream[: -len(tar_cases.END)] + tar_cases.header(b"x", 9000),
+    }[ending]
+    path = tmp_path / "e.tar.zst"
+    path.write_bytes(zstandard.ZstdCompressor().compress(body))
+    src = FileSource(path)
+    walked = native_copy.walked_members(src, src.size())
+    found = same_open_both_ways(path)
+    if ending in ("end marker", "no end marker"):
+        assert walked is not None and len(walked) == 5 and found[0] == "open"
+    else:
+        assert walked is None and found[0] == "error"
 
 
 def _incompressible(stream: bytes) -> bytes:
@@ -139,8 +169,10 @@ def test_hand_made_headers(tmp_path: Path, case: str) -> None:
     body = lead + stream + random.Random(1).randbytes(4096)
     path.write_bytes(zstandard.ZstdCompressor().compress(body))
     same_both_ways(path, tmp_path)
+    same_open_both_ways(path)
     path.write_bytes(zstandard.ZstdCompressor().compress(stream))  # alone
     same_both_ways(path, tmp_path)
+    same_open_both_ways(path)
 
 
 def test_frames_skippable_frames_and_cuts(tmp_path: Path, served: Served) -> None:
@@ -152,11 +184,14 @@ def test_frames_skippable_frames_and_cuts(tmp_path: Path, served: Served) -> Non
     path.write_bytes(skip + frames[:5000] + frames[5000:] + skip)
     found = same_both_ways(path, tmp_path)
     assert found[0] == "copy" and served.walked == 20
+    assert same_open_both_ways(path)[0] == "open"
     for cut in (1, 17, len(frames) // 2, len(frames) - 3):  # cut inside a frame
         path.write_bytes(frames[:cut])
         assert same_both_ways(path, tmp_path)[0] == "error"
+        same_open_both_ways(path)  # an error, or none where the cut lies past the end marker
     path.write_bytes(frames + b"\x00garbage")
     assert same_both_ways(path, tmp_path)[0] == "error"
+    same_open_both_ways(path)  # the walk stops at the end marker: Python reads no further
 
 
 def test_a_stream_that_shrinks_well_gets_no_plain_copy(tmp_path: Path) -> None:
@@ -210,7 +245,7 @@ def test_mutated_archives_give_the_same_outcome(tmp_path: Path) -> None:
         tar_cases.zstd_frames(stream, 700)[0],
     ]
     path = tmp_path / "m.tar.zst"
-    kinds = set()
+    kinds, opens = set(), set()
     for _ in range(300):
         data = bytearray(rnd.choice(seeds))
         for _ in range(rnd.randint(1, 3)):
@@ -223,4 +258,6 @@ def test_mutated_archives_give_the_same_outcome(tmp_path: Path) -> None:
                 data[at:at] = rnd.randbytes(rnd.randint(1, 20))
         path.write_bytes(bytes(data))
         kinds.add(same_both_ways(path, tmp_path)[0])
+        opens.add(same_open_both_ways(path)[0])
     assert kinds == {"copy", "compressible", "error"}
+    assert opens == {"open", "error"}

@@ -17,7 +17,7 @@ from typing import Any, BinaryIO
 
 import pytest
 from helpers import tar_cases
-from helpers.plain_copies import same_both_ways
+from helpers.plain_copies import same_both_ways, same_open_both_ways
 
 from cdml_edge.archive.errors import ArchiveError
 from cdml_edge.archive.native import plain_copier
@@ -94,6 +94,7 @@ def test_the_probe_ratio_is_judged_where_the_python_path_judges_it(
     path = tmp_path / "probe.tar.zst"
     path.write_bytes(_one_member(random_before, zeros, random_after))
     assert same_both_ways(path, tmp_path)[0] == python_says  # the C core: the other answer, once
+    same_open_both_ways(path)  # and the pass at open
 
 
 def test_a_corrupt_block_just_past_the_probe_is_the_python_paths_error(tmp_path: Path) -> None:
@@ -109,6 +110,7 @@ def test_a_corrupt_block_just_past_the_probe_is_the_python_paths_error(tmp_path:
     path = tmp_path / "bad-block.tar.zst"
     path.write_bytes(_frame(blocks))
     assert same_both_ways(path, tmp_path)[0] == "error"  # the C core once said ("compressible",)
+    same_open_both_ways(path)  # and the pass at open
 
 
 # -- 2. the output file: the C path walks the copy back from disk, the Python path does not --
@@ -219,6 +221,7 @@ def test_a_stream_of_whole_mebibytes_is_served_by_the_c_core(tmp_path: Path) -> 
     path = tmp_path / "mib.tar.zst"  # whole input in one read; ratio 1 MiB / ~0.88 < 1.25
     path.write_bytes(_blocks(stream))
     assert same_both_ways(path, tmp_path)[0] == "copy"
+    same_open_both_ways(path)  # and the pass at open
     src = FileSource(path)
     try:
         with open(tmp_path / "c.tar", "w+b") as out:
@@ -263,6 +266,7 @@ def test_a_member_that_runs_far_past_the_end(
     path = tmp_path / "huge.tar.zst"
     path.write_bytes(_huge_member(ends_at, size or 0))
     assert same_both_ways(path, tmp_path)[0] == "copy"
+    same_open_both_ways(path)  # and the pass at open
 
 
 def test_a_pax_size_far_past_the_end(tmp_path: Path) -> None:
@@ -272,3 +276,4 @@ def test_a_pax_size_far_past_the_end(tmp_path: Path) -> None:
     path = tmp_path / "pax.tar.zst"
     path.write_bytes(_blocks(stream))
     assert same_both_ways(path, tmp_path)[0] == "copy"  # was OverflowError
+    same_open_both_ways(path)  # and the pass at open

@@ -64,3 +64,30 @@ def same_both_ways(path: Path, tmp: Path) -> tuple[Any, ...]:
     python = outcome(path, tmp / "python.tar", False)
     assert native == python
     return native
+
+
+def opened(path: Path, native: bool) -> tuple[Any, ...]:
+    """What opening the tar.zst ``path`` finds (its one pass over the stream), or the error."""
+    from cdml_edge.archive.tar import zst
+
+    saved = zst.plain_copier
+    if not native:
+        zst.plain_copier = lambda: None  # type: ignore[assignment]
+    src = FileSource(path)
+    try:
+        archive = zst.ZstdTarArchive.open(src)
+    except (ArchiveError, OSError, EOFError, zstandard.ZstdError) as exc:
+        return ("error", type(exc).__name__, str(exc))
+    finally:
+        zst.plain_copier = saved
+    rows = archive._rows  # type: ignore[attr-defined]
+    names = archive.names()
+    archive.close()
+    return ("open", rows, names)
+
+
+def same_open_both_ways(path: Path) -> tuple[Any, ...]:
+    """Open ``path`` with the C core's walk and with the Python walk; both must agree."""
+    native, python = opened(path, True), opened(path, False)
+    assert native == python
+    return native

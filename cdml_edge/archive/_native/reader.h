@@ -95,7 +95,8 @@ int cz_zstd_read_one(int fd, const uint8_t *mem, uint64_t mem_len, uint64_t coff
 /* tar.zst made by other tools (tarcopy.c): its tar stream decompressed into a file (a plain
  * copy), the headers that need no judgement walked on the way. Row k of `rows` is member k:
  *   header offset, size, mtime, name offset (in `names`), name length
- * resume_at: the first header not walked (the caller's walk goes on there). */
+ * resume_at: the first header not walked (the caller's walk goes on there). out_fd < 0:
+ * nothing written, the members walked alone. */
 #define CZ_TAR_ROW 5
 
 typedef struct {
@@ -112,6 +113,7 @@ typedef struct {
     uint8_t head[512];    /* the header under way */
     size_t head_fill;
     int walking;
+    int at_end;           /* the walk stopped at an all-zero block (the end of the archive) */
 } cz_tar_walk;
 
 int cz_tar_plain_copy(int in_fd, uint64_t in_end, int out_fd, cz_tar_walk **result);

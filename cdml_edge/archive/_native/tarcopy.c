@@ -1,16 +1,17 @@
 /* cdml-edge native archive core: the plain copy of a tar.zst made by other tools.
  *
  * cz_tar_plain_copy() decompresses the zstd frames of a file (libzstd's streaming decoder:
- * concatenated and skippable frames, checksums checked) into another file, and walks the
- * tar headers as the stream goes by. It walks only what needs no judgement: ustar / GNU
- * headers of regular files and directories whose checksum, size and mtime are plain octal
- * and right. At the first header it does not walk (a zero block, a long name or pax record,
- * a link, a bad checksum, a base-256 number, a cut header) it stops walking and goes on
- * copying; the caller walks the copy from there (resume_at) with the Python walk, which
- * owns every other case. A member whose data runs past the end of the stream is recorded
- * as the Python walk records it; the walk resumes past the end, where it finds the end.
- * Whether the stream is worth a plain copy (zstd shrinks it by less than a quarter) is the
- * caller's to judge, before (its first 4 MiB) and after (the totals here).
+ * concatenated and skippable frames, checksums checked) into another file, or nowhere
+ * (out_fd < 0: the members walked alone), and walks the tar headers as the stream goes by.
+ * It walks only what needs no judgement: ustar / GNU headers of regular files and folders
+ * whose checksum, size and mtime are plain octal and right. At the first header it does not
+ * walk (a zero block, a long name or pax record, a link, a bad checksum, a base-256 number,
+ * a cut header) it stops walking and goes on copying; the caller walks the copy from there
+ * (resume_at) with the Python walk, which owns every other case. A member whose data runs
+ * past the end of the stream is recorded as the Python walk records it; the walk resumes
+ * past the end, where it finds the end. Whether the stream is worth a plain copy (zstd
+ * shrinks it by less than a quarter) is the caller's to judge, before (its first 4 MiB)
+ * and after (the totals here).
  * It touches no Python object, so the caller releases the GIL around it; every size comes
  * from the input and is checked: bad input gives a status, never a crash.
  */
@@ -118,7 +119,11 @@ static int record(cz_tar_walk *w, const uint8_t *h, uint64_t at, int64_t size, i
 /* Walk the complete header in w->head, at w->resume_at: 1 walked on, 0 stopped, -1 memory. */
 static int walk_header(cz_tar_walk *w) {
     const uint8_t *h = w->head;
-    if (all_zero(h) || !checksum_ok(h)) return 0;
+    if (all_zero(h)) {
+        w->at_end = 1; /* an end-of-archive block: the walk ends here, cleanly */
+        return 0;
+    }
+    if (!checksum_ok(h)) return 0;
     int64_t size = plain_octal(h + 124, 12);
     if (size < 0) return 0;
     uint8_t kind = h[156];
@@ -197,7 +202,7 @@ static int32_t copy_loop(ZSTD_DCtx *d, int in_fd, uint64_t in_end, int out_fd, u
         full = out.pos == out.size; /* more may be waiting in the decoder */
         if (out.pos) {
             if (walk(w, obuf, out.pos)) return CZ_NO_MEMORY;
-            if (write_full(out_fd, obuf, out.pos, &w->err)) return CZ_IO_ERROR;
+            if (out_fd >= 0 && write_full(out_fd, obuf, out.pos, &w->err)) return CZ_IO_ERROR;
             w->stream_bytes += out.pos;
         }
     }

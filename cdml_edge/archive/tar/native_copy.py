@@ -74,6 +74,31 @@ def plain_copy(source: Any, end: int, out: BinaryIO, max_ratio: float) -> TarRow
     return TarRows.build(columns(members + rest), skipped=skipped)
 
 
+def walked_members(source: Any, end: int) -> list[tarfmt.TarMember] | None:
+    """The members of the tar.zst ``source`` (zstd data up to ``end``), walked by the C core.
+
+    The pass a tar.zst without frames to seek to needs at open, nothing written. ``None``
+    (the Python walk serves) unless the C core walked every header to a clean end: an
+    end-of-archive block, or the end of the stream on a header boundary; any other header
+    (a long name, a pax record, a link), a cut or corrupt stream, another source.
+    """
+    if type(source) is not FileSource or not 0 <= end <= _MAX_OFFSET:
+        return None
+    in_fd = source.fileno()
+    if in_fd is None:
+        return None
+    found = ffi.new("cz_tar_walk **")
+    status = lib.cz_tar_plain_copy(in_fd, end, -1, found)
+    walk = found[0]
+    try:
+        if status != lib.CZ_OK or not walk.resume_at:  # an empty stream: Python's error
+            return None
+        clean = walk.at_end or walk.resume_at == walk.stream_bytes
+        return _members(walk) if clean else None
+    finally:
+        lib.cz_tar_walk_free(walk)
+
+
 def _empty_file(out: BinaryIO) -> int | None:
     """``out``'s descriptor when it is an empty regular file, read-write, no append."""
     try:

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 import zstandard
 
 from cdml_edge.archive.errors import CorruptArchiveError, TruncatedArchiveError
-from cdml_edge.archive.native import frame_decoder
+from cdml_edge.archive.native import frame_decoder, plain_copier
 from cdml_edge.archive.source import ByteSource
 from cdml_edge.archive.tar import format as tarfmt
 from cdml_edge.archive.tar.cache import FRAME_CACHE_BYTES, FrameCache
@@ -87,6 +87,11 @@ class ZstdTarArchive(_TarBase):
         otherwise (an entry too many, sizes that do not add up), it is not used.
         """
         source = self._source
+        copier = plain_copier() if found is None else None
+        walked = copier.walked_members(source, source.size()) if copier is not None else None
+        if walked is not None:  # the C core walked it all (same members; none skipped)
+            self._set_members(columns(walked), {})
+            return
         stream = FrameStream(source, found.stream_end if found else source.size())
         reader = ExactReader(stream)
         members, skipped = member_list(
