@@ -100,7 +100,10 @@ def walked_members(source: Any, end: int) -> list[tarfmt.TarMember] | None:
 
 
 def _empty_file(out: BinaryIO) -> int | None:
-    """``out``'s descriptor when it is an empty regular file, read-write, no append."""
+    """``out``'s descriptor when it is an empty regular file, read-write, no append.
+
+    Read-write as a descriptor and writable as a file object (``os.fdopen(fd, "rb")`` is not).
+    """
     try:
         fd = out.fileno()
         out.flush()
@@ -110,7 +113,7 @@ def _empty_file(out: BinaryIO) -> int | None:
         return None
     if flags & os.O_ACCMODE != os.O_RDWR or flags & os.O_APPEND:
         return None
-    if not stat.S_ISREG(st.st_mode) or st.st_size or out.tell():
+    if not stat.S_ISREG(st.st_mode) or st.st_size or out.tell() or not out.writable():
         return None
     return fd
 

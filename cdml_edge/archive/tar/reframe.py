@@ -139,10 +139,13 @@ def write_plain_copy(source: ByteSource, end: int, out: BinaryIO) -> TarRows | b
     """
     copier = plain_copier()
     if copier is not None and copier.serves(source, end, out):
-        try:  # judged as below, before the C core copies
-            _TeeStream(FrameStream(source, end), _discard).probe()
-        except _Compressible:
-            return False
+        with _BlockWriter(out) as writer:  # the probe as below, its blocks written (a
+            try:  # full disk fails it the same way), before the C core copies it all
+                _TeeStream(FrameStream(source, end), writer.put).probe()
+            except _Compressible:
+                return False
+        out.seek(0)
+        out.truncate()
         found = copier.plain_copy(source, end, out, PLAIN_MAX_RATIO)
         if found is not None:
             return found
@@ -160,10 +163,6 @@ def write_plain_copy(source: ByteSource, end: int, out: BinaryIO) -> TarRows | b
     if tee.shrinks_well():
         return False
     return TarRows.build(columns(members), skipped=skipped)
-
-
-def _discard(block: bytes) -> None:
-    """A sink that keeps nothing (the probe before the C core's copy)."""
 
 
 class _Compressible(Exception):
