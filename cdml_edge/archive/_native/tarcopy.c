@@ -26,7 +26,11 @@
 
 #define TAR_BLOCK 512
 #define IN_CHUNK (1u << 20)  /* compressed bytes read at a time */
-#define OUT_CHUNK (1u << 20) /* tar stream decoded before it is walked and written */
+#define OUT_CHUNK (1u << 20) /* tar stream decoded before it is written */
+/* Output offered to each decoder call: what python-zstandard offers (ZSTD_DStreamOutSize()),
+ * so that libzstd decodes the same frames in one shot (it does when a frame's stated size
+ * fits the output, and checks less there: a raw block over the format's limit passes). */
+#define STEP (128u << 10)
 
 void cz_tar_walk_free(cz_tar_walk *w) {
     if (!w) return;
@@ -180,6 +184,7 @@ static int32_t copy_loop(ZSTD_DCtx *d, int in_fd, uint64_t in_end, int out_fd, u
     uint64_t file_at = 0;
     size_t last = 0; /* libzstd's hint of the last call that did something: 0 at a frame's end */
     int fed = 0, full = 0;
+    size_t held = 0; /* decoded bytes in obuf, not written yet */
     for (;;) {
         if (in.pos == in.size && !full) {
             uint64_t want = in_end - file_at < IN_CHUNK ? in_end - file_at : IN_CHUNK, got = 0;
@@ -191,7 +196,7 @@ static int32_t copy_loop(ZSTD_DCtx *d, int in_fd, uint64_t in_end, int out_fd, u
             in.pos = 0;
             fed = 1;
         }
-        ZSTD_outBuffer out = {obuf, OUT_CHUNK, 0};
+        ZSTD_outBuffer out = {obuf + held, STEP, 0};
         size_t before = in.pos;
         size_t hint = ZSTD_decompressStream(d, &out, &in);
         if (ZSTD_isError(hint)) return CZ_DATA_ERROR;
@@ -201,11 +206,16 @@ static int32_t copy_loop(ZSTD_DCtx *d, int in_fd, uint64_t in_end, int out_fd, u
         w->compressed_read += in.pos - before;
         full = out.pos == out.size; /* more may be waiting in the decoder */
         if (out.pos) {
-            if (walk(w, obuf, out.pos)) return CZ_NO_MEMORY;
-            if (out_fd >= 0 && write_full(out_fd, obuf, out.pos, &w->err)) return CZ_IO_ERROR;
+            if (walk(w, obuf + held, out.pos)) return CZ_NO_MEMORY;
             w->stream_bytes += out.pos;
+            held += out.pos;
+        }
+        if (held + STEP > OUT_CHUNK) {
+            if (out_fd >= 0 && write_full(out_fd, obuf, held, &w->err)) return CZ_IO_ERROR;
+            held = 0;
         }
     }
+    if (out_fd >= 0 && held && write_full(out_fd, obuf, held, &w->err)) return CZ_IO_ERROR;
     if (fed && last != 0) return CZ_TRUNCATED; /* the input ends inside a frame */
     return CZ_OK;
 }
