@@ -8,7 +8,9 @@
    in a frame that states its content size: libzstd decodes a frame in one shot when its
    stated size fits the output offered, and checks less there. The C core offered 1 MiB,
    python-zstandard 128 KiB (``ZSTD_DStreamOutSize``): past the probe, the C core wrote a
-   copy where the Python path raises. It offers 128 KiB a call now.
+   copy where the Python path raises. It gives each frame's first byte alone now, so
+   libzstd never decodes a frame in one shot for it (tests/archive/
+   test_native_open_pass_review.py has the frames 128 KiB of output did not cover).
 3. A file object that cannot write, over a descriptor opened read-write: the C core wrote
    through the descriptor where the Python path's ``out.write`` fails. Refused now.
 

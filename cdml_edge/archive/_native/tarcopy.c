@@ -7,7 +7,8 @@
  * whose checksum, size and mtime are plain octal and right. At the first header it does not
  * walk (a zero block, a long name or pax record, a link, a bad checksum, a base-256 number,
  * a cut header) it stops walking and goes on copying; the caller walks the copy from there
- * (resume_at) with the Python walk, which owns every other case. A member whose data runs
+ * (resume_at) with the Python walk, which owns every other case. The walk alone ends there
+ * too: at the end-of-archive block, as the Python walk does, reading no further. A member whose data runs
  * past the end of the stream is recorded as the Python walk records it; the walk resumes
  * past the end, where it finds the end. Whether the stream is worth a plain copy (zstd
  * shrinks it by less than a quarter) is the caller's to judge, before (its first 4 MiB)
@@ -27,9 +28,7 @@
 #define TAR_BLOCK 512
 #define IN_CHUNK (1u << 20)  /* compressed bytes read at a time */
 #define OUT_CHUNK (1u << 20) /* tar stream decoded before it is written */
-/* Output offered to each decoder call: what python-zstandard offers (ZSTD_DStreamOutSize()),
- * so that libzstd decodes the same frames in one shot (it does when a frame's stated size
- * fits the output, and checks less there: a raw block over the format's limit passes). */
+/* Output offered to each decoder call (ZSTD_DStreamOutSize(), what python-zstandard offers). */
 #define STEP (128u << 10)
 
 void cz_tar_walk_free(cz_tar_walk *w) {
@@ -197,8 +196,15 @@ static int32_t copy_loop(ZSTD_DCtx *d, int in_fd, uint64_t in_end, int out_fd, u
             fed = 1;
         }
         ZSTD_outBuffer out = {obuf + held, STEP, 0};
-        size_t before = in.pos;
+        size_t before = in.pos, whole = in.size;
+        /* A frame's first byte alone: libzstd then never decodes the frame in one shot (it
+         * does when the whole frame is in the input and its stated size fits the output, and
+         * checks less there: the window limit, blocks over the window). The streaming path
+         * refuses at least what the Python path's decoder refuses; a refusal here hands the
+         * stream to the Python path, which judges it as ever. */
+        if (last == 0 && in.size > in.pos) in.size = in.pos + 1;
         size_t hint = ZSTD_decompressStream(d, &out, &in);
+        in.size = whole;
         if (ZSTD_isError(hint)) return CZ_DATA_ERROR;
         /* a call that took and gave nothing (the one after a full buffer, at a frame's end,
          * answers the next frame's header size) says nothing of the frame before */
@@ -210,6 +216,7 @@ static int32_t copy_loop(ZSTD_DCtx *d, int in_fd, uint64_t in_end, int out_fd, u
             w->stream_bytes += out.pos;
             held += out.pos;
         }
+        if (out_fd < 0 && !w->walking) return CZ_OK; /* the walk alone: it ended here */
         if (held + STEP > OUT_CHUNK) {
             if (out_fd >= 0 && write_full(out_fd, obuf, held, &w->err)) return CZ_IO_ERROR;
             held = 0;
