@@ -84,14 +84,16 @@ def test_gnu_tar_archives(tmp_path: Path, fmt: str, served: Served) -> None:
                 p.unlink()
         os.unlink(os.fsencode(str(root)) + b"/caf\xe9.bin")
     stock = _gnu_tar(tmp_path, root, fmt)
-    same_open_both_ways(stock)  # the pass at open: the Python walk (links, FIFOs)
     found = same_both_ways(stock, tmp_path)
     assert found[0] == "copy" and len(found[1][0]) >= 40
     assert served.copies == 1  # the C core copied
-    if fmt in ("gnu", "ustar"):  # and walked up to the first long name, link or sparse file
-        assert 10 <= served.walked < len(found[1][0])
+    if fmt == "ustar":  # every header is one the C walk takes (links and FIFOs skipped)
+        assert served.walked == len(found[1][0]) and served.skipped == len(found[4])
+    elif fmt == "gnu":  # up to the first long name or sparse file
+        assert 0 < served.walked < len(found[1][0])
     else:  # GNU tar's pax format gives every entry a pax record: Python walks them all
         assert served.walked == 0
+    same_open_both_ways(stock)  # the pass at open
 
 
 def test_the_c_core_walks_a_plain_archive_alone(tmp_path: Path, served: Served) -> None:
@@ -101,8 +103,44 @@ def test_the_c_core_walks_a_plain_archive_alone(tmp_path: Path, served: Served) 
     found = same_both_ways(path, tmp_path)
     assert served.walked == 30 == len(found[1][0])
     src = FileSource(path)
-    assert len(native_copy.walked_members(src, src.size()) or []) == 30  # the open's pass
+    walked = native_copy.walked_members(src, src.size())  # the open's pass
+    assert walked is not None and len(walked[0]) == 30 and not walked[1]
     assert same_open_both_ways(path)[0] == "open"
+
+
+@pytest.mark.parametrize("form", ["ustar", "gnu"])
+def test_links_devices_and_fifos_are_skipped_by_the_c_walk(
+    tmp_path: Path, form: str, served: Served
+) -> None:
+    """Symbolic and hard links, devices and FIFOs: skipped as the Python walk skips them.
+
+    Named with a ustar prefix or not, a link target of 100 bytes (no NUL), a name seen
+    twice (the later entry's reason, the earlier one's place), then a file after them.
+    """
+    magic = tar_cases.USTAR_MAGIC if form == "ustar" else tar_cases.GNU_MAGIC
+    prefix = {345: b"deep/er"} if form == "ustar" else {}
+    stream = (
+        tar_cases.entry(b"data/a.txt", b"alpha\n", magic=magic)
+        + tar_cases.header(b"data/link", 0, b"2", link=b"t" * 100, magic=magic, fields=prefix)
+        + tar_cases.header(b"data/hard", 0, b"1", link=b"data/a.txt", magic=magic)
+        + tar_cases.header(b"dev/null", 0, b"3", magic=magic)
+        + tar_cases.header(b"dev/sda", 0, b"4", magic=magic)
+        + tar_cases.header(b"dev/fifo", 0, b"6", magic=magic)
+        + tar_cases.header(b"data/hard", 0, b"6", magic=magic)  # the same name again
+        + tar_cases.header(b"caf\xe9", 0, b"2", link=b"\xff\xfe", magic=magic)
+        + tar_cases.entry(b"data/b.txt", b"bee\n" * 300, magic=magic)
+        + tar_cases.END
+    )
+    path = tmp_path / "links.tar.zst"
+    path.write_bytes(zstandard.ZstdCompressor().compress(_incompressible(stream)))
+    found = same_both_ways(path, tmp_path)
+    assert found[0] == "copy" and len(found[4]) == 6
+    assert served.walked == 2 and served.skipped == 6
+    opened = same_open_both_ways(path)
+    assert opened[0] == "open" and len(opened[1].skipped) == 6
+    src = FileSource(path)
+    walked = native_copy.walked_members(src, src.size())  # the open's pass, by the C walk
+    assert walked is not None and len(walked[0]) == 2 and list(walked[1]) == list(found[4])
 
 
 @pytest.mark.parametrize("ending", ["end marker", "no end marker", "cut header", "past the end"])
@@ -125,7 +163,7 @@ def test_the_open_pass_is_the_c_cores_only_to_a_clean_end(tmp_path: Path, ending
     walked = native_copy.walked_members(src, src.size())
     found = same_open_both_ways(path)
     if ending in ("end marker", "no end marker"):
-        assert walked is not None and len(walked) == 5 and found[0] == "open"
+        assert walked is not None and len(walked[0]) == 5 and found[0] == "open"
     else:
         assert walked is None and found[0] == "error"
 

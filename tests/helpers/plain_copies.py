@@ -14,25 +14,27 @@ from cdml_edge.archive.tar import native_copy, reframe
 
 
 class Served:
-    """Counts the copies the C core served and the members it walked itself."""
+    """Counts the copies the C core served, the members it walked and the entries it skipped."""
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
         self.copies = 0
         self.walked = 0
-        real_copy, real_members = native_copy.plain_copy, native_copy._members
+        self.skipped = 0
+        real_copy, real_entries = native_copy.plain_copy, native_copy._entries
 
         def copy(*a: Any, **kw: Any) -> Any:
             found = real_copy(*a, **kw)
             self.copies += found is not None
             return found
 
-        def members(walk: Any) -> Any:
-            out = real_members(walk)
-            self.walked += len(out)
+        def entries(walk: Any) -> Any:
+            out = real_entries(walk)
+            self.walked += len(out[0])
+            self.skipped += len(out[1])
             return out
 
         monkeypatch.setattr(native_copy, "plain_copy", copy)
-        monkeypatch.setattr(native_copy, "_members", members)
+        monkeypatch.setattr(native_copy, "_entries", entries)
 
 
 def outcome(path: Path, out_path: Path, native: bool) -> tuple[Any, ...]:

@@ -93,11 +93,13 @@ int cz_zstd_read_one(int fd, const uint8_t *mem, uint64_t mem_len, uint64_t coff
                      uint64_t *aux);
 
 /* tar.zst made by other tools (tarcopy.c): its tar stream decompressed into a file (a plain
- * copy), the headers that need no judgement walked on the way. Row k of `rows` is member k:
- *   header offset, size, mtime, name offset (in `names`), name length
+ * copy), the headers that need no judgement walked on the way. Row k of `rows` is entry k:
+ *   header offset, size, mtime, name offset (in `names`), name length, type flag (the
+ *   header's byte: '0', '7' or 0 a file; '1'-'4', '6' a link, device or FIFO, skipped),
+ *   length of the link's target (in `names`, after the name)
  * resume_at: the first header not walked (the caller's walk goes on there). out_fd < 0:
  * nothing written, the members walked alone. */
-#define CZ_TAR_ROW 5
+#define CZ_TAR_ROW 7
 
 typedef struct {
     int64_t *rows;

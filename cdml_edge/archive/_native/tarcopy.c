@@ -3,16 +3,17 @@
  * cz_tar_plain_copy() decompresses the zstd frames of a file (libzstd's streaming decoder:
  * concatenated and skippable frames, checksums checked) into another file, or nowhere
  * (out_fd < 0: the members walked alone), and walks the tar headers as the stream goes by.
- * It walks only what needs no judgement: ustar / GNU headers of regular files and folders
- * whose checksum, size and mtime are plain octal and right. At the first header it does not
- * walk (a zero block, a long name or pax record, a link, a bad checksum, a base-256 number,
- * a cut header) it stops walking and goes on copying; the caller walks the copy from there
- * (resume_at) with the Python walk, which owns every other case. The walk alone ends there
- * too: at the end-of-archive block, as the Python walk does, reading no further. A member whose data runs
- * past the end of the stream is recorded as the Python walk records it; the walk resumes
- * past the end, where it finds the end. Whether the stream is worth a plain copy (zstd
- * shrinks it by less than a quarter) is the caller's to judge, before (its first 4 MiB)
- * and after (the totals here).
+ * It walks only what needs no judgement: ustar / GNU headers of regular files, folders,
+ * links, devices and FIFOs (the last three as rows of their kind: entries the caller
+ * skips) whose checksum, size and mtime are plain octal and right. At the first header it
+ * does not walk (a zero block, a long name or pax record, a sparse file, a bad checksum, a
+ * base-256 number, a cut header) it stops walking and goes on copying; the caller walks
+ * the copy from there (resume_at) with the Python walk, which owns every other case. The
+ * walk alone ends there too: at the end-of-archive block, as the Python walk does, reading
+ * no further. A member whose data runs past the end of the stream is recorded as the
+ * Python walk records it; the walk resumes past the end, where it finds the end. Whether
+ * the stream is worth a plain copy (zstd shrinks it by less than a quarter) is the
+ * caller's to judge, before (its first 4 MiB) and after (the totals here).
  * It touches no Python object, so the caller releases the GIL around it; every size comes
  * from the input and is checked: bad input gives a status, never a crash.
  */
@@ -80,11 +81,14 @@ static size_t field_len(const uint8_t *f, size_t cap) {
     return n;
 }
 
-/* Append a member row and its name (the ustar prefix joined as the Python walk joins it). */
+/* Append a row and its name (the ustar prefix joined as the Python walk joins it), then the
+ * link's target for a link. */
 static int record(cz_tar_walk *w, const uint8_t *h, uint64_t at, int64_t size, int64_t mtime) {
     size_t nlen = field_len(h, 100), plen = 0;
     if (memcmp(h + 257, "ustar\0", 6) == 0) plen = field_len(h + 345, 155);
     size_t full = plen ? plen + 1 + nlen : nlen;
+    size_t llen = h[156] == '1' || h[156] == '2' ? field_len(h + 157, 100) : 0;
+    full += llen;
     if (w->count == w->cap) {
         size_t cap = w->cap ? 2 * w->cap : 1024;
         int64_t *rows = realloc(w->rows, cap * CZ_TAR_ROW * sizeof(int64_t));
@@ -108,12 +112,15 @@ static int record(cz_tar_walk *w, const uint8_t *h, uint64_t at, int64_t size, i
     } else {
         memcpy(dst, h, nlen);
     }
+    memcpy(dst + full - llen, h + 157, llen);
     int64_t *row = w->rows + w->count * CZ_TAR_ROW;
     row[0] = (int64_t)at;
     row[1] = size;
     row[2] = mtime;
     row[3] = (int64_t)w->names_len;
-    row[4] = (int64_t)full;
+    row[4] = (int64_t)(full - llen);
+    row[5] = h[156];
+    row[6] = (int64_t)llen;
     w->names_len += full;
     w->count++;
     return 0;
@@ -131,6 +138,12 @@ static int walk_header(cz_tar_walk *w) {
     if (size < 0) return 0;
     uint8_t kind = h[156];
     if (kind == '5') { /* a directory: its header alone, whatever its size field says */
+        w->resume_at += TAR_BLOCK;
+        return 1;
+    }
+    if (kind == '1' || kind == '2' || kind == '3' || kind == '4' || kind == '6') {
+        /* a link, a device or a FIFO: skipped (a row of its kind), its header alone */
+        if (record(w, h, w->resume_at, 0, 0)) return -1;
         w->resume_at += TAR_BLOCK;
         return 1;
     }

@@ -188,9 +188,14 @@ def _member(
 
 
 def _skip_reason(kind: bytes, block: bytes, meta: _Meta) -> str:
+    return skip_reason(kind, meta.link(block) if kind in (b"1", b"2") else "")
+
+
+def skip_reason(kind: bytes, link: str) -> str:
+    """Why an entry of type ``kind`` is skipped; ``link``: a link's target."""
     what = SKIPPED.get(kind, f"entry type {kind!r}, not a regular file")
     if kind in (b"1", b"2"):
-        return f"{what} to {meta.link(block)!r}"
+        return f"{what} to {link!r}"
     return what
 
 

@@ -2,8 +2,9 @@
 
 ``cz_tar_plain_copy`` decompresses the frames of a local file into the copy and walks, on
 the way and with the GIL released, the headers that need no judgement (ustar / GNU headers
-of regular files and folders with plain octal fields). The headers from the first one it
-does not walk (a long name, a pax record, a link, a bad checksum, the end of the archive)
+of regular files, folders, links, devices and FIFOs with plain octal fields; the last three
+are skipped, as the Python walk skips them). The headers from the first one it does not
+walk (a long name, a pax record, a sparse file, a bad checksum, the end of the archive)
 are walked by :func:`~.format.scan` over the copy, from where it stopped. Whether a stream
 is worth a plain copy is judged by the caller's probe before, and here on the totals after.
 A failed decompression, read or write hands the whole copy to the Python path
@@ -27,6 +28,7 @@ from cdml_edge.archive.tar.rows import TarRows
 from cdml_edge.archive.tar.stream import PreadScanner
 
 _ROW = int(lib.CZ_TAR_ROW)
+_SKIPPED = frozenset(b"12346")  # the type flags of the rows of entries the walk skips
 _MAX_OFFSET = (1 << 63) - 1
 
 
@@ -64,23 +66,28 @@ def plain_copy(source: Any, end: int, out: BinaryIO, max_ratio: float) -> TarRow
                 out.truncate()
             return None
         out.seek(0, os.SEEK_END)
-        members = _members(walk)
+        members, skipped = _entries(walk)
         resume, taken = walk.resume_at, walk.compressed_read
     finally:
         lib.cz_tar_walk_free(walk)
-    rest, skipped = _walk_from(source.name, out_fd, resume, total)
+    rest, rest_skipped = _walk_from(source.name, out_fd, resume, total)
     if total > max_ratio * max(taken, 1):
         return False
+    skipped.update(rest_skipped)  # as one walk's dict: a name seen again keeps its place
     return TarRows.build(columns(members + rest), skipped=skipped)
 
 
-def walked_members(source: Any, end: int) -> list[tarfmt.TarMember] | None:
-    """The members of the tar.zst ``source`` (zstd data up to ``end``), walked by the C core.
+def walked_members(
+    source: Any, end: int
+) -> tuple[list[tarfmt.TarMember], dict[str, str]] | None:
+    """The members and skipped entries of the tar.zst ``source``, walked by the C core.
+
+    ``end``: where its zstd data ends.
 
     The pass a tar.zst without frames to seek to needs at open, nothing written. ``None``
     (the Python walk serves) unless the C core walked every header to a clean end: an
     end-of-archive block, or the end of the stream on a header boundary; any other header
-    (a long name, a pax record, a link), a cut or corrupt stream, another source.
+    (a long name, a pax record, a sparse file), a cut or corrupt stream, another source.
     """
     if type(source) is not FileSource or not 0 <= end <= _MAX_OFFSET:
         return None
@@ -94,7 +101,7 @@ def walked_members(source: Any, end: int) -> list[tarfmt.TarMember] | None:
         if status != lib.CZ_OK or not walk.resume_at:  # an empty stream: Python's error
             return None
         clean = walk.at_end or walk.resume_at == walk.stream_bytes
-        return _members(walk) if clean else None
+        return _entries(walk) if clean else None
     finally:
         lib.cz_tar_walk_free(walk)
 
@@ -118,19 +125,26 @@ def _empty_file(out: BinaryIO) -> int | None:
     return fd
 
 
-def _members(walk: Any) -> list[tarfmt.TarMember]:
-    """The members the C core walked, as the Python walk makes them."""
+def _entries(walk: Any) -> tuple[list[tarfmt.TarMember], dict[str, str]]:
+    """The members the C core walked and the entries it skipped, as the Python walk has them."""
     n = int(walk.count)
+    members: list[tarfmt.TarMember] = []
+    skipped: dict[str, str] = {}
     if not n:
-        return []
+        return members, skipped
     rows = ffi.unpack(walk.rows, n * _ROW)
     names = ffi.buffer(walk.names, walk.names_len)[:]
-    out = []
     for k in range(0, n * _ROW, _ROW):
-        at, size, mtime, off, length = rows[k : k + _ROW]
+        at, size, mtime, off, length, kind, link = rows[k : k + _ROW]
         name = names[off : off + length].decode("utf-8", "surrogateescape")
-        out.append(tarfmt.TarMember(name, at, at + tarfmt.BLOCK, size, float(mtime)))
-    return out
+        if kind in _SKIPPED:  # a link, device or FIFO, in the order of the walk
+            target = names[off + length : off + length + link]
+            skipped[name] = tarfmt.skip_reason(
+                bytes((kind,)), target.decode("utf-8", "surrogateescape")
+            )
+            continue
+        members.append(tarfmt.TarMember(name, at, at + tarfmt.BLOCK, size, float(mtime)))
+    return members, skipped
 
 
 class _Copy:

@@ -89,8 +89,8 @@ class ZstdTarArchive(_TarBase):
         source = self._source
         copier = plain_copier() if found is None else None
         walked = copier.walked_members(source, source.size()) if copier is not None else None
-        if walked is not None:  # the C core walked it all (same members; none skipped)
-            self._set_members(columns(walked), {})
+        if walked is not None:  # the C core walked it all: the same members and skips
+            self._set_members(columns(walked[0]), walked[1])
             return
         stream = FrameStream(source, found.stream_end if found else source.size())
         reader = ExactReader(stream)
