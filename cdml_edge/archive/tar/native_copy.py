@@ -77,9 +77,7 @@ def plain_copy(source: Any, end: int, out: BinaryIO, max_ratio: float) -> TarRow
     return TarRows.build(columns(members + rest), skipped=skipped)
 
 
-def walked_members(
-    source: Any, end: int
-) -> tuple[list[tarfmt.TarMember], dict[str, str]] | None:
+def walked_members(source: Any, end: int) -> tuple[list[tarfmt.TarMember], dict[str, str]] | None:
     """The members and skipped entries of the tar.zst ``source``, walked by the C core.
 
     ``end``: where its zstd data ends.
