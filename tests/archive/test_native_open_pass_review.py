@@ -36,6 +36,7 @@ import pytest
 import zstandard
 from helpers import tar_cases
 from helpers.plain_copies import opened, outcome, same_open_both_ways
+from helpers.zstd_blocks import BLOCK, MIB, RLE, raw_blocks, zstd_frame
 
 from cdml_edge.archive import open_archive
 from cdml_edge.archive.native import plain_copier
@@ -45,30 +46,9 @@ from cdml_edge.archive.tar import native_copy, zst
 
 pytestmark = pytest.mark.skipif(plain_copier() is None, reason="the C core with zstd is not built")
 
-MIB = 1 << 20
-BLOCK = 128 << 10
-RAW, RLE = 0, 1
 SKIPPABLE = b"\x50\x2a\x4d\x18" + (5).to_bytes(4, "little") + b"hello"
 WINDOW_1K = 0  # window descriptor: 1 KiB (the smallest)
 WINDOW_2G = 21 << 3  # window descriptor: 2 GiB (over libzstd's default limit of 128 MiB)
-
-
-def _frame(blocks: list[tuple[int, int, bytes]], *, window: int = 13 << 3, size: int = -1) -> bytes:
-    """One zstd frame of ``(type, size, payload)`` blocks, no checksum; ``size``: stated."""
-    if size < 0:
-        out = bytearray(b"\x28\xb5\x2f\xfd\x00" + bytes([window]))
-    else:
-        out = bytearray(b"\x28\xb5\x2f\xfd\x80" + bytes([window]) + size.to_bytes(4, "little"))
-    for k, (kind, n, payload) in enumerate(blocks):
-        last = k == len(blocks) - 1
-        out += (int(last) | kind << 1 | n << 3).to_bytes(3, "little") + payload
-    return bytes(out)
-
-
-def _raw(data: bytes, block: int) -> list[tuple[int, int, bytes]]:
-    return [
-        (RAW, len(data[i : i + block]), data[i : i + block]) for i in range(0, len(data), block)
-    ]
 
 
 def _small_stream() -> bytes:
@@ -82,16 +62,16 @@ def _odd_frame(case: str, stream: bytes) -> bytes:
     return {
         # blocks of 4 KiB in a 1 KiB window, after a skippable frame (Python: 512-byte feeds)
         "skippable, blocks over the window": SKIPPABLE
-        + _frame(_raw(stream, 4096), window=WINDOW_1K, size=n),
+        + zstd_frame(raw_blocks(stream, 4096), window=WINDOW_1K, size=n),
         # 10+ blocks of 2 KiB in a 1 KiB window (Python: 8 blocks, then the rest)
-        "more than 8 blocks over the window": _frame(
-            _raw(stream + bytes(20480 - n), 2048), window=WINDOW_1K, size=20480
+        "more than 8 blocks over the window": zstd_frame(
+            raw_blocks(stream + bytes(20480 - n), 2048), window=WINDOW_1K, size=20480
         ),
         # a valid frame: 10 blocks of 512 bytes, a 2 GiB window (Python: streaming, refused)
-        "2 GiB window, 10 blocks": _frame(_raw(stream, 512), window=WINDOW_2G, size=n),
+        "2 GiB window, 10 blocks": zstd_frame(raw_blocks(stream, 512), window=WINDOW_2G, size=n),
         # the same in one block, after a skippable frame
         "skippable, 2 GiB window, 1 block": SKIPPABLE
-        + _frame(_raw(stream, BLOCK), window=WINDOW_2G, size=n),
+        + zstd_frame(raw_blocks(stream, BLOCK), window=WINDOW_2G, size=n),
     }[case]
 
 
@@ -151,7 +131,7 @@ def test_open_does_not_decode_tens_of_gib_after_the_end_marker(tmp_path: Path) -
     """
     from cdml_edge.archive._native._reader import ffi, lib
 
-    tail = _frame([(RLE, BLOCK, b"\x00")] * (64 * 8192))
+    tail = zstd_frame([(RLE, BLOCK, b"\x00")] * (64 * 8192))
     path = tmp_path / "tail.tar.zst"
     path.write_bytes(zstandard.ZstdCompressor().compress(_small_stream()) + tail)
     python = opened(path, False)

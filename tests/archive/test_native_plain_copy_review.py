@@ -17,44 +17,15 @@ from typing import Any, BinaryIO
 
 import pytest
 from helpers import tar_cases
-from helpers.plain_copies import same_both_ways, same_open_both_ways
+from helpers.plain_copies import c_core_copy, same_both_ways, same_open_both_ways
+from helpers.zstd_blocks import BLOCK, MIB, RESERVED, RLE, raw_blocks, zeros_as_rle, zstd_frame
 
 from cdml_edge.archive.errors import ArchiveError
 from cdml_edge.archive.native import plain_copier
 from cdml_edge.archive.source import FileSource
-from cdml_edge.archive.tar import native_copy, reframe
+from cdml_edge.archive.tar import reframe
 
 pytestmark = pytest.mark.skipif(plain_copier() is None, reason="the C core with zstd is not built")
-
-MIB = 1 << 20
-BLOCK = 128 << 10  # zstd's largest block
-RAW, RLE, RESERVED = 0, 1, 3
-
-
-def _frame(blocks: list[tuple[int, int, bytes]]) -> bytes:
-    """One zstd frame (8 MiB window, no checksum) of ``(type, size, payload)`` blocks."""
-    out = bytearray(b"\x28\xb5\x2f\xfd\x00" + bytes([13 << 3]))
-    for k, (kind, size, payload) in enumerate(blocks):
-        last = k == len(blocks) - 1
-        out += (int(last) | kind << 1 | size << 3).to_bytes(3, "little") + payload
-    return bytes(out)
-
-
-def _raw(data: bytes) -> list[tuple[int, int, bytes]]:
-    """``data`` as raw (stored) blocks: it costs its own size."""
-    return [
-        (RAW, len(data[i : i + BLOCK]), data[i : i + BLOCK]) for i in range(0, len(data), BLOCK)
-    ]
-
-
-def _blocks(stream: bytes) -> bytes:
-    """``stream`` as one frame of 128-KiB blocks: RLE where a block is all zeros, else raw."""
-    blocks = []
-    for i in range(0, len(stream), BLOCK):
-        chunk = stream[i : i + BLOCK]
-        zero = chunk.count(0) == len(chunk)
-        blocks.append((RLE, len(chunk), b"\x00") if zero else (RAW, len(chunk), chunk))
-    return _frame(blocks)
 
 
 def _one_member(random_before: int, zeros: int, random_after: int) -> bytes:
@@ -67,7 +38,7 @@ def _one_member(random_before: int, zeros: int, random_after: int) -> bytes:
     size = random_before + zeros + random_after
     data = rnd.randbytes(random_before) + bytes(zeros) + rnd.randbytes(random_after)
     stream = tar_cases.header(b"big.bin", size) + data + bytes(-size % 512) + tar_cases.END
-    return _blocks(stream)
+    return zeros_as_rle(stream)
 
 
 # -- 1. the compression ratio judged at another point of the stream ------------------------
@@ -108,7 +79,7 @@ def test_a_corrupt_block_just_past_the_probe_is_the_python_paths_error(tmp_path:
     blocks = [(RLE, 1000, b"\x00")] + [(RLE, BLOCK, b"\x00")] * 33 + [(RESERVED, 0, b"")]
     blocks += [(RLE, BLOCK, b"\x00")] * 10
     path = tmp_path / "bad-block.tar.zst"
-    path.write_bytes(_frame(blocks))
+    path.write_bytes(zstd_frame(blocks))
     assert same_both_ways(path, tmp_path)[0] == "error"  # the C core once said ("compressible",)
     same_open_both_ways(path)  # and the pass at open
 
@@ -121,8 +92,13 @@ def _stream_with_a_link() -> bytes:
     return lead[: -len(tar_cases.END)] + rest + tar_cases.END
 
 
-def _both_into(path: Path, opener: Callable[[], BinaryIO]) -> tuple[Any, Any]:
-    """write_plain_copy's members and skipped entries, C core then Python path."""
+def _both_into(
+    path: Path, opener: Callable[[], BinaryIO], end: int | None = None
+) -> tuple[Any, Any]:
+    """write_plain_copy's members and skipped entries, C core then Python path.
+
+    ``end``: where the zstd data ends (the file's size by default).
+    """
     found = []
     for native in (True, False):
         saved = reframe.plain_copier
@@ -132,7 +108,7 @@ def _both_into(path: Path, opener: Callable[[], BinaryIO]) -> tuple[Any, Any]:
         try:
             with opener() as out:
                 try:
-                    rows = reframe.write_plain_copy(src, src.size(), out)
+                    rows = reframe.write_plain_copy(src, src.size() if end is None else end, out)
                     found.append(rows if rows is False else (rows.index.names, rows.skipped))  # type: ignore[union-attr]
                 except (ArchiveError, OSError, EOFError, OverflowError) as exc:
                     found.append((type(exc).__name__, str(exc)))
@@ -151,7 +127,7 @@ def test_an_output_that_does_not_read_back_what_was_written(tmp_path: Path) -> N
     4 members and the symlink skipped). Only an empty regular file is served now.
     """
     path = tmp_path / "s.tar.zst"
-    path.write_bytes(_frame(_raw(_stream_with_a_link())))
+    path.write_bytes(zstd_frame(raw_blocks(_stream_with_a_link())))
     native, python = _both_into(path, lambda: open(os.devnull, "r+b"))  # noqa: SIM115
     assert native == python
 
@@ -165,7 +141,7 @@ def test_an_output_file_with_old_bytes_after_the_stream(tmp_path: Path) -> None:
     lead, _ = tar_cases.member_stream(3)
     stream = lead[: -len(tar_cases.END)]  # ends cleanly at a header boundary
     path = tmp_path / "s.tar.zst"
-    path.write_bytes(_frame(_raw(stream)))
+    path.write_bytes(zstd_frame(raw_blocks(stream)))
     old = tmp_path / "old.tar"
 
     def reused() -> BinaryIO:
@@ -183,23 +159,9 @@ def test_a_negative_end_is_the_python_paths_error(tmp_path: Path) -> None:
     (``CorruptArchiveError``).
     """
     path = tmp_path / "s.tar.zst"
-    path.write_bytes(_frame(_raw(_stream_with_a_link())))
-    results = []
-    for native in (True, False):
-        saved = reframe.plain_copier
-        if not native:
-            reframe.plain_copier = lambda: None  # type: ignore[assignment]
-        src = FileSource(path)
-        try:
-            with open(tmp_path / "o.tar", "w+b") as out:
-                try:
-                    results.append(reframe.write_plain_copy(src, -1, out))
-                except (ArchiveError, OverflowError) as exc:
-                    results.append((type(exc).__name__, str(exc)))
-        finally:
-            reframe.plain_copier = saved
-            src.close()
-    assert results[0] == results[1]
+    path.write_bytes(zstd_frame(raw_blocks(_stream_with_a_link())))
+    native, python = _both_into(path, lambda: open(tmp_path / "o.tar", "w+b"), end=-1)  # noqa: SIM115
+    assert native == python and python[0] == "CorruptArchiveError"
 
 
 # -- 3. a valid stream the C core declined (same results, by the Python path) --------------
@@ -219,15 +181,10 @@ def test_a_stream_of_whole_mebibytes_is_served_by_the_c_core(tmp_path: Path) -> 
     stream = tar_cases.header(b"m.bin", size) + body + bytes(size - len(body)) + tar_cases.END
     assert len(stream) == MIB
     path = tmp_path / "mib.tar.zst"  # whole input in one read; ratio 1 MiB / ~0.88 < 1.25
-    path.write_bytes(_blocks(stream))
+    path.write_bytes(zeros_as_rle(stream))
     assert same_both_ways(path, tmp_path)[0] == "copy"
     same_open_both_ways(path)  # and the pass at open
-    src = FileSource(path)
-    try:
-        with open(tmp_path / "c.tar", "w+b") as out:
-            found = native_copy.plain_copy(src, src.size(), out, reframe.PLAIN_MAX_RATIO)
-    finally:
-        src.close()
+    found = c_core_copy(path, tmp_path / "c.tar")
     assert found is not None  # once None (CZ_TRUNCATED for a complete frame)
 
 
@@ -242,7 +199,9 @@ def _huge_member(after_stream_at: int | None = None, size: int = 1 << 70) -> byt
     if after_stream_at is not None:
         size = after_stream_at - len(lead) - 512
     field = b"\x80" + size.to_bytes(11, "big")
-    return _blocks(lead + tar_cases.header(b"huge.bin", 0, fields={124: field}) + tar_cases.END)
+    return zeros_as_rle(
+        lead + tar_cases.header(b"huge.bin", 0, fields={124: field}) + tar_cases.END
+    )
 
 
 @pytest.mark.parametrize(
@@ -274,6 +233,6 @@ def test_a_pax_size_far_past_the_end(tmp_path: Path) -> None:
     pax = tar_cases.pax(tar_cases.pax_record(b"size", b"9" * 23))
     stream = lead[: -len(tar_cases.END)] + pax + tar_cases.header(b"huge.bin", 0) + tar_cases.END
     path = tmp_path / "pax.tar.zst"
-    path.write_bytes(_blocks(stream))
+    path.write_bytes(zeros_as_rle(stream))
     assert same_both_ways(path, tmp_path)[0] == "copy"  # was OverflowError
     same_open_both_ways(path)  # and the pass at open

@@ -30,39 +30,15 @@ from pathlib import Path
 import pytest
 import zstandard
 from helpers import tar_cases
-from helpers.plain_copies import outcome, same_both_ways
+from helpers.plain_copies import c_core_copy, outcome, same_both_ways
+from helpers.zstd_blocks import BLOCK, MIB, RAW, RLE, raw_blocks, zstd_frame
 
 from cdml_edge.archive.errors import ArchiveError
 from cdml_edge.archive.native import plain_copier
 from cdml_edge.archive.source import FileSource
-from cdml_edge.archive.tar import native_copy, reframe
+from cdml_edge.archive.tar import reframe
 
 pytestmark = pytest.mark.skipif(plain_copier() is None, reason="the C core with zstd is not built")
-
-MIB = 1 << 20
-BLOCK = 128 << 10  # zstd's largest block
-RAW, RLE = 0, 1
-
-
-def _frame(blocks: list[tuple[int, int, bytes]], *, window: int = 13 << 3, size: int = -1) -> bytes:
-    """One zstd frame of ``(type, size, payload)`` blocks, no checksum.
-
-    ``window``: the window descriptor (8 MiB by default); ``size``: the content size the
-    header states (4 bytes), none when negative.
-    """
-    if size < 0:
-        out = bytearray(b"\x28\xb5\x2f\xfd\x00" + bytes([window]))
-    else:
-        out = bytearray(b"\x28\xb5\x2f\xfd\x80" + bytes([window]) + size.to_bytes(4, "little"))
-    for k, (kind, n, payload) in enumerate(blocks):
-        last = k == len(blocks) - 1
-        out += (int(last) | kind << 1 | n << 3).to_bytes(3, "little") + payload
-    return bytes(out)
-
-
-def _raw(data: bytes, block: int = BLOCK) -> list[tuple[int, int, bytes]]:
-    parts = [data[i : i + block] for i in range(0, len(data), block)]
-    return [(RAW, len(part), part) for part in parts]
 
 
 # -- 1. a full disk under a stream the probe refuses -----------------------------------------
@@ -125,7 +101,7 @@ def _odd_frame_past_the_probe(block: int, window: int) -> bytes:
     stream = tar_cases.header(b"big.bin", len(data)) + data + tar_cases.END
     a, b = 5 * MIB, 5 * MIB + 200_000
     cctx = zstandard.ZstdCompressor(level=1)
-    mid = _frame(_raw(stream[a:b], block), window=window, size=b - a)
+    mid = zstd_frame(raw_blocks(stream[a:b], block), window=window, size=b - a)
     return cctx.compress(stream[:a]) + mid + cctx.compress(stream[b:])
 
 
@@ -200,11 +176,11 @@ def _ends_on_a_full_output_step(rle_blocks: int, cut: bool) -> bytes:
     """
     rnd = random.Random(6)
     stream = tar_cases.header(b"big.bin", 8 * MIB) + rnd.randbytes(5 * MIB - 512)
-    blocks = _raw(stream) + [(RLE, BLOCK - 126, b"\x00")]
+    blocks = raw_blocks(stream) + [(RLE, BLOCK - 126, b"\x00")]
     blocks += [(RLE, BLOCK, b"\x00")] * (rle_blocks - 1)
     if cut:
-        return _frame([*blocks, (RAW, 1, b"x")])[:-4]  # without its last block
-    return _frame(blocks)
+        return zstd_frame([*blocks, (RAW, 1, b"x")])[:-4]  # without its last block
+    return zstd_frame(blocks)
 
 
 @pytest.mark.parametrize(("rle_blocks", "cut"), [(8, True), (16, True), (8, False)])
@@ -220,11 +196,6 @@ def test_a_stream_past_the_probe_ending_on_a_full_output_step(
     """
     path = tmp_path / "s.tar.zst"
     path.write_bytes(_ends_on_a_full_output_step(rle_blocks, cut))
-    src = FileSource(path)
-    try:
-        with open(tmp_path / "c.tar", "w+b") as out:
-            found = native_copy.plain_copy(src, src.size(), out, reframe.PLAIN_MAX_RATIO)
-    finally:
-        src.close()
+    found = c_core_copy(path, tmp_path / "c.tar")
     assert (found is None) == cut
     assert same_both_ways(path, tmp_path)[0] == ("error" if cut else "copy")

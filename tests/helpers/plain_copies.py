@@ -93,3 +93,13 @@ def same_open_both_ways(path: Path) -> tuple[Any, ...]:
     native, python = opened(path, True), opened(path, False)
     assert native == python
     return native
+
+
+def c_core_copy(path: Path, out_path: Path) -> Any:
+    """What the C core alone makes of ``path`` (``native_copy.plain_copy``; ``None``: declined)."""
+    src = FileSource(path)
+    try:
+        with open(out_path, "w+b") as out:
+            return native_copy.plain_copy(src, src.size(), out, reframe.PLAIN_MAX_RATIO)
+    finally:
+        src.close()
