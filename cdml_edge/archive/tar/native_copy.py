@@ -18,6 +18,7 @@ import contextlib
 import fcntl
 import os
 import stat
+from collections.abc import Iterator
 from typing import Any, BinaryIO
 
 from cdml_edge.archive._native._reader import ffi, lib
@@ -38,9 +39,23 @@ def serves(source: object, end: int, out: BinaryIO) -> bool:
     ``out`` must be a regular file, empty, open for reading and writing without append
     (the walk reads back what was written); ``end`` a size a file can have.
     """
-    if type(source) is not FileSource or not 0 <= end <= _MAX_OFFSET:
-        return False
-    return _empty_file(out) is not None
+    return _local(source, end) and _empty_file(out) is not None
+
+
+def _local(source: object, end: int) -> bool:
+    """Whether the C core reads ``source`` itself: a local file, ``end`` a size it can have."""
+    return type(source) is FileSource and 0 <= end <= _MAX_OFFSET
+
+
+@contextlib.contextmanager
+def _walked(in_fd: int, end: int, out_fd: int) -> Iterator[tuple[int, Any]]:
+    """``cz_tar_plain_copy``'s status and walk (freed after the block); ``out_fd`` -1: no copy."""
+    found = ffi.new("cz_tar_walk **")
+    status = lib.cz_tar_plain_copy(in_fd, end, out_fd, found)
+    try:
+        yield status, found[0]
+    finally:
+        lib.cz_tar_walk_free(found[0])
 
 
 def plain_copy(source: Any, end: int, out: BinaryIO, max_ratio: float) -> TarRows | bool | None:
@@ -55,12 +70,9 @@ def plain_copy(source: Any, end: int, out: BinaryIO, max_ratio: float) -> TarRow
     out_fd, in_fd = out.fileno(), source.fileno()
     if in_fd is None:
         return None
-    found = ffi.new("cz_tar_walk **")
-    status = lib.cz_tar_plain_copy(in_fd, end, out_fd, found)
-    walk = found[0]
-    try:
-        total = int(walk.stream_bytes) if walk != ffi.NULL else -1
-        if status != lib.CZ_OK or os.fstat(out_fd).st_size != total:
+    with _walked(in_fd, end, out_fd) as (status, walk):
+        total = walk.stream_bytes if status == lib.CZ_OK else -1  # OK: a walk was made
+        if total < 0 or os.fstat(out_fd).st_size != total:
             out.seek(0)
             with contextlib.suppress(OSError):
                 out.truncate()
@@ -68,8 +80,6 @@ def plain_copy(source: Any, end: int, out: BinaryIO, max_ratio: float) -> TarRow
         out.seek(0, os.SEEK_END)
         members, skipped = _entries(walk)
         resume, taken = walk.resume_at, walk.compressed_read
-    finally:
-        lib.cz_tar_walk_free(walk)
     rest, rest_skipped = _walk_from(source.name, out_fd, resume, total)
     if total > max_ratio * max(taken, 1):
         return False
@@ -87,21 +97,14 @@ def walked_members(source: Any, end: int) -> tuple[list[tarfmt.TarMember], dict[
     end-of-archive block, or the end of the stream on a header boundary; any other header
     (a long name, a pax record, a sparse file), a cut or corrupt stream, another source.
     """
-    if type(source) is not FileSource or not 0 <= end <= _MAX_OFFSET:
-        return None
-    in_fd = source.fileno()
+    in_fd = source.fileno() if _local(source, end) else None
     if in_fd is None:
         return None
-    found = ffi.new("cz_tar_walk **")
-    status = lib.cz_tar_plain_copy(in_fd, end, -1, found)
-    walk = found[0]
-    try:
+    with _walked(in_fd, end, -1) as (status, walk):
         if status != lib.CZ_OK or not walk.resume_at:  # an empty stream: Python's error
             return None
         clean = walk.at_end or walk.resume_at == walk.stream_bytes
         return _entries(walk) if clean else None
-    finally:
-        lib.cz_tar_walk_free(walk)
 
 
 def _empty_file(out: BinaryIO) -> int | None:
