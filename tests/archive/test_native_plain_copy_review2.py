@@ -20,16 +20,15 @@ cut detection (every other cut in the tests is caught by the probe first).
 
 from __future__ import annotations
 
-import errno
 import os
 import random
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import zstandard
 from helpers import tar_cases
+from helpers.full_disk import fill, small_tmpfs
 from helpers.plain_copies import c_core_copy, outcome, same_both_ways
 from helpers.zstd_blocks import BLOCK, MIB, RAW, RLE, raw_blocks, zstd_frame
 
@@ -45,23 +44,9 @@ pytestmark = pytest.mark.skipif(plain_copier() is None, reason="the C core with 
 @pytest.fixture
 def full_disk(tmp_path: Path) -> Iterator[Path]:
     """A folder on a small tmpfs, filled: every write there fails with ENOSPC."""
-    disk = tmp_path / "disk"
-    disk.mkdir()
-    mounted = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(disk)], capture_output=True
-    )
-    if mounted.returncode != 0:
-        pytest.skip(f"no tmpfs mount here ({mounted.stderr.decode().strip()})")
-    fd = os.open(disk / "filler", os.O_WRONLY | os.O_CREAT | os.O_APPEND)
-    try:
-        while True:
-            os.write(fd, bytes(512))
-    except OSError as exc:
-        assert exc.errno == errno.ENOSPC, exc
-    finally:
-        os.close(fd)
-    yield disk
-    subprocess.run(["umount", "-l", str(disk)], check=False)
+    with small_tmpfs(tmp_path / "disk", "64k") as disk:
+        fill(disk)
+        yield disk
 
 
 def _compressible() -> bytes:

@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 
 import pytest
+from helpers.full_disk import small_tmpfs
 
 from cdml_edge.archive import native, open_archive, sealing
 from cdml_edge.archive.sealing import SEALED, is_sealed, wait_sealed
@@ -461,20 +462,10 @@ def test_full_disk_while_the_c_core_writes_the_copy(
         (src / name).write_bytes(data)
     path = tmp_path / "stock.tar.zst"
     subprocess.run(["tar", "--zstd", "-cf", str(path), "-C", str(src), "."], check=True)
-    cache_dir = tmp_path / "cache"
-    cache_dir.mkdir()
-    mounted = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", f"size={disk}", "tmpfs", str(cache_dir)],
-        capture_output=True,
-    )
-    if mounted.returncode != 0:
-        pytest.skip(f"no tmpfs mount here ({mounted.stderr.decode().strip()})")
     tried: list[object] = []
     real = native_copy.plain_copy
     monkeypatch.setattr(native_copy, "plain_copy", lambda *a: tried.append(real(*a)) or tried[-1])
-    try:
+    with small_tmpfs(tmp_path / "cache", disk) as cache_dir:
         _read_as_it_is(path, SeekableCache(cache_dir), files, times=1)
         # the C core's write failed (the copy handed to the Python path), or the probe's
         assert tried == ([None] if c_core_tried else [])
-    finally:
-        subprocess.run(["umount", "-l", str(cache_dir)], check=False)

@@ -41,10 +41,11 @@ from typing import Any
 import pytest
 import yaml
 from helpers.agent_runs import wait_for
+from helpers.full_disk import fill
 from helpers.models import brightness_classifier
 from helpers.mqtt_brokers import BrokerProcess, Subscriber
 from helpers.ports import free_port
-from helpers.soak import Episodes, Injector, Ledger, OpenWatch, fill, image, run_for
+from helpers.soak import Episodes, Injector, Ledger, OpenWatch, image, run_for
 
 from cdml_edge.agent.app import Agent
 from cdml_edge.config import load_config

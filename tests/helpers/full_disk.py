@@ -9,6 +9,7 @@ the module under test gets an ``open`` whose files raise ENOSPC on write while t
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import subprocess
@@ -64,14 +65,7 @@ class FullDisk:
     def fill(self) -> None:
         self.full = True
         if self.kind == "real":
-            fd = os.open(self.path / "filler", os.O_WRONLY | os.O_CREAT | os.O_APPEND)
-            try:
-                while True:
-                    os.write(fd, b"\0" * 512)
-            except OSError as exc:
-                assert exc.errno == errno.ENOSPC, exc
-            finally:
-                os.close(fd)
+            fill(self.path)
 
     def free(self) -> None:
         self.full = False
@@ -104,22 +98,46 @@ class FullDisk:
         self._mp.setattr(module, name, faulty)
 
 
+def fill(folder: Path) -> None:
+    """Fill the file system of ``folder`` to the last block (``folder/filler``, to ENOSPC)."""
+    fd = os.open(folder / "filler", os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+    try:
+        for step in (65536, 512):  # large writes, then the blocks they left
+            try:
+                while True:
+                    os.write(fd, b"\0" * step)
+            except OSError as exc:
+                assert exc.errno == errno.ENOSPC, exc
+    finally:
+        os.close(fd)
+
+
+@contextlib.contextmanager
+def small_tmpfs(path: Path, size: str, why_skip: str = "") -> Iterator[Path]:
+    """``path`` (made if missing) mounted as a tmpfs of ``size`` for the block, then unmounted.
+
+    The test is skipped where mounting is refused (``why_skip`` added to the reason).
+    """
+    path.mkdir(exist_ok=True)
+    proc = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)], capture_output=True
+    )
+    if proc.returncode != 0:
+        pytest.skip(f"no tmpfs mount here ({proc.stderr.decode().strip()}){why_skip}")
+    try:
+        yield path
+    finally:
+        subprocess.run(["umount", "-l", str(path)], check=False)
+
+
 @pytest.fixture(name="full_disk", params=["real", "injected"])
 def full_disk_fixture(
     request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> Iterator[FullDisk]:
     path = tmp_path / "disk"
-    path.mkdir()
-    if request.param == "real":
-        proc = subprocess.run(
-            ["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(path)], capture_output=True
-        )
-        if proc.returncode != 0:
-            pytest.skip(
-                f"no tmpfs mount here ({proc.stderr.decode().strip()}); "
-                "the injected variant covers it"
-            )
-    disk = FullDisk(request.param, path, monkeypatch)
-    yield disk
-    if request.param == "real":
-        subprocess.run(["umount", "-l", str(path)], check=False)
+    if request.param == "injected":
+        path.mkdir()
+        yield FullDisk(request.param, path, monkeypatch)
+        return
+    with small_tmpfs(path, "256k", "; the injected variant covers it"):
+        yield FullDisk(request.param, path, monkeypatch)

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-import errno
 import hashlib
 import os
 import random
@@ -270,20 +269,3 @@ class OpenWatch:
     def close(self) -> None:
         with contextlib.suppress(OSError):
             os.close(self.fd)
-
-
-def fill(folder: Path) -> None:
-    """Fill the file system of ``folder`` to the last block (a filler file)."""
-    fd = os.open(folder / "filler", os.O_WRONLY | os.O_CREAT | os.O_APPEND)
-    try:
-        while True:
-            os.write(fd, b"\0" * 65536)
-    except OSError as exc:
-        assert exc.errno == errno.ENOSPC, exc
-    try:
-        while True:
-            os.write(fd, b"\0" * 512)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)

@@ -7,13 +7,13 @@ import hashlib
 import io
 import os
 import sqlite3
-import subprocess
 import threading
 import time
 import zipfile
 from pathlib import Path
 
 import pytest
+from helpers.full_disk import small_tmpfs
 from helpers.retention_data import make_window
 
 from cdml_edge.config import parse_config
@@ -343,15 +343,8 @@ def test_other_errors_never_raise(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
 
 @pytest.fixture
 def tiny_fs(tmp_path: Path):  # type: ignore[no-untyped-def]
-    mnt = tmp_path / "tiny"
-    mnt.mkdir()
-    proc = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(mnt)], capture_output=True
-    )
-    if proc.returncode != 0:
-        pytest.skip(f"cannot mount a small tmpfs here: {proc.stderr.decode().strip()}")
-    yield mnt
-    subprocess.run(["umount", "-l", str(mnt)], check=False)
+    with small_tmpfs(tmp_path / "tiny", "256k") as mnt:
+        yield mnt
 
 
 def test_enospc_on_a_real_full_filesystem(tiny_fs: Path) -> None:
