@@ -28,7 +28,11 @@ import cv2
 import numpy as np
 import torch
 from torch.utils.data import get_worker_info
-from torch.utils.data._utils.collate import default_collate
+from torch.utils.data._utils.collate import (
+    collate_tensor_fn,
+    default_collate,
+    default_collate_fn_map,
+)
 
 ImageDtype = Literal["float32", "uint8"]
 IMAGE_DTYPES: tuple[str, ...] = ("float32", "uint8")
@@ -76,12 +80,57 @@ def fill_images(
     for k, rgb in enumerate(rgbs):
         _write(arr[k], rgb(), dtype, channels_last)
     views = list(images.unbind(0))
+    if reuse <= 0:  # a fresh buffer: the default collate may take it as it is
+        views = [v.as_subclass(BatchItem) for v in views]
     batch = Collated(views if targets is None else zip(views, targets, strict=True))
     batch.images, batch.targets = images, targets
     return batch
 
 
-_handed_over = False  # collate() gave a buffer away in this process: allocate shared ones
+class BatchItem(torch.Tensor):
+    """One image of a fresh batch buffer (:func:`fill_images`), a plain tensor otherwise.
+
+    Its type lets the default collate recognise the whole batch in order and hand the buffer
+    over without ``torch.stack`` (:func:`_collate_items`, registered in PyTorch's
+    ``default_collate_fn_map``). What is computed from it is a plain tensor.
+    """
+
+    __torch_function__ = torch._C._disabled_torch_function_impl  # type: ignore[assignment]
+
+
+def _collate_items(batch: Sequence[torch.Tensor], *, collate_fn_map: Any = None) -> torch.Tensor:
+    """The default collate of :class:`BatchItem` s: their buffer, without a copy.
+
+    Only when they are all of it, in order; else they are stacked, as by the default collate.
+    """
+    global _handed_over
+    whole = _whole_buffer(batch)
+    if whole is None:
+        plain = [t.as_subclass(torch.Tensor) for t in batch]
+        return collate_tensor_fn(plain, collate_fn_map=collate_fn_map)
+    _handed_over = True
+    return whole
+
+
+def _whole_buffer(batch: Sequence[torch.Tensor]) -> torch.Tensor | None:
+    """The buffer the items of ``batch`` are the consecutive rows of, all of it, or None."""
+    first = batch[0]
+    storage = first.untyped_storage()
+    step = first.numel()
+    start = first.storage_offset()
+    if not first.is_contiguous() or step * len(batch) * first.element_size() != storage.nbytes():
+        return None
+    for k, item in enumerate(batch):
+        same = item.untyped_storage().data_ptr() == storage.data_ptr()
+        if not same or item.storage_offset() != start + k * step or item.shape != first.shape:
+            return None
+    whole = torch.empty(0, dtype=first.dtype)
+    return whole.set_(storage, start, (len(batch), *first.shape), (step, *first.stride()))
+
+
+default_collate_fn_map[BatchItem] = _collate_items
+
+_handed_over = False  # a buffer was given away in this process: allocate shared ones
 
 
 def collate(batch: Sequence[Any]) -> Any:
@@ -164,28 +213,31 @@ class _Ring:
         self.next = 0
 
 
-_RINGS: dict[tuple[tuple[int, ...], torch.dtype, int], _Ring] = {}
+_RINGS: dict[tuple[tuple[int, ...], torch.dtype, int, bool], _Ring] = {}
 _MAX_RINGS = 4  # batch shapes kept in this process (the last batch of an epoch is another)
 
 
 def _buffer(shape: tuple[int, ...], dtype: torch.dtype, reuse: int = 0) -> torch.Tensor:
     """An uninitialised tensor; in shared memory in a worker that hands buffers over.
 
-    With ``reuse`` > 0, in any worker (from its first batch on: that option is meant for
-    :func:`collate`), the buffer handed out ``reuse`` batches of this shape ago.
+    With ``reuse`` > 0, the buffer handed out ``reuse`` batches of this shape ago: in a
+    worker one of shared memory from its first batch on (that option is meant for
+    :func:`collate`), in the main process (``num_workers=0``) an ordinary one.
     """
-    if get_worker_info() is None or (reuse <= 0 and not _handed_over):
-        return torch.empty(shape, dtype=dtype)
+    in_worker = get_worker_info() is not None
     if reuse <= 0:
-        return _new_shared(shape, dtype)
-    key = (shape, dtype, reuse)
+        if in_worker and _handed_over:
+            return _new_shared(shape, dtype)
+        return torch.empty(shape, dtype=dtype)
+    key = (shape, dtype, reuse, in_worker)  # a forked worker does not take the main's ring
     ring = _RINGS.get(key)
     if ring is None:
         if len(_RINGS) >= _MAX_RINGS:
             del _RINGS[next(iter(_RINGS))]  # the oldest shape
         ring = _RINGS[key] = _Ring()
     if len(ring.buffers) < reuse:
-        ring.buffers.append(_new_shared(shape, dtype))
+        fresh = _new_shared(shape, dtype) if in_worker else torch.empty(shape, dtype=dtype)
+        ring.buffers.append(fresh)
         return ring.buffers[-1]
     images = ring.buffers[ring.next]
     ring.next = (ring.next + 1) % reuse

@@ -5,6 +5,7 @@ from __future__ import annotations
 import ctypes
 import errno
 import mmap
+import pickle
 import platform
 import re
 import sys
@@ -14,7 +15,7 @@ import numpy as np
 import pytest
 import torch
 from helpers.dataset_data import class_images, write
-from torch.utils.data import DataLoader
+from torch.utils.data import DataLoader, default_collate
 
 from cdml_edge import CDMLStreamDataset
 from cdml_edge.data import Collated, collate
@@ -164,7 +165,7 @@ def test_fresh_batch_buffers_by_default(pets: Path, monkeypatch: pytest.MonkeyPa
     ds = _ds(pets, image_dtype="uint8")
     ref = [x for x, _ in DataLoader(ds, batch_size=2, collate_fn=collate)]
     ring = _ds(pets, image_dtype="uint8", reuse_batch_buffers=3)
-    for d, fn in ((ds, collate), (ring, None)):
+    for d, fn in ((ds, collate), (ds, None), (ring, None)):
         kept = [x for x, _ in DataLoader(d, batch_size=2, num_workers=1, collate_fn=fn)]
         assert len(kept) == 6 and all(torch.equal(a, b) for a, b in zip(kept, ref, strict=True))
 
@@ -189,3 +190,52 @@ def test_channel_planes_are_the_transposed_image(shape: tuple[int, ...], dtype: 
         batch_module._write(dst, rgb, dtype, channels_last=False)  # type: ignore[arg-type]
         assert np.array_equal(dst, ref)
     assert not slots[0].any() and not slots[2].any()
+
+
+@pytest.mark.parametrize("dtype", ["float32", "uint8"])
+def test_the_default_collate_takes_the_buffer_without_a_copy(pets: Path, dtype: str) -> None:
+    """A DataLoader without ``collate_fn`` gets the batch buffer itself, as ``collate``."""
+    ds = _ds(pets, image_dtype=dtype)
+    batch = ds.__getitems__([4, 0, 7])
+    x, y = default_collate(batch)
+    assert type(x) is torch.Tensor and x.data_ptr() == batch.images.data_ptr()
+    assert x.shape == batch.images.shape and torch.equal(x, batch.images)
+    assert y.tolist() == [ds.targets[i] for i in (4, 0, 7)]
+    unlabelled = CDMLStreamDataset(pets, is_image=True, target_size=8).__getitems__([1, 2])
+    alone = default_collate(unlabelled)
+    assert type(alone) is torch.Tensor and alone.data_ptr() == unlabelled.images.data_ptr()
+
+
+def test_the_default_collate_copies_what_is_not_one_whole_batch(pets: Path) -> None:
+    """Items reordered, a part of a batch, or two batches mixed: stacked, values intact."""
+    ds = _ds(pets, image_dtype="uint8")
+    one = [x for x, _ in ds.__getitems__([0, 1, 2])]
+    two = [x for x, _ in ds.__getitems__([3, 4])]
+    for items in (one[::-1], one[:2], one[1:], [one[0], two[1], one[2]], one + two):
+        out = default_collate(items)
+        ref = torch.stack([t.clone() for t in items])
+        assert type(out) is torch.Tensor and torch.equal(out, ref)
+        assert out.data_ptr() != one[0].data_ptr()  # a copy: the batch's buffer is untouched
+
+
+def test_batch_items_behave_as_plain_tensors(pets: Path) -> None:
+    """What is computed from an item is a plain tensor; an item pickles to its values."""
+    x = _ds(pets).__getitems__([2, 5])[1][0]
+    assert isinstance(x, torch.Tensor)
+    for out in (x * 2, x.double(), x[0], x.view(-1), torch.stack([x, x]), x.clone()):
+        assert type(out) is torch.Tensor
+    back = pickle.loads(pickle.dumps(x))
+    assert torch.equal(back, x) and back.shape == (3, 14, 20)
+
+
+def test_reused_batch_buffers_in_the_main_process(pets: Path) -> None:
+    """``num_workers=0``: a ring of N ordinary buffers, each batch intact until N more."""
+    ref = list(DataLoader(_ds(pets, image_dtype="uint8"), batch_size=2, collate_fn=collate))
+    ds = _ds(pets, image_dtype="uint8", reuse_batch_buffers=3)
+    kept = []
+    for k, (x, y) in enumerate(DataLoader(ds, batch_size=2, collate_fn=collate)):
+        assert torch.equal(x, ref[k][0]) and torch.equal(y, ref[k][1])
+        kept.append(x)
+    assert len(kept) == 6 and not kept[0].is_shared()
+    for k in range(3):
+        assert kept[k].data_ptr() == kept[k + 3].data_ptr() and torch.equal(kept[k], ref[k + 3][0])
