@@ -1,17 +1,17 @@
 """Image batches decoded into one buffer: the output dtype and layout, and their collation.
 
 A batch of same-size images is written into one tensor as it is decoded (``B×3×H×W`` or
-``B×H×W×3``, float32 in [0, 1] or uint8), so that no per-item tensor is made and, with
-:func:`collate`, ``torch.stack`` copies nothing. :func:`fill_images` returns the items as
-views of that buffer in a :class:`Collated` list: the default collate still stacks them (one
-copy, the result unchanged), and :func:`collate` hands the buffer over as it is.
+``B×H×W×3``, float32 in [0, 1] or uint8), so that no per-item tensor is made and
+``torch.stack`` copies nothing. :func:`fill_images` returns the items as views of that
+buffer in a :class:`Collated` list: the default collate takes the buffer as it is when the
+views are a whole fresh batch in order (:class:`BatchItem`), and :func:`collate` always.
 
-Inside a DataLoader worker the buffer is ordinary memory until :func:`collate` has run in
-that process, then shared memory: a batch leaves a worker in shared memory, and writing
-fresh shared pages costs several times more than ordinary ones (a 224-px float32 image,
-550 µs against 90 µs on the benchmark VM), so the default collate's own copy should not be
-the second such write. A new shared buffer is pre-faulted in one call (:func:`prefault`);
-with ``reuse`` (``reuse_batch_buffers``) a worker takes its buffers from a ring instead
+Inside a DataLoader worker the buffer is ordinary memory until a buffer has been handed
+over in that process, then shared memory: a batch leaves a worker in shared memory, and
+writing fresh shared pages costs several times more than ordinary ones (a 224-px float32
+image, 550 µs against 90 µs on the benchmark VM), so a copy of the batch should not be the
+second such write. A new shared buffer is pre-faulted in one call (:func:`prefault`); with
+``reuse`` (``reuse_batch_buffers``) a process takes its buffers from a ring instead
 (:func:`check_reuse` for the contract), so no new pages are written at all.
 """
 
@@ -198,7 +198,8 @@ def check_reuse(reuse: int) -> int:
     ``N - prefetch_factor`` more batches have been taken (``× num_workers`` with the
     default ``in_order=True``, which hands tasks to the workers in turn). N must exceed
     ``prefetch_factor`` (2 by default), else a batch can be overwritten before the loop gets
-    it.
+    it. Outside a worker (``num_workers=0``) the ring is of N ordinary buffers, and a batch
+    is overwritten by the N-th next one.
     """
     if isinstance(reuse, bool) or not isinstance(reuse, int) or reuse < 0:
         raise ValueError(f"reuse_batch_buffers must be an int >= 0, got {reuse!r}")

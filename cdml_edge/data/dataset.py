@@ -90,10 +90,13 @@ class CDMLStreamDataset(Dataset[Any]):
             ``N - prefetch_factor`` more batches have been taken from the loader (with the
             default ``in_order=True``: ``(N - prefetch_factor) * num_workers``); with
             ``N = prefetch_factor + 1`` (3 by default), until the next batch is taken.
-            ``clone()`` a batch to keep it longer. N must exceed ``prefetch_factor``.
+            ``clone()`` a batch to keep it longer. N must exceed ``prefetch_factor``. With
+            ``num_workers=0`` the ring is of N ordinary tensors: a batch stays valid until N
+            more are made.
 
     With ``target_size`` and no ``transform``, a DataLoader batch of images is decoded into
-    one tensor; pass ``collate_fn=cdml_edge.data.collate`` to take it without a copy.
+    one tensor, which the default collate and ``collate_fn=cdml_edge.data.collate`` take
+    without a copy.
 
     JSON items are the JSON text (``str``, re-serialised) so batches of records with
     different keys collate as lists; ``transform`` receives the parsed value.
