@@ -11,7 +11,7 @@ over in that process, then shared memory: a batch leaves a worker in shared memo
 writing fresh shared pages costs several times more than ordinary ones (a 224-px float32
 image, 550 µs against 90 µs on the benchmark VM), so a copy of the batch should not be the
 second such write. A new shared buffer is pre-faulted in one call (:func:`prefault`); with
-``reuse`` (``reuse_batch_buffers``) a process takes its buffers from a ring instead
+``reuse`` (``reuse_batch_buffers``) a worker takes its buffers from a ring instead
 (:func:`check_reuse` for the contract), so no new pages are written at all.
 """
 
@@ -97,17 +97,26 @@ class BatchItem(torch.Tensor):
 
     __torch_function__ = torch._C._disabled_torch_function_impl  # type: ignore[assignment]
 
+    def __deepcopy__(self, memo: dict[int, Any]) -> torch.Tensor:
+        return self.as_subclass(torch.Tensor).__deepcopy__(memo)
+
+    def __reduce_ex__(self, protocol: Any) -> Any:  # pickled, saved: a plain tensor
+        return self.as_subclass(torch.Tensor).__reduce_ex__(protocol)
+
 
 def _collate_items(batch: Sequence[torch.Tensor], *, collate_fn_map: Any = None) -> torch.Tensor:
     """The default collate of :class:`BatchItem` s: their buffer, without a copy.
 
-    Only when they are all of it, in order; else they are stacked, as by the default collate.
+    Only once, and only when they are all of it in order and none needs a gradient; else
+    they are stacked, as by the default collate (a new tensor).
     """
     global _handed_over
-    whole = _whole_buffer(batch)
-    if whole is None:
+    whole = None if any(t.requires_grad for t in batch) else _whole_buffer(batch)
+    if whole is None or any(getattr(t, "_taken", False) for t in batch):
         plain = [t.as_subclass(torch.Tensor) for t in batch]
         return collate_tensor_fn(plain, collate_fn_map=collate_fn_map)
+    for t in batch:
+        t._taken = True  # type: ignore[attr-defined]
     _handed_over = True
     return whole
 
@@ -198,8 +207,8 @@ def check_reuse(reuse: int) -> int:
     ``N - prefetch_factor`` more batches have been taken (``× num_workers`` with the
     default ``in_order=True``, which hands tasks to the workers in turn). N must exceed
     ``prefetch_factor`` (2 by default), else a batch can be overwritten before the loop gets
-    it. Outside a worker (``num_workers=0``) the ring is of N ordinary buffers, and a batch
-    is overwritten by the N-th next one.
+    it. Outside a worker (``num_workers=0``) every batch is a new tensor: a ring there would
+    be shared by every dataset and loader of the process.
     """
     if isinstance(reuse, bool) or not isinstance(reuse, int) or reuse < 0:
         raise ValueError(f"reuse_batch_buffers must be an int >= 0, got {reuse!r}")
@@ -214,31 +223,28 @@ class _Ring:
         self.next = 0
 
 
-_RINGS: dict[tuple[tuple[int, ...], torch.dtype, int, bool], _Ring] = {}
+_RINGS: dict[tuple[tuple[int, ...], torch.dtype, int], _Ring] = {}
 _MAX_RINGS = 4  # batch shapes kept in this process (the last batch of an epoch is another)
 
 
 def _buffer(shape: tuple[int, ...], dtype: torch.dtype, reuse: int = 0) -> torch.Tensor:
     """An uninitialised tensor; in shared memory in a worker that hands buffers over.
 
-    With ``reuse`` > 0, the buffer handed out ``reuse`` batches of this shape ago: in a
-    worker one of shared memory from its first batch on (that option is meant for
-    :func:`collate`), in the main process (``num_workers=0``) an ordinary one.
+    With ``reuse`` > 0, in any worker (from its first batch on: that option is meant for
+    :func:`collate`), the buffer handed out ``reuse`` batches of this shape ago.
     """
-    in_worker = get_worker_info() is not None
-    if reuse <= 0:
-        if in_worker and _handed_over:
-            return _new_shared(shape, dtype)
+    if get_worker_info() is None:  # a ring here would be shared by every loader
         return torch.empty(shape, dtype=dtype)
-    key = (shape, dtype, reuse, in_worker)  # a forked worker does not take the main's ring
+    if reuse <= 0:
+        return _new_shared(shape, dtype) if _handed_over else torch.empty(shape, dtype=dtype)
+    key = (shape, dtype, reuse)
     ring = _RINGS.get(key)
     if ring is None:
         if len(_RINGS) >= _MAX_RINGS:
             del _RINGS[next(iter(_RINGS))]  # the oldest shape
         ring = _RINGS[key] = _Ring()
     if len(ring.buffers) < reuse:
-        fresh = _new_shared(shape, dtype) if in_worker else torch.empty(shape, dtype=dtype)
-        ring.buffers.append(fresh)
+        ring.buffers.append(_new_shared(shape, dtype))
         return ring.buffers[-1]
     images = ring.buffers[ring.next]
     ring.next = (ring.next + 1) % reuse

@@ -91,8 +91,7 @@ class CDMLStreamDataset(Dataset[Any]):
             default ``in_order=True``: ``(N - prefetch_factor) * num_workers``); with
             ``N = prefetch_factor + 1`` (3 by default), until the next batch is taken.
             ``clone()`` a batch to keep it longer. N must exceed ``prefetch_factor``. With
-            ``num_workers=0`` the ring is of N ordinary tensors: a batch stays valid until N
-            more are made.
+            ``num_workers=0`` every batch is a new tensor.
 
     With ``target_size`` and no ``transform``, a DataLoader batch of images is decoded into
     one tensor, which the default collate and ``collate_fn=cdml_edge.data.collate`` take

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import copy
 import ctypes
 import errno
+import io
 import mmap
 import pickle
 import platform
@@ -219,23 +221,55 @@ def test_the_default_collate_copies_what_is_not_one_whole_batch(pets: Path) -> N
 
 
 def test_batch_items_behave_as_plain_tensors(pets: Path) -> None:
-    """What is computed from an item is a plain tensor; an item pickles to its values."""
+    """What is computed from an item is a plain tensor."""
     x = _ds(pets).__getitems__([2, 5])[1][0]
     assert isinstance(x, torch.Tensor)
     for out in (x * 2, x.double(), x[0], x.view(-1), torch.stack([x, x]), x.clone()):
         assert type(out) is torch.Tensor
+
+
+def test_no_ring_in_the_main_process(pets: Path) -> None:
+    """``num_workers=0``: every batch is a new tensor, also with ``reuse_batch_buffers``.
+
+    A ring in the process would be shared by every dataset and loader there: a validation
+    loop would overwrite the batch a training loop still holds.
+    """
+    train = _ds(pets, image_dtype="uint8", reuse_batch_buffers=3)
+    val = _ds(pets, image_dtype="uint8", reuse_batch_buffers=3)
+    x, _ = next(iter(DataLoader(train, batch_size=2, collate_fn=collate)))
+    keep = x.clone()
+    held = [b for b, _ in DataLoader(val, batch_size=2, collate_fn=collate)]
+    assert torch.equal(x, keep) and len({b.data_ptr() for b in held}) == len(held)
+
+
+def test_an_item_deep_copies_and_saves_as_a_plain_tensor(pets: Path) -> None:
+    x = _ds(pets).__getitems__([0, 1])[0][0]
+    copied = copy.deepcopy(x)
+    assert type(copied) is torch.Tensor and torch.equal(copied, x)
+    assert copied.data_ptr() != x.data_ptr()
+    f = io.BytesIO()
+    torch.save([x], f)
+    f.seek(0)
+    (loaded,) = torch.load(f)  # weights_only=True, the default
+    assert type(loaded) is torch.Tensor and torch.equal(loaded, x)
     back = pickle.loads(pickle.dumps(x))
-    assert torch.equal(back, x) and back.shape == (3, 14, 20)
+    assert type(back) is torch.Tensor and torch.equal(back, x)
 
 
-def test_reused_batch_buffers_in_the_main_process(pets: Path) -> None:
-    """``num_workers=0``: a ring of N ordinary buffers, each batch intact until N more."""
-    ref = list(DataLoader(_ds(pets, image_dtype="uint8"), batch_size=2, collate_fn=collate))
-    ds = _ds(pets, image_dtype="uint8", reuse_batch_buffers=3)
-    kept = []
-    for k, (x, y) in enumerate(DataLoader(ds, batch_size=2, collate_fn=collate)):
-        assert torch.equal(x, ref[k][0]) and torch.equal(y, ref[k][1])
-        kept.append(x)
-    assert len(kept) == 6 and not kept[0].is_shared()
-    for k in range(3):
-        assert kept[k].data_ptr() == kept[k + 3].data_ptr() and torch.equal(kept[k], ref[k + 3][0])
+def test_a_batch_is_handed_over_once(pets: Path) -> None:
+    """A second collate of the same items is a copy: two results never share memory."""
+    batch = _ds(pets, image_dtype="uint8").__getitems__([0, 1, 2])
+    first, _ = default_collate(batch)
+    second, _ = default_collate(batch)
+    assert first.data_ptr() == batch.images.data_ptr() != second.data_ptr()
+    ref = second.clone()
+    first.zero_()
+    assert torch.equal(second, ref)
+
+
+def test_items_that_need_grad_are_stacked(pets: Path) -> None:
+    items = [x.requires_grad_() for x, _ in _ds(pets).__getitems__([0, 1])]
+    out = default_collate(items)
+    assert out.requires_grad and out.grad_fn is not None
+    out.sum().backward()
+    assert all(torch.equal(t.grad, torch.ones_like(t)) for t in items)
