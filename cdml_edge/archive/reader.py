@@ -8,7 +8,7 @@ from typing import Any
 from cdml_edge.archive.base import DEFAULT_MAX_MEMBER_BYTES, DEFAULT_MAX_RATIO, Archive
 from cdml_edge.archive.errors import ArchiveError
 from cdml_edge.archive.formats import detect
-from cdml_edge.archive.seekable_cache import SeekableCache
+from cdml_edge.archive.seekable_cache import CacheSetting, SeekableCache
 from cdml_edge.archive.source import ByteSource, FileObjectSource, FileSource, MemorySource
 from cdml_edge.archive.spec import Probe
 
@@ -37,7 +37,7 @@ def open_archive(
     *,
     max_member_bytes: int = DEFAULT_MAX_MEMBER_BYTES,
     max_ratio: float = DEFAULT_MAX_RATIO,
-    seekable_cache: SeekableCache | None = None,
+    seekable_cache: CacheSetting = None,
 ) -> Archive:
     """Open an archive from a path, ``s3://`` URL, bytes, a binary file or a ByteSource.
 
@@ -45,15 +45,18 @@ def open_archive(
     tar.zst, so opening them costs no extra request). Members larger than
     ``max_member_bytes`` or expanding more than ``max_ratio`` times (above 1 MiB) are
     refused when read. With a ``seekable_cache``, a tar.zst of one zstd frame (as stock
-    ``tar --zstd`` writes) is read from a seekable copy made once in that folder.
+    ``tar --zstd`` writes) is read from a seekable copy made once in that folder: a
+    :class:`SeekableCache`, a folder, or ``True`` for the configured one, as a dataset's
+    setting (:meth:`SeekableCache.from_setting`); ``None`` / ``False``: none.
     """
+    cache = SeekableCache.from_setting(seekable_cache)
     src = as_source(source)
     try:
         probe = Probe(src)
         fmt = detect(probe)
         limits = {"max_member_bytes": max_member_bytes, "max_ratio": max_ratio}
-        if seekable_cache is not None and fmt.name == "tar.zst":
-            archive = seekable_cache.open(src, probe.tail_read, **limits)
+        if cache is not None and fmt.name == "tar.zst":
+            archive = cache.open(src, probe.tail_read, **limits)
             if getattr(archive, "seekable_copy", None) is not None:  # read from its copy
                 _release(src, source)
             return archive

@@ -401,3 +401,21 @@ def test_a_copy_whose_blocks_exceed_the_bound_is_not_kept(tmp_path: Path) -> Non
     used = sum(p.lstat().st_blocks * 512 for p in _copies(cache))
     assert Path(probe.seekable_copy.path).name not in [p.name for p in _copies(cache)]  # type: ignore[attr-defined]
     assert cache.total_bytes() <= cache.max_bytes and used <= cache.max_bytes
+
+
+def test_open_archive_takes_the_settings_a_dataset_takes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``True``: the configured folder; a path: that folder; ``False`` / ``None``: none."""
+    path, files = _stock(tmp_path, n=8)
+    monkeypatch.setenv("CDML_EDGE_SEEKABLE_CACHE", str(tmp_path / "from-env"))
+    settings = ((True, "from-env"), (tmp_path / "given", "given"), (str(tmp_path / "s"), "s"))
+    for setting, folder in settings:
+        with open_archive(path, seekable_cache=setting) as opened:
+            copy = opened.seekable_copy  # type: ignore[attr-defined]
+            assert copy is not None and Path(copy.path).parent == tmp_path / folder
+            assert opened.read("ok/0000.bin") == files["ok/0000.bin"]
+    for off in (False, None):
+        with open_archive(path, seekable_cache=off) as opened:
+            assert getattr(opened, "seekable_copy", None) is None
+            assert opened.read("ok/0000.bin") == files["ok/0000.bin"]
