@@ -47,7 +47,7 @@ from typing import Any, BinaryIO
 import zstandard
 
 from cdml_edge.archive.base import Archive
-from cdml_edge.archive.cache_folder import Entry, entries, evict
+from cdml_edge.archive.cache_folder import Entry, entries, evict, is_entry_name
 from cdml_edge.archive.errors import ArchiveError
 from cdml_edge.archive.sealing import is_sealed, sealed_behind
 from cdml_edge.archive.source import ByteSource, FileSource
@@ -114,7 +114,8 @@ class SeekableCache:
         """The cache a dataset's ``seekable_cache`` setting names (``None``: none).
 
         ``True``: the folder of ``CDML_EDGE_SEEKABLE_CACHE`` (``off``: none) or the default
-        one; a path: that folder; ``False`` / ``None``: no cache.
+        one; a path: that folder (``"off"``, as the variable's words for none: none);
+        ``False`` / ``None``: no cache. Anything else, an empty path included: ``ValueError``.
         """
         if isinstance(setting, SeekableCache) or setting is None or setting is False:
             return setting or None
@@ -123,6 +124,13 @@ class SeekableCache:
             if value.lower() in _OFF:
                 return None
             return cls(value or default_seekable_cache_dir())
+        if not isinstance(setting, (str, os.PathLike)) or not str(os.fspath(setting)).strip():
+            raise ValueError(
+                "seekable_cache must be True, False, None, a folder or a SeekableCache, "
+                f"got {setting!r}"
+            )
+        if isinstance(setting, str) and setting.strip().lower() in _OFF:
+            return None
         return cls(setting)
 
     # -- keys ---------------------------------------------------------------------------
@@ -289,7 +297,8 @@ class SeekableCache:
         with contextlib.suppress(OSError):  # the kept indexes of copies evicted
             for item in os.scandir(self.root):
                 copy = item.path[: -len(INDEX_SUFFIX)]
-                if item.name.endswith(INDEX_SUFFIX) and not os.path.exists(copy):
+                ours = is_entry_name(item.name[: -len(INDEX_SUFFIX)], (_SUFFIX, _PLAIN))
+                if item.name.endswith(INDEX_SUFFIX) and ours and not os.path.exists(copy):
                     with contextlib.suppress(OSError):  # the index alone: a copy made
                         os.unlink(item.path)  # again meanwhile by another process stays
                 elif item.name.startswith(TMP_PREFIX) and _older(item, old):

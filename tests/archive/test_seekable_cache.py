@@ -419,3 +419,41 @@ def test_open_archive_takes_the_settings_a_dataset_takes(
         with open_archive(path, seekable_cache=off) as opened:
             assert getattr(opened, "seekable_copy", None) is None
             assert opened.read("ok/0000.bin") == files["ok/0000.bin"]
+
+
+def test_files_the_cache_did_not_write_are_never_evicted(tmp_path: Path) -> None:
+    """A folder shared with the user's own archives: only the cache's copies are counted."""
+    path, files = _stock(tmp_path, n=8)
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    theirs = {name: os.urandom(1 << 20) for name in ("my-backup.tar", "notes.tar.zst")}
+    for name, data in theirs.items():
+        (shared / name).write_bytes(data)
+        os.utime(shared / name, (1, 1))  # older than any copy
+    (shared / "mine.tar.idx").write_bytes(b"not an index of ours")
+    cache = SeekableCache(shared, max_bytes=4_000_000)  # the copy fits, with theirs it does not
+    with open_archive(path, seekable_cache=cache) as opened:
+        assert opened.read("ok/0000.bin") == files["ok/0000.bin"]
+    assert all((shared / n).read_bytes() == d for n, d in theirs.items())
+    assert (shared / "mine.tar.idx").exists()
+    assert cache.total_bytes() > 0  # the copy just made is all it counts
+
+
+@pytest.mark.parametrize("bad", ["", "  ", 0, 1, 2.5, b"folder"])
+def test_a_seekable_cache_setting_that_names_nothing_is_refused(
+    tmp_path: Path, bad: object
+) -> None:
+    path, _ = _stock(tmp_path, n=4)
+    with pytest.raises(ValueError, match="seekable_cache"):
+        open_archive(path, seekable_cache=bad)
+
+
+def test_off_turns_the_cache_off_as_the_variable_does(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path, _ = _stock(tmp_path, n=4)
+    monkeypatch.chdir(tmp_path)
+    for off in ("off", "OFF"):
+        with open_archive(path, seekable_cache=off) as opened:
+            assert getattr(opened, "seekable_copy", None) is None
+    assert not (tmp_path / "off").exists()
