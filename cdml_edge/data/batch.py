@@ -1,8 +1,8 @@
 """Image batches decoded into one buffer: the output dtype and layout, and their collation.
 
 A batch of same-size images is written into one tensor as it is decoded (``B×3×H×W`` or
-``B×H×W×3``, float32 in [0, 1] or uint8), so that no per-item tensor is made and
-``torch.stack`` copies nothing. :func:`fill_images` returns the items as views of that
+``B×H×W×3``, float32 in [0, 1] or uint8), so that no per-item tensor is made and the
+collate copies nothing. :func:`fill_images` returns the items as views of that
 buffer in a :class:`Collated` list: the default collate takes the buffer as it is when the
 views are a whole fresh batch in order (:class:`BatchItem`), and :func:`collate` always.
 
@@ -115,10 +115,16 @@ def _collate_items(batch: Sequence[torch.Tensor], *, collate_fn_map: Any = None)
     if whole is None or any(getattr(t, "_taken", False) for t in batch):
         plain = [t.as_subclass(torch.Tensor) for t in batch]
         return collate_tensor_fn(plain, collate_fn_map=collate_fn_map)
-    for t in batch:
-        t._taken = True  # type: ignore[attr-defined]
+    _mark_taken(batch)
     _handed_over = True
     return whole
+
+
+def _mark_taken(items: Any) -> None:
+    """The buffer of ``items`` is handed over: the default collate will copy them."""
+    for t in items:
+        if isinstance(t, BatchItem):
+            t._taken = True  # type: ignore[attr-defined]
 
 
 def _whole_buffer(batch: Sequence[torch.Tensor]) -> torch.Tensor | None:
@@ -132,6 +138,8 @@ def _whole_buffer(batch: Sequence[torch.Tensor]) -> torch.Tensor | None:
     for k, item in enumerate(batch):
         same = item.untyped_storage().data_ptr() == storage.data_ptr()
         if not same or item.storage_offset() != start + k * step or item.shape != first.shape:
+            return None
+        if item.stride() != first.stride():
             return None
     whole = torch.empty(0, dtype=first.dtype)
     return whole.set_(storage, start, (len(batch), *first.shape), (step, *first.stride()))
@@ -151,6 +159,7 @@ def collate(batch: Sequence[Any]) -> Any:
     if not isinstance(batch, Collated):
         return default_collate(batch)
     _handed_over = True
+    _mark_taken(batch if batch.targets is None else [x for x, _ in batch])
     if batch.targets is None:
         return batch.images
     return [batch.images, default_collate(batch.targets)]

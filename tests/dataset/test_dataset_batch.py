@@ -262,6 +262,8 @@ def test_a_batch_is_handed_over_once(pets: Path) -> None:
     first, _ = default_collate(batch)
     second, _ = default_collate(batch)
     assert first.data_ptr() == batch.images.data_ptr() != second.data_ptr()
+    alone = CDMLStreamDataset(pets, is_image=True, target_size=8).__getitems__([1, 2])
+    assert collate(alone).data_ptr() != default_collate(alone).data_ptr()
     ref = second.clone()
     first.zero_()
     assert torch.equal(second, ref)
@@ -273,3 +275,19 @@ def test_items_that_need_grad_are_stacked(pets: Path) -> None:
     assert out.requires_grad and out.grad_fn is not None
     out.sum().backward()
     assert all(torch.equal(t.grad, torch.ones_like(t)) for t in items)
+
+
+def test_items_turned_in_place_are_stacked(pets: Path) -> None:
+    """An item transposed in place (still of its batch, same offset): stacked as it reads."""
+    batch = CDMLStreamDataset(pets, is_image=True, target_size=16).__getitems__([0, 5, 9])
+    items = list(batch)
+    items[1].transpose_(1, 2)
+    out = default_collate(items)
+    assert torch.equal(out, torch.stack([t.as_subclass(torch.Tensor) for t in items]))
+
+
+def test_collate_then_the_default_collate_share_no_memory(pets: Path) -> None:
+    batch = _ds(pets, image_dtype="uint8").__getitems__([0, 1, 2])
+    first = collate(batch)[0]
+    second = default_collate(batch)[0]
+    assert first.data_ptr() == batch.images.data_ptr() != second.data_ptr()
