@@ -90,6 +90,18 @@ def _run_agent(tmp_path: Path, heard: _Heard, results: str | None) -> None:
         wait_for(lambda: not any((tmp_path / "in/vib").iterdir()), what="vib files finished")
     finally:
         agent.stop()
+    # a file is finished once the broker has its messages; the subscriber hears them after
+    wait_for(lambda: _heard_every_item(heard, results), what="the subscriber heard every item")
+
+
+def _heard_every_item(heard: _Heard, results: str | None) -> bool:
+    """Window messages for every item of each source, and in item mode a result for each."""
+    for source, names in (("cam", IMAGES), ("vib", CSVS)):
+        if sum(w["items"] for w in heard.on(f"{source}/window")) < len(names):
+            return False
+        if results != "window" and len(heard.on(f"{source}/result")) < len(names):
+            return False
+    return True
 
 
 def _items(results: list[dict[str, Any]]) -> list[str]:
