@@ -120,10 +120,7 @@ class SeekableCache:
         if isinstance(setting, SeekableCache) or setting is None or setting is False:
             return setting or None
         if setting is True:
-            value = os.environ.get(SEEKABLE_CACHE_ENV, "").strip()
-            if value.lower() in _OFF:
-                return None
-            return cls(value or default_seekable_cache_dir())
+            setting = os.environ.get(SEEKABLE_CACHE_ENV, "").strip() or default_seekable_cache_dir()
         if not isinstance(setting, (str, os.PathLike)) or not str(os.fspath(setting)).strip():
             raise ValueError(
                 "seekable_cache must be True, False, None, a folder or a SeekableCache, "
@@ -297,7 +294,7 @@ class SeekableCache:
         with contextlib.suppress(OSError):  # the kept indexes of copies evicted
             for item in os.scandir(self.root):
                 copy = item.path[: -len(INDEX_SUFFIX)]
-                ours = is_entry_name(item.name[: -len(INDEX_SUFFIX)], (_SUFFIX, _PLAIN))
+                ours = is_entry_name(os.path.basename(copy), (_SUFFIX, _PLAIN))
                 if item.name.endswith(INDEX_SUFFIX) and ours and not os.path.exists(copy):
                     with contextlib.suppress(OSError):  # the index alone: a copy made
                         os.unlink(item.path)  # again meanwhile by another process stays

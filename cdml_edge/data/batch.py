@@ -111,8 +111,9 @@ def _collate_items(batch: Sequence[torch.Tensor], *, collate_fn_map: Any = None)
     they are stacked, as by the default collate (a new tensor).
     """
     global _handed_over
-    whole = None if any(t.requires_grad for t in batch) else _whole_buffer(batch)
-    if whole is None or any(getattr(t, "_taken", False) for t in batch):
+    fixed = not any(t.requires_grad or getattr(t, "_taken", False) for t in batch)
+    whole = _whole_buffer(batch) if fixed else None
+    if whole is None:
         plain = [t.as_subclass(torch.Tensor) for t in batch]
         return collate_tensor_fn(plain, collate_fn_map=collate_fn_map)
     _mark_taken(batch)
@@ -137,9 +138,8 @@ def _whole_buffer(batch: Sequence[torch.Tensor]) -> torch.Tensor | None:
         return None
     for k, item in enumerate(batch):
         same = item.untyped_storage().data_ptr() == storage.data_ptr()
-        if not same or item.storage_offset() != start + k * step or item.shape != first.shape:
-            return None
-        if item.stride() != first.stride():
+        at = item.storage_offset() == start + k * step
+        if not (same and at and item.shape == first.shape and item.stride() == first.stride()):
             return None
     whole = torch.empty(0, dtype=first.dtype)
     return whole.set_(storage, start, (len(batch), *first.shape), (step, *first.stride()))
@@ -242,10 +242,10 @@ def _buffer(shape: tuple[int, ...], dtype: torch.dtype, reuse: int = 0) -> torch
     With ``reuse`` > 0, in any worker (from its first batch on: that option is meant for
     :func:`collate`), the buffer handed out ``reuse`` batches of this shape ago.
     """
-    if get_worker_info() is None:  # a ring here would be shared by every loader
+    if get_worker_info() is None or (reuse <= 0 and not _handed_over):
         return torch.empty(shape, dtype=dtype)
     if reuse <= 0:
-        return _new_shared(shape, dtype) if _handed_over else torch.empty(shape, dtype=dtype)
+        return _new_shared(shape, dtype)
     key = (shape, dtype, reuse)
     ring = _RINGS.get(key)
     if ring is None:

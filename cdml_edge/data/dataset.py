@@ -240,14 +240,12 @@ class CDMLStreamDataset(Dataset[Any]):
         pid = os.getpid()
         if self._archive is None or self._pid != pid:
             from cdml_edge.archive import open_archive
-            from cdml_edge.archive.seekable_cache import SeekableCache
 
             first_open = self._pid == -1
             if self._archive is not None:  # forked: the parent's index, own reader state
                 self._archive = self._archive.clone()
             else:
-                cache = SeekableCache.from_setting(self.seekable_cache)
-                opts = {"seekable_cache": cache, **self.archive_options}
+                opts = {"seekable_cache": self.seekable_cache, **self.archive_options}
                 self._archive = open_archive(self.path, **opts)
             self._cache = ByteLRU.from_mb(self.cache_size_mb)  # each process starts empty
             self._pid = pid
