@@ -6,13 +6,14 @@ collate copies nothing. :func:`fill_images` returns the items as views of that
 buffer in a :class:`Collated` list: the default collate takes the buffer as it is when the
 views are a whole fresh batch in order (:class:`BatchItem`), and :func:`collate` always.
 
-Inside a DataLoader worker the buffer is ordinary memory until a buffer has been handed
-over in that process, then shared memory: a batch leaves a worker in shared memory, and
-writing fresh shared pages costs several times more than ordinary ones (a 224-px float32
-image, 550 µs against 90 µs on the benchmark VM), so a copy of the batch should not be the
-second such write. A new shared buffer is pre-faulted in one call (:func:`prefault`); with
+The buffer comes from the process's pool (:mod:`cdml_edge.data.batch_pool`): used again
+once no tensor holds it, in shared memory inside a DataLoader worker, so that a batch
+neither faults in fresh pages (a 224-px float32 image written into fresh shared memory cost
+550 µs against 90 µs into warm memory on the benchmark VM) nor is copied as it leaves. A
+new buffer is pre-faulted in one call (:func:`prefault`). Where the pool is off or full, a
+new tensor: shared memory in a worker once a buffer has been handed over there. With
 ``reuse`` (``reuse_batch_buffers``) a worker takes its buffers from a ring instead
-(:func:`check_reuse` for the contract), so no new pages are written at all.
+(:func:`check_reuse` for the contract).
 """
 
 from __future__ import annotations
@@ -33,6 +34,8 @@ from torch.utils.data._utils.collate import (
     default_collate,
     default_collate_fn_map,
 )
+
+from cdml_edge.data.batch_pool import hand_over, pool
 
 ImageDtype = Literal["float32", "uint8"]
 IMAGE_DTYPES: tuple[str, ...] = ("float32", "uint8")
@@ -118,7 +121,7 @@ def _collate_items(batch: Sequence[torch.Tensor], *, collate_fn_map: Any = None)
         return collate_tensor_fn(plain, collate_fn_map=collate_fn_map)
     _mark_taken(batch)
     _handed_over = True
-    return whole
+    return hand_over(whole)
 
 
 def _mark_taken(items: Any) -> None:
@@ -161,8 +164,8 @@ def collate(batch: Sequence[Any]) -> Any:
     _handed_over = True
     _mark_taken(batch if batch.targets is None else [x for x, _ in batch])
     if batch.targets is None:
-        return batch.images
-    return [batch.images, default_collate(batch.targets)]
+        return hand_over(batch.images)
+    return [hand_over(batch.images), default_collate(batch.targets)]
 
 
 def _np(dtype: ImageDtype) -> type[np.generic]:
@@ -208,7 +211,7 @@ def _write_planes(dst: np.ndarray, rgb: np.ndarray, dtype: ImageDtype) -> None:
 def check_reuse(reuse: int) -> int:
     """``reuse`` (``reuse_batch_buffers``) if it is an int >= 0, else ``ValueError``.
 
-    0 (the default): every batch that leaves a DataLoader worker is a fresh shared tensor.
+    0 (the default): a batch's buffer is used again only once nothing holds it (the pool).
     N > 0: a worker hands its batches out in a ring of N shared buffers per batch shape and
     dtype, so a batch is overwritten when that worker makes its N-th next batch of the same
     shape. A worker has at most ``prefetch_factor`` batches under way beyond the one the
@@ -216,8 +219,8 @@ def check_reuse(reuse: int) -> int:
     ``N - prefetch_factor`` more batches have been taken (``× num_workers`` with the
     default ``in_order=True``, which hands tasks to the workers in turn). N must exceed
     ``prefetch_factor`` (2 by default), else a batch can be overwritten before the loop gets
-    it. Outside a worker (``num_workers=0``) every batch is a new tensor: a ring there would
-    be shared by every dataset and loader of the process.
+    it. Outside a worker (``num_workers=0``) there is no ring (it would be shared by every
+    dataset and loader of the process): the pool's rule holds there.
     """
     if isinstance(reuse, bool) or not isinstance(reuse, int) or reuse < 0:
         raise ValueError(f"reuse_batch_buffers must be an int >= 0, got {reuse!r}")
@@ -237,15 +240,28 @@ _MAX_RINGS = 4  # batch shapes kept in this process (the last batch of an epoch 
 
 
 def _buffer(shape: tuple[int, ...], dtype: torch.dtype, reuse: int = 0) -> torch.Tensor:
-    """An uninitialised tensor; in shared memory in a worker that hands buffers over.
+    """An uninitialised tensor, from this process's pool of free buffers where it has room.
 
     With ``reuse`` > 0, in any worker (from its first batch on: that option is meant for
-    :func:`collate`), the buffer handed out ``reuse`` batches of this shape ago.
+    :func:`collate`), the buffer handed out ``reuse`` batches of this shape ago. Without
+    room in the pool: shared memory in a worker that hands buffers over, else ordinary.
     """
-    if get_worker_info() is None or (reuse <= 0 and not _handed_over):
-        return torch.empty(shape, dtype=dtype)
-    if reuse <= 0:
+    worker = get_worker_info() is not None
+    if worker and reuse > 0:
+        return _ring_buffer(shape, dtype, reuse)
+    taken = pool().take(shape, dtype)
+    if taken is not None:
+        images, new = taken
+        if new:
+            prefault(images)
+        return images
+    if worker and _handed_over:
         return _new_shared(shape, dtype)
+    return torch.empty(shape, dtype=dtype)
+
+
+def _ring_buffer(shape: tuple[int, ...], dtype: torch.dtype, reuse: int) -> torch.Tensor:
+    """The shared buffer handed out ``reuse`` batches of this shape ago (a new one at first)."""
     key = (shape, dtype, reuse)
     ring = _RINGS.get(key)
     if ring is None:

@@ -91,11 +91,13 @@ class CDMLStreamDataset(Dataset[Any]):
             default ``in_order=True``: ``(N - prefetch_factor) * num_workers``); with
             ``N = prefetch_factor + 1`` (3 by default), until the next batch is taken.
             ``clone()`` a batch to keep it longer. N must exceed ``prefetch_factor``. With
-            ``num_workers=0`` every batch is a new tensor.
+            ``num_workers=0`` it does nothing. The default needs no such contract: buffers
+            are used again only once no tensor holds them (:mod:`cdml_edge.data.batch_pool`).
 
     With ``target_size`` and no ``transform``, a DataLoader batch of images is decoded into
     one tensor, which the default collate and ``collate_fn=cdml_edge.data.collate`` take
-    without a copy.
+    without a copy; the tensor's buffer is used again for a later batch once nothing holds
+    it any more.
 
     JSON items are the JSON text (``str``, re-serialised) so batches of records with
     different keys collate as lists; ``transform`` receives the parsed value.
