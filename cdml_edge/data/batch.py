@@ -35,7 +35,8 @@ from torch.utils.data._utils.collate import (
     default_collate_fn_map,
 )
 
-from cdml_edge.data.batch_pool import hand_over, pool
+from cdml_edge.data.batch_pool import pool
+from cdml_edge.data.batch_send import hand_over
 
 ImageDtype = Literal["float32", "uint8"]
 IMAGE_DTYPES: tuple[str, ...] = ("float32", "uint8")

@@ -16,7 +16,8 @@ from torch.utils.data import DataLoader
 
 from cdml_edge import CDMLStreamDataset
 from cdml_edge.data import batch_pool, collate
-from cdml_edge.data.batch_pool import MAX_PER_SIZE, BufferPool, PooledBatch
+from cdml_edge.data.batch_pool import MAX_PER_SIZE, BufferPool
+from cdml_edge.data.batch_send import PooledBatch
 
 SHAPE = (4, 3, 16, 16)
 NBYTES = 4 * 3 * 16 * 16
@@ -28,7 +29,7 @@ def _take(pool: BufferPool, shape: tuple[int, ...] = SHAPE) -> tuple[torch.Tenso
     return taken
 
 
-def _sent(pool: BufferPool) -> tuple[bytes, batch_pool._Slot]:
+def _sent(pool: BufferPool) -> tuple[bytes, batch_pool.Slot]:
     """A pool buffer filled and pickled as a worker sends it; the worker's tensor dropped."""
     images, _ = _take(pool)
     images.copy_(torch.arange(NBYTES).reshape(SHAPE).remainder(251))
@@ -93,7 +94,8 @@ def test_the_sent_memory_is_the_buffer() -> None:
     assert type(copied) is torch.Tensor and copied.data_ptr() != images.data_ptr()
 
 
-def test_a_forked_child_dropping_what_it_inherited_releases_nothing() -> None:
+def test_a_buffer_held_at_a_fork_is_never_taken_again() -> None:
+    """A forked child may read what its parent held: neither its drop nor the parent's frees it."""
     pool = BufferPool(1 << 30, shared=True)
     data, slot = _sent(pool)
     received = pickle.loads(data)
@@ -104,9 +106,14 @@ def test_a_forked_child_dropping_what_it_inherited_releases_nothing() -> None:
         os._exit(0 if not slot.free() else 1)
     _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0
-    assert not slot.free()  # the parent still holds it
     del received
-    assert slot.free()
+    assert not slot.free()  # the child may still read it: never released
+    after, slot_after = _sent(pool)
+    assert slot_after is not slot
+    del after
+    again = pickle.loads(_sent(pool)[0])
+    del again
+    assert any(s.free() for s in pool._slots[NBYTES])  # buffers taken after the fork go round
 
 
 def test_the_pool_is_bounded() -> None:
@@ -193,3 +200,29 @@ def test_workers_keep_pytorchs_path_under_the_file_system_strategy(pets: Path) -
     finally:
         torch.multiprocessing.set_sharing_strategy(before)
     assert all(torch.equal(x, r) for x, r in zip(kept, ref, strict=True))
+
+
+def test_the_forks_that_start_dataloader_workers_retire_nothing() -> None:
+    """Workers run only the worker loop: what the parent held at their start goes round."""
+    pool = BufferPool(1 << 30, shared=True)
+    data, slot = _sent(pool)
+    received = pickle.loads(data)
+    assert [int(x) for x in DataLoader(list(range(4)), num_workers=2)] == [0, 1, 2, 3]
+    del received
+    assert slot.free()
+
+
+def test_memory_a_storage_moved_away_from_is_released_once_the_storage_is_gone() -> None:
+    """``share_memory_()`` moves the storage; a NumPy view made before still reads the buffer."""
+    pool = BufferPool(1 << 30, shared=False)
+    images, _ = _take(pool)
+    images.fill_(9)
+    view = images.numpy()
+    address = images.data_ptr()
+    images.share_memory_()  # now other memory; ``view`` still reads the buffer
+    assert images.data_ptr() != address
+    other, new = _take(pool)
+    assert new and other.data_ptr() != address and int(view.sum()) == 9 * NBYTES
+    del view, images  # the storage is gone: the buffer is free at the next take
+    again, new = _take(pool)
+    assert not new and again.data_ptr() == address
