@@ -96,7 +96,8 @@ class Slot:
         arr = np.frombuffer(self.mm, np_dtype, self.nbytes // np_dtype.itemsize).reshape(shape)
         self.counters[HELD] = 1
         tensor = torch.from_numpy(arr)
-        buffer_release.watch(arr, tensor, functools.partial(_unhold, self.counters))
+        release = functools.partial(_unhold, self.counters)
+        buffer_release.watch(arr, tensor, release, shared=self.fd >= 0)
         return tensor
 
 
@@ -130,6 +131,8 @@ class BufferPool:
                 if slot.free():
                     return slot.tensor(shape, dtype), False
             if len(slots) >= MAX_PER_SIZE or not self._room(slot_size(nbytes), nbytes):
+                if not slots:
+                    del self._slots[nbytes]
                 return None
             slot = Slot(nbytes, self.shared)
             slots.append(slot)
@@ -138,6 +141,8 @@ class BufferPool:
 
     def _room(self, size: int, keep: int) -> bool:
         """Forget the least recent other sizes until ``size`` more bytes and the size fit."""
+        if size > self.max_bytes:
+            return False  # never fits: the other sizes stay
         for nbytes in list(self._slots):
             fits = self._bytes + size <= self.max_bytes and len(self._slots) <= MAX_SIZES
             if fits:
@@ -157,14 +162,6 @@ class BufferPool:
                     if slot.address == storage.data_ptr() and storage.nbytes() == slot.nbytes:
                         return slot
         return None
-
-    def retire_held(self) -> None:
-        """Forget the buffers in use now: they are never handed out again (a fork)."""
-        with self._lock:
-            for nbytes, slots in self._slots.items():
-                kept = [s for s in slots if s.free()]
-                self._bytes -= sum(s.size for s in slots) - sum(s.size for s in kept)
-                self._slots[nbytes] = kept
 
 
 _POOL: BufferPool | None = None
@@ -195,16 +192,10 @@ def _descriptors_shared() -> bool:
     return torch.multiprocessing.get_sharing_strategy() == "file_descriptor"
 
 
-def _retire_shared_at_fork() -> None:
-    """A child may read the shared buffers in use now: the parent never takes them again."""
-    if _POOL is not None and _POOL.shared and not buffer_release.starts_dataloader_worker():
-        _POOL.retire_held()
-
-
 def _forget_after_fork() -> None:
     global _POOL
     _POOL = None  # a child makes its own: the parent's buffers stay the parent's
 
 
 if hasattr(os, "register_at_fork"):
-    os.register_at_fork(before=_retire_shared_at_fork, after_in_child=_forget_after_fork)
+    os.register_at_fork(after_in_child=_forget_after_fork)

@@ -79,7 +79,7 @@ def rebuild(
     np_dtype = np.dtype(dtype)
     arr = np.frombuffer(mm, np_dtype, nbytes // np_dtype.itemsize)
     flat = torch.from_numpy(arr)
-    buffer_release.watch(arr, flat, functools.partial(_count_release, counters))
+    buffer_release.watch(arr, flat, functools.partial(_count_release, counters), shared=True)
     buffer_release.sweep()
     shape, stride, offset = layout
     return flat.as_strided(shape, stride, offset)

@@ -15,7 +15,7 @@ from helpers.dataset_data import class_images, write
 from torch.utils.data import DataLoader
 
 from cdml_edge import CDMLStreamDataset
-from cdml_edge.data import batch_pool, collate
+from cdml_edge.data import batch_pool, buffer_release, collate
 from cdml_edge.data.batch_pool import MAX_PER_SIZE, BufferPool
 from cdml_edge.data.batch_send import PooledBatch
 
@@ -94,26 +94,30 @@ def test_the_sent_memory_is_the_buffer() -> None:
     assert type(copied) is torch.Tensor and copied.data_ptr() != images.data_ptr()
 
 
-def test_a_buffer_held_at_a_fork_is_never_taken_again() -> None:
-    """A forked child may read what its parent held: neither its drop nor the parent's frees it."""
+def test_a_buffer_held_at_a_fork_is_released_once_the_child_has_ended() -> None:
+    """A forked child may read what its parent held: the buffer waits for the child's end."""
     pool = BufferPool(1 << 30, shared=True)
     data, slot = _sent(pool)
     received = pickle.loads(data)
+    expected = received.clone()
+    r, w = os.pipe()
     pid = os.fork()
-    if pid == 0:  # the child frees its copies of the tensor, then exits normally
-        del received
-        gc.collect()
-        os._exit(0 if not slot.free() else 1)
-    _, status = os.waitpid(pid, 0)
-    assert os.waitstatus_to_exitcode(status) == 0
+    if pid == 0:  # the child reads its inherited batch once told to, then ends
+        os.close(w)
+        os.read(r, 1)
+        os._exit(0 if torch.equal(received, expected) else 1)
+    os.close(r)
     del received
-    assert not slot.free()  # the child may still read it: never released
-    after, slot_after = _sent(pool)
-    assert slot_after is not slot
-    del after
-    again = pickle.loads(_sent(pool)[0])
-    del again
-    assert any(s.free() for s in pool._slots[NBYTES])  # buffers taken after the fork go round
+    gc.collect()
+    other, new = _take(pool)  # the parent goes on: another buffer, filled
+    assert new and not slot.free()
+    other.fill_(7)
+    os.write(w, b"x")
+    _, status = os.waitpid(pid, 0)
+    os.close(w)
+    assert os.waitstatus_to_exitcode(status) == 0  # the child read its batch intact
+    buffer_release.sweep()
+    assert slot.free()
 
 
 def test_the_pool_is_bounded() -> None:
@@ -159,9 +163,22 @@ def _worker_pids(loader: DataLoader) -> list[int]:
 
 
 def _memfds(pid: int) -> int:
-    """The pool buffers (memfds; a mapping holds a descriptor of its own) open in ``pid``."""
-    fds = [f for f in Path(f"/proc/{pid}/fd").iterdir() if f.is_symlink()]
-    return len({f.stat().st_ino for f in fds if "cdml-edge-batch" in os.readlink(f)})
+    """The pool buffers (memfds; a mapping holds a descriptor of its own) ``pid`` made.
+
+    Not those it inherited from this process (a forked worker keeps its parent's).
+    """
+    return len(_memfd_inodes(pid) - _memfd_inodes(os.getpid()))
+
+
+def _memfd_inodes(pid: int) -> set[int]:
+    inodes = set()
+    for f in Path(f"/proc/{pid}/fd").iterdir():
+        try:  # a descriptor may close meanwhile
+            if "cdml-edge-batch" in os.readlink(f):
+                inodes.add(f.stat().st_ino)
+        except OSError:
+            pass
+    return inodes
 
 
 @pytest.mark.parametrize("collate_fn", [None, collate])
@@ -202,13 +219,18 @@ def test_workers_keep_pytorchs_path_under_the_file_system_strategy(pets: Path) -
     assert all(torch.equal(x, r) for x, r in zip(kept, ref, strict=True))
 
 
-def test_the_forks_that_start_dataloader_workers_retire_nothing() -> None:
-    """Workers run only the worker loop: what the parent held at their start goes round."""
+def test_a_buffer_held_when_dataloader_workers_start_waits_for_their_end() -> None:
+    """Workers run the user's dataset, which may hold what the parent held at their start."""
     pool = BufferPool(1 << 30, shared=True)
     data, slot = _sent(pool)
     received = pickle.loads(data)
-    assert [int(x) for x in DataLoader(list(range(4)), num_workers=2)] == [0, 1, 2, 3]
+    loader = DataLoader(list(range(4)), num_workers=2, persistent_workers=True)
+    assert [int(x) for x in loader] == [0, 1, 2, 3]
     del received
+    buffer_release.sweep()
+    assert not slot.free()  # the workers still run
+    del loader  # they end
+    buffer_release.sweep()
     assert slot.free()
 
 

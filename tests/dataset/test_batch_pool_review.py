@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 import torch
 from helpers.dataset_data import class_images, write
+from helpers.forked import in_a_child
 from torch.utils.data import DataLoader, default_collate
 
 from cdml_edge import CDMLStreamDataset
@@ -82,22 +83,6 @@ def test_a_forked_child_reading_an_inherited_batch_after_the_parent_drops_it(
     assert os.waitstatus_to_exitcode(status) == 0, "the child's inherited batches were overwritten"
 
 
-def _in_a_child(fn) -> int:  # type: ignore[no-untyped-def]
-    """``fn()`` in a forked child (a crash there must not end the test session).
-
-    Its exit code: 0 when ``fn`` returns True, 1 when False, minus the signal if it crashed.
-    """
-    pid = os.fork()
-    if pid == 0:
-        code = 2
-        try:
-            code = 0 if fn() else 1
-        finally:
-            os._exit(code)
-    _, status = os.waitpid(pid, 0)
-    return os.waitstatus_to_exitcode(status)
-
-
 @POOL
 @pytest.mark.parametrize("send", ["share_memory_", "queue"])
 def test_a_numpy_view_of_a_batch_that_is_then_shared_with_another_process(
@@ -136,7 +121,7 @@ def test_a_numpy_view_of_a_batch_that_is_then_shared_with_another_process(
         _epochs(loader, 3)
         return all(np.array_equal(v, e) for v, e in zip(views, expected, strict=True))
 
-    code = _in_a_child(scenario)
+    code = in_a_child(scenario)
     assert code == 0, f"numpy views of kept batches: {'overwritten' if code == 1 else code}"
 
 
