@@ -11,17 +11,23 @@ can outlive that moment, and what is done:
   keeps the tensor, so the storage, alive: the release waits until the storage itself is
   gone, and the mapping is kept until then.
 * **A fork** copies the process's mappings: a child may read a shared buffer its parent
-  held (a DataLoader worker too: its dataset is the parent's). Each fork while a shared
-  buffer is watched leaves the child the write end of a pipe; the release waits until the
-  read end shows that every process holding it (the child, and whatever it forked) is gone.
-  A child never releases what it inherited, and keeps its mappings to its end.
+  held (a DataLoader worker too: its dataset is the parent's). Each fork leaves the child
+  the write end of a pipe, and the child writes its process id into a shared word. A
+  shared buffer watched at the fork waits until no process holds the write end any more
+  (the child and what it forked have ended or exec'd) and the child maps no pool buffer
+  (``/proc/<pid>/maps``: a child that closed its descriptors, as a daemon does, still
+  counts). A child never releases what it inherited, and keeps it mapped. Not followed: a
+  grandchild that closed every inherited descriptor after its parent, the child, ended.
 
 Waiting releases are looked at by :func:`sweep`, which runs as buffers are taken and
-received.
+received; ended children's pipes are also closed at each fork. The module's lock is never
+held across a fork.
 """
 
 from __future__ import annotations
 
+import errno
+import mmap
 import os
 import select
 import threading
@@ -33,26 +39,60 @@ from typing import Any
 import torch
 from torch.multiprocessing.reductions import StorageWeakRef
 
+_ENDED = select.POLLIN | select.POLLHUP  # nothing is ever written: either means no writer
+MEMFD_NAME = b"cdml-edge-batch"  # the name of the pool's shared buffers, as /proc shows it
+
 
 class _Fork:
-    """The read end of a pipe whose write end a forked child (and its children) holds."""
+    """A forked child, seen from its parent.
 
-    def __init__(self, fd: int) -> None:
+    The read end of a pipe whose write end it (and its children) holds, and a shared word
+    where it wrote its process id.
+    """
+
+    def __init__(self, fd: int, box: mmap.mmap | None) -> None:
         self.fd = fd
+        self.box = box
+        self.owner = os.getpid()
         self.over = False
 
     def gone(self) -> bool:
-        """Whether every process holding the write end has closed it (ended or exec'd)."""
-        if not self.over and self.fd >= 0:
-            poll = select.poll()
-            poll.register(self.fd, select.POLLIN)
-            if poll.poll(0):  # readable, or hung up: no writer is left, nothing is written
-                self.over = True
-                os.close(self.fd)
-        return self.over
+        """Whether no process holds the write end and the child maps no buffer any more."""
+        if self.over or self.fd < 0 or os.getpid() != self.owner:
+            return self.over
+        poll = select.poll()
+        poll.register(self.fd, select.POLLIN)
+        events = poll.poll(0)
+        if self.over or not events or not events[0][1] & _ENDED:
+            return self.over  # still held (or closed meanwhile by a fork's child)
+        child = int.from_bytes(self.box[:8], "little") if self.box is not None else 0
+        if child and _maps_buffers(child):
+            return False  # it closed its descriptors (a daemon does) but still maps them
+        if self.over or os.getpid() != self.owner:
+            return self.over  # a fork under a collection above: this is its child now
+        self.over = True
+        os.close(self.fd)
+        return True
 
 
-_NEVER = _Fork(-1)  # a fork whose pipe could not be made: what it saw is never released
+def _maps_buffers(pid: int) -> bool:
+    """Whether process ``pid`` still maps a pool buffer (not once it ended or exec'd)."""
+    try:
+        with open(f"/proc/{pid}/maps", "rb") as f:
+            return MEMFD_NAME in f.read()
+    except FileNotFoundError:
+        return False
+    except OSError:  # no /proc here: whether it runs
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        except OSError as e:
+            return e.errno == errno.EPERM
+        return True
+
+
+_NEVER = _Fork(-1, None)  # a fork whose pipe could not be made: what it saw is never released
 
 
 @dataclass
@@ -64,8 +104,13 @@ class _Watched:
     forks: list[_Fork] = field(default_factory=list)
     dropped: bool = False  # the memory is no longer the storage's own
 
+    def prune(self) -> bool:
+        """Forget the ended forks; whether none is left."""
+        self.forks = [f for f in self.forks if not f.gone()]
+        return not self.forks
+
     def over(self) -> bool:
-        return self.dropped and self.storage.expired() and all(f.gone() for f in self.forks)
+        return self.dropped and self.storage.expired() and self.prune()
 
 
 _lock = threading.RLock()  # a collection inside may free a watched array
@@ -96,55 +141,69 @@ def _dropped(key: int) -> None:
         entry.dropped = True
         if entry.pid != os.getpid() or not entry.over():
             return  # inherited, moved, or a child may read it: later (sweep), or never
-        del _watched[key]
-    entry.release()
+        _watched.pop(key, None)
+    _release(entry)
+
+
+def _release(entry: _Watched) -> None:
+    if entry.pid == os.getpid():  # a fork inside may have made this a child since
+        entry.release()
 
 
 def sweep() -> None:
     """Release what waited for a moved storage or a forked child, once they are gone."""
     with _lock:
-        pid = os.getpid()
-        done = [k for k, e in _watched.items() if e.pid == pid and e.dropped and e.over()]
-        releases = [_watched.pop(k).release for k in done]
-    for release in releases:
-        release()
+        done: list[_Watched] = []
+        for key in list(_watched):  # no allocation while it iterates: no collection there
+            entry = _watched.get(key)  # (one may drop entries meanwhile)
+            ready = entry is not None and entry.pid == os.getpid() and entry.over()
+            if ready and entry is not None and _watched.pop(key, None) is not None:
+                done.append(entry)
+    for entry in done:
+        _release(entry)
 
 
-_pipe_end = -1  # the write end of the fork under way, in the parent until it has forked
+_under_way: list[tuple[int, int, mmap.mmap | None]] = []  # forks being made, innermost last
 
 
 def _before_fork() -> None:
-    global _pipe_end
-    _lock.acquire()  # released on both sides after the fork
-    mine = [e for e in _watched.values() if e.shared and e.pid == os.getpid()]
-    if not mine:
-        return
     try:
-        read_end, _pipe_end = os.pipe2(os.O_CLOEXEC)  # exec drops the mappings, and this end
-        fork = _Fork(read_end)
-    except OSError:  # out of descriptors: keep all of it for good
-        fork = _NEVER
-    for entry in mine:
-        entry.forks.append(fork)
+        read_end, write_end = os.pipe2(os.O_CLOEXEC)  # exec drops the mappings, and this end
+    except OSError:  # out of descriptors: what is watched now is kept for good
+        read_end = write_end = -1
+    box = mmap.mmap(-1, 8) if read_end >= 0 else None  # shared: the child writes its id
+    _under_way.append((read_end, write_end, box))
 
 
 def _after_in_parent() -> None:
-    global _pipe_end
-    if _pipe_end >= 0:
-        os.close(_pipe_end)
-        _pipe_end = -1
-    _lock.release()
+    read_end, write_end, box = _under_way.pop()
+    if write_end >= 0:
+        os.close(write_end)
+    fork = _Fork(read_end, box) if read_end >= 0 else _NEVER
+    with _lock:
+        mine = [e for e in list(_watched.values()) if e.shared and e.pid == os.getpid()]
+        for entry in mine:
+            entry.prune()
+            entry.forks.append(fork)
+    if not mine and read_end >= 0:
+        os.close(read_end)
 
 
 def _after_in_child() -> None:
-    global _lock, _pipe_end
+    global _lock
     _lock = threading.RLock()  # another thread may have held it at the fork
-    _pipe_end = -1  # kept open: the parent sees this process end
-    for entry in _watched.values():  # inherited: never released here, mapped to the end
+    read_end, _, box = _under_way.pop()
+    if box is not None:
+        os.close(read_end)  # the write end stays open: its end tells the parent
+        box[:8] = os.getpid().to_bytes(8, "little")
+    for outer, _, _ in _under_way:  # a fork inside a fork's hooks: the outer read ends
+        if outer >= 0:
+            os.close(outer)
+    for entry in list(_watched.values()):  # inherited: never released, mapped to the end
         for fork in entry.forks:
             if not fork.over and fork.fd >= 0:
-                os.close(fork.fd)  # the parent's read ends are no business of this process
                 fork.over = True
+                os.close(fork.fd)  # the parent's read ends are no business of this process
 
 
 if hasattr(os, "register_at_fork"):
