@@ -11,26 +11,18 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from helpers.dataset_data import class_images, write
 from helpers.forked import in_a_child
+from helpers.pool_review import (
+    POOL,
+    dataset,
+    epochs,
+    shuffled,
+)
 from torch.utils.data import DataLoader, default_collate
 
 from cdml_edge import CDMLStreamDataset
 
-
-@pytest.fixture(autouse=True)
-def _collect() -> object:
-    yield
-    gc.collect()  # batches in a failed test's frames: no mapping inherited by later workers
-
-
-@pytest.fixture(scope="module")
-def pets(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return write(tmp_path_factory.mktemp("review") / "pets.zip", class_images(4))
-
-
-def _ds(pets: Path, **kw: object) -> CDMLStreamDataset:
-    return CDMLStreamDataset(pets, is_image=True, target_size=(20, 14), image_dtype="uint8", **kw)
+pytestmark = pytest.mark.usefixtures("collect_after")
 
 
 def _memfds(pid: int) -> int:
@@ -45,25 +37,13 @@ def _memfds(pid: int) -> int:
     return len(out)
 
 
-def _epochs(loader: DataLoader, n: int) -> None:
-    for _ in range(n):
-        for _x in loader:
-            pass
-
-
-POOL = pytest.mark.parametrize("pool_mib", ["256", "0"], ids=["pool", "no-pool"])
-
-
 @POOL
 def test_a_forked_child_reading_an_inherited_batch_after_the_parent_drops_it(
-    pets: Path, monkeypatch: pytest.MonkeyPatch, pool_mib: str
+    pool_pets: Path, monkeypatch: pytest.MonkeyPatch, pool_mib: str
 ) -> None:
     """multiprocessing 'fork' / os.fork: the child still uses the batch the parent let go."""
     monkeypatch.setenv("CDML_EDGE_BATCH_POOL_MIB", pool_mib)
-    g = torch.Generator().manual_seed(0)
-    loader = DataLoader(
-        _ds(pets), batch_size=2, num_workers=1, persistent_workers=True, shuffle=True, generator=g
-    )
+    loader = shuffled(pool_pets)
     kept = list(loader)
     expected = [x.clone() for x in kept]
     r, w = os.pipe()
@@ -76,7 +56,7 @@ def test_a_forked_child_reading_an_inherited_batch_after_the_parent_drops_it(
     os.close(r)
     del kept
     gc.collect()
-    _epochs(loader, 3)  # the worker decodes new batches (a new order) into free buffers
+    epochs(loader, 3)  # the worker decodes new batches (a new order) into free buffers
     os.write(w, b"x")
     _, status = os.waitpid(pid, 0)
     del loader
@@ -86,7 +66,7 @@ def test_a_forked_child_reading_an_inherited_batch_after_the_parent_drops_it(
 @POOL
 @pytest.mark.parametrize("send", ["share_memory_", "queue"])
 def test_a_numpy_view_of_a_batch_that_is_then_shared_with_another_process(
-    pets: Path, monkeypatch: pytest.MonkeyPatch, pool_mib: str, send: str
+    pool_pets: Path, monkeypatch: pytest.MonkeyPatch, pool_mib: str, send: str
 ) -> None:
     """``x.numpy()`` then ``x.share_memory_()`` / a torch.multiprocessing queue.
 
@@ -97,15 +77,7 @@ def test_a_numpy_view_of_a_batch_that_is_then_shared_with_another_process(
     monkeypatch.setenv("CDML_EDGE_BATCH_POOL_MIB", pool_mib)
 
     def scenario() -> bool:
-        g = torch.Generator().manual_seed(0)
-        loader = DataLoader(
-            _ds(pets),
-            batch_size=2,
-            num_workers=1,
-            persistent_workers=True,
-            shuffle=True,
-            generator=g,
-        )
+        loader = shuffled(pool_pets)
         kept = list(loader)
         views = [x.numpy() for x in kept]
         expected = [v.copy() for v in views]
@@ -118,7 +90,7 @@ def test_a_numpy_view_of_a_batch_that_is_then_shared_with_another_process(
                 q.put(x)
             got = [q.get() for _ in kept]
             del got
-        _epochs(loader, 3)
+        epochs(loader, 3)
         return all(np.array_equal(v, e) for v, e in zip(views, expected, strict=True))
 
     code = in_a_child(scenario)
@@ -147,7 +119,7 @@ class _Sizes:
 
 @POOL
 def test_many_batch_sizes_do_not_exhaust_the_workers_descriptors(
-    pets: Path, monkeypatch: pytest.MonkeyPatch, pool_mib: str
+    pool_pets: Path, monkeypatch: pytest.MonkeyPatch, pool_mib: str
 ) -> None:
     """A batch_sampler of 600 sizes, under the usual soft limit of 1024 descriptors.
 
@@ -155,7 +127,7 @@ def test_many_batch_sizes_do_not_exhaust_the_workers_descriptors(
     the worker failed with 'Too many open files'.
     """
     monkeypatch.setenv("CDML_EDGE_BATCH_POOL_MIB", pool_mib)
-    ds = CDMLStreamDataset(pets, is_image=True, target_size=(4, 4), image_dtype="uint8")
+    ds = CDMLStreamDataset(pool_pets, is_image=True, target_size=(4, 4), image_dtype="uint8")
     loader = DataLoader(ds, batch_sampler=_Sizes(600), num_workers=1, worker_init_fn=_lower_nofile)
     try:
         n = sum(1 for _ in loader)
@@ -174,14 +146,14 @@ def _saving_collate(batch: list) -> tuple[torch.Tensor, bytes]:  # type: ignore[
 
 @POOL
 def test_torch_save_of_a_batch_in_a_worker(
-    pets: Path, monkeypatch: pytest.MonkeyPatch, pool_mib: str
+    pool_pets: Path, monkeypatch: pytest.MonkeyPatch, pool_mib: str
 ) -> None:
     """torch.save of the default-collated batch inside a worker saves the data.
 
     It saved a descriptor handle (multiprocessing DupFd), and counted a send never released.
     """
     monkeypatch.setenv("CDML_EDGE_BATCH_POOL_MIB", pool_mib)
-    loader = DataLoader(_ds(pets), batch_size=2, num_workers=1, collate_fn=_saving_collate)
+    loader = DataLoader(dataset(pool_pets), batch_size=2, num_workers=1, collate_fn=_saving_collate)
     got = list(loader)
     del loader  # the worker is gone
     x, saved = got[0]
@@ -212,15 +184,15 @@ def _shrinking_collate(batch: list) -> torch.Tensor:  # type: ignore[type-arg]
 @POOL
 @pytest.mark.parametrize("collate_fn", [_transposing_collate, _shrinking_collate])
 def test_a_batch_changed_in_place_in_the_worker_arrives_as_it_was_left(
-    pets: Path, monkeypatch: pytest.MonkeyPatch, pool_mib: str, collate_fn: object
+    pool_pets: Path, monkeypatch: pytest.MonkeyPatch, pool_mib: str, collate_fn: object
 ) -> None:
     """An in-place ``transpose_`` / ``set_`` on the collated batch arrives as it was left.
 
     Only shape and dtype were sent: the main process read the buffer from its start.
     """
     monkeypatch.setenv("CDML_EDGE_BATCH_POOL_MIB", pool_mib)
-    ref = list(DataLoader(_ds(pets), batch_size=4, collate_fn=collate_fn))
-    got = list(DataLoader(_ds(pets), batch_size=4, num_workers=1, collate_fn=collate_fn))
+    ref = list(DataLoader(dataset(pool_pets), batch_size=4, collate_fn=collate_fn))
+    got = list(DataLoader(dataset(pool_pets), batch_size=4, num_workers=1, collate_fn=collate_fn))
     same = [torch.equal(g, r) for g, r in zip(got, ref, strict=True)]
     del got
     assert all(same), f"batches equal to the num_workers=0 ones: {same}"
@@ -239,7 +211,9 @@ def test_the_pool_stays_within_its_bound() -> None:
 @pytest.mark.parametrize(
     "module, lock", [("batch_send", "_count_lock"), ("buffer_release", "_lock")]
 )
-def test_a_forked_child_can_release_its_own_batches(pets: Path, module: str, lock: str) -> None:
+def test_a_forked_child_can_release_its_own_batches(
+    pool_pets: Path, module: str, lock: str
+) -> None:
     """A lock of the release path held by another thread at a fork is not inherited held.
 
     (The pin-memory thread dropping a batch.) The child's first own release, a batch of a
@@ -265,7 +239,7 @@ def test_a_forked_child_can_release_its_own_batches(pets: Path, module: str, loc
         import faulthandler
 
         faulthandler.dump_traceback_later(15, exit=True)  # a hang: the stacks, exit code 1
-        for x in DataLoader(_ds(pets), batch_size=2, num_workers=1):
+        for x in DataLoader(dataset(pool_pets), batch_size=2, num_workers=1):
             del x
         os._exit(0)
     go.set()

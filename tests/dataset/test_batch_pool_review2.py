@@ -8,55 +8,24 @@ from __future__ import annotations
 
 import gc
 import os
-import time
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
-from helpers.dataset_data import class_images, write
 from helpers.forked import in_a_child
+from helpers.pool_review import (
+    POOL,
+    dataset,
+    epochs,
+    fork_each_epoch,
+    kept_with_views,
+    shuffled,
+    wait_for_file,
+)
 from torch.utils.data import DataLoader, Dataset, default_collate
 
-from cdml_edge import CDMLStreamDataset
-
-
-@pytest.fixture(autouse=True)
-def _collect() -> object:
-    yield
-    gc.collect()
-
-
-@pytest.fixture(scope="module")
-def pets(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return write(tmp_path_factory.mktemp("review2") / "pets.zip", class_images(4))
-
-
-def _ds(pets: Path) -> CDMLStreamDataset:
-    return CDMLStreamDataset(pets, is_image=True, target_size=(20, 14), image_dtype="uint8")
-
-
-def _shuffled(pets: Path) -> DataLoader:
-    g = torch.Generator().manual_seed(0)
-    return DataLoader(
-        _ds(pets), batch_size=2, num_workers=1, persistent_workers=True, shuffle=True, generator=g
-    )
-
-
-def _epochs(loader: DataLoader, n: int) -> None:
-    for _ in range(n):
-        for _x in loader:
-            pass
-
-
-def _wait_for(path: Path, seconds: float = 30) -> None:
-    deadline = time.monotonic() + seconds
-    while not path.exists() and time.monotonic() < deadline:
-        time.sleep(0.05)
-
-
-POOL = pytest.mark.parametrize("pool_mib", ["256", "0"], ids=["pool", "no-pool"])
-
+pytestmark = pytest.mark.usefixtures("collect_after")
 
 # --- 1. Every fork inside a DataLoader worker passes for "a DataLoader worker's start" ----------
 #
@@ -69,7 +38,7 @@ POOL = pytest.mark.parametrize("pool_mib", ["256", "0"], ids=["pool", "no-pool"]
 
 @POOL
 def test_a_process_forked_by_the_collate_fn_in_a_worker_keeps_its_batch(
-    pets: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, pool_mib: str
+    pool_pets: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, pool_mib: str
 ) -> None:
     """A collate_fn that forks a writer for the batch (an async cache, a logger).
 
@@ -86,31 +55,22 @@ def test_a_process_forked_by_the_collate_fn_in_a_worker_keeps_its_batch(
             state["forked"] = True
             expected = out.clone()
             if os.fork() == 0:  # the writer: reads ``out`` a little later
-                _wait_for(go)
+                wait_for_file(go)
                 result.write_text("same" if torch.equal(out, expected) else "overwritten")
                 os._exit(0)
         return out
 
-    g = torch.Generator().manual_seed(0)
-    loader = DataLoader(
-        _ds(pets),
-        batch_size=2,
-        num_workers=1,
-        persistent_workers=True,
-        shuffle=True,
-        generator=g,
-        collate_fn=forking_collate,
-    )
-    _epochs(loader, 4)
+    loader = shuffled(pool_pets, collate_fn=forking_collate)
+    epochs(loader, 4)
     go.touch()
-    _wait_for(result)
+    wait_for_file(result)
     del loader
     assert result.read_text() == "same", "a batch forked with in a worker was overwritten"
 
 
 @POOL
 def test_a_fork_from_inside_a_num_workers_0_loader_retires_held_batches(
-    pets: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, pool_mib: str
+    pool_pets: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, pool_mib: str
 ) -> None:
     """A fork by the dataset of a num_workers=0 loader while batches of another are held.
 
@@ -121,7 +81,7 @@ def test_a_fork_from_inside_a_num_workers_0_loader_retires_held_batches(
     """
     monkeypatch.setenv("CDML_EDGE_BATCH_POOL_MIB", pool_mib)
     go, result = tmp_path / "go", tmp_path / "result"
-    loader = _shuffled(pets)
+    loader = shuffled(pool_pets)
     kept = list(loader)
     expected = [x.clone() for x in kept]
 
@@ -131,7 +91,7 @@ def test_a_fork_from_inside_a_num_workers_0_loader_retires_held_batches(
 
         def __getitem__(self, i: int) -> int:
             if os.fork() == 0:
-                _wait_for(go)
+                wait_for_file(go)
                 same = all(torch.equal(a, b) for a, b in zip(box[0], expected, strict=True))
                 result.write_text("same" if same else "overwritten")
                 os._exit(0)
@@ -142,9 +102,9 @@ def test_a_fork_from_inside_a_num_workers_0_loader_retires_held_batches(
     list(DataLoader(Forking(), num_workers=0))
     box.clear()
     gc.collect()
-    _epochs(loader, 3)
+    epochs(loader, 3)
     go.touch()
-    _wait_for(result)
+    wait_for_file(result)
     del loader
     assert result.read_text() == "same", "batches a forked child inherited were overwritten"
 
@@ -164,7 +124,7 @@ class _Replay(Dataset):  # type: ignore[type-arg]
 
 @POOL
 def test_a_dataloader_worker_that_inherited_held_batches_reads_them_intact(
-    pets: Path, monkeypatch: pytest.MonkeyPatch, pool_mib: str
+    pool_pets: Path, monkeypatch: pytest.MonkeyPatch, pool_mib: str
 ) -> None:
     """A replay loader's worker still reads the batches its copy of the replay list holds.
 
@@ -175,7 +135,7 @@ def test_a_dataloader_worker_that_inherited_held_batches_reads_them_intact(
     worker loop runs the user's dataset, which holds what the parent held at the fork.
     """
     monkeypatch.setenv("CDML_EDGE_BATCH_POOL_MIB", pool_mib)
-    loader = _shuffled(pets)
+    loader = shuffled(pool_pets)
     kept = list(loader)
     expected = [x.clone() for x in kept]
     replay = _Replay(kept)
@@ -185,7 +145,7 @@ def test_a_dataloader_worker_that_inherited_held_batches_reads_them_intact(
     assert all(torch.equal(a, b) for a, b in zip(first, expected, strict=True))
     replay.items.clear()  # the main process rolls its replay buffer over
     gc.collect()
-    _epochs(loader, 3)
+    epochs(loader, 3)
     second = list(replaying)
     same = [torch.equal(a, b) for a, b in zip(second, expected, strict=True)]
     del replaying, loader
@@ -206,14 +166,12 @@ def test_a_dataloader_worker_that_inherited_held_batches_reads_them_intact(
 @POOL
 @pytest.mark.parametrize("reader", ["parent", "child"])
 def test_a_numpy_view_of_a_moved_batch_survives_a_later_fork(
-    pets: Path, monkeypatch: pytest.MonkeyPatch, pool_mib: str, reader: str
+    pool_pets: Path, monkeypatch: pytest.MonkeyPatch, pool_mib: str, reader: str
 ) -> None:
     monkeypatch.setenv("CDML_EDGE_BATCH_POOL_MIB", pool_mib)
 
     def scenario() -> bool:
-        kept = list(DataLoader(_ds(pets), batch_size=2, num_workers=1))
-        views = [x.numpy() for x in kept]
-        expected = [v.copy() for v in views]
+        kept, views, expected = kept_with_views(pool_pets)
         for x in kept:
             x.share_memory_()  # or a torch.multiprocessing queue: the storage moves
         pid = os.fork()  # e.g. a multiprocessing 'fork' Process started afterwards
@@ -237,14 +195,12 @@ def test_a_numpy_view_of_a_moved_batch_survives_a_later_fork(
 
 @POOL
 def test_a_numpy_view_of_a_batch_moved_after_a_fork(
-    pets: Path, monkeypatch: pytest.MonkeyPatch, pool_mib: str
+    pool_pets: Path, monkeypatch: pytest.MonkeyPatch, pool_mib: str
 ) -> None:
     monkeypatch.setenv("CDML_EDGE_BATCH_POOL_MIB", pool_mib)
 
     def scenario() -> bool:
-        kept = list(DataLoader(_ds(pets), batch_size=2, num_workers=1))
-        views = [x.numpy() for x in kept]
-        expected = [v.copy() for v in views]
+        kept, views, expected = kept_with_views(pool_pets)
         pid = os.fork()  # a fork while they are held: their watch is detached
         if pid == 0:
             os._exit(0)
@@ -297,7 +253,7 @@ def _stuck_buffers(pid: int) -> tuple[int, int]:
     return sum(seen.values()), len(seen)
 
 
-def test_forks_of_the_main_process_do_not_use_up_the_workers_pool(pets: Path) -> None:
+def test_forks_of_the_main_process_do_not_use_up_the_workers_pool(pool_pets: Path) -> None:
     """Forks of the main process while it holds a batch leave the worker's pool unusable.
 
     The main process forks once per epoch (a checkpoint writer, an evaluation process)
@@ -308,15 +264,8 @@ def test_forks_of_the_main_process_do_not_use_up_the_workers_pool(pets: Path) ->
     (held memory, 8 x the batch per worker and size), and every later batch takes the path
     the pool exists to avoid (fresh shared memory, faulted in anew).
     """
-    loader = DataLoader(_ds(pets), batch_size=2, num_workers=1, persistent_workers=True)
-    for _ in range(12):
-        for k, _x in enumerate(loader):
-            if k == 0:
-                pid = os.fork()
-                if pid == 0:
-                    os._exit(0)
-                os.waitpid(pid, 0)
-    del _x
+    loader = DataLoader(dataset(pool_pets), batch_size=2, num_workers=1, persistent_workers=True)
+    fork_each_epoch(loader, 12)
     gc.collect()  # no batch alive in the main process, the epoch over, the child gone
     stuck, buffers = _stuck_buffers(loader._iterator._workers[0].pid)  # type: ignore[union-attr]
     del loader
@@ -324,7 +273,7 @@ def test_forks_of_the_main_process_do_not_use_up_the_workers_pool(pets: Path) ->
 
 
 def test_forks_of_the_main_process_do_not_use_up_its_private_pool(
-    pets: Path, monkeypatch: pytest.MonkeyPatch
+    pool_pets: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """num_workers=0: a buffer held at a fork stays ``held`` for good, though private.
 
@@ -336,15 +285,8 @@ def test_forks_of_the_main_process_do_not_use_up_its_private_pool(
     from cdml_edge.data import batch_pool
 
     monkeypatch.setattr(batch_pool, "_POOL", None)  # a pool of this test's own
-    loader = DataLoader(_ds(pets), batch_size=2, num_workers=0)
-    for _ in range(10):
-        for k, _x in enumerate(loader):
-            if k == 0:
-                pid = os.fork()
-                if pid == 0:
-                    os._exit(0)
-                os.waitpid(pid, 0)
-    del _x
+    loader = DataLoader(dataset(pool_pets), batch_size=2, num_workers=0)
+    fork_each_epoch(loader, 10)
     gc.collect()
     slots = batch_pool.pool()._slots[2 * 3 * 14 * 20]
     stuck = sum(not s.free() for s in slots)  # no batch is alive now: all should be free

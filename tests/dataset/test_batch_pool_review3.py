@@ -16,54 +16,24 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers.dataset_data import class_images, write
 from helpers.forked import in_a_child
+from helpers.pool_review import (
+    POOL,
+    dataset,
+    epochs,
+    shuffled,
+    wait_for_file,
+)
 from torch.utils.data import DataLoader
 
-from cdml_edge import CDMLStreamDataset
 from cdml_edge.data import buffer_release
 from cdml_edge.data.batch_pool import BufferPool
 
-
-@pytest.fixture(autouse=True)
-def _collect() -> object:
-    yield
-    gc.collect()
-
-
-@pytest.fixture(scope="module")
-def pets(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return write(tmp_path_factory.mktemp("review3") / "pets.zip", class_images(4))
-
-
-def _ds(pets: Path) -> CDMLStreamDataset:
-    return CDMLStreamDataset(pets, is_image=True, target_size=(20, 14), image_dtype="uint8")
-
-
-def _shuffled(pets: Path) -> DataLoader:
-    g = torch.Generator().manual_seed(0)
-    return DataLoader(
-        _ds(pets), batch_size=2, num_workers=1, persistent_workers=True, shuffle=True, generator=g
-    )
-
-
-def _epochs(loader: DataLoader, n: int) -> None:
-    for _ in range(n):
-        for _x in loader:
-            pass
-
-
-def _wait_for(path: Path, seconds: float = 30) -> None:
-    deadline = time.monotonic() + seconds
-    while not path.exists() and time.monotonic() < deadline:
-        time.sleep(0.05)
+pytestmark = pytest.mark.usefixtures("collect_after")
 
 
 def _fds() -> int:
     return len(os.listdir("/proc/self/fd"))
-
-
-POOL = pytest.mark.parametrize("pool_mib", ["256", "0"], ids=["pool", "no-pool"])
 
 
 # --- 1. A batch held across forks keeps one pipe per fork open, after the children ended ---------
@@ -80,17 +50,19 @@ POOL = pytest.mark.parametrize("pool_mib", ["256", "0"], ids=["pool", "no-pool"]
 
 @POOL
 def test_a_kept_batch_does_not_keep_a_descriptor_per_fork(
-    pets: Path, monkeypatch: pytest.MonkeyPatch, pool_mib: str
+    pool_pets: Path, monkeypatch: pytest.MonkeyPatch, pool_mib: str
 ) -> None:
     monkeypatch.setenv("CDML_EDGE_BATCH_POOL_MIB", pool_mib)
-    kept = list(DataLoader(_ds(pets), batch_size=2, num_workers=1))  # cached, held for good
+    kept = list(
+        DataLoader(dataset(pool_pets), batch_size=2, num_workers=1)
+    )  # cached, held for good
     before = _fds()
     for _ in range(200):  # e.g. 25 epochs of a non-persistent loader with 8 workers
         pid = os.fork()
         if pid == 0:
             os._exit(0)
         os.waitpid(pid, 0)
-    _epochs(DataLoader(_ds(pets), batch_size=2, num_workers=1), 1)  # sweeps run
+    epochs(DataLoader(dataset(pool_pets), batch_size=2, num_workers=1), 1)  # sweeps run
     buffer_release.sweep()
     grown = _fds() - before
     del kept
@@ -99,7 +71,7 @@ def test_a_kept_batch_does_not_keep_a_descriptor_per_fork(
 
 @POOL
 def test_batches_dropped_after_the_last_sweep_do_not_keep_a_descriptor_per_fork(
-    pets: Path, monkeypatch: pytest.MonkeyPatch, pool_mib: str
+    pool_pets: Path, monkeypatch: pytest.MonkeyPatch, pool_mib: str
 ) -> None:
     """Training is over: the last batches were dropped while a child ran, nothing sweeps again.
 
@@ -108,7 +80,7 @@ def test_batches_dropped_after_the_last_sweep_do_not_keep_a_descriptor_per_fork(
     only a sweep() would close: none runs without a batch taken or received.
     """
     monkeypatch.setenv("CDML_EDGE_BATCH_POOL_MIB", pool_mib)
-    last = list(DataLoader(_ds(pets), batch_size=2, num_workers=1))
+    last = list(DataLoader(dataset(pool_pets), batch_size=2, num_workers=1))
     r, w = os.pipe()
     pid = os.fork()  # e.g. a checkpoint writer, started while the last batches were held
     if pid == 0:
@@ -144,23 +116,23 @@ def test_batches_dropped_after_the_last_sweep_do_not_keep_a_descriptor_per_fork(
 
 @POOL
 def test_a_child_that_closes_its_descriptors_keeps_its_batch(
-    pets: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, pool_mib: str
+    pool_pets: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, pool_mib: str
 ) -> None:
     monkeypatch.setenv("CDML_EDGE_BATCH_POOL_MIB", pool_mib)
     go, result = tmp_path / "go", tmp_path / "result"
-    loader = _shuffled(pets)
+    loader = shuffled(pool_pets)
     box = [list(loader)]
     expected = [x.clone() for x in box[0]]
     pid = os.fork()
     if pid == 0:  # a daemon writing the batches out later
         os.closerange(3, 65536)
-        _wait_for(go)
+        wait_for_file(go)
         same = all(torch.equal(a, b) for a, b in zip(box[0], expected, strict=True))
         result.write_text("same" if same else "overwritten")
         os._exit(0)
     box.clear()
     gc.collect()
-    _epochs(loader, 3)
+    epochs(loader, 3)
     go.touch()
     os.waitpid(pid, 0)
     del loader
