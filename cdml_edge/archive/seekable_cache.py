@@ -294,8 +294,10 @@ class SeekableCache:
         with contextlib.suppress(OSError):  # the kept indexes of copies evicted
             for item in os.scandir(self.root):
                 copy = item.path[: -len(INDEX_SUFFIX)]
-                ours = is_entry_name(os.path.basename(copy), (_SUFFIX, _PLAIN))
-                if item.name.endswith(INDEX_SUFFIX) and ours and not os.path.exists(copy):
+                ours = item.name.endswith(INDEX_SUFFIX) and is_entry_name(
+                    os.path.basename(copy), (_SUFFIX, _PLAIN)
+                )
+                if ours and not os.path.exists(copy):
                     with contextlib.suppress(OSError):  # the index alone: a copy made
                         os.unlink(item.path)  # again meanwhile by another process stays
                 elif item.name.startswith(TMP_PREFIX) and _older(item, old):

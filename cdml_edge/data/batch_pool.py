@@ -57,6 +57,11 @@ def pool_bytes() -> int:
     return mib * 1024 * 1024
 
 
+def numpy_dtype(dtype: torch.dtype) -> np.dtype:
+    """The NumPy dtype of a torch dtype (``torch.float32`` → ``float32``)."""
+    return torch.empty(0, dtype=dtype).numpy().dtype
+
+
 def slot_size(nbytes: int) -> int:
     """Bytes a buffer of ``nbytes`` takes: the data rounded up to 64, then the counters."""
     return -(-nbytes // HEADER) * HEADER + HEADER
@@ -71,7 +76,7 @@ class Slot:
         self.offset = self.size - HEADER
         self.fd = -1
         if shared:
-            self.fd = os.memfd_create("cdml-edge-batch", os.MFD_CLOEXEC)
+            self.fd = os.memfd_create(buffer_release.MEMFD_NAME.decode(), os.MFD_CLOEXEC)
             self._close = functools.partial(os.close, self.fd)
             os.ftruncate(self.fd, self.size)
             self.mm = mmap.mmap(self.fd, self.size)
@@ -92,7 +97,7 @@ class Slot:
 
     def tensor(self, shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
         """A tensor over the data, held until its memory is no longer used here."""
-        np_dtype = torch.empty(0, dtype=dtype).numpy().dtype
+        np_dtype = numpy_dtype(dtype)
         arr = np.frombuffer(self.mm, np_dtype, self.nbytes // np_dtype.itemsize).reshape(shape)
         self.counters[HELD] = 1
         tensor = torch.from_numpy(arr)
@@ -120,7 +125,7 @@ class BufferPool:
 
         None when the pool is off or full for this size: the caller allocates as without it.
         """
-        nbytes = int(np.prod(shape)) * torch.empty(0, dtype=dtype).element_size()
+        nbytes = int(np.prod(shape)) * numpy_dtype(dtype).itemsize
         if nbytes == 0 or self.max_bytes == 0:
             return None
         buffer_release.sweep()

@@ -22,7 +22,15 @@ import torch
 from torch.multiprocessing.reductions import reduce_tensor
 
 from cdml_edge.data import buffer_release
-from cdml_edge.data.batch_pool import HEADER, RELEASED, SENT, Slot, in_worker, pool
+from cdml_edge.data.batch_pool import (
+    HEADER,
+    RELEASED,
+    SENT,
+    Slot,
+    in_worker,
+    numpy_dtype,
+    pool,
+)
 
 
 class PooledBatch(torch.Tensor):
@@ -55,7 +63,7 @@ def _reduce_pooled(batch: PooledBatch) -> Any:
     storage = plain.untyped_storage()
     if storage.data_ptr() != slot.address or storage.nbytes() != slot.nbytes:
         return reduce_tensor(plain)  # set_() to other memory since: PyTorch's own path
-    dtype = str(torch.empty(0, dtype=plain.dtype).numpy().dtype)
+    dtype = str(numpy_dtype(plain.dtype))
     slot.counters[SENT] += 1  # before it leaves: the buffer stays taken until released
     layout = (tuple(plain.shape), plain.stride(), plain.storage_offset())
     return rebuild, (DupFd(slot.fd), slot.size, slot.nbytes, dtype, layout)

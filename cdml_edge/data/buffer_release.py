@@ -156,8 +156,9 @@ def sweep() -> None:
         done: list[_Watched] = []
         for key in list(_watched):  # no allocation while it iterates: no collection there
             entry = _watched.get(key)  # (one may drop entries meanwhile)
-            ready = entry is not None and entry.pid == os.getpid() and entry.over()
-            if ready and entry is not None and _watched.pop(key, None) is not None:
+            if entry is None or entry.pid != os.getpid() or not entry.over():
+                continue
+            if _watched.pop(key, None) is not None:
                 done.append(entry)
     for entry in done:
         _release(entry)

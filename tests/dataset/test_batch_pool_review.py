@@ -25,18 +25,6 @@ from cdml_edge import CDMLStreamDataset
 pytestmark = pytest.mark.usefixtures("collect_after")
 
 
-def _memfds(pid: int) -> int:
-    fds = [f for f in Path(f"/proc/{pid}/fd").iterdir() if f.is_symlink()]
-    out = set()
-    for f in fds:
-        try:
-            if "cdml-edge-batch" in os.readlink(f):
-                out.add(f.stat().st_ino)
-        except OSError:
-            pass
-    return len(out)
-
-
 @POOL
 def test_a_forked_child_reading_an_inherited_batch_after_the_parent_drops_it(
     pool_pets: Path, monkeypatch: pytest.MonkeyPatch, pool_mib: str
