@@ -1,0 +1,105 @@
+"""A batch's labels leave a DataLoader worker inside the message, not through shared memory."""
+
+from __future__ import annotations
+
+import copy
+import pickle
+from collections.abc import Iterator
+from multiprocessing import resource_sharer
+from multiprocessing.reduction import ForkingPickler
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from torch.utils.data import DataLoader
+
+from cdml_edge import CDMLStreamDataset
+from cdml_edge.data import collate
+from cdml_edge.data.batch import ItemPair
+from cdml_edge.data.inline_send import INLINE_BYTES, InlineTensor, inline, rebuild
+
+pytestmark = pytest.mark.usefixtures("collect_after")
+
+
+@pytest.fixture
+def fetched(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[int]]:
+    """Descriptors this process fetched from another one (multiprocessing's resource sharer)."""
+    got: list[int] = []
+    real = resource_sharer.DupFd.detach
+
+    def counting(self: Any) -> int:
+        fd: int = real(self)
+        got.append(fd)
+        return fd
+
+    monkeypatch.setattr(resource_sharer.DupFd, "detach", counting)
+    yield got
+
+
+def _loader(pets: Path, **kw: Any) -> DataLoader[Any]:
+    ds = CDMLStreamDataset(pets, is_image=True, target_size=16, labels="folder")
+    return DataLoader(ds, batch_size=4, num_workers=2, **kw)
+
+
+@pytest.mark.parametrize("collate_fn", [None, collate], ids=["default collate", "collate"])
+def test_labels_come_by_value_and_the_images_as_one_descriptor(
+    pool_pets: Path, fetched: list[int], collate_fn: Any
+) -> None:
+    loader = _loader(pool_pets, collate_fn=collate_fn)
+    inline_ds = CDMLStreamDataset(pool_pets, is_image=True, target_size=16, labels="folder")
+    batches = list(loader)
+    assert len(batches) == 3
+    for k, (images, labels) in enumerate(batches):
+        assert type(labels) is torch.Tensor and type(images) is torch.Tensor
+        assert labels.dtype == torch.int64 and labels.shape == (4,)
+        want = [inline_ds[i] for i in range(4 * k, 4 * k + 4)]
+        assert labels.tolist() == [y for _, y in want]
+        assert torch.equal(images, torch.stack([x for x, _ in want]))
+        labels += 1  # the main process's own memory
+    # one descriptor per batch, the images' buffer; the labels came in the message
+    assert len(fetched) == len(batches)
+
+
+def test_a_worker_batch_is_made_of_item_pairs(pool_pets: Path) -> None:
+    ds = CDMLStreamDataset(pool_pets, is_image=True, target_size=16, labels="folder")
+    batch = ds.__getitems__([0, 5])
+    assert all(type(p) is ItemPair and isinstance(p, tuple) for p in batch)
+    x, y = batch[1]
+    assert torch.equal(x, ds[5][0]) and y == ds[5][1]
+
+
+def test_inline_marks_only_small_plain_tensors_in_a_worker(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    small = torch.arange(8)
+    assert inline(small) is small  # not in a worker: unchanged
+    monkeypatch.setattr("cdml_edge.data.inline_send.in_worker", lambda: True)
+    assert type(inline(small)) is InlineTensor
+    big = torch.zeros(INLINE_BYTES // 8 + 1, dtype=torch.int64)
+    grad = torch.zeros(3, requires_grad=True)
+    strided = torch.arange(12).reshape(3, 4).t()
+    half = torch.zeros(3, dtype=torch.bfloat16)
+    for other in (big, grad, strided, half, [1, 2], 3):
+        assert inline(other) is other
+
+
+def test_an_inline_tensor_is_sent_by_value_and_arrives_plain(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr("cdml_edge.data.inline_send.in_worker", lambda: True)
+    for value in (
+        torch.tensor([3, 1, 2]),
+        torch.tensor(7.5, dtype=torch.float64),
+        torch.tensor([[True, False]]),
+        torch.zeros(0, 2, dtype=torch.float16),
+    ):
+        sent = bytes(ForkingPickler.dumps(inline(value)))
+        got = pickle.loads(sent)
+        assert type(got) is torch.Tensor and got.dtype == value.dtype
+        assert got.shape == value.shape and torch.equal(got, value)
+        assert value.numpy().tobytes() in sent  # the values are in the message
+    marked = inline(torch.tensor([1, 2]))
+    for plain in (pickle.loads(pickle.dumps(marked)), copy.deepcopy(marked)):
+        assert type(plain) is torch.Tensor and plain.tolist() == [1, 2]
+    assert rebuild(b"\x01\x00", "<i2", (1,)).tolist() == [1]
