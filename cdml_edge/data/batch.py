@@ -30,9 +30,6 @@ import numpy as np
 import torch
 from torch.utils.data import get_worker_info
 from torch.utils.data._utils.collate import (
-    collate as collate_with,
-)
-from torch.utils.data._utils.collate import (
     collate_tensor_fn,
     default_collate,
     default_collate_fn_map,
@@ -63,10 +60,7 @@ def to_sample(rgb: np.ndarray, dtype: ImageDtype, channels_last: bool) -> torch.
 
 
 class Collated(list[Any]):
-    """A batch's items, each a view of ``images`` (or an :class:`ItemPair` with its target).
-
-    See :func:`collate`.
-    """
+    """A batch's items, each a view of ``images`` (and its target); see :func:`collate`."""
 
     images: torch.Tensor
     targets: list[Any] | None
@@ -93,7 +87,7 @@ def fill_images(
     views = list(images.unbind(0))
     if reuse <= 0:  # a fresh buffer: the default collate may take it as it is
         views = [v.as_subclass(BatchItem) for v in views]
-    batch = Collated(views if targets is None else map(ItemPair, zip(views, targets, strict=True)))
+    batch = Collated(views if targets is None else zip(views, targets, strict=True))
     batch.images, batch.targets = images, targets
     return batch
 
@@ -157,27 +151,6 @@ def _whole_buffer(batch: Sequence[torch.Tensor]) -> torch.Tensor | None:
 
 
 default_collate_fn_map[BatchItem] = _collate_items
-
-
-class ItemPair(tuple[Any, ...]):
-    """``(image, target)`` of a :class:`Collated` batch: a plain tuple to its users.
-
-    Its type lets the default collate take a batch of them at once (:func:`_collate_pairs`):
-    as the default collate does for tuples, with the targets' tensor sent by value when it
-    leaves a worker (:func:`~cdml_edge.data.inline_send.inline`).
-    """
-
-    __slots__ = ()
-
-
-def _collate_pairs(batch: Sequence[ItemPair], *, collate_fn_map: Any = None) -> list[Any]:
-    """The default collate of ``(image, target)`` pairs: ``[images, targets]``."""
-    images = collate_with([p[0] for p in batch], collate_fn_map=collate_fn_map)
-    targets = collate_with([p[1] for p in batch], collate_fn_map=collate_fn_map)
-    return [images, inline(targets)]
-
-
-default_collate_fn_map[ItemPair] = _collate_pairs
 
 _handed_over = False  # a buffer was given away in this process: allocate shared ones
 

@@ -4,11 +4,13 @@ PyTorch sends every tensor a worker returns through shared memory: the storage i
 into a new shared segment, whose descriptor the main process then fetches over a
 connection of multiprocessing's resource sharer (a connect, an authentication handshake, a
 ``recvmsg``). For a batch's labels, a few hundred bytes, that costs more than the bytes:
-5-6 µs of the main process's CPU per image at a batch of 64, measured. :func:`inline`
-marks such a tensor (up to :data:`INLINE_BYTES`) in a worker, and multiprocessing's pickler
-(what the DataLoader's queues use) then sends its values in the message itself. The main
-process gets a plain tensor of the same dtype, shape and values. Any other pickling
-(``torch.save``, ``pickle.dumps``, a deep copy) sees a plain tensor.
+6-9 µs of the main process's CPU per image at a batch of 64, measured.
+:func:`~cdml_edge.data.batch.collate` therefore marks its targets tensor with
+:func:`inline` in a worker, and multiprocessing's pickler (what the DataLoader's queues
+use) sends the values of a marked tensor in the message itself, when it still qualifies as
+it leaves (else as PyTorch sends any tensor). The main process gets a plain tensor of the
+same dtype, shape and values. Any other pickling (``torch.save``, ``pickle.dumps``, a deep
+copy) sees a plain tensor.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from typing import Any
 
 import numpy as np
 import torch
+from torch.multiprocessing.reductions import reduce_tensor
 
 from cdml_edge.data.batch_pool import in_worker
 
@@ -57,26 +60,39 @@ def inline(value: Any) -> Any:
     """``value``, marked to leave this worker by value if it is a small plain CPU tensor.
 
     Unchanged outside a DataLoader worker, and for anything else: another type or subclass,
-    a tensor that needs a gradient, is not contiguous, is larger than :data:`INLINE_BYTES`
-    or has a dtype NumPy lacks.
+    or a tensor that does not qualify (:func:`_by_value`).
     """
-    if type(value) is not torch.Tensor or not in_worker():
-        return value
-    if (
-        value.device.type != "cpu"
-        or value.layout != torch.strided
-        or value.requires_grad
-        or value.dtype not in _NUMPY_DTYPES
-        or not value.is_contiguous()
-        or value.numel() * value.element_size() > INLINE_BYTES
-    ):
+    if type(value) is not torch.Tensor or not in_worker() or not _by_value(value):
         return value
     return value.as_subclass(InlineTensor)
 
 
+def _by_value(tensor: torch.Tensor) -> bool:
+    """Whether ``tensor`` may be sent by value.
+
+    On the CPU, strided and contiguous, needing no gradient, in a dtype NumPy has and of at
+    most :data:`INLINE_BYTES`: its values are all there is to it.
+    """
+    return (
+        tensor.device.type == "cpu"
+        and tensor.layout == torch.strided
+        and not tensor.requires_grad
+        and tensor.dtype in _NUMPY_DTYPES
+        and tensor.is_contiguous()
+        and tensor.numel() * tensor.element_size() <= INLINE_BYTES
+    )
+
+
 def _reduce_inline(tensor: InlineTensor) -> Any:
-    """Multiprocessing's pickling of an :class:`InlineTensor`: its values, dtype and shape."""
-    values = tensor.as_subclass(torch.Tensor).numpy()
+    """Multiprocessing's pickling of an :class:`InlineTensor`: its values, dtype and shape.
+
+    As PyTorch sends any tensor when it no longer qualifies (changed in place since it was
+    marked: made to need a gradient, turned, resized).
+    """
+    plain = tensor.detach().as_subclass(torch.Tensor)  # a leaf over the same memory
+    if not _by_value(tensor):
+        return reduce_tensor(plain.requires_grad_(tensor.requires_grad))
+    values = plain.numpy()
     return rebuild, (values.tobytes(), values.dtype.str, tuple(values.shape))
 
 
