@@ -79,6 +79,7 @@ def _by_value(tensor: torch.Tensor) -> bool:
         and not tensor.requires_grad
         and tensor.dtype in _NUMPY_DTYPES
         and tensor.is_contiguous()
+        and not (tensor.is_conj() or tensor.is_neg())
         and tensor.numel() * tensor.element_size() <= INLINE_BYTES
     )
 
@@ -90,10 +91,14 @@ def _reduce_inline(tensor: InlineTensor) -> Any:
     marked: made to need a gradient, turned, resized).
     """
     plain = tensor.detach().as_subclass(torch.Tensor)  # a leaf over the same memory
-    if not _by_value(tensor):
-        return reduce_tensor(plain.requires_grad_(tensor.requires_grad))
-    values = plain.numpy()
-    return rebuild, (values.tobytes(), values.dtype.str, tuple(values.shape))
+    if _by_value(tensor):
+        try:
+            values = plain.numpy()
+        except (RuntimeError, TypeError):  # a state numpy() refuses: PyTorch's path
+            pass
+        else:
+            return rebuild, (values.tobytes(), values.dtype.str, tuple(values.shape))
+    return reduce_tensor(plain.requires_grad_(tensor.requires_grad))
 
 
 def rebuild(data: bytes, dtype: str, shape: tuple[int, ...]) -> torch.Tensor:

@@ -127,3 +127,22 @@ def test_labels_changed_after_collate_in_a_worker_arrive_as_pytorch_sends_them(
     odd = list(DataLoader(ds, batch_size=5, num_workers=2, collate_fn=_labels_changed, timeout=30))
     assert [tuple(t.shape) for _, t in odd] == [(5, 1), (5, 1), (2, 1)]
     assert [v for _, t in odd for v in t.flatten().tolist()] == want
+
+
+def test_a_tensor_numpy_refuses_goes_pytorchs_way(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Whatever ``numpy()`` refuses as the tensor leaves: PyTorch's reduction, never a raise.
+
+    A raise there happens in the queue's feeder thread, and the loader would wait for ever.
+    """
+    monkeypatch.setattr("cdml_edge.data.inline_send.in_worker", lambda: True)
+    marked = inline(torch.tensor([4, 5, 6]))
+
+    def refuse(self: torch.Tensor, *args: Any, **kw: Any) -> Any:
+        raise RuntimeError("numpy() refused")
+
+    monkeypatch.setattr(torch.Tensor, "numpy", refuse)
+    sent = bytes(ForkingPickler.dumps(marked))
+    monkeypatch.undo()
+    assert b"cdml_edge.data.inline_send" not in sent  # not our rebuild
+    got = pickle.loads(sent)
+    assert type(got) is torch.Tensor and got.tolist() == [4, 5, 6]
