@@ -13,6 +13,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -83,10 +84,26 @@ def _announce(cfg: AppConfig) -> MqttPublisher:
     return pub
 
 
-def _retained(port: int, topic: str, expect: int) -> dict[str, bytes]:
-    """What the broker keeps retained under ``topic`` (a fresh subscriber)."""
+def _retained(port: int, topic: str, expect: int, timeout: float = 10.0) -> dict[str, bytes]:
+    """What the broker keeps retained under ``topic``, once it holds ``expect`` messages there.
+
+    Each look is a fresh subscriber, given what is retained flagged as such. A message that
+    reaches the broker meanwhile comes flagged live and does not count: the next look sees
+    it retained. (Durable is not on the broker: a message the publisher spooled before its
+    connection was up reaches the broker later.) With ``expect`` 0, what one look gathers
+    in half a second.
+    """
+    end = time.monotonic() + timeout
+    while True:
+        out = _look(port, topic, expect)
+        if len(out) >= expect or time.monotonic() >= end:
+            return out
+
+
+def _look(port: int, topic: str, expect: int) -> dict[str, bytes]:
+    """The retained messages a fresh subscriber to ``topic`` gets within a second."""
     sub = Subscriber(port, topic, persistent=False)
-    wait_until(lambda: len(sub.messages) >= expect, 10)
+    wait_until(lambda: sum(r for _, _, r in sub.messages) >= max(expect, 1), 1.0 if expect else 0.5)
     out = {t: p for t, p, retained in sub.messages if retained}
     sub.close()
     return out
