@@ -1,9 +1,9 @@
-"""Build hook: the native archive reader and the area resize (cffi, API mode) are compiled here.
+"""Build hook: the native archive reader and the decoders' C helpers (cffi, API mode).
 
 The archive core carries its zstd decoder (zstd's sources, bundled): no system zstd is
 needed. The extensions are optional: without a C compiler or zlib headers the install carries on
 and ``cdml_edge.archive`` uses its pure-Python path (``native_available()`` is False),
-``cdml_edge.decode`` OpenCV's area resize.
+``cdml_edge.decode`` OpenCV's area resize and NumPy's scan count.
 """
 
 from __future__ import annotations

@@ -9,35 +9,15 @@ forces OpenCV.
 
 from __future__ import annotations
 
-import os
-from typing import Any
-
 import cv2
 import numpy as np
 
-_lib: Any = None
-_ffi: Any = None
-_tried = False
-
-
-def _native() -> Any:
-    global _lib, _ffi, _tried
-    if os.environ.get("CDML_EDGE_NATIVE", "1") == "0":
-        return None
-    if not _tried:
-        _tried = True
-        try:
-            from cdml_edge.decode._native._area import ffi, lib
-
-            _ffi, _lib = ffi, lib
-        except ImportError:
-            _lib = None
-    return _lib
+from cdml_edge.decode.native import helpers
 
 
 def area_backend() -> str:
     """``"native"`` (the C core) or ``"opencv"``: who shrinks images."""
-    return "native" if _native() is not None else "opencv"
+    return "native" if helpers() is not None else "opencv"
 
 
 def shrink(image: np.ndarray, target: tuple[int, int]) -> np.ndarray:
@@ -49,15 +29,16 @@ def shrink(image: np.ndarray, target: tuple[int, int]) -> np.ndarray:
     tw, th = target
     if tw > w or th > h:
         raise ValueError(f"shrink: target {target} is larger than the image {w}x{h}")
-    lib = _native()
+    native = helpers()
     exact = w % tw == 0 and h % th == 0  # OpenCV's fast path: whole blocks of pixels
-    if lib is None or exact or image.dtype != np.uint8 or image.ndim not in (2, 3):
+    if native is None or exact or image.dtype != np.uint8 or image.ndim not in (2, 3):
         return cv2.resize(image, target, interpolation=cv2.INTER_AREA)
     src = np.ascontiguousarray(image)
     ch = 1 if src.ndim == 2 else src.shape[2]
     out = np.empty((th, tw, ch)[: src.ndim], np.uint8)
-    dst = _ffi.from_buffer(out, require_writable=True)
-    rc = lib.cdml_area_resize(_ffi.from_buffer(src), w, h, w * ch, ch, dst, tw, th)
+    ffi, lib = native
+    dst = ffi.from_buffer(out, require_writable=True)
+    rc = lib.cdml_area_resize(ffi.from_buffer(src), w, h, w * ch, ch, dst, tw, th)
     if rc == 2:
         raise MemoryError("out of memory shrinking an image")
     return out

@@ -13,6 +13,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from cdml_edge.decode.native import helpers
+
 PNG_SIG = b"\x89PNG\r\n\x1a\n"
 JPEG_SOI = b"\xff\xd8"
 JPEG_SOS = b"\xff\xda"
@@ -72,22 +74,27 @@ def jpeg_header(data: bytes) -> ImageHeader | None:
 
 
 SMALL_JPEG = 8192
-"""Up to this many bytes :func:`count_scans` counts with ``bytes.count``, above with NumPy."""
+"""Up to this many bytes :func:`count_scans` counts with ``bytes.count``, above in C."""
 
 
 def count_scans(data: bytes) -> int:
     """Start-of-scan markers in a JPEG (``FF DA``: entropy-coded data stuffs every ``FF``).
 
-    An upper bound (an EXIF thumbnail's scan counts too). On a large JPEG NumPy, not
-    ``bytes.count``: a two-byte needle whose first byte is frequent costs ``bytes.count``
-    about 2.5 ns a byte (0.9 ms on a 350 KB photo), NumPy a tenth of that. On a small one
-    (:data:`SMALL_JPEG`) ``bytes.count``: NumPy's four operations would each let go of the
-    interpreter lock (an array over 500 elements), and a thread of the agent that lets go
-    of it while others wait waits to take it back. The same count either way (``FF DA``
-    cannot overlap itself).
+    An upper bound (an EXIF thumbnail's scan counts too). A two-byte needle whose first byte
+    is frequent costs ``bytes.count`` about 2.5 ns a byte (0.9 ms on a 350 KB photo). Above
+    :data:`SMALL_JPEG` the count is therefore made by the decoders' C helper (``memchr``
+    for each ``FF``: 3.6-4.2 µs for an 18-KB JPEG, call included, against 7.4 µs for
+    NumPy's four operations), or by NumPy without it. Up to it ``bytes.count``: a call
+    that lets go of the interpreter lock costs a thread of the agent a wait to take it
+    back while others hold it. The same count every way (``FF DA`` cannot overlap itself).
     """
     if len(data) <= SMALL_JPEG:
         return data.count(b"\xff\xda")
+    native = helpers()
+    if native is not None:
+        ffi, lib = native
+        buf = data if type(data) is bytes else ffi.from_buffer(data)  # bytes: no wrapper
+        return int(lib.cdml_count_scans(buf, len(data)))
     a = np.frombuffer(data, np.uint8)
     return int(np.count_nonzero((a[:-1] == 0xFF) & (a[1:] == 0xDA)))
 

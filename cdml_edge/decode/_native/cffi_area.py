@@ -1,7 +1,9 @@
-"""cffi (API, out-of-line) build of the native area resize: ``cdml_edge.decode._native._area``.
+"""cffi (API, out-of-line) build of the decoders' C helpers: ``cdml_edge.decode._native._area``.
 
-Used by ``setup.py``; ``python cffi_area.py`` builds it in place. Without it,
-:mod:`cdml_edge.decode.area` resizes with OpenCV's ``INTER_AREA`` (same results within 1 level).
+The area resize and the JPEG scan count. Used by ``setup.py``; ``python cffi_area.py`` builds
+it in place. Without it, :mod:`cdml_edge.decode.area` resizes with OpenCV's ``INTER_AREA``
+(same results within 1 level) and :mod:`cdml_edge.decode.image_header` counts scans with
+NumPy (the same count).
 """
 
 from __future__ import annotations
@@ -14,18 +16,27 @@ from cffi import FFI
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
+HEADERS = ("area.h", "scans.h")
+SOURCES = ("area.c", "scans.c")
+
+
+def _declarations(name: str) -> str:
+    """What a header declares, for ``cdef`` (after its includes, before its ``#endif``)."""
+    with open(os.path.join(HERE, name), encoding="utf-8") as fh:
+        header = fh.read()
+    return header.split("#include <stdint.h>", 1)[1].rsplit("#endif", 1)[0]
+
+
 def make_builder() -> FFI:
     ffi = FFI()
-    with open(os.path.join(HERE, "area.h"), encoding="utf-8") as fh:
-        header = fh.read()
-    ffi.cdef(header.split("#include <stdint.h>", 1)[1].rsplit("#endif", 1)[0])
+    ffi.cdef("".join(_declarations(h) for h in HEADERS))
     ffi.set_source(
         "cdml_edge.decode._native._area",
-        '#include "area.h"',
-        sources=[os.path.relpath(os.path.join(HERE, "area.c"))],
+        "".join(f'#include "{h}"\n' for h in HEADERS),
+        sources=[os.path.relpath(os.path.join(HERE, c)) for c in SOURCES],
         include_dirs=[HERE],
         libraries=["m"] if sys.platform != "win32" else [],
-        depends=[os.path.relpath(os.path.join(HERE, "area.h"))],
+        depends=[os.path.relpath(os.path.join(HERE, h)) for h in HEADERS],
         extra_compile_args=["-O3", "-std=c99"] if sys.platform != "win32" else [],
     )
     return ffi
