@@ -93,8 +93,9 @@ def count_scans(data: bytes) -> int:
     native = helpers()
     if native is not None:
         ffi, lib = native
-        buf = data if type(data) is bytes else ffi.from_buffer(data)  # bytes: no wrapper
-        return int(lib.cdml_count_scans(buf, len(data)))
+        if type(data) is bytes:  # passed as it is, no wrapper
+            return int(lib.cdml_count_scans(data, len(data)))
+        return int(lib.cdml_count_scans(ffi.from_buffer(data), memoryview(data).nbytes))
     a = np.frombuffer(data, np.uint8)
     return int(np.count_nonzero((a[:-1] == 0xFF) & (a[1:] == 0xDA)))
 
