@@ -20,7 +20,8 @@ can outlive that moment, and what is done:
   grandchild that closed every inherited descriptor after its parent, the child, ended.
 
 Waiting releases are looked at by :func:`sweep`, which runs as buffers are taken and
-received; ended children's pipes are also closed at each fork. The module's lock is never
+received, and before each fork: what waited for a child that has ended since is released
+then, and the new child inherits none of it (its mapping, its descriptor). The module's lock is never
 held across a fork.
 """
 
@@ -174,6 +175,7 @@ def _before_fork() -> None:
         read_end = write_end = -1
     box = mmap.mmap(-1, 8) if read_end >= 0 else None  # shared: the child writes its id
     _under_way.append((read_end, write_end, box))
+    sweep()  # what waited for an ended child: released, so the new child inherits none of it
 
 
 def _after_in_parent() -> None:

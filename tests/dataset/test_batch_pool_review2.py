@@ -272,6 +272,52 @@ def test_forks_of_the_main_process_do_not_use_up_the_workers_pool(pool_pets: Pat
     assert stuck == 0, f"{stuck} of the worker's {buffers} buffers sent and never released"
 
 
+def _buffer_inodes(pid: int) -> set[int]:
+    """The pool buffers ``pid`` holds a descriptor of, by inode."""
+    inodes = set()
+    for f in Path(f"/proc/{pid}/fd").iterdir():
+        try:
+            if "cdml-edge-batch" in os.readlink(f):
+                inodes.add(f.stat().st_ino)
+        except OSError:
+            pass
+    return inodes
+
+
+def test_the_next_fork_releases_what_waited_for_an_ended_child_and_passes_none_of_it_on(
+    pool_pets: Path,
+) -> None:
+    """Batches held at a fork, then dropped; the child ended after; nothing received since.
+
+    Their releases waited for a sweep, which runs only as batches are taken or received. The
+    next fork (another loader's worker, an evaluation loader's at each epoch) inherited their
+    mappings and descriptors, and they waited again, for that process's end: the first
+    worker's buffers stayed taken while it lived, and every worker forked meanwhile held a
+    descriptor of each.
+    """
+    first = DataLoader(dataset(pool_pets), batch_size=2, num_workers=1, persistent_workers=True)
+    kept = list(first)
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # a child that ends after the parent dropped the batches
+        os.read(r, 1)
+        os._exit(0)
+    os.close(r)
+    del kept
+    gc.collect()
+    os.write(w, b"x")
+    os.close(w)
+    os.waitpid(pid, 0)
+    second = iter(DataLoader(dataset(pool_pets), batch_size=2, num_workers=1))  # a fork
+    first_pid = first._iterator._workers[0].pid  # type: ignore[union-attr]
+    second_pid = second._workers[0].pid  # type: ignore[attr-defined]
+    stuck, buffers = _stuck_buffers(first_pid)
+    passed_on = _buffer_inodes(first_pid) & _buffer_inodes(second_pid)
+    del second, first
+    assert stuck == 0, f"{stuck} of the first worker's {buffers} buffers never released"
+    assert not passed_on, f"the new worker holds {len(passed_on)} of the first one's buffers"
+
+
 def test_forks_of_the_main_process_do_not_use_up_its_private_pool(
     pool_pets: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -80,6 +80,7 @@ def opened(path: Path, native: bool) -> tuple[Any, ...]:
     try:
         archive = zst.ZstdTarArchive.open(src)
     except (ArchiveError, OSError, EOFError, zstandard.ZstdError) as exc:
+        src.close()  # the caller's source: refused, it is not the archive's to close
         return ("error", type(exc).__name__, str(exc))
     finally:
         zst.plain_copier = saved
