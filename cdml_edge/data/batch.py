@@ -38,6 +38,7 @@ from torch.utils.data._utils.collate import (
 from cdml_edge.data.batch_pool import pool
 from cdml_edge.data.batch_send import hand_over
 from cdml_edge.data.inline_send import inline
+from cdml_edge.data.marked_tensor import MarkedTensor
 
 ImageDtype = Literal["float32", "uint8"]
 IMAGE_DTYPES: tuple[str, ...] = ("float32", "uint8")
@@ -92,21 +93,13 @@ def fill_images(
     return batch
 
 
-class BatchItem(torch.Tensor):
+class BatchItem(MarkedTensor):
     """One image of a fresh batch buffer (:func:`fill_images`), a plain tensor otherwise.
 
     Its type lets the default collate recognise the whole batch in order and hand the buffer
     over without ``torch.stack`` (:func:`_collate_items`, registered in PyTorch's
     ``default_collate_fn_map``). What is computed from it is a plain tensor.
     """
-
-    __torch_function__ = torch._C._disabled_torch_function_impl  # type: ignore[assignment]
-
-    def __deepcopy__(self, memo: dict[int, Any]) -> torch.Tensor:
-        return self.as_subclass(torch.Tensor).__deepcopy__(memo)
-
-    def __reduce_ex__(self, protocol: Any) -> Any:  # pickled, saved: a plain tensor
-        return self.as_subclass(torch.Tensor).__reduce_ex__(protocol)
 
 
 def _collate_items(batch: Sequence[torch.Tensor], *, collate_fn_map: Any = None) -> torch.Tensor:

@@ -31,19 +31,13 @@ from cdml_edge.data.batch_pool import (
     numpy_dtype,
     pool,
 )
+from cdml_edge.data.marked_tensor import MarkedTensor
 
 
-class PooledBatch(torch.Tensor):
+class PooledBatch(MarkedTensor):
     """A worker's batch over a shared pool buffer; a plain tensor to anything but a queue."""
 
-    __torch_function__ = torch._C._disabled_torch_function_impl  # type: ignore[assignment]
     _slot: Slot
-
-    def __deepcopy__(self, memo: dict[int, Any]) -> torch.Tensor:
-        return self.as_subclass(torch.Tensor).__deepcopy__(memo)
-
-    def __reduce_ex__(self, protocol: Any) -> Any:  # torch.save, pickle: a plain tensor
-        return self.as_subclass(torch.Tensor).__reduce_ex__(protocol)
 
 
 def hand_over(images: torch.Tensor) -> torch.Tensor:

@@ -21,8 +21,8 @@ can outlive that moment, and what is done:
 
 Waiting releases are looked at by :func:`sweep`, which runs as buffers are taken and
 received, and before each fork: what waited for a child that has ended since is released
-then, and the new child inherits none of it (its mapping, its descriptor). The module's lock is never
-held across a fork.
+then, and the new child inherits none of it (its mapping, its descriptor). The module's
+lock is never held across a fork.
 """
 
 from __future__ import annotations

@@ -23,6 +23,7 @@ import torch
 from torch.multiprocessing.reductions import reduce_tensor
 
 from cdml_edge.data.batch_pool import in_worker
+from cdml_edge.data.marked_tensor import MarkedTensor
 
 INLINE_BYTES = 64 * 1024
 """The largest tensor sent inside the message; larger ones go through shared memory."""
@@ -44,16 +45,8 @@ _NUMPY_DTYPES = frozenset(
 )
 
 
-class InlineTensor(torch.Tensor):
+class InlineTensor(MarkedTensor):
     """A small tensor of a worker, sent by value to the main process; plain otherwise."""
-
-    __torch_function__ = torch._C._disabled_torch_function_impl  # type: ignore[assignment]
-
-    def __deepcopy__(self, memo: dict[int, Any]) -> torch.Tensor:
-        return self.as_subclass(torch.Tensor).__deepcopy__(memo)
-
-    def __reduce_ex__(self, protocol: Any) -> Any:  # torch.save, pickle: a plain tensor
-        return self.as_subclass(torch.Tensor).__reduce_ex__(protocol)
 
 
 def inline(value: Any) -> Any:
