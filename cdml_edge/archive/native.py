@@ -7,27 +7,23 @@ or the system's with ``CDML_EDGE_ZSTD=system``; none with ``CDML_EDGE_ZSTD=none`
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
-_loaded: Any = None
-_tried = False
+from cdml_edge.optional import OptionalPart, native_off
+
+
+def _load() -> Any:
+    from cdml_edge.archive.zip import native as _zipnative
+
+    return _zipnative if _zipnative.available() else None
+
+
+_CORE: OptionalPart[Any] = OptionalPart(_load, native_off)
 
 
 def module() -> Any:
     """The native ZIP binding, or ``None`` when it is not built or disabled."""
-    global _loaded, _tried
-    if os.environ.get("CDML_EDGE_NATIVE", "1") == "0":
-        return None
-    if not _tried:
-        _tried = True
-        try:
-            from cdml_edge.archive.zip import native as _zipnative
-
-            _loaded = _zipnative if _zipnative.available() else None
-        except ImportError:
-            _loaded = None
-    return _loaded
+    return _CORE.get()
 
 
 def frame_decoder() -> Any:

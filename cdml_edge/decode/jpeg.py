@@ -19,6 +19,8 @@ from typing import Any
 
 import numpy as np
 
+from cdml_edge.optional import OptionalPart
+
 SCALES = (1, 2, 4, 8)
 """The M of the M/8 scales used. 5/8 to 7/8 are left out by measurement: their inverse DCTs
 have no SIMD code in libjpeg-turbo, so on 224-px JPEGs they decode slower than the full
@@ -32,23 +34,19 @@ DCT is not an area average, and the shrink after it must do most of the averagin
 result to stay within the tolerance on real photos (at 1x, 16 of 21 real photos missed it at
 64 px: mean up to 3.5 levels)."""
 
-_sj: Any = None
-_tried = False
+
+def _load_simplejpeg() -> Any:
+    import simplejpeg
+
+    return simplejpeg
 
 
-def _module() -> Any:
-    global _sj, _tried
-    if os.environ.get("CDML_EDGE_JPEG", "").lower() == "opencv":
-        return None
-    if not _tried:
-        _tried = True
-        try:
-            import simplejpeg
+def _opencv_chosen() -> bool:
+    return os.environ.get("CDML_EDGE_JPEG", "").lower() == "opencv"
 
-            _sj = simplejpeg
-        except ImportError:
-            _sj = None
-    return _sj
+
+_SIMPLEJPEG: OptionalPart[Any] = OptionalPart(_load_simplejpeg, _opencv_chosen)
+_module = _SIMPLEJPEG.get
 
 
 def available() -> bool:

@@ -7,24 +7,20 @@ JPEG scan count (:mod:`.image_header`). ``CDML_EDGE_NATIVE=0`` forces the Python
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
-_loaded: tuple[Any, Any] | None = None
-_tried = False
+from cdml_edge.optional import OptionalPart, native_off
+
+
+def _load() -> tuple[Any, Any]:
+    from cdml_edge.decode._native._area import ffi, lib
+
+    return ffi, lib
+
+
+_HELPERS: OptionalPart[tuple[Any, Any]] = OptionalPart(_load, native_off)
 
 
 def helpers() -> tuple[Any, Any] | None:
     """``(ffi, lib)`` of the built helpers; ``None`` when not built or disabled."""
-    global _loaded, _tried
-    if os.environ.get("CDML_EDGE_NATIVE", "1") == "0":
-        return None
-    if not _tried:
-        _tried = True
-        try:
-            from cdml_edge.decode._native._area import ffi, lib
-
-            _loaded = (ffi, lib)
-        except ImportError:
-            _loaded = None
-    return _loaded
+    return _HELPERS.get()

@@ -35,7 +35,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("model", "decode", "archive", "synth"),
     ("config", "charts"),
     ("supervisor",),
-    ("modality", "units", "errors", "fsio", "release", "backoff"),
+    ("modality", "units", "errors", "fsio", "release", "backoff", "optional"),
 ]
 TORCH_ALLOWED = ("data", "nn")
 TORCH_NAMES = ("torch", "torchvision", "torchaudio")
