@@ -21,8 +21,10 @@ can outlive that moment, and what is done:
 
 Waiting releases are looked at by :func:`sweep`, which runs as buffers are taken and
 received, and before each fork: what waited for a child that has ended since is released
-then, and the new child inherits none of it (its mapping, its descriptor). The module's
-lock is never held across a fork.
+then, and the new child inherits none of it (its mapping, its descriptor). Each thread's
+forks under way are its own (another thread's fork may run its hooks between this one's
+``fork()`` and its after-hooks). A child makes the module's lock anew: another thread, or a
+fork from a collection inside a sweep, may hold it at the fork.
 """
 
 from __future__ import annotations
@@ -165,7 +167,9 @@ def sweep() -> None:
         _release(entry)
 
 
-_under_way: list[tuple[int, int, mmap.mmap | None]] = []  # forks being made, innermost last
+_UnderWay = tuple[int, int, "mmap.mmap | None"]  # a fork being made: read end, write end, box
+_under_way: dict[int, list[_UnderWay]] = {}  # per thread (its own only), innermost last
+_NONE_UNDER_WAY: _UnderWay = (-1, -1, None)
 
 
 def _before_fork() -> None:
@@ -174,12 +178,29 @@ def _before_fork() -> None:
     except OSError:  # out of descriptors: what is watched now is kept for good
         read_end = write_end = -1
     box = mmap.mmap(-1, 8) if read_end >= 0 else None  # shared: the child writes its id
-    _under_way.append((read_end, write_end, box))
+    _under_way.setdefault(threading.get_ident(), []).append((read_end, write_end, box))
     sweep()  # what waited for an ended child: released, so the new child inherits none of it
 
 
+def _this_threads_fork() -> _UnderWay:
+    """The fork this thread is making (its innermost), taken off the list.
+
+    Per thread: another thread's fork made meanwhile (its hooks run between this thread's
+    fork and its after-hooks) must not take this one's pipe, whose write end only this
+    fork's child holds.
+    """
+    me = threading.get_ident()
+    stack = _under_way.get(me)
+    if not stack:
+        return _NONE_UNDER_WAY  # its before-hook failed: what is watched is kept for good
+    taken = stack.pop()
+    if not stack:
+        del _under_way[me]
+    return taken
+
+
 def _after_in_parent() -> None:
-    read_end, write_end, box = _under_way.pop()
+    read_end, write_end, box = _this_threads_fork()
     if write_end >= 0:
         os.close(write_end)
     fork = _Fork(read_end, box) if read_end >= 0 else _NEVER
@@ -195,18 +216,35 @@ def _after_in_parent() -> None:
 def _after_in_child() -> None:
     global _lock
     _lock = threading.RLock()  # another thread may have held it at the fork
-    read_end, _, box = _under_way.pop()
+    read_end, _, box = _this_threads_fork()
     if box is not None:
         os.close(read_end)  # the write end stays open: its end tells the parent
         box[:8] = os.getpid().to_bytes(8, "little")
-    for outer, _, _ in _under_way:  # a fork inside a fork's hooks: the outer read ends
-        if outer >= 0:
-            os.close(outer)
+    _forget_other_forks()
     for entry in list(_watched.values()):  # inherited: never released, mapped to the end
         for fork in entry.forks:
             if not fork.over and fork.fd >= 0:
                 fork.over = True
                 os.close(fork.fd)  # the parent's read ends are no business of this process
+
+
+def _forget_other_forks() -> None:
+    """In a child: the pipes of the other forks under way are no business of this process.
+
+    Other threads' (they do not run here) are closed and forgotten. This thread's outer
+    ones (a fork inside a fork's hooks) are closed and kept as failed, so their after-hooks,
+    which run here too, keep what is watched for good.
+    """
+    me = threading.get_ident()
+    for thread, stack in list(_under_way.items()):
+        for read_end, write_end, _ in stack:
+            for fd in (read_end, write_end):
+                if fd >= 0:
+                    os.close(fd)
+        if thread == me:
+            _under_way[me] = [_NONE_UNDER_WAY] * len(stack)
+        else:
+            del _under_way[thread]
 
 
 if hasattr(os, "register_at_fork"):
