@@ -6,8 +6,10 @@ PyTorch's own path) passes, so what breaks is the pool's doing.
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -237,13 +239,21 @@ def test_a_batch_too_big_for_the_bound_keeps_the_other_sizes() -> None:
 # --- 4. Forks of the main process retire worker buffers for good --------------------------------
 
 
+def _buffer_fds(pid: int) -> Iterator[Path]:
+    """The descriptors of process ``pid`` that are pool buffers."""
+    for f in Path(f"/proc/{pid}/fd").iterdir():
+        try:
+            if "cdml-edge-batch" in os.readlink(f):
+                yield f
+        except OSError:
+            pass
+
+
 def _stuck_buffers(pid: int) -> tuple[int, int]:
     """The pool buffers of ``pid`` sent and never released, read from their counters; all."""
     seen: dict[int, bool] = {}
-    for f in Path(f"/proc/{pid}/fd").iterdir():
+    for f in _buffer_fds(pid):
         try:
-            if "cdml-edge-batch" not in os.readlink(f):
-                continue
             with open(f, "rb") as fh:
                 fh.seek(-64, os.SEEK_END)
                 _held, sent, released = np.frombuffer(fh.read(24), np.uint64)
@@ -275,12 +285,9 @@ def test_forks_of_the_main_process_do_not_use_up_the_workers_pool(pool_pets: Pat
 def _buffer_inodes(pid: int) -> set[int]:
     """The pool buffers ``pid`` holds a descriptor of, by inode."""
     inodes = set()
-    for f in Path(f"/proc/{pid}/fd").iterdir():
-        try:
-            if "cdml-edge-batch" in os.readlink(f):
-                inodes.add(f.stat().st_ino)
-        except OSError:
-            pass
+    for f in _buffer_fds(pid):
+        with contextlib.suppress(OSError):
+            inodes.add(f.stat().st_ino)
     return inodes
 
 
