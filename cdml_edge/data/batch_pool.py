@@ -11,7 +11,9 @@ it was sent to:
   ``released`` (counted by the receiver when its last tensor over it is freed). A buffer is
   free when ``held == 0`` and ``sent == released``; each counter is written by one process
   only, so none needs an atomic update. When a tensor's memory is over:
-  :mod:`cdml_edge.data.buffer_release`.
+  :mod:`cdml_edge.data.buffer_release`. Three more words serve the receiver's kept
+  mappings (:mod:`cdml_edge.data.kept_mappings`): ``kept`` (the receiver keeps it mapped),
+  ``retired`` (this pool forgot it) and the buffer's identity, a random word.
 * In a DataLoader worker the buffers are shared memory (``memfd_create``) and a batch is
   sent to the main process as its descriptor (:mod:`cdml_edge.data.batch_send`), as
   PyTorch's default ``file_descriptor`` sharing strategy sends a tensor; there it is mapped,
@@ -40,8 +42,10 @@ from cdml_edge.data import buffer_release
 
 MAX_PER_SIZE = 8  # a worker's batches in flight: prefetch, the loop's two, pinning, one filled
 MAX_SIZES = 4  # batch sizes kept (the last batch of an epoch is another)
-HEADER = 64  # held, sent, released: three uint64 after the data, 64-byte aligned
+HEADER = 64  # the counters after the data, 64-byte aligned
 HELD, SENT, RELEASED = 0, 1, 2
+KEPT, RETIRED, IDENT = 3, 4, 5  # see cdml_edge.data.kept_mappings
+COUNTERS = 6
 _DEFAULT_MIB = 256
 
 
@@ -82,7 +86,8 @@ class Slot:
             self.mm = mmap.mmap(self.fd, self.size)
         else:
             self.mm = mmap.mmap(-1, self.size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
-        self.counters = np.frombuffer(self.mm, np.uint64, 3, self.offset)
+        self.counters = np.frombuffer(self.mm, np.uint64, COUNTERS, self.offset)
+        self.counters[IDENT] = int.from_bytes(os.urandom(8), "little")
         self.address = int(np.frombuffer(self.mm, np.uint8, 1).ctypes.data)
 
     def __del__(self) -> None:
@@ -92,7 +97,7 @@ class Slot:
 
     def free(self) -> bool:
         """Whether no tensor of this process holds it and every one sent was released."""
-        held, sent, released = (int(v) for v in self.counters)
+        held, sent, released = (int(v) for v in self.counters[:3])
         return held == 0 and sent == released
 
     def tensor(self, shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
@@ -153,7 +158,9 @@ class BufferPool:
             if fits:
                 break
             if nbytes != keep:  # their tensors keep what is still in use alive
-                self._bytes -= sum(s.size for s in self._slots.pop(nbytes))
+                for forgotten in self._slots.pop(nbytes):
+                    forgotten.counters[RETIRED] = 1  # a receiver need not keep it mapped
+                    self._bytes -= forgotten.size
         return self._bytes + size <= self.max_bytes
 
     def slot_of(self, tensor: torch.Tensor) -> Slot | None:

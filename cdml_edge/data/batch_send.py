@@ -5,13 +5,14 @@ Multiprocessing's pickler (what the DataLoader's queues use) sends it as the buf
 descriptor with the tensor's shape, strides and offset; the main process maps the buffer
 (:func:`rebuild`) and counts a release in it once its tensor's memory is over
 (:mod:`cdml_edge.data.buffer_release`), after which the worker may take the buffer again.
-Any other pickling (``torch.save``, ``pickle.dumps``, a deep copy) sees a plain tensor.
+The main process keeps the mapping for the buffer's next batch, which then comes without
+a descriptor (:mod:`cdml_edge.data.kept_mappings`). Any other pickling (``torch.save``,
+``pickle.dumps``, a deep copy) sees a plain tensor.
 """
 
 from __future__ import annotations
 
 import functools
-import mmap
 import os
 import threading
 from multiprocessing.reduction import DupFd, ForkingPickler
@@ -23,15 +24,21 @@ from torch.multiprocessing.reductions import reduce_tensor
 
 from cdml_edge.data import buffer_release
 from cdml_edge.data.batch_pool import (
+    COUNTERS,
     HEADER,
+    IDENT,
+    KEPT,
     RELEASED,
+    RETIRED,
     SENT,
     Slot,
     in_worker,
     numpy_dtype,
     pool,
 )
+from cdml_edge.data.kept_mappings import kept_mappings
 from cdml_edge.data.marked_tensor import MarkedTensor
+from cdml_edge.data.shared_mapping import Mapping, map_shared
 
 
 class PooledBatch(MarkedTensor):
@@ -51,7 +58,12 @@ def hand_over(images: torch.Tensor) -> torch.Tensor:
 
 
 def _reduce_pooled(batch: PooledBatch) -> Any:
-    """Multiprocessing's pickling of a :class:`PooledBatch`: the descriptor, or as PyTorch."""
+    """Multiprocessing's pickling of a :class:`PooledBatch`: the buffer, or as PyTorch.
+
+    The buffer's descriptor goes along unless the receiver keeps the buffer mapped
+    (:mod:`cdml_edge.data.kept_mappings`); its identity, this process and the descriptor's
+    number always do.
+    """
     slot = batch._slot
     plain = batch.as_subclass(torch.Tensor)
     storage = plain.untyped_storage()
@@ -60,35 +72,69 @@ def _reduce_pooled(batch: PooledBatch) -> Any:
     dtype = str(numpy_dtype(plain.dtype))
     slot.counters[SENT] += 1  # before it leaves: the buffer stays taken until released
     layout = (tuple(plain.shape), plain.stride(), plain.storage_offset())
-    return rebuild, (DupFd(slot.fd), slot.size, slot.nbytes, dtype, layout)
+    fd = None if slot.counters[KEPT] else DupFd(slot.fd)
+    buffer = (int(slot.counters[IDENT]), os.getpid(), slot.fd, slot.size, slot.nbytes)
+    return rebuild, (fd, buffer, dtype, layout)
 
 
 ForkingPickler.register(PooledBatch, _reduce_pooled)
 
 _count_lock = threading.Lock()
 
+_Buffer = tuple[int, int, int, int, int]  # identity, sender, its descriptor's number, sizes
+
 
 def rebuild(
-    fd: Any, size: int, nbytes: int, dtype: str, layout: tuple[tuple[int, ...], Any, int]
+    fd: Any, buffer: _Buffer, dtype: str, layout: tuple[tuple[int, ...], Any, int]
 ) -> torch.Tensor:
     """The receiving side of :class:`PooledBatch`: the buffer mapped, released when over."""
-    fileno = fd.detach()
-    try:
-        mm = mmap.mmap(fileno, size)
-    finally:
-        os.close(fileno)
-    counters = np.frombuffer(mm, np.uint64, 3, size - HEADER)
+    ident, sender, _, size, nbytes = buffer
+    fileno = fd.detach() if fd is not None else -1  # always taken: the sender let it go
+    kept = kept_mappings().take(ident)
+    if kept is not None:
+        if fileno >= 0:
+            os.close(fileno)
+        mm = kept.mm
+    else:
+        mm = _mapped(fileno, buffer)
+        kept = kept_mappings().add(ident, mm, sender)
+    counters = np.frombuffer(memoryview(mm), np.uint64, COUNTERS, size - HEADER)
+    if kept is not None:
+        counters[KEPT] = kept_mappings().token
     np_dtype = np.dtype(dtype)
-    arr = np.frombuffer(mm, np_dtype, nbytes // np_dtype.itemsize)
+    arr = np.frombuffer(memoryview(mm), np_dtype, nbytes // np_dtype.itemsize)
     flat = torch.from_numpy(arr)
-    buffer_release.watch(arr, flat, functools.partial(_count_release, counters), shared=True)
+    release = functools.partial(_count_release, counters, ident if kept is not None else 0)
+    buffer_release.watch(arr, flat, release, shared=True)
     buffer_release.sweep()
     shape, stride, offset = layout
     return flat.as_strided(shape, stride, offset)
 
 
-def _count_release(counters: np.ndarray) -> None:
+def _mapped(fileno: int, buffer: _Buffer) -> Mapping:
+    """The buffer mapped from its descriptor, or opened through its sender's ``/proc``."""
+    ident, sender, number, size, _ = buffer
+    if fileno < 0:  # kept by another process: open it where the sender holds it
+        try:
+            fileno = os.open(f"/proc/{sender}/fd/{number}", os.O_RDWR | os.O_CLOEXEC)
+        except OSError as e:
+            raise RuntimeError(
+                f"a batch buffer of process {sender} is kept mapped by another process and "
+                f"cannot be opened here: {e}"
+            ) from e
+    try:
+        mm = map_shared(fileno, size)
+    finally:
+        os.close(fileno)
+    if int(np.frombuffer(memoryview(mm), np.uint64, 1, size - HEADER + 8 * IDENT)[0]) != ident:
+        raise RuntimeError(f"process {sender}'s descriptor {number} is no longer its batch buffer")
+    return mm
+
+
+def _count_release(counters: np.ndarray, ident: int) -> None:
     with _count_lock:
+        if ident:  # before the count: the sender may send it again at once
+            kept_mappings().release(ident, retired=bool(counters[RETIRED]))
         counters[RELEASED] += 1
 
 

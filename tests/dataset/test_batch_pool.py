@@ -162,12 +162,13 @@ def _worker_pids(loader: DataLoader) -> list[int]:
     return [w.pid for w in workers]
 
 
-def _memfds(pid: int) -> int:
+def _memfds(pid: int, inherited: set[int]) -> int:
     """The pool buffers (memfds; a mapping holds a descriptor of its own) ``pid`` made.
 
-    Not those it inherited from this process (a forked worker keeps its parent's).
+    Not ``inherited``, this process's when the worker started (a forked worker keeps its
+    parent's); this process keeps descriptors of the workers' buffers too.
     """
-    return len(_memfd_inodes(pid) - _memfd_inodes(os.getpid()))
+    return len(_memfd_inodes(pid) - inherited)
 
 
 def _memfd_inodes(pid: int) -> set[int]:
@@ -189,6 +190,7 @@ def test_kept_batches_stay_intact_and_free_buffers_are_used_again(
     """Two workers, four epochs: batches kept are never overwritten; the rest are reused."""
     ds = CDMLStreamDataset(pets, is_image=True, target_size=(20, 14), image_dtype=dtype)
     ref = [x.clone() for x in DataLoader(ds, batch_size=2, collate_fn=collate_fn)]
+    inherited = _memfd_inodes(os.getpid())
     loader = DataLoader(
         ds, batch_size=2, num_workers=2, persistent_workers=True, collate_fn=collate_fn
     )
@@ -197,7 +199,7 @@ def test_kept_batches_stay_intact_and_free_buffers_are_used_again(
         for k, x in enumerate(loader):
             assert type(x) is torch.Tensor and torch.equal(x, ref[k])
     assert all(torch.equal(x, r) for x, r in zip(kept, ref, strict=True))
-    buffers = [_memfds(pid) for pid in _worker_pids(loader)]
+    buffers = [_memfds(pid, inherited) for pid in _worker_pids(loader)]
     batches = 4 * len(ref) // 2  # per worker
     assert all(0 < n <= MAX_PER_SIZE for n in buffers) and sum(buffers) < 2 * batches
     del loader
@@ -210,9 +212,10 @@ def test_workers_keep_pytorchs_path_under_the_file_system_strategy(pets: Path) -
     before = torch.multiprocessing.get_sharing_strategy()
     torch.multiprocessing.set_sharing_strategy("file_system")
     try:
+        inherited = _memfd_inodes(os.getpid())
         loader = DataLoader(ds, batch_size=2, num_workers=2, persistent_workers=True)
         kept = list(loader)
-        assert [_memfds(pid) for pid in _worker_pids(loader)] == [0, 0]
+        assert [_memfds(pid, inherited) for pid in _worker_pids(loader)] == [0, 0]
         del loader
     finally:
         torch.multiprocessing.set_sharing_strategy(before)

@@ -1,0 +1,210 @@
+"""A worker's batch buffers stay mapped in the receiving process from one batch to the next.
+
+A worker's pool hands the same few buffers out again batch after batch
+(:mod:`cdml_edge.data.batch_pool`). Mapped anew for every batch, each batch cost the main
+process a descriptor fetched from the worker (multiprocessing's resource sharer: a
+connection, an authentication, a thread woken in the worker), an ``mmap`` and, as the
+batch is read, a page fault per page: 13-14 µs per 224-px uint8 image, four times that in
+float32. Kept mapped, a batch that comes back in a buffer seen before costs none of that.
+
+* **Who keeps what.** The receiver keeps a buffer's mapping after its batch is released
+  and writes its own token into the buffer's header (``kept``); the worker sends no
+  descriptor for a buffer so marked, only its identity (a random word in the header). A
+  receiver that does not keep it (another process, or this one over its bound) opens it
+  through ``/proc/<worker>/fd/<n>`` instead.
+* **Bound.** ``CDML_EDGE_BATCH_MAPPINGS_MIB`` (default 1024, ``0``: none kept) of
+  mappings per process. While the workers live their pages are theirs anyway; the bound
+  holds what is kept of workers that ended before anything here noticed. When full, a new
+  buffer is mapped for its batch only, as before.
+* **Forgotten** once its worker has ended (seen through a ``pidfd``, on each new mapping,
+  each release and before each fork), or once the worker's pool forgot the buffer
+  (``retired`` in the header).
+* **Forks.** A mapping kept while no batch uses it is not passed to a forked child
+  (``MADV_DONTFORK``, set before each fork): the child, a DataLoader worker of the next
+  epoch say, would otherwise hold those buffers, and the parent's batches held at the fork
+  would wait for it (:mod:`cdml_edge.data.buffer_release`). A mapping a batch uses at the
+  fork is passed on, as before. A child starts with nothing kept.
+"""
+
+from __future__ import annotations
+
+import os
+import select
+import threading
+from dataclasses import dataclass
+
+from cdml_edge.data.shared_mapping import Mapping, pass_to_children
+
+_DEFAULT_MIB = 1024
+_ENV = "CDML_EDGE_BATCH_MAPPINGS_MIB"
+
+
+def bound_bytes() -> int:
+    """The bound in bytes from ``CDML_EDGE_BATCH_MAPPINGS_MIB`` (0: nothing kept)."""
+    raw = os.environ.get(_ENV, "").strip()
+    try:
+        mib = int(raw) if raw else _DEFAULT_MIB
+    except ValueError:
+        raise ValueError(f"{_ENV} must be a whole number, got {raw!r}") from None
+    if mib < 0:
+        raise ValueError(f"{_ENV} must be >= 0, got {raw!r}")
+    return mib * 1024 * 1024
+
+
+def _token() -> int:
+    return int.from_bytes(os.urandom(8), "little") | 1  # never 0: 0 is "kept by none"
+
+
+@dataclass
+class Kept:
+    """A buffer's mapping kept here; ``in_use`` while a batch over it lives."""
+
+    mm: Mapping
+    sender: int
+    in_use: bool = True
+    forkable: bool = True
+
+
+class _Sender:
+    """A worker whose buffers are kept here, and whether it has ended."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        try:
+            self.fd = os.pidfd_open(pid)
+        except (AttributeError, OSError):  # no pidfd here, or it has ended already
+            self.fd = -1
+
+    def ended(self) -> bool:
+        if self.fd < 0:
+            try:
+                os.kill(self.pid, 0)
+            except ProcessLookupError:
+                return True
+            except OSError:
+                return False
+            return False
+        return bool(select.select([self.fd], [], [], 0)[0])
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+
+class KeptMappings:
+    """The buffers kept mapped by this process, keyed by their identity."""
+
+    def __init__(self, max_bytes: int) -> None:
+        self.max_bytes = max_bytes
+        self.token = _token()
+        self.hits = 0
+        self.misses = 0
+        self._kept: dict[int, Kept] = {}
+        self._senders: dict[int, _Sender] = {}
+        self._bytes = 0
+        self._lock = threading.RLock()  # a collection inside may release a batch
+
+    def take(self, ident: int) -> Kept | None:
+        """The kept mapping of buffer ``ident``, now in use; None if none is kept here."""
+        with self._lock:
+            kept = self._kept.get(ident)
+            if kept is None or kept.in_use:
+                self.misses += 1
+                return None
+            kept.in_use = True
+            if not kept.forkable:
+                pass_to_children(kept.mm, True)
+                kept.forkable = True
+            self.hits += 1
+            return kept
+
+    def add(self, ident: int, mm: Mapping, sender: int) -> Kept | None:
+        """Keep ``mm`` (in use now) if the bound allows; None if not kept."""
+        with self._lock:
+            self._forget_ended()
+            if ident in self._kept or self._bytes + len(mm) > self.max_bytes:
+                return None
+            if sender not in self._senders:
+                self._senders[sender] = _Sender(sender)
+            kept = self._kept[ident] = Kept(mm, sender)
+            self._bytes += len(mm)
+            return kept
+
+    def release(self, ident: int, retired: bool) -> None:
+        """The batch over buffer ``ident`` is over: kept for the next, or forgotten."""
+        with self._lock:
+            kept = self._kept.get(ident)
+            if kept is None:
+                return
+            kept.in_use = False
+            if retired:
+                self._forget(ident)
+            self._forget_ended()
+
+    def before_fork(self) -> None:
+        """Keep the unused mappings out of the child; forget those of ended workers."""
+        with self._lock:
+            self._forget_ended()
+            for kept in self._kept.values():
+                if not kept.in_use and kept.forkable:
+                    pass_to_children(kept.mm, False)
+                    kept.forkable = False
+
+    def in_child(self) -> list[Mapping]:
+        """After a fork, in the child: every mapping handed back, never to be unmapped here.
+
+        Those kept out of the child are not mapped in it: unmapping them could unmap what
+        the child mapped at the same address since.
+        """
+        for sender in self._senders.values():
+            sender.close()
+        return [kept.mm for kept in self._kept.values()]
+
+    def _forget_ended(self) -> None:
+        ended = [pid for pid, s in self._senders.items() if s.ended()]
+        for ident, kept in list(self._kept.items()):
+            if kept.sender in ended and not kept.in_use:
+                self._forget(ident)
+        for pid in ended:
+            if not any(k.sender == pid for k in self._kept.values()):
+                self._senders.pop(pid).close()
+
+    def _forget(self, ident: int) -> None:
+        kept = self._kept.pop(ident)
+        self._bytes -= len(kept.mm)  # unmapped once the last array over it is gone
+
+    def __len__(self) -> int:
+        return len(self._kept)
+
+
+_KEPT: KeptMappings | None = None
+_in_children: list[Mapping] = []  # a child's inherited ones: never unmapped there
+_lock = threading.Lock()
+
+
+def kept_mappings() -> KeptMappings:
+    """This process's kept mappings."""
+    global _KEPT
+    if _KEPT is None:
+        with _lock:
+            if _KEPT is None:
+                _KEPT = KeptMappings(bound_bytes())
+    return _KEPT
+
+
+def _before_fork() -> None:
+    if _KEPT is not None:
+        _KEPT.before_fork()
+
+
+def _after_in_child() -> None:
+    global _KEPT, _lock
+    _lock = threading.Lock()
+    if _KEPT is not None:
+        _in_children.extend(_KEPT.in_child())
+        _KEPT = None
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(before=_before_fork, after_in_child=_after_in_child)

@@ -1,0 +1,203 @@
+"""A worker's batch buffers stay mapped in the main process from one batch to the next."""
+
+from __future__ import annotations
+
+import gc
+import pickle
+from collections.abc import Iterator
+from multiprocessing.reduction import ForkingPickler
+from pathlib import Path
+
+import pytest
+import torch
+from helpers.dataset_data import class_images, write
+from helpers.forked import in_a_child
+from torch.utils.data import DataLoader
+
+from cdml_edge import CDMLStreamDataset
+from cdml_edge.data import batch_send, buffer_release, collate, kept_mappings
+from cdml_edge.data.batch_pool import IDENT, KEPT, MAX_PER_SIZE, RETIRED, BufferPool
+from cdml_edge.data.batch_send import PooledBatch
+
+SHAPE = (4, 3, 16, 16)
+NBYTES = 4 * 3 * 16 * 16
+PATTERN = torch.arange(NBYTES).reshape(SHAPE).remainder(251).to(torch.uint8)
+
+
+@pytest.fixture(scope="module")
+def pets(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return write(tmp_path_factory.mktemp("kept") / "pets.zip", class_images(6))
+
+
+@pytest.fixture
+def fresh(monkeypatch: pytest.MonkeyPatch) -> Iterator[kept_mappings.KeptMappings]:
+    """This process's kept mappings, new for the test (the default bound)."""
+    kept = kept_mappings.KeptMappings(kept_mappings.bound_bytes())
+    monkeypatch.setattr(kept_mappings, "_KEPT", kept)
+    yield kept
+
+
+def _mapped_buffers(pid: int | str = "self") -> int:
+    """Pool buffers mapped in a process."""
+    maps = Path(f"/proc/{pid}/maps").read_text()
+    return sum(buffer_release.MEMFD_NAME.decode() in line for line in maps.splitlines())
+
+
+def _loader(pets: Path, **kw: object) -> tuple[DataLoader, list[torch.Tensor]]:
+    ds = CDMLStreamDataset(pets, is_image=True, target_size=(20, 14), image_dtype="uint8")
+    ref = [x.clone() for x in DataLoader(ds, batch_size=2, collate_fn=collate)]
+    loader = DataLoader(ds, batch_size=2, num_workers=2, collate_fn=collate, **kw)  # type: ignore[arg-type]
+    return loader, ref
+
+
+def test_a_workers_buffers_stay_mapped_from_one_batch_to_the_next(
+    pets: Path, fresh: kept_mappings.KeptMappings
+) -> None:
+    loader, ref = _loader(pets, persistent_workers=True)
+    for _ in range(4):
+        for k, x in enumerate(loader):
+            assert torch.equal(x, ref[k])
+    batches = 4 * len(ref)
+    assert fresh.misses <= 2 * MAX_PER_SIZE  # a mapping per buffer, not per batch
+    assert fresh.hits == batches - fresh.misses and fresh.hits > batches // 2
+    assert 0 < len(fresh) == fresh.misses
+    del loader, x
+
+
+def test_the_buffers_of_ended_workers_are_unmapped(
+    pets: Path, fresh: kept_mappings.KeptMappings
+) -> None:
+    before = _mapped_buffers()
+    loader, ref = _loader(pets)
+    for _ in range(2):  # workers anew each epoch: the first epoch's forgotten
+        batches = list(loader)
+        assert all(torch.equal(x, r) for x, r in zip(batches, ref, strict=True))
+        assert len(fresh) > 0
+    assert _mapped_buffers() > before
+    del batches, loader
+    gc.collect()
+    buffer_release.sweep()
+    assert len(fresh) == 0 and fresh._senders == {}
+    assert _mapped_buffers() == before
+
+
+def test_a_child_gets_the_batches_in_use_and_not_the_buffers_kept_unused(
+    pets: Path, fresh: kept_mappings.KeptMappings
+) -> None:
+    loader, ref = _loader(pets, persistent_workers=True)
+    held: list[torch.Tensor] = []
+    for _ in range(2):
+        held[:] = list(loader)[:1]  # one batch in use, the others' buffers kept unused
+    assert len(fresh) >= 3
+    before = _mapped_buffers()
+
+    def child() -> bool:  # the held batch is there and intact, the unused buffers are not
+        return _mapped_buffers() <= before - len(fresh) + 1 and torch.equal(held[0], ref[0])
+
+    assert in_a_child(child) == 0
+    for _ in range(2):  # the parent's kept mappings serve on, passed to children again
+        for k, x in enumerate(loader):
+            assert torch.equal(x, ref[k])
+    assert in_a_child(lambda: torch.equal(held[0], ref[0])) == 0
+    del loader, x
+    held.clear()
+
+
+def _sent(pool: BufferPool) -> tuple[bytes, object]:
+    """A pool buffer filled and pickled as a worker sends it; the worker's tensor dropped."""
+    taken = pool.take(SHAPE, torch.uint8)
+    assert taken is not None
+    images = taken[0]
+    images.copy_(PATTERN)
+    slot = pool.slot_of(images)
+    assert slot is not None
+    batch = images.as_subclass(PooledBatch)
+    batch._slot = slot
+    data = bytes(ForkingPickler.dumps(batch))
+    del images, batch
+    return data, slot
+
+
+def test_a_kept_buffer_is_sent_without_its_descriptor(
+    fresh: kept_mappings.KeptMappings,
+) -> None:
+    pool = BufferPool(1 << 30, shared=True)
+    data, slot = _sent(pool)
+    received = pickle.loads(data)
+    assert torch.equal(received, PATTERN) and slot.counters[KEPT] == fresh.token  # type: ignore[attr-defined]
+    del received
+    taken = pool.take(SHAPE, torch.uint8)
+    assert taken is not None and not taken[1]  # the same buffer again
+    batch = taken[0].as_subclass(PooledBatch)
+    batch._slot = slot  # type: ignore[assignment]
+    _, (fd, *_rest) = batch_send._reduce_pooled(batch)
+    assert fd is None  # no descriptor: the receiver has it mapped
+
+
+def test_a_buffer_another_process_keeps_is_opened_through_proc(
+    fresh: kept_mappings.KeptMappings,
+) -> None:
+    pool = BufferPool(1 << 30, shared=True)
+    taken = pool.take(SHAPE, torch.uint8)
+    assert taken is not None
+    images = taken[0]
+    images.copy_(PATTERN)
+    slot = pool.slot_of(images)
+    assert slot is not None
+    slot.counters[KEPT] = 12345  # kept by some other receiver
+    batch = images.as_subclass(PooledBatch)
+    batch._slot = slot
+    fn, (fd, buffer, dtype, layout) = batch_send._reduce_pooled(batch)
+    assert fd is None
+    received = fn(fd, buffer, dtype, layout)
+    assert torch.equal(received, PATTERN) and fresh.misses == 1
+    ident, sender, number, size, nbytes = buffer
+    with pytest.raises(RuntimeError, match=f"process {sender}'s descriptor {number} is no longer"):
+        fn(None, (ident ^ 1, sender, number, size, nbytes), dtype, layout)
+    with pytest.raises(RuntimeError, match="cannot be opened here"):
+        fn(None, (ident ^ 1, sender, 99999, size, nbytes), dtype, layout)
+
+
+def test_a_buffer_its_pool_retired_is_forgotten_at_its_release(
+    fresh: kept_mappings.KeptMappings,
+) -> None:
+    pool = BufferPool(1 << 30, shared=True)
+    data, slot = _sent(pool)
+    received = pickle.loads(data)
+    assert len(fresh) == 1
+    slot.counters[RETIRED] = 1  # type: ignore[attr-defined]
+    del received
+    assert len(fresh) == 0
+    data, other = _sent(BufferPool(1 << 30, shared=True))
+    received = pickle.loads(data)
+    del received
+    assert len(fresh) == 1  # not retired: kept
+    assert int(other.counters[IDENT]) in fresh._kept  # type: ignore[attr-defined]
+
+
+def test_over_the_bound_each_batch_is_mapped_for_itself(
+    pets: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    none_kept = kept_mappings.KeptMappings(0)
+    monkeypatch.setattr(kept_mappings, "_KEPT", none_kept)
+    loader, ref = _loader(pets, persistent_workers=True)
+    for _ in range(3):
+        for k, x in enumerate(loader):
+            assert torch.equal(x, ref[k])
+    assert none_kept.hits == 0 and none_kept.misses == 3 * len(ref) and len(none_kept) == 0
+    del loader, x
+
+
+@pytest.mark.parametrize("raw, expected", [("", 1024 << 20), ("0", 0), (" 64 ", 64 << 20)])
+def test_the_bound_from_the_environment(
+    monkeypatch: pytest.MonkeyPatch, raw: str, expected: int
+) -> None:
+    monkeypatch.setenv("CDML_EDGE_BATCH_MAPPINGS_MIB", raw)
+    assert kept_mappings.bound_bytes() == expected
+
+
+@pytest.mark.parametrize("raw", ["-1", "lots", "1.5"])
+def test_a_bad_bound_is_refused(monkeypatch: pytest.MonkeyPatch, raw: str) -> None:
+    monkeypatch.setenv("CDML_EDGE_BATCH_MAPPINGS_MIB", raw)
+    with pytest.raises(ValueError, match="CDML_EDGE_BATCH_MAPPINGS_MIB"):
+        kept_mappings.bound_bytes()
