@@ -17,7 +17,8 @@ it was sent to:
 * In a DataLoader worker the buffers are shared memory (``memfd_create``) and a batch is
   sent to the main process as its descriptor (:mod:`cdml_edge.data.batch_send`), as
   PyTorch's default ``file_descriptor`` sharing strategy sends a tensor; there it is mapped,
-  not copied, and holds a descriptor while it lives, as with that strategy. Under
+  not copied, and kept mapped for the buffer's next batch
+  (:mod:`cdml_edge.data.kept_mappings`), which then comes without a descriptor. Under
   ``file_system`` workers keep PyTorch's own path. In any other process the buffers are
   private memory.
 
