@@ -79,7 +79,7 @@ def _reduce_pooled(batch: PooledBatch) -> Any:
 
 ForkingPickler.register(PooledBatch, _reduce_pooled)
 
-_count_lock = threading.Lock()
+_count_lock = threading.RLock()  # a collection inside may release another batch
 
 _Buffer = tuple[int, int, int, int, int]  # identity, sender, its descriptor's number, sizes
 
@@ -140,7 +140,7 @@ def _count_release(counters: np.ndarray, ident: int) -> None:
 
 def _new_count_lock() -> None:
     global _count_lock
-    _count_lock = threading.Lock()  # another thread may have held it at the fork
+    _count_lock = threading.RLock()  # another thread may have held it at the fork
 
 
 if hasattr(os, "register_at_fork"):

@@ -146,7 +146,7 @@ class KeptMappings:
         """Keep the unused mappings out of the child; forget those of ended workers."""
         with self._lock:
             self._forget_ended()
-            for kept in self._kept.values():
+            for kept in list(self._kept.values()):
                 if not kept.in_use and kept.forkable:
                     pass_to_children(kept.mm, False)
                     kept.forkable = False
@@ -157,22 +157,29 @@ class KeptMappings:
         Those kept out of the child are not mapped in it: unmapping them could unmap what
         the child mapped at the same address since.
         """
-        for sender in self._senders.values():
+        for sender in list(self._senders.values()):
             sender.close()
-        return [kept.mm for kept in self._kept.values()]
+        return [kept.mm for kept in list(self._kept.values())]
 
     def _forget_ended(self) -> None:
-        ended = [pid for pid, s in self._senders.items() if s.ended()]
+        # Snapshots throughout: a collection inside may release a batch, which comes here.
+        ended = [pid for pid, s in list(self._senders.items()) if s.ended()]
+        if not ended:
+            return
         for ident, kept in list(self._kept.items()):
             if kept.sender in ended and not kept.in_use:
                 self._forget(ident)
+        still = {k.sender for k in list(self._kept.values())}
         for pid in ended:
-            if not any(k.sender == pid for k in self._kept.values()):
-                self._senders.pop(pid).close()
+            if pid not in still:
+                sender = self._senders.pop(pid, None)
+                if sender is not None:
+                    sender.close()
 
     def _forget(self, ident: int) -> None:
-        kept = self._kept.pop(ident)
-        self._bytes -= len(kept.mm)  # unmapped once the last array over it is gone
+        kept = self._kept.pop(ident, None)
+        if kept is not None:
+            self._bytes -= len(kept.mm)  # unmapped once the last array over it is gone
 
     def __len__(self) -> int:
         return len(self._kept)

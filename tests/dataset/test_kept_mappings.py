@@ -201,3 +201,38 @@ def test_a_bad_bound_is_refused(monkeypatch: pytest.MonkeyPatch, raw: str) -> No
     monkeypatch.setenv("CDML_EDGE_BATCH_MAPPINGS_MIB", raw)
     with pytest.raises(ValueError, match="CDML_EDGE_BATCH_MAPPINGS_MIB"):
         kept_mappings.bound_bytes()
+
+
+class _Cycle:
+    """Freed only by a collection."""
+
+    def __init__(self, batch: torch.Tensor) -> None:
+        self.batch = batch
+        self.me = self
+
+
+def _a_collection_inside_a_release_releases_the_others() -> bool:
+    kept = kept_mappings.kept_mappings()
+    pool = BufferPool(1 << 30, shared=True)
+    sent = [_sent(pool) for _ in range(4)]
+    received = [pickle.loads(data) for data, _ in sent]
+    for batch in received[1:]:
+        _Cycle(batch)  # garbage in a cycle: freed by the next collection
+    first = received[0]
+    del received, batch
+    real = kept.release
+
+    def collecting(ident: int, retired: bool) -> None:  # a collection falls in here
+        gc.collect()
+        real(ident, retired)
+
+    kept.release = collecting  # type: ignore[method-assign]
+    del first
+    kept.release = real  # type: ignore[method-assign]
+    gc.collect()
+    return all(slot.free() for _, slot in sent) and len(kept) == 4  # type: ignore[attr-defined]
+
+
+def test_a_collection_inside_a_release_releases_the_other_batches() -> None:
+    code = in_a_child(_a_collection_inside_a_release_releases_the_others, timeout=30)
+    assert code == 0

@@ -11,8 +11,10 @@ def _run(fn: Callable[[], bool]) -> None:
     os._exit(0 if fn() else 1)
 
 
-def in_a_child(fn: Callable[[], bool]) -> int:
+def in_a_child(fn: Callable[[], bool], timeout: float | None = None) -> int:
     """``fn()`` in a forked child: 0 when it returns True, 1 when False, -signal on a crash.
+
+    A child still running after ``timeout`` seconds (a hang) is killed: ``-SIGKILL``.
 
     A multiprocessing child, not a bare ``os.fork``: multiprocessing's after-fork hooks run
     in it (its descriptor sharer among them), so ``torch.multiprocessing`` works there.
@@ -20,6 +22,9 @@ def in_a_child(fn: Callable[[], bool]) -> int:
     """
     child = multiprocessing.get_context("fork").Process(target=_run, args=(fn,))
     child.start()
-    child.join()
+    child.join(timeout)
+    if child.exitcode is None:
+        child.kill()
+        child.join()
     assert child.exitcode is not None
     return child.exitcode
