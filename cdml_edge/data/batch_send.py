@@ -29,7 +29,6 @@ from cdml_edge.data.batch_pool import (
     IDENT,
     KEPT,
     RELEASED,
-    RETIRED,
     SENT,
     Slot,
     in_worker,
@@ -94,13 +93,13 @@ def rebuild(
     if kept is not None:
         if fileno >= 0:
             os.close(fileno)
-        mm = kept.mm
+        mm, counters = kept.mm, kept.counters
     else:
         mm = _mapped(fileno, buffer)
-        kept = kept_mappings().add(ident, mm, sender)
-    counters = np.frombuffer(memoryview(mm), np.uint64, COUNTERS, size - HEADER)
-    if kept is not None:
-        counters[KEPT] = kept_mappings().token
+        counters = np.frombuffer(memoryview(mm), np.uint64, COUNTERS, size - HEADER)
+        kept = kept_mappings().add(ident, mm, counters, sender)
+        if kept is not None:
+            counters[KEPT] = kept_mappings().token
     np_dtype = np.dtype(dtype)
     arr = np.frombuffer(memoryview(mm), np_dtype, nbytes // np_dtype.itemsize)
     flat = torch.from_numpy(arr)
@@ -134,7 +133,7 @@ def _mapped(fileno: int, buffer: _Buffer) -> Mapping:
 def _count_release(counters: np.ndarray, ident: int) -> None:
     with _count_lock:
         if ident:  # before the count: the sender may send it again at once
-            kept_mappings().release(ident, retired=bool(counters[RETIRED]))
+            kept_mappings().release(ident)
         counters[RELEASED] += 1
 
 

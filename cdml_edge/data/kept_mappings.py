@@ -16,9 +16,10 @@ float32. Kept mapped, a batch that comes back in a buffer seen before costs none
   mappings per process. While the workers live their pages are theirs anyway; the bound
   holds what is kept of workers that ended before anything here noticed. When full, a new
   buffer is mapped for its batch only, as before.
-* **Forgotten** once its worker has ended (seen through a ``pidfd``, on each new mapping,
-  each release and before each fork), or once the worker's pool forgot the buffer
-  (``retired`` in the header).
+* **Forgotten** once no batch uses it and its worker has ended (a thread asleep on the
+  workers' process descriptors wakes when one ends: :mod:`cdml_edge.data.process_ends`; without
+  ``pidfd``, looked at on each new mapping, release and fork), or its worker's pool forgot
+  it (``retired`` in the header, looked at on the same occasions).
 * **Forks.** A mapping kept while no batch uses it is not passed to a forked child
   (``MADV_DONTFORK``, set before each fork): the child, a DataLoader worker of the next
   epoch say, would otherwise hold those buffers, and the parent's batches held at the fork
@@ -29,10 +30,13 @@ float32. Kept mapped, a batch that comes back in a buffer seen before costs none
 from __future__ import annotations
 
 import os
-import select
 import threading
 from dataclasses import dataclass
 
+import numpy as np
+
+from cdml_edge.data.batch_pool import RETIRED
+from cdml_edge.data.process_ends import ProcessEnds
 from cdml_edge.data.shared_mapping import Mapping, pass_to_children
 
 _DEFAULT_MIB = 1024
@@ -57,39 +61,13 @@ def _token() -> int:
 
 @dataclass
 class Kept:
-    """A buffer's mapping kept here; ``in_use`` while a batch over it lives."""
+    """A buffer's mapping kept here, with its counters; ``in_use`` while a batch uses it."""
 
     mm: Mapping
+    counters: np.ndarray
     sender: int
     in_use: bool = True
     forkable: bool = True
-
-
-class _Sender:
-    """A worker whose buffers are kept here, and whether it has ended."""
-
-    def __init__(self, pid: int) -> None:
-        self.pid = pid
-        try:
-            self.fd = os.pidfd_open(pid)
-        except (AttributeError, OSError):  # no pidfd here, or it has ended already
-            self.fd = -1
-
-    def ended(self) -> bool:
-        if self.fd < 0:
-            try:
-                os.kill(self.pid, 0)
-            except ProcessLookupError:
-                return True
-            except OSError:
-                return False
-            return False
-        return bool(select.select([self.fd], [], [], 0)[0])
-
-    def close(self) -> None:
-        if self.fd >= 0:
-            os.close(self.fd)
-            self.fd = -1
 
 
 class KeptMappings:
@@ -101,7 +79,10 @@ class KeptMappings:
         self.hits = 0
         self.misses = 0
         self._kept: dict[int, Kept] = {}
-        self._senders: dict[int, _Sender] = {}
+        self._senders: set[int] = set()
+        self._unwatched: set[int] = set()  # no pidfd here: looked at with os.kill
+        self._ended: set[int] = set()
+        self._ends = ProcessEnds(self._sender_ended, "cdml-batch-senders")
         self._bytes = 0
         self._lock = threading.RLock()  # a collection inside may release a batch
 
@@ -119,33 +100,36 @@ class KeptMappings:
             self.hits += 1
             return kept
 
-    def add(self, ident: int, mm: Mapping, sender: int) -> Kept | None:
+    def add(self, ident: int, mm: Mapping, counters: np.ndarray, sender: int) -> Kept | None:
         """Keep ``mm`` (in use now) if the bound allows; None if not kept."""
         with self._lock:
-            self._forget_ended()
+            self._forget_gone()
             if ident in self._kept or self._bytes + len(mm) > self.max_bytes:
                 return None
             if sender not in self._senders:
-                self._senders[sender] = _Sender(sender)
-            kept = self._kept[ident] = Kept(mm, sender)
+                self._senders.add(sender)
+                watched = self._ends.watch(sender)
+                if watched == "ended":
+                    self._ended.add(sender)
+                elif watched == "unsupported":
+                    self._unwatched.add(sender)
+            kept = self._kept[ident] = Kept(mm, counters, sender)
             self._bytes += len(mm)
             return kept
 
-    def release(self, ident: int, retired: bool) -> None:
+    def release(self, ident: int) -> None:
         """The batch over buffer ``ident`` is over: kept for the next, or forgotten."""
         with self._lock:
             kept = self._kept.get(ident)
             if kept is None:
                 return
             kept.in_use = False
-            if retired:
-                self._forget(ident)
-            self._forget_ended()
+            self._forget_gone()
 
     def before_fork(self) -> None:
         """Keep the unused mappings out of the child; forget those of ended workers."""
         with self._lock:
-            self._forget_ended()
+            self._forget_gone()
             for kept in list(self._kept.values()):
                 if not kept.in_use and kept.forkable:
                     pass_to_children(kept.mm, False)
@@ -157,24 +141,29 @@ class KeptMappings:
         Those kept out of the child are not mapped in it: unmapping them could unmap what
         the child mapped at the same address since.
         """
-        for sender in list(self._senders.values()):
-            sender.close()
+        self._ends.forget_in_child()
         return [kept.mm for kept in list(self._kept.values())]
 
-    def _forget_ended(self) -> None:
+    def _sender_ended(self, pid: int) -> None:
+        with self._lock:
+            self._ended.add(pid)
+            self._forget_gone()
+
+    def _forget_gone(self) -> None:
+        """Forget the unused mappings of ended workers and of buffers their pools retired."""
         # Snapshots throughout: a collection inside may release a batch, which comes here.
-        ended = [pid for pid, s in list(self._senders.items()) if s.ended()]
-        if not ended:
-            return
+        for pid in list(self._unwatched):
+            if _has_ended(pid):
+                self._unwatched.discard(pid)
+                self._ended.add(pid)
         for ident, kept in list(self._kept.items()):
-            if kept.sender in ended and not kept.in_use:
+            if not kept.in_use and (kept.sender in self._ended or kept.counters[RETIRED]):
                 self._forget(ident)
-        still = {k.sender for k in list(self._kept.values())}
-        for pid in ended:
-            if pid not in still:
-                sender = self._senders.pop(pid, None)
-                if sender is not None:
-                    sender.close()
+        if self._ended:
+            still = {k.sender for k in list(self._kept.values())}
+            for pid in list(self._ended - still):
+                self._ended.discard(pid)
+                self._senders.discard(pid)
 
     def _forget(self, ident: int) -> None:
         kept = self._kept.pop(ident, None)
@@ -183,6 +172,17 @@ class KeptMappings:
 
     def __len__(self) -> int:
         return len(self._kept)
+
+
+def _has_ended(pid: int) -> bool:
+    """Whether ``pid`` has ended, where there is no ``pidfd`` (a zombie still counts)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except OSError:
+        return False
+    return False
 
 
 _KEPT: KeptMappings | None = None

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import gc
+import os
 import pickle
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from multiprocessing.reduction import ForkingPickler
 from pathlib import Path
 
@@ -16,7 +18,7 @@ from torch.utils.data import DataLoader
 
 from cdml_edge import CDMLStreamDataset
 from cdml_edge.data import batch_send, buffer_release, collate, kept_mappings
-from cdml_edge.data.batch_pool import IDENT, KEPT, MAX_PER_SIZE, RETIRED, BufferPool
+from cdml_edge.data.batch_pool import IDENT, KEPT, MAX_PER_SIZE, RETIRED, BufferPool, slot_size
 from cdml_edge.data.batch_send import PooledBatch
 
 SHAPE = (4, 3, 16, 16)
@@ -41,6 +43,16 @@ def _mapped_buffers(pid: int | str = "self") -> int:
     """Pool buffers mapped in a process."""
     maps = Path(f"/proc/{pid}/maps").read_text()
     return sum(buffer_release.MEMFD_NAME.decode() in line for line in maps.splitlines())
+
+
+def _eventually(done: Callable[[], bool], seconds: float = 10.0) -> bool:
+    """Whether ``done()`` comes true within ``seconds`` (what a thread does meanwhile)."""
+    deadline = time.monotonic() + seconds
+    while not done():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.01)
+    return True
 
 
 def _loader(pets: Path, **kw: object) -> tuple[DataLoader, list[torch.Tensor]]:
@@ -77,8 +89,26 @@ def test_the_buffers_of_ended_workers_are_unmapped(
     del batches, loader
     gc.collect()
     buffer_release.sweep()
-    assert len(fresh) == 0 and fresh._senders == {}
+    assert _eventually(lambda: len(fresh) == 0 and fresh._senders == set())
     assert _mapped_buffers() == before
+
+
+def test_a_persistent_loaders_buffers_are_unmapped_once_it_is_gone(
+    pets: Path, fresh: kept_mappings.KeptMappings
+) -> None:
+    """Nothing is received or released after its workers end: the watching thread sees it."""
+    before = _mapped_buffers()
+    loader, ref = _loader(pets, persistent_workers=True)
+    for _ in range(2):
+        for k, x in enumerate(loader):
+            assert torch.equal(x, ref[k])
+    del x
+    assert len(fresh) > 0 and _mapped_buffers() > before
+    workers = list(loader._iterator._workers)  # type: ignore[union-attr]
+    del loader
+    for worker in workers:
+        worker.join(10)
+    assert _eventually(lambda: len(fresh) == 0 and _mapped_buffers() == before)
 
 
 def test_a_child_gets_the_batches_in_use_and_not_the_buffers_kept_unused(
@@ -103,12 +133,12 @@ def test_a_child_gets_the_batches_in_use_and_not_the_buffers_kept_unused(
     held.clear()
 
 
-def _sent(pool: BufferPool) -> tuple[bytes, object]:
+def _sent(pool: BufferPool, shape: tuple[int, ...] = SHAPE) -> tuple[bytes, object]:
     """A pool buffer filled and pickled as a worker sends it; the worker's tensor dropped."""
-    taken = pool.take(SHAPE, torch.uint8)
+    taken = pool.take(shape, torch.uint8)
     assert taken is not None
     images = taken[0]
-    images.copy_(PATTERN)
+    images.copy_(PATTERN if shape == SHAPE else torch.ones(shape, dtype=torch.uint8))
     slot = pool.slot_of(images)
     assert slot is not None
     batch = images.as_subclass(PooledBatch)
@@ -156,6 +186,40 @@ def test_a_buffer_another_process_keeps_is_opened_through_proc(
         fn(None, (ident ^ 1, sender, number, size, nbytes), dtype, layout)
     with pytest.raises(RuntimeError, match="cannot be opened here"):
         fn(None, (ident ^ 1, sender, 99999, size, nbytes), dtype, layout)
+
+
+def test_a_buffer_retired_while_kept_unused_is_forgotten(
+    fresh: kept_mappings.KeptMappings,
+) -> None:
+    pool = BufferPool(2 * slot_size(NBYTES), shared=True)  # room for two buffers
+    data, slot = _sent(pool)
+    received = pickle.loads(data)
+    del received  # kept, unused
+    ident = int(slot.counters[IDENT])  # type: ignore[attr-defined]
+    assert ident in fresh._kept
+    for rows in (5, 6):  # other sizes: the pool forgets the first
+        received = pickle.loads(_sent(pool, (rows, 3, 16, 16))[0])
+        del received
+    assert slot.counters[RETIRED] == 1  # type: ignore[attr-defined]
+    assert ident not in fresh._kept
+
+
+def test_a_process_with_over_1024_descriptors_open_counts_the_release(
+    fresh: kept_mappings.KeptMappings,
+) -> None:
+    """PyTorch's descriptor strategy asks for a high ``ulimit -n``: a pidfd over 1023."""
+    fds: list[int] = []
+    while not fds or fds[-1] < 1100:
+        fds.append(os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC))
+    try:
+        data, slot = _sent(BufferPool(1 << 30, shared=True))
+        received = pickle.loads(data)
+        assert torch.equal(received, PATTERN)
+        del received
+        assert slot.free()  # type: ignore[attr-defined]
+    finally:
+        for fd in fds:
+            os.close(fd)
 
 
 def test_a_buffer_its_pool_retired_is_forgotten_at_its_release(
@@ -222,9 +286,9 @@ def _a_collection_inside_a_release_releases_the_others() -> bool:
     del received, batch
     real = kept.release
 
-    def collecting(ident: int, retired: bool) -> None:  # a collection falls in here
+    def collecting(ident: int) -> None:  # a collection falls in here
         gc.collect()
-        real(ident, retired)
+        real(ident)
 
     kept.release = collecting  # type: ignore[method-assign]
     del first

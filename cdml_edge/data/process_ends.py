@@ -1,0 +1,87 @@
+"""Processes watched until they end: a call back from one thread asleep in ``poll()``.
+
+Each watched process is a ``pidfd`` (Linux 5.3 and later), readable once the process has
+ended. One daemon thread per watcher sleeps in ``poll()`` on them and wakes only when one
+ends or a new one is watched, so watching costs no CPU while nothing happens. Where there
+is no ``pidfd``, :meth:`ProcessEnds.watch` says so and the caller looks by itself.
+"""
+
+from __future__ import annotations
+
+import os
+import select
+import threading
+from collections.abc import Callable
+from typing import Literal
+
+Watch = Literal["watching", "ended", "unsupported"]
+
+
+class ProcessEnds:
+    """Calls ``on_end(pid)`` from its thread once a watched process has ended."""
+
+    def __init__(self, on_end: Callable[[int], None], name: str) -> None:
+        self._on_end = on_end
+        self._name = name
+        self._lock = threading.Lock()
+        self._pids: dict[int, int] = {}  # pidfd -> pid
+        self._poll: select.poll | None = None
+        self._wake = (-1, -1)
+
+    def watch(self, pid: int) -> Watch:
+        """Watch ``pid``: ``watching``, ``ended`` (already), or ``unsupported`` (no ``pidfd``)."""
+        try:
+            fd = os.pidfd_open(pid)
+        except ProcessLookupError:
+            return "ended"
+        except (AttributeError, OSError):
+            return "unsupported"
+        with self._lock:
+            if self._poll is None:
+                self._start()
+            assert self._poll is not None
+            self._pids[fd] = pid
+            self._poll.register(fd, select.POLLIN)
+            os.write(self._wake[1], b"w")  # poll() again with this one too
+        return "watching"
+
+    def _start(self) -> None:
+        self._wake = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
+        self._poll = select.poll()
+        self._poll.register(self._wake[0], select.POLLIN)
+        threading.Thread(target=self._run, args=(self._poll,), name=self._name, daemon=True).start()
+
+    def _run(self, poll: select.poll) -> None:
+        while True:
+            events = poll.poll()
+            ended = []
+            with self._lock:
+                if poll is not self._poll:
+                    return  # forgotten in a fork's child (never runs there) or closed
+                for fd, _ in events:
+                    if fd == self._wake[0]:
+                        while _drained(fd):
+                            pass
+                        continue
+                    poll.unregister(fd)
+                    os.close(fd)
+                    pid = self._pids.pop(fd, None)
+                    if pid is not None:
+                        ended.append(pid)
+            for pid in ended:
+                self._on_end(pid)
+
+    def forget_in_child(self) -> None:
+        """After a fork, in the child: the parent's descriptors closed, nothing watched."""
+        fds = [*self._pids, *(fd for fd in self._wake if fd >= 0)]
+        self._pids, self._poll, self._wake = {}, None, (-1, -1)
+        self._lock = threading.Lock()
+        for fd in fds:
+            os.close(fd)
+
+
+def _drained(fd: int) -> bool:
+    try:
+        return bool(os.read(fd, 512))
+    except BlockingIOError:
+        return False
