@@ -35,7 +35,7 @@ from cdml_edge.data.batch_pool import (
     numpy_dtype,
     pool,
 )
-from cdml_edge.data.kept_mappings import kept_mappings
+from cdml_edge.data.kept_mappings import Sender, kept_mappings
 from cdml_edge.data.marked_tensor import MarkedTensor
 from cdml_edge.data.shared_mapping import Mapping, map_shared
 
@@ -72,7 +72,8 @@ def _reduce_pooled(batch: PooledBatch) -> Any:
     slot.counters[SENT] += 1  # before it leaves: the buffer stays taken until released
     layout = (tuple(plain.shape), plain.stride(), plain.storage_offset())
     fd = None if slot.counters[KEPT] else DupFd(slot.fd)
-    buffer = (int(slot.counters[IDENT]), os.getpid(), slot.fd, slot.size, slot.nbytes)
+    sender = (os.getpid(), _PROCESS_WORD)
+    buffer = (int(slot.counters[IDENT]), sender, slot.fd, slot.size, slot.nbytes)
     return rebuild, (fd, buffer, dtype, layout)
 
 
@@ -80,7 +81,8 @@ ForkingPickler.register(PooledBatch, _reduce_pooled)
 
 _count_lock = threading.RLock()  # a collection inside may release another batch
 
-_Buffer = tuple[int, int, int, int, int]  # identity, sender, its descriptor's number, sizes
+_Buffer = tuple[int, Sender, int, int, int]  # identity, sender, its descriptor's number, sizes
+_PROCESS_WORD = int.from_bytes(os.urandom(8), "little")  # tells a new process from an ended one
 
 
 def rebuild(
@@ -112,7 +114,7 @@ def rebuild(
 
 def _mapped(fileno: int, buffer: _Buffer) -> Mapping:
     """The buffer mapped from its descriptor, or opened through its sender's ``/proc``."""
-    ident, sender, number, size, _ = buffer
+    ident, (sender, _), number, size, _ = buffer
     if fileno < 0:  # kept by another process: open it where the sender holds it
         try:
             fileno = os.open(f"/proc/{sender}/fd/{number}", os.O_RDWR | os.O_CLOEXEC)
@@ -137,10 +139,11 @@ def _count_release(counters: np.ndarray, ident: int) -> None:
         counters[RELEASED] += 1
 
 
-def _new_count_lock() -> None:
-    global _count_lock
+def _after_fork_in_child() -> None:
+    global _count_lock, _PROCESS_WORD
     _count_lock = threading.RLock()  # another thread may have held it at the fork
+    _PROCESS_WORD = int.from_bytes(os.urandom(8), "little")
 
 
 if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_new_count_lock)
+    os.register_at_fork(after_in_child=_after_fork_in_child)

@@ -35,11 +35,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from cdml_edge.data import buffer_release
 from cdml_edge.data.batch_pool import RETIRED
 from cdml_edge.data.process_ends import ProcessEnds
 from cdml_edge.data.shared_mapping import Mapping, pass_to_children
 
 _DEFAULT_MIB = 1024
+Sender = tuple[int, int]  # a worker's process id, and a word of its own
 _ENV = "CDML_EDGE_BATCH_MAPPINGS_MIB"
 
 
@@ -65,7 +67,7 @@ class Kept:
 
     mm: Mapping
     counters: np.ndarray
-    sender: int
+    sender: Sender
     in_use: bool = True
     forkable: bool = True
 
@@ -79,10 +81,10 @@ class KeptMappings:
         self.hits = 0
         self.misses = 0
         self._kept: dict[int, Kept] = {}
-        self._senders: set[int] = set()
-        self._unwatched: set[int] = set()  # no pidfd here: looked at with os.kill
-        self._ended: set[int] = set()
-        self._ends = ProcessEnds(self._sender_ended, "cdml-batch-senders")
+        self._senders: set[Sender] = set()
+        self._unwatched: set[Sender] = set()  # no pidfd here: looked at with os.kill
+        self._ended: set[Sender] = set()
+        self._ends: ProcessEnds[Sender] = ProcessEnds(self._sender_ended, "cdml-batch-senders")
         self._bytes = 0
         self._lock = threading.RLock()  # a collection inside may release a batch
 
@@ -100,15 +102,19 @@ class KeptMappings:
             self.hits += 1
             return kept
 
-    def add(self, ident: int, mm: Mapping, counters: np.ndarray, sender: int) -> Kept | None:
-        """Keep ``mm`` (in use now) if the bound allows; None if not kept."""
+    def add(self, ident: int, mm: Mapping, counters: np.ndarray, sender: Sender) -> Kept | None:
+        """Keep ``mm`` (in use now) if the bound allows; None if not kept.
+
+        ``sender``: the worker's process id and a word of its own (a new process may get
+        the id of an ended one).
+        """
         with self._lock:
             self._forget_gone()
             if ident in self._kept or self._bytes + len(mm) > self.max_bytes:
                 return None
             if sender not in self._senders:
                 self._senders.add(sender)
-                watched = self._ends.watch(sender)
+                watched = self._ends.watch(sender, sender[0])
                 if watched == "ended":
                     self._ended.add(sender)
                 elif watched == "unsupported":
@@ -144,26 +150,26 @@ class KeptMappings:
         self._ends.forget_in_child()
         return [kept.mm for kept in list(self._kept.values())]
 
-    def _sender_ended(self, pid: int) -> None:
+    def _sender_ended(self, sender: Sender) -> None:
         with self._lock:
-            self._ended.add(pid)
+            self._ended.add(sender)
             self._forget_gone()
 
     def _forget_gone(self) -> None:
         """Forget the unused mappings of ended workers and of buffers their pools retired."""
         # Snapshots throughout: a collection inside may release a batch, which comes here.
-        for pid in list(self._unwatched):
-            if _has_ended(pid):
-                self._unwatched.discard(pid)
-                self._ended.add(pid)
+        for sender in list(self._unwatched):
+            if _has_ended(sender[0]):
+                self._unwatched.discard(sender)
+                self._ended.add(sender)
         for ident, kept in list(self._kept.items()):
             if not kept.in_use and (kept.sender in self._ended or kept.counters[RETIRED]):
                 self._forget(ident)
         if self._ended:
             still = {k.sender for k in list(self._kept.values())}
-            for pid in list(self._ended - still):
-                self._ended.discard(pid)
-                self._senders.discard(pid)
+            for sender in list(self._ended - still):
+                self._ended.discard(sender)
+                self._senders.discard(sender)
 
     def _forget(self, ident: int) -> None:
         kept = self._kept.pop(ident, None)
@@ -202,6 +208,7 @@ def kept_mappings() -> KeptMappings:
 
 def _before_fork() -> None:
     if _KEPT is not None:
+        buffer_release.sweep()  # what it releases is unused: kept out of the child too
         _KEPT.before_fork()
 
 

@@ -12,24 +12,25 @@ import os
 import select
 import threading
 from collections.abc import Callable
-from typing import Literal
+from typing import Generic, Literal, TypeVar
 
 Watch = Literal["watching", "ended", "unsupported"]
+K = TypeVar("K")
 
 
-class ProcessEnds:
-    """Calls ``on_end(pid)`` from its thread once a watched process has ended."""
+class ProcessEnds(Generic[K]):
+    """Calls ``on_end(key)`` from its thread once the process watched as ``key`` has ended."""
 
-    def __init__(self, on_end: Callable[[int], None], name: str) -> None:
+    def __init__(self, on_end: Callable[[K], None], name: str) -> None:
         self._on_end = on_end
         self._name = name
         self._lock = threading.Lock()
-        self._pids: dict[int, int] = {}  # pidfd -> pid
+        self._keys: dict[int, K] = {}  # pidfd -> key
         self._poll: select.poll | None = None
         self._wake = (-1, -1)
 
-    def watch(self, pid: int) -> Watch:
-        """Watch ``pid``: ``watching``, ``ended`` (already), or ``unsupported`` (no ``pidfd``)."""
+    def watch(self, key: K, pid: int) -> Watch:
+        """Watch ``pid`` as ``key``: ``watching``, ``ended`` (already), or ``unsupported``."""
         try:
             fd = os.pidfd_open(pid)
         except ProcessLookupError:
@@ -40,7 +41,7 @@ class ProcessEnds:
             if self._poll is None:
                 self._start()
             assert self._poll is not None
-            self._pids[fd] = pid
+            self._keys[fd] = key
             self._poll.register(fd, select.POLLIN)
             os.write(self._wake[1], b"w")  # poll() again with this one too
         return "watching"
@@ -65,16 +66,15 @@ class ProcessEnds:
                         continue
                     poll.unregister(fd)
                     os.close(fd)
-                    pid = self._pids.pop(fd, None)
-                    if pid is not None:
-                        ended.append(pid)
-            for pid in ended:
-                self._on_end(pid)
+                    if fd in self._keys:
+                        ended.append(self._keys.pop(fd))
+            for key in ended:
+                self._on_end(key)
 
     def forget_in_child(self) -> None:
         """After a fork, in the child: the parent's descriptors closed, nothing watched."""
-        fds = [*self._pids, *(fd for fd in self._wake if fd >= 0)]
-        self._pids, self._poll, self._wake = {}, None, (-1, -1)
+        fds = [*self._keys, *(fd for fd in self._wake if fd >= 0)]
+        self._keys, self._poll, self._wake = {}, None, (-1, -1)
         self._lock = threading.Lock()
         for fd in fds:
             os.close(fd)

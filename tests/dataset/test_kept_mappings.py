@@ -182,7 +182,8 @@ def test_a_buffer_another_process_keeps_is_opened_through_proc(
     received = fn(fd, buffer, dtype, layout)
     assert torch.equal(received, PATTERN) and fresh.misses == 1
     ident, sender, number, size, nbytes = buffer
-    with pytest.raises(RuntimeError, match=f"process {sender}'s descriptor {number} is no longer"):
+    pid = sender[0]
+    with pytest.raises(RuntimeError, match=f"process {pid}'s descriptor {number} is no longer"):
         fn(None, (ident ^ 1, sender, number, size, nbytes), dtype, layout)
     with pytest.raises(RuntimeError, match="cannot be opened here"):
         fn(None, (ident ^ 1, sender, 99999, size, nbytes), dtype, layout)
@@ -300,3 +301,98 @@ def _a_collection_inside_a_release_releases_the_others() -> bool:
 def test_a_collection_inside_a_release_releases_the_other_batches() -> None:
     code = in_a_child(_a_collection_inside_a_release_releases_the_others, timeout=30)
     assert code == 0
+
+
+def _a_collection_inside_the_walk_over_the_kept() -> bool:
+    """A receive walks the kept mappings; a collection there releases an ended worker's."""
+    kept = kept_mappings.kept_mappings()
+    pool = BufferPool(1 << 30, shared=True)
+    sent = [_sent(pool) for _ in range(3)]
+    received = [pickle.loads(data) for data, _ in sent[:2]]
+    for batch in received:
+        _Cycle(batch)
+    del received, batch
+    for entry in kept._kept.values():
+        kept._sender_ended(entry.sender)  # as if its worker had ended
+    real = kept._forget
+
+    def collecting(ident: int) -> None:
+        gc.collect()  # frees the batches in cycles: releases inside the walk
+        real(ident)
+
+    kept._forget = collecting  # type: ignore[method-assign]
+    kept.release(next(iter(kept._kept)))  # one walk, with collections inside
+    kept._forget = real  # type: ignore[method-assign]
+    third = pickle.loads(sent[2][0])
+    return torch.equal(third, PATTERN) and len(kept) == 1
+
+
+def test_a_collection_inside_the_walk_over_the_kept_mappings() -> None:
+    assert in_a_child(_a_collection_inside_the_walk_over_the_kept, timeout=30) == 0
+
+
+def test_a_buffer_the_forks_own_sweep_releases_is_kept_out_of_that_child(
+    fresh: kept_mappings.KeptMappings,
+) -> None:
+    data, slot = _sent(BufferPool(1 << 30, shared=True))
+    received = pickle.loads(data)
+    address = received.untyped_storage().data_ptr()
+    r, w = os.pipe()
+    pid = os.fork()  # a first child while the batch is in use: its release waits for it
+    if pid == 0:
+        os.read(r, 1)
+        os._exit(0)
+    os.close(r)
+    del received
+    gc.collect()
+    os.write(w, b"x")
+    os.close(w)
+    os.waitpid(pid, 0)  # ended: the batch is released by the next fork's sweep
+    ident = int(slot.counters[IDENT])  # type: ignore[attr-defined]
+    assert fresh._kept[ident].in_use
+
+    def child() -> bool:
+        maps = Path("/proc/self/maps").read_text().splitlines()
+        return not any(int(line.split("-")[0], 16) == address for line in maps)
+
+    assert in_a_child(child) == 0
+    assert not fresh._kept[ident].in_use
+
+
+def test_a_new_worker_with_an_ended_ones_process_id_keeps_its_buffers(
+    fresh: kept_mappings.KeptMappings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Process ids are used again: a worker is its id and a word of its own."""
+    pool = BufferPool(1 << 30, shared=True)
+    old = pickle.loads(_sent(pool)[0])  # held across the old worker's end
+    (old_sender,) = {entry.sender for entry in fresh._kept.values()}
+    fresh._sender_ended(old_sender)
+    new_sender = (old_sender[0], old_sender[1] ^ 1)  # the same id, another process
+    monkeypatch.setattr(batch_send, "_PROCESS_WORD", new_sender[1])
+    data, slot = _sent(pool)
+    received = pickle.loads(data)
+    del received  # released: its worker lives, so it is kept
+    ident = int(slot.counters[IDENT])  # type: ignore[attr-defined]
+    assert fresh._kept[ident].sender == new_sender
+    del old  # the ended worker's: forgotten
+    assert len(fresh) == 1 and ident in fresh._kept and old_sender not in fresh._senders
+
+
+def test_a_persistent_loader_with_more_batch_sizes_than_its_pool_keeps(
+    pets: Path, fresh: kept_mappings.KeptMappings
+) -> None:
+    """Five sizes (the pool keeps four): buffers the worker retired are not kept here."""
+    ds = CDMLStreamDataset(pets, is_image=True, target_size=(20, 14), image_dtype="uint8")
+    sizes = [1, 2, 3, 4, 5]
+    batches = [list(range(sum(sizes[:i]), sum(sizes[: i + 1]))) for i in range(len(sizes))]
+    loader = DataLoader(
+        ds, batch_sampler=batches, num_workers=1, persistent_workers=True, collate_fn=collate
+    )
+    for _ in range(10):
+        assert sum(1 for _ in loader) == len(sizes)
+    gc.collect()
+    pid = loader._iterator._workers[0].pid  # type: ignore[union-attr]
+    maps = Path(f"/proc/{pid}/maps").read_text().splitlines()
+    in_worker = len({line.split()[4] for line in maps if "cdml-edge-batch" in line})
+    assert 0 < len(fresh) <= in_worker
+    del loader
