@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import os
 import pickle
@@ -43,6 +44,15 @@ def _mapped_buffers(pid: int | str = "self") -> int:
     """Pool buffers mapped in a process."""
     maps = Path(f"/proc/{pid}/maps").read_text()
     return sum(buffer_release.MEMFD_NAME.decode() in line for line in maps.splitlines())
+
+
+def _pidfds() -> int:
+    """This process's open process descriptors."""
+    count = 0
+    for fd in Path("/proc/self/fd").iterdir():
+        with contextlib.suppress(OSError):  # closed meanwhile
+            count += os.readlink(fd) == "anon_inode:[pidfd]"
+    return count
 
 
 def _eventually(done: Callable[[], bool], seconds: float = 10.0) -> bool:
@@ -97,18 +107,19 @@ def test_a_persistent_loaders_buffers_are_unmapped_once_it_is_gone(
     pets: Path, fresh: kept_mappings.KeptMappings
 ) -> None:
     """Nothing is received or released after its workers end: the watching thread sees it."""
-    before = _mapped_buffers()
+    before, pidfds = _mapped_buffers(), _pidfds()
     loader, ref = _loader(pets, persistent_workers=True)
     for _ in range(2):
         for k, x in enumerate(loader):
             assert torch.equal(x, ref[k])
     del x
-    assert len(fresh) > 0 and _mapped_buffers() > before
+    assert len(fresh) > 0 and _mapped_buffers() > before and _pidfds() == pidfds + 2
     workers = list(loader._iterator._workers)  # type: ignore[union-attr]
     del loader
     for worker in workers:
         worker.join(10)
     assert _eventually(lambda: len(fresh) == 0 and _mapped_buffers() == before)
+    assert _pidfds() == pidfds
 
 
 def test_a_child_gets_the_batches_in_use_and_not_the_buffers_kept_unused(
