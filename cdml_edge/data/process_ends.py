@@ -8,6 +8,8 @@ is no ``pidfd``, :meth:`ProcessEnds.watch` says so and the caller looks by itsel
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import os
 import select
 import threading
@@ -16,6 +18,7 @@ from typing import Generic, Literal, TypeVar
 
 Watch = Literal["watching", "ended", "unsupported"]
 K = TypeVar("K")
+_log = logging.getLogger(__name__)
 
 
 class ProcessEnds(Generic[K]):
@@ -43,7 +46,8 @@ class ProcessEnds(Generic[K]):
             assert self._poll is not None
             self._keys[fd] = key
             self._poll.register(fd, select.POLLIN)
-            os.write(self._wake[1], b"w")  # poll() again with this one too
+            with contextlib.suppress(BlockingIOError):  # full: a wake-up is pending anyway
+                os.write(self._wake[1], b"w")  # poll() again with this one too
         return "watching"
 
     def _start(self) -> None:
@@ -65,11 +69,15 @@ class ProcessEnds(Generic[K]):
                             pass
                         continue
                     poll.unregister(fd)
-                    os.close(fd)
+                    with contextlib.suppress(OSError):  # closed by someone else: gone too
+                        os.close(fd)
                     if fd in self._keys:
                         ended.append(self._keys.pop(fd))
             for key in ended:
-                self._on_end(key)
+                try:
+                    self._on_end(key)
+                except Exception:  # the thread goes on: the next end is told too
+                    _log.exception("%s: handling the end of %s failed", self._name, key)
 
     def forget_in_child(self) -> None:
         """After a fork, in the child: the parent's descriptors closed, nothing watched."""
