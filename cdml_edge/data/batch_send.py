@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import functools
 import os
-import threading
 from multiprocessing.reduction import DupFd, ForkingPickler
 from typing import Any
 
@@ -79,7 +78,6 @@ def _reduce_pooled(batch: PooledBatch) -> Any:
 
 ForkingPickler.register(PooledBatch, _reduce_pooled)
 
-_count_lock = threading.RLock()  # a collection inside may release another batch
 
 _Buffer = tuple[int, Sender, int, int, int]  # identity, sender, its descriptor's number, sizes
 _PROCESS_WORD = int.from_bytes(os.urandom(8), "little")  # tells a new process from an ended one
@@ -133,15 +131,20 @@ def _mapped(fileno: int, buffer: _Buffer) -> Mapping:
 
 
 def _count_release(counters: np.ndarray, ident: int) -> None:
-    with _count_lock:
-        if ident:  # before the count: the sender may send it again at once
-            kept_mappings().release(ident)
-        counters[RELEASED] += 1
+    """Count a release in the buffer, its kept mapping marked unused first.
+
+    No lock is held here: a collection inside may release another batch, on this thread
+    or while another thread waits for the kept mappings' lock. The count is one ufunc
+    call, whose add the interpreter lock keeps whole.
+    """
+    if ident:  # before the count: the sender may send it again at once
+        kept_mappings().release(ident)
+    released = counters[RELEASED : RELEASED + 1]
+    np.add(released, 1, out=released)
 
 
 def _after_fork_in_child() -> None:
-    global _count_lock, _PROCESS_WORD
-    _count_lock = threading.RLock()  # another thread may have held it at the fork
+    global _PROCESS_WORD
     _PROCESS_WORD = int.from_bytes(os.urandom(8), "little")
 
 

@@ -112,16 +112,18 @@ class KeptMappings:
             self._forget_gone()
             if ident in self._kept or self._bytes + len(mm) > self.max_bytes:
                 return None
-            if sender not in self._senders:
-                self._senders.add(sender)
-                watched = self._ends.watch(sender, sender[0])
+            new_sender = sender not in self._senders
+            self._senders.add(sender)
+            kept = self._kept[ident] = Kept(mm, counters, sender)
+            self._bytes += len(mm)
+        if new_sender:  # outside the lock: the watcher's lock is never taken under it
+            watched = self._ends.watch(sender, sender[0])
+            with self._lock:
                 if watched == "ended":
                     self._ended.add(sender)
                 elif watched == "unsupported":
                     self._unwatched.add(sender)
-            kept = self._kept[ident] = Kept(mm, counters, sender)
-            self._bytes += len(mm)
-            return kept
+        return kept
 
     def release(self, ident: int) -> None:
         """The batch over buffer ``ident`` is over: kept for the next, or forgotten."""
@@ -147,7 +149,6 @@ class KeptMappings:
         Those kept out of the child are not mapped in it: unmapping them could unmap what
         the child mapped at the same address since.
         """
-        self._ends.forget_in_child()
         return [kept.mm for kept in list(self._kept.values())]
 
     def _sender_ended(self, sender: Sender) -> None:
@@ -215,9 +216,9 @@ def _before_fork() -> None:
 def _after_in_child() -> None:
     global _KEPT, _lock
     _lock = threading.Lock()
-    if _KEPT is not None:
-        _in_children.extend(_KEPT.in_child())
-        _KEPT = None
+    kept, _KEPT = _KEPT, None  # first: a child starts with nothing kept, whatever follows
+    if kept is not None:
+        _in_children.extend(kept.in_child())
 
 
 if hasattr(os, "register_at_fork"):

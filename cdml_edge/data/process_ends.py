@@ -13,8 +13,9 @@ import logging
 import os
 import select
 import threading
+import weakref
 from collections.abc import Callable
-from typing import Generic, Literal, TypeVar
+from typing import Any, Generic, Literal, TypeVar
 
 Watch = Literal["watching", "ended", "unsupported"]
 K = TypeVar("K")
@@ -27,10 +28,11 @@ class ProcessEnds(Generic[K]):
     def __init__(self, on_end: Callable[[K], None], name: str) -> None:
         self._on_end = on_end
         self._name = name
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()  # held across a fork: see _before_fork
         self._keys: dict[int, K] = {}  # pidfd -> key
         self._poll: select.poll | None = None
         self._wake = (-1, -1)
+        _watchers.add(self)
 
     def watch(self, key: K, pid: int) -> Watch:
         """Watch ``pid`` as ``key``: ``watching``, ``ended`` (already), or ``unsupported``."""
@@ -83,9 +85,9 @@ class ProcessEnds(Generic[K]):
         """After a fork, in the child: the parent's descriptors closed, nothing watched."""
         fds = [*self._keys, *(fd for fd in self._wake if fd >= 0)]
         self._keys, self._poll, self._wake = {}, None, (-1, -1)
-        self._lock = threading.Lock()
         for fd in fds:
-            os.close(fd)
+            with contextlib.suppress(OSError):
+                os.close(fd)
 
 
 def _drained(fd: int) -> bool:
@@ -93,3 +95,37 @@ def _drained(fd: int) -> bool:
         return bool(os.read(fd, 512))
     except BlockingIOError:
         return False
+
+
+_watchers: weakref.WeakSet[ProcessEnds[Any]] = weakref.WeakSet()
+_held: dict[int, list[ProcessEnds[Any]]] = {}  # per forking thread
+
+
+def _before_fork() -> None:
+    """Each watcher's lock, held across the fork.
+
+    The thread closes a descriptor and forgets it under that lock: a fork in between
+    would leave the child a number that is closed, or already another descriptor.
+    """
+    mine = _held.setdefault(threading.get_ident(), [])
+    for watcher in list(_watchers):
+        watcher._lock.acquire()
+        mine.append(watcher)
+
+
+def _after_in_parent() -> None:
+    for watcher in _held.pop(threading.get_ident(), []):
+        watcher._lock.release()
+
+
+def _after_in_child() -> None:
+    _held.clear()  # the other threads do not run here
+    for watcher in list(_watchers):
+        watcher._lock = threading.RLock()
+        watcher.forget_in_child()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(
+        before=_before_fork, after_in_parent=_after_in_parent, after_in_child=_after_in_child
+    )
