@@ -52,13 +52,18 @@ _DEFAULT_MIB = 256
 
 def pool_bytes() -> int:
     """The pool's bound in bytes from ``CDML_EDGE_BATCH_POOL_MIB`` (0: no pool)."""
-    raw = os.environ.get("CDML_EDGE_BATCH_POOL_MIB", "").strip()
+    return mib_from_env("CDML_EDGE_BATCH_POOL_MIB", _DEFAULT_MIB)
+
+
+def mib_from_env(name: str, default: int) -> int:
+    """Bytes from the environment variable ``name``, in MiB (``default`` when unset)."""
+    raw = os.environ.get(name, "").strip()
     try:
-        mib = int(raw) if raw else _DEFAULT_MIB
+        mib = int(raw) if raw else default
     except ValueError:
-        raise ValueError(f"CDML_EDGE_BATCH_POOL_MIB must be a whole number, got {raw!r}") from None
+        raise ValueError(f"{name} must be a whole number, got {raw!r}") from None
     if mib < 0:
-        raise ValueError(f"CDML_EDGE_BATCH_POOL_MIB must be >= 0, got {raw!r}")
+        raise ValueError(f"{name} must be >= 0, got {raw!r}")
     return mib * 1024 * 1024
 
 

@@ -36,25 +36,17 @@ from dataclasses import dataclass
 import numpy as np
 
 from cdml_edge.data import buffer_release
-from cdml_edge.data.batch_pool import RETIRED
+from cdml_edge.data.batch_pool import RETIRED, mib_from_env
 from cdml_edge.data.process_ends import ProcessEnds
 from cdml_edge.data.shared_mapping import Mapping, pass_to_children
 
 _DEFAULT_MIB = 1024
 Sender = tuple[int, int]  # a worker's process id, and a word of its own
-_ENV = "CDML_EDGE_BATCH_MAPPINGS_MIB"
 
 
 def bound_bytes() -> int:
     """The bound in bytes from ``CDML_EDGE_BATCH_MAPPINGS_MIB`` (0: nothing kept)."""
-    raw = os.environ.get(_ENV, "").strip()
-    try:
-        mib = int(raw) if raw else _DEFAULT_MIB
-    except ValueError:
-        raise ValueError(f"{_ENV} must be a whole number, got {raw!r}") from None
-    if mib < 0:
-        raise ValueError(f"{_ENV} must be >= 0, got {raw!r}")
-    return mib * 1024 * 1024
+    return mib_from_env("CDML_EDGE_BATCH_MAPPINGS_MIB", _DEFAULT_MIB)
 
 
 def _token() -> int:

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 from helpers.dataset_data import class_images, write
+from helpers.pooled import NBYTES, SHAPE, sent
 from torch.utils.data import DataLoader
 
 from cdml_edge import CDMLStreamDataset
@@ -19,27 +20,11 @@ from cdml_edge.data import batch_pool, buffer_release, collate
 from cdml_edge.data.batch_pool import MAX_PER_SIZE, BufferPool
 from cdml_edge.data.batch_send import PooledBatch
 
-SHAPE = (4, 3, 16, 16)
-NBYTES = 4 * 3 * 16 * 16
-
 
 def _take(pool: BufferPool, shape: tuple[int, ...] = SHAPE) -> tuple[torch.Tensor, bool]:
     taken = pool.take(shape, torch.uint8)
     assert taken is not None
     return taken
-
-
-def _sent(pool: BufferPool) -> tuple[bytes, batch_pool.Slot]:
-    """A pool buffer filled and pickled as a worker sends it; the worker's tensor dropped."""
-    images, _ = _take(pool)
-    images.copy_(torch.arange(NBYTES).reshape(SHAPE).remainder(251))
-    slot = pool.slot_of(images)
-    assert slot is not None
-    batch = images.as_subclass(PooledBatch)
-    batch._slot = slot
-    data = bytes(ForkingPickler.dumps(batch))
-    del images, batch
-    return data, slot
 
 
 @pytest.mark.parametrize("shared", [False, True])
@@ -61,7 +46,7 @@ def test_a_buffer_is_used_again_only_when_no_view_holds_it(shared: bool) -> None
 
 def test_a_sent_buffer_stays_taken_until_the_receiver_frees_it() -> None:
     pool = BufferPool(1 << 30, shared=True)
-    data, slot = _sent(pool)
+    data, slot = sent(pool)
     assert not slot.free()  # sent, not yet received
     received = pickle.loads(data)
     assert type(received) is torch.Tensor and received.shape == SHAPE
@@ -97,7 +82,7 @@ def test_the_sent_memory_is_the_buffer() -> None:
 def test_a_buffer_held_at_a_fork_is_released_once_the_child_has_ended() -> None:
     """A forked child may read what its parent held: the buffer waits for the child's end."""
     pool = BufferPool(1 << 30, shared=True)
-    data, slot = _sent(pool)
+    data, slot = sent(pool)
     received = pickle.loads(data)
     expected = received.clone()
     r, w = os.pipe()
@@ -225,7 +210,7 @@ def test_workers_keep_pytorchs_path_under_the_file_system_strategy(pets: Path) -
 def test_a_buffer_held_when_dataloader_workers_start_waits_for_their_end() -> None:
     """Workers run the user's dataset, which may hold what the parent held at their start."""
     pool = BufferPool(1 << 30, shared=True)
-    data, slot = _sent(pool)
+    data, slot = sent(pool)
     received = pickle.loads(data)
     loader = DataLoader(list(range(4)), num_workers=2, persistent_workers=True)
     assert [int(x) for x in loader] == [0, 1, 2, 3]

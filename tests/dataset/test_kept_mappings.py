@@ -8,23 +8,19 @@ import os
 import pickle
 import time
 from collections.abc import Callable, Iterator
-from multiprocessing.reduction import ForkingPickler
 from pathlib import Path
 
 import pytest
 import torch
 from helpers.dataset_data import class_images, write
 from helpers.forked import in_a_child
+from helpers.pooled import NBYTES, PATTERN, SHAPE, sent
 from torch.utils.data import DataLoader
 
 from cdml_edge import CDMLStreamDataset
 from cdml_edge.data import batch_send, buffer_release, collate, kept_mappings
 from cdml_edge.data.batch_pool import IDENT, KEPT, MAX_PER_SIZE, RETIRED, BufferPool, slot_size
 from cdml_edge.data.batch_send import PooledBatch
-
-SHAPE = (4, 3, 16, 16)
-NBYTES = 4 * 3 * 16 * 16
-PATTERN = torch.arange(NBYTES).reshape(SHAPE).remainder(251).to(torch.uint8)
 
 
 @pytest.fixture(scope="module")
@@ -144,33 +140,18 @@ def test_a_child_gets_the_batches_in_use_and_not_the_buffers_kept_unused(
     held.clear()
 
 
-def _sent(pool: BufferPool, shape: tuple[int, ...] = SHAPE) -> tuple[bytes, object]:
-    """A pool buffer filled and pickled as a worker sends it; the worker's tensor dropped."""
-    taken = pool.take(shape, torch.uint8)
-    assert taken is not None
-    images = taken[0]
-    images.copy_(PATTERN if shape == SHAPE else torch.ones(shape, dtype=torch.uint8))
-    slot = pool.slot_of(images)
-    assert slot is not None
-    batch = images.as_subclass(PooledBatch)
-    batch._slot = slot
-    data = bytes(ForkingPickler.dumps(batch))
-    del images, batch
-    return data, slot
-
-
 def test_a_kept_buffer_is_sent_without_its_descriptor(
     fresh: kept_mappings.KeptMappings,
 ) -> None:
     pool = BufferPool(1 << 30, shared=True)
-    data, slot = _sent(pool)
+    data, slot = sent(pool)
     received = pickle.loads(data)
-    assert torch.equal(received, PATTERN) and slot.counters[KEPT] == fresh.token  # type: ignore[attr-defined]
+    assert torch.equal(received, PATTERN) and slot.counters[KEPT] == fresh.token
     del received
     taken = pool.take(SHAPE, torch.uint8)
     assert taken is not None and not taken[1]  # the same buffer again
     batch = taken[0].as_subclass(PooledBatch)
-    batch._slot = slot  # type: ignore[assignment]
+    batch._slot = slot
     _, (fd, *_rest) = batch_send._reduce_pooled(batch)
     assert fd is None  # no descriptor: the receiver has it mapped
 
@@ -204,15 +185,15 @@ def test_a_buffer_retired_while_kept_unused_is_forgotten(
     fresh: kept_mappings.KeptMappings,
 ) -> None:
     pool = BufferPool(2 * slot_size(NBYTES), shared=True)  # room for two buffers
-    data, slot = _sent(pool)
+    data, slot = sent(pool)
     received = pickle.loads(data)
     del received  # kept, unused
-    ident = int(slot.counters[IDENT])  # type: ignore[attr-defined]
+    ident = int(slot.counters[IDENT])
     assert ident in fresh._kept
     for rows in (5, 6):  # other sizes: the pool forgets the first
-        received = pickle.loads(_sent(pool, (rows, 3, 16, 16))[0])
+        received = pickle.loads(sent(pool, (rows, 3, 16, 16))[0])
         del received
-    assert slot.counters[RETIRED] == 1  # type: ignore[attr-defined]
+    assert slot.counters[RETIRED] == 1
     assert ident not in fresh._kept
 
 
@@ -224,11 +205,11 @@ def test_a_process_with_over_1024_descriptors_open_counts_the_release(
     while not fds or fds[-1] < 1100:
         fds.append(os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC))
     try:
-        data, slot = _sent(BufferPool(1 << 30, shared=True))
+        data, slot = sent(BufferPool(1 << 30, shared=True))
         received = pickle.loads(data)
         assert torch.equal(received, PATTERN)
         del received
-        assert slot.free()  # type: ignore[attr-defined]
+        assert slot.free()
     finally:
         for fd in fds:
             os.close(fd)
@@ -238,17 +219,17 @@ def test_a_buffer_its_pool_retired_is_forgotten_at_its_release(
     fresh: kept_mappings.KeptMappings,
 ) -> None:
     pool = BufferPool(1 << 30, shared=True)
-    data, slot = _sent(pool)
+    data, slot = sent(pool)
     received = pickle.loads(data)
     assert len(fresh) == 1
-    slot.counters[RETIRED] = 1  # type: ignore[attr-defined]
+    slot.counters[RETIRED] = 1
     del received
     assert len(fresh) == 0
-    data, other = _sent(BufferPool(1 << 30, shared=True))
+    data, other = sent(BufferPool(1 << 30, shared=True))
     received = pickle.loads(data)
     del received
     assert len(fresh) == 1  # not retired: kept
-    assert int(other.counters[IDENT]) in fresh._kept  # type: ignore[attr-defined]
+    assert int(other.counters[IDENT]) in fresh._kept
 
 
 def test_over_the_bound_each_batch_is_mapped_for_itself(
@@ -290,8 +271,8 @@ class _Cycle:
 def _a_collection_inside_a_release_releases_the_others() -> bool:
     kept = kept_mappings.kept_mappings()
     pool = BufferPool(1 << 30, shared=True)
-    sent = [_sent(pool) for _ in range(4)]
-    received = [pickle.loads(data) for data, _ in sent]
+    messages = [sent(pool) for _ in range(4)]
+    received = [pickle.loads(data) for data, _ in messages]
     for batch in received[1:]:
         _Cycle(batch)  # garbage in a cycle: freed by the next collection
     first = received[0]
@@ -306,7 +287,7 @@ def _a_collection_inside_a_release_releases_the_others() -> bool:
     del first
     kept.release = real  # type: ignore[method-assign]
     gc.collect()
-    return all(slot.free() for _, slot in sent) and len(kept) == 4  # type: ignore[attr-defined]
+    return all(slot.free() for _, slot in messages) and len(kept) == 4
 
 
 def test_a_collection_inside_a_release_releases_the_other_batches() -> None:
@@ -318,8 +299,8 @@ def _a_collection_inside_the_walk_over_the_kept() -> bool:
     """A receive walks the kept mappings; a collection there releases an ended worker's."""
     kept = kept_mappings.kept_mappings()
     pool = BufferPool(1 << 30, shared=True)
-    sent = [_sent(pool) for _ in range(3)]
-    received = [pickle.loads(data) for data, _ in sent[:2]]
+    messages = [sent(pool) for _ in range(3)]
+    received = [pickle.loads(data) for data, _ in messages[:2]]
     for batch in received:
         _Cycle(batch)
     del received, batch
@@ -334,7 +315,7 @@ def _a_collection_inside_the_walk_over_the_kept() -> bool:
     kept._forget = collecting  # type: ignore[method-assign]
     kept.release(next(iter(kept._kept)))  # one walk, with collections inside
     kept._forget = real  # type: ignore[method-assign]
-    third = pickle.loads(sent[2][0])
+    third = pickle.loads(messages[2][0])
     return torch.equal(third, PATTERN) and len(kept) == 1
 
 
@@ -345,7 +326,7 @@ def test_a_collection_inside_the_walk_over_the_kept_mappings() -> None:
 def test_a_buffer_the_forks_own_sweep_releases_is_kept_out_of_that_child(
     fresh: kept_mappings.KeptMappings,
 ) -> None:
-    data, slot = _sent(BufferPool(1 << 30, shared=True))
+    data, slot = sent(BufferPool(1 << 30, shared=True))
     received = pickle.loads(data)
     address = received.untyped_storage().data_ptr()
     r, w = os.pipe()
@@ -359,7 +340,7 @@ def test_a_buffer_the_forks_own_sweep_releases_is_kept_out_of_that_child(
     os.write(w, b"x")
     os.close(w)
     os.waitpid(pid, 0)  # ended: the batch is released by the next fork's sweep
-    ident = int(slot.counters[IDENT])  # type: ignore[attr-defined]
+    ident = int(slot.counters[IDENT])
     assert fresh._kept[ident].in_use
 
     def child() -> bool:
@@ -375,15 +356,15 @@ def test_a_new_worker_with_an_ended_ones_process_id_keeps_its_buffers(
 ) -> None:
     """Process ids are used again: a worker is its id and a word of its own."""
     pool = BufferPool(1 << 30, shared=True)
-    old = pickle.loads(_sent(pool)[0])  # held across the old worker's end
+    old = pickle.loads(sent(pool)[0])  # held across the old worker's end
     (old_sender,) = {entry.sender for entry in fresh._kept.values()}
     fresh._sender_ended(old_sender)
     new_sender = (old_sender[0], old_sender[1] ^ 1)  # the same id, another process
     monkeypatch.setattr(batch_send, "_PROCESS_WORD", new_sender[1])
-    data, slot = _sent(pool)
+    data, slot = sent(pool)
     received = pickle.loads(data)
     del received  # released: its worker lives, so it is kept
-    ident = int(slot.counters[IDENT])  # type: ignore[attr-defined]
+    ident = int(slot.counters[IDENT])
     assert fresh._kept[ident].sender == new_sender
     del old  # the ended worker's: forgotten
     assert len(fresh) == 1 and ident in fresh._kept and old_sender not in fresh._senders

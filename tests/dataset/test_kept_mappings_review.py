@@ -8,34 +8,30 @@ import os
 import pickle
 import threading
 import time
-from multiprocessing.reduction import ForkingPickler
 from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
 from helpers.forked import in_a_child
+from helpers.pooled import PATTERN, sent
 
 from cdml_edge.data import kept_mappings
 from cdml_edge.data.batch_pool import BufferPool
-from cdml_edge.data.batch_send import PooledBatch
-
-SHAPE = (4, 3, 16, 16)
-PATTERN = torch.arange(4 * 3 * 16 * 16).reshape(SHAPE).remainder(251).to(torch.uint8)
 
 
-def _sent(pool: BufferPool) -> tuple[bytes, object]:
-    taken = pool.take(SHAPE, torch.uint8)
-    assert taken is not None
-    images = taken[0]
-    images.copy_(PATTERN)
-    slot = pool.slot_of(images)
-    assert slot is not None
-    batch = images.as_subclass(PooledBatch)
-    batch._slot = slot
-    data = bytes(ForkingPickler.dumps(batch))
-    del images, batch
-    return data, slot
+def _a_watched_process_ends(kept: kept_mappings.KeptMappings) -> None:
+    """A child, watched by the kept mappings' thread, ends: that thread handles its end."""
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.read(r, 1)
+        os._exit(0)
+    os.close(r)
+    assert kept._ends.watch((pid, 0), pid) == "watching"
+    os.write(w, b"x")
+    os.close(w)
+    os.waitpid(pid, 0)
 
 
 class _Cycle:
@@ -53,8 +49,8 @@ def _collection_in_the_watching_thread_while_another_releases() -> bool:
     """
     kept = kept_mappings.kept_mappings()
     pool = BufferPool(1 << 30, shared=True)
-    sent = [_sent(pool) for _ in range(2)]
-    b, c = (pickle.loads(data) for data, _ in sent)
+    messages = [sent(pool) for _ in range(2)]
+    b, c = (pickle.loads(data) for data, _ in messages)
     _Cycle(c)  # garbage: freed by the next collection, wherever it runs
     del c
 
@@ -77,21 +73,12 @@ def _collection_in_the_watching_thread_while_another_releases() -> bool:
     kept._forget_gone = forget_gone  # type: ignore[method-assign]
     kept.release = release  # type: ignore[method-assign]
     # a process that ends: the real watching thread calls on_end for it
-    r, w = os.pipe()
-    pid = os.fork()
-    if pid == 0:
-        os.read(r, 1)
-        os._exit(0)
-    os.close(r)
-    assert kept._ends.watch((pid, 0), pid) == "watching"
-    os.write(w, b"x")
-    os.close(w)
-    os.waitpid(pid, 0)
+    _a_watched_process_ends(kept)
     assert a_holds_kept.wait(5)
     del b  # an ordinary release in this thread: hangs here
     kept._forget_gone, kept.release = real_forget_gone, real_release  # type: ignore[method-assign]
     gc.collect()
-    return all(slot.free() for _, slot in sent)  # type: ignore[attr-defined]
+    return all(slot.free() for _, slot in messages)
 
 
 def test_a_collection_in_the_watching_thread_while_another_thread_releases() -> None:
@@ -160,21 +147,17 @@ def test_many_loaders_created_and_dropped_leave_one_thread_and_no_pidfds(
     assert not [link for link in links if "cdml-edge-batch" in link]  # no memfd held here
 
 
-def _forks_while_watched_processes_end() -> bool:
-    """Another thread forks while the watching thread closes the pidfds of ended processes.
+def _processes_ending(
+    kept: kept_mappings.KeptMappings, stop: float, found: list[int]
+) -> threading.Thread:
+    """A thread forking short-lived children, 20 at a time, watched as they end.
 
-    forget_in_child (in the child's after-fork hook) closes the parent's pidfds without the
-    watcher's lock: one the watching thread had just closed (not yet popped from _keys) is
-    closed again -> EBADF -> the hook stops: the child keeps the parent's _KEPT (its token,
-    entries, a ProcessEnds whose thread does not run) and leaves the other fds open. The fd
-    number may even have been reused meanwhile (buffer_release's before-fork pipe, say).
+    Until ``stop`` or something is ``found``: the watching thread closes their process
+    descriptors meanwhile.
     """
-    kept = kept_mappings.kept_mappings()
-    stop = time.monotonic() + 10
-    bad: list[int] = []
 
-    def watcher() -> None:
-        while time.monotonic() < stop and not bad:
+    def run() -> None:
+        while time.monotonic() < stop and not found:
             pids = []
             for _ in range(20):
                 pid = os.fork()
@@ -186,8 +169,22 @@ def _forks_while_watched_processes_end() -> bool:
             for pid in pids:
                 os.waitpid(pid, 0)
 
-    thread = threading.Thread(target=watcher)
+    thread = threading.Thread(target=run)
     thread.start()
+    return thread
+
+
+def _forks_while_watched_processes_end() -> bool:
+    """Forks while the watching thread closes the descriptors of ended processes.
+
+    A fork between its close and its forget left the child a closed (or reused) number: the
+    child's hook failed on it and the child kept the parent's kept mappings.
+    """
+    kept = kept_mappings.kept_mappings()
+    stop = time.monotonic() + 10
+    bad: list[int] = []
+
+    thread = _processes_ending(kept, stop, bad)
     while time.monotonic() < stop and not bad:
         r, w = os.pipe()
         pid = os.fork()
@@ -233,24 +230,15 @@ def _collection_in_the_watching_thread_while_a_new_worker_is_received() -> bool:
 
     kept = kept_mappings.kept_mappings()
     pool = BufferPool(1 << 30, shared=True)
-    garbage = pickle.loads(_sent(pool)[0])
+    garbage = pickle.loads(sent(pool)[0])
     _Cycle(garbage)
     del garbage
     inside = threading.Event()
     kept._ends._keys = _Keys(inside)
-    r, w = os.pipe()
-    pid = os.fork()
-    if pid == 0:
-        os.read(r, 1)
-        os._exit(0)
-    os.close(r)
-    assert kept._ends.watch((pid, 0), pid) == "watching"
-    os.write(w, b"x")
-    os.close(w)
-    os.waitpid(pid, 0)
+    _a_watched_process_ends(kept)
     assert inside.wait(5)
     batch_send._PROCESS_WORD ^= 1  # a new worker (a new sender) whose first batch comes now
-    received = pickle.loads(_sent(pool)[0])  # hangs in add() -> watch()
+    received = pickle.loads(sent(pool)[0])  # hangs in add() -> watch()
     return torch.equal(received, PATTERN)
 
 
@@ -302,27 +290,13 @@ def _a_child_forked_while_processes_end_forks_in_turn() -> bool:
     """
     kept = kept_mappings.kept_mappings()
     pool = BufferPool(1 << 30, shared=True)
-    unused = pickle.loads(_sent(pool)[0])
+    unused = pickle.loads(sent(pool)[0])
     del unused  # kept, unused: MADV_DONTFORK at each fork
     assert len(kept) == 1
     stop = time.monotonic() + 10
     crashed: list[int] = []
 
-    def watcher() -> None:
-        while time.monotonic() < stop and not crashed:
-            pids = []
-            for _ in range(20):
-                pid = os.fork()
-                if pid == 0:
-                    os._exit(0)
-                pids.append(pid)
-            for pid in pids:
-                kept._ends.watch((pid, 1), pid)
-            for pid in pids:
-                os.waitpid(pid, 0)
-
-    thread = threading.Thread(target=watcher)
-    thread.start()
+    thread = _processes_ending(kept, stop, crashed)
     while time.monotonic() < stop and not crashed:
         pid = os.fork()
         if pid == 0:
@@ -352,8 +326,8 @@ def _a_thread_receives_while_another_drops_a_batch() -> bool:
     """
     kept = kept_mappings.kept_mappings()
     pool = BufferPool(1 << 30, shared=True)
-    sent = [_sent(pool) for _ in range(3)]
-    b, c = (pickle.loads(data) for data, _ in sent[:2])
+    messages = [sent(pool) for _ in range(3)]
+    b, c = (pickle.loads(data) for data, _ in messages[:2])
     _Cycle(c)
     del c
     in_add, b_holds_count = threading.Event(), threading.Event()
@@ -375,7 +349,7 @@ def _a_thread_receives_while_another_drops_a_batch() -> bool:
     kept.release = release  # type: ignore[method-assign]
     got: list[torch.Tensor] = []
     receiver = threading.Thread(
-        target=lambda: got.append(pickle.loads(sent[2][0])), name="receiver", daemon=True
+        target=lambda: got.append(pickle.loads(messages[2][0])), name="receiver", daemon=True
     )
     receiver.start()
     assert in_add.wait(5)
