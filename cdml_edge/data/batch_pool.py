@@ -128,6 +128,7 @@ class BufferPool:
         self.max_bytes = max_bytes
         self.shared = shared
         self._slots: dict[int, list[Slot]] = {}
+        self._retired: list[Slot] = []  # forgotten, still out: their descriptors stay open
         self._bytes = 0
         self._lock = threading.Lock()
 
@@ -141,6 +142,7 @@ class BufferPool:
             return None
         buffer_release.sweep()
         with self._lock:
+            self._retired = [slot for slot in self._retired if not slot.free()]
             slots = self._slots.pop(nbytes, [])
             self._slots[nbytes] = slots  # the most recent size last
             for slot in slots:
@@ -167,6 +169,8 @@ class BufferPool:
                 for forgotten in self._slots.pop(nbytes):
                     forgotten.counters[RETIRED] = 1  # a receiver need not keep it mapped
                     self._bytes -= forgotten.size
+                    if not forgotten.free():  # a batch of it may still be on its way
+                        self._retired.append(forgotten)
         return self._bytes + size <= self.max_bytes
 
     def slot_of(self, tensor: torch.Tensor) -> Slot | None:

@@ -122,12 +122,20 @@ def _mapped(fileno: int, buffer: _Buffer) -> Mapping:
                 f"cannot be opened here: {e}"
             ) from e
     try:
+        if os.fstat(fileno).st_size < size:  # another file now: reading past its end faults
+            raise RuntimeError(
+                f"process {sender}'s descriptor {number} is no longer its batch buffer"
+            )
         mm = map_shared(fileno, size)
     finally:
         os.close(fileno)
     if int(np.frombuffer(memoryview(mm), np.uint64, 1, size - HEADER + 8 * IDENT)[0]) != ident:
-        raise RuntimeError(f"process {sender}'s descriptor {number} is no longer its batch buffer")
+        raise _not_its_buffer(sender, number)
     return mm
+
+
+def _not_its_buffer(sender: int, number: int) -> RuntimeError:
+    return RuntimeError(f"process {sender}'s descriptor {number} is no longer its batch buffer")
 
 
 def _count_release(counters: np.ndarray, ident: int) -> None:

@@ -36,7 +36,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from cdml_edge.data import buffer_release
-from cdml_edge.data.batch_pool import RETIRED, mib_from_env
+from cdml_edge.data.batch_pool import RELEASED, RETIRED, SENT, mib_from_env
 from cdml_edge.data.process_ends import ProcessEnds
 from cdml_edge.data.shared_mapping import Mapping, pass_to_children
 
@@ -124,6 +124,8 @@ class KeptMappings:
             if kept is None:
                 return
             kept.in_use = False
+            if _retired(kept.counters, counting=1):  # this release is the last one out
+                self._forget(ident)
             self._forget_gone()
 
     def before_fork(self) -> None:
@@ -156,7 +158,7 @@ class KeptMappings:
                 self._unwatched.discard(sender)
                 self._ended.add(sender)
         for ident, kept in list(self._kept.items()):
-            if not kept.in_use and (kept.sender in self._ended or kept.counters[RETIRED]):
+            if not kept.in_use and (kept.sender in self._ended or _retired(kept.counters)):
                 self._forget(ident)
         if self._ended:
             still = {k.sender for k in list(self._kept.values())}
@@ -171,6 +173,15 @@ class KeptMappings:
 
     def __len__(self) -> int:
         return len(self._kept)
+
+
+def _retired(counters: np.ndarray, counting: int = 0) -> bool:
+    """Whether the worker's pool forgot the buffer and no batch of it is on its way here.
+
+    ``counting``: releases about to be counted.
+    """
+    released = int(counters[RELEASED]) + counting
+    return bool(counters[RETIRED]) and int(counters[SENT]) == released
 
 
 def _has_ended(pid: int) -> bool:

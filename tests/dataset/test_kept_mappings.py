@@ -38,16 +38,25 @@ def fresh(monkeypatch: pytest.MonkeyPatch) -> Iterator[kept_mappings.KeptMapping
 
 def _mapped_buffers(pid: int | str = "self") -> int:
     """Pool buffers mapped in a process."""
-    maps = Path(f"/proc/{pid}/maps").read_text()
-    return sum(buffer_release.MEMFD_NAME.decode() in line for line in maps.splitlines())
+    return len(_buffer_mappings(pid))
 
 
-def _pidfds() -> int:
-    """This process's open process descriptors."""
+def _buffer_mappings(pid: int | str = "self") -> set[str]:
+    """The address ranges of the pool buffers mapped in a process."""
+    maps = Path(f"/proc/{pid}/maps").read_text().splitlines()
+    return {line.split()[0] for line in maps if buffer_release.MEMFD_NAME.decode() in line}
+
+
+def _pidfds(of: set[int | None] | None = None) -> int:
+    """This process's open process descriptors (``of``: of these processes only)."""
     count = 0
     for fd in Path("/proc/self/fd").iterdir():
         with contextlib.suppress(OSError):  # closed meanwhile
-            count += os.readlink(fd) == "anon_inode:[pidfd]"
+            if os.readlink(fd) != "anon_inode:[pidfd]":
+                continue
+            info = Path(f"/proc/self/fdinfo/{fd.name}").read_text()
+            pid = int(info.split("Pid:")[1].split()[0])
+            count += of is None or pid in of
     return count
 
 
@@ -85,37 +94,38 @@ def test_a_workers_buffers_stay_mapped_from_one_batch_to_the_next(
 def test_the_buffers_of_ended_workers_are_unmapped(
     pets: Path, fresh: kept_mappings.KeptMappings
 ) -> None:
-    before = _mapped_buffers()
+    before = _buffer_mappings()  # other tests' may still go meanwhile
     loader, ref = _loader(pets)
     for _ in range(2):  # workers anew each epoch: the first epoch's forgotten
         batches = list(loader)
         assert all(torch.equal(x, r) for x, r in zip(batches, ref, strict=True))
         assert len(fresh) > 0
-    assert _mapped_buffers() > before
+    assert _buffer_mappings() - before
     del batches, loader
     gc.collect()
     buffer_release.sweep()
     assert _eventually(lambda: len(fresh) == 0 and fresh._senders == set())
-    assert _mapped_buffers() == before
+    assert _buffer_mappings() <= before
 
 
 def test_a_persistent_loaders_buffers_are_unmapped_once_it_is_gone(
     pets: Path, fresh: kept_mappings.KeptMappings
 ) -> None:
     """Nothing is received or released after its workers end: the watching thread sees it."""
-    before, pidfds = _mapped_buffers(), _pidfds()
+    before, pidfds = _buffer_mappings(), _pidfds()  # other tests' may still go meanwhile
     loader, ref = _loader(pets, persistent_workers=True)
     for _ in range(2):
         for k, x in enumerate(loader):
             assert torch.equal(x, ref[k])
     del x
-    assert len(fresh) > 0 and _mapped_buffers() > before and _pidfds() == pidfds + 2
     workers = list(loader._iterator._workers)  # type: ignore[union-attr]
+    assert len(fresh) > 0 and _buffer_mappings() - before
+    assert _pidfds({w.pid for w in workers}) == 2  # one watches each worker
     del loader
     for worker in workers:
         worker.join(10)
-    assert _eventually(lambda: len(fresh) == 0 and _mapped_buffers() == before)
-    assert _pidfds() == pidfds
+    assert _eventually(lambda: len(fresh) == 0 and _buffer_mappings() <= before)
+    assert _pidfds() <= pidfds
 
 
 def test_a_child_gets_the_batches_in_use_and_not_the_buffers_kept_unused(
@@ -388,3 +398,29 @@ def test_a_persistent_loader_with_more_batch_sizes_than_its_pool_keeps(
     in_worker = len({line.split()[4] for line in maps if "cdml-edge-batch" in line})
     assert 0 < len(fresh) <= in_worker
     del loader
+
+
+def _a_smaller_file_under_the_number_is_refused() -> bool:
+    pool = BufferPool(1 << 30, shared=True)
+    taken = pool.take((16, 3, 32, 32), torch.uint8)  # many pages: its header far past 64 bytes
+    assert taken is not None
+    slot = pool.slot_of(taken[0])
+    assert slot is not None
+    slot.counters[KEPT] = 12345  # kept by another receiver: sent without a descriptor
+    batch = taken[0].as_subclass(PooledBatch)
+    batch._slot = slot
+    fn, (_, buffer, dtype, layout) = batch_send._reduce_pooled(batch)
+    ident, sender, _, size, nbytes = buffer
+    small = os.memfd_create("small")
+    os.ftruncate(small, 64)  # a smaller file under the number: mapped, it would fault
+    try:
+        fn(None, (ident, sender, small, size, nbytes), dtype, layout)
+    except RuntimeError as e:
+        return "no longer its batch buffer" in str(e)
+    finally:
+        os.close(small)
+    return False
+
+
+def test_a_smaller_file_under_the_descriptors_number_is_refused_not_read() -> None:
+    assert in_a_child(_a_smaller_file_under_the_number_is_refused, timeout=30) == 0
