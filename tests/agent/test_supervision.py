@@ -136,6 +136,9 @@ def test_a_worker_that_dies_on_a_window_gives_its_files_back(
             what="a.jpg scored after the worker died",
         )
         wait_for(lambda: not (cam / "a.jpg").exists(), what="a.jpg deleted")
+        wait_for(  # its restart comes 0.5 s after its death: the file may be done sooner
+            lambda: sum(agent.supervisor.restarts.values()) == 1, what="the worker restarted"
+        )
     finally:
         drained = agent.stop()
     assert drained and len(failed) == 1

@@ -196,9 +196,7 @@ def test_the_pool_stays_within_its_bound() -> None:
     assert pool._bytes == 128
 
 
-@pytest.mark.parametrize(
-    "module, lock", [("batch_send", "_count_lock"), ("buffer_release", "_lock")]
-)
+@pytest.mark.parametrize("module, lock", [("buffer_release", "_lock")])  # the count takes none
 def test_a_forked_child_can_release_its_own_batches(
     pool_pets: Path, module: str, lock: str
 ) -> None:
