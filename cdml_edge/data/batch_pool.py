@@ -67,6 +67,11 @@ def mib_from_env(name: str, default: int) -> int:
     return mib * 1024 * 1024
 
 
+def random_word() -> int:
+    """A random 64-bit word: a buffer's identity, a process's own word."""
+    return int.from_bytes(os.urandom(8), "little")
+
+
 def numpy_dtype(dtype: torch.dtype) -> np.dtype:
     """The NumPy dtype of a torch dtype (``torch.float32`` → ``float32``)."""
     return torch.empty(0, dtype=dtype).numpy().dtype
@@ -93,7 +98,7 @@ class Slot:
         else:
             self.mm = mmap.mmap(-1, self.size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
         self.counters = np.frombuffer(self.mm, np.uint64, COUNTERS, self.offset)
-        self.counters[IDENT] = int.from_bytes(os.urandom(8), "little")
+        self.counters[IDENT] = random_word()
         self.address = int(np.frombuffer(self.mm, np.uint8, 1).ctypes.data)
 
     def __del__(self) -> None:

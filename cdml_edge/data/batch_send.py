@@ -33,6 +33,7 @@ from cdml_edge.data.batch_pool import (
     in_worker,
     numpy_dtype,
     pool,
+    random_word,
 )
 from cdml_edge.data.kept_mappings import Sender, kept_mappings
 from cdml_edge.data.marked_tensor import MarkedTensor
@@ -80,7 +81,7 @@ ForkingPickler.register(PooledBatch, _reduce_pooled)
 
 
 _Buffer = tuple[int, Sender, int, int, int]  # identity, sender, its descriptor's number, sizes
-_PROCESS_WORD = int.from_bytes(os.urandom(8), "little")  # tells a new process from an ended one
+_PROCESS_WORD = random_word()  # tells a new process from an ended one
 
 
 def rebuild(
@@ -123,9 +124,7 @@ def _mapped(fileno: int, buffer: _Buffer) -> Mapping:
             ) from e
     try:
         if os.fstat(fileno).st_size < size:  # another file now: reading past its end faults
-            raise RuntimeError(
-                f"process {sender}'s descriptor {number} is no longer its batch buffer"
-            )
+            raise _not_its_buffer(sender, number)
         mm = map_shared(fileno, size)
     finally:
         os.close(fileno)
@@ -153,7 +152,7 @@ def _count_release(counters: np.ndarray, ident: int) -> None:
 
 def _after_fork_in_child() -> None:
     global _PROCESS_WORD
-    _PROCESS_WORD = int.from_bytes(os.urandom(8), "little")
+    _PROCESS_WORD = random_word()
 
 
 if hasattr(os, "register_at_fork"):

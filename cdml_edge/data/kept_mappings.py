@@ -36,7 +36,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from cdml_edge.data import buffer_release
-from cdml_edge.data.batch_pool import RELEASED, RETIRED, SENT, mib_from_env
+from cdml_edge.data.batch_pool import RELEASED, RETIRED, SENT, mib_from_env, random_word
 from cdml_edge.data.process_ends import ProcessEnds
 from cdml_edge.data.shared_mapping import Mapping, pass_to_children
 
@@ -50,7 +50,7 @@ def bound_bytes() -> int:
 
 
 def _token() -> int:
-    return int.from_bytes(os.urandom(8), "little") | 1  # never 0: 0 is "kept by none"
+    return random_word() | 1  # never 0: 0 is "kept by none"
 
 
 @dataclass
