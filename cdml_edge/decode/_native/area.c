@@ -40,12 +40,36 @@ static void to_bytes(const float *restrict sums, size_t n, uint8_t *restrict out
 }
 
 /* row: sw pixels of ch floats, followed by taps pixels of zeros and one more float;
- * sums: dw * ch + 1 floats */
+ * sums: dw * ch + 1 floats. Each sum adds its taps in order from 0.5; four output pixels
+ * are summed side by side, so that the additions of one do not wait for each other's. */
 static void horizontal(const float *restrict row, int ch, int dw, int tx, const int *sx,
                        const float *restrict wx, float *restrict sums) {
+    int o = 0;
 #if defined(__GNUC__)
     if (ch == 3) { /* the common case: one 4-lane vector per pixel (the 4th lane unused) */
-        for (int o = 0; o < dw; o++) {
+        for (; o + 4 <= dw; o += 4) {
+            const float *w = wx + (size_t)o * tx;
+            const float *p0 = row + (size_t)sx[o] * 3, *p1 = row + (size_t)sx[o + 1] * 3;
+            const float *p2 = row + (size_t)sx[o + 2] * 3, *p3 = row + (size_t)sx[o + 3] * 3;
+            cdml_v4 a0 = {0.5f, 0.5f, 0.5f, 0.5f}, a1 = a0, a2 = a0, a3 = a0;
+            for (int k = 0; k < tx; k++) {
+                cdml_v4 x0, x1, x2, x3;
+                memcpy(&x0, p0 + 3 * k, sizeof(x0));
+                memcpy(&x1, p1 + 3 * k, sizeof(x1));
+                memcpy(&x2, p2 + 3 * k, sizeof(x2));
+                memcpy(&x3, p3 + 3 * k, sizeof(x3));
+                a0 += w[k] * x0;
+                a1 += w[tx + k] * x1;
+                a2 += w[2 * tx + k] * x2;
+                a3 += w[3 * tx + k] * x3;
+            }
+            float *s = sums + (size_t)o * 3; /* each 4th lane is overwritten by the next */
+            memcpy(s, &a0, sizeof(a0));
+            memcpy(s + 3, &a1, sizeof(a1));
+            memcpy(s + 6, &a2, sizeof(a2));
+            memcpy(s + 9, &a3, sizeof(a3));
+        }
+        for (; o < dw; o++) {
             const float *w = wx + (size_t)o * tx;
             const float *p = row + (size_t)sx[o] * 3;
             cdml_v4 a = {0.5f, 0.5f, 0.5f, 0.5f};
@@ -54,12 +78,12 @@ static void horizontal(const float *restrict row, int ch, int dw, int tx, const 
                 memcpy(&px, p, sizeof(px));
                 a += w[k] * px;
             }
-            memcpy(sums + (size_t)o * 3, &a, sizeof(a)); /* the 4th lane is overwritten */
+            memcpy(sums + (size_t)o * 3, &a, sizeof(a));
         }
         return;
     }
 #endif
-    for (int o = 0; o < dw; o++) {
+    for (; o < dw; o++) {
         const float *w = wx + (size_t)o * tx;
         const float *p = row + (size_t)sx[o] * ch;
         for (int c = 0; c < ch; c++) {
@@ -70,13 +94,37 @@ static void horizontal(const float *restrict row, int ch, int dw, int tx, const 
     }
 }
 
-/* acc[j] = w * r[j] (first) or acc[j] += w * r[j] */
-static void vertical(float *restrict acc, const uint8_t *restrict r, size_t n, float w,
-                     int first) {
-    if (first) {
-        for (size_t j = 0; j < n; j++) acc[j] = w * (float)r[j];
+/* acc[j] = sum of w[k] * r[k][j] over the n rows, added in order: first the product of
+ * row 0, then each next one. Up to three rows go in one pass over acc. */
+static void vertical(float *restrict acc, const uint8_t *const *r, size_t n_cols,
+                     const float *w, int n) {
+    int k = 0;
+    if (n >= 3) {
+        const uint8_t *restrict r0 = r[0], *restrict r1 = r[1], *restrict r2 = r[2];
+        float w0 = w[0], w1 = w[1], w2 = w[2];
+        for (size_t j = 0; j < n_cols; j++)
+            acc[j] = w0 * (float)r0[j] + w1 * (float)r1[j] + w2 * (float)r2[j];
+        k = 3;
+    } else if (n == 2) {
+        const uint8_t *restrict r0 = r[0], *restrict r1 = r[1];
+        float w0 = w[0], w1 = w[1];
+        for (size_t j = 0; j < n_cols; j++) acc[j] = w0 * (float)r0[j] + w1 * (float)r1[j];
+        k = 2;
     } else {
-        for (size_t j = 0; j < n; j++) acc[j] += w * (float)r[j];
+        const uint8_t *restrict r0 = r[0];
+        float w0 = w[0];
+        for (size_t j = 0; j < n_cols; j++) acc[j] = w0 * (float)r0[j];
+        k = 1;
+    }
+    for (; k + 2 <= n; k += 2) {
+        const uint8_t *restrict r0 = r[k], *restrict r1 = r[k + 1];
+        float w0 = w[k], w1 = w[k + 1];
+        for (size_t j = 0; j < n_cols; j++) acc[j] = acc[j] + w0 * (float)r0[j] + w1 * (float)r1[j];
+    }
+    for (; k < n; k++) {
+        const uint8_t *restrict r0 = r[k];
+        float w0 = w[k];
+        for (size_t j = 0; j < n_cols; j++) acc[j] += w0 * (float)r0[j];
     }
 }
 
@@ -88,10 +136,12 @@ int cdml_area_resize(const uint8_t *src, int sw, int sh, size_t sstride, int ch,
     int *sx = malloc(sizeof(int) * ((size_t)dw + dh));
     float *wx = malloc(sizeof(float) * ((size_t)dw * tx + (size_t)dh * ty));
     float *acc = malloc(sizeof(float) * (line + (size_t)tx * ch + 1 + (size_t)dw * ch + 1));
-    if (!sx || !wx || !acc) {
+    const uint8_t **rows = malloc(sizeof(*rows) * (size_t)ty);
+    if (!sx || !wx || !acc || !rows) {
         free(sx);
         free(wx);
         free(acc);
+        free(rows);
         return 2;
     }
     int *sy = sx + dw;
@@ -102,13 +152,16 @@ int cdml_area_resize(const uint8_t *src, int sw, int sh, size_t sstride, int ch,
     float *sums = acc + line + (size_t)tx * ch + 1;
     for (int o = 0; o < dh; o++) {
         const float *w = wy + (size_t)o * ty;
-        for (int k = 0; k < ty && (k == 0 || w[k] != 0.0f); k++)
-            vertical(acc, src + (size_t)(sy[o] + k) * sstride, line, w[k], k == 0);
+        int n = 1;
+        while (n < ty && w[n] != 0.0f) n++;
+        for (int k = 0; k < n; k++) rows[k] = src + (size_t)(sy[o] + k) * sstride;
+        vertical(acc, rows, line, w, n);
         horizontal(acc, ch, dw, tx, sx, wx, sums);
         to_bytes(sums, (size_t)dw * ch, dst + (size_t)o * dw * ch);
     }
     free(sx);
     free(wx);
     free(acc);
+    free(rows);
     return 0;
 }
