@@ -4,7 +4,9 @@ libjpeg-turbo decodes at any scale M/8 (M = 1..8) and skips most of the inverse-
 of the pixels it drops; OpenCV exposes only 1/2, 1/4 and 1/8. :func:`decode_scaled` asks
 for the smallest scale of :data:`SCALES` whose result is still at least :data:`OVERSAMPLE`
 times the target on both axes (a 640x480 JPEG for a 64-px target decodes at 1/4, 160x120;
-a 224-px one at full size), in RGB directly; the area shrink does the rest.
+a 224-px one at full size), in RGB directly; the area shrink does the rest. A decode that
+the shrink follows uses libjpeg-turbo's fast inverse DCT and chroma upsampling
+(:func:`fast_when_shrunk`).
 
 ``simplejpeg`` is a default dependency where it ships wheels (x86-64 and aarch64 Linux,
 macOS, Windows); where it is missing, or when ``CDML_EDGE_JPEG=opencv`` is set,
