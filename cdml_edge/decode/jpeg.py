@@ -4,9 +4,7 @@ libjpeg-turbo decodes at any scale M/8 (M = 1..8) and skips most of the inverse-
 of the pixels it drops; OpenCV exposes only 1/2, 1/4 and 1/8. :func:`decode_scaled` asks
 for the smallest scale of :data:`SCALES` whose result is still at least :data:`OVERSAMPLE`
 times the target on both axes (a 640x480 JPEG for a 64-px target decodes at 1/4, 160x120;
-a 224-px one at full size), in RGB directly; the area shrink does the rest. A decode that
-the shrink follows uses libjpeg-turbo's fast inverse DCT and chroma upsampling
-(:func:`fast_when_shrunk`).
+a 224-px one at full size), in RGB directly; the area shrink does the rest.
 
 ``simplejpeg`` is a default dependency where it ships wheels (x86-64 and aarch64 Linux,
 macOS, Windows); where it is missing, or when ``CDML_EDGE_JPEG=opencv`` is set,
@@ -78,41 +76,21 @@ def scaled_size(width: int, height: int, target: tuple[int, int] | None) -> tupl
     return width, height
 
 
-def fast_when_shrunk() -> bool:
-    """Whether a decode that is shrunk afterwards uses the fast inverse DCT and upsampling.
-
-    On by default; ``CDML_EDGE_JPEG_FAST=0`` keeps the accurate ones for every decode.
-    """
-    return os.environ.get("CDML_EDGE_JPEG_FAST", "1") != "0"
-
-
 def decode_scaled(
     data: bytes, size: tuple[int, int], target: tuple[int, int] | None
 ) -> np.ndarray | None:
     """RGB uint8 ``H×W×3`` of a JPEG of ``size`` ``(w, h)``, decoded by libjpeg-turbo.
 
     At :func:`scaled_size` for ``target`` (full size for ``None``); ``None`` when
-    libjpeg-turbo is absent or refuses the data. When the result is larger than ``target``
-    on both axes (the area shrink follows), libjpeg-turbo's fast inverse DCT and chroma
-    upsampling decode it (:func:`fast_when_shrunk`): 15-20 % less CPU, and the shrink
-    averages their errors away, within the tolerance of docs/dataset.md.
+    libjpeg-turbo is absent or refuses the data.
     """
     sj = _module()
     if sj is None:
         return None
     w, h = scaled_size(*size, target)
-    fast = target is not None and w > target[0] and h > target[1] and fast_when_shrunk()
     if (w, h) == size:
         w = h = 0  # the full decode
     try:
-        return sj.decode_jpeg(
-            data,
-            colorspace="RGB",
-            min_width=w,
-            min_height=h,
-            strict=True,
-            fastdct=fast,
-            fastupsample=fast,
-        )
+        return sj.decode_jpeg(data, colorspace="RGB", min_width=w, min_height=h, strict=True)
     except Exception:  # ValueError on bad data, MemoryError: OpenCV decides and words it
         return None

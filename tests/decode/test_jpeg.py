@@ -13,7 +13,6 @@ import pytest
 from cdml_edge.decode import decode_image
 from cdml_edge.decode import jpeg as jpeg_mod
 from cdml_edge.decode.area import area_backend, shrink
-from cdml_edge.decode.image import resize
 
 # The documented tolerance of a reduced-scale decode + area shrink against a full decode +
 # area shrink (docs/dataset.md, "Image decoding"): mean absolute difference and its 99th percentile,
@@ -109,7 +108,7 @@ def test_reduced_decode_within_tolerance_of_full_decode(backend: str, target: in
     assert np.percentile(d, 99) <= P99_TOL, np.percentile(d, 99)
 
 
-def test_full_scale_decodes_agree_exactly(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_full_scale_decodes_agree_exactly() -> None:
     """Without a reduced scale both libraries run libjpeg(-turbo)'s accurate IDCT: same pixels.
 
     And the area shrink matches OpenCV's within one level.
@@ -119,48 +118,8 @@ def test_full_scale_decodes_agree_exactly(monkeypatch: pytest.MonkeyPatch) -> No
     assert ours is not None
     ref = cv2.cvtColor(cv2.imdecode(np.frombuffer(data, np.uint8), cv2.IMREAD_COLOR), 4)
     assert np.abs(ours.astype(int) - ref.astype(int)).max() <= 1
-    monkeypatch.setenv("CDML_EDGE_JPEG_FAST", "0")  # a shrunk decode is fast by default
     got = decode_image(data, target_size=128)
     assert np.abs(got.astype(int) - _full_then_area(data, (128, 128)).astype(int)).max() <= 1
-
-
-@pytest.mark.parametrize(
-    ("size", "target", "fast"),
-    [
-        ((224, 224), (128, 128), True),  # full size, shrunk
-        ((224, 224), (64, 64), True),
-        ((640, 480), (64, 64), True),  # 1/2, shrunk
-        ((224, 224), (224, 224), False),  # nothing to shrink: the pixels as decoded
-        ((224, 224), (128, 224), False),  # one axis kept as decoded
-        ((224, 224), None, False),
-    ],
-)
-def test_a_decode_that_is_shrunk_uses_the_fast_idct_and_upsampling(
-    size: tuple[int, int],
-    target: tuple[int, int] | None,
-    fast: bool,
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """The fast inverse DCT and upsampling only where an area shrink averages their errors.
-
-    Their pixels differ from the accurate decode's (so each case can fail); the tolerance
-    on real photos holds either way (``test_jpeg_real_photos.py``).
-    """
-    sj = jpeg_mod._module()
-    assert sj is not None, "simplejpeg is a default dependency but is not installed"
-    data = _jpeg(_photo(*size, seed=6))
-    w, h = jpeg_mod.scaled_size(*size, target)
-    kw = {"colorspace": "RGB", "min_width": w, "min_height": h}
-    quick = sj.decode_jpeg(data, fastdct=True, fastupsample=True, **kw)
-    accurate = sj.decode_jpeg(data, **kw)
-    assert not np.array_equal(quick, accurate)
-    want = quick if fast else accurate
-    shrunk = want if target is None else resize(want, target)
-    assert np.array_equal(decode_image(data, target_size=target), shrunk)
-    monkeypatch.setenv("CDML_EDGE_JPEG_FAST", "0")
-    assert jpeg_mod.fast_when_shrunk() is False
-    kept = accurate if target is None else resize(accurate, target)
-    assert np.array_equal(decode_image(data, target_size=target), kept)
 
 
 def test_grayscale_jpeg_becomes_rgb(backend: str) -> None:
