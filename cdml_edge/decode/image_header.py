@@ -50,17 +50,43 @@ class ImageHeader:
         return self.width * self.height
 
 
+def next_marker(data: bytes, i: int) -> int:
+    """Where the next JPEG marker starts at or after ``i``, as libjpeg finds it; -1 if none.
+
+    libjpeg skips bytes that are not a marker where one is due ("extraneous bytes before
+    marker", a warning: Photoshop and some cameras write them), fill bytes (``FF FF``) and
+    stuffed zeros (``FF 00``); so OpenCV, Pillow and viewers show such files.
+    """
+    n = len(data)
+    while True:
+        i = data.find(b"\xff", i)
+        if i < 0 or i + 1 >= n:
+            return -1
+        marker = data[i + 1]
+        if marker == 0xFF:  # a fill byte
+            i += 1
+        elif marker == 0x00:  # a stuffed zero: no marker
+            i += 2
+        else:
+            return i
+
+
 def jpeg_header(data: bytes) -> ImageHeader | None:
-    """The frame header of a JPEG (size, components, progressive), or ``None``."""
+    """The frame header of a JPEG (size, components, progressive), or ``None``.
+
+    Its segments are walked as libjpeg walks them (:func:`next_marker`).
+    """
     if not data.startswith(JPEG_SOI):
         return None
     i, n = 2, len(data)
-    while i + 4 <= n:
-        ff, marker, length = _SEGMENT.unpack_from(data, i)
-        if ff != 0xFF:
+    while True:
+        if i + 4 > n:
             return None
-        if marker == 0xFF:  # fill byte
-            i += 1
+        ff, marker, length = _SEGMENT.unpack_from(data, i)
+        if ff != 0xFF or marker in (0x00, 0xFF):  # not a marker where one is due
+            i = next_marker(data, i)
+            if i < 0:
+                return None
             continue
         if marker in _NO_LENGTH:
             i += 2
@@ -70,7 +96,6 @@ def jpeg_header(data: bytes) -> ImageHeader | None:
         if marker == 0xDA or length < 2:  # start of scan before any frame header
             return None
         i += 2 + length
-    return None
 
 
 SMALL_JPEG = 8192

@@ -18,6 +18,8 @@ from typing import Literal
 
 import numpy as np
 
+from cdml_edge.decode.image_header import next_marker
+
 Orientation = Literal["exif", "raw"]
 ORIENTATIONS: tuple[str, ...] = ("exif", "raw")
 _APP1, _SOS, _EOI = 0xE1, 0xDA, 0xD9
@@ -41,7 +43,12 @@ def exif_orientation(data: bytes) -> int:
         if i + 4 > n:
             return 1
         ff, marker, length = _SEGMENT.unpack_from(data, i)
-        if ff != 0xFF or marker in (_SOS, _EOI):
+        if ff != 0xFF or marker in (0x00, 0xFF):  # past bytes that are no marker, as libjpeg
+            i = next_marker(data, i)
+            if i < 0:
+                return 1
+            continue
+        if marker in (_SOS, _EOI):
             return 1
         if marker == _APP1 and data[i + 4 : i + 10] == _EXIF:
             return _tiff_orientation(data[i + 10 : i + 2 + length])
