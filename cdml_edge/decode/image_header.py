@@ -8,7 +8,9 @@ coefficient buffer) and counts the scans.
 
 from __future__ import annotations
 
+import re
 import struct
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -50,52 +52,65 @@ class ImageHeader:
         return self.width * self.height
 
 
+_MARKER = re.compile(rb"\xff(?=[^\x00\xff])")  # an FF before a marker code
+MAX_MARKERS = 4096
+"""Markers walked before a JPEG's frame (or its EXIF segment) at most; past them the header
+counts as unreadable. Real files hold tens; a hostile one of tiny segments is walked in
+Python, about 0.15-0.26 s a megabyte, outside the decode's deadline."""
+
+
 def next_marker(data: bytes, i: int) -> int:
     """Where the next JPEG marker starts at or after ``i``, as libjpeg finds it; -1 if none.
 
     libjpeg skips bytes that are not a marker where one is due ("extraneous bytes before
     marker", a warning: Photoshop and some cameras write them), fill bytes (``FF FF``) and
-    stuffed zeros (``FF 00``); so OpenCV, Pillow and viewers show such files.
+    stuffed zeros (``FF 00``); so OpenCV, Pillow and viewers show such files. One regular
+    expression search, whatever the run of such bytes.
     """
-    n = len(data)
-    while True:
-        i = data.find(b"\xff", i)
-        if i < 0 or i + 1 >= n:
-            return -1
-        marker = data[i + 1]
-        if marker == 0xFF:  # a fill byte
-            i += 1
-        elif marker == 0x00:  # a stuffed zero: no marker
+    found = _MARKER.search(data, i)
+    return -1 if found is None else found.start()
+
+
+def jpeg_segments(data: bytes) -> Iterator[tuple[int, int, int]]:
+    """``(marker, offset, length)`` of a JPEG's segments after its SOI, walked as libjpeg does.
+
+    Markers without a length (RST0-7, TEM) are stepped over, bytes that are no marker skipped
+    (:func:`next_marker`); the walk ends at a segment too short to hold its length, at the end
+    of the data or after :data:`MAX_MARKERS` steps (a marker, or a run of bytes skipped). The
+    caller stops at the scan.
+    """
+    i, n = 2, len(data)
+    for _ in range(MAX_MARKERS):
+        if i + 4 > n:
+            return
+        ff, marker, length = _SEGMENT.unpack_from(data, i)
+        if ff != 0xFF or marker in (0x00, 0xFF):  # not a marker where one is due
+            i = next_marker(data, i)
+            if i < 0:
+                return
+            continue
+        if marker in _NO_LENGTH:
             i += 2
-        else:
-            return i
+            continue
+        yield marker, i, length
+        if length < 2:
+            return
+        i += 2 + length
 
 
 def jpeg_header(data: bytes) -> ImageHeader | None:
     """The frame header of a JPEG (size, components, progressive), or ``None``.
 
-    Its segments are walked as libjpeg walks them (:func:`next_marker`).
+    Its segments are walked as libjpeg walks them (:func:`jpeg_segments`).
     """
     if not data.startswith(JPEG_SOI):
         return None
-    i, n = 2, len(data)
-    while True:
-        if i + 4 > n:
-            return None
-        ff, marker, length = _SEGMENT.unpack_from(data, i)
-        if ff != 0xFF or marker in (0x00, 0xFF):  # not a marker where one is due
-            i = next_marker(data, i)
-            if i < 0:
-                return None
-            continue
-        if marker in _NO_LENGTH:
-            i += 2
-            continue
+    for marker, i, length in jpeg_segments(data):
         if marker in _SOF_MARKERS:
             return _jpeg_frame(data[i + 4 : i + 2 + length], marker, count_scans(data))
         if marker == 0xDA or length < 2:  # start of scan before any frame header
             return None
-        i += 2 + length
+    return None
 
 
 SMALL_JPEG = 8192

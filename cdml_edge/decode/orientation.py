@@ -18,15 +18,14 @@ from typing import Literal
 
 import numpy as np
 
-from cdml_edge.decode.image_header import next_marker
+from cdml_edge.decode.image_header import jpeg_segments
 
 Orientation = Literal["exif", "raw"]
 ORIENTATIONS: tuple[str, ...] = ("exif", "raw")
 _APP1, _SOS, _EOI = 0xE1, 0xDA, 0xD9
 _EXIF = b"Exif\0\0"
 _ORIENTATION_TAG = 0x0112
-_SEGMENT = struct.Struct(">BBH")  # 0xFF, the marker, the segment's length
-_MAX_SEGMENTS = 64  # markers walked before the first scan (real files: under ten)
+_MAX_SEGMENTS = 64  # segments looked at for the EXIF one (real files: under ten before it)
 
 
 def check_orientation(value: str) -> Orientation:
@@ -37,22 +36,16 @@ def check_orientation(value: str) -> Orientation:
 
 
 def exif_orientation(data: bytes) -> int:
-    """The EXIF ``Orientation`` (1-8) of a JPEG; 1 when there is none or it is unreadable."""
-    i, n = 2, len(data)
-    for _ in range(_MAX_SEGMENTS):
-        if i + 4 > n:
-            return 1
-        ff, marker, length = _SEGMENT.unpack_from(data, i)
-        if ff != 0xFF or marker in (0x00, 0xFF):  # past bytes that are no marker, as libjpeg
-            i = next_marker(data, i)
-            if i < 0:
-                return 1
-            continue
-        if marker in (_SOS, _EOI):
+    """The EXIF ``Orientation`` (1-8) of a JPEG; 1 when there is none or it is unreadable.
+
+    Its segments are walked as libjpeg walks them (:func:`~.image_header.jpeg_segments`), up
+    to :data:`_MAX_SEGMENTS` of them.
+    """
+    for k, (marker, i, length) in enumerate(jpeg_segments(data)):
+        if marker in (_SOS, _EOI) or k >= _MAX_SEGMENTS:
             return 1
         if marker == _APP1 and data[i + 4 : i + 10] == _EXIF:
             return _tiff_orientation(data[i + 10 : i + 2 + length])
-        i += 2 + length
     return 1
 
 

@@ -14,7 +14,7 @@ import pytest
 from helpers.exif_jpegs import jpeg, opencv_shows, pattern, with_orientation
 
 from cdml_edge.decode import DecodeError, decode_image
-from cdml_edge.decode.image_header import jpeg_header
+from cdml_edge.decode.image_header import MAX_MARKERS, jpeg_header
 from cdml_edge.decode.orientation import exif_orientation
 
 JUNK = (b"hello", b"\x00" * 16, b"ab\xff\x00cd", b"\xff\xff\xff", b"x")
@@ -86,3 +86,39 @@ def test_junk_with_no_frame_after_it_is_refused(data: bytes) -> None:
     assert exif_orientation(data) == 1
     with pytest.raises(DecodeError, match="cam/2.jpg"):
         decode_image(data, member="cam/2.jpg")
+
+
+def test_junk_does_not_use_up_the_exif_walk() -> None:
+    """32 comment segments, each followed by junk, before the EXIF segment (a hostile review)."""
+    data = with_orientation(jpeg(), 6)
+    data = data[:2] + b"\xff\xfe\x00\x03cj" * 32 + data[2:]
+    assert exif_orientation(data) == 6
+    assert decode_image(data).shape == opencv_shows(data).shape == (96, 64, 3)
+
+
+@pytest.mark.parametrize("bare", [b"\xff\xd0", b"\xff\xd7", b"\xff\x01"])
+def test_markers_without_a_length_before_the_exif_segment(bare: bytes) -> None:
+    """RST0-7 and TEM carry no length, for the EXIF walk as for the header walk and libjpeg."""
+    data = with_orientation(jpeg(), 6)
+    data = data[:2] + b"\xff\xfe\x00\x06note" + bare + data[2:]
+    assert exif_orientation(data) == 6
+    assert decode_image(data).shape == opencv_shows(data).shape
+
+
+@pytest.mark.parametrize("run", [b"\xff\xff", b"\xff\x00", b"\xff\xff\x00", b"a\xff\x00"])
+def test_long_runs_that_are_no_marker_are_skipped(run: bytes) -> None:
+    """A megabyte of fill bytes or stuffed zeros before the frame is skipped, to the same header."""
+    clean = jpeg()
+    data = _junk_before(clean, b"\xff\xdb", run * (1 << 20 // len(run)))
+    assert jpeg_header(data) == jpeg_header(clean)
+
+
+def test_a_header_of_thousands_of_segments_is_refused() -> None:
+    """Past :data:`MAX_MARKERS` markers before the frame the walk gives up (real files: tens)."""
+    clean = jpeg()
+    many = clean[:2] + b"\xff\xfe\x00\x02" * (MAX_MARKERS + 1) + clean[2:]
+    assert jpeg_header(many) is None
+    with pytest.raises(DecodeError, match="cam/3.jpg"):
+        decode_image(many, member="cam/3.jpg")
+    some = clean[:2] + b"\xff\xfe\x00\x02" * 200 + clean[2:]
+    assert jpeg_header(some) == jpeg_header(clean)
