@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import re
 import struct
-from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -71,46 +70,50 @@ def next_marker(data: bytes, i: int) -> int:
     return -1 if found is None else found.start()
 
 
-def jpeg_segments(data: bytes) -> Iterator[tuple[int, int, int]]:
-    """``(marker, offset, length)`` of a JPEG's segments after its SOI, walked as libjpeg does.
+def find_segment(
+    data: bytes, wanted: frozenset[int], start: int = 2
+) -> tuple[int, int, int] | None:
+    """The first segment at or after ``start`` whose marker is in ``wanted``, walked as libjpeg.
 
-    Markers without a length (RST0-7, TEM) are stepped over, bytes that are no marker skipped
-    (:func:`next_marker`); the walk ends at a segment too short to hold its length, at the end
-    of the data or after :data:`MAX_MARKERS` steps (a marker, or a run of bytes skipped). The
-    caller stops at the scan.
+    ``(marker, offset, length)``, also for a segment too short to hold its length (the walk
+    cannot go past it); ``None`` at the end of the data or after :data:`MAX_MARKERS` steps (a
+    marker, or a run of bytes skipped). Markers without a length (RST0-7, TEM) are stepped
+    over, bytes that are no marker skipped (:func:`next_marker`).
     """
-    i, n = 2, len(data)
+    i, n = start, len(data)
     for _ in range(MAX_MARKERS):
         if i + 4 > n:
-            return
+            return None
         ff, marker, length = _SEGMENT.unpack_from(data, i)
-        if ff != 0xFF or marker in (0x00, 0xFF):  # not a marker where one is due
+        if ff != 0xFF or marker == 0x00 or marker == 0xFF:  # no marker where one is due
             i = next_marker(data, i)
             if i < 0:
-                return
+                return None
             continue
         if marker in _NO_LENGTH:
             i += 2
             continue
-        yield marker, i, length
-        if length < 2:
-            return
+        if marker in wanted or length < 2:
+            return marker, i, length
         i += 2 + length
+    return None
+
+
+_FRAME_OR_SCAN = _SOF_MARKERS | {0xDA}
 
 
 def jpeg_header(data: bytes) -> ImageHeader | None:
     """The frame header of a JPEG (size, components, progressive), or ``None``.
 
-    Its segments are walked as libjpeg walks them (:func:`jpeg_segments`).
+    Its segments are walked as libjpeg walks them (:func:`find_segment`).
     """
     if not data.startswith(JPEG_SOI):
         return None
-    for marker, i, length in jpeg_segments(data):
-        if marker in _SOF_MARKERS:
-            return _jpeg_frame(data[i + 4 : i + 2 + length], marker, count_scans(data))
-        if marker == 0xDA or length < 2:  # start of scan before any frame header
-            return None
-    return None
+    found = find_segment(data, _FRAME_OR_SCAN)
+    if found is None or found[0] not in _SOF_MARKERS or found[2] < 2:
+        return None  # no frame header before the scan, or an unreadable one
+    marker, i, length = found
+    return _jpeg_frame(data[i + 4 : i + 2 + length], marker, count_scans(data))
 
 
 SMALL_JPEG = 8192

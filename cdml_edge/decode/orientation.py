@@ -18,14 +18,15 @@ from typing import Literal
 
 import numpy as np
 
-from cdml_edge.decode.image_header import jpeg_segments
+from cdml_edge.decode.image_header import find_segment
 
 Orientation = Literal["exif", "raw"]
 ORIENTATIONS: tuple[str, ...] = ("exif", "raw")
 _APP1, _SOS, _EOI = 0xE1, 0xDA, 0xD9
 _EXIF = b"Exif\0\0"
 _ORIENTATION_TAG = 0x0112
-_MAX_SEGMENTS = 64  # segments looked at for the EXIF one (real files: under ten before it)
+_MAX_APP1 = 16  # APP1 segments looked at for the EXIF one (real files: one or two)
+_APP1_SCAN_END = frozenset({_APP1, _SOS, _EOI})
 
 
 def check_orientation(value: str) -> Orientation:
@@ -38,14 +39,18 @@ def check_orientation(value: str) -> Orientation:
 def exif_orientation(data: bytes) -> int:
     """The EXIF ``Orientation`` (1-8) of a JPEG; 1 when there is none or it is unreadable.
 
-    Its segments are walked as libjpeg walks them (:func:`~.image_header.jpeg_segments`), up
-    to :data:`_MAX_SEGMENTS` of them.
+    Its segments are walked as libjpeg walks them (:func:`~.image_header.find_segment`), up
+    to :data:`_MAX_APP1` APP1 segments (XMP shares the marker).
     """
-    for k, (marker, i, length) in enumerate(jpeg_segments(data)):
-        if marker in (_SOS, _EOI) or k >= _MAX_SEGMENTS:
+    start = 2
+    for _ in range(_MAX_APP1):
+        found = find_segment(data, _APP1_SCAN_END, start)
+        if found is None or found[0] != _APP1 or found[2] < 2:
             return 1
-        if marker == _APP1 and data[i + 4 : i + 10] == _EXIF:
+        _, i, length = found
+        if data[i + 4 : i + 10] == _EXIF:
             return _tiff_orientation(data[i + 10 : i + 2 + length])
+        start = i + 2 + length
     return 1
 
 
