@@ -216,17 +216,28 @@ def test_full_disk_while_the_copy_is_written(
     _read_as_it_is(path, SeekableCache(tmp_path / "cache"), files, times=3)
 
 
+def _threads_started_since(before: set[threading.Thread], wait: float = 5.0) -> list[str]:
+    """Threads alive now that were not in ``before``, given ``wait`` s to end.
+
+    Counting all threads instead failed when a thread of an earlier test ended meanwhile.
+    """
+    deadline = time.monotonic() + wait
+    while (new := set(threading.enumerate()) - before) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return sorted(t.name for t in new)
+
+
 def _read_as_it_is(path: Path, cache: SeekableCache, files: dict[str, bytes], times: int) -> None:
     """Opened ``times`` on a full disk: no copy, read as it is, nothing left behind."""
     open_archive(path).names()  # imports, caches warmed
-    threads, fds = threading.active_count(), _fds()
+    threads, fds = set(threading.enumerate()), _fds()
     for _ in range(times):
         archive = open_archive(path, seekable_cache=cache)
         assert archive.seekable_copy is None  # type: ignore[attr-defined]
         assert archive.read("./f05") == files["./f05"]
         archive.close()
     assert wait_sealed(10)
-    assert threading.active_count() == threads
+    assert _threads_started_since(threads) == []
     assert _fds() == fds
     assert not list(cache.root.iterdir())
 
@@ -301,7 +312,7 @@ def test_no_descriptor_of_a_copy_left_after_many_opens(tmp_path: Path) -> None:
                     out.append(fd)
         return out
 
-    threads = threading.active_count()
+    threads = set(threading.enumerate())  # others may end meanwhile: only new ones count
     for i in range(15):
         if i % 3 == 0:
             shutil.rmtree(cache_dir, ignore_errors=True)
@@ -312,7 +323,8 @@ def test_no_descriptor_of_a_copy_left_after_many_opens(tmp_path: Path) -> None:
         assert archive.names() and archive.read(archive.names()[0]) is not None
         archive.close()
     assert wait_sealed(10)
-    assert copies_held() == [] and threading.active_count() == threads
+    assert copies_held() == []
+    assert _threads_started_since(threads) == []
 
 
 @pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="needs /proc")

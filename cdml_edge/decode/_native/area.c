@@ -122,7 +122,8 @@ static void vertical(float *restrict acc, const uint8_t *const *r, size_t n_cols
     for (; k + 2 <= n; k += 2) {
         const uint8_t *restrict r0 = r[k], *restrict r1 = r[k + 1];
         float w0 = w[k], w1 = w[k + 1];
-        for (size_t j = 0; j < n_cols; j++) acc[j] = acc[j] + w0 * (float)r0[j] + w1 * (float)r1[j];
+        for (size_t j = 0; j < n_cols; j++)
+            acc[j] = acc[j] + w0 * (float)r0[j] + w1 * (float)r1[j];
     }
     for (; k < n; k++) {
         const uint8_t *restrict r0 = r[k];
