@@ -1,4 +1,7 @@
-"""Fixtures of the batch pool's review tests (``pytestmark`` names ``collect_after``)."""
+"""Fixtures of the batch pool's and kept mappings' tests (``pytestmark`` names ``collect_after``).
+
+A test of the kept mappings takes ``fresh``: this process's, new for the test.
+"""
 
 from __future__ import annotations
 
@@ -8,6 +11,8 @@ from pathlib import Path
 
 import pytest
 from helpers.dataset_data import class_images, write
+
+from cdml_edge.data import kept_mappings
 
 
 @pytest.fixture
@@ -21,3 +26,11 @@ def collect_after() -> Iterator[None]:
 def pool_pets(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Twelve small labelled images in a ZIP."""
     return write(tmp_path_factory.mktemp("review") / "pets.zip", class_images(4))
+
+
+@pytest.fixture
+def fresh(monkeypatch: pytest.MonkeyPatch) -> Iterator[kept_mappings.KeptMappings]:
+    """This process's kept mappings, new for the test (the default bound)."""
+    kept = kept_mappings.KeptMappings(kept_mappings.bound_bytes())
+    monkeypatch.setattr(kept_mappings, "_KEPT", kept)
+    yield kept

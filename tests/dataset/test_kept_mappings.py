@@ -7,7 +7,7 @@ import gc
 import os
 import pickle
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -26,14 +26,6 @@ from cdml_edge.data.batch_send import PooledBatch
 @pytest.fixture(scope="module")
 def pets(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return write(tmp_path_factory.mktemp("kept") / "pets.zip", class_images(6))
-
-
-@pytest.fixture
-def fresh(monkeypatch: pytest.MonkeyPatch) -> Iterator[kept_mappings.KeptMappings]:
-    """This process's kept mappings, new for the test (the default bound)."""
-    kept = kept_mappings.KeptMappings(kept_mappings.bound_bytes())
-    monkeypatch.setattr(kept_mappings, "_KEPT", kept)
-    yield kept
 
 
 def _mapped_buffers(pid: int | str = "self") -> int:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import gc
 import os
 import pickle
-from collections.abc import Iterator
 
 import numpy as np
 import pytest
@@ -15,13 +14,6 @@ from helpers.pooled import PATTERN, SHAPE, sent
 
 from cdml_edge.data import kept_mappings
 from cdml_edge.data.batch_pool import KEPT, BufferPool
-
-
-@pytest.fixture
-def fresh(monkeypatch: pytest.MonkeyPatch) -> Iterator[kept_mappings.KeptMappings]:
-    kept = kept_mappings.KeptMappings(kept_mappings.bound_bytes())
-    monkeypatch.setattr(kept_mappings, "_KEPT", kept)
-    yield kept
 
 
 def _a_batch_in_flight_when_its_pool_retires_the_buffer(smaller: bool) -> bool:

@@ -9,9 +9,8 @@ checked and its orientation applied, instead of being refused as unreadable.
 from __future__ import annotations
 
 import cv2
-import numpy as np
 import pytest
-from helpers.exif_jpegs import jpeg, opencv_shows, pattern, with_orientation
+from helpers.exif_jpegs import jpeg, mean_diff, opencv_shows, pattern, with_orientation
 
 from cdml_edge.decode import DecodeError, decode_image
 from cdml_edge.decode.image_header import MAX_MARKERS, jpeg_header
@@ -24,11 +23,6 @@ def _junk_before(data: bytes, marker: bytes, junk: bytes) -> bytes:
     """``data`` with ``junk`` inserted right before the first ``marker`` segment."""
     at = data.index(marker, 2)
     return data[:at] + junk + data[at:]
-
-
-def _diff(a: np.ndarray, b: np.ndarray) -> float:
-    assert a.shape == b.shape, (a.shape, b.shape)
-    return float(np.abs(a.astype(np.int16) - b.astype(np.int16)).mean())
 
 
 @pytest.mark.parametrize("junk", JUNK)
@@ -44,10 +38,10 @@ def test_extraneous_bytes_between_segments_are_skipped(
     assert header is not None and (header.width, header.height) == (96, 64)
     assert header == jpeg_header(clean)
     want = opencv_shows(data)  # OpenCV shows it
-    assert _diff(want, pattern()) < 3.0
-    assert _diff(decode_image(data, member="cam/1.jpg"), want) < 1.0
+    assert mean_diff(want, pattern()) < 3.0
+    assert mean_diff(decode_image(data, member="cam/1.jpg"), want) < 1.0
     small = cv2.resize(want, (32, 21), interpolation=cv2.INTER_AREA)
-    assert _diff(decode_image(data, target_size=(32, 21)), small) < 3.0
+    assert mean_diff(decode_image(data, target_size=(32, 21)), small) < 3.0
 
 
 def _exif_after_a_comment(code: int, junk: bytes) -> bytes:
@@ -66,7 +60,7 @@ def test_orientation_after_extraneous_bytes_is_applied(junk: bytes) -> None:
     assert exif_orientation(data) == 6
     want = opencv_shows(data)  # OpenCV turns it
     assert want.shape[:2] == (96, 64)
-    assert _diff(decode_image(data), want) < 1.0
+    assert mean_diff(decode_image(data), want) < 1.0
 
 
 def test_fill_bytes_before_the_exif_segment_are_skipped() -> None:

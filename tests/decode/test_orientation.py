@@ -9,15 +9,10 @@ from __future__ import annotations
 import cv2
 import numpy as np
 import pytest
-from helpers.exif_jpegs import jpeg, opencv_shows, with_orientation
+from helpers.exif_jpegs import jpeg, mean_diff, opencv_shows, with_orientation
 
 from cdml_edge.decode import decode_image
 from cdml_edge.decode.orientation import exif_orientation, orient
-
-
-def _mean_diff(a: np.ndarray, b: np.ndarray) -> float:
-    assert a.shape == b.shape, (a.shape, b.shape)
-    return float(np.abs(a.astype(np.int16) - b.astype(np.int16)).mean())
 
 
 @pytest.mark.parametrize("order", [">", "<"])
@@ -44,22 +39,22 @@ def test_every_backend_shows_what_opencv_shows(
         monkeypatch.setenv("CDML_EDGE_JPEG", "opencv")
     data = with_orientation(jpeg(), code)
     want = opencv_shows(data)
-    assert _mean_diff(decode_image(data), want) < 1.0
+    assert mean_diff(decode_image(data), want) < 1.0
     # the reduced path: a target a third of the size, both ways round
     th, tw = want.shape[0] // 3, want.shape[1] // 3
     small = cv2.resize(want, (tw, th), interpolation=cv2.INTER_AREA)
-    assert _mean_diff(decode_image(data, target_size=(tw, th)), small) < 3.0
+    assert mean_diff(decode_image(data, target_size=(tw, th)), small) < 3.0
     if code != 1:  # the tag matters: the stored pixels are not what is shown
         raw = decode_image(data, orientation="raw")
-        assert raw.shape != want.shape or _mean_diff(raw, want) > 20
+        assert raw.shape != want.shape or mean_diff(raw, want) > 20
 
 
 def test_raw_keeps_the_stored_pixels_on_every_backend(monkeypatch: pytest.MonkeyPatch) -> None:
     data = with_orientation(jpeg(), 6)
     stored = decode_image(jpeg())
-    assert _mean_diff(decode_image(data, orientation="raw"), stored) < 1.0
+    assert mean_diff(decode_image(data, orientation="raw"), stored) < 1.0
     monkeypatch.setenv("CDML_EDGE_JPEG", "opencv")
-    assert _mean_diff(decode_image(data, orientation="raw"), stored) < 1.0
+    assert mean_diff(decode_image(data, orientation="raw"), stored) < 1.0
 
 
 @pytest.mark.parametrize("code", range(1, 9))

@@ -39,3 +39,9 @@ def opencv_shows(data: bytes) -> np.ndarray:
     """What OpenCV shows: it applies EXIF orientation itself."""
     bgr = cv2.imdecode(np.frombuffer(data, np.uint8), cv2.IMREAD_COLOR)
     return np.ascontiguousarray(bgr[:, :, ::-1])
+
+
+def mean_diff(a: np.ndarray, b: np.ndarray) -> float:
+    """Mean absolute difference of two images of the same shape, in levels."""
+    assert a.shape == b.shape, (a.shape, b.shape)
+    return float(np.abs(a.astype(np.int16) - b.astype(np.int16)).mean())
