@@ -39,6 +39,7 @@ from cdml_edge.data.batch_pool import pool
 from cdml_edge.data.batch_send import hand_over
 from cdml_edge.data.inline_send import inline
 from cdml_edge.data.marked_tensor import MarkedTensor
+from cdml_edge.decode.native import helpers
 
 ImageDtype = Literal["float32", "uint8"]
 IMAGE_DTYPES: tuple[str, ...] = ("float32", "uint8")
@@ -181,7 +182,7 @@ def _write(dst: np.ndarray, rgb: np.ndarray, dtype: ImageDtype, channels_last: b
     if dtype == "uint8":
         dst[...] = src
     else:
-        np.divide(src, _SCALE, out=dst, dtype=np.float32)
+        _scaled_into(dst, src)
 
 
 _SPLIT_PIXELS = 128 * 128  # from here on cv2.split beats numpy's strided transpose
@@ -191,7 +192,7 @@ def _write_planes(dst: np.ndarray, rgb: np.ndarray, dtype: ImageDtype) -> None:
     """``rgb`` (H×W×3) into ``dst`` (3×H×W): ``cv2.split`` into the planes, then scaled.
 
     The same values as the transposed copy; at 224 px a uint8 image takes 8 µs instead of
-    42 (float32: 52 µs instead of 81).
+    42 (float32: 52 µs instead of 81, before the scaling of :func:`_scaled_into`).
     """
     planes = dst if dtype == "uint8" and dst.flags.c_contiguous else np.empty(dst.shape, np.uint8)
     cv2.split(rgb, list(planes))
@@ -200,7 +201,25 @@ def _write_planes(dst: np.ndarray, rgb: np.ndarray, dtype: ImageDtype) -> None:
     if dtype == "uint8":
         dst[...] = planes
     else:
-        np.divide(planes, _SCALE, out=dst, dtype=np.float32)
+        _scaled_into(dst, planes)
+
+
+def _scaled_into(dst: np.ndarray, src: np.ndarray) -> None:
+    """``src / 255`` (uint8) into ``dst`` (float32, the same shape), in one pass where it can.
+
+    The decoders' C helper when both are contiguous; else NumPy casts into ``dst`` and
+    divides it in place. Both give the values of ``np.divide(src, 255, dtype=float32)``,
+    which converts in small buffered blocks: a 224-px image into a batch slot that is not
+    in the cache cost it 77 µs, the cast and division 58-60 µs, the C helper 46 µs.
+    """
+    native = helpers()
+    if native is not None and dst.flags.c_contiguous and src.flags.c_contiguous:
+        ffi, lib = native
+        out = ffi.from_buffer(dst, require_writable=True)  # held for the call
+        lib.cdml_scale_to_unit(ffi.from_buffer(src), src.size, ffi.cast("float *", out))
+        return
+    np.copyto(dst, src, casting="unsafe")
+    np.divide(dst, _SCALE, out=dst)
 
 
 def check_reuse(reuse: int) -> int:

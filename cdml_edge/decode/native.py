@@ -1,8 +1,9 @@
 """The decoders' C helpers (``cdml_edge.decode._native._area``), or ``None``.
 
-Built by ``setup.py`` where a C compiler is present: the area resize (:mod:`.area`) and the
-JPEG scan count (:mod:`.image_header`). ``CDML_EDGE_NATIVE=0`` forces the Python paths
-(OpenCV, NumPy), which give the same results.
+Built by ``setup.py`` where a C compiler is present: the area resize (:mod:`.area`), the
+JPEG scan count (:mod:`.image_header`) and the scaling of uint8 samples to float32 in [0, 1]
+(:mod:`cdml_edge.data.batch`). ``CDML_EDGE_NATIVE=0`` forces the Python paths (OpenCV,
+NumPy), which give the same results.
 """
 
 from __future__ import annotations

@@ -23,6 +23,7 @@ from cdml_edge import CDMLStreamDataset
 from cdml_edge.data import Collated, collate
 from cdml_edge.data import batch as batch_module
 from cdml_edge.decode import decode_image
+from cdml_edge.decode.native import helpers
 
 
 @pytest.fixture(scope="module", params=["zip", "tar.zst"])
@@ -178,20 +179,30 @@ def test_bad_reuse_batch_buffers(pets: Path, bad: object) -> None:
         _ds(pets, reuse_batch_buffers=bad)
 
 
+@pytest.mark.parametrize("native", ["1", "0"], ids=["C helper", "NumPy"])
 @pytest.mark.parametrize("shape", [(224, 224, 3), (128, 130, 3), (64, 64, 3)])
 @pytest.mark.parametrize("dtype", ["uint8", "float32"])
-def test_channel_planes_are_the_transposed_image(shape: tuple[int, ...], dtype: str) -> None:
-    """Large images are split into planes (cv2.split), small ones transposed: same values."""
+def test_channel_planes_are_the_transposed_image(
+    shape: tuple[int, ...], dtype: str, native: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Large images are split into planes (cv2.split), small ones transposed: same values.
+
+    Float32 is ``x / 255`` bit for bit, scaled by the C helper or by NumPy.
+    """
+    monkeypatch.setenv("CDML_EDGE_NATIVE", native)
+    assert (helpers() is not None) == (native == "1")  # built by the install
     rgb = np.random.default_rng(3).integers(0, 256, shape, dtype=np.uint8)
+    rgb.reshape(-1)[:256] = np.arange(256)  # every value at least once
     ref = rgb.transpose(2, 0, 1)
     if dtype == "float32":
         ref = rgb.astype(np.float32).transpose(2, 0, 1) / np.float32(255)
-    slots = np.zeros((3, 3, *shape[:2]), ref.dtype)
-    strided = np.zeros((3, shape[0], 2 * shape[1]), ref.dtype)[:, :, ::2]
-    for dst in (slots[1], strided):
-        batch_module._write(dst, rgb, dtype, channels_last=False)  # type: ignore[arg-type]
-        assert np.array_equal(dst, ref)
-    assert not slots[0].any() and not slots[2].any()
+    for channels_last, want in ((False, ref), (True, ref.transpose(1, 2, 0))):
+        slots = np.zeros((3, *want.shape), ref.dtype)
+        strided = np.zeros((*want.shape[:2], 2 * want.shape[2]), ref.dtype)[:, :, ::2]
+        for dst in (slots[1], strided):
+            batch_module._write(dst, rgb, dtype, channels_last)  # type: ignore[arg-type]
+            assert np.array_equal(dst, want)
+        assert not slots[0].any() and not slots[2].any()
 
 
 @pytest.mark.parametrize("dtype", ["float32", "uint8"])

@@ -1,9 +1,10 @@
 """cffi (API, out-of-line) build of the decoders' C helpers: ``cdml_edge.decode._native._area``.
 
-The area resize and the JPEG scan count. Used by ``setup.py``; ``python cffi_area.py`` builds
-it in place. Without it, :mod:`cdml_edge.decode.area` resizes with OpenCV's ``INTER_AREA``
-(same results within 1 level) and :mod:`cdml_edge.decode.image_header` counts scans with
-NumPy (the same count).
+The area resize, the JPEG scan count and the scaling of uint8 samples to float32. Used by
+``setup.py``; ``python cffi_area.py`` builds it in place. Without it,
+:mod:`cdml_edge.decode.area` resizes with OpenCV's ``INTER_AREA`` (same results within 1
+level), :mod:`cdml_edge.decode.image_header` counts scans with NumPy (the same count) and
+:mod:`cdml_edge.data.batch` scales with NumPy (the same values).
 """
 
 from __future__ import annotations
@@ -16,8 +17,8 @@ from cffi import FFI
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
-HEADERS = ("area.h", "scans.h")
-SOURCES = ("area.c", "scans.c")
+HEADERS = ("area.h", "scans.h", "scale.h")
+SOURCES = ("area.c", "scans.c", "scale.c")
 
 
 def _declarations(name: str) -> str:
