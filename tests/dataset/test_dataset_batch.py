@@ -302,3 +302,15 @@ def test_collate_then_the_default_collate_share_no_memory(pets: Path) -> None:
     assert first.data_ptr() == batch.images.data_ptr() != second.data_ptr()
     alone = CDMLStreamDataset(pets, is_image=True, target_size=8).__getitems__([1, 2])
     assert collate(alone).data_ptr() != default_collate(alone).data_ptr()
+
+
+def test_a_slot_of_another_shape_is_refused_not_overrun() -> None:
+    """The C scaling writes as many values as the image holds: a smaller slot never gets it."""
+    rgb = np.full((8, 8, 3), 255, np.uint8)
+    small = np.zeros((2, 8, 8, 2), np.float32)
+    with pytest.raises(ValueError):
+        batch_module._write(small[0], rgb, "float32", channels_last=True)  # type: ignore[arg-type]
+    assert not small[1].any()
+    with pytest.raises(ValueError):
+        batch_module._scaled_into(small[0], rgb)
+    assert not small[1].any()
