@@ -11,10 +11,12 @@ TORCH  := torch==2.13.0
         test-lowest dist test-arm64
 
 NATIVE := $(wildcard cdml_edge/archive/_native/*.c cdml_edge/archive/_native/*.h \
-            cdml_edge/archive/_native/cffi_build.py)
+            cdml_edge/archive/_native/cffi_build.py cdml_edge/decode/_native/*.c \
+            cdml_edge/decode/_native/*.h cdml_edge/decode/_native/cffi_area.py)
 
 # The appliance alone (what `make demo` needs): the core install, no torch, no extras.
-# Re-installing when the C sources change rebuilds the native reader in place.
+# Re-installing when the C sources change rebuilds the native reader and the decoders' C
+# helpers in place.
 $(APP_STAMP): pyproject.toml setup.py $(NATIVE)
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) install -q --upgrade pip setuptools wheel cffi

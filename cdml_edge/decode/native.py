@@ -8,14 +8,29 @@ NumPy), which give the same results.
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from cdml_edge.optional import OptionalPart, native_off
+
+log = logging.getLogger(__name__)
+
+
+FUNCTIONS = ("cdml_area_resize", "cdml_count_scans", "cdml_scale_to_unit")
+"""What the helpers export; a build lacking one predates its sources and is not used."""
 
 
 def _load() -> tuple[Any, Any]:
     from cdml_edge.decode._native._area import ffi, lib
 
+    missing = [name for name in FUNCTIONS if not hasattr(lib, name)]
+    if missing:
+        log.warning(
+            "the decoders' C helpers were built from older sources (no %s): using the Python "
+            "paths; reinstall (make install-dev, or pip install -e .) to rebuild them",
+            ", ".join(missing),
+        )
+        raise ImportError(f"stale build of cdml_edge.decode._native._area: no {missing}")
     return ffi, lib
 
 

@@ -162,3 +162,12 @@ def test_zip_deflates_a_member_whose_first_kilobytes_compress() -> None:
     with zipfile.ZipFile(io.BytesIO(data)) as zf:
         assert zf.getinfo("a.dat").compress_type == zipfile.ZIP_DEFLATED
         assert zf.read("a.dat") == half
+
+
+def test_zip_deflates_a_member_with_a_noisy_head_and_a_compressible_body() -> None:
+    """A random 4-KiB header before 1 MiB of zeros is judged by a sample of its middle too."""
+    data = _noise(4096, 0) + bytes(1 << 20)
+    with zipfile.ZipFile(io.BytesIO(pack([("x.bin", data)], level=6))) as zf:
+        info = zf.getinfo("x.bin")
+        assert info.compress_type == zipfile.ZIP_DEFLATED and info.compress_size < 8192
+        assert zf.read("x.bin") == data
