@@ -56,7 +56,9 @@ def is_sealed(path: str | os.PathLike[str]) -> bool:
         thread = _pending.get((st.st_dev, st.st_ino))
     if thread is not None:
         thread.join()
-        st = os.stat(path)
+    # looked at again either way: a seal that ended between the first look and the lookup
+    # is no longer pending, and the first look predates it
+    st = os.stat(path)
     if not keeps_modes(Path(path).parent):
         return True
     return stat.S_IMODE(st.st_mode) != UNSEALED

@@ -165,6 +165,50 @@ def test_is_sealed_while_the_seal_thread_is_being_started(
     assert wait_sealed(10)
 
 
+def test_is_sealed_when_the_seal_ends_between_its_stat_and_its_lookup(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A seal that ends after ``is_sealed`` looked at the file, before it looked for the seal.
+
+    The look at the file is then stale: it was taken before the seal (CI saw ``False``).
+    """
+    gate = threading.Event()
+
+    class HeldFsync:  # the seal thread waits here until the reader has looked at the file
+        def __getattr__(self, name: str) -> object:
+            return getattr(os, name)
+
+        @staticmethod
+        def fsync(fd: int) -> None:
+            gate.wait(10)
+            os.fsync(fd)
+
+    real = sealing._lock
+    armed: list[bool] = []
+
+    class LateLookup:  # the reader's lookup comes only once the seal has ended
+        def __enter__(self) -> bool:
+            if armed and threading.current_thread() is threading.main_thread():
+                armed.clear()
+                gate.set()
+                for thread in list(sealing._pending.values()):
+                    thread.join(10)
+            return real.__enter__()
+
+        def __exit__(self, *exc: object) -> None:
+            real.__exit__(*exc)
+
+    monkeypatch.setattr(sealing, "os", HeldFsync())
+    monkeypatch.setattr(sealing, "_lock", LateLookup())
+    target = tmp_path / "copy.tar"
+    with sealing.sealed_behind(target, tmp_suffix=".tar") as fh:
+        fh.write(b"x" * 1024)
+    armed.append(True)
+    assert is_sealed(target)
+    assert not armed, "the reader did not look for the seal"
+    assert wait_sealed(10)
+
+
 def _fds() -> set[str]:
     return set(os.listdir("/proc/self/fd"))
 
