@@ -34,6 +34,8 @@ def _clip(sample_rate: int, n: int, seed: int = 0) -> np.ndarray:
         (8000, 2048, {"n_mfcc": 40}),
         (16000, 16000, {"n_fft": 512, "hop_length": 160}),
         (44100, 44100, {"n_mfcc": 64}),
+        (16000, 20 * 16000, {}),  # 626 frames: two chunks of the STFT
+        (16000, 16000, {"n_fft": 999, "hop_length": 250}),  # odd, not a power of two
     ],
 )
 def test_mfcc_is_librosas(sample_rate: int, samples: int, kwargs: dict) -> None:
