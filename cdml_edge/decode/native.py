@@ -1,9 +1,10 @@
 """The decoders' C helpers (``cdml_edge.decode._native._area``), or ``None``.
 
 Built by ``setup.py`` where a C compiler is present: the area resize (:mod:`.area`), the
-JPEG scan count (:mod:`.image_header`) and the scaling of uint8 samples to float32 in [0, 1]
-(:mod:`cdml_edge.data.batch`). ``CDML_EDGE_NATIVE=0`` forces the Python paths (OpenCV,
-NumPy), which give the same results.
+JPEG scan count (:mod:`.image_header`), the scaling of uint8 samples to float32 in [0, 1]
+(:mod:`cdml_edge.data.batch`) and the cells of plain numeric CSVs (:mod:`.tabular`).
+``CDML_EDGE_NATIVE=0`` forces the Python paths (OpenCV, NumPy, ``csv``), which give the same
+results.
 """
 
 from __future__ import annotations
@@ -16,7 +17,12 @@ from cdml_edge.optional import OptionalPart, native_off
 log = logging.getLogger(__name__)
 
 
-FUNCTIONS = ("cdml_area_resize", "cdml_count_scans", "cdml_scale_to_unit")
+FUNCTIONS = (
+    "cdml_area_resize",
+    "cdml_count_scans",
+    "cdml_scale_to_unit",
+    "cdml_csv_numbers",
+)
 """What the helpers export; a build lacking one predates its sources and is not used."""
 
 

@@ -24,7 +24,8 @@ def test_a_build_without_one_of_the_helpers_counts_as_absent(
     monkeypatch.setitem(sys.modules, "cdml_edge.decode._native._area", stale)
     monkeypatch.setattr(native, "_HELPERS", native.OptionalPart(native._load, native.native_off))
     assert native.helpers() is None
-    assert "older sources (no cdml_count_scans, cdml_scale_to_unit)" in caplog.text
+    missing = "cdml_count_scans, cdml_scale_to_unit, cdml_csv_numbers"
+    assert f"older sources (no {missing})" in caplog.text
     dst = np.empty((4, 4, 3), np.float32)
     batch_module._write(dst, np.full((4, 4, 3), 51, np.uint8), "float32", channels_last=True)
     assert (dst == np.float32(51) / np.float32(255)).all()
@@ -36,5 +37,5 @@ def test_make_rebuilds_when_a_decoder_c_source_changes() -> None:
         ["make", "-p", "-n", "-q", "install-dev"], cwd=ROOT, capture_output=True, text=True
     ).stdout
     native_line = next(ln for ln in out.splitlines() if ln.startswith("NATIVE :="))
-    for source in ("area.c", "scans.c", "scale.c", "scale.h", "cffi_area.py"):
+    for source in ("area.c", "scans.c", "scale.c", "scale.h", "csvnum.c", "cffi_area.py"):
         assert f"cdml_edge/decode/_native/{source}" in native_line

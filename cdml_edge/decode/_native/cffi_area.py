@@ -1,10 +1,11 @@
 """cffi (API, out-of-line) build of the decoders' C helpers: ``cdml_edge.decode._native._area``.
 
-The area resize, the JPEG scan count and the scaling of uint8 samples to float32. Used by
-``setup.py``; ``python cffi_area.py`` builds it in place. Without it,
-:mod:`cdml_edge.decode.area` resizes with OpenCV's ``INTER_AREA`` (same results within 1
-level), :mod:`cdml_edge.decode.image_header` counts scans with NumPy (the same count) and
-:mod:`cdml_edge.data.batch` scales with NumPy (the same values).
+The area resize, the JPEG scan count, the scaling of uint8 samples to float32 and the cells
+of plain numeric CSVs. Used by ``setup.py``; ``python cffi_area.py`` builds it in place.
+Without it, :mod:`cdml_edge.decode.area` resizes with OpenCV's ``INTER_AREA`` (same results
+within 1 level), :mod:`cdml_edge.decode.image_header` counts scans with NumPy (the same
+count), :mod:`cdml_edge.data.batch` scales with NumPy (the same values) and
+:mod:`cdml_edge.decode.tabular` reads CSV cells with ``csv`` and NumPy (the same values).
 """
 
 from __future__ import annotations
@@ -17,8 +18,8 @@ from cffi import FFI
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
-HEADERS = ("area.h", "scans.h", "scale.h")
-SOURCES = ("area.c", "scans.c", "scale.c")
+HEADERS = ("area.h", "scans.h", "scale.h", "csvnum.h")
+SOURCES = ("area.c", "scans.c", "scale.c", "csvnum.c")
 
 
 def _declarations(name: str) -> str:
