@@ -76,7 +76,11 @@ def _mel_spectrogram(wave: np.ndarray, sample_rate: int, n_fft: int, hop: int) -
     out = np.empty((N_MELS, frames.shape[0]), np.float32)
     for start in range(0, frames.shape[0], CHUNK_FRAMES):
         part = frames[start : start + CHUNK_FRAMES]
-        out[:, start : start + part.shape[0]] = basis @ _power(part, n_fft)
+        power = _power(part, n_fft)
+        mel = basis @ power
+        if not np.isfinite(mel).all():  # a power past float32: the dense bank's 0 * inf = NaN
+            mel = _mel_basis(sample_rate, n_fft) @ power
+        out[:, start : start + part.shape[0]] = mel
     return out
 
 

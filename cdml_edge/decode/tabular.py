@@ -168,10 +168,10 @@ def _plain_numbers(text: str, delimiter: str) -> CsvTable | None:
 
     ``None`` for the long way (``csv`` and NumPy, the same values where this gives any):
     without the helpers, for text that is not ASCII or quotes anything, a first line that
-    is empty or the only one, and wherever the helper meets anything but plain decimal
-    numbers in rows of the first line's width (see ``decode/_native/csvnum.h``). A 256 x 3
-    sensor CSV: the numbers in about 15 µs instead of 230 (Python's ``float`` costs about
-    170 ns a cell on a small core).
+    is empty, the only one or has a cell past ``csv``'s field limit, and wherever the
+    helper meets anything but plain decimal numbers in rows of the first line's width (see
+    ``decode/_native/csvnum.h``). A 256 x 3 sensor CSV: the numbers in about 15 µs instead
+    of 230 (Python's ``float`` costs about 170 ns a cell on a small core).
     """
     native = helpers()
     if native is None or delimiter not in _DELIMITERS or '"' in text or not text.isascii():
@@ -181,6 +181,8 @@ def _plain_numbers(text: str, delimiter: str) -> CsvTable | None:
     if not head or "\r" in head:
         return None
     cells = head.split(delimiter)
+    if max(map(len, cells)) > csv.field_size_limit():  # refused by csv: its error, the long way
+        return None
     has_header = any(_number(c) is None for c in cells)
     raw = (text[first + 1 :] if has_header else text).encode("ascii")
     width = len(cells)

@@ -60,6 +60,16 @@ def test_silence_and_a_loud_clip_hit_the_same_floors() -> None:
     )
 
 
+def test_a_spectrum_past_float32_gives_librosas_nans() -> None:
+    """Samples so loud that the power overflows: the filter bank's zeros times inf, as librosa."""
+    spike = np.zeros(4096, np.float32)
+    spike[2048] = 1e20
+    ours = audio_features.mfcc(spike, 16000)
+    ref = librosa.feature.mfcc(y=spike, sr=16000)
+    np.testing.assert_array_equal(np.isnan(ours), np.isnan(ref))
+    np.testing.assert_array_equal(np.isinf(ours), np.isinf(ref))
+
+
 @pytest.mark.parametrize(("orig", "target"), [(44100, 16000), (8000, 16000), (22050, 22050)])
 def test_resample_is_librosas(orig: int, target: int) -> None:
     wave = _clip(orig, orig // 2 + 7)

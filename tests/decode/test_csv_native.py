@@ -9,6 +9,7 @@ make it read or write outside its buffers.
 
 from __future__ import annotations
 
+import csv
 import random
 
 import numpy as np
@@ -108,6 +109,14 @@ def test_line_ends_widths_and_quotes_come_out_as_the_long_way(
     text: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     _same(text.encode(), monkeypatch)
+
+
+def test_a_header_cell_past_csvs_field_limit_is_refused_as_the_long_way_does(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    limit = csv.field_size_limit()
+    for name in ("a" * limit, "a" * (limit + 1)):
+        _same(f"{name},b\n1,2\n".encode(), monkeypatch)
 
 
 def test_generated_tables_come_out_as_the_long_way(monkeypatch: pytest.MonkeyPatch) -> None:
