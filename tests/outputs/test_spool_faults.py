@@ -82,6 +82,9 @@ def test_records_written_before_the_disk_filled_survive_a_restart(full_disk: Ful
     sp.commit()  # the cursor cannot be written either: stays dirty, no exception
     assert "commit" in (sp.faults.degraded or "")
     sp._abandon()  # as a crash would
+    # nothing of the abandoned spool goes on: its disk probe would write beside the next one
+    # (and re-arm itself for as long as the process lives)
+    assert sp.faults._timer is None
     full_disk.free()
     again = Spool(full_disk.path / "spool", 1024**2)
     ids = _ids(again)

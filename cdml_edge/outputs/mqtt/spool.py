@@ -150,7 +150,11 @@ class Spool:
         return fd
 
     def _abandon(self) -> None:
-        """Let go of files and lock without committing anything, as a crash would."""
+        """Let go of files and lock without committing anything, as a crash would.
+
+        Its disk probe stops as well: a crash ends it with the process.
+        """
+        self.faults.close()
         for fh in (self._writer, self._reader):
             if fh is not None:
                 fh.close()
