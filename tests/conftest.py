@@ -15,6 +15,7 @@ import time, so that collecting a test does not pay for what it does not use.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -78,3 +79,23 @@ def _seekable_cache_of_the_session(tmp_path_factory: pytest.TempPathFactory) -> 
     import os
 
     os.environ.setdefault("CDML_EDGE_SEEKABLE_CACHE", str(tmp_path_factory.mktemp("seekable")))
+
+
+@pytest.fixture(autouse=True)
+def _no_disk_probe_left_running() -> Iterator[None]:
+    """A store or spool left degraded and open goes on probing its disk after its test.
+
+    Its timer re-arms itself for as long as the process lives, writing into a folder a later
+    test may own and starting threads under later tests: close what a test opens.
+    """
+    yield
+    import threading
+
+    left = []
+    for thread in threading.enumerate():
+        probe = getattr(thread, "function", None)
+        owner = getattr(probe, "__self__", None)
+        if type(owner).__name__ == "DiskFaults" and not owner._closed:  # type: ignore[union-attr]
+            left.append(f"{owner.name} {owner.where}")  # type: ignore[union-attr]
+            owner.close()  # type: ignore[union-attr]  # not again under the next test
+    assert not left, f"disk probes left running (close the store): {left}"

@@ -302,6 +302,7 @@ def test_enospc_injected_gives_event_and_counter(
     assert r3.stored and r3.event == "retention_disk_ok"
     assert [k for k, _ in events] == ["retention_disk_full", "retention_disk_ok"]
     assert [r.window_id for r in ring.windows()] == ["w0", "w3"]
+    ring.close()
 
 
 def test_an_idle_ring_is_not_left_degraded_once_the_disk_has_room(
@@ -339,6 +340,7 @@ def test_other_errors_never_raise(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
     res = ring.store(*make_window("w1", T0, _files(1)))
     assert res.status is StoreStatus.FAILED and "PermissionError" in (res.error or "")
     assert ring.counters["failed"] == 1
+    ring.close()
 
 
 @pytest.fixture
@@ -370,6 +372,7 @@ def test_enospc_on_a_real_full_filesystem(tiny_fs: Path) -> None:
     assert ring.evict() >= 1
     assert ring.store(*make_window("after", T0 + 99, _files(1, 100))).stored
     assert events[-1] == "retention_disk_ok"
+    ring.close()
 
 
 def _disk_space(folder: Path) -> int:
