@@ -16,7 +16,8 @@ qemu-user-static), step by step and timed:
    check``, and the reader must say ``native (... zstd: libzstd ...)``;
 5. ``smoke``: scripts/release/board_smoke.py -- a real agent scores JPEGs with digits.onnx,
    quarantines a truncated one, exits 0 on SIGTERM; ``pack``/``scan`` through the native reader;
-6. ``parity``: the archive tests that run every case on the C core and on the Python path.
+6. ``parity``: the archive tests that run every case on the C core and on the Python path,
+   and the tests that hold the decoders' C helpers to the Python paths (CSV cells, JPEG scans).
 
 The host's ``/sys`` is not mounted in the root: onnxruntime's cpuinfo probe crashes under
 emulation with it (without it, onnxruntime warns and runs). Needs root; exit 0 when every step
@@ -48,6 +49,8 @@ PARITY = [
     "tests/archive/test_zip.py",
     "tests/archive/test_tarzst.py",
     "tests/archive/test_native_plain_copy.py",  # the C header walk, compiled for aarch64
+    "tests/decode/test_csv_native.py",  # the decoders' C helpers, compiled for aarch64
+    "tests/decode/test_count_scans.py",
 ]
 TEST_TOOLS = ["pytest>=8", "pytest-timeout>=2.2", "hypothesis>=6"]
 DESCRIBE = "from cdml_edge.archive.native import describe; print(describe())"
