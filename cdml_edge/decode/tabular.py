@@ -147,13 +147,8 @@ def _parse_csv(text: str, delimiter: str, member: str) -> CsvTable:
     if not rows:
         raise DecodeError(member, "empty CSV")
     width = len(rows[0])
-    has_header = any(_number(c) is None for c in rows[0])
-    if has_header:
-        columns = [c.strip() or f"col{i}" for i, c in enumerate(rows[0])]
-        body = rows[1:]
-    else:
-        columns = [f"col{i}" for i in range(width)]
-        body = rows
+    columns, has_header = _columns(rows[0])
+    body = rows[1:] if has_header else rows
     for line, row in enumerate(body, start=2 if has_header else 1):
         if len(row) != width:
             raise DecodeError(member, f"row {line} has {len(row)} fields, expected {width}")
@@ -183,7 +178,7 @@ def _plain_numbers(text: str, delimiter: str) -> CsvTable | None:
     cells = head.split(delimiter)
     if max(map(len, cells)) > csv.field_size_limit():  # refused by csv: its error, the long way
         return None
-    has_header = any(_number(c) is None for c in cells)
+    columns, has_header = _columns(cells)
     raw = (text[first + 1 :] if has_header else text).encode("ascii")
     width = len(cells)
     # each row takes at least 2 * width - 1 characters and a line end: no room beyond that
@@ -196,11 +191,14 @@ def _plain_numbers(text: str, delimiter: str) -> CsvTable | None:
     )
     if rows <= 0:
         return None
-    if has_header:
-        columns = [c.strip() or f"col{i}" for i, c in enumerate(cells)]
-    else:
-        columns = [f"col{i}" for i in range(width)]
     return CsvTable(values[:rows], columns, has_header)
+
+
+def _columns(first_row: list[str]) -> tuple[list[str], bool]:
+    """The column names and whether ``first_row`` is a header (any cell not a number)."""
+    if any(_number(c) is None for c in first_row):
+        return [c.strip() or f"col{i}" for i, c in enumerate(first_row)], True
+    return [f"col{i}" for i in range(len(first_row))], False
 
 
 def _all_numbers(body: list[list[str]], member: str) -> np.ndarray | None:
