@@ -16,9 +16,10 @@ from dataclasses import dataclass
 from typing import Any
 
 import paho.mqtt.client as mqtt
-from paho.mqtt.enums import CallbackAPIVersion
+from paho.mqtt.enums import CallbackAPIVersion, MQTTErrorCode
 from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
+from paho.mqtt.reasoncodes import ReasonCode
 
 from cdml_edge.config import MqttConfig
 from cdml_edge.outputs.mqtt.batched_socket import BatchedSocket
@@ -72,11 +73,52 @@ class BrokerSettings:
         return f"{scheme}://{self.address.host}:{self.address.port}"
 
 
+_SUCCESS = (ReasonCode(PacketTypes.PUBACK), Properties(PacketTypes.PUBACK))
+"""What ``on_publish`` gets for a plain successful PUBACK: one pair, shared (read, never
+changed; the publisher reads ``is_failure``)."""
+
+_PAHO_PARTS = ("_in_packet", "_protocol", "_out_message_mutex", "_out_messages", "_easy_log")
+
+
+def plain_success_mid(packet: bytes | bytearray, v5: bool) -> int | None:
+    """The packet id of a PUBACK body that says plain success, else ``None``.
+
+    Plain success: the id alone (either protocol), or in MQTT 5 the id, reason code 0 and
+    at most an empty property list. Anything else (a refusal, a reason string, a malformed
+    body) is left to paho.
+    """
+    n = len(packet)
+    if n == 2 or (v5 and n in (3, 4) and not any(packet[2:])):
+        return int.from_bytes(packet[:2], "big")
+    return None
+
+
 class _Client(mqtt.Client):
-    """paho's client on a :class:`BatchedSocket`."""
+    """paho's client on a :class:`BatchedSocket`, with a cheaper plain-success PUBACK.
+
+    paho decodes every PUBACK into new ``ReasonCode`` and ``Properties`` objects (33-47 µs
+    a PUBACK, two per item by default); a plain success is answered with :data:`_SUCCESS`
+    instead, the same values. Other PUBACKs, and a paho without the parts used here, take
+    paho's own way.
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._plain_acks = all(hasattr(self, name) for name in _PAHO_PARTS)
 
     def _create_socket(self) -> Any:
         return BatchedSocket(super()._create_socket())
+
+    def _handle_pubackcomp(self, cmd: Any) -> MQTTErrorCode:
+        if cmd == "PUBACK" and self._plain_acks:
+            mid = plain_success_mid(self._in_packet["packet"], self._protocol == mqtt.MQTTv5)
+            if mid is not None:
+                self._easy_log(mqtt.MQTT_LOG_DEBUG, "Received %s (Mid: %d)", cmd, mid)
+                with self._out_message_mutex:
+                    if mid in self._out_messages:  # told once, as paho does
+                        return self._do_on_publish(mid, *_SUCCESS)
+                return MQTTErrorCode.MQTT_ERR_SUCCESS
+        return super()._handle_pubackcomp(cmd)
 
 
 def new_client(
