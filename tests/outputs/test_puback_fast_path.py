@@ -37,6 +37,8 @@ V5_TAILS = [
     b"\x87\x07\x1f\x00\x04nope",  # not authorized, with a reason string
     b"\x00\x07\x1f\x00\x04fine",  # success with a reason string
     b"\x97",  # quota exceeded
+    b"\x10\x00",  # no matching subscribers, no properties
+    b"\x00\x01",  # a property list that is not empty, cut short
 ]
 V311_TAILS = [b"", b"", b""]
 
@@ -157,8 +159,8 @@ def test_on_publish_gets_what_stock_paho_gives_for_every_puback_form(
 
 
 def test_plain_successes_take_no_new_reason_code_objects() -> None:
-    """The success forms share one reason code: none is decoded per acknowledgement."""
-    broker = ScriptedBroker([b"", b"\x00", b"\x00\x00"] * 2)
+    """The success forms share one reason code each: none is decoded per acknowledgement."""
+    broker = ScriptedBroker([b"", b"\x00", b"\x00\x00", b"\x10", b"\x10\x00", b""])
     codes: list[Any] = []
     client = _ours("5")
     try:
@@ -173,5 +175,6 @@ def test_plain_successes_take_no_new_reason_code_objects() -> None:
         client.disconnect()
         client.loop_stop()
         broker.close()
-    assert len({id(rc) for rc in codes}) == 1
-    assert not codes[0].is_failure and codes[0].value == 0
+    assert len({id(rc) for rc in codes}) == 2
+    assert [rc.value for rc in codes] == [0, 0, 0, 0x10, 0x10, 0]
+    assert not any(rc.is_failure for rc in codes)
