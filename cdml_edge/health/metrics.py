@@ -79,7 +79,8 @@ class _Acknowledged(Collector):
     """``cdml_edge_mqtt_published_total{kind}``: messages the broker acknowledged.
 
     ``live`` came from memory, ``spooled`` from the disk spool; read from the output's
-    counters at scrape time.
+    counters at scrape time. Beside it ``cdml_edge_mqtt_refused_total``: PUBACKs that
+    refused a message (MQTT 5; the message is kept and sent again, each refusal counts).
     """
 
     def __init__(self) -> None:
@@ -96,6 +97,11 @@ class _Acknowledged(Collector):
         family.add_metric(["live"], max(0, s.get("acked", 0) - spooled))
         family.add_metric(["spooled"], spooled)
         yield family
+        yield CounterMetricFamily(
+            f"{PREFIX}_mqtt_refused",
+            "MQTT messages the broker refused (each refusal; the message is sent again later)",
+            value=s.get("rejected", 0),
+        )
 
 
 class Metrics:

@@ -81,7 +81,8 @@ def on_disk_event(output: Output, hook: FaultHook) -> None:
 def degraded_parts(output: Output) -> dict[str, str]:
     """What of ``output`` does not fully work now, part -> why.
 
-    The parts: the spool (a full or failing disk) and the MQTT I/O thread.
+    The parts: the spool (a full or failing disk) and MQTT (the I/O thread, or a broker
+    that refuses messages).
     """
     from cdml_edge.outputs.mqtt.publisher import MqttPublisher
 
@@ -92,4 +93,6 @@ def degraded_parts(output: Output) -> dict[str, str]:
                 out["spool"] = o.spool.faults.degraded
             if o.io_stopped:
                 out["mqtt"] = "the MQTT I/O thread is not running"
+            elif o.refusals.degraded:
+                out["mqtt"] = o.refusals.degraded
     return out

@@ -171,6 +171,8 @@ class BrokerProcess:
         tls: Tls | None = None,
         require_client_cert: bool = True,
         password_file: Path | None = None,
+        acl_file: Path | None = None,
+        unlimited_queues: bool = True,
     ) -> None:
         self.workdir = workdir
         self.workdir.mkdir(parents=True, exist_ok=True)
@@ -178,6 +180,10 @@ class BrokerProcess:
         self.tls = tls
         self.require_client_cert = require_client_cert
         self.password_file = password_file
+        self.acl_file = acl_file  # Mosquitto reads it again on SIGHUP (:meth:`reload`)
+        # no limit on queued / in-flight messages per client; Mosquitto 2.0.11 with
+        # ``max_queued_messages 0`` also drops a client whose QoS 1 publish its ACL refused
+        self.unlimited_queues = unlimited_queues
         self.binary = mosquitto_binary()
         self.kind = "mosquitto" if self.binary else "embedded amqtt (mosquitto not installed)"
         self.proc: subprocess.Popen[bytes] | None = None
@@ -196,15 +202,17 @@ class BrokerProcess:
                 f"persistence_location {self.workdir}/",
                 "autosave_interval 1",
                 f"log_dest file {self.workdir / 'mosquitto.log'}",
-                "max_queued_messages 0",
-                "max_inflight_messages 0",
             ]
+            if self.unlimited_queues:
+                lines += ["max_queued_messages 0", "max_inflight_messages 0"]
             if os.geteuid() == 0:  # otherwise it drops to user "mosquitto" and cannot read tmp
                 lines.append("user root")
             if self.password_file is not None:
                 lines += ["allow_anonymous false", f"password_file {self.password_file}"]
             else:
                 lines.append("allow_anonymous true")
+            if self.acl_file is not None:
+                lines.append(f"acl_file {self.acl_file}")
             if self.tls is not None:
                 lines += [
                     f"cafile {self.tls.ca}",
@@ -228,6 +236,11 @@ class BrokerProcess:
             out = (self.workdir / "broker.out").read_text(errors="replace")
             raise RuntimeError(f"{self.kind} did not listen on {self.port}: {out[-2000:]}")
         return self
+
+    def reload(self) -> None:
+        """Mosquitto reads its ACL and password files again (SIGHUP)."""
+        assert self.proc is not None and self.proc.poll() is None
+        self.proc.send_signal(signal.SIGHUP)
 
     def stop(self) -> None:
         """Graceful stop (Mosquitto saves its persistent sessions)."""

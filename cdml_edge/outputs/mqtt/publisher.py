@@ -6,10 +6,12 @@ while the broker is connected and the outbox has room, otherwise to the disk
 :class:`~.spool.Spool`; what fits in neither raises :class:`OutputUnavailable`. After a
 reconnect the spool drains oldest first on at most every other in-flight slot, so live
 results are never starved; what was in flight on a lost connection is spooled again
-(at-least-once). ``stop(timeout)`` delivers what it can in the time and leaves the rest in
-the spool. The retained ``status`` topic is ``online`` after every CONNACK, ``offline`` as the
-Last Will and on a clean stop; with a :class:`~.session.Session` (Sparkplug B) the session's
-Last Will, births and death take its place.
+(at-least-once). A message an MQTT 5 broker refuses (a PUBACK with a failure code) is kept
+in the spool and sent again after a pause (:mod:`~.refusals`). ``stop(timeout)`` delivers
+what it can in the time and leaves the rest in the spool. The retained ``status`` topic is
+``online`` after every CONNACK, ``offline`` as the Last Will and on a clean stop; with a
+:class:`~.session.Session` (Sparkplug B) the session's Last Will, births and death take
+its place.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from cdml_edge.outputs.mqtt.batched_socket import BatchedSocket, gathered
 from cdml_edge.outputs.mqtt.client import BrokerSettings, Waker, connect_later, new_client, poll
 from cdml_edge.outputs.mqtt.embedded_broker import EmbeddedBroker
 from cdml_edge.outputs.mqtt.outbox import Entry, Outbox, PublishBatch
+from cdml_edge.outputs.mqtt.refusals import Refusals
 from cdml_edge.outputs.mqtt.session import Session
 from cdml_edge.outputs.mqtt.spool import Spool, SpoolToken
 from cdml_edge.outputs.mqtt.spool_format import SpoolRecord, record_size
@@ -43,6 +46,9 @@ from cdml_edge.window.payloads import StatusPayload
 from cdml_edge.window.topics import ABSOLUTE, OutMessage
 
 log = logging.getLogger(__name__)
+
+Spooled = tuple[SpoolToken, SpoolRecord]
+"""A record read from the spool, with the token that acknowledges it."""
 
 COMMIT_EVERY = 256
 """The spool cursor is written after this many acknowledged records, or ``commit_interval``
@@ -81,6 +87,8 @@ class MqttPublisher:
         announce_status: bool = True,
         spawn: Spawn = plain_thread,
         session: Session | None = None,
+        refused_retry_min: float = 5.0,
+        refused_retry_max: float = 300.0,
     ) -> None:
         self.config = config
         self.session = session
@@ -112,6 +120,7 @@ class MqttPublisher:
         self._spawn = spawn  # the I/O thread: supervised by the agent (restarted if it dies)
         self._thread: Worker | None = None
         self._waker = Waker()
+        self.refusals = Refusals(refused_retry_min, refused_retry_max)
         self._init_io_state()
 
     def _init_io_state(self) -> None:
@@ -122,9 +131,9 @@ class MqttPublisher:
         self._closing = False
         self._closed = False
         self._close_deadline = 0.0
-        self._pending: dict[int, Entry | SpoolToken] = {}
-        self._acks: deque[tuple[int, bool]] = deque()
-        self._spool_buf: deque[tuple[SpoolToken, SpoolRecord]] = deque()
+        self._pending: dict[int, Entry | Spooled] = {}
+        self._acks: deque[tuple[int, str | None]] = deque()  # (mid, the refusal's reason)
+        self._spool_buf: deque[Spooled] = deque()
         self._spool_turn = False
         self._status_mid: int | None = None
         self._status_acked = threading.Event()
@@ -363,7 +372,8 @@ class MqttPublisher:
         self._lost = True
 
     def _on_publish(self, client: Any, userdata: Any, mid: int, rc: Any, props: Any) -> None:
-        self._acks.append((mid, bool(getattr(rc, "is_failure", False))))
+        refused = bool(getattr(rc, "is_failure", False))
+        self._acks.append((mid, _reason(rc) if refused else None))
 
     def _on_message(self, client: Any, userdata: Any, msg: Any) -> None:
         if self.session is not None:
@@ -496,7 +506,7 @@ class MqttPublisher:
 
     def _process_acks(self) -> None:
         while self._acks:
-            mid, failed = self._acks.popleft()
+            mid, refusal = self._acks.popleft()
             if mid == self._status_mid:
                 self._status_mid = None
                 self._status_acked.set()
@@ -504,16 +514,44 @@ class MqttPublisher:
             item = self._pending.pop(mid, None)
             if item is None:
                 continue
-            if failed:
-                self._counts["rejected"] += 1
-                log.error("broker rejected a message (mid %d)", mid)
-            else:
-                self._counts["acked"] += 1
+            if refusal is not None:
+                self._keep_refused(item, refusal)
+                continue
+            self._counts["acked"] += 1
+            if self.refusals.topics:
+                self.refusals.accepted(self.topic(_topic_of(item)))
             if isinstance(item, Entry):
                 item.complete()
             else:
-                self.spool.ack(item)
+                self.spool.ack(item[0])
                 self._counts["drained"] += 1
+
+    def _keep_refused(self, item: Entry | Spooled, reason: str) -> None:
+        """A message the broker refused goes (back) to the spool, to be sent again later.
+
+        Only once the spool holds it does a live message count toward its batch (so its
+        window's files are finished then) and is a spooled one's old copy let go. One the
+        spool cannot take leaves its batch incomplete (the files stay where they are), or
+        stays unacknowledged in the spool (sent again after a reconnect).
+        """
+        self._counts["rejected"] += 1
+        if isinstance(item, Entry):
+            m = item.message
+            record = SpoolRecord(m.topic, m.payload, self._qos(m), m.retain)
+        else:
+            record = item[1]
+        fits = record_size(record.topic, record.payload) <= self.spool.max_bytes
+        kept = fits and self.spool.append([record], wait=False) == 1
+        where = f"kept in the spool {self.spool.dir}" if kept else "not spooled (no room)"
+        self.refusals.refused(self.topic(record.topic), reason, where)
+        if isinstance(item, Entry):
+            if kept:
+                self._counts["spooled"] += 1
+                item.complete()
+            else:
+                item.abandon()
+        elif kept:
+            self.spool.ack(item[0])
 
     def _pump(self, client: mqtt.Client) -> None:
         """One turn: publish from the outbox and the spool while the window has room.
@@ -532,12 +570,12 @@ class MqttPublisher:
             if entry is not None:
                 msg = entry.message
                 topic, payload, qos, retain = msg.topic, msg.payload, self._qos(msg), msg.retain
-                item: Entry | SpoolToken = entry
+                item: Entry | Spooled = entry
             else:
                 assert spooled is not None
-                token, rec = spooled
+                rec = spooled[1]
                 topic, payload, qos, retain = rec.topic, rec.payload, rec.qos, rec.retain
-                item = token
+                item = spooled
             if batched is not None and gathering is not None and (qos > 0) != gathering:
                 self._put_back(entry, spooled)
                 return
@@ -559,10 +597,10 @@ class MqttPublisher:
             if client.socket() is None:
                 return  # the write failed: _handle_lost will spool / rewind
 
-    def _take_next(self) -> tuple[Entry | None, tuple[SpoolToken, SpoolRecord] | None]:
+    def _take_next(self) -> tuple[Entry | None, Spooled | None]:
         """The next message: from the spool and the outbox in turn, whichever has one."""
         entry: Entry | None = None
-        spooled: tuple[SpoolToken, SpoolRecord] | None = None
+        spooled: Spooled | None = None
         if self._spool_turn:
             spooled = self._next_spooled()
         if spooled is None:
@@ -573,16 +611,16 @@ class MqttPublisher:
             self._spool_turn = not self._spool_turn
         return entry, spooled
 
-    def _put_back(
-        self, entry: Entry | None, spooled: tuple[SpoolToken, SpoolRecord] | None
-    ) -> None:
+    def _put_back(self, entry: Entry | None, spooled: Spooled | None) -> None:
         """A message taken but not published goes first next time."""
         if entry is not None:
             self.outbox.put_front([entry])
         elif spooled is not None:
             self._spool_buf.appendleft(spooled)
 
-    def _next_spooled(self) -> tuple[SpoolToken, SpoolRecord] | None:
+    def _next_spooled(self) -> Spooled | None:
+        if not self.refusals.may_drain():  # a pause after a refusal
+            return None
         if not self._spool_buf:
             self._spool_buf.extend(self.spool.read(64))
         return self._spool_buf.popleft() if self._spool_buf else None
@@ -654,8 +692,24 @@ class MqttPublisher:
             self._process_acks()
 
     def _undelivered(self) -> bool:
-        """Messages not yet acknowledged: outbox, in flight, or in the spool."""
-        return bool(len(self.outbox) or self._pending or self._spool_buf or self.spool.pending)
+        """Messages not yet acknowledged: outbox, in flight, or in the spool.
+
+        Not the spool while its drain pauses after a refusal: those wait for the next start.
+        """
+        spooled = self.refusals.may_drain() and (self._spool_buf or self.spool.pending)
+        return bool(len(self.outbox) or self._pending or spooled)
+
+
+def _topic_of(item: Entry | Spooled) -> str:
+    return item.message.topic if isinstance(item, Entry) else item[1].topic
+
+
+def _reason(rc: Any) -> str:
+    """The broker's reason for a refusal, as its name (``Not authorized``) when it has one."""
+    try:
+        return str(rc.getName())
+    except Exception:  # noqa: BLE001 - an unknown code still names a refusal
+        return f"reason code {getattr(rc, 'value', rc)}"
 
 
 def _held_back(client: mqtt.Client) -> bool:

@@ -1,0 +1,83 @@
+"""A message the broker refuses (an MQTT 5 PUBACK with a failure code) is kept, not lost.
+
+Against a real Mosquitto whose ACL lets the results topic be read but not written: the
+refused result goes to the spool before its batch is durable (so the agent finishes its
+files only then), health names the refusal, and once the ACL allows the topic the result
+arrives from the spool.
+"""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+
+import pytest
+from helpers.mqtt_brokers import BrokerProcess, Subscriber, mosquitto_binary, wait_until
+
+from cdml_edge.config import MqttConfig, SpoolConfig
+from cdml_edge.outputs.factory import degraded_parts
+from cdml_edge.outputs.mqtt.publisher import MqttPublisher
+from cdml_edge.window.topics import OutMessage
+
+pytestmark = pytest.mark.skipif(
+    mosquitto_binary() is None, reason="needs Mosquitto: it refuses by its ACL"
+)
+
+
+def _acl(path: Path, prefix: str, results_allowed: bool) -> Path:
+    rules = [f"topic read {prefix}/#", f"topic write {prefix}/edge-1/status"]
+    rules.append(f"topic write {prefix}/edge-1/cam1/{'#' if results_allowed else 'window'}")
+    path.write_text("\n".join(rules) + "\n")
+    return path
+
+
+@pytest.mark.parametrize(
+    "drops_client",
+    [False, True],
+    ids=["the broker keeps the connection", "the broker drops the connection too"],
+)
+def test_a_refused_result_is_spooled_reported_and_sent_once_allowed(
+    tmp_path: Path, drops_client: bool
+) -> None:
+    """Mosquitto 2.0.11 with ``max_queued_messages 0`` also drops the client after a refusal."""
+    prefix = f"r{uuid.uuid4().hex[:8]}"
+    acl = _acl(tmp_path / "acl", prefix, results_allowed=False)
+    broker = BrokerProcess(tmp_path / "broker", acl_file=acl, unlimited_queues=drops_client).start()
+    sub = Subscriber(broker.port, f"{prefix}/#")
+    pub = MqttPublisher(
+        MqttConfig(url=broker.url, topic_prefix=prefix, protocol="5", keepalive=5),
+        "edge-1",
+        SpoolConfig(dir=tmp_path / "spool"),
+        refused_retry_min=0.3,
+        refused_retry_max=0.6,
+    )
+    spooled_when_durable: list[int] = []
+    try:
+        pub.start()
+        assert wait_until(lambda: pub.connected, 10)
+        result = OutMessage("cam1/result", b'{"id": "r1"}')
+        window = OutMessage("cam1/window", b'{"id": "w1"}')
+        pub.publish_batch([result, window], lambda: spooled_when_durable.append(pub.spool.pending))
+        assert wait_until(lambda: bool(spooled_when_durable), 10)
+        assert spooled_when_durable[0] >= 1, (
+            spooled_when_durable,
+            pub.stats(),
+        )  # kept on disk first
+        if not drops_client:  # else the window, in flight beside it, waits in the spool
+            assert wait_until(lambda: sub.ids("/window") == ["w1"], 10)
+        assert sub.ids("/result") == []
+        stats = pub.stats()
+        assert stats["rejected"] >= 1
+        why = degraded_parts(pub).get("mqtt", "")
+        assert "refuse" in why and "Not authorized" in why and f"{prefix}/edge-1/cam1/result" in why
+
+        _acl(acl, prefix, results_allowed=True)
+        broker.reload()
+        assert wait_until(lambda: sub.ids("/result") == ["r1"], 20), sub.messages
+        assert wait_until(lambda: "w1" in sub.ids("/window"), 10)
+        assert wait_until(lambda: pub.spool.pending == 0, 10)
+        assert wait_until(lambda: "mqtt" not in degraded_parts(pub), 10)
+    finally:
+        pub.stop(timeout=1)
+        sub.close()
+        broker.stop()
