@@ -49,7 +49,7 @@ from cdml_edge.intake.budget import ByteBudget
 from cdml_edge.intake.factory import Source, make_source
 from cdml_edge.intake.finishing import FileLifecycle
 from cdml_edge.intake.windower import PipelineGate, Windower, WindowPolicy
-from cdml_edge.model.runner import ModelRunner
+from cdml_edge.model.runner import ModelRunner, ModelUnusable
 from cdml_edge.outputs.base import Output
 from cdml_edge.outputs.factory import degraded_parts, make_output, mqtt_leaves, on_disk_event
 from cdml_edge.outputs.homeassistant import announce
@@ -114,7 +114,13 @@ class Agent:
         self._state: StateLock | None = None
         self._stop = threading.Event()
         self._reload = threading.Event()
-        self._build(cfg)
+        if cfg.state_dir is not None:  # before the spool inside it: "state folder in use"
+            self.init_state_lock()
+        try:
+            self._build(cfg)
+        except BaseException:
+            self.close_state_lock()
+            raise
 
     # -- construction ----------------------------------------------------------------------
     def _build(self, cfg: AppConfig) -> None:
@@ -287,10 +293,16 @@ class Agent:
         self.announce_ready(clock)
 
     def init_state_lock(self) -> None:
-        """One agent per state folder (``StateInUse``: exit 2)."""
+        """One agent per state folder (``StateInUse``: exit 2); taken when the agent is made."""
         if self._state is None:
             assert self.cfg.state_dir is not None
             self._state = StateLock(self.cfg.state_dir)
+
+    def close_state_lock(self) -> None:
+        """Let the state folder go (:meth:`stop` does)."""
+        if self._state is not None:
+            self._state.close()
+            self._state = None
 
     def start_health_endpoint(self) -> None:
         """The systemd watchdog, ``/metrics`` + ``/healthz`` and the status page.
@@ -317,7 +329,12 @@ class Agent:
 
         A model that does not fit is exit 2. The budget is charged what their windows hold.
         """
-        self.runners = runners if runners is not None else load_models(self.cfg)
+        try:
+            self.runners = runners if runners is not None else load_models(self.cfg)
+        except ModelUnusable as exc:  # a configuration problem, as validate says (exit 2)
+            field = f"models.{exc.key}.path" if exc.key else "models"
+            label = str(self.config_path or "<config>")
+            raise ConfigError(label, [(field, f"cannot be loaded: {exc}")]) from exc
         check_models(self.cfg, self.runners, str(self.config_path or "<config>"))
         window_charges(self.budget, self.runners)
 
@@ -388,9 +405,7 @@ class Agent:
             self._server.close()
             self._server = None
         self.supervisor.close()
-        if self._state is not None:
-            self._state.close()
-            self._state = None
+        self.close_state_lock()
         return drained
 
     def reload(self) -> bool:

@@ -2,8 +2,10 @@
 
 :func:`file_problems` lists, as ``(field path, problem)``, every named file that does not
 exist, is not a regular file or cannot be read by this process (models, label files, TLS CA /
-certificate / key, the password file) and a ``password_env`` that is not set. ``cdml-edge
-config validate`` and ``cdml-edge run`` both report them (exit status 2).
+certificate / key, the password file), a ``password_env`` that is not set, and every folder
+it names (a folder source, ``move_to``, quarantine, retention, spool, state) that exists but
+is not a folder. ``cdml-edge config validate`` and ``cdml-edge run`` both report them (exit
+status 2).
 """
 
 from __future__ import annotations
@@ -36,6 +38,41 @@ def named_files(cfg: AppConfig) -> list[tuple[str, Path]]:
     return out
 
 
+def named_folders(cfg: AppConfig) -> list[tuple[str, Path]]:
+    """``(field path, folder)`` for every folder the configuration names (made if missing)."""
+    out: list[tuple[str, Path]] = []
+    for i, sc in enumerate(cfg.sources):
+        if sc.kind == "folder" and sc.path is not None:
+            out.append((f"sources[{i}].path", sc.path))
+        if sc.move_to is not None:
+            out.append((f"sources[{i}].move_to", sc.move_to))
+    out.append(("quarantine.dir", cfg.quarantine.dir))
+    if cfg.retention is not None:
+        out.append(("retention.dir", cfg.retention.dir))
+    out.append(("spool.dir", cfg.spool.dir))
+    if cfg.state_dir is not None:
+        out.append(("state_dir", cfg.state_dir))
+    return out
+
+
+def folder_problem(path: Path) -> str | None:
+    """Why ``path`` cannot be a folder (it, or a parent, exists as something else), or ``None``."""
+    p = Path(path)
+    while True:
+        try:
+            st = os.stat(p)
+        except FileNotFoundError:
+            if p.parent == p:
+                return None
+            p = p.parent  # made when needed: its parents must be folders
+            continue
+        except OSError:
+            return None  # unreadable here: the agent's own error names it when it matters
+        if stat.S_ISDIR(st.st_mode):
+            return None
+        return f"{path} is not a folder" if p == Path(path) else f"{path}: {p} is not a folder"
+
+
 def file_problem(path: Path) -> str | None:
     """Why ``path`` cannot be read as a file by this process, or ``None``.
 
@@ -62,10 +99,18 @@ def file_problem(path: Path) -> str | None:
 
 
 def file_problems(cfg: AppConfig) -> list[tuple[str, str]]:
-    """Every named file that cannot be read, an unset ``mqtt.password_env``, a missing extra."""
+    """What the machine lacks for ``cfg``: ``(field path, problem)`` for each.
+
+    Every named file that cannot be read, a named folder that is something else, an unset
+    ``mqtt.password_env``, a missing extra.
+    """
     out = []
     for field, path in named_files(cfg):
         problem = file_problem(path)
+        if problem is not None:
+            out.append((field, problem))
+    for field, folder in named_folders(cfg):
+        problem = folder_problem(folder)
         if problem is not None:
             out.append((field, problem))
     mq = cfg.mqtt
@@ -88,4 +133,4 @@ def _installed(module: str) -> bool:
         return False
 
 
-__all__ = ["file_problem", "file_problems", "named_files"]
+__all__ = ["file_problem", "file_problems", "folder_problem", "named_files", "named_folders"]

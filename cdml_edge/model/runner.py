@@ -39,6 +39,18 @@ class InferenceError(CdmlError, RuntimeError):
     """A model failed to load or run; names the model file."""
 
 
+class ModelUnusable(InferenceError):
+    """A model file that cannot be opened or used as a model at all (not one failing to run).
+
+    ``key``: the model's name in the configuration, once :func:`load_runners` knows it.
+    """
+
+    def __init__(self, message: str, path: Path, key: str | None = None) -> None:
+        super().__init__(message)
+        self.path = path
+        self.key = key
+
+
 @dataclass(frozen=True)
 class ModelOverrides:
     """What the config adds to a model file.
@@ -97,7 +109,7 @@ class ModelRunner:
     def load(cls, path: str | Path, overrides: ModelOverrides | None = None) -> ModelRunner:
         """Open the model at ``path`` and check its spec and head against the graph.
 
-        Raises :class:`InferenceError` naming the path when it cannot be used.
+        Raises :class:`ModelUnusable` naming the path when it cannot be used.
         """
         ov = overrides or ModelOverrides()
         desc = ov.describe()
@@ -112,7 +124,8 @@ class ModelRunner:
                 raise ModelSpecError(f"{p}: " + "; ".join(problems))
         except Exception as exc:
             msg = str(exc)  # model_meta errors already start with the path: do not repeat it
-            raise InferenceError(msg if msg.startswith(str(path)) else f"{path}: {msg}") from exc
+            msg = msg if msg.startswith(str(path)) else f"{path}: {msg}"
+            raise ModelUnusable(msg, p) from exc
         runner = cls(session, spec, p, ov.settings, head, desc.modality)
         runner.load_ms = (time.perf_counter() - t0) * 1000.0
         return runner
@@ -213,7 +226,10 @@ def load_runners(
     """
     runners: dict[str, ModelRunner] = {}
     for key, (path, ov) in models.items():
-        runner = ModelRunner.load(path, ov)
+        try:
+            runner = ModelRunner.load(path, ov)
+        except ModelUnusable as exc:
+            raise ModelUnusable(str(exc), exc.path, key) from exc.__cause__
         if key in MODEL_MODALITIES and ov.describe().modality is None:
             runner.modality = key  # keyed by its modality: it scores that modality's items
         warm = ""
@@ -234,4 +250,11 @@ def load_runners(
     return runners
 
 
-__all__ = ["InferenceError", "ModelOverrides", "ModelRunner", "Prediction", "load_runners"]
+__all__ = [
+    "InferenceError",
+    "ModelOverrides",
+    "ModelRunner",
+    "ModelUnusable",
+    "Prediction",
+    "load_runners",
+]

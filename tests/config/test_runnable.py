@@ -169,3 +169,51 @@ def test_for_board_opens_no_file_it_names_but_checks_every_field(tmp_path: Path)
     path.write_text(yaml.safe_dump(board))
     r = CliRunner().invoke(app, ["config", "validate", "--config", str(path), "--for-board"])
     assert r.exit_code == 2 and "sources[0].window.seconds: " in r.output
+
+
+@pytest.mark.parametrize(
+    ("extra", "field", "name"),
+    [
+        (
+            {"sources": [{"name": "cam1", "path": "afile", "modality": "image"}]},
+            "sources[0].path",
+            "afile",
+        ),
+        (
+            {
+                "sources": [
+                    {
+                        "name": "cam1",
+                        "path": "in",
+                        "modality": "image",
+                        "on_done": "move",
+                        "move_to": "afile",
+                    }
+                ]
+            },
+            "sources[0].move_to",
+            "afile",
+        ),
+        ({"quarantine": {"dir": "afile"}}, "quarantine.dir", "afile"),
+        ({"retention": {"dir": "afile"}}, "retention.dir", "afile"),
+    ],
+)
+def test_a_folder_the_config_names_that_is_a_file_is_refused(
+    tmp_path: Path, extra: dict, field: str, name: str
+) -> None:
+    """A source path that was a file passed, then the source thread died at every restart."""
+    (tmp_path / name).write_bytes(b"not a folder")
+    validate, run = _both(_write(tmp_path, **extra))
+    for r in (validate, run):
+        assert r.exit_code == 2, r.output
+        assert f"factory.yaml: {field}: " in r.output and "is not a folder" in r.output
+
+
+def test_a_model_file_that_is_not_a_model_is_exit_2_for_run_too(tmp_path: Path) -> None:
+    """systemd restarts a unit that exits 3; a broken model is a configuration problem."""
+    path = _write(tmp_path)
+    (tmp_path / "brightness.onnx").write_bytes(b"\x08\x07 truncated protobuf")
+    validate, run = _both(path)
+    for r in (validate, run):
+        assert r.exit_code == 2, r.output
+        assert "models.image.path: " in r.output and "cannot be loaded" in r.output
