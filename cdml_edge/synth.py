@@ -15,6 +15,7 @@ from __future__ import annotations
 import io
 import wave
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import numpy as np
 
@@ -29,44 +30,16 @@ VIBRATION_COLUMNS = ("ax", "ay", "az")
 
 
 def load_digit_glyphs(seed: int = 0) -> tuple[np.ndarray, np.ndarray, str]:
-    """Grey digit glyphs in [0, 1] as ``(N, h, w)`` plus labels and the source name.
+    """Grey digit glyphs in [0, 1] as ``(N, 8, 8)`` plus labels and the source name.
 
-    scikit-learn's bundled 8×8 handwritten digits (1797 images) when scikit-learn is
-    installed; otherwise 500 glyphs drawn with OpenCV's Hershey fonts.
+    scikit-learn's bundled 8×8 handwritten digits (1,797 images), shipped with this package
+    (``_data/digits.npz``, see ``_data/DIGITS-NOTICE.txt``) so the appliance draws the same
+    glyphs without scikit-learn. ``seed`` is kept for callers; the glyphs do not depend on it.
     """
-    try:
-        from sklearn.datasets import load_digits
-    except ImportError:
-        glyphs, labels = _font_glyphs(500, seed)
-        return glyphs, labels, "opencv-fonts"
-    data = load_digits()
-    glyphs = (np.asarray(data.images, dtype=np.float32) / 16.0).clip(0.0, 1.0)
-    return glyphs, np.asarray(data.target, dtype=np.int64), "sklearn-digits"
-
-
-def _font_glyphs(n: int, seed: int, size: int = 28) -> tuple[np.ndarray, np.ndarray]:
-    import cv2
-
-    rng = np.random.default_rng(seed)
-    fonts = [
-        cv2.FONT_HERSHEY_SIMPLEX,
-        cv2.FONT_HERSHEY_DUPLEX,
-        cv2.FONT_HERSHEY_COMPLEX,
-        cv2.FONT_HERSHEY_TRIPLEX,
-        cv2.FONT_HERSHEY_PLAIN,
-    ]
-    glyphs = np.zeros((n, size, size), dtype=np.float32)
-    labels = rng.integers(0, 10, size=n)
-    for i, d in enumerate(labels):
-        canvas = np.zeros((size, size), dtype=np.uint8)
-        font = fonts[int(rng.integers(len(fonts)))]
-        scale = 0.8 if font != cv2.FONT_HERSHEY_PLAIN else 1.6
-        thick = int(rng.integers(1, 3))
-        (w, h), _ = cv2.getTextSize(str(d), font, scale, thick)
-        org = ((size - w) // 2, (size + h) // 2)
-        cv2.putText(canvas, str(int(d)), org, font, scale, 255, thick, cv2.LINE_AA)
-        glyphs[i] = canvas.astype(np.float32) / 255.0
-    return glyphs, labels.astype(np.int64)
+    with np.load(Path(__file__).parent / "_data" / "digits.npz") as data:
+        glyphs = data["images"].astype(np.float32) / np.float32(16.0)
+        labels = data["labels"].astype(np.int64)
+    return glyphs.clip(0.0, 1.0), labels, "sklearn-digits"
 
 
 PRINTED_FONTS = 16  # 8 Hershey faces, upright and italic

@@ -172,11 +172,3 @@ def test_fault_signals_carry_more_high_frequency_energy() -> None:
     vn = np.mean([hf(synth.vibration_window(rng, False)[:, 0], 2000, 250) for _ in range(20)])
     vf = np.mean([hf(synth.vibration_window(rng, True)[:, 0], 2000, 250) for _ in range(20)])
     assert vf > 2 * vn
-
-
-def test_font_fallback_draws_all_digits() -> None:
-    glyphs, labels = synth._font_glyphs(40, seed=0)
-    assert glyphs.shape == (40, 28, 28) and set(labels.tolist()) <= set(range(10))
-    assert all(g.max() > 0.5 for g in glyphs)  # something was drawn
-    frame = synth.render_digit(glyphs[0], np.random.default_rng(0), size=48)
-    assert frame.shape == (48, 48, 3)
