@@ -196,6 +196,18 @@ class SourceConfig(_ConfigSection):
 
     _resolve = field_validator("path", "move_to")(_resolve_path)
 
+    @field_validator("url")
+    @classmethod
+    def _resolve_video_file(cls, value: str | int | None, info: ValidationInfo) -> str | int | None:
+        """A relative video file resolves as every path does; other URLs are left as written.
+
+        A file is a string with no scheme (``://``), no GStreamer ``!`` and not a device
+        index.
+        """
+        if not isinstance(value, str) or "://" in value or "!" in value or value.isdigit():
+            return value
+        return str(_resolve_path(Path(value), info))
+
     @field_validator("link_roots")
     @classmethod
     def _resolve_roots(cls, value: list[Path], info: ValidationInfo) -> list[Path]:

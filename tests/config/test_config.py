@@ -131,6 +131,31 @@ def test_relative_paths_resolve_against_the_config_folder(tmp_path: Path) -> Non
     assert config.spool.dir == tmp_path / "conf" / "sp"
 
 
+@pytest.mark.parametrize(
+    ("url", "expected"),
+    [
+        ("demo/camera.avi", "CONF/demo/camera.avi"),  # a video file: the config's folder
+        ("/dev/video0", "/dev/video0"),
+        ("rtsp://cam.local:8554/line", "rtsp://cam.local:8554/line"),
+        ("videotestsrc ! videoconvert ! appsink", "videotestsrc ! videoconvert ! appsink"),
+        (0, 0),
+        ("2", "2"),
+    ],
+)
+def test_a_camera_video_file_resolves_against_the_config_folder(
+    tmp_path: Path, url: object, expected: object
+) -> None:
+    """A relative video file was opened from the working directory (the demo's, from /tmp)."""
+    (tmp_path / "conf").mkdir()
+    path = tmp_path / "conf" / "f.yaml"
+    cam = {"name": "cam", "kind": "camera", "url": url, "modality": "image"}
+    path.write_text(yaml.safe_dump({"sources": [cam], "output": {"jsonl": "o.jsonl"}}))
+    got = load_config(path).sources[0].url
+    if isinstance(expected, str):
+        expected = expected.replace("CONF", str(tmp_path / "conf"))
+    assert got == expected
+
+
 def test_state_folders_default_beside_the_config_not_the_working_directory(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
