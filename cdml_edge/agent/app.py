@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 from cdml_edge import __version__
 from cdml_edge.agent.error_events import ErrorReporter
 from cdml_edge.agent.pipeline import OutputFailed, WindowPipeline
-from cdml_edge.agent.preflight import check_files, check_models
+from cdml_edge.agent.preflight import check_files, check_models, unscored_warning
 from cdml_edge.agent.retry import RETRY_BACKOFF_S, WINDOW_ATTEMPTS, Attempts, WindowRetryPolicy
 from cdml_edge.agent.runners import DATA_COPIES, load_models, warm_up_decoders, window_charges
 from cdml_edge.agent.startup import StartupClock, limit_blas_threads
@@ -336,6 +336,8 @@ class Agent:
             label = str(self.config_path or "<config>")
             raise ConfigError(label, [(field, f"cannot be loaded: {exc}")]) from exc
         check_models(self.cfg, self.runners, str(self.config_path or "<config>"))
+        if (warning := unscored_warning(self.cfg)) is not None:
+            log.warning("%s", warning)
         window_charges(self.budget, self.runners)
 
     def init_decoders(self) -> str:

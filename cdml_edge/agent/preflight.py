@@ -28,6 +28,19 @@ from cdml_edge.units import format_size
 from cdml_edge.window.examples import ExamplesError, example_files
 
 
+def unscored_warning(cfg: AppConfig) -> str | None:
+    """A warning naming the sources no model scores (their results say ``model: none``)."""
+    unscored = [f"{s.name} ({s.modality})" for s in cfg.sources if not cfg.models_of(s)]
+    if not unscored:
+        return None
+    many = len(unscored) > 1
+    return (
+        f"no model scores source{'s' if many else ''} {', '.join(unscored)}: "
+        f'{"their" if many else "its"} results carry "model": "none" (data collection, '
+        "e.g. for retention); add a model of that modality under models to score them"
+    )
+
+
 def model_problems(cfg: AppConfig, runners: Mapping[str, ModelRunner]) -> list[tuple[str, str]]:
     """Models configured for a modality they do not take, and a budget too small for a model.
 

@@ -42,7 +42,7 @@ def validate(
     if for_board:
         _validate_for_board(path)
         return
-    from cdml_edge.agent.preflight import validate_runnable
+    from cdml_edge.agent.preflight import unscored_warning, validate_runnable
 
     with user_errors("config validate"):
         try:
@@ -58,6 +58,9 @@ def validate(
         + (f"; largest file the budget admits: {sizes}" if sizes else "")
         + ")"
     )
+    warning = unscored_warning(checked.config)
+    if warning is not None:
+        typer.echo(f"{path}: warning: {warning}")
 
 
 def _config_path(file: Path | None, config: Path | None) -> Path:

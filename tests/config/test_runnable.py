@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 from pathlib import Path
@@ -217,3 +218,16 @@ def test_a_model_file_that_is_not_a_model_is_exit_2_for_run_too(tmp_path: Path) 
     for r in (validate, run):
         assert r.exit_code == 2, r.output
         assert "models.image.path: " in r.output and "cannot be loaded" in r.output
+
+
+def test_a_source_no_model_scores_is_valid_with_a_warning(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Data collection without a model is allowed; every result then carries model "none"."""
+    path = _write(tmp_path, models={})
+    with caplog.at_level(logging.WARNING, logger="cdml_edge"):
+        validate, run = _both(path)
+    for r in (validate, run):
+        assert r.exit_code == 0, r.output
+    assert "no model scores source cam1 (image)" in validate.output
+    assert "no model scores source cam1 (image)" in caplog.text  # the agent's log
