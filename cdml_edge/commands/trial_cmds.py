@@ -44,6 +44,8 @@ def test(
         elif source:
             sc = source_named(cfg, source, where)
             pairs = [(sc, f) for f in sample_files(sc, count)]
+            if not pairs:
+                fail("test", f"source {sc.name}: no files to try in {sc.path}", EXIT_USAGE)
         else:
             fail("test", "give FILES to score or --source NAME", EXIT_USAGE)
         runners = load_models(cfg)

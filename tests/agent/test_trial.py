@@ -148,3 +148,13 @@ def test_window_results_are_printed_inside_the_window_message(site: Path) -> Non
         [("c-dark.jpg", "dark")],
     ]
     assert [w["seq"] for w in windows] == [1, 2]
+
+
+def test_a_source_with_no_files_to_try_says_so(site: Path) -> None:
+    """It printed "0 files, 0 failed" and exited 0: nothing said the folder was empty."""
+    for f in (site / "in").iterdir():
+        f.unlink()
+    (site / "in" / "notes.txt").write_text("not an image\n")  # its patterns take none
+    res = _run("--config", str(site / "site.yaml"), "--source", "cam")
+    assert res.returncode == 2, res.stderr
+    assert f"source cam: no files to try in {site / 'in'}" in res.stderr

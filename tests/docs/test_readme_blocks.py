@@ -122,13 +122,13 @@ def _factory(d: Path) -> None:
 
 
 def _samples(d: Path) -> None:
-    """A ``factory.yaml`` whose source ``cam-a`` holds five digits, and two digits in samples/."""
+    """A ``factory.yaml`` whose source ``cam1`` holds five digits, and two digits in samples/."""
     shutil.copytree(ROOT / "models", d / "models")
     (d / "factory.yaml").write_text(
-        "sources:\n  - {name: cam-a, kind: folder, path: incoming/cam-a, modality: image}\n"
+        "sources:\n  - {name: cam1, kind: folder, path: incoming/cam1, modality: image}\n"
         "models:\n  image: {path: models/digits.onnx}\n"
     )
-    for folder, names in (("incoming/cam-a", range(5)), ("samples", (17, 18))):
+    for folder, names in (("incoming/cam1", range(5)), ("samples", (17, 18))):
         (d / folder).mkdir(parents=True)
         for i in names:
             (d / folder / f"part-{i:03d}.jpg").write_bytes(_jpeg(_digit_frame(i % 10)))
