@@ -1,15 +1,35 @@
-"""``cdml-edge tail``: a live view of what an appliance publishes."""
+"""``cdml-edge tail``: a live view of what an appliance publishes.
+
+Exits 1 when it followed a broker and never connected to it; a closed stdout
+(``tail --json | head -1``) ends it quietly with 0.
+"""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import typer
 
-from cdml_edge.commands.exits import user_errors
+from cdml_edge.commands.exits import EXIT_FAILED, EXIT_OK, fail, user_errors
 from cdml_edge.config import load_config
+
+
+@contextlib.contextmanager
+def _quiet_when_stdout_closes() -> Iterator[None]:
+    """A reader that went away (``| head -1``) ends the command with 0 and no message."""
+    try:
+        yield
+    except BrokenPipeError:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())  # nothing left to flush into the closed pipe
+        os.close(devnull)
+        raise typer.Exit(EXIT_OK) from None
 
 
 def tail(
@@ -33,27 +53,35 @@ def tail(
     """Show what an appliance publishes, live.
 
     Per-source rates and latency, the last results (anomalies in red), error events and
-    health; from its broker (the same config file) or from its output.jsonl.
+    health; from its broker (the same config file) or from its output.jsonl. While the broker
+    cannot be reached or refuses the connection, the view says so and why; exits 1 if it
+    never connected.
     """
     from cdml_edge.tail.follower import choose, run_tail
+    from cdml_edge.tail.link import never_connected
 
-    with user_errors("tail"):
+    with user_errors("tail"), _quiet_when_stdout_closes():
         cfg = load_config(config)
         followed = choose(cfg, file, broker, str(config))
         where = followed.describe(cfg)
         if json_out:
-            run_tail(
+            last = run_tail(
                 cfg,
                 followed,
                 lambda snap: typer.echo(json.dumps(snap)),
                 interval=interval,
                 duration=duration,
             )
-            return
-        _live(cfg, followed, where, interval, duration)
+        else:
+            last = _live(cfg, followed, where, interval, duration)
+        message = never_connected(last["link"])
+        if message:
+            fail("tail", message, EXIT_FAILED)
 
 
-def _live(cfg: Any, followed: Any, where: str, interval: float, duration: float | None) -> None:
+def _live(
+    cfg: Any, followed: Any, where: str, interval: float, duration: float | None
+) -> dict[str, Any]:
     from rich.console import Console
     from rich.live import Live
 
@@ -63,11 +91,10 @@ def _live(cfg: Any, followed: Any, where: str, interval: float, duration: float 
 
     console = Console()
     if not console.is_terminal:  # a log or a pipe: plain lines, not a redrawn screen
-        _plain(cfg, followed, where, interval, duration)
-        return
+        return _plain(cfg, followed, where, interval, duration)
     empty = ActivityBoard(cfg.device.id).snapshot()
     with Live(render(empty, where), console=console, auto_refresh=False) as live:
-        run_tail(
+        return run_tail(
             cfg,
             followed,
             lambda snap: live.update(render(snap, where), refresh=True),
@@ -76,7 +103,9 @@ def _live(cfg: Any, followed: Any, where: str, interval: float, duration: float 
         )
 
 
-def _plain(cfg: Any, followed: Any, where: str, interval: float, duration: float | None) -> None:
+def _plain(
+    cfg: Any, followed: Any, where: str, interval: float, duration: float | None
+) -> dict[str, Any]:
     from cdml_edge.tail.console import plain_lines
     from cdml_edge.tail.follower import run_tail
 
@@ -87,7 +116,7 @@ def _plain(cfg: Any, followed: Any, where: str, interval: float, duration: float
             typer.echo(line)
         seen["errors"] = len(snap["errors"])
 
-    run_tail(cfg, followed, show, interval=interval, duration=duration)
+    return run_tail(cfg, followed, show, interval=interval, duration=duration)
 
 
 def register(app: typer.Typer) -> None:

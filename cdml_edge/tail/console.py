@@ -9,6 +9,7 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
+from cdml_edge.tail.link import problem
 from cdml_edge.units import counted, format_size
 
 RECENT_ROWS = 10
@@ -122,8 +123,11 @@ def _health(snap: dict[str, Any]) -> Text:
 
 def render(snap: dict[str, Any], where: str) -> RenderableType:
     """The whole view of a board snapshot; ``where`` says what is followed."""
-    parts: list[RenderableType] = [
-        _header(snap, where),
+    parts: list[RenderableType] = [_header(snap, where)]
+    not_connected = problem(snap.get("link"))
+    if not_connected:
+        parts.append(Text(not_connected, style="bold red"))
+    parts += [
         _health(snap),
         _sources(snap),
         _recent(snap),
@@ -150,15 +154,16 @@ def _plain_health(snap: dict[str, Any]) -> str:
 def plain_lines(snap: dict[str, Any], where: str, errors_seen: int = 0) -> list[str]:
     """The view as plain lines for a log or a pipe, each starting with the time of day.
 
-    The device, health, one line per source, then the error events after the first
-    ``errors_seen`` (each is printed once).
+    The device, why the broker is not connected (while it is not), health, one line per
+    source, then the error events after the first ``errors_seen`` (each is printed once).
     """
     now = time.strftime("%H:%M:%S")
     status = (snap.get("status") or {}).get("state")
     age = snap.get("last_message_age_s")
     head = f"{snap['device']} ({where}): {counted(snap['messages'], 'message')}"
     head += (f", {status}" if status else "") + (f", last {age:.1f} s ago" if age else "")
-    lines = [head, _plain_health(snap)]
+    not_connected = problem(snap.get("link"))
+    lines = [head, *([not_connected] if not_connected else []), _plain_health(snap)]
     for name, s in snap["sources"].items():
         last = s["last"][-1] if s["last"] else None
         shown = "" if last is None else f", last {last['item']} {last.get('label') or ''}"

@@ -14,7 +14,9 @@ from typing import Any
 
 from cdml_edge.config import AppConfig, ConfigError, MqttConfig
 from cdml_edge.health.board import ActivityBoard
-from cdml_edge.tail.follow import follow_jsonl, subscribe_broker
+from cdml_edge.tail.broker import broker_settings, subscribe_broker
+from cdml_edge.tail.follow import follow_jsonl
+from cdml_edge.tail.link import Link
 from cdml_edge.window.topics import topic_base
 
 
@@ -55,13 +57,19 @@ def choose(cfg: AppConfig, file: Path | None, broker: str | None, where: str) ->
 class Follower:
     """A daemon thread feeding ``board`` from ``followed`` until :attr:`stop` is set.
 
-    An error that ends it is kept in :attr:`error`.
+    An error that ends it is kept in :attr:`error`. Following a broker, :attr:`link` says
+    whether it is connected, and why not; a broker setting it cannot use (the embedded broker
+    without ``--broker``) raises :class:`~cdml_edge.outputs.mqtt.tls.MqttSetupError` here.
     """
 
     def __init__(self, cfg: AppConfig, followed: Followed, board: ActivityBoard) -> None:
         self.cfg, self.followed, self.board = cfg, followed, board
         self.stop = threading.Event()
         self.error: BaseException | None = None
+        self.link: Link | None = None
+        if followed.file is None:
+            self._settings = broker_settings(cfg.mqtt or MqttConfig(), followed.broker)
+            self.link = Link(self._settings.config.url, self._settings.protocol)
         self._thread = threading.Thread(target=self._run, name="tail-follow", daemon=True)
 
     def start(self) -> Follower:
@@ -78,11 +86,11 @@ class Follower:
         cfg, followed = self.cfg, self.followed
         base = topic_base(cfg.mqtt.topic_prefix if cfg.mqtt else "cdml", cfg.device.id)
         try:
-            if followed.file is not None:
+            if self.link is None:
+                assert followed.file is not None
                 follow_jsonl(followed.file, base, self.board.observe, self.stop)
             else:
-                mqtt = cfg.mqtt or MqttConfig()
-                subscribe_broker(mqtt, base, self.board.observe, self.stop, url=followed.broker)
+                subscribe_broker(self._settings, base, self.board.observe, self.stop, self.link)
         except Exception as exc:  # raised again by run_tail
             self.error = exc
             self.stop.set()
@@ -98,10 +106,16 @@ def run_tail(
 ) -> dict[str, Any]:
     """Follow until ``duration`` (or Ctrl-C), calling ``show(snapshot)`` every ``interval``.
 
-    Returns the last snapshot. A follow error (a refused broker setting) is raised.
+    A snapshot is the board's with ``link``: the broker link's state (``None`` following a
+    file). Returns the last snapshot. A follow error (a refused broker setting) is raised.
     """
     board = ActivityBoard(cfg.device.id)
     follower = Follower(cfg, followed, board).start()
+    link = follower.link
+
+    def snapshot() -> dict[str, Any]:
+        return {**board.snapshot(), "link": None if link is None else link.view()}
+
     stop = follower.stop
     end = None if duration is None else time.monotonic() + duration
     try:
@@ -109,7 +123,7 @@ def run_tail(
             left = interval if end is None else min(interval, end - time.monotonic())
             if stop.wait(max(0.0, left)):
                 break
-            show(board.snapshot())
+            show(snapshot())
             if end is not None and time.monotonic() >= end:
                 break
     except KeyboardInterrupt:
@@ -118,4 +132,4 @@ def run_tail(
         follower.close()
     if follower.error is not None:
         raise follower.error
-    return board.snapshot()
+    return snapshot()
