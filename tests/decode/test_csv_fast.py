@@ -5,14 +5,18 @@ The shortcuts: the delimiter without the sniffer, the numbers without a per-cell
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import io
+import subprocess
+import sys
 
 import numpy as np
 
 from cdml_edge import synth
 from cdml_edge.decode.tabular import (
     _DELIMITERS,
+    _delimiter,
     _mixed_table,
     _plain_delimiter,
     decode_csv,
@@ -81,3 +85,56 @@ def test_vibration_csv_is_plain_and_empty_cells_still_take_the_long_way() -> Non
     np.testing.assert_array_equal(table.values, np.array(rows, dtype=np.float32))
     gaps = decode_csv(b"a,b\n1,\n,2\n")
     assert np.isnan(gaps.values[0, 1]) and np.isnan(gaps.values[1, 0])
+
+
+def test_a_quoted_csv_built_to_stall_the_sniffer_decodes_at_once() -> None:
+    """A file of quotes that Python's ``csv.Sniffer`` takes cubic time on.
+
+    307 bytes cost it 23 s of CPU, 3 KB hours, with the interpreter lock held (the whole
+    agent stopped, SIGTERM too). In a child process: a stalled regular expression holds the
+    lock, so no thread of this process could even notice.
+    """
+    code = (
+        "from cdml_edge.decode import DecodeError\n"
+        "from cdml_edge.decode.tabular import decode_csv\n"
+        "try:\n"
+        "    decode_csv(b',\"a\",\\n' + b'\"' * 3000 + b'a', member='x.csv')\n"
+        "except DecodeError:\n"
+        "    pass\n"
+        "print('done')\n"
+    )
+    try:
+        res = subprocess.run(
+            [sys.executable, "-c", code], capture_output=True, text=True, timeout=120
+        )
+    except subprocess.TimeoutExpired:
+        raise AssertionError("decode_csv still running after 120 s") from None
+    assert res.returncode == 0 and res.stdout.strip() == "done", res.stderr
+
+
+def _quoted(delim: str, rng: np.random.Generator, rows: int) -> str:
+    words = ["a", "b c", "x,y", "p;q", "1.5", "2", "t|u", "v\tw", 'say "hi"', ""]
+    out = []
+    for _ in range(rows):
+        cells = []
+        for _ in range(4):
+            w = words[int(rng.integers(len(words)))]
+            must = any(c in w for c in (delim, '"', "\n"))
+            cells.append('"' + w.replace('"', '""') + '"' if must or rng.random() < 0.7 else w)
+        out.append(delim.join(cells))
+    return "\n".join(out) + "\n"
+
+
+def test_quoted_csvs_get_the_delimiter_the_sniffer_gave() -> None:
+    rng = np.random.default_rng(7)
+    agreed = 0
+    for _ in range(300):
+        delim = _DELIMITERS[int(rng.integers(len(_DELIMITERS)))]
+        text = _quoted(delim, rng, int(rng.integers(2, 12)))
+        if '"' not in text:
+            continue
+        ours = _delimiter(text, "x.csv")
+        assert ours == delim, (text, ours)
+        with contextlib.suppress(csv.Error):
+            agreed += _sniffed(text) == delim
+    assert agreed > 200  # where the sniffer answers, it answers the same
