@@ -3,7 +3,9 @@
 :meth:`FileLifecycle.finish` is called once the window is durable (``on_durable``), so a crash
 before then leaves the file in place, and it acts only on the version that was scored
 (:func:`still_scored`, checked again once the file is renamed aside): anything else at the
-path is left for the next window and counted (``changed``). :meth:`FileLifecycle.quarantine`
+path is left for the next window and counted (``changed``). A followed link is finished as a
+link (deleted or moved itself, never its target) while it is still the same link leading to
+the same, unchanged target (:class:`~.regular.LinkedIdentity`). :meth:`FileLifecycle.quarantine`
 moves a bad input to ``quarantine/<source>/``, a folder bounded by ``max_bytes`` (the oldest
 deleted first). A quarantine that fails is a degraded state
 (:class:`~cdml_edge.fsio.DiskFaults`): the file stays where it is, in a backlog of at most
@@ -40,6 +42,7 @@ from cdml_edge.fsio import (
     unique_name,
 )
 from cdml_edge.fsio.sparse import copy_keeping_holes
+from cdml_edge.intake.regular import LinkedIdentity
 from cdml_edge.window.items import FileIdentity
 
 log = logging.getLogger(__name__)
@@ -90,16 +93,63 @@ def still_scored(path: Path, identity: FileIdentity, sha256: str | None) -> bool
     same SHA-256 of its content (a rewrite that kept size and mtime). The content is read
     and hashed again unless the change time vouches for it: the identity was taken
     ``settled`` (:meth:`FileIdentity.read_at`) and ``st_ctime`` has not moved since.
+
+    A followed link (a :class:`~.regular.LinkedIdentity`) must still be that link (``lstat``:
+    a link, same inode, same ``readlink``) and its target the file read, checked as above.
     """
     try:
         lst = os.lstat(path)
     except (FileNotFoundError, NotADirectoryError):
         return None
-    if not stat.S_ISREG(lst.st_mode) or FileIdentity.of(lst) != identity:
+    if not isinstance(identity, LinkedIdentity):
+        if not stat.S_ISREG(lst.st_mode) or FileIdentity.of(lst) != identity:
+            return False
+        return _same_content(path, lst, identity, sha256)
+    if not _is_link(path, lst, identity):
         return False
-    if sha256 is None or (identity.settled and lst.st_ctime_ns == identity.ctime_ns):
+    try:
+        st = os.stat(path)
+        real = Path(os.path.realpath(path))
+    except OSError:  # its target gone (or a loop): the link no longer leads to what was read
+        return False
+    target = identity.target
+    if not stat.S_ISREG(st.st_mode) or FileIdentity.of(st) != target:
+        return False
+    return _same_content(real, st, target, sha256) is True  # the target gone: changed
+
+
+def _same_content(
+    path: Path, st: os.stat_result, identity: FileIdentity, sha256: str | None
+) -> bool | None:
+    """Whether the regular file ``path`` (``st``, of ``identity``) still holds what was read."""
+    if sha256 is None or (identity.settled and st.st_ctime_ns == identity.ctime_ns):
         return True
     return _content_matches(path, identity, sha256)
+
+
+def _is_link(path: Path, lst: os.stat_result, identity: LinkedIdentity) -> bool:
+    """Whether ``path`` (with ``lst``, its ``lstat``) is still the link that was followed."""
+    if not stat.S_ISLNK(lst.st_mode):
+        return False
+    try:
+        text = os.readlink(path)
+    except OSError:  # replaced meanwhile
+        return False
+    return identity.is_link(lst, text)
+
+
+def _is_scored_link(path: Path, identity: LinkedIdentity) -> bool:
+    """Whether ``path`` is the link that was followed, still leading to the file read."""
+    try:
+        lst = os.lstat(path)
+        st = os.stat(path)
+    except OSError:
+        return False
+    return (
+        _is_link(path, lst, identity)
+        and stat.S_ISREG(st.st_mode)
+        and FileIdentity.of(st) == identity.target
+    )
 
 
 def _content_matches(path: Path, identity: FileIdentity, sha256: str) -> bool | None:
@@ -228,9 +278,13 @@ class FileLifecycle:
             self.gone += 1
             self._skipped("gone")
             return None
-        lst = os.lstat(aside)
-        if stat.S_ISREG(lst.st_mode) and FileIdentity.of(lst) == identity:
-            return aside
+        if isinstance(identity, LinkedIdentity):  # the link itself, still leading to the target
+            if _is_scored_link(aside, identity):
+                return aside
+        else:
+            lst = os.lstat(aside)
+            if stat.S_ISREG(lst.st_mode) and FileIdentity.of(lst) == identity:
+                return aside
         try:
             os.link(aside, path, follow_symlinks=False)  # back, unless a newer one is there
             os.unlink(aside)

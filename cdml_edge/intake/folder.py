@@ -59,7 +59,14 @@ from cdml_edge.intake.base import (
 from cdml_edge.intake.budget import ByteBudget
 from cdml_edge.intake.kept import KeptFiles
 from cdml_edge.intake.pending import Pending, PendingFiles
-from cdml_edge.intake.regular import LinkPolicy, admit, read_regular
+from cdml_edge.intake.regular import (
+    LinkPolicy,
+    admit,
+    identity_read,
+    link_at,
+    read_regular,
+    target_of,
+)
 from cdml_edge.supervisor import Spawn, Worker, plain_thread
 from cdml_edge.window.items import FileIdentity, Item
 from cdml_edge.window.payloads import item_id
@@ -509,6 +516,7 @@ class FolderSource:
             return False
         seen_ns = time.time_ns()
         try:
+            link = link_at(path) if self._links.follow else None  # the link followed
             data, st = read_regular(path, pend.size + 1, self._links)
         except SourceError as exc:
             self._budget.release(charge)
@@ -517,7 +525,8 @@ class FolderSource:
         except BaseException:
             self._budget.release(charge)
             raise
-        ident = FileIdentity.read_at(st, seen_ns)
+        read = identity_read(st, seen_ns, link)  # through a link: the link's too
+        ident = target_of(read)  # the file read: what the pending set and the record know
         if len(data) > pend.size:  # grew since it was judged complete: still being written
             self._budget.release(charge)
             self.files.requeue(path, ident)  # judged again once stable
@@ -529,7 +538,7 @@ class FolderSource:
                 self.files.requeue(path, ident)
                 return False
         try:
-            item = self._item(path, data, ident, pend, charge)
+            item = self._item(path, data, read, pend, charge)
         except BaseException:
             self._budget.release(charge)
             raise

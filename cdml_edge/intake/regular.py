@@ -6,7 +6,10 @@ to one) is :class:`~.base.NotRegularFile`; a symbolic link is
 a target inside the folder or one of its ``link_roots`` (after resolving every link and
 ``..``). :func:`read_regular` opens with ``O_NOFOLLOW | O_NONBLOCK`` (a FIFO swapped in at
 the last moment neither blocks nor is read) and checks with ``fstat`` that what it opened
-is a regular file.
+is a regular file. What was read through a followed link has a :class:`LinkedIdentity`
+(:func:`link_at`, :func:`identity_read`): the target's identity and the link's own (its
+inode and what it says), so that ``on_done`` acts on that link only while it still leads to
+that version (:mod:`~.finishing`).
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from pathlib import Path
 
 from cdml_edge.fsio import display_name
 from cdml_edge.intake.base import LinkRefused, NotRegularFile, SourceError
+from cdml_edge.window.items import FileIdentity
 
 _OPEN_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
 
@@ -64,6 +68,40 @@ class LinkPolicy:
         return real
 
 
+@dataclass(frozen=True)
+class LinkedIdentity(FileIdentity):
+    """What was read through a followed link: its target, and the link itself.
+
+    The fields of :class:`FileIdentity` are the target's; ``link_dev``, ``link_ino`` and
+    ``link_to`` the link's own (its ``lstat`` and its text as ``readlink`` gives it).
+    Never equal to a plain :class:`FileIdentity`: compare :attr:`target` for the file read.
+    """
+
+    link_dev: int = 0
+    link_ino: int = 0
+    link_to: str = ""
+
+    @property
+    def target(self) -> FileIdentity:
+        """The identity of the file read (the link's target)."""
+        return FileIdentity(
+            self.dev, self.ino, self.size, self.mtime_ns, self.ctime_ns, self.settled
+        )
+
+    def is_link(self, lst: os.stat_result, text: str) -> bool:
+        """Whether ``lst`` (an ``lstat``) and ``text`` (its ``readlink``) are this link."""
+        return stat.S_ISLNK(lst.st_mode) and (lst.st_dev, lst.st_ino, text) == (
+            self.link_dev,
+            self.link_ino,
+            self.link_to,
+        )
+
+
+def target_of(ident: FileIdentity) -> FileIdentity:
+    """The identity of the file read: the target of a followed link, else ``ident`` itself."""
+    return ident.target if isinstance(ident, LinkedIdentity) else ident
+
+
 def admit(path: str, lst: os.stat_result, links: LinkPolicy) -> tuple[str, os.stat_result]:
     """What to open for the entry ``path`` (with ``lst``, its ``lstat``) and that file's stat.
 
@@ -79,6 +117,41 @@ def admit(path: str, lst: os.stat_result, links: LinkPolicy) -> tuple[str, os.st
     if not stat.S_ISREG(lst.st_mode):
         raise NotRegularFile(path, kind_of(lst.st_mode))
     return path, lst
+
+
+def link_at(path: str) -> tuple[os.stat_result, str] | None:
+    """The ``lstat`` and text (``readlink``) of the link at ``path``; ``None`` if not a link."""
+    try:
+        lst = os.lstat(path)
+        return (lst, os.readlink(path)) if stat.S_ISLNK(lst.st_mode) else None
+    except OSError:  # gone, or no longer a link: read_regular says what it is
+        return None
+
+
+def identity_read(
+    st: os.stat_result, seen_ns: int, link: tuple[os.stat_result, str] | None
+) -> FileIdentity:
+    """The identity of a file read with ``st`` (its ``fstat``), through ``link`` if given.
+
+    ``seen_ns``: ``time.time_ns()`` taken before the read (:meth:`FileIdentity.read_at`);
+    ``link``: what :func:`link_at` gave before the read. A link swapped meanwhile is never
+    finished: it is not the link recorded, or does not lead to the file read.
+    """
+    ident = FileIdentity.read_at(st, seen_ns)
+    if link is None:
+        return ident
+    lst, text = link
+    return LinkedIdentity(
+        ident.dev,
+        ident.ino,
+        ident.size,
+        ident.mtime_ns,
+        ident.ctime_ns,
+        ident.settled,
+        lst.st_dev,
+        lst.st_ino,
+        text,
+    )
 
 
 def read_regular(path: str, at_most: int, links: LinkPolicy) -> tuple[bytes, os.stat_result]:
