@@ -66,7 +66,10 @@ def _timeseries(data: bytes, name: str, inp: ModelInput | None) -> np.ndarray:
     """``.npy`` / ``.npz`` arrays; a time series written as CSV is read as one."""
     if name.lower().endswith((".csv", ".tsv")):
         return _csv(data, name, inp)
-    return DECODERS["timeseries"](data, name)
+    series = DECODERS["timeseries"](data, name)
+    if series.shape[0] == 0:  # else padded with zeros to the model's window and scored
+        raise DecodeError(name, "time series has no steps")
+    return series
 
 
 def _checked_only(modality: str) -> Decode:

@@ -11,6 +11,7 @@ the items that failed (bad inputs), which the caller quarantines.
 from __future__ import annotations
 
 import hashlib
+import math
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -97,6 +98,8 @@ def score_window(
     failures += bad
     t_decode = time.perf_counter()
     preds = _infer(pieces, runners)
+    pieces, preds, unscored = drop_unscored(pieces, preds, runners)
+    failures += unscored
     t_infer = time.perf_counter()
     verdicts = [verdict(p, preds.get(i, {}), runners) for i, p in enumerate(pieces)]
     results = item_results(manifest, pieces, verdicts, seq, device, emitted=now())
@@ -206,6 +209,37 @@ def _infer(
         for i, one in zip(idx, runner.run(batch, geometry), strict=True):
             preds.setdefault(i, {})[name] = one
     return preds
+
+
+def drop_unscored(
+    pieces: list[Piece], preds: dict[int, dict[str, Prediction]], runners: Mapping[str, ModelRunner]
+) -> tuple[list[Piece], dict[int, dict[str, Prediction]], list[ItemFailure]]:
+    """The items a model gave a score that is not a finite number, as failures.
+
+    A NaN compares false with every threshold, so such an item read as normal. Its input
+    held values its model cannot take (an inf, numbers beyond float32); every piece of the
+    item goes, and the rest keep their predictions, renumbered.
+    """
+    bad: dict[str, ItemFailure] = {}
+    for i, p in enumerate(pieces):
+        for name, pred in preds.get(i, {}).items():
+            value = next((v for v in (pred.score, pred.anomaly_score) if not _finite(v)), None)
+            if value is not None and p.item.id not in bad:
+                bad[p.item.id] = ItemFailure(
+                    p.item,
+                    "NonFiniteScore",
+                    f"model {runners[name].name} gave a score that is not finite ({value}): "
+                    "the input holds values it cannot take (an inf, or numbers beyond float32)",
+                )
+    if not bad:
+        return pieces, preds, []
+    keep = [i for i, p in enumerate(pieces) if p.item.id not in bad]
+    kept_preds = {n: preds[i] for n, i in enumerate(keep) if i in preds}
+    return [pieces[i] for i in keep], kept_preds, list(bad.values())
+
+
+def _finite(value: float | None) -> bool:
+    return value is None or math.isfinite(value)
 
 
 def _window_result(

@@ -160,6 +160,31 @@ def test_csv_anomaly_per_file_and_per_segment(runners: dict[str, ModelRunner]) -
     assert seg.manifest.results[w.items[1].item_id].anomaly is True
 
 
+def test_an_item_its_model_gives_no_finite_score_is_a_failure_not_normal(
+    runners: dict[str, ModelRunner],
+) -> None:
+    """Values beyond float32 (1e309 reads as inf) made a score NaN: published as normal."""
+    w = _window(
+        "vib",
+        "csv",
+        [
+            ("ok.csv", _csv(np.zeros((16, 3)))),
+            ("inf.csv", ("ax,ay,az\n" + "1e309,0,1\n" * 16).encode()),
+            ("big.csv", ("ax,ay,az\n" + "1e30,0,1\n" * 16).encode()),  # finite: scored
+        ],
+    )
+    packed = pack_window(w, device="dev", modality="csv")
+    out = score_window(packed.archive, runners, device="dev")
+    assert [(r.item, r.label) for r in out.results] == [
+        ("ok.csv", "normal"),
+        ("big.csv", "anomaly"),
+    ]
+    assert [(f.item.name, f.error_type) for f in out.failures] == [("inf.csv", "NonFiniteScore")]
+    assert "model level gave a score that is not finite" in out.failures[0].message
+    assert out.window.errors == 1 and out.window.counts.get("normal") == 1
+    assert out.manifest.results[w.items[1].item_id].error == "NonFiniteScore"
+
+
 def test_modalities_without_a_model_are_validated(runners: dict[str, ModelRunner]) -> None:
     w = _window("logs", "json", [("a.json", b'{"t": 1}'), ("b.json", b"{broken")])
     out = score_window(pack_window(w, device="d", modality="json").archive, runners, device="d")
@@ -220,3 +245,18 @@ def test_missing_model_error_names_the_path_once(tmp_path: Path) -> None:
     msg = str(err.value)
     assert msg.startswith(str(missing)) and "model file not found" in msg
     assert msg.count(str(missing)) == 1, msg
+
+
+def test_a_series_with_no_steps_is_refused_as_an_empty_csv_is() -> None:
+    """An empty .npy was padded with zeros to the model's window and scored."""
+    import io as _io
+
+    from cdml_edge.decode import DecodeError
+    from cdml_edge.window.inputs import MODEL_INPUTS
+
+    decode = MODEL_INPUTS["timeseries"].decode
+    for empty in (np.zeros((0, 3), np.float32), np.zeros((0,), np.float32)):
+        buf = _io.BytesIO()
+        np.save(buf, empty)
+        with pytest.raises(DecodeError, match="no steps"):
+            decode(buf.getvalue(), "z.npy", None)
