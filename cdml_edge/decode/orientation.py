@@ -64,8 +64,9 @@ def _tiff_orientation(tiff: bytes) -> int:
     (count,) = struct.unpack_from(order + "H", tiff, ifd)
     for k in range(min(count, (len(tiff) - ifd - 2) // 12)):
         tag, kind, _n = struct.unpack_from(order + "HHI", tiff, ifd + 2 + 12 * k)
-        if tag == _ORIENTATION_TAG and kind == 3:  # SHORT, stored in the entry itself
-            (value,) = struct.unpack_from(order + "H", tiff, ifd + 2 + 12 * k + 8)
+        if tag == _ORIENTATION_TAG and kind in (3, 4):  # SHORT (the standard's) or LONG
+            fmt = order + ("H" if kind == 3 else "I")  # stored in the entry itself either way
+            (value,) = struct.unpack_from(fmt, tiff, ifd + 2 + 12 * k + 8)
             return value if 1 <= value <= 8 else 1
     return 1
 

@@ -21,6 +21,25 @@ def test_the_tag_is_read(code: int, order: str) -> None:
     assert exif_orientation(with_orientation(jpeg(), code, order)) == code
 
 
+@pytest.mark.parametrize("backend", ["simplejpeg", "opencv"])
+@pytest.mark.parametrize("order", [">", "<"])
+@pytest.mark.parametrize("code", [3, 6, 8])
+def test_an_orientation_stored_as_a_long_turns_as_a_short_one(
+    code: int, order: str, backend: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Some writers store the tag as a LONG; it was ignored (OpenCV turned the II ones).
+
+    OpenCV reads the tag's first two bytes whatever its type, so it turns a little-endian
+    LONG and not a big-endian one; the value the tag holds is what counts here.
+    """
+    if backend == "opencv":
+        monkeypatch.setenv("CDML_EDGE_JPEG", "opencv")
+    data = with_orientation(jpeg(), code, order, long=True)
+    assert exif_orientation(data) == code
+    want = opencv_shows(with_orientation(jpeg(), code, order))
+    assert mean_diff(decode_image(data), want) < 1.0
+
+
 def test_no_tag_or_a_broken_one_is_upright() -> None:
     plain = jpeg()
     assert exif_orientation(plain) == 1

@@ -18,10 +18,16 @@ def pattern() -> np.ndarray:
     return img
 
 
-def with_orientation(jpeg: bytes, code: int, order: str = ">") -> bytes:
-    """``jpeg`` with an EXIF APP1 segment holding ``Orientation = code`` after its SOI."""
+def with_orientation(jpeg: bytes, code: int, order: str = ">", long: bool = False) -> bytes:
+    """``jpeg`` with an EXIF APP1 segment holding ``Orientation = code`` after its SOI.
+
+    As a SHORT, as the standard says, or (``long``) as a LONG, as some writers store it.
+    """
     magic = b"MM\0*" if order == ">" else b"II*\0"
-    entry = struct.pack(order + "HHIHH", 0x0112, 3, 1, code, 0)
+    if long:
+        entry = struct.pack(order + "HHII", 0x0112, 4, 1, code)
+    else:
+        entry = struct.pack(order + "HHIHH", 0x0112, 3, 1, code, 0)
     tiff = magic + struct.pack(order + "I", 8) + struct.pack(order + "H", 1) + entry
     tiff += struct.pack(order + "I", 0)
     payload = b"Exif\0\0" + tiff
