@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from cdml_edge.units import format_size
+from cdml_edge.units import counted, format_size
 from cdml_edge.window.payloads import HealthPayload
 
 
@@ -51,7 +51,7 @@ def _state(h: HealthPayload, mqtt: bool) -> str:
     """Queues and the broker (``mqtt``: one is configured)."""
     parts = [
         f"outbox {h.outbox_depth}",
-        f"spool {format_size(h.spool_bytes)} ({h.spool_records} records)",
+        f"spool {counted(h.spool_records, 'record')} ({format_size(h.spool_bytes)} on disk)",
         f"written {format_size(h.bytes_written)}",
     ]
     if h.degraded:

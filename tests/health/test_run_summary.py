@@ -63,7 +63,7 @@ def test_run_logs_a_summary_per_interval_and_one_at_exit(tmp_path: Path) -> None
     assert len(final) == 1, res.stderr
     assert re.search(
         r"stopped after \d+\.\d s: 6 items \(\d+\.\d/s\), \d+ windows, "
-        r"1 anomalies, 1 errors, 0 dropped; outbox 0, spool 0 B \(0 records\), "
+        r"1 anomalies, 1 errors, 0 dropped; outbox 0, spool 0 records \(0 B on disk\), "
         r"written \d",
         final[0],
     ), final[0]
@@ -89,7 +89,7 @@ def test_summary_lines_count_since_the_last_line() -> None:
     t[0] = 110.0
     assert s.interval(health(50, 5, 1), 2, mqtt=True) == (
         "summary: +50 items (5.0/s), +5 windows, +2 anomalies, +1 errors, +0 dropped; "
-        "outbox 5, spool 2.0 KiB (3 records), written 0 B, broker not connected"
+        "outbox 5, spool 3 records (2.0 KiB on disk), written 0 B, broker not connected"
     )
     t[0] = 120.0
     assert s.interval(health(150, 9, 1), 2, mqtt=False).startswith(
