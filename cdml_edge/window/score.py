@@ -97,9 +97,7 @@ def score_window(
     pieces, bad = _decode_members(manifest, members, pick, segment_rows)
     failures += bad
     t_decode = time.perf_counter()
-    preds = _infer(pieces, runners)
-    pieces, preds, unscored = drop_unscored(pieces, preds, runners)
-    failures += unscored
+    pieces, preds = _infer_finite(pieces, runners, failures)
     t_infer = time.perf_counter()
     verdicts = [verdict(p, preds.get(i, {}), runners) for i, p in enumerate(pieces)]
     results = item_results(manifest, pieces, verdicts, seq, device, emitted=now())
@@ -209,6 +207,15 @@ def _infer(
         for i, one in zip(idx, runner.run(batch, geometry), strict=True):
             preds.setdefault(i, {})[name] = one
     return preds
+
+
+def _infer_finite(
+    pieces: list[Piece], runners: Mapping[str, ModelRunner], failures: list[ItemFailure]
+) -> tuple[list[Piece], dict[int, dict[str, Prediction]]]:
+    """:func:`_infer`, then the items given a score that is not finite added to ``failures``."""
+    pieces, preds, unscored = drop_unscored(pieces, _infer(pieces, runners), runners)
+    failures += unscored
+    return pieces, preds
 
 
 def drop_unscored(
