@@ -401,21 +401,19 @@ static int decode(cz_codecs *c, const cz_entry *e, const uint8_t *cname, const u
     }
     if (rd32(buf) != 0x04034b50u) return CZ_BAD_LOCAL;
     uint64_t start = 30u + rd16(buf + 26) + rd16(buf + 28);
-    if (e->csize > UINT64_MAX - start) return CZ_TRUNCATED;
-    if (start + e->csize > avail) {
-        *need = start + e->csize;
+    /* the data descriptor after the data counts in what must be there (12 bytes read, as
+     * Go and the Python path do): *need covers all of it, so one read on is enough */
+    uint64_t tail = (e->flags & 8) ? 12u : 0u;
+    if (e->csize > UINT64_MAX - start - tail) return CZ_TRUNCATED;
+    if (start + e->csize + tail > avail) {
+        *need = start + e->csize + tail;
         return CZ_TRUNCATED;
     }
     if (!same_name(e, cname, buf)) return CZ_NAME_MISMATCH;
     if (e->flags & 8) {
-        /* the data descriptor after the data: [signature] CRC-32, sizes (12 bytes read, as
-         * Go does); its CRC-32 must be the central directory's */
-        uint64_t dd = start + e->csize;
-        if (dd > UINT64_MAX - 12 || dd + 12 > avail) {
-            *need = dd + 12;
-            return CZ_TRUNCATED;
-        }
-        const uint8_t *q = buf + dd;
+        /* the data descriptor: [signature] CRC-32, sizes; its CRC-32 must be the central
+         * directory's */
+        const uint8_t *q = buf + start + e->csize;
         uint32_t dcrc = rd32(q) == 0x08074b50u ? rd32(q + 4) : rd32(q);
         if (dcrc != e->crc) {
             *aux = dcrc;
@@ -535,7 +533,8 @@ int cz_read_fd(const cz_index *idx, int fd, uint64_t file_size, const uint32_t *
         int err = cz_pread_full(fd, scratch, want, e->offset, &got);
         if (err) { status[k] = CZ_IO_ERROR; aux[k] = (uint64_t)err; bad++; continue; }
         int st = decode(&c, e, cname, scratch, got, outs[k], &aux[k], &need);
-        if (st == CZ_TRUNCATED && need > got && got == want && e->offset + need <= file_size) {
+        if (st == CZ_TRUNCATED && need > got && got == want && e->offset < file_size &&
+            need <= file_size - e->offset) {
             /* the local extra field is longer than the central one: read the rest */
             if (need > scap) {
                 uint8_t *ns = realloc(scratch, (size_t)need);
