@@ -8,6 +8,7 @@ Each format is a folder (``zip/``, ``tar/``) listed in :mod:`.formats`; bytes co
 from cdml_edge.archive.arena import Arena
 from cdml_edge.archive.base import Archive, MemberInfo
 from cdml_edge.archive.errors import (
+    ArchiveChangedError,
     ArchiveError,
     CorruptArchiveError,
     MemberTooLargeError,
@@ -22,6 +23,7 @@ from cdml_edge.archive.reader import open_archive
 
 __all__ = [
     "Archive",
+    "ArchiveChangedError",
     "ArchiveError",
     "Arena",
     "CorruptArchiveError",

@@ -13,6 +13,10 @@ from cdml_edge.archive.source import ByteSource
 
 DEFAULT_MAX_MEMBER_BYTES = 1 << 30
 DEFAULT_MAX_RATIO = 1100.0
+#: zstd data is held to ``max_ratio`` times this. ``max_ratio`` is in deflate's terms (1100 is
+#: just over deflate's maximum, 1,032); zstd's is 32 times that (32,768: a 4-byte RLE block
+#: for each 128 KiB), so by default only what zstd cannot produce is refused (35,200).
+ZSTD_RATIO_SCALE = 32
 # Ratios are only enforced above this output size: small members are harmless.
 RATIO_FLOOR_BYTES = 1 << 20
 # ``verify()`` and iteration read members in batches of at most this many output bytes.
@@ -185,17 +189,25 @@ class Archive:
             yield batch
 
     # -- limits -------------------------------------------------------------------------
-    def check_limits(self, name: str, size: int, csize: int) -> None:
-        """Refuse a member declaring more than ``max_member_bytes`` or ``max_ratio`` allow."""
+    def ratio_limit(self, zstd: bool = False) -> float:
+        """The expansion allowed: ``max_ratio``, times :data:`ZSTD_RATIO_SCALE` for zstd data."""
+        return self.max_ratio * ZSTD_RATIO_SCALE if zstd else self.max_ratio
+
+    def check_limits(self, name: str, size: int, csize: int, *, zstd: bool = False) -> None:
+        """Refuse a member declaring more than ``max_member_bytes`` or the ratio allow.
+
+        ``zstd``: the member is zstd data (held to :meth:`ratio_limit` of zstd).
+        """
         if size > self.max_member_bytes:
             raise MemberTooLargeError(
                 f"declares {size} bytes, over max_member_bytes={self.max_member_bytes}",
                 archive=self.name,
                 member=name,
             )
-        if size > RATIO_FLOOR_BYTES and size > self.max_ratio * max(csize, 1):
+        limit = self.ratio_limit(zstd)
+        if size > RATIO_FLOOR_BYTES and size > limit * max(csize, 1):
             raise MemberTooLargeError(
-                f"expansion ratio {size / max(csize, 1):.0f} over max_ratio={self.max_ratio:g}",
+                f"expansion ratio {size / max(csize, 1):.0f} over {ratio_words(self, zstd)}",
                 archive=self.name,
                 member=name,
             )
@@ -259,6 +271,14 @@ class Archive:
         Formats with an in-place read override this.
         """
         return arena.fill(self._read_ids(ids))
+
+
+def ratio_words(arc: Any, zstd: bool) -> str:
+    """The ratio limit as messages give it (``max_ratio=1100``, ``35200 for zstd ...``)."""
+    if not zstd:
+        return f"max_ratio={arc.max_ratio:g}"
+    ratio, scale = arc.max_ratio, ZSTD_RATIO_SCALE
+    return f"{ratio * scale:g} for zstd (max_ratio={ratio:g} x {scale})"
 
 
 def _reopen(cls: type[Archive], source: ByteSource, opts: dict[str, Any]) -> Archive:

@@ -46,3 +46,7 @@ class UnsafeMemberError(ArchiveError):
 
 class MemberTooLargeError(ArchiveError):
     """A member over ``max_member_bytes`` or over the allowed expansion ratio."""
+
+
+class ArchiveChangedError(ArchiveError):
+    """The archive file was replaced or changed after it was opened (its index is stale)."""

@@ -17,8 +17,11 @@ anyway).
 
 Keys: the file's real path, or the endpoint, bucket and key of the object; each copy is
 ``<sha256(ident)[:24]>-<sha256(version)[:16]>.tar.zst`` (or ``.tar``) where the version
-is the size and ``mtime`` (nanoseconds) of a file, the size and ETag of an object. A
-source that changed has a new version: its copy is made again and the old one deleted.
+is the size, ``mtime``, device, inode and ``ctime`` (nanoseconds) of a file, the size and
+ETag of an object. A source that changed has a new version, even one put in place with
+its old size and ``mtime`` (``cp -p``, ``rsync -t``): its copy is made again and the old
+one deleted (so are copies keyed the earlier way, on size and ``mtime`` alone). Errors
+met reading a copy name the source first: ``data.tar.zst (seekable copy /path/of/copy)``.
 
 Full policy: the folder is bounded by ``max_bytes`` (default 20 GiB, or
 ``CDML_EDGE_SEEKABLE_CACHE_BYTES``). After each copy is written, the least recently used
@@ -223,12 +226,12 @@ class SeekableCache:
             if not rows and cls is TarArchive:
                 kept = load_index(copy.path, os.path.getsize(copy.path))
                 rows, walk = ([kept], False) if kept is not None else (None, True)
+            source = _copy_source(copy)
             if rows:
-                source = FileSource(copy.path)
                 source.fileno()  # held from now on, as a walk of the copy would hold it
                 archive = TarArchive(source, rows=rows[0], **limits)
             else:
-                archive = cls.open(FileSource(copy.path), **limits)
+                archive = cls.open(source, **limits)
                 if walk and isinstance(archive, TarArchive):  # kept for the next open
                     save_index(copy.path, archive.rows)
         except (ArchiveError, OSError) as exc:
@@ -320,6 +323,15 @@ def _unlink_copy(path: Path) -> None:
             victim.unlink()
 
 
+def _copy_source(copy: SeekableCopy) -> FileSource:
+    """The copy's bytes, named after the archive it copies (errors name the user's file).
+
+    Its ``mtime`` is not part of its identity: reuse refreshes it (the eviction order).
+    """
+    name = f"{copy.source} (seekable copy {copy.path})"
+    return FileSource(copy.path, name=name, watch_mtime=False)
+
+
 def _plain_writer(source: ByteSource, walked: list[TarRows]) -> Callable[[BinaryIO], bool]:
     """A writer of the plain copy of ``source`` that keeps the member index it walked."""
 
@@ -337,7 +349,11 @@ def _key(source: ByteSource) -> tuple[str, str] | None:
     if isinstance(source, FileSource):
         real = os.path.realpath(source.path)
         st = os.stat(real)
-        return f"file|{real}", f"{st.st_size}|{st.st_mtime_ns}"
+        # the inode and ctime too: a new version put in place keeping the old size and
+        # mtime (cp -p, rsync -t, os.utime) has another inode or a newer ctime, never both
+        # the same (no user sets a ctime)
+        version = f"{st.st_size}|{st.st_mtime_ns}|{st.st_dev}|{st.st_ino}|{st.st_ctime_ns}"
+        return f"file|{real}", version
     bucket, key = getattr(source, "bucket", None), getattr(source, "key", None)
     if isinstance(bucket, str) and isinstance(key, str):
         endpoint = getattr(source, "endpoint_url", None) or "aws"

@@ -8,12 +8,15 @@ after ``fork``.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import stat
 import threading
 from collections.abc import Sequence
 from typing import Protocol, runtime_checkable
+
+from cdml_edge.archive.errors import ArchiveChangedError
 
 
 @runtime_checkable
@@ -86,10 +89,29 @@ class MemorySource:
 
 
 class FileSource:
-    """A local file read with ``os.pread``; the descriptor is reopened after ``fork``."""
+    """A local file read with ``os.pread``; the descriptor is reopened after ``fork``.
 
-    def __init__(self, path: str | os.PathLike[str]) -> None:
+    The file is the one stat'ed at construction: its identity (device, inode, size and,
+    unless ``watch_mtime=False``, ``mtime``) is kept, and every descriptor opened later (a
+    forked child's, a spawned worker's after unpickling, one after :meth:`close`) must be
+    that file, else :class:`~cdml_edge.archive.errors.ArchiveChangedError`: an archive
+    replaced at its path (``os.replace``, as ``tar`` and :func:`write_archive` write) is
+    never read with the member index of the old one. A forked child opens its own
+    descriptor on the parent's open file (``/proc/self/fd``) where it can, so it keeps
+    reading the file the index was built from. ``name`` is what messages call the file
+    (default: the path).
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        name: str | None = None,
+        watch_mtime: bool = True,
+    ) -> None:
         self._path = os.fspath(path)
+        self._name = name
+        self._watch_mtime = watch_mtime
         self._fd: int | None = None
         self._pid = -1
         self._lock = threading.Lock()
@@ -97,16 +119,21 @@ class FileSource:
         if stat.S_ISDIR(st.st_mode):  # named, not a bare EISDIR from the first pread
             raise IsADirectoryError(errno.EISDIR, "a folder, not an archive", self._path)
         self._size = st.st_size
+        self._identity = self._identity_of(st)
 
     @property
     def name(self) -> str:
-        """The file's path."""
-        return self._path
+        """What messages call the file: its path unless a name was given."""
+        return self._name or self._path
 
     @property
     def path(self) -> str:
         """The file's path."""
         return self._path
+
+    def _identity_of(self, st: os.stat_result) -> tuple[int, ...]:
+        ident = (st.st_dev, st.st_ino, st.st_size)
+        return (*ident, st.st_mtime_ns) if self._watch_mtime else ident
 
     def _descriptor(self) -> int:
         pid = os.getpid()
@@ -115,9 +142,39 @@ class FileSource:
             return fd
         with self._lock:
             if self._fd is None or self._pid != pid:
-                self._fd = os.open(self._path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+                self._fd = self._reopen(self._fd if self._pid != pid else None)
                 self._pid = pid
             return self._fd
+
+    def _reopen(self, inherited: int | None) -> int:
+        """A descriptor of this process on the file the identity names, checked.
+
+        ``inherited``: the parent's descriptor (a forked child), opened anew through
+        ``/proc/self/fd`` (the parent's file even if its path was replaced), else the path.
+        """
+        flags = os.O_RDONLY | getattr(os, "O_CLOEXEC", 0)
+        if inherited is not None:
+            with contextlib.suppress(OSError):
+                fd = os.open(f"/proc/self/fd/{inherited}", flags)
+                if self._same(fd):
+                    return fd
+                os.close(fd)  # that number names another file now: the path, checked
+        fd = os.open(self._path, flags)
+        if self._same(fd):
+            return fd
+        os.close(fd)
+        raise ArchiveChangedError(
+            "the file was replaced or changed after the archive was opened (its member "
+            "index is the old file's): open it again (rebuild the dataset)",
+            archive=self.name,
+        )
+
+    def _same(self, fd: int) -> bool:
+        """Whether ``fd`` is the file this source was opened on (unchanged)."""
+        try:
+            return self._identity_of(os.fstat(fd)) == self._identity
+        except OSError:
+            return False
 
     def size(self) -> int:
         """File size in bytes, taken at construction."""
@@ -150,24 +207,43 @@ class FileSource:
         return self._descriptor()
 
     def close(self) -> None:
-        """Close this process's descriptor; the next read reopens it."""
+        """Close this process's descriptor; the next read reopens it (checked)."""
         with self._lock:
             if self._fd is not None and self._pid == os.getpid():
                 os.close(self._fd)
             self._fd = None
 
     def __getstate__(self) -> dict[str, object]:
-        return {"path": self._path}
+        return {
+            "path": self._path,
+            "name": self._name,
+            "watch_mtime": self._watch_mtime,
+            "size": self._size,
+            "identity": self._identity,
+        }
 
     def __setstate__(self, state: dict[str, object]) -> None:
-        self.__init__(str(state["path"]))  # type: ignore[misc]
+        if "identity" not in state:  # pickled before identities were kept
+            self.__init__(str(state["path"]))  # type: ignore[misc]
+            return
+        # no stat here: the receiving process checks the file when it first opens it
+        self._path = str(state["path"])
+        name = state.get("name")
+        self._name = name if isinstance(name, str) else None
+        self._watch_mtime = bool(state["watch_mtime"])
+        self._size = int(state["size"])  # type: ignore[call-overload]
+        self._identity = tuple(state["identity"])  # type: ignore[arg-type]
+        self._fd = None
+        self._pid = -1
+        self._lock = threading.Lock()
 
 
 class FileObjectSource:
     """A binary file object opened by the caller (positional reads; its offset is kept).
 
     Reads use ``os.pread`` on its descriptor when it has one, else seek+read under a lock.
-    It pickles as a :class:`FileSource` on the same path when the object names a file.
+    It pickles as a :class:`FileSource` on the same path when the object names a file, one
+    that refuses another file found there (:class:`FileSource`).
     """
 
     def __init__(self, fileobj: object) -> None:
@@ -233,4 +309,15 @@ class FileObjectSource:
     def __reduce__(self) -> tuple[object, ...]:
         if self._path is None:
             raise TypeError(f"{self.name}: an archive on an unnamed file object cannot be pickled")
-        return (FileSource, (self._path,))
+        # a FileSource that must find this very file at the path (checked when it opens it)
+        st = os.fstat(self._fd) if self._fd is not None else os.stat(self._path)
+        ident = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+        state = {"path": self._path, "watch_mtime": True, "size": self._size, "identity": ident}
+        return (_file_source, (state,))
+
+
+def _file_source(state: dict[str, object]) -> FileSource:
+    """A :class:`FileSource` from its pickled state (the file is checked when first opened)."""
+    source = FileSource.__new__(FileSource)
+    source.__setstate__(state)
+    return source

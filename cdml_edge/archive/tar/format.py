@@ -107,6 +107,7 @@ def scan(
     on_member: Callable[[TarMember], None],
     on_skip: Callable[[str, str], None] | None = None,
     start: int = 0,
+    end: int | None = None,
 ) -> int:
     """Walk a tar stream, calling ``on_member`` for every regular file; returns its length.
 
@@ -117,7 +118,9 @@ def scan(
     ``on_skip(name, reason)``. A sparse file is a member with its map (``sparse``): ``size``
     bytes stored from ``data_offset``, expanded when read. ``start``: the stream offset
     ``read`` is at, a header that no long name or pax record comes before (the walk goes on
-    there).
+    there). ``end``: the stream's length where it is known (a plain tar's size): an entry
+    whose data or padding runs past it is refused (:class:`TruncatedArchiveError`, as a
+    stream that ends inside an entry is), not listed with the entries before it.
     """
     pos = start
     meta = _Meta()
@@ -141,15 +144,82 @@ def scan(
         if kind in REGULAR or kind == sparse.OLD_GNU:
             member, before, within = _member(block, read, header_offset, size, meta, archive)
             pos += before
+            if end is not None:
+                _check_fits(header_offset, pos, size, end, archive, member.name)
             on_member(member)
         else:
             within = 0
+            if end is not None and size:
+                _check_fits(header_offset, pos, size, end, archive, meta.name(block))
             if on_skip is not None and kind not in DIR_KINDS:
                 on_skip(meta.name(block), _skip_reason(kind, block, meta))
         if size:
             skip(padded(size) - within)
             pos += padded(size)
         meta = _Meta()
+
+
+class _Found(Exception):
+    """Ends :func:`first_entry`'s walk at the first entry."""
+
+    def __init__(self, member: TarMember | None, kind: str = "") -> None:
+        super().__init__()
+        self.member, self.kind = member, kind
+
+
+def first_entry(span: bytes, archive: str) -> TarMember:
+    """The regular file whose header (meta records, then its header block) is ``span``.
+
+    Offsets are relative to ``span``. :class:`CorruptArchiveError` when ``span`` is not
+    exactly that: no header, a bad one, an entry that is not a file, bytes after its header.
+    """
+
+    def member(m: TarMember) -> None:
+        raise _Found(m)
+
+    def other(name: str, why: str) -> None:
+        raise _Found(None, why)
+
+    pos = 0
+
+    def read(n: int) -> bytes:
+        nonlocal pos
+        out = span[pos : pos + n]
+        pos += len(out)
+        return out
+
+    def skip(n: int) -> None:
+        raise _Found(None, "a folder")
+
+    found = _Found(None, "none there")
+    try:
+        scan(read, skip, archive, member, other)
+    except _Found as stop:
+        found = stop
+    m = found.member
+    if m is None:
+        why = found.kind if found.kind == "none there" else f"{found.kind}, not a file"
+        raise CorruptArchiveError(f"tar header: {why}", archive=archive)
+    if m.data_offset != len(span) or m.refused or m.sparse is not None:
+        raise CorruptArchiveError("tar header: not a plain file header", archive=archive)
+    return m
+
+
+def _check_fits(header: int, at: int, size: int, end: int, archive: str, name: str) -> None:
+    """Refuse the entry at ``header`` whose ``size`` bytes at ``at``, padded, pass ``end``.
+
+    Its data cut short, or only its padding: tarfile and GNU tar refuse both, as the walk
+    of a compressed stream does (it reads the padding).
+    """
+    if at + padded(size) <= end:
+        return
+    there = max(0, min(size, end - at))
+    what = f"data cut short ({there} of {size} bytes)" if there < size else "padding cut short"
+    raise TruncatedArchiveError(
+        f"tar entry at {header}: {what}, the archive ends at {end}",
+        archive=archive,
+        member=name,
+    )
 
 
 def _member(

@@ -18,7 +18,7 @@ from typing import Any, Protocol
 
 import zstandard
 
-from cdml_edge.archive.base import RATIO_FLOOR_BYTES
+from cdml_edge.archive.base import RATIO_FLOOR_BYTES, ZSTD_RATIO_SCALE, ratio_words
 from cdml_edge.archive.errors import (
     ArchiveError,
     CorruptArchiveError,
@@ -100,14 +100,32 @@ class Reading(Protocol):
         ...
 
 
-def plan(table: FrameTable, index: MemberIndex, ids: Sequence[int], arc: Reading) -> FrameBatch:
+def header_key(i: int) -> int:
+    """The key of member ``i``'s header span in a :class:`FrameBatch` (and back): ``-1 - i``."""
+    return -1 - i
+
+
+def plan(
+    table: FrameTable,
+    index: MemberIndex,
+    ids: Sequence[int],
+    arc: Reading,
+    headers: Sequence[int] = (),
+) -> FrameBatch:
     """The distinct members of ``ids`` and the frames they need; frame limits checked.
 
+    ``headers``: members whose header span (from their header offset to their data) is cut
+    out too, under :func:`header_key` (no CRC-32); the caller checked that it is sane.
     :class:`CorruptArchiveError` names a member that lies past the frames.
     """
     members = list(dict.fromkeys(ids))
     offs = [index.data_offsets[i] for i in members]
     sizes = [index.sizes[i] for i in members]
+    if headers:
+        heads = list(dict.fromkeys(headers))
+        members += [header_key(i) for i in heads]
+        offs += [index.header_offsets[i] for i in heads]
+        sizes += [index.data_offsets[i] - index.header_offsets[i] for i in heads]
     ends = [o + s for o, s in zip(offs, sizes, strict=True)]
     doff = table.doff
     if members and (table.count == 0 or max(ends) > doff[-1]):
@@ -122,7 +140,7 @@ def plan(table: FrameTable, index: MemberIndex, ids: Sequence[int], arc: Reading
     f0 = [bisect_right(doff, o) - 1 if s else 1 for o, s in zip(offs, sizes, strict=True)]
     f1 = [bisect_left(doff, e) - 1 if s else 0 for e, s in zip(ends, sizes, strict=True)]
     needed = set(f0) if f0 == f1 else _frames(f0, f1)
-    crcs = [index.crcs[i] for i in members]
+    crcs = [index.crcs[i] if i >= 0 else None for i in members]
     batch = FrameBatch(members, offs, sizes, crcs, f0, f1, sorted(needed))
     small = min(RATIO_FLOOR_BYTES, arc.max_member_bytes)  # frames up to this size pass
     for k in batch.frames:
@@ -142,14 +160,16 @@ def check_frame(table: FrameTable, k: int, arc: Reading, member: int) -> None:
     """Refuse a frame over the limits members have, before memory is taken.
 
     That is a frame that declares more than ``max_member_bytes``, or that expands more than
-    ``max_ratio`` times (above 1 MiB). The error names ``member``, which needs the frame.
+    ``max_ratio`` times :data:`~cdml_edge.archive.base.ZSTD_RATIO_SCALE` (above 1 MiB; by
+    default just over what zstd's format allows). The error names ``member``, which needs it.
     """
     dsize = table.doff[k + 1] - table.doff[k]
     csize = table.coff[k + 1] - table.coff[k]
     if dsize > arc.max_member_bytes:
         why = f"zstd frame {k} declares {dsize} bytes, over max_member_bytes"
-    elif dsize > RATIO_FLOOR_BYTES and dsize > arc.max_ratio * max(csize, 1):
-        why = f"zstd frame {k} expands {dsize / max(csize, 1):.0f} times, over max_ratio"
+    elif dsize > RATIO_FLOOR_BYTES and dsize > arc.max_ratio * ZSTD_RATIO_SCALE * max(csize, 1):
+        ratio = dsize / max(csize, 1)
+        why = f"zstd frame {k} expands {ratio:.0f} times, over {ratio_words(arc, True)}"
     else:
         return
     raise MemberTooLargeError(why, archive=arc.name, member=arc.member_name(member))

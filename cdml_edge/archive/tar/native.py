@@ -67,11 +67,13 @@ class NativeFrames:
         size: int,
         crc: int | None,
         cache: FrameCache,
-    ) -> bytes | None:
+        whole: bool = False,
+    ) -> tuple[bytes, bytes | None] | None:
         """The member of ``size`` bytes at ``off`` in frame ``k`` (not in the cache).
 
         Read from a file or memory; ``None`` when :meth:`read` must serve it (other
-        sources, or an error it words).
+        sources, or an error it words). Returns the member and the decoded frame, which
+        is there when the cache wants it or ``whole`` asks for it.
         """
         fd, mem, mem_len = _where(arc.source)
         if fd < 0 and mem is _NULL:
@@ -79,7 +81,8 @@ class NativeFrames:
         doff, coff = table.doff, table.coff
         dsize = doff[k + 1] - doff[k]
         frame = None
-        if cache.wants(dsize) and dsize - size > SPARE_BYTES:  # others live in this frame
+        keep = cache.wants(dsize) and dsize - size > SPARE_BYTES  # others live in this frame
+        if keep or whole:
             frame = bytes(dsize)
         out, ptr = fresh_output(size)
         st = lib.cz_zstd_read_one(
@@ -89,9 +92,9 @@ class NativeFrames:
         )  # fmt: skip
         if st != OK:
             return None
-        if frame is not None:
+        if keep and frame is not None:
             cache.put(k, frame)
-        return out if type(out) is bytes else bytes(out[:size])
+        return (out if type(out) is bytes else bytes(out[:size])), frame
 
     def read(
         self, arc: Reading, table: FrameTable, batch: FrameBatch, cache: FrameCache

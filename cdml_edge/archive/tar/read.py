@@ -161,7 +161,9 @@ class TarArchive(_TarBase):
         scanner = PreadScanner(source)
         members, skipped = member_list(
             source.name,
-            lambda cb, sk: tarfmt.scan(scanner.read, scanner.skip, source.name, cb, sk),
+            lambda cb, sk: tarfmt.scan(
+                scanner.read, scanner.skip, source.name, cb, sk, end=source.size()
+            ),
         )
         self._set_members(columns(members), skipped)
 

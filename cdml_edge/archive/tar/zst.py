@@ -8,12 +8,13 @@ from typing import TYPE_CHECKING, Any
 
 import zstandard
 
-from cdml_edge.archive.errors import CorruptArchiveError, TruncatedArchiveError
+from cdml_edge.archive.errors import ArchiveError, CorruptArchiveError, TruncatedArchiveError
+from cdml_edge.archive.names import normalize_member_name
 from cdml_edge.archive.native import frame_decoder, plain_copier
 from cdml_edge.archive.source import ByteSource
 from cdml_edge.archive.tar import format as tarfmt
 from cdml_edge.archive.tar.cache import FRAME_CACHE_BYTES, FrameCache
-from cdml_edge.archive.tar.frames import PythonFrames, check_frame, plan
+from cdml_edge.archive.tar.frames import PythonFrames, check_frame, header_key, plan
 from cdml_edge.archive.tar.members import columns, member_list
 from cdml_edge.archive.tar.read import _TarBase
 from cdml_edge.archive.tar.rows import TarRows
@@ -28,6 +29,40 @@ from cdml_edge.archive.tar.write import MAX_FRAME_BYTES
 
 if TYPE_CHECKING:
     from typing import BinaryIO
+
+
+#: most bytes from a member's header offset to its data: pax and long-name records (each
+#: at most :data:`~.format.MAX_META`) and the header block
+_MAX_HEADER_SPAN = 2 * tarfmt.MAX_META + 4 * tarfmt.BLOCK
+#: the largest size a ustar size field holds in octal (a larger one needs a pax record)
+_MAX_USTAR_SIZE = 0o77777777777
+
+
+def _ustar_holds(name: str) -> bool:
+    """Whether every writer puts ``name`` in a ustar header's name field as it is.
+
+    ASCII of up to 100 bytes; a longer name may be split into the prefix field or cut
+    there (with the whole name in a pax or long-name record before the header).
+    """
+    return name.isascii() and len(name) <= 100 and "\x00" not in name
+
+
+def _plain_header_of(span: bytes, name: str, size: int) -> bool:
+    """Whether ``span`` is a plain ustar file header of ``name`` and ``size``.
+
+    The quick test of most headers; ``False`` leaves the judgement to the full parse.
+    """
+    if len(span) != tarfmt.BLOCK or not _ustar_holds(name):
+        return False
+    n = len(name)
+    return (
+        span[:n] == name.encode()
+        and (n == 100 or span[n] == 0)
+        and span[156:157] in tarfmt.REGULAR
+        and (span[257:263] != tarfmt.POSIX_MAGIC or span[345] == 0)
+        and span[124:136] == b"%011o\x00" % size
+        and tarfmt.header_ok(span)
+    )
 
 
 class ZstdTarArchive(_TarBase):
@@ -52,11 +87,14 @@ class ZstdTarArchive(_TarBase):
         tail: tuple[int, bytes] | None = None,
         frame_cache_bytes: int = FRAME_CACHE_BYTES,
         rows: TarRows | None = None,
+        check_headers: bool = False,
         **limits: Any,
     ) -> None:
         """Open ``source``; with ``rows``, without reading it.
 
-        ``rows``: the member index and frames already read (a pickled archive's).
+        ``rows``: the member index and frames already read (a pickled archive's);
+        ``check_headers``: they come from our member index, whose members' tar headers
+        are checked when they are read (:meth:`_check_header`), not from a header walk.
         """
         super().__init__(source, **limits)
         self._cache = FrameCache(frame_cache_bytes)
@@ -66,6 +104,9 @@ class ZstdTarArchive(_TarBase):
         self.seek_table_problem: str | None = None
         #: the seekable copy read instead of the source (see :mod:`..seekable_cache`)
         self.seekable_copy: Any = None
+        #: members whose tar header was read and agrees with the member index
+        self._headers_ok: set[int] = set()
+        self._check_headers = check_headers
         if rows is not None:
             self._frames: FrameTable | None = rows.frames
             self._data_end = rows.data_end
@@ -75,6 +116,7 @@ class ZstdTarArchive(_TarBase):
         self._frames = found.frames if found else None
         self._data_end = found.data_end if found else source.size()
         if found is not None and found.index is not None:
+            self._check_headers = True  # believed at open, checked member by member on reads
             self._index_members(found.index, found.frames)
         else:
             self._scan_members(found)
@@ -125,7 +167,11 @@ class ZstdTarArchive(_TarBase):
         self._use(TarRows.build(index, self._frames, self._data_end, skipped))
 
     def _options(self) -> dict[str, Any]:
-        return {**super()._options(), "frame_cache_bytes": self._cache.max_bytes}
+        return {
+            **super()._options(),
+            "frame_cache_bytes": self._cache.max_bytes,
+            "check_headers": self._check_headers,
+        }
 
     @property
     def seekable(self) -> bool:
@@ -168,8 +214,69 @@ class ZstdTarArchive(_TarBase):
         return self._cache
 
     def member_name(self, i: int) -> str:
-        """The name of member ``i``."""
-        return self._members.index.names[i]
+        """The name of member ``i`` (of its header span, :func:`~.frames.header_key`, too)."""
+        return self._members.index.names[i if i >= 0 else header_key(i)]
+
+    def _unchecked(self, ids: list[int]) -> list[int]:
+        """Members of ``ids`` whose header is still to be checked.
+
+        A span that cannot be a header (not 512 bytes to :data:`_MAX_HEADER_SPAN` before
+        the data) is refused.
+        """
+        if not self._check_headers:  # members found by a walk of their headers
+            return []
+        x, ok = self._members.index, self._headers_ok
+        out = []
+        for i in ids:
+            if i in ok:
+                continue
+            span = x.data_offsets[i] - x.header_offsets[i]
+            if not tarfmt.BLOCK <= span <= _MAX_HEADER_SPAN or x.header_offsets[i] < 0:
+                raise CorruptArchiveError(
+                    f"member index: {span} bytes of header before the data at "
+                    f"{x.data_offsets[i]}, no tar header",
+                    archive=self.name,
+                    member=x.names[i],
+                )
+            out.append(i)
+        return out
+
+    def _check_header(self, i: int, span: bytes) -> None:
+        """Refuse member ``i`` when its tar header (``span``) is not what the index says.
+
+        The header's name and size must be the index's. A lone header block whose name
+        differs is believed only for a name that a pax or long-name record before it holds
+        (a copy of another tool's tar.zst indexes the block itself): a name a ustar header
+        cannot hold as it is; its size, only for one its size field cannot hold.
+        """
+        x = self._members.index
+        name, size, at = x.names[i], x.sizes[i], x.header_offsets[i]
+        if _plain_header_of(span, name, size):
+            self._headers_ok.add(i)
+            return
+        try:
+            m = tarfmt.first_entry(span, self.name)
+        except ArchiveError as exc:
+            raise CorruptArchiveError(
+                f"the member index points at no file's tar header at {at} ({exc.reason})",
+                archive=self.name,
+                member=name,
+            ) from None
+        lone = m.header_offset == 0  # no meta record in the span
+        same = m.name == name or normalize_member_name(m.name) == normalize_member_name(name)
+        if not same and not (lone and not _ustar_holds(name)):
+            raise CorruptArchiveError(
+                f"the tar header at {at} names {m.name!r}, not the member index's name",
+                archive=self.name,
+                member=name,
+            )
+        if m.size != size and not (lone and size > _MAX_USTAR_SIZE):
+            raise CorruptArchiveError(
+                f"the tar header at {at} gives {m.size} bytes, the member index {size}",
+                archive=self.name,
+                member=name,
+            )
+        self._headers_ok.add(i)
 
     def _index_members(self, index: MemberIndex, frames: FrameTable) -> None:
         total = frames.doff[-1]
@@ -216,11 +323,16 @@ class ZstdTarArchive(_TarBase):
         sizes = self._members.index.sizes
         for i in ids:
             if sizes[i] > self.fast_limit:
-                self.check_limits(self.member_name(i), sizes[i], self._compressed_size(i))
+                self.check_limits(
+                    self.member_name(i), sizes[i], self._compressed_size(i), zstd=True
+                )
         if self._frames is None:
             return self._read_streaming(ids)
-        batch = plan(self._frames, self._members.index, ids, self)
+        heads = self._unchecked(ids)
+        batch = plan(self._frames, self._members.index, ids, self, heads)
         got = self._decoder.read(self, self._frames, batch, self._cache)
+        for i in heads:
+            self._check_header(i, got[header_key(i)])
         return [got[i] for i in ids]
 
     def _read_one(self, i: int, f: FrameTable) -> bytes | None:
@@ -237,15 +349,30 @@ class ZstdTarArchive(_TarBase):
         k = bisect_right(doff, off) - 1
         if k < 0 or k >= f.count or off + size > doff[k + 1]:
             return None
+        head = x.header_offsets[i] if self._unchecked([i]) else None
+        if head is not None and head < doff[k]:  # the header in a frame before: a batch
+            return None
         plain = self._cache.get(k)
         if plain is not None:
+            if head is not None:
+                self._check_header(i, plain[head - doff[k] : off - doff[k]])
             start = off - doff[k]
             return self._finish(i, plain[start : start + size])
         if self._decoder.engine != "native":
             return None
         if doff[k + 1] - doff[k] > self.fast_limit:
             check_frame(f, k, self, i)
-        return self._decoder.read_one(self, f, k, off, size, self._crcs[i], self._cache)
+        one = self._decoder.read_one(
+            self, f, k, off, size, self._crcs[i], self._cache, whole=head is not None
+        )
+        if one is None:
+            return None
+        data, frame = one
+        if head is not None:
+            if frame is None:
+                return None
+            self._check_header(i, frame[head - doff[k] : off - doff[k]])
+        return data
 
     def _read_streaming(self, ids: list[int]) -> list[bytes]:
         reader = ExactReader(FrameStream(self._source, self._data_end))

@@ -113,7 +113,7 @@ class ZipArchive(Archive):
                 archive=self.name,
                 member=e[0],
             )
-        self.check_limits(e[0], e[3], e[2])
+        self.check_limits(e[0], e[3], e[2], zstd=e[5] == codecs.ZSTD)
 
     def read(self, name: str) -> bytes:
         """One member's bytes (by the C core when it holds the index)."""

@@ -188,7 +188,7 @@ class ZipIndex:
         ):
             owner.check_entry(i, self.entry(i, names[i]))
         if e.usize > owner.max_member_bytes or e.usize > RATIO_FLOOR_BYTES:
-            owner.check_limits(names[i], e.usize, e.csize)
+            owner.check_limits(names[i], e.usize, e.csize, zstd=e.method == codecs.ZSTD)
 
     def read_one(self, source: ByteSource, i: int, names: list[str], owner: Any) -> bytes:
         """One member with the least Python overhead; errors go through :meth:`read`."""
