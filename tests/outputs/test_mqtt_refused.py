@@ -81,3 +81,99 @@ def test_a_refused_result_is_spooled_reported_and_sent_once_allowed(
         pub.stop(timeout=1)
         sub.close()
         broker.stop()
+
+
+def _publisher(tmp_path: Path, broker: BrokerProcess, prefix: str, **kw: object) -> MqttPublisher:
+    spool = kw.pop("spool", None) or SpoolConfig(dir=tmp_path / "spool")
+    return MqttPublisher(
+        MqttConfig(url=broker.url, topic_prefix=prefix, protocol="5", keepalive=5, **kw),  # type: ignore[arg-type]
+        "edge-1",
+        spool,  # type: ignore[arg-type]
+        refused_retry_min=60.0,  # no retry within the test unless the ACL allows
+        refused_retry_max=60.0,
+    )
+
+
+def test_a_refused_topic_does_not_hold_back_the_rest_of_the_spool(tmp_path: Path) -> None:
+    """A backlog of windows and results, results refused: the windows all get through.
+
+    The drain used to pause whole after each refusal: 97 of 2,000 windows in 20 s.
+    """
+    from cdml_edge.outputs.mqtt.spool_format import SpoolRecord
+
+    prefix = f"r{uuid.uuid4().hex[:8]}"
+    acl = _acl(tmp_path / "acl", prefix, results_allowed=False)
+    broker = BrokerProcess(tmp_path / "broker", acl_file=acl, unlimited_queues=False).start()
+    sub = Subscriber(broker.port, f"{prefix}/#")
+    pub = _publisher(tmp_path, broker, prefix)
+    records = []
+    for i in range(500):
+        records.append(SpoolRecord("cam1/window", b'{"id": "w%d"}' % i, 1, False))
+        records.append(SpoolRecord("cam1/result", b'{"id": "r%d"}' % i, 1, False))
+    pub.spool.append(records)
+    try:
+        pub.start()
+        assert wait_until(lambda: len(set(sub.ids("/window"))) == 500, 30), len(sub.ids("/window"))
+        assert sub.ids("/result") == []
+        stats = pub.stats()  # the results wait for their retry, not sent to be refused again
+        assert stats["rejected"] < 100 and stats["refused_held"] + stats["rejected"] >= 500
+    finally:
+        pub.stop(timeout=1)
+        sub.close()
+        broker.stop()
+
+
+def test_qos_2_refusals_are_kept_too(tmp_path: Path) -> None:
+    """A refusal in a PUBREC: paho went on with PUBREL and reported the message delivered."""
+    prefix = f"r{uuid.uuid4().hex[:8]}"
+    acl = _acl(tmp_path / "acl", prefix, results_allowed=False)
+    broker = BrokerProcess(tmp_path / "broker", acl_file=acl, unlimited_queues=False).start()
+    sub = Subscriber(broker.port, f"{prefix}/#")
+    pub = _publisher(tmp_path, broker, prefix, qos=2)
+    durable: list[int] = []
+    try:
+        pub.start()
+        assert wait_until(lambda: pub.connected, 10)
+        pub.publish_batch(
+            [OutMessage("cam1/result", b'{"id": "r1"}')], lambda: durable.append(pub.spool.pending)
+        )
+        assert wait_until(lambda: bool(durable), 10)
+        assert durable == [1] and pub.stats()["rejected"] == 1
+        assert "Not authorized" in degraded_parts(pub).get("mqtt", "")
+    finally:
+        pub.stop(timeout=1)
+        sub.close()
+        broker.stop()
+
+
+def test_a_refused_message_the_spool_cannot_take_is_held_not_lost(tmp_path: Path) -> None:
+    """A full ``block`` spool: refused results were dropped (live) or stuck (spooled)."""
+    prefix = f"r{uuid.uuid4().hex[:8]}"
+    acl = _acl(tmp_path / "acl", prefix, results_allowed=False)
+    broker = BrokerProcess(tmp_path / "broker", acl_file=acl, unlimited_queues=False).start()
+    sub = Subscriber(broker.port, f"{prefix}/#")
+    spool = SpoolConfig(dir=tmp_path / "spool", max_bytes=20_000, policy="block")
+    pub = MqttPublisher(
+        MqttConfig(url=broker.url, topic_prefix=prefix, protocol="5", keepalive=5),
+        "edge-1",
+        spool,
+        refused_retry_min=0.3,
+        refused_retry_max=0.6,
+    )
+    durable: list[int] = []
+    try:
+        pub.start()
+        assert wait_until(lambda: pub.connected, 10)
+        for i in range(25):
+            body = b'{"id": "r%d", "pad": "%s"}' % (i, b"x" * 900)
+            pub.publish_batch([OutMessage("cam1/result", body)], lambda: durable.append(1))
+        assert wait_until(lambda: pub.stats()["rejected"] >= 25, 10)
+        _acl(acl, prefix, results_allowed=True)
+        broker.reload()
+        assert wait_until(lambda: len(set(sub.ids("/result"))) == 25, 30), len(sub.ids())
+        assert wait_until(lambda: len(durable) == 25, 10)
+        assert wait_until(lambda: pub.spool.pending == 0, 10)
+    finally:
+        pub.stop(timeout=1)
+        sub.close()
+        broker.stop()

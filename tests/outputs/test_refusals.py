@@ -16,18 +16,18 @@ class Clock:
 def test_a_refusal_pauses_the_drain_and_later_ones_of_a_round_do_not_extend_it() -> None:
     clock = Clock()
     r = Refusals(first=4.0, cap=16.0, quiet_s=60.0, clock=clock)
-    assert r.may_drain()
+    assert r.may_retry()
     r.refused("p/d/cam1/result", "Not authorized", "kept")
-    assert not r.may_drain()
+    assert not r.may_retry()
     clock.now += 1.0
     r.refused("p/d/cam1/result", "Not authorized", "kept")  # the same round
     clock.now += 3.1  # at most 4 s after the first (jitter: 2-4 s)
-    assert r.may_drain()
+    assert r.may_retry()
     r.refused("p/d/cam1/result", "Not authorized", "kept")  # the retry, refused again
     clock.now += 3.9  # the second pause is 4-8 s
-    assert not r.may_drain()
+    assert not r.may_retry()
     clock.now += 4.2
-    assert r.may_drain()
+    assert r.may_retry()
 
 
 def test_health_names_refused_topics_until_each_is_accepted() -> None:

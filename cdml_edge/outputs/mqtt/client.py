@@ -126,6 +126,23 @@ class _Client(mqtt.Client):
                 return MQTTErrorCode.MQTT_ERR_SUCCESS
         return super()._handle_pubackcomp(cmd)
 
+    def _handle_pubrec(self) -> MQTTErrorCode:
+        """A PUBREC that refuses a QoS 2 message ends its exchange, as MQTT 5 says (4.3.3).
+
+        paho ignores the code and goes on with PUBREL, so a refused message was reported
+        delivered. Here ``on_publish`` gets the refusal, and no PUBREL is sent.
+        """
+        packet = self._in_packet["packet"] if self._plain_acks else b""
+        v5 = self._plain_acks and self._protocol == mqtt.MQTTv5
+        if v5 and len(packet) >= 3 and packet[2] >= 0x80:
+            mid = int.from_bytes(packet[:2], "big")
+            refusal = ReasonCode(PacketTypes.PUBREC, identifier=packet[2])
+            with self._out_message_mutex:
+                if mid in self._out_messages:
+                    return self._do_on_publish(mid, refusal, Properties(PacketTypes.PUBREC))
+            return MQTTErrorCode.MQTT_ERR_SUCCESS
+        return super()._handle_pubrec()
+
 
 def new_client(
     settings: BrokerSettings,

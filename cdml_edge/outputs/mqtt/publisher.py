@@ -37,7 +37,7 @@ from cdml_edge.outputs.mqtt.batched_socket import BatchedSocket, gathered
 from cdml_edge.outputs.mqtt.client import BrokerSettings, Waker, connect_later, new_client, poll
 from cdml_edge.outputs.mqtt.embedded_broker import EmbeddedBroker
 from cdml_edge.outputs.mqtt.outbox import Entry, Outbox, PublishBatch
-from cdml_edge.outputs.mqtt.refusals import Refusals
+from cdml_edge.outputs.mqtt.refusals import Held, Refusals
 from cdml_edge.outputs.mqtt.session import Session
 from cdml_edge.outputs.mqtt.spool import Spool, SpoolToken
 from cdml_edge.outputs.mqtt.spool_format import SpoolRecord, record_size
@@ -121,6 +121,7 @@ class MqttPublisher:
         self._thread: Worker | None = None
         self._waker = Waker()
         self.refusals = Refusals(refused_retry_min, refused_retry_max)
+        self._held: Held[Entry | Spooled] = Held(max(64 * 1024, self.outbox.max_bytes // 8))
         self._init_io_state()
 
     def _init_io_state(self) -> None:
@@ -244,6 +245,7 @@ class MqttPublisher:
                 "outbox_depth": len(self.outbox),
                 "outbox_bytes": self.outbox.bytes,
                 "inflight": len(self._pending),
+                "refused_held": len(self._held),
                 "dropped": self.spool.dropped,
                 "bytes_written": self.spool.bytes_written,
                 "broker_connected": int(self._connected),
@@ -300,6 +302,7 @@ class MqttPublisher:
 
     def _spool_leftovers(self) -> None:
         live = [e for e in self._pending.values() if isinstance(e, Entry) and not e.done]
+        live += [e for e in self._held.take_all() if isinstance(e, Entry) and not e.done]
         self._pending.clear()
         left = [e for e in live + self.outbox.take_all() if not e.done]
         if left:
@@ -527,12 +530,13 @@ class MqttPublisher:
                 self._counts["drained"] += 1
 
     def _keep_refused(self, item: Entry | Spooled, reason: str) -> None:
-        """A message the broker refused goes (back) to the spool, to be sent again later.
+        """A message the broker refused is kept, to be sent again after the pause.
 
-        Only once the spool holds it does a live message count toward its batch (so its
-        window's files are finished then) and is a spooled one's old copy let go. One the
-        spool cannot take leaves its batch incomplete (the files stay where they are), or
-        stays unacknowledged in the spool (sent again after a reconnect).
+        In the spool when it takes it: a live message then counts toward its batch (its
+        window's files are finished) and a spooled one's old copy is let go. Else in memory
+        (:class:`Held`, bounded): a live message's batch waits, a spooled one stays
+        unacknowledged. When memory is full too, a live message's batch never fires (its
+        files stay where they are) and a spooled one is read again after a reconnect.
         """
         self._counts["rejected"] += 1
         if isinstance(item, Entry):
@@ -540,18 +544,22 @@ class MqttPublisher:
             record = SpoolRecord(m.topic, m.payload, self._qos(m), m.retain)
         else:
             record = item[1]
-        fits = record_size(record.topic, record.payload) <= self.spool.max_bytes
-        kept = fits and self.spool.append([record], wait=False) == 1
-        where = f"kept in the spool {self.spool.dir}" if kept else "not spooled (no room)"
-        self.refusals.refused(self.topic(record.topic), reason, where)
-        if isinstance(item, Entry):
-            if kept:
+        size = record_size(record.topic, record.payload)
+        if size <= self.spool.max_bytes and self.spool.append([record], wait=False) == 1:
+            where = f"kept in the spool {self.spool.dir}"
+            if isinstance(item, Entry):
                 self._counts["spooled"] += 1
                 item.complete()
             else:
-                item.abandon()
-        elif kept:
-            self.spool.ack(item[0])
+                self.spool.ack(item[0])
+        elif self._held.add(item, size):
+            where = "held in memory (the spool cannot take it)"
+        elif isinstance(item, Entry):
+            item.abandon()
+            where = "not kept (spool and memory full): its window's files stay where they are"
+        else:
+            where = "left in the spool, to be sent again after a reconnect"
+        self.refusals.refused(self.topic(record.topic), reason, where)
 
     def _pump(self, client: mqtt.Client) -> None:
         """One turn: publish from the outbox and the spool while the window has room.
@@ -598,7 +606,14 @@ class MqttPublisher:
                 return  # the write failed: _handle_lost will spool / rewind
 
     def _take_next(self) -> tuple[Entry | None, Spooled | None]:
-        """The next message: from the spool and the outbox in turn, whichever has one."""
+        """The next message to send, or none.
+
+        A held refused one once its retry is due; else from the spool and the outbox in
+        turn, whichever has one.
+        """
+        if len(self._held) and self.refusals.may_retry():
+            held = self._held.pop()
+            return (held, None) if isinstance(held, Entry) else (None, held)
         entry: Entry | None = None
         spooled: Spooled | None = None
         if self._spool_turn:
@@ -619,11 +634,22 @@ class MqttPublisher:
             self._spool_buf.appendleft(spooled)
 
     def _next_spooled(self) -> Spooled | None:
-        if not self.refusals.may_drain():  # a pause after a refusal
-            return None
-        if not self._spool_buf:
-            self._spool_buf.extend(self.spool.read(64))
-        return self._spool_buf.popleft() if self._spool_buf else None
+        """The next spooled record to send; one on a refused topic is held till its retry.
+
+        ``None`` when none is left, or when memory cannot hold one more waiting record (the
+        drain then waits for the retry).
+        """
+        while True:
+            if not self._spool_buf:
+                self._spool_buf.extend(self.spool.read(64))
+            if not self._spool_buf:
+                return None
+            rec = self._spool_buf[0][1]
+            if not self.refusals.topics or not self.refusals.waits(self.topic(rec.topic)):
+                return self._spool_buf.popleft()
+            if not self._held.add(self._spool_buf[0], record_size(rec.topic, rec.payload)):
+                return None
+            self._spool_buf.popleft()
 
     def _handle_lost(self, client: mqtt.Client) -> None:
         """Connection gone: take back everything in flight (we redeliver it ourselves)."""
@@ -634,6 +660,7 @@ class MqttPublisher:
         client.drop_out_messages()
         self._process_acks()
         live = [e for e in self._pending.values() if isinstance(e, Entry) and not e.done]
+        live += [e for e in self._held.take_all() if isinstance(e, Entry) and not e.done]
         self._pending.clear()
         self._acks.clear()
         self._status_mid = None
@@ -694,9 +721,12 @@ class MqttPublisher:
     def _undelivered(self) -> bool:
         """Messages not yet acknowledged: outbox, in flight, or in the spool.
 
-        Not the spool while its drain pauses after a refusal: those wait for the next start.
+        Not the spool nor what is held while refused topics wait for their retry: those wait
+        for the next start.
         """
-        spooled = self.refusals.may_drain() and (self._spool_buf or self.spool.pending)
+        if self.refusals.topics and not self.refusals.may_retry():
+            return bool(len(self.outbox) or self._pending)
+        spooled = self._spool_buf or self.spool.pending or len(self._held)
         return bool(len(self.outbox) or self._pending or spooled)
 
 
