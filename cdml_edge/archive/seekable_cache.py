@@ -20,8 +20,14 @@ Keys: the file's real path, or the endpoint, bucket and key of the object; each 
 is the size, ``mtime``, device, inode and ``ctime`` (nanoseconds) of a file, the size and
 ETag of an object. A source that changed has a new version, even one put in place with
 its old size and ``mtime`` (``cp -p``, ``rsync -t``): its copy is made again and the old
-one deleted (so are copies keyed the earlier way, on size and ``mtime`` alone). Errors
-met reading a copy name the source first: ``data.tar.zst (seekable copy /path/of/copy)``.
+ones deleted (so are copies keyed the earlier way, on size and ``mtime`` alone) unless a
+process holds one open (a shared ``flock`` on each of its descriptors): a ctime-only change
+(``chmod``, a new hard link) must not pull a copy from under the ranks and spawned workers
+reading it; those go with a later version or the byte bound. A copy's name is its key, so
+one put in place by another process writing the same copy (DDP ranks sharing the folder)
+is the same bytes: a reopen checks its size, not its inode; a copy gone (evicted) is an
+:class:`~cdml_edge.archive.errors.ArchiveChangedError` naming the source. Errors met
+reading a copy name the source first: ``data.tar.zst (seekable copy /path/of/copy)``.
 
 Full policy: the folder is bounded by ``max_bytes`` (default 20 GiB, or
 ``CDML_EDGE_SEEKABLE_CACHE_BYTES``). After each copy is written, the least recently used
@@ -48,6 +54,11 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 import zstandard
+
+try:
+    import fcntl
+except ImportError:  # pragma: no cover - not POSIX
+    fcntl = None  # type: ignore[assignment]
 
 from cdml_edge.archive.base import Archive
 from cdml_edge.archive.cache_folder import Entry, entries, evict, is_entry_name
@@ -285,11 +296,18 @@ class SeekableCache:
         return entries(self.root, (_SUFFIX, _PLAIN))
 
     def _drop_versions(self, keep: Path) -> None:
-        """Delete the copies of other versions of the same source."""
+        """Delete the copies of other versions of the same source that no process reads.
+
+        A copy held open (a shared ``flock`` on each descriptor, :class:`FileSource`
+        ``keyed``) stays: a ctime-only change of the source (``chmod``, a new hard link)
+        makes a new version while other processes, and their spawned workers, still read
+        the old copy. It goes with the next version made when no one holds it, or by the
+        byte bound (least recently used first).
+        """
         ident = keep.name.split("-", 1)[0]
         for _, _, path in self._entries():
             if path != keep and path.name.split("-", 1)[0] == ident:
-                _unlink_copy(path)
+                _unlink_unused(path)
 
     def _evict(self, keep: Path) -> None:
         evict(self.root, (_SUFFIX, _PLAIN), self.max_bytes, keep)
@@ -323,13 +341,34 @@ def _unlink_copy(path: Path) -> None:
             victim.unlink()
 
 
+def _unlink_unused(path: Path) -> None:
+    """Delete a copy (and its kept index) unless a process holds it open (its ``flock``)."""
+    if fcntl is None:  # pragma: no cover - not POSIX: no way to tell, kept for the bound
+        return
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+    except OSError:
+        return
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:  # held by a reader
+        log.info("%s: an older copy still read by a process: kept", path)
+    else:
+        _unlink_copy(path)
+    finally:
+        os.close(fd)
+
+
 def _copy_source(copy: SeekableCopy) -> FileSource:
     """The copy's bytes, named after the archive it copies (errors name the user's file).
 
-    Its ``mtime`` is not part of its identity: reuse refreshes it (the eviction order).
+    ``keyed``: its file name is its source's version, so a copy put in place there by
+    another process (ranks sharing the folder, the last rename wins) is the same bytes:
+    only its size is checked on a reopen. Its ``mtime`` is not part of its identity
+    either: reuse refreshes it (the eviction order).
     """
     name = f"{copy.source} (seekable copy {copy.path})"
-    return FileSource(copy.path, name=name, watch_mtime=False)
+    return FileSource(copy.path, name=name, watch_mtime=False, keyed=True)
 
 
 def _plain_writer(source: ByteSource, walked: list[TarRows]) -> Callable[[BinaryIO], bool]:

@@ -14,6 +14,11 @@ import os
 import stat
 import threading
 from collections.abc import Sequence
+
+try:
+    import fcntl
+except ImportError:  # pragma: no cover - not POSIX
+    fcntl = None  # type: ignore[assignment]
 from typing import Protocol, runtime_checkable
 
 from cdml_edge.archive.errors import ArchiveChangedError
@@ -100,6 +105,13 @@ class FileSource:
     descriptor on the parent's open file (``/proc/self/fd``) where it can, so it keeps
     reading the file the index was built from. ``name`` is what messages call the file
     (default: the path).
+
+    ``keyed=True``: the path names its content (a seekable copy, whose file name is the key
+    of its source's version): a file put in place there by another process with the same
+    size is the same bytes, so only the size is checked; each descriptor holds a shared
+    ``flock`` (the cache deletes no other version's copy while one is held), and a
+    copy found gone is an :class:`~cdml_edge.archive.errors.ArchiveChangedError` naming
+    ``name``, not a bare :class:`FileNotFoundError`.
     """
 
     def __init__(
@@ -108,10 +120,12 @@ class FileSource:
         *,
         name: str | None = None,
         watch_mtime: bool = True,
+        keyed: bool = False,
     ) -> None:
         self._path = os.fspath(path)
         self._name = name
         self._watch_mtime = watch_mtime
+        self._keyed = keyed
         self._fd: int | None = None
         self._pid = -1
         self._lock = threading.Lock()
@@ -132,6 +146,8 @@ class FileSource:
         return self._path
 
     def _identity_of(self, st: os.stat_result) -> tuple[int, ...]:
+        if self._keyed:
+            return (st.st_size,)
         ident = (st.st_dev, st.st_ino, st.st_size)
         return (*ident, st.st_mtime_ns) if self._watch_mtime else ident
 
@@ -157,17 +173,33 @@ class FileSource:
             with contextlib.suppress(OSError):
                 fd = os.open(f"/proc/self/fd/{inherited}", flags)
                 if self._same(fd):
-                    return fd
+                    return self._held(fd)
                 os.close(fd)  # that number names another file now: the path, checked
-        fd = os.open(self._path, flags)
+        try:
+            fd = os.open(self._path, flags)
+        except FileNotFoundError:
+            if not self._keyed:
+                raise
+            raise ArchiveChangedError(
+                "the seekable copy was deleted after the archive was opened (evicted from "
+                "the cache): open the archive again (rebuild the dataset)",
+                archive=self.name,
+            ) from None
         if self._same(fd):
-            return fd
+            return self._held(fd)
         os.close(fd)
         raise ArchiveChangedError(
             "the file was replaced or changed after the archive was opened (its member "
             "index is the old file's): open it again (rebuild the dataset)",
             archive=self.name,
         )
+
+    def _held(self, fd: int) -> int:
+        """``fd``, with a shared lock on it for a keyed file (a copy in use)."""
+        if self._keyed and fcntl is not None:
+            with contextlib.suppress(OSError):
+                fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        return fd
 
     def _same(self, fd: int) -> bool:
         """Whether ``fd`` is the file this source was opened on (unchanged)."""
@@ -218,6 +250,7 @@ class FileSource:
             "path": self._path,
             "name": self._name,
             "watch_mtime": self._watch_mtime,
+            "keyed": self._keyed,
             "size": self._size,
             "identity": self._identity,
         }
@@ -231,6 +264,7 @@ class FileSource:
         name = state.get("name")
         self._name = name if isinstance(name, str) else None
         self._watch_mtime = bool(state["watch_mtime"])
+        self._keyed = bool(state.get("keyed", False))
         self._size = int(state["size"])  # type: ignore[call-overload]
         self._identity = tuple(state["identity"])  # type: ignore[arg-type]
         self._fd = None
@@ -262,6 +296,14 @@ class FileObjectSource:
             fileobj.seek(0, os.SEEK_END)  # type: ignore[attr-defined]
             self._size = int(fileobj.tell())  # type: ignore[attr-defined]
             fileobj.seek(pos)  # type: ignore[attr-defined]
+        # the identity of the file opened, taken now (a file put at the path before the
+        # archive is pickled is refused where it is unpickled); the object's own size,
+        # so a path that names another file already (no descriptor to stat) is refused too
+        self._identity: tuple[int, ...] | None = None
+        if self._path is not None:
+            with contextlib.suppress(OSError):
+                st = os.fstat(self._fd) if self._fd is not None else os.stat(self._path)
+                self._identity = (st.st_dev, st.st_ino, self._size, st.st_mtime_ns)
 
     @property
     def name(self) -> str:
@@ -307,11 +349,11 @@ class FileObjectSource:
         """Nothing to release: the caller owns the file object."""
 
     def __reduce__(self) -> tuple[object, ...]:
-        if self._path is None:
+        if self._path is None or self._identity is None:
             raise TypeError(f"{self.name}: an archive on an unnamed file object cannot be pickled")
-        # a FileSource that must find this very file at the path (checked when it opens it)
-        st = os.fstat(self._fd) if self._fd is not None else os.stat(self._path)
-        ident = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+        # a FileSource that must find this very file at the path (checked when it opens it):
+        # the file as it was when the archive was opened
+        ident = self._identity
         state = {"path": self._path, "watch_mtime": True, "size": self._size, "identity": ident}
         return (_file_source, (state,))
 

@@ -266,6 +266,8 @@ def test_s3_copy_index_follows_the_object_version(
         direct = open_archive(stock)
         assert again.seekable_copy.reused and again.names() == direct.names()  # type: ignore[attr-defined]
         assert [again.read(n) for n in direct.names()] == [direct.read(n) for n in direct.names()]
+        for arc in (made, again, direct):  # a copy held open by a reader is kept
+            arc.close()
 
 
 def _no_walk(*_: object) -> None:

@@ -113,10 +113,13 @@ def test_copy_gives_the_stock_bytes_and_is_reused(
 def test_made_again_when_size_or_mtime_change(tmp_path: Path) -> None:
     path, _ = _stock(tmp_path)
     cache = SeekableCache(tmp_path / "cache")
-    first = open_archive(path, seekable_cache=cache).seekable_copy  # type: ignore[attr-defined]
+    # each archive closed: a copy held open by a reader is kept (test_seekable_copy_sharing)
+    with open_archive(path, seekable_cache=cache) as arc:
+        first = arc.seekable_copy  # type: ignore[attr-defined]
     st = path.stat()
     os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))  # same bytes, new mtime
-    second = open_archive(path, seekable_cache=cache).seekable_copy  # type: ignore[attr-defined]
+    with open_archive(path, seekable_cache=cache) as arc:
+        second = arc.seekable_copy  # type: ignore[attr-defined]
     assert not second.reused and second.path != first.path and not Path(first.path).exists()
     other, files = _stock(tmp_path, seed=1, n=80)
     other.replace(path)  # new size (and content) under the same name
@@ -217,6 +220,8 @@ def test_s3_stock_archive(
     # opening reads the tail and the head (format detection), no more of the object
     assert s3_server.proxy.count("GET") <= 2
     assert s3_server.proxy.body_bytes("GET") < path.stat().st_size // 10
+    made.close()  # a copy held open by a reader is kept (test_seekable_copy_sharing)
+    again.close()
     other, files2 = _stock(tmp_path, seed=4, n=30)
     s3_server.put("stock", "d.tar.zst", other.read_bytes())  # a new ETag
     third = open_archive(url, seekable_cache=cache)

@@ -38,9 +38,10 @@ def _versions() -> tuple[bytes, bytes]:
 
 
 def _read(path: Path, cache: SeekableCache) -> bytes:
-    arc = open_archive(path, seekable_cache=cache)
-    assert arc.seekable_copy is not None  # type: ignore[attr-defined]
-    return arc.read("label.txt")[:3]
+    """The first bytes of ``label.txt``, the archive closed (a copy held open is kept)."""
+    with open_archive(path, seekable_cache=cache) as arc:
+        assert arc.seekable_copy is not None  # type: ignore[attr-defined]
+        return arc.read("label.txt")[:3]
 
 
 def test_rewritten_in_place_with_the_old_mtime(tmp_path: Path) -> None:

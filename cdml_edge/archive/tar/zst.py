@@ -47,6 +47,27 @@ def _ustar_holds(name: str) -> bool:
     return name.isascii() and len(name) <= 100 and "\x00" not in name
 
 
+def _cut_name_of(field: bytes, name: str) -> bool:
+    """Whether a full ustar name ``field`` can be the first 100 bytes of a raw name of ``name``.
+
+    The raw name is ``name`` before its normal form (``./`` prefixes, ``.`` parts and repeated
+    slashes dropped): the field's whole parts must be ``name``'s first parts, and its last,
+    perhaps cut, part the start of ``name``'s next one. Names that differ in their first
+    100 bytes (as two swapped in our index) are refused.
+    """
+    try:
+        raw = field.decode()
+    except UnicodeDecodeError:  # cut inside a UTF-8 character
+        raw = field.decode(errors="ignore")
+    got = [p for p in raw.split("/") if p not in ("", ".")]
+    want = normalize_member_name(name).split("/")
+    if not got:
+        return True
+    if len(got) > len(want) or got[:-1] != want[: len(got) - 1]:
+        return False
+    return want[len(got) - 1].startswith(got[-1])
+
+
 def _plain_header_of(span: bytes, name: str, size: int) -> bool:
     """Whether ``span`` is a plain ustar file header of ``name`` and ``size``.
 
@@ -264,6 +285,10 @@ class ZstdTarArchive(_TarBase):
             ) from None
         lone = m.header_offset == 0  # no meta record in the span
         same = m.name == name or normalize_member_name(m.name) == normalize_member_name(name)
+        if not same and lone and span[-tarfmt.BLOCK + 99] != 0:
+            # the name field is full: the raw name may be longer (``./`` + 99 characters,
+            # ``a//`` + 98), cut there, its whole in a record before the block
+            same = _cut_name_of(span[-tarfmt.BLOCK : -tarfmt.BLOCK + 100], name)
         if not same and not (lone and not _ustar_holds(name)):
             raise CorruptArchiveError(
                 f"the tar header at {at} names {m.name!r}, not the member index's name",
