@@ -204,7 +204,10 @@ class SourceConfig(_ConfigSection):
         A file is a string with no scheme (``://``), no GStreamer ``!`` and not a device
         index.
         """
-        if not isinstance(value, str) or "://" in value or "!" in value or value.isdigit():
+        if not isinstance(value, str):
+            return value
+        text = value.strip()  # as the capture reads it: " 0" is device 0
+        if not text or "://" in text or "!" in text or text.isdigit():
             return value
         return str(_resolve_path(Path(value), info))
 

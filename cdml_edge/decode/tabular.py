@@ -83,8 +83,8 @@ def _quoted_delimiter(sample: str, truncated: bool, rows: int = 10) -> str:
     fitting: list[tuple[int, int, int, str]] = []
     for rank, d in enumerate(_DELIMITERS):
         records = _first_records(sample, d, rows + 1)
-        if truncated or len(records) > rows:
-            records = records[:-1]  # the last one may be cut
+        if (truncated or len(records) > rows) and len(records) > 1:
+            records = records[:-1]  # the last one may be cut (unless it is all there is)
         widths = [len(r) for r in records if r]
         if not widths:
             continue

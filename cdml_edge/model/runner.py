@@ -125,7 +125,9 @@ class ModelRunner:
         except Exception as exc:
             msg = str(exc)  # model_meta errors already start with the path: do not repeat it
             msg = msg if msg.startswith(str(path)) else f"{path}: {msg}"
-            raise ModelUnusable(msg, p) from exc
+            if _about_the_file(exc):
+                raise ModelUnusable(msg, p) from exc
+            raise InferenceError(msg) from exc  # out of memory, a broken onnxruntime: exit 3
         runner = cls(session, spec, p, ov.settings, head, desc.modality)
         runner.load_ms = (time.perf_counter() - t0) * 1000.0
         return runner
@@ -211,6 +213,16 @@ def _missing(session: Any, spec: ModelSpec) -> list[str]:
     names = {o.name for o in session.get_outputs()}
     missing = [o for o in spec.outputs if o not in names]
     return [f"outputs {missing} named in metadata are not in the graph"] if missing else []
+
+
+_ORT_FILE_ERRORS = frozenset({"InvalidProtobuf", "InvalidGraph", "NoSuchFile", "NotImplemented"})
+"""onnxruntime's errors that are about the model file (not memory, not the library)."""
+
+
+def _about_the_file(exc: BaseException) -> bool:
+    """Whether ``exc`` says the model file cannot be used (a configuration problem)."""
+    file_errors = (ModelSpecError, FileNotFoundError, IsADirectoryError, PermissionError)
+    return isinstance(exc, file_errors) or type(exc).__name__ in _ORT_FILE_ERRORS
 
 
 def load_runners(

@@ -69,6 +69,8 @@ def _timeseries(data: bytes, name: str, inp: ModelInput | None) -> np.ndarray:
     series = DECODERS["timeseries"](data, name)
     if series.shape[0] == 0:  # else padded with zeros to the model's window and scored
         raise DecodeError(name, "time series has no steps")
+    if series.shape[1] == 0:
+        raise DecodeError(name, "time series has no channels")
     return series
 
 

@@ -223,14 +223,15 @@ def drop_unscored(
 ) -> tuple[list[Piece], dict[int, dict[str, Prediction]], list[ItemFailure]]:
     """The items a model gave a score that is not a finite number, as failures.
 
-    A NaN compares false with every threshold, so such an item read as normal. Its input
+    Any score it publishes counts: the label's, the anomaly score, the top k, the
+    detections. A NaN compares false with every threshold, so such an item read as normal. Its input
     held values its model cannot take (an inf, numbers beyond float32); every piece of the
     item goes, and the rest keep their predictions, renumbered.
     """
     bad: dict[str, ItemFailure] = {}
     for i, p in enumerate(pieces):
         for name, pred in preds.get(i, {}).items():
-            value = next((v for v in (pred.score, pred.anomaly_score) if not _finite(v)), None)
+            value = next((v for v in _scores(pred) if not _finite(v)), None)
             if value is not None and p.item.id not in bad:
                 bad[p.item.id] = ItemFailure(
                     p.item,
@@ -243,6 +244,14 @@ def drop_unscored(
     keep = [i for i, p in enumerate(pieces) if p.item.id not in bad]
     kept_preds = {n: preds[i] for n, i in enumerate(keep) if i in preds}
     return [pieces[i] for i in keep], kept_preds, list(bad.values())
+
+
+def _scores(pred: Prediction) -> list[float | None]:
+    """Every number a prediction publishes: its score, anomaly score, top k, detections."""
+    out: list[float | None] = [pred.score, pred.anomaly_score]
+    out += [score for _, score in pred.top_k or ()]
+    out += [d.score for d in pred.detections or ()]
+    return out
 
 
 def _finite(value: float | None) -> bool:

@@ -140,6 +140,7 @@ def test_relative_paths_resolve_against_the_config_folder(tmp_path: Path) -> Non
         ("videotestsrc ! videoconvert ! appsink", "videotestsrc ! videoconvert ! appsink"),
         (0, 0),
         ("2", "2"),
+        (" 0", " 0"),  # a device index, as the capture reads it (stripped)
     ],
 )
 def test_a_camera_video_file_resolves_against_the_config_folder(

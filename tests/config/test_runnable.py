@@ -231,3 +231,21 @@ def test_a_source_no_model_scores_is_valid_with_a_warning(
         assert r.exit_code == 0, r.output
     assert "no model scores source cam1 (image)" in validate.output
     assert "no model scores source cam1 (image)" in caplog.text  # the agent's log
+
+
+def test_a_model_that_fails_to_load_for_want_of_memory_is_a_start_failure(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Exit 3 (systemd restarts it), not 2: the file is fine, the machine was short."""
+    import cdml_edge.model.runner as runner_module
+    from cdml_edge.model.runner import InferenceError, ModelRunner, ModelUnusable
+
+    path = brightness_classifier(tmp_path / "b.onnx")
+
+    def short_of_memory(*args: Any, **kwargs: Any) -> Any:
+        raise MemoryError("std::bad_alloc")
+
+    monkeypatch.setattr(runner_module, "open_session", short_of_memory)
+    with pytest.raises(InferenceError) as info:
+        ModelRunner.load(path)
+    assert not isinstance(info.value, ModelUnusable)

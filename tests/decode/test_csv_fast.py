@@ -138,3 +138,14 @@ def test_quoted_csvs_get_the_delimiter_the_sniffer_gave() -> None:
         with contextlib.suppress(csv.Error):
             agreed += _sniffed(text) == delim
     assert agreed > 200  # where the sniffer answers, it answers the same
+
+
+def test_a_quoted_header_wider_than_the_sample_keeps_its_delimiter() -> None:
+    """The cut first record was dropped, nothing was left, and "," was guessed."""
+    for delim in ";\t|":
+        header = delim.join(f'"sensor_{i:04d}"' for i in range(700))  # 9,799 characters
+        rows = "\n".join(
+            delim.join(f"{(r * i) % 97 / 10:.1f}" for i in range(700)) for r in range(3)
+        )
+        table = decode_csv((header + "\n" + rows + "\n").encode(), member="w.csv")
+        assert table.values.shape == (3, 700), delim

@@ -260,3 +260,38 @@ def test_a_series_with_no_steps_is_refused_as_an_empty_csv_is() -> None:
         np.save(buf, empty)
         with pytest.raises(DecodeError, match="no steps"):
             decode(buf.getvalue(), "z.npy", None)
+    buf = _io.BytesIO()
+    np.save(buf, np.zeros((3, 0), np.float32))
+    with pytest.raises(DecodeError, match="no channels"):
+        decode(buf.getvalue(), "z.npy", None)
+
+
+def test_a_nan_among_the_top_k_or_a_detection_is_not_finite_either(
+    runners: dict[str, ModelRunner],
+) -> None:
+    """A declared-probabilities classifier with one NaN output gave a finite label and score."""
+    from cdml_edge.model.detect import Detection
+    from cdml_edge.model.heads import Prediction
+    from cdml_edge.window.manifest import ManifestItem
+    from cdml_edge.window.pieces import Piece
+    from cdml_edge.window.score import drop_unscored
+
+    def piece(n: int) -> Piece:
+        item = ManifestItem(
+            id=f"i{n}", member=f"m{n}", name=f"f{n}.jpg", size=1, mtime_ns=0, ts=0.0, sha256=""
+        )
+        return Piece(item, "image", "", {"image": np.zeros(1)})
+
+    nan = float("nan")
+    preds = {
+        0: {"image": Prediction("b", 0.7, False, None, top_k=(("b", 0.7), ("a", nan)))},
+        1: {"image": Prediction("b", 0.7, False, None, top_k=(("b", 0.7), ("a", 0.3)))},
+        2: {
+            "image": Prediction(
+                "b", 0.7, False, None, detections=(Detection("b", nan, (0.0, 0.0, 1.0, 1.0)),)
+            )
+        },
+    }
+    kept, kept_preds, failed = drop_unscored([piece(0), piece(1), piece(2)], preds, runners)
+    assert [p.item.id for p in kept] == ["i1"] and list(kept_preds) == [0]
+    assert [f.item.id for f in failed] == ["i0", "i2"]
