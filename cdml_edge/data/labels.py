@@ -102,6 +102,24 @@ def _refuse_unsafe(names: list[str], blob: str, kept: list[str], cls: list[str])
     )
 
 
+def _refuse_climbing(archive_names: Sequence[str]) -> None:
+    """Refuse an archive with a member that has a ``..`` part (``../x.jpg``, ``a/../../x``).
+
+    Such a member is left out as hidden (a part starting with a dot) before labels are
+    resolved, so :func:`_refuse_unsafe` never sees it; an archive that holds one is not laid
+    out in class folders: :class:`LabelError` names the first.
+    """
+    wrapped = "/" + "/\x00/".join(archive_names) + "/"
+    if "/../" not in wrapped:
+        return
+    bad = next((n for n in archive_names if ".." in n.split("/")), None)
+    if bad is not None:
+        raise LabelError(
+            f"member {bad!r}",
+            "a name with a '..' part climbs out of its folder: not a training item",
+        )
+
+
 def _classes_at(names: list[str], blob: str, depth: int) -> list[str] | None:
     """The folder ``depth`` levels down of every name, in one pass in C.
 
@@ -250,6 +268,7 @@ def resolve_labels(
         return mapping_labels(names, labels, "labels mapping", classes)
     spec = os.fspath(labels)
     if spec == "folder":
+        _refuse_climbing(archive_names)
         return folder_labels(names, classes)
     member = normalize_member_name(spec)
     if member in archive_names:

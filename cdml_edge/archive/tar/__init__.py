@@ -9,7 +9,14 @@ is read only.
 
 from __future__ import annotations
 
-from cdml_edge.archive.spec import RANK_HEADER, RANK_MAGIC, RANK_TAIL, ArchiveFormat, Probe
+from cdml_edge.archive.spec import (
+    RANK_HEADER,
+    RANK_LAST,
+    RANK_MAGIC,
+    RANK_TAIL,
+    ArchiveFormat,
+    Probe,
+)
 from cdml_edge.archive.tar import format as tarfmt
 from cdml_edge.archive.tar import seekable
 from cdml_edge.archive.tar.read import TarArchive
@@ -30,6 +37,11 @@ def _starts_with_tar_header(probe: Probe) -> bool:
     return tarfmt.header_ok(probe.head)
 
 
+def _only_zero_blocks(probe: Probe) -> bool:
+    """An empty tar: zero blocks only, two at least (``tar -cf e.tar -T /dev/null``)."""
+    return tarfmt.only_zero_blocks(probe.source, probe.head)
+
+
 TAR_ZST = ArchiveFormat(
     name="tar.zst",
     title="tar.zst",
@@ -43,7 +55,7 @@ TAR = ArchiveFormat(
     name="tar",
     title="tar",
     archive=TarArchive,
-    tests=((RANK_HEADER, _starts_with_tar_header),),
+    tests=((RANK_HEADER, _starts_with_tar_header), (RANK_LAST, _only_zero_blocks)),
 )
 
 __all__ = ["TAR", "TAR_ZST", "TarArchive", "ZstdTarArchive"]

@@ -6,10 +6,14 @@ import tarfile
 import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from cdml_edge.archive.errors import CorruptArchiveError, TruncatedArchiveError
 from cdml_edge.archive.tar import sparse
 from cdml_edge.archive.tar.pax import parse_pax
+
+if TYPE_CHECKING:
+    from cdml_edge.archive.source import ByteSource
 
 BLOCK = 512
 REGULAR = {b"0", b"\x00", b"7"}
@@ -62,6 +66,22 @@ def header_ok(block: bytes) -> bool:
     rest = block[:148] + block[156:512]
     high = len(rest) - len(rest.translate(None, _HIGH_BYTES))  # bytes read as negative
     return stored == unsigned - 256 * high
+
+
+def only_zero_blocks(source: ByteSource, head: bytes) -> bool:
+    """Whether ``source`` is whole zero blocks, two at least: an empty tar (GNU tar writes 20).
+
+    ``head``: its first block, which decides at once for almost every other file.
+    """
+    size = source.size()
+    if size < 2 * BLOCK or size % BLOCK or head.count(0) != len(head):
+        return False
+    step = 1 << 20
+    for start in range(0, size, step):
+        chunk = source.pread(start, min(step, size - start))
+        if len(chunk) != min(step, size - start) or chunk.count(0) != len(chunk):
+            return False
+    return True
 
 
 def header_sum(block: bytes) -> int:

@@ -28,6 +28,7 @@ from cdml_edge.archive.errors import (
 from cdml_edge.archive.source import ByteSource
 from cdml_edge.archive.tar.cache import FrameCache
 from cdml_edge.archive.tar.seekable import FrameTable, MemberIndex
+from cdml_edge.archive.zstd_frames import zstd_error
 
 #: a decoded frame is kept in the cache only when this much of it is left once the members
 #: read are taken out: other members lie there. A frame of one member (header and padding
@@ -277,7 +278,7 @@ class PythonFrames:
             ok = declared in (-1, dsize)
             out = dctx.decompress(data, max_output_size=dsize) if ok else None
         except zstandard.ZstdError as exc:
-            raise CorruptArchiveError(f"zstd frame {k}: {exc}", archive=archive) from exc
+            raise zstd_error(exc, archive=archive, header=data, what=f"zstd frame {k}") from exc
         if out is None or len(out) != dsize:
             raise CorruptArchiveError(
                 f"zstd frame {k} does not hold the {dsize} bytes the seek table says",

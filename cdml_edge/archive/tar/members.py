@@ -6,15 +6,22 @@ from collections.abc import Callable
 
 import zstandard
 
-from cdml_edge.archive.errors import CorruptArchiveError, TruncatedArchiveError
+from cdml_edge.archive.errors import TruncatedArchiveError
 from cdml_edge.archive.tar import format as tarfmt
 from cdml_edge.archive.tar.seekable import MemberIndex
+from cdml_edge.archive.zstd_frames import zstd_error
 
 Scan = Callable[[Callable[[tarfmt.TarMember], None], Callable[[str, str], None]], int]
 
 
-def member_list(archive: str, scan: Scan) -> tuple[list[tarfmt.TarMember], dict[str, str]]:
-    """The members a header walk finds, and the entries it skipped (name -> reason)."""
+def member_list(
+    archive: str, scan: Scan, header: Callable[[], bytes] | None = None
+) -> tuple[list[tarfmt.TarMember], dict[str, str]]:
+    """The members a header walk finds, and the entries it skipped (name -> reason).
+
+    ``header``: the header of the zstd frame under way, for a zstd error to tell an
+    unsupported frame from a corrupt one.
+    """
     members: list[tarfmt.TarMember] = []
     skipped: dict[str, str] = {}
     try:
@@ -22,8 +29,18 @@ def member_list(archive: str, scan: Scan) -> tuple[list[tarfmt.TarMember], dict[
     except EOFError:
         raise TruncatedArchiveError("tar stream ends inside a member", archive=archive) from None
     except zstandard.ZstdError as exc:
-        raise CorruptArchiveError(f"zstd data: {exc}", archive=archive) from exc
+        raise zstd_error(exc, archive=archive, header=_header(header)) from exc
     return members, skipped
+
+
+def _header(header: Callable[[], bytes] | None) -> bytes | None:
+    """The frame header ``header`` gives; ``None`` when there is none or it cannot be read."""
+    if header is None:
+        return None
+    try:
+        return header()
+    except (OSError, ValueError):
+        return None
 
 
 def columns(members: list[tarfmt.TarMember]) -> MemberIndex:

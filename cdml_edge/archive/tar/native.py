@@ -16,7 +16,12 @@ from typing import Any
 
 from cdml_edge.archive._native._reader import ffi, lib
 from cdml_edge.archive._native.buffers import fresh_output
-from cdml_edge.archive.errors import ArchiveError, CorruptArchiveError, TruncatedArchiveError
+from cdml_edge.archive.errors import (
+    ArchiveError,
+    CorruptArchiveError,
+    TruncatedArchiveError,
+    UnsupportedArchiveError,
+)
 from cdml_edge.archive.source import FileSource, MemorySource
 from cdml_edge.archive.tar.cache import FrameCache
 from cdml_edge.archive.tar.frames import (
@@ -28,6 +33,7 @@ from cdml_edge.archive.tar.frames import (
     fetch,
 )
 from cdml_edge.archive.tar.seekable import FrameTable
+from cdml_edge.archive.zstd_frames import HEADER_BYTES, unsupported_reason
 
 _NULL = ffi.NULL
 _from_buffer = ffi.from_buffer
@@ -215,4 +221,18 @@ class NativeFrames:
         if st == SIZE:
             why = f"zstd frame {k} does not hold the {dsize} bytes the seek table says"
             raise CorruptArchiveError(why, archive=arc.name, member=member)
+        # the C core says only that libzstd failed: the frame's header tells a frame it
+        # cannot decode (a dictionary, too large a window) from corrupt data, as the Python
+        # path (:func:`~cdml_edge.archive.zstd_frames.zstd_error`) does
+        unsupported = unsupported_reason(_frame_header(arc, table, k)) if k >= 0 else None
+        if unsupported is not None:
+            raise UnsupportedArchiveError(unsupported, archive=arc.name, member=member)
         raise CorruptArchiveError(f"zstd frame {k}: corrupt data", archive=arc.name, member=member)
+
+
+def _frame_header(arc: Reading, table: FrameTable, k: int) -> bytes | None:
+    """The header of frame ``k`` (``None`` when it cannot be read)."""
+    try:
+        return arc.source.pread(table.coff[k], HEADER_BYTES)
+    except (OSError, ValueError):
+        return None

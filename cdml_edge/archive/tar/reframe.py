@@ -155,7 +155,9 @@ def write_plain_copy(source: ByteSource, end: int, out: BinaryIO) -> TarRows | b
         try:
             tee.probe()
             members, skipped = member_list(
-                source.name, lambda cb, sk: tarfmt.scan(tee.read, tee.skip, source.name, cb, sk)
+                source.name,
+                lambda cb, sk: tarfmt.scan(tee.read, tee.skip, source.name, cb, sk),
+                stream.frame_header,
             )
             tee.drain()
         except _Compressible:

@@ -63,6 +63,7 @@ class FrameStream:
         # buffered: each 512-byte feed must not be a request of its own (one ranged GET on
         # S3); the source reads ahead in its part size when it has one
         ahead = max(CHUNK, int(getattr(source, "part_bytes", CHUNK)))
+        self._source = source
         self._src = io.BufferedReader(SourceStream(source, end), buffer_size=ahead)
         self._walk: _BlockWalk | None = _BlockWalk(self._src, self.BLOCKS)
         self._dctx = zstandard.ZstdDecompressor()
@@ -89,6 +90,11 @@ class FrameStream:
         out = bytes(self._buf[:n])
         del self._buf[:n]
         return out
+
+    def frame_header(self) -> bytes:
+        """The first bytes of the frame under way (its header: window size, dictionary id)."""
+        start = self._ends[-1][0] if self._ends else 0
+        return self._source.pread(start, 18)
 
     @property
     def compressed_read(self) -> int:

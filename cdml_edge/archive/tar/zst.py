@@ -26,6 +26,7 @@ from cdml_edge.archive.tar.seekable import (
 )
 from cdml_edge.archive.tar.stream import ExactReader, FrameStream
 from cdml_edge.archive.tar.write import MAX_FRAME_BYTES
+from cdml_edge.archive.zstd_frames import zstd_error
 
 if TYPE_CHECKING:
     from typing import BinaryIO
@@ -160,6 +161,7 @@ class ZstdTarArchive(_TarBase):
         members, skipped = member_list(
             source.name,
             lambda cb, sk: tarfmt.scan(reader.read, reader.skip, source.name, cb, sk),
+            stream.frame_header,
         )
         if found is not None:
             try:
@@ -167,7 +169,8 @@ class ZstdTarArchive(_TarBase):
             except EOFError:
                 raise TruncatedArchiveError("zstd stream ends early", archive=self.name) from None
             except zstandard.ZstdError as exc:
-                raise CorruptArchiveError(f"zstd data: {exc}", archive=self.name) from exc
+                head = stream.frame_header()
+                raise zstd_error(exc, archive=self.name, header=head) from exc
             told = found.frames
             if told.coff[: len(coff)] != coff or told.doff[: len(doff)] != doff:
                 self.seek_table_problem = (
@@ -400,7 +403,8 @@ class ZstdTarArchive(_TarBase):
         return data
 
     def _read_streaming(self, ids: list[int]) -> list[bytes]:
-        reader = ExactReader(FrameStream(self._source, self._data_end))
+        stream = FrameStream(self._source, self._data_end)
+        reader = ExactReader(stream)
         pos = 0
         out: list[bytes] = [b""] * len(ids)
         order = sorted(range(len(ids)), key=lambda k: self._members[ids[k]].data_offset)
@@ -418,5 +422,6 @@ class ZstdTarArchive(_TarBase):
         except EOFError:
             raise TruncatedArchiveError("zstd stream ends early", archive=self.name) from None
         except zstandard.ZstdError as exc:
-            raise CorruptArchiveError(f"zstd data: {exc}", archive=self.name) from exc
+            head = stream.frame_header()
+            raise zstd_error(exc, archive=self.name, header=head) from exc
         return out

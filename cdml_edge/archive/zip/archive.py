@@ -103,9 +103,7 @@ class ZipArchive(Archive):
             raise UnsupportedArchiveError("encrypted member", archive=self.name, member=e[0])
         if e[5] not in codecs.METHOD_NAMES:
             raise UnsupportedArchiveError(
-                f"compression {codecs.method_name(e[5])} is not supported",
-                archive=self.name,
-                member=e[0],
+                codecs.unsupported_method(e[5]), archive=self.name, member=e[0]
             )
         if e[5] == codecs.STORED and e[2] != e[3]:
             raise CorruptArchiveError(

@@ -15,6 +15,7 @@ from cdml_edge.archive.errors import (
     TruncatedArchiveError,
     UnsupportedArchiveError,
 )
+from cdml_edge.archive.zstd_frames import zstd_error
 
 STORED, DEFLATE, BZIP2, LZMA, ZSTD = 0, 8, 12, 14, 93
 METHOD_NAMES = {STORED: "stored", DEFLATE: "deflate", BZIP2: "bzip2", LZMA: "lzma", ZSTD: "zstd"}
@@ -25,6 +26,28 @@ def method_name(method: int) -> str:
     return METHOD_NAMES.get(method, f"method-{method}")
 
 
+#: methods other tools write that this reader does not decode (APPNOTE 4.4.5)
+UNSUPPORTED_NAMES = {
+    6: "Implode",
+    9: "Deflate64",
+    10: "PKWARE DCL Implode",
+    18: "IBM TERSE",
+    19: "IBM LZ77",
+    95: "xz",
+    96: "JPEG",
+    97: "WavPack",
+    98: "PPMd",
+    99: "AES",
+}
+
+
+def unsupported_method(method: int) -> str:
+    """Why a ``method`` member is refused: ``compression method 9 (Deflate64) is not ...``."""
+    known = METHOD_NAMES.get(method) or UNSUPPORTED_NAMES.get(method)
+    named = f"method {method} ({known})" if known else f"method {method}"
+    return f"compression {named} is not supported"
+
+
 def zstd_decompress(data: bytes | memoryview, size: int, *, archive: str, member: str) -> bytes:
     """Decompress zstd frames to at most ``size + 1`` bytes (declared sizes are not trusted)."""
     try:
@@ -33,7 +56,7 @@ def zstd_decompress(data: bytes | memoryview, size: int, *, archive: str, member
         )
         out = reader.read(size + 1) if size >= 0 else reader.read()
     except zstandard.ZstdError as exc:
-        raise CorruptArchiveError(f"zstd data: {exc}", archive=archive, member=member) from exc
+        raise zstd_error(exc, archive=archive, member=member, header=data) from exc
     return out
 
 
@@ -78,9 +101,7 @@ def decompress(
         except (OSError, ValueError) as exc:
             raise CorruptArchiveError(f"bzip2 data: {exc}", archive=archive, member=member) from exc
     else:
-        raise UnsupportedArchiveError(
-            f"compression {method_name(method)} is not supported", archive=archive, member=member
-        )
+        raise UnsupportedArchiveError(unsupported_method(method), archive=archive, member=member)
     if len(out) != size:
         raise CorruptArchiveError(
             f"size mismatch: declared {size} bytes, data holds "

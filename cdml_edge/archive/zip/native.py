@@ -19,6 +19,7 @@ from cdml_edge.archive.errors import (
     CorruptArchiveError,
     TruncatedArchiveError,
     UnsafeMemberError,
+    UnsupportedArchiveError,
 )
 from cdml_edge.archive.source import ByteSource, FileSource, MemorySource
 from cdml_edge.archive.zip import codecs
@@ -33,6 +34,7 @@ from cdml_edge.archive.zip.format import (
     dos_to_epoch,
 )
 from cdml_edge.archive.zip.read import NAME_MISMATCH, descriptor_message, read_python
+from cdml_edge.archive.zstd_frames import HEADER_BYTES, unsupported_reason
 
 _from_buffer = ffi.from_buffer
 
@@ -304,6 +306,9 @@ class ZipIndex:
                 msg = descriptor_message(int(aux[k]), ents[i].crc)
             if st == 3:
                 msg = f"{codecs.method_name(ents[i].method)} data is corrupt"
+                why = _unsupported_zstd(source, ents[i]) if ents[i].method == codecs.ZSTD else None
+                if why is not None:  # a frame libzstd will not decode, as the Python path says
+                    cls, msg = UnsupportedArchiveError, why
             raise cls(msg, archive=owner.name, member=names[i])
         return redo
 
@@ -358,3 +363,16 @@ def load_index(
     if names:
         self.use_names(names)
     return self
+
+
+def _unsupported_zstd(source: ByteSource, e: Any) -> str | None:
+    """Why the zstd member of entry ``e`` cannot be decoded here (a dictionary, a large window)."""
+    try:
+        local = source.pread(e.offset, LFH.size)
+        if len(local) < LFH.size:
+            return None
+        start = e.offset + LFH.size + int.from_bytes(local[26:28], "little")
+        start += int.from_bytes(local[28:30], "little")
+        return unsupported_reason(source.pread(start, HEADER_BYTES))
+    except (OSError, ValueError):
+        return None
