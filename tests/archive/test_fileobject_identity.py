@@ -7,13 +7,11 @@ process, never read with the old file's member index.
 
 from __future__ import annotations
 
-import io
-import os
 import pickle
-import tarfile
 from pathlib import Path
 
 import pytest
+from helpers.tar_cases import replace_with_tar
 
 from cdml_edge.archive import ArchiveChangedError, open_archive
 
@@ -35,24 +33,14 @@ class _Wrapper:
         return self.f.tell()
 
 
-def _tar(path: Path, members: list[tuple[str, bytes]]) -> None:
-    tmp = path.with_suffix(".tmp")
-    with tarfile.open(tmp, "w") as t:
-        for name, data in members:
-            info = tarfile.TarInfo(name)
-            info.size = len(data)
-            t.addfile(info, io.BytesIO(data))
-    os.replace(tmp, path)
-
-
 @pytest.mark.parametrize("wrapped", [True, False], ids=["no-fileno", "file"])
 def test_a_file_replaced_before_pickling_is_refused(tmp_path: Path, wrapped: bool) -> None:
     path = tmp_path / "x.tar"
-    _tar(path, [("a.bin", b"A" * 1000), ("b.bin", b"B" * 1000)])
+    replace_with_tar(path, [("a.bin", b"A" * 1000), ("b.bin", b"B" * 1000)])
     fileobj = _Wrapper(path) if wrapped else path.open("rb")
     arc = open_archive(fileobj)
     assert arc.read("a.bin") == b"A" * 1000
-    _tar(path, [("n.bin", b"N" * 1000), ("a.bin", b"a" * 1000), ("b.bin", b"b" * 1000)])
+    replace_with_tar(path, [("n.bin", b"N" * 1000), ("a.bin", b"a" * 1000), ("b.bin", b"b" * 1000)])
     again = pickle.loads(pickle.dumps(arc))  # after the replacement
     with pytest.raises(ArchiveChangedError):
         again.read("a.bin")
@@ -62,7 +50,7 @@ def test_a_file_replaced_before_pickling_is_refused(tmp_path: Path, wrapped: boo
 
 def test_an_unchanged_file_object_archive_pickles(tmp_path: Path) -> None:
     path = tmp_path / "x.tar"
-    _tar(path, [("a.bin", b"A" * 1000)])
+    replace_with_tar(path, [("a.bin", b"A" * 1000)])
     fileobj = _Wrapper(path)
     arc = open_archive(fileobj)
     assert pickle.loads(pickle.dumps(arc)).read("a.bin") == b"A" * 1000

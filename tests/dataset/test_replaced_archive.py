@@ -8,28 +8,17 @@ the new file with :class:`ArchiveChangedError` naming the archive.
 
 from __future__ import annotations
 
-import io
 import os
 import pickle
-import tarfile
 from pathlib import Path
 
 import pytest
+from helpers.tar_cases import replace_with_tar
 from torch.utils.data import DataLoader
 
 from cdml_edge import CDMLStreamDataset
 from cdml_edge.archive import ArchiveChangedError, ArchiveError, open_archive, write_archive
 from cdml_edge.archive.source import FileSource
-
-
-def _tar(path: Path, members: list[tuple[str, bytes]]) -> None:
-    tmp = path.with_suffix(".tmp")
-    with tarfile.open(tmp, "w") as t:
-        for name, data in members:
-            info = tarfile.TarInfo(name)
-            info.size = len(data)
-            t.addfile(info, io.BytesIO(data))
-    os.replace(tmp, path)  # atomic: a new inode at the path
 
 
 def _build(path: Path, kind: str, version: int) -> None:
@@ -38,7 +27,7 @@ def _build(path: Path, kind: str, version: int) -> None:
     if version == 2:  # one more member in front: every offset moves
         members.insert(0, ("x/new.bin", b"N" * 1000))
     if kind == "tar":
-        _tar(path, members)
+        replace_with_tar(path, members)
     else:
         tmp = path.with_name("new-" + path.name)
         write_archive(tmp, members)

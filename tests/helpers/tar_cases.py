@@ -7,7 +7,11 @@ seek table does not describe their frames.
 
 from __future__ import annotations
 
+import io
+import os
 import struct
+import tarfile
+from pathlib import Path
 
 import zstandard
 
@@ -226,3 +230,14 @@ def member_stream(count: int = 12) -> tuple[bytes, dict[str, bytes]]:
     }
     stream = b"".join(entry(n.encode(), d) for n, d in members.items()) + END
     return stream, members
+
+
+def replace_with_tar(path: Path, members: list[tuple[str, bytes]]) -> None:
+    """Write a tar of ``members`` beside ``path`` and rename it over ``path`` (a new inode)."""
+    tmp = path.with_suffix(".tmp")
+    with tarfile.open(tmp, "w") as t:
+        for name, data in members:
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            t.addfile(info, io.BytesIO(data))
+    os.replace(tmp, path)

@@ -9,7 +9,11 @@ arrives from the spool.
 from __future__ import annotations
 
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 import pytest
 from helpers.mqtt_brokers import BrokerProcess, Subscriber, mosquitto_binary, wait_until
@@ -31,6 +35,54 @@ def _acl(path: Path, prefix: str, results_allowed: bool) -> Path:
     return path
 
 
+@dataclass
+class Site:
+    """A Mosquitto that refuses results (its ACL), a subscriber, the topic prefix."""
+
+    prefix: str
+    acl: Path
+    broker: BrokerProcess
+    sub: Subscriber
+
+    def allow_results(self) -> None:
+        """The ACL lets the results through, read again by the broker."""
+        _acl(self.acl, self.prefix, results_allowed=True)
+        self.broker.reload()
+
+
+@contextmanager
+def _refusing(tmp_path: Path, drops_client: bool = False) -> Iterator[Site]:
+    prefix = f"r{uuid.uuid4().hex[:8]}"
+    acl = _acl(tmp_path / "acl", prefix, results_allowed=False)
+    broker = BrokerProcess(tmp_path / "broker", acl_file=acl, unlimited_queues=drops_client)
+    broker.start()
+    sub = Subscriber(broker.port, f"{prefix}/#")
+    try:
+        yield Site(prefix, acl, broker, sub)
+    finally:
+        sub.close()
+        broker.stop()
+
+
+def _publisher(
+    tmp_path: Path,
+    site: Site,
+    retry: float = 60.0,
+    spool: SpoolConfig | None = None,
+    qos: Literal[0, 1, 2] = 1,
+) -> MqttPublisher:
+    """A publisher to ``site``; ``retry``: the first pause after a refusal (up to twice it)."""
+    return MqttPublisher(
+        MqttConfig(
+            url=site.broker.url, topic_prefix=site.prefix, protocol="5", keepalive=5, qos=qos
+        ),
+        "edge-1",
+        spool or SpoolConfig(dir=tmp_path / "spool"),
+        refused_retry_min=retry,
+        refused_retry_max=2 * retry,
+    )
+
+
 @pytest.mark.parametrize(
     "drops_client",
     [False, True],
@@ -40,58 +92,34 @@ def test_a_refused_result_is_spooled_reported_and_sent_once_allowed(
     tmp_path: Path, drops_client: bool
 ) -> None:
     """Mosquitto 2.0.11 with ``max_queued_messages 0`` also drops the client after a refusal."""
-    prefix = f"r{uuid.uuid4().hex[:8]}"
-    acl = _acl(tmp_path / "acl", prefix, results_allowed=False)
-    broker = BrokerProcess(tmp_path / "broker", acl_file=acl, unlimited_queues=drops_client).start()
-    sub = Subscriber(broker.port, f"{prefix}/#")
-    pub = MqttPublisher(
-        MqttConfig(url=broker.url, topic_prefix=prefix, protocol="5", keepalive=5),
-        "edge-1",
-        SpoolConfig(dir=tmp_path / "spool"),
-        refused_retry_min=0.3,
-        refused_retry_max=0.6,
-    )
-    spooled_when_durable: list[int] = []
-    try:
-        pub.start()
-        assert wait_until(lambda: pub.connected, 10)
-        result = OutMessage("cam1/result", b'{"id": "r1"}')
-        window = OutMessage("cam1/window", b'{"id": "w1"}')
-        pub.publish_batch([result, window], lambda: spooled_when_durable.append(pub.spool.pending))
-        assert wait_until(lambda: bool(spooled_when_durable), 10)
-        assert spooled_when_durable[0] >= 1, (
-            spooled_when_durable,
-            pub.stats(),
-        )  # kept on disk first
-        if not drops_client:  # else the window, in flight beside it, waits in the spool
-            assert wait_until(lambda: sub.ids("/window") == ["w1"], 10)
-        assert sub.ids("/result") == []
-        stats = pub.stats()
-        assert stats["rejected"] >= 1
-        why = degraded_parts(pub).get("mqtt", "")
-        assert "refuse" in why and "Not authorized" in why and f"{prefix}/edge-1/cam1/result" in why
+    with _refusing(tmp_path, drops_client) as site:
+        pub = _publisher(tmp_path, site, retry=0.3)
+        sub, prefix = site.sub, site.prefix
+        spooled_when_durable: list[int] = []
+        try:
+            pub.start()
+            assert wait_until(lambda: pub.connected, 10)
+            result = OutMessage("cam1/result", b'{"id": "r1"}')
+            window = OutMessage("cam1/window", b'{"id": "w1"}')
+            pub.publish_batch(
+                [result, window], lambda: spooled_when_durable.append(pub.spool.pending)
+            )
+            assert wait_until(lambda: bool(spooled_when_durable), 10)
+            assert spooled_when_durable[0] >= 1  # the refused result was on disk first
+            if not drops_client:  # else the window, in flight beside it, waits in the spool
+                assert wait_until(lambda: sub.ids("/window") == ["w1"], 10)
+            assert sub.ids("/result") == []
+            assert pub.stats()["rejected"] >= 1
+            why = degraded_parts(pub).get("mqtt", "")
+            assert "Not authorized" in why and f"{prefix}/edge-1/cam1/result" in why
 
-        _acl(acl, prefix, results_allowed=True)
-        broker.reload()
-        assert wait_until(lambda: sub.ids("/result") == ["r1"], 20), sub.messages
-        assert wait_until(lambda: "w1" in sub.ids("/window"), 10)
-        assert wait_until(lambda: pub.spool.pending == 0, 10)
-        assert wait_until(lambda: "mqtt" not in degraded_parts(pub), 10)
-    finally:
-        pub.stop(timeout=1)
-        sub.close()
-        broker.stop()
-
-
-def _publisher(tmp_path: Path, broker: BrokerProcess, prefix: str, **kw: object) -> MqttPublisher:
-    spool = kw.pop("spool", None) or SpoolConfig(dir=tmp_path / "spool")
-    return MqttPublisher(
-        MqttConfig(url=broker.url, topic_prefix=prefix, protocol="5", keepalive=5, **kw),  # type: ignore[arg-type]
-        "edge-1",
-        spool,  # type: ignore[arg-type]
-        refused_retry_min=60.0,  # no retry within the test unless the ACL allows
-        refused_retry_max=60.0,
-    )
+            site.allow_results()
+            assert wait_until(lambda: sub.ids("/result") == ["r1"], 20), sub.messages
+            assert wait_until(lambda: "w1" in sub.ids("/window"), 10)
+            assert wait_until(lambda: pub.spool.pending == 0, 10)
+            assert wait_until(lambda: "mqtt" not in degraded_parts(pub), 10)
+        finally:
+            pub.stop(timeout=1)
 
 
 def test_a_refused_topic_does_not_hold_back_the_rest_of_the_spool(tmp_path: Path) -> None:
@@ -101,79 +129,58 @@ def test_a_refused_topic_does_not_hold_back_the_rest_of_the_spool(tmp_path: Path
     """
     from cdml_edge.outputs.mqtt.spool_format import SpoolRecord
 
-    prefix = f"r{uuid.uuid4().hex[:8]}"
-    acl = _acl(tmp_path / "acl", prefix, results_allowed=False)
-    broker = BrokerProcess(tmp_path / "broker", acl_file=acl, unlimited_queues=False).start()
-    sub = Subscriber(broker.port, f"{prefix}/#")
-    pub = _publisher(tmp_path, broker, prefix)
-    records = []
-    for i in range(500):
-        records.append(SpoolRecord("cam1/window", b'{"id": "w%d"}' % i, 1, False))
-        records.append(SpoolRecord("cam1/result", b'{"id": "r%d"}' % i, 1, False))
-    pub.spool.append(records)
-    try:
-        pub.start()
-        assert wait_until(lambda: len(set(sub.ids("/window"))) == 500, 30), len(sub.ids("/window"))
-        assert sub.ids("/result") == []
-        stats = pub.stats()  # the results wait for their retry, not sent to be refused again
-        assert stats["rejected"] < 100 and stats["refused_held"] + stats["rejected"] >= 500
-    finally:
-        pub.stop(timeout=1)
-        sub.close()
-        broker.stop()
+    with _refusing(tmp_path) as site:
+        pub = _publisher(tmp_path, site)
+        records = []
+        for i in range(500):
+            records.append(SpoolRecord("cam1/window", b'{"id": "w%d"}' % i, 1, False))
+            records.append(SpoolRecord("cam1/result", b'{"id": "r%d"}' % i, 1, False))
+        pub.spool.append(records)
+        try:
+            pub.start()
+            windows = lambda: len(set(site.sub.ids("/window")))  # noqa: E731
+            assert wait_until(lambda: windows() == 500, 30), windows()
+            assert site.sub.ids("/result") == []
+            stats = pub.stats()  # the results wait for their retry, not sent to be refused again
+            assert stats["rejected"] < 100 and stats["refused_held"] + stats["rejected"] >= 500
+        finally:
+            pub.stop(timeout=1)
 
 
 def test_qos_2_refusals_are_kept_too(tmp_path: Path) -> None:
     """A refusal in a PUBREC: paho went on with PUBREL and reported the message delivered."""
-    prefix = f"r{uuid.uuid4().hex[:8]}"
-    acl = _acl(tmp_path / "acl", prefix, results_allowed=False)
-    broker = BrokerProcess(tmp_path / "broker", acl_file=acl, unlimited_queues=False).start()
-    sub = Subscriber(broker.port, f"{prefix}/#")
-    pub = _publisher(tmp_path, broker, prefix, qos=2)
-    durable: list[int] = []
-    try:
-        pub.start()
-        assert wait_until(lambda: pub.connected, 10)
-        pub.publish_batch(
-            [OutMessage("cam1/result", b'{"id": "r1"}')], lambda: durable.append(pub.spool.pending)
-        )
-        assert wait_until(lambda: bool(durable), 10)
-        assert durable == [1] and pub.stats()["rejected"] == 1
-        assert "Not authorized" in degraded_parts(pub).get("mqtt", "")
-    finally:
-        pub.stop(timeout=1)
-        sub.close()
-        broker.stop()
+    with _refusing(tmp_path) as site:
+        pub = _publisher(tmp_path, site, qos=2)
+        durable: list[int] = []
+        try:
+            pub.start()
+            assert wait_until(lambda: pub.connected, 10)
+            result = OutMessage("cam1/result", b'{"id": "r1"}')
+            pub.publish_batch([result], lambda: durable.append(pub.spool.pending))
+            assert wait_until(lambda: bool(durable), 10)
+            assert durable == [1] and pub.stats()["rejected"] == 1
+            assert "Not authorized" in degraded_parts(pub).get("mqtt", "")
+        finally:
+            pub.stop(timeout=1)
 
 
 def test_a_refused_message_the_spool_cannot_take_is_held_not_lost(tmp_path: Path) -> None:
     """A full ``block`` spool: refused results were dropped (live) or stuck (spooled)."""
-    prefix = f"r{uuid.uuid4().hex[:8]}"
-    acl = _acl(tmp_path / "acl", prefix, results_allowed=False)
-    broker = BrokerProcess(tmp_path / "broker", acl_file=acl, unlimited_queues=False).start()
-    sub = Subscriber(broker.port, f"{prefix}/#")
-    spool = SpoolConfig(dir=tmp_path / "spool", max_bytes=20_000, policy="block")
-    pub = MqttPublisher(
-        MqttConfig(url=broker.url, topic_prefix=prefix, protocol="5", keepalive=5),
-        "edge-1",
-        spool,
-        refused_retry_min=0.3,
-        refused_retry_max=0.6,
-    )
-    durable: list[int] = []
-    try:
-        pub.start()
-        assert wait_until(lambda: pub.connected, 10)
-        for i in range(25):
-            body = b'{"id": "r%d", "pad": "%s"}' % (i, b"x" * 900)
-            pub.publish_batch([OutMessage("cam1/result", body)], lambda: durable.append(1))
-        assert wait_until(lambda: pub.stats()["rejected"] >= 25, 10)
-        _acl(acl, prefix, results_allowed=True)
-        broker.reload()
-        assert wait_until(lambda: len(set(sub.ids("/result"))) == 25, 30), len(sub.ids())
-        assert wait_until(lambda: len(durable) == 25, 10)
-        assert wait_until(lambda: pub.spool.pending == 0, 10)
-    finally:
-        pub.stop(timeout=1)
-        sub.close()
-        broker.stop()
+    with _refusing(tmp_path) as site:
+        spool = SpoolConfig(dir=tmp_path / "spool", max_bytes=20_000, policy="block")
+        pub = _publisher(tmp_path, site, retry=0.3, spool=spool)
+        durable: list[int] = []
+        try:
+            pub.start()
+            assert wait_until(lambda: pub.connected, 10)
+            for i in range(25):
+                body = b'{"id": "r%d", "pad": "%s"}' % (i, b"x" * 900)
+                pub.publish_batch([OutMessage("cam1/result", body)], lambda: durable.append(1))
+            assert wait_until(lambda: pub.stats()["rejected"] >= 25, 10)
+            site.allow_results()
+            results = lambda: len(set(site.sub.ids("/result")))  # noqa: E731
+            assert wait_until(lambda: results() == 25, 30), results()
+            assert wait_until(lambda: len(durable) == 25, 10)
+            assert wait_until(lambda: pub.spool.pending == 0, 10)
+        finally:
+            pub.stop(timeout=1)
