@@ -22,6 +22,7 @@ its window holds for it (:func:`~cdml_edge.agent.runners.window_charges`).
 from __future__ import annotations
 
 import logging
+import os
 import signal
 import threading
 import time
@@ -420,7 +421,7 @@ class Agent:
         except ConfigError as exc:
             log.error("reload refused, keeping the running configuration:\n%s", exc)
             return False
-        moved = new.state_dir != self.cfg.state_dir
+        moved = not _same_folder(new.state_dir, self.cfg.state_dir)
         state: StateLock | None = None
         try:  # before anything stops: a config naming an unloadable model changes nothing
             check_files(new, str(self.config_path))
@@ -485,6 +486,16 @@ class Agent:
         for sig, handler in handlers.items():
             signal.signal(sig, handler)
         return previous
+
+
+def _same_folder(a: Path | None, b: Path | None) -> bool:
+    """Whether ``a`` and ``b`` name one folder (through links or ``..`` too)."""
+    if a is None or b is None:
+        return a == b
+    try:
+        return os.path.samefile(a, b)
+    except OSError:  # one of them does not exist (yet): compare the names resolved
+        return a.resolve() == b.resolve()
 
 
 def run_agent(config_path: str | Path, duration: float | None = None) -> int:

@@ -87,3 +87,22 @@ def test_a_state_folder_that_cannot_be_made_exits_2(tmp_path: Path) -> None:
     r = CliRunner().invoke(app, ["run", "--config", str(config), "--duration", "0.2"])
     assert r.exit_code == 2, r.output
     assert "/proc/cdml-edge-state: cannot use the state folder" in r.output
+
+
+def test_a_reload_naming_the_same_state_folder_another_way_keeps_it(tmp_path: Path) -> None:
+    """Through a link or with ``..``: the same folder, not a second lock on it (refused)."""
+    from cdml_edge.agent.app import Agent
+    from cdml_edge.config import load_config
+
+    (tmp_path / "state").mkdir()
+    (tmp_path / "link").symlink_to(tmp_path / "state")
+    config = tmp_path / "f.yaml"
+    config.write_text(f"state_dir: {tmp_path / 'state'}\noutput: {{jsonl: out.jsonl}}\n")
+    agent = Agent(load_config(config), config)
+    agent.start()
+    try:
+        for written in (tmp_path / "link", tmp_path / "link" / ".." / "state"):
+            config.write_text(f"state_dir: {written}\noutput: {{jsonl: out.jsonl}}\n")
+            assert agent.reload(), written
+    finally:
+        agent.stop()
