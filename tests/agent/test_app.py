@@ -243,7 +243,7 @@ def test_agent_publishes_over_mqtt_to_mosquitto(tmp_path: Path, models: Path) ->
     prefix = f"t{uuid.uuid4().hex[:8]}"
     cfg_path = write_config(tmp_path)
     doc = yaml.safe_load(cfg_path.read_text())
-    doc["mqtt"] = {"url": "mqtt://127.0.0.1:1883", "topic_prefix": prefix}
+    doc["mqtt"] = {"url": "mqtt://127.0.0.1:1883", "topic_prefix": prefix, "client_id": prefix}
     doc["spool"] = {"dir": "spool"}
     doc["output"] = {"jsonl": None}
     cfg_path.write_text(yaml.safe_dump(doc))

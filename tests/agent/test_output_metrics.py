@@ -41,7 +41,12 @@ def _mqtt_agent(
     doc = yaml.safe_load(cfg_path.read_text())
     doc["health"].update(metrics_port=port, metrics_host="127.0.0.1")
     prefix = f"t{uuid.uuid4().hex[:8]}"
-    doc["mqtt"] = {"url": f"mqtt://127.0.0.1:{broker_port}", "topic_prefix": prefix}
+    # its own client id: agents of other tests on the shared broker are "test-dev" too
+    doc["mqtt"] = {
+        "url": f"mqtt://127.0.0.1:{broker_port}",
+        "topic_prefix": prefix,
+        "client_id": prefix,
+    }
     doc["spool"] = {"dir": "spool", **(spool or {})}
     doc["output"] = {"jsonl": None}
     cfg_path.write_text(yaml.safe_dump(doc))

@@ -73,7 +73,11 @@ def _run_agent(tmp_path: Path, heard: _Heard, results: str | None) -> None:
     """
     cfg_path = write_config(tmp_path)
     doc = yaml.safe_load(cfg_path.read_text())
-    doc["mqtt"] = {"url": f"mqtt://127.0.0.1:{SHARED_PORT}", "topic_prefix": heard.prefix}
+    doc["mqtt"] = {  # its own client id: agents of other tests on the broker are "test-dev"
+        "url": f"mqtt://127.0.0.1:{SHARED_PORT}",
+        "topic_prefix": heard.prefix,
+        "client_id": f"agent-{heard.prefix}",
+    }
     if results is not None:
         doc["mqtt"]["results"] = results
     doc["output"] = {"jsonl": None}

@@ -71,7 +71,8 @@ def agent(tmp_path: Path, models: Path) -> Iterator[tuple[Agent, int]]:
     cfg_path = write_config(tmp_path)
     doc = yaml.safe_load(cfg_path.read_text())
     doc["health"].update(metrics_port=port, metrics_host="127.0.0.1")
-    doc["mqtt"] = {"url": "mqtt://127.0.0.1:1883", "topic_prefix": f"t{uuid.uuid4().hex[:8]}"}
+    prefix = f"t{uuid.uuid4().hex[:8]}"  # its own client id too: tests share the broker
+    doc["mqtt"] = {"url": "mqtt://127.0.0.1:1883", "topic_prefix": prefix, "client_id": prefix}
     doc["spool"] = {"dir": "spool"}
     cfg_path.write_text(yaml.safe_dump(doc))
     running = Agent(load_config(cfg_path), cfg_path)
