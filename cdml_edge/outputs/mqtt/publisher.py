@@ -290,10 +290,7 @@ class MqttPublisher:
                 entry.abandon()
             else:
                 fits.append(entry)
-        records = [
-            SpoolRecord(e.message.topic, e.message.payload, self._qos(e.message), e.message.retain)
-            for e in fits
-        ]
+        records = [self._record(e.message) for e in fits]
         written = self.spool.append(records, wait=wait) if records else 0
         for entry in fits[:written]:
             entry.complete()
@@ -310,6 +307,10 @@ class MqttPublisher:
                 rest = self._spool_entries(left, wait=False)
                 if rest:
                     log.error("spool full at stop: %d messages not delivered", len(rest))
+
+    def _record(self, message: OutMessage) -> SpoolRecord:
+        """The spool record of ``message``: its topic, payload, QoS and retain flag."""
+        return SpoolRecord(message.topic, message.payload, self._qos(message), message.retain)
 
     def _qos(self, message: OutMessage) -> int:
         return self.config.qos if message.qos is None else message.qos
@@ -539,11 +540,7 @@ class MqttPublisher:
         files stay where they are) and a spooled one is read again after a reconnect.
         """
         self._counts["rejected"] += 1
-        if isinstance(item, Entry):
-            m = item.message
-            record = SpoolRecord(m.topic, m.payload, self._qos(m), m.retain)
-        else:
-            record = item[1]
+        record = self._record(item.message) if isinstance(item, Entry) else item[1]
         size = record_size(record.topic, record.payload)
         if size <= self.spool.max_bytes and self.spool.append([record], wait=False) == 1:
             where = f"kept in the spool {self.spool.dir}"
@@ -738,7 +735,7 @@ def _reason(rc: Any) -> str:
     """The broker's reason for a refusal, as its name (``Not authorized``) when it has one."""
     try:
         return str(rc.getName())
-    except Exception:  # noqa: BLE001 - an unknown code still names a refusal
+    except (KeyError, ValueError):  # a code paho has no single name for
         return f"reason code {getattr(rc, 'value', rc)}"
 
 
