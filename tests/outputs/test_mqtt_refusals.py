@@ -9,8 +9,11 @@ from __future__ import annotations
 
 import logging
 import os
+import socket
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -119,3 +122,72 @@ def test_a_connack_refusal_is_logged_with_its_reason(
     refused = [r.message for r in caplog.records if "refused the connection" in r.message]
     assert refused and ("Not authorized" in refused[0] or "Bad user name" in refused[0])
     assert not [r for r in caplog.records if "before accepting it" in r.message]
+
+
+@pytest.mark.skipif(mosquitto_binary() is None, reason="needs mosquitto")
+def test_two_clients_with_one_client_id_are_suspected(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Two agents with one device id push each other off: the log says what it looks like.
+
+    Mosquitto 2.0 closes the old session without a DISCONNECT reason, so each agent only
+    saw "lost the connection", twice a second, for ever.
+    """
+    broker = BrokerProcess(tmp_path / "broker").start()
+    caplog.set_level(logging.INFO, logger="cdml_edge.outputs.mqtt.publisher")
+    twins = [
+        MqttPublisher(
+            MqttConfig(url=broker.url, protocol=broker_protocol()),
+            "twin",
+            SpoolConfig(dir=tmp_path / f"s{k}"),
+        )
+        for k in (1, 2)
+    ]
+    try:
+        for pub in twins:
+            pub.start()
+        assert wait_until(lambda: any("in a row" in r.message for r in caplog.records), 20), [
+            r.message for r in caplog.records
+        ]
+    finally:
+        for pub in twins:
+            pub.stop(timeout=1)
+        broker.stop()
+    said = [r for r in caplog.records if "in a row" in r.message]
+    assert said[0].levelno == logging.WARNING
+    assert repr(twins[0].client_id) in said[0].message and "device.id" in said[0].message
+
+
+def test_a_broker_disconnect_reason_is_named(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A broker that says why it closed (MQTT 5 DISCONNECT, 0x8E): the log line names it."""
+    server = socket.create_server(("127.0.0.1", 0))
+    port = server.getsockname()[1]
+
+    def serve() -> None:
+        conn, _ = server.accept()
+        with conn:
+            conn.recv(1024)  # CONNECT
+            conn.sendall(b"\x20\x03\x00\x00\x00")  # CONNACK: accepted, no properties
+            time.sleep(0.3)
+            conn.sendall(b"\xe0\x02\x8e\x00")  # DISCONNECT: session taken over
+            time.sleep(0.3)
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    caplog.set_level(logging.INFO, logger="cdml_edge.outputs.mqtt.publisher")
+    pub = MqttPublisher(
+        MqttConfig(url=f"mqtt://127.0.0.1:{port}", protocol="5"),
+        "edge-7",
+        SpoolConfig(dir=tmp_path / "s"),
+        backoff_min=5.0,
+    )
+    pub.start()
+    try:
+        assert wait_until(lambda: any("lost" in r.message for r in caplog.records), 10)
+    finally:
+        pub.stop(timeout=1)
+        server.close()
+    lost = next(r.message for r in caplog.records if "lost" in r.message)
+    assert "'Session taken over'" in lost and repr(pub.client_id) in lost, lost

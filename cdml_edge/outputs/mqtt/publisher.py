@@ -51,6 +51,8 @@ Spooled = tuple[SpoolToken, SpoolRecord]
 """A record read from the spool, with the token that acknowledges it."""
 
 COMMIT_EVERY = 256
+SHORT_LIFE_S = 10.0  # a connection lost this soon after its CONNACK counts as short-lived
+SHORT_LIVES_TO_WARN = 3
 """The spool cursor is written after this many acknowledged records, or ``commit_interval``
 seconds, whichever comes first: what a kill -9 in the middle of a drain sends again."""
 
@@ -155,6 +157,9 @@ class MqttPublisher:
         self._drained_at_commit = 0  # counts["drained"] at that commit
         self._warned = False  # "broker unreachable" logged once per outage
         self._refused = False  # a CONNACK refused the attempt (its reason is logged)
+        self._closed_by: str | None = None  # the broker's DISCONNECT reason, while connected
+        self._connected_at = 0.0
+        self._short_lives = 0  # connections in a row lost soon after their CONNACK
         self._attempted = False  # a connection attempt was made since start()
 
     # ------------------------------------------------------------------ Output API
@@ -373,6 +378,8 @@ class MqttPublisher:
                 rc,
             )
             self._warned = True
+        if self._connected and getattr(flags, "is_disconnect_packet_from_server", False):
+            self._closed_by = _reason(rc) if closed else None
         self._lost = True
 
     def _on_publish(self, client: Any, userdata: Any, mid: int, rc: Any, props: Any) -> None:
@@ -494,6 +501,7 @@ class MqttPublisher:
         self._just_connected = False
         self._warned = False
         self._backoff.reset()
+        self._connected_at = time.monotonic()
         self._counts["reconnects"] += 1
         log.info("connected to %s as %s (MQTT %s)", self.broker_url, self.client_id, self.protocol)
         if self.session is not None:
@@ -666,9 +674,33 @@ class MqttPublisher:
         left = self._spool_entries(live + self.outbox.take_all(), wait=False)
         if left:
             self.outbox.put_front(left)
+        closed_by, self._closed_by = self._closed_by, None
         if was_connected:
             log.warning(
-                "lost the connection to %s; spooling to %s", self.broker_url, self.spool.dir
+                "lost the connection to %s%s; spooling to %s",
+                self.broker_url,
+                _why_closed(closed_by, self.client_id),
+                self.spool.dir,
+            )
+            self._note_short_life()
+
+    def _note_short_life(self) -> None:
+        """Say once per streak when connections keep dying soon after the broker accepted them.
+
+        The mark of a second client with the same client id: brokers that close the old
+        session without a DISCONNECT reason (Mosquitto 2.0) give no other sign.
+        """
+        short = time.monotonic() - self._connected_at < SHORT_LIFE_S
+        self._short_lives = self._short_lives + 1 if short else 0
+        if self._short_lives == SHORT_LIVES_TO_WARN:
+            log.warning(
+                "the broker %s closed the connection %d times in a row within %.0f s of "
+                "accepting it: is another client connected with the client id %r (two agents "
+                "with the same device.id or mqtt.client_id)?",
+                self.broker_url,
+                SHORT_LIVES_TO_WARN,
+                SHORT_LIFE_S,
+                self.client_id,
             )
 
     def _flush_outbox_to_spool(self) -> None:
@@ -737,6 +769,18 @@ def _reason(rc: Any) -> str:
         return str(rc.getName())
     except (KeyError, ValueError):  # a code paho has no single name for
         return f"reason code {getattr(rc, 'value', rc)}"
+
+
+def _why_closed(reason: str | None, client_id: str) -> str:
+    """What the broker's DISCONNECT said, for the log line of a lost connection."""
+    if reason is None:
+        return ""
+    if reason == "Session taken over":
+        return (
+            f": the broker says 'Session taken over', another client connected with the client"
+            f" id {client_id!r} (two agents with the same device.id or mqtt.client_id?)"
+        )
+    return f": the broker closed it ({reason})"
 
 
 def _held_back(client: mqtt.Client) -> bool:
