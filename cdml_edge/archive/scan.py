@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import stat
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -12,6 +13,7 @@ from cdml_edge.archive.errors import ArchiveError, UnsupportedArchiveError
 from cdml_edge.archive.names import is_safe_member_name
 from cdml_edge.archive.pack import format_for_path, write_archive
 from cdml_edge.archive.reader import SourceLike, open_archive
+from cdml_edge.fsio.names import display_name
 
 
 @dataclass
@@ -93,11 +95,45 @@ def unsafe_reason(name: str) -> str:
     return "absolute, with a drive letter, or with a '..' part"
 
 
-def iter_dir(folder: str | os.PathLike[str]) -> Iterator[tuple[str, Path]]:
-    """``(member name, path)`` of every regular file under ``folder``, sorted by name."""
+@dataclass
+class FolderListing:
+    """What :func:`list_folder` found: the files to pack and what it left out, by name."""
+
+    files: list[tuple[str, Path]] = field(default_factory=list)  # (member name, path)
+    skipped: dict[str, str] = field(default_factory=dict)  # name -> what it is
+
+
+def list_folder(folder: str | os.PathLike[str]) -> FolderListing:
+    """Every regular file under ``folder``, sorted by name, and what is not one.
+
+    Member names are the relative POSIX paths as valid UTF-8: a byte of a name that is not
+    UTF-8 is shown as ``%XX``, as the agent names its members. Links (to files or folders)
+    are never followed; they, FIFOs, sockets and devices are listed as skipped.
+    """
     root = Path(folder)
-    for path in sorted(p for p in root.rglob("*") if p.is_file() and not p.is_symlink()):
-        yield path.relative_to(root).as_posix(), path
+    out = FolderListing()
+    for path in sorted(root.rglob("*")):
+        name = display_name(path.relative_to(root).as_posix())
+        what = _not_a_file(path)
+        if what is None:
+            out.files.append((name, path))
+        elif what:
+            out.skipped[name] = what
+    return out
+
+
+def _not_a_file(path: Path) -> str | None:
+    """``None`` for a regular file, ``""`` for a folder, else what ``path`` is."""
+    try:
+        mode = path.lstat().st_mode
+    except OSError as exc:
+        return f"unreadable ({exc.strerror})"
+    if stat.S_ISREG(mode):
+        return None
+    if stat.S_ISDIR(mode):
+        return ""
+    kinds = {stat.S_ISLNK: "a symbolic link", stat.S_ISFIFO: "a FIFO", stat.S_ISSOCK: "a socket"}
+    return next((what for test, what in kinds.items() if test(mode)), "a device")
 
 
 def pack_dir(
@@ -106,13 +142,15 @@ def pack_dir(
     *,
     level: int = 3,
     on_file: Callable[[str, int], None] | None = None,
+    listing: FolderListing | None = None,
 ) -> int:
-    """Pack every file under ``folder`` into ``out`` (.zip or .tar.zst), atomically.
+    """Pack every regular file under ``folder`` into ``out`` (.zip or .tar.zst), atomically.
 
-    ``on_file(name, size)`` is called as each file is read. Returns the archive size.
+    ``listing``: what :func:`list_folder` gave (listed now when ``None``). ``on_file(name,
+    size)`` is called as each file is read. Returns the archive size.
     """
     fmt = format_for_path(out)
-    files = list(iter_dir(folder))
+    files = (listing or list_folder(folder)).files
 
     def items() -> Iterator[tuple[str, bytes]]:
         for name, path in files:

@@ -10,7 +10,7 @@ from cdml_edge.archive import ArchiveError
 from cdml_edge.archive.pack import format_for_path
 from cdml_edge.archive.scan import (
     ScanReport,
-    iter_dir,
+    list_folder,
     pack_dir,
     scan_archive,
     shown,
@@ -84,9 +84,14 @@ def pack(
     """Pack every file under DIR into OUT (written atomically), with a progress bar."""
     with user_errors("pack"):
         format_for_path(out)  # an unknown suffix is refused before any work
-        total = sum(p.stat().st_size for _, p in iter_dir(folder))
+        listing = list_folder(folder)
+        for name, what in listing.skipped.items():
+            typer.echo(f"skipped (not a regular file): {shown(name)}: {what}")
+        total = sum(p.stat().st_size for _, p in listing.files)
         with bytes_bar(total) as advance:
-            size = pack_dir(folder, out, level=level, on_file=lambda _n, sz: advance(sz))
+            size = pack_dir(
+                folder, out, level=level, on_file=lambda _n, sz: advance(sz), listing=listing
+            )
     typer.echo(f"{out}: {size} bytes")
 
 

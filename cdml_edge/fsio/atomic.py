@@ -72,8 +72,14 @@ def atomic_write(
 
 
 def _mkstemp(folder: Path, suffix: str) -> tuple[int, str]:
+    """A temporary file in ``folder``; an error that is the folder's names the folder.
 
-    return tempfile.mkstemp(prefix=TMP_PREFIX, suffix=suffix, dir=folder)
+    (Not the random temporary name, which the user never chose.)
+    """
+    try:
+        return tempfile.mkstemp(prefix=TMP_PREFIX, suffix=suffix, dir=folder)
+    except (FileNotFoundError, NotADirectoryError, PermissionError) as exc:
+        raise type(exc)(exc.errno, exc.strerror, str(folder)) from None
 
 
 def folder_mode(file_mode: int) -> int:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import os
 import subprocess
 import tarfile
 from pathlib import Path
@@ -159,3 +160,58 @@ def test_scan_notes_a_seek_table_it_did_not_use(tmp_path: Path) -> None:
     assert res.exit_code == 0, res.output
     assert f"{len(members)} members" in res.output
     assert "note: the seek table does not match the frames of the stream" in res.output
+
+
+def _odd_tree(tmp_path: Path) -> Path:
+    src = tmp_path / "odd"
+    (src / "sub").mkdir(parents=True)
+    (src / "sub" / "b.txt").write_bytes(b"b" * 40)
+    (src / os.fsdecode(b"caf\xe9.txt")).write_bytes(b"latin-1 name")  # not UTF-8
+    os.mkfifo(src / "pipe")
+    (src / "passwd").symlink_to("/etc/passwd")
+    (src / "elsewhere").symlink_to(tmp_path, target_is_directory=True)
+    return src
+
+
+@pytest.mark.usefixtures("engine")
+@pytest.mark.parametrize("suffix", [".zip", ".tar.zst"])
+def test_pack_names_stay_utf8_and_skips_are_said(tmp_path: Path, suffix: str) -> None:
+    """A name that is not UTF-8 made a ZIP that stdlib ``zipfile`` could not open at all.
+
+    It is packed as ``%XX`` (as the agent names such members); links and FIFOs are skipped
+    aloud, not in silence, and never followed.
+    """
+    src = _odd_tree(tmp_path)
+    out = tmp_path / f"o{suffix}"
+    res = runner.invoke(app, ["pack", str(src), str(out)])
+    assert res.exit_code == 0, res.output
+    names = sorted(open_archive(out).names())
+    assert names == ["caf%E9.txt", "sub/b.txt"]
+    assert open_archive(out).read("caf%E9.txt") == b"latin-1 name"
+    for what in ("elsewhere: a symbolic link", "passwd: a symbolic link", "pipe: a FIFO"):
+        assert f"skipped (not a regular file): {what}" in res.output, res.output
+    if suffix == ".zip":
+        import zipfile
+
+        assert sorted(zipfile.ZipFile(out).namelist()) == names
+        assert subprocess.run(["unzip", "-tq", str(out)], capture_output=True).returncode == 0
+
+
+@pytest.mark.usefixtures("engine")
+def test_pack_into_a_missing_folder_names_it(tmp_path: Path) -> None:
+    src = _tree(tmp_path)
+    res = runner.invoke(app, ["pack", str(src), str(tmp_path / "nowhere" / "o.zip")])
+    assert res.exit_code == 2
+    assert "nowhere" in res.output and ".part" not in res.output, res.output
+
+
+def test_the_zip_writer_flags_only_utf8_names_as_utf8(tmp_path: Path) -> None:
+    """A raw name that is not UTF-8 must not carry the UTF-8 flag (readers refuse it)."""
+    import zipfile
+
+    out = tmp_path / "raw.zip"
+    out.write_bytes(pack([(os.fsdecode(b"r\xe9sum\xe9.txt"), b"x"), ("na\u00efve.txt", b"y")]))
+    with zipfile.ZipFile(out) as zf:
+        infos = {i.filename: i.flag_bits & 0x800 for i in zf.infolist()}
+    assert infos["na\u00efve.txt"] == 0x800
+    assert [flag for name, flag in infos.items() if name != "na\u00efve.txt"] == [0]

@@ -125,13 +125,26 @@ MIN_SAVING = 0.1
 
 def _member(name: str, data: bytes, level: int) -> _Member:
     raw = name.encode("utf-8", "surrogateescape")
-    flags = 0 if raw.isascii() else FLAG_UTF8
+    flags = 0 if raw.isascii() or not _is_utf8(raw) else FLAG_UTF8
     method, body = STORED, data
     if os.path.splitext(name)[1].lower() not in COMPRESSED_SUFFIXES and data:
         packed = deflated(data, min(max(level, 1), 9))
         if packed is not None:
             method, body = DEFLATE, packed
     return _Member(raw, flags, method, zlib.crc32(data), len(data), body)
+
+
+def _is_utf8(raw: bytes) -> bool:
+    """Whether ``raw`` is valid UTF-8: only such a name may carry the UTF-8 flag.
+
+    Raw bytes of another encoding are written as they are, unflagged (readers take them
+    as CP437), where the flag would make strict readers (``zipfile``) refuse the archive.
+    """
+    try:
+        raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
 
 
 def deflated(data: bytes, level: int) -> bytes | None:
