@@ -197,6 +197,12 @@ def train_from_archive(
         InputShape(image_size, channels),
         select,
     )
+    if normal_label is None and len(classes) == 1:
+        raise LabelError(
+            str(data),
+            f"one class folder, {classes[0]!r}: a classifier needs two or more; for an "
+            f"anomaly model of normal data alone: --anomaly-normal {classes[0]}",
+        )
     in_memory = _recipe(modality).in_memory if in_memory is None else in_memory
     if parts and "val" in parts:  # the export's own validation split
         val_data = _SplitPart(data, "val")

@@ -229,3 +229,19 @@ def test_keep_all_keeps_every_epoch(tmp_path: Path) -> None:
     assert res.exit_code == 0, res.output
     names = sorted(p.name for p in (tmp_path / "run" / "checkpoints").glob("*.pt"))
     assert names == ["epoch-0001.pt", "epoch-0002.pt"]
+
+
+def test_a_classifier_of_one_class_is_refused_with_the_way_out(tmp_path: Path) -> None:
+    """One class folder trained a classifier that always says it, at accuracy 1, in silence."""
+    data = tmp_path / "normal-only.zip"
+    write_archive(data, _frames(["green"], 8, 0))
+    res = _train_cli(data, tmp_path / "run")
+    assert res.exit_code == 2, res.output
+    assert res.stderr.splitlines() == [
+        f"cdml-edge train: {data}: one class folder, 'green': a classifier needs two or more; "
+        "for an anomaly model of normal data alone: --anomaly-normal green"
+    ]
+    assert not (tmp_path / "run" / "checkpoints").exists()
+    res = _train_cli(data, tmp_path / "anomaly", "--anomaly-normal", "green")
+    assert res.exit_code == 0, res.output
+    assert "anomaly_threshold" in json.loads(res.stdout.strip().splitlines()[-1])
