@@ -19,6 +19,7 @@ from cdml_edge.live.batch import PackedBatch, pack_batch
 from cdml_edge.live.settings import MiB, WatchSettings, data_type
 from cdml_edge.live.watch import LiveWatch
 from cdml_edge.window.items import Window
+from cdml_edge.window.pack import ARCHIVE_SUFFIX
 
 log = logging.getLogger(__name__)
 
@@ -33,6 +34,22 @@ def _launch(
         return watch.start()
     watch.run(duration, stop)
     return watch
+
+
+def _check_batch_options(folder: Path, out: Path | None, archive_format: str) -> None:
+    """``ValueError`` for options every batch would fail on, before anything starts.
+
+    An unknown ``archive_format``; an ``output_folder`` that is the watched folder (each
+    archive written there would be packed into the next batch, for ever).
+    """
+    if archive_format not in ARCHIVE_SUFFIX:
+        choices = " or ".join(repr(f) for f in ARCHIVE_SUFFIX)
+        raise ValueError(f"archive_format {archive_format!r}: choose {choices}")
+    if out is not None and out.resolve() == folder.resolve():
+        raise ValueError(
+            f"output_folder {out} is the watched folder: each batch would be packed again "
+            "into the next; give another folder (one inside it is fine)"
+        )
 
 
 def watch_and_pack(
@@ -63,8 +80,10 @@ def watch_and_pack(
     ``max_bytes``. With ``auto_delete``, once the callback returned without error, the
     batch's input files (the versions that were read) and its written archive are deleted;
     when it raises, everything stays on disk. ``archive_format``: ``zip`` or ``tar.zst``.
+    ``ValueError`` for another format, or an ``output_folder`` that is ``input_folder``.
     """
     out = Path(output_folder) if output_folder is not None else None
+    _check_batch_options(Path(input_folder), out, archive_format)
     callback = on_batch_ready
 
     def handle(window: Window) -> None:

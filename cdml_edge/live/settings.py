@@ -29,10 +29,10 @@ class WatchSettings:
     """A watched folder, how its files are grouped into batches, and the bounds.
 
     ``max_inflight_bytes`` caps the bytes read and not yet finished (over it, files wait on
-    disk); a file larger than ``window.max_bytes`` is never read and goes to quarantine,
-    as do files that cannot be taken. ``quarantine_dir`` (default: ``.quarantine`` inside
-    the folder, which the watch ignores) keeps at most ``quarantine_max_bytes``, oldest
-    removed first.
+    disk); a file larger than ``window.max_bytes``, or than half of ``max_inflight_bytes``
+    (what the budget holds of it), is never read and goes to quarantine, as do files that
+    cannot be taken. ``quarantine_dir`` (default: ``.quarantine`` inside the folder, which
+    the watch ignores) keeps at most ``quarantine_max_bytes``, oldest removed first.
     """
 
     folder: Path

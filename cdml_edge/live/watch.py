@@ -9,8 +9,13 @@ a byte-bounded quarantine for files that cannot be taken) and grouped by a
 unless they change; when it raises, the error is logged and counted and the files stay.
 
 The queue between the windower and the worker is bounded by the budget: every item holds
-its bytes until its window is finished, so intake pauses (files wait on disk) while the
-handler is behind.
+its bytes (at least :data:`MIN_ITEM_CHARGE`, so empty files count too) until its window is
+finished, so intake pauses (files wait on disk) while the handler is behind.
+
+:meth:`LiveWatch.stop` may be called from any thread, the handler's own included (it then
+returns at once; the watch ends when the handler returns). A handler that raises
+``SystemExit`` or ``KeyboardInterrupt`` fails its window and ends the watch, as ``stop``
+does.
 """
 
 from __future__ import annotations
@@ -37,8 +42,19 @@ from cdml_edge.window.items import Item, Window
 log = logging.getLogger(__name__)
 
 DATA_COPIES = 2  # an item's bytes, and the archive (or the handler's copy) made of them
+MIN_ITEM_CHARGE = 2048
+"""Budget bytes a file in flight holds at least: its item, path, identity and queue entry
+(measured at about 1.7 kB each) besides its data, so that empty files are bounded too."""
 
 Handler = Callable[[Window], None]
+
+
+class LiveBudget(ByteBudget):
+    """The in-flight byte budget of one watch: each file charged at least ``MIN_ITEM_CHARGE``."""
+
+    def cost(self, nbytes: int, modality: str) -> int:
+        """Its data copies, or :data:`MIN_ITEM_CHARGE` when that is more."""
+        return max(super().cost(nbytes, modality), MIN_ITEM_CHARGE)
 
 
 @dataclass
@@ -69,8 +85,9 @@ class LiveWatch:
         self._queue: queue.Queue[Window | None] = queue.Queue()
         self._stopped = threading.Event()
         self._closed = False
+        self._closing = threading.Lock()
         self.supervisor = Supervisor(on_death=self._died)
-        self.budget = ByteBudget(settings.max_inflight_bytes, data_factor=DATA_COPIES)
+        self.budget = LiveBudget(settings.max_inflight_bytes, data_factor=DATA_COPIES)
         self.lifecycle = FileLifecycle(settings.quarantine, settings.quarantine_max_bytes)
         self.windower = Windower(
             settings.name, settings.window, self._queue.put, spawn=self.supervisor.spawn
@@ -101,14 +118,20 @@ class LiveWatch:
         return self
 
     def stop(self, timeout: float | None = None) -> WatchStats:
-        """Stop taking files, hand the open window to the callback, wait for it; idempotent."""
+        """Stop taking files, hand the open window to the callback, wait for it; idempotent.
+
+        From any thread. Called by the callback itself, it returns at once: the watch ends
+        once the callback has returned (and the windows closed meanwhile are handled).
+        """
         self._stopped.set()
-        if not self._closed:
-            self._closed = True
+        with self._closing:
+            closing, self._closed = not self._closed, True
+        if closing:
             self.source.stop()
             self.windower.stop()  # closes the open window: it goes to the queue
             self._queue.put(None)
-        self._worker.join(timeout)
+        if self._worker.ident is not None and threading.current_thread() is not self._worker:
+            self._worker.join(timeout)
         return self.stats
 
     @property
@@ -192,6 +215,19 @@ class LiveWatch:
                 len(window.items),
             )
             self._finish(window, delete=False)
+            return
+        except BaseException as exc:  # SystemExit, KeyboardInterrupt: failed, and the end
+            self.stats.callback_errors += 1
+            self.stats.note(f"{window.window_id}: {type(exc).__name__}: {exc}; watch stopped")
+            log.error(
+                "%s: callback raised %s for %s; its %d file(s) stay on disk; stopping",
+                self.settings.name,
+                type(exc).__name__,
+                window.window_id,
+                len(window.items),
+            )
+            self._finish(window, delete=False)
+            self.stop()
             return
         self.stats.batches += 1
         self.stats.files += len(window.items)

@@ -177,8 +177,9 @@ class _LocalWalker:
                     st = os.stat(path, follow_symlinks=False)
                 except OSError:
                     continue
-                if os.path.isfile(path) and not os.path.islink(path):
-                    yield Path(path).as_posix(), st.st_size
+                # links and special files too: the read refuses them, named and counted
+                # (``refused``), as the local engine does, instead of leaving them unseen
+                yield Path(path).as_posix(), st.st_size
 
 
 class _S3Walker:

@@ -138,6 +138,9 @@ def _score(refs: Sequence[WindowRef], kwargs: dict[str, Any], tune: FleetTuning)
     One actor per ``actor_cpus`` of the cluster (at most one per window), each loading the
     models once; the windows cut into ``batches_per_actor`` batches per actor or more (so
     that a slow batch does not hold the others up), of at most ``windows_per_batch``.
+    An actor whose worker process dies (killed for memory, a crash) is started again and its
+    batch run again, up to ``retries`` times (a batch's Parquet part is written whole or not
+    at all, so a rerun leaves no trace of the first try); Ray's tasks do the same by default.
     """
     import ray
     from ray.util import ActorPool
@@ -148,7 +151,9 @@ def _score(refs: Sequence[WindowRef], kwargs: dict[str, Any], tune: FleetTuning)
     n = max(1, min(wanted, len(refs)))
     cuts = max(tune.batches_per_actor * n, -(-len(refs) // tune.windows_per_batch))
     batches = group_windows(refs, cuts, weight)
-    actor: Any = ray.remote(num_cpus=tune.actor_cpus)(ReplayScorer)
+    actor: Any = ray.remote(
+        num_cpus=tune.actor_cpus, max_restarts=tune.retries, max_task_retries=tune.retries
+    )(ReplayScorer)
     shared = {k: ray.put(kwargs[k]) for k in ("models", "builder")}  # once, not per actor
     actors: list[Any] = [actor.remote(**{**kwargs, **shared}) for _ in range(n)]
     try:
@@ -178,13 +183,18 @@ def _summarise(windows: Sequence[Row], out: str, list_requests: int) -> FleetRep
             "skipped",
             "changed_labels",
             "changed_anomalies",
+            "first_verdicts",
             "bytes_read",
         ):
             setattr(st, k, getattr(st, k) + c[k])
+        for modality, n in c["by_modality"].items():
+            st.by_modality[modality] = st.by_modality.get(modality, 0) + n
         st.errors += c["errors"]
         summary.archives += 1
         summary.s3_requests += c["s3_requests"]
         summary.s3_bytes += c["s3_bytes"]
+        if not row["device"] and not c["by_model"]:
+            continue  # a sidecar never read (refused, gone): no device to count it under
         per_model = summary.by_device.setdefault(row["device"] or "?", {})
         for model, counts in c["by_model"].items():
             acc = per_model.setdefault(model, dict.fromkeys(counts, 0))

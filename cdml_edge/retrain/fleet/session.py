@@ -162,6 +162,7 @@ class FleetTuning:
     windows_per_batch: int = 1024  # replay: at most, per actor call and Parquet part
     batches_per_actor: int = 4  # replay: at least (when there are windows enough)
     task_bytes: int = 256 << 20  # archive bytes per read task (about)
+    retries: int = 3  # a replay actor whose worker died is started again, its batch rerun
 
 
 def cluster_cpus() -> float:

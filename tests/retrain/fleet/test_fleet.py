@@ -246,6 +246,7 @@ def test_fleet_replay_gives_the_local_replay_lines_and_summary(
     }
 
 
+@pytest.mark.usefixtures("ray_cluster")  # alone (or first on an xdist worker) it had no Ray
 def test_fleet_replay_decodes_within_the_given_limits(tmp_path: Path, fleet: Fleet) -> None:
     """The actors decode with the configuration's limits, not only their own defaults."""
     from cdml_edge.decode import DecodeLimits

@@ -89,3 +89,51 @@ def test_a_fifo_archive_is_a_refused_row_never_opened(tmp_path: Path) -> None:
     (row,) = WindowRows(Scope()).rows(ref)
     assert row["status"] == "refused" and row["archive"] is None
     assert victim.name in row["error"] and "FIFO" in row["error"]
+
+
+def _ring_with_bad_sidecar(base: Path, kind: str) -> tuple[Path, Path]:
+    """A ring whose second sidecar is a link to a good copy outside the ring, or a FIFO."""
+    model = brightness_classifier(base / "brightness.onnx")
+    ring = base / "device=edge-1" / "ring"
+    scored_ring(ring, model, VALUES)
+    (ring / "catalog.sqlite").unlink()
+    victim = sorted(ring.glob("*.window.json"))[1]
+    if kind == "link":
+        outside = base / "elsewhere.window.json"
+        shutil.move(victim, outside)
+        victim.symlink_to(outside)
+    else:
+        victim.unlink()
+        os.mkfifo(victim)
+    return ring, victim
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("kind", ["link", "fifo"])
+def test_a_linked_or_fifo_sidecar_is_listed_then_refused_unread(tmp_path: Path, kind: str) -> None:
+    """The listing dropped such a sidecar silently: the fleet engine exited 0 without naming it."""
+    ring, victim = _ring_with_bad_sidecar(tmp_path, kind)
+    refs = list_windows(str(ring)).windows
+    assert len(refs) == 3
+    rows = [r for ref in refs for r in WindowRows(Scope()).rows(ref)]
+    assert [r["status"] for r in rows] == ["ok", "refused", "ok"]
+    assert victim.name in rows[1]["error"] and rows[1]["sidecar"] is None
+
+
+@pytest.mark.usefixtures("ray_cluster")
+@pytest.mark.parametrize("engine", ["local", "ray"])
+def test_a_linked_sidecar_is_skipped_named_and_fails_the_replay(
+    tmp_path: Path, engine: str
+) -> None:
+    ring, _ = _ring_with_bad_sidecar(tmp_path, "link")
+    cfg = tmp_path / "factory.yaml"
+    cfg.write_text(f"models:\n  image:\n    path: {tmp_path / 'brightness.onnx'}\n")
+    out = tmp_path / ("r.parquet" if engine == "ray" else "r.jsonl")
+    code, output = _run(
+        ["replay", str(ring), "-c", str(cfg), "--engine", engine, "--out", str(out), "-q"]
+    )
+    assert code == 1, output
+    assert "replayed 2 windows, 4 results" in output and "1 refused" in output
+    named = [line for line in output.splitlines() if line.endswith("; window skipped")]
+    assert len(named) == 1 and "symbolic link" in named[0], output
+    assert '"?"' not in output  # no device without a sidecar in the per-device counts
