@@ -255,6 +255,10 @@ class Agent:
             out["retention"] = ring.degraded
         if self.lifecycle.faults.degraded:
             out["quarantine"] = self.lifecycle.faults.degraded
+        for name, src in self.sources.items():
+            why = getattr(src, "degraded", None)
+            if why:
+                out[f"source {name}"] = why
         return out
 
     def _page(self, healthz: dict[str, Any]) -> str:

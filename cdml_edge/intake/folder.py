@@ -18,6 +18,7 @@ restart arms a new watch (making the folder again) and rescans.
 from __future__ import annotations
 
 import contextlib
+import errno
 import fnmatch
 import logging
 import os
@@ -149,6 +150,10 @@ def _as_str(p: str | bytes) -> str:
     return os.fsdecode(p)
 
 
+INOTIFY_LIMITS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOSPC, errno.ENOMEM})
+"""What ``inotify_init1`` / ``inotify_add_watch`` say when the kernel's limits are reached
+(instances per user, watches per user, open files): the folder is polled instead."""
+
 IDLE_SCAN = 1.0  # s: the longest an inotify-watched source sleeps (the watch's health)
 MIN_SCAN = 0.005  # s: the shortest, so a file due now never spins the thread
 
@@ -184,6 +189,8 @@ class FolderSource:
         self._paused = False
         self._armed = False
         self.rescans = 0
+        self.inotify_fallbacks = 0  # arms that fell back to polling (inotify's limits)
+        self._polled_because: str | None = None
         self._observer: Any = None
         self._inotify: inotify.InotifyWatch | None = None
         self._thread: Worker = spawn(f"src-{spec.name}", self._run)
@@ -265,22 +272,60 @@ class FolderSource:
         spec = self.spec
         return not spec.polling and not spec.recursive and inotify.available()
 
+    @property
+    def degraded(self) -> str | None:
+        """Why the folder is watched less well than configured now, or ``None``."""
+        return self._polled_because
+
     def _arm(self) -> None:
-        """(Re)start the watch on the folder (made if missing), then scan what is there."""
+        """(Re)start the watch on the folder (made if missing), then scan what is there.
+
+        Out of inotify instances or watches (the kernel's per-user limits), the folder is
+        polled instead, :attr:`degraded` says so, and every re-arm tries inotify again.
+        """
         self._disarm()
         self.spec.path.mkdir(parents=True, exist_ok=True)
-        if self.direct:
-            self._inotify = inotify.InotifyWatch(str(self.spec.path))
-        else:
-            if self.spec.polling:
-                observer: Any = PollingObserver(timeout=self.spec.poll_interval)
-            else:
-                observer = Observer()
-            observer.schedule(_Handler(self), str(self.spec.path), recursive=self.spec.recursive)
-            observer.start()
-            self._observer = observer
+        try:
+            self._watch(polling=self.spec.polling)
+            self._polled_because = None
+        except OSError as exc:
+            if self.spec.polling or exc.errno not in INOTIFY_LIMITS:
+                raise
+            self._disarm()
+            self._watch(polling=True)
+            self._poll_instead(exc)
+        self.files.polling = self.spec.polling or self._polled_because is not None
         self._armed = True
         self._initial_scan()  # after the watch is armed: nothing written meanwhile is missed
+
+    def _watch(self, polling: bool) -> None:
+        if not polling and self.direct:
+            self._inotify = inotify.InotifyWatch(str(self.spec.path))
+            return
+        if polling:
+            observer: Any = PollingObserver(timeout=self.spec.poll_interval)
+        else:
+            observer = Observer()
+        self._observer = observer  # before it starts: a failed start is stopped by _disarm
+        observer.schedule(_Handler(self), str(self.spec.path), recursive=self.spec.recursive)
+        observer.start()
+
+    def _poll_instead(self, exc: OSError) -> None:
+        """Say (once per stretch) that the folder is polled because inotify is exhausted."""
+        self.inotify_fallbacks += 1
+        first = self._polled_because is None
+        self._polled_because = (
+            f"polled every {self.spec.poll_interval:g} s: inotify refused a watch "
+            f"({os.strerror(exc.errno or 0)}; raise fs.inotify.max_user_instances / "
+            "max_user_watches)"
+        )
+        log.log(
+            logging.WARNING if first else logging.DEBUG,
+            "%s: %s: %s",
+            self.spec.name,
+            log_name(self.spec.path),
+            self._polled_because,
+        )
 
     def _disarm(self) -> None:
         watch, self._inotify = self._inotify, None
@@ -289,7 +334,8 @@ class FolderSource:
         observer, self._observer = self._observer, None
         if observer is not None:
             observer.stop()
-            observer.join(timeout=2.0)
+            if observer.ident is not None:  # a start that failed left no thread to join
+                observer.join(timeout=2.0)
 
     def _watch_alive(self) -> bool:
         if self._inotify is not None:
