@@ -59,6 +59,11 @@ class RunBar:
         if self._task is not None:
             self._progress.advance(self._task, n)
 
+    def restart(self, description: str, total: int | None) -> None:
+        """Start the bar again at 0 of ``total`` for a new phase, shown as ``description``."""
+        if self._task is not None:
+            self._progress.reset(self._task, total=total, description=description)
+
     def stop(self) -> None:
         """Stop drawing; the bar stays on screen."""
         self._progress.stop()

@@ -29,6 +29,7 @@ from typing import Any
 from cdml_edge.retrain.errors import ExportError
 from cdml_edge.retrain.filters import ItemFilter
 from cdml_edge.retrain.layout import SPLIT_NAMES, member_name, split_of
+from cdml_edge.retrain.outfile import cannot_write
 from cdml_edge.retrain.relabels import Relabels
 from cdml_edge.store.catalog import WindowRecord
 from cdml_edge.store.ondisk import read_regular
@@ -120,8 +121,9 @@ def select_items(
     relabels: Relabels | None,
     split: Sequence[float] | None,
     stats: ExportStats,
+    progress: Progress | None = None,
 ) -> list[Pick]:
-    """Pass 1 (sidecars only): which items go where.
+    """Pass 1 (sidecars only): which items go where; ``progress`` is told of each window.
 
     An item kept in two windows (the same id: a window packed again after a crash) is taken
     from the first, in archive order, and counted once in ``duplicates``.
@@ -129,6 +131,8 @@ def select_items(
     picks: list[Pick] = []
     seen: set[str] = set()
     for rec in records:
+        if progress is not None:
+            progress(1)
         try:
             manifest = read_sidecar(directory / rec.sidecar).manifest
         except RetentionError as exc:
@@ -225,15 +229,16 @@ def export_trainset(
     progress: Progress | None = None,
     on_total: Callable[[int], None] | None = None,
     describe: Mapping[str, Any] | None = None,
+    on_phase: Callable[[str, int], None] | None = None,
 ) -> ExportStats:
     """Build the training archive ``out`` (``.zip`` or ``.tar.zst``, written atomically).
 
     Pass 1 reads the sidecars and picks the items (:func:`select_items`); pass 2 reads
     their bytes, checked against the manifest's SHA-256; then the archive is written with
     ``manifest.json`` (provenance, and ``describe``: how the selection was made).
+    ``on_phase(name, total)`` opens each pass (``selecting``: windows, ``reading``:
+    bytes), ``progress`` then advances it; ``on_total`` is told the bytes of pass 2.
     """
-    from cdml_edge.archive import write_archive
-
     t0 = time.perf_counter()
     d, target = Path(directory), Path(out)
     fmt = output_format(target)
@@ -245,15 +250,15 @@ def export_trainset(
     stats = ExportStats()
     for what, reason in listing.skipped:
         stats.refuse(what, reason)
-    picks = select_items(d, records, filters, relabels, split, stats)
+    if on_phase is not None:
+        on_phase("selecting", len(records))
+    phased = progress if on_phase is not None else None  # windows are not bytes
+    picks = select_items(d, records, filters, relabels, split, stats, phased)
     if relabels is not None:
         stats.relabels_unused = len(relabels) - len(relabels.used)
-    total = sum(p.item.size for p in picks)
-    if total > max_bytes:
-        raise ExportError(
-            f"{target}: the selection holds {total} bytes, over the export bound of {max_bytes};"
-            " narrow it with --since/--until/--filter or raise --max-bytes"
-        )
+    total = within_bound(target, picks, max_bytes)
+    if on_phase is not None:
+        on_phase("reading", total)
     if on_total is not None:
         on_total(total)
     members, kept = read_members(d, records, picks, stats, progress)
@@ -263,12 +268,40 @@ def export_trainset(
     tally(stats, prov)
     manifest = export_manifest(prov, stats, split, describe)
     mtime = max(p.manifest.closed_at for p in kept)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    stats.bytes_out = write_archive(
-        target, members, format=fmt, level=level, manifest=manifest, mtime=mtime
-    )
+    stats.bytes_out = write_export(target, members, fmt, level, manifest, mtime)
     stats.seconds = time.perf_counter() - t0
     return stats
+
+
+def within_bound(target: Path, picks: Sequence[Pick], max_bytes: int) -> int:
+    """The bytes of the items picked; :class:`ExportError` when over ``max_bytes``."""
+    total = sum(p.item.size for p in picks)
+    if total > max_bytes:
+        raise ExportError(
+            f"{target}: the selection holds {total} bytes, over the export bound of {max_bytes};"
+            " narrow it with --since/--until/--filter or raise --max-bytes"
+        )
+    return total
+
+
+def write_export(
+    target: Path,
+    members: Sequence[tuple[str, bytes]],
+    fmt: str,
+    level: int,
+    manifest: Mapping[str, Any],
+    mtime: float,
+) -> int:
+    """Write the training archive atomically; its size. :class:`ExportError` names it."""
+    from cdml_edge.archive import write_archive
+
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        return write_archive(
+            target, members, format=fmt, level=level, manifest=dict(manifest), mtime=mtime
+        )
+    except OSError as exc:  # a full disk, a folder where the archive goes: named
+        raise ExportError(cannot_write(target, exc)) from exc
 
 
 def output_format(target: Path) -> str:
@@ -307,6 +340,8 @@ def read_members(
         except RetentionError as exc:
             stats.refuse(rec.window_id, str(exc))
             stats.corrupt += len(group)
+            if progress is not None:  # its bytes are done with too
+                progress(sum(p.item.size for p in group))
             continue
         datas = read_group(archive, [p.item.member for p in group])
         for p, data in zip(group, datas, strict=True):

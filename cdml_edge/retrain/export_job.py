@@ -18,6 +18,7 @@ from cdml_edge.retrain.errors import ExportError, OptionError
 from cdml_edge.retrain.export import ExportStats, export_trainset, output_format
 from cdml_edge.retrain.filters import FilterError, ItemFilter, parse_filters, parse_when
 from cdml_edge.retrain.layout import parse_split
+from cdml_edge.retrain.outfile import check_out
 from cdml_edge.retrain.progress import NoProgress, RunProgress
 from cdml_edge.retrain.relabels import Relabels, load_relabels
 from cdml_edge.units import counted, parse_size
@@ -118,8 +119,8 @@ def run_export(options: ExportOptions, progress: RunProgress | None = None) -> E
             level=options.level,
             max_bytes=sel.max_bytes,
             progress=bar.advance,
-            on_total=bar.set_total,
             describe=describe,
+            on_phase=lambda phase, total: bar.restart(f"export: {phase}", total),
         )
     finally:
         bar.stop()
@@ -129,10 +130,12 @@ def run_export(options: ExportOptions, progress: RunProgress | None = None) -> E
 def parse_selection(options: ExportOptions) -> Selection:
     """The parsed selection options, in the command's order; :class:`OptionError` if bad.
 
-    The output name is checked first, before any work starts.
+    The output name is checked first (a folder there, or a file above it, is refused),
+    before any work starts.
     """
     try:
         output_format(options.out)
+        check_out(options.out, "OUT")
         filters = parse_filters(options.filters)
         split = parse_split(options.split) if options.split else None
         relabels = load_relabels(options.labels) if options.labels else None

@@ -6,7 +6,7 @@ from typing import Protocol
 
 
 class RunProgress(Protocol):
-    """Progress of one run, in items (replay) or bytes (export)."""
+    """Progress of one run, in items (replay), or windows then bytes (export's two passes)."""
 
     def start(self, total: int | None) -> None:
         """The run begins; ``total`` may be unknown (None) until :meth:`set_total`."""
@@ -16,6 +16,9 @@ class RunProgress(Protocol):
 
     def advance(self, n: int) -> None:
         """``n`` more units are done."""
+
+    def restart(self, description: str, total: int | None) -> None:
+        """A new phase of the run: back to 0 of ``total`` units, shown as ``description``."""
 
     def stop(self) -> None:
         """The run ended (also on failure)."""
@@ -31,6 +34,9 @@ class NoProgress:
         """Do nothing."""
 
     def advance(self, n: int) -> None:
+        """Do nothing."""
+
+    def restart(self, description: str, total: int | None) -> None:
         """Do nothing."""
 
     def stop(self) -> None:

@@ -24,6 +24,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from cdml_edge.fsio import atomic_writer
+from cdml_edge.retrain.errors import ReplayError
+from cdml_edge.retrain.outfile import cannot_write
 from cdml_edge.store.catalog import WindowRecord
 from cdml_edge.store.ondisk import read_regular
 from cdml_edge.store.sidecar import ArchiveRef, RetentionError, list_retained, read_sidecar
@@ -318,23 +320,29 @@ def replay_to_jsonl(
     records: list[WindowRecord] | None = None,
     models: Mapping[str, Sequence[str]] | None = None,
 ) -> ReplayStats:
-    """Replay into a JSON-lines file, written atomically (whole or not at all)."""
+    """Replay into a JSON-lines file, written atomically (whole or not at all).
+
+    :class:`ReplayError` names the file when it cannot be written (a full disk).
+    """
     st = ReplayStats()
     target = Path(out)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    with atomic_writer(target, tmp_suffix=".jsonl") as fh:
-        for win in iter_replay(
-            directory,
-            runners,
-            since=since,
-            until=until,
-            source=source,
-            segment_rows=segment_rows,
-            stats=st,
-            records=records,
-            models=models,
-        ):
-            fh.write("".join(dumps_record(doc) + "\n" for doc in win.records).encode("utf-8"))
-            if on_window is not None:
-                on_window(win)
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        with atomic_writer(target, tmp_suffix=".jsonl") as fh:
+            for win in iter_replay(
+                directory,
+                runners,
+                since=since,
+                until=until,
+                source=source,
+                segment_rows=segment_rows,
+                stats=st,
+                records=records,
+                models=models,
+            ):
+                fh.write("".join(dumps_record(doc) + "\n" for doc in win.records).encode("utf-8"))
+                if on_window is not None:
+                    on_window(win)
+    except OSError as exc:  # a full disk, a folder where the file goes: named
+        raise ReplayError(cannot_write(target, exc)) from exc
     return st

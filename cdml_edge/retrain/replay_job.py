@@ -19,6 +19,7 @@ from cdml_edge.decode.limits import DecodeLimits, set_limits
 from cdml_edge.retrain.compare import Comparison, comparison_path
 from cdml_edge.retrain.errors import OptionError, ReplayError
 from cdml_edge.retrain.filters import parse_when
+from cdml_edge.retrain.outfile import cannot_write, check_out
 from cdml_edge.retrain.progress import NoProgress, RunProgress
 from cdml_edge.retrain.replay import ReplayedWindow, ReplayStats, iter_replay, replay_to_jsonl
 from cdml_edge.store.catalog import WindowRecord
@@ -163,16 +164,25 @@ def run_replay(options: ReplayOptions, progress: RunProgress | None = None) -> R
         st.skip(what, reason)
     given = {str(p) for p in options.models}
     unmatched = [
-        f"{r.path} ({modality})"
-        for modality, r in sorted(plan.runners.items())
-        if str(r.path) in given and not st.by_modality.get(modality)
+        f"{r.path} ({r.modality})"
+        for _name, r in sorted(plan.runners.items())
+        if str(r.path) in given and not st.by_modality.get(r.modality)
     ]
-    picture = compare.write(comparison_path(plan.out)) if plan.out is not None else None
+    picture = _picture(compare, plan.out) if plan.out is not None else None
     if output is None:
         return ReplaySummary(st, plan.out, unmatched, comparison=picture)
     left = output.stats().get("spool_records", 0)
     spool = plan.cfg.spool.dir / "replay" if left else None
     return ReplaySummary(st, plan.out, unmatched, left, spool, picture)
+
+
+def _picture(compare: Comparison, out: Path) -> Path | None:
+    """The before/after picture beside ``out``; :class:`ReplayError` names it if unwritable."""
+    path = comparison_path(out)
+    try:
+        return compare.write(path)
+    except OSError as exc:  # a full disk: the results file is written, the picture is not
+        raise ReplayError(f"{cannot_write(path, exc)} (the results are in {out})") from exc
 
 
 def _plan(options: ReplayOptions) -> _ReplayPlan:
@@ -203,6 +213,8 @@ def _plan(options: ReplayOptions) -> _ReplayPlan:
     out = options.out
     if out is None and not options.publish:
         out = Path(DEFAULT_REPLAY_OUT)
+    if out is not None:
+        check_out(out, "--out")
     return _ReplayPlan(cfg, Path(ring), listing.records, runners, out, listing.skipped)
 
 
@@ -211,23 +223,46 @@ def load_replay_runners(
 ) -> dict[str, ModelRunner]:
     """The configured models (with their overrides and inference settings), and ``models``.
 
-    Each ``--model`` file replaces the configured one of its modality (see
-    :func:`_load_extra`).
+    Each ``--model`` file replaces the configured model of its modality, under that
+    model's name (see :func:`replaced_name`), so the sources it scores use the new file.
     """
-    from cdml_edge.model.runner import load_runners
+    from cdml_edge.model.runner import ModelRunner, load_runners
     from cdml_edge.window.examples import fit_examples
 
     spec = configured_models(cfg)
-    extra = [_load_extra(cfg, p) for p in models]
-    for r in extra:
-        spec.pop(r.spec.modality, None)
+    extra: dict[str, ModelRunner] = {}
+    for p in models:
+        probe = ModelRunner.load(p)
+        name = replaced_name(cfg, probe.spec.modality, p)
+        extra[name] = _load_extra(cfg, name, p, probe)
+        spec.pop(name, None)
     runners = load_runners(spec, warm_up=warm_up)
-    for r in extra:
+    for name, r in extra.items():
         if warm_up:
             r.warm_up()
-        runners[r.spec.modality] = r
+        runners[name] = r
     fit_examples(runners)
     return runners
+
+
+def replaced_name(cfg: AppConfig, modality: str, path: str | Path) -> str:
+    """The name of the configured model a ``--model`` file of ``modality`` replaces.
+
+    The model named by the modality itself (``models.image``), else the one configured model
+    of that modality (``models.defects`` with ``modality: image``), else the modality (a
+    model added). :class:`OptionError` when several models of that modality, none named by
+    it, could be meant.
+    """
+    if modality in cfg.models:
+        return modality
+    same = [k for k, mc in cfg.models.items() if mc.modality == modality]
+    if len(same) > 1:
+        raise OptionError(
+            f"--model {path} ({modality}): the configuration has {len(same)} {modality} models "
+            f"({', '.join(same)}); point the one to replace at the new file in a copy of the "
+            "configuration instead"
+        )
+    return same[0] if same else modality
 
 
 def configured_models(cfg: AppConfig) -> dict[str, tuple[str | Path, ModelOverrides]]:
@@ -237,15 +272,14 @@ def configured_models(cfg: AppConfig) -> dict[str, tuple[str | Path, ModelOverri
     return {key: (mc.path, ModelOverrides.from_config(mc, key)) for key, mc in cfg.models.items()}
 
 
-def _load_extra(cfg: AppConfig, path: str | Path) -> ModelRunner:
-    """A ``--model`` file: its own metadata (no overrides).
+def _load_extra(cfg: AppConfig, name: str, path: str | Path, runner: ModelRunner) -> ModelRunner:
+    """A ``--model`` file (``runner``, loaded once): its own metadata (no overrides).
 
-    It runs with the inference settings configured for its modality.
+    It runs with the inference settings configured for the model ``name`` it replaces.
     """
     from cdml_edge.model.runner import ModelOverrides, ModelRunner
 
-    runner = ModelRunner.load(path)
-    mc = cfg.models.get(runner.spec.modality)
+    mc = cfg.models.get(name)
     settings = ModelOverrides.from_config(mc).settings if mc is not None else runner.settings
     return (
         runner
@@ -274,6 +308,7 @@ __all__ = [
     "ReplaySummary",
     "configured_models",
     "load_replay_runners",
+    "replaced_name",
     "run_replay",
     "segment_rows_of",
     "source_models",

@@ -32,7 +32,7 @@ def untrusted_entries(directory: str | Path) -> list[str]:
             mode = os.lstat(d / name).st_mode
         except OSError:  # gone meanwhile (a live agent evicted it)
             continue
-        if not stat.S_ISREG(mode):
+        if not stat.S_ISREG(mode) and not stat.S_ISDIR(mode):  # a folder: foreign
             out.append(f"{ascii(name)}: {kind_of(mode)}, never opened")
     try:
         mode = os.lstat(d / CORRUPT_DIR).st_mode

@@ -273,6 +273,32 @@ class Catalog:
             rows = self._conn.execute(sql, args).fetchall()
         return [WindowRecord(*row) for row in rows]
 
+    def file_names(self) -> list[tuple[str, str]]:
+        """``(sidecar, archive file)`` of every row: which sidecars the catalog knows."""
+        with self._lock:
+            rows = self._conn.execute("SELECT sidecar, file FROM windows").fetchall()
+        return [(str(sc), str(f)) for sc, f in rows]
+
+    def oldest(self, batch: int = 64) -> Iterator[WindowRecord]:
+        """Every window in archive order, read ``batch`` rows at a time.
+
+        What eviction walks: only the oldest rows are read, not the whole catalog, and rows
+        removed meanwhile do not disturb it (each batch starts after the last row given).
+        """
+        sql = f"SELECT {_COLUMNS} FROM windows"
+        after: tuple[object, ...] = ()
+        while True:
+            where = " WHERE (closed_at, window_id) > (?, ?)" if after else ""
+            with self._lock:
+                rows = self._conn.execute(
+                    f"{sql}{where} ORDER BY closed_at, window_id LIMIT ?", (*after, batch)
+                ).fetchall()
+            records = [WindowRecord(*row) for row in rows]
+            yield from records
+            if len(records) < batch:
+                return
+            after = (records[-1].closed_at, records[-1].window_id)
+
     def __iter__(self) -> Iterator[WindowRecord]:
         return iter(self.windows())
 

@@ -81,8 +81,11 @@ def read_regular(path: str | Path, limit: int) -> bytes:
             raise RetentionError(path, f"{kind_of(st.st_mode)}, not a regular file: never read")
         if st.st_size > limit:
             raise RetentionError(path, f"{st.st_size} bytes, over the bound of {limit}")
+        want = min(st.st_size, limit) + 1  # a buffer of the file's size, not of the bound
         with os.fdopen(fd, "rb", closefd=False) as fh:
-            data = fh.read(limit + 1)
+            data = fh.read(want)
+            if len(data) == want <= limit:  # grew since its fstat: read on, to the bound
+                data += fh.read(limit + 1 - want)
     except OSError as exc:
         raise RetentionError(path, f"cannot read: {exc.strerror or exc}") from exc
     finally:

@@ -9,7 +9,8 @@ ring with the incoming window fits ``max_bytes`` and nothing is older than ``max
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
+import heapq
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Literal
 
@@ -40,30 +41,31 @@ def keeps(keep: KeepPolicy, sample_percent: float, manifest: WindowManifest) -> 
     return sample_hit(manifest.window_id, sample_percent)
 
 
-def eviction_order(
-    records: Sequence[WindowRecord],
+def evictions(
+    oldest: Iterable[WindowRecord],
     quarantined: Sequence[tuple[float, Path, int]],
     *,
+    total: int,
     incoming: int,
     max_bytes: int,
     cutoff: float | None,
-) -> list[WindowRecord | Path]:
+) -> Iterator[WindowRecord | Path]:
     """The windows and quarantined files (``(mtime, path, size)``) to evict, oldest first.
 
-    Eviction stops at the first entry that is not older than ``cutoff`` once the rest plus
-    ``incoming`` bytes fit in ``max_bytes``.
+    ``oldest``: the windows by close time, read only as far as they are evicted (and one
+    more), so a large ring is not read whole for each window stored; ``total``: the bytes of
+    every window and quarantined file. A window comes before a quarantined file of the same
+    time. Eviction stops at the first entry that is not older than ``cutoff`` once the rest
+    plus ``incoming`` bytes fit in ``max_bytes``.
     """
-    total = sum(r.bytes for r in records) + sum(q[2] for q in quarantined)
-    order: list[tuple[float, WindowRecord | Path, int]] = [
-        (r.closed_at, r, r.bytes) for r in records
-    ]
-    order += [(mtime, path, size) for mtime, path, size in quarantined]
-    order.sort(key=lambda e: e[0])
-    out: list[WindowRecord | Path] = []
-    for t, what, size in order:  # oldest first
+    windows = ((r.closed_at, r, r.bytes) for r in oldest)
+    files = sorted(((t, p, n) for t, p, n in quarantined), key=lambda e: e[0])
+    entries: Iterator[tuple[float, WindowRecord | Path, int]] = heapq.merge(
+        windows, files, key=lambda e: e[0]
+    )
+    for t, what, size in entries:  # oldest first
         expired = cutoff is not None and t < cutoff
         if not expired and total + incoming <= max_bytes:
-            break
-        out.append(what)
+            return
+        yield what
         total -= size
-    return out

@@ -25,7 +25,7 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
@@ -50,7 +50,7 @@ from cdml_edge.store.catalog import (
 )
 from cdml_edge.store.files import commit, is_tmp_name, tmp_path, write_file
 from cdml_edge.store.ondisk import regular_size
-from cdml_edge.store.policy import KeepPolicy, eviction_order, keeps
+from cdml_edge.store.policy import KeepPolicy, evictions, keeps
 from cdml_edge.store.repair import corrupt_files, remove_corrupt, salvage_sidecar
 from cdml_edge.store.sidecar import (
     ARCHIVE_SUFFIXES,
@@ -61,6 +61,7 @@ from cdml_edge.store.sidecar import (
     archive_names,
     foreign_names,
     read_sidecar,
+    ring_folders,
     ring_name,
     safe_record,
     window_record,
@@ -114,6 +115,12 @@ class StoreResult:
         return self.status in (StoreStatus.DISK_FULL, StoreStatus.FAILED)
 
 
+def catalog_fault(exc: sqlite3.Error) -> OSError:
+    """A catalog error as the disk error it stands for: ENOSPC when SQLite found it full."""
+    full = getattr(exc, "sqlite_errorcode", None) == sqlite3.SQLITE_FULL
+    return OSError(errno.ENOSPC if full else errno.EIO, f"catalog: {exc}")
+
+
 class RetentionRing:
     """Bounded ring of retained windows in ``directory`` (created if needed).
 
@@ -159,9 +166,11 @@ class RetentionRing:
         self._fault_status = StoreStatus.DISK_FULL  # what a paced (untried) store reports
         self.foreign: list[str] = []  # entries the ring did not write (left alone)
         self.ignored_rows = 0  # catalog rows pointing outside the ring (never acted on)
+        self._ignored_bytes = 0  # what those rows claim (not counted against max_bytes)
         self._refused_corrupt: str | None = None  # why corrupt/ is not used (logged once)
         self._too_large_said_at: float | None = None  # the last "too large" line (clock)
         self._too_large_unsaid = 0  # windows too large since that line
+        self._evicted_now = 0  # windows the eviction under way has removed
         self.counters: dict[str, int] = {
             "stored": 0,
             "skipped": 0,
@@ -255,7 +264,10 @@ class RetentionRing:
             return StoreResult(StoreStatus.TOO_LARGE, error=error)
         if not self.faults.may_try("store"):  # degraded: the next attempt is not due yet
             return StoreResult(self._fault_status, error=self.faults.degraded)
-        evicted = self._evict_locked(need)
+        try:
+            evicted = self._evict_locked(need)
+        except sqlite3.Error as exc:  # a full disk: SQLite's journal needs room to delete
+            return self._fault(manifest.window_id, catalog_fault(exc), self._evicted_now)
         try:
             self._write_pair(archive_name, archive, sidecar_name, sidecar)
         except OSError as exc:
@@ -266,9 +278,7 @@ class RetentionRing:
         except sqlite3.Error as exc:  # not catalogued = not kept: undo the files
             (self.dir / sidecar_name).unlink(missing_ok=True)
             (self.dir / archive_name).unlink(missing_ok=True)
-            full = getattr(exc, "sqlite_errorcode", None) == sqlite3.SQLITE_FULL
-            err = OSError(errno.ENOSPC if full else errno.EIO, f"catalog: {exc}")
-            return self._fault(manifest.window_id, err, evicted)
+            return self._fault(manifest.window_id, catalog_fault(exc), evicted)
         event = self.faults.ok("store")
         return StoreResult(
             StoreStatus.STORED,
@@ -348,29 +358,36 @@ class RetentionRing:
 
     def _evict_locked(self, incoming: int) -> int:
         cutoff = self.clock() - self.max_age if self.max_age is not None else None
-        victims = eviction_order(
-            self._safe_windows(),
-            self._corrupt_files(),
+        quarantined = self._corrupt_files()
+        total = self.catalog.total_bytes() - self._ignored_bytes + sum(q[2] for q in quarantined)
+        oldest = (r for r in self.catalog.oldest() if safe_record(r))  # read as evicted
+        victims = evictions(
+            oldest,
+            quarantined,
+            total=total,
             incoming=incoming,
             max_bytes=max(self.max_bytes - self._catalog_bytes(), 0),
             cutoff=cutoff,
         )
-        n = 0
+        self._evicted_now = 0  # so far, also when a catalog error stops the loop
         for what in victims:
             if isinstance(what, Path):
                 remove_corrupt(self.dir, what.name)
                 self.counters["corrupt_evicted"] += 1
             else:
                 self._delete(what)
-                n += 1
-        return n
+                self._evicted_now += 1
+        return self._evicted_now
 
     def _delete(self, r: WindowRecord) -> None:
         if not safe_record(r):  # never a file a row pointing outside names (nor its partner)
             return
-        (self.dir / r.sidecar).unlink(missing_ok=True)  # un-commit first
-        (self.dir / r.file).unlink(missing_ok=True)
+        # the row first: when the catalog cannot change (a full disk) nothing is deleted and
+        # it still tells the truth; files left by a crash after it are catalogued again
         self.catalog.remove(r.window_id)
+        for name in (r.sidecar, r.file):  # un-commit first; a folder there is not the ring's
+            with contextlib.suppress(FileNotFoundError, IsADirectoryError):
+                os.unlink(self.dir / name)
 
     def _safe_windows(self) -> list[WindowRecord]:
         """The catalog's rows whose files are in the ring; the others are reported, not used.
@@ -381,6 +398,7 @@ class RetentionRing:
         rows = self.catalog.windows()
         safe = [r for r in rows if safe_record(r)]
         ignored = len(rows) - len(safe)
+        self._ignored_bytes = sum(r.bytes for r in rows if not safe_record(r))
         if ignored and ignored != self.ignored_rows:
             bad = [ascii(r.window_id) for r in rows if not safe_record(r)][:5]
             log.warning(
@@ -473,7 +491,7 @@ class RetentionRing:
             return self._reconcile_locked(full)
 
     def _reconcile_locked(self, full: bool) -> int:
-        names = set(os.listdir(self.dir))
+        names = set(os.listdir(self.dir)) - ring_folders(self.dir)  # folders: not the ring's
         for name in names:
             if is_tmp_name(name):
                 (self.dir / name).unlink(missing_ok=True)
@@ -483,11 +501,33 @@ class RetentionRing:
         for sidecar, r in known.items():
             if sidecar not in sidecars or r.file not in names:
                 self._delete(r)
-        entries: list[tuple[WindowRecord, WindowManifest]] = []
         referenced = {r.file for r in known.values()}
-        for sidecar in sorted(sidecars):
-            if sidecar in known:
-                continue
+        unknown = sorted(sidecars - known.keys())
+        entries = self._read_windows(unknown, names, referenced)  # one window at a time
+        if full:
+            self.ignored_rows, self._ignored_bytes = 0, 0  # a catalog of the sidecars alone
+            added = self.catalog.replace_all(entries)
+        else:
+            added = 0
+            for record, manifest in entries:
+                self.catalog.add(record, manifest)
+                added += 1
+        for name, (_stem, sfx) in own.items():  # our archives whose sidecar never landed
+            if sfx != SIDECAR_SUFFIX and name not in referenced:
+                log.warning("retention: removing uncommitted archive %s", name)
+                (self.dir / name).unlink(missing_ok=True)
+        self._note_foreign()
+        return added
+
+    def _read_windows(
+        self, sidecars: list[str], names: set[str], referenced: set[str]
+    ) -> Iterator[tuple[WindowRecord, WindowManifest]]:
+        """The catalog entries of ``sidecars``, read one by one (damaged ones salvaged).
+
+        A generator, so a rebuild holds one window's manifest at a time, not the ring's;
+        the archive names each sidecar may name are added to ``referenced`` as it goes.
+        """
+        for sidecar in sidecars:
             path = self.dir / sidecar
             stem = sidecar[: -len(SIDECAR_SUFFIX)]
             referenced.update(archive_names(stem))
@@ -505,18 +545,7 @@ class RetentionRing:
             except RetentionError as exc:
                 log.warning("retention: %s", exc)
                 continue
-            entries.append((window_record(rw.manifest, rw.archive, sidecar, nbytes), rw.manifest))
-        for name, (_stem, sfx) in own.items():  # our archives whose sidecar never landed
-            if sfx != SIDECAR_SUFFIX and name not in referenced:
-                log.warning("retention: removing uncommitted archive %s", name)
-                (self.dir / name).unlink(missing_ok=True)
-        self._note_foreign()
-        if full:
-            self.catalog.replace_all(entries)
-        else:
-            for record, manifest in entries:
-                self.catalog.add(record, manifest)
-        return len(entries)
+            yield window_record(rw.manifest, rw.archive, sidecar, nbytes), rw.manifest
 
     def _note_foreign(self) -> None:
         """Entries the ring did not write: left alone, listed in :attr:`foreign`, one log line.

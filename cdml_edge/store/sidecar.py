@@ -128,14 +128,40 @@ def foreign_names(directory: str | Path) -> list[str]:
     """The entries of a retention folder that the ring did not write (sorted).
 
     That is anything but its window files, their temporary names, the catalog and
-    ``corrupt/``. The ring never reads, moves or deletes them.
+    ``corrupt/``; a folder under a window file's name (an archive unzipped beside itself)
+    is not the ring's either. The ring never reads, moves or deletes them.
     """
     out = []
-    for name in os.listdir(directory):
-        bare = name[len(TMP_PREFIX) :] if name.startswith(TMP_PREFIX) else name
-        if ring_name(bare) is None and name not in _CATALOG_FILES and name != CORRUPT_DIR:
-            out.append(name)
+    with os.scandir(directory) as entries:
+        for e in entries:
+            name = e.name
+            bare = name[len(TMP_PREFIX) :] if name.startswith(TMP_PREFIX) else name
+            if name in _CATALOG_FILES or name == CORRUPT_DIR:
+                continue
+            if ring_name(bare) is None or _real_folder(e):
+                out.append(name)
     return sorted(out)
+
+
+def ring_folders(directory: str | Path) -> set[str]:
+    """The real folders (never links) of ``directory`` named as the ring's files are.
+
+    Not the ring's: never read, moved or deleted (see :func:`foreign_names`).
+    """
+    with os.scandir(directory) as entries:
+        return {
+            e.name
+            for e in entries
+            if _real_folder(e)
+            and ring_name(e.name[len(TMP_PREFIX) :] if e.name.startswith(TMP_PREFIX) else e.name)
+        }
+
+
+def _real_folder(entry: os.DirEntry[str]) -> bool:
+    try:
+        return entry.is_dir(follow_symlinks=False)
+    except OSError:  # gone meanwhile
+        return False
 
 
 def archive_names(stem: str) -> set[str]:
@@ -169,12 +195,17 @@ def parse_sidecar(data: bytes, where: str) -> RetainedWindow:
 
 def safe_record(r: WindowRecord) -> bool:
     """A catalog row whose file names stay inside the ring and belong together."""
-    stem = r.sidecar[: -len(SIDECAR_SUFFIX)]
+    return safe_names(r.sidecar, r.file)
+
+
+def safe_names(sidecar: str, file: str) -> bool:
+    """Whether a row's ``sidecar`` and archive ``file`` stay inside the ring and pair up."""
+    stem = sidecar[: -len(SIDECAR_SUFFIX)]
     return (
-        r.sidecar.endswith(SIDECAR_SUFFIX)
-        and os.path.basename(r.sidecar) == r.sidecar
-        and is_plain_archive_name(r.file)
-        and r.file in archive_names(stem)
+        sidecar.endswith(SIDECAR_SUFFIX)
+        and os.path.basename(sidecar) == sidecar
+        and is_plain_archive_name(file)
+        and file in archive_names(stem)
     )
 
 
@@ -217,14 +248,19 @@ def scan_retained(
 ) -> RetainedListing:
     """Retained windows in archive order, without writing anything (safe beside a live agent).
 
-    Reads the catalog read-only (its rows pointing outside the ring skipped); if it is
-    missing, unreadable or not a regular file, reads the sidecars instead (links, special
-    files and sidecars pointing outside skipped). Files being written (temporary names) and
-    uncommitted archives are ignored; what else is skipped is in ``skipped``.
+    Reads the catalog read-only (its rows pointing outside the ring skipped), then the
+    sidecars it does not list: the files are the truth, and a catalog copied with the ring
+    may be older than its files (or a crash came between a window's commit and its row).
+    If the catalog is missing, unreadable or not a regular file, every sidecar is read
+    (links, special files and sidecars pointing outside skipped). Files being written
+    (temporary names) and uncommitted archives are ignored; what else is skipped is in
+    ``skipped``.
     """
     d = Path(directory)
     if not d.is_dir():
         raise RetentionError(d, "no such retention folder")
+    out = RetainedListing()
+    known: set[str] = set()
     special = special_catalog_files(d)
     try:
         if special:
@@ -233,22 +269,28 @@ def scan_retained(
         catalog = Catalog.read_only(d / CATALOG_NAME)
         try:
             rows = catalog.windows(since, until, source)
+            named = catalog.file_names()
         finally:
             catalog.close()
-        return _from_rows(rows)
+        known = {sc for sc, f in named if safe_names(sc, f)}  # the others are read from disk
+        out = _from_rows(rows)
     except (sqlite3.Error, FileNotFoundError, ValueError) as exc:
         log.info("retention: catalog of %s not usable (%s); reading the sidecars", d, exc)
-    out = RetainedListing()
-    block = block_size(d)
+    block: int | None = None
+    folders = ring_folders(d)  # not the ring's (see foreign_names)
     for name in sorted(os.listdir(d)):
         parsed = ring_name(name)
-        if parsed is None or parsed[1] != SIDECAR_SUFFIX:
+        if parsed is None or parsed[1] != SIDECAR_SUFFIX or name in known or name in folders:
             continue
+        block = block if block is not None else block_size(d)
         try:
             rw = read_sidecar(d / name)
             size = sum(on_disk(regular_size(p), block) for p in (d / rw.archive.file, d / name))
         except RetentionError as exc:
-            out.skipped.append((name, exc.reason))
+            if isinstance(exc.__cause__, FileNotFoundError) and not (d / name).exists():
+                continue  # evicted by a live agent since the folder was listed
+            at = os.path.basename(exc.file)  # the sidecar's archive, when that is at fault
+            out.skipped.append((name, exc.reason if at == name else f"{at}: {exc.reason}"))
             continue
         m = rw.manifest
         if _selected(m, since, until, source):
@@ -301,11 +343,13 @@ __all__ = [
     "CORRUPT_DIR",
     "archive_names",
     "foreign_names",
+    "ring_folders",
     "is_plain_archive_name",
     "list_retained",
     "parse_sidecar",
     "read_sidecar",
     "ring_name",
+    "safe_names",
     "safe_record",
     "scan_retained",
     "window_record",
