@@ -99,6 +99,7 @@ class Agent:
         self.watchdog = ProgressWatchdog(
             self.notifier, cfg.health.stall_after, dead=self.supervisor.dead
         )
+        self.metrics.attach_watchdog(self.watchdog)  # the summary line's stall, port or not
         self.sequencer = Sequencer()
         self.health = HealthReporter(
             self.metrics, self.sequencer, self.started_at, degraded=self.degraded

@@ -12,7 +12,9 @@ copy, no decode); a thumbnail is made only when the page asks for it, then cache
 image let go. So the live path pays nothing for thumbnails nobody looks at.
 
 Bounds: ``MAX_RESULTS`` results and ``MAX_SCORES`` scores per source, ``MAX_ERRORS`` error
-events, ``MAX_SOURCES`` sources (a message of one more source is counted in ``ignored``);
+events, ``MAX_SOURCES`` sources (a message of one more source is counted in ``ignored``, as is
+a message that is not a JSON object); every value kept is checked and every text bounded
+(:mod:`~cdml_edge.health.fields`), so a payload of the wrong shape never stops a view;
 per source ``MAX_THUMBS`` images or thumbnails, the images at most ``MAX_IMAGE_BYTES`` in
 all and each thumbnail at most ``MAX_THUMB_BYTES`` (older ones go first).
 """
@@ -26,6 +28,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from cdml_edge.health import fields
 from cdml_edge.health.thumbs import thumbnail
 
 if TYPE_CHECKING:
@@ -104,30 +107,37 @@ class ActivityBoard:
             src = self.sources[name] = SourceActivity(name)
         return src
 
-    def observe(self, kind: str, source: str | None, payload: dict[str, Any]) -> None:
-        """One message: its topic kind, its source (``None`` for device topics), payload."""
+    def observe(self, kind: str, source: str | None, payload: Any) -> None:
+        """One message: its topic kind, its source (``None`` for device topics), payload.
+
+        A payload that is not a JSON object (``None`` for one that could not be read) is
+        counted in ``ignored``; so is one of a source past ``MAX_SOURCES``.
+        """
         now = self.clock()
         with self._lock:
             self.messages += 1
             self.last_message = now
-            if kind == "health":
-                self.health = payload
+            if not isinstance(payload, dict):
+                self.ignored += 1
+            elif kind == "health":
+                self.health = fields.health(payload)
             elif kind == "status":
-                self.status = payload
-            elif source is None or (src := self._source(source)) is None:
+                self.status = {**payload, "state": fields.text(payload.get("state"))}
+            elif source is None or (src := self._source(fields.text(source) or "?")) is None:
                 self.ignored += 1
             else:
                 self._on_source(src, kind, payload, now)
 
     def _on_source(self, src: SourceActivity, kind: str, p: dict[str, Any], now: float) -> None:
         if kind == "result":
+            result = _result(p)
             src.items += 1
-            src.anomalies += bool(p.get("anomaly"))
-            src.results.append({k: p.get(k) for k in RESULT_FIELDS})
-            score = p.get("anomaly_score")
+            src.anomalies += result["anomaly"] is True
+            src.results.append(result)
+            score = result["anomaly_score"]
             if score is None:  # a classifier: its confidence
-                score = p.get("score")
-            if isinstance(score, int | float):
+                score = result["score"]
+            if score is not None:
                 src.scores.append(float(score))
             if src.arrivals and src.arrivals[-1][0] == now:
                 src.arrivals[-1] = (now, src.arrivals[-1][1] + 1)
@@ -135,20 +145,26 @@ class ActivityBoard:
                 src.arrivals.append((now, 1))
         elif kind == "window":
             src.windows += 1
-            src.window_ms = (p.get("timings") or {}).get("total_ms")
+            timings = p.get("timings")
+            src.window_ms = (
+                fields.number(timings.get("total_ms")) if isinstance(timings, dict) else None
+            )
             for item in _embedded_results(p):  # mqtt.results: window
                 self._on_source(src, "result", item, now)
         elif kind == "error":
             src.errors += 1
-            self.errors.append(
-                {k: p.get(k) for k in ("source", "item", "error_type", "message", "ts")}
-            )
+            event = {k: fields.text(p.get(k)) for k in ("source", "item", "error_type", "message")}
+            self.errors.append({**event, "ts": fields.timestamp(p.get("ts"))})
         elif kind == "camera":
-            src.camera = p.get("state")
+            src.camera = fields.text(p.get("state"))
 
     def keep_images(self, window: Window, count: int = MAX_RESULTS) -> None:
         """Hold the last ``count`` image items of ``window`` for thumbnails (see module)."""
-        images = [(it.name, it.data) for it in window.items[-count:] if it.modality == "image"]
+        images = [  # named as the results name them (a name's control characters escaped)
+            (fields.text(it.name) or it.name, it.data)
+            for it in window.items[-count:]
+            if it.modality == "image"
+        ]
         if not images:
             return
         with self._lock:
@@ -226,6 +242,21 @@ class ActivityBoard:
                 "sources": sources,
                 "errors": list(self.errors),
             }
+
+
+def _result(p: dict[str, Any]) -> dict[str, Any]:
+    """The ``RESULT_FIELDS`` of a result payload, each checked (a wrong one is ``None``)."""
+    return {
+        "item": fields.text(p.get("item")),
+        "label": fields.text(p.get("label")),
+        "score": fields.number(p.get("score")),
+        "anomaly": fields.flag(p.get("anomaly")),
+        "anomaly_score": fields.number(p.get("anomaly_score")),
+        "latency_ms": fields.number(p.get("latency_ms")),
+        "ts": fields.timestamp(p.get("ts")),
+        "model": fields.text(p.get("model")),
+        "modality": fields.text(p.get("modality")),
+    }
 
 
 def _trim(src: SourceActivity) -> None:

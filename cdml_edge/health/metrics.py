@@ -2,6 +2,10 @@
 
 Everything lives on a private ``CollectorRegistry`` (no global state: two agents, or many tests,
 in one process never collide). Names are prefixed ``cdml_edge_``.
+
+The ``dropped`` reasons the agent knows are exported at 0 from the start: a series that first
+appears with its first drop already counted would hide that drop from ``increase()``, and so
+from the alert on it.
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ from prometheus_client import (
     Info,
     generate_latest,
 )
-from prometheus_client.core import CounterMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from cdml_edge.health.server import (
@@ -29,11 +33,15 @@ from cdml_edge.health.server import (
     MetricsServer,
     Page,
 )
-from cdml_edge.health.watchdog import ProgressWatchdog
+from cdml_edge.health.watchdog import HealthState, ProgressWatchdog
 
 PREFIX = "cdml_edge"
 INFERENCE_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 WINDOW_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0)
+DROP_REASONS = ("spool", "camera_budget_full")
+"""``cdml_edge_dropped_total`` reasons, exported at 0 before the first drop."""
+DEGRADED_PARTS = ("spool", "retention", "quarantine", "mqtt")
+"""Parts that can be degraded (``/healthz``'s ``degraded``), exported at 0 while they are not."""
 
 
 class _CachedLabels:
@@ -104,6 +112,28 @@ class _Acknowledged(Collector):
         )
 
 
+class _Degraded(Collector):
+    """``cdml_edge_degraded{part}``: 1 while a part works but not fully (read at scrape time).
+
+    The parts of ``DEGRADED_PARTS`` are always there (0 while fine), any other part only
+    while it is degraded; the same map as ``/healthz``'s ``degraded``.
+    """
+
+    def __init__(self) -> None:
+        self.parts: Callable[[], Mapping[str, str]] = dict
+
+    def collect(self) -> Iterator[Metric]:
+        now = self.parts()
+        family = GaugeMetricFamily(
+            f"{PREFIX}_degraded",
+            "1 while a part works but not fully (a full or failing disk, a refusing broker)",
+            labels=["part"],
+        )
+        for part in sorted(set(DEGRADED_PARTS) | set(now)):
+            family.add_metric([part], 1.0 if part in now else 0.0)
+        yield family
+
+
 class Metrics:
     """The agent's counters, gauges and histograms.
 
@@ -146,6 +176,8 @@ class Metrics:
         self._add_queue_gauges()
         self._acks = _Acknowledged()
         self.registry.register(self._acks)
+        self._degraded = _Degraded()
+        self.registry.register(self._degraded)
         self.watchdog_stalled = self._gauge(
             "watchdog_stalled", "1 while pending work makes no progress"
         )
@@ -154,6 +186,7 @@ class Metrics:
             "Seconds since a window last completed (-1 before the first)",
         )
         self.last_progress_age.set(-1)
+        self._watchdog: ProgressWatchdog | None = None
         self.health_checks: dict[str, Callable[[], tuple[str | None, Any]]] = {}
         """Extra ``/healthz`` checks by name: each returns (problem or None, detail)."""
         if dead is not None:
@@ -174,6 +207,8 @@ class Metrics:
         self.anomalies = self._counter("anomalies", "Results flagged anomalous", "source")
         self.errors = self._counter("errors", "Errors by pipeline stage", "stage")
         self.dropped = self._counter("dropped", "Items or messages lost, by reason", "reason")
+        for reason in DROP_REASONS:  # at 0 from the start: the first drop is an increase
+            self.dropped.labels(reason=reason)
         self.bytes_written = self._counter(
             "disk_bytes_written",
             "Bytes written to local disk (retention ring, spool, quarantine)",
@@ -242,6 +277,10 @@ class Metrics:
             gauge.set_function(functools.partial(_stat, stats, key))
         self._acks.stats = stats
 
+    def attach_degraded(self, degraded: Degraded) -> None:
+        """Export ``degraded`` (part -> why, read at scrape time) as ``cdml_edge_degraded``."""
+        self._degraded.parts = degraded
+
     def attach_watchdog(self, watchdog: ProgressWatchdog) -> None:
         """Export the watchdog's view as ``watchdog_stalled`` / ``last_progress_age_seconds``."""
 
@@ -251,6 +290,11 @@ class Metrics:
 
         self.watchdog_stalled.set_function(lambda: float(watchdog.state().stalled))
         self.last_progress_age.set_function(_age)
+        self._watchdog = watchdog
+
+    def watchdog_state(self) -> HealthState | None:
+        """The attached watchdog's view now (``None`` without one)."""
+        return None if self._watchdog is None else self._watchdog.state()
 
     def attach_supervisor(self, dead: Callable[[], Sequence[str]]) -> None:
         """Export how many supervised threads are dead now (and name them in ``totals``)."""
@@ -318,10 +362,12 @@ class Metrics:
         ``host`` may be an IPv4 or IPv6 address or a name (``::`` listens on both families).
         With a watchdog, ``/healthz`` answers 503 while it reports a stall, and the watchdog's
         state is exported as metrics too; ``degraded`` names parts that work but not fully
-        (503 ``degraded`` while it returns any).
+        (503 ``degraded`` while it returns any; ``cdml_edge_degraded{part}`` 1 meanwhile).
         """
         if watchdog is not None:
             self.attach_watchdog(watchdog)
+        if degraded is not None:
+            self.attach_degraded(degraded)
         health = watchdog.state if watchdog is not None else None
         return MetricsServer(
             self,

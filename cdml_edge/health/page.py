@@ -14,6 +14,8 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from cdml_edge.fsio import display_name
+
 REFRESH_S = 2
 SPARK_W, SPARK_H = 240, 40
 
@@ -37,7 +39,10 @@ svg.spark{background:#fafbfc;border:1px solid #eef}
 
 
 def _e(value: Any) -> str:
-    return html.escape("" if value is None else str(value))
+    """``value`` as HTML text; a list as its items, raw bytes of a name as ``%XX``."""
+    if isinstance(value, list | tuple):
+        value = ", ".join(map(str, value))
+    return html.escape(display_name("" if value is None else str(value)))
 
 
 def _num(value: Any, digits: int = 1) -> str:
@@ -133,7 +138,7 @@ def _health(healthz: dict[str, Any], last: dict[str, Any] | None) -> str:
     cells = [
         f"<tr><th>{_e(k)}</th><td>{_e(v)}</td></tr>"
         for k, v in healthz.items()
-        if k != "status" and not isinstance(v, dict | list)
+        if k != "status" and not isinstance(v, dict)
     ]
     for k in HEALTH_KEYS:
         if last is not None and k in last and k not in healthz:

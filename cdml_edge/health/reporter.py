@@ -1,9 +1,16 @@
-"""The agent's ``status`` and periodic ``health`` messages, published through its output."""
+"""The agent's ``status`` and periodic ``health`` messages, published through its output.
+
+Each interval the summary line is logged first, then the health message is handed to a
+thread of its own: an output that blocks (a frozen disk under ``output.jsonl``, say) never
+silences the log. While that message has not returned no other is sent, and each summary
+line says for how long; a stall the watchdog sees is said too.
+"""
 
 from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable, Mapping
 
 from cdml_edge import __version__
@@ -49,6 +56,9 @@ class HealthReporter:
         self.cameras = CameraBoard(metrics)
         self.summary = RunSummary()
         self.last: HealthPayload | None = None
+        self._build_lock = threading.Lock()
+        self._sending: threading.Thread | None = None
+        self._sending_since = 0.0
         self.degraded = degraded
         """Parts not fully working (the agent's view); in every health message."""
 
@@ -89,6 +99,23 @@ class HealthReporter:
 
     def publish_health(self) -> HealthPayload:
         """One ``health`` message: the metrics' totals, the output's queues, pending files."""
+        return self._publish(self._payload(self.sequencer.next("health")))
+
+    def _publish(self, payload: HealthPayload) -> HealthPayload:
+        assert self._output is not None
+        try:
+            self._output.publish_batch([OutMessage("health", payload.model_dump_json().encode())])
+        except Exception:
+            log.exception("could not publish health")
+        self.last = payload
+        return payload
+
+    def _payload(self, seq: int) -> HealthPayload:
+        """The health payload now (``seq`` 0: only for a summary line, never published)."""
+        with self._build_lock:
+            return self._build(seq)
+
+    def _build(self, seq: int) -> HealthPayload:
         assert self._cfg is not None and self._output is not None
         self._count_skipped_frames()
         out = self._output.stats()
@@ -109,30 +136,55 @@ class HealthReporter:
                 if (f := getattr(s, "files", None)) is not None
             }
         )  # folder sources
-        payload = HealthPayload(
+        return HealthPayload(
             **totals,
             queue_depths=depths,
             cameras=self.cameras.report(),
             degraded=dict(self.degraded()),
-            seq=self.sequencer.next("health"),
+            seq=seq,
             device=self._cfg.device.id,
         )
-        try:
-            self._output.publish_batch([OutMessage("health", payload.model_dump_json().encode())])
-        except Exception:
-            log.exception("could not publish health")
-        self.last = payload
-        return payload
 
-    def log_summary(self, final: bool = False) -> None:
-        """Log the summary line of the last health message.
+    def log_summary(self, final: bool = False, payload: HealthPayload | None = None) -> None:
+        """Log the summary line of ``payload`` (default: the last health message).
 
         It counts since the line before, or with ``final`` the whole run.
         """
-        if self.last is None or self._cfg is None:
+        h = payload or self.last
+        if h is None or self._cfg is None:
             return
         line = self.summary.final if final else self.summary.interval
-        log.info("%s", line(self.last, self.metrics.anomaly_count(), self._cfg.mqtt is not None))
+        problems = self._problems()
+        log.info("%s", line(h, self.metrics.anomaly_count(), self._cfg.mqtt is not None, problems))
+
+    def _problems(self) -> list[str]:
+        """What the summary line says beside the payload: a stall, a blocked output."""
+        out = []
+        state = self.metrics.watchdog_state()
+        if state is not None and state.stalled:
+            out.append(
+                f"stalled: {state.pending} pending, no progress for {state.stalled_for_s:.0f} s"
+            )
+        if self._sending is not None and self._sending.is_alive():
+            waited = time.monotonic() - self._sending_since
+            out.append(f"output blocked: a health message waits for {waited:.0f} s")
+        return out
+
+    def report(self) -> None:
+        """One interval: the summary line, then the health message from a thread of its own.
+
+        While the message before has not returned, none is sent (see the module).
+        """
+        if self._sending is not None and self._sending.is_alive():
+            self.log_summary(payload=self._payload(seq=0))
+            return
+        payload = self._payload(self.sequencer.next("health"))
+        self.log_summary(payload=payload)
+        self._sending_since = time.monotonic()
+        self._sending = threading.Thread(
+            target=self._publish, args=(payload,), name="health-send", daemon=True
+        )
+        self._sending.start()
 
     def _count_skipped_frames(self) -> None:
         """Camera frames the budget refused since the last report, as ``dropped``."""
@@ -157,5 +209,4 @@ class HealthReporter:
             assert self._cfg is not None
             if stopped.wait(self._cfg.health.interval):
                 return
-            self.publish_health()
-            self.log_summary()
+            self.report()

@@ -6,11 +6,19 @@ protocol the agent's config implies: 3.1.1 for ``mqtt.url: embedded`` (followed 
 with "unsupported protocol version" is tried again with 3.1.1. Reconnects are paho's (every
 1 to 5 s); each connection, refusal and failure to reach the broker is noted in a
 :class:`~cdml_edge.tail.link.Link`.
+
+Whatever arrives is only read, never trusted: a message over ``MAX_PAYLOAD_BYTES`` is not
+parsed, and it, one that is not JSON, or one the board cannot take is counted as ignored
+while the subscription goes on; nothing a publisher sends stops the client's network thread.
+(No Maximum Packet Size is asked for in the CONNECT: a 3.1.1-only broker then no longer
+answers an MQTT 5 CONNECT with "unsupported protocol version", and the fallback to 3.1.1
+needs that answer.)
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import sys
 import threading
@@ -23,6 +31,10 @@ from cdml_edge.tail.follow import Sink, parse_topic
 from cdml_edge.tail.link import CONNECTED, REFUSED, UNREACHABLE, Link, os_reason
 
 UNSUPPORTED_VERSION = 132  # the MQTT 5 CONNACK reason code
+MAX_PAYLOAD_BYTES = 4 * 1024 * 1024
+"""Larger messages are not read (an appliance's largest, a window's, is far smaller)."""
+
+log = logging.getLogger(__name__)
 
 
 def broker_settings(mqtt_cfg: MqttConfig, url: str | None) -> BrokerSettings:
@@ -85,19 +97,28 @@ def _client(
         link.note(UNREACHABLE, os_reason(sys.exc_info()[1]))
 
     def on_message(_c: Any, _u: Any, msg: Any) -> None:
-        parsed = parse_topic(msg.topic, base)
         try:
-            payload = json.loads(msg.payload)
-        except ValueError:
-            return
-        if parsed is not None and isinstance(payload, dict):
-            sink(parsed[0], parsed[1], payload)
+            parsed = parse_topic(msg.topic, base)
+            if parsed is not None:
+                sink(parsed[0], parsed[1], _payload(msg.payload))
+        except Exception:  # noqa: BLE001 - a message never stops the subscription
+            log.debug("tail: a message could not be shown", exc_info=True)  # its topic may be bad
 
     client.on_connect = on_connect
     client.on_connect_fail = on_connect_fail
     client.on_disconnect = lambda _c, _u, _f, rc, _p=None: link.lost(str(rc))
     client.on_message = on_message
     return client
+
+
+def _payload(data: bytes) -> Any:
+    """The JSON of a message; ``None`` when it is too large or not JSON (counted ignored)."""
+    if len(data) > MAX_PAYLOAD_BYTES:
+        return None
+    try:
+        return json.loads(data)
+    except ValueError:  # not JSON, or not UTF-8
+        return None
 
 
 def subscribe_broker(

@@ -1,4 +1,8 @@
-"""The terminal view of ``cdml-edge tail``: the activity board drawn with rich."""
+"""The terminal view of ``cdml-edge tail``: the activity board drawn with rich.
+
+Every text from a payload or a topic goes into the tables as a :class:`~rich.text.Text`,
+never as a string: rich would read ``[`` in a file name as markup (and refuse ``[/]``).
+"""
 
 from __future__ import annotations
 
@@ -51,9 +55,9 @@ def _sources(snap: dict[str, Any]) -> Table:
         t.add_column(col, justify="left" if col in ("source", "last result") else "right")
     for name, s in snap["sources"].items():
         last = s["last"][-1] if s["last"] else None
-        shown = "" if last is None else f"{last['item']} {last.get('label') or ''}"
+        shown = "" if last is None else f"{last['item'] or ''} {last.get('label') or ''}"
         t.add_row(
-            name,
+            Text(name),
             f"{s['rate_per_s']:.2f}",
             _n(s["latency_ms"]),
             _n(s["window_ms"]),
@@ -61,7 +65,7 @@ def _sources(snap: dict[str, Any]) -> Table:
             str(s["windows"]),
             Text(str(s["anomalies"]), style="bold red" if s["anomalies"] else ""),
             Text(str(s["errors"]), style="bold red" if s["errors"] else ""),
-            shown,
+            Text(shown),
         )
     return t
 
@@ -77,9 +81,9 @@ def _recent(snap: dict[str, Any]) -> Table:
     for _, name, r in reversed(rows):
         style = "bold red" if r.get("anomaly") else ""
         t.add_row(
-            name,
-            r.get("item") or "",
-            r.get("label") or "",
+            Text(name),
+            Text(r.get("item") or ""),
+            Text(r.get("label") or ""),
             _n(r.get("score"), 3),
             _n(r.get("anomaly_score"), 3),
             _n(r.get("latency_ms")),
@@ -95,10 +99,10 @@ def _errors(snap: dict[str, Any]) -> Table:
     for e in reversed(snap["errors"][-5:]):
         t.add_row(
             time.strftime("%H:%M:%S", time.localtime(e.get("ts") or 0)),
-            e.get("source") or "",
-            e.get("item") or "",
-            e.get("error_type") or "",
-            (e.get("message") or "")[:120],
+            Text(e.get("source") or ""),
+            Text(e.get("item") or ""),
+            Text(e.get("error_type") or ""),
+            Text((e.get("message") or "")[:120]),
             style="red",
         )
     return t
@@ -166,7 +170,7 @@ def plain_lines(snap: dict[str, Any], where: str, errors_seen: int = 0) -> list[
     lines = [head, *([not_connected] if not_connected else []), _plain_health(snap)]
     for name, s in snap["sources"].items():
         last = s["last"][-1] if s["last"] else None
-        shown = "" if last is None else f", last {last['item']} {last.get('label') or ''}"
+        shown = "" if last is None else f", last {last['item'] or ''} {last.get('label') or ''}"
         lines.append(
             f"{name}: {s['rate_per_s']:.2f}/s, latency {_n(s['latency_ms'])} ms, "
             f"{counted(s['items'], 'item')}, {counted(s['windows'], 'window')}, "

@@ -3,6 +3,7 @@
 Both feed ``(topic kind, source, payload)`` to a callback until a stop event is set.
 Following a file starts at most ``BACKLOG_BYTES`` before its end (what was recent), reads
 lines as they are appended and reopens the file when the output rotates it (``<path>.1``).
+A line longer than ``MAX_LINE_BYTES`` is skipped, not gathered: what is held is bounded.
 """
 
 from __future__ import annotations
@@ -17,10 +18,15 @@ from typing import Any
 from cdml_edge.window.topics import split_topic
 
 BACKLOG_BYTES = 1024 * 1024
+MAX_LINE_BYTES = 4 * 1024 * 1024
 POLL_S = 0.2
 
-Sink = Callable[[str, "str | None", dict[str, Any]], None]
-"""Takes ``(kind, source, payload)``: ``("result", "cam", {...})``, ``("health", None, ...)``."""
+Sink = Callable[[str, "str | None", Any], None]
+"""Takes ``(kind, source, payload)``: ``("result", "cam", {...})``, ``("health", None, ...)``.
+
+The payload is what the message held: a JSON object from the appliance, or anything else
+(``None``: not readable) from a broker anyone may publish on.
+"""
 
 
 def parse_topic(topic: str, base: str) -> tuple[str, str | None] | None:
@@ -37,9 +43,12 @@ def _feed_line(line: bytes, base: str, sink: Sink) -> bool:
         parsed = parse_topic(record["topic"], base)
         if parsed is None or not isinstance(record.get("payload"), dict):
             return False
-    except (ValueError, KeyError, TypeError):
+    except (ValueError, KeyError, TypeError, AttributeError):  # not a record of ours
         return False
-    sink(parsed[0], parsed[1], record["payload"])
+    try:
+        sink(parsed[0], parsed[1], record["payload"])
+    except Exception:  # noqa: BLE001 - one line never ends the follow
+        return False
     return True
 
 
@@ -68,6 +77,8 @@ def follow_jsonl(path: Path, base: str, sink: Sink, stop: threading.Event) -> No
             for line in lines:
                 if line.strip():
                     _feed_line(line, base, sink)
+            if len(pending) > MAX_LINE_BYTES:  # its rest is no JSON line: skipped
+                pending = b""
             continue
         if _rotated(path, ident, fh.tell()):
             fh.close()
