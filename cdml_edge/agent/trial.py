@@ -12,6 +12,7 @@ deleted, moved or quarantined, nothing is retained and the state folder is not t
 from __future__ import annotations
 
 import os
+import stat
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -20,7 +21,9 @@ from pathlib import Path
 from cdml_edge.config import AppConfig, ConfigError, SourceConfig
 from cdml_edge.decode.limits import DecodeLimits, set_limits
 from cdml_edge.fsio import display_name
+from cdml_edge.intake.base import NotRegularFile
 from cdml_edge.intake.folder import arrival_time, is_candidate
+from cdml_edge.intake.regular import kind_of
 from cdml_edge.modality import default_patterns
 from cdml_edge.model.runner import ModelRunner
 from cdml_edge.window.configured import pack_and_score
@@ -97,8 +100,7 @@ def file_item(sc: SourceConfig, path: Path) -> Item:
     Its time is the folder source's arrival rule with the moment it is read here as the
     sighting: a file written long ago arrives now, as a file waiting at start does.
     """
-    data = path.read_bytes()
-    st = path.stat()
+    data, st = _read_regular(path)
     read_at = time.time()
     inside = sc.path is not None and path.resolve().is_relative_to(sc.path.resolve())
     raw = os.path.relpath(path.resolve(), sc.path.resolve()) if inside and sc.path else path.name
@@ -112,6 +114,23 @@ def file_item(sc: SourceConfig, path: Path) -> Item:
         size=len(data),
         mtime_ns=st.st_mtime_ns,
     )
+
+
+def _read_regular(path: Path) -> tuple[bytes, os.stat_result]:
+    """The bytes of ``path`` (links followed: the user named it) and its ``fstat``.
+
+    :class:`NotRegularFile` for a FIFO, socket, device or folder, judged on the opened file
+    (opened without blocking: a FIFO is never waited on).
+    """
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise NotRegularFile(path, kind_of(st.st_mode))
+        with os.fdopen(fd, "rb", closefd=False) as fh:
+            return fh.read(), st
+    finally:
+        os.close(fd)
 
 
 def run_trial(

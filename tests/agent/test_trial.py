@@ -7,6 +7,7 @@ no file touched, no state folder made; exit 1 on a bad file.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -158,3 +159,13 @@ def test_a_source_with_no_files_to_try_says_so(site: Path) -> None:
     res = _run("--config", str(site / "site.yaml"), "--source", "cam")
     assert res.returncode == 2, res.stderr
     assert f"source cam: no files to try in {site / 'in'}" in res.stderr
+
+
+def test_a_fifo_named_on_the_command_line_is_refused_not_waited_on(site: Path) -> None:
+    """``test`` opened a FIFO and waited for a writer for ever."""
+    fifo = site / "in" / "pipe.jpg"
+    os.mkfifo(fifo)
+    res = _run("--config", str(site / "site.yaml"), str(fifo), str(site / "in" / "a-dark.jpg"))
+    assert res.returncode == 2, res.stderr
+    assert "pipe.jpg: not a regular file (FIFO)" in res.stderr, res.stderr
+    assert res.stderr.count("\n") == 1
