@@ -109,6 +109,7 @@ class Supervisor:
         self.alive_after = alive_after
         self.on_death = on_death
         self.on_restart = on_restart
+        self.on_spawn: Callable[[str], None] | None = None  # told each part's name once made
         self._lock = threading.Lock()
         self._dead: dict[str, float | None] = {}  # part -> monotonic time of its restart
         self._restarts: dict[str, int] = {}
@@ -121,6 +122,8 @@ class Supervisor:
         with self._lock:
             self._threads = [x for x in self._threads if x.is_alive() or not x.started]
             self._threads.append(t)
+        if self.on_spawn is not None:
+            self.on_spawn(name)
         return t
 
     @property

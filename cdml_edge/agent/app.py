@@ -100,6 +100,8 @@ class Agent:
             self.notifier, cfg.health.stall_after, dead=self.supervisor.dead
         )
         self.metrics.attach_watchdog(self.watchdog)  # the summary line's stall, port or not
+        # each part's deaths exported at 0 from its start: an alert's increase() sees the first
+        self.supervisor.on_spawn = self._thread_spawned
         self.sequencer = Sequencer()
         self.health = HealthReporter(
             self.metrics, self.sequencer, self.started_at, degraded=self.degraded
@@ -208,6 +210,10 @@ class Agent:
             gate=self.gate,
             view=self.view,
         )
+
+    def _thread_spawned(self, thread: str) -> None:
+        """A supervised part was made: its deaths are exported, at 0, from now on."""
+        self.metrics.thread_deaths.labels(thread=thread)
 
     def _thread_died(self, thread: str, exc: BaseException, delay: float) -> None:
         """A supervised thread died: counted, and an error event published.

@@ -128,6 +128,8 @@ def test_a_full_state_disk_is_exported_and_clears_when_it_has_room(
     assert _sample(metrics, 'cdml_edge_dropped_total{reason="spool"}') == 0
     assert _sample(metrics, 'cdml_edge_dropped_total{reason="camera_budget_full"}') == 0
     assert _sample(metrics, 'cdml_edge_degraded{part="spool"}') == 0
+    for thread in ("src-cam", "windower-cam", "pipeline-0", "health"):  # deaths too
+        assert _sample(metrics, f'cdml_edge_thread_deaths_total{{thread="{thread}"}}') == 0
     fill(state)  # health messages keep coming: the spool's next append fails
     wait_for(
         lambda: "spool" in json.loads(_get(url + "/healthz")[1] or "{}").get("degraded", {}),
