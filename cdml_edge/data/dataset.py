@@ -33,7 +33,13 @@ from cdml_edge.data.cache import ByteLRU, CacheInfo
 from cdml_edge.data.labels import LabelError, Labels, LabelSource, resolve_labels
 from cdml_edge.data.members import is_hidden, visible, with_modality
 from cdml_edge.data.samples import SAMPLES, fit_length, pad_batch
-from cdml_edge.decode import DECODERS, check_modality, modality_for, normalize_size
+from cdml_edge.decode import (
+    DECODERS,
+    DecodeError,
+    check_modality,
+    modality_for,
+    normalize_size,
+)
 from cdml_edge.decode.image import TargetSize
 from cdml_edge.decode.orientation import Orientation, check_orientation
 from cdml_edge.errors import CdmlError
@@ -249,6 +255,7 @@ class CDMLStreamDataset(Dataset[Any]):
             else:
                 opts = {"seekable_cache": self.seekable_cache, **self.archive_options}
                 self._archive = open_archive(self.path, **opts)
+                _index_loaded(self._archive)
             self._cache = ByteLRU.from_mb(self.cache_size_mb)  # each process starts empty
             self._pid = pid
             if not first_open:
@@ -317,7 +324,13 @@ class CDMLStreamDataset(Dataset[Any]):
             "reduced": self.reduced_decode,
             "orientation": self.orientation,
         }
-        value = kind.value(DECODERS[mod](data, name, **opts, **self.audio_options))
+        try:
+            decoded = DECODERS[mod](data, name, **opts, **self.audio_options)
+        except DecodeError as exc:  # the member's name repeats archive after archive
+            raise DecodeError(
+                exc.member or name, f"{exc.reason} (in {self.archive_name})"
+            ) from None
+        value = kind.value(decoded)
         if kind.length_axis is not None and self.fixed_length is not None:
             value = fit_length(value, self.fixed_length, kind.length_axis)
         return value
@@ -421,6 +434,19 @@ class CDMLStreamDataset(Dataset[Any]):
     def __repr__(self) -> str:
         mod = self.modality or "bytes"
         return f"CDMLStreamDataset({self.archive_name!r}, items={len(self)}, modality={mod})"
+
+
+def _index_loaded(archive: Any) -> None:
+    """Tell the archive's source that its index is read (an ``s3://`` source's hook).
+
+    An ``s3://`` source keeps the bytes read while the index is read (and writes them to its
+    index cache) for as long as each read extends them backwards from the tail; a member
+    read right after opening is no index read, nor are the members before it read in turn
+    from the end.
+    """
+    loaded = getattr(getattr(archive, "source", None), "index_loaded", None)
+    if callable(loaded):
+        loaded()
 
 
 def _tune_worker() -> None:

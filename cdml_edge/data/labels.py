@@ -193,25 +193,79 @@ def mapping_labels(
     where: str,
     classes: Sequence[str] | None = None,
 ) -> Labels:
-    """Keep the members the mapping names (by full name, else by base name).
+    """Keep the members the mapping names (by full name, else by its end, else by base name).
 
-    Keys are matched in normal form (``./cat/1.jpg`` names member ``cat/1.jpg``).
+    Keys are matched in normal form (``./cat/1.jpg`` names member ``cat/1.jpg``). A key that
+    is no member's full name names the one member whose name ends with it, folder by folder
+    (``cat/1.jpg`` names ``pets/cat/1.jpg``), else the one member of its base name. A key
+    that would name several members, or two keys that name one member with different
+    labels, raise :class:`LabelError`: a label is never given to a member chosen at random.
     """
-    by_base: dict[str, str] = {}
-    for n in names:
-        by_base.setdefault(posixpath.basename(n), n)
     present = set(names)
+    by_base: _ByBase | None = None  # made at the first key that is no full name
     pairs: dict[str, Any] = {}
+    named_by: dict[str, str] = {}
     for key, value in mapping.items():
-        norm = normalize_member_name(key)
-        member = norm if norm in present else by_base.get(posixpath.basename(norm))
-        if member is None:
-            raise LabelError(where, f"labels member {key!r}, which is not in the archive")
+        member = normalize_member_name(key)
+        if member not in present:
+            by_base = by_base or _ByBase(names)
+            member = _member_for(member, key, by_base, where)
+        if member in pairs and pairs[member] != value:
+            raise LabelError(
+                where,
+                f"labels {named_by[member]!r} and {key!r} both name member {member!r}, "
+                f"with different labels ({pairs[member]!r}, {value!r})",
+            )
         pairs[member] = value
+        named_by.setdefault(member, key)
     kept = [n for n in names if n in pairs]  # archive order
     if not kept:
         raise LabelError(where, "the mapping names no member of the dataset")
     return _vocabulary(kept, [pairs[n] for n in kept], classes, where)
+
+
+class _ByBase:
+    """Members by base name: one dict for the many held once, lists for the rest."""
+
+    def __init__(self, names: Sequence[str]) -> None:
+        self.once: dict[str, str] = {}
+        self.more: dict[str, list[str]] = {}
+        once, more = self.once, self.more
+        for n in names:
+            base = posixpath.basename(n)
+            first = once.setdefault(base, n)
+            if first is not n:
+                more.setdefault(base, [first]).append(n)
+
+    def get(self, base: str) -> list[str]:
+        """The members named ``base`` (after the last ``/``), in archive order."""
+        many = self.more.get(base)
+        if many is not None:
+            return many
+        one = self.once.get(base)
+        return [] if one is None else [one]
+
+
+def _member_for(norm: str, key: str, by_base: _ByBase, where: str) -> str:
+    """The one member a key that is no full member name names (see :func:`mapping_labels`).
+
+    ``norm`` is ``key`` in normal form; ``by_base`` the members by base name.
+    """
+    same_base = by_base.get(posixpath.basename(norm))
+    if len(same_base) == 1:  # its end or its base name: the one member either way
+        return same_base[0]
+    below = [n for n in same_base if n.endswith("/" + norm)] if "/" in norm else []
+    found = below or same_base
+    if len(found) == 1:
+        return found[0]
+    if not found:
+        raise LabelError(where, f"labels member {key!r}, which is not in the archive")
+    shown = ", ".join(repr(n) for n in found[:3]) + (", ..." if len(found) > 3 else "")
+    raise LabelError(
+        where,
+        f"labels member {key!r}, which matches {len(found)} members ({shown}): "
+        "give the member's full name",
+    )
 
 
 def callable_labels(

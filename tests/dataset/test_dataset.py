@@ -105,8 +105,13 @@ def test_labels_callable_mapping_and_members(pets: Path, tmp_path: Path) -> None
     by_map = CDMLStreamDataset(pets, labels=mapping)
     assert by_map.names == list(mapping) and by_map.targets == [1.5, -2.0]
     local = tmp_path / "labels.json"
-    local.write_text(json.dumps({"00.jpg": 3}))  # base-name keys work too
-    assert CDMLStreamDataset(pets, is_image=True, labels=str(local)).targets == [3]
+    local.write_text(json.dumps({"dog/00.jpg": 3}))  # keys below the wrapping folder work too
+    assert CDMLStreamDataset(pets, is_image=True, labels=str(local)).samples == [
+        ("pets/dog/00.jpg", 3)
+    ]
+    local.write_text(json.dumps({"00.jpg": 3}))  # a base name of three members names none
+    with pytest.raises(LabelError, match="matches 3 members"):
+        CDMLStreamDataset(pets, is_image=True, labels=str(local))
     with pytest.raises(LabelError, match="missing.jpg"):
         CDMLStreamDataset(pets, labels={"pets/missing.jpg": 0})
     # raw mode with a labels member: that member is not an item

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import http.client
+import re
 from typing import Any
 
 from cdml_edge.archive.errors import ArchiveError
@@ -24,20 +25,48 @@ THROTTLE_CODES = frozenset(
 )
 
 
-class S3Error(ArchiveError):
-    """An ``s3://`` object could not be read; ``.bucket``, ``.key`` and ``.status`` say why."""
+# The object named at the start of a message (``s3://bucket/key: reason``), last one first.
+_NAMED = re.compile(r"(?:^|\s)s3://([^/\s]+)/(.+?): ", re.MULTILINE)
 
-    def __init__(self, message: str, *, bucket: str, key: str, status: int | None = None) -> None:
+
+class S3Error(ArchiveError):
+    """An ``s3://`` object could not be read; ``.bucket``, ``.key`` and ``.status`` say why.
+
+    ``S3Error(message)`` (one argument, no bucket or key) is also accepted, so a DataLoader
+    re-raises the error of a worker as its own type in the main process (it builds the
+    exception from the worker's formatted traceback); bucket and key are then read from the
+    last ``s3://bucket/key: `` in the message.
+    """
+
+    def __init__(
+        self, message: str, *, bucket: str = "", key: str = "", status: int | None = None
+    ) -> None:
+        named = bool(bucket or key)
+        if not named:
+            found = _NAMED.findall(message)
+            bucket, key = found[-1] if found else ("", "")
         self.bucket = bucket
         self.key = key
         self.status = status
-        super().__init__(message, archive=f"s3://{bucket}/{key}")
+        super().__init__(message, archive=f"s3://{bucket}/{key}" if named else None)
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (_rebuild, (type(self), self.reason, self.bucket, self.key, self.status))
+        named = self.archive is not None
+        return (_rebuild, (type(self), self.reason, self.bucket, self.key, self.status, named))
 
 
-def _rebuild(cls: type[S3Error], reason: str, bucket: str, key: str, status: int | None) -> S3Error:
+def _rebuild(
+    cls: type[S3Error],
+    reason: str,
+    bucket: str,
+    key: str,
+    status: int | None,
+    named: bool = True,
+) -> S3Error:
+    if not named:  # made from a message alone: the message stays as it was
+        err = cls(reason, status=status)
+        err.bucket, err.key = bucket, key
+        return err
     return cls(reason, bucket=bucket, key=key, status=status)
 
 
@@ -121,3 +150,23 @@ def map_client_error(exc: Any, bucket: str, key: str, action: str) -> S3Error:
             status=status,
         )
     return S3Error(f"{action} of {url} failed: {detail}", bucket=bucket, key=key, status=status)
+
+
+def setup_error(exc: BaseException, bucket: str, key: str) -> S3Error:
+    """The typed error for a request that could not be made at all (no retry can mend it).
+
+    Credentials missing or incomplete (a key id without its secret) give
+    :class:`S3AccessError`; a client that cannot be made (an endpoint without its scheme,
+    a region that is no region) or a request botocore refuses to send (a bucket name S3
+    does not allow) give :class:`S3Error`, each naming the object and botocore's reason.
+    """
+    from botocore.exceptions import NoCredentialsError, PartialCredentialsError
+
+    url = f"s3://{bucket}/{key}"
+    if isinstance(exc, NoCredentialsError | PartialCredentialsError):
+        return S3AccessError(
+            f"no credentials for {url} ({exc}; boto3 chain: environment, ~/.aws, instance role)",
+            bucket=bucket,
+            key=key,
+        )
+    return S3Error(f"cannot request {url}: {type(exc).__name__}: {exc}", bucket=bucket, key=key)

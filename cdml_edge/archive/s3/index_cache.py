@@ -10,10 +10,12 @@ while fetching them) followed by the range bytes, mode 0600. Writes
 go through :func:`cdml_edge.fsio.atomic_writer`, so concurrent processes never see half an entry.
 
 Full policy: the folder is bounded by ``max_bytes``. After each write the least recently
-used entries (oldest ``mtime``; a hit refreshes it) are deleted until the total fits. An
-entry larger than ``max_bytes`` on its own is not stored. A corrupt or unreadable entry
-counts as a miss and is deleted. A folder that cannot be written (read-only, full) only
-counts ``write_errors``: the archive is read all the same.
+used entries (oldest ``mtime``; a hit refreshes it) are deleted until the total fits, and
+so is the temporary file of an entry cut short by a crash once it is a day old (a younger
+one may be another process's write under way). An entry larger than ``max_bytes`` on its
+own is not stored. A corrupt or unreadable entry counts as a miss and is deleted. A folder
+that cannot be written (read-only, full) only counts ``write_errors``: the archive is read
+all the same.
 """
 
 from __future__ import annotations
@@ -23,18 +25,21 @@ import hashlib
 import json
 import os
 import struct
+import time
 import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from cdml_edge.archive.cache_folder import Entry, entries, evict
-from cdml_edge.fsio import atomic_writer, block_size, on_disk
+from cdml_edge.fsio import TMP_PREFIX, atomic_writer, block_size, on_disk
 
 DEFAULT_INDEX_CACHE_BYTES = 256 << 20
 _MAGIC = b"CDS3IDX1"
 _HEAD = struct.Struct("<8sI")
 _SUFFIX = ".s3idx"
+#: a temporary entry not written for this long was cut short by a crash (deleted at eviction)
+STALE_TMP_SECONDS = 24 * 3600
 
 
 @dataclass(frozen=True)
@@ -145,6 +150,13 @@ class S3IndexCache:
 
     def _evict(self, keep: Path) -> None:
         evict(self.root, (_SUFFIX,), self.max_bytes, keep)
+        old = time.time() - STALE_TMP_SECONDS
+        with contextlib.suppress(OSError):
+            for item in os.scandir(self.root):
+                if item.name.startswith(TMP_PREFIX) and item.name.endswith(_SUFFIX):
+                    with contextlib.suppress(OSError):  # an entry cut short by a crash
+                        if item.is_file(follow_symlinks=False) and item.stat().st_mtime < old:
+                            os.unlink(item.path)
 
 
 def _encode(

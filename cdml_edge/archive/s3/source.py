@@ -31,11 +31,11 @@ from cdml_edge.archive.s3.client import (
     shared_pool,
 )
 from cdml_edge.archive.s3.errors import (
-    S3AccessError,
     S3Error,
     S3TransientError,
     is_transient,
     map_client_error,
+    setup_error,
 )
 from cdml_edge.archive.s3.index_cache import DEFAULT_INDEX_CACHE_BYTES, S3IndexCache
 from cdml_edge.archive.s3.pace import RequestPace
@@ -339,9 +339,19 @@ class S3Source:
 
     def _request(self, method: str, expect: int | None = None, **kwargs: Any) -> tuple[Any, bytes]:
         """One HTTP request with our retries around botocore's; errors come back typed."""
-        from botocore.exceptions import ClientError, NoCredentialsError
+        from botocore.exceptions import (
+            ClientError,
+            NoCredentialsError,
+            ParamValidationError,
+            PartialCredentialsError,
+        )
 
-        client = shared_client(self.endpoint_url, self.region, self.retry)
+        try:
+            client = shared_client(self.endpoint_url, self.region, self.retry)
+        except ImportError:
+            raise
+        except Exception as exc:  # an endpoint, region or credentials botocore refuses
+            raise setup_error(exc, self.bucket, self.key) from exc
         call: Callable[..., Any] = client.get_object if method == "GET" else client.head_object
         attempts = max(1, self.retry.attempts)
         for attempt in range(attempts):
@@ -356,13 +366,8 @@ class S3Source:
                 if sent_count() == 1:  # a retried request measures the retries
                     self.pace.observe(len(body), time.perf_counter() - t0)
                 return resp, body
-            except NoCredentialsError as exc:
-                raise S3AccessError(
-                    f"no credentials for {self.name} (boto3 chain: environment, ~/.aws, "
-                    "instance role)",
-                    bucket=self.bucket,
-                    key=self.key,
-                ) from exc
+            except (NoCredentialsError, PartialCredentialsError, ParamValidationError) as exc:
+                raise setup_error(exc, self.bucket, self.key) from exc
             except Exception as exc:
                 self._count(retried=max(0, sent_count() - 1))
                 retry = isinstance(exc, _ShortBody) or is_transient(exc)
