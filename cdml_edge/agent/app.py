@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 from cdml_edge import __version__
 from cdml_edge.agent.error_events import ErrorReporter
+from cdml_edge.agent.failing import FailingSources
 from cdml_edge.agent.pipeline import OutputFailed, WindowPipeline
 from cdml_edge.agent.preflight import check_files, check_models, unscored_warning
 from cdml_edge.agent.retry import RETRY_BACKOFF_S, WINDOW_ATTEMPTS, Attempts, WindowRetryPolicy
@@ -103,6 +104,7 @@ class Agent:
         # each part's deaths exported at 0 from its start: an alert's increase() sees the first
         self.supervisor.on_spawn = self._thread_spawned
         self.sequencer = Sequencer()
+        self.failing = FailingSources()
         self.health = HealthReporter(
             self.metrics, self.sequencer, self.started_at, degraded=self.degraded
         )
@@ -209,6 +211,7 @@ class Agent:
             retention=self.retention,
             gate=self.gate,
             view=self.view,
+            failing=self.failing,
         )
 
     def _thread_spawned(self, thread: str) -> None:
@@ -266,6 +269,7 @@ class Agent:
             why = getattr(src, "degraded", None)
             if why:
                 out[f"source {name}"] = why
+        out.update(self.failing.degraded(set(self.sources)))
         return out
 
     def _page(self, healthz: dict[str, Any]) -> str:

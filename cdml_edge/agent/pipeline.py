@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from cdml_edge.agent.error_events import ErrorReporter
+from cdml_edge.agent.failing import FailingSources
 from cdml_edge.agent.retry import Attempts, WindowRetryPolicy
 from cdml_edge.config import AppConfig, SourceConfig
 from cdml_edge.errors import CdmlError
@@ -71,6 +72,7 @@ class WindowPipeline:
     retention: RetentionRing | None = None
     gate: PipelineGate | None = None
     view: ActivityBoard | None = None
+    failing: FailingSources | None = None
 
     def handle(self, window: Window) -> None:
         """Process ``window``; a failure goes to the retry policy and is never raised.
@@ -96,6 +98,8 @@ class WindowPipeline:
         except Exception as exc:
             log.exception("window %s failed", window.window_id)
             self.metrics.errors.labels(stage="pipeline").inc()
+            if self.failing is not None:
+                self.failing.observe(window.source, 0, len(window.items), _said(exc))
             self.errors.publish(
                 [self.errors.event(window.source, None, type(exc).__name__, str(exc))]
             )
@@ -138,6 +142,10 @@ class WindowPipeline:
                     outcome.window.timings.infer_ms / 1000.0
                 )
         errors = self._quarantine_failures(window, outcome)
+        if self.failing is not None:
+            last = outcome.failures[-1] if outcome.failures else None
+            said = f"{last.error_type}: {last.message}" if last is not None else None
+            self.failing.observe(window.source, len(outcome.results), len(outcome.failures), said)
         unretained = self.retention is not None and self._retain(packed.archive, outcome)
         return outcome, errors, unretained
 
@@ -217,3 +225,9 @@ class WindowPipeline:
             self.metrics.item_latency.labels(source=source).observe(max(0.0, now - r.ts))
             if r.anomaly:
                 self.metrics.anomalies.labels(source=source).inc()
+
+
+def _said(exc: BaseException, limit: int = 200) -> str:
+    """``Type: message`` of ``exc``, cut to ``limit`` characters."""
+    text = f"{type(exc).__name__}: {exc}"
+    return text if len(text) <= limit else text[: limit - 3] + "..."
