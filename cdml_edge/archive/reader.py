@@ -59,8 +59,11 @@ def open_archive(
             archive = cache.open(src, probe.tail_read, **limits)
             if getattr(archive, "seekable_copy", None) is not None:  # read from its copy
                 _release(src, source)
-            return archive
-        return fmt.archive.open(src, tail=probe.tail_read, **limits)
+                return archive
+        else:
+            archive = fmt.archive.open(src, tail=probe.tail_read, **limits)
+        _index_read(src)
+        return archive
     except ArchiveError:
         _release(src, source)
         raise
@@ -76,3 +79,15 @@ def _release(src: ByteSource, given: SourceLike) -> None:
     """
     if src is not given:
         src.close()
+
+
+def _index_read(src: object) -> None:
+    """Tell ``src`` its index is read (an ``s3://`` source's hook; others have none).
+
+    An ``s3://`` source keeps the bytes read while the index is read, and writes them to
+    its index cache, for as long as reads extend them backwards from the tail: members
+    read from the last one back would otherwise all be taken for index reads.
+    """
+    loaded = getattr(src, "index_loaded", None)
+    if callable(loaded):
+        loaded()

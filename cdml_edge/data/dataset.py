@@ -254,8 +254,7 @@ class CDMLStreamDataset(Dataset[Any]):
                 self._archive = self._archive.clone()
             else:
                 opts = {"seekable_cache": self.seekable_cache, **self.archive_options}
-                self._archive = open_archive(self.path, **opts)
-                _index_loaded(self._archive)
+                self._archive = open_archive(self.path, **opts)  # its index phase ended
             self._cache = ByteLRU.from_mb(self.cache_size_mb)  # each process starts empty
             self._pid = pid
             if not first_open:
@@ -434,19 +433,6 @@ class CDMLStreamDataset(Dataset[Any]):
     def __repr__(self) -> str:
         mod = self.modality or "bytes"
         return f"CDMLStreamDataset({self.archive_name!r}, items={len(self)}, modality={mod})"
-
-
-def _index_loaded(archive: Any) -> None:
-    """Tell the archive's source that its index is read (an ``s3://`` source's hook).
-
-    An ``s3://`` source keeps the bytes read while the index is read (and writes them to its
-    index cache) for as long as each read extends them backwards from the tail; a member
-    read right after opening is no index read, nor are the members before it read in turn
-    from the end.
-    """
-    loaded = getattr(getattr(archive, "source", None), "index_loaded", None)
-    if callable(loaded):
-        loaded()
 
 
 def _tune_worker() -> None:

@@ -130,3 +130,25 @@ def test_reading_backwards_keeps_members_out_of_the_index(
         assert ds[i] == by_name[ds.names[i]]
     assert source.memory_bytes() == held
     assert sum(p.stat().st_size for p in cache.iterdir()) == cached
+
+
+@pytest.mark.parametrize("fmt", ["zip", "tar.zst"])
+def test_open_archive_reading_backwards_keeps_members_out_of_the_index(
+    s3_server: S3Server, endpoint: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path, fmt: str
+) -> None:
+    """The same through ``open_archive`` alone: its index phase ends once it is open."""
+    from cdml_edge.archive import open_archive
+
+    cache = tmp_path / "index-cache"
+    monkeypatch.setenv(INDEX_CACHE_ENV, os.fspath(cache))
+    key = f"backwards-open.{fmt}"
+    items = _items()
+    blob = pack(items, fmt, frame_bytes=4096) if fmt == "tar.zst" else pack(items, fmt)
+    s3_server.put(BUCKET, key, blob)
+    with open_archive(f"s3://{BUCKET}/{key}") as arc:
+        held = arc.source.memory_bytes()
+        cached = sum(p.stat().st_size for p in cache.iterdir())
+        for name, data in reversed(items):
+            assert arc.read(name) == data
+        assert arc.source.memory_bytes() == held
+    assert sum(p.stat().st_size for p in cache.iterdir()) == cached
