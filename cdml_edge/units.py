@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import os
 import re
 
 _SIZE_UNITS: dict[str, float] = {
@@ -73,6 +74,24 @@ def parse_size(value: object) -> int:
     if not math.isfinite(size) or size > 2**63 - 1:
         raise ValueError(f"size out of range: {value!r}")
     return int(round(size))
+
+
+def size_from_env(name: str, default: int) -> int:
+    """A positive byte size from the environment variable ``name`` (``default`` when unset).
+
+    Written as in the configuration (``268435456``, ``256MiB``, ``1GB``); ``ValueError``
+    naming the variable otherwise.
+    """
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        size = parse_size(int(raw) if raw.isdigit() else raw)
+    except ValueError as exc:
+        raise ValueError(f"{name}: {exc}") from None
+    if size <= 0:
+        raise ValueError(f"{name}: must be a positive size, got {raw!r}")
+    return size
 
 
 def parse_duration(value: object) -> float:

@@ -73,6 +73,7 @@ from cdml_edge.archive.tar.rows import TarRows
 from cdml_edge.archive.tar.seekable import read_seekable_tail
 from cdml_edge.archive.tar.zst import ZstdTarArchive
 from cdml_edge.fsio import TMP_PREFIX, block_size, on_disk
+from cdml_edge.units import size_from_env
 
 log = logging.getLogger(__name__)
 
@@ -114,7 +115,7 @@ class SeekableCache:
 
     def __init__(self, root: str | os.PathLike[str], max_bytes: int | None = None) -> None:
         if max_bytes is None:
-            max_bytes = int(os.environ.get(SEEKABLE_CACHE_BYTES_ENV, DEFAULT_SEEKABLE_CACHE_BYTES))
+            max_bytes = size_from_env(SEEKABLE_CACHE_BYTES_ENV, DEFAULT_SEEKABLE_CACHE_BYTES)
         if max_bytes <= 0:
             raise ValueError("max_bytes must be positive")
         self.root = Path(root)

@@ -46,6 +46,7 @@ from cdml_edge.archive.s3.settings import (
     REGION_ENV,
     index_cache_dir,
 )
+from cdml_edge.units import size_from_env
 
 # Ranges closer than this are fetched in one GET (the gap bytes are read and dropped).
 DEFAULT_GAP = 256 << 10
@@ -478,8 +479,8 @@ def open_s3_source(
     elif index_cache is False:
         index_cache = None
     if index_cache is not None and not isinstance(index_cache, S3IndexCache):
-        bound = os.environ.get(INDEX_CACHE_BYTES_ENV)
-        index_cache = S3IndexCache(index_cache, int(bound) if bound else DEFAULT_INDEX_CACHE_BYTES)
+        bound = size_from_env(INDEX_CACHE_BYTES_ENV, DEFAULT_INDEX_CACHE_BYTES)
+        index_cache = S3IndexCache(index_cache, bound)
     source = S3Source(
         bucket,
         key,
