@@ -13,6 +13,7 @@ one that is a link (to a folder elsewhere) is never listed, moved into or delete
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import logging
 import os
@@ -60,10 +61,13 @@ def salvage_sidecar(
         rebuilt = _rebuild(directory, name, fmt, stem, limit)
         if rebuilt is None:
             continue
-        move_to_corrupt(directory, [sidecar], fsync=fsync)  # the damaged original, for inspection
         tmp = tmp_path(directory, sidecar)
         try:
             write_file(tmp, rebuilt.to_bytes(), fsync=fsync, mode=mode)
+            # the damaged original stays in place, linked into corrupt/ for inspection, until
+            # the rebuilt one replaces it: a crash in between leaves the window as it was
+            if not link_into_corrupt(directory, sidecar, fsync=fsync):
+                move_to_corrupt(directory, [sidecar], fsync=fsync)  # no hard links here
             commit(directory, [(tmp, directory / sidecar)], fsync=fsync)
         except OSError:
             tmp.unlink(missing_ok=True)
@@ -120,6 +124,36 @@ def move_to_corrupt(directory: Path, names: Iterable[str], *, fsync: bool) -> No
         os.close(fd)
     if fsync:
         fsync_dir(directory)
+
+
+def link_into_corrupt(directory: Path, name: str, *, fsync: bool) -> bool:
+    """Hard-link ``name`` into ``corrupt/`` (never over an earlier file), leaving it in place.
+
+    ``False`` when the file system has no hard links (FAT, some mounts); nothing done then.
+    :class:`RetentionError` when ``corrupt/`` is a link or not a folder.
+    """
+    qdir = directory / CORRUPT_DIR
+    with contextlib.suppress(FileExistsError):
+        os.mkdir(qdir, 0o700)
+    fd = open_subdir(qdir)
+    if fd is None:
+        raise RetentionError(qdir, "vanished while used")
+    try:
+        dst, i = name, 0
+        while _lexists_at(dst, fd):
+            i += 1
+            dst = f"{name}.{i}"
+        try:
+            os.link(directory / name, dst, dst_dir_fd=fd, follow_symlinks=False)
+        except OSError as exc:
+            if exc.errno in (errno.EPERM, errno.EOPNOTSUPP, errno.EMLINK, errno.EXDEV):
+                return False
+            raise
+    finally:
+        os.close(fd)
+    if fsync:
+        fsync_dir(qdir)
+    return True
 
 
 def _lexists_at(name: str, dir_fd: int) -> bool:

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
 from pathlib import Path
 
+import pytest
 from helpers.retention_data import make_window
 
 from cdml_edge.fsio import on_disk
@@ -92,3 +94,35 @@ def test_damaged_pair_is_quarantined_and_counted_toward_max_bytes(tmp_path: Path
     assert not any((d / "corrupt").iterdir()) and tight.counters["corrupt_evicted"] == 2
     assert [r.window_id for r in tight.windows()] == ["w1"]
     tight.close()
+
+
+def test_a_crash_while_a_sidecar_is_rebuilt_loses_no_archive(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The damaged sidecar was moved to ``corrupt/`` before the rebuilt one was committed.
+
+    A crash between the two left the archive without a sidecar, and the next open deleted
+    it as an archive whose window never committed. The commit is cut here (an ``OSError``
+    where the process would have died), then the ring is opened again.
+    """
+    import cdml_edge.store.repair as repair
+
+    d, [sc0, _sc1] = _ring_with(tmp_path, 2)
+    zip0 = sc0.replace(".window.json", ".zip")
+    archive0 = (d / zip0).read_bytes()
+    (d / sc0).write_bytes((d / sc0).read_bytes()[:-3])
+    _drop_catalog(d)
+
+    def crash(*_args: object, **_kw: object) -> None:
+        raise OSError("the power went")
+
+    monkeypatch.setattr(repair, "commit", crash)
+    with contextlib.suppress(OSError):  # the open may report it or go on without the window
+        RetentionRing(d, max_bytes=10**7, fsync=False).close()
+    monkeypatch.undo()
+    assert (d / zip0).exists()
+    _drop_catalog(d)
+    ring = RetentionRing(d, max_bytes=10**7, fsync=False)
+    assert [r.window_id for r in ring.windows()] == ["w0", "w1"]
+    assert ring.archive_path(ring.windows()[0]).read_bytes() == archive0
+    ring.close()
