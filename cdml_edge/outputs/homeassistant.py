@@ -119,7 +119,16 @@ def discovery_configs(cfg: AppConfig) -> dict[str, dict[str, Any]]:
 
 
 def _topic(prefix: str, component: str, node: str, obj: str) -> str:
-    return f"{prefix}/{component}/{node}/{obj}/config"
+    """The discovery topic; a '.' of a device id or source name becomes '_' in it.
+
+    Home Assistant reads node and object ids of ``[a-zA-Z0-9_-]`` only and ignores a config
+    on any other topic; the names themselves (``unique_id``, state topics) keep their '.'.
+    """
+    return f"{prefix}/{component}/{_ha_id(node)}/{_ha_id(obj)}/config"
+
+
+def _ha_id(name: str) -> str:
+    return name.replace(".", "_")
 
 
 def read_ledger(path: Path) -> set[str]:
@@ -138,13 +147,17 @@ def write_ledger(path: Path, topics: Iterable[str]) -> None:
 
 
 def discovery_messages(configs: dict[str, dict[str, Any]], announced: set[str]) -> list[OutMessage]:
-    """Retained configs to publish, then empty retained payloads for what is gone."""
+    """Retained configs to publish, then empty retained payloads for what is gone.
+
+    QoS 1 whatever ``mqtt.qos`` says of results: a removal lost at QoS 0 would already be
+    struck from the ledger, and its entity would stay.
+    """
     msgs = [
-        OutMessage(absolute_topic(t), json.dumps(doc, sort_keys=True).encode(), retain=True)
+        OutMessage(absolute_topic(t), json.dumps(doc, sort_keys=True).encode(), retain=True, qos=1)
         for t, doc in configs.items()
     ]
     gone = sorted(announced - configs.keys())
-    msgs += [OutMessage(absolute_topic(t), b"", retain=True) for t in gone]
+    msgs += [OutMessage(absolute_topic(t), b"", retain=True, qos=1) for t in gone]
     return msgs
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -18,6 +19,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+import paho.mqtt.client as mqtt
 import paho.mqtt.publish as publish
 from helpers.mqtt_brokers import (
     Subscriber,
@@ -53,11 +55,13 @@ ALLOWED = REQUIRED["binary_sensor"] | {
 DEVICE_KEYS = {"identifiers", "name", "manufacturer", "model", "sw_version"}
 
 
-def _config(tmp_path: Path, port: int, tag: str, sources: list[str], **mqtt: Any) -> AppConfig:
+def _config(
+    tmp_path: Path, port: int, tag: str, sources: list[str], device: str = "edge-1", **mqtt: Any
+) -> AppConfig:
     return parse_config(
         {
             "state_dir": str(tmp_path / "state"),
-            "device": {"id": "edge-1"},
+            "device": {"id": device},
             "sources": [
                 {"name": s, "path": str(tmp_path / s), "modality": "image"} for s in sources
             ],
@@ -230,3 +234,56 @@ def test_the_last_will_makes_the_entities_unavailable(tmp_path: Path, broker_por
         proc.kill()
         proc.wait(5)
     _clear(broker_port, [*configs, status])
+
+
+def test_configs_go_at_qos_1_when_results_go_at_qos_0(tmp_path: Path, broker_port: int) -> None:
+    """``mqtt.qos: 0`` is for results: the retained configs and removals stay QoS 1.
+
+    Before, they went at the results' QoS 0, so a removal lost with a dropped connection
+    was already struck from the ledger and the entity it removed stayed for good.
+    """
+    tag = uuid.uuid4().hex[:8]
+    got: list[tuple[str, int]] = []
+    sub = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id=f"ha-sub-{tag}")
+    sub.on_message = lambda c, u, msg: got.append((msg.topic, msg.qos))
+    sub.connect("127.0.0.1", broker_port)
+    sub.subscribe(f"ha{tag}/#", qos=1)
+    sub.loop_start()
+    time.sleep(0.5)
+    cfg = _config(tmp_path, broker_port, tag, ["cam1"], qos=0)
+    pub = _announce(cfg)
+    try:
+        assert wait_until(lambda: len(got) >= 6, 10), got
+        assert {q for _, q in got} == {1}, got
+    finally:
+        pub.stop()
+        sub.loop_stop()
+        sub.disconnect()
+    _clear(broker_port, [t for t, _ in got] + [f"p{tag}/edge-1/status"])
+
+
+# Home Assistant's discovery topic, as its documentation gives it: node and object ids of
+# [a-zA-Z0-9_-] only; a config on any other topic is ignored without a word.
+HA_TOPIC = re.compile(r"(?P<component>\w+)/(?:(?P<node_id>[a-zA-Z0-9_-]+)/)?[a-zA-Z0-9_-]+/config")
+
+
+def test_a_dot_in_the_device_id_or_a_source_name_still_gives_topics_ha_reads(
+    tmp_path: Path, broker_port: int
+) -> None:
+    """``device.id`` and source names may hold a '.', which Home Assistant's ids may not."""
+    tag = uuid.uuid4().hex[:8]
+    cfg = _config(tmp_path, broker_port, tag, ["cam.1", "cam2"], device="line3.edge1")
+    pub = _announce(cfg)
+    try:
+        configs = _retained(broker_port, f"ha{tag}/#", 11)
+        assert len(configs) == 11
+        for topic, raw in configs.items():
+            assert HA_TOPIC.fullmatch(topic.split("/", 1)[1]), topic
+            doc = json.loads(raw)
+            assert doc["device"]["identifiers"] == ["cdml_edge_line3.edge1"]
+        states = {json.loads(raw)["state_topic"] for raw in configs.values()}
+        assert f"p{tag}/line3.edge1/cam.1/result" in states  # our topics keep the names
+        assert len({json.loads(raw)["unique_id"] for raw in configs.values()}) == 11
+    finally:
+        pub.stop()
+    _clear(broker_port, [*configs, f"p{tag}/line3.edge1/status"])

@@ -98,6 +98,26 @@ def plain_success(packet: bytes | bytearray, v5: bool) -> tuple[int, int] | None
     return None
 
 
+def publish_packet_size(topic: str, payload_len: int, qos: int, v5: bool) -> int:
+    """Bytes of the PUBLISH packet paho sends for ``topic`` and a ``payload_len``-byte payload.
+
+    Fixed header, topic, packet id (QoS 1 and 2) and, in MQTT 5, the empty property list:
+    what a broker compares with the Maximum Packet Size its CONNACK announced.
+    """
+    remaining = 2 + len(topic.encode("utf-8")) + (2 if qos > 0 else 0) + (1 if v5 else 0)
+    remaining += payload_len
+    length_bytes = 1
+    while remaining >= 128**length_bytes and length_bytes < 4:
+        length_bytes += 1
+    return 1 + length_bytes + remaining
+
+
+def announced_max_packet(props: Any) -> int | None:
+    """The Maximum Packet Size of an MQTT 5 CONNACK's properties, or ``None`` (no limit)."""
+    value = getattr(props, "MaximumPacketSize", None)
+    return int(value) if isinstance(value, int) and value > 0 else None
+
+
 class _Client(mqtt.Client):
     """paho's client on a :class:`BatchedSocket`, with a cheaper plain-success PUBACK.
 

@@ -7,7 +7,8 @@ while the broker is connected and the outbox has room, otherwise to the disk
 reconnect the spool drains oldest first on at most every other in-flight slot, so live
 results are never starved; what was in flight on a lost connection is spooled again
 (at-least-once). A message an MQTT 5 broker refuses (a PUBACK with a failure code) is kept
-in the spool and sent again after a pause (:mod:`~.refusals`). ``stop(timeout)`` delivers
+in the spool and sent again after a pause (:mod:`~.refusals`); one larger than the Maximum
+Packet Size its CONNACK announced is not sent at all (``too_large``). ``stop(timeout)`` delivers
 what it can in the time and leaves the rest in the spool. The retained ``status`` topic is
 ``online`` after every CONNACK, ``offline`` as the Last Will and on a clean stop; with a
 :class:`~.session.Session` (Sparkplug B) the session's Last Will, births and death take
@@ -34,7 +35,15 @@ from cdml_edge.config import MqttConfig, OutboxConfig, SpoolConfig
 from cdml_edge.errors import CdmlError
 from cdml_edge.fsio import FaultHook
 from cdml_edge.outputs.mqtt.batched_socket import BatchedSocket, gathered
-from cdml_edge.outputs.mqtt.client import BrokerSettings, Waker, connect_later, new_client, poll
+from cdml_edge.outputs.mqtt.client import (
+    BrokerSettings,
+    Waker,
+    announced_max_packet,
+    connect_later,
+    new_client,
+    poll,
+    publish_packet_size,
+)
 from cdml_edge.outputs.mqtt.embedded_broker import EmbeddedBroker
 from cdml_edge.outputs.mqtt.outbox import Entry, Outbox, PublishBatch
 from cdml_edge.outputs.mqtt.refusals import Held, Refusals
@@ -161,6 +170,7 @@ class MqttPublisher:
         self._connected_at = 0.0
         self._short_lives = 0  # connections in a row lost soon after their CONNACK
         self._attempted = False  # a connection attempt was made since start()
+        self._max_packet: int | None = None  # the CONNACK's Maximum Packet Size (MQTT 5)
 
     # ------------------------------------------------------------------ Output API
     @property
@@ -362,6 +372,7 @@ class MqttPublisher:
             self._counts["connect_failures"] += 1
             self._refused = True
             return
+        self._max_packet = announced_max_packet(props)
         self._connected = True
         self._just_connected = True
 
@@ -599,6 +610,11 @@ class MqttPublisher:
                 if self.session.rebirth_due():  # a device new since this turn began
                     self._births(client, self.session)
                 payload = self.session.stamp(payload, entry is None)  # in the order sent
+            if self._oversize(topic, payload, qos):
+                if self.session is not None and topic.startswith(self.session.namespace):
+                    self.session.unstamp()
+                self._drop_oversize(item, topic, len(payload))
+                continue
             info = client.publish(topic, payload, qos, retain)
             if info.rc == MQTTErrorCode.MQTT_ERR_QUEUE_SIZE:  # no free message id: retry later
                 if self.session is not None and topic.startswith(self.session.namespace):
@@ -609,6 +625,37 @@ class MqttPublisher:
             self._pending[info.mid] = item
             if client.socket() is None:
                 return  # the write failed: _handle_lost will spool / rewind
+
+    def _oversize(self, topic: str, payload: bytes, qos: int) -> bool:
+        """The PUBLISH is larger than the broker's Maximum Packet Size (its CONNACK's)."""
+        if self._max_packet is None:
+            return False
+        size = publish_packet_size(topic, len(payload), qos, self.protocol == "5")
+        return size > self._max_packet
+
+    def _drop_oversize(self, item: Entry | Spooled, topic: str, payload_len: int) -> None:
+        """Give up on a message the broker announced it would not take (Maximum Packet Size).
+
+        Sent, it would make the broker close the connection, and again after every
+        reconnect. Counted as ``too_large``: a live message's batch never fires (its
+        window's files stay where they are); a spooled one is let go and counted in
+        ``dropped``.
+        """
+        self._counts["too_large"] += 1
+        if isinstance(item, Entry):
+            item.abandon()
+            fate = "its batch stays incomplete"
+        else:
+            self.spool.discard(item[0])
+            fate = "dropped from the spool"
+        log.error(
+            "%s: %d-byte message is larger than the broker's maximum packet size (%d "
+            "bytes); not sent, %s",
+            topic,
+            payload_len,
+            self._max_packet,
+            fate,
+        )
 
     def _take_next(self) -> tuple[Entry | None, Spooled | None]:
         """The next message to send, or none.

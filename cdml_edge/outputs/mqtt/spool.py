@@ -548,6 +548,12 @@ class Spool:
         if self._read.offset < start + consumed:
             self._read = Position(seg.id, start + consumed, self._read.index)
 
+    def discard(self, token: SpoolToken) -> None:
+        """The record of ``token`` can never be delivered: let it go, counted in ``dropped``."""
+        self.ack(token)
+        with self._lock:
+            self.dropped += 1
+
     def ack(self, token: SpoolToken) -> None:
         """The record of ``token`` is safe at the broker; advance the cursor over done records."""
         with self._lock:
