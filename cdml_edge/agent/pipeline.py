@@ -115,12 +115,13 @@ class WindowPipeline:
         sc = next(s for s in self.cfg.sources if s.name == window.source)
         outcome, errors, unretained = self._score(window, sc)
         on_durable = self._when_durable(window, sc, outcome, hold=unretained)
+        on_given_up = self._when_given_up(window, outcome)
         msgs = outcome.messages(self.cfg.results_mode()) + errors
         self._observe_arrival(window.source, outcome.results)
         if self.view is not None:  # the status page's images: the bytes in memory, held
             self.view.keep_images(window)
         try:
-            self.output.publish_batch(msgs, on_durable)
+            self.output.publish_batch(msgs, on_durable, on_given_up)
         except Exception as exc:
             raise OutputFailed(f"{type(exc).__name__}: {exc}") from exc
         finally:
@@ -215,6 +216,37 @@ class WindowPipeline:
             self.done()
 
         return on_durable
+
+    def _when_given_up(self, window: Window, outcome: WindowOutcome) -> Callable[[], None]:
+        """The ``on_given_up`` callback: the output can never deliver a message of the window.
+
+        Retrying would make the same message again, so the scored files are left where they
+        are and not taken again unless they change (as ``on_done: keep`` leaves them); the
+        window is counted as an output error and ``done`` called, so nothing waits on it.
+        Runs on the output's thread: it publishes nothing.
+        """
+        failed_ids = {f.item.id for f in outcome.failures}
+        paths = [it.path for it in window.items if it.path and it.item_id not in failed_ids]
+        ids = [it.item_id for it in window.items if it.path]
+        source, window_id = window.source, window.window_id
+
+        def on_given_up() -> None:
+            self.attempts.clear(ids)
+            src = self.sources.get(source)
+            for p in paths:
+                if src is not None:
+                    src.release(p, keep=True)
+            self.metrics.errors.labels(stage="output_given_up").inc()
+            log.error(
+                "window %s: the output gave up on its messages (too large for the broker or "
+                "the spool, see above); its %d file(s) stay in the folder, not taken again "
+                "unless they change",
+                window_id,
+                len(paths),
+            )
+            self.done()
+
+        return on_given_up
 
     def _ring_failing(self) -> bool:
         return self.retention is not None and self.retention.degraded is not None

@@ -26,10 +26,13 @@ class ObservedOutput(TeeOutput):
         self.board = board
 
     def publish_batch(
-        self, messages: Sequence[OutMessage], on_durable: Callable[[], None] | None = None
+        self,
+        messages: Sequence[OutMessage],
+        on_durable: Callable[[], None] | None = None,
+        on_given_up: Callable[[], None] | None = None,
     ) -> None:
         """Publish ``messages`` on the output, then show each to the board."""
-        self.outputs[0].publish_batch(messages, on_durable)
+        self.outputs[0].publish_batch(messages, on_durable, on_given_up)
         for m in messages:
             try:
                 kind, source = split_topic(m.topic)

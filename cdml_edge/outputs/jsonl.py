@@ -67,7 +67,10 @@ class JsonlOutput:
                 self._written = self._fh.tell()
 
     def publish_batch(
-        self, messages: Sequence[OutMessage], on_durable: Callable[[], None] | None = None
+        self,
+        messages: Sequence[OutMessage],
+        on_durable: Callable[[], None] | None = None,
+        on_given_up: Callable[[], None] | None = None,
     ) -> None:
         """Write, flush and (for a file) fsync ``messages``, then call ``on_durable``.
 

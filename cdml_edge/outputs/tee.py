@@ -21,21 +21,30 @@ class TeeOutput:
             o.start()
 
     def publish_batch(
-        self, messages: Sequence[OutMessage], on_durable: Callable[[], None] | None = None
+        self,
+        messages: Sequence[OutMessage],
+        on_durable: Callable[[], None] | None = None,
+        on_given_up: Callable[[], None] | None = None,
     ) -> None:
-        """Hand ``messages`` to every output; ``on_durable`` once all made them durable."""
+        """Hand ``messages`` to every output; ``on_durable`` once all made them durable.
+
+        ``on_given_up`` instead, once all settled, when any of them gave up.
+        """
         left = [len(self.outputs)]
+        gave_up = [False]
         lock = threading.Lock()
 
-        def one_done() -> None:
+        def settled(given_up: bool) -> None:
             with lock:
                 left[0] -= 1
-                done = left[0] == 0
-            if done and on_durable is not None:
-                on_durable()
+                gave_up[0] = gave_up[0] or given_up
+                done, failed = left[0] == 0, gave_up[0]
+            callback = on_given_up if failed else on_durable
+            if done and callback is not None:
+                callback()
 
         for o in self.outputs:
-            o.publish_batch(messages, one_done)
+            o.publish_batch(messages, lambda: settled(False), lambda: settled(True))
 
     def stats(self) -> dict[str, int]:
         """The outputs' counters, summed by name."""

@@ -44,7 +44,12 @@ from cdml_edge.window.score import score_window  # noqa: E402
 
 class _Null:
     def start(self) -> None: ...
-    def publish_batch(self, messages: object, on_durable: Callable[[], None] | None = None) -> None:
+    def publish_batch(
+        self,
+        messages: object,
+        on_durable: Callable[[], None] | None = None,
+        on_given_up: Callable[[], None] | None = None,
+    ) -> None:
         if on_durable is not None:
             on_durable()
 

@@ -394,11 +394,11 @@ class _FullDiskOutput:
     def __init__(self, real: Any, fail: int) -> None:
         self.real, self.fail, self.failed = real, fail, 0
 
-    def publish_batch(self, msgs: Any, on_durable: Any = None) -> None:
+    def publish_batch(self, msgs: Any, on_durable: Any = None, on_given_up: Any = None) -> None:
         if any(m.topic.endswith("result") for m in msgs) and self.failed < self.fail:
             self.failed += 1
             raise OSError(28, "No space left on device")
-        self.real.publish_batch(msgs, on_durable)
+        self.real.publish_batch(msgs, on_durable, on_given_up)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.real, name)

@@ -135,7 +135,10 @@ class _GatedOutput:
         self._lock = threading.Lock()
 
     def publish_batch(
-        self, msgs: Sequence[OutMessage], on_durable: Callable[[], None] | None = None
+        self,
+        msgs: Sequence[OutMessage],
+        on_durable: Callable[[], None] | None = None,
+        on_given_up: Callable[[], None] | None = None,
     ) -> None:
         def hold() -> None:
             with self._lock:
@@ -144,7 +147,7 @@ class _GatedOutput:
                     return
             on_durable()  # type: ignore[misc]
 
-        self.real.publish_batch(msgs, hold if on_durable is not None else None)
+        self.real.publish_batch(msgs, hold if on_durable is not None else None, on_given_up)
 
     def release(self) -> None:
         with self._lock:

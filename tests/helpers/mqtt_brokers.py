@@ -173,6 +173,7 @@ class BrokerProcess:
         password_file: Path | None = None,
         acl_file: Path | None = None,
         unlimited_queues: bool = True,
+        max_packet_size: int | None = None,
     ) -> None:
         self.workdir = workdir
         self.workdir.mkdir(parents=True, exist_ok=True)
@@ -184,6 +185,7 @@ class BrokerProcess:
         # no limit on queued / in-flight messages per client; Mosquitto 2.0.11 with
         # ``max_queued_messages 0`` also drops a client whose QoS 1 publish its ACL refused
         self.unlimited_queues = unlimited_queues
+        self.max_packet_size = max_packet_size  # announced in MQTT 5 CONNACKs; larger: closed
         self.binary = mosquitto_binary()
         self.kind = "mosquitto" if self.binary else "embedded amqtt (mosquitto not installed)"
         self.proc: subprocess.Popen[bytes] | None = None
@@ -213,6 +215,8 @@ class BrokerProcess:
                 lines.append("allow_anonymous true")
             if self.acl_file is not None:
                 lines.append(f"acl_file {self.acl_file}")
+            if self.max_packet_size is not None:
+                lines.append(f"max_packet_size {self.max_packet_size}")
             if self.tls is not None:
                 lines += [
                     f"cafile {self.tls.ca}",

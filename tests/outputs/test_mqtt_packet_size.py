@@ -29,16 +29,6 @@ pytestmark = pytest.mark.skipif(
 MAX_PACKET = 2048
 
 
-class SmallPacketBroker(BrokerProcess):
-    """A Mosquitto that takes no packet larger than :data:`MAX_PACKET` bytes."""
-
-    def _command(self) -> list[str]:
-        cmd = super()._command()
-        conf = self.workdir / "mosquitto.conf"
-        conf.write_text(conf.read_text() + f"max_packet_size {MAX_PACKET}\n")
-        return cmd
-
-
 def _result(i: int) -> OutMessage:
     return OutMessage("cam/result", json.dumps({"id": f"r{i}", "seq": i + 1}).encode())
 
@@ -53,7 +43,7 @@ def _publisher(broker: BrokerProcess, prefix: str, spool: Path) -> MqttPublisher
 
 
 def test_live_message_over_the_limit_is_not_sent_and_the_rest_arrive(tmp_path: Path) -> None:
-    broker = SmallPacketBroker(tmp_path / "broker").start()
+    broker = BrokerProcess(tmp_path / "broker", max_packet_size=MAX_PACKET).start()
     prefix = f"t{uuid.uuid4().hex[:10]}"
     sub = Subscriber(broker.port, f"{prefix}/#")
     pub = _publisher(broker, prefix, tmp_path / "spool")
@@ -81,7 +71,7 @@ def test_live_message_over_the_limit_is_not_sent_and_the_rest_arrive(tmp_path: P
 
 
 def test_spooled_message_over_the_limit_does_not_block_the_drain(tmp_path: Path) -> None:
-    broker = SmallPacketBroker(tmp_path / "broker")
+    broker = BrokerProcess(tmp_path / "broker", max_packet_size=MAX_PACKET)
     prefix = f"t{uuid.uuid4().hex[:10]}"
     pub = _publisher(broker, prefix, tmp_path / "spool")
     durable: list[str] = []
@@ -123,7 +113,7 @@ def test_sparkplug_data_over_the_limit_leaves_no_gap_in_seq(tmp_path: Path) -> N
     pytest.importorskip("pysparkplug")
     from helpers.sparkplug import SparkplugSubscriber
 
-    broker = SmallPacketBroker(tmp_path / "broker").start()
+    broker = BrokerProcess(tmp_path / "broker", max_packet_size=MAX_PACKET).start()
     group = f"g{uuid.uuid4().hex[:8]}"
     sub = SparkplugSubscriber(broker.port, group, persistent=False)
     cfg = parse_config(

@@ -19,23 +19,35 @@ log = logging.getLogger(__name__)
 
 
 class PublishBatch:
-    """Counts the messages of one ``publish_batch`` call; fires ``on_durable`` at zero."""
+    """Counts the messages of one ``publish_batch`` call; fires a callback at zero.
 
-    __slots__ = ("_lock", "_remaining", "_callback")
+    ``callback`` (``on_durable``) when every message was acknowledged or spooled;
+    ``given_up`` instead when the publisher gave up on one of them.
+    """
 
-    def __init__(self, size: int, callback: Callable[[], None] | None) -> None:
+    __slots__ = ("_lock", "_remaining", "_callback", "_given_up", "_failed")
+
+    def __init__(
+        self,
+        size: int,
+        callback: Callable[[], None] | None,
+        given_up: Callable[[], None] | None = None,
+    ) -> None:
         self._lock = threading.Lock()
         self._remaining = size
         self._callback = callback
+        self._given_up = given_up
+        self._failed = False
         if size == 0:
             self._fire()
 
-    def done(self, n: int = 1) -> None:
-        """``n`` more messages are acknowledged or spooled."""
+    def done(self, n: int = 1, failed: bool = False) -> None:
+        """``n`` more messages are acknowledged or spooled (``failed``: given up on)."""
         with self._lock:
             if self._remaining <= 0:
                 return
             self._remaining -= n
+            self._failed = self._failed or failed
             fire = self._remaining <= 0
         if fire:
             self._fire()
@@ -48,6 +60,9 @@ class PublishBatch:
 
     def _fire(self) -> None:
         callback, self._callback = self._callback, None
+        given_up, self._given_up = self._given_up, None
+        if self._failed:
+            callback = given_up
         if callback is not None:
             try:
                 callback()
@@ -75,8 +90,10 @@ class Entry:
             self.batch.done()
 
     def abandon(self) -> None:
-        """Give up on this message without counting it: its batch never fires."""
-        self.done = True
+        """Give up on this message: its batch fires ``given_up``, not ``on_durable``."""
+        if not self.done:
+            self.done = True
+            self.batch.done(failed=True)
 
 
 class Outbox:

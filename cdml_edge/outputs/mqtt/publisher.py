@@ -206,12 +206,19 @@ class MqttPublisher:
         self._thread.start()
 
     def publish_batch(
-        self, messages: Sequence[OutMessage], on_durable: Callable[[], None] | None = None
+        self,
+        messages: Sequence[OutMessage],
+        on_durable: Callable[[], None] | None = None,
+        on_given_up: Callable[[], None] | None = None,
     ) -> None:
-        """Queue messages; ``on_durable`` fires once each is PUBACKed or spooled."""
+        """Queue messages; ``on_durable`` fires once each is PUBACKed or spooled.
+
+        ``on_given_up`` instead once the batch is settled, when a message of it can never be
+        delivered (larger than the spool or than the broker's Maximum Packet Size).
+        """
         if self._closing or self._closed:
             raise PublisherClosed("publish_batch after stop()")
-        batch = PublishBatch(len(messages), on_durable)
+        batch = PublishBatch(len(messages), on_durable, on_given_up)
         entries = [Entry(m, batch) for m in messages]
         overflow: list[Entry] = []
         if self._connected:

@@ -30,7 +30,10 @@ class SparkplugOutput(TeeOutput):
         self.node = node
 
     def publish_batch(
-        self, messages: Sequence[OutMessage], on_durable: Callable[[], None] | None = None
+        self,
+        messages: Sequence[OutMessage],
+        on_durable: Callable[[], None] | None = None,
+        on_given_up: Callable[[], None] | None = None,
     ) -> None:
         """Format ``messages`` and queue them; ``on_durable`` as the publisher calls it."""
         out = [m for m in (self.format(m) for m in messages) if m is not None]
@@ -38,7 +41,7 @@ class SparkplugOutput(TeeOutput):
             if on_durable is not None:
                 on_durable()
             return
-        self.publisher.publish_batch(out, on_durable)
+        self.publisher.publish_batch(out, on_durable, on_given_up)
 
     def format(self, message: OutMessage) -> OutMessage | None:
         """The Sparkplug message of ``message``; ``None`` for the status."""
