@@ -10,7 +10,8 @@ agent's main loop), so reading it must end quickly whatever the path holds: a FI
   opened, opened without blocking (a FIFO cannot hang it) and checked again with ``fstat``.
 * :func:`parse_yaml`: the document is composed (libyaml when present), its node graph is
   measured with aliases expanded, and it is constructed only when that stays within
-  :data:`MAX_YAML_NODES` and holds no alias to itself.
+  :data:`MAX_YAML_NODES`, holds no alias to itself and no mapping that names a key twice
+  (YAML loaders keep the last silently: a second ``sources:`` would drop the first list).
 """
 
 from __future__ import annotations
@@ -32,6 +33,14 @@ _Loader: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 class ConfigReadError(ValueError):
     """The file cannot be read as a configuration; the message says why."""
+
+
+class DuplicateKeys(ConfigReadError):
+    """Mappings that name a key twice; ``problems`` holds ``(field path, message)``."""
+
+    def __init__(self, problems: list[tuple[str, str]]) -> None:
+        self.problems = problems
+        super().__init__("; ".join(f"{path}: {msg}" for path, msg in problems))
 
 
 def _kind(mode: int) -> str:
@@ -87,6 +96,8 @@ def parse_yaml(text: str) -> Any:
         if node is None:
             return None
         count_nodes(node)
+        if duplicates := duplicate_keys(node):
+            raise DuplicateKeys(duplicates)
         return loader.construct_document(node)
     except RecursionError:
         raise ConfigReadError("nested too deeply to read") from None
@@ -124,6 +135,44 @@ def count_nodes(root: yaml.Node, limit: int = MAX_YAML_NODES) -> int:
         stack.append((node, True))
         stack.extend((c, False) for c in children if id(c) not in size)
     return size[id(root)]
+
+
+def duplicate_keys(root: yaml.Node) -> list[tuple[str, str]]:
+    """``(field path, problem)`` for each key a mapping under ``root`` names again.
+
+    Each distinct node is looked at once (an alias is checked where its anchor is); the merge
+    key ``<<`` is YAML's way of taking keys from elsewhere and is not a duplicate.
+    """
+    out: list[tuple[str, str]] = []
+    seen: set[int] = set()
+    stack: list[tuple[yaml.Node, str]] = [(root, "")]
+    while stack:
+        node, path = stack.pop()
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        if isinstance(node, yaml.SequenceNode):
+            stack.extend((child, f"{path}[{i}]") for i, child in enumerate(node.value))
+        elif isinstance(node, yaml.MappingNode):
+            first: dict[tuple[str, str], int] = {}
+            for key, value in node.value:
+                name = str(key.value) if isinstance(key, yaml.ScalarNode) else "?"
+                here = f"{path}.{name}" if path else name
+                if isinstance(key, yaml.ScalarNode) and key.tag != "tag:yaml.org,2002:merge":
+                    line = key.start_mark.line + 1
+                    earlier = first.get((key.tag, name))
+                    if earlier is None:
+                        first[(key.tag, name)] = line
+                    else:
+                        out.append(
+                            (
+                                here,
+                                f"duplicate key (line {line}; first at line {earlier}): "
+                                "YAML would keep only the last one",
+                            )
+                        )
+                stack.append((value, here))
+    return sorted(out)
 
 
 def _children(node: yaml.Node) -> list[yaml.Node]:

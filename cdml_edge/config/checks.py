@@ -3,9 +3,9 @@
 :func:`file_problems` lists, as ``(field path, problem)``, every named file that does not
 exist, is not a regular file or cannot be read by this process (models, label files, TLS CA /
 certificate / key, the password file), a ``password_env`` that is not set, and every folder
-it names (a folder source, ``move_to``, quarantine, retention, spool, state) that exists but
-is not a folder. ``cdml-edge config validate`` and ``cdml-edge run`` both report them (exit
-status 2).
+it names (a folder source, ``move_to``, quarantine, retention, spool, state, the folder of
+``output.jsonl``) that exists but is not a folder, or an ``output.jsonl`` that is a folder.
+``cdml-edge config validate`` and ``cdml-edge run`` both report them (exit status 2).
 """
 
 from __future__ import annotations
@@ -52,6 +52,8 @@ def named_folders(cfg: AppConfig) -> list[tuple[str, Path]]:
     out.append(("spool.dir", cfg.spool.dir))
     if cfg.state_dir is not None:
         out.append(("state_dir", cfg.state_dir))
+    if cfg.output.jsonl not in (None, "-"):
+        out.append(("output.jsonl", Path(cfg.output.jsonl).parent))
     return out
 
 
@@ -113,6 +115,9 @@ def file_problems(cfg: AppConfig) -> list[tuple[str, str]]:
         problem = folder_problem(folder)
         if problem is not None:
             out.append((field, problem))
+    jsonl = cfg.output.jsonl
+    if jsonl not in (None, "-") and os.path.isdir(jsonl):
+        out.append(("output.jsonl", f"{jsonl} is a folder, not a file"))
     mq = cfg.mqtt
     if mq is not None and mq.password_env is not None and mq.password_env not in os.environ:
         out.append(("mqtt.password_env", f"environment variable {mq.password_env} is not set"))

@@ -16,8 +16,8 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from cdml_edge.config.bounded import ConfigReadError, parse_yaml, read_text
-from cdml_edge.config.schema import AppConfig, is_model_class
+from cdml_edge.config.bounded import ConfigReadError, DuplicateKeys, parse_yaml, read_text
+from cdml_edge.config.schema import TOPIC_SAFE, AppConfig, is_model_class
 from cdml_edge.errors import CdmlError
 
 
@@ -31,7 +31,8 @@ class ConfigError(CdmlError):
         super().__init__("\n".join(lines))
 
 
-_ENV_PATTERN = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
+_ENV_PATTERN = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-((?:[^{}]|\{[^{}]*\})*))?\}")
+"""``${VAR}`` or ``${VAR:-default}``; a default may hold one ``${OTHER:-...}`` level itself."""
 
 
 def substitute_env(
@@ -42,6 +43,9 @@ def substitute_env(
 ) -> Any:
     """Replace ``${VAR}`` / ``${VAR:-default}`` in every string of a parsed YAML tree.
 
+    As in the shell, the default stands in for a variable that is unset or empty, and may
+    itself name a variable (``${CAM_HOST:-${SITE_GATEWAY}}``); a value taken from the
+    environment is not substituted again.
     A variable that is unset and has no default raises ``KeyError`` with the field path;
     with ``unset`` given, it is recorded there as ``(field path, problem)`` instead, left
     as written, and substitution goes on (so every other problem can be reported too).
@@ -51,10 +55,10 @@ def substitute_env(
 
         def repl(match: re.Match[str]) -> str:
             name, default = match.group(1), match.group(2)
-            if name in env:
+            if env.get(name) or (name in env and default is None):
                 return env[name]
             if default is not None:
-                return default
+                return _ENV_PATTERN.sub(repl, default)
             if unset is None:
                 raise KeyError(f"{path}: environment variable {name} is not set")
             unset.append((path, f"environment variable {name} is not set"))
@@ -111,6 +115,22 @@ def _inner_model(annotation: Any) -> Any:
     return None
 
 
+def _pattern_problem(value: object) -> str:
+    """Why a name used as an MQTT topic level is refused, naming the first bad character."""
+    rule = (
+        "must be letters, digits, '_', '.' or '-', starting with a letter or digit "
+        "(it is an MQTT topic level)"
+    )
+    if not isinstance(value, str):
+        return rule
+    if not value:
+        return f"{rule}; it is empty"
+    if not re.fullmatch(r"[A-Za-z0-9]", value[0]):
+        return f"{rule}; {value!r} starts with {value[0]!r}"
+    bad = next((ch for ch in value if not re.fullmatch(r"[A-Za-z0-9_.-]", ch)), None)
+    return f"{rule}; {value!r} holds {bad!r}" if bad else rule
+
+
 def _humanise(error: Any) -> tuple[str, str]:
     loc = tuple(error["loc"])
     kind = error["type"]
@@ -136,6 +156,15 @@ def _humanise(error: Any) -> tuple[str, str]:
             base = _field_path(loc)
             return (f"{base}.{match.group(1)}" if base else match.group(1)), match.group(2)
         return _field_path(loc), msg
+    if kind == "string_pattern_mismatch" and error.get("ctx", {}).get("pattern") == TOPIC_SAFE:
+        return _field_path(loc), _pattern_problem(error.get("input"))
+    if kind == "string_type" and isinstance(error.get("input"), (bool, int, float)):
+        given = error["input"]
+        why = "a boolean" if isinstance(given, bool) else "a number"
+        return _field_path(loc), (
+            f"must be a string; YAML read this value as {why} ({given!r}): quote it"
+            + (" (unquoted yes/no/on/off/true/false are booleans)" if why == "a boolean" else "")
+        )
     msg = re.sub(r"^Input should be ", "must be ", msg)
     msg = re.sub(r"^Input ", "value ", msg)
     if loc and loc[-1] == "[key]":
@@ -182,6 +211,20 @@ def parse_config(
     return config
 
 
+def _yaml_problem(exc: yaml.YAMLError, text: str) -> str:
+    """Where and why ``text`` is not YAML; a tab where indentation is read says so."""
+    mark = getattr(exc, "problem_mark", None)
+    where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
+    problem = getattr(exc, "problem", None) or str(exc)
+    if mark is not None:
+        lines = text.splitlines()
+        line = lines[mark.line] if mark.line < len(lines) else ""
+        indent = line[: len(line) - len(line.lstrip())]
+        if "\t" in indent or line[mark.column : mark.column + 1] == "\t":
+            problem += " (a tab: YAML indents with spaces only)"
+    return f"{where}invalid YAML: {problem}"
+
+
 def load_config(path: str | os.PathLike[str], *, state_directory: str | None = None) -> AppConfig:
     """Read and validate a YAML configuration file.
 
@@ -201,13 +244,12 @@ def load_config(path: str | os.PathLike[str], *, state_directory: str | None = N
         raise ConfigError(label, [("", f"not read: {exc}")]) from None
     try:
         data = parse_yaml(text)
+    except DuplicateKeys as exc:
+        raise ConfigError(label, exc.problems) from None
     except ConfigReadError as exc:
         raise ConfigError(label, [("", f"not read: {exc}")]) from None
     except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
-        problem = getattr(exc, "problem", None) or str(exc)
-        raise ConfigError(label, [("", f"{where}invalid YAML: {problem}")]) from None
+        raise ConfigError(label, [("", _yaml_problem(exc, text))]) from None
     return parse_config(
         data, label, base_dir=file.resolve().parent, state_directory=state_directory
     )

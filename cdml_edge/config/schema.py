@@ -9,12 +9,14 @@ The folders of the agent's state (spool, quarantine, retention) default to ``sta
 
 from __future__ import annotations
 
+import difflib
 import os
 import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal, get_origin
 
 from pydantic import (
+    AfterValidator,
     BaseModel,
     BeforeValidator,
     ConfigDict,
@@ -47,6 +49,20 @@ def _number_or_text(json_type: str, description: str) -> WithJsonSchema:
     )
 
 
+MAX_DURATION_S = 10 * 365 * 86400.0
+"""The longest duration taken (ten years): a wait much longer overflows the platform's clock
+(Python's ``threading.TIMEOUT_MAX``), which would kill the thread that waits, in a loop."""
+
+
+def _bounded_duration(seconds: float) -> float:
+    """A duration of at most :data:`MAX_DURATION_S`."""
+    if seconds > MAX_DURATION_S:
+        raise ValueError(
+            f"{seconds:g} s is longer than the {MAX_DURATION_S / 86400:g} days a duration may be"
+        )
+    return seconds
+
+
 Size = Annotated[
     int,
     BeforeValidator(parse_size),
@@ -55,10 +71,13 @@ Size = Annotated[
 Duration = Annotated[
     float,
     BeforeValidator(parse_duration),
+    AfterValidator(_bounded_duration),
     _number_or_text("number", "seconds, or a string such as '500ms', '2s', '5min', '7d'"),
 ]
 
-_TOPIC_SAFE = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
+TOPIC_SAFE = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
+"""Names that are an MQTT topic level: device id, source and model names, Sparkplug ids."""
+_TOPIC_SAFE = TOPIC_SAFE
 
 
 STATE_FOLDERS = ("spool", "quarantine", "retention")
@@ -145,7 +164,9 @@ class SourceConfig(_ConfigSection):
         "keep", description="What happens to a source file once its results are safe."
     )
     move_to: Path | None = Field(None, description="Destination folder for on_done: move.")
-    fps: float | None = Field(None, gt=0, description="Camera frames per second to take.")
+    fps: float | None = Field(
+        None, gt=0, allow_inf_nan=False, description="Camera frames per second to take."
+    )
     jpeg_quality: int = Field(90, ge=1, le=100, description="Camera frames: JPEG quality.")
     backend: Literal["auto", "ffmpeg", "v4l2", "gstreamer"] = Field(
         "auto",
@@ -196,6 +217,14 @@ class SourceConfig(_ConfigSection):
 
     _resolve = field_validator("path", "move_to")(_resolve_path)
 
+    @field_validator("url", mode="before")
+    @classmethod
+    def _not_a_boolean(cls, value: object) -> object:
+        """YAML's ``yes``/``no``/``on``/``off``/``true`` would pass as device 1 or 0."""
+        if isinstance(value, bool):
+            raise ValueError(f"must be a device index, a path or a URL, not {value!r}")
+        return value
+
     @field_validator("url")
     @classmethod
     def _resolve_video_file(cls, value: str | int | None, info: ValidationInfo) -> str | int | None:
@@ -204,10 +233,16 @@ class SourceConfig(_ConfigSection):
         A file is a string with no scheme (``://``), no GStreamer ``!`` and not a device
         index.
         """
-        if not isinstance(value, str):
+        if isinstance(value, int):
+            if value < 0:
+                raise ValueError("a device index is 0 or more (0 is /dev/video0)")
+            return value
+        if value is None:
             return value
         text = value.strip()  # as the capture reads it: " 0" is device 0
-        if not text or "://" in text or "!" in text or text.isdigit():
+        if not text:
+            raise ValueError("is empty: give a device index, a path or a URL")
+        if "://" in text or "!" in text or text.isdigit():
             return value
         return str(_resolve_path(Path(value), info))
 
@@ -222,6 +257,10 @@ class SourceConfig(_ConfigSection):
             raise ValueError("a folder source needs 'path'")
         if self.kind == "camera" and self.url is None:
             raise ValueError("a camera source needs 'url' (device index, stream URL or file)")
+        if self.kind == "camera" and self.modality != "image":
+            raise ValueError(
+                f"modality: a camera gives JPEG frames: its modality is image, not {self.modality}"
+            )
         if self.on_done == "move" and self.move_to is None:
             raise ValueError("on_done is 'move' but 'move_to' is not set")
         return self
@@ -321,11 +360,24 @@ class MqttConfig(_ConfigSection):
 
     _resolve = field_validator("password_file")(_resolve_path)
 
+    @field_validator("qos", mode="before")
+    @classmethod
+    def _qos_not_boolean(cls, value: object) -> object:
+        """YAML's ``on``/``off``/``yes``/``no`` would pass as QoS 1 or 0."""
+        if isinstance(value, bool):
+            raise ValueError(f"must be 0, 1 or 2, not {value!r}")
+        return value
+
     @field_validator("url")
     @classmethod
     def _check_url(cls, value: str) -> str:
         host = r"(\[[0-9A-Fa-f:.]+\]|[^/:\[\]]+)"
-        if value == "embedded" or re.match(rf"^(mqtt|mqtts|tcp|ssl)://{host}(:\d+)?/?$", value):
+        if value == "embedded":
+            return value
+        match = re.match(rf"^(mqtt|mqtts|tcp|ssl)://{host}(:(\d+))?/?$", value)
+        if match and match.group(4) is not None and not 0 < int(match.group(4)) <= 65535:
+            raise ValueError(f"port {match.group(4)} is not a TCP port (1 to 65535)")
+        if match:
             return value
         raise ValueError("must be 'embedded' or mqtt[s]://host[:port]")
 
@@ -636,6 +688,14 @@ class AppConfig(_ConfigSection):
         return self
 
     @model_validator(mode="after")
+    def _check_folders(self) -> AppConfig:
+        """No folder is watched twice or fed back into itself (see :func:`folder_clash`)."""
+        problem = folder_clash(self)
+        if problem is not None:
+            raise ValueError(problem)
+        return self
+
+    @model_validator(mode="after")
     def _check_models(self) -> AppConfig:
         """Every model has a modality, and every model a source names exists and fits it."""
         for key, mc in self.models.items():
@@ -643,9 +703,11 @@ class AppConfig(_ConfigSection):
                 raise ValueError(f"models: the name {key!r} must match {_TOPIC_SAFE}")
             if mc.modality is None:
                 if key not in MODALITIES:
+                    close = difflib.get_close_matches(key, MODALITIES, n=1)
+                    hint = f"; did you mean {close[0]!r}?" if close else ""
                     raise ValueError(
                         f"models.{key}.modality: is required: the name {key!r} is not a "
-                        f"modality ({' | '.join(MODALITIES)})"
+                        f"modality ({' | '.join(MODALITIES)}){hint}"
                     )
                 mc.modality = key  # type: ignore[assignment]
         for i, source in enumerate(self.sources):
@@ -672,6 +734,54 @@ class AppConfig(_ConfigSection):
         if source.models is not None:
             return list(source.models)
         return [k for k, mc in self.models.items() if mc.modality == source.modality]
+
+
+def _folder(path: Path) -> str:
+    """``path`` as written, made absolute and normal (``./in/`` is ``in``); no I/O."""
+    return os.path.normpath(os.path.abspath(path))
+
+
+def _within(path: str, folder: str) -> bool:
+    return path == folder or path.startswith(folder.rstrip(os.sep) + os.sep)
+
+
+def folder_clash(cfg: AppConfig) -> str | None:
+    """The first folder that would make the agent take a file twice or forever, or ``None``.
+
+    Two folder sources on one folder (each file scored by both, and ``on_done`` of one pulls
+    it from under the other); ``move_to`` the source's own folder (each moved file is taken
+    again, forever); a source folder that is the state folder, or is (inside) the
+    quarantine, spool or retention folder (the agent's own files would come back in).
+    Compared as written, after ``..`` and ``.``: a link to the same folder is not seen.
+    """
+    watched: dict[str, int] = {}
+    state = {name: getattr(cfg, name) for name in STATE_FOLDERS}
+    for i, sc in enumerate(cfg.sources):
+        if sc.kind != "folder" or sc.path is None:
+            continue
+        path = _folder(sc.path)
+        if path in watched:
+            j = watched[path]
+            return (
+                f"sources[{i}].path: {sc.path} is also the folder of sources[{j}] "
+                f"({cfg.sources[j].name!r}): each file would be taken by both "
+                "(one source per folder; 'patterns' can take several kinds of file)"
+            )
+        watched[path] = i
+        if sc.move_to is not None and _folder(sc.move_to) == path:
+            return (
+                f"sources[{i}].move_to: {sc.move_to} is the source's own folder: each file "
+                "moved there would be taken again, forever"
+            )
+        if cfg.state_dir is not None and path == _folder(cfg.state_dir):
+            return f"sources[{i}].path: {sc.path} is the state folder (state_dir)"
+        for name, section in state.items():
+            if section is not None and _within(path, _folder(section.dir)):
+                return (
+                    f"sources[{i}].path: {sc.path} is inside the {name} folder "
+                    f"({name}.dir: {section.dir}): the agent's own files would be taken"
+                )
+    return None
 
 
 def is_model_class(obj: object) -> bool:

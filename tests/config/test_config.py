@@ -229,7 +229,7 @@ def test_state_dir_from_systemd_or_the_file(
         ({"sources": [{"path": "/x", "modality": "image"}]}, "sources[0].name", "is required"),
         ({"sources": [_source(widnow={})]}, "sources[0].widnow", "unknown key"),
         ({"devcie": {"id": "x"}}, "devcie", "unknown key"),
-        ({"device": {"id": "a/b"}}, "device.id", "match pattern"),
+        ({"device": {"id": "a/b"}}, "device.id", "MQTT topic level"),
         ({"pack": {"format": "rar"}}, "pack.format", "must be"),
         ({"pack": {"format": "zip", "level": 12}}, "pack.level", "0 to 9"),
         ({"mqtt": {"url": "http://x"}}, "mqtt.url", "embedded"),

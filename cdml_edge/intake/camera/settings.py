@@ -93,9 +93,17 @@ def ffmpeg_options(settings: CaptureSettings) -> str:
     return ""
 
 
-_CREDENTIALS = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)(?P<user>[^/@:\s]*)(:[^/@\s]*)?@")
+_CREDENTIALS = re.compile(
+    r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)(?P<user>[^/@:\s]*)(:\S*)?"
+    r"@(?=(\[[^\]\s]*\]|[^@\s/?#:\[\]]*)(:\d*)?([/?#\s]|$))"
+)
+"""``scheme://user[:password]@host``: the password runs to the last ``@`` before the host, as
+FFmpeg reads it (a ``$CAM_PASSWORD`` holding ``@`` or ``/`` is not cut short)."""
 
 
 def redact_url(url: str) -> str:
-    """``url`` without its password (``rtsp://admin:***@cam/...``): safe for logs and health."""
+    """``url`` without its password (``rtsp://admin:***@cam/...``): safe for logs and health.
+
+    A password holding ``@``, ``/`` or ``:`` (not percent-encoded) is hidden whole.
+    """
     return _CREDENTIALS.sub(lambda m: f"{m['scheme']}{m['user']}:***@", url)
