@@ -12,7 +12,8 @@
 # a venv per release in /opt/cdml-edge/releases/VERSION/venv with the runtime dependencies only
 # (no PyTorch), installed from the lock with hash checking, the link /opt/cdml-edge/current the
 # units use, the config in /etc/cdml-edge (never overwritten), the systemd units with a memory
-# limit sized to the board, then `systemctl enable --now cdml-edge.service cdml-edge-replay.timer`.
+# limit sized to the board, then `systemctl enable` and `systemctl restart` of cdml-edge.service
+# and cdml-edge-replay.timer (a restart: run again, it puts what it installed in use).
 #
 # Environment overrides (a staged install, tests): CDML_PREFIX, CDML_ETC, CDML_STATE, CDML_DATA,
 # CDML_UNIT_DIR, CDML_USER, SYSTEMCTL (the systemctl command), PYTHON (makes the venv),
@@ -55,8 +56,10 @@ usage() {
 
 Options:
   --dry-run            print what would be done; change nothing (no root needed)
-  --uninstall          stop and remove the units and the venv; keep config, state and data
-  --purge              with --uninstall: also remove /etc/cdml-edge, /var/lib/cdml-edge, the user
+  --uninstall          stop and remove the units and the releases; keep models, config,
+                       state and data
+  --purge              with --uninstall: also remove /opt/cdml-edge (models), /etc/cdml-edge,
+                       /var/lib/cdml-edge and the user
   --from PATH          install this wheel or source tree instead of the checkout; a folder
                        of wheels (dist/): the one for this machine and Python
   --upgrade FROM       install the release FROM (wheel, folder of wheels, source tree)
@@ -172,6 +175,26 @@ systemd_version() {
   "$SYSTEMCTL" --version 2>/dev/null | awk 'NR==1 {print $2}' | sed 's/[^0-9].*//'
 }
 
+# unit_env: UNIT_ENV=(env VAR=VALUE...), the environment the agent's unit gives factory.yaml's
+# ${VAR}s: its Environment= values, then (overriding them, as systemd does) the site's
+# EnvironmentFile= $ETC/environment (MQTT_URL=..., a folder...). Without the file's values a
+# configuration that is valid under the unit reads as invalid here, or names other folders.
+unit_env() {
+  UNIT_ENV=(env CDML_DATA="$DATA" CDML_STATE="$STATE" CDML_MODELS="$PREFIX/models"
+            CREDENTIALS_DIRECTORY="$ETC" STATE_DIRECTORY="$STATE")
+  local line value
+  [[ -r "$ETC/environment" ]] || return 0
+  while IFS= read -r line || [[ -n "$line" ]]; do
+    line="${line#"${line%%[![:space:]]*}"}"
+    [[ "$line" =~ ^([A-Za-z_][A-Za-z0-9_]*)=(.*)$ ]] || continue
+    value="${BASH_REMATCH[2]}"
+    if [[ "$value" =~ ^\"(.*)\"$ || "$value" =~ ^\'(.*)\'$ ]]; then
+      value="${BASH_REMATCH[1]}"
+    fi
+    UNIT_ENV+=("${line%%=*}=$value")
+  done <"$ETC/environment"
+}
+
 do_uninstall() {
   log "stopping and disabling the units"
   local u
@@ -180,21 +203,24 @@ do_uninstall() {
       run "$SYSTEMCTL" disable --now "$u" || true
     fi
   done
-  log "removing the units and the venv"
+  log "removing the units and the releases"
   for u in "${UNITS[@]}"; do
     run rm -f "$UNIT_DIR/$u"
   done
   run rm -rf "$UNIT_DIR/cdml-edge.service.d"
   run "$SYSTEMCTL" daemon-reload
-  run rm -rf "$PREFIX"
+  # the releases, not the models: the kept configuration names them, and a site's own models
+  # may exist nowhere else
+  run rm -rf "$PREFIX/releases" "$PREFIX/current" "$PREFIX/previous" "$PREFIX/README.md" \
+    "$PREFIX/docs"
   if [[ $PURGE -eq 1 ]]; then
-    log "purging config, state and the user (source folders in $DATA are kept)"
-    run rm -rf "$ETC" "$STATE"
+    log "purging models, config, state and the user (source folders in $DATA are kept)"
+    run rm -rf "$PREFIX" "$ETC" "$STATE"
     if id "$USER_NAME" >/dev/null 2>&1 || [[ $DRY_RUN -eq 1 ]]; then
       run userdel "$USER_NAME"
     fi
   else
-    log "kept: $ETC (config, password), $STATE (spool, retention), $DATA"
+    log "kept: $PREFIX/models, $ETC (config, password), $STATE (spool, retention), $DATA"
   fi
   log "cdml-edge uninstalled"
 }
@@ -249,6 +275,7 @@ do_install() {
 
   build_release "$release"
   switch_to "$release"
+  prune_releases "$release" "$(basename "$(readlink "$PREFIX/previous" 2>/dev/null || true)")"
 
   log "models, the README and docs/ (the units' Documentation=)"
   run install -m 0644 "${OWN_ROOT[@]}" "$REPO/README.md" "$PREFIX/README.md"
@@ -283,8 +310,8 @@ EOF
   log "folders named in the configuration, and the unit's ReadWritePaths= for them"
   local conf="$ETC/factory.yaml" cfg_env dropin="$UNIT_DIR/cdml-edge.service.d"
   [[ -f "$conf" ]] || conf="$CONFIG"
-  cfg_env=(env CDML_DATA="$DATA" CDML_STATE="$STATE" CDML_MODELS="$PREFIX/models"
-           CREDENTIALS_DIRECTORY="$ETC" STATE_DIRECTORY="$STATE")
+  unit_env
+  cfg_env=("${UNIT_ENV[@]}")
   run install -d -m 0755 "$dropin"
   if [[ $DRY_RUN -eq 1 && ! -x "$venv/bin/python" ]]; then
     echo "+ install -d -m 2770 -o $USER_NAME -g $USER_NAME (folders of $conf, once the venv exists)"
@@ -315,10 +342,14 @@ MemoryMax=$memory
 MemoryHigh=$(( ${memory%M} * 8 / 10 ))M
 EOF
   run "$SYSTEMCTL" daemon-reload
+  run "$SYSTEMCTL" enable cdml-edge.service cdml-edge-replay.timer
   if [[ $START -eq 1 ]]; then
-    run "$SYSTEMCTL" enable --now cdml-edge.service cdml-edge-replay.timer
-  else
-    run "$SYSTEMCTL" enable cdml-edge.service cdml-edge-replay.timer
+    # restart, not start: on a board where the agent runs already (install.sh run again after
+    # a new checkout or a folder moved), a start would leave it on the release, the unit and
+    # the ReadWritePaths= of before. reset-failed: a unit that used up its start limit
+    # refuses any start until then.
+    run "$SYSTEMCTL" reset-failed cdml-edge.service || true
+    run "$SYSTEMCTL" restart cdml-edge.service cdml-edge-replay.timer
   fi
 
   log "done"
@@ -462,9 +493,8 @@ switch_to() {
 healthz_url() {
   local py="$1" conf="$ETC/factory.yaml"
   [[ -x "$py" && -f "$conf" ]] || return 0
-  env CDML_DATA="$DATA" CDML_STATE="$STATE" CDML_MODELS="$PREFIX/models" \
-    CREDENTIALS_DIRECTORY="$ETC" STATE_DIRECTORY="$STATE" \
-    "$py" -I -m cdml_edge.doctor.unit healthz "$conf" 2>/dev/null || true
+  unit_env
+  "${UNIT_ENV[@]}" "$py" -I -m cdml_edge.doctor.unit healthz "$conf" 2>/dev/null || true
 }
 
 http_ok() {
@@ -518,6 +548,7 @@ do_upgrade() {
   switch_to "$to"
   if restart_and_wait "$url"; then
     log "upgraded ${from:-?} -> $to; back with: $0 --rollback"
+    prune_releases "$to" "$from"
     return 0
   fi
   echo "install.sh: release $to did not become ready within ${READY_TIMEOUT}s:" \
@@ -528,6 +559,21 @@ do_upgrade() {
   restart_and_wait "$url" || echo "install.sh: $from is not ready either" >&2
   log "rolled back to $from; release $to is kept in $PREFIX/releases/$to"
   exit 1
+}
+
+# prune_releases KEEP...: remove the releases other than KEEP (current and previous). A venv
+# is about 570 MB: kept forever, the releases of a few years of upgrades fill an SD card.
+prune_releases() {
+  local d name keep
+  for d in "$PREFIX"/releases/*/; do
+    [[ -d "$d" ]] || continue
+    name="$(basename "$d")"
+    for keep in "$@"; do
+      [[ "$name" == "$keep" ]] && continue 2
+    done
+    log "removing release $name (neither current nor previous)"
+    run rm -rf "$PREFIX/releases/$name"
+  done
 }
 
 do_rollback() {

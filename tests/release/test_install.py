@@ -269,6 +269,7 @@ def test_upgrade_rollback_and_automatic_rollback(tmp_path: Path) -> None:
         assert board.healthz() == 200  # the old release serves again
         starts = [c for c in board.calls.read_text().splitlines() if c.startswith("start ")]
         assert starts == [
+            "start releases/0.1.0",  # the install
             "start releases/0.1.1",
             "start releases/0.1.0",
             "start releases/0.1.2",

@@ -121,7 +121,11 @@ def test_dry_run_install_on_a_pi(tmp_path: Path) -> None:
         "write /etc/systemd/system/cdml-edge-replay.timer",
         "write /etc/systemd/system/cdml-edge.service.d/50-memory.conf",
         "systemctl daemon-reload",
-        "systemctl enable --now cdml-edge.service cdml-edge-replay.timer",
+        "systemctl enable cdml-edge.service cdml-edge-replay.timer",
+        # a restart, not a start: run again on a board where the agent runs, the installer
+        # must put the new release, unit and ReadWritePaths= in use (a start changes nothing)
+        "systemctl reset-failed cdml-edge.service",
+        "systemctl restart cdml-edge.service cdml-edge-replay.timer",
     ]
     positions = [index(s) for s in steps]
     assert positions == sorted(positions), "steps out of order"
@@ -157,6 +161,7 @@ def test_dry_run_jetson_swaps_in_the_gpu_wheel(tmp_path: Path) -> None:
     i_gpu = next(i for i, c in enumerate(cmds) if c.endswith(f"--no-deps {wheel}"))
     assert i_pkg < i_rm < i_gpu
     assert "systemctl enable cdml-edge.service cdml-edge-replay.timer" in cmds
+    assert not any("restart" in c or "--now" in c for c in cmds), cmds  # --no-start
 
 
 def test_dry_run_uninstall(tmp_path: Path) -> None:
@@ -167,12 +172,94 @@ def test_dry_run_uninstall(tmp_path: Path) -> None:
     cmds = commands(res.stdout)
     assert "systemctl disable --now cdml-edge.service" in cmds
     assert "rm -f /etc/systemd/system/cdml-edge.service" in cmds
-    assert "rm -rf /opt/cdml-edge" in cmds
-    assert not any("/etc/cdml-edge" in c and c.startswith("rm") for c in cmds)  # kept
+    assert any(c.startswith("rm -rf /opt/cdml-edge/releases /opt/cdml-edge/current") for c in cmds)
+    # kept: the configuration, and the models it names
+    assert not any("/etc/cdml-edge" in c and c.startswith("rm") for c in cmds)
+    assert not any(c.split()[-1] in ("/opt/cdml-edge", "/opt/cdml-edge/models") for c in cmds)
     assert not any(c.startswith("userdel") for c in cmds)
     purge = commands(run_script(env, "--dry-run", "--uninstall", "--purge").stdout)
-    assert "rm -rf /etc/cdml-edge /var/lib/cdml-edge" in purge
+    assert "rm -rf /opt/cdml-edge /etc/cdml-edge /var/lib/cdml-edge" in purge
     assert "userdel cdml-edge" in purge
+
+
+def _staged(tmp_path: Path) -> tuple[dict[str, str], Path, Path]:
+    """A staged board for install.sh without root: its env, the prefix and the calls log.
+
+    systemctl is a stub that records its calls and says every unit is active.
+    """
+    bin_dir, calls = tmp_path / "bin", tmp_path / "calls.log"
+    bin_dir.mkdir()
+    stub = bin_dir / "systemctl"
+    stub.write_text(
+        '#!/bin/sh\nif [ "$1" = "--version" ]; then echo "systemd 252"; exit 0; fi\n'
+        f'echo "systemctl $*" >> "{calls}"\n'
+    )
+    stub.chmod(0o755)
+    root = tmp_path / "root"
+    prefix = root / "opt/cdml-edge"
+    env = dict(
+        os.environ,
+        PATH=f"{bin_dir}:{os.environ['PATH']}",
+        CDML_UNPRIVILEGED="1",
+        CDML_PREFIX=str(prefix),
+        CDML_ETC=str(root / "etc/cdml-edge"),
+        CDML_STATE=str(root / "var/lib/cdml-edge"),
+        CDML_DATA=str(root / "srv/cdml"),
+        CDML_UNIT_DIR=str(root / "etc/systemd/system"),
+        SYSTEMCTL=str(stub),
+        PYTHON=sys.executable,
+    )
+    return env, prefix, calls
+
+
+def _release(prefix: Path, name: str) -> Path:
+    """A complete release ``name`` under ``prefix`` (its marker file; no real venv)."""
+    venv = prefix / "releases" / name / "venv"
+    venv.mkdir(parents=True)
+    (venv / "cdml-edge-release.json").write_text(f'{{"release": "{name}"}}\n')
+    return venv
+
+
+def test_uninstall_keeps_the_models(tmp_path: Path) -> None:
+    """``--uninstall`` keeps what the kept configuration names: the models too.
+
+    A site's own model, copied to /opt/cdml-edge/models as the installer says, may exist
+    nowhere else; the releases (the venvs) go.
+    """
+    env, prefix, _ = _staged(tmp_path)
+    _release(prefix, "0.1.0")
+    (prefix / "current").symlink_to("releases/0.1.0")
+    (prefix / "models").mkdir()
+    (prefix / "models/press-line3.onnx").write_bytes(b"a site's own model")
+    res = run_script(env, "--uninstall")
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert (prefix / "models/press-line3.onnx").read_bytes() == b"a site's own model"
+    assert not (prefix / "releases").exists() and not (prefix / "current").is_symlink()
+    assert f"kept: {prefix}/models" in res.stdout
+    res = run_script(env, "--uninstall", "--purge")
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert not prefix.exists()
+
+
+def test_a_successful_upgrade_removes_old_releases(tmp_path: Path) -> None:
+    """Each release is a venv of about 570 MB: only ``current`` and ``previous`` are kept.
+
+    Kept forever, a few years of upgrades fill a board's SD card.
+    """
+    env, prefix, calls = _staged(tmp_path)
+    for name in ("0.0.8", "0.0.9", "0.1.0", "0.2.0"):  # 0.2.0: built, not yet in use
+        _release(prefix, name)
+    (prefix / "current").symlink_to("releases/0.1.0")
+    (prefix / "previous").symlink_to("releases/0.0.9")
+    wheel = tmp_path / "cdml_edge-0.2.0-py3-none-any.whl"
+    wheel.write_bytes(b"PK")
+    res = run_script(env, "--upgrade", str(wheel), "--ready-timeout", "20")
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "upgraded 0.1.0 -> 0.2.0" in res.stdout
+    assert os.readlink(prefix / "current") == "releases/0.2.0"
+    assert os.readlink(prefix / "previous") == "releases/0.1.0"
+    assert sorted(p.name for p in (prefix / "releases").iterdir()) == ["0.1.0", "0.2.0"]
+    assert "systemctl restart cdml-edge.service" in calls.read_text().splitlines()
 
 
 def test_refusals(tmp_path: Path) -> None:
@@ -250,12 +337,12 @@ def test_real_unprivileged_install(tmp_path: Path) -> None:
         yaml.safe_dump(
             {
                 "sources": [
-                    {
+                    {  # ${LINE3}: from the unit's EnvironmentFile= (no default)
                         "name": "vib",
-                        "path": str(elsewhere / "in"),
+                        "path": "${LINE3}/in",
                         "modality": "timeseries",
                         "on_done": "move",
-                        "move_to": str(elsewhere / "done"),
+                        "move_to": "${LINE3}/done",
                     },
                     {"name": "cam", "path": "${CDML_DATA}/cam", "modality": "image"},
                 ],
@@ -276,6 +363,10 @@ def test_real_unprivileged_install(tmp_path: Path) -> None:
         PYTHON=sys.executable,
         PIP_DISABLE_PIP_VERSION_CHECK="1",
     )
+    # the site's values of the config's ${VAR}s, which the unit reads (EnvironmentFile=): the
+    # installer must read them too, or the config is invalid to it and its folders unknown
+    etc.mkdir(parents=True)
+    (etc / "environment").write_text(f'# the site\nLINE3="{elsewhere}"\n')
     src = _checkout_copy(tmp_path / "src")
     res = subprocess.run(
         [
@@ -329,7 +420,8 @@ def test_real_unprivileged_install(tmp_path: Path) -> None:
     recorded = calls.read_text().splitlines()
     assert any(c.startswith("useradd --system") for c in recorded), recorded
     assert "systemctl daemon-reload" in recorded
-    assert "systemctl enable --now cdml-edge.service cdml-edge-replay.timer" in recorded
+    i_enable = recorded.index("systemctl enable cdml-edge.service cdml-edge-replay.timer")
+    assert recorded.index("systemctl restart cdml-edge.service cdml-edge-replay.timer") > i_enable
     # The doctor from the venv, as the hint says (minus sudo and --user), sees the drop-in cover
     # every folder.
     doctor = subprocess.run(
@@ -346,7 +438,7 @@ def test_real_unprivileged_install(tmp_path: Path) -> None:
         ],
         capture_output=True,
         text=True,
-        env=env,
+        env=dict(env, LINE3=str(elsewhere)),  # as the unit's EnvironmentFile= gives it
         timeout=120,
     )
     assert any(ln.startswith("OK   unit paths:") for ln in doctor.stdout.splitlines()), (

@@ -35,6 +35,7 @@ pytestmark = [
 
 SRC = "/usr/local/src/cdml-edge"  # the checkout, as a user has it on the board
 BROKEN = "/usr/local/src/cdml-edge-broken"  # a release whose agent cannot start
+NEXT = "/usr/local/src/cdml-edge-next"  # a later checkout, installed over the running agent
 UNIT = "cdml-edge.service"
 
 
@@ -97,9 +98,10 @@ def board(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Board]:
     src = source_tree(tmp / "src", "0.1.0")
     (src / "configs" / "nspawn.yaml").write_text(_config(free_port()))
     broken = source_tree(tmp / "broken", "0.1.1", broken=True)
+    nxt = source_tree(tmp / "next", "0.1.2")
     box = nspawn.Container(
         f"cdml-edge-test-{os.getpid()}",  # unique among runs on this machine
-        {src: SRC, broken: BROKEN},
+        {src: SRC, broken: BROKEN, nxt: NEXT},
         tmp / "console.log",
     )
     try:
@@ -259,3 +261,55 @@ def test_upgrade_to_a_broken_release_rolls_back(board: Board) -> None:
     # the broken release crash-looped into the unit's start limit; the old one started anyway
     assert "status=1/FAILURE" in log and "Start request repeated too quickly" in log, log[-3000:]
     print(f"upgrade to a broken release and back by itself: {took:.0f} s")
+
+
+def test_reload_and_a_configuration_error(board: Board) -> None:
+    """``systemctl reload``: a good config applied in place, a bad one refused; exit 2 no loop."""
+    board.reset_failed()
+    conf = "/etc/cdml-edge/factory.yaml"
+    board.box.sh(f"cp {conf} /root/factory.yaml.good")
+    pid = board.main_pid()
+    try:
+        board.box.sh(f"sed -i 's/interval: 2s/interval: 3s/' {conf} && systemctl reload {UNIT}")
+        t0 = time.monotonic()
+        while time.monotonic() - t0 < 60:
+            if "reloading" in board.journal("-o cat", "--since", "-1min"):
+                break
+            time.sleep(0.5)
+        board.wait_active(60)
+        assert board.main_pid() == pid, board.journal("-n 40")
+        board.box.sh(f"echo 'bogus: [' >> {conf} && systemctl reload {UNIT}")
+        t0 = time.monotonic()
+        while "reload refused" not in board.journal("-o cat", "--since", "-1min"):
+            assert time.monotonic() - t0 < 60, board.journal("-n 40")
+            time.sleep(0.5)
+        assert board.show("ActiveState")["ActiveState"] == "active"
+        assert board.main_pid() == pid
+        # the invalid file at a start: exit 2, and RestartPreventExitStatus=2 leaves it down
+        res = board.box.sh(f"systemctl restart {UNIT}", check=False)
+        assert res.returncode != 0
+        time.sleep(8)  # past RestartSec=5s
+        s = board.show("ActiveState", "ExecMainStatus", "NRestarts")
+        assert s == {"ActiveState": "failed", "ExecMainStatus": "2", "NRestarts": "0"}, s
+        run = board.show("InvocationID")["InvocationID"]
+        said = board.journal(f"_SYSTEMD_INVOCATION_ID={run}", "-o cat")
+        assert "cdml-edge run: " in said and "Traceback" not in said, said
+    finally:
+        board.box.sh(f"cp /root/factory.yaml.good {conf}")
+        board.reset_failed()
+        board.box.sh(f"systemctl start {UNIT}")
+
+
+def test_install_run_again_restarts_the_agent_on_the_new_release(board: Board) -> None:
+    """``install.sh`` from a later checkout, over the running agent: it runs the new release.
+
+    A plain ``systemctl enable --now`` left the agent of the old release running (and the new
+    unit and ReadWritePaths= unused) until some later crash or reboot switched it over.
+    """
+    board.reset_failed()
+    pid = board.main_pid()
+    board.box.sh(f"cd {NEXT} && scripts/release/install.sh --no-apt 2>&1", timeout=900)
+    board.wait_active(120, other_than=pid)
+    args = board.box.sh(f"ps -o args= -p {board.main_pid()}").stdout
+    assert "/opt/cdml-edge/releases/0.1.2/venv/bin/" in args, args
+    assert board.box.sh("readlink /opt/cdml-edge/current").stdout.strip() == "releases/0.1.2"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shlex
 import shutil
 import subprocess
 import sys
@@ -159,3 +160,22 @@ def test_replay_timer_is_nightly() -> None:
         "/opt/cdml-edge/current/venv/bin/cdml-edge replay --config /etc/cdml-edge/factory.yaml"
     )
     assert "--since 1d" in replay["ExecStart"][0]
+
+
+def test_replay_is_skipped_not_failed_without_a_retention_ring(tmp_path: Path) -> None:
+    """No ``retention:`` in the configuration: the night's replay is skipped (ExecCondition=).
+
+    ``cdml-edge replay`` exits 2 then ("no retention folder"): run as it is every night, the
+    unit failed every night and the board stayed ``degraded``.
+    """
+    replay = parse_unit(staged_units(tmp_path)[1])["Service"]
+    assert "ExecCondition" in replay, "cdml-edge-replay.service runs even with nothing to replay"
+    argv = shlex.split(replay["ExecCondition"][-1])
+    assert argv[-1] == "/etc/cdml-edge/factory.yaml"
+    config = tmp_path / "factory.yaml"
+    base = f"state_dir: {tmp_path / 'state'}\noutput: {{jsonl: {tmp_path / 'out.jsonl'}}}\n"
+    for text, code in ((base, 1), (base + f"retention: {{dir: {tmp_path / 'ring'}}}\n", 0)):
+        config.write_text(text)
+        res = subprocess.run([*argv[:-1], str(config)], capture_output=True, text=True, timeout=60)
+        # 1..254: the unit is skipped (not failed); 0: the replay runs
+        assert res.returncode == code, (text, res.stdout + res.stderr)
