@@ -116,6 +116,7 @@ class Agent:
         )
         self.attempts = Attempts()  # kept across reloads
         self._server: MetricsServer | None = None
+        self._at: tuple[str, int | None] = ("", None)  # where the server listens
         self.view: ActivityBoard | None = None  # the status page's board (health.status_page)
         self._state: StateLock | None = None
         self._stop = threading.Event()
@@ -323,13 +324,18 @@ class Agent:
     def start_health_endpoint(self) -> None:
         """The systemd watchdog, ``/metrics`` + ``/healthz`` and the status page.
 
-        The watchdog sends ``WATCHDOG=1`` pings when on; READY/STOPPING are sent either way.
+        Where systemd armed a watchdog, ``WATCHDOG=1`` pings go while the pipeline makes
+        progress (``health.watchdog``, the default) or, with it off, while the process lives;
+        READY/STOPPING are sent either way.
         """
         cfg = self.cfg
-        if cfg.health.watchdog:
-            self.watchdog.start()
-        else:
-            self.watchdog.stop()  # a reload may have turned it off
+        # off, pings go on while the process lives: a unit's armed WatchdogSec= would kill it
+        self.watchdog.judge_progress = cfg.health.watchdog
+        self.watchdog.start()
+        where = (cfg.health.metrics_host, cfg.health.metrics_port)
+        if self._server is not None and (cfg.health.metrics_port is None or where != self._at):
+            self._server.close()  # a reload moved the endpoint or turned it off
+            self._server = None
         if cfg.health.metrics_port is not None and self._server is None:
             self._server = self.metrics.serve(
                 cfg.health.metrics_host,
@@ -337,6 +343,7 @@ class Agent:
                 watchdog=self.watchdog,
                 degraded=self.degraded,
             )
+            self._at = where
         if self._server is not None:  # a reload may have turned the page on or off
             self._server.page = self._page if self.view is not None else None
 
@@ -365,9 +372,17 @@ class Agent:
         """Open the retention ring when one is configured; whether one is."""
         if self.cfg.retention is None:
             return False
+        from cdml_edge.store.ondisk import RetentionError
         from cdml_edge.store.retention import RetentionRing
 
-        self.retention = RetentionRing.from_config(self.cfg.retention, on_event=self._ring_event)
+        try:
+            self.retention = RetentionRing.from_config(
+                self.cfg.retention, on_event=self._ring_event
+            )
+        except OSError as exc:  # its folder cannot be made or opened: the configuration's
+            where = exc.filename or self.cfg.retention.dir
+            why = f"the retention folder cannot be used: {exc.strerror}"
+            raise RetentionError(where, why) from exc
         return True
 
     def start_pipeline(self) -> None:
@@ -451,18 +466,39 @@ class Agent:
             return False
         self.notifier.reloading()
         log.info("reloading %s", self.config_path)
+        self._quiesce()
+        old_cfg, old_runners, old_state = self.cfg, self.runners, self._state
+        if state is not None:
+            self._state = state  # the old folder's lock is kept until the new one runs
+        try:
+            self._build(new)
+            self.start(runners)
+        except Exception as exc:  # what the checks could not foresee: go back, keep running
+            log.error(
+                "reload failed while applying it, back to the running configuration: %s: %s",
+                type(exc).__name__,
+                exc,
+                exc_info=exc,
+            )
+            self.metrics.errors.labels(stage="reload").inc()
+            self._quiesce()
+            if state is not None:
+                state.close()
+                self._state = old_state
+            self._build(old_cfg)
+            self.start(old_runners)
+            return False
+        if state is not None and old_state is not None:
+            old_state.close()
+        return True
+
+    def _quiesce(self) -> None:
+        """Drain and stop what a configuration runs, for a reload to build anew."""
         self.drain()
         self.output.stop(timeout=5.0)
         if self.retention is not None:
             self.retention.close()
         self.lifecycle.close()  # files still waiting for quarantine stay in their folder
-        if state is not None:
-            if self._state is not None:
-                self._state.close()
-            self._state = state
-        self._build(new)
-        self.start(runners)
-        return True
 
     def run(self, duration: float | None = None, install_signals: bool = True) -> int:
         """Start, serve until ``duration`` or SIGTERM/SIGINT, stop; the exit code.

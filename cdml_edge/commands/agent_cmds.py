@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import logging
 from pathlib import Path
 
 import typer
 
 from cdml_edge.commands.exits import EXIT_START_FAILED, EXIT_USAGE, fail, user_errors
+from cdml_edge.commands.journal_logs import configure_logging
 from cdml_edge.config import ConfigError, load_config
 
 
@@ -23,10 +23,7 @@ def run(
     log_level: str = typer.Option("INFO", "--log-level", help="DEBUG, INFO, WARNING, ERROR."),
 ) -> None:
     """Watch the configured sources, score each window and publish the results."""
-    logging.basicConfig(
-        level=getattr(logging, log_level.upper(), logging.INFO),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
+    configure_logging(log_level)
     from cdml_edge.agent.preflight import check_files
 
     with user_errors("run"):
@@ -35,12 +32,13 @@ def run(
     from cdml_edge.agent.app import Agent
     from cdml_edge.agent.state import StateUnusable
     from cdml_edge.model.runner import InferenceError
-    from cdml_edge.outputs.mqtt.spool import SpoolInUse
+    from cdml_edge.outputs.mqtt.spool import SpoolError
+    from cdml_edge.store.ondisk import RetentionError
 
     try:
         agent = Agent(cfg, config, workers=workers, drain_timeout=drain_timeout)
         code = agent.run(duration)
-    except (StateUnusable, SpoolInUse, ConfigError) as exc:  # same state; a model check
+    except (StateUnusable, SpoolError, RetentionError, ConfigError) as exc:  # its folders
         fail("run", str(exc), EXIT_USAGE)
     except InferenceError as exc:
         fail("run", f"cannot start: {exc}", EXIT_START_FAILED)

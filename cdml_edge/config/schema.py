@@ -590,7 +590,10 @@ class HealthConfig(_ConfigSection):
         description="Also serve a read-only status page at / on metrics_port (last results "
         "with thumbnails, scores, errors, health); bound to metrics_host (loopback).",
     )
-    watchdog: bool = Field(True, description="Send WATCHDOG=1 to systemd while making progress.")
+    watchdog: bool = Field(
+        True,
+        description="Send WATCHDOG=1 to systemd while making progress (false: while alive).",
+    )
     stall_after: Duration = Field(
         60.0, gt=0, description="Pending work with no progress for this long counts as stalled."
     )

@@ -197,3 +197,30 @@ def test_the_mqtt_io_thread_is_restarted_after_a_full_disk_killed_it(
     assert event["error_type"] == "ThreadDied" and "mqtt-io died: OSError" in event["message"]
     assert agent.supervisor.restarts == {"mqtt-io": 1}
     assert sorted(set(results())) == ["a.jpg", "b.jpg"]
+
+
+def test_watchdog_off_in_an_armed_unit_still_pings_while_alive(
+    tmp_path: Path, models: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``health.watchdog: false`` sent nothing, and the unit's ``WatchdogSec=`` killed it.
+
+    Off means progress is not judged; the process still says it is alive.
+    """
+    cfg_path = write_config(tmp_path)
+    doc = yaml.safe_load(cfg_path.read_text())
+    doc["health"]["watchdog"] = False
+    cfg_path.write_text(yaml.safe_dump(doc))
+    sock_path = str(tmp_path / "notify.sock")
+    srv = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    srv.bind(sock_path)
+    monkeypatch.setenv("NOTIFY_SOCKET", sock_path)
+    monkeypatch.setenv("WATCHDOG_USEC", "200000")
+    monkeypatch.delenv("WATCHDOG_PID", raising=False)
+    collector = Collector(srv)
+    agent = Agent(load_config(cfg_path), cfg_path)
+    agent.start()
+    try:
+        wait_for(lambda: collector.fields.count("WATCHDOG=1") >= 3, what="liveness pings")
+    finally:
+        agent.stop()
+        collector.close()
