@@ -57,8 +57,10 @@ class HealthReporter:
         self.summary = RunSummary()
         self.last: HealthPayload | None = None
         self._build_lock = threading.Lock()
-        self._sending: threading.Thread | None = None
-        self._sending_since = 0.0
+        self._sender: threading.Thread | None = None  # one, kept: no thread per interval
+        self._send = threading.Condition()
+        self._to_send: HealthPayload | None = None
+        self._sending_since: float | None = None  # while a health message is being published
         self.degraded = degraded
         """Parts not fully working (the agent's view); in every health message."""
 
@@ -165,8 +167,9 @@ class HealthReporter:
             out.append(
                 f"stalled: {state.pending} pending, no progress for {state.stalled_for_s:.0f} s"
             )
-        if self._sending is not None and self._sending.is_alive():
-            waited = time.monotonic() - self._sending_since
+        since = self._sending_since
+        if since is not None:
+            waited = time.monotonic() - since
             out.append(f"output blocked: a health message waits for {waited:.0f} s")
         return out
 
@@ -175,16 +178,30 @@ class HealthReporter:
 
         While the message before has not returned, none is sent (see the module).
         """
-        if self._sending is not None and self._sending.is_alive():
+        if self._sending_since is not None:
             self.log_summary(payload=self._payload(seq=0))
             return
         payload = self._payload(self.sequencer.next("health"))
         self.log_summary(payload=payload)
-        self._sending_since = time.monotonic()
-        self._sending = threading.Thread(
-            target=self._publish, args=(payload,), name="health-send", daemon=True
-        )
-        self._sending.start()
+        with self._send:
+            self._sending_since = time.monotonic()
+            self._to_send = payload
+            self._send.notify()
+        if self._sender is None or not self._sender.is_alive():
+            self._sender = threading.Thread(target=self._send_loop, name="health-send", daemon=True)
+            self._sender.start()
+
+    def _send_loop(self) -> None:
+        """Publish each health message handed over by :meth:`report`, one at a time."""
+        while True:
+            with self._send:
+                while self._to_send is None:
+                    self._send.wait()
+                payload, self._to_send = self._to_send, None
+            try:
+                self._publish(payload)
+            finally:
+                self._sending_since = None
 
     def _count_skipped_frames(self) -> None:
         """Camera frames the budget refused since the last report, as ``dropped``."""

@@ -17,7 +17,7 @@ import errno
 import hashlib
 import logging
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from cdml_edge.fsio import fsync_dir
@@ -104,24 +104,11 @@ def move_to_corrupt(directory: Path, names: Iterable[str], *, fsync: bool) -> No
 
     :class:`RetentionError` (nothing moved) when ``corrupt/`` is a link or not a folder.
     """
-    qdir = directory / CORRUPT_DIR
-    with contextlib.suppress(FileExistsError):
-        os.mkdir(qdir, 0o700)
-    fd = open_subdir(qdir)
-    if fd is None:
-        raise RetentionError(qdir, "vanished while used")
-    try:
+    with _corrupt_dir(directory) as fd:
         for name in names:
             src = directory / name
-            if not os.path.lexists(src):
-                continue
-            dst, i = name, 0
-            while _lexists_at(dst, fd):
-                i += 1
-                dst = f"{name}.{i}"
-            os.replace(src, dst, dst_dir_fd=fd)  # a link is moved as the link itself
-    finally:
-        os.close(fd)
+            if os.path.lexists(src):  # a link is moved as the link itself
+                os.replace(src, _free_name(name, fd), dst_dir_fd=fd)
     if fsync:
         fsync_dir(directory)
 
@@ -132,6 +119,22 @@ def link_into_corrupt(directory: Path, name: str, *, fsync: bool) -> bool:
     ``False`` when the file system has no hard links (FAT, some mounts); nothing done then.
     :class:`RetentionError` when ``corrupt/`` is a link or not a folder.
     """
+    with _corrupt_dir(directory) as fd:
+        try:
+            dst = _free_name(name, fd)
+            os.link(directory / name, dst, dst_dir_fd=fd, follow_symlinks=False)
+        except OSError as exc:
+            if exc.errno in (errno.EPERM, errno.EOPNOTSUPP, errno.EMLINK, errno.EXDEV):
+                return False
+            raise
+    if fsync:
+        fsync_dir(directory / CORRUPT_DIR)
+    return True
+
+
+@contextlib.contextmanager
+def _corrupt_dir(directory: Path) -> Iterator[int]:
+    """``corrupt/`` (made if missing), opened as a real folder: its descriptor."""
     qdir = directory / CORRUPT_DIR
     with contextlib.suppress(FileExistsError):
         os.mkdir(qdir, 0o700)
@@ -139,21 +142,18 @@ def link_into_corrupt(directory: Path, name: str, *, fsync: bool) -> bool:
     if fd is None:
         raise RetentionError(qdir, "vanished while used")
     try:
-        dst, i = name, 0
-        while _lexists_at(dst, fd):
-            i += 1
-            dst = f"{name}.{i}"
-        try:
-            os.link(directory / name, dst, dst_dir_fd=fd, follow_symlinks=False)
-        except OSError as exc:
-            if exc.errno in (errno.EPERM, errno.EOPNOTSUPP, errno.EMLINK, errno.EXDEV):
-                return False
-            raise
+        yield fd
     finally:
         os.close(fd)
-    if fsync:
-        fsync_dir(qdir)
-    return True
+
+
+def _free_name(name: str, dir_fd: int) -> str:
+    """``name``, or ``name.1``, ``name.2``...: the first that nothing in ``dir_fd`` holds."""
+    dst, i = name, 0
+    while _lexists_at(dst, dir_fd):
+        i += 1
+        dst = f"{name}.{i}"
+    return dst
 
 
 def _lexists_at(name: str, dir_fd: int) -> bool:

@@ -6,14 +6,18 @@ noticed: the agent reported ``ok`` while a camera's every frame failed.
 
 from __future__ import annotations
 
-import os
 import signal
-import subprocess
-import sys
 from pathlib import Path
 
-from helpers.agent_runs import jpeg, of_kind, read_jsonl, wait_for, write_atomic, write_config
-from helpers.paths import ROOT
+from helpers.agent_runs import (
+    jpeg,
+    of_kind,
+    read_jsonl,
+    start_agent,
+    wait_for,
+    write_atomic,
+    write_config,
+)
 
 from cdml_edge.agent.failing import FAILED_IN_A_ROW, FailingSources
 
@@ -34,14 +38,7 @@ def test_a_run_of_failures_degrades_and_one_success_clears() -> None:
 def test_an_agent_whose_every_item_fails_says_so(tmp_path: Path, models: Path) -> None:
     cfg = write_config(tmp_path)
     out, log = tmp_path / "out.jsonl", tmp_path / "agent.log"
-    with open(log, "w") as sink:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "cdml_edge.cli", "run", "--config", str(cfg)],
-            stdout=sink,
-            stderr=subprocess.STDOUT,
-            cwd=tmp_path,
-            env={**os.environ, "PYTHONPATH": str(ROOT)},
-        )
+    proc = start_agent(cfg, log, cwd=tmp_path)
     cam = tmp_path / "in/cam"
 
     def degraded() -> dict[str, str]:

@@ -8,20 +8,16 @@ systemd, a restart that scores the same files again) and a stop waited out its d
 
 from __future__ import annotations
 
-import os
 import signal
-import subprocess
-import sys
 import textwrap
 import time
 import uuid
 from pathlib import Path
 
 import pytest
-from helpers.agent_runs import jpeg, wait_for, write_atomic
+from helpers.agent_runs import jpeg, start_agent, wait_for, write_atomic
 from helpers.models import brightness_classifier
 from helpers.mqtt_brokers import BrokerProcess, Subscriber, mosquitto_binary
-from helpers.paths import ROOT
 
 pytestmark = pytest.mark.skipif(mosquitto_binary() is None, reason="needs Mosquitto")
 
@@ -52,14 +48,7 @@ def test_a_window_too_large_for_the_broker_is_given_up_and_its_files_kept(
     """)
     )
     log = tmp_path / "agent.log"
-    with open(log, "wb") as out:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "cdml_edge.cli", "run", "--config", str(cfg)],
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            cwd=tmp_path,
-            env={**os.environ, "PYTHONPATH": str(ROOT)},
-        )
+    proc = start_agent(cfg, log, cwd=tmp_path)
     try:
         wait_for(lambda: "agent ready" in log.read_text(), timeout=60, what="agent ready")
         big = [f"big-{i:02d}.jpg" for i in range(16)]

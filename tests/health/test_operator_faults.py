@@ -17,7 +17,6 @@ import re
 import shutil
 import signal
 import subprocess
-import sys
 import textwrap
 import time
 import urllib.error
@@ -26,12 +25,10 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from helpers.agent_runs import jpeg, wait_for
+from helpers.agent_runs import jpeg, start_agent, wait_for
 from helpers.full_disk import fill, small_tmpfs
 from helpers.models import brightness_classifier
 from helpers.ports import free_port
-
-CHECKOUT = str(Path(__file__).resolve().parents[2])  # this checkout's cdml_edge
 
 
 def _get(url: str) -> tuple[int, str]:
@@ -102,13 +99,7 @@ def agent_run(tmp_path: Path) -> Iterator[tuple[str, Path, Path, subprocess.Pope
     with small_tmpfs(tmp_path / "state", "1m") as state:
         cfg = _config(tmp_path, state, port)
         log = tmp_path / "agent.log"
-        with open(log, "wb") as out:
-            proc = subprocess.Popen(
-                [sys.executable, "-m", "cdml_edge.cli", "run", "--config", str(cfg)],
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                env={**os.environ, "PYTHONPATH": CHECKOUT},
-            )
+        proc = start_agent(cfg, log)
         url = f"http://127.0.0.1:{port}"
         try:
             wait_for(lambda: "agent ready" in log.read_text(), timeout=60, what="agent ready")
@@ -199,13 +190,7 @@ def test_a_stalled_pipeline_is_said_by_every_summary_line_while_it_lasts(tmp_pat
         """)
         )
         log = tmp_path / "agent.log"
-        with open(log, "wb") as out:
-            proc = subprocess.Popen(
-                [sys.executable, "-m", "cdml_edge.cli", "run", "--config", str(cfg)],
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                env={**os.environ, "PYTHONPATH": CHECKOUT},
-            )
+        proc = start_agent(cfg, log)
         url = f"http://127.0.0.1:{port}"
         try:
             wait_for(lambda: "agent ready" in log.read_text(), timeout=60, what="agent ready")
@@ -257,13 +242,7 @@ def test_a_stall_is_in_the_summary_line_without_a_metrics_port(tmp_path: Path) -
         """)
         )
         log = tmp_path / "agent.log"
-        with open(log, "wb") as out:
-            proc = subprocess.Popen(
-                [sys.executable, "-m", "cdml_edge.cli", "run", "--config", str(cfg)],
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                env={**os.environ, "PYTHONPATH": CHECKOUT},
-            )
+        proc = start_agent(cfg, log)
         try:
             wait_for(lambda: "agent ready" in log.read_text(), timeout=60, what="agent ready")
             freeze(True)

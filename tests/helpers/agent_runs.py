@@ -7,9 +7,12 @@ agent, and reading the JSON-lines output it writes.
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 import textwrap
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -138,3 +141,22 @@ class FailingSession:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.real, name)
+
+
+def start_agent(
+    cfg: Path, log: Path, *, cwd: Path | None = None, prefix: Sequence[str] = ()
+) -> subprocess.Popen[bytes]:
+    """``cdml-edge run --config cfg`` of this checkout, its own process; its output to ``log``.
+
+    ``prefix``: a command it runs under (``unshare ...``).
+    """
+    from helpers.paths import ROOT
+
+    with open(log, "wb") as sink:
+        return subprocess.Popen(
+            [*prefix, sys.executable, "-m", "cdml_edge.cli", "run", "--config", str(cfg)],
+            stdout=sink,
+            stderr=subprocess.STDOUT,
+            cwd=cwd,
+            env={**os.environ, "PYTHONPATH": str(ROOT)},
+        )

@@ -8,7 +8,6 @@ ever, taking no file. The agent runs here in a user namespace of its own whose l
 
 from __future__ import annotations
 
-import os
 import shutil
 import signal
 import subprocess
@@ -16,8 +15,15 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers.agent_runs import cam_config, jpeg, of_kind, read_jsonl, wait_for, write_atomic
-from helpers.paths import ROOT
+from helpers.agent_runs import (
+    cam_config,
+    jpeg,
+    of_kind,
+    read_jsonl,
+    start_agent,
+    wait_for,
+    write_atomic,
+)
 
 NO_INOTIFY = 'echo 0 > /proc/sys/user/max_inotify_instances && exec "$@"'
 
@@ -47,14 +53,7 @@ def test_a_folder_is_polled_when_inotify_is_exhausted(tmp_path: Path) -> None:
         max_items=1,
     )
     out, log = tmp_path / "out.jsonl", tmp_path / "agent.log"
-    with open(log, "w") as sink:
-        proc = subprocess.Popen(
-            [*prefix, sys.executable, "-m", "cdml_edge.cli", "run", "--config", str(cfg)],
-            stdout=sink,
-            stderr=subprocess.STDOUT,
-            cwd=tmp_path,
-            env={**os.environ, "PYTHONPATH": str(ROOT)},
-        )
+    proc = start_agent(cfg, log, cwd=tmp_path, prefix=prefix)
     try:
         wait_for(lambda: of_kind(read_jsonl(out), "/status") != [], timeout=60, what="online")
         for i in range(3):
