@@ -512,7 +512,7 @@ class Agent:
             while not self._stop.is_set():
                 wait = 0.5 if end is None else max(0.0, min(0.5, end - time.monotonic()))
                 if self._reload.wait(wait):
-                    self._reload.clear()
+                    self._quiet_signals()
                     self.reload()
                 if end is not None and time.monotonic() >= end:
                     break
@@ -521,6 +521,20 @@ class Agent:
         finally:
             for signum, handler in previous.items():
                 signal.signal(signum, handler)
+
+    def _quiet_signals(self) -> None:
+        """Wait until SIGHUPs stop coming, so that a burst of them is one reload.
+
+        :data:`RELOAD_QUIET_S` without one, or :data:`RELOAD_QUIET_MAX_S` in all.
+        """
+        end = time.monotonic() + RELOAD_QUIET_MAX_S
+        while True:
+            self._reload.clear()
+            if not self._reload.wait(min(RELOAD_QUIET_S, max(0.0, end - time.monotonic()))):
+                return
+            if time.monotonic() >= end:
+                self._reload.clear()
+                return
 
     def _install_signals(self) -> dict[int, Any]:
         """SIGTERM/SIGINT drain and stop, SIGHUP reloads; the handlers they replace."""
@@ -537,6 +551,12 @@ class Agent:
         for sig, handler in handlers.items():
             signal.signal(sig, handler)
         return previous
+
+
+RELOAD_QUIET_S = 0.3
+"""A reload starts once no SIGHUP came for this long: a burst (an editor's saves, a script
+sending one per file) drains and reloads once; each reload pauses intake."""
+RELOAD_QUIET_MAX_S = 3.0
 
 
 def _same_folder(a: Path | None, b: Path | None) -> bool:

@@ -171,8 +171,15 @@ def _agent_process(cfg: Path, *args: str) -> subprocess.Popen[str]:
 
 def test_cli_sighup_reloads_valid_config_and_sigterm_drains(tmp_path: Path, models: Path) -> None:
     cfg_path = write_config(tmp_path)
-    out = tmp_path / "out.jsonl"
-    proc = _agent_process(cfg_path, "--drain-timeout", "10")
+    out, agent_log = tmp_path / "out.jsonl", tmp_path / "agent.log"
+    with open(agent_log, "w") as sink:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "cdml_edge.cli", "run", "--config", str(cfg_path)]
+            + ["--drain-timeout", "10"],
+            stdout=sink,
+            stderr=subprocess.STDOUT,
+            cwd=tmp_path,
+        )
     try:
         cam = tmp_path / "in/cam"
         wait_for(lambda: of_kind(read_jsonl(out), "/status") != [], timeout=60, what="online")
@@ -185,6 +192,8 @@ def test_cli_sighup_reloads_valid_config_and_sigterm_drains(tmp_path: Path, mode
         proc.send_signal(signal.SIGHUP)
         (cam / "b.jpg").write_bytes(jpeg(240))  # still served by the old configuration
         wait_for(lambda: len(of_kind(read_jsonl(out), "/result")) == 2, what="result after bad HUP")
+        # a SIGHUP is read once no other came for a moment: this one, before the next edit
+        wait_for(lambda: "reload refused" in agent_log.read_text(), what="the bad reload refused")
 
         doc = yaml.safe_load(good)
         doc["sources"].append(
@@ -222,9 +231,9 @@ def test_cli_sighup_reloads_valid_config_and_sigterm_drains(tmp_path: Path, mode
     finally:
         if proc.poll() is None:
             proc.kill()
-        log = proc.stdout.read() if proc.stdout else ""
-        print(log)
-    assert code == 0, log
+            proc.wait()
+    log = agent_log.read_text()
+    assert code == 0, log[-3000:]
     assert "reload refused" in log and "max_items" in log
     lines = read_jsonl(out)
     items = sorted(r["item"] for r in of_kind(lines, "/result"))

@@ -258,3 +258,22 @@ def test_a_camera_removed_and_added_back_by_reload(tmp_path: Path, models: Path)
     scored = [r["item"] for r in _results(out) if r["source"] == "cam"]
     assert sorted(scored) == sorted(written)  # none lost, none twice
     assert "reload refused" not in log.read_text()
+
+
+def test_a_burst_of_sighups_is_one_reload(tmp_path: Path, models: Path) -> None:
+    """Ten SIGHUPs in half a second drained and reloaded about five times: now once."""
+    cfg = write_config(tmp_path)
+    out, log = tmp_path / "out.jsonl", tmp_path / "agent.log"
+    proc = _run(cfg, log)
+    try:
+        wait_for(lambda: of_kind(read_jsonl(out), "/status") != [], timeout=60, what="online")
+        for _ in range(10):
+            proc.send_signal(signal.SIGHUP)
+            time.sleep(0.05)
+        wait_for(lambda: "agent ready" in log.read_text().split("reloading", 1)[-1], what="ready")
+        time.sleep(2.0)
+        assert log.read_text().count("reloading ") == 1, log.read_text()[-3000:]
+        write_atomic(tmp_path / "in/cam" / "after.jpg", jpeg(40))
+        wait_for(lambda: len(_results(out)) == 1, timeout=20, what="scored after the reload")
+    finally:
+        _stop(proc, log)
