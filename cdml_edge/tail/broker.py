@@ -27,7 +27,7 @@ from typing import Any
 from cdml_edge.config import MqttConfig
 from cdml_edge.outputs.mqtt.client import BrokerSettings
 from cdml_edge.outputs.mqtt.tls import MqttSetupError, parse_broker_url
-from cdml_edge.tail.follow import Sink, parse_topic
+from cdml_edge.tail.follow import Sink, parse_topic, shown
 from cdml_edge.tail.link import CONNECTED, REFUSED, UNREACHABLE, Link, os_reason
 
 UNSUPPORTED_VERSION = 132  # the MQTT 5 CONNACK reason code
@@ -99,10 +99,10 @@ def _client(
     def on_message(_c: Any, _u: Any, msg: Any) -> None:
         try:
             parsed = parse_topic(msg.topic, base)
-            if parsed is not None:
-                sink(parsed[0], parsed[1], _payload(msg.payload))
-        except Exception:  # noqa: BLE001 - a message never stops the subscription
-            log.debug("tail: a message could not be shown", exc_info=True)  # its topic may be bad
+        except ValueError:  # a topic that is not UTF-8: no topic of the appliance's
+            return
+        if parsed is not None:  # a failure to show it is reported, never raised into paho
+            shown(sink, parsed[0], parsed[1], _payload(msg.payload))
 
     client.on_connect = on_connect
     client.on_connect_fail = on_connect_fail
@@ -117,7 +117,7 @@ def _payload(data: bytes) -> Any:
         return None
     try:
         return json.loads(data)
-    except ValueError:  # not JSON, or not UTF-8
+    except (ValueError, RecursionError):  # not JSON, not UTF-8, or nested past the stack
         return None
 
 

@@ -9,6 +9,7 @@ A line longer than ``MAX_LINE_BYTES`` is skipped, not gathered: what is held is 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import threading
 from collections.abc import Callable
@@ -16,6 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from cdml_edge.window.topics import split_topic
+
+log = logging.getLogger(__name__)
 
 BACKLOG_BYTES = 1024 * 1024
 MAX_LINE_BYTES = 4 * 1024 * 1024
@@ -45,11 +48,27 @@ def _feed_line(line: bytes, base: str, sink: Sink) -> bool:
             return False
     except (ValueError, KeyError, TypeError, AttributeError):  # not a record of ours
         return False
+    return shown(sink, parsed[0], parsed[1], record["payload"])
+
+
+def shown(sink: Sink, kind: str, source: str | None, payload: Any) -> bool:
+    """``sink(kind, source, payload)``; ``False`` when it raised, which never ends a follow.
+
+    The first such failure is a warning (a fault of the view, named with its traceback),
+    later ones are debug lines: one bad message must neither stop ``tail`` nor flood it.
+    """
+    global _failed_before
     try:
-        sink(parsed[0], parsed[1], record["payload"])
-    except Exception:  # noqa: BLE001 - one line never ends the follow
+        sink(kind, source, payload)
+    except Exception:  # noqa: BLE001 - reported below; the follow goes on
+        level = logging.DEBUG if _failed_before else logging.WARNING
+        _failed_before = True
+        log.log(level, "tail: a %s message could not be shown", kind, exc_info=True)
         return False
     return True
+
+
+_failed_before = False
 
 
 def follow_jsonl(path: Path, base: str, sink: Sink, stop: threading.Event) -> None:
