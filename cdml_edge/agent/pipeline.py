@@ -14,6 +14,7 @@ import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from cdml_edge.agent.error_events import ErrorReporter
@@ -31,7 +32,7 @@ from cdml_edge.model.runner import ModelRunner
 from cdml_edge.outputs.base import Output
 from cdml_edge.store.retention import StoreStatus
 from cdml_edge.window.configured import pack_and_score
-from cdml_edge.window.items import Window
+from cdml_edge.window.items import FileIdentity, Window
 from cdml_edge.window.payloads import ItemResult
 from cdml_edge.window.score import WindowOutcome
 from cdml_edge.window.topics import OutMessage
@@ -48,6 +49,25 @@ class OutputFailed(CdmlError):
     Not the files' fault: they stay on disk and are taken again; their budget bytes are
     already released.
     """
+
+
+@dataclass(frozen=True)
+class _ScoredFiles:
+    """A scored window's files: the versions to finish, and every file item's id."""
+
+    files: list[tuple[Path, FileIdentity | None, str | None]]  # path, identity, SHA-256
+    ids: list[str]  # failed items too: their attempts are over either way
+
+    @classmethod
+    def of(cls, window: Window, outcome: WindowOutcome) -> _ScoredFiles:
+        failed = {f.item.id for f in outcome.failures}
+        sha = {mi.id: mi.sha256 for mi in outcome.manifest.items}
+        files = [
+            (it.path, it.identity, sha.get(it.item_id))
+            for it in window.items
+            if it.path and it.item_id not in failed
+        ]
+        return cls(files, [it.item_id for it in window.items if it.path])
 
 
 @dataclass
@@ -114,8 +134,9 @@ class WindowPipeline:
         """
         sc = next(s for s in self.cfg.sources if s.name == window.source)
         outcome, errors, unretained = self._score(window, sc)
-        on_durable = self._when_durable(window, sc, outcome, hold=unretained)
-        on_given_up = self._when_given_up(window, outcome)
+        scored = _ScoredFiles.of(window, outcome)  # what either callback acts on
+        on_durable = self._when_durable(window, sc, scored, hold=unretained)
+        on_given_up = self._when_given_up(window, scored)
         msgs = outcome.messages(self.cfg.results_mode()) + errors
         self._observe_arrival(window.source, outcome.results)
         if self.view is not None:  # the status page's images: the bytes in memory, held
@@ -183,7 +204,7 @@ class WindowPipeline:
         return res.lost and self.cfg.retention.required
 
     def _when_durable(
-        self, window: Window, sc: SourceConfig, outcome: WindowOutcome, hold: bool = False
+        self, window: Window, sc: SourceConfig, scored: _ScoredFiles, hold: bool = False
     ) -> Callable[[], None]:
         """The ``on_durable`` callback: finish (or hold) the scored files, count, ``done``.
 
@@ -191,14 +212,7 @@ class WindowPipeline:
         ``hold`` they are kept until the ring writes again. Then the window is counted and
         ``done`` called. Only paths and identities travel into it, not the window's bytes.
         """
-        failed_ids = {f.item.id for f in outcome.failures}
-        sha = {mi.id: mi.sha256 for mi in outcome.manifest.items}
-        done_files = [
-            (it.path, it.identity, sha.get(it.item_id))
-            for it in window.items
-            if it.path and it.item_id not in failed_ids
-        ]
-        done_ids = [it.item_id for it in window.items if it.path]
+        done_files, done_ids = scored.files, scored.ids
         closed_ts, source = window.closed_ts, window.source
 
         def on_durable() -> None:
@@ -217,7 +231,7 @@ class WindowPipeline:
 
         return on_durable
 
-    def _when_given_up(self, window: Window, outcome: WindowOutcome) -> Callable[[], None]:
+    def _when_given_up(self, window: Window, scored: _ScoredFiles) -> Callable[[], None]:
         """The ``on_given_up`` callback: the output can never deliver a message of the window.
 
         Retrying would make the same message again, so the scored files are left where they
@@ -225,9 +239,8 @@ class WindowPipeline:
         window is counted as an output error and ``done`` called, so nothing waits on it.
         Runs on the output's thread: it publishes nothing.
         """
-        failed_ids = {f.item.id for f in outcome.failures}
-        paths = [it.path for it in window.items if it.path and it.item_id not in failed_ids]
-        ids = [it.item_id for it in window.items if it.path]
+        paths = [p for p, _ident, _sha in scored.files]
+        ids = scored.ids
         source, window_id = window.source, window.window_id
 
         def on_given_up() -> None:
