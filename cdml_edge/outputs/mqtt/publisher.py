@@ -48,6 +48,7 @@ from cdml_edge.outputs.mqtt.embedded_broker import EmbeddedBroker
 from cdml_edge.outputs.mqtt.outbox import Entry, Outbox, PublishBatch
 from cdml_edge.outputs.mqtt.refusals import Held, Refusals
 from cdml_edge.outputs.mqtt.session import Session
+from cdml_edge.outputs.mqtt.size_limit import LOSSES_TO_LEARN, PacketLimit, Suspect
 from cdml_edge.outputs.mqtt.spool import Spool, SpoolToken
 from cdml_edge.outputs.mqtt.spool_format import SpoolRecord, record_size
 from cdml_edge.supervisor import Spawn, Worker, plain_thread
@@ -170,7 +171,7 @@ class MqttPublisher:
         self._connected_at = 0.0
         self._short_lives = 0  # connections in a row lost soon after their CONNACK
         self._attempted = False  # a connection attempt was made since start()
-        self._max_packet: int | None = None  # the CONNACK's Maximum Packet Size (MQTT 5)
+        self._limit = PacketLimit()  # the CONNACK's Maximum Packet Size, or one learned
 
     # ------------------------------------------------------------------ Output API
     @property
@@ -379,7 +380,7 @@ class MqttPublisher:
             self._counts["connect_failures"] += 1
             self._refused = True
             return
-        self._max_packet = announced_max_packet(props)
+        self._limit.announced = announced_max_packet(props)
         self._connected = True
         self._just_connected = True
 
@@ -548,6 +549,7 @@ class MqttPublisher:
                 self._keep_refused(item, refusal)
                 continue
             self._counts["acked"] += 1
+            self._limit.acked(len(_payload_of(item)))
             if self.refusals.topics:
                 self.refusals.accepted(self.topic(_topic_of(item)))
             if isinstance(item, Entry):
@@ -634,14 +636,15 @@ class MqttPublisher:
                 return  # the write failed: _handle_lost will spool / rewind
 
     def _oversize(self, topic: str, payload: bytes, qos: int) -> bool:
-        """The PUBLISH is larger than the broker's Maximum Packet Size (its CONNACK's)."""
-        if self._max_packet is None:
+        """The PUBLISH is larger than the broker takes (its CONNACK's or a learned limit)."""
+        limit = self._limit
+        if limit.announced is None and limit.learned is None:
             return False
         size = publish_packet_size(topic, len(payload), qos, self.protocol == "5")
-        return size > self._max_packet
+        return limit.too_large(size, len(payload))
 
     def _drop_oversize(self, item: Entry | Spooled, topic: str, payload_len: int) -> None:
-        """Give up on a message the broker announced it would not take (Maximum Packet Size).
+        """Give up on a message the broker would not take (announced or learned limit).
 
         Sent, it would make the broker close the connection, and again after every
         reconnect. Counted as ``too_large``: a live message's batch never fires (its
@@ -656,11 +659,10 @@ class MqttPublisher:
             self.spool.discard(item[0])
             fate = "dropped from the spool"
         log.error(
-            "%s: %d-byte message is larger than the broker's maximum packet size (%d "
-            "bytes); not sent, %s",
+            "%s: %d-byte message is larger than %s; not sent, %s",
             topic,
             payload_len,
-            self._max_packet,
+            self._limit.describe(),
             fate,
         )
 
@@ -718,6 +720,7 @@ class MqttPublisher:
         self._just_connected = False
         client.drop_out_messages()
         self._process_acks()
+        learned = was_connected and self._learn_limit()
         live = [e for e in self._pending.values() if isinstance(e, Entry) and not e.done]
         live += [e for e in self._held.take_all() if isinstance(e, Entry) and not e.done]
         self._pending.clear()
@@ -736,7 +739,39 @@ class MqttPublisher:
                 _why_closed(closed_by, self.client_id),
                 self.spool.dir,
             )
-            self._note_short_life()
+            if learned:  # not another client with this id: the streak was the message's
+                self._short_lives = 0
+            else:
+                self._note_short_life()
+
+    def _learn_limit(self) -> bool:
+        """A lost connection: maybe the broker closes on the oldest message in flight.
+
+        See :class:`PacketLimit`; said once, at error, when the limit is learned (``True``).
+        """
+        oldest = next(iter(self._pending.values()), None)
+        suspect = None
+        if oldest is not None:
+            suspect = Suspect(self.topic(_topic_of(oldest)), _payload_of(oldest))
+        if self._limit.lost(suspect, time.monotonic() - self._connected_at):
+            assert suspect is not None
+            log.error(
+                "the broker %s closed the connection %d times in a row while the %d-byte "
+                "message on %s was the oldest in flight, larger than any it acknowledged "
+                "in this run (%d bytes at most): it takes it as too large, under a limit "
+                "it does not announce (MQTT 3.1.1, or Mosquitto's max_packet_size / "
+                "message_size_limit); "
+                "payloads of %d bytes or more are not sent from now on (counted in "
+                "too_large)",
+                self.broker_url,
+                LOSSES_TO_LEARN,
+                len(suspect.payload),
+                suspect.topic,
+                self._limit.largest_acked,
+                len(suspect.payload),
+            )
+            return True
+        return False
 
     def _note_short_life(self) -> None:
         """Say once per streak when connections keep dying soon after the broker accepted them.
@@ -815,6 +850,10 @@ class MqttPublisher:
 
 def _topic_of(item: Entry | Spooled) -> str:
     return item.message.topic if isinstance(item, Entry) else item[1].topic
+
+
+def _payload_of(item: Entry | Spooled) -> bytes:
+    return item.message.payload if isinstance(item, Entry) else item[1].payload
 
 
 def _reason(rc: Any) -> str:
