@@ -91,6 +91,8 @@ class Agent:
         self.cfg = cfg
         self.config_path = Path(config_path) if config_path else None
         self._fixed_output = output
+        self._made_output: Output | None = None  # the output a configuration made
+        self._output_started = False
         self.workers = max(1, workers)
         self.drain_timeout = drain_timeout
         self.started_at = time.time()
@@ -130,8 +132,12 @@ class Agent:
             raise
 
     # -- construction ----------------------------------------------------------------------
-    def _build(self, cfg: AppConfig) -> None:
-        """Everything a configuration decides; models and retention are loaded by start()."""
+    def _build(self, cfg: AppConfig, *, keep_output: bool = False) -> None:
+        """Everything a configuration decides; models and retention are loaded by start().
+
+        ``keep_output``: a reload whose output settings did not change keeps the running
+        output (its connection, spool and ``seq`` counters) instead of making a new one.
+        """
         self.cfg = cfg
         set_limits(DecodeLimits.of(cfg.limits))  # every decode from here on
         self.budget = ByteBudget(cfg.limits.max_inflight_bytes, data_factor=DATA_COPIES)
@@ -146,7 +152,10 @@ class Agent:
             on_late=lambda source, name, dest: self.errors.quarantined_late(source, name, dest),
         )
         spawn = self.supervisor.spawn
-        self.output: Output = self._fixed_output or make_output(cfg, spawn)
+        if not keep_output or self._made_output is None:
+            self._made_output = self._fixed_output or make_output(cfg, spawn)
+            self._output_started = False
+        self.output: Output = self._made_output
         self.view = (self.view or ActivityBoard(cfg.device.id)) if cfg.health.status_page else None
         if self.view is not None:
             self.output = ObservedOutput(self.output, self.view)
@@ -300,7 +309,9 @@ class Agent:
         clock.mark("decoders", self.init_decoders())
         if self.init_retention():
             clock.mark("retention")
-        self.output.start()
+        if not self._output_started:
+            self.output.start()
+            self._output_started = True
         if self.cfg.mqtt is not None:
             announce(self.cfg, mqtt_leaves(self.output))
         clock.mark("output")
@@ -429,7 +440,7 @@ class Agent:
         self.health.publish_health()
         self.health.log_summary(final=True)
         self.health.publish_status("offline")
-        self.output.stop(timeout=5.0)
+        self._stop_output()
         if self.retention is not None:
             self.retention.close()
         self.lifecycle.close()
@@ -466,12 +477,12 @@ class Agent:
             return False
         self.notifier.reloading()
         log.info("reloading %s", self.config_path)
-        self._quiesce()
+        kept = self._quiesce(keep_output=self._keeps_output(new))
         old_cfg, old_runners, old_state = self.cfg, self.runners, self._state
         if state is not None:
             self._state = state  # the old folder's lock is kept until the new one runs
         try:
-            self._build(new)
+            self._build(new, keep_output=kept)
             self.start(runners)
         except Exception as exc:  # what the checks could not foresee: go back, keep running
             log.error(
@@ -492,13 +503,30 @@ class Agent:
             old_state.close()
         return True
 
-    def _quiesce(self) -> None:
-        """Drain and stop what a configuration runs, for a reload to build anew."""
-        self.drain()
-        self.output.stop(timeout=5.0)
+    def _quiesce(self, keep_output: bool = False) -> bool:
+        """Drain and stop what a configuration runs, for a reload to build anew.
+
+        With ``keep_output`` the output goes on running if the drain settled every window
+        (no callback of the old pipeline left to fire): ``True`` when it was kept.
+        """
+        kept = self.drain() and keep_output
+        if not kept:
+            self._stop_output()
         if self.retention is not None:
             self.retention.close()
         self.lifecycle.close()  # files still waiting for quarantine stay in their folder
+        return kept
+
+    def _stop_output(self) -> None:
+        self.output.stop(timeout=5.0)
+        self._output_started = False
+
+    def _keeps_output(self, new: AppConfig) -> bool:
+        """A reload to ``new`` may keep the running output: all it is made from is the same.
+
+        Not an output given to the agent (a test's), which the agent does not make.
+        """
+        return self._fixed_output is None and output_settings(new) == output_settings(self.cfg)
 
     def run(self, duration: float | None = None, install_signals: bool = True) -> int:
         """Start, serve until ``duration`` or SIGTERM/SIGINT, stop; the exit code.
@@ -551,6 +579,18 @@ class Agent:
         for sig, handler in handlers.items():
             signal.signal(sig, handler)
         return previous
+
+
+def output_settings(cfg: AppConfig) -> tuple[Any, ...]:
+    """What :func:`make_output` makes an output from; equal settings, the same output.
+
+    Sparkplug B births a device per source and keeps ``bdSeq`` in the state folder, so with
+    it the source names and the state folder count too.
+    """
+    settings: tuple[Any, ...] = (cfg.mqtt, cfg.spool, cfg.outbox, cfg.output, cfg.device.id)
+    if cfg.mqtt is not None and cfg.mqtt.format == "sparkplug_b":
+        settings += (tuple(s.name for s in cfg.sources), cfg.state_dir)
+    return settings
 
 
 RELOAD_QUIET_S = 0.3
