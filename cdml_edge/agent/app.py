@@ -133,11 +133,7 @@ class Agent:
 
     # -- construction ----------------------------------------------------------------------
     def _build(self, cfg: AppConfig, *, keep_output: bool = False) -> None:
-        """Everything a configuration decides; models and retention are loaded by start().
-
-        ``keep_output``: a reload whose output settings did not change keeps the running
-        output (its connection, spool and ``seq`` counters) instead of making a new one.
-        """
+        """What ``cfg`` decides (models, retention: start()); ``keep_output``: the running one."""
         self.cfg = cfg
         set_limits(DecodeLimits.of(cfg.limits))  # every decode from here on
         self.budget = ByteBudget(cfg.limits.max_inflight_bytes, data_factor=DATA_COPIES)
@@ -151,11 +147,8 @@ class Agent:
             on_event=lambda kind, info: self.errors.disk_event(kind, info),
             on_late=lambda source, name, dest: self.errors.quarantined_late(source, name, dest),
         )
+        self.output: Output = self._make_output(cfg, keep_output)
         spawn = self.supervisor.spawn
-        if not keep_output or self._made_output is None:
-            self._made_output = self._fixed_output or make_output(cfg, spawn)
-            self._output_started = False
-        self.output: Output = self._made_output
         self.view = (self.view or ActivityBoard(cfg.device.id)) if cfg.health.status_page else None
         if self.view is not None:
             self.output = ObservedOutput(self.output, self.view)
@@ -197,6 +190,13 @@ class Agent:
         )
         self.health.attach(cfg, self.output, self.sources)
         self.metrics.attach_output(self.output.stats)
+
+    def _make_output(self, cfg: AppConfig, keep: bool) -> Output:
+        """The output of ``cfg``: the running one when ``keep`` (see :meth:`_build`)."""
+        if not keep or self._made_output is None:
+            self._made_output = self._fixed_output or make_output(cfg, self.supervisor.spawn)
+            self._output_started = False
+        return self._made_output
 
     def _intake(self, sc: SourceConfig, windower: Windower) -> Callable[[Item], None]:
         def sink(item: Item) -> None:
