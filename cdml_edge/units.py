@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import os
 import re
+from collections.abc import Collection
 
 _SIZE_UNITS: dict[str, float] = {
     "": 1,
@@ -35,22 +36,61 @@ _DURATION_UNITS: dict[str, float] = {
     "w": 7 * 86400.0,
 }
 
-_NUMBER_UNIT = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*([A-Za-z]*)\s*$")
+# The one grammar of a quantity written as text: a number (``1``, ``1.5``, ``.5``, ``1e3``),
+# blanks, a unit of the table, blanks. The parser matches it and the configuration's JSON
+# Schema exports it (:func:`quantity_pattern`), so an editor refuses what the loader refuses.
+# It is written in the part of regex syntax that Python's ``re`` and ECMA-262 (the dialect of
+# JSON Schema's ``pattern``) read the same way: ASCII classes only (their ``\s`` differ).
+_BLANKS = r"[ \t\n\r\f\v]*"
+_NUMBER = r"[0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?"
+_WORD_UNIT = re.compile(rf"^{_BLANKS}({_NUMBER}){_BLANKS}([A-Za-z]+){_BLANKS}$")
+"""A number and any word: to name an unknown unit in the error, not to accept it."""
 
 
-def _scaled(value: str, units: dict[str, float], what: str, examples: str, known: str) -> float:
-    """``value``, a number and one of ``units``, in the base unit.
+def _any_case(unit: str) -> str:
+    """``unit`` matched in any case, without flags: ``kib`` -> ``[kK][iI][bB]``."""
+    return "".join(f"[{c.lower()}{c.upper()}]" for c in unit)
+
+
+def quantity_pattern(units: Collection[str]) -> str:
+    """The regex of a number followed by one of ``units`` (``""``: the unit may be left out).
+
+    Units match in any case. The same string is the parser's rule and the JSON Schema
+    ``pattern``: anchored with ``^``/``$``, ASCII classes only, no flags.
+    """
+    words = sorted((u for u in units if u), key=lambda u: (-len(u), u))
+    unit = "(" + "|".join(_any_case(u) for u in words) + ")"
+    if "" in units:
+        unit += "?"
+    return rf"^{_BLANKS}({_NUMBER}){_BLANKS}{unit}{_BLANKS}$"
+
+
+SIZE_PATTERN = quantity_pattern(_SIZE_UNITS)
+"""A size written as text: ``4096``, ``512KiB``, ``1.5GB``, ``1e3``."""
+DURATION_PATTERN = quantity_pattern(_DURATION_UNITS)
+"""A duration written as text: ``2``, ``500ms``, ``5min``, ``7d``."""
+_SIZE_TEXT = re.compile(SIZE_PATTERN)
+_DURATION_TEXT = re.compile(DURATION_PATTERN)
+
+MAX_SIZE = 2**63 - 1
+"""The largest size taken, in bytes (a signed 64-bit count: file offsets, ``st_size``)."""
+
+
+def _scaled(
+    value: str, rule: re.Pattern[str], units: dict[str, float], what: str, examples: str, known: str
+) -> tuple[str, float]:
+    """``value`` read by ``rule``: its number as written and the factor of its unit.
 
     ``what`` names the quantity in errors, with ``examples`` of it and the ``known`` units.
     """
-    match = _NUMBER_UNIT.match(value)
+    match = rule.fullmatch(value)
     if not match:
+        word = _WORD_UNIT.fullmatch(value)
+        if word is not None:
+            raise ValueError(f"unknown {what} unit {word.group(2)!r} in {value!r} (use {known})")
         raise ValueError(f"not a {what}: {value!r} (examples: {examples})")
     number, unit = match.groups()
-    factor = units.get(unit.lower())
-    if factor is None:
-        raise ValueError(f"unknown {what} unit {unit!r} in {value!r} (use {known})")
-    return float(number) * factor
+    return number, units[(unit or "").lower()]
 
 
 def parse_size(value: object) -> int:
@@ -60,18 +100,27 @@ def parse_size(value: object) -> int:
     """
     if isinstance(value, bool):
         raise ValueError("a size must be a number of bytes or a string like '64MiB'")
-    if isinstance(value, int):
-        return value
     if isinstance(value, float):
         if not math.isfinite(value) or not value.is_integer():
             raise ValueError(f"a size in bytes must be whole, got {value}")
-        return int(value)
+        value = int(value)
+    if isinstance(value, int):
+        if value > MAX_SIZE:
+            raise ValueError(f"size out of range: {value} (at most {MAX_SIZE} bytes)")
+        return value
     if not isinstance(value, str):
         raise ValueError("a size must be a number of bytes or a string like '64MiB'")
-    size = _scaled(
-        value, _SIZE_UNITS, "size", "4096, '512KiB', '64MiB', '2GB'", "B, kB, MB, GB, KiB, MiB, GiB"
+    number, factor = _scaled(
+        value,
+        _SIZE_TEXT,
+        _SIZE_UNITS,
+        "size",
+        "4096, '512KiB', '64MiB', '2GB'",
+        "B, kB, MB, GB, KiB, MiB, GiB",
     )
-    if not math.isfinite(size) or size > 2**63 - 1:
+    # A whole number is counted exactly (a float has 53 bits), others rounded to the byte.
+    size = int(number) * int(factor) if number.isdigit() else float(number) * factor
+    if not math.isfinite(size) or size > MAX_SIZE:
         raise ValueError(f"size out of range: {value!r}")
     return int(round(size))
 
@@ -86,7 +135,7 @@ def size_from_env(name: str, default: int) -> int:
     if not raw:
         return default
     try:
-        size = parse_size(int(raw) if raw.isdigit() else raw)
+        size = parse_size(raw)
     except ValueError as exc:
         raise ValueError(f"{name}: {exc}") from None
     if size <= 0:
@@ -105,9 +154,15 @@ def parse_duration(value: object) -> float:
         return seconds
     if not isinstance(value, str):
         raise ValueError("a duration must be a number of seconds or a string like '500ms'")
-    seconds = _scaled(
-        value, _DURATION_UNITS, "duration", "2, '2s', '500ms', '5min', '7d'", "ms, s, min, h, d"
+    number, factor = _scaled(
+        value,
+        _DURATION_TEXT,
+        _DURATION_UNITS,
+        "duration",
+        "2, '2s', '500ms', '5min', '7d'",
+        "ms, s, min, h, d",
     )
+    seconds = float(number) * factor
     if not math.isfinite(seconds):
         raise ValueError(f"duration out of range: {value!r}")
     return seconds

@@ -12,6 +12,7 @@ from __future__ import annotations
 import difflib
 import os
 import re
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal, get_origin
 
@@ -21,32 +22,78 @@ from pydantic import (
     BeforeValidator,
     ConfigDict,
     Field,
+    GetJsonSchemaHandler,
     ValidationInfo,
-    WithJsonSchema,
     field_validator,
     model_validator,
 )
+from pydantic.json_schema import JsonSchemaValue
+from pydantic_core import CoreSchema
 
 from cdml_edge.config.model_section import ModelConfig
 from cdml_edge.config.mqtt_names import prefix_problem, string_problem
 from cdml_edge.modality import SOURCE_MODALITIES, SourceModality, model_fits
-from cdml_edge.units import parse_duration, parse_size
+from cdml_edge.units import (
+    DURATION_PATTERN,
+    MAX_SIZE,
+    SIZE_PATTERN,
+    parse_duration,
+    parse_size,
+)
 
 Modality = SourceModality  # what a source produces, a model is configured for
 MODALITIES: tuple[str, ...] = SOURCE_MODALITIES
 
 
-def _number_or_text(json_type: str, description: str) -> WithJsonSchema:
-    """The JSON Schema of a quantity given as a number or as text with a unit."""
-    return WithJsonSchema(
-        {
-            "anyOf": [
-                {"type": json_type, "minimum": 0},
-                {"type": "string", "pattern": r"^\s*[0-9.]+\s*[A-Za-z]*\s*$"},
-            ],
-            "description": description,
-        }
-    )
+@dataclass(frozen=True)
+class _QuantitySchema:
+    """The JSON Schema of a quantity given as a number or as text with a unit.
+
+    The text's ``pattern`` is the parser's own (:data:`~cdml_edge.units.SIZE_PATTERN`,
+    :data:`~cdml_edge.units.DURATION_PATTERN`); the number carries the field's bounds
+    (``gt``/``ge`` of its ``Field``) and the quantity's ``maximum``. A pattern cannot bound
+    the value of a text: ``"0"`` or ``"3651d"`` pass it and the loader refuses them.
+    """
+
+    json_type: str
+    pattern: str
+    maximum: float
+    description: str
+
+    def __get_pydantic_json_schema__(
+        self, core_schema: CoreSchema, handler: GetJsonSchemaHandler
+    ) -> JsonSchemaValue:
+        bounds = _number_bounds(core_schema)
+        most = min(self.maximum, bounds.pop("maximum", self.maximum))
+        number: dict[str, Any] = {"type": self.json_type, "maximum": most, **bounds}
+        text = {"type": "string", "pattern": self.pattern}
+        return {"anyOf": [number, text], "description": self.description}
+
+
+_JSON_BOUNDS = {
+    "gt": "exclusiveMinimum",
+    "ge": "minimum",
+    "lt": "exclusiveMaximum",
+    "le": "maximum",
+}
+
+
+def _number_bounds(core_schema: Any) -> dict[str, Any]:
+    """The ``gt``/``ge``/``lt``/``le`` of a quantity's number, as JSON Schema.
+
+    Pydantic puts a bound in the number's own schema, or, given outside the quantity's
+    validators (``Annotated[Duration, Field(gt=0)] | None``), in a validator after them
+    (``partial(greater_than_validator, gt=0)``): both are read.
+    """
+    out: dict[str, Any] = {}
+    while isinstance(core_schema, dict):
+        fn = core_schema.get("function")
+        bound = getattr(fn.get("function") if isinstance(fn, dict) else None, "keywords", None)
+        bound = bound if isinstance(bound, dict) else {}
+        for where in (core_schema, bound):
+            out.update({_JSON_BOUNDS[k]: v for k, v in where.items() if k in _JSON_BOUNDS})
+        core_schema = core_schema.get("schema")
+    return out
 
 
 MAX_DURATION_S = 10 * 365 * 86400.0
@@ -66,14 +113,23 @@ def _bounded_duration(seconds: float) -> float:
 Size = Annotated[
     int,
     BeforeValidator(parse_size),
-    _number_or_text("integer", "bytes, or a string such as '512KiB', '64MiB', '2GB'"),
+    _QuantitySchema(
+        "integer", SIZE_PATTERN, MAX_SIZE, "bytes, or a string such as '512KiB', '64MiB', '2GB'"
+    ),
 ]
 Duration = Annotated[
     float,
     BeforeValidator(parse_duration),
     AfterValidator(_bounded_duration),
-    _number_or_text("number", "seconds, or a string such as '500ms', '2s', '5min', '7d'"),
+    _QuantitySchema(
+        "number",
+        DURATION_PATTERN,
+        MAX_DURATION_S,
+        "seconds, or a string such as '500ms', '2s', '5min', '7d'",
+    ),
 ]
+"""Bounds of an optional size or duration go inside, ``Annotated[Duration, Field(gt=0)] | None``:
+given on the ``| None``, pydantic cannot put them in the JSON Schema of the number."""
 
 TOPIC_SAFE = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
 """Names that are an MQTT topic level: device id, source and model names, Sparkplug ids."""
@@ -496,7 +552,9 @@ class RetentionConfig(_WritesFiles):
             "catalog included)."
         ),
     )
-    max_age: Duration | None = Field(None, gt=0, description="Windows older than this go.")
+    max_age: Annotated[Duration, Field(gt=0)] | None = Field(
+        None, description="Windows older than this go."
+    )
     keep: Literal["all", "anomalies", "sample", "none"] = Field(
         "all", description="Which windows to keep."
     )
@@ -549,12 +607,11 @@ class LimitsConfig(_ConfigSection):
     max_jpeg_scans: int | None = Field(
         32, gt=0, description="A JPEG of more scans is refused (each scan is a pass over it)."
     )
-    max_audio_seconds: Duration | None = Field(
-        600.0, gt=0, description="Audio whose header claims a longer duration is refused."
+    max_audio_seconds: Annotated[Duration, Field(gt=0)] | None = Field(
+        600.0, description="Audio whose header claims a longer duration is refused."
     )
-    max_decoded_bytes: Size | None = Field(
+    max_decoded_bytes: Annotated[Size, Field(gt=0)] | None = Field(
         256 * 1024**2,
-        gt=0,
         description="A member whose decode would allocate more (pixels x channels, audio "
         "samples before and after resampling, an array's decompressed size) is refused.",
     )
@@ -563,9 +620,8 @@ class LimitsConfig(_ConfigSection):
         gt=0,
         description="A CSV, array, JSON or text of more cells, values or words is refused.",
     )
-    decode_deadline: Duration | None = Field(
+    decode_deadline: Annotated[Duration, Field(gt=0)] | None = Field(
         10.0,
-        gt=0,
         description="CPU seconds a large decode (see isolate_decodes_over) may take in its own "
         "process before it is killed and the file quarantined; unset = decode in-process.",
     )

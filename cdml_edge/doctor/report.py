@@ -12,8 +12,8 @@ from cdml_edge.doctor.check import Check
 class DoctorReport:
     """The checks of one doctor run.
 
-    ``config_error``: the configuration did not load (then ``checks`` is the one failed
-    ``config`` check).
+    ``config_error``: the configuration did not load (then ``checks`` ends with the failed
+    ``config`` check, after the ``unit environment`` one it was loaded with, if any).
     """
 
     checks: list[Check]
@@ -27,10 +27,9 @@ class DoctorReport:
     def render(self, ascii_only: bool = False, as_json: bool = False) -> str:
         """The report as printed (without the final newline)."""
         if self.config_error:
-            (c,) = self.checks
             if as_json:
-                return json.dumps([{"name": c.name, "ok": c.ok, "detail": c.detail}])
-            return c.line(ascii_only)
+                return json.dumps([_brief(c) for c in self.checks])
+            return "\n".join(c.line(ascii_only) for c in self.checks)
         if as_json:
             return json.dumps([c.__dict__ for c in self.checks], indent=2)
         lines = [c.line(ascii_only) for c in self.checks]
@@ -40,3 +39,9 @@ class DoctorReport:
         tail = f", {warned} warning{'s' if warned > 1 else ''}" if warned else ""
         lines.append(f"{len(real) - failed}/{len(real)} checks passed{tail}")
         return "\n".join(lines)
+
+
+def _brief(check: Check) -> dict[str, object]:
+    """A check of a report whose configuration did not load: ``warn`` only when set."""
+    out: dict[str, object] = {"name": check.name, "ok": check.ok, "detail": check.detail}
+    return {**out, "warn": True} if check.warn else out

@@ -30,23 +30,36 @@ def diagnose(
 ) -> DoctorReport:
     """Load ``config`` and run every check for it (see :func:`run_checks`).
 
-    An invalid configuration gives a report with the one failed ``config`` check. Outside
-    systemd, ``$STATE_DIRECTORY`` is read from the unit's ``StateDirectory=`` (the folder
-    the service will use), so the state folders checked are the service's.
+    An invalid configuration gives a report whose last check is the failed ``config`` one.
+    With a unit (``unit``, else the installed one), the configuration is loaded and checked
+    in the environment the service gets: the variables of the unit's ``EnvironmentFile=``
+    are set over this process's for the time of the checks (the ``unit environment`` check
+    names each file, first in the report), and outside systemd ``$STATE_DIRECTORY`` is read
+    from the unit's ``StateDirectory=`` (the folder the service will use).
     """
     if unit is None:
         unit = default_unit()
-    state_directory = None
-    if unit is not None and not os.environ.get("STATE_DIRECTORY"):
-        from cdml_edge.doctor.unit import unit_state_directory
+    values: dict[str, str] = {}
+    first: list[Check] = []
+    if unit is not None:
+        from cdml_edge.doctor.unit_env import unit_environment  # see default_unit()
 
-        state_directory = unit_state_directory(unit)
-    try:
-        cfg = load_config(config, state_directory=state_directory)
-    except ConfigError as exc:
-        return DoctorReport([Check("config", False, str(exc))], config_error=True)
-    checks = [Check("config", True, f"{config} valid")]
-    checks += run_checks(cfg, timeout_s=timeout_s, user=user, unit=unit)
+        values, env_check = unit_environment(unit)
+        first += [env_check] if env_check is not None else []
+    from cdml_edge.doctor.unit_env import applied
+
+    with applied(values):
+        state_directory = None
+        if unit is not None and not os.environ.get("STATE_DIRECTORY"):
+            from cdml_edge.doctor.unit import unit_state_directory
+
+            state_directory = unit_state_directory(unit)
+        try:
+            cfg = load_config(config, state_directory=state_directory)
+        except ConfigError as exc:
+            return DoctorReport([*first, Check("config", False, str(exc))], config_error=True)
+        checks = [*first, Check("config", True, f"{config} valid")]
+        checks += run_checks(cfg, timeout_s=timeout_s, user=user, unit=unit)
     return DoctorReport(checks)
 
 
