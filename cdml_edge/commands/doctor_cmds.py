@@ -30,7 +30,8 @@ def doctor(
     unit: Path | None = typer.Option(
         None,
         "--unit",
-        help="Service file whose ReadWritePaths= must cover the folders "
+        help="Service file whose EnvironmentFile= the checks run with, and whose "
+        "ReadWritePaths= must cover the folders "
         "(default: /etc/systemd/system/cdml-edge.service when installed).",
     ),
 ) -> None:

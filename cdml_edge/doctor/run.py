@@ -42,6 +42,13 @@ def diagnose(
     values: dict[str, str] = {}
     first: list[Check] = []
     if unit is not None:
+        from cdml_edge.doctor.unit import unreadable_unit
+
+        problem = unreadable_unit(unit)
+        if problem is not None:
+            first.append(Check("unit", False, f"{problem}; the checks of the unit are skipped"))
+            unit = None
+    if unit is not None:
         from cdml_edge.doctor.unit_env import unit_environment  # see default_unit()
 
         values, env_check = unit_environment(unit)

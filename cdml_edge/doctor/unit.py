@@ -94,11 +94,28 @@ def render_dropin(cfg: AppConfig, source: str = "") -> str:
     return "\n".join(lines) + "\n"
 
 
+def unreadable_unit(unit: Path) -> str | None:
+    """Why the unit file or one of its drop-ins cannot be read, naming it; None when all can."""
+    for path in [unit, *_dropins(unit)]:
+        try:
+            path.read_text(encoding="utf-8")
+        except UnicodeDecodeError as exc:
+            return f"{path}: not UTF-8 (byte {exc.start}), as systemd needs"
+        except OSError as exc:
+            return f"{path}: cannot be read ({exc.strerror or exc})"
+    return None
+
+
+def _dropins(unit: Path) -> list[Path]:
+    folder = unit.parent / f"{unit.name}.d"
+    try:
+        return sorted(folder.glob("*.conf")) if folder.is_dir() else []
+    except OSError:
+        return []
+
+
 def _unit_texts(unit: Path) -> list[str]:
-    texts = [unit.read_text(encoding="utf-8")]
-    dropins = unit.parent / f"{unit.name}.d"
-    if dropins.is_dir():
-        texts += [p.read_text(encoding="utf-8") for p in sorted(dropins.glob("*.conf"))]
+    texts = [p.read_text(encoding="utf-8") for p in [unit, *_dropins(unit)]]
     return [t.replace("\\\n", " ") for t in texts]  # continuation lines
 
 
