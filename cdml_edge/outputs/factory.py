@@ -81,14 +81,16 @@ def on_disk_event(output: Output, hook: FaultHook) -> None:
 def degraded_parts(output: Output) -> dict[str, str]:
     """What of ``output`` does not fully work now, part -> why.
 
-    The parts: the spool (a full or failing disk) and MQTT (the I/O thread, or a broker
-    that refuses messages).
+    The parts: the spool (a full or failing disk), MQTT (the I/O thread, or a broker
+    that refuses messages) and the JSON-lines file (its last batch could not be written).
     """
     from cdml_edge.outputs.mqtt.publisher import MqttPublisher
 
     out: dict[str, str] = {}
     for o in leaves(output):
-        if isinstance(o, MqttPublisher):
+        if isinstance(o, JsonlOutput) and o.degraded:
+            out["jsonl"] = o.degraded
+        elif isinstance(o, MqttPublisher):
             if o.spool.faults.degraded:
                 out["spool"] = o.spool.faults.degraded
             if o.io_stopped:

@@ -5,19 +5,30 @@ A batch is written, flushed and (for a file) fsynced before ``on_durable`` is ca
 source files are only deleted or moved once their results are on disk. Writes are
 synchronous: nothing queues here. Full policy: the file is rotated to ``<path>.1`` when it
 grows past ``max_bytes`` (one old generation kept), so it stays byte-bounded.
+
+Every line in the file is whole. A batch goes down in one unbuffered write; when the disk
+refuses part of it (full: ENOSPC) the file is cut back to where the batch began, the batch
+is refused (``OSError``) and nothing of it stays behind to be written later. A line torn by
+a killed writer (kill -9, a power cut) is cut off when the file is opened again, before the
+next line goes after it: its batch was never durable, so its results come again. A file
+moved away or deleted (logrotate) is followed by a new one at ``path``.
 """
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import json
+import logging
 import os
 import sys
 import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import IO
 
 from cdml_edge.window.topics import OutMessage, topic_base
+
+log = logging.getLogger(__name__)
 
 
 def _line(m: OutMessage, base: str) -> str:
@@ -47,24 +58,39 @@ class JsonlOutput:
         self._prefix = topic_base(topic_prefix, device)
         self._fsync = fsync and self.path != "-"
         self._max_bytes = max_bytes
-        self._fh: IO[str] | None = None
+        self._fd: int | None = None
+        self._stdout = False
         self._lock = threading.Lock()
-        self._written = 0
+        self._size = 0  # of the current file, for rotation
+        self._written = 0  # bytes this output wrote since it started
         self._messages = 0
         self._batches = 0
         self._failed = 0
+        self._degraded: str | None = None
+        self._rotate_warned = False
+
+    @property
+    def degraded(self) -> str | None:
+        """Why the last batch could not be written (``None`` once one is)."""
+        return self._degraded
 
     def start(self) -> None:
-        """Open the file for appending (its folder made if needed); a second call does nothing."""
+        """Open the file for appending (its folder made if needed); a second call does nothing.
+
+        A torn last line (the writer was killed in the middle of it) is cut off first.
+        """
         with self._lock:
-            if self._fh is not None:
+            if self._fd is not None or self._stdout:
                 return
             if self.path == "-":
-                self._fh = sys.stdout
-            else:
-                Path(self.path).parent.mkdir(parents=True, exist_ok=True)
-                self._fh = open(self.path, "a", encoding="utf-8")  # noqa: SIM115
-                self._written = self._fh.tell()
+                self._stdout = True
+                return
+            Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+            self._fd = self._open()
+            self._size = _cut_torn_tail(self._fd, self.path)
+
+    def _open(self) -> int:
+        return os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o666)
 
     def publish_batch(
         self,
@@ -74,37 +100,101 @@ class JsonlOutput:
     ) -> None:
         """Write, flush and (for a file) fsync ``messages``, then call ``on_durable``.
 
-        Raises ``RuntimeError`` before :meth:`start`; an ``OSError`` is counted and raised.
+        Raises ``RuntimeError`` before :meth:`start`; an ``OSError`` is counted and raised,
+        and leaves nothing of the batch in the file.
         """
-        text = "".join(_line(m, self._prefix) for m in messages)
+        data = "".join(_line(m, self._prefix) for m in messages).encode()
         with self._lock:
-            if self._fh is None:
+            if self._stdout:
+                self._write_stdout_locked(data, len(messages))
+            elif self._fd is None:
                 raise RuntimeError(f"{self.path}: output not started")
-            try:
-                self._fh.write(text)
-                self._fh.flush()
-                if self._fsync:
-                    os.fsync(self._fh.fileno())
-            except OSError:
-                self._failed += len(messages)
-                raise
-            self._written += len(text.encode())
+            else:
+                self._write_locked(self._current_fd_locked(), data, len(messages))
+            self._written += len(data)
             self._messages += len(messages)
             self._batches += 1
-            if self.path != "-" and self._written > self._max_bytes:
+            self._degraded = None
+            if not self._stdout and self._size > self._max_bytes:
                 self._rotate_locked()
         if on_durable is not None:
             on_durable()
 
+    def _write_stdout_locked(self, data: bytes, count: int) -> None:
+        try:
+            sys.stdout.write(data.decode())
+            sys.stdout.flush()
+        except OSError as exc:  # a closed pipe
+            self._failed += count
+            self._degraded = f"stdout: {exc.strerror or exc}: {count} messages not written"
+            raise
+
+    def _current_fd_locked(self) -> int:
+        """The open file, or a new one when ``path`` no longer names it.
+
+        Moved away (logrotate's ``create``) or deleted: the lines go to a new file at
+        ``path``, not after the old one's.
+        """
+        assert self._fd is not None
+        try:
+            st = os.stat(self.path)
+            mine = os.fstat(self._fd)
+            if (st.st_dev, st.st_ino) == (mine.st_dev, mine.st_ino):
+                return self._fd
+        except FileNotFoundError:
+            pass
+        except OSError:  # cannot tell: write on where it writes
+            return self._fd
+        try:
+            fd = self._open()
+        except OSError as exc:  # its folder gone too: write on in the old file
+            log.warning("%s: moved away and cannot be made again (%s)", self.path, exc)
+            return self._fd
+        log.info("%s: moved away or deleted; writing to a new file", self.path)
+        with contextlib.suppress(OSError):
+            os.close(self._fd)
+        self._fd = fd
+        self._size = _cut_torn_tail(fd, self.path)
+        return fd
+
+    def _write_locked(self, fd: int, data: bytes, count: int) -> None:
+        """All of ``data`` on disk (fsynced when asked), or none of it and ``OSError``."""
+        begin = os.fstat(fd).st_size
+        try:
+            view = memoryview(data)
+            while view:
+                n = os.write(fd, view)
+                if n == 0:  # nothing taken, no error: as good as full
+                    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), self.path)
+                view = view[n:]
+            if self._fsync:
+                os.fsync(fd)
+        except OSError as exc:
+            with contextlib.suppress(OSError):  # what fitted of the batch goes again
+                os.ftruncate(fd, begin)
+            self._failed += count
+            self._degraded = f"{self.path}: {exc.strerror or exc}: {count} messages not written"
+            raise
+        self._size = begin + len(data)
+
     def _rotate_locked(self) -> None:
-        assert self._fh is not None
-        self._fh.close()
-        os.replace(self.path, self.path + ".1")
-        self._fh = open(self.path, "a", encoding="utf-8")  # noqa: SIM115
-        self._written = 0
+        """``<path>`` becomes ``<path>.1``; a fresh ``<path>`` follows. A failure is logged."""
+        assert self._fd is not None
+        try:
+            os.replace(self.path, self.path + ".1")
+            fd = self._open()
+        except OSError as exc:  # the batch is written: keep writing to the current file
+            if not self._rotate_warned:
+                log.warning("%s: not rotated (%s); writing on in it", self.path, exc)
+                self._rotate_warned = True
+            return
+        os.close(self._fd)
+        self._fd = fd
+        self._size = 0
+        self._rotate_warned = False
 
     def stats(self) -> dict[str, int]:
-        """Messages, batches, bytes written to the current file and messages failed."""
+        """Messages, batches, bytes written since start (all files) and messages failed."""
         return {
             "messages": self._messages,
             "batches": self._batches,
@@ -115,6 +205,33 @@ class JsonlOutput:
     def stop(self, timeout: float = 5.0) -> None:
         """Close the file (stdout stays open); ``timeout`` is unused, writes are synchronous."""
         with self._lock:
-            if self._fh is not None and self._fh is not sys.stdout:
-                self._fh.close()
-            self._fh = None
+            if self._fd is not None:
+                with contextlib.suppress(OSError):
+                    os.close(self._fd)
+            self._fd = None
+            self._stdout = False
+
+
+def _cut_torn_tail(fd: int, path: str, chunk: int = 64 * 1024) -> int:
+    """Cut the file after its last newline, if it does not end with one; its new size."""
+    size = os.fstat(fd).st_size
+    if size == 0 or os.pread(fd, 1, size - 1) == b"\n":
+        return size
+    end = size
+    keep = 0
+    while end > 0:
+        begin = max(0, end - chunk)
+        block = os.pread(fd, end - begin, begin)
+        nl = block.rfind(b"\n")
+        if nl >= 0:
+            keep = begin + nl + 1
+            break
+        end = begin
+    os.ftruncate(fd, keep)
+    log.warning(
+        "%s: cut a torn last line (%d bytes, left by a writer that was stopped in the middle "
+        "of it); its results are sent again",
+        path,
+        size - keep,
+    )
+    return keep

@@ -7,11 +7,19 @@ one up, kept in a file across restarts), the NBIRTH (``seq`` 0) and a DBIRTH per
 after every CONNACK and on an NCMD ``Node Control/Rebirth``, and the ``seq`` of each
 message as it goes on the wire (:meth:`SparkplugNode.stamp`), so the numbers follow the
 order the broker sees, spooled messages included.
+
+Which device has which block of aliases is kept in a file too (``devices_file``), for the
+spool's sake: a DDATA waiting there carries the aliases it was formatted with, and the next
+run of the agent delivers it. So a device keeps its aliases across restarts, whatever the
+order of the sources in the configuration, and a device born at run time (the ``agent``
+device, a source added later) is born again by the next run while its data may wait in the
+spool.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import threading
 import time
@@ -63,8 +71,20 @@ class SparkplugNode:
     namespace = NAMESPACE + "/"
 
     def __init__(
-        self, group_id: str, node_id: str, devices: list[str], bdseq_file: Path | None = None
+        self,
+        group_id: str,
+        node_id: str,
+        devices: list[str],
+        bdseq_file: Path | None = None,
+        devices_file: Path | None = None,
+        keep_known: bool = True,
     ) -> None:
+        """``devices``: the configured ones, born at every birth.
+
+        ``devices_file`` keeps each device's alias block across runs; with ``keep_known``
+        the devices it names beyond ``devices`` are born too (their data may wait in the
+        spool), without it they are forgotten.
+        """
         self.group_id = group_id
         self.node_id = node_id
         self._payload = payload_class()
@@ -75,8 +95,13 @@ class SparkplugNode:
         self.bdseq = self._read_bdseq()
         self.seq = 0
         self._rebirth = False
-        for name in devices:
+        self._devices_file = devices_file
+        self._index = self._read_devices()  # device -> its alias block, kept across runs
+        if not keep_known:
+            self._index = {n: i for n, i in self._index.items() if n in devices}
+        for name in [*devices, *(n for n in self._index if n not in devices)]:
             self._add_device(name)
+        self._write_devices()
 
     # ------------------------------------------------------------------ topics
     def topic(self, kind: str, device: str | None = None) -> str:
@@ -122,7 +147,13 @@ class SparkplugNode:
         return self.topic(kind_name, source), payload.SerializeToString()
 
     def _add_device(self, name: str) -> None:
-        self._devices[name] = device_aliases(len(self._devices))
+        """``name`` becomes a device: the alias block it had before, else the next free one."""
+        index = self._index.get(name)
+        if index is None:
+            index = max(self._index.values(), default=-1) + 1
+            self._index[name] = index
+            self._write_devices()
+        self._devices[name] = device_aliases(index)
         self._last[name] = {}
 
     # ------------------------------------------------------------------ the I/O thread's
@@ -204,8 +235,10 @@ class SparkplugNode:
         except DecodeError:  # a malformed command is logged, never fatal
             log.warning("%s: a command that is not a Sparkplug B payload", topic)
             return
-        for metric in payload.metrics:
-            if metric.name == REBIRTH and metric.boolean_value:
+        rebirth_alias = NODE_ALIASES[REBIRTH][0]
+        for metric in payload.metrics:  # by name, or by the alias the NBIRTH gave it
+            named = metric.name == REBIRTH or (not metric.name and metric.alias == rebirth_alias)
+            if named and metric.boolean_value:
                 log.info("%s: rebirth requested", topic)
                 self._rebirth = True
 
@@ -225,3 +258,28 @@ class SparkplugNode:
             atomic_write(self._bdseq_file, f"{self.bdseq}\n".encode(), fsync=False)
         except OSError as exc:
             log.warning("%s: bdSeq not kept: %s", self._bdseq_file, exc)
+
+    # ------------------------------------------------------------------ devices file
+    def _read_devices(self) -> dict[str, int]:
+        """Device -> alias block of the last run (none when the file is missing or unreadable)."""
+        if self._devices_file is None:
+            return {}
+        try:
+            doc = json.loads(self._devices_file.read_text())
+            known: dict[str, int] = {}
+            for name, index in doc["devices"].items():
+                if int(index) >= 0 and int(index) not in known.values():  # one block, one device
+                    known[str(name)] = int(index)
+            return known
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            return {}
+
+    def _write_devices(self) -> None:
+        if self._devices_file is None:
+            return
+        text = json.dumps({"devices": self._index}, indent=1, sort_keys=True) + "\n"
+        try:
+            self._devices_file.parent.mkdir(parents=True, exist_ok=True)
+            atomic_write(self._devices_file, text.encode(), fsync=False)
+        except OSError as exc:
+            log.warning("%s: device aliases not kept: %s", self._devices_file, exc)

@@ -16,6 +16,7 @@ from collections.abc import Callable, Sequence
 from cdml_edge.config import AppConfig
 from cdml_edge.outputs.mqtt.publisher import MqttPublisher
 from cdml_edge.outputs.sparkplug.node import SparkplugNode
+from cdml_edge.outputs.sparkplug.proto import payload_class
 from cdml_edge.outputs.tee import TeeOutput
 from cdml_edge.supervisor import Spawn, plain_thread
 from cdml_edge.window.topics import ABSOLUTE, OutMessage, absolute_topic, split_topic
@@ -63,6 +64,8 @@ class SparkplugOutput(TeeOutput):
 
 BDSEQ_FILE = "sparkplug-bdseq"
 """The last ``bdSeq``, in the state folder."""
+DEVICES_FILE = "sparkplug-devices.json"
+"""Each device's block of aliases, in the state folder."""
 
 
 def sparkplug_output(cfg: AppConfig, spawn: Spawn = plain_thread) -> SparkplugOutput:
@@ -73,13 +76,16 @@ def sparkplug_output(cfg: AppConfig, spawn: Spawn = plain_thread) -> SparkplugOu
     """
     assert cfg.mqtt is not None and cfg.state_dir is not None
     sp = cfg.mqtt.sparkplug
+    payload_class()  # without protobuf: refused before the spool is opened (and locked)
+    publisher = MqttPublisher(cfg.mqtt, cfg.device.id, cfg.spool, cfg.outbox, spawn=spawn)
     node = SparkplugNode(
         sp.group_id,
         sp.node_id or cfg.device.id,
         [s.name for s in cfg.sources],
         cfg.state_dir / BDSEQ_FILE,
+        cfg.state_dir / DEVICES_FILE,
+        # a device of the last run that is no source now is born while its data may wait
+        keep_known=publisher.stats()["spool_records"] > 0,
     )
-    publisher = MqttPublisher(
-        cfg.mqtt, cfg.device.id, cfg.spool, cfg.outbox, spawn=spawn, session=node
-    )
+    publisher.session = node  # before start(): its client and I/O thread read it
     return SparkplugOutput(publisher, node)
