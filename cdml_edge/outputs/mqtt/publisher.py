@@ -50,7 +50,7 @@ from cdml_edge.outputs.mqtt.refusals import Held, Refusals
 from cdml_edge.outputs.mqtt.session import Session
 from cdml_edge.outputs.mqtt.size_limit import LOSSES_TO_LEARN, PacketLimit, Suspect
 from cdml_edge.outputs.mqtt.spool import Spool, SpoolToken
-from cdml_edge.outputs.mqtt.spool_format import SpoolRecord, record_size
+from cdml_edge.outputs.mqtt.spool_format import Position, SpoolRecord, record_size
 from cdml_edge.supervisor import Spawn, Worker, plain_thread
 from cdml_edge.window.payloads import StatusPayload
 from cdml_edge.window.topics import ABSOLUTE, OutMessage
@@ -160,6 +160,7 @@ class MqttPublisher:
             "connect_failures": 0,
             "too_large": 0,
             "refused": 0,
+            "superseded": 0,
         }
         self._next_attempt = 0.0  # monotonic time of the next connection attempt
         self._connect_started = 0.0  # monotonic time the pending CONNECT went out
@@ -171,7 +172,11 @@ class MqttPublisher:
         self._connected_at = 0.0
         self._short_lives = 0  # connections in a row lost soon after their CONNACK
         self._attempted = False  # a connection attempt was made since start()
-        self._limit = PacketLimit()  # the CONNACK's Maximum Packet Size, or one learned
+        self._limit = PacketLimit()
+        # a retained topic sent live -> the spool's head then: what was spooled before is older
+        self._retained_live: dict[
+            str, Position
+        ] = {}  # the CONNACK's Maximum Packet Size, or one learned
 
     # ------------------------------------------------------------------ Output API
     @property
@@ -624,6 +629,8 @@ class MqttPublisher:
                     self.session.unstamp()
                 self._drop_oversize(item, topic, len(payload))
                 continue
+            if retain and self._superseded(topic, spooled):
+                continue
             info = client.publish(topic, payload, qos, retain)
             if info.rc == MQTTErrorCode.MQTT_ERR_QUEUE_SIZE:  # no free message id: retry later
                 if self.session is not None and topic.startswith(self.session.namespace):
@@ -634,6 +641,23 @@ class MqttPublisher:
             self._pending[info.mid] = item
             if client.socket() is None:
                 return  # the write failed: _handle_lost will spool / rewind
+
+    def _superseded(self, topic: str, spooled: Spooled | None) -> bool:
+        """A retained message: remember a live one; let go a spooled one older than it.
+
+        The spool drains between live messages: sent, a spooled retained message older than
+        one sent live would become the broker's retained state (a camera streaming again
+        shown as down). Such a one is let go, counted in ``superseded``.
+        """
+        if spooled is None:
+            self._retained_live[topic] = self.spool.head()
+            return False
+        newer = self._retained_live.get(topic)
+        if newer is None or spooled[0].end > newer:
+            return False
+        self.spool.ack(spooled[0])
+        self._counts["superseded"] += 1
+        return True
 
     def _oversize(self, topic: str, payload: bytes, qos: int) -> bool:
         """The PUBLISH is larger than the broker takes (its CONNACK's or a learned limit)."""

@@ -196,6 +196,14 @@ class Spool:
             return Position(0, 0, 0)
         return pos
 
+    def head(self) -> Position:
+        """Where the next record will be written: every record appended so far ends at or before."""
+        with self._lock:
+            if not self._segments:
+                return Position(0, 0, 0)
+            seg = self._segments[-1]
+            return Position(seg.id, seg.size, seg.count)
+
     # ---------------------------------------------------------------- stats
     @property
     def size_bytes(self) -> int:
