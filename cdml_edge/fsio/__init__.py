@@ -6,11 +6,14 @@ of a store whose disk fails (``faults``), what a file takes on the disk (``space
 
 from cdml_edge.fsio.atomic import (
     TMP_PREFIX,
+    UMASK,
     atomic_write,
     atomic_writer,
     folder_mode,
     fsync_dir,
     make_folder,
+    staged_path,
+    umask_mode,
 )
 from cdml_edge.fsio.faults import FULL_ERRNOS, PROBE_BYTES, PROBE_MIN_S, DiskFaults, FaultHook
 from cdml_edge.fsio.names import NAME_MAX, display_name, fit_name, log_name, unique_name
@@ -22,6 +25,7 @@ __all__ = [
     "PROBE_BYTES",
     "PROBE_MIN_S",
     "TMP_PREFIX",
+    "UMASK",
     "DiskFaults",
     "FaultHook",
     "atomic_write",
@@ -34,5 +38,7 @@ __all__ = [
     "log_name",
     "make_folder",
     "on_disk",
+    "staged_path",
+    "umask_mode",
     "unique_name",
 ]

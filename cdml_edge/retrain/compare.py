@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from cdml_edge import charts
+from cdml_edge.fsio import staged_path
 from cdml_edge.retrain.replay import is_first_verdict
 
 MAX_POINTS = 20_000
@@ -67,7 +68,9 @@ class Comparison:
         if self.points:
             self._scores(axes.pop(0), before, after)
         fig.suptitle(f"replay: {before} (before) -> {after} (after)")
-        return charts.save(fig, path)
+        with staged_path(path) as staged:  # a user's output: the mode the umask gives
+            charts.save(fig, staged)
+        return path
 
     def _labels(self, ax: Any, before: str, after: str) -> None:
         rows = sorted({b for b, _ in self.labels})

@@ -26,13 +26,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from cdml_edge.fsio import staged_path
 from cdml_edge.retrain.errors import ExportError
 from cdml_edge.retrain.filters import ItemFilter
 from cdml_edge.retrain.layout import SPLIT_NAMES, member_name, split_of
 from cdml_edge.retrain.outfile import cannot_write
 from cdml_edge.retrain.relabels import Relabels
+from cdml_edge.retrain.replay import duplicate_note, missing_note
 from cdml_edge.store.catalog import WindowRecord
-from cdml_edge.store.ondisk import read_regular
+from cdml_edge.store.ondisk import read_regular, regular_size
 from cdml_edge.store.sidecar import RetentionError, read_sidecar, scan_retained
 from cdml_edge.window.manifest import ManifestItem, WindowManifest
 
@@ -54,8 +56,10 @@ class ExportStats:
     unsafe: int = 0  # would have made an unsafe member name
     corrupt: int = 0  # unreadable, or bytes that do not match the manifest SHA-256
     duplicates: int = 0  # an item (same id) an earlier window already gave
-    missing_windows: int = 0  # evicted between listing and reading
+    missing_windows: int = 0  # its archive (or sidecar) gone: evicted, never uploaded
+    duplicate_windows: int = 0  # a copy of a window already taken (the same archive SHA-256)
     refused: list[str] = field(default_factory=list)  # windows skipped, each with its reason
+    notes: list[str] = field(default_factory=list)  # each missing or duplicate window, named
     relabelled: int = 0
     relabels_unused: int = 0
     bytes_in: int = 0
@@ -73,10 +77,21 @@ class ExportStats:
         """A window skipped for what it is on disk (outside the ring, a link, damaged)."""
         self.refused.append(f"{ascii(what)[1:-1]}: {reason}; window skipped")
 
+    def miss(self, what: str, reason: str) -> None:
+        """A window whose archive (or sidecar) is gone: counted, named, not failing the run."""
+        self.missing_windows += 1
+        self.notes.append(missing_note(what, reason))
+
+    def duplicate(self, copy: str, first: str) -> None:
+        """A copy of a window already taken: counted, named with the one taken."""
+        self.duplicate_windows += 1
+        self.notes.append(duplicate_note(copy, first))
+
     def as_dict(self) -> dict[str, Any]:
         """Every counter, ``seconds`` rounded, plus ``mb_per_s`` (JSON-ready)."""
         d = {k: v for k, v in self.__dict__.items()}
         d["refused"] = list(self.refused)
+        d["notes"] = list(self.notes)
         d["seconds"] = round(self.seconds, 3)
         d["mb_per_s"] = round(self.mb_per_s, 2)
         return d
@@ -125,22 +140,33 @@ def select_items(
 ) -> list[Pick]:
     """Pass 1 (sidecars only): which items go where; ``progress`` is told of each window.
 
-    An item kept in two windows (the same id: a window packed again after a crash) is taken
-    from the first, in archive order, and counted once in ``duplicates``.
+    A window whose archive is gone is ``missing``; one whose archive is a link or special
+    file is refused (as the fleet export's plan does). A copy of a window already taken (the
+    same archive SHA-256 in its sidecar, under another name) is counted in
+    ``duplicate_windows``, named, and gives nothing. An item kept in two windows (the same
+    id: a window packed again after a crash) is taken from the first, in archive order, and
+    counted once in ``duplicates``.
     """
     picks: list[Pick] = []
     seen: set[str] = set()
+    taken: dict[str, str] = {}  # archive SHA-256 -> the sidecar of the window taken
     for rec in records:
         if progress is not None:
             progress(1)
         try:
-            manifest = read_sidecar(directory / rec.sidecar).manifest
+            rw = read_sidecar(directory / rec.sidecar)
+            regular_size(directory / rw.archive.file)
         except RetentionError as exc:
-            if isinstance(exc.__cause__, FileNotFoundError):  # evicted meanwhile
-                stats.missing_windows += 1
+            if isinstance(exc.__cause__, FileNotFoundError):  # evicted, never uploaded
+                stats.miss(rec.window_id, str(exc))
             else:
                 stats.refuse(rec.window_id, str(exc))
             continue
+        first = taken.setdefault(rw.archive.sha256, rec.sidecar)
+        if first != rec.sidecar:
+            stats.duplicate(rec.sidecar, first)
+            continue
+        manifest = rw.manifest
         for p in select_window(rec, manifest, filters, relabels, split, stats):
             if p.item.id in seen:
                 stats.duplicates += 1
@@ -292,14 +318,19 @@ def write_export(
     manifest: Mapping[str, Any],
     mtime: float,
 ) -> int:
-    """Write the training archive atomically; its size. :class:`ExportError` names it."""
+    """Write the training archive atomically; its size. :class:`ExportError` names it.
+
+    It takes the mode the user's umask gives a new file (:func:`~cdml_edge.fsio.staged_path`).
+    """
     from cdml_edge.archive import write_archive
 
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
-        return write_archive(
-            target, members, format=fmt, level=level, manifest=dict(manifest), mtime=mtime
-        )
+        with staged_path(target) as staged:
+            size = write_archive(
+                staged, members, format=fmt, level=level, manifest=dict(manifest), mtime=mtime
+            )
+        return size
     except OSError as exc:  # a full disk, a folder where the archive goes: named
         raise ExportError(cannot_write(target, exc)) from exc
 
@@ -330,14 +361,19 @@ def read_members(
     kept: list[Pick] = []
     by_window: dict[str, list[Pick]] = {}
     for p in picks:
-        by_window.setdefault(p.record.window_id, []).append(p)
+        by_window.setdefault(p.record.sidecar, []).append(p)  # a copy may share the id
     for rec in records:
-        group = by_window.get(rec.window_id)
+        group = by_window.get(rec.sidecar)
         if not group:
             continue
         try:  # a regular file within the window's recorded size: never a link or a FIFO
             archive = read_regular(directory / rec.file, rec.bytes)
         except RetentionError as exc:
+            if isinstance(exc.__cause__, FileNotFoundError):  # evicted since pass 1
+                stats.miss(rec.window_id, str(exc))
+                if progress is not None:
+                    progress(sum(p.item.size for p in group))
+                continue
             stats.refuse(rec.window_id, str(exc))
             stats.corrupt += len(group)
             if progress is not None:  # its bytes are done with too

@@ -48,7 +48,10 @@ class ExportSummary:
     out: Path
 
     def text(self) -> str:
-        """The summary the command prints: a headline, then the counts as one JSON line."""
+        """The summary the command prints: a headline, then the counts as one JSON line.
+
+        Then one line per missing or duplicate window (they do not fail the run).
+        """
         st = self.stats
         head = (
             f"exported {counted(st.exported, 'item')} from {counted(st.windows, 'window')} "
@@ -65,12 +68,14 @@ class ExportSummary:
                 "unsafe": st.unsafe,
                 "corrupt": st.corrupt,
                 "missing_windows": st.missing_windows,
+                "duplicate_windows": st.duplicate_windows,
                 "refused_windows": len(st.refused),
             },
             "relabelled": st.relabelled,
             "relabels_unused": st.relabels_unused,
         }
-        return head + "\n" + json.dumps(counts, sort_keys=True)
+        notes = "".join(f"\n{note}" for note in st.notes)
+        return head + "\n" + json.dumps(counts, sort_keys=True) + notes
 
 
 @dataclass(frozen=True)

@@ -23,11 +23,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from cdml_edge.fsio import atomic_writer
+from cdml_edge.fsio import UMASK, atomic_writer
 from cdml_edge.retrain.errors import ReplayError
 from cdml_edge.retrain.outfile import cannot_write
 from cdml_edge.store.catalog import WindowRecord
-from cdml_edge.store.ondisk import read_regular
+from cdml_edge.store.ondisk import read_regular, regular_size
 from cdml_edge.store.sidecar import ArchiveRef, RetentionError, list_retained, read_sidecar
 from cdml_edge.window.manifest import ItemOutcome, WindowManifest
 from cdml_edge.window.topics import OutMessage, Sequencer
@@ -50,10 +50,12 @@ class ReplayStats:
     windows: int = 0
     items: int = 0
     failures: int = 0
-    missing: int = 0  # evicted or unreadable between listing and reading
+    missing: int = 0  # its archive gone (evicted, never uploaded): does not fail the run
     corrupt: int = 0  # archive bytes differ from the SHA-256 its sidecar recorded
     skipped: int = 0  # refused: pointing outside the ring, a link, a special file, too large
+    duplicates: int = 0  # a copy of a window already taken (the same archive SHA-256)
     errors: list[str] = field(default_factory=list)  # one line per corrupt or skipped window
+    notes: list[str] = field(default_factory=list)  # one per missing or duplicate window
     changed_labels: int = 0
     changed_anomalies: int = 0
     first_verdicts: int = 0  # results of windows retained without a model (nothing to change)
@@ -72,6 +74,16 @@ class ReplayStats:
         self.skipped += 1
         self.errors.append(f"{ascii(what)[1:-1]}: {reason}; window skipped")
 
+    def miss(self, what: str, reason: str) -> None:
+        """Count a window whose archive is gone, named (it does not fail the run)."""
+        self.missing += 1
+        self.notes.append(missing_note(what, reason))
+
+    def duplicate(self, copy: str, first: str) -> None:
+        """Count a copy of a window already taken, named with the one taken."""
+        self.duplicates += 1
+        self.notes.append(duplicate_note(copy, first))
+
     def as_dict(self) -> dict[str, Any]:
         """Every counter, ``seconds`` rounded, plus ``items_per_s`` (JSON-ready copies)."""
         return {
@@ -81,7 +93,9 @@ class ReplayStats:
             "missing": self.missing,
             "corrupt": self.corrupt,
             "skipped": self.skipped,
+            "duplicates": self.duplicates,
             "errors": list(self.errors),
+            "notes": list(self.notes),
             "changed_labels": self.changed_labels,
             "changed_anomalies": self.changed_anomalies,
             "first_verdicts": self.first_verdicts,
@@ -91,6 +105,22 @@ class ReplayStats:
             "items_per_s": round(self.items_per_s, 1),
             "models": dict(self.models),
         }
+
+
+def missing_note(what: str, reason: str) -> str:
+    """How a summary names a window whose archive is gone (``missing``), on both engines."""
+    return f"{ascii(what)[1:-1]}: {reason}; window missing"
+
+
+def duplicate_note(copy: str, first: str) -> str:
+    """How a summary names a copy of a window already taken (``duplicates``), on both engines.
+
+    ``copy`` and ``first``: their sidecars.
+    """
+    return (
+        f"{ascii(copy)[1:-1]}: the same window archive (SHA-256) as {ascii(first)[1:-1]}; "
+        "skipped as a duplicate window"
+    )
 
 
 @dataclass(frozen=True)
@@ -164,6 +194,8 @@ def iter_replay(
     """Score every retained window (archive order) again; yields one result per window.
 
     ``models``: per source, the names of the runners that score it (default: by modality).
+    Each window is scored once: a copy of one already taken (the same archive SHA-256 in
+    its sidecar, under another name) is counted in ``duplicates`` and named, never read.
     """
     d = Path(directory)
     st = stats if stats is not None else ReplayStats()
@@ -171,8 +203,9 @@ def iter_replay(
     seq = Sequencer()
     rows = segment_rows or {}
     todo = records if records is not None else list_retained(d, since, until, source)
+    taken: dict[str, str] = {}  # archive SHA-256 -> the sidecar of the window taken
     for rec in todo:
-        loaded = _load_window(d, rec, st)
+        loaded = _load_window(d, rec, st, taken)
         if loaded is None:
             continue
         retained, archive = loaded
@@ -220,23 +253,30 @@ def rescore_window(
 
 
 def _load_window(
-    directory: Path, rec: WindowRecord, st: ReplayStats
+    directory: Path, rec: WindowRecord, st: ReplayStats, taken: dict[str, str]
 ) -> tuple[WindowManifest, bytes] | None:
     """A retained window's manifest and archive bytes, or None (counted).
 
-    None when it is gone or its bytes differ from the SHA-256 its sidecar recorded.
+    None when it is gone, a copy of a window in ``taken`` (archive SHA-256 -> sidecar; this
+    one is added), or its bytes differ from the SHA-256 its sidecar recorded.
     """
     try:
         sidecar = read_sidecar(directory / rec.sidecar)
+        first = taken.get(sidecar.archive.sha256)
+        if first is not None:  # a copy, unless its archive is gone or refused (raised)
+            regular_size(directory / sidecar.archive.file)
+            st.duplicate(rec.sidecar, first)
+            return None
         archive = read_regular(directory / sidecar.archive.file, sidecar.archive.bytes)
     except RetentionError as exc:
-        if isinstance(exc.__cause__, FileNotFoundError):  # evicted while we ran
+        if isinstance(exc.__cause__, FileNotFoundError):  # evicted, or never uploaded
             log.info("replay: window %s skipped: %s", rec.window_id, exc)
-            st.missing += 1
+            st.miss(rec.window_id, str(exc))
         else:  # a link, a special file, a size other than recorded: refused, named
             log.warning("replay: window %s skipped: %s", rec.window_id, exc)
             st.skip(rec.window_id, str(exc))
         return None
+    taken[sidecar.archive.sha256] = rec.sidecar
     msg = archive_mismatch(sidecar.archive, archive, rec.window_id)
     if msg is not None:
         log.warning("replay: %s", msg)
@@ -328,7 +368,7 @@ def replay_to_jsonl(
     target = Path(out)
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
-        with atomic_writer(target, tmp_suffix=".jsonl") as fh:
+        with atomic_writer(target, mode=UMASK, tmp_suffix=".jsonl") as fh:
             for win in iter_replay(
                 directory,
                 runners,

@@ -70,10 +70,15 @@ class ReplaySummary:
         return st.corrupt == 0 and st.skipped == 0 and self.undelivered == 0
 
     def line(self) -> str:
-        """The one-line summary the command prints."""
+        """The summary the command prints: one line, then one per missing or duplicate window.
+
+        Those windows do not fail the run (exit 0), so they are named here, not among the
+        errors the command prints when the run fails.
+        """
         st = self.stats
         where = f" -> {self.out}" if self.out is not None else ""
         first = f", {st.first_verdicts} first verdicts" if st.first_verdicts else ""
+        twice = f", {st.duplicates} duplicate windows skipped" if st.duplicates else ""
         unused = "".join(
             f"; --model {m} matched no item (the windows hold {_held(st)})" for m in self.unmatched
         )
@@ -88,8 +93,8 @@ class ReplaySummary:
             f"{st.changed_labels} labels and {st.changed_anomalies} anomaly flags changed{first}, "
             f"{st.failures} failed, {st.missing} missing, {st.corrupt} corrupt windows "
             f"skipped, {st.skipped} refused (pointing outside the ring, links, special "
-            f"files){where}{unused}{left}"
-        )
+            f"files){twice}{where}{unused}{left}"
+        ) + "".join(f"\n{note}" for note in st.notes)
 
 
 def _held(st: ReplayStats) -> str:

@@ -258,8 +258,9 @@ class RetentionRing:
         )
         sidecar = RetainedWindow(archive=ref, manifest=manifest).to_bytes()
         need = on_disk(len(archive), self.block) + on_disk(len(sidecar), self.block)
-        if need > self.max_bytes:
-            error = self._too_large(need, archive, sidecar)
+        catalog = self._catalog_bytes()
+        if need + catalog > self.max_bytes:  # the catalog is never evicted: it takes its room
+            error = self._too_large(need, archive, sidecar, catalog)
             self._say_too_large(manifest.window_id, error)
             return StoreResult(StoreStatus.TOO_LARGE, error=error)
         if not self.faults.may_try("store"):  # degraded: the next attempt is not due yet
@@ -279,6 +280,16 @@ class RetentionRing:
             (self.dir / sidecar_name).unlink(missing_ok=True)
             (self.dir / archive_name).unlink(missing_ok=True)
             return self._fault(manifest.window_id, catalog_fault(exc), evicted)
+        settled, over = self._settle(manifest.window_id)
+        evicted += settled
+        if over:  # alone beside the catalog its rows grew: not kept after all
+            self._delete(record)
+            error = self._too_large(need, archive, sidecar, self._catalog_bytes())
+            self._say_too_large(manifest.window_id, error)
+            written = len(archive) + len(sidecar)  # on the card all the same
+            return StoreResult(
+                StoreStatus.TOO_LARGE, bytes_written=written, evicted=evicted, error=error
+            )
         event = self.faults.ok("store")
         return StoreResult(
             StoreStatus.STORED,
@@ -288,12 +299,29 @@ class RetentionRing:
             event=event,
         )
 
-    def _too_large(self, need: int, archive: bytes, sidecar: bytes) -> str:
-        """Why a window is not kept: its files in whole blocks exceed ``max_bytes`` alone."""
+    def _too_large(self, need: int, archive: bytes, sidecar: bytes, catalog: int) -> str:
+        """Why a window is not kept: its files in whole blocks beside the catalog are too many."""
         return (
             f"{need} B on the disk ({len(archive)} B archive + {len(sidecar)} B sidecar in "
-            f"{self.block} B blocks) > retention.max_bytes ({self.max_bytes})"
+            f"{self.block} B blocks) + {catalog} B of catalog > retention.max_bytes "
+            f"({self.max_bytes})"
         )
+
+    def _settle(self, window_id: str) -> tuple[int, bool]:
+        """Evict for the catalog's growth: the window's rows, added last, may take new pages.
+
+        The room made before the window's files were written could not count them; the
+        windows evicted now are others (never ``window_id``), oldest first. Returns how many,
+        and whether the ring is still over its bound (``window_id`` alone beside the
+        catalog). A catalog error here (a full disk) leaves the window kept and the next
+        store evicting.
+        """
+        try:
+            n = self._evict_locked(0, keep=window_id)
+        except sqlite3.Error as exc:
+            log.warning("retention: eviction after window %s stopped: %s", window_id, exc)
+            return self._evicted_now, False
+        return n, self._held_bytes() > self.max_bytes
 
     def _say_too_large(self, window_id: str, error: str) -> None:
         """One WARNING line a minute at most: a bound below every window must not be silent."""
@@ -356,11 +384,14 @@ class RetentionRing:
         self.counters["evicted"] += n
         return n
 
-    def _evict_locked(self, incoming: int) -> int:
+    def _evict_locked(self, incoming: int, keep: str | None = None) -> int:
+        """Evict until the ring with ``incoming`` more bytes fits (``keep``: never evicted)."""
         cutoff = self.clock() - self.max_age if self.max_age is not None else None
         quarantined = self._corrupt_files()
         total = self.catalog.total_bytes() - self._ignored_bytes + sum(q[2] for q in quarantined)
-        oldest = (r for r in self.catalog.oldest() if safe_record(r))  # read as evicted
+        oldest = (  # read as evicted
+            r for r in self.catalog.oldest() if safe_record(r) and r.window_id != keep
+        )
         victims = evictions(
             oldest,
             quarantined,
@@ -388,6 +419,12 @@ class RetentionRing:
         for name in (r.sidecar, r.file):  # un-commit first; a folder there is not the ring's
             with contextlib.suppress(FileNotFoundError, IsADirectoryError):
                 os.unlink(self.dir / name)
+
+    def _held_bytes(self) -> int:
+        """What the bound counts now: windows and quarantined files, and the catalog."""
+        quarantined = sum(q[2] for q in self._corrupt_files())
+        windows = self.catalog.total_bytes() - self._ignored_bytes
+        return windows + quarantined + self._catalog_bytes()
 
     def _safe_windows(self) -> list[WindowRecord]:
         """The catalog's rows whose files are in the ring; the others are reported, not used.

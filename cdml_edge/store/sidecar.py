@@ -253,8 +253,8 @@ def scan_retained(
     may be older than its files (or a crash came between a window's commit and its row).
     If the catalog is missing, unreadable or not a regular file, every sidecar is read
     (links, special files and sidecars pointing outside skipped). Files being written
-    (temporary names) and uncommitted archives are ignored; what else is skipped is in
-    ``skipped``.
+    (temporary names) and uncommitted archives are ignored; a sidecar whose archive is gone
+    is listed (its reader counts it missing); what else is skipped is in ``skipped``.
     """
     d = Path(directory)
     if not d.is_dir():
@@ -285,7 +285,8 @@ def scan_retained(
         block = block if block is not None else block_size(d)
         try:
             rw = read_sidecar(d / name)
-            size = sum(on_disk(regular_size(p), block) for p in (d / rw.archive.file, d / name))
+            size = on_disk(_archive_size(d / rw.archive.file), block)
+            size += on_disk(regular_size(d / name), block)
         except RetentionError as exc:
             if isinstance(exc.__cause__, FileNotFoundError) and not (d / name).exists():
                 continue  # evicted by a live agent since the folder was listed
@@ -297,6 +298,21 @@ def scan_retained(
             out.records.append(window_record(m, rw.archive, name, size))
     out.records.sort(key=lambda r: (r.closed_at, r.window_id))
     return out
+
+
+def _archive_size(path: Path) -> int:
+    """The size of a sidecar's archive; 0 when it is gone.
+
+    Such a window is listed all the same, as from a catalog row: its reader counts it
+    ``missing`` (evicted since, or never uploaded), as both replay engines do. A link or
+    special file there is :class:`RetentionError` (the window is skipped, named).
+    """
+    try:
+        return regular_size(path)
+    except RetentionError as exc:
+        if isinstance(exc.__cause__, FileNotFoundError):
+            return 0
+        raise
 
 
 def _from_rows(rows: list[WindowRecord]) -> RetainedListing:

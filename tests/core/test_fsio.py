@@ -119,3 +119,44 @@ def test_a_network_file_system_block_is_capped(monkeypatch: pytest.MonkeyPatch) 
 
     monkeypatch.setattr(os, "statvfs", lambda _p: Stat())
     assert block_size("/anywhere") == MAX_BLOCK
+
+
+@pytest.mark.parametrize(("umask", "want"), [(0o077, 0o600), (0o022, 0o644), (0o027, 0o640)])
+def test_umask_mode_is_what_the_umask_gives_a_new_file(
+    tmp_path: Path, umask: int, want: int
+) -> None:
+    """A user's output (``mode=UMASK``) follows the umask; the default mode does not."""
+    from cdml_edge.fsio import UMASK, umask_mode
+
+    old = os.umask(umask)
+    try:
+        assert umask_mode(tmp_path) == want
+        assert os.umask(umask) == umask  # read without changing it
+        atomic_write(tmp_path / "user.jsonl", b"{}\n", mode=UMASK)
+        atomic_write(tmp_path / "own.bin", b"x")
+    finally:
+        os.umask(old)
+    assert (tmp_path / "user.jsonl").stat().st_mode & 0o777 == want
+    assert (tmp_path / "own.bin").stat().st_mode & 0o777 == 0o644
+    assert sorted(os.listdir(tmp_path)) == ["own.bin", "user.jsonl"]  # no probe left
+
+
+def test_staged_path_gives_the_umask_mode_and_leaves_nothing(tmp_path: Path) -> None:
+    """A writer that takes a path (and sets 0644 itself) still ends with the umask's mode."""
+    from cdml_edge.fsio import staged_path
+
+    target = tmp_path / "t.zip"
+    target.write_bytes(b"old")
+    old = os.umask(0o077)
+    try:
+        with staged_path(target) as staged:
+            assert staged.parent.parent == tmp_path and staged.name == "t.zip"
+            assert staged.parent.stat().st_mode & 0o777 == 0o700  # nobody else gets in
+            atomic_write(staged, b"new", mode=0o644)
+        with pytest.raises(RuntimeError), staged_path(target) as staged:
+            staged.write_bytes(b"half")
+            raise RuntimeError("writer failed")
+    finally:
+        os.umask(old)
+    assert target.read_bytes() == b"new" and target.stat().st_mode & 0o777 == 0o600
+    assert sorted(os.listdir(tmp_path)) == ["t.zip"]

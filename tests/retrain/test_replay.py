@@ -92,6 +92,39 @@ def test_window_evicted_during_replay_is_counted(tmp_path: Path, model: Path) ->
     assert st.missing == 1 and st.windows == 3
 
 
+def _copy_of_first_window(ring: Path) -> Path:
+    """The ring's first window again under another name: the same archive bytes."""
+    from cdml_edge.store.sidecar import SIDECAR_SUFFIX, RetainedWindow
+
+    sidecar = sorted(ring.glob(f"*{SIDECAR_SUFFIX}"))[0]
+    rw = RetainedWindow.from_bytes(sidecar.read_bytes(), str(sidecar))
+    stem = sidecar.name[: -len(SIDECAR_SUFFIX)] + ".copy"
+    (ring / (stem + ".zip")).write_bytes((ring / rw.archive.file).read_bytes())
+    ref = rw.archive.model_copy(update={"file": stem + ".zip"})
+    (ring / (stem + SIDECAR_SUFFIX)).write_bytes(rw.model_copy(update={"archive": ref}).to_bytes())
+    return ring / (stem + SIDECAR_SUFFIX)
+
+
+def test_a_window_kept_twice_is_replayed_once_and_named(tmp_path: Path, model: Path) -> None:
+    """Two sidecars recording the same archive SHA-256: one window, scored once."""
+    ring = tmp_path / "ring"
+    scored_ring(ring, model, VALUES)
+    copy = _copy_of_first_window(ring)
+    st = replay_to_jsonl(ring, _runners(model), tmp_path / "o.jsonl")
+    assert st.windows == 4 and st.items == 10 and st.duplicates == 1 and st.missing == 0
+    lines = (tmp_path / "o.jsonl").read_text().splitlines()
+    assert len(lines) == 10 and len({json.loads(x)["id"] for x in lines}) == 10
+    [note] = st.notes
+    assert copy.name in note and "skipped as a duplicate window" in note
+    assert st.errors == [] and st.as_dict()["duplicates"] == 1
+    # a copy whose archive is gone is missing (nothing to be a copy of), named
+    (ring / copy.name.replace(".window.json", ".zip")).unlink()
+    st = replay_to_jsonl(ring, _runners(model), tmp_path / "o.jsonl")
+    assert st.windows == 4 and st.duplicates == 0 and st.missing == 1
+    [note] = st.notes
+    assert note.endswith("; window missing") and ".copy.zip" in note
+
+
 def test_replay_does_not_write_into_the_ring(tmp_path: Path, model: Path) -> None:
     scored_ring(tmp_path / "ring", model, VALUES)
     ring = tmp_path / "ring"

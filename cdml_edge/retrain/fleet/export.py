@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from cdml_edge.errors import CdmlError
-from cdml_edge.fsio import atomic_write
+from cdml_edge.fsio import UMASK, atomic_write, staged_path, umask_mode
 from cdml_edge.retrain.errors import ExportError
 from cdml_edge.retrain.export import (
     ExportStats,
@@ -60,6 +60,7 @@ from cdml_edge.retrain.fleet.rows import (
     ItemSelection,
     PlanRows,
     Scope,
+    drop_copies,
     fetch_sidecar,
     merge_counters,
 )
@@ -107,6 +108,7 @@ class ShardJob:
     level: int
     describe: Mapping[str, Any]
     count: int
+    mode: int | None = None  # of the archives: the driver's umask's (the user's), not a worker's
 
 
 @dataclass
@@ -152,7 +154,7 @@ def fleet_export(
         whole_limit,
     )
     chooser = ItemSelection(selection.filters, selection.relabels, selection.split)
-    plan = _plan(listing, scope, chooser, tune)
+    plan = _plan(listing.windows, scope, chooser, tune)
     st = plan.stats
     if selection.relabels is not None:
         st.relabels_unused = len(selection.relabels) - len(plan.used)
@@ -160,7 +162,9 @@ def fleet_export(
         raise ExportError(f"{target}: nothing to export ({why_empty(st)})")
     shards = cut_shards(plan.picks, selection.max_bytes)
     specs = _specs(shards, listing, target)
-    job = ShardJob(scope, chooser, fmt, level, dict(describe or {}), len(specs))
+    target.parent.mkdir(parents=True, exist_ok=True)
+    mode = umask_mode(target.parent)
+    job = ShardJob(scope, chooser, fmt, level, dict(describe or {}), len(specs), mode)
     results = _write_shards(specs, job, tune)
     summary = FleetExportSummary(
         st,
@@ -179,23 +183,32 @@ def fleet_export(
     return summary
 
 
-def _plan(listing: Listing, scope: Scope, chooser: ItemSelection, tune: FleetTuning) -> _ExportPlan:
-    """Pass 1 on Ray: the picks, sorted by member name, and the selection's counters."""
+def _plan(
+    windows: Sequence[WindowRef], scope: Scope, chooser: ItemSelection, tune: FleetTuning
+) -> _ExportPlan:
+    """Pass 1 on Ray: the picks, sorted by member name, and the selection's counters.
+
+    Each window once, as the local export takes them: a copy (:func:`~.rows.drop_copies`)
+    is counted in ``duplicate_windows`` and named, never read.
+    """
     import ray
 
+    copies = drop_copies(windows, scope)
     builder = PlanRows(scope, chooser)
-    wanted = -(-len(listing.windows) // tune.plan_windows)
-    groups = group_windows(
-        listing.windows, min(wanted, int(cluster_cpus() / tune.plan_cpus)), weight
-    )
+    wanted = -(-len(copies.windows) // tune.plan_windows)
+    cuts = min(wanted, int(cluster_cpus() / tune.plan_cpus))
+    groups = group_windows(copies.windows, cuts, weight)
     task = ray.remote(num_cpus=tune.plan_cpus)(plan_rows)
     shared = ray.put(builder)
-    plan = _ExportPlan(ExportStats(), [], [], set())
+    plan = _ExportPlan(ExportStats(), [], [], set(), copies.count.requests, copies.count.bytes)
+    for copy, first in copies.duplicates:
+        plan.stats.duplicate(copy, first)
     for rows in ray.get([task.remote(shared, g) for g in groups]):
         for row in rows:
             _add_plan_row(plan, row)
     _drop_duplicates(plan)
     plan.errors.sort()
+    plan.stats.notes.sort()
     return plan
 
 
@@ -217,9 +230,8 @@ def _add_plan_row(plan: _ExportPlan, row: Mapping[str, Any]) -> None:
         plan.used |= merge_counters(plan.stats, json.loads(row["stats"]))
     elif row["status"] == "refused":  # named and failing the run, as the local export
         plan.stats.refuse(row["window_id"] or row["location"], row["error"])
-    else:  # local export counts an unreadable sidecar as a missing window
-        plan.stats.missing_windows += 1
-        plan.errors.append(row["error"] or row["location"])
+    else:  # missing: counted and named, not failing the run, as by the local export
+        plan.stats.miss(row["window_id"] or row["location"], row["error"] or row["location"])
 
 
 def _drop_duplicates(plan: _ExportPlan) -> None:
@@ -384,9 +396,10 @@ def _write(
     path = Path(spec["path"])
     path.parent.mkdir(parents=True, exist_ok=True)
     mtime = max(p["window_closed_at"] for p in prov)
-    size = write_archive(
-        path, members, format=job.fmt, level=job.level, manifest=manifest, mtime=mtime
-    )
+    with staged_path(path, mode=job.mode) as staged:  # a user's output: the umask's mode
+        size = write_archive(
+            staged, members, format=job.fmt, level=job.level, manifest=manifest, mtime=mtime
+        )
     digest = hashlib.sha256()
     with open(path, "rb") as fh:
         for chunk in iter(lambda: fh.read(1 << 20), b""):
@@ -431,7 +444,7 @@ def _write_index(target: Path, summary: FleetExportSummary) -> None:
         "stats": summary.stats.as_dict() | {"seconds": None, "mb_per_s": None},
     }
     data = json.dumps(index, indent=1, sort_keys=True).encode() + b"\n"
-    atomic_write(target.with_name(index_name(target)), data)
+    atomic_write(target.with_name(index_name(target)), data, mode=UMASK)
 
 
 __all__ = [

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from cdml_edge.decode.limits import DecodeLimits
+from cdml_edge.fsio import umask_mode
 from cdml_edge.retrain.errors import OptionError
 from cdml_edge.retrain.fleet.locations import (
     S3Options,
@@ -30,7 +31,7 @@ from cdml_edge.retrain.fleet.locations import (
     list_windows,
     weight,
 )
-from cdml_edge.retrain.fleet.rows import Row, Scope, WindowRows
+from cdml_edge.retrain.fleet.rows import Copies, Row, Scope, WindowRows, drop_copies
 from cdml_edge.retrain.fleet.scorer import (
     ModelShipment,
     ReplayScorer,
@@ -105,6 +106,7 @@ def fleet_replay(
     _check_out(target)
     listing = list_windows(root, since, until, s3)
     scope = Scope(s3 or S3Options(), since, until, source, listing.partition_keys)
+    copies = drop_copies(listing.windows, scope)  # each window once, as the local replay
     builder = WindowRows(scope)
     tmp = target.with_name(f".{target.name}.tmp-{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
@@ -118,9 +120,10 @@ def fleet_replay(
             "source_models": {k: list(v) for k, v in (source_models or {}).items()},
             "limits": limits,
         }
-        windows = _score(listing.windows, kwargs, tune)
+        windows = _score(copies.windows, kwargs, tune)
         summary = _summarise(windows, str(target), listing.list_requests)
         summary.stats.models = dict(model_names)
+        _count_copies(summary, copies)
         if not any(tmp.glob("part-*.parquet")):  # nothing scored: an empty table all the same
             write_part(
                 tmp / "part-00000.parquet", [], result_columns(list(builder.part_cols.values()))
@@ -169,6 +172,15 @@ def _score(refs: Sequence[WindowRef], kwargs: dict[str, Any], tune: FleetTuning)
             ray.kill(a)
 
 
+def _count_copies(summary: FleetReplaySummary, copies: Copies) -> None:
+    """The copies left out: counted, named (as the local replay names them), their cost."""
+    for copy, first in copies.duplicates:
+        summary.stats.duplicate(copy, first)
+    summary.stats.notes.sort()
+    summary.s3_requests += copies.count.requests
+    summary.s3_bytes += copies.count.bytes
+
+
 def _summarise(windows: Sequence[Row], out: str, list_requests: int) -> FleetReplaySummary:
     summary = FleetReplaySummary(ReplayStats(), out, list_requests=list_requests)
     st = summary.stats
@@ -190,6 +202,7 @@ def _summarise(windows: Sequence[Row], out: str, list_requests: int) -> FleetRep
         for modality, n in c["by_modality"].items():
             st.by_modality[modality] = st.by_modality.get(modality, 0) + n
         st.errors += c["errors"]
+        st.notes += c["notes"]
         summary.archives += 1
         summary.s3_requests += c["s3_requests"]
         summary.s3_bytes += c["s3_bytes"]
@@ -217,7 +230,15 @@ def _check_out(target: Path) -> None:
 
 
 def _put_in_place(tmp: Path, target: Path) -> None:
-    """The finished folder ``tmp`` becomes ``target`` (an earlier run's folder replaced)."""
+    """The finished folder ``tmp`` becomes ``target`` (an earlier run's folder replaced).
+
+    Its Parquet files first take the mode the user's umask gives a new file, whatever the
+    umask of the workers that wrote them (a Ray started elsewhere, or before a ``umask``);
+    the folder has it already (made here).
+    """
+    mode = umask_mode(tmp)
+    for part in tmp.iterdir():
+        os.chmod(part, mode, follow_symlinks=False)
     old = target.with_name(f".{target.name}.old-{os.getpid()}")
     if target.exists():
         target.rename(old)

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -32,7 +33,7 @@ from cdml_edge.retrain.fleet.fetch import (
     fetch_whole,
     refused,
 )
-from cdml_edge.retrain.fleet.locations import S3Options, WindowRef, is_s3
+from cdml_edge.retrain.fleet.locations import LIST_THREADS, S3Options, WindowRef, is_s3
 from cdml_edge.retrain.relabels import Relabels
 from cdml_edge.retrain.replay import archive_mismatch
 from cdml_edge.store.catalog import WindowRecord
@@ -80,6 +81,70 @@ def fetch_sidecar(ref: WindowRef, s3: S3Options, count: FetchCount) -> RetainedW
     """The window's sidecar, read (one ``GET`` on S3) and checked."""
     data = fetch_whole(ref.sidecar, ref.sidecar_bytes, s3, count)
     return parse_sidecar(data, ref.sidecar)
+
+
+@dataclass
+class Copies:
+    """The windows of a listing once each, and the copies left out.
+
+    ``duplicates``: ``(copy, the window taken)`` sidecar locations; ``count``: what reading
+    the sidecars of the suspects cost.
+    """
+
+    windows: list[WindowRef]
+    duplicates: list[tuple[str, str]] = field(default_factory=list)
+    count: FetchCount = field(default_factory=FetchCount)
+
+
+def drop_copies(refs: Sequence[WindowRef], scope: Scope) -> Copies:
+    """``refs`` (location order) with each window once: a copy is left out, unread.
+
+    A copy is a window whose sidecar records the same archive SHA-256 as one earlier in
+    location order (the same window uploaded twice, copied into two folders or under another
+    name), both archives listed; the local engine takes a window once by the same rule.
+    Only suspects are read: windows whose listed archive has the size of another's (one
+    ``GET`` of each sidecar on S3, 8 at a time). A sidecar that cannot be read here, or a
+    window outside the selection, is left for the read task (which counts or skips it).
+    """
+    sizes: dict[int, int] = {}
+    for r in refs:
+        if r.archive is not None:
+            sizes[r.archive_bytes] = sizes.get(r.archive_bytes, 0) + 1
+    suspects = [r for r in refs if r.archive is not None and sizes[r.archive_bytes] > 1]
+    out = Copies(list(refs))
+    if not suspects:
+        return out
+
+    with ThreadPoolExecutor(LIST_THREADS, thread_name_prefix="cdml-copies") as pool:
+        digests = list(pool.map(lambda ref: _archive_digest(ref, scope), suspects))
+    taken: dict[str, str] = {}
+    left_out: set[str] = set()
+    for ref, (sha, count) in zip(suspects, digests, strict=True):
+        out.count.requests += count.requests
+        out.count.bytes += count.bytes
+        if sha is None:
+            continue
+        first = taken.setdefault(sha, ref.sidecar)
+        if first != ref.sidecar:
+            out.duplicates.append((ref.sidecar, first))
+            left_out.add(ref.sidecar)
+    out.windows = [r for r in refs if r.sidecar not in left_out]
+    return out
+
+
+def _archive_digest(ref: WindowRef, scope: Scope) -> tuple[str | None, FetchCount]:
+    """The archive SHA-256 ``ref``'s sidecar records, and what reading it cost.
+
+    None when the sidecar is unreadable, the window not selected, or the archive it names
+    not the one listed beside it.
+    """
+    count = FetchCount()
+    try:
+        rw = fetch_sidecar(ref, scope.s3, count)
+    except (CdmlError, OSError):
+        return None, count
+    named = ref.archive == ref.archive_at(rw.archive.file)
+    return (rw.archive.sha256 if named and scope.wants(rw.manifest) else None), count
 
 
 def partition_columns(keys: Iterable[str], taken: Iterable[str]) -> dict[str, str]:
@@ -369,7 +434,9 @@ __all__ = [
     "Scope",
     "ItemSelection",
     "WindowRows",
+    "Copies",
     "check_regular",
+    "drop_copies",
     "fetch_sidecar",
     "merge_counters",
     "partition_columns",

@@ -199,15 +199,17 @@ class ReplayScorer:
 
 
 def _count_bad(st: ReplayStats, status: str, error: str, window: str) -> None:
-    """A window not scored: ``refused`` is skipped and named as the local replay does."""
+    """A window not scored, counted and named as the local replay does.
+
+    ``refused`` is skipped (an error), ``missing`` a note (it does not fail the run).
+    """
     if status == "refused":
         st.skip(window, error)
-        return
-    if status == "missing":
-        st.missing += 1
+    elif status == "missing":
+        st.miss(window, error)
     else:
         st.corrupt += 1
-    st.errors.append(error)
+        st.errors.append(error)
 
 
 def _result_row(base: Row, position: int, doc: Mapping[str, Any]) -> Row:

@@ -134,6 +134,29 @@ def test_whatever_a_window_raises_is_a_row_not_a_failed_task(fleet: Fleet) -> No
     assert row["status"] == "missing" and "gone" in row["error"]
 
 
+def test_a_copy_of_a_window_is_left_out_of_the_listing_unread(tmp_path: Path, fleet: Fleet) -> None:
+    """The same archive in two folders: the second in path order is a copy, named."""
+    from cdml_edge.retrain.fleet.rows import drop_copies
+
+    root = tmp_path / "root"
+    shutil.copytree(fleet.root, root)
+    again = root / "device=edge-1" / "zz-again"
+    again.mkdir()
+    first = sorted(fleet.rings["edge-1"].glob("*.window.json"))[0]
+    for f in fleet.rings["edge-1"].glob(first.name.split(".window.json")[0] + ".*"):
+        shutil.copy(f, again / f.name)
+    refs = list_windows(str(root)).windows
+    copies = drop_copies(refs, Scope())
+    assert len(refs) == 7 and len(copies.windows) == 6
+    [(copy, kept)] = copies.duplicates
+    assert "zz-again" in copy and kept.endswith(first.name) and "zz-again" not in kept
+    # outside the selection: no row either way, so not counted as a copy
+    assert drop_copies(refs, Scope(source="nope")).duplicates == []
+    # a window whose archive is gone is nobody's copy: left for the read task (missing)
+    (again / first.name.replace(".window.json", ".zip")).unlink()
+    assert drop_copies(list_windows(str(root)).windows, Scope()).duplicates == []
+
+
 # -- on Ray ---------------------------------------------------------------------------------
 
 
@@ -306,8 +329,12 @@ def test_a_window_retained_twice_is_exported_once(tmp_path: Path, fleet: Fleet) 
     export_trainset(fleet.merged, tmp_path / "local.zip")
     sel = parse_selection(ExportOptions(root, tmp_path / "t.zip"))
     got = fleet_export(str(root), tmp_path / "t.zip", sel)
-    assert got.duplicates == 4 and got.stats.exported == 18 and len(got.errors) == 4
-    assert all("already comes from" in e and "date=again" in e for e in got.errors)
+    # the copy is left out as a window (the same archive SHA-256), not read: its items are
+    # not duplicates of items, and it is named once
+    assert got.stats.duplicate_windows == 1 and got.duplicates == 0 and got.errors == []
+    assert got.stats.exported == 18 and got.stats.windows == 6
+    [note] = got.stats.notes
+    assert "date=again" in note and "skipped as a duplicate window" in note
     with open_archive(tmp_path / "t.zip") as a, open_archive(tmp_path / "local.zip") as b:
         assert a.names() == b.names()
 
