@@ -89,3 +89,4 @@ class SourceStats:
     errors: int = 0
     refused: int = 0  # special files and links left alone (each reported once)
     future_mtime: int = 0  # files with an mtime ahead of the clock: ts is when they were seen
+    renamed: int = 0  # files taken (or kept) seen again under a new name: not taken again

@@ -3,7 +3,10 @@
 :meth:`FileLifecycle.finish` is called once the window is durable (``on_durable``), so a crash
 before then leaves the file in place, and it acts only on the version that was scored
 (:func:`still_scored`, checked again once the file is renamed aside): anything else at the
-path is left for the next window and counted (``changed``). A followed link is finished as a
+path is left for the next window and counted (``changed``). A file renamed within its folder
+since it was read (a writer's temporary name renamed to its final one) is found by its
+identity (:func:`renamed_within`) and finished under the name it has now, checked as above
+(``renamed``). A followed link is finished as a
 link (deleted or moved itself, never its target) while it is still the same link leading to
 the same, unchanged target (:class:`~.regular.LinkedIdentity`). :meth:`FileLifecycle.quarantine`
 moves a bad input to ``quarantine/<source>/``, a folder bounded by ``max_bytes`` (the oldest
@@ -118,6 +121,31 @@ def still_scored(path: Path, identity: FileIdentity, sha256: str | None) -> bool
     return _same_content(real, st, target, sha256) is True  # the target gone: changed
 
 
+def renamed_within(path: Path, identity: FileIdentity) -> Path | None:
+    """The file ``identity`` under another name in the folder of ``path``, or ``None``.
+
+    One pass over the folder, stat-ing only an entry with the same inode number: a regular
+    file (``lstat``) of that identity. Dot names (the finishing's own aside names) and
+    followed links (a :class:`~.regular.LinkedIdentity`) are never looked for.
+    """
+    if isinstance(identity, LinkedIdentity):
+        return None
+    try:
+        with os.scandir(path.parent) as entries:
+            for entry in entries:
+                if entry.inode() != identity.ino or entry.name.startswith("."):
+                    continue
+                found = Path(entry.path)
+                if found == path:
+                    continue
+                lst = os.lstat(found)
+                if stat.S_ISREG(lst.st_mode) and FileIdentity.of(lst) == identity:
+                    return found
+    except OSError:  # the folder gone, or the entry gone meanwhile: not found
+        return None
+    return None
+
+
 def _same_content(
     path: Path, st: os.stat_result, identity: FileIdentity, sha256: str | None
 ) -> bool | None:
@@ -204,6 +232,7 @@ class FileLifecycle:
         self.moved = 0
         self.changed = 0  # on_done left a file that was not the scored version any more
         self.gone = 0  # on_done found nothing to do: the file was gone already
+        self.renamed = 0  # on_done found the file renamed within its folder and acted there
         self.quarantined = 0
         self.left_in_place = 0  # bad inputs too large to quarantine, left where they were
         self.quarantine_bytes_written = 0
@@ -221,21 +250,32 @@ class FileLifecycle:
         """Delete, move or keep one finished source file; returns its new path when moved.
 
         With ``identity`` (and ``sha256``) only the scored version is acted on; anything else
-        at ``path`` is left and counted. A file that is gone already counts as done.
+        at ``path`` is left and counted. The scored version renamed within the folder of
+        ``path`` is acted on where it is now (a move keeps its new name). A file that is gone
+        already counts as done.
         """
         if on_done == "keep":
             return path
         if on_done == "move" and move_to is None:
             raise LifecycleError(f"{path}: on_done 'move' without move_to")
         try:
-            src = path
+            src = name = path
             if identity is not None:
-                if not self._is_scored(path, identity, sha256):
+                at = self._scored_at(path, identity, sha256)
+                if at is None:
                     return None
-                claimed = self._claim(path, identity)
+                claimed = self._claim(at, identity)
                 if claimed is None:
                     return None
-                src = claimed
+                src, name = claimed, at
+                if at != path:
+                    self.renamed += 1
+                    log.info(
+                        "%s: renamed to %s since it was read: on_done %s acts there",
+                        log_name(path),
+                        log_name(at.name),
+                        on_done,
+                    )
             if on_done == "delete":
                 src.unlink(missing_ok=True)
                 self.deleted += 1
@@ -243,7 +283,7 @@ class FileLifecycle:
             assert move_to is not None
             if not os.path.lexists(src):
                 return None
-            dest = move_file(src, move_to, path.name)
+            dest = move_file(src, move_to, name.name)
             self.moved += 1
             return dest
         except OSError as exc:
@@ -251,18 +291,35 @@ class FileLifecycle:
             log.warning("%s: on_done %s failed: %s", log_name(path), on_done, log_name(exc))
             return None
 
-    def _is_scored(self, path: Path, identity: FileIdentity, sha256: str | None) -> bool:
+    def _scored_at(self, path: Path, identity: FileIdentity, sha256: str | None) -> Path | None:
+        """Where the scored version is: ``path``, or the name it was renamed to; else ``None``.
+
+        Looked for under another name only when ``path`` is gone or holds another regular
+        file (the writer's next one under a name it reuses): a file rewritten in place is
+        changed, and one whose name now holds a link (to it, say) is left as it is.
+        """
         same = still_scored(path, identity, sha256)
+        at = path
+        if not same:
+            moved = None
+            try:
+                here: os.stat_result | None = os.lstat(path)
+            except OSError:
+                here = None
+            if here is None or (stat.S_ISREG(here.st_mode) and FileIdentity.of(here) != identity):
+                moved = renamed_within(path, identity)
+            if moved is not None:
+                at, same = moved, still_scored(moved, identity, sha256)
         if same is None:
             self.gone += 1
             self._skipped("gone")
-            return False
+            return None
         if not same:
             self.changed += 1
             self._skipped("changed")
-            log.warning("%s: changed since it was scored; left for the next window", log_name(path))
-            return False
-        return True
+            log.warning("%s: changed since it was scored; left for the next window", log_name(at))
+            return None
+        return at
 
     def _claim(self, path: Path, identity: FileIdentity) -> Path | None:
         """Rename the file at ``path`` aside and check that it is still the scored one.

@@ -6,9 +6,11 @@ use watchdog's observers. A :class:`FolderSource` turns file events into notices
 :class:`~cdml_edge.intake.pending.PendingFiles` (which judges when a file is complete) and
 reads a complete file once the :class:`~cdml_edge.intake.budget.ByteBudget` admits its size;
 otherwise it stays on disk and is retried. ``.tmp`` / ``.part`` files and dot files are
-ignored; what :mod:`~.regular` refuses (not a regular file, a link not followed) is reported
-once through the error sink and left where it is, and any other exception while taking one
-file becomes an :class:`~.base.IntakeFault` (the caller quarantines the file).
+ignored; a file renamed after it was taken (a writer's temporary name the patterns
+match) is not taken again under its new name (counted in ``stats.renamed``, see
+:mod:`~.pending`); what :mod:`~.regular` refuses (not a regular file, a link not followed)
+is reported once through the error sink and left where it is, and any other exception
+while taking one file becomes an :class:`~.base.IntakeFault` (the caller quarantines it).
 
 The scanner runs as one supervised part (``src-<name>``) that also watches the watch: when
 the folder is deleted, moved or unmounted it dies with :class:`~.base.WatchLost`, and its
@@ -61,6 +63,7 @@ from cdml_edge.intake.budget import ByteBudget
 from cdml_edge.intake.kept import KeptFiles
 from cdml_edge.intake.pending import Pending, PendingFiles
 from cdml_edge.intake.regular import (
+    LinkedIdentity,
     LinkPolicy,
     admit,
     identity_read,
@@ -130,7 +133,7 @@ class _Handler(FileSystemEventHandler):
     def _dispatch(self, event: FileSystemEvent) -> None:
         owner = self._owner
         if isinstance(event, FileMovedEvent):
-            owner._forget(_as_str(event.src_path))
+            owner._gone(_as_str(event.src_path))
             owner._notice(_as_str(event.dest_path), closed=True)
         elif isinstance(event, FileClosedEvent):
             owner._notice(_as_str(event.src_path), closed=True)
@@ -143,7 +146,7 @@ class _Handler(FileSystemEventHandler):
             # touched: complete once stable, unless a write marks it as being written
             owner._notice(_as_str(event.src_path), closed=False)
         elif isinstance(event, FileDeletedEvent):
-            owner._forget(_as_str(event.src_path))
+            owner._gone(_as_str(event.src_path))
 
 
 def _as_str(p: str | bytes) -> str:
@@ -238,16 +241,11 @@ class FolderSource:
         """Take ``path`` again, complete as it is, once ``delay`` seconds have passed.
 
         Used when its whole window failed: the file is still on disk, but no new event will
-        announce it, so it goes straight back into the pending set with a backoff.
+        announce it, so it goes straight back into the pending set with a backoff. A file
+        renamed since it was taken is taken again under the name it has now.
         """
-        key = str(path)
-        try:
-            st = os.stat(key)
-        except OSError:
-            self.files.forget(key)
-            return
-        self.files.retry(key, st, delay)
-        self._wake()
+        if self.files.retry(str(path), delay):
+            self._wake()
 
     @property
     def pending_count(self) -> int:
@@ -377,7 +375,7 @@ class FolderSource:
 
     def _apply(self, note: inotify.Notice) -> None:
         if note.forget:
-            self._forget(note.path)
+            self._gone(note.path)
         if note.state is not None:
             closed = note.state == inotify.CLOSED
             self._notice(note.path, closed=closed, writing=note.state == inotify.WRITING)
@@ -406,7 +404,21 @@ class FolderSource:
             return
         except OSError:  # a followed link whose target is gone
             return
-        self.files.notice(path, st, closed, writing)
+        was = self.files.notice(path, st, closed, writing, direct=st is lst)
+        if was is not None:  # a file taken (or kept) renamed: the same bytes, not taken again
+            self._count_renamed(path, was)
+
+    def _count_renamed(self, path: str, was: str) -> None:
+        """Count (and log at debug) a file taken or kept as ``was`` seen again as ``path``."""
+        if not was:  # in flight under this very name: nothing renamed
+            return
+        self.stats.renamed += 1
+        log.debug(
+            "%s: %s is %s renamed: the same file, not taken again",
+            self.spec.name,
+            log_name(path),
+            log_name(os.path.basename(was)),
+        )
 
     def _touched(self, path: str) -> bool:
         """Whether ``path`` changed only its mtime since last noticed or taken (a touch)."""
@@ -449,6 +461,10 @@ class FolderSource:
 
     def _forget(self, path: str) -> None:
         self.files.forget(path)
+
+    def _gone(self, path: str) -> None:
+        """An event: ``path`` was deleted or renamed away."""
+        self.files.gone(path)
 
     def _rescan_if_room(self) -> None:
         """Go on with the pass over the folder; start another when notices were dropped."""
@@ -544,7 +560,10 @@ class FolderSource:
 
     def _take(self, path: str) -> bool:
         """Read one complete file into an item; ``False`` when the budget is full."""
-        pend = self.files.get(path)
+        pend, was = self.files.to_take(path)
+        if was is not None:  # its rename was noticed before its first take was recorded
+            self._count_renamed(path, was)
+            return True
         if pend is None:
             return True
         limit = self.max_file_bytes()
@@ -588,7 +607,7 @@ class FolderSource:
         except BaseException:
             self._budget.release(charge)
             raise
-        self.files.taken(path, ident)
+        self.files.taken(path, ident, direct=not isinstance(read, LinkedIdentity))
         self.stats.taken += 1
         self.stats.taken_bytes += len(data)
         self._sink(item)  # from here the window holds the charge

@@ -16,17 +16,29 @@ again in memory, at most ``MAX_HELD`` (a restart takes them again). Entries refu
 files, links, files that failed) are remembered by the identity of the entry, at most
 ``MAX_REFUSED``, so each is reported once (beyond the bound the oldest is forgotten and
 may be reported again).
+
+A file renamed is the same file. One read directly (not through a followed link) and still
+in flight, or kept and renamed away (the last ``MAX_RENAMED`` remembered), is not taken again
+when its identity shows up under another name — an event, a rescan, the start-up scan of a
+re-armed watch: :meth:`PendingFiles.notice` returns the name it was taken under (the source
+counts it) and later events on the new name are that take's. The pipeline still releases it
+by the name it was taken under: several takes of one name (a writer that reuses its
+temporary name) are released oldest first; a kept file is recorded under the name it has
+now, a retried one is taken again there (``on_done`` finds it itself, see :mod:`~.finishing`).
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import stat
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
+from cdml_edge.fsio import log_name
 from cdml_edge.intake.kept import KeptFiles
 from cdml_edge.window.items import FileIdentity
 
@@ -34,6 +46,7 @@ log = logging.getLogger(__name__)
 
 MAX_REFUSED = 4096
 MAX_HELD = 16384
+MAX_RENAMED = 1024  # kept files renamed away, remembered until they show up under a new name
 
 
 @dataclass
@@ -58,6 +71,17 @@ class Pending:
         return self.ident.mtime_ns
 
 
+class _Take:
+    """A file in flight: the name it was taken under, what was read, the name it has now."""
+
+    __slots__ = ("direct", "ident", "now")
+
+    def __init__(self, ident: FileIdentity, now: str, direct: bool) -> None:
+        self.ident = ident
+        self.now = now
+        self.direct = direct  # read as itself, not through a followed link
+
+
 class PendingFiles:
     """The pending, taken and refused files of one folder source (thread-safe).
 
@@ -75,7 +99,11 @@ class PendingFiles:
         self.stable_seconds = stable_seconds
         self.polling = polling
         self._pending: dict[str, Pending] = {}
-        self._taken: dict[str, FileIdentity] = {}  # in flight
+        self._taken: dict[str, FileIdentity] = {}  # in flight, by the name each has now
+        self._takes: dict[str, list[_Take]] = {}  # in flight, by the name taken (oldest first)
+        self._taken_as: dict[int, _Take] = {}  # in flight, read directly, by inode number
+        self._kept_away: OrderedDict[FileIdentity, str] = OrderedDict()  # kept, renamed away
+        self._held_as: dict[str, str] = {}  # held, renamed in flight: name taken -> name now
         self._kept = kept if kept is not None else KeptFiles()  # finished, left in place
         self._held: dict[str, FileIdentity] = {}  # finished, waiting for the ring (memory)
         self._refused: dict[str, FileIdentity] = {}  # reported once, left alone
@@ -90,7 +118,7 @@ class PendingFiles:
     def in_flight(self) -> int:
         """Files taken and not finished yet."""
         with self._cond:
-            return len(self._taken)
+            return sum(map(len, self._takes.values()))
 
     @property
     def kept(self) -> int:
@@ -112,17 +140,25 @@ class PendingFiles:
         with self._cond:
             return self._pending.get(path)
 
-    def notice(self, path: str, st: os.stat_result, closed: bool, writing: bool) -> None:
+    def notice(
+        self, path: str, st: os.stat_result, closed: bool, writing: bool, direct: bool = True
+    ) -> str | None:
         """An event (or a scan) saw ``path`` with ``st``.
 
-        ``closed`` if it is complete now, ``writing`` if it is being written to.
+        ``closed`` if it is complete now, ``writing`` if it is being written to; ``direct``
+        when ``st`` is the entry's own (not a followed link's target). Returns the name a
+        file in flight or kept had before, when ``path`` is that file renamed; else ``None``.
         """
         ident = FileIdentity.of(st)
         if self._kept.get(path) == ident:
-            return
+            return None
         with self._cond:
             if self._taken.get(path) == ident or self._held.get(path) == ident:
-                return
+                return None
+            if direct and (self._taken_as or self._kept_away):  # empty: nothing looked up
+                was = self._renamed_locked(path, ident, st.st_ino)
+                if was is not None:
+                    return was or None
             # with inotify, a file seen being written is complete only on its close-write;
             # polling observers and the start-up scan rely on a stable identity instead
             writing = writing and not self.polling and not closed
@@ -130,7 +166,7 @@ class PendingFiles:
             if cur is None and len(self._pending) >= self.max_pending:
                 # full policy: the file stays on disk untracked; a rescan finds it later
                 self._overflow = True
-                return
+                return None
             if cur is None or cur.ident != ident:
                 was_writing = cur.writing if cur is not None else False
                 self._pending[path] = Pending(
@@ -143,6 +179,50 @@ class PendingFiles:
                 cur.writing = True
             if closed:
                 self._cond.notify_all()
+        return None
+
+    def to_take(self, path: str) -> tuple[Pending | None, str | None]:
+        """The pending file at ``path`` about to be taken, unless it is a file renamed.
+
+        A rename whose event came (from another thread) before the first take was recorded
+        is caught here: then ``(None, its name before)`` (``""``: in flight under this very
+        name), and it is no longer pending. Else ``(the pending file or None, None)``.
+        """
+        with self._cond:
+            pend = self._pending.get(path)
+            if pend is None or not (self._taken_as or self._kept_away):
+                return pend, None
+            was = self._renamed_locked(path, pend.ident, pend.ident.ino)
+            if was is None:
+                return pend, None
+            self._pending.pop(path, None)
+            return None, was
+
+    def _renamed_locked(self, path: str, ident: FileIdentity, ino: int) -> str | None:
+        """The name ``path`` (``ident``) had when taken or kept, if it is such a file renamed.
+
+        ``""`` when it is in flight under this very name; ``None`` when it is neither. A
+        take in flight follows it (later events on ``path`` are that take's); a kept file
+        is recorded under ``path`` (the record has its own lock, which is never held while
+        waiting for this one).
+        """
+        take = self._taken_as.get(ino)  # an int: no identity hashed for every notice
+        if take is not None and take.ident == ident:
+            was = take.now
+            self._taken[path] = ident  # later events on the new name are this take's
+            if was == path:  # forgotten by name (a fault), still in flight
+                return ""
+            if self._taken.get(was) == ident:
+                del self._taken[was]
+            take.now = path
+            self._pending.pop(path, None)  # what waited under that name was replaced
+            return was
+        kept_as = self._kept_away.pop(ident, None) if self._kept_away else None
+        if kept_as is None:
+            return None
+        self._pending.pop(path, None)
+        self._kept.put(path, ident)  # kept under the name it has now
+        return kept_as
 
     def known_identity(self, path: str) -> FileIdentity | None:
         """The identity ``path`` had when last noticed or taken, or None if not tracked."""
@@ -151,13 +231,61 @@ class PendingFiles:
             return cur.ident if cur is not None else self._taken.get(path)
 
     def forget(self, path: str) -> None:
-        """``path`` is gone (deleted, renamed away) or refused."""
+        """``path`` is refused, failed or found gone: nothing of it is remembered."""
         with self._cond:
             self._pending.pop(path, None)
+            while self._end_take_locked(path) is not None:
+                pass
             self._taken.pop(path, None)
             self._held.pop(path, None)
+            self._held_as.pop(path, None)
             self._refused.pop(path, None)
         self._kept.remove(path)
+
+    def gone(self, path: str) -> None:
+        """An event says ``path`` was deleted or renamed away.
+
+        A file in flight stays in flight (the pipeline releases it by the name it was taken
+        under) and a kept one is remembered by identity: either is known again if it shows
+        up under another name.
+        """
+        kept = self._kept.get(path)
+        with self._cond:
+            self._pending.pop(path, None)
+            self._held.pop(path, None)
+            self._refused.pop(path, None)
+            if kept is not None:
+                self._kept_away.pop(kept, None)
+                self._kept_away[kept] = path
+                while len(self._kept_away) > MAX_RENAMED:
+                    self._kept_away.popitem(last=False)
+        if kept is not None:
+            self._kept.remove(path)
+
+    def _end_take_locked(self, name: str) -> _Take | None:
+        """End the oldest take of ``name`` still in flight; it, or ``None`` if none."""
+        takes = self._takes.get(name)
+        if not takes:
+            return None
+        take = takes.pop(0)
+        if not takes:
+            del self._takes[name]
+        if take.direct and self._taken_as.get(take.ident.ino) is take:
+            del self._taken_as[take.ident.ino]
+        ident = self._taken.get(take.now)
+        if (ident is take.ident or (ident is not None and ident == take.ident)) and (
+            not takes or not any(t.now == take.now and t.ident == ident for t in takes)
+        ):
+            del self._taken[take.now]
+        return take
+
+    def retry_at(self, path: str) -> str:
+        """Where the file taken (or held) as ``path`` is now: what a retry of it takes."""
+        with self._cond:
+            takes = self._takes.get(path)
+            if takes:
+                return takes[0].now
+            return self._held_as.get(path, path)
 
     def refuse(self, path: str, entry: FileIdentity) -> bool:
         """Leave ``path`` (its ``lstat`` identity ``entry``) alone until it changes.
@@ -179,45 +307,89 @@ class PendingFiles:
         with self._cond:
             return self._refused.get(path) == entry
 
-    def retry(self, path: str, st: os.stat_result, delay: float) -> None:
-        """Take ``path`` again, complete as it is, once ``delay`` seconds have passed."""
-        self._kept.remove(path)
+    def retry(self, path: str, delay: float) -> bool:
+        """Take ``path`` again, complete as it is, once ``delay`` seconds have passed.
+
+        ``path`` is the name it was taken under: a file renamed since is taken again where
+        it is now (:meth:`retry_at`). ``False`` when it is gone (then forgotten).
+        """
+        at = self.retry_at(path)
+        try:
+            st = os.stat(at)
+        except OSError:
+            st = None
+        self._kept.remove(at)
         with self._cond:
-            self._taken.pop(path, None)
-            self._held.pop(path, None)
-            self._pending[path] = Pending(
+            self._end_take_locked(path)
+            self._held_as.pop(path, None)
+            self._held.pop(at, None)
+            if st is None:
+                self._pending.pop(at, None)
+                return False
+            self._pending[at] = Pending(
                 FileIdentity.of(st),
                 time.monotonic(),
                 closed=True,
                 not_before=time.monotonic() + delay,
             )
             self._cond.notify_all()
+        return True
 
     def requeue(self, path: str, ident: FileIdentity) -> None:
         """``path`` changed after it was judged complete: judge it again once stable."""
         with self._cond:
             self._pending[path] = Pending(ident, time.monotonic())
 
-    def taken(self, path: str, ident: FileIdentity) -> None:
-        """``path`` was read into an item: no longer pending, not taken again unchanged."""
+    def taken(self, path: str, ident: FileIdentity, direct: bool = True) -> None:
+        """``path`` was read into an item: no longer pending, not taken again unchanged.
+
+        ``direct``: read as itself, not through a followed link; then it is not taken again
+        under another name either while it is in flight.
+        """
         self._kept.remove(path)
         with self._cond:
             self._pending.pop(path, None)
             self._held.pop(path, None)
+            self._held_as.pop(path, None)
+            take = _Take(ident, path, direct)
+            self._takes.setdefault(path, []).append(take)
             self._taken[path] = ident
+            if direct:
+                self._taken_as[ident.ino] = take
 
     def release(self, path: str, keep: bool = False) -> None:
         """``path`` was finished: deleted or moved, or with ``keep`` left in place.
 
         Once deleted or moved, a new file of that name is new; one left in place is
-        remembered in the kept-file record so it is not taken again.
+        remembered in the kept-file record so it is not taken again. ``path`` is the name it
+        was taken under; of several takes of one name in flight (a writer reusing its
+        temporary name) the oldest is released. A file renamed in flight is kept under the
+        name it has now. One released without ``keep`` but still there under its new name
+        was not finished (quarantined under its old name, say): a log line says so and it is
+        left, taken again only by a rescan or a restart, as any file its ``on_done`` could
+        not act on.
         """
         with self._cond:
-            ident = self._taken.get(path)
-        if keep and ident is not None:  # recorded before it leaves the in-flight set: a
-            self._kept.put(path, ident)  # notice in between never finds it in neither
+            takes = self._takes.get(path)
+            if not takes:
+                return
+            take = takes[0]
+            if not keep and take.now == path:  # the common case: one lock, no stat
+                self._end_take_locked(path)
+                return
+        renamed = take.now != path and _is_at(take.now, take.ident)
+        if keep:  # recorded before it leaves the in-flight set: a notice in between never
+            self._kept.put(take.now if renamed else path, take.ident)  # finds it in neither
         with self._cond:
-            self._taken.pop(path, None)
+            if self._takes.get(path, [None])[0] is take:
+                self._end_take_locked(path)
+        if renamed and not keep:
+            log.warning(
+                "%s was renamed to %s after it was taken and is still there: on_done did not "
+                "act on it; left in place",
+                log_name(path),
+                log_name(take.now),
+            )
 
     def hold(self, path: str) -> None:
         """``path`` was finished but waits for the ring: not taken again until a retry.
@@ -226,11 +398,16 @@ class PendingFiles:
         new to a later scan), so a restart takes every held file again.
         """
         with self._cond:
-            ident = self._taken.pop(path, None)
-            if ident is None:
+            take = self._end_take_locked(path)
+            if take is None:
                 return
-            self._held.pop(path, None)
-            self._held[path] = ident
+            at = take.now  # renamed in flight: held where it is, retried as it was taken
+            if at != path:
+                self._held_as[path] = at
+                while len(self._held_as) > MAX_HELD:
+                    self._held_as.pop(next(iter(self._held_as)))
+            self._held.pop(at, None)
+            self._held[at] = take.ident
             while len(self._held) > MAX_HELD:
                 self._held.pop(next(iter(self._held)))
 
@@ -307,3 +484,12 @@ class PendingFiles:
                 cur.ident, cur.since = ident, now
                 return None
             return cur.mtime_ns if now - cur.since >= self.stable_seconds else None
+
+
+def _is_at(path: str, ident: FileIdentity) -> bool:
+    """Whether the regular file ``path`` is ``ident`` (an ``lstat``: a link is not it)."""
+    try:
+        lst = os.lstat(path)
+    except OSError:
+        return False
+    return stat.S_ISREG(lst.st_mode) and FileIdentity.of(lst) == ident
