@@ -21,7 +21,7 @@ except ImportError:  # pragma: no cover - not POSIX
     fcntl = None  # type: ignore[assignment]
 from typing import Protocol, runtime_checkable
 
-from cdml_edge.archive.errors import ArchiveChangedError
+from cdml_edge.archive.errors import ArchiveChangedError, UnsupportedArchiveError
 
 
 @runtime_checkable
@@ -132,6 +132,11 @@ class FileSource:
         st = os.stat(self._path)
         if stat.S_ISDIR(st.st_mode):  # named, not a bare EISDIR from the first pread
             raise IsADirectoryError(errno.EISDIR, "a folder, not an archive", self._path)
+        if stat.S_ISFIFO(st.st_mode):  # opening one for reading waits for a writer
+            raise UnsupportedArchiveError(
+                "a FIFO (named pipe), not an archive file: it cannot be read at random",
+                archive=self._name or self._path,
+            )
         self._size = st.st_size
         self._identity = self._identity_of(st)
 
@@ -168,7 +173,8 @@ class FileSource:
         ``inherited``: the parent's descriptor (a forked child), opened anew through
         ``/proc/self/fd`` (the parent's file even if its path was replaced), else the path.
         """
-        flags = os.O_RDONLY | getattr(os, "O_CLOEXEC", 0)
+        # O_NONBLOCK: a FIFO put at the path since (refused by identity) is not waited on
+        flags = os.O_RDONLY | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NONBLOCK", 0)
         if inherited is not None:
             with contextlib.suppress(OSError):
                 fd = os.open(f"/proc/self/fd/{inherited}", flags)

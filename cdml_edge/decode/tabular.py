@@ -7,6 +7,7 @@ import io
 import json
 import math
 import zipfile
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import IO, Any
 
@@ -180,7 +181,8 @@ def _parse_csv(text: str, delimiter: str, member: str) -> CsvTable:
     if plain is not None:
         return plain
     try:
-        rows = [r for r in csv.reader(io.StringIO(text), delimiter=delimiter) if r]
+        lines = _csv_lines(text, delimiter, member)
+        rows = [r for r in csv.reader(lines, delimiter=delimiter) if r]
     except csv.Error as exc:
         raise DecodeError(member, f"malformed CSV: {exc}") from exc
     except MemoryError as exc:
@@ -199,6 +201,40 @@ def _parse_csv(text: str, delimiter: str, member: str) -> CsvTable:
     return _mixed_table(body, columns, has_header, member)
 
 
+_STRINGIO_TEXT = 8 << 20
+"""Texts of up to this many characters reach ``csv`` through ``io.StringIO`` (32 MiB)."""
+
+
+def _csv_lines(text: str, delimiter: str, member: str) -> Iterator[str]:
+    """The lines of ``text`` for ``csv``: ``io.StringIO``'s, or :func:`_long_csv_lines`.
+
+    ``StringIO`` holds four bytes a character: texts over :data:`_STRINGIO_TEXT` are split
+    by :func:`_long_csv_lines` instead, into the same lines, one at a time.
+    """
+    if len(text) <= _STRINGIO_TEXT:
+        return io.StringIO(text)
+    return _long_csv_lines(text, delimiter, member)
+
+
+def _long_csv_lines(text: str, delimiter: str, member: str) -> Iterator[str]:
+    """The lines ``io.StringIO(text)`` gives, one at a time, without a copy of the text.
+
+    Split at line feeds only, each line with its end, as ``StringIO`` splits. A line too
+    long for ``csv`` to read (longer than its fields can be, each at most
+    ``csv.field_size_limit()`` characters: quoted, twice that and its quotes) is refused
+    before it is cut out of the text, with the error ``csv`` would have raised on it.
+    """
+    limit = csv.field_size_limit()
+    longest = 2 * limit + 4  # one quoted field at its limit, a separator and a line end
+    pos, size = 0, len(text)
+    while pos < size:
+        end = text.find("\n", pos) + 1 or size
+        if end - pos > longest and end - pos > (text.count(delimiter, pos, end) + 1) * longest:
+            raise DecodeError(member, f"malformed CSV: field larger than field limit ({limit})")
+        yield text[pos:end]
+        pos = end
+
+
 def _plain_numbers(text: str, delimiter: str) -> CsvTable | None:
     """The table of a plain numeric CSV, its cells read by the decoders' C helper.
 
@@ -213,6 +249,9 @@ def _plain_numbers(text: str, delimiter: str) -> CsvTable | None:
     if native is None or delimiter not in _DELIMITERS or '"' in text or not text.isascii():
         return None
     first = text.find("\n")
+    limit = csv.field_size_limit()
+    if first > limit and first > (text.count(delimiter, 0, first) + 1) * (limit + 1):
+        return None  # a cell past csv's limit, found without a copy of the line
     head = text[: max(first, 0)].removesuffix("\r")
     if not head or "\r" in head:
         return None
@@ -220,16 +259,22 @@ def _plain_numbers(text: str, delimiter: str) -> CsvTable | None:
     if max(map(len, cells)) > csv.field_size_limit():  # refused by csv: its error, the long way
         return None
     columns, has_header = _columns(cells)
-    raw = (text[first + 1 :] if has_header else text).encode("ascii")
+    ffi, lib = native
+    start = first + 1 if has_header else 0
+    size = len(text) - start
+    if start and len(text) > _STRINGIO_TEXT:  # one copy of a large text, read past its header
+        whole = text.encode("ascii")
+        raw = ffi.from_buffer(whole) + start  # ``whole`` is held for the call
+        lines = whole.count(b"\n", start) + 1
+    else:
+        raw = (text[start:] if start else text).encode("ascii")
+        lines = raw.count(b"\n") + 1
     width = len(cells)
     # each row takes at least 2 * width - 1 characters and a line end: no room beyond that
-    cap = min(raw.count(b"\n") + 1, (len(raw) + 1) // (2 * width) + 1)
+    cap = min(lines, (size + 1) // (2 * width) + 1)
     values = np.empty((cap, width), np.float32)
-    ffi, lib = native
     out = ffi.from_buffer(values, require_writable=True)  # held for the call
-    rows = lib.cdml_csv_numbers(
-        raw, len(raw), delimiter.encode(), width, ffi.cast("float *", out), cap
-    )
+    rows = lib.cdml_csv_numbers(raw, size, delimiter.encode(), width, ffi.cast("float *", out), cap)
     if rows <= 0:
         return None
     return CsvTable(values[:rows], columns, has_header)

@@ -104,7 +104,9 @@ def padded(size: int) -> int:
 
 # Meta-records (long names, pax) are small; cap them so a forged size cannot exhaust memory.
 MAX_META = 1 << 20
-META_KINDS = (b"L", b"x", b"g", b"K")  # GNU long name / link, pax per-file / global
+#: GNU long name / link, pax per-file / global; ``X``: the per-file pax header as Solaris tar
+#: and star wrote it (tarfile, GNU tar and bsdtar read it as ``x``)
+META_KINDS = (b"L", b"x", b"X", b"g", b"K")
 DIR_KINDS = (b"5", b"D")  # directories (GNU dumpdir too): left out, as directories are
 #: entries that carry no data whatever their size field says (Go, tarfile and bsdtar agree)
 HEADER_ONLY = (b"1", b"2", b"3", b"4", b"5", b"6")
@@ -376,7 +378,7 @@ def _read_meta(
         meta.longname = text
     elif kind == b"K":
         meta.longlink = text
-    elif kind == b"x":
+    elif kind in (b"x", b"X"):
         records = parse_pax(data[:size], archive, at)
         meta.pax.update(records)
         meta.records += records

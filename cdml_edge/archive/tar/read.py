@@ -100,12 +100,25 @@ class _TarBase(Archive):
         for i in ids:
             smap = self._sparse.get(i)
             if smap is not None:
-                self.check_limits(self._row_name(i), smap.real_size, self._compressed_size(i))
+                self._check_sparse(i, smap.real_size)
         got = self._read_stored(ids)
         expand = self._sparse.get
         return [
             d if (m := expand(i)) is None else m.expand(d) for i, d in zip(ids, got, strict=True)
         ]
+
+    def _check_sparse(self, i: int, real_size: int) -> None:
+        """Hold a sparse member's real size to ``max_ratio`` of the bytes the tar stores.
+
+        In a tar.zst the same tar is held to the same bound (one tar, one answer), and
+        its real size to zstd's bound of the compressed bytes as well: no more than what
+        zstd data could expand to, holes or none.
+        """
+        name, stored = self._row_name(i), self._members[i].size
+        compressed = self._compressed_size(i)
+        self.check_limits(name, real_size, stored)
+        if compressed != stored:
+            self.check_limits(name, real_size, compressed, zstd=True)
 
     def _read_stored(self, ids: list[int]) -> list[bytes]:
         """The stored bytes of members ``ids`` (a sparse member's runs, not expanded)."""

@@ -328,7 +328,8 @@ class ZstdTarArchive(_TarBase):
         m = self._members[i]
         f = self._frames
         if f is None:
-            total_c, total_d = self._data_end, max(self._members[-1].data_offset, 1)
+            last = self._members[-1]  # its share of the stream, up to where the data ends
+            total_c, total_d = self._data_end, max(last.data_offset + last.size, 1)
             return int(m.size * total_c / total_d)
         f0, f1 = f.frames_for(m.data_offset, m.data_offset + m.size)
         c = f.coff[f1 + 1] - f.coff[f0]
