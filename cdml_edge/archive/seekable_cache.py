@@ -47,6 +47,7 @@ import contextlib
 import hashlib
 import logging
 import os
+import stat
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -346,11 +347,14 @@ def _unlink_unused(path: Path) -> None:
     """Delete a copy (and its kept index) unless a process holds it open (its ``flock``)."""
     if fcntl is None:  # pragma: no cover - not POSIX: no way to tell, kept for the bound
         return
+    flags = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0) | os.O_NOFOLLOW
     try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+        fd = os.open(path, flags)  # a named pipe planted there is not waited on
     except OSError:
         return
     try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return  # not a copy made here: left alone
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError:  # held by a reader
         log.info("%s: an older copy still read by a process: kept", path)

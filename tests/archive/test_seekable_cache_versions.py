@@ -11,6 +11,8 @@ import hashlib
 import io
 import os
 import pickle
+import subprocess
+import sys
 import tarfile
 from pathlib import Path
 
@@ -105,3 +107,30 @@ def test_copy_reused_elsewhere_stays_readable_after_pickling(tmp_path: Path) -> 
     os.utime(copy, ns=(1, 1))
     assert _read(path, cache) == b"AAA"  # another open reuses the copy: mtime refreshed
     assert pickle.loads(blob).read("label.txt") == b"A" * 1000
+
+
+def test_a_fifo_under_a_copys_name_does_not_block_the_clean_up(tmp_path: Path) -> None:
+    """A named pipe where an older copy would be: skipped, not opened and waited on for ever."""
+    path = tmp_path / "data.tar.zst"
+    path.write_bytes(_versions()[1])
+    st = path.stat()
+    ident = hashlib.sha256(f"file|{os.path.realpath(path)}".encode()).hexdigest()[:24]
+    version = hashlib.sha256(f"{st.st_size}|{st.st_mtime_ns}".encode()).hexdigest()[:16]
+    (tmp_path / "cache").mkdir()
+    os.mkfifo(tmp_path / "cache" / f"{ident}-{version}.tar.zst")
+    code = (
+        "import sys; from pathlib import Path\n"
+        "from cdml_edge.archive import open_archive\n"
+        "from cdml_edge.archive.seekable_cache import SeekableCache\n"
+        "cache = SeekableCache(Path(sys.argv[2]))\n"
+        "with open_archive(Path(sys.argv[1]), seekable_cache=cache) as a:\n"
+        "    print(a.read('label.txt')[:3].decode())\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code, str(path), str(tmp_path / "cache")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "BBB"
