@@ -12,9 +12,11 @@ import json
 import logging
 import os
 import threading
+import zlib
+from collections import deque
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from cdml_edge.window.topics import split_topic
 
@@ -72,10 +74,16 @@ _failed_before = False
 
 
 def follow_jsonl(path: Path, base: str, sink: Sink, stop: threading.Event) -> None:
-    """Feed the lines of ``path`` (recent ones first, then new ones) until ``stop``."""
+    """Feed the lines of ``path`` (recent ones first, then new ones) until ``stop``.
+
+    A file cut back at the end of a line already read (the output undoing a batch it could
+    not write, or a line torn by a kill) is followed from the cut; a file replaced, rotated
+    or cut anywhere else is read again from its start.
+    """
     fh = None
     ident: tuple[int, int] | None = None
     pending = b""
+    recent = _RecentLines()
     while not stop.is_set():
         if fh is None:
             try:
@@ -86,32 +94,70 @@ def follow_jsonl(path: Path, base: str, sink: Sink, stop: threading.Event) -> No
             st = os.fstat(fh.fileno())
             first = ident is None
             ident = (st.st_dev, st.st_ino)
+            recent = _RecentLines()
             if first and st.st_size > BACKLOG_BYTES:
                 fh.seek(st.st_size - BACKLOG_BYTES)
                 fh.readline()  # a partial line
         chunk = fh.read(65536)
         if chunk:
+            start = fh.tell() - len(chunk) - len(pending)
             lines = (pending + chunk).split(b"\n")
             pending = lines.pop()
             for line in lines:
+                recent.note(start, line)
+                start += len(line) + 1
                 if line.strip():
                     _feed_line(line, base, sink)
             if len(pending) > MAX_LINE_BYTES:  # its rest is no JSON line: skipped
                 pending = b""
             continue
-        if _rotated(path, ident, fh.tell()):
+        size = _changed_size(path, ident, fh.tell())
+        if size is not None and recent.cut_at(fh, size):
+            fh.seek(size)
+            pending = b""
+        elif size is not None:
             fh.close()
             fh, pending = None, b""
-            continue
-        stop.wait(POLL_S)
+        else:
+            stop.wait(POLL_S)
     if fh is not None:
         fh.close()
 
 
-def _rotated(path: Path, ident: tuple[int, int] | None, pos: int) -> bool:
-    """Whether ``path`` is now another file, or shorter than where we are."""
+RECENT_LINES = 256
+"""Lines whose place is remembered, to tell a file cut back after one of them."""
+
+
+class _RecentLines:
+    """Where the last lines read begin and end, and their CRCs."""
+
+    def __init__(self) -> None:
+        self._lines: deque[tuple[int, int, int]] = deque(maxlen=RECENT_LINES)
+
+    def note(self, start: int, line: bytes) -> None:
+        """``line`` (without its newline) was read from ``start``."""
+        self._lines.append((start, start + len(line) + 1, zlib.crc32(line)))
+
+    def cut_at(self, fh: BinaryIO, size: int) -> bool:
+        """The file, now ``size`` bytes, ends with a line read before, unchanged."""
+        if size <= 0:
+            return False
+        for start, end, crc in reversed(self._lines):
+            if end == size:
+                fh.seek(start)
+                data = fh.read(end - start)
+                return data.endswith(b"\n") and zlib.crc32(data[:-1]) == crc
+            if end < size:
+                return False
+        return False
+
+
+def _changed_size(path: Path, ident: tuple[int, int] | None, pos: int) -> int | None:
+    """The size of ``path`` when it is now another file (-1) or shorter than ``pos``."""
     try:
         st = os.stat(path)
     except FileNotFoundError:
-        return False
-    return (st.st_dev, st.st_ino) != ident or st.st_size < pos
+        return None
+    if (st.st_dev, st.st_ino) != ident:
+        return -1
+    return st.st_size if st.st_size < pos else None
