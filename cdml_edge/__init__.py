@@ -43,4 +43,13 @@ def __getattr__(name: str) -> Any:
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module 'cdml_edge' has no attribute {name!r}")
-    return getattr(importlib.import_module(module), name)
+    try:
+        return getattr(importlib.import_module(module), name)
+    except ModuleNotFoundError as exc:
+        if exc.name is None or exc.name.split(".")[0] != "torch":
+            raise
+        raise ModuleNotFoundError(
+            f"cdml_edge.{name} needs PyTorch, which is not installed here: "
+            "pip install 'cdml-edge[train]' (the appliance itself runs without it)",
+            name="torch",
+        ) from exc
