@@ -6,8 +6,10 @@ without PyTorch.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +18,9 @@ import typer
 from cdml_edge.commands.exits import EXIT_USAGE, fail, user_errors
 from cdml_edge.commands.progress import epoch_bar
 from cdml_edge.modality import ModelModality
+
+EXIT_INTERRUPTED = 130
+"""Exit status of a ``train`` stopped by Ctrl-C (128 + SIGINT, as a shell reports it)."""
 
 
 def _need_torch(command: str) -> None:
@@ -32,14 +37,16 @@ def train(
         None, "--val-data", help="Separate validation archive (default: 20 % split)."
     ),
     name: str | None = typer.Option(None, "--name", help="Model name stored in the spec."),
-    image_size: int = typer.Option(32, "--image-size", help="Image input size (multiple of 16)."),
+    image_size: int = typer.Option(
+        32, "--image-size", min=16, help="Image input size (multiple of 16)."
+    ),
     channels: int = typer.Option(3, "--channels", help="Image channels: 3 (RGB) or 1."),
     batch_size: int = typer.Option(64, "--batch-size", min=1),
     lr: float = typer.Option(2e-3, "--lr"),
     normal_label: str | None = typer.Option(
         None, "--anomaly-normal", help="Class folder of normal data: train an anomaly model."
     ),
-    seed: int = typer.Option(0, "--seed"),
+    seed: int = typer.Option(0, "--seed", min=0),
     device: str = typer.Option("auto", "--device", help="auto | cpu | cuda[:N]."),
     keep_all: bool = typer.Option(
         False, "--keep-all", help="Keep every epoch's checkpoint (default: the last and the best)."
@@ -53,9 +60,13 @@ def train(
     _need_torch("train")
     from cdml_edge.nn.recipes import train_from_archive
 
+    _check_options(channels, device)
+
+    finished = {"epoch": 0}
     with (
         user_errors("train", usage=(ValueError, KeyError)),
         epoch_bar(epochs) as (on_step, on_epoch),
+        _interrupted(out, epochs, finished),
     ):
         result = train_from_archive(
             data,
@@ -72,10 +83,62 @@ def train(
             seed=seed,
             device=device,
             on_step=on_step,
-            on_epoch=on_epoch,
+            on_epoch=_counting(on_epoch, finished),
             keep_all=keep_all,
         )
     _report(result)
+
+
+def _counting(
+    on_epoch: Callable[[dict[str, Any]], None], finished: dict[str, int]
+) -> Callable[[dict[str, Any]], None]:
+    """``on_epoch`` that also notes the last finished epoch in ``finished``."""
+
+    def counted(record: dict[str, Any]) -> None:
+        finished["epoch"] = int(record["epoch"])
+        on_epoch(record)
+
+    return counted
+
+
+@contextlib.contextmanager
+def _interrupted(out: Path, epochs: int, finished: dict[str, int]) -> Iterator[None]:
+    """Ctrl-C: one line saying which epoch stopped and what is kept, then exit 130.
+
+    Checkpoints are written whole or not at all, so the finished epochs' are complete.
+    """
+    try:
+        yield
+    except KeyboardInterrupt:
+        done = finished["epoch"]
+        folder = out / "checkpoints"
+        last = sorted(folder.glob(f"epoch-{done:04d}*.pt"), key=lambda p: p.stat().st_mtime)
+        kept = (
+            f"the checkpoints of the epochs it finished are in {folder}"
+            + (f" (the last: {last[-1]})" if last else "")
+            if done
+            else "no checkpoint written"
+        )
+        fail(
+            "train",
+            f"interrupted in epoch {done + 1} of {epochs}: {kept}; nothing half-written is left",
+            EXIT_INTERRUPTED,
+        )
+
+
+def _check_options(channels: int, device: str) -> None:
+    """Refuse ``--channels`` other than 1 or 3 and a ``--device`` this machine lacks (exit 2).
+
+    Before any data is read: torch would otherwise fail at the first tensor moved there.
+    """
+    from cdml_edge.nn.train import resolve_device
+
+    if channels not in (1, 3):
+        fail("train", f"--channels: 1 (grey) or 3 (RGB), got {channels}", EXIT_USAGE)
+    try:
+        resolve_device(device)
+    except ValueError as exc:
+        fail("train", f"--device {device}: {exc}; use --device auto or --device cpu", EXIT_USAGE)
 
 
 def _report(result: Any) -> None:

@@ -32,6 +32,7 @@ from cdml_edge.model.inputs import (
     ModelInput,
     ModelSpecError,
     SeriesInput,
+    one_line,
 )
 from cdml_edge.model.spec import ModelSpec, has_spec, read_spec
 
@@ -223,7 +224,14 @@ def _foreign_spec(
             input_name=gi.name,
         )
     except ValueError as exc:
-        raise ModelSpecError(f"{path}: {exc}") from exc
+        raise ModelSpecError(f"{path}: {one_line(exc)}") from exc
+
+
+def _input_error(path: Path, exc: ValueError) -> ModelSpecError:
+    """``exc`` of building an input spec as a :class:`ModelSpecError` naming ``path`` once."""
+    if isinstance(exc, ModelSpecError):  # already names the file
+        return exc
+    return ModelSpecError(f"{path}: input: {one_line(exc)}")
 
 
 def _need(value: int | None, what: str, path: Path) -> int:
@@ -241,6 +249,15 @@ def _image_input(
         )
     layout = d.layout or ("NHWC" if dims[3] in (1, 3) and dims[1] not in (1, 3) else "NCHW")
     c, h, w = (dims[1], dims[2], dims[3]) if layout == "NCHW" else (dims[3], dims[1], dims[2])
+    given_size = d.size is not None or size is not None  # else the sides come from the graph
+    if d.layout is not None and not given_size and c is not None and c not in (1, 3):
+        other = "NHWC" if layout == "NCHW" else "NCHW"
+        shape = "x".join("?" if v is None else str(v) for v in dims)
+        raise ModelSpecError(
+            f"{path}: input.layout: {layout} reads the graph's input ({shape}) as {c} "
+            f"channels; an image has 1 or 3: set input.layout: {other}, or leave it unset "
+            "(read off the graph)"
+        )
     order = d.channel_order or ("gray" if c == 1 else "RGB")
     channels = 1 if order == "gray" else 3
     if d.size is not None:
@@ -262,7 +279,7 @@ def _image_input(
             resize=d.resize or "stretch",
         )
     except ValueError as exc:
-        raise ModelSpecError(f"{path}: input: {exc}") from exc
+        raise _input_error(path, exc) from exc
 
 
 def _audio_input(
@@ -282,7 +299,7 @@ def _audio_input(
             n_fft=d.n_fft or 2048,
         )
     except ValueError as exc:
-        raise ModelSpecError(f"{path}: input: {exc}") from exc
+        raise _input_error(path, exc) from exc
 
 
 def _series_input(
@@ -309,7 +326,7 @@ def _series_input(
             flat=flat,
         )
     except ValueError as exc:
-        raise ModelSpecError(f"{path}: input: {exc}") from exc
+        raise _input_error(path, exc) from exc
 
 
 def _first_float_output(session: Any) -> str:

@@ -3,14 +3,16 @@
 :func:`graph_problems` compares a spec and head (from :mod:`cdml_edge.model.describe`) with
 the onnxruntime session: the input exists, its rank, fixed sizes and element type match,
 the outputs exist, a classifier's width matches its labels, a YOLO row fits the labels.
-``config validate``, ``doctor`` and ``run`` report them before any item is scored.
+A model with our ``cdml.spec`` metadata is held to the same (its input name, shape and type;
+its labels against ``logits``). ``config validate``, ``doctor`` and ``run`` report them
+before any item is scored.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from cdml_edge.model.heads import ClassifierHead, DetectorHead, Head
+from cdml_edge.model.heads import ClassifierHead, DetectorHead, Head, SpecHead
 from cdml_edge.model.spec import ModelSpec
 
 _TYPES = {"float32": "tensor(float)", "uint8": "tensor(uint8)", "float16": "tensor(float16)"}
@@ -70,14 +72,17 @@ def _input_problems(gi: Any, spec: ModelSpec) -> list[str]:
 
 
 def _output_problems(outputs: dict[str, Any], spec: ModelSpec, head: Head) -> list[str]:
+    classes = None  # (output, labels) of a classifier
     if isinstance(head, ClassifierHead):
-        dims = list(outputs[head.output].shape)
+        classes = (head.output, head.labels)
+    elif isinstance(head, SpecHead) and "logits" in head.outputs and "logits" in outputs:
+        classes = ("logits", head.labels)  # our metadata's labels for the graph's logits
+    if classes is not None:
+        output, labels = classes
+        dims = list(outputs[output].shape)
         width = dims[-1] if dims and isinstance(dims[-1], int) and dims[-1] > 0 else None
-        if width is not None and width != len(head.labels):
-            return [
-                f"labels: {len(head.labels)} labels for the {width} classes of output "
-                f"{head.output!r}"
-            ]
+        if width is not None and width != len(labels):
+            return [f"labels: {len(labels)} labels for the {width} classes of output {output!r}"]
     if isinstance(head, DetectorHead) and head.format == "yolo":
         dims = [d for d in outputs[head.output].shape[-2:] if isinstance(d, int) and d > 0]
         n = len(head.labels)

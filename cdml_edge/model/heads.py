@@ -49,10 +49,15 @@ class Head:
 
 
 def softmax(x: np.ndarray) -> np.ndarray:
-    """Softmax of each row of ``x`` (``(N, classes)``)."""
-    z = x - x.max(axis=1, keepdims=True)
-    p = np.exp(z)
-    return np.asarray(p / p.sum(axis=1, keepdims=True))
+    """Softmax of each row of ``x`` (``(N, classes)``).
+
+    A row holding ``inf`` or ``nan`` comes out ``nan``, quietly: the score that is not
+    finite is what refuses the item, not a numpy warning.
+    """
+    with np.errstate(invalid="ignore"):
+        z = x - x.max(axis=1, keepdims=True)
+        p = np.exp(z)
+        return np.asarray(p / p.sum(axis=1, keepdims=True))
 
 
 def _name(labels: Sequence[str], k: int) -> str:

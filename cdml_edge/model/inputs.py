@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from cdml_edge.errors import CdmlError
 from cdml_edge.modality import ModelModality
@@ -19,6 +19,22 @@ DType = Literal["float32", "uint8", "float16"]
 
 class ModelSpecError(CdmlError, ValueError):
     """A model file or spec is unusable; the message names the file or field."""
+
+
+def one_line(exc: ValueError) -> str:
+    """A validation error as one line: each problem as ``field: message``.
+
+    Not pydantic's own report (its error count, ``[type=...]`` and web address, over
+    several lines); any other error as it is.
+    """
+    if not isinstance(exc, ValidationError):
+        return str(exc)
+    parts = []
+    for err in exc.errors():
+        where = ".".join(str(x) for x in err.get("loc", ()))
+        msg = str(err.get("msg", "")).removeprefix("Value error, ")
+        parts.append(f"{where}: {msg}" if where else msg)
+    return "; ".join(parts)
 
 
 class _Strict(BaseModel):
@@ -159,4 +175,5 @@ __all__ = [
     "ModelInput",
     "ModelSpecError",
     "SeriesInput",
+    "one_line",
 ]

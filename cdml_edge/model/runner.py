@@ -119,7 +119,11 @@ class ModelRunner:
             session = open_session(p, ov.settings)
             described = desc.output is not None or not has_spec(session)
             spec, head = describe_model(session, p, desc)
-            problems = graph_problems(session, spec, head) if described else _missing(session, spec)
+            problems = (
+                graph_problems(session, spec, head)
+                if described  # our metadata: first the outputs it names, then the rest
+                else _missing(session, spec) or graph_problems(session, spec, head)
+            )
             if problems:
                 raise ModelSpecError(f"{p}: " + "; ".join(problems))
         except Exception as exc:

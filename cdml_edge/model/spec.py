@@ -36,6 +36,7 @@ from cdml_edge.model.inputs import (
     ModelInput,
     ModelSpecError,
     SeriesInput,
+    one_line,
 )
 from cdml_edge.model.prepare import fit_input_stats, prepare_batch, prepare_item
 from cdml_edge.model.session import InferenceSettings, resolve_providers
@@ -134,7 +135,7 @@ class ModelSpec(_StrictSpec):
         try:
             return cls.model_validate_json(raw)
         except ValidationError as exc:
-            raise ModelSpecError(f"{source}: invalid {META_KEY!r}: {exc}") from exc
+            raise ModelSpecError(f"{source}: invalid {META_KEY!r}: {one_line(exc)}") from exc
 
     def input_shape(self, batch: int | str = "N") -> list[int | str]:
         """The input's shape with ``batch`` as its first dimension."""

@@ -38,6 +38,8 @@ def write_new(directory: Path, stem: str, payload: dict[str, Any]) -> Path:
 
     The bytes go to a temporary file first (fsynced), which is then hard-linked to the first
     free name of :func:`cdml_edge.fsio.unique_name`'s series, and the folder is fsynced.
+    The temporary file is removed however this ends (a full disk, Ctrl-C); an ``OSError``
+    of the write names the checkpoint it was writing.
     ``link`` fails on an existing name, so claiming a name is atomic and two writers can
     never clobber each other; ``atomic_write`` (rename) would replace a file that appeared
     after the name was chosen.
@@ -46,15 +48,20 @@ def write_new(directory: Path, stem: str, payload: dict[str, Any]) -> Path:
     buf = io.BytesIO()
     torch.save(payload, buf)
     tmp = directory / f".{stem}.{os.getpid()}.tmp"
-    with open(tmp, "wb") as f:
-        f.write(buf.getvalue())
-        f.flush()
-        os.fsync(f.fileno())
     try:
+        try:
+            with open(tmp, "wb") as f:
+                f.write(buf.getvalue())
+                f.flush()
+                os.fsync(f.fileno())
+        except OSError as exc:  # a full disk: say where (a write's error names no file)
+            if exc.filename is not None:
+                raise
+            raise OSError(exc.errno, exc.strerror, str(directory / f"{stem}.pt")) from exc
         path = unique_name(directory, f"{stem}.pt", exists=_claim_by_link(tmp), attempts=10_000)
     except FileExistsError:
         raise CheckpointError(f"{directory}: no free checkpoint name for {stem}") from None
-    finally:
+    finally:  # also on Ctrl-C or a full disk: no partial file is left behind
         tmp.unlink(missing_ok=True)
     fsync_dir(directory)
     return path

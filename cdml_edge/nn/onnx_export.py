@@ -9,6 +9,8 @@ for anomaly models (the scorer is part of the graph). The TorchScript-based expo
 from __future__ import annotations
 
 import copy
+import io
+import os
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,6 +21,7 @@ import torch
 from torch import nn
 
 from cdml_edge.errors import CdmlError
+from cdml_edge.fsio import fsync_dir
 from cdml_edge.model.spec import INPUT_NAME, ModelSpec, load_onnx_model
 from cdml_edge.nn import checkpoint
 from cdml_edge.nn.base import LatentModel
@@ -84,32 +87,64 @@ def export_onnx(
     tolerance: float = PARITY_TOLERANCE,
     check_inputs: torch.Tensor | None = None,
 ) -> ExportReport:
-    """Export ``model`` to ``path`` and verify it in onnxruntime (fail above ``tolerance``)."""
-    import onnx
+    """Export ``model`` to ``path`` and verify it in onnxruntime (fail above ``tolerance``).
 
+    The file is written to a hidden temporary file beside ``path`` (fsynced), checked there,
+    then renamed into place: an interrupted or failed export leaves ``path`` as it was.
+    """
     out = Path(path)
+    if out.is_dir():
+        raise OnnxExportError(f"{out}: is a folder; give the .onnx file to write")
     out.parent.mkdir(parents=True, exist_ok=True)
     graph, names = export_graph(copy.deepcopy(model).cpu(), spec, scorer)
     graph = graph.cpu().eval()  # a copy: the caller's model keeps its device and mode
     if spec.task == "anomaly" and spec.anomaly_threshold is None:
         raise OnnxExportError(f"{out}: spec has no anomaly_threshold")
     spec = spec.model_copy(update={"outputs": names})
+    proto = _exported(graph, spec, names, opset, out)
+    tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
+    try:
+        try:
+            _save_model(proto.SerializeToString(), tmp)
+        except OSError as exc:  # a full disk: name the file asked for, not the temporary one
+            raise OSError(exc.errno, exc.strerror, str(out)) from exc
+        diff = parity(graph, tmp, spec, check_inputs)
+        if not diff <= tolerance:
+            raise OnnxExportError(
+                f"{out}: onnxruntime differs from torch by {diff:.3g} > {tolerance}"
+            )
+        tmp.replace(out)
+    finally:  # also on Ctrl-C or a full disk: no partial file is left behind
+        tmp.unlink(missing_ok=True)
+    fsync_dir(out.parent)
+    return ExportReport(out, opset, diff, out.stat().st_size, names)
+
+
+def _exported(graph: nn.Module, spec: ModelSpec, names: list[str], opset: int, out: Path) -> Any:
+    """The ONNX ``ModelProto`` of ``graph`` at ``opset``, with ``spec`` as its metadata, checked.
+
+    Exported in memory: only the finished file touches the disk. A graph the exporter or the
+    ONNX checker refuses (an opset too old for an operator) is an :class:`OnnxExportError`
+    naming ``out`` and the opset.
+    """
+    import onnx
+
     example = torch.randn(2, *spec.input.shape())
-    tmp = out.with_name(out.name + ".tmp")
+    buf = io.BytesIO()
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             torch.onnx.export(
                 graph,
                 (example,),
-                str(tmp),
+                buf,  # type: ignore[arg-type]  # the TorchScript exporter writes to a file object
                 input_names=[INPUT_NAME],
                 output_names=names,
                 dynamic_axes={n: {0: "batch"} for n in [INPUT_NAME, *names]},
                 opset_version=opset,
                 dynamo=False,
             )
-        proto = onnx.load(str(tmp))
+        proto = onnx.load_from_string(buf.getvalue())
         del proto.metadata_props[:]
         for key, value in spec.to_metadata().items():
             entry = proto.metadata_props.add()
@@ -117,16 +152,18 @@ def export_onnx(
         proto.producer_name = "cdml-edge"
         proto.model_version = _int_version(spec.version)
         onnx.checker.check_model(proto)
-        onnx.save(proto, str(tmp))
-        diff = parity(graph, tmp, spec, check_inputs)
-        if not diff <= tolerance:
-            raise OnnxExportError(
-                f"{out}: onnxruntime differs from torch by {diff:.3g} > {tolerance}"
-            )
-        tmp.replace(out)
-    finally:
-        tmp.unlink(missing_ok=True)
-    return ExportReport(out, opset, diff, out.stat().st_size, names)
+    except (RuntimeError, ValueError, onnx.checker.ValidationError) as exc:
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise OnnxExportError(f"{out}: cannot export at opset {opset}: {first}") from exc
+    return proto
+
+
+def _save_model(data: bytes, path: Path) -> None:
+    """Write the serialised model to ``path`` and fsync it (before it is renamed into place)."""
+    with open(path, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
 
 
 def _int_version(version: str) -> int:

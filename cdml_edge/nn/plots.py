@@ -1,7 +1,8 @@
 """Pictures of a training run, written beside its ``metrics.jsonl``.
 
 ``training.png`` (loss and accuracy per epoch, training and validation) and ``confusion.png``
-(validation labels against predictions; the counts also in ``confusion.json``).
+(validation labels against predictions, a class name longer than :data:`TICK_CHARS` cut
+with an ellipsis; the counts and the whole names also in ``confusion.json``).
 """
 
 from __future__ import annotations
@@ -24,6 +25,18 @@ log = logging.getLogger(__name__)
 CURVES_PNG = "training.png"
 CONFUSION_PNG = "confusion.png"
 CONFUSION_JSON = "confusion.json"
+
+
+TICK_CHARS = 24
+"""Longest class name drawn whole on the confusion picture (``confusion.json`` keeps all)."""
+
+
+def tick_label(name: str, limit: int = TICK_CHARS) -> str:
+    """``name`` as drawn on an axis: cut to ``limit`` characters with an ellipsis.
+
+    A long class name would otherwise squeeze the matrix to nothing.
+    """
+    return name if len(name) <= limit else name[: limit - 1] + "\u2026"
 
 
 @torch.no_grad()
@@ -83,11 +96,12 @@ def write_training_plots(
         acc = float(np.trace(confusion)) / total
         side = max(4.0, 0.6 * len(classes) + 2)
         fig, (ax,) = charts.figure(1, width=side, height=side)
+        ticks = [tick_label(c) for c in classes]
         charts.matrix(
             ax,
             confusion,
-            classes,
-            classes,
+            ticks,
+            ticks,
             f"validation: {total} items, accuracy {acc:.1%}",
             "true",
             "predicted",

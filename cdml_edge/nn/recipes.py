@@ -61,7 +61,9 @@ class InputShape:
 
 
 def _image_input(sample: np.ndarray | None, shape: InputShape) -> ModelInput:
-    c = 3 if shape.channels == 3 else 1
+    if shape.channels not in (1, 3):
+        raise ValueError(f"channels: 1 (grey) or 3 (RGB), got {shape.channels}")
+    c = shape.channels
     return ImageInput.model_validate(
         {"channels": c, "size": shape.image_size, "mean": [0.5] * c, "std": [0.5] * c}
     )
@@ -197,6 +199,12 @@ def train_from_archive(
         InputShape(image_size, channels),
         select,
     )
+    if normal_label is not None and normal_label not in classes:  # before any epoch runs
+        raise LabelError(
+            str(data),
+            f"normal class (--anomaly-normal) {normal_label!r} is not a class folder; the "
+            f"classes: {', '.join(classes)}",
+        )
     if normal_label is None and len(classes) == 1:
         raise LabelError(
             str(data),
@@ -285,10 +293,29 @@ def _spec_from_data(
         probe_input = recipe.build(None, shape)
     probe = spec_dataset(data, _classifier(modality, "probe", probe_input), raw=True, **select)
     classes = list(probe.classes)
+    _check_class_names(data, classes)
     spec = _classifier(modality, name, recipe.build(np.asarray(probe[0][0]), shape))
     spec = spec.model_copy(update={"labels": classes, "version": version})
     # a generator: image inputs have fixed statistics, so their items are not decoded here
     return fit_input_stats(spec, (np.asarray(probe[i][0]) for i in range(len(probe)))), classes
+
+
+def _check_class_names(data: Any, classes: list[str]) -> None:
+    """Refuse a class folder whose name is not UTF-8 text, before any epoch runs.
+
+    Labels are stored in the checkpoint and the ONNX metadata as UTF-8; a raw byte of
+    another encoding (kept by the archive reader as a lone surrogate) is shown as ``%XX``.
+    """
+    from cdml_edge.fsio import display_name
+
+    for name in classes:
+        shown = display_name(name)
+        if shown != name:
+            raise LabelError(
+                str(data),
+                f"class folder {shown!r} is not UTF-8 text (labels are stored as UTF-8 in "
+                "the model): rename it and pack the archive again",
+            )
 
 
 def _datasets(

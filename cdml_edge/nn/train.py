@@ -24,12 +24,26 @@ StepCallback = Callable[[int, int, float], None]  # (epoch, step, loss)
 
 
 def resolve_device(device: str = "auto") -> torch.device:
-    """``auto``: this rank's CUDA device when available, else the CPU."""
-    if device != "auto":
-        return torch.device(device)
-    if torch.cuda.is_available():
-        return torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0)))
-    return torch.device("cpu")
+    """``auto``: this rank's CUDA device when available, else the CPU.
+
+    A name torch does not know, or a CUDA device this machine does not have, is a
+    :class:`ValueError` saying so (not torch's own error at the first tensor moved there).
+    """
+    if device == "auto":
+        if torch.cuda.is_available():
+            return torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0)))
+        return torch.device("cpu")
+    try:
+        dev = torch.device(device)
+    except RuntimeError:
+        raise ValueError(f"{device!r} is not a device (auto, cpu, cuda, cuda:N)") from None
+    if dev.type == "cuda":
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if count == 0:
+            raise ValueError("CUDA is not available here (no GPU, or torch built without CUDA)")
+        if dev.index is not None and dev.index >= count:
+            raise ValueError(f"this machine has {count} CUDA device(s): cuda:0 to cuda:{count - 1}")
+    return dev
 
 
 def init_distributed(device: torch.device | str = "auto") -> bool:
@@ -239,8 +253,14 @@ class CDMLTrainer:
         assert self.out_dir is not None
         self.out_dir.mkdir(parents=True, exist_ok=True)
         line = json.dumps({"ts": round(time.time(), 3), **record}, sort_keys=True)
-        with open(self.out_dir / "metrics.jsonl", "a", encoding="utf-8") as f:
-            f.write(line + "\n")
+        path = self.out_dir / "metrics.jsonl"
+        try:
+            with open(path, "a", encoding="utf-8") as f:
+                f.write(line + "\n")
+        except OSError as exc:  # a full disk: a write's error names no file
+            if exc.filename is not None:
+                raise
+            raise OSError(exc.errno, exc.strerror, str(path)) from exc
 
     def checkpoint_payload(self) -> dict[str, Any]:
         """What a checkpoint holds: the model, its optimizer, epoch, history, spec and extras.
