@@ -23,6 +23,7 @@ ROOT = Path(__file__).resolve().parents[2] / "cdml_edge"
 # Top to bottom. A name is a top-level module or package of cdml_edge; names on one line are
 # peers and must not import each other.
 LAYERS: list[tuple[str, ...]] = [
+    ("entry",),
     ("cli",),
     ("commands",),
     # the users of the components below; as peers none of them reaches into another (so
