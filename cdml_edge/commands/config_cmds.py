@@ -43,6 +43,7 @@ def validate(
         _validate_for_board(path)
         return
     from cdml_edge.agent.preflight import unscored_warning, validate_runnable
+    from cdml_edge.config.checks import no_sources_warning
 
     with user_errors("config validate"):
         try:
@@ -58,7 +59,11 @@ def validate(
         + (f"; largest file the budget admits: {sizes}" if sizes else "")
         + ")"
     )
-    warning = unscored_warning(checked.config)
+    _warn(path, unscored_warning(checked.config))
+    _warn(path, no_sources_warning(checked.config))
+
+
+def _warn(path: Path, warning: str | None) -> None:
     if warning is not None:
         typer.echo(f"{path}: warning: {warning}")
 
@@ -81,10 +86,12 @@ def _summary(config: AppConfig) -> str:
 
 def _validate_for_board(path: Path) -> None:
     from cdml_edge.agent.preflight import validate_elsewhere
+    from cdml_edge.config.checks import no_sources_warning
 
     with user_errors("config validate"):
         checked = validate_elsewhere(path)
     typer.echo(f"{path}: valid for another machine ({_summary(checked.config)})")
+    _warn(path, no_sources_warning(checked.config))
     if checked.skipped:
         typer.echo("not checked here (they need that machine's files and environment):")
         for field, what in checked.skipped:

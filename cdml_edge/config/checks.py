@@ -6,6 +6,7 @@ certificate / key, the password file), a ``password_env`` that is not set, and e
 it names (a folder source, ``move_to``, quarantine, retention, spool, state, the folder of
 ``output.jsonl``) that exists but is not a folder, or an ``output.jsonl`` that is a folder.
 ``cdml-edge config validate`` and ``cdml-edge run`` both report them (exit status 2).
+:func:`no_sources_warning` says when a valid configuration watches nothing (an empty file).
 """
 
 from __future__ import annotations
@@ -131,6 +132,20 @@ def file_problems(cfg: AppConfig) -> list[tuple[str, str]]:
     return out
 
 
+def no_sources_warning(cfg: AppConfig) -> str | None:
+    """A warning for a configuration without sources (an empty file is one), else ``None``.
+
+    ``sources`` may be empty (every section has a default), but the agent it starts watches
+    nothing and publishes only its health.
+    """
+    if cfg.sources:
+        return None
+    return (
+        "no sources: the agent would watch nothing (add a folder or camera under sources; "
+        "an empty file is a configuration of defaults only)"
+    )
+
+
 def _installed(module: str) -> bool:
     try:
         return importlib.util.find_spec(module) is not None
@@ -138,4 +153,11 @@ def _installed(module: str) -> bool:
         return False
 
 
-__all__ = ["file_problem", "file_problems", "folder_problem", "named_files", "named_folders"]
+__all__ = [
+    "file_problem",
+    "file_problems",
+    "folder_problem",
+    "named_files",
+    "named_folders",
+    "no_sources_warning",
+]

@@ -16,6 +16,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ValidationError
 
+from cdml_edge.config.bare_vars import bare_variables
 from cdml_edge.config.bounded import ConfigReadError, DuplicateKeys, parse_yaml, read_text
 from cdml_edge.config.schema import TOPIC_SAFE, AppConfig, is_model_class
 from cdml_edge.errors import CdmlError
@@ -189,8 +190,8 @@ def parse_config(
         data = {}
     if not isinstance(data, dict):
         raise ConfigError(file, [("", "the top level must be a mapping of sections")])
-    unset: list[tuple[str, str]] = []  # reported with every other problem, not alone
-    data = substitute_env(data, unset=unset)
+    unset = bare_variables(data)  # $HOME in a path: refused as an unset ${VAR} is
+    data = substitute_env(data, unset=unset)  # reported with every other problem, not alone
     context: dict[str, Any] = {"state_directory": state_directory}
     if base_dir is not None:
         name = Path(file).name if file != "<config>" else None
