@@ -42,6 +42,7 @@ from cdml_edge.agent.startup import StartupClock, limit_blas_threads
 from cdml_edge.agent.state import StateLock
 from cdml_edge.agent.workers import WindowWorkers
 from cdml_edge.config import AppConfig, ConfigError, SourceConfig, load_config
+from cdml_edge.config.checks import no_sources_warning
 from cdml_edge.decode.limits import DecodeLimits, set_charge, set_limits
 from cdml_edge.health import ActivityBoard, Metrics, MetricsServer, ProgressWatchdog, SdNotifier
 from cdml_edge.health.observed import ObservedOutput
@@ -370,8 +371,9 @@ class Agent:
             label = str(self.config_path or "<config>")
             raise ConfigError(label, [(field, f"cannot be loaded: {exc}")]) from exc
         check_models(self.cfg, self.runners, str(self.config_path or "<config>"))
-        if (warning := unscored_warning(self.cfg)) is not None:
-            log.warning("%s", warning)
+        for warning in (unscored_warning(self.cfg), no_sources_warning(self.cfg)):
+            if warning is not None:
+                log.warning("%s", warning)
         window_charges(self.budget, self.runners)
 
     def init_decoders(self) -> str:

@@ -6,6 +6,7 @@ import os
 from pathlib import Path
 
 from cdml_edge.config import AppConfig, ConfigError, load_config
+from cdml_edge.config.checks import no_sources_warning
 from cdml_edge.doctor.broker import check_broker
 from cdml_edge.doctor.check import DEFAULT_TIMEOUT_S, Check
 from cdml_edge.doctor.folders import check_state_dir, check_writable_dirs
@@ -66,6 +67,8 @@ def diagnose(
         except ConfigError as exc:
             return DoctorReport([*first, Check("config", False, str(exc))], config_error=True)
         checks = [*first, Check("config", True, f"{config} valid")]
+        if (empty := no_sources_warning(cfg)) is not None:
+            checks.append(Check("sources", True, empty, warn=True))
         checks += run_checks(cfg, timeout_s=timeout_s, user=user, unit=unit)
     return DoctorReport(checks)
 
