@@ -102,6 +102,25 @@ class FolderListing:
     files: list[tuple[str, Path]] = field(default_factory=list)  # (member name, path)
     skipped: dict[str, str] = field(default_factory=dict)  # name -> what it is
 
+    def leave_out(self, path: str | os.PathLike[str], what: str) -> None:
+        """Move the file at ``path`` (if listed) from the files to pack to ``skipped``."""
+        try:
+            target = os.stat(path)
+        except OSError:
+            return
+        keep: list[tuple[str, Path]] = []
+        for name, file in self.files:
+            try:
+                st = file.stat()
+            except OSError:
+                keep.append((name, file))
+                continue
+            if (st.st_dev, st.st_ino) == (target.st_dev, target.st_ino):
+                self.skipped[name] = what
+            else:
+                keep.append((name, file))
+        self.files = keep
+
 
 def list_folder(folder: str | os.PathLike[str]) -> FolderListing:
     """Every regular file under ``folder``, sorted by name, and what is not one.

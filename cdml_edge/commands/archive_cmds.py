@@ -85,8 +85,12 @@ def pack(
     with user_errors("pack"):
         format_for_path(out)  # an unknown suffix is refused before any work
         listing = list_folder(folder)
+        listing.leave_out(out, "the output archive")  # packed again, it would nest
         for name, what in listing.skipped.items():
-            typer.echo(f"skipped (not a regular file): {shown(name)}: {what}")
+            if what == "the output archive":
+                typer.echo(f"skipped (the output archive): {shown(name)}")
+            else:
+                typer.echo(f"skipped (not a regular file): {shown(name)}: {what}")
         total = sum(p.stat().st_size for _, p in listing.files)
         with bytes_bar(total) as advance:
             size = pack_dir(
