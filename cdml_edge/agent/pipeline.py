@@ -30,6 +30,7 @@ from cdml_edge.intake.finishing import FileLifecycle
 from cdml_edge.intake.windower import PipelineGate
 from cdml_edge.model.runner import ModelRunner
 from cdml_edge.outputs.base import Output
+from cdml_edge.outputs.jsonl import StdoutClosed
 from cdml_edge.store.retention import StoreStatus
 from cdml_edge.window.configured import pack_and_score
 from cdml_edge.window.items import FileIdentity, Window
@@ -46,8 +47,9 @@ log = logging.getLogger(__name__)
 class OutputFailed(CdmlError):
     """The output refused a window's messages (disk full, publisher closed).
 
-    Not the files' fault: they stay on disk and are taken again; their budget bytes are
-    already released.
+    Not the files' fault: they stay on disk and are taken again with a backoff; their budget
+    bytes are already released. Caused by :class:`~cdml_edge.outputs.jsonl.StdoutClosed`
+    (stdout's reader went away), the agent stops instead: nothing would take them.
     """
 
 
@@ -109,11 +111,16 @@ class WindowPipeline:
         try:
             self.process(window)
         except OutputFailed as exc:
-            log.error(
-                "output failed for window %s, files kept for a retry: %s", window.window_id, exc
-            )
             self.metrics.errors.labels(stage="output").inc()
-            self.retry.output_failed(window)
+            if isinstance(exc.__cause__, StdoutClosed):  # for good: stop, files kept
+                self.retry.output_closed(window)
+            else:
+                log.error(
+                    "output failed for window %s, files kept for a retry: %s",
+                    window.window_id,
+                    exc,
+                )
+                self.retry.output_failed(window)
             self.done()
         except Exception as exc:
             log.exception("window %s failed", window.window_id)
@@ -217,6 +224,7 @@ class WindowPipeline:
 
         def on_durable() -> None:
             self.attempts.clear(done_ids)
+            self.retry.delivered(done_ids)
             for p, ident, digest in done_files:
                 if hold:
                     self.retry.hold_for_retention(source, p, self._ring_failing)
@@ -245,6 +253,7 @@ class WindowPipeline:
 
         def on_given_up() -> None:
             self.attempts.clear(ids)
+            self.retry.delivered(ids)
             src = self.sources.get(source)
             for p in paths:
                 if src is not None:

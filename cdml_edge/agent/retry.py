@@ -4,7 +4,12 @@ Two failures are told apart. A window that failed as a whole (a model error, say
 attempt against each of its files: a file is taken again after ``RETRY_BACKOFF_S`` doubling
 per attempt, and quarantined once it was in ``WINDOW_ATTEMPTS`` failed windows. A window the
 output refused (disk full, publisher closed) is not the files' fault: they are put back
-without an attempt counted, and intake pauses for ``OUTPUT_PAUSE_S``.
+without an attempt counted, never quarantined for it, each taken again after
+``OUTPUT_PAUSE_S`` doubling per refusal of that file up to ``OUTPUT_PAUSE_MAX_S`` (a file
+delivered starts again at ``OUTPUT_PAUSE_S``), and intake pauses for ``OUTPUT_PAUSE_S``.
+A window refused because stdout's reader went away (``| head -1``) is not retried at all:
+nothing will take its results, so the agent stops (one line says why) and its files stay
+for the next run.
 
 A window the retention ring wanted but could not write (a full disk, an I/O error) has its
 results published, but with ``retention.required`` its files are held: left on disk, not
@@ -17,19 +22,24 @@ that got room again is noticed even when no new file arrives.
 from __future__ import annotations
 
 import threading
+from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 
 from cdml_edge.agent.error_events import ErrorReporter
+from cdml_edge.backoff import backoff_delay
 from cdml_edge.health import Metrics
 from cdml_edge.intake.factory import Source
 from cdml_edge.intake.finishing import FileLifecycle
+from cdml_edge.outputs.jsonl import stop_for_closed_stdout
 from cdml_edge.window.items import Window
 from cdml_edge.window.topics import OutMessage
 
 WINDOW_ATTEMPTS = 3  # a file whose whole window failed this often is quarantined
 RETRY_BACKOFF_S = 0.5  # first retry after 0.5 s, then 1 s, 2 s ...
-OUTPUT_PAUSE_S = 1.0  # intake pause (and retry delay) after the output refused a window
+OUTPUT_PAUSE_S = 1.0  # intake pause, and a file's first retry, after the output refused it
+OUTPUT_PAUSE_MAX_S = 30.0  # a file the output keeps refusing is taken again this often
+OUTPUT_REFUSED_MAX = 4096  # files whose refusals are remembered (the oldest forgotten first)
 HELD_MAX = 4096  # files held for the ring that are remembered (the rest: next start's scan)
 RETENTION_PROBE_S = 10.0  # while files are held, one is offered again this often
 
@@ -60,6 +70,32 @@ class Attempts:
                 self._counts.pop(i, None)
 
 
+class OutputRefusals:
+    """Output refusals per item id (files only): how long each file waits; thread-safe.
+
+    Never a reason to quarantine. At most ``OUTPUT_REFUSED_MAX`` files are remembered.
+    """
+
+    def __init__(self) -> None:
+        self._counts: OrderedDict[str, int] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def delay(self, item_id: str) -> float:
+        """Count one more refusal of ``item_id``; the seconds before it is taken again."""
+        with self._lock:
+            n = self._counts.pop(item_id, 0) + 1
+            self._counts[item_id] = n
+            while len(self._counts) > OUTPUT_REFUSED_MAX:
+                self._counts.popitem(last=False)
+        return backoff_delay(n - 1, OUTPUT_PAUSE_S, OUTPUT_PAUSE_MAX_S)
+
+    def clear(self, item_ids: Iterable[str]) -> None:
+        """The items' results were delivered (or given up on): they start again."""
+        with self._lock:
+            for i in item_ids:
+                self._counts.pop(i, None)
+
+
 class WindowRetryPolicy:
     """Applies the module's policy to the windows of the running sources."""
 
@@ -83,6 +119,7 @@ class WindowRetryPolicy:
         self.held_total = 0  # files ever held for the ring
         self.held_unlisted = 0  # held beyond HELD_MAX: taken again only at the next start
         self._probe: threading.Timer | None = None
+        self.refusals = OutputRefusals()
 
     def hold_for_retention(self, source: str, path: Path, ring_failing: Callable[[], bool]) -> None:
         """Keep a scored file on disk, not taken again, until :meth:`retention_recovered`.
@@ -133,18 +170,36 @@ class WindowRetryPolicy:
             return len(self._held)
 
     def output_failed(self, window: Window) -> None:
-        """Put the window's files back, pause intake for ``OUTPUT_PAUSE_S``.
+        """Put the window's files back with a backoff, pause intake for ``OUTPUT_PAUSE_S``.
 
-        No attempt is counted against the files (camera frames are lost, counted by the
-        error metric).
+        Each file is taken again after ``OUTPUT_PAUSE_S`` doubling per refusal of it, at
+        most ``OUTPUT_PAUSE_MAX_S``. No attempt is counted against the files (camera frames
+        are lost, counted by the error metric).
         """
         src = self.sources.get(window.source)
         if src is None:
             return
         for it in window.items:
             if it.path is not None:
-                src.retry(it.path, OUTPUT_PAUSE_S)
+                src.retry(it.path, self.refusals.delay(it.item_id))
         self._pause_intake(OUTPUT_PAUSE_S)
+
+    def delivered(self, item_ids: Iterable[str]) -> None:
+        """The items' results are durable (or given up on): their refusals no longer count."""
+        self.refusals.clear(item_ids)
+
+    def output_closed(self, window: Window) -> None:
+        """Stdout's reader went away: the window's files stay for the next run; stop.
+
+        The first window says so in one line and sets the agent's stop (as SIGTERM does);
+        the windows drained after it go quietly. Its files are put back, to be taken again
+        only after the stop (that is, by the next run's scan).
+        """
+        src = self.sources.get(window.source)
+        for it in window.items:
+            if it.path is not None and src is not None:
+                src.retry(it.path, OUTPUT_PAUSE_MAX_S)
+        stop_for_closed_stdout(self._stopped)
 
     def window_failed(self, window: Window, exc: Exception) -> None:
         """Retry or quarantine the files of a window that failed as a whole.

@@ -1,14 +1,31 @@
-"""``cdml-edge run``: the edge agent."""
+"""``cdml-edge run``: the edge agent.
+
+Exits 0 once stopped (``--duration``, SIGTERM/SIGINT); 1 when it stopped because the reader of
+its results on stdout (``output: {jsonl: "-"}``) went away (``| head -1``): what it had not
+delivered stays in the folders for the next run.
+"""
 
 from __future__ import annotations
 
+import os
+import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 
-from cdml_edge.commands.exits import EXIT_START_FAILED, EXIT_USAGE, fail, user_errors
+from cdml_edge.commands.exits import (
+    EXIT_FAILED,
+    EXIT_START_FAILED,
+    EXIT_USAGE,
+    fail,
+    user_errors,
+)
 from cdml_edge.commands.journal_logs import configure_logging
 from cdml_edge.config import ConfigError, load_config
+
+if TYPE_CHECKING:
+    from cdml_edge.outputs.base import Output
 
 
 def run(
@@ -42,7 +59,26 @@ def run(
         fail("run", str(exc), EXIT_USAGE)
     except InferenceError as exc:
         fail("run", f"cannot start: {exc}", EXIT_START_FAILED)
+    if _stdout_closed(agent.output):
+        code = code or EXIT_FAILED
     raise typer.Exit(code)
+
+
+def _stdout_closed(output: Output) -> bool:
+    """Whether ``output`` wrote results to stdout and its reader went away.
+
+    Then stdout is pointed at ``/dev/null``: what is left in its buffer has nowhere to go,
+    and flushing it into the closed pipe at exit would print an error and change the code.
+    """
+    from cdml_edge.outputs.factory import leaves
+    from cdml_edge.outputs.jsonl import JsonlOutput
+
+    if not any(isinstance(o, JsonlOutput) and o.stdout_closed for o in leaves(output)):
+        return False
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+    return True
 
 
 def register(app: typer.Typer) -> None:

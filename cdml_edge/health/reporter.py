@@ -3,7 +3,8 @@
 Each interval the summary line is logged first, then the health message is handed to a
 thread of its own: an output that blocks (a frozen disk under ``output.jsonl``, say) never
 silences the log. While that message has not returned no other is sent, and each summary
-line says for how long; a stall the watchdog sees is said too.
+line says for how long; a stall the watchdog sees is said too. Results to stdout whose reader
+went away (:class:`~cdml_edge.outputs.jsonl.StdoutClosed`) stop the agent, in one line.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from cdml_edge.health.metrics import Metrics
 from cdml_edge.health.summary import RunSummary
 from cdml_edge.intake.factory import Source
 from cdml_edge.outputs.base import Output
+from cdml_edge.outputs.jsonl import StdoutClosed, stop_for_closed_stdout
 from cdml_edge.supervisor import Spawn, Worker, plain_thread
 from cdml_edge.window.payloads import HealthPayload, StatusPayload
 from cdml_edge.window.topics import OutMessage, Sequencer
@@ -53,6 +55,7 @@ class HealthReporter:
         self._skipped_seen: dict[str, int] = {}
         self._output_dropped_seen = 0
         self._thread: Worker | None = None
+        self._stopped: threading.Event | None = None  # the agent's stop, once started
         self.cameras = CameraBoard(metrics)
         self.summary = RunSummary()
         self.last: HealthPayload | None = None
@@ -77,6 +80,7 @@ class HealthReporter:
 
         The loop runs on a thread from ``spawn`` (the agent's supervisor).
         """
+        self._stopped = stopped
         if self._thread is None:
             self._thread = spawn("health", lambda: self._loop(stopped))
             self._thread.start()
@@ -96,6 +100,8 @@ class HealthReporter:
             self._output.publish_batch(
                 [OutMessage("status", payload.model_dump_json().encode(), retain=True)]
             )
+        except StdoutClosed:
+            self._stdout_closed()
         except Exception:
             log.exception("could not publish status %s", state)
 
@@ -107,10 +113,17 @@ class HealthReporter:
         assert self._output is not None
         try:
             self._output.publish_batch([OutMessage("health", payload.model_dump_json().encode())])
+        except StdoutClosed:
+            self._stdout_closed()
         except Exception:
             log.exception("could not publish health")
         self.last = payload
         return payload
+
+    def _stdout_closed(self) -> None:
+        """Results to stdout, whose reader went away: the agent stops (no traceback)."""
+        if self._stopped is not None:
+            stop_for_closed_stdout(self._stopped)
 
     def _payload(self, seq: int) -> HealthPayload:
         """The health payload now (``seq`` 0: only for a summary line, never published)."""

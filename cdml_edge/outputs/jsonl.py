@@ -12,6 +12,10 @@ is refused (``OSError``) and nothing of it stays behind to be written later. A l
 a killed writer (kill -9, a power cut) is cut off when the file is opened again, before the
 next line goes after it: its batch was never durable, so its results come again. A file
 moved away or deleted (logrotate) is followed by a new one at ``path``.
+
+Written to stdout (``path='-'``), a reader that went away (``| head -1``: ``EPIPE``) is
+for good: the batch and every later one are refused with :class:`StdoutClosed`, without
+another write, so whoever runs the output can stop instead of retrying.
 """
 
 from __future__ import annotations
@@ -42,6 +46,29 @@ def format_line(m: OutMessage, topic_prefix: str, device: str) -> str:
     return _line(m, topic_base(topic_prefix, device))
 
 
+STDOUT_CLOSED = "stdout is closed: nothing takes the results; stopping"
+"""The one line an agent logs when it stops because of :class:`StdoutClosed`."""
+
+_stopping = threading.Lock()
+
+
+class StdoutClosed(BrokenPipeError):
+    """Stdout's reader went away (``EPIPE``): nothing will take a line written there again."""
+
+
+def stop_for_closed_stdout(stopped: threading.Event) -> None:
+    """Log :data:`STDOUT_CLOSED` and set ``stopped``, unless it is set already.
+
+    Whoever first meets :class:`StdoutClosed` (a pipeline worker, the health loop) stops
+    the agent with it, as SIGTERM does; later ones, or those during a stop, say nothing.
+    """
+    with _stopping:
+        if stopped.is_set():
+            return
+        log.error("%s", STDOUT_CLOSED)
+        stopped.set()
+
+
 class JsonlOutput:
     """JSON-lines output; ``path='-'`` writes to stdout."""
 
@@ -68,11 +95,17 @@ class JsonlOutput:
         self._failed = 0
         self._degraded: str | None = None
         self._rotate_warned = False
+        self._stdout_closed = False
 
     @property
     def degraded(self) -> str | None:
         """Why the last batch could not be written (``None`` once one is)."""
         return self._degraded
+
+    @property
+    def stdout_closed(self) -> bool:
+        """Whether this output writes to stdout and its reader went away (for good)."""
+        return self._stdout_closed
 
     def start(self) -> None:
         """Open the file for appending (its folder made if needed); a second call does nothing.
@@ -101,7 +134,8 @@ class JsonlOutput:
         """Write, flush and (for a file) fsync ``messages``, then call ``on_durable``.
 
         Raises ``RuntimeError`` before :meth:`start`; an ``OSError`` is counted and raised,
-        and leaves nothing of the batch in the file.
+        and leaves nothing of the batch in the file. Once stdout's reader went away every
+        batch raises :class:`StdoutClosed`.
         """
         data = "".join(_line(m, self._prefix) for m in messages).encode()
         with self._lock:
@@ -121,13 +155,20 @@ class JsonlOutput:
             on_durable()
 
     def _write_stdout_locked(self, data: bytes, count: int) -> None:
+        if self._stdout_closed:
+            self._failed += count
+            raise StdoutClosed(errno.EPIPE, "stdout is closed")
         try:
             sys.stdout.write(data.decode())
             sys.stdout.flush()
-        except OSError as exc:  # a closed pipe
+        except OSError as exc:  # a closed pipe, a full disk under a redirection
             self._failed += count
             self._degraded = f"stdout: {exc.strerror or exc}: {count} messages not written"
-            raise
+            if exc.errno != errno.EPIPE:
+                raise
+            self._stdout_closed = True
+            self._degraded = "stdout is closed: nothing takes the results"
+            raise StdoutClosed(errno.EPIPE, "stdout is closed") from exc
 
     def _current_fd_locked(self) -> int:
         """The open file, or a new one when ``path`` no longer names it.
