@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import stat
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -63,6 +64,8 @@ def tail(
     with user_errors("tail"), _quiet_when_stdout_closes():
         cfg = load_config(config)
         followed = choose(cfg, file, broker, str(config))
+        if followed.file is not None:
+            _check_followed_file(followed.file)
         where = followed.describe(cfg)
         if json_out:
             last = run_tail(
@@ -77,6 +80,19 @@ def tail(
         message = never_connected(last["link"])
         if message:
             fail("tail", message, EXIT_FAILED)
+
+
+def _check_followed_file(path: Path) -> None:
+    """Say a file to follow is not there yet (on stderr); refuse one that is not a file."""
+    try:
+        st = path.stat()
+    except FileNotFoundError:
+        typer.echo(f"cdml-edge tail: {path} does not exist yet: waiting for it", err=True)
+        return
+    except OSError as exc:
+        fail("tail", f"{path}: cannot be read: {exc.strerror or exc}")
+    if not stat.S_ISREG(st.st_mode):
+        fail("tail", f"{path}: not a regular file (a JSON-lines file is followed)")
 
 
 def _live(
