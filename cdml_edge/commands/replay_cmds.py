@@ -12,6 +12,7 @@ from pathlib import Path
 
 import typer
 
+from cdml_edge import charts
 from cdml_edge.commands.exits import EXIT_FAILED, user_errors
 from cdml_edge.commands.progress import run_bar
 from cdml_edge.retrain.errors import ExportError, ReplayError
@@ -65,6 +66,10 @@ def replay(
     picture = getattr(summary, "comparison", None)  # the local engine draws one
     if picture is not None:
         typer.echo(f"before/after: {picture}")
+    elif out is not None and engine == "local" and not charts.available():
+        typer.echo(
+            "before/after: not drawn, matplotlib is not installed (pip install 'cdml-edge[plots]')"
+        )
     if not summary.complete:
         for line in summary.stats.errors:
             typer.echo(line, err=True)

@@ -9,6 +9,7 @@ import json
 from pathlib import Path
 
 import cv2
+import pytest
 import yaml
 from helpers.models import brightness_classifier
 from helpers.retention_data import scored_ring
@@ -109,3 +110,28 @@ def test_anomaly_scores_are_compared_and_bounded(tmp_path: Path) -> None:
 def test_nothing_to_compare_draws_nothing(tmp_path: Path) -> None:
     assert Comparison().write(tmp_path / "none.png") is None
     assert not (tmp_path / "none.png").exists()
+
+
+def test_without_matplotlib_the_missing_picture_is_explained(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The appliance's venv (``make demo``) has no matplotlib: the picture is not drawn, said why.
+
+    Before, ``before/after: X.png`` was simply missing from the output.
+    """
+    from cdml_edge import charts
+
+    monkeypatch.setattr(charts, "available", lambda: False)  # as where it is not installed
+    model = brightness_classifier(tmp_path / "brightness.onnx")
+    scored_ring(tmp_path / "ring", model, VALUES)
+    cfg = {
+        "models": {"image": {"path": "brightness.onnx"}},
+        "retention": {"dir": "ring", "max_bytes": "64MiB"},
+    }
+    (tmp_path / "f.yaml").write_text(yaml.safe_dump(cfg))
+    out = tmp_path / "new.jsonl"
+    args = ["replay", "--config", str(tmp_path / "f.yaml"), "--out", str(out), "-q"]
+    r = CliRunner().invoke(app, args)
+    assert r.exit_code == 0, r.output
+    assert "before/after: not drawn, matplotlib is not installed" in r.output
+    assert not (tmp_path / "new.png").exists()
