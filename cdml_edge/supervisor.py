@@ -27,6 +27,7 @@ from collections.abc import Callable
 from typing import Protocol
 
 from cdml_edge.backoff import backoff_delay
+from cdml_edge.errors import CdmlError
 
 log = logging.getLogger(__name__)
 
@@ -163,7 +164,12 @@ class Supervisor:
         with self._lock:
             self._dead[name] = None
         log.error(
-            "%s died: %s: %s; restart in %.1f s", name, type(exc).__name__, exc, delay, exc_info=exc
+            "%s died: %s: %s; restart in %.1f s",
+            name,
+            type(exc).__name__,
+            exc,
+            delay,
+            exc_info=None if isinstance(exc, CdmlError) else exc,  # a typed error says it all
         )
         self._call(self.on_death, name, exc, delay)
 

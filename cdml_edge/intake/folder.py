@@ -282,7 +282,13 @@ class FolderSource:
         polled instead, :attr:`degraded` says so, and every re-arm tries inotify again.
         """
         self._disarm()
-        self.spec.path.mkdir(parents=True, exist_ok=True)
+        if not self.spec.path.is_dir():
+            self.spec.path.mkdir(parents=True, exist_ok=True)
+            log.warning(
+                "source %s: made the folder %s (it was missing)",
+                self.spec.name,
+                log_name(self.spec.path),
+            )
         try:
             self._watch(polling=self.spec.polling)
             self._polled_because = None
