@@ -148,7 +148,7 @@ def validate_runnable(path: str | Path) -> Validated:
         raise ConfigError(label, problems)
     budget = ByteBudget(cfg.limits.max_inflight_bytes, data_factor=DATA_COPIES)
     window_charges(budget, runners)
-    sizes = {k: (budget.max_bytes - e) // DATA_COPIES for k, e in budget.item_extra.items()}
+    sizes = {k: budget.largest_file(k) for k in budget.item_extra}
     return Validated(cfg, sizes)
 
 

@@ -18,10 +18,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from cdml_edge.agent.runners import DATA_COPIES, window_charges
 from cdml_edge.config import AppConfig, ConfigError, SourceConfig
 from cdml_edge.decode.limits import DecodeLimits, set_limits
 from cdml_edge.fsio import display_name
-from cdml_edge.intake.base import NotRegularFile
+from cdml_edge.intake.base import FileTooLarge, NotRegularFile
+from cdml_edge.intake.budget import ByteBudget
 from cdml_edge.intake.folder import arrival_time, is_candidate
 from cdml_edge.intake.regular import kind_of
 from cdml_edge.modality import default_patterns
@@ -94,13 +96,14 @@ def source_for(cfg: AppConfig, path: Path, where: str = "<config>") -> SourceCon
     )
 
 
-def file_item(sc: SourceConfig, path: Path) -> Item:
+def file_item(sc: SourceConfig, path: Path, limit: int | None = None) -> Item:
     """``path`` as the folder source ``sc`` would read it (name, id, timestamp).
 
     Its time is the folder source's arrival rule with the moment it is read here as the
-    sighting: a file written long ago arrives now, as a file waiting at start does.
+    sighting: a file written long ago arrives now, as a file waiting at start does. A file
+    over ``limit`` bytes is :class:`FileTooLarge`, unread, as the folder source refuses it.
     """
-    data, st = _read_regular(path)
+    data, st = _read_regular(path, limit)
     read_at = time.time()
     inside = sc.path is not None and path.resolve().is_relative_to(sc.path.resolve())
     raw = os.path.relpath(path.resolve(), sc.path.resolve()) if inside and sc.path else path.name
@@ -116,7 +119,7 @@ def file_item(sc: SourceConfig, path: Path) -> Item:
     )
 
 
-def _read_regular(path: Path) -> tuple[bytes, os.stat_result]:
+def _read_regular(path: Path, limit: int | None = None) -> tuple[bytes, os.stat_result]:
     """The bytes of ``path`` (links followed: the user named it) and its ``fstat``.
 
     :class:`NotRegularFile` for a FIFO, socket, device or folder, judged on the opened file
@@ -127,6 +130,8 @@ def _read_regular(path: Path) -> tuple[bytes, os.stat_result]:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
             raise NotRegularFile(path, kind_of(st.st_mode))
+        if limit is not None and st.st_size > limit:
+            raise FileTooLarge(path, st.st_size, limit)
         with os.fdopen(fd, "rb", closefd=False) as fh:
             return fh.read(), st
     finally:
@@ -144,14 +149,36 @@ def run_trial(
     set_limits(DecodeLimits.of(cfg.limits))  # decoded as the agent decodes
     by_source: dict[str, list[Item]] = {}
     sources = {sc.name: sc for sc, _ in files}
+    limits = {name: admitted_bytes(cfg, sc, runners) for name, sc in sources.items()}
     for sc, path in files:
-        by_source.setdefault(sc.name, []).append(file_item(sc, path))
+        try:
+            by_source.setdefault(sc.name, []).append(file_item(sc, path, limits[sc.name]))
+        except FileTooLarge as exc:  # refused unread, as the folder source does
+            report.items += 1
+            report.failures += 1
+            report.messages.append(
+                error_event(
+                    sc.name,
+                    display_name(path.name),
+                    type(exc).__name__,
+                    str(exc),
+                    device=cfg.device.id,
+                    sequencer=seq,
+                )
+            )
     for name, items in by_source.items():
         sc = sources[name]
         step = sc.window.max_items
         for start in range(0, len(items), step):
             _score(cfg, sc, items[start : start + step], runners, seq, report)
     return report
+
+
+def admitted_bytes(cfg: AppConfig, sc: SourceConfig, runners: Mapping[str, ModelRunner]) -> int:
+    """The largest file the agent takes for ``sc``: what a window and the budget may hold."""
+    budget = ByteBudget(cfg.limits.max_inflight_bytes, data_factor=DATA_COPIES)
+    window_charges(budget, dict(runners))
+    return budget.largest_file(sc.modality, sc.window.max_bytes)
 
 
 def _score(

@@ -36,6 +36,11 @@ class ByteBudget:
         self._refused = 0
         self._lock = threading.Lock()
 
+    def largest_file(self, modality: str, cap: int | None = None) -> int:
+        """The largest file of ``modality`` the budget can be charged for, at most ``cap``."""
+        fits = (self.max_bytes - self.item_extra.get(modality, 0)) // self.data_factor
+        return max(0, fits if cap is None else min(fits, cap))
+
     def cost(self, nbytes: int, modality: str) -> int:
         """Budget bytes one item of ``nbytes`` and ``modality`` holds until its window is done."""
         return nbytes * self.data_factor + self.item_extra.get(modality, 0)

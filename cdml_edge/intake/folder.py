@@ -258,10 +258,7 @@ class FolderSource:
         What one window holds (``max_file_bytes``) and what the whole budget can be charged
         for it (its charge is a multiple of its size).
         """
-        b = self._budget
-        fits = (b.max_bytes - b.item_extra.get(self.spec.modality, 0)) // b.data_factor
-        cap = self.spec.max_file_bytes
-        return max(0, fits if cap is None else min(fits, cap))
+        return self._budget.largest_file(self.spec.modality, self.spec.max_file_bytes)
 
     # -- the watch -------------------------------------------------------------------------
     @property

@@ -169,3 +169,24 @@ def test_a_fifo_named_on_the_command_line_is_refused_not_waited_on(site: Path) -
     assert res.returncode == 2, res.stderr
     assert "pipe.jpg: not a regular file (FIFO)" in res.stderr, res.stderr
     assert res.stderr.count("\n") == 1
+
+
+def test_a_file_the_agent_would_refuse_as_too_large_is_refused_unread(site: Path) -> None:
+    """``test`` is the live pipeline: a file over what a window may hold is ``FileTooLarge``.
+
+    Before, ``test`` read it whole and scored it, where ``run`` refused and quarantined it.
+    """
+    cfg = (
+        (site / "site.yaml").read_text().replace("max_items: 2}", "max_items: 2, max_bytes: 4KiB}")
+    )
+    (site / "site.yaml").write_text(cfg)
+    big = site / "in" / "big.jpg"
+    big.write_bytes(jpeg(100, size=256) + b"\0" * 8192)
+    res = _run("--config", str(site / "site.yaml"), str(big), str(site / "in" / "a-dark.jpg"))
+    assert res.returncode == 1, res.stderr
+    msgs = _lines(res.stdout)
+    errors = [m["payload"] for m in msgs if m["topic"].endswith("/cam/error")]
+    assert [(e["item"], e["error_type"]) for e in errors] == [("big.jpg", "FileTooLarge")]
+    assert "limit 4096" in errors[0]["message"]
+    results = [m["payload"]["item"] for m in msgs if m["topic"].endswith("/cam/result")]
+    assert results == ["a-dark.jpg"]
