@@ -253,7 +253,14 @@ def _prepare_series(inp: SeriesInput, table: np.ndarray) -> np.ndarray:
     if a.ndim != 2:
         raise ModelSpecError(f"series: expected (rows, columns) array, got shape {a.shape}")
     if a.shape[1] != inp.channels:
-        raise ModelSpecError(f"series: expected {inp.channels} columns, got {a.shape[1]}")
+        raise ModelSpecError(
+            f"series: expected {inp.channels} columns, got {a.shape[1]}"
+            + (
+                f": name the {inp.channels} the model takes with models.<name>.input.columns"
+                if a.shape[1] > inp.channels and not inp.columns
+                else ""
+            )
+        )
     a = _fit_length(np.nan_to_num(a).T, inp.window)  # (channels, window)
     a = np.ascontiguousarray(_normalise(a, inp.mean, inp.std), dtype=np.float32)
     return a.reshape(-1) if inp.flat else a
