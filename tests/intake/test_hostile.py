@@ -10,39 +10,16 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import threading
 import time
 from pathlib import Path
 
 import pytest
 from helpers.agent_runs import jpeg, wait_for
+from helpers.source_sinks import Sink
 
 from cdml_edge.intake import FolderSource, FolderSpec, NotRegularFile, SourceError, inotify
 from cdml_edge.intake.budget import ByteBudget
-from cdml_edge.window.items import Item
 from cdml_edge.window.payloads import item_id
-
-
-class Sink:
-    def __init__(self) -> None:
-        self.items: list[Item] = []
-        self.errors: list[tuple[str, str | None, Exception, Path | None]] = []
-        self._lock = threading.Lock()
-
-    def __call__(self, item: Item) -> None:
-        with self._lock:
-            self.items.append(item)
-
-    def error(self, source: str, name: str | None, exc: Exception, path: Path | None) -> None:
-        with self._lock:
-            self.errors.append((source, name, exc, path))
-
-    def names(self) -> list[str]:
-        with self._lock:
-            return sorted(i.name for i in self.items)
-
-    def has(self, name: str) -> bool:
-        return name in self.names()
 
 
 def _source(tmp_path: Path, sink: Sink, **kw: object) -> FolderSource:

@@ -11,36 +11,16 @@ from __future__ import annotations
 
 import hashlib
 import os
-import threading
 from pathlib import Path
 
 import pytest
 from helpers.agent_runs import jpeg, wait_for
+from helpers.source_sinks import Sink
 
 from cdml_edge.intake import FolderSource, FolderSpec, inotify
 from cdml_edge.intake.budget import ByteBudget
 from cdml_edge.intake.finishing import FileLifecycle
 from cdml_edge.window.items import Item
-
-
-class Sink:
-    def __init__(self) -> None:
-        self.items: list[Item] = []
-        self.errors: list[tuple[str, str | None, Exception, Path | None]] = []
-        self._lock = threading.Lock()
-
-    def __call__(self, item: Item) -> None:
-        with self._lock:
-            self.items.append(item)
-
-    def error(self, source: str, name: str | None, exc: Exception, path: Path | None) -> None:
-        with self._lock:
-            self.errors.append((source, name, exc, path))
-
-    def names(self) -> list[str]:
-        with self._lock:
-            return sorted(i.name for i in self.items)
-
 
 WATCHES = ["inotify", "watchdog", "polling"]
 
