@@ -113,7 +113,7 @@ def file_item(sc: SourceConfig, path: Path, limit: int | None = None) -> Item:
         modality=sc.modality,
         ts=arrival_time(st.st_mtime, read_at),
         data=data,
-        item_id=item_id(sc.name, raw, len(data), st.st_mtime_ns),
+        item_id=item_id(sc.name, raw, len(data), st.st_mtime_ns, content=data),
         size=len(data),
         mtime_ns=st.st_mtime_ns,
     )

@@ -648,7 +648,7 @@ class FolderSource:
             modality=self.spec.modality,
             ts=arrival_time(mtime, pend.seen),
             data=data,
-            item_id=item_id(self.spec.name, raw, len(data), ident.mtime_ns),
+            item_id=item_id(self.spec.name, raw, len(data), ident.mtime_ns, content=data),
             path=Path(path),
             size=len(data),
             mtime_ns=ident.mtime_ns,

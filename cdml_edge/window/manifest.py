@@ -47,7 +47,7 @@ class _Model(BaseModel):
 class ManifestItem(_Model):
     """One file of the window, as it was packed."""
 
-    id: str = Field(description="Stable item id: item_id(source, name, size, mtime_ns)")
+    id: str = Field(description="Stable item id: item_id(source, name, size, mtime_ns, CRC-32)")
     member: str = Field(description="Member name inside the archive")
     name: str = Field(description="Original file name at the source")
     size: int = Field(ge=0, description="Size in bytes")

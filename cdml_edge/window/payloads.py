@@ -8,6 +8,7 @@ results on ``ItemResult.id`` (:func:`item_id`).
 from __future__ import annotations
 
 import hashlib
+import zlib
 from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer
@@ -86,7 +87,9 @@ class ModelVerdict(_Optional):
 class ItemResult(_Optional):
     """One scored item on ``{prefix}/{device}/{source}/result``."""
 
-    id: str = Field(description="Stable id for dedupe: item_id(source, name, size, mtime_ns)")
+    id: str = Field(
+        description="Stable id for dedupe: item_id(source, name, size, mtime_ns, content CRC-32)"
+    )
     window_id: str
     source: str
     item: str = Field(description="File name / member name of the item")
@@ -254,13 +257,19 @@ PAYLOAD_MODELS: dict[str, type[BaseModel]] = {
 }
 
 
-def item_id(source: str, name: str, size: int, mtime_ns: int) -> str:
+def item_id(
+    source: str, name: str, size: int, mtime_ns: int, *, content: bytes | None = None
+) -> str:
     """Stable result id: the same file seen twice (after a restart) gets the same id.
 
     ``name`` may hold raw bytes that are not UTF-8 (``os.fsdecode``): they are hashed as such.
+    ``content``: the file's bytes, whose CRC-32 joins the key, so that two files with the same
+    name, size and mtime (copied with their mtime, a coarse clock) get different ids.
     """
-    key = f"{source}\x00{name}\x00{size}\x00{mtime_ns}".encode("utf-8", "surrogateescape")
-    return hashlib.sha256(key).hexdigest()[:32]
+    key = f"{source}\x00{name}\x00{size}\x00{mtime_ns}"
+    if content is not None:
+        key += f"\x00{zlib.crc32(content):08x}"
+    return hashlib.sha256(key.encode("utf-8", "surrogateescape")).hexdigest()[:32]
 
 
 def payload_schemas() -> dict[str, dict[str, Any]]:

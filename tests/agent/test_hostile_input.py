@@ -73,7 +73,7 @@ def test_a_non_utf8_name_survives_end_to_end(tmp_path: Path, models: Path) -> No
     results = {r["item"]: r for r in of_kind(lines, "/result")}
     assert set(results) == {"ok-%FF%FE.jpg", "after.jpg"}
     assert results["ok-%FF%FE.jpg"]["id"] == item_id(
-        "cam", os.fsdecode(raw_good), good_st.st_size, good_st.st_mtime_ns
+        "cam", os.fsdecode(raw_good), good_st.st_size, good_st.st_mtime_ns, content=jpeg(230)
     )
     (err,) = of_kind(lines, "/error")
     assert err["item"] == "cut-%E9\n.jpg" and err["error_type"] == "DecodeError"

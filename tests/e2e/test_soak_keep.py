@@ -155,8 +155,9 @@ class Dropper:
         else:
             name = f"good{self.n}.jpg"
             future = roll < 0.20
-            st = self._put(name, image(self.rng), YEAR_2100 if future else None)
-            self.good[name] = item_id(SOURCE, name, st.st_size, st.st_mtime_ns)
+            data = image(self.rng)
+            st = self._put(name, data, YEAR_2100 if future else None)
+            self.good[name] = item_id(SOURCE, name, st.st_size, st.st_mtime_ns, content=data)
             if future:
                 self.future.add(name)
 
@@ -167,9 +168,10 @@ def _present(folder: Path, rng: random.Random) -> dict[str, str]:
     data = image(rng)
     for i in range(PRESENT):
         p = folder / f"present{i:05d}.jpg"
-        p.write_bytes(data + i.to_bytes(4, "big"))
+        body = data + i.to_bytes(4, "big")
+        p.write_bytes(body)
         st = p.stat()
-        out[p.name] = item_id(SOURCE, p.name, st.st_size, st.st_mtime_ns)
+        out[p.name] = item_id(SOURCE, p.name, st.st_size, st.st_mtime_ns, content=body)
     return out
 
 

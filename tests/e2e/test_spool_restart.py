@@ -83,7 +83,7 @@ def test_agent_kill_9_with_spooled_results_drains_after_restart(tmp_path: Path) 
         p = cam / f"f{n}.jpg"
         p.write_bytes(jpeg(40 * n))
         st = p.stat()
-        by_name[p.name] = item_id("cam", p.name, st.st_size, st.st_mtime_ns)
+        by_name[p.name] = item_id("cam", p.name, st.st_size, st.st_mtime_ns, content=jpeg(40 * n))
     expected = set(by_name.values())
     spool = tmp_path / "spool"
     first = _agent(cfg)

@@ -70,7 +70,10 @@ class Ledger:
     def add(self, st: os.stat_result, raw: bytes, data: bytes, corrupt: bool) -> None:
         """A version whose identity is ``st`` (taken before the agent may have moved it)."""
         v = Version(
-            raw, data, item_id(self.source, os.fsdecode(raw), st.st_size, st.st_mtime_ns), corrupt
+            raw,
+            data,
+            item_id(self.source, os.fsdecode(raw), st.st_size, st.st_mtime_ns, content=data),
+            corrupt,
         )
         with self.lock:
             self.versions.setdefault(raw, []).append(v)

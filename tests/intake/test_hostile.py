@@ -68,8 +68,9 @@ def test_a_non_utf8_name_is_taken_and_the_source_goes_on(
     json.dumps(odd.name).encode("utf-8")  # serialisable as it is
     assert odd.path is not None and os.fsencode(odd.path) == os.fsencode(inbox) + b"/" + raw
     st = os.stat(odd.path)
-    assert odd.item_id == item_id("cam", os.fsdecode(raw), st.st_size, st.st_mtime_ns)
-    assert odd.item_id != item_id("cam", odd.name, st.st_size, st.st_mtime_ns)
+    key = (st.st_size, st.st_mtime_ns)
+    assert odd.item_id == item_id("cam", os.fsdecode(raw), *key, content=odd.data)
+    assert odd.item_id != item_id("cam", odd.name, *key, content=odd.data)
     assert not sink.errors
 
 

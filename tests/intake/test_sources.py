@@ -83,7 +83,7 @@ def test_takes_complete_files_once_and_ignores_temporaries(tmp_path: Path, polli
         d = by_name["direct.jpg"]
         assert d.data == jpeg(20) and d.path == inbox / "direct.jpg"
         st = (inbox / "direct.jpg").stat()
-        assert d.item_id == item_id("cam", "direct.jpg", st.st_size, st.st_mtime_ns)
+        assert d.item_id == item_id("cam", "direct.jpg", st.st_size, st.st_mtime_ns, content=d.data)
         assert d.ts == pytest.approx(st.st_mtime, abs=1e-3)
         assert not sink.errors
     finally:
