@@ -54,6 +54,7 @@ class HealthReporter:
         self._sources: Mapping[str, Source] = {}
         self._skipped_seen: dict[str, int] = {}
         self._output_dropped_seen = 0
+        self._health_failing = False  # the last health message could not be published
         self._thread: Worker | None = None
         self._stopped: threading.Event | None = None  # the agent's stop, once started
         self.cameras = CameraBoard(metrics)
@@ -102,6 +103,8 @@ class HealthReporter:
             )
         except StdoutClosed:
             self._stdout_closed()
+        except OSError as exc:  # a full or failing disk under output.jsonl: said, not traced
+            log.error("could not publish status %s: %s", state, exc)
         except Exception:
             log.exception("could not publish status %s", state)
 
@@ -113,12 +116,21 @@ class HealthReporter:
         assert self._output is not None
         try:
             self._output.publish_batch([OutMessage("health", payload.model_dump_json().encode())])
+            self._health_failing = False
         except StdoutClosed:
             self._stdout_closed()
+        except OSError as exc:  # a full or failing disk under output.jsonl: said, not traced
+            self._health_failed(exc)
         except Exception:
             log.exception("could not publish health")
         self.last = payload
         return payload
+
+    def _health_failed(self, exc: OSError) -> None:
+        """One line, at error the first time in a row, then at debug (every interval else)."""
+        level = logging.DEBUG if self._health_failing else logging.ERROR
+        self._health_failing = True
+        log.log(level, "could not publish health: %s (said once until it works again)", exc)
 
     def _stdout_closed(self) -> None:
         """Results to stdout, whose reader went away: the agent stops (no traceback)."""
