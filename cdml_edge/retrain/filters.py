@@ -27,7 +27,7 @@ from typing import Any
 from cdml_edge.archive.names import normalize_member_name
 from cdml_edge.errors import CdmlError
 from cdml_edge.retrain.errors import OptionError
-from cdml_edge.units import parse_duration
+from cdml_edge.units import DURATION_PATTERN, parse_duration
 
 NUMERIC_FIELDS = frozenset({"score", "anomaly"})
 BOOL_FIELDS = frozenset({"anomalous", "relabelled"})
@@ -119,7 +119,7 @@ def parse_time(text: str, now: float | None = None) -> float:
         return float(s)
     except ValueError:
         pass
-    if re.fullmatch(r"[0-9.]+\s*[A-Za-z]+", s):
+    if re.fullmatch(DURATION_PATTERN, s):  # an age, written as the configuration's durations
         try:
             return (time.time() if now is None else now) - parse_duration(s)
         except ValueError as exc:

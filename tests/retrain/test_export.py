@@ -119,6 +119,12 @@ def test_filters(ring: Path, tmp_path: Path) -> None:
     assert parse_time("7d", now=T0) == T0 - 7 * 86400
 
 
+def test_an_age_is_read_as_the_configuration_reads_a_duration() -> None:
+    """``1e3s`` and ``1.5 min`` are durations in factory.yaml: ages in --since too."""
+    assert parse_time("1e3s", now=T0) == T0 - 1000
+    assert parse_time("1.5 min", now=T0) == T0 - 90
+
+
 def test_anomaly_filter_on_anomaly_scores(tmp_path: Path) -> None:
     ring = RetentionRing(tmp_path / "ring", max_bytes=10**8)
     files = [(f"f{i}.png", bytes([i]) * 50) for i in range(5)]
