@@ -144,7 +144,7 @@ class JsonlOutput:
             elif self._fd is None:
                 raise RuntimeError(f"{self.path}: output not started")
             else:
-                self._write_locked(self._current_fd_locked(), data, len(messages))
+                self._write_locked(*self._current_fd_locked(), data, len(messages))
             self._written += len(data)
             self._messages += len(messages)
             self._batches += 1
@@ -170,37 +170,39 @@ class JsonlOutput:
             self._degraded = "stdout is closed: nothing takes the results"
             raise StdoutClosed(errno.EPIPE, "stdout is closed") from exc
 
-    def _current_fd_locked(self) -> int:
-        """The open file, or a new one when ``path`` no longer names it.
+    def _current_fd_locked(self) -> tuple[int, int]:
+        """The open file and its size, or a new one when ``path`` no longer names it.
 
         Moved away (logrotate's ``create``) or deleted: the lines go to a new file at
         ``path``, not after the old one's.
         """
         assert self._fd is not None
+        mine = os.fstat(self._fd)
         try:
             st = os.stat(self.path)
-            mine = os.fstat(self._fd)
             if (st.st_dev, st.st_ino) == (mine.st_dev, mine.st_ino):
-                return self._fd
+                return self._fd, mine.st_size
         except FileNotFoundError:
             pass
         except OSError:  # cannot tell: write on where it writes
-            return self._fd
+            return self._fd, mine.st_size
         try:
             fd = self._open()
         except OSError as exc:  # its folder gone too: write on in the old file
             log.warning("%s: moved away and cannot be made again (%s)", self.path, exc)
-            return self._fd
+            return self._fd, mine.st_size
         log.info("%s: moved away or deleted; writing to a new file", self.path)
         with contextlib.suppress(OSError):
             os.close(self._fd)
         self._fd = fd
         self._size = _cut_torn_tail(fd, self.path)
-        return fd
+        return fd, self._size
 
-    def _write_locked(self, fd: int, data: bytes, count: int) -> None:
-        """All of ``data`` on disk (fsynced when asked), or none of it and ``OSError``."""
-        begin = os.fstat(fd).st_size
+    def _write_locked(self, fd: int, begin: int, data: bytes, count: int) -> None:
+        """All of ``data`` on disk (fsynced when asked), or none of it and ``OSError``.
+
+        ``begin``: the file's size before (what an error cuts it back to).
+        """
         try:
             view = memoryview(data)
             while view:
