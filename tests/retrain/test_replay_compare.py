@@ -35,7 +35,8 @@ def _reversed_labels(old: Path, path: Path) -> Path:
     return path
 
 
-def test_replay_with_a_new_model_draws_before_and_after(tmp_path: Path) -> None:
+def _scored_site(tmp_path: Path) -> Path:
+    """A ring of scored windows and ``f.yaml`` naming it and its model; the model's path."""
     model = brightness_classifier(tmp_path / "brightness.onnx")
     scored_ring(tmp_path / "ring", model, VALUES)
     cfg = {
@@ -43,6 +44,11 @@ def test_replay_with_a_new_model_draws_before_and_after(tmp_path: Path) -> None:
         "retention": {"dir": "ring", "max_bytes": "64MiB"},
     }
     (tmp_path / "f.yaml").write_text(yaml.safe_dump(cfg))
+    return model
+
+
+def test_replay_with_a_new_model_draws_before_and_after(tmp_path: Path) -> None:
+    model = _scored_site(tmp_path)
     new = _reversed_labels(model, tmp_path / "v2.onnx")
     out = tmp_path / "new.jsonl"
     r = CliRunner().invoke(
@@ -122,13 +128,7 @@ def test_without_matplotlib_the_missing_picture_is_explained(
     from cdml_edge import charts
 
     monkeypatch.setattr(charts, "available", lambda: False)  # as where it is not installed
-    model = brightness_classifier(tmp_path / "brightness.onnx")
-    scored_ring(tmp_path / "ring", model, VALUES)
-    cfg = {
-        "models": {"image": {"path": "brightness.onnx"}},
-        "retention": {"dir": "ring", "max_bytes": "64MiB"},
-    }
-    (tmp_path / "f.yaml").write_text(yaml.safe_dump(cfg))
+    _scored_site(tmp_path)
     out = tmp_path / "new.jsonl"
     args = ["replay", "--config", str(tmp_path / "f.yaml"), "--out", str(out), "-q"]
     r = CliRunner().invoke(app, args)
