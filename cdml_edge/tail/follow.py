@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import stat
 import threading
 import zlib
 from collections import deque
@@ -86,9 +87,8 @@ def follow_jsonl(path: Path, base: str, sink: Sink, stop: threading.Event) -> No
     recent = _RecentLines()
     while not stop.is_set():
         if fh is None:
-            try:
-                fh = open(path, "rb")  # noqa: SIM115 - kept open while following
-            except FileNotFoundError:
+            fh = _open_regular(path)
+            if fh is None:  # not there yet, or not a file (a FIFO is never waited on)
                 stop.wait(POLL_S)
                 continue
             st = os.fstat(fh.fileno())
@@ -122,6 +122,22 @@ def follow_jsonl(path: Path, base: str, sink: Sink, stop: threading.Event) -> No
             stop.wait(POLL_S)
     if fh is not None:
         fh.close()
+
+
+def _open_regular(path: Path) -> BinaryIO | None:
+    """``path`` opened for reading when it is a regular file, else ``None``.
+
+    Opened without blocking, so a named pipe put at the path is not waited on.
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        return None
+    os.set_blocking(fd, True)
+    return os.fdopen(fd, "rb")
 
 
 RECENT_LINES = 256

@@ -71,3 +71,22 @@ def test_a_file_truncated_to_nothing_is_read_from_its_start(tmp_path: Path) -> N
         stop.set()
         t.join(5)
     assert seen == ["a", "b", "c"]
+
+
+def test_a_named_pipe_put_at_the_path_is_never_waited_on(tmp_path: Path) -> None:
+    """The file rotated away and a FIFO made at its name: the follower is not stuck in open().
+
+    Before, the reopen blocked until a writer came, and a stop (Ctrl-C) was never seen.
+    """
+    out = tmp_path / "out.jsonl"
+    out.write_bytes(_line("a"))
+    seen, stop, t = _follow(out)
+    try:
+        wait_for(lambda: seen == ["a"], what="the first line")
+        os.replace(out, tmp_path / "out.jsonl.1")
+        os.mkfifo(out)
+        time.sleep(1.0)  # the follower looks at the new file
+    finally:
+        stop.set()
+        t.join(5)
+    assert not t.is_alive()
