@@ -13,6 +13,9 @@ from cdml_edge.archive.source import ByteSource
 
 DEFAULT_MAX_MEMBER_BYTES = 1 << 30
 DEFAULT_MAX_RATIO = 1100.0
+#: entries an archive may hold (files, links, devices): its index costs about 450 bytes an
+#: entry at open, and a tar.zst of a million empty headers is 43 KB (see ``max_members``)
+DEFAULT_MAX_MEMBERS = 1_000_000
 #: zstd data is held to ``max_ratio`` times this. ``max_ratio`` is in deflate's terms (1100 is
 #: just over deflate's maximum, 1,032); zstd's is 32 times that (32,768: a 4-byte RLE block
 #: for each 128 KiB), so by default only what zstd cannot produce is refused (35,200).
@@ -62,10 +65,12 @@ class Archive:
         *,
         max_member_bytes: int = DEFAULT_MAX_MEMBER_BYTES,
         max_ratio: float = DEFAULT_MAX_RATIO,
+        max_members: int = DEFAULT_MAX_MEMBERS,
     ) -> None:
         self._source = source
         self.max_member_bytes = int(max_member_bytes)
         self.max_ratio = float(max_ratio)
+        self.max_members = int(max_members)
         #: members up to this size need no limit check (under the cap and the ratio floor)
         self.fast_limit = min(self.max_member_bytes, RATIO_FLOOR_BYTES)
         self._names: list[str] = []
@@ -189,6 +194,15 @@ class Archive:
             yield batch
 
     # -- limits -------------------------------------------------------------------------
+    @property
+    def limits(self) -> dict[str, Any]:
+        """The limits the archive was opened with, as keyword arguments of ``open``."""
+        return {
+            "max_member_bytes": self.max_member_bytes,
+            "max_ratio": self.max_ratio,
+            "max_members": self.max_members,
+        }
+
     def ratio_limit(self, zstd: bool = False) -> float:
         """The expansion allowed: ``max_ratio``, times :data:`ZSTD_RATIO_SCALE` for zstd data."""
         return self.max_ratio * ZSTD_RATIO_SCALE if zstd else self.max_ratio
@@ -249,8 +263,7 @@ class Archive:
 
     def __reduce__(self) -> tuple[Any, ...]:
         # the receiving process opens the source again as the same format (no detection)
-        opts = {"max_member_bytes": self.max_member_bytes, "max_ratio": self.max_ratio}
-        return (_reopen, (type(self), self._source, opts))
+        return (_reopen, (type(self), self._source, self.limits))
 
     # -- format hooks -------------------------------------------------------------------
     def _row_name(self, i: int) -> str:

@@ -48,5 +48,18 @@ class MemberTooLargeError(ArchiveError):
     """A member over ``max_member_bytes`` or over the allowed expansion ratio."""
 
 
+class TooManyMembersError(ArchiveError):
+    """An archive holding more entries than ``max_members`` (a member-count bomb)."""
+
+    @classmethod
+    def of(cls, archive: str, limit: int, found: str) -> TooManyMembersError:
+        """The error of ``archive``, of ``found`` entries, over ``max_members=limit``."""
+        return cls(
+            f"{found} entries, over max_members={limit} (a member-count bomb, or an archive "
+            "to open with a higher max_members)",
+            archive=archive,
+        )
+
+
 class ArchiveChangedError(ArchiveError):
     """The archive file was replaced or changed after it was opened (its index is stale)."""

@@ -5,7 +5,12 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from cdml_edge.archive.base import DEFAULT_MAX_MEMBER_BYTES, DEFAULT_MAX_RATIO, Archive
+from cdml_edge.archive.base import (
+    DEFAULT_MAX_MEMBER_BYTES,
+    DEFAULT_MAX_MEMBERS,
+    DEFAULT_MAX_RATIO,
+    Archive,
+)
 from cdml_edge.archive.errors import ArchiveError
 from cdml_edge.archive.formats import detect
 from cdml_edge.archive.seekable_cache import CacheSetting, SeekableCache
@@ -37,6 +42,7 @@ def open_archive(
     *,
     max_member_bytes: int = DEFAULT_MAX_MEMBER_BYTES,
     max_ratio: float = DEFAULT_MAX_RATIO,
+    max_members: int = DEFAULT_MAX_MEMBERS,
     seekable_cache: CacheSetting = None,
 ) -> Archive:
     """Open an archive from a path, ``s3://`` URL, bytes, a binary file or a ByteSource.
@@ -44,7 +50,10 @@ def open_archive(
     The format is detected from the bytes (the tail alone decides for ZIP and seekable
     tar.zst, so opening them costs no extra request). Members larger than
     ``max_member_bytes`` or expanding more than ``max_ratio`` times (above 1 MiB) are
-    refused when read. With a ``seekable_cache``, a tar.zst of one zstd frame (as stock
+    refused when read. An archive of more than ``max_members`` entries (files, links,
+    devices) is refused at open (:class:`~.errors.TooManyMembersError`): its index would cost about
+    450 bytes an entry, and a tar.zst holds a million empty entries in 43 KB. With a
+    ``seekable_cache``, a tar.zst of one zstd frame (as stock
     ``tar --zstd`` writes) is read from a seekable copy made once in that folder: a
     :class:`SeekableCache`, a folder, or ``True`` for the configured one, as a dataset's
     setting (:meth:`SeekableCache.from_setting`); ``None`` / ``False``: none.
@@ -54,7 +63,11 @@ def open_archive(
     try:
         probe = Probe(src)
         fmt = detect(probe)
-        limits = {"max_member_bytes": max_member_bytes, "max_ratio": max_ratio}
+        limits = {
+            "max_member_bytes": max_member_bytes,
+            "max_ratio": max_ratio,
+            "max_members": max_members,
+        }
         if cache is not None and fmt.name == "tar.zst":
             archive = cache.open(src, probe.tail_read, **limits)
             if getattr(archive, "seekable_copy", None) is not None:  # read from its copy

@@ -37,7 +37,7 @@ class Served:
         monkeypatch.setattr(native_copy, "_entries", entries)
 
 
-def outcome(path: Path, out_path: Path, native: bool) -> tuple[Any, ...]:
+def outcome(path: Path, out_path: Path, native: bool, **limits: Any) -> tuple[Any, ...]:
     """What write_plain_copy makes of ``path``: the index and the copy, or the error."""
     src = FileSource(path)
     saved = reframe.plain_copier
@@ -46,7 +46,7 @@ def outcome(path: Path, out_path: Path, native: bool) -> tuple[Any, ...]:
     try:
         with open(out_path, "w+b") as out:
             try:
-                found = reframe.write_plain_copy(src, src.size(), out)
+                found = reframe.write_plain_copy(src, src.size(), out, **limits)
             except (ArchiveError, OSError, EOFError, zstandard.ZstdError) as exc:
                 return ("error", type(exc).__name__, str(exc))
             out.seek(0)

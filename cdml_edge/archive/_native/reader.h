@@ -97,7 +97,8 @@ int cz_zstd_read_one(int fd, const uint8_t *mem, uint64_t mem_len, uint64_t coff
  *   header offset, size, mtime, name offset (in `names`), name length, type flag (the
  *   header's byte: '0', '7' or 0 a file; '1'-'4', '6' a link, device or FIFO, skipped),
  *   length of the link's target (in `names`, after the name)
- * resume_at: the first header not walked (the caller's walk goes on there). out_fd < 0:
+ * resume_at: the first header not walked (the caller's walk goes on there): also the first
+ * entry past max_rows rows (0: no limit), which the caller refuses. out_fd < 0:
  * nothing written, the members walked alone. */
 #define CZ_TAR_ROW 7
 
@@ -105,6 +106,7 @@ typedef struct {
     int64_t *rows;
     size_t count;
     size_t cap;
+    size_t max_rows;      /* the walk stops at a row past this many (0: no limit) */
     char *names;
     size_t names_len;
     size_t names_cap;
@@ -116,9 +118,11 @@ typedef struct {
     size_t head_fill;
     int walking;
     int at_end;           /* the walk stopped at an all-zero block (the end of the archive) */
+    int over;             /* the walk stopped at an entry past max_rows rows */
 } cz_tar_walk;
 
-int cz_tar_plain_copy(int in_fd, uint64_t in_end, int out_fd, cz_tar_walk **result);
+int cz_tar_plain_copy(int in_fd, uint64_t in_end, int out_fd, uint64_t max_rows,
+                      cz_tar_walk **result);
 void cz_tar_walk_free(cz_tar_walk *w);
 
 #endif

@@ -7,8 +7,9 @@
  * links, devices and FIFOs (the last three as rows of their kind: entries the caller
  * skips) whose checksum, size and mtime are plain octal and right. At the first header it
  * does not walk (a zero block, a long name or pax record, a sparse file, a bad checksum, a
- * base-256 number, a cut header) it stops walking and goes on copying; the caller walks
- * the copy from there (resume_at) with the Python walk, which owns every other case. The
+ * base-256 number, a cut header, a row past max_rows) it stops walking and goes on copying;
+ * the caller walks the copy from there (resume_at) with the Python walk, which owns every
+ * other case (and refuses an archive of more rows than allowed: a member-count bomb). The
  * walk alone ends there too: at the end-of-archive block, as the Python walk does, reading
  * no further. A member whose data runs past the end of the stream is recorded as the
  * Python walk records it; the walk resumes past the end, where it finds the end. Whether
@@ -82,8 +83,13 @@ static size_t field_len(const uint8_t *f, size_t cap) {
 }
 
 /* Append a row and its name (the ustar prefix joined as the Python walk joins it), then the
- * link's target for a link. */
+ * link's target for a link: 0, or -1 out of memory, or 1 when the rows already number
+ * max_rows (nothing recorded: the walk stops there and the caller's walk judges the rest). */
 static int record(cz_tar_walk *w, const uint8_t *h, uint64_t at, int64_t size, int64_t mtime) {
+    if (w->max_rows && w->count >= w->max_rows) {
+        w->over = 1;
+        return 1;
+    }
     size_t nlen = field_len(h, 100), plen = 0;
     if (memcmp(h + 257, "ustar\0", 6) == 0) plen = field_len(h + 345, 155);
     size_t full = plen ? plen + 1 + nlen : nlen;
@@ -143,14 +149,16 @@ static int walk_header(cz_tar_walk *w) {
     }
     if (kind == '1' || kind == '2' || kind == '3' || kind == '4' || kind == '6') {
         /* a link, a device or a FIFO: skipped (a row of its kind), its header alone */
-        if (record(w, h, w->resume_at, 0, 0)) return -1;
+        int r = record(w, h, w->resume_at, 0, 0);
+        if (r) return r < 0 ? -1 : 0;
         w->resume_at += TAR_BLOCK;
         return 1;
     }
     if (kind != '0' && kind != 0 && kind != '7') return 0;
     int64_t mtime = plain_octal(h + 136, 12);
     if (mtime < 0) return 0;
-    if (record(w, h, w->resume_at, size, mtime)) return -1;
+    int r = record(w, h, w->resume_at, size, mtime);
+    if (r) return r < 0 ? -1 : 0;
     w->resume_at += TAR_BLOCK + ((uint64_t)size + TAR_BLOCK - 1) / TAR_BLOCK * TAR_BLOCK;
     return 1;
 }
@@ -240,11 +248,13 @@ static int32_t copy_loop(ZSTD_DCtx *d, int in_fd, uint64_t in_end, int out_fd, u
     return CZ_OK;
 }
 
-int cz_tar_plain_copy(int in_fd, uint64_t in_end, int out_fd, cz_tar_walk **result) {
+int cz_tar_plain_copy(int in_fd, uint64_t in_end, int out_fd, uint64_t max_rows,
+                      cz_tar_walk **result) {
     cz_tar_walk *w = calloc(1, sizeof(*w));
     *result = w;
     if (!w) return CZ_NO_MEMORY;
     w->walking = 1;
+    w->max_rows = (size_t)max_rows;
     ZSTD_DCtx *d = ZSTD_createDCtx();
     uint8_t *ibuf = malloc(IN_CHUNK), *obuf = malloc(OUT_CHUNK);
     int32_t status = CZ_NO_MEMORY;
@@ -258,8 +268,9 @@ int cz_tar_plain_copy(int in_fd, uint64_t in_end, int out_fd, cz_tar_walk **resu
 
 #else /* no libzstd: the Python path copies */
 
-int cz_tar_plain_copy(int in_fd, uint64_t in_end, int out_fd, cz_tar_walk **result) {
-    (void)in_fd; (void)in_end; (void)out_fd;
+int cz_tar_plain_copy(int in_fd, uint64_t in_end, int out_fd, uint64_t max_rows,
+                      cz_tar_walk **result) {
+    (void)in_fd; (void)in_end; (void)out_fd; (void)max_rows;
     (void)walk; (void)write_full;
     *result = NULL;
     return CZ_NEED_PYTHON;

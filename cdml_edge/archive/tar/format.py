@@ -104,6 +104,8 @@ def padded(size: int) -> int:
 
 # Meta-records (long names, pax) are small; cap them so a forged size cannot exhaust memory.
 MAX_META = 1 << 20
+#: meta-records before one entry: writers put one to three there (long name, long link, pax)
+MAX_META_RUN = 32
 #: GNU long name / link, pax per-file / global; ``X``: the per-file pax header as Solaris tar
 #: and star wrote it (tarfile, GNU tar and bsdtar read it as ``x``)
 META_KINDS = (b"L", b"x", b"X", b"g", b"K")
@@ -160,6 +162,13 @@ def scan(
                 f"tar header at {header_offset}: negative size", archive=archive
             )
         if kind in META_KINDS:
+            meta.run += 1
+            if meta.run > MAX_META_RUN:
+                raise CorruptArchiveError(
+                    f"tar header at {header_offset}: more than {MAX_META_RUN} meta-records "
+                    "(pax, long names) before one entry",
+                    archive=archive,
+                )
             pos += _read_meta(read, kind, size, header_offset, archive, meta)
             continue
         size = 0 if kind in HEADER_ONLY else meta.size(size, archive)
@@ -326,6 +335,7 @@ class _Meta:
     pax: dict[str, str] = field(default_factory=dict)
     records: list[tuple[str, str]] = field(default_factory=list)  # pax, in order (0.0 maps)
     at: int | None = None  # offset of the first meta record (None: there was none)
+    run: int = 0  # meta records read for this entry
 
     def size(self, size: int, archive: str) -> int:
         if "size" not in self.pax:

@@ -6,7 +6,7 @@ from collections.abc import Callable
 
 import zstandard
 
-from cdml_edge.archive.errors import TruncatedArchiveError
+from cdml_edge.archive.errors import TooManyMembersError, TruncatedArchiveError
 from cdml_edge.archive.tar import format as tarfmt
 from cdml_edge.archive.tar.seekable import MemberIndex
 from cdml_edge.archive.zstd_frames import zstd_error
@@ -15,22 +15,55 @@ Scan = Callable[[Callable[[tarfmt.TarMember], None], Callable[[str, str], None]]
 
 
 def member_list(
-    archive: str, scan: Scan, header: Callable[[], bytes] | None = None
+    archive: str,
+    scan: Scan,
+    header: Callable[[], bytes] | None = None,
+    *,
+    max_members: int | None = None,
+    counted: int = 0,
 ) -> tuple[list[tarfmt.TarMember], dict[str, str]]:
     """The members a header walk finds, and the entries it skipped (name -> reason).
 
     ``header``: the header of the zstd frame under way, for a zstd error to tell an
-    unsupported frame from a corrupt one.
+    unsupported frame from a corrupt one. ``max_members``: the walk stops at the first
+    entry (member or skipped one) past it, ``counted`` entries being walked before.
     """
     members: list[tarfmt.TarMember] = []
     skipped: dict[str, str] = {}
+    on_member, on_skip = members.append, skipped.__setitem__
+    if max_members is not None:
+        limit = EntryLimit(archive, max_members, counted)
+        on_member, on_skip = limit.counting(on_member), limit.counting(on_skip)
     try:
-        scan(members.append, skipped.__setitem__)
+        scan(on_member, on_skip)
     except EOFError:
         raise TruncatedArchiveError("tar stream ends inside a member", archive=archive) from None
     except zstandard.ZstdError as exc:
         raise zstd_error(exc, archive=archive, header=_header(header)) from exc
     return members, skipped
+
+
+class EntryLimit:
+    """Counts the entries a walk finds; the first past ``limit`` raises TooManyMembersError."""
+
+    def __init__(self, archive: str, limit: int, counted: int = 0) -> None:
+        self.archive, self.limit, self.count = archive, limit, counted
+        self.check()
+
+    def check(self) -> None:
+        """Raise when the entries counted are more than the limit."""
+        if self.count > self.limit:
+            raise TooManyMembersError.of(self.archive, self.limit, f"more than {self.limit:,}")
+
+    def counting(self, call: Callable[..., None]) -> Callable[..., None]:
+        """``call``, counting each call against the limit first."""
+
+        def counted(*args: object) -> None:
+            self.count += 1
+            self.check()
+            call(*args)
+
+        return counted
 
 
 def _header(header: Callable[[], bytes] | None) -> bytes | None:

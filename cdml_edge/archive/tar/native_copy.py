@@ -22,6 +22,8 @@ from collections.abc import Iterator
 from typing import Any, BinaryIO
 
 from cdml_edge.archive._native._reader import ffi, lib
+from cdml_edge.archive.base import DEFAULT_MAX_MEMBERS
+from cdml_edge.archive.errors import TooManyMembersError
 from cdml_edge.archive.source import FileSource
 from cdml_edge.archive.tar import format as tarfmt
 from cdml_edge.archive.tar.members import columns, member_list
@@ -48,29 +50,35 @@ def _local(source: object, end: int) -> bool:
 
 
 @contextlib.contextmanager
-def _walked(in_fd: int, end: int, out_fd: int) -> Iterator[tuple[int, Any]]:
-    """``cz_tar_plain_copy``'s status and walk (freed after the block); ``out_fd`` -1: no copy."""
+def _walked(in_fd: int, end: int, out_fd: int, max_rows: int) -> Iterator[tuple[int, Any]]:
+    """``cz_tar_plain_copy``'s status and walk (freed after the block); ``out_fd`` -1: no copy.
+
+    The walk stops at an entry past ``max_rows`` (the caller's walk refuses it there).
+    """
     found = ffi.new("cz_tar_walk **")
-    status = lib.cz_tar_plain_copy(in_fd, end, out_fd, found)
+    status = lib.cz_tar_plain_copy(in_fd, end, out_fd, max(max_rows, 0), found)
     try:
         yield status, found[0]
     finally:
         lib.cz_tar_walk_free(found[0])
 
 
-def plain_copy(source: Any, end: int, out: BinaryIO, max_ratio: float) -> TarRows | bool | None:
+def plain_copy(
+    source: Any, end: int, out: BinaryIO, max_ratio: float, max_members: int = DEFAULT_MAX_MEMBERS
+) -> TarRows | bool | None:
     """The plain copy of ``source`` written to ``out`` by the C core; ``None``: not served.
 
     For what :func:`serves`, after the caller's probe judged the stream's first bytes.
     ``False`` when the whole stream shrinks by more than ``max_ratio``. ``out`` is left at
-    its end; not served (``out`` left empty): any error on the way.
+    its end; not served (``out`` left empty): any error on the way. More than
+    ``max_members`` entries: :class:`~cdml_edge.archive.errors.TooManyMembersError`.
     """
     if not serves(source, end, out):
         return None
     out_fd, in_fd = out.fileno(), source.fileno()
     if in_fd is None:
         return None
-    with _walked(in_fd, end, out_fd) as (status, walk):
+    with _walked(in_fd, end, out_fd, max_members) as (status, walk):
         total = walk.stream_bytes if status == lib.CZ_OK else -1  # OK: a walk was made
         if total < 0 or os.fstat(out_fd).st_size != total:
             out.seek(0)
@@ -79,18 +87,21 @@ def plain_copy(source: Any, end: int, out: BinaryIO, max_ratio: float) -> TarRow
             return None
         out.seek(0, os.SEEK_END)
         members, skipped = _entries(walk)
-        resume, taken = walk.resume_at, walk.compressed_read
-    rest, rest_skipped = _walk_from(source.name, out_fd, resume, total)
+        resume, taken, counted = walk.resume_at, walk.compressed_read, int(walk.count)
+    rest, rest_skipped = _walk_from(source.name, out_fd, resume, total, max_members, counted)
     if total > max_ratio * max(taken, 1):
         return False
     skipped.update(rest_skipped)  # as one walk's dict: a name seen again keeps its place
     return TarRows.build(columns(members + rest), skipped=skipped)
 
 
-def walked_members(source: Any, end: int) -> tuple[list[tarfmt.TarMember], dict[str, str]] | None:
+def walked_members(
+    source: Any, end: int, max_members: int = DEFAULT_MAX_MEMBERS
+) -> tuple[list[tarfmt.TarMember], dict[str, str]] | None:
     """The members and skipped entries of the tar.zst ``source``, walked by the C core.
 
-    ``end``: where its zstd data ends.
+    ``end``: where its zstd data ends. More than ``max_members`` entries: ``None`` (the
+    Python walk refuses them).
 
     The pass a tar.zst without frames to seek to needs at open, nothing written. ``None``
     (the Python walk serves) unless the C core walked every header to a clean end: an
@@ -100,7 +111,9 @@ def walked_members(source: Any, end: int) -> tuple[list[tarfmt.TarMember], dict[
     in_fd = source.fileno() if _local(source, end) else None
     if in_fd is None:
         return None
-    with _walked(in_fd, end, -1) as (status, walk):
+    with _walked(in_fd, end, -1, max_members) as (status, walk):
+        if walk and walk.over:  # an entry past the limit: refused without a second walk
+            raise TooManyMembersError.of(source.name, max_members, f"more than {max_members:,}")
         if status != lib.CZ_OK or not walk.resume_at:  # an empty stream: Python's error
             return None
         clean = walk.at_end or walk.resume_at == walk.stream_bytes
@@ -166,12 +179,17 @@ class _Copy:
 
 
 def _walk_from(
-    archive: str, fd: int, start: int, size: int
+    archive: str, fd: int, start: int, size: int, max_members: int, counted: int
 ) -> tuple[list[tarfmt.TarMember], dict[str, str]]:
-    """The Python walk of the copy (``size`` bytes on ``fd``) from the header at ``start``."""
+    """The Python walk of the copy (``size`` bytes on ``fd``) from the header at ``start``.
+
+    ``counted``: the entries the C core walked before it (held to ``max_members`` with them).
+    """
     scanner = PreadScanner(_Copy(fd, size))  # type: ignore[arg-type]
     scanner.skip(start)
     return member_list(
         archive,
         lambda cb, sk: tarfmt.scan(scanner.read, scanner.skip, archive, cb, sk, start=start),
+        max_members=max_members,
+        counted=counted,
     )

@@ -12,6 +12,7 @@ from typing import Any
 from cdml_edge.archive.base import Archive, MemberInfo
 from cdml_edge.archive.errors import (
     CorruptArchiveError,
+    TooManyMembersError,
     TruncatedArchiveError,
     UnsupportedArchiveError,
 )
@@ -53,7 +54,13 @@ class _TarBase(Archive):
         self._use(TarRows.build(index, skipped=skipped))
 
     def _use(self, rows: TarRows) -> None:
-        """Serve the members of ``rows`` (parsed here, or carried over by pickling)."""
+        """Serve the members of ``rows`` (parsed here, or carried over by pickling).
+
+        More entries than ``max_members`` (a kept or carried index): TooManyMembersError.
+        """
+        entries = len(rows.index) + len(rows.skipped)
+        if entries > self.max_members:
+            raise TooManyMembersError.of(self.name, self.max_members, f"{entries:,}")
         self._rows = rows
         self._members = _Members(rows.index)
         self._crcs = rows.index.crcs
@@ -82,7 +89,7 @@ class _TarBase(Archive):
         return (_restore, (type(self), self._source, self._options(), self._rows))
 
     def _options(self) -> dict[str, Any]:
-        return {"max_member_bytes": self.max_member_bytes, "max_ratio": self.max_ratio}
+        return self.limits
 
     def _row_name(self, i: int) -> str:
         return self._members[i].name
@@ -177,6 +184,7 @@ class TarArchive(_TarBase):
             lambda cb, sk: tarfmt.scan(
                 scanner.read, scanner.skip, source.name, cb, sk, end=source.size()
             ),
+            max_members=self.max_members,
         )
         self._set_members(columns(members), skipped)
 

@@ -23,6 +23,7 @@ from typing import BinaryIO
 
 import zstandard
 
+from cdml_edge.archive.base import DEFAULT_MAX_MEMBERS
 from cdml_edge.archive.errors import TruncatedArchiveError
 from cdml_edge.archive.native import plain_copier
 from cdml_edge.archive.source import ByteSource
@@ -127,7 +128,9 @@ PLAIN_MAX_RATIO = 1.25
 """Above this ratio (tar stream ÷ compressed) a plain copy is not written: too much disk."""
 
 
-def write_plain_copy(source: ByteSource, end: int, out: BinaryIO) -> TarRows | bool:
+def write_plain_copy(
+    source: ByteSource, end: int, out: BinaryIO, *, max_members: int = DEFAULT_MAX_MEMBERS
+) -> TarRows | bool:
     """Write the tar stream of the tar.zst ``source`` (zstd data up to ``end``) to ``out``.
 
     The member headers are walked as the stream goes by (the walk :class:`~.read.TarArchive`
@@ -136,6 +139,7 @@ def write_plain_copy(source: ByteSource, end: int, out: BinaryIO) -> TarRows | b
     (``out`` left half written) as soon as the stream proves to compress by more than
     :data:`PLAIN_MAX_RATIO`, judged after :data:`PLAIN_PROBE_BYTES` and at the end. The C
     core writes and walks it when it can (:mod:`.native_copy`), with the same results.
+    More than ``max_members`` entries: :class:`~cdml_edge.archive.errors.TooManyMembersError`.
     """
     copier = plain_copier()
     if copier is not None and copier.serves(source, end, out):
@@ -146,7 +150,7 @@ def write_plain_copy(source: ByteSource, end: int, out: BinaryIO) -> TarRows | b
                 return False
         out.seek(0)
         out.truncate()
-        found = copier.plain_copy(source, end, out, PLAIN_MAX_RATIO)
+        found = copier.plain_copy(source, end, out, PLAIN_MAX_RATIO, max_members)
         if found is not None:
             return found
     stream = FrameStream(source, end)
@@ -158,6 +162,7 @@ def write_plain_copy(source: ByteSource, end: int, out: BinaryIO) -> TarRows | b
                 source.name,
                 lambda cb, sk: tarfmt.scan(tee.read, tee.skip, source.name, cb, sk),
                 stream.frame_header,
+                max_members=max_members,
             )
             tee.drain()
         except _Compressible:

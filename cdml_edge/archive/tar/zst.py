@@ -152,7 +152,11 @@ class ZstdTarArchive(_TarBase):
         """
         source = self._source
         copier = plain_copier() if found is None else None
-        walked = copier.walked_members(source, source.size()) if copier is not None else None
+        walked = (
+            copier.walked_members(source, source.size(), self.max_members)
+            if copier is not None
+            else None
+        )
         if walked is not None:  # the C core walked it all: the same members and skips
             self._set_members(columns(walked[0]), walked[1])
             return
@@ -162,6 +166,7 @@ class ZstdTarArchive(_TarBase):
             source.name,
             lambda cb, sk: tarfmt.scan(reader.read, reader.skip, source.name, cb, sk),
             stream.frame_header,
+            max_members=self.max_members,
         )
         if found is not None:
             try:

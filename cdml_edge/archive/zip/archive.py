@@ -10,7 +10,11 @@ from typing import Any
 
 from cdml_edge.archive.arena import Arena
 from cdml_edge.archive.base import Archive, MemberInfo
-from cdml_edge.archive.errors import CorruptArchiveError, UnsupportedArchiveError
+from cdml_edge.archive.errors import (
+    CorruptArchiveError,
+    TooManyMembersError,
+    UnsupportedArchiveError,
+)
 from cdml_edge.archive.names import normalize_member_names
 from cdml_edge.archive.native import module as native_module
 from cdml_edge.archive.source import ByteSource
@@ -46,7 +50,7 @@ class ZipArchive(Archive):
         index already parsed (a pickled archive's), so the source is not read at all.
         """
         super().__init__(source, **limits)
-        self._rows = rows if rows is not None else _parse(source, tail, native)
+        self._rows = rows if rows is not None else _parse(source, tail, native, self.max_members)
         self._native_index: Any = self._rows.native
         self._entries: list[Entry] = self._rows.entries
         self._row_names = self._rows.row_names
@@ -61,8 +65,7 @@ class ZipArchive(Archive):
 
     def __reduce__(self) -> tuple[Any, ...]:
         # the parsed index travels along: the receiving process reads no index bytes
-        opts = {"max_member_bytes": self.max_member_bytes, "max_ratio": self.max_ratio}
-        return (_restore, (type(self), self._source, opts, self._rows))
+        return (_restore, (type(self), self._source, self.limits, self._rows))
 
     @property
     def native(self) -> bool:
@@ -138,9 +141,16 @@ class ZipArchive(Archive):
         return read_python(self._source, [entries[i] for i in ids], self.name, names)
 
 
-def _parse(source: ByteSource, tail: tuple[int, bytes] | None, native: Any) -> ZipRows:
-    """Read and parse the central directory (in C when ``native`` is given)."""
+def _parse(
+    source: ByteSource, tail: tuple[int, bytes] | None, native: Any, max_members: int
+) -> ZipRows:
+    """Read and parse the central directory (in C when ``native`` is given).
+
+    More than ``max_members`` entries declared: refused before the directory is parsed.
+    """
     cd = read_central_directory(source, tail)
+    if cd.count > max_members:
+        raise TooManyMembersError.of(source.name, max_members, f"{cd.count:,}")
     entries: list[Entry] = []
     raw_names: list[bytes] = []
     if native is not None:
@@ -151,6 +161,8 @@ def _parse(source: ByteSource, tail: tuple[int, bytes] | None, native: Any) -> Z
         entries = parse_central_directory(cd, source.name, raw_names)
         names = [e[0] for e in entries]
     check_count(len(names), cd.count, source.name)
+    if len(names) > max_members:  # a count past 65,535 without ZIP64 is declared wrapped
+        raise TooManyMembersError.of(source.name, max_members, f"{len(names):,}")
     if (normal := normalize_member_names(names)) is not names:  # ./a, a//b -> a, a/b
         names = normal
         entries = [(n, *e[1:]) for n, e in zip(names, entries, strict=False)]
