@@ -162,13 +162,6 @@ def scan(
                 f"tar header at {header_offset}: negative size", archive=archive
             )
         if kind in META_KINDS:
-            meta.run += 1
-            if meta.run > MAX_META_RUN:
-                raise CorruptArchiveError(
-                    f"tar header at {header_offset}: more than {MAX_META_RUN} meta-records "
-                    "(pax, long names) before one entry",
-                    archive=archive,
-                )
             pos += _read_meta(read, kind, size, header_offset, archive, meta)
             continue
         size = 0 if kind in HEADER_ONLY else meta.size(size, archive)
@@ -378,6 +371,13 @@ def _read_meta(
     read: Callable[[int], bytes], kind: bytes, size: int, at: int, archive: str, meta: _Meta
 ) -> int:
     """Read the meta-record of the header at ``at`` into ``meta``; the bytes it took."""
+    meta.run += 1
+    if meta.run > MAX_META_RUN:
+        raise CorruptArchiveError(
+            f"tar header at {at}: more than {MAX_META_RUN} meta-records (pax, long names) "
+            "before one entry",
+            archive=archive,
+        )
     if size > MAX_META:
         raise CorruptArchiveError(f"tar header at {at}: {size}-byte meta record", archive=archive)
     data = read(padded(size))
