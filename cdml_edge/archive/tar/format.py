@@ -30,6 +30,9 @@ class TarMember:
     mtime: float
     refused: str = ""  # why reading it is refused (a sparse file); "" when it reads
     sparse: sparse.SparseMap | None = None  # a sparse file: ``size`` bytes stored, expanded
+    #: a hard link: the name of the file it links to, whose bytes it is served with
+    #: (:func:`~.members.served_links`); ``None`` for a file
+    link: str | None = None
 
 
 def _number(field: bytes, what: str, archive: str) -> int:
@@ -112,6 +115,7 @@ META_KINDS = (b"L", b"x", b"X", b"g", b"K")
 DIR_KINDS = (b"5", b"D")  # directories (GNU dumpdir too): left out, as directories are
 #: entries that carry no data whatever their size field says (Go, tarfile and bsdtar agree)
 HEADER_ONLY = (b"1", b"2", b"3", b"4", b"5", b"6")
+HARD_LINK = b"1"
 SKIPPED = {
     b"1": "hard link",
     b"2": "symbolic link",
@@ -171,6 +175,9 @@ def scan(
             if end is not None:
                 _check_fits(header_offset, pos, size, end, archive, member.name)
             on_member(member)
+        elif kind == HARD_LINK:  # no data: served as its target, once the walk is done
+            within = 0
+            on_member(TarMember(meta.name(block), header_offset, pos, 0, 0, link=meta.link(block)))
         else:
             within = 0
             if end is not None and size:
@@ -199,7 +206,7 @@ def first_entry(span: bytes, archive: str) -> TarMember:
     """
 
     def member(m: TarMember) -> None:
-        raise _Found(m)
+        raise _Found(m) if m.link is None else _Found(None, SKIPPED[HARD_LINK])
 
     def other(name: str, why: str) -> None:
         raise _Found(None, why)

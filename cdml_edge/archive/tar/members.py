@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 
 import zstandard
 
 from cdml_edge.archive.errors import TooManyMembersError, TruncatedArchiveError
+from cdml_edge.archive.names import normalize_member_name
 from cdml_edge.archive.tar import format as tarfmt
 from cdml_edge.archive.tar.seekable import MemberIndex
 from cdml_edge.archive.zstd_frames import zstd_error
@@ -76,8 +78,38 @@ def _header(header: Callable[[], bytes] | None) -> bytes | None:
         return None
 
 
-def columns(members: list[tarfmt.TarMember]) -> MemberIndex:
-    """The members as columns (:class:`~.seekable.MemberIndex`)."""
+def served_links(
+    members: list[tarfmt.TarMember], skipped: dict[str, str]
+) -> list[tarfmt.TarMember]:
+    """The members with each hard link served as the file of its target's name before it.
+
+    As ``tar -x`` makes it (and tarfile's ``extractfile`` reads it): the link's name, its
+    header, the target's data. A link whose target no file before it has goes to
+    ``skipped``, saying so. ``members`` itself when it holds no link.
+    """
+    if all(m.link is None for m in members):
+        return members
+    last: dict[str, tarfmt.TarMember] = {}
+    out: list[tarfmt.TarMember] = []
+    for m in members:
+        if m.link is not None:
+            target = last.get(normalize_member_name(m.link))
+            if target is None:
+                why = tarfmt.skip_reason(tarfmt.HARD_LINK, m.link)
+                skipped[m.name] = f"{why} (no file of that name before it)"
+                continue
+            m = dataclasses.replace(target, name=m.name, header_offset=m.header_offset)
+        last[normalize_member_name(m.name)] = m
+        out.append(m)
+    return out
+
+
+def columns(members: list[tarfmt.TarMember], skipped: dict[str, str] | None = None) -> MemberIndex:
+    """The members as columns (:class:`~.seekable.MemberIndex`), hard links served.
+
+    ``skipped``: where a link to no file goes (:func:`served_links`).
+    """
+    members = served_links(members, {} if skipped is None else skipped)
     return MemberIndex(
         [m.name for m in members],
         [m.header_offset for m in members],

@@ -31,7 +31,8 @@ from cdml_edge.archive.tar.rows import TarRows
 from cdml_edge.archive.tar.stream import PreadScanner
 
 _ROW = int(lib.CZ_TAR_ROW)
-_SKIPPED = frozenset(b"12346")  # the type flags of the rows of entries the walk skips
+_LINKED = frozenset(b"12346")  # the type flags of the rows of links, devices and FIFOs
+_HARD_LINK = tarfmt.HARD_LINK[0]
 _MAX_OFFSET = (1 << 63) - 1
 
 
@@ -92,7 +93,7 @@ def plain_copy(
     if total > max_ratio * max(taken, 1):
         return False
     skipped.update(rest_skipped)  # as one walk's dict: a name seen again keeps its place
-    return TarRows.build(columns(members + rest), skipped=skipped)
+    return TarRows.build(columns(members + rest, skipped), skipped=skipped)
 
 
 def walked_members(
@@ -151,11 +152,12 @@ def _entries(walk: Any) -> tuple[list[tarfmt.TarMember], dict[str, str]]:
     for k in range(0, n * _ROW, _ROW):
         at, size, mtime, off, length, kind, link = rows[k : k + _ROW]
         name = names[off : off + length].decode("utf-8", "surrogateescape")
-        if kind in _SKIPPED:  # a link, device or FIFO, in the order of the walk
-            target = names[off + length : off + length + link]
-            skipped[name] = tarfmt.skip_reason(
-                bytes((kind,)), target.decode("utf-8", "surrogateescape")
-            )
+        if kind in _LINKED:
+            target = names[off + length : off + length + link].decode("utf-8", "surrogateescape")
+            if kind == _HARD_LINK:  # served as its target once the walk is done, as in Python
+                members.append(tarfmt.TarMember(name, at, at + tarfmt.BLOCK, 0, 0.0, link=target))
+            else:  # a symbolic link, device or FIFO, in the order of the walk
+                skipped[name] = tarfmt.skip_reason(bytes((kind,)), target)
             continue
         members.append(tarfmt.TarMember(name, at, at + tarfmt.BLOCK, size, float(mtime)))
     return members, skipped

@@ -186,7 +186,7 @@ class TarArchive(_TarBase):
             ),
             max_members=self.max_members,
         )
-        self._set_members(columns(members), skipped)
+        self._set_members(columns(members, skipped), skipped)
 
     def _read_stored(self, ids: list[int]) -> list[bytes]:
         for i in ids:

@@ -169,7 +169,7 @@ def write_plain_copy(
             return False
     if tee.shrinks_well():
         return False
-    return TarRows.build(columns(members), skipped=skipped)
+    return TarRows.build(columns(members, skipped), skipped=skipped)
 
 
 class _Compressible(Exception):

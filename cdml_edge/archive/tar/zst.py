@@ -158,7 +158,7 @@ class ZstdTarArchive(_TarBase):
             else None
         )
         if walked is not None:  # the C core walked it all: the same members and skips
-            self._set_members(columns(walked[0]), walked[1])
+            self._set_members(columns(walked[0], walked[1]), walked[1])
             return
         stream = FrameStream(source, found.stream_end if found else source.size())
         reader = ExactReader(stream)
@@ -183,7 +183,7 @@ class ZstdTarArchive(_TarBase):
                     "the frames found by a pass over the stream are used"
                 )
             self._frames, self._data_end = FrameTable(coff, doff), coff[-1]
-        self._set_members(columns(members), skipped)
+        self._set_members(columns(members, skipped), skipped)
 
     @classmethod
     def open(
@@ -211,9 +211,9 @@ class ZstdTarArchive(_TarBase):
         """Why reads at random would be slow (one frame, or frames of over 1 MiB), or ``None``.
 
         ``None`` also when a copy could not keep the members as they are (sparse or refused
-        members).
+        members, hard links: its member index has a header before each member's data).
         """
-        if self._sparse or self._refused:
+        if self._sparse or self._refused or self._has_links():
             return None
         f = self._frames
         if f is None:
@@ -221,6 +221,11 @@ class ZstdTarArchive(_TarBase):
         if f.count and f.doff[-1] / f.count > MAX_FRAME_BYTES:
             return f"has {f.count} zstd frames of {f.doff[-1] // f.count >> 20} MiB on average"
         return None
+
+    def _has_links(self) -> bool:
+        """Whether a member is a hard link (served from data before its own header)."""
+        x = self._members.index
+        return any(map(operator.lt, x.data_offsets, x.header_offsets))
 
     def write_seekable_copy(self, out: BinaryIO) -> int:
         """Write a seekable copy of this archive to ``out`` (:mod:`.reframe`), one pass.
@@ -334,7 +339,9 @@ class ZstdTarArchive(_TarBase):
         f = self._frames
         if f is None:
             last = self._members[-1]  # its share of the stream, up to where the data ends
-            total_c, total_d = self._data_end, max(last.data_offset + last.size, 1)
+            # (a hard link last: its own header ends later than its target's data)
+            end = max(last.data_offset + last.size, last.header_offset + tarfmt.BLOCK)
+            total_c, total_d = self._data_end, end
             return int(m.size * total_c / total_d)
         f0, f1 = f.frames_for(m.data_offset, m.data_offset + m.size)
         c = f.coff[f1 + 1] - f.coff[f0]
@@ -414,17 +421,17 @@ class ZstdTarArchive(_TarBase):
         pos = 0
         out: list[bytes] = [b""] * len(ids)
         order = sorted(range(len(ids)), key=lambda k: self._members[ids[k]].data_offset)
-        cache: dict[int, bytes] = {}
+        cache: dict[int, bytes] = {}  # by data offset: a member asked twice, a hard link
         try:
             for k in order:
                 m = self._members[ids[k]]
-                if ids[k] in cache:
-                    out[k] = cache[ids[k]]
+                if m.data_offset in cache:
+                    out[k] = cache[m.data_offset]
                     continue
                 reader.skip(m.data_offset - pos)
                 data = reader.read(m.size)
                 pos = m.data_offset + len(data)
-                out[k] = cache[ids[k]] = self._finish(ids[k], data)
+                out[k] = cache[m.data_offset] = self._finish(ids[k], data)
         except EOFError:
             raise TruncatedArchiveError("zstd stream ends early", archive=self.name) from None
         except zstandard.ZstdError as exc:
