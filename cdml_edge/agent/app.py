@@ -36,7 +36,13 @@ from cdml_edge.agent.error_events import ErrorReporter
 from cdml_edge.agent.failing import FailingSources
 from cdml_edge.agent.pipeline import OutputFailed, WindowPipeline
 from cdml_edge.agent.preflight import check_files, check_models, unscored_warning
-from cdml_edge.agent.retry import RETRY_BACKOFF_S, WINDOW_ATTEMPTS, Attempts, WindowRetryPolicy
+from cdml_edge.agent.retry import (
+    RETRY_BACKOFF_S,
+    WINDOW_ATTEMPTS,
+    Attempts,
+    OutputRefusals,
+    WindowRetryPolicy,
+)
 from cdml_edge.agent.runners import DATA_COPIES, load_models, warm_up_decoders, window_charges
 from cdml_edge.agent.startup import StartupClock, limit_blas_threads
 from cdml_edge.agent.state import StateLock
@@ -118,6 +124,7 @@ class Agent:
             on_lost=self._window_lost,
         )
         self.attempts = Attempts()  # kept across reloads
+        self.refusals = OutputRefusals()  # kept across reloads
         self._server: MetricsServer | None = None
         self._at: tuple[str, int | None] = ("", None)  # where the server listens
         self.view: ActivityBoard | None = None  # the status page's board (health.status_page)
@@ -186,9 +193,7 @@ class Agent:
                 spawn,
                 state_dir=cfg.state_dir,
             )
-        self.retry = WindowRetryPolicy(
-            self.sources, self.lifecycle, self.errors, self.metrics, self.attempts, self._stop
-        )
+        self.retry = self._retry_policy()
         self.health.attach(cfg, self.output, self.sources)
         self.metrics.attach_output(self.output.stats)
 
@@ -199,9 +204,22 @@ class Agent:
             self._output_started = False
         return self._made_output
 
+    def _retry_policy(self) -> WindowRetryPolicy:
+        """What becomes of the files of a window that failed or that the output refused."""
+        return WindowRetryPolicy(
+            self.sources,
+            self.lifecycle,
+            self.errors,
+            self.metrics,
+            self.attempts,
+            self._stop,
+            self.refusals,
+        )
+
     def _intake(self, sc: SourceConfig, windower: Windower) -> Callable[[Item], None]:
         def sink(item: Item) -> None:
-            self.metrics.items.labels(source=sc.name, modality=item.modality).inc()
+            if not self.retry.taken_again(item.item_id):  # a file taken again counts once
+                self.metrics.items.labels(source=sc.name, modality=item.modality).inc()
             windower.add(item)
 
         return sink

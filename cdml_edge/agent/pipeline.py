@@ -26,7 +26,7 @@ from cdml_edge.health import Metrics
 from cdml_edge.health.board import ActivityBoard
 from cdml_edge.intake.budget import ByteBudget
 from cdml_edge.intake.factory import Source
-from cdml_edge.intake.finishing import FileLifecycle
+from cdml_edge.intake.finishing import FileLifecycle, OnDone
 from cdml_edge.intake.windower import PipelineGate
 from cdml_edge.model.runner import ModelRunner
 from cdml_edge.outputs.base import Output
@@ -34,7 +34,6 @@ from cdml_edge.outputs.jsonl import StdoutClosed
 from cdml_edge.store.retention import StoreStatus
 from cdml_edge.window.configured import pack_and_score
 from cdml_edge.window.items import FileIdentity, Window
-from cdml_edge.window.payloads import ItemResult
 from cdml_edge.window.score import WindowOutcome
 from cdml_edge.window.topics import OutMessage
 
@@ -142,10 +141,10 @@ class WindowPipeline:
         sc = next(s for s in self.cfg.sources if s.name == window.source)
         outcome, errors, unretained = self._score(window, sc)
         scored = _ScoredFiles.of(window, outcome)  # what either callback acts on
-        on_durable = self._when_durable(window, sc, scored, hold=unretained)
+        arrivals = [(r.ts, r.anomaly) for r in outcome.results]
+        on_durable = self._when_durable(window, sc, scored, arrivals, hold=unretained)
         on_given_up = self._when_given_up(window, scored)
         msgs = outcome.messages(self.cfg.results_mode()) + errors
-        self._observe_arrival(window.source, outcome.results)
         if self.view is not None:  # the status page's images: the bytes in memory, held
             self.view.keep_images(window)
         try:
@@ -170,7 +169,7 @@ class WindowPipeline:
                 self.metrics.inference_latency.labels(model=model).observe(
                     outcome.window.timings.infer_ms / 1000.0
                 )
-        errors = self._quarantine_failures(window, outcome)
+        errors = self._quarantine_failures(window, outcome, sc.on_done)
         if self.failing is not None:
             last = outcome.failures[-1] if outcome.failures else None
             said = f"{last.error_type}: {last.message}" if last is not None else None
@@ -178,21 +177,32 @@ class WindowPipeline:
         unretained = self.retention is not None and self._retain(packed.archive, outcome)
         return outcome, errors, unretained
 
-    def _quarantine_failures(self, window: Window, outcome: WindowOutcome) -> list[OutMessage]:
-        """Quarantine each item that could not be decoded; one error event each."""
+    def _quarantine_failures(
+        self, window: Window, outcome: WindowOutcome, on_done: OnDone
+    ) -> list[OutMessage]:
+        """Quarantine (or leave, see ``bad_input``) each item not decoded; one event each.
+
+        A file left in place is kept: not taken again unless it changes.
+        """
         by_id = {it.item_id: it for it in window.items}
         errors: list[OutMessage] = []
         for f in outcome.failures:
             it = by_id[f.item.id]
             self.metrics.errors.labels(stage="decode").inc()
-            dest = self.lifecycle.quarantine(
-                window.source, it.name, it.path, None if it.path else it.data
+            dest, left = self.lifecycle.bad_input(
+                window.source,
+                it.name,
+                it.path,
+                None if it.path else it.data,
+                on_done=on_done,
+                error_type=f.error_type,
             )
             if dest is not None and it.path is None:
                 self.metrics.bytes_written.labels(kind="quarantine").inc(len(it.data))
             if it.path is not None:
-                self.sources[window.source].release(it.path, keep=False)
-            errors.append(self.errors.event(window.source, it.name, f.error_type, f.message, dest))
+                self.sources[window.source].release(it.path, keep=left is not None)
+            said = f"{f.message}; {left}" if left else f.message
+            errors.append(self.errors.event(window.source, it.name, f.error_type, said, dest))
         return errors
 
     def _retain(self, archive: bytes, outcome: WindowOutcome) -> bool:
@@ -211,13 +221,20 @@ class WindowPipeline:
         return res.lost and self.cfg.retention.required
 
     def _when_durable(
-        self, window: Window, sc: SourceConfig, scored: _ScoredFiles, hold: bool = False
+        self,
+        window: Window,
+        sc: SourceConfig,
+        scored: _ScoredFiles,
+        arrivals: Sequence[tuple[float, bool]],
+        hold: bool = False,
     ) -> Callable[[], None]:
         """The ``on_durable`` callback: finish (or hold) the scored files, count, ``done``.
 
         Only the versions scored are finished (identity and the manifest's SHA-256); with
-        ``hold`` they are kept until the ring writes again. Then the window is counted and
-        ``done`` called. Only paths and identities travel into it, not the window's bytes.
+        ``hold`` they are kept until the ring writes again. Then the window, its results'
+        latencies and anomalies (``arrivals``: each result's ``ts`` and flag) are counted,
+        once: a window the output refused and scored again counts only when delivered. And
+        ``done`` is called. Only paths and identities travel into it, not the window's bytes.
         """
         done_files, done_ids = scored.files, scored.ids
         closed_ts, source = window.closed_ts, window.source
@@ -235,6 +252,7 @@ class WindowPipeline:
                     src.release(p, keep=sc.on_done == "keep")
             self.metrics.windows.labels(source=source).inc()
             self.metrics.window_latency.labels(source=source).observe(time.time() - closed_ts)
+            self._observe_arrival(source, arrivals)
             self.done()
 
         return on_durable
@@ -273,11 +291,12 @@ class WindowPipeline:
     def _ring_failing(self) -> bool:
         return self.retention is not None and self.retention.degraded is not None
 
-    def _observe_arrival(self, source: str, results: Sequence[ItemResult]) -> None:
+    def _observe_arrival(self, source: str, arrivals: Sequence[tuple[float, bool]]) -> None:
+        """Each published result: its latency since the item's ``ts``, its anomaly flag."""
         now = time.time()
-        for r in results:
-            self.metrics.item_latency.labels(source=source).observe(max(0.0, now - r.ts))
-            if r.anomaly:
+        for ts, anomaly in arrivals:
+            self.metrics.item_latency.labels(source=source).observe(max(0.0, now - ts))
+            if anomaly:
                 self.metrics.anomalies.labels(source=source).inc()
 
 

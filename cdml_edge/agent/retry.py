@@ -45,10 +45,14 @@ RETENTION_PROBE_S = 10.0  # while files are held, one is offered again this ofte
 
 
 class Attempts:
-    """Failed windows per item id (files only); kept across reloads, thread-safe."""
+    """Failed windows per item id (files only); kept across reloads, thread-safe.
+
+    At most ``OUTPUT_REFUSED_MAX`` items are remembered, the oldest forgotten first (a file
+    that failed and then went away is never scored again to clear its count).
+    """
 
     def __init__(self) -> None:
-        self._counts: dict[str, int] = {}
+        self._counts: OrderedDict[str, int] = OrderedDict()
         self._lock = threading.Lock()
 
     def fail(self, item_id: str) -> int:
@@ -57,10 +61,11 @@ class Attempts:
         An item that reaches ``WINDOW_ATTEMPTS`` is forgotten (it is quarantined).
         """
         with self._lock:
-            n = self._counts.get(item_id, 0) + 1
-            self._counts[item_id] = n
-            if n >= WINDOW_ATTEMPTS:
-                self._counts.pop(item_id, None)
+            n = self._counts.pop(item_id, 0) + 1
+            if n < WINDOW_ATTEMPTS:
+                self._counts[item_id] = n
+            while len(self._counts) > OUTPUT_REFUSED_MAX:
+                self._counts.popitem(last=False)
             return n
 
     def clear(self, item_ids: Iterable[str]) -> None:
@@ -68,6 +73,11 @@ class Attempts:
         with self._lock:
             for i in item_ids:
                 self._counts.pop(i, None)
+
+    def __contains__(self, item_id: object) -> bool:
+        """Whether ``item_id`` was in a failed window and is to come again."""
+        with self._lock:
+            return item_id in self._counts
 
 
 class OutputRefusals:
@@ -95,6 +105,11 @@ class OutputRefusals:
             for i in item_ids:
                 self._counts.pop(i, None)
 
+    def __contains__(self, item_id: object) -> bool:
+        """Whether the output refused ``item_id``'s window and it is to come again."""
+        with self._lock:
+            return item_id in self._counts
+
 
 class WindowRetryPolicy:
     """Applies the module's policy to the windows of the running sources."""
@@ -107,6 +122,7 @@ class WindowRetryPolicy:
         metrics: Metrics,
         attempts: Attempts,
         stopped: threading.Event,
+        refusals: OutputRefusals | None = None,
     ) -> None:
         self.sources = sources
         self.lifecycle = lifecycle
@@ -119,7 +135,15 @@ class WindowRetryPolicy:
         self.held_total = 0  # files ever held for the ring
         self.held_unlisted = 0  # held beyond HELD_MAX: taken again only at the next start
         self._probe: threading.Timer | None = None
-        self.refusals = OutputRefusals()
+        self.refusals = refusals or OutputRefusals()  # kept across reloads by the agent
+
+    def taken_again(self, item_id: str) -> bool:
+        """Whether ``item_id`` comes again: its window failed or the output refused it.
+
+        Such an item is not counted as taken in a second time. One the policy forgot (more
+        than ``OUTPUT_REFUSED_MAX`` refused, or quarantined) is counted again.
+        """
+        return item_id in self.attempts or item_id in self.refusals
 
     def hold_for_retention(self, source: str, path: Path, ring_failing: Callable[[], bool]) -> None:
         """Keep a scored file on disk, not taken again, until :meth:`retention_recovered`.

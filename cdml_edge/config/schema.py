@@ -382,7 +382,10 @@ class MqttConfig(_ConfigSection):
     )
     keepalive: Duration = Field(30.0, gt=0, description="MQTT keepalive.")
     session_expiry: Duration = Field(
-        3600.0, ge=0, description="MQTT 5 session expiry: QoS 1 in flight survives reconnects."
+        3600.0,
+        ge=0,
+        description="MQTT 5 session expiry: QoS 1 in flight survives reconnects. Not used "
+        "with `format: sparkplug_b` (a clean session, as Sparkplug B asks).",
     )
     username: str | None = None
     password_file: Path | None = Field(None, description="File holding the password.")

@@ -11,6 +11,7 @@ turned off) has its configs removed with an empty retained payload.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 from collections.abc import Iterable
@@ -103,9 +104,10 @@ def discovery_configs(cfg: AppConfig) -> dict[str, dict[str, Any]]:
         "payload_available": "online",
         "payload_not_available": "offline",
     }
+    objects = _object_ids([s.name for s in cfg.sources])
     for source in cfg.sources:
         for suffix, (component, name, kind, template, extra) in SOURCE_ENTITIES.items():
-            obj = f"{source.name}_{suffix}"
+            obj = objects[source.name, suffix]
             out[_topic(mqtt.discovery_prefix, component, device_id, obj)] = {
                 **base,
                 **availability,
@@ -129,6 +131,30 @@ def _topic(prefix: str, component: str, node: str, obj: str) -> str:
 
 def _ha_id(name: str) -> str:
     return name.replace(".", "_")
+
+
+def _object_ids(sources: Iterable[str]) -> dict[tuple[str, str], str]:
+    """(source, entity suffix) -> the entity's object id: ``<source>_<suffix>``, unique.
+
+    Two valid names can give one id in Home Assistant (``cam.1`` and ``cam_1``; ``a``'s
+    ``anomaly_score`` and ``a_anomaly``'s ``score``): one config would replace the other.
+    In such a clash the entity of the source without a '.', else of the shortest name,
+    keeps the id; each other one gets ``_<6 hex digits of its name>``. Ids without a clash
+    are as they always were.
+    """
+    clashes: dict[str, list[tuple[str, str]]] = {}
+    for source in sources:
+        for suffix in SOURCE_ENTITIES:
+            clashes.setdefault(_ha_id(f"{source}_{suffix}"), []).append((source, suffix))
+    out: dict[tuple[str, str], str] = {}
+    for entities in clashes.values():
+        keep = min(entities, key=lambda e: ("." in e[0], len(e[0]), e[0]))
+        for source, suffix in entities:
+            obj = f"{source}_{suffix}"
+            if (source, suffix) != keep:
+                obj += "_" + hashlib.sha256(f"{source}\0{suffix}".encode()).hexdigest()[:6]
+            out[source, suffix] = obj
+    return out
 
 
 def read_ledger(path: Path) -> set[str]:

@@ -22,9 +22,11 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import fcntl
 import json
 import logging
 import os
+import stat
 import sys
 import threading
 from collections.abc import Callable, Sequence
@@ -159,8 +161,7 @@ class JsonlOutput:
             self._failed += count
             raise StdoutClosed(errno.EPIPE, "stdout is closed")
         try:
-            sys.stdout.write(data.decode())
-            sys.stdout.flush()
+            self._to_stdout(data)
         except OSError as exc:  # a closed pipe, a full disk under a redirection
             self._failed += count
             self._degraded = f"stdout: {exc.strerror or exc}: {count} messages not written"
@@ -169,6 +170,32 @@ class JsonlOutput:
             self._stdout_closed = True
             self._degraded = "stdout is closed: nothing takes the results"
             raise StdoutClosed(errno.EPIPE, "stdout is closed") from exc
+
+    @staticmethod
+    def _to_stdout(data: bytes) -> None:
+        """``data`` on stdout, all of it or ``OSError``.
+
+        Written to its file descriptor: Python's buffered stdout takes a short write (a full
+        disk under a redirection) as a success and loses the rest, tearing a line. A file
+        under the redirection is cut back to where ``data`` began when it is refused; a pipe
+        takes all or blocks. A stdout without a descriptor (replaced) is written as text.
+        """
+        try:
+            fd = sys.stdout.fileno()
+        except (AttributeError, OSError, ValueError):  # io.UnsupportedOperation among them
+            sys.stdout.write(data.decode())
+            sys.stdout.flush()
+            return
+        sys.stdout.flush()  # what others printed goes first
+        begin = _file_end(fd)
+        try:
+            _write_all(fd, data, "<stdout>")
+        except OSError:
+            if begin is not None:
+                with contextlib.suppress(OSError):
+                    os.ftruncate(fd, begin)
+                    os.lseek(fd, begin, os.SEEK_SET)
+            raise
 
     def _current_fd_locked(self) -> tuple[int, int]:
         """The open file and its size, or a new one when ``path`` no longer names it.
@@ -204,12 +231,7 @@ class JsonlOutput:
         ``begin``: the file's size before (what an error cuts it back to).
         """
         try:
-            view = memoryview(data)
-            while view:
-                n = os.write(fd, view)
-                if n == 0:  # nothing taken, no error: as good as full
-                    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), self.path)
-                view = view[n:]
+            _write_all(fd, data, self.path)
             if self._fsync:
                 os.fsync(fd)
         except OSError as exc:
@@ -253,6 +275,32 @@ class JsonlOutput:
                     os.close(self._fd)
             self._fd = None
             self._stdout = False
+
+
+def _file_end(fd: int) -> int | None:
+    """Where the next write to ``fd`` lands when it is a regular file, else ``None``.
+
+    Its size when opened for appending (``>>``), else its offset (``>``).
+    """
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            return None  # a pipe, a terminal: nothing to cut back
+        if fcntl.fcntl(fd, fcntl.F_GETFL) & os.O_APPEND:
+            return st.st_size
+        return os.lseek(fd, 0, os.SEEK_CUR)
+    except OSError:
+        return None
+
+
+def _write_all(fd: int, data: bytes, name: str) -> None:
+    """Every byte of ``data`` to ``fd``, or ``OSError`` (a write that takes nothing too)."""
+    view = memoryview(data)
+    while view:
+        n = os.write(fd, view)
+        if n == 0:  # nothing taken, no error: as good as full
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), name)
+        view = view[n:]
 
 
 def _cut_torn_tail(fd: int, path: str, chunk: int = 64 * 1024) -> int:

@@ -1,19 +1,99 @@
-"""Several outputs behind one: every message to each, durable once durable in all."""
+"""Several outputs behind one: every message to each, durable once durable in all.
+
+A window (a batch with ``on_durable`` or ``on_given_up``) that one part refuses after another
+took it is not refused: it is held for the part that refused it and given to that part alone
+again, after 1 s, 2 s, 4 s ... at most every 30 s (and before any new window), until it
+takes it. A retry of the whole window by the caller would give it again to the parts that
+had it: a subscriber of the broker would get the same results once per retry. While a
+part holds windows, a new window is refused as a whole (no part gets it, the caller
+retries it later), so what is held stays bounded by the windows in flight when the part
+began to fail. A window that no part took is refused at once, as the first part's error.
+
+A batch without callbacks (health, status, error events: nobody retries them) goes to every
+part that holds nothing; the first error is raised once all were tried.
+"""
 
 from __future__ import annotations
 
+import copy
+import logging
 import threading
+from collections import deque
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 
+from cdml_edge.backoff import backoff_delay
 from cdml_edge.outputs.base import Output
 from cdml_edge.window.topics import OutMessage
+
+log = logging.getLogger(__name__)
+
+RETRY_S = 1.0  # a held window's first retry, doubling
+RETRY_MAX_S = 30.0  # ... up to this
+
+
+class _Settle:
+    """Counts the parts that settled a batch; its callback fires once all did."""
+
+    def __init__(
+        self,
+        parts: int,
+        on_durable: Callable[[], None] | None,
+        on_given_up: Callable[[], None] | None,
+    ) -> None:
+        self._left = parts
+        self._gave_up = False
+        self._lock = threading.Lock()
+        self._on_durable, self._on_given_up = on_durable, on_given_up
+
+    def durable(self) -> None:
+        self._settled(False)
+
+    def given_up(self) -> None:
+        self._settled(True)
+
+    def _settled(self, given_up: bool) -> None:
+        with self._lock:
+            self._left -= 1
+            self._gave_up = self._gave_up or given_up
+            done, failed = self._left == 0, self._gave_up
+        callback = self._on_given_up if failed else self._on_durable
+        if done and callback is not None:
+            callback()
+
+
+@dataclass(frozen=True)
+class _Held:
+    """A window one part refused after another took it."""
+
+    messages: Sequence[OutMessage]
+    settle: _Settle
+
+
+@dataclass
+class _Part:
+    output: Output
+    held: deque[_Held] = field(default_factory=deque)
+    error: Exception | None = None  # why the oldest held window was refused last
 
 
 class TeeOutput:
     """Several outputs; ``on_durable`` fires once every one of them made the batch durable."""
 
-    def __init__(self, outputs: Sequence[Output]) -> None:
+    def __init__(
+        self,
+        outputs: Sequence[Output],
+        retry_s: float = RETRY_S,
+        retry_max_s: float = RETRY_MAX_S,
+    ) -> None:
         self.outputs = list(outputs)
+        self._parts = [_Part(o) for o in self.outputs]
+        self._retry_s, self._retry_max_s = retry_s, retry_max_s
+        self._lock = threading.Lock()  # the parts' held windows and the timer
+        self._retrying = threading.Lock()  # one thread gives held windows again at a time
+        self._timer: threading.Timer | None = None
+        self._retries = 0  # in a row that left a window held: the backoff
+        self._stopped = False
 
     def start(self) -> None:
         """Start every output, in order."""
@@ -28,23 +108,122 @@ class TeeOutput:
     ) -> None:
         """Hand ``messages`` to every output; ``on_durable`` once all made them durable.
 
-        ``on_given_up`` instead, once all settled, when any of them gave up.
+        ``on_given_up`` instead, once all settled, when any of them gave up. See the module
+        for a part that refuses them.
         """
-        left = [len(self.outputs)]
-        gave_up = [False]
-        lock = threading.Lock()
+        window = on_durable is not None or on_given_up is not None
+        self.retry_held()
+        if window:
+            refused = self._holding_error()
+            if refused is not None:  # given to no part: the caller takes it again later
+                raise refused
+        settle = _Settle(len(self._parts), on_durable, on_given_up)
+        taken = 0
+        first: Exception | None = None
+        for part in self._parts:
+            if not window and part.held:
+                first = first or self._again(part.error)
+                continue
+            try:
+                part.output.publish_batch(messages, settle.durable, settle.given_up)
+                taken += 1
+            except Exception as exc:
+                if window and taken == 0:
+                    raise  # no part has it: refused as a whole
+                if window:
+                    self._hold(part, _Held(messages, settle), exc)
+                else:
+                    first = first or exc
+        if first is not None:
+            raise first
 
-        def settled(given_up: bool) -> None:
-            with lock:
-                left[0] -= 1
-                gave_up[0] = gave_up[0] or given_up
-                done, failed = left[0] == 0, gave_up[0]
-            callback = on_given_up if failed else on_durable
-            if done and callback is not None:
-                callback()
+    def retry_held(self) -> None:
+        """Give each part its held windows again, oldest first, until one is refused."""
+        if not self._retrying.acquire(blocking=False):
+            return  # another thread does it now
+        try:
+            for part in self._parts:
+                self._retry_part(part)
+        finally:
+            self._retrying.release()
 
-        for o in self.outputs:
-            o.publish_batch(messages, lambda: settled(False), lambda: settled(True))
+    def _retry_part(self, part: _Part) -> None:
+        while True:
+            with self._lock:
+                if not part.held:
+                    return
+                head = part.held[0]
+            try:
+                part.output.publish_batch(head.messages, head.settle.durable, head.settle.given_up)
+            except Exception as exc:  # noqa: BLE001 - kept, raised to whoever brings a window
+                with self._lock:
+                    part.error = exc
+                return
+            with self._lock:
+                part.held.popleft()
+                if not part.held:
+                    part.error = None
+                    log.info("%s takes windows again", _name(part.output))
+
+    def _hold(self, part: _Part, held: _Held, exc: Exception) -> None:
+        """``part`` refused a window another part took: it alone gets it again, later."""
+        with self._lock:
+            first = not part.held
+            part.held.append(held)
+            part.error = exc
+        if first:
+            log.error(
+                "%s refused a window the other outputs took (%s): it alone gets it again, "
+                "and new windows wait until it takes it",
+                _name(part.output),
+                exc,
+            )
+        self._schedule()
+
+    def _holding_error(self) -> Exception | None:
+        """The error of the first part that still holds windows (a fresh copy), else None."""
+        with self._lock:
+            for part in self._parts:
+                if part.held:
+                    return self._again(part.error)
+        return None
+
+    @staticmethod
+    def _again(exc: Exception | None) -> Exception:
+        """A copy of ``exc`` to raise once more (its own traceback, the original's type)."""
+        if exc is None:
+            return RuntimeError("an output holds windows it refused")
+        try:
+            return copy.copy(exc).with_traceback(None)
+        except Exception:  # noqa: BLE001 - an exception that cannot be copied
+            return RuntimeError(f"{type(exc).__name__}: {exc}")
+
+    def _schedule(self) -> None:
+        """Retry the held windows after the backoff (one timer at a time)."""
+        with self._lock:
+            if self._timer is not None or self._stopped:
+                return
+            delay = backoff_delay(self._retries, self._retry_s, self._retry_max_s)
+            self._retries += 1
+            self._timer = threading.Timer(delay, self._tick)
+            self._timer.daemon = True
+            self._timer.start()
+
+    def _tick(self) -> None:
+        with self._lock:
+            self._timer = None
+        self.retry_held()
+        if self.held:
+            self._schedule()
+        else:
+            with self._lock:
+                self._retries = 0
+
+    @property
+    def held(self) -> int:
+        """Windows held now for parts that refused them (each part's counted)."""
+        with self._lock:
+            return sum(len(p.held) for p in self._parts)
 
     def stats(self) -> dict[str, int]:
         """The outputs' counters, summed by name."""
@@ -55,6 +234,26 @@ class TeeOutput:
         return out
 
     def stop(self, timeout: float = 5.0) -> None:
-        """Stop every output, in order, each given ``timeout``."""
+        """Give held windows a last try, then stop every output, in order, each ``timeout``.
+
+        Windows still held are not durable: their files stay for the next run.
+        """
+        with self._lock:
+            self._stopped = True
+            timer, self._timer = self._timer, None
+        if timer is not None:
+            timer.cancel()
+        self.retry_held()
+        if self.held:
+            log.warning(
+                "%d window(s) not taken by every output: their files stay for the next run",
+                self.held,
+            )
         for o in self.outputs:
             o.stop(timeout)
+
+
+def _name(output: Output) -> str:
+    """The output as a log line names it: its path or broker when it has one."""
+    where = getattr(output, "path", None) or getattr(output, "broker_url", None)
+    return f"output {where}" if where else f"output {type(output).__name__}"

@@ -81,3 +81,19 @@ def test_a_delivered_file_starts_again_and_others_keep_their_own_count() -> None
     src.retries.clear()
     policy.output_failed(_window("a.jpg", "b.jpg"))
     assert src.retries == [("a.jpg", OUTPUT_PAUSE_S), ("b.jpg", 2 * OUTPUT_PAUSE_S)]
+
+
+def test_the_items_remembered_for_a_retry_stay_bounded() -> None:
+    """The counts of items that are never scored again do not pile up.
+
+    A file that failed once and then went away (deleted, or changed: a new id).
+    """
+    from cdml_edge.agent.retry import OUTPUT_REFUSED_MAX, OutputRefusals
+
+    attempts, refusals = Attempts(), OutputRefusals()
+    for i in range(3 * OUTPUT_REFUSED_MAX):
+        attempts.fail(f"gone-{i}")
+        refusals.delay(f"gone-{i}")
+    assert f"gone-{3 * OUTPUT_REFUSED_MAX - 1}" in attempts  # the newest are kept
+    assert len(attempts._counts) <= OUTPUT_REFUSED_MAX
+    assert len(refusals._counts) <= OUTPUT_REFUSED_MAX

@@ -287,3 +287,24 @@ def test_a_dot_in_the_device_id_or_a_source_name_still_gives_topics_ha_reads(
     finally:
         pub.stop()
     _clear(broker_port, [*configs, f"p{tag}/line3.edge1/status"])
+
+
+def test_sources_whose_ids_clash_in_home_assistant_each_keep_their_entities(
+    tmp_path: Path,
+) -> None:
+    """Valid source names whose entities shared a discovery topic and unique id.
+
+    ``cam.1`` and ``cam_1`` (a '.' becomes '_'); ``a`` and ``a_anomaly`` (``a``'s
+    ``anomaly_score`` is ``a_anomaly``'s ``score``): Home Assistant showed one of them only.
+    """
+    sources = ["a", "a_anomaly", "cam.1", "cam_1"]
+    cfg = _config(tmp_path, 1883, "clash", sources)
+    configs = discovery_configs(cfg)
+    assert len(configs) == 1 + 5 * len(sources), sorted(configs)
+    assert len({c["unique_id"] for c in configs.values()}) == len(configs)
+    for topic in configs:
+        assert HA_TOPIC.fullmatch(topic.split("/", 1)[1]), topic
+    names = {c["name"] for c in configs.values()}
+    assert {f"{s} {n}" for s in sources for n in ("score", "anomaly score")} <= names
+    plain = _config(tmp_path, 1883, "clash", ["a", "cam_1"])  # no clash: topics as before
+    assert set(discovery_configs(plain)) <= set(configs)

@@ -151,17 +151,71 @@ def test_tee_a_failing_jsonl_beside_a_working_broker_is_degraded_and_nothing_is_
     try:
         assert wait_until(lambda: mqtt.connected, 10)
         durable: list[int] = []
-        with pytest.raises(OSError):
-            tee.publish_batch([_msg(1), _msg(2)], lambda: durable.append(1))
+        tee.publish_batch([_msg(1), _msg(2)], lambda: durable.append(1))  # held for the file
         assert wait_until(lambda: len(sub.ids()) == 2, 10)  # the broker got them
         assert wait_until(lambda: mqtt.stats()["acked"] == 2, 10)
         assert durable == []  # not durable in the file: the source files stay
         assert "jsonl" in degraded_parts(tee), degraded_parts(tee)
         assert "/dev/full" in degraded_parts(tee)["jsonl"]
         assert tee.stats()["failed"] == 2
+        with pytest.raises(OSError):  # a new window waits: refused as a whole
+            tee.publish_batch([_msg(3)], lambda: durable.append(3))
+        tee.stop()
+        assert durable == [] and tee.held == 1  # never durable: its files stay
+        assert sorted(sub.ids()) == ["r000001", "r000002"]  # each once, and not the new one
     finally:
         tee.stop()
         sub.close()
+
+
+def test_tee_a_window_one_part_refused_goes_again_to_that_part_alone(
+    tmp_path: Path, broker_port: int
+) -> None:
+    """The file's disk is full (a link to ``/dev/full``), then has room (a regular file).
+
+    The broker gets each message once, the file gets the same messages once, on_durable
+    fires once; health and other batches without callbacks are not held.
+    """
+    if not Path("/dev/full").exists():
+        pytest.skip("no /dev/full")
+    prefix = f"tee{uuid.uuid4().hex[:8]}"
+    sub = Subscriber(broker_port, f"{prefix}/#", persistent=False)
+    mqtt = MqttPublisher(
+        MqttConfig(
+            url=f"mqtt://127.0.0.1:{broker_port}",
+            topic_prefix=prefix,
+            protocol=broker_protocol(),
+            client_id=f"{prefix}-pub",
+        ),
+        "edge-1",
+        SpoolConfig(dir=tmp_path / "spool"),
+    )
+    path = tmp_path / "results.jsonl"
+    path.symlink_to("/dev/full")
+    jsonl = JsonlOutput(path)
+    tee = TeeOutput([mqtt, jsonl], retry_s=0.05, retry_max_s=0.1)
+    tee.start()
+    try:
+        assert wait_until(lambda: mqtt.connected, 10)
+        durable: list[str] = []
+        tee.publish_batch([_msg(1), _msg(2)], lambda: durable.append("w1"))
+        health = OutMessage("health", json.dumps({"id": "h1"}).encode())
+        with pytest.raises(OSError):  # no callbacks: not held, said
+            tee.publish_batch([health])
+        assert wait_until(lambda: jsonl.stats()["failed"] >= 8, 10)  # retried 3 times or more
+        assert durable == [] and tee.held == 1
+        (tmp_path / "room").write_bytes(b"")
+        (tmp_path / "room").replace(path)  # room again: a regular file at the path
+        assert wait_until(lambda: durable == ["w1"], 10), durable
+        tee.publish_batch([_msg(3)], lambda: durable.append("w2"))
+        assert wait_until(lambda: durable == ["w1", "w2"], 10), durable
+        assert wait_until(lambda: len(sub.ids()) == 3, 10)
+    finally:
+        tee.stop()
+        sub.close()
+    assert sorted(sub.ids()) == ["r000001", "r000002", "r000003"]  # each once
+    assert _ids(path) == ["r000001", "r000002", "r000003"]
+    assert [m["id"] for m in sub.on("/health")] == ["h1"]  # the broker got the health
 
 
 _RECOVERS = textwrap.dedent(

@@ -100,6 +100,40 @@ def test_spool_on_a_full_disk_holds_or_refuses_then_delivers_everything(
         broker.stop()
 
 
+def test_a_batch_refused_in_part_calls_back_never(full_disk: FullDisk) -> None:
+    """Refused (``OutputUnavailable``): the caller takes the window again, so nothing else.
+
+    Part of the batch fitted in the outbox; once that part is spooled the batch used to fire
+    ``on_given_up`` too: the agent then counted the window done twice and left its files
+    in the folder for good, while it also took them again for the refusal.
+    """
+    full_disk.inject_open(spool_mod)
+    full_disk.inject_call(spool_mod, "atomic_write")
+    events: list[str] = []
+    pub = _publisher(
+        free_port(),
+        f"f{uuid.uuid4().hex[:8]}",
+        full_disk.path / "spool",
+        events,
+        outbox=OutboxConfig(max_bytes=8 * 1024),
+    )
+    pub.start()
+    called: list[str] = []
+    try:
+        full_disk.fill()
+        with pytest.raises(OutputUnavailable):  # 40 x ~380 B: half fits in the outbox
+            pub.publish_batch(
+                _msgs(0, 40), lambda: called.append("durable"), lambda: called.append("given up")
+            )
+        assert 0 < pub.stats()["outbox_depth"] < 40
+        full_disk.free()  # the I/O thread spools what the outbox held
+        assert wait_until(lambda: pub.stats()["outbox_depth"] == 0, 10)
+        assert wait_until(lambda: pub.stats()["spool_degraded"] == 0, 10)
+        assert called == [], called
+    finally:
+        pub.stop()
+
+
 def test_a_full_disk_during_the_drain_does_not_kill_the_io_thread(
     full_disk: FullDisk, tmp_path: Path
 ) -> None:

@@ -363,3 +363,38 @@ def test_a_malformed_ncmd_is_logged_and_asks_nothing(caplog: pytest.LogCaptureFi
     node.on_command(node.command_topic, b"\xff\xff\xff not protobuf")
     assert not node.rebirth_due()
     assert "not a Sparkplug B payload" in caplog.text
+
+
+@pytest.mark.parametrize("protocol", ["3.1.1", "5"])
+def test_the_edge_node_connects_with_a_clean_session_so_the_broker_keeps_none(
+    tmp_path: Path, broker_port: int, protocol: str
+) -> None:
+    """Sparkplug B 3.0: Clean Session true (3.1.1), Clean Start true and expiry 0 (5).
+
+    A QoS 1 NCMD sent while the node is offline must not reach it when it connects again:
+    a broker that kept a session for the node would deliver it first, before a command sent
+    once the node is back. So once that second command arrived, the first never will.
+    """
+    if broker_protocol() != "5" and protocol == "5":
+        pytest.skip("the test broker speaks MQTT 3.1.1 only")
+    group = f"g{uuid.uuid4().hex[:8]}"
+    sub = SparkplugSubscriber(broker_port, group, persistent=False)
+    cfg = _config(tmp_path, broker_port, group, protocol=protocol)
+    ncmd = f"spBv1.0/{group}/NCMD/edge-1"
+    try:
+        _start(cfg).stop()  # the node's first session, subscribed to its NCMD
+        send(broker_port, ncmd, b"sent while offline")
+        out = make_output(cfg)
+        assert isinstance(out, SparkplugOutput)
+        seen: list[bytes] = []
+        out.node.on_command = lambda topic, raw: seen.append(raw)  # type: ignore[method-assign]
+        births = lambda: sum("/NBIRTH/" in t for t, _p, _r in list(sub.messages))  # noqa: E731
+        before = births()
+        out.start()
+        assert wait_until(lambda: births() > before, 10)  # subscribed again (before its births)
+        send(broker_port, ncmd, b"sent once back")
+        assert wait_until(lambda: b"sent once back" in seen, 10), seen
+        out.stop()
+        assert seen == [b"sent once back"], "the broker kept a session for the node"
+    finally:
+        sub.close()

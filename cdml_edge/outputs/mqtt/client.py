@@ -170,11 +170,13 @@ def new_client(
     max_inflight: int,
     connect_timeout: float,
     will: tuple[str, bytes] | None,
+    clean: bool = False,
 ) -> mqtt.Client:
-    """A paho client for ``settings`` with a persistent session.
+    """A paho client for ``settings`` with a persistent session (``clean``: none kept).
 
     It has a retained QoS 1 Last Will ``will = (topic, payload)`` (none when ``None``), no
-    paho-side queue and ``max_inflight`` message ids.
+    paho-side queue and ``max_inflight`` message ids. ``clean`` (Sparkplug B) asks for
+    Clean Session in MQTT 3.1.1; in MQTT 5 :func:`connect_later` asks for Clean Start.
     """
     v5 = settings.protocol == "5"
     kwargs: dict[str, Any] = {
@@ -183,7 +185,7 @@ def new_client(
         "protocol": mqtt.MQTTv5 if v5 else mqtt.MQTTv311,
     }
     if not v5:
-        kwargs["clean_session"] = False
+        kwargs["clean_session"] = clean
     client = _Client(**kwargs)
     client.max_inflight_messages_set(max_inflight)
     client.max_queued_messages_set(0)
@@ -198,16 +200,19 @@ def new_client(
     return client
 
 
-def connect_later(client: mqtt.Client, settings: BrokerSettings, host: str, port: int) -> None:
+def connect_later(
+    client: mqtt.Client, settings: BrokerSettings, host: str, port: int, clean: bool = False
+) -> None:
     """Set where ``client.reconnect()`` connects; nothing is sent yet.
 
-    With MQTT 5 the session outlives the connection for ``session_expiry`` seconds.
+    With MQTT 5 the session outlives the connection for ``session_expiry`` seconds; with
+    ``clean`` (Sparkplug B) every CONNECT has Clean Start and a Session Expiry Interval of 0.
     """
     keepalive = max(1, int(settings.config.keepalive))
     if settings.protocol == "5":
         props = Properties(PacketTypes.CONNECT)
-        props.SessionExpiryInterval = int(settings.config.session_expiry)
-        client.connect_async(host, port, keepalive, clean_start=False, properties=props)
+        props.SessionExpiryInterval = 0 if clean else int(settings.config.session_expiry)
+        client.connect_async(host, port, keepalive, clean_start=clean, properties=props)
     else:
         client.connect_async(host, port, keepalive)
 

@@ -52,6 +52,12 @@ class PublishBatch:
         if fire:
             self._fire()
 
+    def refuse(self) -> None:
+        """The batch was refused (its caller takes it again): no callback fires, ever."""
+        with self._lock:
+            self._callback = None
+            self._given_up = None
+
     @property
     def remaining(self) -> int:
         """Messages of the batch not yet acknowledged or spooled."""
@@ -94,6 +100,11 @@ class Entry:
         if not self.done:
             self.done = True
             self.batch.done(failed=True)
+
+    def refuse(self) -> None:
+        """Refuse this message and its batch: the caller retries it, no callback fires."""
+        self.batch.refuse()
+        self.done = True
 
 
 class Outbox:

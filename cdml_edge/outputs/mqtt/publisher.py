@@ -245,7 +245,9 @@ class MqttPublisher:
         """Keep entries the spool could not take (a full or failing disk) in the outbox.
 
         They are kept connected or not (the I/O thread spools them once it can); what does
-        not fit there either is refused, and so is its batch (:class:`OutputUnavailable`).
+        not fit there either is refused, and so is its batch (:class:`OutputUnavailable`):
+        its callbacks never fire, the caller takes it again (what of it was kept still goes
+        out: at least once).
         """
         kept = 0
         for entry in entries:
@@ -256,7 +258,7 @@ class MqttPublisher:
         if not refused:
             return
         for entry in refused:
-            entry.abandon()
+            entry.refuse()
         self._counts["refused"] += len(refused)
         self._waker.wake()
         raise OutputUnavailable(
@@ -350,6 +352,7 @@ class MqttPublisher:
             max_inflight=self.max_inflight + 2,
             connect_timeout=self.connect_timeout,
             will=(self.topic("status"), self._status("offline")) if self._json_status else None,
+            clean=self._clean_session,
         )
         if self.session is not None:
             client.on_message = self._on_message
@@ -361,8 +364,13 @@ class MqttPublisher:
         else:
             assert self.settings.address is not None
             host, port = self.settings.address.host, self.settings.address.port
-        connect_later(client, self.settings, host, port)
+        connect_later(client, self.settings, host, port, clean=self._clean_session)
         return client
+
+    @property
+    def _clean_session(self) -> bool:
+        """No session kept by the broker: the session asks for it (Sparkplug B)."""
+        return self.session is not None and self.session.clean_session
 
     @property
     def _json_status(self) -> bool:

@@ -17,6 +17,9 @@ class Session(Protocol):
     namespace: str
     """Message topics starting with this are numbered by :meth:`stamp`."""
 
+    clean_session: bool
+    """Every CONNECT asks the broker to keep no session (Sparkplug B 3.0 requires it)."""
+
     @property
     def command_topic(self) -> str:
         """Subscribed to after every CONNACK; what arrives goes to :meth:`on_command`."""

@@ -69,6 +69,8 @@ class SparkplugNode:
     """
 
     namespace = NAMESPACE + "/"
+    clean_session = True
+    """Sparkplug B 3.0: Clean Session (MQTT 3.1.1), Clean Start and expiry 0 (MQTT 5)."""
 
     def __init__(
         self,
