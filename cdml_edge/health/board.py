@@ -11,7 +11,9 @@ window (:meth:`ActivityBoard.keep_images`, a reference to the bytes already in m
 copy, no decode); a thumbnail is made only when the page asks for it, then cached and the
 image let go. So the live path pays nothing for thumbnails nobody looks at.
 
-Bounds: ``MAX_RESULTS`` results and ``MAX_SCORES`` scores per source, ``MAX_ERRORS`` error
+Bounds: ``MAX_RESULTS`` results and ``MAX_SCORES`` scores per source, the rate's history
+(one count per second of the last ``RATE_WINDOW_S``, on the steady clock, so a step of the
+wall clock neither freezes nor empties it) per source, ``MAX_ERRORS`` error
 events, ``MAX_SOURCES`` sources (a message of one more source is counted in ``ignored``, as is
 a message that is not a JSON object); every value kept is checked and every text bounded
 (:mod:`~cdml_edge.health.fields`), so a payload of the wrong shape never stops a view;
@@ -21,6 +23,7 @@ all and each thumbnail at most ``MAX_THUMB_BYTES`` (older ones go first).
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 from collections import OrderedDict, deque
@@ -64,6 +67,7 @@ class SourceActivity:
     results: deque[dict[str, Any]] = field(default_factory=lambda: deque(maxlen=MAX_RESULTS))
     scores: deque[float] = field(default_factory=lambda: deque(maxlen=MAX_SCORES))
     arrivals: deque[tuple[float, int]] = field(default_factory=deque)
+    """(second of the steady clock, results in it), the last ``RATE_WINDOW_S`` of them."""
     thumbs: OrderedDict[str, bytes] = field(default_factory=OrderedDict)
     images: OrderedDict[str, bytes] = field(default_factory=OrderedDict)
     items: int = 0
@@ -73,10 +77,26 @@ class SourceActivity:
     window_ms: float | None = None
     camera: str | None = None
 
-    def rate(self, now: float) -> float:
-        """Results per second over the last ``RATE_WINDOW_S``."""
-        while self.arrivals and self.arrivals[0][0] < now - RATE_WINDOW_S:
+    def arrived(self, now: float, count: int = 1) -> None:
+        """``count`` results at ``now`` (the steady clock), counted per whole second.
+
+        What is older than ``RATE_WINDOW_S`` goes at once: at most ``RATE_WINDOW_S + 1``
+        entries, however long nobody asks for the rate.
+        """
+        second = float(math.floor(now))
+        if self.arrivals and self.arrivals[-1][0] == second:
+            self.arrivals[-1] = (second, self.arrivals[-1][1] + count)
+        else:
+            self.arrivals.append((second, count))
+        self._forget(now)
+
+    def _forget(self, now: float) -> None:
+        while self.arrivals and self.arrivals[0][0] <= now - RATE_WINDOW_S:
             self.arrivals.popleft()
+
+    def rate(self, now: float) -> float:
+        """Results per second over the last ``RATE_WINDOW_S`` (``now``: the steady clock)."""
+        self._forget(now)
         n = sum(k for _, k in self.arrivals)
         return n / RATE_WINDOW_S if n else 0.0
 
@@ -89,9 +109,17 @@ class SourceActivity:
 class ActivityBoard:
     """Thread-safe; :meth:`observe` a message, :meth:`snapshot` the board as JSON data."""
 
-    def __init__(self, device: str = "", clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self,
+        device: str = "",
+        clock: Callable[[], float] = time.monotonic,
+        wall: Callable[[], float] = time.time,
+    ) -> None:
         self.device = device
         self.clock = clock
+        """The steady clock of rates and ages: a step of the wall clock moves neither."""
+        self.wall = wall
+        """The time of day, for the snapshot's ``ts`` only."""
         self.sources: dict[str, SourceActivity] = {}
         self.errors: deque[dict[str, Any]] = deque(maxlen=MAX_ERRORS)
         self.health: dict[str, Any] | None = None
@@ -139,10 +167,7 @@ class ActivityBoard:
                 score = result["score"]
             if score is not None:
                 src.scores.append(float(score))
-            if src.arrivals and src.arrivals[-1][0] == now:
-                src.arrivals[-1] = (now, src.arrivals[-1][1] + 1)
-            else:
-                src.arrivals.append((now, 1))
+            src.arrived(now)
         elif kind == "window":
             src.windows += 1
             timings = p.get("timings")
@@ -231,7 +256,7 @@ class ActivityBoard:
             }
             return {
                 "device": self.device,
-                "ts": now,
+                "ts": self.wall(),
                 "messages": self.messages,
                 "ignored": self.ignored,
                 "last_message_age_s": None

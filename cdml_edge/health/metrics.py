@@ -3,9 +3,9 @@
 Everything lives on a private ``CollectorRegistry`` (no global state: two agents, or many tests,
 in one process never collide). Names are prefixed ``cdml_edge_``.
 
-The ``dropped`` reasons the agent knows are exported at 0 from the start: a series that first
-appears with its first drop already counted would hide that drop from ``increase()``, and so
-from the alert on it.
+The ``dropped`` reasons and the common ``errors`` stages are exported at 0 from the start: a
+series that first appears with its first drop already counted would hide that drop from
+``increase()``, and so from the alert on it.
 """
 
 from __future__ import annotations
@@ -40,6 +40,9 @@ INFERENCE_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.
 WINDOW_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0)
 DROP_REASONS = ("spool", "camera_budget_full")
 """``cdml_edge_dropped_total`` reasons, exported at 0 before the first drop."""
+ERROR_STAGES = ("read", "decode", "output", "pipeline", "reload", "window_retries")
+"""``cdml_edge_errors_total`` stages every agent can have, exported at 0 before the first
+error (others, a disk's or a camera's, appear with theirs)."""
 DEGRADED_PARTS = ("spool", "retention", "quarantine", "mqtt")
 """Parts that can be degraded (``/healthz``'s ``degraded``), exported at 0 while they are not."""
 
@@ -88,7 +91,9 @@ class _Acknowledged(Collector):
 
     ``live`` came from memory, ``spooled`` from the disk spool; read from the output's
     counters at scrape time. Beside it ``cdml_edge_mqtt_refused_total``: PUBACKs that
-    refused a message (MQTT 5; the message is kept and sent again, each refusal counts).
+    refused a message (MQTT 5; the message is kept and sent again, each refusal counts);
+    ``cdml_edge_mqtt_connects_total`` and ``cdml_edge_mqtt_connect_failures_total``: a
+    broker lost and back between two scrapes, or refusing every attempt, is an increase.
     """
 
     def __init__(self) -> None:
@@ -109,6 +114,16 @@ class _Acknowledged(Collector):
             f"{PREFIX}_mqtt_refused",
             "MQTT messages the broker refused (each refusal; the message is sent again later)",
             value=s.get("rejected", 0),
+        )
+        yield CounterMetricFamily(
+            f"{PREFIX}_mqtt_connects",
+            "Connections the MQTT broker accepted (the first one included)",
+            value=s.get("reconnects", 0),
+        )
+        yield CounterMetricFamily(
+            f"{PREFIX}_mqtt_connect_failures",
+            "Attempts to connect to the MQTT broker that failed (unreachable, refused, closed)",
+            value=s.get("connect_failures", 0),
         )
 
 
@@ -132,6 +147,25 @@ class _Degraded(Collector):
         for part in sorted(set(DEGRADED_PARTS) | set(now)):
             family.add_metric([part], 1.0 if part in now else 0.0)
         yield family
+
+
+class _Stalls(Collector):
+    """``cdml_edge_stalls_total``: stalls of the watchdog since the start (read at scrape time).
+
+    The gauge ``cdml_edge_watchdog_stalled`` shows a stall only while it lasts: one that
+    ended between two scrapes, or that systemd ended by a restart, is counted here.
+    """
+
+    def __init__(self) -> None:
+        self.watchdog: ProgressWatchdog | None = None
+
+    def collect(self) -> Iterator[Metric]:
+        count = 0 if self.watchdog is None else self.watchdog.state().stalls
+        yield CounterMetricFamily(
+            f"{PREFIX}_stalls",
+            "Times pending work made no progress for the watchdog's stall time",
+            value=count,
+        )
 
 
 class Metrics:
@@ -167,6 +201,7 @@ class Metrics:
     ) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
         self.started_at = time.time()
+        self._started_steady = time.monotonic()
         self.info = Info(f"{PREFIX}_build", "Agent version and device name", registry=self.registry)
         self.info.info({"version": version, "device": device})
         self.start_time = self._gauge("start_time_seconds", "Unix time the agent started")
@@ -178,6 +213,8 @@ class Metrics:
         self.registry.register(self._acks)
         self._degraded = _Degraded()
         self.registry.register(self._degraded)
+        self._stalls = _Stalls()
+        self.registry.register(self._stalls)
         self.watchdog_stalled = self._gauge(
             "watchdog_stalled", "1 while pending work makes no progress"
         )
@@ -206,6 +243,8 @@ class Metrics:
         self.windows = self._counter("windows", "Windows completed", "source")
         self.anomalies = self._counter("anomalies", "Results flagged anomalous", "source")
         self.errors = self._counter("errors", "Errors by pipeline stage", "stage")
+        for stage in ERROR_STAGES:  # at 0 from the start: the first error is an increase
+            self.errors.labels(stage=stage)
         self.dropped = self._counter("dropped", "Items or messages lost, by reason", "reason")
         for reason in DROP_REASONS:  # at 0 from the start: the first drop is an increase
             self.dropped.labels(reason=reason)
@@ -282,7 +321,10 @@ class Metrics:
         self._degraded.parts = degraded
 
     def attach_watchdog(self, watchdog: ProgressWatchdog) -> None:
-        """Export the watchdog's view as ``watchdog_stalled`` / ``last_progress_age_seconds``."""
+        """Export the watchdog's view (``watchdog_stalled``, ``last_progress_age_seconds``, ...).
+
+        ``stalls_total`` too: each stall, counted from its start.
+        """
 
         def _age() -> float:
             age = watchdog.state().last_progress_age_s
@@ -290,6 +332,7 @@ class Metrics:
 
         self.watchdog_stalled.set_function(lambda: float(watchdog.state().stalled))
         self.last_progress_age.set_function(_age)
+        self._stalls.watchdog = watchdog
         self._watchdog = watchdog
 
     def watchdog_state(self) -> HealthState | None:
@@ -338,8 +381,12 @@ class Metrics:
             "broker_connected": self._sum(f"{PREFIX}_broker_connected", got) > 0,
             "thread_deaths": total("thread_deaths_total"),
             "dead_threads": list(self._dead_threads()),
-            "uptime_s": round(time.time() - self.started_at, 3),
+            "uptime_s": self.uptime_s(),
         }
+
+    def uptime_s(self) -> float:
+        """Seconds since the start, on the steady clock: a step of the wall clock moves it not."""
+        return round(time.monotonic() - self._started_steady, 3)
 
     def anomaly_count(self) -> int:
         """Results flagged anomalous since the start (not a health payload field)."""

@@ -8,7 +8,9 @@ has ``request_timeout_s`` in all to send its request head and read the answer (a
 dripping one byte at a time is cut off at that deadline, not per read); heads over 8 KiB
 are refused. At most ``max_concurrent`` connections are open at once: one more closes the
 oldest, so a crowd of idle clients can delay ``/healthz`` by nothing but its own turn.
-One request per connection (``Connection: close``).
+One request per connection (``Connection: close``). The status page is rendered on one of
+``PAGE_RENDERERS`` threads beside the loop (it makes thumbnails, a decode each): a slow
+render delays no ``/healthz`` or ``/metrics``, and a render past the deadline is cut off too.
 """
 
 from __future__ import annotations
@@ -19,9 +21,9 @@ import json
 import logging
 import socket
 import threading
-import time
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CONTENT_TYPE_LATEST
@@ -38,6 +40,8 @@ REQUEST_TIMEOUT_S = 2.0
 # Connections open at once; one more closes the oldest.
 MAX_CONCURRENT_REQUESTS = 32
 MAX_HEAD_BYTES = 8192
+# Threads that render the status page; more page requests wait for one (within their time).
+PAGE_RENDERERS = 2
 
 Degraded = Callable[[], Mapping[str, str]]
 """Parts that work but not fully (a full disk under the spool, say): part -> why."""
@@ -104,6 +108,8 @@ class MetricsServer:
         sock = _listen(host, port)
         self.port: int = sock.getsockname()[1]
         self._loop = asyncio.new_event_loop()
+        # the page makes thumbnails (decodes): off the loop, so /healthz never waits for it
+        self._renderer = ThreadPoolExecutor(PAGE_RENDERERS, thread_name_prefix="cdml-page")
         started = threading.Event()
         self._thread = threading.Thread(
             target=self._run, args=(sock, started), name="cdml-metrics", daemon=True
@@ -126,6 +132,7 @@ class MetricsServer:
                 writer.transport.abort()
             self._loop.run_until_complete(server.wait_closed())
             self._loop.close()
+            self._renderer.shutdown(wait=False, cancel_futures=True)
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         key = id(writer)
@@ -175,7 +182,8 @@ class MetricsServer:
             return code, json.dumps(body).encode(), "application/json"
         if path in (b"/", b"/status") and self.page is not None:
             _, body = self._healthz()
-            return 200, self.page(body).encode(), "text/html; charset=utf-8"
+            page = await self._loop.run_in_executor(self._renderer, self.page, body)
+            return 200, page.encode(), "text/html; charset=utf-8"
         return 404, b"not found: try /metrics or /healthz\n", "text/plain"
 
     def _healthz(self) -> tuple[int, dict[str, Any]]:
@@ -234,7 +242,7 @@ def healthz_body(
     thread is dead), ``degraded`` (a part cannot do its job fully, e.g. the spool on a full
     disk; ``degraded`` names each part and why) or a failed check (e.g. ``camera_down``).
     """
-    body: dict[str, Any] = {"status": "ok", "uptime_s": round(time.time() - metrics.started_at, 3)}
+    body: dict[str, Any] = {"status": "ok", "uptime_s": metrics.uptime_s()}
     if state is not None:
         body.update(state.as_dict())
         if state.stalled:

@@ -37,6 +37,8 @@ class HealthState:
     pings_sent: int
     dead_threads: tuple[str, ...] = ()
     """Supervised threads dead now (died, not running again yet)."""
+    stalls: int = 0
+    """Stalls since the start, the one going on included (``cdml_edge_stalls_total``)."""
 
     def as_dict(self) -> dict[str, Any]:
         """The fields as a dict (JSON-ready)."""
@@ -84,6 +86,7 @@ class ProgressWatchdog:
         self._last_progress: float | None = None
         self._waiting_since = clock()
         self._progress_count = 0
+        self._stalls_ended = 0
         self._pings = 0
         self._was_stalled = False
         self.judge_progress = True  # False: ping while alive (health.watchdog off)
@@ -105,6 +108,7 @@ class ProgressWatchdog:
         """A window completed: the pipeline is moving."""
         with self._lock:
             now = self._clock()
+            self._count_a_stall_ending(now)
             self._last_progress = now
             self._waiting_since = now
             self._progress_count += 1
@@ -117,7 +121,17 @@ class ProgressWatchdog:
             if self._pending == 0 and n_pending > 0:
                 # Work just arrived: the stall clock starts now, not at the last progress.
                 self._waiting_since = self._clock()
+            elif n_pending == 0:
+                self._count_a_stall_ending(self._clock())
             self._pending = n_pending
+
+    def _stalled_at(self, now: float) -> bool:
+        return self._pending > 0 and now - self._waiting_since >= self._stall_after_s
+
+    def _count_a_stall_ending(self, now: float) -> None:
+        """Progress or an empty pipeline ends the wait: a stall if it lasted (lock held)."""
+        if self._stalled_at(now):
+            self._stalls_ended += 1
 
     def state(self) -> HealthState:
         """Current health; cheap, thread-safe."""
@@ -126,7 +140,7 @@ class ProgressWatchdog:
             now = self._clock()
             age = None if self._last_progress is None else now - self._last_progress
             waited = now - self._waiting_since if self._pending > 0 else 0.0
-            stalled = self._pending > 0 and waited >= self._stall_after_s
+            stalled = self._stalled_at(now)
             return HealthState(
                 ok=not stalled and not dead,
                 stalled=stalled,
@@ -136,6 +150,7 @@ class ProgressWatchdog:
                 progress_count=self._progress_count,
                 pings_sent=self._pings,
                 dead_threads=dead,
+                stalls=self._stalls_ended + stalled,
             )
 
     def healthy(self) -> bool:
