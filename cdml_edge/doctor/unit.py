@@ -180,24 +180,72 @@ def healthz_url(cfg: AppConfig) -> str | None:
     return f"http://{host}:{port}/healthz"
 
 
+USAGE = (
+    "usage: python -m cdml_edge.doctor.unit [--env-file FILE [--systemd VERSION]] "
+    "dirs|dropin|healthz CONFIG"
+)
+
+
+def site_environment(path: Path, systemd: int | None) -> dict[str, str]:
+    """What the unit's optional ``EnvironmentFile=-PATH`` gives the service.
+
+    Read by systemd's rules (:mod:`~cdml_edge.doctor.unit_env`; ``systemd``: its version,
+    for how a comment ending in a backslash is read). Nothing when the file is absent or
+    systemd refuses it (then it skips the file too, said on stderr).
+    """
+    from cdml_edge.doctor.unit_env import EnvironmentFileError, read_environment_file
+
+    if not os.path.lexists(path):
+        return {}
+    try:
+        found = read_environment_file(path, comment_continues=systemd is not None and systemd < 254)
+    except EnvironmentFileError as exc:
+        print(f"{exc}: systemd skips the file, so do these folders", file=sys.stderr)
+        return {}
+    return found.values
+
+
+def _options(args: list[str]) -> tuple[Path | None, int | None, list[str]] | None:
+    """``--env-file FILE`` and ``--systemd VERSION`` taken off ``args``; None when malformed."""
+    env_file: Path | None = None
+    systemd: int | None = None
+    while args and args[0] in ("--env-file", "--systemd"):
+        if len(args) < 2:
+            return None
+        if args[0] == "--env-file":
+            env_file = Path(args[1])
+        elif args[1]:  # empty: the version is not known
+            if not args[1].isdigit():
+                return None
+            systemd = int(args[1])
+        args = args[2:]
+    return env_file, systemd, args
+
+
 def main(argv: list[str] | None = None) -> int:
     """Print, for install.sh, what the unit needs of configuration FILE; 2 on bad usage, else 0.
 
     ``dirs FILE``: the folders to create, one a line; ``dropin FILE``: the drop-in text;
-    ``healthz FILE``: the agent's /healthz URL (nothing when the metrics port is off).
+    ``healthz FILE``: the agent's /healthz URL (nothing when the metrics port is off). With
+    ``--env-file``, the configuration's ``${VAR}``s see that file's variables over this
+    process's environment, as the unit's ``EnvironmentFile=`` gives them to the service.
     """
-    args = sys.argv[1:] if argv is None else argv
-    if len(args) != 2 or args[0] not in ("dirs", "dropin", "healthz"):
-        print("usage: python -m cdml_edge.doctor.unit dirs|dropin|healthz CONFIG", file=sys.stderr)
+    parsed = _options(sys.argv[1:] if argv is None else list(argv))
+    if parsed is None or len(parsed[2]) != 2 or parsed[2][0] not in ("dirs", "dropin", "healthz"):
+        print(USAGE, file=sys.stderr)
         return 2
-    cfg = load_config(args[1])
-    if args[0] == "dirs":
+    env_file, systemd, (what, conf) = parsed
+    from cdml_edge.doctor.unit_env import applied
+
+    with applied(site_environment(env_file, systemd) if env_file is not None else {}):
+        cfg = load_config(conf)
+    if what == "dirs":
         for p in minimal(source_dirs(cfg)) + [p for _, p in write_paths(cfg)]:
             print(p)
-    elif args[0] == "healthz":
+    elif what == "healthz":
         print(healthz_url(cfg) or "")
     else:
-        sys.stdout.write(render_dropin(cfg, args[1]))
+        sys.stdout.write(render_dropin(cfg, conf))
     return 0
 
 

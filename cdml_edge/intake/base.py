@@ -63,13 +63,18 @@ class LinkRefused(SourceError):
 
 
 class IntakeFault(SourceError):
-    """An unexpected error while taking one file; the file is quarantined, the source goes on."""
+    """An unexpected error while taking one file; the file is quarantined, the source goes on.
+
+    A keep folder's file (``kept``) is left where it is instead, and the message says so.
+    """
 
     stage = "intake"
     quarantine = True
 
-    def __init__(self, path: Path | str, exc: BaseException) -> None:
-        super().__init__(path, f"could not be taken: {type(exc).__name__}: {exc}")
+    def __init__(self, path: Path | str, exc: BaseException, *, kept: bool = False) -> None:
+        left = "; left in place (on_done: keep)" if kept else ""
+        super().__init__(path, f"could not be taken: {type(exc).__name__}: {exc}{left}")
+        self.quarantine = not kept
 
 
 class WatchLost(SourceError):

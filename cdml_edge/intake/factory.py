@@ -59,5 +59,6 @@ def make_source(
         follow_symlinks=sc.follow_symlinks,
         link_roots=tuple(sc.link_roots),
         kept_record=kept_path(state_dir, sc.name) if state_dir is not None else None,
+        keep=sc.on_done == "keep",
     )
     return FolderSource(fspec, budget, sink, on_error, spawn=spawn)

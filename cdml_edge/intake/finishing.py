@@ -54,6 +54,8 @@ OnDone = Literal["delete", "move", "keep"]
 HASH_CHUNK = 1 << 20
 _CLAIMS = itertools.count()
 BACKLOG_MAX = 1024  # files whose quarantine failed, tried again; more are left unlisted
+UNFIT_ERRORS = frozenset({"ModelSpecError"})
+"""Error types of a well-formed input the model does not take (columns, shape): no bad file."""
 LateHook = Callable[[str, str, Path], None]
 
 
@@ -234,7 +236,7 @@ class FileLifecycle:
         self.gone = 0  # on_done found nothing to do: the file was gone already
         self.renamed = 0  # on_done found the file renamed within its folder and acted there
         self.quarantined = 0
-        self.left_in_place = 0  # bad inputs too large to quarantine, left where they were
+        self.left_in_place = 0  # too large to quarantine, or a keep folder's unfit file: left
         self.quarantine_bytes_written = 0
         self.failures = 0
 
@@ -367,6 +369,30 @@ class FileLifecycle:
         :meth:`quarantine_or_leave`) or the disk failed (then retried later).
         """
         return self.quarantine_or_leave(source, name, path, data)[0]
+
+    def bad_input(
+        self,
+        source: str,
+        name: str,
+        path: Path | None,
+        data: bytes | None,
+        *,
+        on_done: OnDone,
+        error_type: str,
+    ) -> tuple[Path | None, str | None]:
+        """An input that failed to decode: quarantined (:meth:`quarantine_or_leave`) or left.
+
+        A file of an ``on_done: keep`` folder that is well-formed but not what the model
+        takes (``error_type`` in :data:`UNFIT_ERRORS`: its column count, its shape) is the
+        user's, no bad input: never moved, counted in ``left_in_place``, and the reason is
+        returned for its event (the caller keeps it, so it is not taken again unchanged).
+        """
+        if path is not None and on_done == "keep" and error_type in UNFIT_ERRORS:
+            self.left_in_place += 1
+            why = f"left in place (on_done: keep): {error_type} is the model's, not a bad file"
+            log.warning("%s/%s: %s", source, log_name(name), why)
+            return None, why
+        return self.quarantine_or_leave(source, name, path, data)
 
     def quarantine_or_leave(
         self, source: str, name: str, path: Path | None, data: bytes | None = None

@@ -113,6 +113,7 @@ class FolderSpec:
     max_file_bytes: int | None = None  # a window's max_bytes: a bigger file is never read
     follow_symlinks: bool = False  # follow links, only to files inside path or link_roots
     link_roots: tuple[Path, ...] = ()
+    keep: bool = False  # on_done: keep: the files are the user's, a fault never moves one
 
 
 class _Handler(FileSystemEventHandler):
@@ -448,7 +449,8 @@ class FolderSource:
     def _fault(self, path: str, exc: BaseException) -> None:
         """An unexpected error while taking ``path``: reported once; the source goes on.
 
-        The file is quarantined by the caller (``path`` given to the error sink).
+        The file is quarantined by the caller (``path`` given to the error sink), but for a
+        keep folder's: that is left where it is (the fault may be the agent's own).
         """
         log.error("%s: %s: %s", self.spec.name, log_name(path), exc, exc_info=exc)
         self.files.forget(path)
@@ -459,8 +461,9 @@ class FolderSource:
         if lst is not None and not self.files.refuse(path, _entry(lst)):
             return
         self.stats.errors += 1
-        fault = IntakeFault(path, exc)
-        self._on_error(self.spec.name, self._name(path), fault, Path(path) if lst else None)
+        fault = IntakeFault(path, exc, kept=self.spec.keep)
+        moved = Path(path) if lst is not None and fault.quarantine else None
+        self._on_error(self.spec.name, self._name(path), fault, moved)
 
     def _forget(self, path: str) -> None:
         self.files.forget(path)

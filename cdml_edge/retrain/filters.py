@@ -27,7 +27,7 @@ from typing import Any
 from cdml_edge.archive.names import normalize_member_name
 from cdml_edge.errors import CdmlError
 from cdml_edge.retrain.errors import OptionError
-from cdml_edge.units import DURATION_PATTERN, parse_duration
+from cdml_edge.units import DURATION_PATTERN, parse_duration, quantity_pattern
 
 NUMERIC_FIELDS = frozenset({"score", "anomaly"})
 BOOL_FIELDS = frozenset({"anomalous", "relabelled"})
@@ -44,6 +44,19 @@ _OPS: dict[str, Callable[[Any, Any], bool]] = {
     "<": operator.lt,
 }
 _EXPR = re.compile(r"^\s*([A-Za-z_]+)\s*(>=|<=|!=|==|=|>|<)\s*(.*?)\s*$")
+_PLAIN_NUMBER = re.compile(quantity_pattern({""}))  # the configuration's numbers, no unit
+
+
+def _number(text: str) -> float | None:
+    """``text`` as a finite number of the configuration's grammar, a sign allowed; else None.
+
+    Not Python's ``float``: that takes ``nan``, ``inf`` and ``1_000`` too.
+    """
+    body = text[1:] if text[:1] in ("+", "-") else text
+    if not body or body != body.strip() or not _PLAIN_NUMBER.fullmatch(body):
+        return None
+    value = float(text)
+    return value if math.isfinite(value) else None
 
 
 class FilterError(CdmlError, ValueError):
@@ -86,10 +99,10 @@ def parse_filter(expr: str) -> ItemFilter:
         raise FilterError(expr, f"unknown field {field!r} (fields: {', '.join(sorted(FIELDS))})")
     value: str | float | bool
     if field in NUMERIC_FIELDS:
-        try:
-            value = float(raw)
-        except ValueError:
-            raise FilterError(expr, f"{field} takes a number, got {raw!r}") from None
+        number = _number(raw)
+        if number is None:
+            raise FilterError(expr, f"{field} takes a number, got {raw!r}")
+        value = number
     elif field in BOOL_FIELDS:
         if raw.lower() not in ("true", "false", "1", "0", "yes", "no"):
             raise FilterError(expr, f"{field} takes true or false, got {raw!r}")
@@ -115,10 +128,9 @@ def parse_time(text: str, now: float | None = None) -> float:
     before ``now``.
     """
     s = text.strip()
-    try:
-        return float(s)
-    except ValueError:
-        pass
+    seconds = _number(s)
+    if seconds is not None:
+        return seconds
     if re.fullmatch(DURATION_PATTERN, s):  # an age, written as the configuration's durations
         try:
             return (time.time() if now is None else now) - parse_duration(s)

@@ -176,23 +176,16 @@ systemd_version() {
 }
 
 # unit_env: UNIT_ENV=(env VAR=VALUE...), the environment the agent's unit gives factory.yaml's
-# ${VAR}s: its Environment= values, then (overriding them, as systemd does) the site's
-# EnvironmentFile= $ETC/environment (MQTT_URL=..., a folder...). Without the file's values a
-# configuration that is valid under the unit reads as invalid here, or names other folders.
+# ${VAR}s: its Environment= values; and UNIT_ENV_FILE=(--env-file FILE --systemd N), the
+# site's EnvironmentFile= $ETC/environment (MQTT_URL=..., a folder...), whose values override
+# them as systemd does. The release's Python reads that file (cdml_edge.doctor.unit), by the
+# same rules of systemd as the doctor: quotes, escapes, continued lines, names skipped. Without
+# the file's values a configuration that is valid under the unit reads as invalid here, or
+# names other folders.
 unit_env() {
   UNIT_ENV=(env CDML_DATA="$DATA" CDML_STATE="$STATE" CDML_MODELS="$PREFIX/models"
             CREDENTIALS_DIRECTORY="$ETC" STATE_DIRECTORY="$STATE")
-  local line value
-  [[ -r "$ETC/environment" ]] || return 0
-  while IFS= read -r line || [[ -n "$line" ]]; do
-    line="${line#"${line%%[![:space:]]*}"}"
-    [[ "$line" =~ ^([A-Za-z_][A-Za-z0-9_]*)=(.*)$ ]] || continue
-    value="${BASH_REMATCH[2]}"
-    if [[ "$value" =~ ^\"(.*)\"$ || "$value" =~ ^\'(.*)\'$ ]]; then
-      value="${BASH_REMATCH[1]}"
-    fi
-    UNIT_ENV+=("${line%%=*}=$value")
-  done <"$ETC/environment"
+  UNIT_ENV_FILE=(--env-file "$ETC/environment" --systemd "$(systemd_version)")
 }
 
 do_uninstall() {
@@ -308,22 +301,25 @@ do_install() {
 EOF
   fi
   log "folders named in the configuration, and the unit's ReadWritePaths= for them"
-  local conf="$ETC/factory.yaml" cfg_env dropin="$UNIT_DIR/cdml-edge.service.d"
+  local conf="$ETC/factory.yaml" cfg_env cfg_file dropin="$UNIT_DIR/cdml-edge.service.d"
   [[ -f "$conf" ]] || conf="$CONFIG"
   unit_env
   cfg_env=("${UNIT_ENV[@]}")
+  cfg_file=("${UNIT_ENV_FILE[@]}")
   run install -d -m 0755 "$dropin"
   if [[ $DRY_RUN -eq 1 && ! -x "$venv/bin/python" ]]; then
     echo "+ install -d -m 2770 -o $USER_NAME -g $USER_NAME (folders of $conf, once the venv exists)"
     echo "+ write $dropin/60-paths.conf (ReadWritePaths= for those folders)"
   else
     local folders paths f
-    folders="$("${cfg_env[@]}" "$venv/bin/python" -I -m cdml_edge.doctor.unit dirs "$conf")" ||
+    folders="$("${cfg_env[@]}" "$venv/bin/python" -I -m cdml_edge.doctor.unit \
+      "${cfg_file[@]}" dirs "$conf")" ||
       die "the configuration is invalid: $venv/bin/cdml-edge config validate $conf"
     while IFS= read -r f; do
       [[ -n "$f" ]] && run install -d -m 2770 "${OWN_USER[@]}" "$f"
     done <<<"$folders"
-    paths="$("${cfg_env[@]}" "$venv/bin/python" -I -m cdml_edge.doctor.unit dropin "$conf")" ||
+    paths="$("${cfg_env[@]}" "$venv/bin/python" -I -m cdml_edge.doctor.unit \
+      "${cfg_file[@]}" dropin "$conf")" ||
       die "the configuration is invalid: $conf"
     printf '%s\n' "$paths" | put_file 0644 root:root "$dropin/60-paths.conf"
   fi
@@ -494,7 +490,10 @@ healthz_url() {
   local py="$1" conf="$ETC/factory.yaml"
   [[ -x "$py" && -f "$conf" ]] || return 0
   unit_env
-  "${UNIT_ENV[@]}" "$py" -I -m cdml_edge.doctor.unit healthz "$conf" 2>/dev/null || true
+  # a release from before --env-file answers its usage (2): asked again without the file
+  "${UNIT_ENV[@]}" "$py" -I -m cdml_edge.doctor.unit "${UNIT_ENV_FILE[@]}" healthz "$conf" \
+    2>/dev/null || "${UNIT_ENV[@]}" "$py" -I -m cdml_edge.doctor.unit healthz "$conf" \
+    2>/dev/null || true
 }
 
 http_ok() {

@@ -325,3 +325,33 @@ def test_a_wildcard_reads_every_matching_file_in_name_order(
     assert f"({folder / '10-site.env'}): read, 2 variables applied" in env.detail
     assert f"({folder / '20-line.env'}): read, 1 variable applied (CAM_DIR)" in env.detail
     assert checks["source cam"].ok and "bound 2.0 MiB" in checks["spool folder"].detail
+
+
+# -- install.sh's reading (python -m cdml_edge.doctor.unit --env-file) -----------------------
+
+
+def test_the_installer_reads_the_site_file_as_systemd_does(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``dirs --env-file``: systemd's values over the process's; a refused file is skipped."""
+    from cdml_edge.doctor.unit import main
+
+    site = tmp_path / "site"
+    cfg = tmp_path / "factory.yaml"
+    cfg.write_text(
+        yaml.safe_dump({"sources": [{"name": "a", "path": "${D}/in", "modality": "text"}]})
+    )
+    env = tmp_path / "environment"
+    env.write_text(f"  D = {site}/x\\\ny  \n")
+    monkeypatch.setenv("D", str(tmp_path / "process"))
+    assert main(["--env-file", str(env), "--systemd", "252", "dirs", str(cfg)]) == 0
+    assert capsys.readouterr().out.splitlines()[0] == f"{site}/xy/in"
+    env.write_bytes(b"D=/elsewhere\0\n")  # refused whole by systemd: the process's value
+    assert main(["--env-file", str(env), "--systemd", "", "dirs", str(cfg)]) == 0
+    out = capsys.readouterr()
+    assert out.out.splitlines()[0] == f"{tmp_path}/process/in"
+    assert "holds a NUL byte: systemd skips the file" in out.err
+    assert main(["--env-file", str(tmp_path / "absent"), "dirs", str(cfg)]) == 0
+    assert main(["--systemd", "new", "dirs", str(cfg)]) == 2
+    assert main(["--env-file"]) == 2
+    assert os.environ["D"] == str(tmp_path / "process")  # given back

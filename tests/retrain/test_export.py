@@ -15,6 +15,7 @@ from helpers.retention_data import make_window, scored_ring
 
 from cdml_edge.archive import open_archive
 from cdml_edge.retrain import ExportError, export_trainset, parse_filter, parse_time
+from cdml_edge.retrain.filters import FilterError
 from cdml_edge.retrain.layout import parse_split, split_of
 from cdml_edge.retrain.relabels import load_relabels
 from cdml_edge.store.retention import RetentionRing
@@ -123,6 +124,20 @@ def test_an_age_is_read_as_the_configuration_reads_a_duration() -> None:
     """``1e3s`` and ``1.5 min`` are durations in factory.yaml: ages in --since too."""
     assert parse_time("1e3s", now=T0) == T0 - 1000
     assert parse_time("1.5 min", now=T0) == T0 - 90
+
+
+@pytest.mark.parametrize("text", ["nan", "inf", "-Infinity", "1_000", "1e400s"])
+def test_a_time_is_a_number_of_the_configuration_grammar(text: str) -> None:
+    """``--since nan`` selected nothing, ``1_000`` was 1000: Python's float is not the grammar."""
+    with pytest.raises(FilterError):
+        parse_time(text, now=T0)
+
+
+@pytest.mark.parametrize("expr", ["score>nan", "anomaly>=inf", "score>1_0"])
+def test_a_filter_number_is_a_number_of_the_configuration_grammar(expr: str) -> None:
+    """``score>nan`` is never true: refused, as the configuration refuses such a number."""
+    with pytest.raises(FilterError, match="takes a number"):
+        parse_filter(expr)
 
 
 def test_anomaly_filter_on_anomaly_scores(tmp_path: Path) -> None:
