@@ -16,6 +16,8 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from cdml_edge.config import AppConfig, load_config
+from cdml_edge.doctor.unit_file import dropins as _dropins
+from cdml_edge.doctor.unit_file import unit_settings
 
 DEFAULT_UNIT = Path("/etc/systemd/system/cdml-edge.service")
 
@@ -104,35 +106,6 @@ def unreadable_unit(unit: Path) -> str | None:
         except OSError as exc:
             return f"{path}: cannot be read ({exc.strerror or exc})"
     return None
-
-
-def _dropins(unit: Path) -> list[Path]:
-    folder = unit.parent / f"{unit.name}.d"
-    try:
-        return sorted(folder.glob("*.conf")) if folder.is_dir() else []
-    except OSError:
-        return []
-
-
-def _unit_texts(unit: Path) -> list[str]:
-    texts = [p.read_text(encoding="utf-8") for p in [unit, *_dropins(unit)]]
-    return [t.replace("\\\n", " ") for t in texts]  # continuation lines
-
-
-def unit_settings(unit: Path) -> dict[str, list[str]]:
-    """Every ``Key=value`` of the unit and its drop-ins, in order (an empty value resets)."""
-    out: dict[str, list[str]] = {}
-    for text in _unit_texts(unit):
-        for raw in text.splitlines():
-            line = raw.strip()
-            if not line or line[0] in "#;[" or "=" not in line:
-                continue
-            key, value = (s.strip() for s in line.split("=", 1))
-            if value == "":
-                out[key] = []
-            else:
-                out.setdefault(key, []).append(value)
-    return out
 
 
 def writable_roots(unit: Path) -> list[Path] | None:

@@ -280,7 +280,7 @@ def unit_environment(unit: Path) -> tuple[dict[str, str], Check | None]:
     for ``-``, else a failure: the service would not start), unreadable here (a warning),
     or refused by systemd. Never raises: a unit that cannot be read is a failed check.
     """
-    from cdml_edge.doctor.unit import unit_settings  # see system.default_unit()
+    from cdml_edge.doctor.unit_file import unit_settings
 
     try:
         specs = unit_settings(unit).get("EnvironmentFile", [])
