@@ -61,5 +61,13 @@ class TooManyMembersError(ArchiveError):
         )
 
 
+class StreamTooLargeError(ArchiveError):
+    """A compressed stream that expands past what ``max_ratio`` allows a whole archive.
+
+    A decompression bomb met while the stream is walked (a tar.zst without a seek table is
+    walked once at open) or copied, not while a member is read.
+    """
+
+
 class ArchiveChangedError(ArchiveError):
     """The archive file was replaced or changed after it was opened (its index is stale)."""

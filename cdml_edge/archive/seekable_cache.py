@@ -61,7 +61,7 @@ try:
 except ImportError:  # pragma: no cover - not POSIX
     fcntl = None  # type: ignore[assignment]
 
-from cdml_edge.archive.base import DEFAULT_MAX_MEMBERS, Archive
+from cdml_edge.archive.base import Archive
 from cdml_edge.archive.cache_folder import Entry, entries, evict, is_entry_name
 from cdml_edge.archive.errors import ArchiveError
 from cdml_edge.archive.sealing import is_sealed, sealed_behind
@@ -182,7 +182,7 @@ class SeekableCache:
         if found is None:  # no frames known: try the plain copy, with no pass before it
             why = "has no seek table (a random read decompresses from its start)"
             walked: list[TarRows] = []
-            writer = _plain_writer(source, walked, limits.get("max_members", DEFAULT_MAX_MEMBERS))
+            writer = _plain_writer(source, walked, limits)
             copy = self._make(source, plain, why, writer)
             if copy is not None:
                 if walked:
@@ -378,12 +378,12 @@ def _copy_source(copy: SeekableCopy) -> FileSource:
 
 
 def _plain_writer(
-    source: ByteSource, walked: list[TarRows], max_members: int
+    source: ByteSource, walked: list[TarRows], limits: dict[str, Any]
 ) -> Callable[[BinaryIO], bool]:
     """A writer of the plain copy of ``source`` that keeps the member index it walked."""
 
     def write(out: BinaryIO) -> bool:
-        found = write_plain_copy(source, source.size(), out, max_members=max_members)
+        found = write_plain_copy(source, source.size(), out, **limits)
         if isinstance(found, TarRows):
             walked.append(found)
         return found is not False

@@ -148,7 +148,7 @@ def test_open_does_not_decode_tens_of_gib_after_the_end_marker(tmp_path: Path) -
     assert opened(path, True) == python and python[0] == "open"
     found = ffi.new("cz_tar_walk **")
     with open(path, "rb") as fh:
-        status = lib.cz_tar_plain_copy(fh.fileno(), path.stat().st_size, -1, 0, found)
+        status = lib.cz_tar_plain_copy(fh.fileno(), path.stat().st_size, -1, 0, 0.0, 0, found)
     try:
         walk = found[0]
         assert status == lib.CZ_OK and walk.at_end

@@ -69,7 +69,7 @@ def same_both_ways(path: Path, tmp: Path) -> tuple[Any, ...]:
     return native
 
 
-def opened(path: Path, native: bool) -> tuple[Any, ...]:
+def opened(path: Path, native: bool, **limits: Any) -> tuple[Any, ...]:
     """What opening the tar.zst ``path`` finds (its one pass over the stream), or the error."""
     from cdml_edge.archive.tar import zst
 
@@ -78,7 +78,7 @@ def opened(path: Path, native: bool) -> tuple[Any, ...]:
         zst.plain_copier = lambda: None  # type: ignore[assignment]
     src = FileSource(path)
     try:
-        archive = zst.ZstdTarArchive.open(src)
+        archive = zst.ZstdTarArchive.open(src, **limits)
     except (ArchiveError, OSError, EOFError, zstandard.ZstdError) as exc:
         src.close()  # the caller's source: refused, it is not the archive's to close
         return ("error", type(exc).__name__, str(exc))

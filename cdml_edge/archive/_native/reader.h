@@ -47,6 +47,7 @@ typedef struct {
 #define CZ_BAD_SPAN 9 /* a member's bytes are not all inside the frames given for it */
 #define CZ_DESCRIPTOR 10 /* the data descriptor's CRC-32 is not the central directory's */
 #define CZ_NAME_MISMATCH 11 /* the local header's name is not the central directory's */
+#define CZ_EXPANDS 12 /* a stream past stop_floor bytes and stop_ratio times its input */
 
 int cz_have_zstd(void);
 unsigned cz_zstd_version(void); /* ZSTD_versionNumber() of the libzstd linked, 0 without */
@@ -107,6 +108,8 @@ typedef struct {
     size_t count;
     size_t cap;
     size_t max_rows;      /* the walk stops at a row past this many (0: no limit) */
+    double stop_ratio;    /* CZ_EXPANDS once the stream is past stop_floor bytes and ... */
+    uint64_t stop_floor;  /* ... more than stop_ratio times the input read (0: no limit) */
     char *names;
     size_t names_len;
     size_t names_cap;
@@ -122,7 +125,7 @@ typedef struct {
 } cz_tar_walk;
 
 int cz_tar_plain_copy(int in_fd, uint64_t in_end, int out_fd, uint64_t max_rows,
-                      cz_tar_walk **result);
+                      double stop_ratio, uint64_t stop_floor, cz_tar_walk **result);
 void cz_tar_walk_free(cz_tar_walk *w);
 
 #endif

@@ -15,6 +15,8 @@
  * Python walk records it; the walk resumes past the end, where it finds the end. Whether
  * the stream is worth a plain copy (zstd shrinks it by less than a quarter) is the
  * caller's to judge, before (its first 4 MiB) and after (the totals here).
+ * Past stop_floor bytes of stream, more than stop_ratio times the input read so far stops it
+ * (CZ_EXPANDS: a decompression bomb, walked or copied no further).
  * It touches no Python object, so the caller releases the GIL around it; every size comes
  * from the input and is checked: bad input gives a status, never a crash.
  */
@@ -195,6 +197,12 @@ static int write_full(int fd, const uint8_t *p, size_t n, uint64_t *err) {
     return 0;
 }
 
+/* Whether the stream decoded so far is past the bound a bomb is stopped at. */
+static int expands(const cz_tar_walk *w) {
+    return w->stop_floor && w->stream_bytes > w->stop_floor &&
+           (double)w->stream_bytes > w->stop_ratio * (double)w->compressed_read;
+}
+
 #if defined(CZ_HAVE_ZSTD)
 #include <zstd.h>
 
@@ -236,6 +244,7 @@ static int32_t copy_loop(ZSTD_DCtx *d, int in_fd, uint64_t in_end, int out_fd, u
             if (walk(w, obuf + held, out.pos)) return CZ_NO_MEMORY;
             w->stream_bytes += out.pos;
             held += out.pos;
+            if (expands(w)) return CZ_EXPANDS;
         }
         if (out_fd < 0 && !w->walking) return CZ_OK; /* the walk alone: it ended here */
         if (held + STEP > OUT_CHUNK) {
@@ -249,12 +258,14 @@ static int32_t copy_loop(ZSTD_DCtx *d, int in_fd, uint64_t in_end, int out_fd, u
 }
 
 int cz_tar_plain_copy(int in_fd, uint64_t in_end, int out_fd, uint64_t max_rows,
-                      cz_tar_walk **result) {
+                      double stop_ratio, uint64_t stop_floor, cz_tar_walk **result) {
     cz_tar_walk *w = calloc(1, sizeof(*w));
     *result = w;
     if (!w) return CZ_NO_MEMORY;
     w->walking = 1;
     w->max_rows = (size_t)max_rows;
+    w->stop_ratio = stop_ratio;
+    w->stop_floor = stop_floor;
     ZSTD_DCtx *d = ZSTD_createDCtx();
     uint8_t *ibuf = malloc(IN_CHUNK), *obuf = malloc(OUT_CHUNK);
     int32_t status = CZ_NO_MEMORY;
@@ -269,8 +280,9 @@ int cz_tar_plain_copy(int in_fd, uint64_t in_end, int out_fd, uint64_t max_rows,
 #else /* no libzstd: the Python path copies */
 
 int cz_tar_plain_copy(int in_fd, uint64_t in_end, int out_fd, uint64_t max_rows,
-                      cz_tar_walk **result) {
+                      double stop_ratio, uint64_t stop_floor, cz_tar_walk **result) {
     (void)in_fd; (void)in_end; (void)out_fd; (void)max_rows;
+    (void)stop_ratio; (void)stop_floor; (void)expands;
     (void)walk; (void)write_full;
     *result = NULL;
     return CZ_NEED_PYTHON;

@@ -26,6 +26,7 @@ from cdml_edge.archive.base import DEFAULT_MAX_MEMBERS
 from cdml_edge.archive.errors import TooManyMembersError
 from cdml_edge.archive.source import FileSource
 from cdml_edge.archive.tar import format as tarfmt
+from cdml_edge.archive.tar.expansion import ExpansionLimit
 from cdml_edge.archive.tar.members import columns, member_list
 from cdml_edge.archive.tar.rows import TarRows
 from cdml_edge.archive.tar.stream import PreadScanner
@@ -51,13 +52,17 @@ def _local(source: object, end: int) -> bool:
 
 
 @contextlib.contextmanager
-def _walked(in_fd: int, end: int, out_fd: int, max_rows: int) -> Iterator[tuple[int, Any]]:
+def _walked(
+    in_fd: int, end: int, out_fd: int, max_rows: int, limit: ExpansionLimit | None
+) -> Iterator[tuple[int, Any]]:
     """``cz_tar_plain_copy``'s status and walk (freed after the block); ``out_fd`` -1: no copy.
 
-    The walk stops at an entry past ``max_rows`` (the caller's walk refuses it there).
+    The walk stops at an entry past ``max_rows`` (the caller's walk refuses it there); all
+    stops past ``limit`` (``CZ_EXPANDS``).
     """
     found = ffi.new("cz_tar_walk **")
-    status = lib.cz_tar_plain_copy(in_fd, end, out_fd, max(max_rows, 0), found)
+    ratio, floor = (limit.ratio, limit.floor) if limit is not None else (0.0, 0)
+    status = lib.cz_tar_plain_copy(in_fd, end, out_fd, max(max_rows, 0), ratio, floor, found)
     try:
         yield status, found[0]
     finally:
@@ -65,21 +70,32 @@ def _walked(in_fd: int, end: int, out_fd: int, max_rows: int) -> Iterator[tuple[
 
 
 def plain_copy(
-    source: Any, end: int, out: BinaryIO, max_ratio: float, max_members: int = DEFAULT_MAX_MEMBERS
+    source: Any,
+    end: int,
+    out: BinaryIO,
+    max_ratio: float,
+    max_members: int = DEFAULT_MAX_MEMBERS,
+    limit: ExpansionLimit | None = None,
 ) -> TarRows | bool | None:
     """The plain copy of ``source`` written to ``out`` by the C core; ``None``: not served.
 
     For what :func:`serves`, after the caller's probe judged the stream's first bytes.
-    ``False`` when the whole stream shrinks by more than ``max_ratio``. ``out`` is left at
-    its end; not served (``out`` left empty): any error on the way. More than
-    ``max_members`` entries: :class:`~cdml_edge.archive.errors.TooManyMembersError`.
+    ``False`` when the whole stream shrinks by more than ``max_ratio``, or as soon as it is
+    past ``limit`` (written no further). ``out`` is left at its end; not served (``out`` left
+    empty): any error on the way. More than ``max_members`` entries:
+    :class:`~cdml_edge.archive.errors.TooManyMembersError`.
     """
     if not serves(source, end, out):
         return None
     out_fd, in_fd = out.fileno(), source.fileno()
     if in_fd is None:
         return None
-    with _walked(in_fd, end, out_fd, max_members) as (status, walk):
+    with _walked(in_fd, end, out_fd, max_members, limit) as (status, walk):
+        if status == lib.CZ_EXPANDS:  # a bomb: no copy, and the open's walk says why
+            out.seek(0)
+            with contextlib.suppress(OSError):
+                out.truncate()
+            return False
         total = walk.stream_bytes if status == lib.CZ_OK else -1  # OK: a walk was made
         if total < 0 or os.fstat(out_fd).st_size != total:
             out.seek(0)
@@ -97,12 +113,16 @@ def plain_copy(
 
 
 def walked_members(
-    source: Any, end: int, max_members: int = DEFAULT_MAX_MEMBERS
+    source: Any,
+    end: int,
+    max_members: int = DEFAULT_MAX_MEMBERS,
+    limit: ExpansionLimit | None = None,
 ) -> tuple[list[tarfmt.TarMember], dict[str, str]] | None:
     """The members and skipped entries of the tar.zst ``source``, walked by the C core.
 
-    ``end``: where its zstd data ends. More than ``max_members`` entries: ``None`` (the
-    Python walk refuses them).
+    ``end``: where its zstd data ends. More than ``max_members`` entries:
+    :class:`~cdml_edge.archive.errors.TooManyMembersError`; a stream past ``limit``:
+    :class:`~cdml_edge.archive.errors.StreamTooLargeError`.
 
     The pass a tar.zst without frames to seek to needs at open, nothing written. ``None``
     (the Python walk serves) unless the C core walked every header to a clean end: an
@@ -112,9 +132,11 @@ def walked_members(
     in_fd = source.fileno() if _local(source, end) else None
     if in_fd is None:
         return None
-    with _walked(in_fd, end, -1, max_members) as (status, walk):
+    with _walked(in_fd, end, -1, max_members, limit) as (status, walk):
         if walk and walk.over:  # an entry past the limit: refused without a second walk
             raise TooManyMembersError.of(source.name, max_members, f"more than {max_members:,}")
+        if status == lib.CZ_EXPANDS and limit is not None:
+            raise limit.error(int(walk.compressed_read), int(walk.stream_bytes))
         if status != lib.CZ_OK or not walk.resume_at:  # an empty stream: Python's error
             return None
         clean = walk.at_end or walk.resume_at == walk.stream_bytes

@@ -23,12 +23,13 @@ from typing import BinaryIO
 
 import zstandard
 
-from cdml_edge.archive.base import DEFAULT_MAX_MEMBERS
-from cdml_edge.archive.errors import TruncatedArchiveError
+from cdml_edge.archive.base import DEFAULT_MAX_MEMBER_BYTES, DEFAULT_MAX_MEMBERS, DEFAULT_MAX_RATIO
+from cdml_edge.archive.errors import StreamTooLargeError, TruncatedArchiveError
 from cdml_edge.archive.native import plain_copier
 from cdml_edge.archive.source import ByteSource
 from cdml_edge.archive.tar import format as tarfmt
 from cdml_edge.archive.tar import seekable
+from cdml_edge.archive.tar.expansion import ExpansionLimit
 from cdml_edge.archive.tar.members import columns, member_list
 from cdml_edge.archive.tar.rows import TarRows
 from cdml_edge.archive.tar.seekable import FrameTable, MemberIndex
@@ -129,7 +130,13 @@ PLAIN_MAX_RATIO = 1.25
 
 
 def write_plain_copy(
-    source: ByteSource, end: int, out: BinaryIO, *, max_members: int = DEFAULT_MAX_MEMBERS
+    source: ByteSource,
+    end: int,
+    out: BinaryIO,
+    *,
+    max_members: int = DEFAULT_MAX_MEMBERS,
+    max_ratio: float = DEFAULT_MAX_RATIO,
+    max_member_bytes: int = DEFAULT_MAX_MEMBER_BYTES,
 ) -> TarRows | bool:
     """Write the tar stream of the tar.zst ``source`` (zstd data up to ``end``) to ``out``.
 
@@ -140,7 +147,10 @@ def write_plain_copy(
     :data:`PLAIN_MAX_RATIO`, judged after :data:`PLAIN_PROBE_BYTES` and at the end. The C
     core writes and walks it when it can (:mod:`.native_copy`), with the same results.
     More than ``max_members`` entries: :class:`~cdml_edge.archive.errors.TooManyMembersError`.
+    ``False`` too, written no further, for a stream past ``max_ratio`` times its compressed
+    bytes once past ``max_member_bytes`` (:mod:`.expansion`: a bomb the open's walk names).
     """
+    limit = ExpansionLimit(source.name, max_ratio, max_member_bytes)
     copier = plain_copier()
     if copier is not None and copier.serves(source, end, out):
         with _BlockWriter(out) as writer:  # the probe as below, its blocks written (a
@@ -150,10 +160,10 @@ def write_plain_copy(
                 return False
         out.seek(0)
         out.truncate()
-        found = copier.plain_copy(source, end, out, PLAIN_MAX_RATIO, max_members)
+        found = copier.plain_copy(source, end, out, PLAIN_MAX_RATIO, max_members, limit)
         if found is not None:
             return found
-    stream = FrameStream(source, end)
+    stream = FrameStream(source, end, limit)
     with _BlockWriter(out) as writer:
         tee = _TeeStream(stream, writer.put)
         try:
@@ -165,7 +175,7 @@ def write_plain_copy(
                 max_members=max_members,
             )
             tee.drain()
-        except _Compressible:
+        except (_Compressible, StreamTooLargeError):
             return False
     if tee.shrinks_well():
         return False

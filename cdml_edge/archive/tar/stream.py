@@ -13,6 +13,7 @@ from typing import Any
 import zstandard
 
 from cdml_edge.archive.source import ByteSource
+from cdml_edge.archive.tar.expansion import ExpansionLimit
 
 CHUNK = 1 << 16
 
@@ -59,7 +60,8 @@ class FrameStream:
     FEED = 512
     BLOCKS = 8
 
-    def __init__(self, source: ByteSource, end: int) -> None:
+    def __init__(self, source: ByteSource, end: int, limit: ExpansionLimit | None = None) -> None:
+        """``limit``: the stream stops with its error once past it (a walk or copy of it all)."""
         # buffered: each 512-byte feed must not be a request of its own (one ranged GET on
         # S3); the source reads ahead in its part size when it has one
         ahead = max(CHUNK, int(getattr(source, "part_bytes", CHUNK)))
@@ -74,6 +76,7 @@ class FrameStream:
         self._in = 0  # compressed bytes taken from the source
         self._out = 0  # decompressed bytes produced
         self._ends: list[tuple[int, int]] = []  # (compressed, decompressed) end of each frame
+        self._limit = limit
 
     def read(self, n: int) -> bytes:
         """The next ``n`` decompressed bytes (short at the end); ``EOFError`` mid-frame."""
@@ -119,6 +122,8 @@ class FrameStream:
         got = self._obj.decompress(data)
         self._out += len(got)
         self._buf += got
+        if self._limit is not None:
+            self._limit.check(self._in, self._out)
         return True
 
     def _end_frame(self) -> None:

@@ -14,6 +14,7 @@ from cdml_edge.archive.native import frame_decoder, plain_copier
 from cdml_edge.archive.source import ByteSource
 from cdml_edge.archive.tar import format as tarfmt
 from cdml_edge.archive.tar.cache import FRAME_CACHE_BYTES, FrameCache
+from cdml_edge.archive.tar.expansion import ExpansionLimit
 from cdml_edge.archive.tar.frames import PythonFrames, check_frame, header_key, plan
 from cdml_edge.archive.tar.members import columns, member_list
 from cdml_edge.archive.tar.read import _TarBase
@@ -152,15 +153,16 @@ class ZstdTarArchive(_TarBase):
         """
         source = self._source
         copier = plain_copier() if found is None else None
+        limit = ExpansionLimit.of(self)
         walked = (
-            copier.walked_members(source, source.size(), self.max_members)
+            copier.walked_members(source, source.size(), self.max_members, limit)
             if copier is not None
             else None
         )
         if walked is not None:  # the C core walked it all: the same members and skips
             self._set_members(columns(walked[0], walked[1]), walked[1])
             return
-        stream = FrameStream(source, found.stream_end if found else source.size())
+        stream = FrameStream(source, found.stream_end if found else source.size(), limit)
         reader = ExactReader(stream)
         members, skipped = member_list(
             source.name,
