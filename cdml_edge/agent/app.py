@@ -476,11 +476,13 @@ class Agent:
         """Re-read the config; apply it if it validates, else keep the running one."""
         if self.config_path is None:
             log.warning("reload: no config file to read")
+            self.metrics.reload_refused()
             return False
         try:
             new = load_config(self.config_path)
         except ConfigError as exc:
             log.error("reload refused, keeping the running configuration:\n%s", exc)
+            self.metrics.reload_refused()
             return False
         moved = not _same_folder(new.state_dir, self.cfg.state_dir)
         state: StateLock | None = None
@@ -493,7 +495,7 @@ class Agent:
             if state is not None:
                 state.close()
             log.error("reload refused: %s (keeping the running configuration)", exc)
-            self.metrics.errors.labels(stage="reload").inc()
+            self.metrics.reload_refused()
             return False
         self.notifier.reloading()
         log.info("reloading %s", self.config_path)
@@ -511,7 +513,7 @@ class Agent:
                 exc,
                 exc_info=exc,
             )
-            self.metrics.errors.labels(stage="reload").inc()
+            self.metrics.reload_refused()
             self._quiesce()
             if state is not None:
                 state.close()
@@ -521,6 +523,7 @@ class Agent:
             return False
         if state is not None and old_state is not None:
             old_state.close()
+        self.metrics.reload_taken()
         return True
 
     def _quiesce(self, keep_output: bool = False) -> bool:

@@ -251,7 +251,10 @@ class WindowPipeline:
                 if src is not None:
                     src.release(p, keep=sc.on_done == "keep")
             self.metrics.windows.labels(source=source).inc()
-            self.metrics.window_latency.labels(source=source).observe(time.time() - closed_ts)
+            # both ends on the wall clock (closed_ts is the manifest's): a step back must not
+            # observe a negative latency, which takes _sum down (a counter reset to Prometheus)
+            latency = max(0.0, time.time() - closed_ts)
+            self.metrics.window_latency.labels(source=source).observe(latency)
             self._observe_arrival(source, arrivals)
             self.done()
 

@@ -11,6 +11,7 @@ series that first appears with its first drop already counted would hide that dr
 from __future__ import annotations
 
 import functools
+import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
@@ -127,6 +128,40 @@ class _Acknowledged(Collector):
         )
 
 
+class _Unwritten(Collector):
+    """``cdml_edge_output_messages_failed_total``: messages the output could not write.
+
+    Read from the output's ``failed`` stat at scrape time: the JSON-lines output's messages
+    refused by a full or failing disk or a closed stdout, of every kind (results, written
+    again later, and health, status and error events, lost); outputs without it read 0. A
+    reload that makes a new output starts its stat at 0: the old one's is carried, so the
+    counter does not go back within a run.
+    """
+
+    def __init__(self) -> None:
+        self._stats: Callable[[], Mapping[str, int]] = dict
+        self._carried = 0
+        self._lock = threading.Lock()
+
+    def follow(self, stats: Callable[[], Mapping[str, int]]) -> None:
+        """Read ``stats`` from now on; an output that counts less than before is a new one."""
+        with self._lock:
+            before = self._stats().get("failed", 0)
+            if stats().get("failed", 0) < before:
+                self._carried += before
+            self._stats = stats
+
+    def collect(self) -> Iterator[Metric]:
+        with self._lock:
+            value = self._carried + self._stats().get("failed", 0)
+        yield CounterMetricFamily(
+            f"{PREFIX}_output_messages_failed",
+            "Messages the output could not write (a full or failing disk under output.jsonl, "
+            "a closed stdout): results are written again later, health and events are lost",
+            value=value,
+        )
+
+
 class _Degraded(Collector):
     """``cdml_edge_degraded{part}``: 1 while a part works but not fully (read at scrape time).
 
@@ -209,8 +244,11 @@ class Metrics:
         self._add_counters()
         self._add_latencies()
         self._add_queue_gauges()
+        self._add_reload_gauges()
         self._acks = _Acknowledged()
         self.registry.register(self._acks)
+        self._unwritten = _Unwritten()
+        self.registry.register(self._unwritten)
         self._degraded = _Degraded()
         self.registry.register(self._degraded)
         self._stalls = _Stalls()
@@ -299,11 +337,40 @@ class Metrics:
             "broker_connected", "1 while connected to the MQTT broker"
         )
 
+    def _add_reload_gauges(self) -> None:
+        self.config_reload_ok = self._gauge(
+            "config_last_reload_successful",
+            "1 while the last reload of the configuration was taken (1 from the start), "
+            "0 after a refused one",
+        )
+        self.config_reload_ok.set(1)
+        self.config_reload_at = self._gauge(
+            "config_last_reload_success_timestamp_seconds",
+            "Unix time the running configuration was loaded (the start, or the last reload)",
+        )
+        self.config_reload_at.set(self.started_at)
+
+    def reload_taken(self) -> None:
+        """A reload applied the configuration on disk: it is the running one now."""
+        self.config_reload_ok.set(1)
+        self.config_reload_at.set(time.time())
+
+    def reload_refused(self) -> None:
+        """A reload was refused (or failed and went back): counted, and shown until one is taken.
+
+        ``errors{stage="reload"}`` counts it; ``config_last_reload_successful`` is 0 until a
+        reload is taken: the file on disk is not the running configuration, and the next
+        start would refuse it too.
+        """
+        self.errors.labels(stage="reload").inc()
+        self.config_reload_ok.set(0)
+
     def attach_output(self, stats: Callable[[], Mapping[str, int]]) -> None:
         """Export the output's queues, spool, connection and acknowledgements.
 
         ``stats`` (the output's :meth:`stats`) is read at scrape time; call again after the
-        output is rebuilt. Keys an output does not have (JSON lines) read 0.
+        output is rebuilt. Keys an output does not have (JSON lines) read 0. Its messages
+        not written (``failed``) are ``output_messages_failed_total``.
         """
         gauges = {
             self.spool_bytes: "spool_bytes",
@@ -315,6 +382,7 @@ class Metrics:
         for gauge, key in gauges.items():
             gauge.set_function(functools.partial(_stat, stats, key))
         self._acks.stats = stats
+        self._unwritten.follow(stats)
 
     def attach_degraded(self, degraded: Degraded) -> None:
         """Export ``degraded`` (part -> why, read at scrape time) as ``cdml_edge_degraded``."""
