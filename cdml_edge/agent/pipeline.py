@@ -150,6 +150,8 @@ class WindowPipeline:
         try:
             self.output.publish_batch(msgs, on_durable, on_given_up)
         except Exception as exc:
+            if self.retention is not None:  # its files come again: kept with their next window
+                self.retention.withdraw(outcome.manifest.window_id)
             raise OutputFailed(f"{type(exc).__name__}: {exc}") from exc
         finally:
             self.budget.release(window.take_charge())  # the one release once this far

@@ -173,6 +173,7 @@ class RetentionRing:
         self._evicted_now = 0  # windows the eviction under way has removed
         self.counters: dict[str, int] = {
             "stored": 0,
+            "withdrawn": 0,
             "skipped": 0,
             "too_large": 0,
             "disk_full": 0,
@@ -377,6 +378,25 @@ class RetentionRing:
         return result
 
     # -- bounds --------------------------------------------------------------------
+    def withdraw(self, window_id: str) -> bool:
+        """Delete a window just kept whose results never left: the output refused them.
+
+        Its files are taken again and scored into a window of their own, kept then: without
+        this, each refusal left a copy of the same items in the ring (duplicate samples in a
+        replay or an export). ``False`` when the ring has no such window. Never raises.
+        """
+        try:
+            with self._lock:
+                record = self.catalog.get(window_id)
+                if record is None:
+                    return False
+                self._delete(record)
+                self.counters["withdrawn"] += 1
+                return True
+        except (OSError, sqlite3.Error) as exc:  # the live path must keep going
+            log.warning("retention: window %s not withdrawn: %s", window_id, exc)
+            return False
+
     def evict(self) -> int:
         """Apply ``max_age`` and ``max_bytes`` now; returns the number of windows evicted."""
         with self._lock:
