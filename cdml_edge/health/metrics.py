@@ -87,21 +87,52 @@ def _stat(stats: Callable[[], Mapping[str, int]], key: str) -> float:
     return float(stats().get(key, 0))
 
 
+class _RunTotals:
+    """An output's counters over the run: a new output (a reload's) carries the old one's.
+
+    The counters are read from the output's statistics at scrape time, and a new output's
+    start at 0: without the carry they went back within one run, which Prometheus takes for
+    a restart of the process.
+    """
+
+    def __init__(self) -> None:
+        self._stats: Callable[[], Mapping[str, int]] = dict
+        self._carried: dict[str, int] = {}
+        self._lock = threading.Lock()
+
+    def follow(self, stats: Callable[[], Mapping[str, int]]) -> None:
+        """Read ``stats`` from now on; those of another output than before carry the old ones."""
+        with self._lock:
+            if getattr(stats, "__self__", None) is not getattr(self._stats, "__self__", None):
+                for key, value in self._stats().items():
+                    if isinstance(value, int):
+                        self._carried[key] = self._carried.get(key, 0) + value
+            self._stats = stats
+
+    def snapshot(self) -> dict[str, int]:
+        """Every counter now: the output's, plus what the outputs before it counted."""
+        with self._lock:
+            now = {k: v for k, v in self._stats().items() if isinstance(v, int)}
+            carried = dict(self._carried)
+        return {k: now.get(k, 0) + carried.get(k, 0) for k in {*now, *carried}}
+
+
 class _Acknowledged(Collector):
     """``cdml_edge_mqtt_published_total{kind}``: messages the broker acknowledged.
 
     ``live`` came from memory, ``spooled`` from the disk spool; read from the output's
-    counters at scrape time. Beside it ``cdml_edge_mqtt_refused_total``: PUBACKs that
-    refused a message (MQTT 5; the message is kept and sent again, each refusal counts);
-    ``cdml_edge_mqtt_connects_total`` and ``cdml_edge_mqtt_connect_failures_total``: a
-    broker lost and back between two scrapes, or refusing every attempt, is an increase.
+    counters at scrape time (:class:`_RunTotals`: across reloads). Beside it
+    ``cdml_edge_mqtt_refused_total``: PUBACKs that refused a message (MQTT 5; the message is
+    kept and sent again, each refusal counts); ``cdml_edge_mqtt_connects_total`` and
+    ``cdml_edge_mqtt_connect_failures_total``: a broker lost and back between two scrapes,
+    or refusing every attempt, is an increase.
     """
 
-    def __init__(self) -> None:
-        self.stats: Callable[[], Mapping[str, int]] = dict
+    def __init__(self, totals: _RunTotals) -> None:
+        self._totals = totals
 
     def collect(self) -> Iterator[Metric]:
-        s = self.stats()
+        s = self._totals.snapshot()
         family = CounterMetricFamily(
             f"{PREFIX}_mqtt_published",
             "MQTT messages acknowledged by the broker: live (from memory) or spooled (from disk)",
@@ -133,32 +164,19 @@ class _Unwritten(Collector):
 
     Read from the output's ``failed`` stat at scrape time: the JSON-lines output's messages
     refused by a full or failing disk or a closed stdout, of every kind (results, written
-    again later, and health, status and error events, lost); outputs without it read 0. A
-    reload that makes a new output starts its stat at 0: the old one's is carried, so the
-    counter does not go back within a run.
+    again later, and health, status and error events, lost); outputs without it read 0.
+    Across reloads (:class:`_RunTotals`): the counter does not go back within a run.
     """
 
-    def __init__(self) -> None:
-        self._stats: Callable[[], Mapping[str, int]] = dict
-        self._carried = 0
-        self._lock = threading.Lock()
-
-    def follow(self, stats: Callable[[], Mapping[str, int]]) -> None:
-        """Read ``stats`` from now on; an output that counts less than before is a new one."""
-        with self._lock:
-            before = self._stats().get("failed", 0)
-            if stats().get("failed", 0) < before:
-                self._carried += before
-            self._stats = stats
+    def __init__(self, totals: _RunTotals) -> None:
+        self._totals = totals
 
     def collect(self) -> Iterator[Metric]:
-        with self._lock:
-            value = self._carried + self._stats().get("failed", 0)
         yield CounterMetricFamily(
             f"{PREFIX}_output_messages_failed",
             "Messages the output could not write (a full or failing disk under output.jsonl, "
             "a closed stdout): results are written again later, health and events are lost",
-            value=value,
+            value=self._totals.snapshot().get("failed", 0),
         )
 
 
@@ -245,10 +263,9 @@ class Metrics:
         self._add_latencies()
         self._add_queue_gauges()
         self._add_reload_gauges()
-        self._acks = _Acknowledged()
-        self.registry.register(self._acks)
-        self._unwritten = _Unwritten()
-        self.registry.register(self._unwritten)
+        self._output_totals = _RunTotals()
+        self.registry.register(_Acknowledged(self._output_totals))
+        self.registry.register(_Unwritten(self._output_totals))
         self._degraded = _Degraded()
         self.registry.register(self._degraded)
         self._stalls = _Stalls()
@@ -381,8 +398,7 @@ class Metrics:
         }
         for gauge, key in gauges.items():
             gauge.set_function(functools.partial(_stat, stats, key))
-        self._acks.stats = stats
-        self._unwritten.follow(stats)
+        self._output_totals.follow(stats)
 
     def attach_degraded(self, degraded: Degraded) -> None:
         """Export ``degraded`` (part -> why, read at scrape time) as ``cdml_edge_degraded``."""
