@@ -84,13 +84,16 @@ class ErrorReporter:
         """The sources' error sink: counted under the error's stage and reported.
 
         Stages: ``read``, ``not_regular``, ``symlink``, ``intake``, ... With a ``path``, a
-        file the error says to quarantine (too large for any window, failed to be taken) is.
+        file the error says to quarantine (too large for any window, failed to be taken) is;
+        one it says to leave in place (a keep folder's) is counted as such.
         """
         self.metrics.errors.labels(stage=getattr(exc, "stage", "read")).inc()
         dest, message = None, str(exc)
         if getattr(exc, "quarantine", False) and path is not None and name is not None:
             dest, left = self.lifecycle.quarantine_or_leave(source, name, path, None)
             message += f"; {left}" if left else ""
+        elif getattr(exc, "left_in_place", False):
+            self.lifecycle.left_in_place += 1
         self.publish([self.event(source, name, type(exc).__name__, message, dest)])
 
     def quarantined_late(self, source: str, name: str, dest: Path) -> None:

@@ -2,7 +2,8 @@
 
 Two failures are told apart. A window that failed as a whole (a model error, say) counts an
 attempt against each of its files: a file is taken again after ``RETRY_BACKOFF_S`` doubling
-per attempt, and quarantined once it was in ``WINDOW_ATTEMPTS`` failed windows. A window the
+per attempt, and quarantined once it was in ``WINDOW_ATTEMPTS`` failed windows (a file of an
+``on_done: keep`` folder is left in place instead, and kept until it changes). A window the
 output refused (disk full, publisher closed) is not the files' fault: they are put back
 without an attempt counted, never quarantined for it, each taken again after
 ``OUTPUT_PAUSE_S`` doubling per refusal of that file up to ``OUTPUT_PAUSE_MAX_S`` (a file
@@ -29,8 +30,10 @@ from pathlib import Path
 from cdml_edge.agent.error_events import ErrorReporter
 from cdml_edge.backoff import backoff_delay
 from cdml_edge.health import Metrics
+from cdml_edge.intake.base import KEPT_IN_PLACE
 from cdml_edge.intake.factory import Source
 from cdml_edge.intake.finishing import FileLifecycle
+from cdml_edge.intake.folder import FolderSource
 from cdml_edge.outputs.jsonl import stop_for_closed_stdout
 from cdml_edge.window.items import Window
 from cdml_edge.window.topics import OutMessage
@@ -228,12 +231,15 @@ class WindowRetryPolicy:
     def window_failed(self, window: Window, exc: Exception) -> None:
         """Retry or quarantine the files of a window that failed as a whole.
 
-        A quarantined file gets an error event naming it. Camera frames are not retried (the
-        window's error event counts them): the camera has moved on and holding frames would
-        defeat the budget.
+        A quarantined file gets an error event naming it. A file of an ``on_done: keep``
+        folder is never moved: it is left where it is, kept (not taken again until it
+        changes) and reported once the same way, ``quarantined_path`` null. Camera frames
+        are not retried (the window's error event counts them): the camera has moved on and
+        holding frames would defeat the budget.
         """
         errors: list[OutMessage] = []
         src = self.sources.get(window.source)
+        keep = isinstance(src, FolderSource) and src.spec.keep
         for it in window.items:
             if it.path is None:
                 continue
@@ -243,18 +249,15 @@ class WindowRetryPolicy:
                     src.retry(it.path, RETRY_BACKOFF_S * 2 ** (n - 1))
                 continue
             self.metrics.errors.labels(stage="window_retries").inc()
-            dest = self.lifecycle.quarantine(window.source, it.name, it.path, None)
+            if keep:  # the user's file: the fault may be the model's, never moved for it
+                dest, said = None, f"failed in {n} windows: {exc}{KEPT_IN_PLACE}"
+                self.lifecycle.left_in_place += 1
+            else:
+                dest = self.lifecycle.quarantine(window.source, it.name, it.path, None)
+                said = f"failed in {n} windows, quarantined: {exc}"
             if src is not None:
-                src.release(it.path, keep=False)
-            errors.append(
-                self.errors.event(
-                    window.source,
-                    it.name,
-                    type(exc).__name__,
-                    f"failed in {n} windows, quarantined: {exc}",
-                    dest,
-                )
-            )
+                src.release(it.path, keep=keep)
+            errors.append(self.errors.event(window.source, it.name, type(exc).__name__, said, dest))
         if errors:
             self.errors.publish(errors)
 

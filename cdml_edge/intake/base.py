@@ -21,11 +21,20 @@ ErrorSink = Callable[[str, str | None, Exception, Path | None], None]
 ``path`` the caller quarantines the file, without one the file is left alone."""
 
 
+KEPT_IN_PLACE = "; left in place (on_done: keep)"
+"""How the message of an error ends when its file, of an ``on_done: keep`` folder, is left."""
+
+
 class SourceError(CdmlError):
-    """An input that cannot be taken (vanished, unreadable); names the file."""
+    """An input that cannot be taken (vanished, unreadable); names the file.
+
+    ``left_in_place``: a file the error would have quarantined, left where it is because it
+    belongs to an ``on_done: keep`` folder (counted in ``FileLifecycle.left_in_place``).
+    """
 
     stage = "read"
     quarantine = False
+    left_in_place = False
 
     def __init__(self, path: Path | str, message: str) -> None:
         super().__init__(f"{display_name(str(path))}: {message}")
@@ -33,14 +42,45 @@ class SourceError(CdmlError):
 
 
 class FileTooLarge(SourceError):
-    """A file bigger than one window or the in-flight budget may hold; never read."""
+    """A file bigger than one window or the in-flight budget may hold; never read.
+
+    Quarantined, but a keep folder's file (``kept``): that is left where it is, said so.
+    """
 
     quarantine = True
 
-    def __init__(self, path: Path | str, size: int, limit: int) -> None:
-        super().__init__(path, f"too large: {size} bytes, limit {limit}")
+    def __init__(self, path: Path | str, size: int, limit: int, *, kept: bool = False) -> None:
+        left = KEPT_IN_PLACE if kept else ""
+        super().__init__(path, f"too large: {size} bytes, limit {limit}{left}")
         self.size = size
         self.limit = limit
+        self.quarantine = not kept
+        self.left_in_place = kept
+
+
+class FileUnreadable(SourceError):
+    """A file the agent may not open (its permissions): left, reported once until it changes.
+
+    Its content or its mode (a ``chmod`` that lets the agent read it) changing is a change:
+    it is then taken.
+    """
+
+    stage = "unreadable"
+
+    def __init__(self, path: Path | str, why: str) -> None:
+        super().__init__(path, f"unreadable: {why}; left until it changes")
+
+
+class FolderUnreadable(SourceError):
+    """The watched folder cannot be listed or its entries looked up (its permissions).
+
+    A state of the source: reported when it begins, its files taken (a rescan) once it ends.
+    """
+
+    stage = "folder_unreadable"
+
+    def __init__(self, path: Path | str, why: str) -> None:
+        super().__init__(path, f"the folder cannot be read ({why}): its files wait until it can")
 
 
 class NotRegularFile(SourceError):
@@ -72,9 +112,10 @@ class IntakeFault(SourceError):
     quarantine = True
 
     def __init__(self, path: Path | str, exc: BaseException, *, kept: bool = False) -> None:
-        left = "; left in place (on_done: keep)" if kept else ""
+        left = KEPT_IN_PLACE if kept else ""
         super().__init__(path, f"could not be taken: {type(exc).__name__}: {exc}{left}")
         self.quarantine = not kept
+        self.left_in_place = kept
 
 
 class WatchLost(SourceError):

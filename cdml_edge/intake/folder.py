@@ -51,6 +51,8 @@ from cdml_edge.intake import inotify
 from cdml_edge.intake.base import (
     ErrorSink,
     FileTooLarge,
+    FileUnreadable,
+    FolderUnreadable,
     IntakeFault,
     ItemSink,
     LinkRefused,
@@ -160,6 +162,8 @@ INOTIFY_LIMITS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOSPC, errno.ENOM
 
 IDLE_SCAN = 1.0  # s: the longest an inotify-watched source sleeps (the watch's health)
 MIN_SCAN = 0.005  # s: the shortest, so a file due now never spins the thread
+READABLE_CHECK_S = 1.0  # s: how often a readable folder is checked (at once on a refusal)
+MAX_UNREADABLE = 4096  # unreadable files remembered (reported once until they change)
 
 
 def _at_least(due: float | None, floor: float) -> float:
@@ -195,6 +199,10 @@ class FolderSource:
         self.rescans = 0
         self.inotify_fallbacks = 0  # arms that fell back to polling (inotify's limits)
         self._polled_because: str | None = None
+        self._unreadable: str | None = None  # why the folder cannot be read now
+        self._check_at = 0.0  # monotonic time the folder's readability is checked next
+        self.unreadable_episodes = 0
+        self._unreadable_files: dict[str, tuple[FileIdentity, int]] = {}  # path -> (id, mode)
         self._observer: Any = None
         self._inotify: inotify.InotifyWatch | None = None
         self._thread: Worker = spawn(f"src-{spec.name}", self._run)
@@ -213,11 +221,16 @@ class FolderSource:
         self._thread.start()
 
     def stop(self) -> None:
-        """Stop watching and taking files (items already handed over are unaffected)."""
+        """Stop watching and taking files (items already handed over are unaffected).
+
+        The kept-file record is written (what it held in memory) and closed: a window
+        finished later opens it again for its change.
+        """
         self._stopped.set()
         self._wake()
         self._thread.join(timeout=2.0)
         self._disarm()
+        self.files.close()
 
     def pause(self, paused: bool) -> None:
         """Stop (or resume) taking new files; used while draining on shutdown."""
@@ -271,13 +284,16 @@ class FolderSource:
     @property
     def degraded(self) -> str | None:
         """Why the folder is watched less well than configured now, or ``None``."""
-        return self._polled_because
+        why = [w for w in (self._unreadable, self._polled_because) if w]
+        return "; ".join(why) or None
 
     def _arm(self) -> None:
         """(Re)start the watch on the folder (made if missing), then scan what is there.
 
         Out of inotify instances or watches (the kernel's per-user limits), the folder is
-        polled instead, :attr:`degraded` says so, and every re-arm tries inotify again.
+        polled instead, :attr:`degraded` says so, and every re-arm tries inotify again. A
+        folder the agent may not read is not watched yet: that state (see
+        :meth:`_folder_readable`) arms the watch once it can be read.
         """
         self._disarm()
         if not self.spec.path.is_dir():
@@ -287,6 +303,12 @@ class FolderSource:
                 self.spec.name,
                 log_name(self.spec.path),
             )
+        why = _unreadable(self.spec.path)
+        if why is not None:
+            if self._unreadable is None:
+                self._became_unreadable(why)
+            self._armed = True  # by the state's end, in the scanner
+            return
         try:
             self._watch(polling=self.spec.polling)
             self._polled_because = None
@@ -384,6 +406,78 @@ class FolderSource:
             closed = note.state == inotify.CLOSED
             self._notice(note.path, closed=closed, writing=note.state == inotify.WRITING)
 
+    # -- an unreadable folder --------------------------------------------------------------
+    def _folder_readable(self) -> bool:
+        """Whether the folder can be listed and its entries looked up (checked once a second).
+
+        It cannot (its mode changed, ``chmod 000``; another owner) is a state of the source:
+        a log line and a :class:`~.base.FolderUnreadable` event when it begins,
+        :attr:`degraded` meanwhile, and a rescan when it ends: the files announced meanwhile
+        could not be looked at, and no event announces them again.
+        """
+        now = time.monotonic()
+        if self._unreadable is None and now < self._check_at:
+            return True
+        self._check_at = now + READABLE_CHECK_S
+        why = _unreadable(self.spec.path)
+        if why is None:
+            if self._unreadable is not None:
+                self._readable_again()
+            return True
+        if self._unreadable is None:
+            self._became_unreadable(why)
+        return False
+
+    def _became_unreadable(self, why: str) -> None:
+        self._unreadable = f"folder unreadable ({why}): no file taken until it can be read"
+        self.unreadable_episodes += 1
+        self._scan = None  # a pass cannot go on; the rescan at the end starts another
+        self.stats.errors += 1
+        exc = FolderUnreadable(self.spec.path, why)
+        log.warning("%s: %s", self.spec.name, log_name(exc))
+        self._on_error(self.spec.name, None, exc, None)
+
+    def _readable_again(self) -> None:
+        """The folder can be read again: rescan it (re-armed if its watch stopped meanwhile)."""
+        self._unreadable = None
+        self.rescans += 1
+        log.warning(
+            "%s: %s can be read again: rescanning it", self.spec.name, log_name(self.spec.path)
+        )
+        if self._watch_alive():
+            self._initial_scan()
+        else:  # watchdog's polling observer stops on a folder it cannot list
+            self._arm()
+
+    def _denied(self) -> None:
+        """An entry could not be looked up for a lack of permission: check the folder now."""
+        self._check_at = 0.0
+
+    def _unreadable_file(self, path: str, exc: FileUnreadable) -> None:
+        """A file the agent may not open: reported once until its content or mode changes.
+
+        Not remembered as pending: an event (its ``chmod``, a write) or a rescan notices it
+        again, and it is taken once it can be read.
+        """
+        self._forget(path)
+        if _unreadable(self.spec.path) is not None:  # its folder's fault: that state says so
+            self._denied()
+            return
+        try:
+            lst = os.lstat(path)
+        except OSError:
+            return
+        seen = (FileIdentity.of(lst), lst.st_mode)
+        if self._unreadable_files.get(path) == seen:
+            return
+        self._unreadable_files.pop(path, None)
+        if len(self._unreadable_files) >= MAX_UNREADABLE:
+            self._unreadable_files.pop(next(iter(self._unreadable_files)))
+        self._unreadable_files[path] = seen
+        self.stats.errors += 1
+        log.warning("%s: %s", self.spec.name, log_name(exc))
+        self._on_error(self.spec.name, self._name(path), exc, None)
+
     # -- events ----------------------------------------------------------------------------
     def _name(self, path: str) -> str:
         """The item name of ``path``: relative to the folder, valid UTF-8."""
@@ -397,6 +491,9 @@ class FolderSource:
             return
         try:
             lst = os.lstat(path)
+        except PermissionError:  # the folder may not be searched: the readability check says
+            self._denied()
+            return
         except OSError:
             return
         if stat.S_ISDIR(lst.st_mode) or self.files.refused(path, _entry(lst)):
@@ -510,6 +607,10 @@ class FolderSource:
             try:
                 path = next(scan, None)
             except OSError as exc:  # the folder went away: the watch's check re-arms it
+                if isinstance(exc, PermissionError):  # or cannot be listed: that state
+                    self._denied()
+                    self._scan = None
+                    return
                 log.warning(
                     "%s: scan of %s stopped: %s", self.spec.name, log_name(self.spec.path), exc
                 )
@@ -541,11 +642,15 @@ class FolderSource:
 
     def _loop(self) -> None:
         while not self._stopped.is_set():
+            if not self._folder_readable():
+                self._wait(poll=True)
+                continue
             if not self._watch_alive():
                 raise WatchLost(
                     self.spec.path, "the watch stopped (folder deleted, moved or unmounted)"
                 )
             self._rescan_if_room()
+            self.files.flush_kept()  # what the record held while its disk was full
             ready = [] if self._paused else self.files.ready()
             blocked = self._paused
             for path in ready:
@@ -578,9 +683,9 @@ class FolderSource:
             with contextlib.suppress(OSError):  # left in place (too large to quarantine too):
                 self.files.refuse(path, _entry(os.lstat(path)))  # reported once, not again
             self.stats.errors += 1
-            self._on_error(
-                self.spec.name, self._name(path), FileTooLarge(path, pend.size, limit), Path(path)
-            )
+            too_large = FileTooLarge(path, pend.size, limit, kept=self.spec.keep)
+            moved = Path(path) if too_large.quarantine else None  # a keep folder's: left
+            self._on_error(self.spec.name, self._name(path), too_large, moved)
             return True
         charge = self._budget.cost(pend.size, self.spec.modality)
         if not self._budget.try_acquire(charge):
@@ -613,6 +718,8 @@ class FolderSource:
         except BaseException:
             self._budget.release(charge)
             raise
+        if self._unreadable_files:
+            self._unreadable_files.pop(path, None)  # readable now
         self.files.taken(path, ident, direct=not isinstance(read, LinkedIdentity))
         self.stats.taken += 1
         self.stats.taken_bytes += len(data)
@@ -620,6 +727,9 @@ class FolderSource:
         return True
 
     def _read_failed(self, path: str, exc: SourceError) -> None:
+        if isinstance(exc, FileUnreadable):
+            self._unreadable_file(path, exc)
+            return
         if isinstance(exc, NotRegularFile | LinkRefused):  # not a regular file any more
             try:
                 lst: os.stat_result | None = os.lstat(path)
@@ -674,6 +784,23 @@ def _kept_record(spec: FolderSpec) -> KeptFiles:
                 exc,
             )
     return KeptFiles()
+
+
+def _unreadable(folder: Path) -> str | None:
+    """Why ``folder`` cannot be listed or searched (its permissions), or ``None``.
+
+    One ``open`` of ``folder/.`` for reading: it needs both (``x`` to reach ``.``, ``r`` to
+    open it). A folder gone is not unreadable: the watch's check deals with it.
+    """
+    flags = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_CLOEXEC", 0)
+    try:
+        fd = os.open(os.path.join(folder, "."), flags)
+    except PermissionError as exc:
+        return exc.strerror or str(exc)
+    except OSError:
+        return None
+    os.close(fd)
+    return None
 
 
 def _entry(lst: os.stat_result) -> FileIdentity:

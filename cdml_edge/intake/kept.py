@@ -12,9 +12,11 @@ are then scored once more under the same result id (at least once). A record tha
 a database (corrupt) is started afresh (logged): every kept file is then scored once more;
 one that cannot be opened for writing (a full disk: ``database or disk is full``) is read as
 it is, never deleted. A write that fails fails nothing else: the change is held in memory
-(at most ``MAX_UNSAVED``, the oldest dropped first) and written with the first change at
-least ``RETRY_S`` after the failure that works, a warning once per episode; until then a
-restart may score those files once more. A record found damaged while in use is started
+(at most ``MAX_UNSAVED``, the oldest dropped first) and written once a write works again,
+tried at most every ``RETRY_S`` (:meth:`KeptFiles.flush`, called by the source's thread,
+and with every change), a warning once per episode, and once more when the source stops
+(:meth:`KeptFiles.close`); only a restart while the disk is still full scores those files
+once more. A record found damaged while in use is started
 afresh too; a query that fails otherwise reads as "not kept" (the file is scored, never
 refused). A prune reads ``PRUNE_BATCH`` rows at a time.
 """
@@ -29,6 +31,7 @@ import stat
 import threading
 import time
 from collections import OrderedDict
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -63,6 +66,7 @@ class KeptFiles:
         self.write_failures = 0
         self.read_failures = 0
         self._retry_at = 0.0  # monotonic time a failing record is written again at the earliest
+        self._closed = False  # closed: a later change opens the record again for its write
         self._conn = self._open()
         self._count = int(self._conn.execute("SELECT count(*) FROM kept").fetchone()[0])
 
@@ -142,11 +146,32 @@ class KeptFiles:
 
     def _read_locked(self, sql: str, args: tuple[object, ...]) -> list[tuple[Any, ...]]:
         """The rows of a query; none when the record cannot be read (see :meth:`_damaged`)."""
+        if self._closed:  # its source stopped: the record opened for this query only
+            with self._reopened_locked() as opened:
+                return self._query_locked(sql, args) if opened else []
+        return self._query_locked(sql, args)
+
+    def _query_locked(self, sql: str, args: tuple[object, ...]) -> list[tuple[Any, ...]]:
         try:
             return list(self._conn.execute(sql, args).fetchall())
         except sqlite3.Error as exc:
             self._damaged_locked(exc)
             return []
+
+    @contextlib.contextmanager
+    def _reopened_locked(self) -> Iterator[bool]:
+        """After :meth:`close`: the record opened for one use, closed again; whether it opened."""
+        try:
+            self._conn = self._connect()
+        except sqlite3.Error as exc:
+            self._failed_locked(exc)
+            yield False
+            return
+        try:
+            yield True
+        finally:
+            with contextlib.suppress(sqlite3.Error):
+                self._conn.close()
 
     def _damaged_locked(self, exc: sqlite3.Error) -> None:
         """A query failed: a damaged record is started afresh, any other failure said once.
@@ -205,9 +230,38 @@ class KeptFiles:
         """Write what is held in memory and this change; held in memory when that fails."""
         self._unsaved.pop(key, None)
         self._unsaved[key] = ident
-        if self._failing is not None and time.monotonic() < self._retry_at:
+        if self._failing is not None and not self._closed and time.monotonic() < self._retry_at:
             self._trim_locked()  # failing: tried again once a RETRY_S, not at every change
             return
+        self._write_held_locked()
+
+    def flush(self) -> bool:
+        """Write the changes held in memory once ``RETRY_S`` passed; ``True`` when none is held.
+
+        Called by the source's thread about once a second, so what was held while the disk
+        was full reaches it once there is room, without waiting for another change.
+        """
+        if not self._unsaved:  # the common case: no lock taken
+            return True
+        with self._lock:
+            if not self._unsaved:
+                return True
+            if self._failing is not None and time.monotonic() < self._retry_at:
+                return False
+            self._write_held_locked()
+            return not self._unsaved
+
+    def _write_held_locked(self) -> None:
+        """Write what is held; after :meth:`close` through the record opened for that write."""
+        if not self._closed:
+            self._write_now_locked()
+            return
+        with self._reopened_locked() as opened:
+            if opened:
+                self._write_now_locked()
+
+    def _write_now_locked(self) -> None:
+        """Write what is held in one transaction; held on when the record fails."""
         try:
             delta = self._flush_locked()
         except sqlite3.Error as exc:
@@ -314,6 +368,8 @@ class KeptFiles:
 
     def _delete_locked(self, rows: list[tuple[bytes, int, int, int, int]]) -> int | None:
         """Delete ``rows`` as they were read; how many went, None when the record failed."""
+        if self._closed:  # its source stopped meanwhile: left for the next prune
+            return None
         before = self._conn.total_changes
         try:
             self._conn.execute("BEGIN")
@@ -336,9 +392,23 @@ class KeptFiles:
         return n
 
     def close(self) -> None:
-        """Close the record."""
+        """Write what is held in memory (whatever the retry delay), then close the record.
+
+        The source's stop calls it: a change held while the disk was full reaches the disk
+        by then, or a restart would score its file once more. A change after the close (a
+        window drained after its source stopped) opens the record again for its write. A
+        record in memory only is kept open (it would be lost).
+        """
         with self._lock:
-            self._conn.close()
+            if self._closed:
+                return
+            if self._unsaved:
+                self._write_now_locked()
+            if self.path is None:
+                return
+            self._closed = True
+            with contextlib.suppress(sqlite3.Error):
+                self._conn.close()
 
 
 _DAMAGE_CODES = (11, 26)  # SQLITE_CORRUPT, SQLITE_NOTADB
@@ -357,9 +427,15 @@ def _is_damage(exc: sqlite3.Error) -> bool:
 
 
 def _unchanged(key: bytes, ident: FileIdentity) -> bool:
-    """Whether the file at ``key`` is still the one kept (a followed link: its target)."""
+    """Whether the file at ``key`` is still the one kept (a followed link: its target).
+
+    One that cannot be looked up for a lack of permission (its folder made unreadable just
+    after a scan) counts as unchanged: forgetting it would score it again once readable.
+    """
     try:
         st = os.stat(key)
+    except PermissionError:
+        return True
     except OSError:
         return False
     return stat.S_ISREG(st.st_mode) and FileIdentity.of(st) == ident

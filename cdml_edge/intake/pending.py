@@ -131,6 +131,14 @@ class PendingFiles:
         with self._cond:
             return len(self._pending) < self.max_pending
 
+    def flush_kept(self) -> None:
+        """Write the kept-file changes held in memory, if any (see :meth:`KeptFiles.flush`)."""
+        self._kept.flush()
+
+    def close(self) -> None:
+        """The source stopped: the kept-file record is written and closed."""
+        self._kept.close()
+
     def prune_kept(self) -> int:
         """Forget the kept files that are gone or changed (after a full scan of the folder)."""
         return self._kept.prune()

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from cdml_edge.fsio import display_name
-from cdml_edge.intake.base import LinkRefused, NotRegularFile, SourceError
+from cdml_edge.intake.base import FileUnreadable, LinkRefused, NotRegularFile, SourceError
 from cdml_edge.window.items import FileIdentity
 
 _OPEN_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
@@ -164,6 +164,8 @@ def read_regular(path: str, at_most: int, links: LinkPolicy) -> tuple[bytes, os.
         fd = os.open(target, _OPEN_FLAGS)
     except FileNotFoundError as exc:
         raise SourceError(path, "vanished before it could be read") from exc
+    except PermissionError as exc:  # its mode (or its folder's): another owner, chmod 000
+        raise FileUnreadable(path, exc.strerror or str(exc)) from exc
     except OSError as exc:
         if exc.errno == errno.ELOOP:  # became a link since it was judged
             raise LinkRefused(path, "it became a link") from exc

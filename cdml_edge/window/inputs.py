@@ -17,7 +17,13 @@ from types import MappingProxyType
 import numpy as np
 
 from cdml_edge.decode import DECODERS, DecodeError
-from cdml_edge.model.spec import AudioInput, ImageInput, ModelInput, SeriesInput
+from cdml_edge.model.spec import (
+    AudioInput,
+    ImageInput,
+    ModelInput,
+    ModelSpecError,
+    SeriesInput,
+)
 
 Decode = Callable[[bytes, str, ModelInput | None], np.ndarray | None]
 Sample = Callable[[ModelInput | None], tuple[str, bytes]]
@@ -55,8 +61,8 @@ def _csv(data: bytes, name: str, inp: ModelInput | None) -> np.ndarray:
         raise DecodeError(name, "CSV has no data rows")
     if isinstance(inp, SeriesInput) and inp.columns:
         missing = [c for c in inp.columns if c not in table.columns]
-        if missing:
-            raise DecodeError(name, f"CSV lacks the model's columns {missing}")
+        if missing:  # well-formed, not what the model takes: a model mismatch, no bad file
+            raise ModelSpecError(f"{name}: CSV lacks the model's columns {missing}")
         cols = [table.columns.index(c) for c in inp.columns]
         return np.ascontiguousarray(table.values[:, cols])
     return table.values
