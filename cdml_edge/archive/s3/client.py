@@ -24,7 +24,9 @@ class RetryPolicy:
 
     Botocore's (``botocore_attempts``, standard mode) cover 5xx, throttling and timeouts;
     ours (``attempts``) also cover errors while reading the body and short bodies, with
-    exponential backoff and full jitter between them.
+    exponential backoff and full jitter between them. A timeout botocore has already
+    retried is not retried again: a hung endpoint fails after ``botocore_attempts``
+    timeouts (90 s with the defaults), not ``attempts`` times that many.
     """
 
     attempts: int = 4

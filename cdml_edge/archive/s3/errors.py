@@ -25,6 +25,19 @@ THROTTLE_CODES = frozenset(
 )
 
 
+# Error codes of credentials S3 refuses; the session-token ones come with HTTP 400, not 403.
+ACCESS_CODES = frozenset(
+    {
+        "AccessDenied",
+        "InvalidAccessKeyId",
+        "SignatureDoesNotMatch",
+        "ExpiredToken",
+        "InvalidToken",
+        "TokenRefreshRequired",
+    }
+)
+
+
 # The object named at the start of a message (``s3://bucket/key: reason``), last one first.
 _NAMED = re.compile(r"(?:^|\s)s3://([^/\s]+)/(.+?): ", re.MULTILINE)
 
@@ -71,7 +84,10 @@ def _rebuild(
 
 
 class S3AccessError(S3Error):
-    """403: credentials missing, unknown or not allowed to read the object."""
+    """403: credentials missing, unknown or not allowed to read the object.
+
+    Also an expired or invalid session token (``400 ExpiredToken``, ``InvalidToken``).
+    """
 
 
 class S3NotFoundError(S3Error):
@@ -122,7 +138,7 @@ def map_client_error(exc: Any, bucket: str, key: str, action: str) -> S3Error:
     status, code = client_error_status(exc)
     url = f"s3://{bucket}/{key}"
     detail = f"{code} (HTTP {status})" if code and str(status) != code else f"HTTP {status}"
-    if status == 403 or code in {"AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch"}:
+    if status == 403 or code in ACCESS_CODES:
         return S3AccessError(
             f"access denied on {action} of {url}: {detail}; check the credentials "
             "(boto3 chain: environment, ~/.aws, instance role) and the bucket policy",

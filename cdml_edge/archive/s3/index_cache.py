@@ -13,7 +13,9 @@ Full policy: the folder is bounded by ``max_bytes``. After each write the least 
 used entries (oldest ``mtime``; a hit refreshes it) are deleted until the total fits, and
 so is the temporary file of an entry cut short by a crash once it is a day old (a younger
 one may be another process's write under way). An entry larger than ``max_bytes`` on its
-own is not stored. A corrupt or unreadable entry counts as a miss and is deleted. A folder
+own is not stored. A corrupt or unreadable entry counts as a miss and is deleted, and so
+is anything else found under an entry's name (a FIFO, a device, a symbolic link, a file
+larger than ``max_bytes``), without waiting on it or reading it. A folder
 that cannot be written (read-only, full) only counts ``write_errors``: the archive is read
 all the same.
 """
@@ -24,6 +26,7 @@ import contextlib
 import hashlib
 import json
 import os
+import stat
 import struct
 import time
 import zlib
@@ -93,20 +96,19 @@ class S3IndexCache:
     # -- read ---------------------------------------------------------------------------
     def get(self, ident: str) -> CachedIndex | None:
         """The entry for ``ident``, or ``None`` (missing or corrupt; corrupt ones are removed)."""
-        path = self.path_for(ident)
         try:
-            raw = path.read_bytes()
-        except OSError:
+            raw = _read_entry(self.path_for(ident), self.max_bytes)
+        except FileNotFoundError:
             return None
-        entry = _decode(raw, ident)
+        entry = _decode(raw, ident) if raw is not None else None
         if entry is None:
             self.discard(ident)
         return entry
 
     def touch(self, ident: str) -> None:
-        """Mark an entry as just used (LRU order is ``mtime``)."""
-        with contextlib.suppress(OSError):
-            os.utime(self.path_for(ident))
+        """Mark an entry as just used (LRU order is ``mtime``; a link's target is left alone)."""
+        with contextlib.suppress(OSError, NotImplementedError):
+            os.utime(self.path_for(ident), follow_symlinks=False)
 
     def discard(self, ident: str) -> None:
         """Remove the entry for ``ident``, if there is one."""
@@ -157,6 +159,46 @@ class S3IndexCache:
                     with contextlib.suppress(OSError):  # an entry cut short by a crash
                         if item.is_file(follow_symlinks=False) and item.stat().st_mtime < old:
                             os.unlink(item.path)
+
+
+_ENTRY_FLAGS = (
+    os.O_RDONLY
+    | getattr(os, "O_NOFOLLOW", 0)  # a symbolic link is no entry the cache wrote
+    | getattr(os, "O_NONBLOCK", 0)  # a FIFO opens at once (and is then refused)
+    | getattr(os, "O_CLOEXEC", 0)
+)
+
+
+def _read_entry(path: Path, limit: int) -> bytes | None:
+    """The bytes of the entry file at ``path``, or ``None`` when it is no entry of ours.
+
+    Only a regular file (a link is not followed) of at most ``limit`` bytes, the folder's
+    bound, is read: a FIFO, a device, a link or an oversized file planted under an entry's
+    name costs neither a wait nor memory. Raises ``FileNotFoundError`` when there is none.
+    """
+    try:
+        fd = os.open(path, _ENTRY_FLAGS)
+    except FileNotFoundError:
+        raise
+    except OSError:  # a link (ELOOP), no permission, ...
+        return None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_size > limit:
+            return None
+        parts: list[bytes] = []
+        left = st.st_size
+        while left > 0:
+            part = os.read(fd, left)
+            if not part:
+                break
+            parts.append(part)
+            left -= len(part)
+        return b"".join(parts)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
 
 
 def _encode(

@@ -19,6 +19,7 @@ import os
 import re
 import threading
 import time
+import weakref
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -63,10 +64,18 @@ _URL = re.compile(r"^s3://(?P<bucket>[^/]+)/(?P<key>.+)$")
 
 
 def parse_s3_url(url: str) -> tuple[str, str]:
-    """``s3://bucket/path/to/key`` -> ``(bucket, key)``."""
+    """``s3://bucket/path/to/key`` -> ``(bucket, key)``.
+
+    Raises ``ValueError`` naming the URL when it has no bucket or key, or is no UTF-8 text
+    (a name decoded with ``surrogateescape``): S3 names are UTF-8.
+    """
     m = _URL.match(url)
     if not m:
         raise ValueError(f"not an s3 URL (want s3://bucket/key): {url!r}")
+    try:
+        url.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValueError(f"not an s3 URL (bucket and key must be UTF-8 text): {url!r}") from None
     return m.group("bucket"), m.group("key")
 
 
@@ -114,6 +123,14 @@ class S3Source:
         self._known_lock = threading.Lock()
         self._recording = False
         self._open_lock = threading.Lock()
+        _live_sources.add(self)
+
+    def _fresh_locks(self) -> None:
+        """New locks in a forked child: a thread of the parent may have held one at the fork."""
+        self._known_lock = threading.Lock()
+        self._open_lock = threading.Lock()
+        self.stats.lock = threading.Lock()
+        self.pace.lock = threading.Lock()
 
     # -- ByteSource ---------------------------------------------------------------------
     @property
@@ -265,8 +282,9 @@ class S3Source:
             return
         else:
             rng = f"bytes={max(0, size - self.tail_bytes)}-{size - 1}"
+        limit = self.tail_bytes if size is None else min(size, self.tail_bytes)
         try:
-            resp, body = self._request("GET", Range=rng)
+            resp, body = self._request("GET", limit=limit, Range=rng)
         except S3Error as exc:
             if exc.status != 416:  # an empty object has no satisfiable range
                 raise
@@ -335,13 +353,18 @@ class S3Source:
         kwargs: dict[str, Any] = {"Range": f"bytes={start}-{end - 1}"}
         if self._etag:
             kwargs["IfMatch"] = self._etag
-        _, body = self._request("GET", expect=end - start, **kwargs)
+        _, body = self._request("GET", expect=end - start, limit=end - start, **kwargs)
         return body
 
-    def _request(self, method: str, expect: int | None = None, **kwargs: Any) -> tuple[Any, bytes]:
-        """One HTTP request with our retries around botocore's; errors come back typed."""
+    def _request(
+        self, method: str, expect: int | None = None, limit: int | None = None, **kwargs: Any
+    ) -> tuple[Any, bytes]:
+        """One HTTP request with our retries around botocore's; errors come back typed.
+
+        No more than ``limit`` body bytes are read: an answer longer than the range asked
+        for (an endpoint that ignores ``Range``) is an :class:`S3Error`, not retried.
+        """
         from botocore.exceptions import (
-            ClientError,
             NoCredentialsError,
             ParamValidationError,
             PartialCredentialsError,
@@ -355,12 +378,13 @@ class S3Source:
             raise setup_error(exc, self.bucket, self.key) from exc
         call: Callable[..., Any] = client.get_object if method == "GET" else client.head_object
         attempts = max(1, self.retry.attempts)
+        sent = 0  # HTTP attempts of this request, botocore's retries included
         for attempt in range(attempts):
             bind_stats(self.stats)
             try:
                 t0 = time.perf_counter()
                 resp = call(Bucket=self.bucket, Key=self.key, **kwargs)
-                body = resp["Body"].read() if method == "GET" else b""
+                body = _read_body(resp, limit) if method == "GET" else b""
                 if expect is not None and len(body) != expect:
                     raise _ShortBody(f"got {len(body)} of {expect} bytes")
                 self._count(nbytes=len(body), retried=max(0, sent_count() - 1))
@@ -371,22 +395,38 @@ class S3Source:
                 raise setup_error(exc, self.bucket, self.key) from exc
             except Exception as exc:
                 self._count(retried=max(0, sent_count() - 1))
+                sent += max(1, sent_count())
                 retry = isinstance(exc, _ShortBody) or is_transient(exc)
+                if retry and _retried_timeout(exc, sent_count()):
+                    retry = False  # botocore retried this timeout: the endpoint hangs
                 if retry and attempt + 1 < attempts:
                     self._count(retried=1)
                     time.sleep(self.retry.delay(attempt))
                     continue
-                if isinstance(exc, ClientError):
-                    raise map_client_error(exc, self.bucket, self.key, method) from exc
-                raise S3TransientError(
-                    f"{method} of {self.name} failed after {attempt + 1} attempts: "
-                    f"{type(exc).__name__}: {exc}",
-                    bucket=self.bucket,
-                    key=self.key,
-                ) from exc
+                raise self._final_error(exc, method, sent) from exc
             finally:
                 bind_stats(None)
         raise AssertionError("unreachable")  # pragma: no cover
+
+    def _final_error(self, exc: Exception, method: str, sent: int) -> S3Error:
+        """The typed error for ``exc``, the last failure of a request of ``sent`` attempts."""
+        from botocore.exceptions import ClientError
+
+        if isinstance(exc, ClientError):
+            return map_client_error(exc, self.bucket, self.key, method)
+        if isinstance(exc, _RangeIgnored):
+            return S3Error(
+                f"{method} of {self.name}: {exc}; the endpoint, or a proxy before it, ignores "
+                "the Range header (ranged reads need one that honours it)",
+                bucket=self.bucket,
+                key=self.key,
+                status=exc.status,
+            )
+        return S3TransientError(
+            f"{method} of {self.name} failed after {sent} attempts: {type(exc).__name__}: {exc}",
+            bucket=self.bucket,
+            key=self.key,
+        )
 
     def _count(self, *, nbytes: int = 0, retried: int = 0, served: int = 0) -> None:
         st = self.stats
@@ -445,8 +485,57 @@ class S3Source:
         self._known = Extents(state["known"])
 
 
+def _retried_timeout(exc: BaseException, sent: int) -> bool:
+    """Whether ``exc`` is a timeout that botocore met on each of its ``sent`` (> 1) attempts.
+
+    A hung endpoint times out every attempt: retrying botocore's retries again would cost
+    ``attempts x botocore_attempts x read_timeout`` (six minutes with the defaults) before
+    the error. A timeout while reading the body (after botocore's call) is retried by us.
+    """
+    from botocore.exceptions import ConnectTimeoutError, ReadTimeoutError
+
+    return sent > 1 and isinstance(exc, ReadTimeoutError | ConnectTimeoutError)
+
+
+# Every source of this process: a forked child (a DataLoader worker reading through the
+# parent's source) gets new locks for them, as the client module does for its own.
+_live_sources: weakref.WeakSet[S3Source] = weakref.WeakSet()
+
+
+def _fresh_locks_after_fork() -> None:
+    for source in list(_live_sources):
+        source._fresh_locks()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_fresh_locks_after_fork)
+
+
 class _ShortBody(Exception):
     """The body ended before the requested range did (retried)."""
+
+
+class _RangeIgnored(Exception):
+    """The answer is longer than the range asked for (not retried)."""
+
+    def __init__(self, message: str, status: int | None) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+def _read_body(resp: Any, limit: int | None) -> bytes:
+    """The body of a ``GET`` answer, reading no more than ``limit`` bytes (``None``: all)."""
+    stream = resp["Body"]
+    if limit is None:
+        return bytes(stream.read())
+    status = (resp.get("ResponseMetadata") or {}).get("HTTPStatusCode")
+    declared = resp.get("ContentLength")
+    data = b"" if declared is not None and declared > limit else bytes(stream.read(limit + 1))
+    if len(data) > limit or (declared is not None and declared > limit):
+        stream.close()  # the rest is never read: the connection is dropped, not drained
+        sent = declared if declared is not None else f"over {limit}"
+        raise _RangeIgnored(f"sent {sent} bytes (HTTP {status}) for {limit} asked", status)
+    return data
 
 
 def open_s3_source(
