@@ -92,21 +92,29 @@ def content_range(resp: Any, nbody: int) -> tuple[int, int]:
 
 
 def coalesce(
-    ranges: Sequence[tuple[int, int, int]], gap: int, max_request: int
+    ranges: Sequence[tuple[int, int, int]],
+    gap: int,
+    max_request: int,
+    max_waste: int | None = None,
 ) -> list[tuple[int, int, list[tuple[int, int, int]]]]:
     """Group ``(start, end, tag)`` ranges into ``(start, end, members)`` requests.
 
     Ranges are sorted by start; a range joins the current group when it begins at most
     ``gap`` bytes after the group's end and the group stays within ``max_request`` bytes
-    (a single range longer than that is still one request).
+    (a single range longer than that is still one request). ``max_waste``: the gap bytes
+    bridged in all, fetched and dropped; past it, ranges are requests of their own.
     """
     groups: list[tuple[int, int, list[tuple[int, int, int]]]] = []
+    waste = 0
     for start, end, tag in sorted(ranges):
         if groups:
             g_start, g_end, members = groups[-1]
-            if start - g_end <= gap and max(g_end, end) - g_start <= max_request:
+            bridged = max(0, start - g_end)
+            fits = max_waste is None or waste + bridged <= max_waste
+            if start - g_end <= gap and max(g_end, end) - g_start <= max_request and fits:
                 members.append((start, end, tag))
                 groups[-1] = (g_start, max(g_end, end), members)
+                waste += bridged
                 continue
         groups.append((start, end, [(start, end, tag)]))
     return groups

@@ -227,7 +227,8 @@ class S3Source:
                     todo.append((off, end, i))
         if served:
             self._count(served=served)
-        groups = coalesce(todo, self.coalesce_gap(), self.max_request)
+        # the gap bytes one call holds beside what it needs: at most four requests' worth
+        groups = coalesce(todo, self.coalesce_gap(), self.max_request, 4 * self.max_request)
         if len(groups) == 1:
             results = [self._get_range(groups[0][0], groups[0][1])]
         else:
