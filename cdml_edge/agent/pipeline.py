@@ -150,7 +150,9 @@ class WindowPipeline:
         try:
             self.output.publish_batch(msgs, on_durable, on_given_up)
         except Exception as exc:
-            if self.retention is not None:  # its files come again: kept with their next window
+            # its files come again and are kept with their next window; camera frames (no
+            # path) do not come again: the ring keeps their only copy
+            if self.retention is not None and all(it.path is not None for it in window.items):
                 self.retention.withdraw(outcome.manifest.window_id)
             raise OutputFailed(f"{type(exc).__name__}: {exc}") from exc
         finally:
