@@ -84,6 +84,9 @@ DEFAULT_SEEKABLE_CACHE_BYTES = 20 << 30
 _OFF = frozenset({"off", "0", "none", "false", "no"})
 _SUFFIX = ".tar.zst"
 _PLAIN = ".tar"
+#: what a copy's member index holds, part of its name: a copy another release made is not
+#: reused (2: hard links are members; the index of a copy made before lacks them)
+COPY_FORMAT = 2
 STALE_TMP_SECONDS = 24 * 3600  # a temporary file not written for this long: a crashed write's
 
 
@@ -155,7 +158,8 @@ class SeekableCache:
         key = _key(source)
         if key is None:
             return None
-        ident, version = (hashlib.sha256(k.encode()).hexdigest() for k in key)
+        ident, version = key[0], f"{key[1]}|copy format {COPY_FORMAT}"
+        ident, version = (hashlib.sha256(k.encode()).hexdigest() for k in (ident, version))
         return self.root / f"{ident[:24]}-{version[:16]}{suffix}"
 
     def total_bytes(self) -> int:

@@ -25,6 +25,7 @@ from helpers.plain_copies import opened
 from cdml_edge.archive import open_archive
 from cdml_edge.archive.native import plain_copier
 from cdml_edge.archive.seekable_cache import SeekableCache
+from cdml_edge.archive.tar import zst
 
 
 def _peer(data: bytes) -> dict[str, bytes]:
@@ -133,3 +134,24 @@ def test_a_link_to_no_file_before_it_stays_skipped_and_says_so() -> None:
         skipped = arc.skipped()
         assert skipped["early.txt"].startswith("hard link to 'a.txt'")
         assert "no file of that name before it" in skipped["nowhere.txt"]
+
+
+def test_a_seekable_copy_made_before_links_were_served_is_not_reused(
+    gnu_tar: bytes, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A copy's member index written by the release before this one lacks the links."""
+    from cdml_edge.archive import seekable_cache
+    from cdml_edge.archive.tar import members
+
+    path = tmp_path / "links.tar.zst"
+    path.write_bytes(zstandard.ZstdCompressor(level=3).compress(gnu_tar))
+    cache = SeekableCache(tmp_path / "cache")
+    with monkeypatch.context() as old:  # the release before: links skipped, copy format 1
+        old.setattr(seekable_cache, "COPY_FORMAT", 1, raising=False)
+        old.setattr(members, "served_links", lambda ms, sk: [m for m in ms if m.link is None])
+        old.setattr(zst.ZstdTarArchive, "_has_links", lambda self: False)
+        with open_archive(path, seekable_cache=cache) as arc:
+            assert arc.seekable_copy is not None  # type: ignore[attr-defined]
+            assert len(arc.names()) == 2  # the two links left out
+    with open_archive(path, seekable_cache=cache) as arc:
+        assert sorted(arc.names()) == sorted(_peer(gnu_tar))
