@@ -12,7 +12,9 @@ are then scored once more under the same result id (at least once). A record tha
 a database (corrupt) is started afresh (logged): every kept file is then scored once more;
 one that cannot be opened for writing (a full disk: ``database or disk is full``) is read as
 it is, never deleted. A write that fails fails nothing else: the change is held in memory
-(at most ``MAX_UNSAVED``, the oldest dropped first) and written once a write works again,
+(at most ``MAX_UNSAVED``: forgotten files let go first, then the oldest kept ones, scored once
+more at the next full scan) and written once a write works again (a record opened read-only
+is opened for writing then),
 tried at most every ``RETRY_S`` (:meth:`KeptFiles.flush`, called by the source's thread,
 and with every change), a warning once per episode, and once more when the source stops
 (:meth:`KeptFiles.close`); only a restart while the disk is still full scores those files
@@ -24,6 +26,7 @@ refused). A prune reads ``PRUNE_BATCH`` rows at a time.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import logging
 import os
 import sqlite3
@@ -67,6 +70,7 @@ class KeptFiles:
         self.read_failures = 0
         self._retry_at = 0.0  # monotonic time a failing record is written again at the earliest
         self._closed = False  # closed: a later change opens the record again for its write
+        self._immutable = False  # opened read-only (a full disk at start): writable later
         self._conn = self._open()
         self._count = int(self._conn.execute("SELECT count(*) FROM kept").fetchone()[0])
 
@@ -118,9 +122,11 @@ class KeptFiles:
         except sqlite3.Error:
             raise exc from None
         self._failing = str(exc)
+        self._immutable = True
+        self._retry_at = time.monotonic() + RETRY_S
         log.warning(
             "kept-file record %s cannot be written (%s): read as it is, kept files are "
-            "remembered in memory until a restart",
+            "remembered in memory until it can be",
             log_name(path),
             exc,
         )
@@ -260,8 +266,25 @@ class KeptFiles:
             if opened:
                 self._write_now_locked()
 
+    def _writable_locked(self) -> bool:
+        """The record opened for writing, when it was opened read-only; whether it is."""
+        if not self._immutable:
+            return True
+        try:
+            conn = self._connect()
+            count = int(conn.execute("SELECT count(*) FROM kept").fetchone()[0])
+        except sqlite3.Error as exc:
+            self._failed_locked(exc)
+            return False
+        with contextlib.suppress(sqlite3.Error):
+            self._conn.close()
+        self._conn, self._count, self._immutable = conn, count, False
+        return True
+
     def _write_now_locked(self) -> None:
         """Write what is held in one transaction; held on when the record fails."""
+        if not self._writable_locked():
+            return
         try:
             delta = self._flush_locked()
         except sqlite3.Error as exc:
@@ -321,6 +344,17 @@ class KeptFiles:
         self._failing = str(exc)
 
     def _trim_locked(self) -> None:
+        """Hold at most ``MAX_UNSAVED`` changes: forgotten files go first, oldest first.
+
+        A forget let go leaves the row of a file that is gone (the next prune removes it);
+        a kept file let go reads as not kept and is scored once more at the next full scan.
+        """
+        over = len(self._unsaved) - MAX_UNSAVED
+        if over <= 0:
+            return
+        forgets = list(itertools.islice((k for k, v in self._unsaved.items() if v is None), over))
+        for key in forgets:
+            del self._unsaved[key]
         while len(self._unsaved) > MAX_UNSAVED:
             self._unsaved.popitem(last=False)
 

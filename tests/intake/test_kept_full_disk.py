@@ -156,3 +156,59 @@ def test_a_record_opened_on_a_full_disk_is_kept_and_read(tmp_path: Path, state: 
     record = KeptFiles(path)
     assert len(record) == 50 and all(record.get(n) == i for n, i in kept.items())
     record.close()
+
+
+def test_a_record_opened_on_a_full_disk_is_written_once_there_is_room(
+    tmp_path: Path, state: Path
+) -> None:
+    """Opened read-only on a full disk, the record is opened for writing once it has room.
+
+    It stayed read-only for the whole run: every change was held in memory until a restart,
+    and a keep folder of more files than the memory holds scored the oldest once more.
+    """
+    from cdml_edge.intake.kept import KeptFiles
+    from cdml_edge.window.items import FileIdentity
+
+    path = state / "kept" / "cam.sqlite"
+    KeptFiles(path).close()
+    fill(state)
+    record = KeptFiles(path)
+    record.put("/in/a.jpg", FileIdentity(1, 1, 10, 20))  # held: the disk is full
+    (state / "filler").unlink()
+    time.sleep(RETRY_S + 0.05)
+    assert record.flush(), "the held change was not written once the disk had room"
+    record.put("/in/b.jpg", FileIdentity(1, 2, 10, 20))
+    record.close()
+    again = KeptFiles(path)
+    assert again.get("/in/a.jpg") == FileIdentity(1, 1, 10, 20)
+    assert again.get("/in/b.jpg") == FileIdentity(1, 2, 10, 20)
+    again.close()
+
+
+def test_held_changes_past_the_bound_forget_files_before_they_forget_kept_ones(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Past ``MAX_UNSAVED`` held changes, a held "forget" goes before a held "kept".
+
+    A kept file dropped from memory reads as not kept and is scored once more at the next
+    full scan (a duplicate result); a forget dropped leaves a row of a file that is gone,
+    which the next prune removes.
+    """
+    import sqlite3
+
+    from cdml_edge.intake import kept as kept_mod
+    from cdml_edge.window.items import FileIdentity
+
+    monkeypatch.setattr(kept_mod, "MAX_UNSAVED", 3)
+    record = kept_mod.KeptFiles(None)
+
+    def full(self: object) -> int:
+        raise sqlite3.OperationalError("database or disk is full")
+
+    monkeypatch.setattr(kept_mod.KeptFiles, "_flush_locked", full)
+    record._count = 1  # as if /in/old.jpg were in the record
+    for i in range(2):
+        record.put(f"/in/{i}.jpg", FileIdentity(1, i, 10, 20))
+    record.remove("/in/old.jpg")  # its forget held after two kept files
+    record.put("/in/2.jpg", FileIdentity(1, 2, 10, 20))
+    assert [record.get(f"/in/{i}.jpg") is not None for i in range(3)] == [True] * 3
