@@ -243,6 +243,8 @@ class TeeOutput:
             timer, self._timer = self._timer, None
         if timer is not None:
             timer.cancel()
+        if self._retrying.acquire(timeout=timeout):  # a retry under way (the timer's) ends
+            self._retrying.release()  # before the last try and before the outputs stop
         self.retry_held()
         if self.held:
             log.warning(
