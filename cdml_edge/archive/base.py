@@ -18,7 +18,10 @@ DEFAULT_MAX_RATIO = 1100.0
 DEFAULT_MAX_MEMBERS = 1_000_000
 #: zstd data is held to ``max_ratio`` times this. ``max_ratio`` is in deflate's terms (1100 is
 #: just over deflate's maximum, 1,032); zstd's is 32 times that (32,768: a 4-byte RLE block
-#: for each 128 KiB), so by default only what zstd cannot produce is refused (35,200).
+#: for each 128 KiB), so by default only what zstd cannot produce is refused (35,200). That
+#: is per member (or frame), read one at a time; a walk over a whole tar.zst stream at open
+#: is held to ``max_ratio`` itself past ``max_member_bytes`` (:mod:`.tar.expansion`): no
+#: archive of real data shrinks 1,100 times as a whole, and a walk pays for every member.
 ZSTD_RATIO_SCALE = 32
 # Ratios are only enforced above this output size: small members are harmless.
 RATIO_FLOOR_BYTES = 1 << 20
