@@ -68,6 +68,7 @@ class WatchStats:
     input_errors: int = 0  # files that could not be taken (see quarantined)
     quarantined: int = 0
     deleted: int = 0  # inputs deleted by auto_delete
+    delete_errors: int = 0  # inputs auto_delete could not delete (they stay, not taken again)
     errors: list[str] = field(default_factory=list)  # the last few error messages
 
     def note(self, message: str, keep: int = 20) -> None:
@@ -240,7 +241,14 @@ class LiveWatch:
             if it.path is None:
                 continue
             if delete:
-                before = self.lifecycle.deleted
-                self.lifecycle.finish(it.path, "delete", identity=it.identity)
-                self.stats.deleted += self.lifecycle.deleted - before
+                self._delete(it.path, it)
             self.source.release(it.path, keep=not delete)
+
+    def _delete(self, path: Path, item: Item) -> None:
+        """Delete the version of ``path`` that was read; a failure is counted and noted."""
+        deleted, failures = self.lifecycle.deleted, self.lifecycle.failures
+        self.lifecycle.finish(path, "delete", identity=item.identity)
+        self.stats.deleted += self.lifecycle.deleted - deleted
+        if self.lifecycle.failures > failures:  # logged by the lifecycle, with its reason
+            self.stats.delete_errors += 1
+            self.stats.note(f"{log_name(path)}: not deleted (auto_delete failed; see the log)")

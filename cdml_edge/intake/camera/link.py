@@ -11,13 +11,14 @@ import sys
 import time
 
 from cdml_edge.intake.camera import protocol
-from cdml_edge.intake.camera.settings import CaptureSettings
+from cdml_edge.intake.camera.settings import CaptureSettings, redact_text
 
 EXITED = b"-"
 """Pseudo message kind: the process closed its stdout (it exited or crashed)."""
 
 STDERR_LINES = 20
-"""Lines of the child's stderr kept (each cut to 300 characters) to explain a failure."""
+"""Lines of the child's stderr kept (each cut to 300 characters, cleaned of the URL's
+secrets: OpenCV's debug log names the URL it opens) to explain a failure."""
 
 
 class CaptureProcess:
@@ -63,6 +64,7 @@ class CaptureProcess:
         self._stderr: collections.deque[str] = collections.deque(maxlen=STDERR_LINES)
         self._err_partial = b""
         self._eof = False
+        self._url = settings.url
 
     @property
     def pid(self) -> int:
@@ -114,7 +116,7 @@ class CaptureProcess:
         *lines, self._err_partial = (self._err_partial + data).split(b"\n")
         self._err_partial = self._err_partial[-300:]
         for line in lines:
-            text = line.decode("utf-8", "replace").strip()
+            text = redact_text(line.decode("utf-8", "replace").strip(), self._url)
             if text:
                 self._stderr.append(text[:300])
 

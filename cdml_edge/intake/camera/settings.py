@@ -6,8 +6,8 @@ import json
 import os
 import re
 import stat
-from dataclasses import asdict, dataclass
-from typing import Literal
+from dataclasses import asdict, dataclass, fields
+from typing import Any, Literal
 
 Backend = Literal["auto", "ffmpeg", "v4l2", "gstreamer"]
 Mode = Literal["live", "file"]
@@ -27,6 +27,9 @@ class CaptureSettings:
     loop: bool = False
     open_timeout_s: float = 10.0
     read_timeout_s: float = 5.0
+
+    def __repr__(self) -> str:  # the password stays out of logs, asserts, crash reports
+        return repr_redacted(self)
 
     def to_json(self) -> str:
         """The settings as one line of JSON (what the child reads)."""
@@ -88,22 +91,58 @@ def _is_regular_file(path: str) -> bool:
 
 def ffmpeg_options(settings: CaptureSettings) -> str:
     """``OPENCV_FFMPEG_CAPTURE_OPTIONS`` for this camera (``key;value|key;value``)."""
-    if settings.url.lower().startswith(("rtsp://", "rtsps://")):
+    if settings.url.strip().lower().startswith(("rtsp://", "rtsps://")):
         return f"rtsp_transport;{settings.rtsp_transport}"
     return ""
 
 
 _CREDENTIALS = re.compile(
-    r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)(?P<user>[^/@:\s]*)(:\S*)?"
-    r"@(?=(\[[^\]\s]*\]|[^@\s/?#:\[\]]*)(:\d*)?([/?#\s]|$))"
+    r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)(?P<user>[^/:\s]*)(?P<password>:[^\n]*)?"
+    r"@(?=(\[[^\]\s]*\]|[^@\s/?#:\[\]]*)(:\d*)?([/?#\s'\"]|$))"
 )
-"""``scheme://user[:password]@host``: the password runs to the last ``@`` before the host, as
-FFmpeg reads it (a ``$CAM_PASSWORD`` holding ``@`` or ``/`` is not cut short)."""
+"""``scheme://user[:password]@host``: the user information runs to the last ``@`` before the
+host, as FFmpeg reads it (a user name holding ``@``, a ``$CAM_PASSWORD`` holding ``@``, ``/``
+or a space is not cut short)."""
+
+_QUERY_SECRET = re.compile(
+    r"(?i)(?P<key>[?&;][^=&#\s]*(?:pass|pwd|token|secret|key|auth|sig|cred)[^=&#\s]*=)"
+    r"(?P<value>[^&#\s'\"]*)"
+)
+"""A query parameter that carries a secret (``?user=admin&pwd=...``, ``&access_token=...``):
+cheap HTTP cameras take their password there."""
 
 
 def redact_url(url: str) -> str:
-    """``url`` without its password (``rtsp://admin:***@cam/...``): safe for logs and health.
+    """``url`` without its secrets (``rtsp://admin:***@cam/...``): safe for logs and health.
 
-    A password holding ``@``, ``/`` or ``:`` (not percent-encoded) is hidden whole.
+    The password of the user information (the whole of it, up to the last ``@`` before the
+    host) and the values of query parameters named like a secret (``pwd``, ``password``,
+    ``token``, ``key``, ``auth``, ...) become ``***``.
     """
-    return _CREDENTIALS.sub(lambda m: f"{m['scheme']}{m['user']}:***@", url)
+    url = _CREDENTIALS.sub(lambda m: f"{m['scheme']}{m['user']}:***@", url)
+    return _QUERY_SECRET.sub(lambda m: f"{m['key']}***", url)
+
+
+def url_secrets(url: str) -> tuple[str, ...]:
+    """The secrets :func:`redact_url` hides in ``url``, longest first (to clean other text)."""
+    found = [m["password"][1:] for m in _CREDENTIALS.finditer(url) if m["password"]]
+    found += [m["value"] for m in _QUERY_SECRET.finditer(url)]
+    return tuple(sorted({s for s in found if s}, key=len, reverse=True))
+
+
+def repr_redacted(obj: Any) -> str:
+    """A dataclass's repr with its ``url`` redacted (:func:`redact_url`)."""
+    parts = []
+    for f in fields(obj):
+        value = getattr(obj, f.name)
+        shown = redact_url(value) if f.name == "url" else value
+        parts.append(f"{f.name}={shown!r}")
+    return f"{type(obj).__name__}({', '.join(parts)})"
+
+
+def redact_text(text: str, url: str) -> str:
+    """``text`` (a log line of the capture process) without the secrets of ``url``."""
+    text = redact_url(text)
+    for secret in url_secrets(url):
+        text = text.replace(secret, "***")
+    return text

@@ -24,7 +24,12 @@ from cdml_edge.intake.base import ErrorSink, ItemSink, SourceStats
 from cdml_edge.intake.budget import ByteBudget
 from cdml_edge.intake.camera import protocol
 from cdml_edge.intake.camera.link import EXITED, CaptureProcess
-from cdml_edge.intake.camera.settings import Backend, CaptureSettings, redact_url
+from cdml_edge.intake.camera.settings import (
+    Backend,
+    CaptureSettings,
+    redact_url,
+    repr_redacted,
+)
 from cdml_edge.intake.camera.status import CameraSnapshot, CameraStatus, CameraTransition
 from cdml_edge.window.items import Item
 from cdml_edge.window.payloads import item_id
@@ -38,6 +43,10 @@ SLACK_S = 2.0
 normally reports the timeout itself, this is the guard for when it cannot."""
 POLL_S = 0.25
 """Longest the supervising thread waits without looking at ``stop()`` and the grace."""
+STABLE_S = 10.0
+"""Frames must flow this long in one capture before the reconnect backoff starts over: a
+camera that drops after each few frames is retried ever more slowly, up to the cap, instead
+of every ``reconnect_first`` (a process start and two state changes each time)."""
 
 TransitionSink = Callable[[CameraTransition], None]
 
@@ -60,6 +69,9 @@ class CameraSpec:
     reconnect_first_s: float = 0.5
     reconnect_max_s: float = 30.0
     unhealthy_after_s: float = 60.0
+
+    def __repr__(self) -> str:  # the password stays out of logs, asserts, crash reports
+        return repr_redacted(self)
 
     def capture_settings(self) -> CaptureSettings:
         """What the capture process is told: the fields this spec shares with it."""
@@ -206,6 +218,7 @@ class CameraSource:
         spec = self.spec
         phase, limit = "start", START_TIMEOUT_S
         deadline = time.monotonic() + limit
+        first_frame: float | None = None
         while not self._stopped.is_set():
             self.status.check_grace()
             msg = proc.next_message(min(POLL_S, max(0.0, deadline - time.monotonic())))
@@ -222,7 +235,9 @@ class CameraSource:
                 phase, limit = "read", spec.read_timeout_s + SLACK_S
                 log.info("camera %s (%s) opened: %s", spec.name, self.url, msg.payload.decode())
             elif msg.kind == protocol.FRAME:
-                self._backoff.reset()
+                first_frame = first_frame or time.monotonic()
+                if time.monotonic() - first_frame >= STABLE_S:
+                    self._backoff.reset()
                 self.status.frame()
                 self._emit(msg.payload, msg.ts_ns)
                 if spec.max_frames is not None and self._emitted >= spec.max_frames:

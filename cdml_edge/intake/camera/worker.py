@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import json
+import os
 import signal
 import sys
 import time
@@ -56,7 +57,12 @@ def open_capture(cv2: Any, target: Target, settings: CaptureSettings) -> Any:
             cv2.CAP_PROP_READ_TIMEOUT_MSEC,
             int(settings.read_timeout_s * 1000),
         ]
+        started = time.monotonic()
         cap = cv2.VideoCapture(target.source, api["ffmpeg"], params)
+        if not cap.isOpened() and time.monotonic() - started >= 0.9 * settings.open_timeout_s:
+            raise CaptureFailed(  # it connected (or is trying to) and heard nothing back
+                f"no answer within {settings.open_timeout_s:g} s (open timed out)"
+            )
     else:
         cap = cv2.VideoCapture(target.source, api[target.api])
     if not cap.isOpened():
@@ -124,10 +130,21 @@ def _die_with_parent() -> None:
             ctypes.CDLL(None).prctl(1, int(signal.SIGKILL))  # PR_SET_PDEATHSIG
 
 
+def _claim_stdout() -> BinaryIO:
+    """The frame pipe, for the protocol alone; file descriptor 1 then goes to stderr.
+
+    OpenCV writes its INFO and DEBUG log (``OPENCV_LOG_LEVEL``, ``OPENCV_FFMPEG_DEBUG``) and
+    C libraries their ``printf`` to descriptor 1: in the frame pipe, that corrupted the
+    protocol and no capture ever streamed.
+    """
+    pipe = os.dup(1)  # not inheritable: no grandchild holds the pipe open
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
+    return os.fdopen(pipe, "wb")
+
+
 def run(settings: CaptureSettings, out: _Writer) -> int:
     """Open and capture until the first failure; the exit status (0: the file ended)."""
-    import os
-
     options = ffmpeg_options(settings)
     if options:
         os.environ["OPENCV_FFMPEG_CAPTURE_OPTIONS"] = options
@@ -158,9 +175,10 @@ def run(settings: CaptureSettings, out: _Writer) -> int:
 def main() -> int:
     """Capture with the settings on stdin's first line; the exit status."""
     _die_with_parent()
+    pipe = _claim_stdout()
     settings = CaptureSettings.from_json(sys.stdin.readline())
     try:
-        return run(settings, _Writer(sys.stdout.buffer))
+        return run(settings, _Writer(pipe))
     except BrokenPipeError:  # the agent closed its end: nothing left to do
         return 0
 
