@@ -14,9 +14,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import yaml
-from helpers.agent_runs import jpeg, of_kind, read_jsonl, wait_for, write_atomic, write_config
-from helpers.full_disk import fill, small_tmpfs
+from helpers.agent_runs import jpeg, wait_for, write_atomic
+from helpers.full_disk import fill
+from helpers.kept_runs import keep_config, results_of, small_state, windows_done
 
 from cdml_edge.agent.app import Agent
 from cdml_edge.config import load_config
@@ -24,47 +24,28 @@ from cdml_edge.config import load_config
 
 @pytest.fixture
 def state(tmp_path: Path) -> Iterator[Path]:
-    with small_tmpfs(tmp_path / "state", "512k") as path:
-        yield path
-
-
-def _config(tmp_path: Path, state: Path) -> Path:
-    cfg_path = write_config(tmp_path)
-    doc = yaml.safe_load(cfg_path.read_text())
-    doc["state_dir"] = str(state)
-    doc["sources"][0].update(on_done="keep", stable_seconds=0.1)
-    cfg_path.write_text(yaml.safe_dump(doc))
-    (tmp_path / "in/cam").mkdir(parents=True)
-    return cfg_path
-
-
-def _results(out: Path, name: str) -> int:
-    return sum(r["item"] == name for r in of_kind(read_jsonl(out), "cam/result"))
-
-
-def _windows(agent: Agent) -> float:
-    return float(agent.metrics.windows.labels(source="cam")._value.get())
+    yield from small_state(tmp_path)
 
 
 def test_changes_held_while_the_disk_was_full_are_written_by_the_stop(
     tmp_path: Path, state: Path, models: Path
 ) -> None:
-    cfg_path = _config(tmp_path, state)
+    cfg_path = keep_config(tmp_path, state)
     cam, out = tmp_path / "in/cam", tmp_path / "out.jsonl"
     agent = Agent(load_config(cfg_path), cfg_path)
     agent.start()
     try:
         write_atomic(cam / "a.jpg", jpeg(100))
-        wait_for(lambda: _windows(agent) == 1, what="a.jpg's window done")
+        wait_for(lambda: windows_done(agent) == 1, what="a.jpg's window done")
         fill(state)
         write_atomic(cam / "b.jpg", jpeg(200))  # kept while the record cannot be written
-        wait_for(lambda: _windows(agent) == 2, what="b.jpg's window done")
+        wait_for(lambda: windows_done(agent) == 2, what="b.jpg's window done")
         record = agent.sources["cam"].files._kept  # type: ignore[union-attr]
         assert record.write_failures >= 1, "the record was written: the disk was not full"
         (state / "filler").unlink()  # room again, and no other file kept before the stop
     finally:
         agent.stop()
-    assert [_results(out, n) for n in ("a.jpg", "b.jpg")] == [1, 1]
+    assert [results_of(out, n) for n in ("a.jpg", "b.jpg")] == [1, 1]
 
     write_atomic(cam / "c.jpg", jpeg(7))
     later = time.time() + 5
@@ -72,10 +53,10 @@ def test_changes_held_while_the_disk_was_full_are_written_by_the_stop(
     agent = Agent(load_config(cfg_path), cfg_path)
     agent.start()
     try:
-        wait_for(lambda: _results(out, "c.jpg") == 1, what="c.jpg's result")
+        wait_for(lambda: results_of(out, "c.jpg") == 1, what="c.jpg's result")
     finally:
         agent.stop()
-    assert [_results(out, n) for n in ("a.jpg", "b.jpg")] == [1, 1], "scored once more"
+    assert [results_of(out, n) for n in ("a.jpg", "b.jpg")] == [1, 1], "scored once more"
     assert agent.sources["cam"].stats.taken == 1
 
 

@@ -15,69 +15,50 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import yaml
-from helpers.agent_runs import jpeg, of_kind, read_jsonl, wait_for, write_atomic, write_config
-from helpers.full_disk import fill, small_tmpfs
+from helpers.agent_runs import jpeg, of_kind, read_jsonl, wait_for, write_atomic
+from helpers.full_disk import fill
+from helpers.kept_runs import keep_config, results_of, small_state, windows_done
 
 from cdml_edge.agent.app import Agent
 from cdml_edge.config import load_config
 from cdml_edge.intake.kept import RETRY_S
 
 
-@pytest.fixture
-def state(tmp_path: Path) -> Iterator[Path]:
-    with small_tmpfs(tmp_path / "state", "512k") as path:
-        yield path
-
-
-def _config(tmp_path: Path, state: Path) -> Path:
-    cfg_path = write_config(tmp_path)
-    doc = yaml.safe_load(cfg_path.read_text())
-    doc["state_dir"] = str(state)
-    doc["sources"][0].update(on_done="keep", stable_seconds=0.1)
-    cfg_path.write_text(yaml.safe_dump(doc))
-    (tmp_path / "in/cam").mkdir(parents=True)
-    return cfg_path
-
-
-def _results(out: Path, name: str) -> int:
-    return sum(r["item"] == name for r in of_kind(read_jsonl(out), "cam/result"))
-
-
 def _drop(agent: Agent, cam: Path, name: str, out: Path) -> None:
     write_atomic(cam / name, jpeg(100 + len(name)))
-    wait_for(lambda: _results(out, name) >= 1, what=f"{name}'s result")
+    wait_for(lambda: results_of(out, name) >= 1, what=f"{name}'s result")
 
 
-def _windows(agent: Agent) -> float:
-    return float(agent.metrics.windows.labels(source="cam")._value.get())
+@pytest.fixture
+def state(tmp_path: Path) -> Iterator[Path]:
+    yield from small_state(tmp_path)
 
 
 def test_a_full_state_disk_neither_fails_nor_rescores_kept_files(
     tmp_path: Path, state: Path, models: Path
 ) -> None:
-    cfg_path = _config(tmp_path, state)
+    cfg_path = keep_config(tmp_path, state)
     cam, out = tmp_path / "in/cam", tmp_path / "out.jsonl"
     agent = Agent(load_config(cfg_path), cfg_path)
     agent.start()
     try:
         _drop(agent, cam, "a.jpg", out)
-        wait_for(lambda: _windows(agent) == 1, what="a.jpg's window done")
+        wait_for(lambda: windows_done(agent) == 1, what="a.jpg's window done")
         fill(state)
         _drop(agent, cam, "b.jpg", out)
-        wait_for(lambda: _windows(agent) == 2, timeout=5, what="b.jpg's window done")
+        wait_for(lambda: windows_done(agent) == 2, timeout=5, what="b.jpg's window done")
         (cam / "a.jpg").unlink()  # a kept file gone: its row cannot be deleted now
         _drop(agent, cam, "c.jpg", out)
-        wait_for(lambda: _windows(agent) == 3, timeout=5, what="c.jpg's window done")
+        wait_for(lambda: windows_done(agent) == 3, timeout=5, what="c.jpg's window done")
         time.sleep(RETRY_S)  # a failed window was retried after 0.5 s; and the record is
         (state / "filler").unlink()  # written again once RETRY_S passed
         _drop(agent, cam, "d.jpg", out)  # the disk works again: the record catches up
-        wait_for(lambda: _windows(agent) == 4, timeout=5, what="d.jpg's window done")
+        wait_for(lambda: windows_done(agent) == 4, timeout=5, what="d.jpg's window done")
     finally:
         agent.stop()
     lines = read_jsonl(out)
     assert not of_kind(lines, "cam/error"), of_kind(lines, "cam/error")
-    assert [_results(out, n) for n in ("a.jpg", "b.jpg", "c.jpg")] == [1, 1, 1]
+    assert [results_of(out, n) for n in ("a.jpg", "b.jpg", "c.jpg")] == [1, 1, 1]
     assert sorted(p.name for p in cam.iterdir()) == ["b.jpg", "c.jpg", "d.jpg"]
     assert not list((tmp_path / "quarantine").rglob("*.jpg"))
 
@@ -88,10 +69,10 @@ def test_a_full_state_disk_neither_fails_nor_rescores_kept_files(
     agent = Agent(load_config(cfg_path), cfg_path)
     agent.start()
     try:
-        wait_for(lambda: _results(out, "e.jpg") == 1, what="e.jpg's result")
+        wait_for(lambda: results_of(out, "e.jpg") == 1, what="e.jpg's result")
     finally:
         agent.stop()
-    assert [_results(out, n) for n in ("b.jpg", "c.jpg", "d.jpg")] == [1, 1, 1]
+    assert [results_of(out, n) for n in ("b.jpg", "c.jpg", "d.jpg")] == [1, 1, 1]
     assert agent.sources["cam"].stats.taken == 1
 
 
