@@ -14,14 +14,17 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-from collections.abc import Iterable
+import threading
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
 from cdml_edge import __version__
+from cdml_edge.backoff import Backoff
 from cdml_edge.config import AppConfig
 from cdml_edge.fsio import atomic_write
 from cdml_edge.outputs.base import Output
+from cdml_edge.outputs.mqtt.publisher import OutputUnavailable, PublisherClosed
 from cdml_edge.window.topics import OutMessage, absolute_topic, topic_for
 
 log = logging.getLogger(__name__)
@@ -187,10 +190,89 @@ def discovery_messages(configs: dict[str, dict[str, Any]], announced: set[str]) 
     return msgs
 
 
-def announce(cfg: AppConfig, outputs: Iterable[Output]) -> int:
+RETRY_MIN_S = 1.0
+RETRY_MAX_S = 30.0
+
+
+class HeldConfigs:
+    """Discovery configs a publisher refused (a full spool disk, a full outbox), held.
+
+    A thread offers them again, 1 s, 2 s ... at most every 30 s apart, until the publisher
+    takes them or is stopped. The publisher's stats count them: ``discovery_held`` (the
+    messages held now) and ``discovery_retries``. The refusal is logged once, the end once.
+    """
+
+    def __init__(
+        self,
+        out: Output,
+        msgs: list[OutMessage],
+        on_durable: Callable[[], None],
+        retry: tuple[float, float] = (RETRY_MIN_S, RETRY_MAX_S),
+    ) -> None:
+        self.out, self.msgs, self.on_durable = out, msgs, on_durable
+        self._backoff = Backoff(*retry, jitter="equal")
+        self._cancel = threading.Event()
+        self._count("discovery_held", len(msgs))
+        self._count("discovery_retries", 0)
+        self._thread = threading.Thread(target=self._run, name="ha-discovery", daemon=True)
+
+    def start(self) -> HeldConfigs:
+        """Start offering them again; returns itself."""
+        self._thread.start()
+        return self
+
+    def cancel(self) -> None:
+        """Offer them no more (a newer announce of the same publisher takes their place)."""
+        self._cancel.set()
+
+    def _count(self, key: str, n: int) -> None:
+        count = getattr(self.out, "add_count", None)
+        if count is not None:
+            count(key, n)
+
+    def _run(self) -> None:
+        while not self._cancel.wait(self._backoff.next()):
+            self._count("discovery_retries", 1)
+            try:
+                self.out.publish_batch(self.msgs, self.on_durable)
+            except PublisherClosed:
+                break
+            except OutputUnavailable as exc:
+                log.debug("home assistant discovery: configs still refused: %s", exc)
+                continue
+            log.info("home assistant discovery: %d held configs taken", len(self.msgs))
+            break
+        self._count("discovery_held", -len(self.msgs))
+        with _held_lock:
+            if _held.get(id(self.out)) is self:
+                del _held[id(self.out)]
+
+
+_held: dict[int, HeldConfigs] = {}  # id(output) -> its configs held
+_held_lock = threading.Lock()
+
+
+def _hold(out: Output, held: HeldConfigs | None) -> None:
+    """``out``'s held configs are ``held`` now; those held before are offered no more."""
+    with _held_lock:
+        old = _held.pop(id(out), None)
+        if held is not None:
+            _held[id(out)] = held
+    if old is not None:
+        old.cancel()
+
+
+def announce(
+    cfg: AppConfig,
+    outputs: Iterable[Output],
+    retry_min: float = RETRY_MIN_S,
+    retry_max: float = RETRY_MAX_S,
+) -> int:
     """Publish ``cfg``'s discovery configs through ``outputs`` and remove stale ones.
 
     The ledger is written once every output made them durable. Returns the messages sent.
+    Never raises for an output that refuses them (its spool disk and outbox full): they are
+    held and offered again (:class:`HeldConfigs`), every ``retry_min`` to ``retry_max`` s.
     """
     path = ledger_path(cfg)
     configs = discovery_configs(cfg)
@@ -207,7 +289,18 @@ def announce(cfg: AppConfig, outputs: Iterable[Output]) -> int:
             write_ledger(path, configs)
 
     for out in targets:
-        out.publish_batch(msgs, durable)
+        try:
+            out.publish_batch(msgs, durable)
+            _hold(out, None)
+        except OutputUnavailable as exc:
+            log.warning(
+                "home assistant discovery: %d configs held, offered again until taken: %s",
+                len(msgs),
+                exc,
+            )
+            held = HeldConfigs(out, msgs, durable, (retry_min, retry_max))
+            _hold(out, held)
+            held.start()
     log.info(
         "home assistant discovery: %d entities announced, %d removed",
         len(configs),

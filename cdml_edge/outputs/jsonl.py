@@ -97,6 +97,8 @@ class JsonlOutput:
         self._failed = 0
         self._degraded: str | None = None
         self._rotate_warned = False
+        self._reopen_warned = False
+        self._reopen_failed = 0  # batches written on in a file the path no longer names
         self._stdout_closed = False
 
     @property
@@ -208,6 +210,7 @@ class JsonlOutput:
         try:
             st = os.stat(self.path)
             if (st.st_dev, st.st_ino) == (mine.st_dev, mine.st_ino):
+                self._reopen_warned = False  # the path names this file again
                 return self._fd, mine.st_size
         except FileNotFoundError:
             pass
@@ -215,9 +218,18 @@ class JsonlOutput:
             return self._fd, mine.st_size
         try:
             fd = self._open()
-        except OSError as exc:  # its folder gone too: write on in the old file
-            log.warning("%s: moved away and cannot be made again (%s)", self.path, exc)
+        except OSError as exc:  # its folder gone too, a folder in its place: the old file
+            self._reopen_failed += 1
+            if not self._reopen_warned:  # once until the path names a file again
+                log.warning(
+                    "%s: moved away and cannot be made again (%s); writing on in the file "
+                    "it was (said once until it can)",
+                    self.path,
+                    exc,
+                )
+                self._reopen_warned = True
             return self._fd, mine.st_size
+        self._reopen_warned = False
         log.info("%s: moved away or deleted; writing to a new file", self.path)
         with contextlib.suppress(OSError):
             os.close(self._fd)
@@ -259,12 +271,17 @@ class JsonlOutput:
         self._rotate_warned = False
 
     def stats(self) -> dict[str, int]:
-        """Messages, batches, bytes written since start (all files) and messages failed."""
+        """Messages, batches, bytes written since start (all files) and messages failed.
+
+        ``reopen_failed``: the batches written on in the file it had open, its path moved
+        away and no new file to be made there (a folder in its place, its folder gone).
+        """
         return {
             "messages": self._messages,
             "batches": self._batches,
             "bytes_written": self._written,
             "failed": self._failed,
+            "reopen_failed": self._reopen_failed,
         }
 
     def stop(self, timeout: float = 5.0) -> None:

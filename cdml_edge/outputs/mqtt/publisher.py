@@ -75,7 +75,12 @@ class OutputUnavailable(CdmlError):
     """Messages neither the spool (a full or failing disk) nor the outbox could take.
 
     Names the spool folder. Their batch never becomes durable: the caller keeps the sources.
+    ``refused``: the messages of the batch that were not taken (the others still go out).
     """
+
+    def __init__(self, message: str, refused: Sequence[OutMessage] = ()) -> None:
+        super().__init__(message)
+        self.refused = tuple(refused)
 
 
 class MqttPublisher:
@@ -263,7 +268,8 @@ class MqttPublisher:
         self._waker.wake()
         raise OutputUnavailable(
             f"{self.spool.dir}: {len(refused)} messages refused: the spool cannot take them "
-            f"({self.spool.faults.degraded or 'full'}) and the outbox is full"
+            f"({self.spool.faults.degraded or 'full'}) and the outbox is full",
+            [e.message for e in refused],
         )
 
     def stats(self) -> dict[str, int]:
@@ -283,6 +289,10 @@ class MqttPublisher:
             }
         )
         return out
+
+    def add_count(self, key: str, n: int = 1) -> None:
+        """Add ``n`` to the counter ``key`` of :meth:`stats` (made at 0 if new)."""
+        self._counts[key] = self._counts.get(key, 0) + n
 
     def stop(self, timeout: float = 5.0) -> None:
         """Deliver what is queued within ``timeout``, spool the rest, publish ``offline``."""

@@ -1,7 +1,8 @@
 """The Sparkplug B edge node: topics, birth and death certificates, ``bdSeq`` and ``seq``.
 
 Formatting (pipeline threads) turns our JSON messages into NDATA / DDATA payloads without a
-``seq`` and remembers each metric's last value for the next births. The publisher's I/O
+``seq``; each metric's last value is remembered for the next births once the publisher took
+the message (a batch it refuses leaves the births' values as they were). The publisher's I/O
 thread asks it, on its own schedule: the NDEATH Last Will before every CONNECT (``bdSeq``
 one up, kept in a file across restarts), the NBIRTH (``seq`` 0) and a DBIRTH per device
 after every CONNACK and on an NCMD ``Node Control/Rebirth``, and the ``seq`` of each
@@ -24,7 +25,7 @@ import logging
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from cdml_edge.fsio import atomic_write
 from cdml_edge.outputs.sparkplug.metrics import (
@@ -55,6 +56,15 @@ def _varint(n: int) -> bytes:
         else:
             out.append(byte)
             return bytes(out)
+
+
+class DataMessage(NamedTuple):
+    """An NDATA or DDATA of :meth:`SparkplugNode.data`, and the metric values it sets."""
+
+    topic: str
+    payload: bytes
+    source: str | None
+    values: dict[str, Any]
 
 
 def now_ms() -> int:
@@ -123,30 +133,37 @@ class SparkplugNode:
             return list(self._devices)
 
     # ------------------------------------------------------------------ formatting
-    def data(self, kind: str, source: str | None, doc: dict[str, Any]) -> tuple[str, bytes] | None:
+    def data(self, kind: str, source: str | None, doc: dict[str, Any]) -> DataMessage | None:
         """NDATA (``source`` None) or DDATA of a JSON payload of topic ``kind``; no ``seq``.
 
         ``None`` for a kind without metrics. A source not seen before becomes a device and
-        the node is born again before its first DDATA goes out.
+        the node is born again before its first DDATA goes out. The births show its values
+        only once :meth:`remember` is given it (once the publisher took it).
         """
         specs = (NODE_METRICS if source is None else DEVICE_METRICS).get(kind)
         if specs is None:
             return None
         ts = now_ms()
+        values: dict[str, Any] = {}
         with self._lock:
             if source is not None and source not in self._devices:
                 self._add_device(source)
                 self._rebirth = True
             aliases = NODE_ALIASES if source is None else self._devices[source]
-            last = self._last[source]
             payload = self._payload(timestamp=ts)
             for spec in specs:
-                value = spec.read(doc)
-                last[spec.name] = value
+                value = values[spec.name] = spec.read(doc)
                 metric = payload.metrics.add(alias=aliases[spec.name][0], timestamp=ts)
                 set_value(metric, spec.datatype, value)
         kind_name = "NDATA" if source is None else "DDATA"
-        return self.topic(kind_name, source), payload.SerializeToString()
+        return DataMessage(
+            self.topic(kind_name, source), payload.SerializeToString(), source, values
+        )
+
+    def remember(self, data: DataMessage) -> None:
+        """``data`` was taken for publishing: the next births show its values."""
+        with self._lock:
+            self._last.setdefault(data.source, {}).update(data.values)
 
     def _add_device(self, name: str) -> None:
         """``name`` becomes a device: the alias block it had before, else the next free one."""

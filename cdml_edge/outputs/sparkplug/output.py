@@ -14,8 +14,8 @@ import json
 from collections.abc import Callable, Sequence
 
 from cdml_edge.config import AppConfig
-from cdml_edge.outputs.mqtt.publisher import MqttPublisher
-from cdml_edge.outputs.sparkplug.node import SparkplugNode
+from cdml_edge.outputs.mqtt.publisher import MqttPublisher, OutputUnavailable
+from cdml_edge.outputs.sparkplug.node import DataMessage, SparkplugNode
 from cdml_edge.outputs.sparkplug.proto import payload_class
 from cdml_edge.outputs.tee import TeeOutput
 from cdml_edge.supervisor import Spawn, plain_thread
@@ -36,30 +36,52 @@ class SparkplugOutput(TeeOutput):
         on_durable: Callable[[], None] | None = None,
         on_given_up: Callable[[], None] | None = None,
     ) -> None:
-        """Format ``messages`` and queue them; ``on_durable`` as the publisher calls it."""
-        out = [m for m in (self.format(m) for m in messages) if m is not None]
+        """Format ``messages`` and queue them; ``on_durable`` as the publisher calls it.
+
+        The births show the values of what the publisher took, never of what it refused.
+        """
+        formatted = [self._format(m) for m in messages]
+        out = [m for m, _ in formatted if m is not None]
         if not out:
             if on_durable is not None:
                 on_durable()
             return
-        self.publisher.publish_batch(out, on_durable, on_given_up)
+        try:
+            self.publisher.publish_batch(out, on_durable, on_given_up)
+        except OutputUnavailable as exc:
+            refused = {id(m) for m in exc.refused}
+            self._remember([(m, d) for m, d in formatted if id(m) not in refused])
+            raise
+        self._remember(formatted)
+
+    def _remember(self, formatted: list[tuple[OutMessage | None, DataMessage | None]]) -> None:
+        for _, data in formatted:
+            if data is not None:
+                self.node.remember(data)
 
     def format(self, message: OutMessage) -> OutMessage | None:
-        """The Sparkplug message of ``message``; ``None`` for the status."""
+        """The Sparkplug message of ``message``; ``None`` for the status.
+
+        Its values are not remembered for the births (:meth:`publish_batch` does that).
+        """
+        return self._format(message)[0]
+
+    def _format(self, message: OutMessage) -> tuple[OutMessage | None, DataMessage | None]:
+        """The Sparkplug message of ``message`` and, for an NDATA / DDATA, its values."""
         if message.topic[:1] == ABSOLUTE:
-            return message
+            return message, None
         kind, source = split_topic(message.topic)
         if kind == "status" and source is None:
-            return None
+            return None, None
         try:
             doc = json.loads(message.payload)
         except ValueError:
-            return message
+            return message, None
         data = self.node.data(kind, source, doc) if isinstance(doc, dict) else None
         if data is None:
-            return message
-        topic, payload = data
-        return OutMessage(absolute_topic(topic), payload, False, message.qos)  # never retained
+            return message, None
+        # never retained
+        return OutMessage(absolute_topic(data.topic), data.payload, False, message.qos), data
 
 
 BDSEQ_FILE = "sparkplug-bdseq"
