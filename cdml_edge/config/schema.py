@@ -239,8 +239,15 @@ class SourceConfig(_ConfigSection):
     read_timeout: Duration = Field(
         5.0, gt=0, description="Camera: no frame for this long is a stall; the capture reopens."
     )
+    reconnect_first: Duration = Field(
+        0.5,
+        gt=0,
+        description="Camera: first wait before a reconnect (doubling up to reconnect_max).",
+    )
     reconnect_max: Duration = Field(
-        30.0, gt=0, description="Camera: longest wait between reconnects (from 0.5 s, doubling)."
+        30.0,
+        gt=0,
+        description="Camera: longest wait between reconnects (from reconnect_first, doubling).",
     )
     unhealthy_after: Duration = Field(
         60.0, gt=0, description="Camera: down this long = state failed and /healthz 503."
@@ -316,6 +323,11 @@ class SourceConfig(_ConfigSection):
         if self.kind == "camera" and self.modality != "image":
             raise ValueError(
                 f"modality: a camera gives JPEG frames: its modality is image, not {self.modality}"
+            )
+        if self.kind == "camera" and self.reconnect_first > self.reconnect_max:
+            raise ValueError(
+                f"reconnect_first ({self.reconnect_first:g} s) is longer than reconnect_max "
+                f"({self.reconnect_max:g} s)"
             )
         if self.on_done == "move" and self.move_to is None:
             raise ValueError("on_done is 'move' but 'move_to' is not set")

@@ -43,6 +43,7 @@ def make_source(
             rtsp_transport=sc.rtsp_transport,
             open_timeout_s=sc.open_timeout,
             read_timeout_s=sc.read_timeout,
+            reconnect_first_s=sc.reconnect_first,
             reconnect_max_s=sc.reconnect_max,
             unhealthy_after_s=sc.unhealthy_after,
         )

@@ -17,7 +17,7 @@ from typing import Any
 from cdml_edge.intake.windower import WindowPolicy
 from cdml_edge.live.batch import PackedBatch, pack_batch
 from cdml_edge.live.settings import MiB, WatchSettings, data_type
-from cdml_edge.live.watch import LiveWatch
+from cdml_edge.live.watch import LiveWatch, callable_name
 from cdml_edge.window.items import Window
 from cdml_edge.window.pack import ARCHIVE_SUFFIX
 
@@ -103,7 +103,8 @@ def watch_and_pack(
         quarantine_dir=Path(quarantine_dir) if quarantine_dir is not None else None,
         name="batch",
     )
-    return _launch(LiveWatch(settings, handle), duration, stop, background)
+    name = callable_name(callback) if callback is not None else None
+    return _launch(LiveWatch(settings, handle, name), duration, stop, background)
 
 
 def watch_in_memory(
@@ -148,4 +149,4 @@ def watch_in_memory(
         quarantine_dir=Path(quarantine_dir) if quarantine_dir is not None else None,
         name="file",
     )
-    return _launch(LiveWatch(settings, handle), duration, stop, background)
+    return _launch(LiveWatch(settings, handle, callable_name(callback)), duration, stop, background)

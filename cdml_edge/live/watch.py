@@ -15,7 +15,9 @@ finished, so intake pauses (files wait on disk) while the handler is behind.
 :meth:`LiveWatch.stop` may be called from any thread, the handler's own included (it then
 returns at once; the watch ends when the handler returns). A handler that raises
 ``SystemExit`` or ``KeyboardInterrupt`` fails its window and ends the watch, as ``stop``
-does.
+does. ``stop`` waits at most :data:`STOP_WAIT_S` for a callback still running (one that
+blocks would otherwise hold a Ctrl-C'd program for ever): it then warns, naming the callback,
+and returns; the watch's threads are daemons, so the interpreter can still exit.
 """
 
 from __future__ import annotations
@@ -45,6 +47,9 @@ DATA_COPIES = 2  # an item's bytes, and the archive (or the handler's copy) made
 MIN_ITEM_CHARGE = 2048
 """Budget bytes a file in flight holds at least: its item, path, identity and queue entry
 (measured at about 1.7 kB each) besides its data, so that empty files are bounded too."""
+
+STOP_WAIT_S = 10.0
+"""How long :meth:`LiveWatch.stop` waits by default for the callback to return."""
 
 Handler = Callable[[Window], None]
 
@@ -79,10 +84,14 @@ class WatchStats:
 class LiveWatch:
     """A running watch of one folder (see the module docstring); a context manager."""
 
-    def __init__(self, settings: WatchSettings, handler: Handler) -> None:
+    def __init__(
+        self, settings: WatchSettings, handler: Handler, callback_name: str | None = None
+    ) -> None:
         self.settings = settings
         self.stats = WatchStats()
         self._handler = handler
+        self.callback_name = callback_name or callable_name(handler)
+        self._current: str | None = None  # the window the callback is handling
         self._queue: queue.Queue[Window | None] = queue.Queue()
         self._stopped = threading.Event()
         self._closed = False
@@ -118,11 +127,13 @@ class LiveWatch:
         self.source.start()
         return self
 
-    def stop(self, timeout: float | None = None) -> WatchStats:
+    def stop(self, timeout: float | None = STOP_WAIT_S) -> WatchStats:
         """Stop taking files, hand the open window to the callback, wait for it; idempotent.
 
         From any thread. Called by the callback itself, it returns at once: the watch ends
         once the callback has returned (and the windows closed meanwhile are handled).
+        Waits at most ``timeout`` seconds (``None``: for ever); a callback still running
+        then is named in a warning (and ``stats.errors``) and left to its daemon thread.
         """
         self._stopped.set()
         with self._closing:
@@ -133,7 +144,20 @@ class LiveWatch:
             self._queue.put(None)
         if self._worker.ident is not None and threading.current_thread() is not self._worker:
             self._worker.join(timeout)
+            if self._worker.is_alive():
+                self._left_running(timeout)
         return self.stats
+
+    def _left_running(self, timeout: float | None) -> None:
+        """Warn that the callback has not returned within ``timeout``: stop returns anyway."""
+        what = self._current or "the last batch"
+        message = (
+            f"callback {self.callback_name} still running on {what} after {timeout or 0:g} s; "
+            "stop() returns without it (its files stay on disk until it returns; a daemon "
+            "thread: it does not hold the interpreter's exit)"
+        )
+        self.stats.note(message)
+        log.warning("%s: %s", self.settings.name, message)
 
     @property
     def running(self) -> bool:
@@ -198,9 +222,11 @@ class LiveWatch:
             window = self._queue.get()
             if window is None:
                 return
+            self._current = window.window_id
             try:
                 self._handle(window)
             finally:
+                self._current = None
                 self.budget.release(window.take_charge())
 
     def _handle(self, window: Window) -> None:
@@ -252,3 +278,10 @@ class LiveWatch:
         if self.lifecycle.failures > failures:  # logged by the lifecycle, with its reason
             self.stats.delete_errors += 1
             self.stats.note(f"{log_name(path)}: not deleted (auto_delete failed; see the log)")
+
+
+def callable_name(fn: object) -> str:
+    """A callable's qualified name (``module.name``) for a log line."""
+    name = getattr(fn, "__qualname__", None) or type(fn).__qualname__
+    module = getattr(fn, "__module__", None)
+    return f"{module}.{name}" if module and module != "builtins" else str(name)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import os
+import re
 import selectors
 import subprocess
 import sys
@@ -19,6 +20,30 @@ EXITED = b"-"
 STDERR_LINES = 20
 """Lines of the child's stderr kept (each cut to 300 characters, cleaned of the URL's
 secrets: OpenCV's debug log names the URL it opens) to explain a failure."""
+
+_FFMPEG_CONTEXT = re.compile(r"^\[([^\]@]+?) @ 0x[0-9a-fA-F]+\]\s*")
+"""FFmpeg's log prefix ``[demuxer @ 0x55d0...]``: its address differs on each attempt."""
+_OPENCV_PREFIX = re.compile(r"^\[\s*([A-Z]+):\d+@[\d.]+\]\s*")
+"""OpenCV's log prefix ``[ WARN:0@0.010]``: its clock differs on each attempt."""
+
+DRAIN_S = 1.0
+"""How long a failed capture's last stderr lines are waited for (it exits right after)."""
+
+
+def failure_detail(tail: list[str]) -> str | None:
+    """The last non-blank line of a capture's stderr ``tail``, as a failure's detail.
+
+    FFmpeg's ``[mov,mp4,... @ 0x55d0...] moov atom not found`` becomes
+    ``mov,mp4,...: moov atom not found``, OpenCV's ``[ WARN:0@0.010] ...`` ``WARN: ...``
+    (both prefixes change on each attempt). The lines are already cleaned of the URL's secrets
+    (:meth:`CaptureProcess.stderr_tail`).
+    """
+    for line in reversed(tail):
+        text = line.strip()
+        if text:
+            text = _OPENCV_PREFIX.sub(lambda m: f"{m.group(1)}: ", text, count=1)
+            return _FFMPEG_CONTEXT.sub(lambda m: f"{m.group(1).strip()}: ", text, count=1)
+    return None
 
 
 class CaptureProcess:
@@ -125,6 +150,19 @@ class CaptureProcess:
             return self._proc.wait(timeout=1.0)
         except subprocess.TimeoutExpired:
             return None
+
+    def drain_stderr(self, timeout: float = DRAIN_S) -> None:
+        """Read what the child still writes to stderr until it closes it, or ``timeout``.
+
+        A failure message can arrive before the stderr lines that explain it have been read.
+        """
+        end = time.monotonic() + timeout
+        while self._err in self._sel.get_map() and (left := end - time.monotonic()) > 0:
+            for key, _ in self._sel.select(left):
+                if key.fd == self._err:
+                    self._read_err()
+                else:
+                    self._read_out()
 
     def stderr_tail(self) -> list[str]:
         """The last lines the child wrote to stderr (OpenCV / FFmpeg warnings)."""

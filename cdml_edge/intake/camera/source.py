@@ -23,7 +23,7 @@ from cdml_edge.backoff import Backoff
 from cdml_edge.intake.base import ErrorSink, ItemSink, SourceStats
 from cdml_edge.intake.budget import ByteBudget
 from cdml_edge.intake.camera import protocol
-from cdml_edge.intake.camera.link import EXITED, CaptureProcess
+from cdml_edge.intake.camera.link import EXITED, CaptureProcess, failure_detail
 from cdml_edge.intake.camera.settings import (
     Backend,
     CaptureSettings,
@@ -245,11 +245,11 @@ class CameraSource:
             elif msg.kind == protocol.ENDED:
                 return _Outcome(None)
             elif msg.kind == protocol.FAILED:
-                return _Outcome(msg.payload.decode("utf-8", "replace"))
+                return _Outcome(_with_detail(msg.payload.decode("utf-8", "replace"), proc))
             elif msg.kind == EXITED:
-                tail = proc.stderr_tail()
-                detail = f": {tail[-1]}" if tail else ""
-                return _Outcome(f"capture process exited ({msg.payload.decode()}){detail}")
+                return _Outcome(
+                    _with_detail(f"capture process exited ({msg.payload.decode()})", proc)
+                )
             deadline = time.monotonic() + limit  # any message shows the capture is alive
         return _Outcome("stopped")
 
@@ -279,3 +279,10 @@ class CameraSource:
                 charge=charge,
             )
         )
+
+
+def _with_detail(reason: str, proc: CaptureProcess) -> str:
+    """``reason``, then the last line the capture process wrote to stderr (FFmpeg's own)."""
+    proc.drain_stderr()
+    detail = failure_detail(proc.stderr_tail())
+    return f"{reason}: {detail}" if detail and detail not in reason else reason
