@@ -155,7 +155,8 @@ def test_an_unreadable_folder_is_reported_and_rescanned_once_readable(
     wait_for(lambda: _healthz(port)[0] == 200, what="/healthz 200 again")
     assert len(_errors(out)) == 1  # one event for the episode
     assert "can be read again" in log.read_text()
-    assert not (cam / "meanwhile.jpg").exists()  # on_done: delete, as any scored file
+    # on_done: delete, as any scored file (after its result is written: waited for)
+    wait_for(lambda: not (cam / "meanwhile.jpg").exists(), what="meanwhile.jpg deleted")
 
 
 def test_an_unreadable_file_is_reported_once_and_taken_once_readable(
