@@ -9,7 +9,7 @@ import pickle
 import numpy as np
 import pytest
 import torch
-from helpers.forked import in_a_child
+from helpers.forked import in_a_child, in_a_fresh_interpreter
 from helpers.pooled import PATTERN, SHAPE, sent
 
 from cdml_edge.data import kept_mappings
@@ -93,10 +93,8 @@ def test_a_loader_whose_worker_pool_retires_buffers_in_flight(tmp_path) -> None:
     from helpers.dataset_data import class_images, write
 
     root = write(tmp_path / "pets.zip", class_images(12))
-    assert (
-        in_a_child(lambda: _a_loader_whose_worker_pool_retires_buffers_in_flight(str(root)), 120)
-        == 0
-    )
+    scenario = "_a_loader_whose_worker_pool_retires_buffers_in_flight"
+    assert in_a_fresh_interpreter(__file__, scenario, str(root), timeout=120) == 0
 
 
 def _derived_objects_keep_the_buffer_taken() -> bool:

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import subprocess
+import sys
 from collections.abc import Callable
+from pathlib import Path
 
 
 def _run(fn: Callable[[], bool]) -> None:
@@ -28,3 +31,31 @@ def in_a_child(fn: Callable[[], bool], timeout: float | None = None) -> int:
         child.join()
     assert child.exitcode is not None
     return child.exitcode
+
+
+_SCENARIO = (
+    "import importlib.util, sys; sys.path.insert(0, sys.argv[1]); "
+    "spec = importlib.util.spec_from_file_location('scenario', sys.argv[2]); "
+    "m = importlib.util.module_from_spec(spec); spec.loader.exec_module(m); "
+    "sys.exit(0 if getattr(m, sys.argv[3])(*sys.argv[4:]) else 1)"
+)
+
+
+def in_a_fresh_interpreter(module: str, func: str, *args: str, timeout: float) -> int:
+    """``func(*args)`` of the test module ``module`` in a new Python process.
+
+    0 when it returns True, 1 when False or on an exception, -signal on a crash, -9 when it
+    still runs after ``timeout`` seconds (killed). Nothing of this process is inherited:
+    a fork of a test worker copies the locks its stray threads hold at that moment (threads
+    of thousands of earlier tests), so a scenario that forks again (DataLoader workers)
+    could hang for reasons of the test run, not of the code under test.
+    """
+    tests = str(Path(__file__).resolve().parent.parent)
+    cmd = [sys.executable, "-c", _SCENARIO, tests, module, func, *args]
+    proc = subprocess.Popen(cmd)
+    try:
+        return proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+        return -9
