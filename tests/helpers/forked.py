@@ -46,9 +46,10 @@ def in_a_fresh_interpreter(module: str, func: str, *args: str, timeout: float) -
 
     0 when it returns True, 1 when False or on an exception, -signal on a crash, -9 when it
     still runs after ``timeout`` seconds (killed). Nothing of this process is inherited:
-    a fork of a test worker copies the locks its stray threads hold at that moment (threads
-    of thousands of earlier tests), so a scenario that forks again (DataLoader workers)
-    could hang for reasons of the test run, not of the code under test.
+    once a test worker has used torch's intra-op (OpenMP) thread pool, a forked child that
+    runs torch operations hangs (GNU OpenMP is not fork-safe; DataLoader's own workers set
+    one thread and are not affected), for reasons of the test run, not of the code under
+    test.
     """
     tests = str(Path(__file__).resolve().parent.parent)
     cmd = [sys.executable, "-c", _SCENARIO, tests, module, func, *args]
