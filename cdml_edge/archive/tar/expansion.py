@@ -11,8 +11,12 @@ data shrinks 1,100 times as a whole; one of mostly zeros is opened with a higher
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from cdml_edge.archive.errors import StreamTooLargeError
+
+if TYPE_CHECKING:
+    from cdml_edge.archive.base import Archive
 
 
 @dataclass(frozen=True)
@@ -24,13 +28,9 @@ class ExpansionLimit:
     floor: int
 
     @classmethod
-    def of(cls, arc: object) -> ExpansionLimit:
+    def of(cls, arc: Archive) -> ExpansionLimit:
         """The limit of an archive: its ``max_ratio`` past its ``max_member_bytes``."""
-        return cls(
-            str(arc.name),  # type: ignore[attr-defined]
-            float(arc.max_ratio),  # type: ignore[attr-defined]
-            int(arc.max_member_bytes),  # type: ignore[attr-defined]
-        )
+        return cls(arc.name, arc.max_ratio, arc.max_member_bytes)
 
     def exceeded(self, compressed: int, produced: int) -> bool:
         """Whether ``produced`` stream bytes from ``compressed`` are past the bound."""
