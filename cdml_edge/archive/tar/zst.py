@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import operator
 from bisect import bisect_right
+from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 import zstandard
@@ -14,6 +15,7 @@ from cdml_edge.archive.native import frame_decoder, plain_copier
 from cdml_edge.archive.source import ByteSource
 from cdml_edge.archive.tar import format as tarfmt
 from cdml_edge.archive.tar.cache import FRAME_CACHE_BYTES, FrameCache
+from cdml_edge.archive.tar.cursor import CursorSlot
 from cdml_edge.archive.tar.expansion import ExpansionLimit
 from cdml_edge.archive.tar.frames import PythonFrames, check_frame, header_key, plan
 from cdml_edge.archive.tar.members import columns, member_list
@@ -417,26 +419,35 @@ class ZstdTarArchive(_TarBase):
             self._check_header(i, frame[head - doff[k] : off - doff[k]])
         return data
 
+    @cached_property
+    def _cursors(self) -> CursorSlot:
+        return CursorSlot(self._source, self._data_end)
+
     def _read_streaming(self, ids: list[int]) -> list[bytes]:
-        stream = FrameStream(self._source, self._data_end)
-        reader = ExactReader(stream)
-        pos = 0
+        """Members of a stream without a seek table, in one pass in tar order.
+
+        The pass continues where the last one stopped when it can (:mod:`.cursor`).
+        """
         out: list[bytes] = [b""] * len(ids)
         order = sorted(range(len(ids)), key=lambda k: self._members[ids[k]].data_offset)
         cache: dict[int, bytes] = {}  # by data offset: a member asked twice, a hard link
-        try:
-            for k in order:
-                m = self._members[ids[k]]
-                if m.data_offset in cache:
+        first = self._members[ids[order[0]]].data_offset if ids else 0
+        with self._cursors.at(first) as cur:
+            try:
+                for k in order:
+                    m = self._members[ids[k]]
+                    if m.data_offset not in cache:
+                        cur.seek(m.data_offset)
+                        cache[m.data_offset] = self._finish(ids[k], cur.read(m.size))
                     out[k] = cache[m.data_offset]
-                    continue
-                reader.skip(m.data_offset - pos)
-                data = reader.read(m.size)
-                pos = m.data_offset + len(data)
-                out[k] = cache[m.data_offset] = self._finish(ids[k], data)
-        except EOFError:
-            raise TruncatedArchiveError("zstd stream ends early", archive=self.name) from None
-        except zstandard.ZstdError as exc:
-            head = stream.frame_header()
-            raise zstd_error(exc, archive=self.name, header=head) from exc
+            except EOFError:
+                raise TruncatedArchiveError("zstd stream ends early", archive=self.name) from None
+            except zstandard.ZstdError as exc:
+                head = cur.stream.frame_header()
+                raise zstd_error(exc, archive=self.name, header=head) from exc
         return out
+
+    def close(self) -> None:
+        """Release the source's handles and the kept decompression stream."""
+        self._cursors.drop()
+        super().close()
