@@ -21,6 +21,7 @@ class Served:
         self.walked = 0
         self.skipped = 0
         real_copy, real_entries = native_copy.plain_copy, native_copy._entries
+        real_index = native_copy._walked_index
 
         def copy(*a: Any, **kw: Any) -> Any:
             found = real_copy(*a, **kw)
@@ -33,7 +34,13 @@ class Served:
             self.skipped += len(out[1])
             return out
 
+        def walked_index(walk: Any) -> Any:
+            out = real_index(walk)
+            self.walked += 0 if out is None else len(out)
+            return out
+
         monkeypatch.setattr(native_copy, "plain_copy", copy)
+        monkeypatch.setattr(native_copy, "_walked_index", walked_index)
         monkeypatch.setattr(native_copy, "_entries", entries)
 
 

@@ -29,6 +29,7 @@ from cdml_edge.archive.tar import format as tarfmt
 from cdml_edge.archive.tar.expansion import ExpansionLimit
 from cdml_edge.archive.tar.members import columns, member_list
 from cdml_edge.archive.tar.rows import TarRows
+from cdml_edge.archive.tar.seekable import MemberIndex
 from cdml_edge.archive.tar.stream import PreadScanner
 
 _ROW = int(lib.CZ_TAR_ROW)
@@ -103,11 +104,16 @@ def plain_copy(
                 out.truncate()
             return None
         out.seek(0, os.SEEK_END)
-        members, skipped = _entries(walk)
+        fast = _walked_index(walk)
+        members, skipped = ([], {}) if fast is not None else _entries(walk)
         resume, taken, counted = walk.resume_at, walk.compressed_read, int(walk.count)
     rest, rest_skipped = _walk_from(source.name, out_fd, resume, total, max_members, counted)
     if total > max_ratio * max(taken, 1):
         return False
+    if fast is not None and not rest and not rest_skipped:  # the C core walked it all
+        return TarRows.build(fast, skipped={})
+    if fast is not None:  # the Python walk went on: a link there may name a file before it
+        members = _members_of(fast)
     skipped.update(rest_skipped)  # as one walk's dict: a name seen again keeps its place
     return TarRows.build(columns(members + rest, skipped), skipped=skipped)
 
@@ -117,8 +123,8 @@ def walked_members(
     end: int,
     max_members: int = DEFAULT_MAX_MEMBERS,
     limit: ExpansionLimit | None = None,
-) -> tuple[list[tarfmt.TarMember], dict[str, str]] | None:
-    """The members and skipped entries of the tar.zst ``source``, walked by the C core.
+) -> tuple[MemberIndex, dict[str, str]] | None:
+    """The members (links served) and skipped entries of the tar.zst ``source``, C-walked.
 
     ``end``: where its zstd data ends. More than ``max_members`` entries:
     :class:`~cdml_edge.archive.errors.TooManyMembersError`; a stream past ``limit``:
@@ -140,7 +146,13 @@ def walked_members(
         if status != lib.CZ_OK or not walk.resume_at:  # an empty stream: Python's error
             return None
         clean = walk.at_end or walk.resume_at == walk.stream_bytes
-        return _entries(walk) if clean else None
+        if not clean:
+            return None
+        fast = _walked_index(walk)
+        if fast is not None:
+            return fast, {}
+        members, skipped = _entries(walk)
+        return columns(members, skipped), skipped
 
 
 def _empty_file(out: BinaryIO) -> int | None:
@@ -160,6 +172,39 @@ def _empty_file(out: BinaryIO) -> int | None:
     if not stat.S_ISREG(st.st_mode) or st.st_size or out.tell() or not out.writable():
         return None
     return fd
+
+
+def _walked_index(walk: Any) -> MemberIndex | None:
+    """The C core's rows as columns, built without a member object per row.
+
+    ``None`` when a row is a link, device or FIFO (:func:`_entries` serves those). A walk
+    of a million entries: 0.4 s instead of 4.9 s in objects.
+    """
+    n = int(walk.count)
+    if not n:
+        return MemberIndex([], [], [], [], [], [])
+    rows = memoryview(ffi.buffer(walk.rows, n * _ROW * 8)).cast("q")  # int64_t, row-major
+    if not _LINKED.isdisjoint(rows[5::_ROW].tolist()):
+        return None
+    blob = ffi.buffer(walk.names, walk.names_len)[:]
+    spans = zip(rows[3::_ROW].tolist(), rows[4::_ROW].tolist(), strict=True)
+    names = [blob[o : o + k].decode("utf-8", "surrogateescape") for o, k in spans]
+    heads = rows[0::_ROW].tolist()
+    return MemberIndex(
+        names,
+        heads,
+        [h + tarfmt.BLOCK for h in heads],
+        rows[1::_ROW].tolist(),
+        [float(t) for t in rows[2::_ROW].tolist()],
+        [None] * n,
+    )
+
+
+def _members_of(index: MemberIndex) -> list[tarfmt.TarMember]:
+    """``index``'s rows as members again (a walk the Python path went on with)."""
+    return [
+        tarfmt.TarMember(r.name, r.header_offset, r.data_offset, r.size, r.mtime) for r in index
+    ]
 
 
 def _entries(walk: Any) -> tuple[list[tarfmt.TarMember], dict[str, str]]:

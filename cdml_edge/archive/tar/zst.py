@@ -162,7 +162,7 @@ class ZstdTarArchive(_TarBase):
             else None
         )
         if walked is not None:  # the C core walked it all: the same members and skips
-            self._set_members(columns(walked[0], walked[1]), walked[1])
+            self._set_members(*walked)
             return
         stream = FrameStream(source, found.stream_end if found else source.size(), limit)
         reader = ExactReader(stream)
