@@ -119,6 +119,8 @@ def _payload(snap: CameraSnapshot, fps_captured: float, fps_scored: float) -> Ca
         failed_attempts=snap.failed_attempts,
         last_error=snap.last_error,
         unhealthy=snap.unhealthy,
+        lag_s=_round(snap.lag_s),
+        fell_behind=snap.fell_behind,
     )
 
 
@@ -146,6 +148,8 @@ class _Collector:
             f["outages"].add_metric([name], h.outages)
             f["reconnects"].add_metric([name], h.reconnects)
             f["failed"].add_metric([name], h.failed_attempts)
+            f["lag"].add_metric([name], -1.0 if h.lag_s is None else h.lag_s)
+            f["behind"].add_metric([name], h.fell_behind)
         return iter(f.values())
 
 
@@ -174,4 +178,12 @@ def _families() -> dict[str, GaugeMetricFamily | CounterMetricFamily]:
             f"{p}_reconnects", "Outages ended by frames flowing again", labels=src
         ),
         "failed": counter(f"{p}_failed_attempts", "Opens or reads that failed", labels=src),
+        "lag": gauge(
+            f"{p}_lag_seconds",
+            "How far grabs run behind the stream's clock (RTSP; -1 without a figure)",
+            labels=src,
+        ),
+        "behind": counter(
+            f"{p}_fell_behind", "Times the grabs fell 1 s or more behind the stream", labels=src
+        ),
     }

@@ -39,7 +39,7 @@ from cdml_edge.health.watchdog import HealthState, ProgressWatchdog
 PREFIX = "cdml_edge"
 INFERENCE_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 WINDOW_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0)
-DROP_REASONS = ("spool", "camera_budget_full")
+DROP_REASONS = ("spool", "camera_budget_full", "camera_paused_skipped")
 """``cdml_edge_dropped_total`` reasons, exported at 0 before the first drop."""
 ERROR_STAGES = ("read", "decode", "output", "pipeline", "reload", "window_retries")
 """``cdml_edge_errors_total`` stages every agent can have, exported at 0 before the first

@@ -19,6 +19,7 @@ from cdml_edge.config import AppConfig
 from cdml_edge.health.cameras import CameraBoard
 from cdml_edge.health.metrics import Metrics
 from cdml_edge.health.summary import RunSummary
+from cdml_edge.intake.camera.source import CameraStats
 from cdml_edge.intake.factory import Source
 from cdml_edge.outputs.base import Output
 from cdml_edge.outputs.jsonl import StdoutClosed, stop_for_closed_stdout
@@ -229,13 +230,16 @@ class HealthReporter:
                 self._sending_since = None
 
     def _count_skipped_frames(self) -> None:
-        """Camera frames the budget refused since the last report, as ``dropped``."""
+        """Camera frames dropped since the last report (budget full, paused), as ``dropped``."""
         for name, src in self._sources.items():
-            skipped = src.stats.skipped
-            delta = skipped - self._skipped_seen.get(name, 0)
-            if delta > 0:
-                self.metrics.dropped.labels(reason="camera_budget_full").inc(delta)
-            self._skipped_seen[name] = skipped
+            if not isinstance(src.stats, CameraStats):
+                continue
+            for reason, count in src.stats.drops().items():
+                key = f"{name}/{reason}"
+                delta = count - self._skipped_seen.get(key, 0)
+                if delta > 0:
+                    self.metrics.dropped.labels(reason=reason).inc(delta)
+                self._skipped_seen[key] = count
 
     def _count_output_drops(self, dropped: int) -> None:
         """Messages the output dropped (its spool full) since the last report, as ``dropped``."""

@@ -79,19 +79,19 @@ def watch_and_pack(
     A batch closes ``interval_seconds`` after its first file, at ``max_files`` or at
     ``max_bytes``. With ``auto_delete``, once the callback returned without error, the
     batch's input files (the versions that were read) and its written archive are deleted;
-    when it raises, everything stays on disk. ``archive_format``: ``zip`` or ``tar.zst``.
-    ``ValueError`` for another format, or an ``output_folder`` that is ``input_folder``.
+    when it raises, or returns only after ``stop()`` gave up on it, everything stays on
+    disk. ``archive_format``: ``zip`` or ``tar.zst``. ``ValueError`` for another format,
+    or an ``output_folder`` that is ``input_folder``.
     """
     out = Path(output_folder) if output_folder is not None else None
     _check_batch_options(Path(input_folder), out, archive_format)
     callback = on_batch_ready
 
-    def handle(window: Window) -> None:
+    def handle(window: Window) -> Path | None:
         batch = pack_batch(window, archive_format, out, device)
         if callback is not None:
             callback(batch)
-        if auto_delete and batch.path is not None:
-            batch.path.unlink(missing_ok=True)
+        return batch.path  # deleted by the watch with the inputs (auto_delete)
 
     settings = WatchSettings(
         folder=Path(input_folder),
@@ -132,7 +132,7 @@ def watch_in_memory(
     deleted once the callback returned without error.
     """
 
-    def handle(window: Window) -> None:
+    def handle(window: Window) -> None:  # returns no output to delete
         for it in window.items:
             args: tuple[Any, ...] = (str(it.path), data_type(it.name))
             callback(*args, it.data) if with_data else callback(*args)

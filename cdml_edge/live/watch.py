@@ -4,9 +4,10 @@ Files are taken by :class:`~cdml_edge.intake.folder.FolderSource` (stable-file
 detection, regular files only, the in-flight :class:`~cdml_edge.intake.budget.ByteBudget`,
 a byte-bounded quarantine for files that cannot be taken) and grouped by a
 :class:`~cdml_edge.intake.windower.Windower`. One worker thread hands each closed window to
-``handler``, in order. When the handler returns, the window's input files are deleted
-(``auto_delete``, only the version that was read) or left on disk and not taken again
-unless they change; when it raises, the error is logged and counted and the files stay.
+``handler``, in order. When the handler returns, the window's input files (and the output
+path it returned, if any) are deleted (``auto_delete``, only the version that was read) or
+left on disk and not taken again unless they change; when it raises, the error is logged and
+counted and the files stay.
 
 The queue between the windower and the worker is bounded by the budget: every item holds
 its bytes (at least :data:`MIN_ITEM_CHARGE`, so empty files count too) until its window is
@@ -17,7 +18,10 @@ returns at once; the watch ends when the handler returns). A handler that raises
 ``SystemExit`` or ``KeyboardInterrupt`` fails its window and ends the watch, as ``stop``
 does. ``stop`` waits at most :data:`STOP_WAIT_S` for a callback still running (one that
 blocks would otherwise hold a Ctrl-C'd program for ever): it then warns, naming the callback,
-and returns; the watch's threads are daemons, so the interpreter can still exit.
+and returns; the watch's threads are daemons, so the interpreter can still exit. Once stop
+has given up, nothing is deleted: the files of the window whose callback was running (when
+it returns later) and of the windows queued behind it (never handed over) stay on disk,
+counted in ``stats.abandoned`` and logged.
 """
 
 from __future__ import annotations
@@ -51,7 +55,9 @@ MIN_ITEM_CHARGE = 2048
 STOP_WAIT_S = 10.0
 """How long :meth:`LiveWatch.stop` waits by default for the callback to return."""
 
-Handler = Callable[[Window], None]
+Handler = Callable[[Window], "Path | None"]
+"""Handles one window; may return the path of an output it wrote for it (deleted with the
+window's inputs under ``auto_delete``)."""
 
 
 class LiveBudget(ByteBudget):
@@ -74,6 +80,7 @@ class WatchStats:
     quarantined: int = 0
     deleted: int = 0  # inputs deleted by auto_delete
     delete_errors: int = 0  # inputs auto_delete could not delete (they stay, not taken again)
+    abandoned: int = 0  # inputs of windows stop() gave up on: never deleted, they stay
     errors: list[str] = field(default_factory=list)  # the last few error messages
 
     def note(self, message: str, keep: int = 20) -> None:
@@ -92,6 +99,8 @@ class LiveWatch:
         self._handler = handler
         self.callback_name = callback_name or callable_name(handler)
         self._current: str | None = None  # the window the callback is handling
+        self._gave_up = False  # stop() returned while the worker had windows to finish
+        self._state = threading.Lock()  # orders _gave_up against a callback's return
         self._queue: queue.Queue[Window | None] = queue.Queue()
         self._stopped = threading.Event()
         self._closed = False
@@ -133,7 +142,9 @@ class LiveWatch:
         From any thread. Called by the callback itself, it returns at once: the watch ends
         once the callback has returned (and the windows closed meanwhile are handled).
         Waits at most ``timeout`` seconds (``None``: for ever); a callback still running
-        then is named in a warning (and ``stats.errors``) and left to its daemon thread.
+        then is named in a warning (and ``stats.errors``) and left to its daemon thread, and
+        from then on nothing is deleted: its window's files, and those of the windows queued
+        behind it (not handed over), stay on disk (``stats.abandoned``).
         """
         self._stopped.set()
         with self._closing:
@@ -144,7 +155,10 @@ class LiveWatch:
             self._queue.put(None)
         if self._worker.ident is not None and threading.current_thread() is not self._worker:
             self._worker.join(timeout)
-            if self._worker.is_alive():
+            with self._state:
+                running = self._worker.is_alive()
+                self._gave_up = self._gave_up or running
+            if running:
                 self._left_running(timeout)
         return self.stats
 
@@ -153,8 +167,9 @@ class LiveWatch:
         what = self._current or "the last batch"
         message = (
             f"callback {self.callback_name} still running on {what} after {timeout or 0:g} s; "
-            "stop() returns without it (its files stay on disk until it returns; a daemon "
-            "thread: it does not hold the interpreter's exit)"
+            "stop() returns without it (its files, and those of batches queued behind it, "
+            "stay on disk, never deleted; a daemon thread: it does not hold the interpreter's "
+            "exit)"
         )
         self.stats.note(message)
         log.warning("%s: %s", self.settings.name, message)
@@ -230,8 +245,13 @@ class LiveWatch:
                 self.budget.release(window.take_charge())
 
     def _handle(self, window: Window) -> None:
+        with self._state:
+            gave_up = self._gave_up
+        if gave_up:  # queued behind a callback stop() gave up on: not handed over
+            self._abandon(window, "not handed to the callback: stop() had given up")
+            return
         try:
-            self._handler(window)
+            output = self._handler(window)
         except Exception as exc:
             self.stats.callback_errors += 1
             self.stats.note(f"{window.window_id}: {type(exc).__name__}: {exc}")
@@ -256,10 +276,26 @@ class LiveWatch:
             self._finish(window, delete=False)
             self.stop()
             return
+        with self._state:  # decided once: a stop() giving up now keeps these files
+            gave_up = self._gave_up
+        if gave_up:
+            self._abandon(window, f"callback {self.callback_name} returned after stop() gave up")
+            return
         self.stats.batches += 1
         self.stats.files += len(window.items)
         self.stats.bytes += window.nbytes
         self._finish(window, delete=self.settings.auto_delete)
+        if self.settings.auto_delete and output is not None:
+            output.unlink(missing_ok=True)
+
+    def _abandon(self, window: Window, why: str) -> None:
+        """Leave a window's files on disk (and any output): stop() did not wait for them."""
+        kept = sum(1 for it in window.items if it.path is not None)
+        self.stats.abandoned += kept
+        message = f"{why} on {window.window_id}; its {kept} file(s) stay on disk, not deleted"
+        self.stats.note(message)
+        log.warning("%s: %s", self.settings.name, message)
+        self._finish(window, delete=False)
 
     def _finish(self, window: Window, delete: bool) -> None:
         """Delete the inputs that were read (only that version), or leave them untaken."""

@@ -184,6 +184,10 @@ class CameraHealth(_Payload):
     failed_attempts: int = Field(description="Opens or reads that failed, all outages")
     last_error: str | None = None
     unhealthy: bool = Field(description="Down longer than the source's unhealthy_after")
+    lag_s: float | None = Field(
+        None, description="Seconds the grabs run behind the stream's clock (RTSP), else null"
+    )
+    fell_behind: int = Field(0, description="Times the grabs fell 1 s or more behind")
 
 
 class CameraEvent(_Payload):

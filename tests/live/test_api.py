@@ -5,33 +5,16 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
-import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
 
 import pytest
 from helpers.dataset_data import class_images, wav
+from helpers.live_runs import WatchProcess, drop, until
 
 from cdml_edge import LiveBatchLoader, PackedBatch, watch_and_pack, watch_in_memory
 from cdml_edge.archive import open_archive
-
-
-def _until(cond, timeout: float = 20.0) -> None:
-    end = time.monotonic() + timeout
-    while not cond():
-        assert time.monotonic() < end, "timed out waiting"
-        time.sleep(0.05)
-
-
-def _drop(folder: Path, name: str, data: bytes) -> Path:
-    """Write like a camera does: a temporary name, then a rename (ignored until renamed)."""
-    tmp = folder / f"{name}.part"
-    tmp.write_bytes(data)
-    os.replace(tmp, folder / name)
-    return folder / name
 
 
 def test_watch_and_pack_hands_each_batch_then_deletes(tmp_path: Path) -> None:
@@ -49,10 +32,10 @@ def test_watch_and_pack_hands_each_batch_then_deletes(tmp_path: Path) -> None:
         inp, out, on_batch, interval_seconds=0.5, auto_delete=True, background=True
     )
     try:
-        _drop(inp, "cam.jpg", class_images(1)[0][1])
-        _drop(inp, "mic.wav", wav(0.25, 440))
-        _drop(inp, "plc.csv", b"t,v\n1,2\n")
-        _until(lambda: watch.stats.files == 3)
+        drop(inp, "cam.jpg", class_images(1)[0][1])
+        drop(inp, "mic.wav", wav(0.25, 440))
+        drop(inp, "plc.csv", b"t,v\n1,2\n")
+        until(lambda: watch.stats.files == 3)
     finally:
         stats = watch.stop()
     names = sorted(n for _, _, ns, _ in seen for n in ns)
@@ -82,12 +65,12 @@ def test_a_failing_callback_leaves_everything_on_disk(tmp_path: Path) -> None:
         inp, out, on_batch, interval_seconds=0.3, auto_delete=True, background=True
     )
     try:
-        _drop(inp, "a.txt", b"one\n")
-        _until(lambda: watch.stats.callback_errors == 1)
+        drop(inp, "a.txt", b"one\n")
+        until(lambda: watch.stats.callback_errors == 1)
         time.sleep(1.0)  # not taken again while unchanged
         assert calls == [["a.txt"]]
-        _drop(inp, "a.txt", b"one, changed\n")  # a new version is a new input
-        _until(lambda: watch.stats.callback_errors == 2)
+        drop(inp, "a.txt", b"one, changed\n")  # a new version is a new input
+        until(lambda: watch.stats.callback_errors == 2)
     finally:
         stats = watch.stop()
     assert (inp / "a.txt").read_bytes() == b"one, changed\n"
@@ -108,8 +91,8 @@ def test_without_auto_delete_inputs_stay_and_are_not_packed_twice(tmp_path: Path
         background=True,
     )
     try:
-        _drop(inp, "a.json", b'{"x": 1}')
-        _until(lambda: watch.stats.batches == 1)
+        drop(inp, "a.json", b'{"x": 1}')
+        until(lambda: watch.stats.batches == 1)
         time.sleep(1.0)
     finally:
         watch.stop()
@@ -122,8 +105,8 @@ def test_unwritten_batch_is_not_a_path(tmp_path: Path) -> None:
     got: list[PackedBatch] = []
     watch = watch_and_pack(inp, on_batch_ready=got.append, interval_seconds=0.2, background=True)
     try:
-        _drop(inp, "a.txt", b"x")
-        _until(lambda: len(got) == 1)
+        drop(inp, "a.txt", b"x")
+        until(lambda: len(got) == 1)
     finally:
         watch.stop()
     assert got[0].path is None and got[0].archive[:4] == b"PK\x03\x04"
@@ -144,10 +127,10 @@ def test_bad_inputs_are_quarantined_and_counted(tmp_path: Path) -> None:
         background=True,
     )
     try:
-        _drop(inp, "huge.bin", b"x" * 5000)  # larger than a batch may hold: never read
+        drop(inp, "huge.bin", b"x" * 5000)  # larger than a batch may hold: never read
         os.mkfifo(inp / "pipe.txt")  # not a regular file: never opened, left alone
-        _drop(inp, "ok.txt", b"fine")
-        _until(lambda: watch.stats.files == 1 and watch.stats.quarantined == 1)
+        drop(inp, "ok.txt", b"fine")
+        until(lambda: watch.stats.files == 1 and watch.stats.quarantined == 1)
     finally:
         stats = watch.stop()
     assert got == [["ok.txt"]]
@@ -165,7 +148,7 @@ def test_the_byte_budget_pauses_intake_and_loses_nothing(tmp_path: Path) -> None
         sizes.append(len(batch))
 
     for i in range(12):
-        _drop(inp, f"f{i:02d}.bin", bytes([i]) * 1000)
+        drop(inp, f"f{i:02d}.bin", bytes([i]) * 1000)
     watch = watch_and_pack(
         inp,
         None,
@@ -176,7 +159,7 @@ def test_the_byte_budget_pauses_intake_and_loses_nothing(tmp_path: Path) -> None
         background=True,
     )
     try:
-        _until(lambda: watch.stats.files == 12)
+        until(lambda: watch.stats.files == 12)
     finally:
         watch.stop()
     assert watch.budget.peak <= 4000 and watch.budget.refused > 0
@@ -205,15 +188,15 @@ def test_watch_in_memory_calls_back_per_file_with_seed_types(tmp_path: Path) -> 
             "g.bin": "unknown",
         }
         for name in files:
-            _drop(inp, name, name.encode())
-        _until(lambda: len(seen) == len(files))
+            drop(inp, name, name.encode())
+        until(lambda: len(seen) == len(files))
     finally:
         stop.set()
         t.join(10)
     assert not t.is_alive()
     assert {Path(p).name: kind for p, kind, _ in seen} == files
     assert all(data == Path(p).name.encode() for p, _, data in seen)
-    _until(lambda: list(inp.iterdir()) == [])  # deleted after each callback returned
+    until(lambda: list(inp.iterdir()) == [])  # deleted after each callback returned
 
 
 def test_blocking_call_ends_after_duration(tmp_path: Path) -> None:
@@ -234,14 +217,12 @@ def test_ctrl_c_stops_and_handles_the_open_batch(tmp_path: Path) -> None:
         f"w = watch_and_pack({str(inp)!r}, None, cb, interval_seconds=60)\n"
         "print('files', w.stats.files, 'torch' in sys.modules, flush=True)\n"
     )
-    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
-    assert proc.stdout is not None
-    assert proc.stdout.readline().strip() == "ready"
-    time.sleep(1.5)  # the watch is armed
-    _drop(inp, "a.txt", b"late")
-    time.sleep(1.5)  # taken, waiting in the open batch (60 s interval)
-    proc.send_signal(signal.SIGINT)
-    out, _ = proc.communicate(timeout=30)
+    with WatchProcess(code) as proc:
+        assert proc.line() == "ready"
+        time.sleep(1.5)  # the watch is armed
+        drop(inp, "a.txt", b"late")
+        time.sleep(1.5)  # taken, waiting in the open batch (60 s interval)
+        out, _ = proc.interrupt(timeout=30)
     assert proc.returncode == 0
     assert out.splitlines() == ["batch ['a.txt']", "files 1 False"]
 
@@ -252,13 +233,13 @@ def test_the_watch_survives_its_folder_being_removed(tmp_path: Path) -> None:
     names: list[str] = []
     watch = watch_in_memory(inp, lambda p, kind: names.append(Path(p).name), background=True)
     try:
-        _drop(inp, "a.txt", b"1")
-        _until(lambda: names == ["a.txt"])
+        drop(inp, "a.txt", b"1")
+        until(lambda: names == ["a.txt"])
         shutil.rmtree(inp)  # the watch is lost; the supervised source arms a new one
-        _until(lambda: inp.is_dir())  # made again by the restarted watch
+        until(lambda: inp.is_dir())  # made again by the restarted watch
         time.sleep(0.5)
-        _drop(inp, "b.txt", b"2")
-        _until(lambda: names == ["a.txt", "b.txt"])
+        drop(inp, "b.txt", b"2")
+        until(lambda: names == ["a.txt", "b.txt"])
     finally:
         stats = watch.stop()
     assert any("died" in e for e in stats.errors)

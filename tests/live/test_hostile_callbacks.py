@@ -6,33 +6,17 @@ in; options that cannot work refused at the call rather than batch after batch.
 
 from __future__ import annotations
 
-import os
-import subprocess
 import sys
 import threading
 import time
 from pathlib import Path
 
 import pytest
+from helpers.live_runs import drop, run_watch, until
 
 from cdml_edge import LiveBatchLoader, PackedBatch, watch_and_pack, watch_in_memory
 from cdml_edge.intake.windower import WindowPolicy
 from cdml_edge.live import LiveWatch, WatchSettings
-
-
-def _until(cond, timeout: float = 20.0) -> None:
-    end = time.monotonic() + timeout
-    while not cond():
-        assert time.monotonic() < end, "timed out waiting"
-        time.sleep(0.05)
-
-
-def _drop(folder: Path, name: str, data: bytes) -> Path:
-    """Write, then rename: complete on arrival."""
-    tmp = folder / f"{name}.part"
-    tmp.write_bytes(data)
-    os.replace(tmp, folder / name)
-    return folder / name
 
 
 def test_stop_called_from_inside_the_callback_ends_the_watch(tmp_path: Path) -> None:
@@ -49,8 +33,8 @@ def test_stop_called_from_inside_the_callback_ends_the_watch(tmp_path: Path) -> 
         inp, None, on_batch, interval_seconds=0.2, auto_delete=True, background=True
     )
     try:
-        _drop(inp, "a.txt", b"one")
-        _until(lambda: not watch.running and not watch._worker.is_alive())
+        drop(inp, "a.txt", b"one")
+        until(lambda: not watch.running and not watch._worker.is_alive())
     finally:
         stats = watch.stop()
     assert len(returned) == 1 and stats.callback_errors == 0, stats.errors
@@ -62,7 +46,7 @@ def test_stop_called_from_inside_a_blocking_watch_returns_the_call(tmp_path: Pat
     inp = tmp_path / "in"
     inp.mkdir()
     holder: dict[str, LiveWatch] = {}
-    _drop(inp, "a.txt", b"one")
+    drop(inp, "a.txt", b"one")
     t0 = time.monotonic()
 
     def on_file(path: str, kind: str) -> None:
@@ -88,7 +72,7 @@ def test_a_callback_that_exits_ends_the_watch_and_is_counted(tmp_path: Path) -> 
         calls.append(Path(path).name)
         sys.exit(3)
 
-    _drop(inp, "a.txt", b"one")
+    drop(inp, "a.txt", b"one")
     t0 = time.monotonic()
     watch = watch_in_memory(inp, on_file, auto_delete=True, duration=30)  # blocking
     assert time.monotonic() - t0 < 15  # ended by the exit, not by the 30 s
@@ -114,11 +98,11 @@ def test_empty_files_under_a_slow_callback_are_bounded_by_the_budget(tmp_path: P
         inp, slow, stable_seconds=0.1, max_inflight_bytes=16 << 10, background=True
     )
     try:
-        _until(lambda: watch.budget.refused > 0)
+        until(lambda: watch.budget.refused > 0)
         time.sleep(0.5)
         in_flight = watch.source.files.in_flight
         gate.set()
-        _until(lambda: len(seen) == 300, timeout=60)
+        until(lambda: len(seen) == 300, timeout=60)
     finally:
         gate.set()
         stats = watch.stop()
@@ -143,8 +127,8 @@ def test_an_output_folder_that_is_the_watched_folder_is_refused(tmp_path: Path) 
         background=True,
     )
     try:
-        _drop(inp, "a.txt", b"one")
-        _until(lambda: watch.stats.batches == 1)
+        drop(inp, "a.txt", b"one")
+        until(lambda: watch.stats.batches == 1)
         time.sleep(1.0)
     finally:
         watch.stop()
@@ -171,9 +155,9 @@ def test_a_file_over_half_the_budget_is_quarantined_as_documented(tmp_path: Path
         inp, lambda p, k: got.append(p), max_inflight_bytes=4096, background=True
     )
     try:
-        _drop(inp, "big.bin", b"x" * 3000)  # under max_file_bytes, over 4096 / 2
-        _drop(inp, "ok.bin", b"x" * 1000)
-        _until(lambda: watch.stats.quarantined == 1 and len(got) == 1)
+        drop(inp, "big.bin", b"x" * 3000)  # under max_file_bytes, over 4096 / 2
+        drop(inp, "ok.bin", b"x" * 1000)
+        until(lambda: watch.stats.quarantined == 1 and len(got) == 1)
     finally:
         stats = watch.stop()
     assert [Path(p).name for p in got] == ["ok.bin"] and stats.input_errors == 1
@@ -193,9 +177,9 @@ def test_a_watch_never_stopped_does_not_hold_the_interpreter_exit(tmp_path: Path
         "time.sleep(3)\n"
         "print('leaving', flush=True)\n"
     )
-    _drop(inp, "a.txt", b"one")
+    drop(inp, "a.txt", b"one")
     t0 = time.monotonic()
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    r = run_watch(code, timeout=60)
     assert r.returncode == 0, r.stderr
     assert r.stdout == "leaving\n" and time.monotonic() - t0 < 30
     assert (inp / "a.txt").read_bytes() == b"one"

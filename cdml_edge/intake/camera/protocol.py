@@ -9,6 +9,8 @@ kind   payload
 ``O``  opened: JSON ``{"width", "height", "fps", "backend", "mode"}``
 ``F``  a frame: JPEG bytes; the timestamp is when the frame was grabbed
 ``H``  heartbeat while no frame is due: JSON ``{"grabbed": n}``
+``L``  lag of a live capture's grabs behind the stream's clock, at most once a second:
+       JSON ``{"lag_s": seconds, "grabbed": n}`` (see :mod:`~.lag`)
 ``E``  a video file ended (``loop`` off): empty; the process exits 0
 ``X``  a failure (cannot open, no frame before the read timeout): UTF-8 text; exit 1
 =====  ==========================================================================
@@ -24,7 +26,8 @@ MAX_PAYLOAD = 64 * 1024 * 1024
 """A bigger message is a protocol error (an 8K JPEG is far below it)."""
 
 STARTED, OPENED, FRAME, HEARTBEAT, ENDED, FAILED = b"S", b"O", b"F", b"H", b"E", b"X"
-KINDS = frozenset({STARTED, OPENED, FRAME, HEARTBEAT, ENDED, FAILED})
+LAG = b"L"
+KINDS = frozenset({STARTED, OPENED, FRAME, HEARTBEAT, LAG, ENDED, FAILED})
 
 
 class ProtocolError(ValueError):

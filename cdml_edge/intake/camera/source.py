@@ -6,11 +6,14 @@ thread supervises it: a failed open, a failed read, a process that dies, or no f
 ``read_timeout_s`` ends the capture; the source waits (capped exponential backoff) and starts
 a new one, forever. :class:`~cdml_edge.intake.camera.status.CameraStatus` turns this
 into one state change per outage and one on recovery. Frames arrive JPEG-encoded; those the
-budget refuses are skipped and counted. A video file that ends (``loop`` off) ends the source.
+budget refuses are skipped and counted (``stats.skipped``), as are those that arrive while
+intake is paused (``stats.paused_skipped``). A video file that ends (``loop`` off) ends the
+source.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 import time
@@ -49,6 +52,22 @@ camera that drops after each few frames is retried ever more slowly, up to the c
 of every ``reconnect_first`` (a process start and two state changes each time)."""
 
 TransitionSink = Callable[[CameraTransition], None]
+
+DROP_BUDGET_FULL = "camera_budget_full"
+DROP_PAUSED = "camera_paused_skipped"
+CAMERA_DROP_REASONS = (DROP_BUDGET_FULL, DROP_PAUSED)
+"""The ``cdml_edge_dropped_total`` reasons of camera frames (:meth:`CameraStats.drops`)."""
+
+
+@dataclass
+class CameraStats(SourceStats):
+    """A camera source's counters: ``skipped`` are the frames the in-flight budget refused."""
+
+    paused_skipped: int = 0  # frames that arrived while intake was paused (after a failed window)
+
+    def drops(self) -> dict[str, int]:
+        """Frames dropped so far, by ``cdml_edge_dropped_total`` reason."""
+        return {DROP_BUDGET_FULL: self.skipped, DROP_PAUSED: self.paused_skipped}
 
 
 @dataclass(frozen=True)
@@ -101,7 +120,7 @@ class CameraSource:
     ) -> None:
         self.spec = spec
         self.url = redact_url(spec.url)
-        self.stats = SourceStats()
+        self.stats = CameraStats()
         self._on_change = on_change
         self.status = CameraStatus(spec.name, self.url, spec.unhealthy_after_s, self._changed)
         self._budget = budget
@@ -126,7 +145,7 @@ class CameraSource:
             self._thread.join(timeout=10.0)
 
     def pause(self, paused: bool) -> None:
-        """Skip (or keep again) the frames captured; skipped frames are counted."""
+        """Skip (or keep again) the frames captured; counted in ``stats.paused_skipped``."""
         self._paused = paused
 
     def retry(self, path: Path, delay: float) -> None:  # frames have no file to retake
@@ -242,6 +261,8 @@ class CameraSource:
                 self._emit(msg.payload, msg.ts_ns)
                 if spec.max_frames is not None and self._emitted >= spec.max_frames:
                     return _Outcome(None)
+            elif msg.kind == protocol.LAG:
+                self._lagged(msg.payload)
             elif msg.kind == protocol.ENDED:
                 return _Outcome(None)
             elif msg.kind == protocol.FAILED:
@@ -253,10 +274,29 @@ class CameraSource:
             deadline = time.monotonic() + limit  # any message shows the capture is alive
         return _Outcome("stopped")
 
+    def _lagged(self, payload: bytes) -> None:
+        """The capture's lag behind the stream's clock: recorded; logged when it falls behind."""
+        try:
+            seconds = float(json.loads(payload)["lag_s"])
+        except (ValueError, KeyError, TypeError) as exc:
+            raise protocol.ProtocolError(f"bad lag message {payload[:80]!r}: {exc}") from exc
+        change = self.status.lag(seconds)
+        if change == "behind":
+            log.warning(
+                "camera %s (%s): grabs run %.1f s behind the stream (decoding slower than the "
+                "camera sends, or the network delivers late): frames are that much older than "
+                "their timestamps",
+                self.spec.name,
+                self.url,
+                seconds,
+            )
+        elif change == "caught up":
+            log.info("camera %s (%s): grabs caught up with the stream", self.spec.name, self.url)
+
     # -- frames ------------------------------------------------------------------------------
     def _emit(self, data: bytes, ts_ns: int) -> None:
         if self._paused:
-            self.stats.skipped += 1
+            self.stats.paused_skipped += 1
             return
         charge = self._budget.cost(len(data), self.spec.modality)
         if not self._budget.try_acquire(charge):

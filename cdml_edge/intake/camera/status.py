@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal, get_args
 
+from cdml_edge.intake.camera.lag import BEHIND_S
 from cdml_edge.window.payloads import CameraStateName as CameraState
 
 CAMERA_STATES: tuple[CameraState, ...] = get_args(CameraState)
@@ -58,6 +59,11 @@ class CameraSnapshot:
     last_error: str | None
     unhealthy: bool
     """Down for longer than the camera's ``unhealthy_after`` (what ``/healthz`` judges)."""
+    lag_s: float | None = None
+    """How far the grabs run behind the stream's own clock (:mod:`~.lag`), last reported by
+    this capture; ``None`` without a stream clock or before the first report."""
+    fell_behind: int = 0
+    """Times the lag reached :data:`~.lag.BEHIND_S` (once per episode)."""
 
 
 class CameraStatus:
@@ -88,6 +94,9 @@ class CameraStatus:
         self._frames = self._outages = self._reconnects = self._failed = 0
         self._last_error: str | None = None
         self._outage_reason: str | None = None  # why the current outage began
+        self._lag: float | None = None
+        self._behind = False
+        self._fell_behind = 0
 
     @property
     def state(self) -> CameraState:
@@ -116,9 +125,27 @@ class CameraStatus:
             change = self._move("streaming", reason, outage)
         self._notify(change)
 
+    def lag(self, seconds: float) -> Literal["behind", "caught up"] | None:
+        """The capture reported its lag; what changed.
+
+        ``behind`` when it reached :data:`BEHIND_S`, ``caught up`` when it fell under half of
+        that again, else ``None``.
+        """
+        with self._lock:
+            self._lag = seconds
+            if not self._behind and seconds >= BEHIND_S:
+                self._behind = True
+                self._fell_behind += 1
+                return "behind"
+            if self._behind and seconds < BEHIND_S / 2:
+                self._behind = False
+                return "caught up"
+            return None
+
     def lost(self, reason: str) -> None:
         """An open or read failed: the first failure of an outage changes the state."""
         with self._lock:
+            self._lag, self._behind = None, False  # the backlog went with the capture
             self._failed += 1
             self._last_error = reason
             if self._state not in ("connecting", "streaming"):
@@ -171,6 +198,8 @@ class CameraStatus:
                 failed_attempts=self._failed,
                 last_error=self._last_error,
                 unhealthy=down is not None and down >= self.unhealthy_after_s,
+                lag_s=self._lag,
+                fell_behind=self._fell_behind,
             )
 
     def _move(

@@ -18,7 +18,7 @@ import sys
 import time
 from typing import Any, BinaryIO
 
-from cdml_edge.intake.camera import protocol
+from cdml_edge.intake.camera import lag, protocol
 from cdml_edge.intake.camera.settings import CaptureSettings, Target, ffmpeg_options, resolve_target
 
 HEARTBEAT_S = 0.5
@@ -80,12 +80,14 @@ def _encode(cv2: Any, frame: Any, quality: int) -> bytes:
 def stream_live(cv2: Any, cap: Any, settings: CaptureSettings, out: _Writer) -> None:
     """Grab every frame the camera sends, keep one per ``1/fps``.
 
-    Grabbing them all keeps the camera's buffer from filling with stale frames. Raises
+    Grabbing them all keeps the camera's buffer from filling with stale frames; how far the
+    grabs run behind the stream's clock is reported (:mod:`~.lag`, RTSP only). Raises
     :class:`CaptureFailed` when a grab fails or times out.
     """
     period = 1.0 / settings.fps
-    next_t = time.monotonic()
+    next_t = next_lag = time.monotonic()
     grabbed = 0
+    meter = lag.LagMeter() if lag.has_stream_clock(settings.url) else None
     while True:
         if not cap.grab():
             raise CaptureFailed(
@@ -94,6 +96,14 @@ def stream_live(cv2: Any, cap: Any, settings: CaptureSettings, out: _Writer) -> 
         ts_ns = time.time_ns()
         grabbed += 1
         now = time.monotonic()
+        behind = None
+        if meter is not None:
+            behind = meter.add(now, float(cap.get(cv2.CAP_PROP_POS_MSEC) or 0.0))
+        if behind is not None and now >= next_lag:
+            out.send(
+                protocol.LAG, json.dumps({"lag_s": round(behind, 3), "grabbed": grabbed}).encode()
+            )
+            next_lag = now + lag.REPORT_S
         if now >= next_t:
             ok, frame = cap.retrieve()
             if not ok:
