@@ -9,7 +9,7 @@ from cdml_edge.outputs.jsonl import JsonlOutput
 from cdml_edge.outputs.tee import TeeOutput
 from cdml_edge.supervisor import Spawn, plain_thread
 
-__all__ = ["TeeOutput", "leaves", "make_output", "mqtt_leaves"]
+__all__ = ["TeeOutput", "give_up_held", "leaves", "make_output", "mqtt_leaves"]
 
 REPLAY = "replay"
 """The replay's MQTT client id suffix and spool subfolder."""
@@ -62,6 +62,17 @@ def leaves(output: Output) -> list[Output]:
     return [output]
 
 
+def give_up_held(output: Output) -> int:
+    """Give up the windows the tees in ``output`` hold for a failing part; how many.
+
+    Each gets a last try first (:meth:`TeeOutput.give_up_held`). For a drain (stop, reload):
+    a held window is in flight until its part takes it, and the drain would wait for it.
+    """
+    if not isinstance(output, TeeOutput):
+        return 0
+    return output.give_up_held() + sum(give_up_held(o) for o in output.outputs)
+
+
 def mqtt_leaves(output: Output) -> list[Output]:
     """The MQTT publishers inside ``output``."""
     from cdml_edge.outputs.mqtt.publisher import MqttPublisher
@@ -82,7 +93,9 @@ def degraded_parts(output: Output) -> dict[str, str]:
     """What of ``output`` does not fully work now, part -> why.
 
     The parts: the spool (a full or failing disk), MQTT (the I/O thread, or a broker
-    that refuses messages) and the JSON-lines file (its last batch could not be written).
+    that refuses messages), Home Assistant discovery configs the publisher has not taken
+    (``discovery``) and the JSON-lines file (its last batch could not be written, or its
+    path names no file it can make).
     """
     from cdml_edge.outputs.mqtt.publisher import MqttPublisher
 
@@ -97,4 +110,10 @@ def degraded_parts(output: Output) -> dict[str, str]:
                 out["mqtt"] = "the MQTT I/O thread is not running"
             elif o.refusals.degraded:
                 out["mqtt"] = o.refusals.degraded
+            if held := o.counted("discovery_held"):
+                out["discovery"] = (
+                    f"{held} Home Assistant discovery configs held (the spool and the outbox "
+                    f"cannot take them), offered again: "
+                    f"{o.counted('discovery_retries')} retries so far"
+                )
     return out

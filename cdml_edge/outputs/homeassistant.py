@@ -110,12 +110,12 @@ def discovery_configs(cfg: AppConfig) -> dict[str, dict[str, Any]]:
     objects = _object_ids([s.name for s in cfg.sources])
     for source in cfg.sources:
         for suffix, (component, name, kind, template, extra) in SOURCE_ENTITIES.items():
-            obj = objects[source.name, suffix]
+            obj, unique = objects[source.name, suffix]
             out[_topic(mqtt.discovery_prefix, component, device_id, obj)] = {
                 **base,
                 **availability,
                 "name": f"{source.name} {name}",
-                "unique_id": f"cdml_{device_id}_{obj}",
+                "unique_id": f"cdml_{device_id}_{unique}",
                 "state_topic": topic_for(mqtt.topic_prefix, device_id, kind, source.name),  # type: ignore[arg-type]
                 "value_template": template,
                 **extra,
@@ -124,39 +124,48 @@ def discovery_configs(cfg: AppConfig) -> dict[str, dict[str, Any]]:
 
 
 def _topic(prefix: str, component: str, node: str, obj: str) -> str:
-    """The discovery topic; a '.' of a device id or source name becomes '_' in it.
+    """The discovery topic of entity ``obj`` (an object id already) of device ``node``."""
+    return f"{prefix}/{component}/{ha_id(node)}/{obj}/config"
 
-    Home Assistant reads node and object ids of ``[a-zA-Z0-9_-]`` only and ignores a config
-    on any other topic; the names themselves (``unique_id``, state topics) keep their '.'.
+
+def ha_id(name: str) -> str:
+    """``name`` as a Home Assistant node or object id: ``[a-zA-Z0-9_-]`` only, distinct.
+
+    Home Assistant ignores a config on a topic with other characters, so a '.' becomes '_';
+    as ``line.1`` and ``line_1`` would then share an id, a name that had a '.' gets ``_`` and
+    6 hex digits of its SHA-256 after it (``line_1_3c5f0e``). A name without one is its own
+    id. Either way the id depends on the name alone: it stays what it is whatever else is
+    configured.
     """
-    return f"{prefix}/{component}/{_ha_id(node)}/{_ha_id(obj)}/config"
+    if "." not in name:
+        return name
+    return f"{name.replace('.', '_')}_{_digest(name)}"
 
 
-def _ha_id(name: str) -> str:
-    return name.replace(".", "_")
+def _digest(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()[:6]
 
 
-def _object_ids(sources: Iterable[str]) -> dict[tuple[str, str], str]:
-    """(source, entity suffix) -> the entity's object id: ``<source>_<suffix>``, unique.
+def _object_ids(sources: Iterable[str]) -> dict[tuple[str, str], tuple[str, str]]:
+    """(source, entity suffix) -> the entity's object id and its ``unique_id`` tail.
 
-    Two valid names can give one id in Home Assistant (``cam.1`` and ``cam_1``; ``a``'s
-    ``anomaly_score`` and ``a_anomaly``'s ``score``): one config would replace the other.
-    In such a clash the entity of the source without a '.', else of the shortest name,
-    keeps the id; each other one gets ``_<6 hex digits of its name>``. Ids without a clash
-    are as they always were.
+    The object id is ``<ha_id(source)>_<suffix>``, the tail ``<source>_<suffix>``. Two
+    valid names can still give one of them (``a``'s ``anomaly_score`` and ``a_anomaly``'s
+    ``score``): the entity of the shortest name keeps it, each other one gets
+    ``_<6 hex digits of its name and suffix>`` after both.
     """
     clashes: dict[str, list[tuple[str, str]]] = {}
     for source in sources:
         for suffix in SOURCE_ENTITIES:
-            clashes.setdefault(_ha_id(f"{source}_{suffix}"), []).append((source, suffix))
-    out: dict[tuple[str, str], str] = {}
+            clashes.setdefault(f"{source}_{suffix}", []).append((source, suffix))
+    out: dict[tuple[str, str], tuple[str, str]] = {}
     for entities in clashes.values():
-        keep = min(entities, key=lambda e: ("." in e[0], len(e[0]), e[0]))
+        keep = min(entities, key=lambda e: (len(e[0]), e[0]))
         for source, suffix in entities:
-            obj = f"{source}_{suffix}"
+            tail = ""
             if (source, suffix) != keep:
-                obj += "_" + hashlib.sha256(f"{source}\0{suffix}".encode()).hexdigest()[:6]
-            out[source, suffix] = obj
+                tail = "_" + _digest(f"{source}\0{suffix}")
+            out[source, suffix] = (f"{ha_id(source)}_{suffix}{tail}", f"{source}_{suffix}{tail}")
     return out
 
 

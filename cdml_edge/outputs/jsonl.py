@@ -13,7 +13,11 @@ a killed writer (kill -9, a power cut) is cut off when the file is opened again,
 next line goes after it: its batch was never durable, so its results come again. A file
 moved away or deleted (logrotate) is followed by a new one at ``path``.
 
-Written to stdout (``path='-'``), a reader that went away (``| head -1``: ``EPIPE``) is
+Stdout (``path='-'``) is not the output's alone (``> f 2>&1`` puts stderr's log lines in the
+same file): it is never cut back. A line a refused write left part-written there is ended
+with a newline and counted (``torn_lines``); its batch is refused and written again later.
+
+Written to stdout, a reader that went away (``| head -1``: ``EPIPE``) is
 for good: the batch and every later one are refused with :class:`StdoutClosed`, without
 another write, so whoever runs the output can stop instead of retrying.
 """
@@ -22,11 +26,9 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import fcntl
 import json
 import logging
 import os
-import stat
 import sys
 import threading
 from collections.abc import Callable, Sequence
@@ -100,10 +102,21 @@ class JsonlOutput:
         self._reopen_warned = False
         self._reopen_failed = 0  # batches written on in a file the path no longer names
         self._stdout_closed = False
+        self._torn_lines = 0  # stdout: lines a refused write left part-written
+        self._line_open = False  # stdout: the last of them is not ended yet
 
     @property
     def degraded(self) -> str | None:
-        """Why the last batch could not be written (``None`` once one is)."""
+        """Why the last batch could not be written (``None`` once one is).
+
+        Else, while the path names no file it can make (moved away, a folder in its place):
+        that the lines go on in the file it had open, and how many batches went there.
+        """
+        if self._degraded is None and self._reopen_warned:
+            return (
+                f"{self.path}: moved away and cannot be made again: writing on in the file "
+                f"it was ({self._reopen_failed} batches so, this run)"
+            )
         return self._degraded
 
     @property
@@ -173,13 +186,14 @@ class JsonlOutput:
             self._degraded = "stdout is closed: nothing takes the results"
             raise StdoutClosed(errno.EPIPE, "stdout is closed") from exc
 
-    @staticmethod
-    def _to_stdout(data: bytes) -> None:
+    def _to_stdout(self, data: bytes) -> None:
         """``data`` on stdout, all of it or ``OSError``.
 
         Written to its file descriptor: Python's buffered stdout takes a short write (a full
-        disk under a redirection) as a success and loses the rest, tearing a line. A file
-        under the redirection is cut back to where ``data`` began when it is refused; a pipe
+        disk under a redirection) as a success and loses the rest, tearing a line. Stdout is
+        never cut back (``> f 2>&1`` puts stderr's log lines, written meanwhile, in the same
+        file): a line a refused write left part-written is ended with a newline and counted
+        (``torn_lines``); when even that is refused, the next write starts with it. A pipe
         takes all or blocks. A stdout without a descriptor (replaced) is written as text.
         """
         try:
@@ -189,15 +203,23 @@ class JsonlOutput:
             sys.stdout.flush()
             return
         sys.stdout.flush()  # what others printed goes first
-        begin = _file_end(fd)
-        try:
-            _write_all(fd, data, "<stdout>")
-        except OSError:
-            if begin is not None:
-                with contextlib.suppress(OSError):
-                    os.ftruncate(fd, begin)
-                    os.lseek(fd, begin, os.SEEK_SET)
-            raise
+        if self._line_open:
+            data = b"\n" + data
+        written, error = _write_until_error(fd, data, "<stdout>")
+        if written:
+            self._line_open = data[written - 1 : written] != b"\n"
+        if error is None:
+            return
+        if written and self._line_open:  # this write tore a line
+            self._torn_lines += 1
+            log.warning(
+                "stdout: a line left part-written by a refused write (%s) is ended there; "
+                "its window is written again later",
+                error,
+            )
+        if self._line_open:
+            self._line_open = not _end_line(fd)
+        raise error
 
     def _current_fd_locked(self) -> tuple[int, int]:
         """The open file and its size, or a new one when ``path`` no longer names it.
@@ -275,6 +297,7 @@ class JsonlOutput:
 
         ``reopen_failed``: the batches written on in the file it had open, its path moved
         away and no new file to be made there (a folder in its place, its folder gone).
+        ``torn_lines``: lines on stdout a refused write left part-written (ended there).
         """
         return {
             "messages": self._messages,
@@ -282,6 +305,7 @@ class JsonlOutput:
             "bytes_written": self._written,
             "failed": self._failed,
             "reopen_failed": self._reopen_failed,
+            "torn_lines": self._torn_lines,
         }
 
     def stop(self, timeout: float = 5.0) -> None:
@@ -294,30 +318,35 @@ class JsonlOutput:
             self._stdout = False
 
 
-def _file_end(fd: int) -> int | None:
-    """Where the next write to ``fd`` lands when it is a regular file, else ``None``.
-
-    Its size when opened for appending (``>>``), else its offset (``>``).
-    """
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            return None  # a pipe, a terminal: nothing to cut back
-        if fcntl.fcntl(fd, fcntl.F_GETFL) & os.O_APPEND:
-            return st.st_size
-        return os.lseek(fd, 0, os.SEEK_CUR)
-    except OSError:
-        return None
-
-
 def _write_all(fd: int, data: bytes, name: str) -> None:
     """Every byte of ``data`` to ``fd``, or ``OSError`` (a write that takes nothing too)."""
+    _written, error = _write_until_error(fd, data, name)
+    if error is not None:
+        raise error
+
+
+def _write_until_error(fd: int, data: bytes, name: str) -> tuple[int, OSError | None]:
+    """Write ``data`` to ``fd`` until done or refused: the bytes written, and the error."""
     view = memoryview(data)
-    while view:
-        n = os.write(fd, view)
-        if n == 0:  # nothing taken, no error: as good as full
-            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), name)
-        view = view[n:]
+    written = 0
+    try:
+        while view:
+            n = os.write(fd, view)
+            if n == 0:  # nothing taken, no error: as good as full
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), name)
+            view = view[n:]
+            written += n
+    except OSError as exc:
+        return written, exc
+    return written, None
+
+
+def _end_line(fd: int) -> bool:
+    """A newline on ``fd``; whether it was taken."""
+    try:
+        return os.write(fd, b"\n") == 1
+    except OSError:
+        return False
 
 
 def _cut_torn_tail(fd: int, path: str, chunk: int = 64 * 1024) -> int:

@@ -11,6 +11,13 @@ began to fail. A window that no part took is refused at once, as the first part'
 
 A batch without callbacks (health, status, error events: nobody retries them) goes to every
 part that holds nothing; the first error is raised once all were tried.
+
+A held window stays in flight for its caller, so a drain (the agent's stop or reload) would
+wait for it until its timeout. :meth:`TeeOutput.give_up_held` ends that: each held window
+gets a last try, and what its part still refuses is given up (``on_given_up`` once the other
+parts settled it): not durable, its files stay for the next run. :meth:`TeeOutput.stop` does
+it before it stops the outputs. A part that takes a given-up window later (a retry under way
+then) settles nothing: its window was settled once.
 """
 
 from __future__ import annotations
@@ -33,7 +40,10 @@ RETRY_MAX_S = 30.0  # ... up to this
 
 
 class _Settle:
-    """Counts the parts that settled a batch; its callback fires once all did."""
+    """Counts the parts that settled a batch; its callback fires once all did.
+
+    Each part settles through its own :class:`_Share`, at most once.
+    """
 
     def __init__(
         self,
@@ -61,13 +71,39 @@ class _Settle:
         if done and callback is not None:
             callback()
 
+    def share(self) -> _Share:
+        """One part's say in the batch: its first ``durable`` or ``given_up`` counts."""
+        return _Share(self)
+
+
+class _Share:
+    """One part's settling of a batch; only the first call counts."""
+
+    def __init__(self, settle: _Settle) -> None:
+        self._settle = settle
+        self._lock = threading.Lock()
+        self._done = False
+
+    def durable(self) -> None:
+        if self._claim():
+            self._settle.durable()
+
+    def given_up(self) -> None:
+        if self._claim():
+            self._settle.given_up()
+
+    def _claim(self) -> bool:
+        with self._lock:
+            first, self._done = not self._done, True
+        return first
+
 
 @dataclass(frozen=True)
 class _Held:
-    """A window one part refused after another took it."""
+    """A window one part refused after another took it, with that part's share of it."""
 
     messages: Sequence[OutMessage]
-    settle: _Settle
+    share: _Share
 
 
 @dataclass
@@ -124,14 +160,15 @@ class TeeOutput:
             if not window and part.held:
                 first = first or self._again(part.error)
                 continue
+            share = settle.share()
             try:
-                part.output.publish_batch(messages, settle.durable, settle.given_up)
+                part.output.publish_batch(messages, share.durable, share.given_up)
                 taken += 1
             except Exception as exc:
                 if window and taken == 0:
                     raise  # no part has it: refused as a whole
                 if window:
-                    self._hold(part, _Held(messages, settle), exc)
+                    self._hold(part, _Held(messages, share), exc)
                 else:
                     first = first or exc
         if first is not None:
@@ -154,13 +191,14 @@ class TeeOutput:
                     return
                 head = part.held[0]
             try:
-                part.output.publish_batch(head.messages, head.settle.durable, head.settle.given_up)
+                part.output.publish_batch(head.messages, head.share.durable, head.share.given_up)
             except Exception as exc:  # noqa: BLE001 - kept, raised to whoever brings a window
                 with self._lock:
                     part.error = exc
                 return
             with self._lock:
-                part.held.popleft()
+                if part.held and part.held[0] is head:  # else given up meanwhile
+                    part.held.popleft()
                 if not part.held:
                     part.error = None
                     log.info("%s takes windows again", _name(part.output))
@@ -233,10 +271,34 @@ class TeeOutput:
                 out[k] = out.get(k, 0) + v
         return out
 
-    def stop(self, timeout: float = 5.0) -> None:
-        """Give held windows a last try, then stop every output, in order, each ``timeout``.
+    def give_up_held(self) -> int:
+        """A last try for each held window, then give up what is still refused; how many.
 
-        Windows still held are not durable: their files stay for the next run.
+        A given-up window is not durable: ``on_given_up`` fires once its other parts settled
+        it, and its files stay for the next run. Nothing then waits for it (a drain).
+        """
+        self.retry_held()
+        with self._lock:
+            given = [h for p in self._parts for h in p.held]
+            for part in self._parts:
+                part.held.clear()
+                part.error = None
+        if given:
+            log.warning(
+                "%d window(s) not taken by every output: given up, their files stay for the "
+                "next run",
+                len(given),
+            )
+        for held in given:
+            held.share.given_up()
+        return len(given)
+
+    def stop(self, timeout: float = 5.0) -> None:
+        """Give up held windows after a last try, then stop every output, in order.
+
+        A retry under way (the timer's) is waited for, ``timeout`` at most, before the last
+        try and before the outputs stop; each output gets ``timeout``. See
+        :meth:`give_up_held`.
         """
         with self._lock:
             self._stopped = True
@@ -245,12 +307,7 @@ class TeeOutput:
             timer.cancel()
         if self._retrying.acquire(timeout=timeout):  # a retry under way (the timer's) ends
             self._retrying.release()  # before the last try and before the outputs stop
-        self.retry_held()
-        if self.held:
-            log.warning(
-                "%d window(s) not taken by every output: their files stay for the next run",
-                self.held,
-            )
+        self.give_up_held()
         for o in self.outputs:
             o.stop(timeout)
 

@@ -83,6 +83,8 @@ class Entry:
     message: OutMessage
     batch: PublishBatch
     done: bool = field(default=False)
+    on_sent: Callable[[OutMessage], None] | None = None
+    """Called with the message once it is acknowledged or spooled (not when given up)."""
 
     @property
     def size(self) -> int:
@@ -93,6 +95,11 @@ class Entry:
         """Count this message toward its batch (once; later calls do nothing)."""
         if not self.done:
             self.done = True
+            if self.on_sent is not None:
+                try:
+                    self.on_sent(self.message)
+                except Exception:  # noqa: BLE001 - a bad callback must not stop publishing
+                    log.exception("on_sent callback failed")
             self.batch.done()
 
     def abandon(self) -> None:

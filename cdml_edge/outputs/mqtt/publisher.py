@@ -221,16 +221,19 @@ class MqttPublisher:
         messages: Sequence[OutMessage],
         on_durable: Callable[[], None] | None = None,
         on_given_up: Callable[[], None] | None = None,
+        *,
+        on_sent: Callable[[OutMessage], None] | None = None,
     ) -> None:
         """Queue messages; ``on_durable`` fires once each is PUBACKed or spooled.
 
         ``on_given_up`` instead once the batch is settled, when a message of it can never be
         delivered (larger than the spool or than the broker's Maximum Packet Size).
+        ``on_sent`` gets each message once it is PUBACKed or spooled, never one given up.
         """
         if self._closing or self._closed:
             raise PublisherClosed("publish_batch after stop()")
         batch = PublishBatch(len(messages), on_durable, on_given_up)
-        entries = [Entry(m, batch) for m in messages]
+        entries = [Entry(m, batch, on_sent=on_sent) for m in messages]
         overflow: list[Entry] = []
         if self._connected:
             for entry in entries:
@@ -289,6 +292,10 @@ class MqttPublisher:
             }
         )
         return out
+
+    def counted(self, key: str) -> int:
+        """The counter ``key`` of :meth:`stats` that :meth:`add_count` keeps (0 if none)."""
+        return self._counts.get(key, 0)
 
     def add_count(self, key: str, n: int = 1) -> None:
         """Add ``n`` to the counter ``key`` of :meth:`stats` (made at 0 if new)."""

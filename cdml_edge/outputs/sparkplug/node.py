@@ -1,8 +1,9 @@
 """The Sparkplug B edge node: topics, birth and death certificates, ``bdSeq`` and ``seq``.
 
 Formatting (pipeline threads) turns our JSON messages into NDATA / DDATA payloads without a
-``seq``; each metric's last value is remembered for the next births once the publisher took
-the message (a batch it refuses leaves the births' values as they were). The publisher's I/O
+``seq``; each metric's last value is remembered for the next births once the publisher sent
+the message (PUBACKed, or spooled to be sent): neither a message it refuses nor one it gives
+up on (larger than the spool or the broker's packet limit) shows in a birth. The publisher's I/O
 thread asks it, on its own schedule: the NDEATH Last Will before every CONNECT (``bdSeq``
 one up, kept in a file across restarts), the NBIRTH (``seq`` 0) and a DBIRTH per device
 after every CONNACK and on an NCMD ``Node Control/Rebirth``, and the ``seq`` of each
@@ -65,6 +66,8 @@ class DataMessage(NamedTuple):
     payload: bytes
     source: str | None
     values: dict[str, Any]
+    made: int = 0
+    """Its place in the order the node made data messages: a later one's values win."""
 
 
 def now_ms() -> int:
@@ -103,6 +106,8 @@ class SparkplugNode:
         self._lock = threading.Lock()
         self._devices: dict[str, dict[str, tuple[int, MetricSpec]]] = {}
         self._last: dict[str | None, dict[str, Any]] = {None: {}}
+        self._made_of: dict[str | None, dict[str, int]] = {}  # what made each of _last
+        self._made = 0  # data messages made
         self._bdseq_file = bdseq_file
         self.bdseq = self._read_bdseq()
         self.seq = 0
@@ -146,6 +151,8 @@ class SparkplugNode:
         ts = now_ms()
         values: dict[str, Any] = {}
         with self._lock:
+            self._made += 1
+            made = self._made
             if source is not None and source not in self._devices:
                 self._add_device(source)
                 self._rebirth = True
@@ -157,13 +164,20 @@ class SparkplugNode:
                 set_value(metric, spec.datatype, value)
         kind_name = "NDATA" if source is None else "DDATA"
         return DataMessage(
-            self.topic(kind_name, source), payload.SerializeToString(), source, values
+            self.topic(kind_name, source), payload.SerializeToString(), source, values, made
         )
 
     def remember(self, data: DataMessage) -> None:
-        """``data`` was taken for publishing: the next births show its values."""
+        """``data`` was published (or spooled): the next births show its values.
+
+        A value of a message made after ``data`` and remembered before it stays.
+        """
         with self._lock:
-            self._last.setdefault(data.source, {}).update(data.values)
+            last = self._last.setdefault(data.source, {})
+            made = self._made_of.setdefault(data.source, {})
+            for name, value in data.values.items():
+                if made.get(name, -1) <= data.made:
+                    last[name], made[name] = value, data.made
 
     def _add_device(self, name: str) -> None:
         """``name`` becomes a device: the alias block it had before, else the next free one."""
@@ -174,6 +188,7 @@ class SparkplugNode:
             self._write_devices()
         self._devices[name] = device_aliases(index)
         self._last[name] = {}
+        self._made_of[name] = {}
 
     # ------------------------------------------------------------------ the I/O thread's
     def connecting(self) -> tuple[str, bytes]:

@@ -14,7 +14,7 @@ import json
 from collections.abc import Callable, Sequence
 
 from cdml_edge.config import AppConfig
-from cdml_edge.outputs.mqtt.publisher import MqttPublisher, OutputUnavailable
+from cdml_edge.outputs.mqtt.publisher import MqttPublisher
 from cdml_edge.outputs.sparkplug.node import DataMessage, SparkplugNode
 from cdml_edge.outputs.sparkplug.proto import payload_class
 from cdml_edge.outputs.tee import TeeOutput
@@ -38,7 +38,8 @@ class SparkplugOutput(TeeOutput):
     ) -> None:
         """Format ``messages`` and queue them; ``on_durable`` as the publisher calls it.
 
-        The births show the values of what the publisher took, never of what it refused.
+        The births show the values of what the publisher sent (PUBACKed or spooled), never
+        of what it refused or gave up on.
         """
         formatted = [self._format(m) for m in messages]
         out = [m for m, _ in formatted if m is not None]
@@ -46,18 +47,14 @@ class SparkplugOutput(TeeOutput):
             if on_durable is not None:
                 on_durable()
             return
-        try:
-            self.publisher.publish_batch(out, on_durable, on_given_up)
-        except OutputUnavailable as exc:
-            refused = {id(m) for m in exc.refused}
-            self._remember([(m, d) for m, d in formatted if id(m) not in refused])
-            raise
-        self._remember(formatted)
+        data = {id(m): d for m, d in formatted if m is not None and d is not None}
 
-    def _remember(self, formatted: list[tuple[OutMessage | None, DataMessage | None]]) -> None:
-        for _, data in formatted:
-            if data is not None:
-                self.node.remember(data)
+        def sent(message: OutMessage) -> None:
+            made = data.get(id(message))
+            if made is not None:
+                self.node.remember(made)
+
+        self.publisher.publish_batch(out, on_durable, on_given_up, on_sent=sent)
 
     def format(self, message: OutMessage) -> OutMessage | None:
         """The Sparkplug message of ``message``; ``None`` for the status.
