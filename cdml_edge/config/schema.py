@@ -258,6 +258,13 @@ class SourceConfig(_ConfigSection):
         description="Without a close-write: a file is complete once the agent has seen it "
         "unchanged for this long (files present at start too).",
     )
+    settle: Duration = Field(
+        0.0,
+        ge=0,
+        description="Folder: a file complete by its close-write (or rename) is taken only after "
+        "this long without another write or close-write (writers that close and reopen to "
+        "append); adds this much latency. 0 = taken on its close-write.",
+    )
     polling: bool = Field(
         False, description="Use a polling observer (network mounts) instead of inotify."
     )

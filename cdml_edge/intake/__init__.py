@@ -4,6 +4,7 @@ from cdml_edge.intake.base import (
     ErrorSink,
     FileTooLarge,
     FileUnreadable,
+    FolderReadable,
     FolderUnreadable,
     IntakeFault,
     ItemSink,
@@ -11,6 +12,7 @@ from cdml_edge.intake.base import (
     NotRegularFile,
     SourceError,
     SourceStats,
+    SubfolderUnreadable,
     WatchLost,
 )
 from cdml_edge.intake.camera.source import CameraSource, CameraSpec
@@ -26,6 +28,7 @@ __all__ = [
     "FileTooLarge",
     "FileUnreadable",
     "FolderSource",
+    "FolderReadable",
     "FolderSpec",
     "FolderUnreadable",
     "IntakeFault",
@@ -34,6 +37,7 @@ __all__ = [
     "NotRegularFile",
     "SourceError",
     "SourceStats",
+    "SubfolderUnreadable",
     "WatchLost",
     "is_candidate",
 ]

@@ -83,6 +83,34 @@ class FolderUnreadable(SourceError):
         super().__init__(path, f"the folder cannot be read ({why}): its files wait until it can")
 
 
+class SubfolderUnreadable(FolderUnreadable):
+    """A subfolder of a ``recursive`` source cannot be listed, searched or watched.
+
+    A state of that subfolder: reported when it begins (the event's item names it), checked
+    again every second, its files taken (the tree watched again and rescanned) once it ends.
+    """
+
+    stage = "subfolder_unreadable"
+
+    def __init__(self, path: Path | str, why: str) -> None:
+        SourceError.__init__(
+            self, path, f"the subfolder cannot be read ({why}): its files wait until it can"
+        )
+
+
+class FolderReadable(SourceError):
+    """The end of a :class:`FolderUnreadable` (or :class:`SubfolderUnreadable`) state.
+
+    Not a failure: the folder can be read again (and is rescanned), or a subfolder is gone.
+    """
+
+    stage = "folder_readable"
+
+    def __init__(self, path: Path | str, *, gone: bool = False) -> None:
+        said = "is gone: no longer waited for" if gone else "can be read again: rescanned"
+        super().__init__(path, said)
+
+
 class NotRegularFile(SourceError):
     """A FIFO, socket, device or folder where a file was expected: never opened, left."""
 

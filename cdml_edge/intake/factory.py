@@ -55,6 +55,7 @@ def make_source(
         modality=sc.modality,
         patterns=tuple(sc.patterns) or default_patterns(sc.modality),
         stable_seconds=sc.stable_seconds,
+        settle=sc.settle,
         polling=sc.polling,
         max_file_bytes=sc.window.max_bytes,
         follow_symlinks=sc.follow_symlinks,

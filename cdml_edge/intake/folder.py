@@ -12,6 +12,11 @@ match) is not taken again under its new name (counted in ``stats.renamed``, see
 is reported once through the error sink and left where it is, and any other exception
 while taking one file becomes an :class:`~.base.IntakeFault` (the caller quarantines it).
 
+A folder the agent may not read is a state of the source (an event when it begins and one
+when it ends, :attr:`FolderSource.degraded` meanwhile); so is each subfolder of a
+``recursive`` source (:mod:`~.subfolders`). With ``settle`` a file complete by an event waits
+until it has had no write or close-write for that long (writers that reopen to append).
+
 The scanner runs as one supervised part (``src-<name>``) that also watches the watch: when
 the folder is deleted, moved or unmounted it dies with :class:`~.base.WatchLost`, and its
 restart arms a new watch (making the folder again) and rescans.
@@ -52,6 +57,7 @@ from cdml_edge.intake.base import (
     ErrorSink,
     FileTooLarge,
     FileUnreadable,
+    FolderReadable,
     FolderUnreadable,
     IntakeFault,
     ItemSink,
@@ -59,6 +65,7 @@ from cdml_edge.intake.base import (
     NotRegularFile,
     SourceError,
     SourceStats,
+    SubfolderUnreadable,
     WatchLost,
 )
 from cdml_edge.intake.budget import ByteBudget
@@ -73,6 +80,7 @@ from cdml_edge.intake.regular import (
     read_regular,
     target_of,
 )
+from cdml_edge.intake.subfolders import UnreadableSubfolders, unreadable_why
 from cdml_edge.supervisor import Spawn, Worker, plain_thread
 from cdml_edge.window.items import FileIdentity, Item
 from cdml_edge.window.payloads import item_id
@@ -116,6 +124,7 @@ class FolderSpec:
     follow_symlinks: bool = False  # follow links, only to files inside path or link_roots
     link_roots: tuple[Path, ...] = ()
     keep: bool = False  # on_done: keep: the files are the user's, a fault never moves one
+    settle: float = 0.0  # s without a write or close-write after a close-write (0: taken on it)
 
 
 class _Handler(FileSystemEventHandler):
@@ -126,6 +135,9 @@ class _Handler(FileSystemEventHandler):
 
     def on_any_event(self, event: FileSystemEvent) -> None:
         if event.is_directory:
+            if not isinstance(event, _events.DirDeletedEvent):  # made, moved in, its mode
+                where = event.dest_path if isinstance(event, _events.DirMovedEvent) else None
+                self._owner._folder_event(_as_str(where or event.src_path))
             return
         path = _as_str(event.dest_path if isinstance(event, FileMovedEvent) else event.src_path)
         try:
@@ -190,7 +202,11 @@ class FolderSource:
         self._scan_interval = scan_interval
         self._links = LinkPolicy.of(spec.follow_symlinks, spec.path, spec.link_roots)
         self.files = PendingFiles(
-            spec.max_pending, spec.stable_seconds, spec.polling, _kept_record(spec)
+            spec.max_pending,
+            spec.stable_seconds,
+            spec.polling,
+            _kept_record(spec),
+            settle_seconds=spec.settle,
         )
         self._scan: Iterator[str] | None = None  # the full pass over the folder in progress
         self._stopped = threading.Event()
@@ -203,6 +219,9 @@ class FolderSource:
         self._check_at = 0.0  # monotonic time the folder's readability is checked next
         self.unreadable_episodes = 0
         self._unreadable_files: dict[str, tuple[FileIdentity, int]] = {}  # path -> (id, mode)
+        self.subfolders = UnreadableSubfolders(spec.path)  # recursive: those it cannot read
+        self._subfolders_check_at = 0.0  # monotonic time they are checked again
+        self.unreadable_subfolder_episodes = 0
         self._observer: Any = None
         self._inotify: inotify.InotifyWatch | None = None
         self._thread: Worker = spawn(f"src-{spec.name}", self._run)
@@ -284,7 +303,8 @@ class FolderSource:
     @property
     def degraded(self) -> str | None:
         """Why the folder is watched less well than configured now, or ``None``."""
-        why = [w for w in (self._unreadable, self._polled_because) if w]
+        subs = self.subfolders.describe() if self.spec.recursive else None
+        why = [w for w in (self._unreadable, subs, self._polled_because) if w]
         return "; ".join(why) or None
 
     def _arm(self) -> None:
@@ -444,14 +464,64 @@ class FolderSource:
         log.warning(
             "%s: %s can be read again: rescanning it", self.spec.name, log_name(self.spec.path)
         )
+        self._on_error(self.spec.name, None, FolderReadable(self.spec.path), None)
         if self._watch_alive():
             self._initial_scan()
         else:  # watchdog's polling observer stops on a folder it cannot list
             self._arm()
 
-    def _denied(self) -> None:
-        """An entry could not be looked up for a lack of permission: check the folder now."""
+    def _denied(self, path: str | None = None) -> None:
+        """An entry could not be looked up for a lack of permission: check the folder now.
+
+        With ``path`` in a ``recursive`` source, the subfolders above it are checked too.
+        """
         self._check_at = 0.0
+        if path is not None and self.spec.recursive:
+            self.subfolders.suspect(os.path.dirname(path))
+
+    # -- unreadable subfolders (recursive) ------------------------------------------------
+    def _folder_event(self, folder: str) -> None:
+        """Watchdog saw a folder made, moved in or changed: look at it (a recursive source)."""
+        if self.spec.recursive and folder != str(self.spec.path):
+            self.subfolders.suspect(folder)
+
+    def _check_subfolders(self) -> None:
+        """Look at the folders suspected; once a second, at those unreadable.
+
+        One readable again (or gone) ends its state (an event each); then the tree is
+        watched again (watchdog adds the watches it could not) and rescanned.
+        """
+        for folder in self.subfolders.suspects():
+            found = self.subfolders.first_unreadable(folder)
+            if found is not None:
+                self._subfolder_unreadable(*found)
+        now = time.monotonic()
+        if not len(self.subfolders) or now < self._subfolders_check_at:
+            return
+        self._subfolders_check_at = now + READABLE_CHECK_S
+        ended = self.subfolders.ended()
+        for folder, gone in ended:
+            log.warning(
+                "%s: %s %s: rescanning the tree",
+                self.spec.name,
+                log_name(folder),
+                "is gone" if gone else "can be read again",
+            )
+            event = FolderReadable(folder, gone=gone)
+            self._on_error(self.spec.name, self._name(folder), event, None)
+        if ended:
+            self.rescans += 1
+            self._arm()
+
+    def _subfolder_unreadable(self, folder: str, why: str) -> None:
+        """``folder`` cannot be read: reported once, until it can (:meth:`_check_subfolders`)."""
+        if not self.subfolders.add(folder, why):
+            return
+        self.unreadable_subfolder_episodes += 1
+        self.stats.errors += 1
+        exc = SubfolderUnreadable(folder, why)
+        log.warning("%s: %s", self.spec.name, log_name(exc))
+        self._on_error(self.spec.name, self._name(folder), exc, None)
 
     def _unreadable_file(self, path: str, exc: FileUnreadable) -> None:
         """A file the agent may not open: reported once until its content or mode changes.
@@ -492,7 +562,7 @@ class FolderSource:
         try:
             lst = os.lstat(path)
         except PermissionError:  # the folder may not be searched: the readability check says
-            self._denied()
+            self._denied(path)
             return
         except OSError:
             return
@@ -580,11 +650,38 @@ class FolderSource:
     def _entries(self) -> Iterator[str]:
         """The folder's entries, read lazily (a pass holds one directory stream, not a list)."""
         if self.spec.recursive:
-            yield from (str(p) for p in self.spec.path.rglob("*"))
+            yield from self._walk()
             return
         with os.scandir(self.spec.path) as it:
             for entry in it:
                 yield entry.path
+
+    def _walk(self) -> Iterator[str]:
+        """The tree's entries but folders; an unreadable subfolder is not entered: that state.
+
+        Links to folders are entries, not followed into. The top folder's errors are the
+        caller's (:meth:`_feed_scan`).
+        """
+        top = str(self.spec.path)
+        stack = [top]
+        while stack:
+            folder = stack.pop()
+            why = None if folder == top else unreadable_why(folder)
+            if why is not None:
+                self._subfolder_unreadable(folder, why)
+                continue
+            try:
+                with os.scandir(folder) as it:
+                    for entry in it:
+                        if entry.is_dir(follow_symlinks=False):
+                            stack.append(entry.path)
+                        else:
+                            yield entry.path
+            except OSError as exc:
+                if folder == top:
+                    raise
+                if isinstance(exc, PermissionError):
+                    self._subfolder_unreadable(folder, exc.strerror or str(exc))
 
     def _initial_scan(self) -> None:
         """Start a full pass over the folder: every candidate noticed as not complete yet.
@@ -649,6 +746,8 @@ class FolderSource:
                 raise WatchLost(
                     self.spec.path, "the watch stopped (folder deleted, moved or unmounted)"
                 )
+            if self.spec.recursive:
+                self._check_subfolders()
             self._rescan_if_room()
             self.files.flush_kept()  # what the record held while its disk was full
             ready = [] if self._paused else self.files.ready()
@@ -787,20 +886,8 @@ def _kept_record(spec: FolderSpec) -> KeptFiles:
 
 
 def _unreadable(folder: Path) -> str | None:
-    """Why ``folder`` cannot be listed or searched (its permissions), or ``None``.
-
-    One ``open`` of ``folder/.`` for reading: it needs both (``x`` to reach ``.``, ``r`` to
-    open it). A folder gone is not unreadable: the watch's check deals with it.
-    """
-    flags = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_CLOEXEC", 0)
-    try:
-        fd = os.open(os.path.join(folder, "."), flags)
-    except PermissionError as exc:
-        return exc.strerror or str(exc)
-    except OSError:
-        return None
-    os.close(fd)
-    return None
+    """Why ``folder`` cannot be listed or searched, or ``None`` (see :func:`unreadable_why`)."""
+    return unreadable_why(folder)
 
 
 def _entry(lst: os.stat_result) -> FileIdentity:

@@ -4,7 +4,11 @@ A file is complete on its close-write or its rename within the folder (``closed`
 seen being written (``writing``, inotify only) waits for its close-write; any other file
 (polling, the start-up scan, a file renamed in from another folder) once the agent has seen
 its identity (device, inode, size, mtime) unchanged for ``stable_seconds`` — a file found at
-start is never judged by its mtime alone, it may still be written. At most ``max_pending``
+start is never judged by its mtime alone, it may still be written. With ``settle_seconds`` (opt-in,
+for writers that close a file and open it again to append) a file complete by an event is
+taken only once it has had no further write or close-write for that long and its identity is
+unchanged when looked at again; a file judged by a stable identity then waits at least as
+long. A settling file is a pending file: it counts against ``max_pending``. At most ``max_pending``
 files are tracked: a file noticed beyond that stays on disk untracked and
 :meth:`PendingFiles.rescan_due` asks for a rescan of the folder once the backlog halves.
 Files taken are remembered by identity, so an unchanged one is not taken again: those in
@@ -59,6 +63,7 @@ class Pending:
     writing: bool = False  # inotify saw it written to: wait for its close-write
     seen: float = field(default_factory=time.time)  # wall time the agent first saw this version
     not_before: float = 0.0  # monotonic time before which it is not taken (a retry's backoff)
+    closed_at: float = 0.0  # monotonic time of its last close-write (what ``settle`` waits from)
 
     @property
     def size(self) -> int:
@@ -94,9 +99,11 @@ class PendingFiles:
         stable_seconds: float,
         polling: bool,
         kept: KeptFiles | None = None,
+        settle_seconds: float = 0.0,
     ) -> None:
         self.max_pending = max_pending
         self.stable_seconds = stable_seconds
+        self.settle_seconds = settle_seconds
         self.polling = polling
         self._pending: dict[str, Pending] = {}
         self._taken: dict[str, FileIdentity] = {}  # in flight, by the name each has now
@@ -175,16 +182,17 @@ class PendingFiles:
                 # full policy: the file stays on disk untracked; a rescan finds it later
                 self._overflow = True
                 return None
+            now = time.monotonic()
             if cur is None or cur.ident != ident:
                 was_writing = cur.writing if cur is not None else False
                 self._pending[path] = Pending(
-                    ident, time.monotonic(), closed, (writing or was_writing) and not closed
+                    ident, now, closed, (writing or was_writing) and not closed, closed_at=now
                 )
             elif closed:
-                cur.closed = True
-                cur.writing = False
+                cur.closed, cur.writing, cur.closed_at = True, False, now
             elif writing:
                 cur.writing = True
+                cur.closed = cur.closed and not self.settle_seconds  # written again: settle
             if closed:
                 self._cond.notify_all()
         return None
@@ -419,6 +427,15 @@ class PendingFiles:
             while len(self._held) > MAX_HELD:
                 self._held.pop(next(iter(self._held)))
 
+    @property
+    def _stable_s(self) -> float:
+        """How long a file without a close-write must be seen unchanged (``settle`` too)."""
+        return max(self.stable_seconds, self.settle_seconds)
+
+    def _settled(self, pend: Pending, now: float) -> bool:
+        """Whether a closed file had no close-write for ``settle_seconds`` (0: at once)."""
+        return now - pend.closed_at >= self.settle_seconds
+
     def rescan_due(self) -> bool:
         """Whether notices were dropped and the backlog has halved since (asked once)."""
         with self._cond:
@@ -441,7 +458,10 @@ class PendingFiles:
             for pend in self._pending.values():
                 if pend.writing and pend.not_before <= now:
                     continue
-                at = pend.not_before if pend.closed else pend.since + self.stable_seconds
+                if pend.closed:
+                    at = pend.closed_at + self.settle_seconds if self.settle_seconds else 0.0
+                else:
+                    at = pend.since + self._stable_s
                 at = max(at, pend.not_before)
                 if due is None or at < due:
                     due = at
@@ -470,15 +490,25 @@ class PendingFiles:
                 (pend.mtime_ns, path, pend.closed)
                 for path, pend in self._pending.items()
                 if pend.not_before <= now
-                and (pend.closed or (not pend.writing and now - pend.since >= self.stable_seconds))
+                and (
+                    self._settled(pend, now)
+                    if pend.closed
+                    else not pend.writing and now - pend.since >= self._stable_s
+                )
             ]
         due.sort()
+        settle = self.settle_seconds > 0
         for _, path, closed in due:
-            if closed or self._stable_mtime(path, now) is not None:
+            if closed and not settle or self._stable_mtime(path, now) is not None:
                 yield path
 
     def _stable_mtime(self, path: str, now: float) -> int | None:
-        """The mtime of ``path`` if it has been stable for ``stable_seconds``, else ``None``."""
+        """The mtime of ``path`` if it has been stable long enough, else ``None``.
+
+        Long enough: ``stable_seconds`` (or ``settle_seconds``, the longer), or for a closed
+        file ``settle_seconds`` since its close-write; a closed file whose identity changed
+        without an event (lost to an overflow) settles again from now.
+        """
         try:
             ident = FileIdentity.of(os.stat(path))
         except OSError:
@@ -489,9 +519,11 @@ class PendingFiles:
             if cur is None:
                 return None
             if ident != cur.ident:
-                cur.ident, cur.since = ident, now
+                cur.ident, cur.since, cur.closed_at = ident, now, now
                 return None
-            return cur.mtime_ns if now - cur.since >= self.stable_seconds else None
+            if cur.closed:
+                return cur.mtime_ns if self._settled(cur, now) else None
+            return cur.mtime_ns if now - cur.since >= self._stable_s else None
 
 
 def _is_at(path: str, ident: FileIdentity) -> bool:

@@ -12,11 +12,8 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import socket
-import subprocess
-import sys
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -33,28 +30,7 @@ from helpers.agent_runs import (
     wait_for,
     write_atomic,
 )
-
-DROP = "-dac_override,-dac_read_search"
-
-
-def _unprivileged(tmp_path: Path) -> list[str] | None:
-    """The prefix that runs a command unable to read a ``chmod 000`` folder, if any."""
-    prefix = (
-        [] if os.geteuid() != 0 else ["setpriv", f"--bounding-set={DROP}", f"--inh-caps={DROP}"]
-    )
-    if prefix and shutil.which("setpriv") is None:
-        return None
-    probe = tmp_path / "probe"
-    probe.mkdir(mode=0)
-    try:
-        got = subprocess.run(
-            [*prefix, sys.executable, "-c", f"import os; os.listdir({str(probe)!r})"],
-            capture_output=True,
-            timeout=30,
-        )
-    finally:
-        probe.rmdir()
-    return prefix if b"PermissionError" in got.stderr else None
+from unprivileged import unprivileged
 
 
 def _free_port() -> int:
@@ -92,6 +68,15 @@ def _scored(out: Path, name: str) -> bool:
     return any(r["item"] == name for r in of_kind(read_jsonl(out), "cam1/result"))
 
 
+def _wait_readable_event(out: Path) -> None:
+    """The folder's episode ended: its own event on the error channel, after the first."""
+    wait_for(lambda: len(_errors(out)) >= 2, what="the folder's readable-again event")
+    begun, ended, *more = _errors(out)
+    assert begun["error_type"] == "FolderUnreadable" and more == [], _errors(out)
+    assert ended["error_type"] == "FolderReadable" and ended["item"] is None, ended
+    assert "can be read again" in ended["message"], ended
+
+
 def _config(tmp_path: Path, port: int) -> Path:
     cfg = cam_config(tmp_path, "output: {jsonl: out.jsonl}\n", max_items=1)
     doc = yaml.safe_load(cfg.read_text())
@@ -106,7 +91,7 @@ def agent_run(tmp_path: Path, request: pytest.FixtureRequest) -> Any:
 
     ``locked`` (the test's parameter, if any): the folder's mode is 0 when it starts.
     """
-    prefix = _unprivileged(tmp_path)
+    prefix = unprivileged(tmp_path)
     if prefix is None:
         pytest.skip("needs setpriv (as root) or a user without permission overrides")
     port = _free_port()
@@ -153,7 +138,7 @@ def test_an_unreadable_folder_is_reported_and_rescanned_once_readable(
     cam.chmod(0o755)
     wait_for(lambda: _scored(out, "meanwhile.jpg"), what="meanwhile.jpg taken once readable")
     wait_for(lambda: _healthz(port)[0] == 200, what="/healthz 200 again")
-    assert len(_errors(out)) == 1  # one event for the episode
+    _wait_readable_event(out)  # the episode: one event when it began, one when it ended
     assert "can be read again" in log.read_text()
     # on_done: delete, as any scored file (after its result is written: waited for)
     wait_for(lambda: not (cam / "meanwhile.jpg").exists(), what="meanwhile.jpg deleted")
@@ -202,4 +187,4 @@ def test_a_folder_unreadable_at_start_is_the_same_state_and_watched_once_readabl
     write_atomic(cam / "late.jpg", jpeg(90))  # watched now: taken on its event
     wait_for(lambda: _scored(out, "late.jpg"), what="late.jpg's result")
     wait_for(lambda: _healthz(port)[0] == 200, what="/healthz 200 again")
-    assert len(_errors(out)) == 1
+    _wait_readable_event(out)

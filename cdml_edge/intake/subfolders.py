@@ -1,0 +1,121 @@
+"""The subfolders of a ``recursive`` folder source that cannot be read, one state each.
+
+A subfolder the agent may not list or search (``chmod 000``, another owner) cannot be
+scanned, and inotify refuses its watch (watchdog skips such a folder silently), so its files
+are never announced. :class:`UnreadableSubfolders` remembers each such subfolder (the
+topmost one of a branch, at most :data:`MAX_UNREADABLE_DIRS`) with why, so the source reports
+it once, shows it in ``degraded``, checks it again every second and, once it can be read (or
+is gone), ends its state: the source then watches the tree again and rescans it.
+
+Folders to look at come from the scan (which does not enter an unreadable one), from a
+file in a subfolder that could not be looked up and from watchdog's folder events (a folder
+made, moved in or changed mode); those arrive from the observer's thread (:meth:`suspect`)
+and are looked at in the source's own thread (:meth:`suspects`).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from pathlib import Path
+
+from cdml_edge.fsio import display_name
+
+MAX_UNREADABLE_DIRS = 1024  # subfolders remembered unreadable (beyond: the oldest forgotten)
+MAX_SUSPECTS = 4096  # folders waiting to be looked at (beyond: dropped; the scan finds them)
+SHOWN = 5  # subfolders named in ``degraded``
+
+
+def unreadable_why(folder: Path | str) -> str | None:
+    """Why ``folder`` cannot be listed or searched (its permissions), or ``None``.
+
+    One ``open`` of ``folder/.`` for reading: it needs both (``x`` to reach ``.``, ``r`` to
+    open it; what ``inotify_add_watch`` needs too). A folder gone is not unreadable.
+    """
+    flags = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_CLOEXEC", 0)
+    try:
+        fd = os.open(os.path.join(folder, "."), flags)
+    except PermissionError as exc:
+        return exc.strerror or str(exc)
+    except OSError:
+        return None
+    os.close(fd)
+    return None
+
+
+class UnreadableSubfolders:
+    """The unreadable subfolders of one tree, and the folders to look at (thread-safe)."""
+
+    def __init__(self, top: Path) -> None:
+        self.top = top
+        self._why: dict[str, str] = {}  # subfolder path -> why it cannot be read
+        self._suspects: dict[str, None] = {}  # folders to look at, in order
+        self._lock = threading.Lock()
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._why)
+
+    def __contains__(self, folder: str) -> bool:
+        with self._lock:
+            return folder in self._why
+
+    def suspect(self, folder: str) -> None:
+        """Look at ``folder`` (and the folders above it) in the source's thread."""
+        with self._lock:
+            if len(self._suspects) < MAX_SUSPECTS:
+                self._suspects[folder] = None
+
+    def suspects(self) -> list[str]:
+        """The folders to look at now (forgotten here)."""
+        with self._lock:
+            out, self._suspects = list(self._suspects), {}
+        return out
+
+    def first_unreadable(self, folder: str) -> tuple[str, str] | None:
+        """The topmost subfolder from the top down to ``folder`` that cannot be read, and why."""
+        try:
+            parts = Path(folder).relative_to(self.top).parts
+        except ValueError:
+            return None
+        at = self.top
+        for part in parts:
+            at = at / part
+            why = unreadable_why(at)
+            if why is not None:
+                return str(at), why
+        return None
+
+    def add(self, folder: str, why: str) -> bool:
+        """Remember ``folder`` unreadable; ``True`` when it was not already (to report)."""
+        with self._lock:
+            if folder in self._why:
+                return False
+            if len(self._why) >= MAX_UNREADABLE_DIRS:
+                self._why.pop(next(iter(self._why)))
+            self._why[folder] = why
+            return True
+
+    def ended(self) -> list[tuple[str, bool]]:
+        """The subfolders readable again or gone (forgotten here), each with ``gone``."""
+        with self._lock:
+            folders = list(self._why)
+        out = [(f, not os.path.isdir(f)) for f in folders if unreadable_why(f) is None]
+        with self._lock:
+            for folder, _ in out:
+                self._why.pop(folder, None)
+        return out
+
+    def describe(self) -> str | None:
+        """What ``degraded`` says of them, or ``None`` when there are none."""
+        with self._lock:
+            items = list(self._why.items())
+        if not items:
+            return None
+        names = [display_name(os.path.relpath(f, self.top)) for f, _ in items[:SHOWN]]
+        more = f" and {len(items) - SHOWN} more" if len(items) > SHOWN else ""
+        whys = sorted({why for _, why in items})
+        return (
+            f"subfolder{'s' if len(items) > 1 else ''} unreadable ({', '.join(whys)}): "
+            f"{', '.join(names)}{more}: no file taken there until it can be read"
+        )
