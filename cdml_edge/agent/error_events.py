@@ -87,7 +87,8 @@ class ErrorReporter:
         file the error says to quarantine (too large for any window, failed to be taken) is;
         one it says to leave in place (a keep folder's) is counted as such.
         """
-        self.metrics.errors.labels(stage=getattr(exc, "stage", "read")).inc()
+        if getattr(exc, "failure", True):  # the end of a state is reported, not counted
+            self.metrics.errors.labels(stage=getattr(exc, "stage", "read")).inc()
         dest, message = None, str(exc)
         if getattr(exc, "quarantine", False) and path is not None and name is not None:
             dest, left = self.lifecycle.quarantine_or_leave(source, name, path, None)

@@ -30,11 +30,14 @@ class SourceError(CdmlError):
 
     ``left_in_place``: a file the error would have quarantined, left where it is because it
     belongs to an ``on_done: keep`` folder (counted in ``FileLifecycle.left_in_place``).
+    ``failure``: False for the end of a state (:class:`FolderReadable`), reported on the
+    same channel but not counted as an error.
     """
 
     stage = "read"
     quarantine = False
     left_in_place = False
+    failure = True
 
     def __init__(self, path: Path | str, message: str) -> None:
         super().__init__(f"{display_name(str(path))}: {message}")
@@ -105,6 +108,7 @@ class FolderReadable(SourceError):
     """
 
     stage = "folder_readable"
+    failure = False
 
     def __init__(self, path: Path | str, *, gone: bool = False) -> None:
         said = "is gone: no longer waited for" if gone else "can be read again: rescanned"

@@ -219,8 +219,11 @@ class LiveWatch:
     def _input_error(
         self, source: str, name: str | None, exc: Exception, path: Path | None
     ) -> None:
-        """A file that could not be taken: counted, quarantined when the error says so."""
-        self.stats.input_errors += 1
+        """A file that could not be taken: counted, quarantined when the error says so.
+
+        The end of a state (a folder readable again) is noted, not counted.
+        """
+        self.stats.input_errors += bool(getattr(exc, "failure", True))
         self.stats.note(str(exc))
         log.warning("%s: %s", source, log_name(exc))
         if path is None or not getattr(exc, "quarantine", False):
