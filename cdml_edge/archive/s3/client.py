@@ -13,6 +13,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, fields
 from typing import Any
 
+from cdml_edge.archive.s3.settings import min_rate_from_env
 from cdml_edge.backoff import backoff_delay
 
 DEFAULT_CONCURRENCY = 8
@@ -27,6 +28,12 @@ class RetryPolicy:
     exponential backoff and full jitter between them. A timeout botocore has already
     retried is not retried again: a hung endpoint fails after ``botocore_attempts``
     timeouts (90 s with the defaults), not ``attempts`` times that many.
+
+    ``read_timeout`` bounds one socket read, not a request: a server that trickles a byte
+    inside each would never time out. Each attempt also has a deadline,
+    :meth:`deadline` (``deadline_base`` plus its bytes at ``min_rate`` bytes/s); past it
+    the attempt is dropped and retried like a broken body. ``min_rate`` defaults to
+    ``$CDML_EDGE_S3_MIN_RATE`` (else 32 KiB/s); ``0`` turns the deadline off.
     """
 
     attempts: int = 4
@@ -35,6 +42,14 @@ class RetryPolicy:
     botocore_attempts: int = 3
     connect_timeout: float = 10.0
     read_timeout: float = 30.0
+    min_rate: float = field(default_factory=min_rate_from_env)
+    deadline_base: float = 60.0
+
+    def deadline(self, nbytes: int) -> float | None:
+        """Seconds one attempt to fetch ``nbytes`` may last in all (``None``: no bound)."""
+        if self.min_rate <= 0:
+            return None
+        return self.deadline_base + nbytes / self.min_rate
 
     def delay(self, attempt: int) -> float:
         """Seconds to sleep before retry ``attempt`` (full jitter, at most ``max_delay``)."""

@@ -13,6 +13,8 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING
 
+from cdml_edge.units import size_from_env
+
 if TYPE_CHECKING:
     from cdml_edge.config import S3Config
 
@@ -20,6 +22,10 @@ ENDPOINT_ENV = "CDML_EDGE_S3_ENDPOINT"
 REGION_ENV = "CDML_EDGE_S3_REGION"
 INDEX_CACHE_ENV = "CDML_EDGE_S3_INDEX_CACHE"
 INDEX_CACHE_BYTES_ENV = "CDML_EDGE_S3_INDEX_CACHE_BYTES"
+#: the slowest transfer a request may average, bytes/s (``0``: no deadline)
+MIN_RATE_ENV = "CDML_EDGE_S3_MIN_RATE"
+#: default of :data:`MIN_RATE_ENV`: 16 MiB (the longest coalesced GET) in 512 s + 60 s
+DEFAULT_MIN_RATE = 32 << 10
 #: values of ``CDML_EDGE_S3_INDEX_CACHE`` that turn the index cache off
 CACHE_OFF = frozenset({"off", "0", "none", "false", "no"})
 
@@ -41,19 +47,33 @@ def index_cache_dir() -> str | None:
     return value or default_index_cache_dir()
 
 
+def min_rate_from_env() -> float:
+    """The minimum rate of a request in bytes/s: ``$CDML_EDGE_S3_MIN_RATE`` or 32 KiB/s.
+
+    Written as a size (``32768``, ``32KiB``, ``1MB``); ``0`` or ``off`` turns the
+    per-request deadline off. ``ValueError`` naming the variable otherwise.
+    """
+    raw = os.environ.get(MIN_RATE_ENV, "").strip()
+    if raw.lower() in CACHE_OFF:
+        return 0.0
+    return float(size_from_env(MIN_RATE_ENV, DEFAULT_MIN_RATE))
+
+
 def configure_s3(
     *,
     endpoint_url: str | None = None,
     region: str | None = None,
     index_cache: str | os.PathLike[str] | bool | None = None,
     index_cache_bytes: int | None = None,
+    min_rate: int | None = None,
 ) -> None:
     """Process-wide defaults for ``s3://`` (e.g. from the configuration file).
 
     They are kept in the environment variables :func:`.source.open_s3_source` reads, so DataLoader
     workers and subprocesses (forked or spawned) inherit them. ``None`` leaves a setting
     as it is; ``index_cache=False`` turns the index cache off, ``True`` back on in the
-    default folder.
+    default folder. ``min_rate`` (bytes/s, ``0``: off) bounds how long one request may
+    last (see :class:`.client.RetryPolicy`).
     """
     if index_cache is True:
         os.environ.pop(INDEX_CACHE_ENV, None)
@@ -65,6 +85,7 @@ def configure_s3(
         REGION_ENV: region,
         INDEX_CACHE_ENV: os.fspath(index_cache) if index_cache is not None else None,
         INDEX_CACHE_BYTES_ENV: str(int(index_cache_bytes)) if index_cache_bytes else None,
+        MIN_RATE_ENV: str(int(min_rate)) if min_rate is not None else None,
     }
     for name, value in values.items():
         if value is not None:

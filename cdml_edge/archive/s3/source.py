@@ -15,6 +15,7 @@ instead of mixing bytes of two versions. The source pickles without its client
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import threading
@@ -385,7 +386,7 @@ class S3Source:
             try:
                 t0 = time.perf_counter()
                 resp = call(Bucket=self.bucket, Key=self.key, **kwargs)
-                body = _read_body(resp, limit) if method == "GET" else b""
+                body = self._body(resp, limit, t0) if method == "GET" else b""
                 if expect is not None and len(body) != expect:
                     raise _ShortBody(f"got {len(body)} of {expect} bytes")
                 self._count(nbytes=len(body), retried=max(0, sent_count() - 1))
@@ -397,19 +398,31 @@ class S3Source:
             except Exception as exc:
                 self._count(retried=max(0, sent_count() - 1))
                 sent += max(1, sent_count())
-                retry = isinstance(exc, _ShortBody) or is_transient(exc)
+                retry = isinstance(exc, _ShortBody | _Stalled) or is_transient(exc)
                 if retry and _retried_timeout(exc, sent_count()):
                     retry = False  # botocore retried this timeout: the endpoint hangs
                 if retry and attempt + 1 < attempts:
                     self._count(retried=1)
                     time.sleep(self.retry.delay(attempt))
                     continue
-                raise self._final_error(exc, method, sent) from exc
+                raise self._final_error(exc, method, sent, kwargs.get("Range")) from exc
             finally:
                 bind_stats(None)
         raise AssertionError("unreachable")  # pragma: no cover
 
-    def _final_error(self, exc: Exception, method: str, sent: int) -> S3Error:
+    def _body(self, resp: Any, limit: int | None, t0: float) -> bytes:
+        """The body of a ``GET`` answer, read before the attempt's deadline (from ``t0``)."""
+        seconds = self.retry.deadline(limit if limit is not None else 0)
+        deadline = None if seconds is None else t0 + seconds
+        try:
+            return _read_body(resp, limit, deadline, self.retry.read_timeout)
+        except _Stalled as exc:
+            rate = f"{self.retry.deadline_base:g} s + the range at {self.retry.min_rate:,.0f} B/s"
+            raise _Stalled(f"{exc} by its deadline, {seconds:.2f} s ({rate})") from None
+
+    def _final_error(
+        self, exc: Exception, method: str, sent: int, byte_range: str | None = None
+    ) -> S3Error:
         """The typed error for ``exc``, the last failure of a request of ``sent`` attempts."""
         from botocore.exceptions import ClientError
 
@@ -423,8 +436,10 @@ class S3Source:
                 key=self.key,
                 status=exc.status,
             )
+        what = f"{self.name} ({byte_range})" if byte_range else self.name
+        why = str(exc) if isinstance(exc, _Stalled) else f"{type(exc).__name__}: {exc}"
         return S3TransientError(
-            f"{method} of {self.name} failed after {sent} attempts: {type(exc).__name__}: {exc}",
+            f"{method} of {what} failed after {sent} attempts: {why}",
             bucket=self.bucket,
             key=self.key,
         )
@@ -524,19 +539,80 @@ class _RangeIgnored(Exception):
         self.status = status
 
 
-def _read_body(resp: Any, limit: int | None) -> bytes:
-    """The body of a ``GET`` answer, reading no more than ``limit`` bytes (``None``: all)."""
+class _Stalled(Exception):
+    """The body did not arrive before the attempt's deadline (retried)."""
+
+
+# Bytes asked of one socket read of a body read against a deadline.
+_READ_CHUNK = 1 << 20
+
+
+def _read_body(
+    resp: Any, limit: int | None, deadline: float | None = None, read_timeout: float = 30.0
+) -> bytes:
+    """The body of a ``GET`` answer, reading no more than ``limit`` bytes (``None``: all).
+
+    With a ``deadline`` (``time.perf_counter()`` value) a body still arriving then is
+    :class:`_Stalled`, however steadily its bytes come.
+    """
     stream = resp["Body"]
     if limit is None:
-        return bytes(stream.read())
+        return _read_until(stream, None, deadline, read_timeout)
     status = (resp.get("ResponseMetadata") or {}).get("HTTPStatusCode")
     declared = resp.get("ContentLength")
-    data = b"" if declared is not None and declared > limit else bytes(stream.read(limit + 1))
-    if len(data) > limit or (declared is not None and declared > limit):
+    too_long = declared is not None and declared > limit
+    data = b"" if too_long else _read_until(stream, limit + 1, deadline, read_timeout)
+    if len(data) > limit or too_long:
         stream.close()  # the rest is never read: the connection is dropped, not drained
         sent = declared if declared is not None else f"over {limit}"
         raise _RangeIgnored(f"sent {sent} bytes (HTTP {status}) for {limit} asked", status)
     return data
+
+
+def _read_until(stream: Any, want: int | None, deadline: float | None, timeout: float) -> bytes:
+    """Up to ``want`` bytes of ``stream`` (``None``: to its end), before ``deadline``.
+
+    Read one socket read at a time, each allowed no longer than what is left of the
+    deadline (urllib3 sets the socket's own timeout again for the connection's next
+    request): a byte every few seconds keeps no read from timing out, not the request.
+    """
+    raw = getattr(stream, "_raw_stream", None)
+    read1 = getattr(raw, "read1", None)
+    if deadline is None or read1 is None:  # no deadline, or a stream we cannot read so
+        return bytes(stream.read(want))
+    pieces: list[bytes] = []
+    got = 0
+    while want is None or got < want:
+        left = deadline - time.perf_counter()
+        if left <= 0:
+            raise _Stalled(_stalled(got, want))
+        if left < timeout:  # the socket's own timeout would outlast the deadline
+            _socket_timeout(raw, left)
+        try:
+            piece = read1(_READ_CHUNK if want is None else min(_READ_CHUNK, want - got))
+        except Exception as exc:
+            if time.perf_counter() >= deadline:
+                raise _Stalled(_stalled(got, want)) from exc
+            raise
+        if not piece:
+            break
+        pieces.append(piece)
+        got += len(piece)
+    return b"".join(pieces)
+
+
+def _stalled(got: int, want: int | None) -> str:
+    of = f" of {want - 1:,}" if want else ""
+    return f"{got:,}{of} bytes of the body read"
+
+
+def _socket_timeout(raw: Any, seconds: float) -> None:
+    """Bound the next socket read of urllib3 response ``raw`` (best effort)."""
+    from botocore.compat import set_socket_timeout
+
+    # no socket (read to its end, closed): nothing to bound
+    with contextlib.suppress(AttributeError, OSError):
+        set_socket_timeout(raw, max(seconds, 0.001))
 
 
 def open_s3_source(
