@@ -30,7 +30,7 @@ from cdml_edge.fsio import staged_path
 from cdml_edge.retrain.errors import ExportError
 from cdml_edge.retrain.filters import ItemFilter
 from cdml_edge.retrain.layout import SPLIT_NAMES, member_name, split_of
-from cdml_edge.retrain.outfile import cannot_write
+from cdml_edge.retrain.outfile import cannot_write, sweep_stale_temps
 from cdml_edge.retrain.relabels import Relabels
 from cdml_edge.retrain.replay import duplicate_note, missing_note
 from cdml_edge.store.catalog import WindowRecord
@@ -294,6 +294,7 @@ def export_trainset(
     tally(stats, prov)
     manifest = export_manifest(prov, stats, split, describe)
     mtime = max(p.manifest.closed_at for p in kept)
+    stats.notes.extend(sweep_stale_temps(target.parent))  # room a killed export held
     stats.bytes_out = write_export(target, members, fmt, level, manifest, mtime)
     stats.seconds = time.perf_counter() - t0
     return stats
@@ -380,16 +381,38 @@ def read_members(
                 progress(sum(p.item.size for p in group))
             continue
         datas = read_group(archive, [p.item.member for p in group])
+        unreadable = differ = 0
         for p, data in zip(group, datas, strict=True):
             if keep_member(p, data, stats):
                 assert data is not None
                 members.append((p.member, data))
                 kept.append(p)
+            elif data is None:
+                unreadable += 1
+            else:
+                differ += 1
             if progress is not None:
                 progress(p.item.size)
+        note_corrupt(rec, len(group), unreadable, differ, stats)
     members.sort(key=lambda m: m[0])
     kept.sort(key=lambda p: p.member)
     return members, kept
+
+
+def note_corrupt(
+    rec: WindowRecord, picked: int, unreadable: int, differ: int, stats: ExportStats
+) -> None:
+    """Name the window in ``stats.notes`` when some of its ``picked`` items were corrupt."""
+    if unreadable + differ == 0:
+        return
+    why = [
+        f"{unreadable} cannot be read from {rec.file}" if unreadable else "",
+        f"{differ} differ from the window manifest's SHA-256" if differ else "",
+    ]
+    stats.notes.append(
+        f"{ascii(rec.window_id)[1:-1]}: {unreadable + differ} of {picked} items corrupt "
+        f"({', '.join(w for w in why if w)}); skipped"
+    )
 
 
 def keep_member(p: Pick, data: bytes | None, stats: ExportStats) -> bool:

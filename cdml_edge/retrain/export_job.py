@@ -18,7 +18,7 @@ from cdml_edge.retrain.errors import ExportError, OptionError
 from cdml_edge.retrain.export import ExportStats, export_trainset, output_format
 from cdml_edge.retrain.filters import FilterError, ItemFilter, parse_filters, parse_when
 from cdml_edge.retrain.layout import parse_split
-from cdml_edge.retrain.outfile import check_out
+from cdml_edge.retrain.outfile import check_not_ring_file, check_out
 from cdml_edge.retrain.progress import NoProgress, RunProgress
 from cdml_edge.retrain.relabels import Relabels, load_relabels
 from cdml_edge.units import counted, parse_size
@@ -139,8 +139,9 @@ def parse_selection(options: ExportOptions) -> Selection:
     before any work starts.
     """
     try:
-        output_format(options.out)
+        check_level(output_format(options.out), options.level)
         check_out(options.out, "OUT")
+        check_not_ring_file(options.out, options.directory, "OUT")
         filters = parse_filters(options.filters)
         split = parse_split(options.split) if options.split else None
         relabels = load_relabels(options.labels) if options.labels else None
@@ -151,4 +152,27 @@ def parse_selection(options: ExportOptions) -> Selection:
     return Selection(filters, split, relabels, bound, since, until)
 
 
-__all__ = ["ExportOptions", "ExportSummary", "Selection", "parse_selection", "run_export"]
+# Compression levels each format's writer takes (as ``--help`` gives them).
+LEVELS = {"zip": (1, 9), "tar.zst": (1, 22)}
+
+
+def check_level(fmt: str, level: int) -> None:
+    """:class:`OptionError` when ``--level`` is outside what the format ``fmt`` takes.
+
+    Checked before any window is read: a zstd level over 22 used to end the export, after
+    all the reading, in a ``ValueError`` from the compressor.
+    """
+    low, high = LEVELS.get(fmt, (level, level))
+    if not low <= level <= high:
+        raise OptionError(f"--level {level}: {fmt} takes {low} to {high}")
+
+
+__all__ = [
+    "LEVELS",
+    "check_level",
+    "ExportOptions",
+    "ExportSummary",
+    "Selection",
+    "parse_selection",
+    "run_export",
+]

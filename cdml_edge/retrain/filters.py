@@ -47,7 +47,7 @@ _EXPR = re.compile(r"^\s*([A-Za-z_]+)\s*(>=|<=|!=|==|=|>|<)\s*(.*?)\s*$")
 _PLAIN_NUMBER = re.compile(quantity_pattern({""}))  # the configuration's numbers, no unit
 
 
-def _number(text: str) -> float | None:
+def plain_number(text: str) -> float | None:
     """``text`` as a finite number of the configuration's grammar, a sign allowed; else None.
 
     Not Python's ``float``: that takes ``nan``, ``inf`` and ``1_000`` too.
@@ -99,7 +99,7 @@ def parse_filter(expr: str) -> ItemFilter:
         raise FilterError(expr, f"unknown field {field!r} (fields: {', '.join(sorted(FIELDS))})")
     value: str | float | bool
     if field in NUMERIC_FIELDS:
-        number = _number(raw)
+        number = plain_number(raw)
         if number is None:
             raise FilterError(expr, f"{field} takes a number, got {raw!r}")
         value = number
@@ -128,7 +128,7 @@ def parse_time(text: str, now: float | None = None) -> float:
     before ``now``.
     """
     s = text.strip()
-    seconds = _number(s)
+    seconds = plain_number(s)
     if seconds is not None:
         return seconds
     if re.fullmatch(DURATION_PATTERN, s):  # an age, written as the configuration's durations

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from cdml_edge.archive.names import is_safe_member_name
 from cdml_edge.data.splits import SPLIT_NAMES
 from cdml_edge.retrain.errors import ExportError
+from cdml_edge.retrain.filters import plain_number
 from cdml_edge.window.manifest import ManifestItem
 
 
@@ -30,11 +31,15 @@ def split_of(item_id: str, split: Sequence[float]) -> str:
 
 
 def parse_split(text: str) -> tuple[float, ...]:
-    """``0.8/0.1/0.1`` (or ``0.9/0.1``, or percentages ``80/10/10``) -> fractions."""
-    try:
-        parts = [float(x) for x in text.replace(",", "/").split("/")]
-    except ValueError:
-        raise ExportError(f"--split {text!r}: expected fractions like 0.8/0.1/0.1") from None
+    """``0.8/0.1/0.1`` (or ``0.9/0.1``, or percentages ``80/10/10``) -> fractions.
+
+    Each part is a finite number as the configuration writes them: ``nan`` (which passed
+    the sum check, every comparison with it being false), ``inf`` and ``1_0`` are refused.
+    """
+    numbers = [plain_number(x.strip()) for x in text.replace(",", "/").split("/")]
+    parts = [x for x in numbers if x is not None]
+    if len(parts) != len(numbers):
+        raise ExportError(f"--split {text!r}: expected fractions like 0.8/0.1/0.1")
     if not 2 <= len(parts) <= 3 or any(x < 0 for x in parts):
         raise ExportError(f"--split {text!r}: give 2 or 3 non-negative parts (train/val[/test])")
     total = sum(parts)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import csv
 import io
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -51,9 +52,16 @@ class Relabels:
 
 
 def load_relabels(path: str | Path) -> Relabels:
-    """Read a relabel CSV (header row required); :class:`ExportError` names file and row."""
+    """Read a relabel CSV (header row required); :class:`ExportError` names file and row.
+
+    An item given two different labels (by the same id, window and name, or name) is
+    refused, naming both rows: the last row used to win, silently. A device is no CSV
+    (``/dev/zero`` was read until memory ran out); a pipe (``--labels <(…)``) is one.
+    """
     p = Path(path)
     try:
+        if not _file_or_pipe(p):
+            raise ExportError(f"{p}: cannot read relabel CSV: not a file")
         text = p.read_bytes().decode("utf-8-sig")
     except (OSError, UnicodeDecodeError) as exc:
         why = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
@@ -66,17 +74,33 @@ def load_relabels(path: str | Path) -> Relabels:
     if "id" not in cols and name_col is None:
         raise ExportError(f"{p}: relabel CSV needs an 'id' or a 'name' column")
     out = Relabels()
+    given: dict[tuple[str, ...], tuple[int, str]] = {}  # each key -> its row and label
     for i, row in enumerate(reader, start=2):
         label = (row.get(cols["label"]) or "").strip()
         rid = (row.get(cols["id"]) or "").strip() if "id" in cols else ""
         name = normalize_member_name((row.get(name_col) or "").strip()) if name_col else ""
         wid = (row.get(cols["window_id"]) or "").strip() if "window_id" in cols else ""
         if rid:
+            key: tuple[str, ...] = ("id", rid)
             out.by_id[rid] = label
         elif name and wid:
+            key = ("window_id+name", wid, name)
             out.by_window_name[(wid, name)] = label
         elif name:
+            key = ("name", name)
             out.by_name[name] = label
         else:
             raise ExportError(f"{p}: row {i}: neither id nor name given")
+        first, was = given.setdefault(key, (i, label))
+        if was != label:
+            raise ExportError(
+                f"{p}: row {i} labels {' '.join(key)} {label!r}, row {first} {was!r}; "
+                "keep one of them"
+            )
     return out
+
+
+def _file_or_pipe(path: Path) -> bool:
+    """Whether ``path`` is a regular file or a pipe (OSError when it cannot be looked at)."""
+    mode = path.stat().st_mode
+    return stat.S_ISREG(mode) or stat.S_ISFIFO(mode)

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from cdml_edge.fsio import UMASK, atomic_writer
 from cdml_edge.retrain.errors import ReplayError
-from cdml_edge.retrain.outfile import cannot_write
+from cdml_edge.retrain.outfile import cannot_write, sweep_stale_temps
 from cdml_edge.store.catalog import WindowRecord
 from cdml_edge.store.ondisk import read_regular, regular_size
 from cdml_edge.store.sidecar import ArchiveRef, RetentionError, list_retained, read_sidecar
@@ -366,6 +366,8 @@ def replay_to_jsonl(
     """
     st = ReplayStats()
     target = Path(out)
+    # room a killed replay held: its results file, its picture's staging folder
+    st.notes.extend(sweep_stale_temps(target.parent, (".jsonl",)))
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
         with atomic_writer(target, mode=UMASK, tmp_suffix=".jsonl") as fh:

@@ -19,7 +19,7 @@ from cdml_edge.decode.limits import DecodeLimits, set_limits
 from cdml_edge.retrain.compare import Comparison, comparison_path
 from cdml_edge.retrain.errors import OptionError, ReplayError
 from cdml_edge.retrain.filters import parse_when
-from cdml_edge.retrain.outfile import cannot_write, check_out
+from cdml_edge.retrain.outfile import cannot_write, check_not_ring_file, check_out
 from cdml_edge.retrain.progress import NoProgress, RunProgress
 from cdml_edge.retrain.replay import ReplayedWindow, ReplayStats, iter_replay, replay_to_jsonl
 from cdml_edge.store.catalog import WindowRecord
@@ -220,6 +220,7 @@ def _plan(options: ReplayOptions) -> _ReplayPlan:
         out = Path(DEFAULT_REPLAY_OUT)
     if out is not None:
         check_out(out, "--out")
+        check_not_ring_file(out, Path(ring), "--out")
     return _ReplayPlan(cfg, Path(ring), listing.records, runners, out, listing.skipped)
 
 
