@@ -60,7 +60,14 @@ from cdml_edge.intake.finishing import FileLifecycle
 from cdml_edge.intake.windower import PipelineGate, Windower, WindowPolicy
 from cdml_edge.model.runner import ModelRunner, ModelUnusable
 from cdml_edge.outputs.base import Output
-from cdml_edge.outputs.factory import degraded_parts, make_output, mqtt_leaves, on_disk_event
+from cdml_edge.outputs.factory import (
+    degraded_parts,
+    give_up_held,
+    held_windows,
+    make_output,
+    mqtt_leaves,
+    on_disk_event,
+)
 from cdml_edge.outputs.homeassistant import announce
 from cdml_edge.supervisor import Supervisor
 from cdml_edge.units import counted
@@ -450,7 +457,18 @@ class Agent:
             s.stop()
         for w in self.windowers.values():
             w.stop()
-        return self.pipeline.drain(self.drain_timeout if timeout is None else timeout)
+        return self.pipeline.drain(
+            self.drain_timeout if timeout is None else timeout, self._give_up_held
+        )
+
+    def _give_up_held(self, inflight: int) -> None:
+        """The drain's windows in flight are all held by a tee for a failing part: give up.
+
+        Their files stay for the next run (or the sources' next scan after a reload);
+        otherwise the drain would wait its whole timeout for a part that keeps failing.
+        """
+        if held_windows(self.output) >= inflight:
+            give_up_held(self.output)
 
     def stop(self, timeout: float | None = None) -> bool:
         """Drain, publish ``offline``, stop the output and health; ``True`` if fully drained."""

@@ -21,6 +21,9 @@ from cdml_edge.window.items import Window
 
 log = logging.getLogger(__name__)
 
+#: how long a drain waits without a window settling before it calls its ``stuck`` hook
+DRAIN_SLICE = 0.2
+
 Busy = Callable[[int, int], None]
 """``(windows queued, windows in flight)``: called whenever either changes."""
 
@@ -77,20 +80,27 @@ class WindowWorkers:
         self._progress()
         self._report()
 
-    def drain(self, timeout: float) -> bool:
+    def drain(self, timeout: float, stuck: Callable[[int], object] | None = None) -> bool:
         """Wait up to ``timeout`` for the windows in flight, then stop the threads.
 
         ``True`` if none was left in flight. A thread still busy keeps its queue; the next
-        :meth:`start` gets a fresh one.
+        :meth:`start` gets a fresh one. ``stuck``: called (outside the lock) with the number
+        of windows in flight each :data:`DRAIN_SLICE` seconds without one settling, once none
+        waits in the queue (the agent's gives up the windows a tee holds, when only those
+        are left).
         """
         deadline = time.monotonic() + timeout
-        with self._idle:
-            while self._inflight > 0:
+        while True:
+            with self._idle:
+                inflight = self._inflight
                 left = deadline - time.monotonic()
-                if left <= 0:
+                if inflight <= 0 or left <= 0:
+                    drained = inflight <= 0
                     break
-                self._idle.wait(left)
-            drained = self._inflight == 0
+                self._idle.wait(min(left, DRAIN_SLICE))
+                unchanged = self._inflight == inflight
+            if stuck is not None and unchanged and self._queue.qsize() == 0:
+                stuck(inflight)
         for _ in self._threads:
             self._queue.put(None)
         for t in self._threads:

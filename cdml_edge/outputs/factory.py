@@ -9,7 +9,7 @@ from cdml_edge.outputs.jsonl import JsonlOutput
 from cdml_edge.outputs.tee import TeeOutput
 from cdml_edge.supervisor import Spawn, plain_thread
 
-__all__ = ["TeeOutput", "give_up_held", "leaves", "make_output", "mqtt_leaves"]
+__all__ = ["TeeOutput", "give_up_held", "held_windows", "leaves", "make_output", "mqtt_leaves"]
 
 REPLAY = "replay"
 """The replay's MQTT client id suffix and spool subfolder."""
@@ -60,6 +60,13 @@ def leaves(output: Output) -> list[Output]:
     if isinstance(output, TeeOutput):
         return [leaf for o in output.outputs for leaf in leaves(o)]
     return [output]
+
+
+def held_windows(output: Output) -> int:
+    """Windows the tees in ``output`` hold for a failing part (:attr:`TeeOutput.held`)."""
+    if not isinstance(output, TeeOutput):
+        return 0
+    return output.held + sum(held_windows(o) for o in output.outputs)
 
 
 def give_up_held(output: Output) -> int:
