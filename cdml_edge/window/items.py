@@ -14,6 +14,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from cdml_edge.fsio import display_name
+
 CTIME_SETTLE_NS = 50_000_000
 """How long before a read a file's last change must lie for its change time to vouch for
 it afterwards: far more than the kernel's timestamp tick (1-10 ms), so any later change
@@ -65,7 +67,8 @@ class Item:
     """One unit of input: a file from a folder or a frame from a camera.
 
     ``name`` is valid UTF-8 (what payloads, the manifest and member names carry: raw bytes
-    that are not UTF-8 shown as ``%XX``); ``path`` is the file as it is on disk.
+    that are not UTF-8 shown as ``%XX``, also in a name given with ``os.fsdecode``'s lone
+    surrogates); ``path`` is the file as it is on disk.
     """
 
     source: str
@@ -79,6 +82,10 @@ class Item:
     mtime_ns: int = 0
     charge: int = 0  # bytes of the budget this item holds (0: just its data)
     identity: FileIdentity | None = None  # the version of ``path`` that was read
+
+    def __post_init__(self) -> None:
+        if not self.name.isascii():  # a caller's own name with a byte that is not UTF-8
+            self.name = display_name(self.name)
 
     @property
     def nbytes(self) -> int:
