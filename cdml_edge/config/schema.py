@@ -713,6 +713,13 @@ class S3Config(_ConfigSection):
         "($XDG_CACHE_HOME/cdml-edge/s3-index, by default ~/.cache/cdml-edge/s3-index).",
     )
     index_cache_bytes: Size = Field(256 * 1024**2, gt=0, description="Byte bound of index_cache.")
+    min_rate: Size | None = Field(
+        None,
+        ge=0,
+        description="Slowest transfer a request may keep, bytes/s (64KiB): one lasts at most "
+        "60 s plus its bytes at this rate, then is retried; 0: no deadline. Unset: "
+        "CDML_EDGE_S3_MIN_RATE, else 32KiB.",
+    )
 
     _resolve = field_validator("index_cache")(_resolve_path)
 

@@ -457,7 +457,8 @@ def test_s3_section_becomes_process_defaults(
 ) -> None:
     from cdml_edge.archive import s3
 
-    for name in (s3.ENDPOINT_ENV, s3.REGION_ENV, s3.INDEX_CACHE_ENV, s3.INDEX_CACHE_BYTES_ENV):
+    names = (s3.ENDPOINT_ENV, s3.REGION_ENV, s3.INDEX_CACHE_ENV, s3.INDEX_CACHE_BYTES_ENV)
+    for name in (*names, s3.settings.MIN_RATE_ENV):
         # setenv first so that monkeypatch restores the process environment afterwards
         monkeypatch.setenv(name, "unset")
         monkeypatch.delenv(name)
@@ -470,6 +471,7 @@ def test_s3_section_becomes_process_defaults(
                     "region": "eu-1",
                     "index_cache": "idx",
                     "index_cache_bytes": "8MiB",
+                    "min_rate": "64KiB",
                 }
             }
         )
@@ -483,6 +485,7 @@ def test_s3_section_becomes_process_defaults(
     assert os.environ[s3.REGION_ENV] == "eu-1"
     assert os.environ[s3.INDEX_CACHE_ENV] == str(tmp_path / "idx")
     assert os.environ[s3.INDEX_CACHE_BYTES_ENV] == str(8 * 1024**2)
+    assert s3.settings.min_rate_from_env() == 64 * 1024  # the slowest transfer a request keeps
     path.write_text(yaml.safe_dump({"s3": {"use_index_cache": False}}))
     s3.apply_s3_config(load_config(path).s3)  # type: ignore[arg-type]
     assert os.environ[s3.INDEX_CACHE_ENV] == "off" and s3.settings.index_cache_dir() is None

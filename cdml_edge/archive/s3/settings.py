@@ -99,4 +99,5 @@ def apply_s3_config(cfg: S3Config) -> None:
         region=cfg.region,
         index_cache=cfg.index_cache if cfg.use_index_cache else False,
         index_cache_bytes=cfg.index_cache_bytes,
+        min_rate=cfg.min_rate,
     )
