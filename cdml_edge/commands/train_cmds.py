@@ -61,6 +61,7 @@ def train(
     from cdml_edge.nn.recipes import train_from_archive
 
     _check_options(channels, device)
+    _check_out(out)
 
     finished = {"epoch": 0}
     with (
@@ -139,6 +140,24 @@ def _check_options(channels: int, device: str) -> None:
         resolve_device(device)
     except ValueError as exc:
         fail("train", f"--device {device}: {exc}; use --device auto or --device cpu", EXIT_USAGE)
+
+
+def _check_out(out: Path) -> None:
+    """Refuse an ``--out`` that is, or lies under, something other than a folder (exit 2).
+
+    Before any data is read: it used to end the run in ``File exists``, exit 1.
+    """
+    for at in (out, *out.parents):
+        try:
+            is_dir = at.is_dir()
+            exists = is_dir or at.exists()
+        except OSError:  # cannot be looked at: the run's own error names it
+            return
+        if is_dir:
+            return
+        if exists:
+            what = "a file, not a folder" if at == out else f"{at} is a file, not a folder"
+            fail("train", f"--out {out}: {what} (the run folder to write)", EXIT_USAGE)
 
 
 def _report(result: Any) -> None:

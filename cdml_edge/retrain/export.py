@@ -19,6 +19,7 @@ or raise the bound.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -29,6 +30,7 @@ from typing import Any
 from cdml_edge.fsio import staged_path
 from cdml_edge.retrain.errors import ExportError
 from cdml_edge.retrain.filters import ItemFilter
+from cdml_edge.retrain.held import ring_contents, unknown_source
 from cdml_edge.retrain.layout import SPLIT_NAMES, member_name, split_of
 from cdml_edge.retrain.outfile import cannot_write, sweep_stale_temps
 from cdml_edge.retrain.relabels import Relabels
@@ -263,7 +265,8 @@ def export_trainset(
     their bytes, checked against the manifest's SHA-256; then the archive is written with
     ``manifest.json`` (provenance, and ``describe``: how the selection was made).
     ``on_phase(name, total)`` opens each pass (``selecting``: windows, ``reading``:
-    bytes), ``progress`` then advances it; ``on_total`` is told the bytes of pass 2.
+    bytes), ``progress`` then advances it; ``writing`` (the members' bytes) is advanced in
+    one step when the archive is written; ``on_total`` is told the bytes of pass 2.
     """
     t0 = time.perf_counter()
     d, target = Path(directory), Path(out)
@@ -289,13 +292,14 @@ def export_trainset(
         on_total(total)
     members, kept = read_members(d, records, picks, stats, progress)
     if not members:
-        raise ExportError(f"{target}: nothing to export ({why_empty(stats)})")
+        raise ExportError(nothing_to_export(d, target, stats, source))
     prov = [provenance(p) for p in kept]
     tally(stats, prov)
     manifest = export_manifest(prov, stats, split, describe)
     mtime = max(p.manifest.closed_at for p in kept)
     stats.notes.extend(sweep_stale_temps(target.parent))  # room a killed export held
-    stats.bytes_out = write_export(target, members, fmt, level, manifest, mtime)
+    write = functools.partial(write_export, target, members, fmt, level, manifest, mtime)
+    stats.bytes_out = _written(write, members, on_phase, progress)
     stats.seconds = time.perf_counter() - t0
     return stats
 
@@ -309,6 +313,26 @@ def within_bound(target: Path, picks: Sequence[Pick], max_bytes: int) -> int:
             " narrow it with --since/--until/--filter or raise --max-bytes"
         )
     return total
+
+
+def _written(
+    write: Callable[[], int],
+    members: Sequence[tuple[str, bytes]],
+    on_phase: Callable[[str, int], None] | None,
+    progress: Progress | None,
+) -> int:
+    """Run ``write`` (the archive's writing) as the ``writing`` pass; the archive's size.
+
+    Compressing and fsync are the longest pass on compressible members; the writer reports
+    nothing per member, so the bar (in the members' bytes) fills in one step at the end.
+    """
+    held = sum(len(data) for _, data in members)
+    if on_phase is not None:
+        on_phase("writing", held)
+    size = write()
+    if on_phase is not None and progress is not None:
+        progress(held)
+    return size
 
 
 def write_export(
@@ -484,6 +508,18 @@ def _read_or_none(arc: Any, member: str) -> bytes | None:
         return data
     except Exception:
         return None
+
+
+def nothing_to_export(d: Path, target: Path, stats: ExportStats, source: str | None) -> str:
+    """The error of an export that selected no item: where the items went, what the ring holds.
+
+    A ``--source`` the ring holds no window of is named first (a typo used to read as an
+    empty ring).
+    """
+    held = ring_contents(d)
+    typo = unknown_source(source, held)
+    where = f"; {typo}" if typo is not None else f"; {held.describe()}"
+    return f"{target}: nothing to export ({why_empty(stats)}){where}"
 
 
 def why_empty(s: ExportStats) -> str:

@@ -273,13 +273,14 @@ def _load_window(
             log.info("replay: window %s skipped: %s", rec.window_id, exc)
             st.miss(rec.window_id, str(exc))
         else:  # a link, a special file, a size other than recorded: refused, named
-            log.warning("replay: window %s skipped: %s", rec.window_id, exc)
+            log.info("replay: window %s skipped: %s", rec.window_id, exc)  # named in errors
             st.skip(rec.window_id, str(exc))
         return None
     taken[sidecar.archive.sha256] = rec.sidecar
     msg = archive_mismatch(sidecar.archive, archive, rec.window_id)
     if msg is not None:
-        log.warning("replay: %s", msg)
+        # info, not warning: the error line names it (a warning printed it a second time)
+        log.info("replay: %s", msg)
         st.corrupt += 1
         st.errors.append(msg)
         return None

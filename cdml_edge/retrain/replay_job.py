@@ -9,6 +9,8 @@ configured output. Usage problems raise :class:`OptionError`, unreadable windows
 
 from __future__ import annotations
 
+import os
+import stat
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,6 +21,7 @@ from cdml_edge.decode.limits import DecodeLimits, set_limits
 from cdml_edge.retrain.compare import Comparison, comparison_path
 from cdml_edge.retrain.errors import OptionError, ReplayError
 from cdml_edge.retrain.filters import parse_when
+from cdml_edge.retrain.held import ring_contents, unknown_source
 from cdml_edge.retrain.outfile import cannot_write, check_not_ring_file, check_out
 from cdml_edge.retrain.progress import NoProgress, RunProgress
 from cdml_edge.retrain.replay import ReplayedWindow, ReplayStats, iter_replay, replay_to_jsonl
@@ -110,6 +113,7 @@ class _ReplayPlan:
     runners: dict[str, ModelRunner]
     out: Path | None
     skipped: list[tuple[str, str]]  # what the listing refused: (sidecar or window, reason)
+    notes: list[str] = field(default_factory=list)  # a selection that matched no window
 
 
 def _started_output(cfg: AppConfig) -> Output:
@@ -167,6 +171,7 @@ def run_replay(options: ReplayOptions, progress: RunProgress | None = None) -> R
             output.stop(timeout=30.0)
     for what, reason in plan.skipped:
         st.skip(what, reason)
+    st.notes.extend(plan.notes)
     given = {str(p) for p in options.models}
     unmatched = [
         f"{r.path} ({r.modality})"
@@ -205,13 +210,16 @@ def _plan(options: ReplayOptions) -> _ReplayPlan:
     if not Path(ring).is_dir():  # what the user named is missing: a usage error
         raise OptionError(f"{ring}: no such retention folder")
     for model in options.models:
-        if not Path(model).is_file():
-            raise OptionError(f"{model}: no such model file (--model)")
+        check_model_file(model)
     since, until = parse_when(options.since, "--since"), parse_when(options.until, "--until")
     try:
         listing = scan_retained(ring, since, until, options.source)
+    except RetentionError as exc:
+        raise ReplayError(str(exc)) from exc
+    notes = [] if listing.records else [_nothing_selected(options, Path(ring))]
+    try:
         runners = load_replay_runners(cfg, options.models)
-    except (RetentionError, InferenceError) as exc:
+    except InferenceError as exc:
         raise ReplayError(str(exc)) from exc
     if not runners:
         raise OptionError("no model: configure models or give --model")
@@ -221,7 +229,59 @@ def _plan(options: ReplayOptions) -> _ReplayPlan:
     if out is not None:
         check_out(out, "--out")
         check_not_ring_file(out, Path(ring), "--out")
-    return _ReplayPlan(cfg, Path(ring), listing.records, runners, out, listing.skipped)
+    return _ReplayPlan(cfg, Path(ring), listing.records, runners, out, listing.skipped, notes)
+
+
+def check_model_file(model: Path) -> None:
+    """:class:`OptionError` unless ``model`` (a ``--model``) is a regular file.
+
+    A device, FIFO or folder is named as what it is: it used to be "no such model file".
+    """
+    try:
+        mode = os.stat(model).st_mode
+    except FileNotFoundError:
+        raise OptionError(f"{model}: no such model file (--model)") from None
+    except OSError as exc:
+        raise OptionError(f"{model}: {exc.strerror or exc} (--model)") from exc
+    if not stat.S_ISREG(mode):
+        raise OptionError(f"{model}: not a regular file ({file_kind(mode)}) (--model)")
+
+
+def file_kind(mode: int) -> str:
+    """What a file of ``mode`` is, e.g. ``a character device``, ``a folder``."""
+    kinds = {
+        stat.S_ISDIR: "a folder",
+        stat.S_ISFIFO: "a FIFO",
+        stat.S_ISCHR: "a character device",
+        stat.S_ISBLK: "a block device",
+        stat.S_ISSOCK: "a socket",
+    }
+    return next((name for test, name in kinds.items() if test(mode)), "not a regular file")
+
+
+def _nothing_selected(options: ReplayOptions, ring: Path) -> str:
+    """The note for a selection that matched no window, naming what the ring holds.
+
+    :class:`ReplayError` when ``--source`` names a source the ring holds no window of (a
+    typo): as ``export``, whose "nothing to export" exits 1. A time range with no window
+    (a quiet day for the nightly ``--since 1d``) is said, and the run succeeds.
+    """
+    held = ring_contents(ring)
+    typo = unknown_source(options.source, held)
+    if typo is not None:
+        raise ReplayError(f"{typo}; nothing replayed")
+    given = [
+        f"{flag} {value}"
+        for flag, value in (
+            ("--source", options.source),
+            ("--since", options.since),
+            ("--until", options.until),
+        )
+        if value is not None
+    ]
+    if not given:
+        return f"{ring}: no window to replay ({held.describe()})"
+    return f"no window matches {' '.join(given)} ({held.describe()})"
 
 
 def load_replay_runners(
