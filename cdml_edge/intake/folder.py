@@ -495,6 +495,9 @@ class FolderSource:
             found = self.subfolders.first_unreadable(folder)
             if found is not None:
                 self._subfolder_unreadable(*found)
+        if self.subfolders.overflow_rescan_due():  # past the bound: found by rescans alone
+            self.rescans += 1
+            self._arm()
         now = time.monotonic()
         if not len(self.subfolders) or now < self._subfolders_check_at:
             return
@@ -664,6 +667,7 @@ class FolderSource:
         """
         top = str(self.spec.path)
         stack = [top]
+        self.subfolders.walk_started()
         while stack:
             folder = stack.pop()
             why = None if folder == top else unreadable_why(folder)

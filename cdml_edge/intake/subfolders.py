@@ -5,7 +5,10 @@ scanned, and inotify refuses its watch (watchdog skips such a folder silently), 
 are never announced. :class:`UnreadableSubfolders` remembers each such subfolder (the
 topmost one of a branch, at most :data:`MAX_UNREADABLE_DIRS`) with why, so the source reports
 it once, shows it in ``degraded``, checks it again every second and, once it can be read (or
-is gone), ends its state: the source then watches the tree again and rescans it.
+is gone), ends its state: the source then watches the tree again and rescans it. Past the
+bound, the subfolders not remembered are neither reported nor checked one by one: the
+whole tree is watched again and rescanned every :data:`OVERFLOW_RESCAN_S` seconds while
+any is found (:meth:`UnreadableSubfolders.overflow_rescan_due`), and ``degraded`` says so.
 
 Folders to look at come from the scan (which does not enter an unreadable one), from a
 file in a subfolder that could not be looked up and from watchdog's folder events (a folder
@@ -17,11 +20,13 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 from pathlib import Path
 
 from cdml_edge.fsio import display_name
 
-MAX_UNREADABLE_DIRS = 1024  # subfolders remembered unreadable (beyond: the oldest forgotten)
+MAX_UNREADABLE_DIRS = 1024  # subfolders remembered unreadable (beyond: found by a rescan)
+OVERFLOW_RESCAN_S = 30.0  # past the bound: the tree is rescanned this often
 MAX_SUSPECTS = 4096  # folders waiting to be looked at (beyond: dropped; the scan finds them)
 SHOWN = 5  # subfolders named in ``degraded``
 
@@ -50,6 +55,8 @@ class UnreadableSubfolders:
         self.top = top
         self._why: dict[str, str] = {}  # subfolder path -> why it cannot be read
         self._suspects: dict[str, None] = {}  # folders to look at, in order
+        self._beyond = 0  # unreadable subfolders not remembered, found by this walk so far
+        self._rescan_at = 0.0  # monotonic time of the next rescan while beyond the bound
         self._lock = threading.Lock()
 
     def __len__(self) -> int:
@@ -87,13 +94,40 @@ class UnreadableSubfolders:
         return None
 
     def add(self, folder: str, why: str) -> bool:
-        """Remember ``folder`` unreadable; ``True`` when it was not already (to report)."""
+        """Remember ``folder`` unreadable; ``True`` when it was not already (to report).
+
+        Past :data:`MAX_UNREADABLE_DIRS`: not remembered, not reported; counted, and the
+        tree is rescanned every :data:`OVERFLOW_RESCAN_S` (:meth:`overflow_rescan_due`).
+        """
         with self._lock:
             if folder in self._why:
                 return False
             if len(self._why) >= MAX_UNREADABLE_DIRS:
-                self._why.pop(next(iter(self._why)))
+                if not self._beyond:
+                    self._rescan_at = time.monotonic() + OVERFLOW_RESCAN_S
+                self._beyond += 1
+                return False
             self._why[folder] = why
+            return True
+
+    @property
+    def beyond(self) -> bool:
+        """Whether unreadable subfolders past the bound were found (and not remembered)."""
+        with self._lock:
+            return self._beyond > 0
+
+    def walk_started(self) -> None:
+        """A walk of the whole tree begins: it finds those past the bound again."""
+        with self._lock:
+            self._beyond = 0
+
+    def overflow_rescan_due(self) -> bool:
+        """Past the bound, once every :data:`OVERFLOW_RESCAN_S`: rescan the whole tree now."""
+        with self._lock:
+            now = time.monotonic()
+            if not self._beyond or now < self._rescan_at:
+                return False
+            self._rescan_at = now + OVERFLOW_RESCAN_S
             return True
 
     def ended(self) -> list[tuple[str, bool]]:
@@ -110,10 +144,15 @@ class UnreadableSubfolders:
         """What ``degraded`` says of them, or ``None`` when there are none."""
         with self._lock:
             items = list(self._why.items())
+            beyond = self._beyond > 0
         if not items:
             return None
         names = [display_name(os.path.relpath(f, self.top)) for f, _ in items[:SHOWN]]
-        more = f" and {len(items) - SHOWN} more" if len(items) > SHOWN else ""
+        left = len(items) - min(len(items), SHOWN)
+        more = f" and {left} more" if left else ""
+        if beyond:
+            rescan = f"found by a rescan of the tree every {OVERFLOW_RESCAN_S:g} s"
+            more += f", more past {MAX_UNREADABLE_DIRS} ({rescan})"
         whys = sorted({why for _, why in items})
         return (
             f"subfolder{'s' if len(items) > 1 else ''} unreadable ({', '.join(whys)}): "
