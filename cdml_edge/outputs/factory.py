@@ -63,10 +63,10 @@ def leaves(output: Output) -> list[Output]:
 
 
 def held_windows(output: Output) -> int:
-    """Windows the tees in ``output`` hold for a failing part (:attr:`TeeOutput.held`)."""
+    """Windows the tees in ``output`` hold for a failing part, each once."""
     if not isinstance(output, TeeOutput):
         return 0
-    return output.held + sum(held_windows(o) for o in output.outputs)
+    return output.held_windows + sum(held_windows(o) for o in output.outputs)
 
 
 def give_up_held(output: Output) -> int:

@@ -81,6 +81,7 @@ class _Share:
 
     def __init__(self, settle: _Settle) -> None:
         self._settle = settle
+        self.batch = settle  # what the parts' shares of one batch have in common
         self._lock = threading.Lock()
         self._done = False
 
@@ -262,6 +263,12 @@ class TeeOutput:
         """Windows held now for parts that refused them (each part's counted)."""
         with self._lock:
             return sum(len(p.held) for p in self._parts)
+
+    @property
+    def held_windows(self) -> int:
+        """Windows held now, each once however many parts hold it."""
+        with self._lock:
+            return len({id(h.share.batch) for p in self._parts for h in p.held})
 
     def stats(self) -> dict[str, int]:
         """The outputs' counters, summed by name."""

@@ -125,3 +125,15 @@ def test_every_held_window_is_given_up_once(n: int = 3) -> None:
     tee.stop()
     tee.stop()
     assert said == [0]
+
+
+def test_a_window_held_for_two_failing_parts_is_one_window() -> None:
+    """A drain compares the held windows with those in flight: each counts once."""
+    from cdml_edge.outputs.factory import held_windows
+
+    parts: Any = [_Part(), _Part(failing=True), _Part(failing=True)]
+    tee = TeeOutput(parts, retry_s=30, retry_max_s=30)
+    tee.publish_batch([], lambda: None, lambda: None)
+    assert tee.held == 2  # each part's
+    assert held_windows(tee) == 1
+    tee.stop()
