@@ -125,3 +125,13 @@ def test_a_frame_with_a_small_window_is_held_until_the_archive_is_closed() -> No
     assert arc._cursors.held  # type: ignore[attr-defined]
     arc.close()
     assert not arc._cursors.held  # type: ignore[attr-defined]
+
+
+def test_a_close_during_a_read_keeps_no_stream() -> None:
+    """``close()`` while another thread reads: the read must not keep its stream after it."""
+    arc = open_archive(MemorySource(_stock_tar_zst()))
+    slot = arc._cursors  # type: ignore[attr-defined]
+    with slot.at(0) as cur:
+        cur.read(10)
+        arc.close()  # the other thread's close, while this read is under way
+    assert not slot.held

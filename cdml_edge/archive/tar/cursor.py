@@ -54,6 +54,7 @@ class CursorSlot:
         self._lock = threading.Lock()
         self._kept: StreamCursor | None = None
         self._small_window: bool | None = None
+        self._dropped = False  # closed: nothing is kept any more
 
     @property
     def held(self) -> bool:
@@ -73,11 +74,14 @@ class CursorSlot:
             yield cur
             if self._keeps():
                 self._kept = cur
+                if self._dropped:  # closed meanwhile (another thread): its drop may have run
+                    self._kept = None
         finally:
             self._lock.release()
 
     def drop(self) -> None:
-        """Forget the kept cursor (its memory goes with it)."""
+        """Forget the kept cursor (its memory goes with it), and keep none from now on."""
+        self._dropped = True
         self._kept = None
 
     def _keeps(self) -> bool:
