@@ -100,6 +100,7 @@ class LiveWatch:
         self.callback_name = callback_name or callable_name(handler)
         self._current: str | None = None  # the window the callback is handling
         self._gave_up = False  # stop() returned while the worker had windows to finish
+        self._in_callback = False  # the worker is inside the callback (under ``_state``)
         self._state = threading.Lock()  # orders _gave_up against a callback's return
         self._queue: queue.Queue[Window | None] = queue.Queue()
         self._stopped = threading.Event()
@@ -158,19 +159,31 @@ class LiveWatch:
             with self._state:
                 running = self._worker.is_alive()
                 self._gave_up = self._gave_up or running
+                in_callback = self._in_callback
             if running:
-                self._left_running(timeout)
+                self._left_running(timeout, in_callback)
         return self.stats
 
-    def _left_running(self, timeout: float | None) -> None:
-        """Warn that the callback has not returned within ``timeout``: stop returns anyway."""
+    def _left_running(self, timeout: float | None, in_callback: bool) -> None:
+        """Warn that the worker is still busy after ``timeout``: stop returns anyway.
+
+        In the callback: its files stay. Else the callback returned in time and its batch
+        is being finished as usual; only the batches queued behind it stay.
+        """
         what = self._current or "the last batch"
-        message = (
-            f"callback {self.callback_name} still running on {what} after {timeout or 0:g} s; "
-            "stop() returns without it (its files, and those of batches queued behind it, "
-            "stay on disk, never deleted; a daemon thread: it does not hold the interpreter's "
-            "exit)"
-        )
+        if in_callback:
+            message = (
+                f"callback {self.callback_name} still running on {what} after "
+                f"{timeout or 0:g} s; stop() returns without it (its files, and those of "
+                "batches queued behind it, stay on disk, never deleted; a daemon thread: it "
+                "does not hold the interpreter's exit)"
+            )
+        else:
+            message = (
+                f"still finishing {what} after {timeout or 0:g} s (its callback returned: "
+                "its files are handled as usual); stop() returns, the files of batches "
+                "queued behind it stay on disk, never deleted"
+            )
         self.stats.note(message)
         log.warning("%s: %s", self.settings.name, message)
 
@@ -250,12 +263,14 @@ class LiveWatch:
     def _handle(self, window: Window) -> None:
         with self._state:
             gave_up = self._gave_up
+            self._in_callback = not gave_up
         if gave_up:  # queued behind a callback stop() gave up on: not handed over
             self._abandon(window, "not handed to the callback: stop() had given up")
             return
         try:
             output = self._handler(window)
         except Exception as exc:
+            self._left_callback()
             self.stats.callback_errors += 1
             self.stats.note(f"{window.window_id}: {type(exc).__name__}: {exc}")
             log.exception(
@@ -267,6 +282,7 @@ class LiveWatch:
             self._finish(window, delete=False)
             return
         except BaseException as exc:  # SystemExit, KeyboardInterrupt: failed, and the end
+            self._left_callback()
             self.stats.callback_errors += 1
             self.stats.note(f"{window.window_id}: {type(exc).__name__}: {exc}; watch stopped")
             log.error(
@@ -280,7 +296,7 @@ class LiveWatch:
             self.stop()
             return
         with self._state:  # decided once: a stop() giving up now keeps these files
-            gave_up = self._gave_up
+            gave_up, self._in_callback = self._gave_up, False
         if gave_up:
             self._abandon(window, f"callback {self.callback_name} returned after stop() gave up")
             return
@@ -290,6 +306,10 @@ class LiveWatch:
         self._finish(window, delete=self.settings.auto_delete)
         if self.settings.auto_delete and output is not None:
             output.unlink(missing_ok=True)
+
+    def _left_callback(self) -> None:
+        with self._state:
+            self._in_callback = False
 
     def _abandon(self, window: Window, why: str) -> None:
         """Leave a window's files on disk (and any output): stop() did not wait for them."""
