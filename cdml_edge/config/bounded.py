@@ -22,6 +22,8 @@ from typing import Any
 
 import yaml
 
+from cdml_edge.fsio.kinds import kind_of
+
 MAX_CONFIG_BYTES = 256 * 1024
 """The largest configuration file read (a real one is a few KB; libyaml parses this much in
 well under a second on a small board)."""
@@ -43,20 +45,9 @@ class DuplicateKeys(ConfigReadError):
         super().__init__("; ".join(f"{path}: {msg}" for path, msg in problems))
 
 
-def _kind(mode: int) -> str:
-    kinds = {
-        stat.S_ISDIR: "a folder",
-        stat.S_ISFIFO: "a FIFO",
-        stat.S_ISCHR: "a character device",
-        stat.S_ISBLK: "a block device",
-        stat.S_ISSOCK: "a socket",
-    }
-    return next((name for test, name in kinds.items() if test(mode)), "not a regular file")
-
-
 def _check(st: os.stat_result) -> None:
     if not stat.S_ISREG(st.st_mode):
-        raise ConfigReadError(f"not a regular file ({_kind(st.st_mode)})")
+        raise ConfigReadError(f"not a regular file ({kind_of(st.st_mode)})")
     if st.st_size > MAX_CONFIG_BYTES:
         raise ConfigReadError(
             f"{st.st_size} bytes, over the limit of {MAX_CONFIG_BYTES} for a configuration file"

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 
 from cdml_edge.config import ConfigError, load_config
 from cdml_edge.decode.limits import DecodeLimits, set_limits
+from cdml_edge.fsio.kinds import kind_of
 from cdml_edge.retrain.compare import Comparison, comparison_path
 from cdml_edge.retrain.errors import OptionError, ReplayError
 from cdml_edge.retrain.filters import parse_when
@@ -244,19 +245,7 @@ def check_model_file(model: Path) -> None:
     except OSError as exc:
         raise OptionError(f"{model}: {exc.strerror or exc} (--model)") from exc
     if not stat.S_ISREG(mode):
-        raise OptionError(f"{model}: not a regular file ({file_kind(mode)}) (--model)")
-
-
-def file_kind(mode: int) -> str:
-    """What a file of ``mode`` is, e.g. ``a character device``, ``a folder``."""
-    kinds = {
-        stat.S_ISDIR: "a folder",
-        stat.S_ISFIFO: "a FIFO",
-        stat.S_ISCHR: "a character device",
-        stat.S_ISBLK: "a block device",
-        stat.S_ISSOCK: "a socket",
-    }
-    return next((name for test, name in kinds.items() if test(mode)), "not a regular file")
+        raise OptionError(f"{model}: not a regular file ({kind_of(mode)}) (--model)")
 
 
 def _nothing_selected(options: ReplayOptions, ring: Path) -> str:

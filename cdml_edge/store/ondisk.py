@@ -17,6 +17,7 @@ import stat
 from pathlib import Path
 
 from cdml_edge.errors import CdmlError
+from cdml_edge.fsio.kinds import kind_of
 
 _READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
 _DIR_FLAGS = (
@@ -31,21 +32,6 @@ class RetentionError(CdmlError):
         super().__init__(f"{file}: {reason}")
         self.file = str(file)
         self.reason = reason
-
-
-def kind_of(mode: int) -> str:
-    """What a file mode is, in words."""
-    for test, kind in (
-        (stat.S_ISLNK, "a symbolic link"),
-        (stat.S_ISFIFO, "a FIFO"),
-        (stat.S_ISSOCK, "a socket"),
-        (stat.S_ISCHR, "a character device"),
-        (stat.S_ISBLK, "a block device"),
-        (stat.S_ISDIR, "a folder"),
-    ):
-        if test(mode):
-            return kind
-    return "a regular file" if stat.S_ISREG(mode) else "an unknown file type"
 
 
 def regular_size(path: str | Path) -> int:

@@ -87,3 +87,23 @@ def test_a_refused_window_still_completes_the_bar(tmp_path: Path) -> None:
     assert 0 < total < size
     writing = next(i for i, (what, _) in enumerate(bar.events) if what == "export: writing")
     assert sum(int(str(n)) for what, n in bar.events[reading:writing] if what == "advance") == total
+
+
+def test_writing_the_archive_is_a_phase_after_reading(tmp_path: Path) -> None:
+    """Writing the archive is a phase of its own, after reading.
+
+    Writing (compressing, fsync) took 0.89 s of 1.03 s for 63 MB of CSV to a ZIP; the bar used
+    to stay on ``export: reading``, full, meanwhile.
+    """
+    size = _ring(tmp_path / "ring", 4)
+    bar = Recorder()
+    out = tmp_path / "t.tar.zst"
+    run_export(ExportOptions(tmp_path / "ring", out), bar)
+    ev = bar.events
+    phases = [what for what, _ in ev if str(what).startswith("export: ")]
+    assert phases == ["export: selecting", "export: reading", "export: writing"], ev
+    reading = ev.index(("export: reading", size))
+    writing = ev.index(("export: writing", size))
+    assert sum(int(str(n)) for what, n in ev[reading:writing] if what == "advance") == size
+    assert ev[writing + 1 :] == [("advance", size), ("stop", None)]  # full once written
+    assert out.is_file()
