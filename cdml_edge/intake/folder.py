@@ -31,6 +31,7 @@ import logging
 import os
 import sqlite3
 import stat
+import sys
 import threading
 import time
 from collections.abc import Iterator, Sequence
@@ -215,6 +216,9 @@ class FolderSource:
         self.rescans = 0
         self.inotify_fallbacks = 0  # arms that fell back to polling (inotify's limits)
         self._polled_because: str | None = None
+        self.deep_fallbacks = 0  # arms whose watch hit the recursion limit: the tree is rescanned
+        self._rescanned_because: str | None = None  # set once, for the source's life
+        self._deep_rescan_at = 0.0  # monotonic time of the next rescan of a tree too deep
         self._unreadable: str | None = None  # why the folder cannot be read now
         self._check_at = 0.0  # monotonic time the folder's readability is checked next
         self.unreadable_episodes = 0
@@ -304,7 +308,9 @@ class FolderSource:
     def degraded(self) -> str | None:
         """Why the folder is watched less well than configured now, or ``None``."""
         subs = self.subfolders.describe() if self.spec.recursive else None
-        why = [w for w in (self._unreadable, subs, self._polled_because) if w]
+        why = [
+            w for w in (self._unreadable, subs, self._polled_because, self._rescanned_because) if w
+        ]
         return "; ".join(why) or None
 
     def _arm(self) -> None:
@@ -330,15 +336,17 @@ class FolderSource:
             self._armed = True  # by the state's end, in the scanner
             return
         try:
-            self._watch(polling=self.spec.polling)
+            self._watch_or_rescan(polling=self.spec.polling)
             self._polled_because = None
         except OSError as exc:
             if self.spec.polling or exc.errno not in INOTIFY_LIMITS:
                 raise
             self._disarm()
-            self._watch(polling=True)
+            self._watch_or_rescan(polling=True)
             self._poll_instead(exc)
-        self.files.polling = self.spec.polling or self._polled_because is not None
+        self.files.polling = (
+            self.spec.polling or self._polled_because is not None or self._rescanned
+        )
         self._armed = True
         self._initial_scan()  # after the watch is armed: nothing written meanwhile is missed
 
@@ -353,6 +361,39 @@ class FolderSource:
         self._observer = observer  # before it starts: a failed start is stopped by _disarm
         observer.schedule(_Handler(self), str(self.spec.path), recursive=self.spec.recursive)
         observer.start()
+
+    @property
+    def _rescanned(self) -> bool:
+        """Whether the tree is rescanned by the source instead of watched (too deep)."""
+        return self._rescanned_because is not None
+
+    def _watch_or_rescan(self, polling: bool) -> None:
+        """Start the watch; a tree too deep for watchdog's recursive walk is rescanned instead.
+
+        Watchdog's observers walk the tree recursively when they start (``os.walk`` for the
+        inotify watches, ``DirectorySnapshot`` for polling), and again in their own thread
+        (a folder moved in, each poll): past the recursion limit (about 1,000 levels) that
+        raises ``RecursionError``. Then the source's own iterative walk rescans the tree every
+        ``poll_interval`` for the rest of its life: a watch tried again could leave the
+        partial watches of another failed walk behind.
+        """
+        if self._rescanned:
+            return
+        try:
+            self._watch(polling=polling)
+        except RecursionError:
+            self._disarm()
+            self._rescan_instead()
+
+    def _rescan_instead(self) -> None:
+        """Say (once) that the tree is too deep to watch and is rescanned instead."""
+        self.deep_fallbacks += 1
+        self._rescanned_because = (
+            f"tree too deep to watch (the watch's walk passed the recursion limit, "
+            f"{sys.getrecursionlimit()}): rescanned every {self.spec.poll_interval:g} s"
+        )
+        self._deep_rescan_at = time.monotonic() + self.spec.poll_interval  # _arm scans now
+        log.warning("%s: %s: %s", self.spec.name, log_name(self.spec.path), self._rescanned_because)
 
     def _poll_instead(self, exc: OSError) -> None:
         """Say (once per stretch) that the folder is polled because inotify is exhausted."""
@@ -382,6 +423,8 @@ class FolderSource:
                 observer.join(timeout=2.0)
 
     def _watch_alive(self) -> bool:
+        if self._rescanned:  # no watch: the folder's being there is its health
+            return self.spec.path.is_dir()
         if self._inotify is not None:
             return self._inotify.alive
         obs = self._observer
@@ -473,11 +516,14 @@ class FolderSource:
     def _denied(self, path: str | None = None) -> None:
         """An entry could not be looked up for a lack of permission: check the folder now.
 
-        With ``path`` in a ``recursive`` source, the subfolders above it are checked too.
+        With ``path``, it is kept with its folder (:meth:`_check_suspects`): in a
+        ``recursive`` source the subfolders above it are checked too, and once the folder is
+        readable (at once, when its mode changed only for a moment) ``path`` is looked up
+        again: no event announces that file again.
         """
         self._check_at = 0.0
-        if path is not None and self.spec.recursive:
-            self.subfolders.suspect(os.path.dirname(path))
+        if path is not None:  # looked up again once its folder is found readable
+            self.subfolders.suspect(os.path.dirname(path), path)
 
     # -- unreadable subfolders (recursive) ------------------------------------------------
     def _folder_event(self, folder: str) -> None:
@@ -485,16 +531,33 @@ class FolderSource:
         if self.spec.recursive and folder != str(self.spec.path):
             self.subfolders.suspect(folder)
 
+    def _check_suspects(self) -> None:
+        """Look at the folders suspected; look up again the paths denied in a readable one.
+
+        In a ``recursive`` source a folder (or one above it) that cannot be read is a state
+        (its end rescans the tree, denied paths included). Past :data:`~.subfolders.MAX_DENIED`
+        paths kept, the tree is rescanned.
+        """
+        suspects, past = self.subfolders.suspects()
+        for folder, denied in suspects:
+            found = self.subfolders.first_unreadable(folder) if self.spec.recursive else None
+            if found is not None:
+                self._subfolder_unreadable(*found)
+                continue
+            for path in denied:
+                try:
+                    self._notice(path, closed=False)
+                except Exception as exc:
+                    self._fault(path, exc)
+        if past:  # once no pass is in progress and the pending set has room
+            self.files.ask_rescan()
+
     def _check_subfolders(self) -> None:
-        """Look at the folders suspected; once a second, at those unreadable.
+        """Once a second, look at the subfolders unreadable.
 
         One readable again (or gone) ends its state (an event each); then the tree is
         watched again (watchdog adds the watches it could not) and rescanned.
         """
-        for folder in self.subfolders.suspects():
-            found = self.subfolders.first_unreadable(folder)
-            if found is not None:
-                self._subfolder_unreadable(*found)
         if self.subfolders.overflow_rescan_due():  # past the bound: found by rescans alone
             self.rescans += 1
             self._arm()
@@ -649,6 +712,9 @@ class FolderSource:
         elif self.files.rescan_due():
             self.rescans += 1
             self._initial_scan()
+        elif self._rescanned and time.monotonic() >= self._deep_rescan_at:
+            self._deep_rescan_at = time.monotonic() + self.spec.poll_interval
+            self._initial_scan()
 
     def _entries(self) -> Iterator[str]:
         """The folder's entries, read lazily (a pass holds one directory stream, not a list)."""
@@ -750,6 +816,7 @@ class FolderSource:
                 raise WatchLost(
                     self.spec.path, "the watch stopped (folder deleted, moved or unmounted)"
                 )
+            self._check_suspects()
             if self.spec.recursive:
                 self._check_subfolders()
             self._rescan_if_room()

@@ -436,6 +436,11 @@ class PendingFiles:
         """Whether a closed file had no close-write for ``settle_seconds`` (0: at once)."""
         return now - pend.closed_at >= self.settle_seconds
 
+    def ask_rescan(self) -> None:
+        """Notices were lost elsewhere (paths denied past a bound): rescan as when dropped."""
+        with self._cond:
+            self._overflow = True
+
     def rescan_due(self) -> bool:
         """Whether notices were dropped and the backlog has halved since (asked once)."""
         with self._cond:

@@ -13,7 +13,10 @@ any is found (:meth:`UnreadableSubfolders.overflow_rescan_due`), and ``degraded`
 Folders to look at come from the scan (which does not enter an unreadable one), from a
 file in a subfolder that could not be looked up and from watchdog's folder events (a folder
 made, moved in or changed mode); those arrive from the observer's thread (:meth:`suspect`)
-and are looked at in the source's own thread (:meth:`suspects`).
+and are looked at in the source's own thread (:meth:`suspects`). A file that could not be
+looked up is kept with its folder (at most :data:`MAX_DENIED` paths, beyond them counted and
+the tree rescanned): when the folder is readable again by the time the source looks (a mode
+changed for a moment), no state begins, and those files are looked up again.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from cdml_edge.fsio import display_name
 MAX_UNREADABLE_DIRS = 1024  # subfolders remembered unreadable (beyond: found by a rescan)
 OVERFLOW_RESCAN_S = 30.0  # past the bound: the tree is rescanned this often
 MAX_SUSPECTS = 4096  # folders waiting to be looked at (beyond: dropped; the scan finds them)
+MAX_DENIED = 4096  # paths kept with the folders to look at (beyond: counted, a rescan finds them)
 SHOWN = 5  # subfolders named in ``degraded``
 
 
@@ -54,7 +58,10 @@ class UnreadableSubfolders:
     def __init__(self, top: Path) -> None:
         self.top = top
         self._why: dict[str, str] = {}  # subfolder path -> why it cannot be read
-        self._suspects: dict[str, None] = {}  # folders to look at, in order
+        self._suspects: dict[str, dict[str, None]] = {}  # folders to look at -> paths denied
+        self._denied = 0  # paths kept in _suspects
+        self._past_denied = False  # a path was not kept since suspects() was last asked
+        self.denied_dropped = 0  # paths not kept (past MAX_DENIED), all told
         self._beyond = 0  # unreadable subfolders not remembered, found by this walk so far
         self._rescan_at = 0.0  # monotonic time of the next rescan while beyond the bound
         self._lock = threading.Lock()
@@ -67,17 +74,38 @@ class UnreadableSubfolders:
         with self._lock:
             return folder in self._why
 
-    def suspect(self, folder: str) -> None:
-        """Look at ``folder`` (and the folders above it) in the source's thread."""
-        with self._lock:
-            if len(self._suspects) < MAX_SUSPECTS:
-                self._suspects[folder] = None
+    def suspect(self, folder: str, denied: str | None = None) -> None:
+        """Look at ``folder`` (and the folders above it) in the source's thread.
 
-    def suspects(self) -> list[str]:
-        """The folders to look at now (forgotten here)."""
+        ``denied``: a path in it that could not be looked up, kept to be looked up again.
+        """
         with self._lock:
-            out, self._suspects = list(self._suspects), {}
-        return out
+            paths = self._suspects.get(folder)
+            if paths is None:
+                if len(self._suspects) >= MAX_SUSPECTS:
+                    self._past_denied |= denied is not None
+                    self.denied_dropped += denied is not None
+                    return
+                paths = self._suspects[folder] = {}
+            if denied is None or denied in paths:
+                return
+            if self._denied >= MAX_DENIED:
+                self._past_denied = True
+                self.denied_dropped += 1
+                return
+            paths[denied] = None
+            self._denied += 1
+
+    def suspects(self) -> tuple[list[tuple[str, list[str]]], bool]:
+        """The folders to look at now (forgotten here), each with its paths denied.
+
+        And whether a path was not kept (past :data:`MAX_DENIED`): then rescan the tree.
+        """
+        with self._lock:
+            out = [(folder, list(paths)) for folder, paths in self._suspects.items()]
+            self._suspects = {}
+            past, self._past_denied, self._denied = self._past_denied, False, 0
+        return out, past
 
     def first_unreadable(self, folder: str) -> tuple[str, str] | None:
         """The topmost subfolder from the top down to ``folder`` that cannot be read, and why."""

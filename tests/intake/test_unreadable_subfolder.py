@@ -16,6 +16,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -158,3 +159,30 @@ def test_a_subfolder_unreadable_at_start_or_made_so_is_watched_once_readable(
 test_a_subfolder_unreadable_at_start_or_made_so_is_watched_once_readable.setup = (  # type: ignore[attr-defined]
     _locked_at_start
 )
+
+
+def test_a_subfolder_unreadable_for_a_moment_loses_no_file(watch: tuple[Path, Watch]) -> None:
+    """Files announced while their folder could not be searched are noticed again after.
+
+    The subfolder is readable again before the source looks at it: no state begins (no
+    event), and the paths denied meanwhile are looked up again, so each file is taken.
+    """
+    tree, w = watch
+    sub = tree / "sub"
+    sub.mkdir()
+    (sub / "first.txt").write_text("first")
+    wait_for(lambda: "sub/first.txt" in w.taken(), what="sub/first.txt taken")
+    names = [f"f{i}.txt" for i in range(10)]
+    for name in names:
+        sub.chmod(0)
+        (sub / name).write_text(name)  # the test may (root): the source may not
+        time.sleep(0.01)  # its events come meanwhile: the source cannot look it up
+        sub.chmod(0o755)
+        time.sleep(0.3)  # one flap at a time (each file is asserted, not the timing)
+    wait_for(
+        lambda: all(f"sub/{n}" in w.taken() for n in names),
+        what=f"all 10 files taken (have {sorted(w.taken())})",
+    )
+    assert {n: w.taken()[f"sub/{n}"] for n in names} == {n: n for n in names}
+    taken = [r["name"] for r in w.lines() if r["kind"] == "item"]
+    assert len(taken) == len(set(taken)), taken  # each once
