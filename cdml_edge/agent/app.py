@@ -130,6 +130,7 @@ class Agent:
             spawn=self.supervisor.spawn,
             on_lost=self._window_lost,
         )
+        self._proc: WindowPipeline | None = None  # what the workers run, since the last start
         self.attempts = Attempts()  # kept across reloads
         self.refusals = OutputRefusals()  # kept across reloads
         self._server: MetricsServer | None = None
@@ -425,7 +426,8 @@ class Agent:
 
     def start_pipeline(self) -> None:
         """The pipeline workers, then the windowers that feed them."""
-        self.pipeline.start(self._processor().handle, self.workers)
+        self._proc = self._processor()
+        self.pipeline.start(self._proc.handle, self.workers)
         for w in self.windowers.values():
             w.start()
 
@@ -468,6 +470,8 @@ class Agent:
         otherwise the drain would wait its whole timeout for a part that keeps failing.
         """
         if held_windows(self.output) >= inflight:
+            if self._proc is not None:
+                self._proc.abandoning = True
             give_up_held(self.output)
 
     def stop(self, timeout: float | None = None) -> bool:

@@ -94,6 +94,9 @@ class WindowPipeline:
     gate: PipelineGate | None = None
     view: ActivityBoard | None = None
     failing: FailingSources | None = None
+    #: the drain gives up what a tee holds for a failing part: those files are taken again
+    #: at the next start (held in memory), not recorded as never deliverable
+    abandoning: bool = False
 
     def handle(self, window: Window) -> None:
         """Process ``window``; a failure goes to the retry policy and is never raised.
@@ -280,16 +283,24 @@ class WindowPipeline:
             self.attempts.clear(ids)
             self.retry.delivered(ids)
             src = self.sources.get(source)
+            abandoned = self.abandoning  # at the drain: a part still refused it
             for p in paths:
-                if src is not None:
+                if src is not None and abandoned:
+                    src.hold(p)  # not again in this run; the next start takes it again
+                elif src is not None:
                     src.release(p, keep=True)
             self.metrics.errors.labels(stage="output_given_up").inc()
             log.error(
-                "window %s: the output gave up on its messages (too large for the broker or "
-                "the spool, see above); its %d file(s) stay in the folder, not taken again "
-                "unless they change",
+                "window %s: %s; its %d file(s) stay in the folder, %s",
                 window_id,
+                "given up at the drain while an output still refused it"
+                if abandoned
+                else "the output gave up on its messages (too large for the broker or the "
+                "spool, see above)",
                 len(paths),
+                "taken again at the next start"
+                if abandoned
+                else "not taken again unless they change",
             )
             self.done()
 
