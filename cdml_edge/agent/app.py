@@ -563,6 +563,8 @@ class Agent:
         return kept
 
     def _stop_output(self) -> None:
+        if self._proc is not None:  # what a tee gives up as it stops: taken again next start
+            self._proc.abandoning = True
         self.output.stop(timeout=5.0)
         self._output_started = False
 
