@@ -181,6 +181,7 @@ def test_a_subfolder_unreadable_for_a_moment_loses_no_file(watch: tuple[Path, Wa
         time.sleep(0.3)  # one flap at a time (each file is asserted, not the timing)
     wait_for(
         lambda: all(f"sub/{n}" in w.taken() for n in names),
+        timeout=60,
         what=f"all 10 files taken (have {sorted(w.taken())})",
     )
     assert {n: w.taken()[f"sub/{n}"] for n in names} == {n: n for n in names}
