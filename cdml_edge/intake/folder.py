@@ -329,7 +329,7 @@ class FolderSource:
                 self.spec.name,
                 log_name(self.spec.path),
             )
-        why = _unreadable(self.spec.path)
+        why = unreadable_why(self.spec.path)
         if why is not None:
             if self._unreadable is None:
                 self._became_unreadable(why)
@@ -482,7 +482,7 @@ class FolderSource:
         if self._unreadable is None and now < self._check_at:
             return True
         self._check_at = now + READABLE_CHECK_S
-        why = _unreadable(self.spec.path)
+        why = unreadable_why(self.spec.path)
         if why is None:
             if self._unreadable is not None:
                 self._readable_again()
@@ -596,7 +596,7 @@ class FolderSource:
         again, and it is taken once it can be read.
         """
         self._forget(path)
-        if _unreadable(self.spec.path) is not None:  # its folder's fault: that state says so
+        if unreadable_why(self.spec.path) is not None:  # its folder's fault: that state says so
             self._denied()
             return
         try:
@@ -954,11 +954,6 @@ def _kept_record(spec: FolderSpec) -> KeptFiles:
                 exc,
             )
     return KeptFiles()
-
-
-def _unreadable(folder: Path) -> str | None:
-    """Why ``folder`` cannot be listed or searched, or ``None`` (see :func:`unreadable_why`)."""
-    return unreadable_why(folder)
 
 
 def _entry(lst: os.stat_result) -> FileIdentity:
